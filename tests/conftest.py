@@ -1,0 +1,40 @@
+"""Shared fixtures: paths to the repository's profiles, samples and the real-world cases."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ROOT / "tests" / "cases"
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def corpus_path() -> Path:
+    return ROOT / "samples" / "divina_commedia.txt"
+
+
+@pytest.fixture(scope="session")
+def scapy_vectors() -> dict:
+    """``../shared/cases/scapy-roce-vectors.json``, copied into ``tests/cases/``."""
+    return json.loads((CASES / "scapy-roce-vectors.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def hw_frames() -> dict:
+    """``../shared/cases/hw-frames.json``, copied into ``tests/cases/``."""
+    return json.loads((CASES / "hw-frames.json").read_text())
+
+
+def tshark_path() -> str | None:
+    return shutil.which("tshark")
+
+
+needs_tshark = pytest.mark.skipif(tshark_path() is None, reason="tshark is not installed")

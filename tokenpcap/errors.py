@@ -1,0 +1,113 @@
+"""The error tree of tokenpcap.
+
+Every error the library raises on purpose derives from :class:`TokenpcapError`. The command line
+catches exactly that base class, prints ``str(err)`` on one line to stderr and exits with code 1.
+Usage errors (bad options) are click's business and exit with code 2.
+
+The tree separates *malformed input* (a profile or corpus that is wrong in itself) from
+*valid-but-infeasible* requests (a plan that cannot run on the cluster), as Calculon does, and both
+from file-format problems when encoding or decoding packets and captures::
+
+    TokenpcapError
+    ├── InputError                  something the user gave us is wrong
+    │   ├── ProfileError            a YAML profile key is unknown, missing or out of range
+    │   ├── CorpusError             corpus missing, unreadable or not UTF-8
+    │   └── TokenizerError          tokenizer unknown or unavailable offline
+    ├── InfeasiblePlanError         valid profiles that cannot be combined (dp*tp*pp != GPUs ...)
+    ├── EncodeError                 a header field value does not fit its declared width
+    ├── DecodeError                 bytes that are not the header/format we expected
+    │   └── CaptureError            a pcap/pcapng/ERF file that cannot be read
+    │       ├── BadMagic
+    │       └── TruncatedFile
+    └── OutputError                 an output cannot be written (disk full, refused to overwrite ...)
+
+Messages always carry both numbers: what we got and what we expected.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "TokenpcapError",
+    "InputError",
+    "ProfileError",
+    "CorpusError",
+    "TokenizerError",
+    "InfeasiblePlanError",
+    "EncodeError",
+    "DecodeError",
+    "CaptureError",
+    "BadMagic",
+    "TruncatedFile",
+    "OutputError",
+]
+
+
+class TokenpcapError(Exception):
+    """Base of every error tokenpcap raises on purpose; the CLI prints it in one line, exit 1."""
+
+
+class InputError(TokenpcapError):
+    """Something the user supplied (a file, a value) is wrong in itself."""
+
+
+class ProfileError(InputError):
+    """A profile (YAML) key is unknown, missing, of the wrong type or out of range.
+
+    Args:
+        file: the profile file (or ``None`` for an in-memory mapping).
+        key: dotted key path inside the file, e.g. ``"parallelism.tp"``.
+        got: the value found (``repr`` is used), or the string ``"missing"``.
+        expected: a human description of what is allowed, e.g. ``"an integer >= 1"``.
+
+    The message reads ``<file>: <key>: got <got>, expected <expected>``.
+    """
+
+    def __init__(self, file: str | Path | None, key: str, got: object, expected: str):
+        self.file = str(file) if file is not None else "<profile>"
+        self.key = key
+        self.got = got
+        self.expected = expected
+        got_text = got if isinstance(got, str) and got == "missing" else repr(got)
+        super().__init__(f"{self.file}: {key}: got {got_text}, expected {expected}")
+
+
+class CorpusError(InputError):
+    """The corpus file does not exist, cannot be read, or is not valid UTF-8."""
+
+
+class TokenizerError(InputError):
+    """The tokenizer is unknown, or cannot be loaded offline (``tiktoken:``/``hf:``)."""
+
+
+class InfeasiblePlanError(TokenpcapError):
+    """Profiles that are each valid but cannot be combined.
+
+    Examples: ``dp*tp*pp`` differs from the cluster's GPU count, attention heads not divisible by
+    ``tp``, layers not divisible by ``pp``, a global batch that is not a multiple of
+    ``micro_batch_size*dp``.
+    """
+
+
+class EncodeError(TokenpcapError):
+    """A header field value does not fit its declared bit width, or a frame cannot be built."""
+
+
+class DecodeError(TokenpcapError):
+    """Bytes are not the header or format that was expected (too short, wrong version ...)."""
+
+
+class CaptureError(DecodeError):
+    """A capture file (pcap, pcapng, ERF) cannot be read; the message names the byte offset."""
+
+
+class BadMagic(CaptureError):
+    """The file does not start with a magic number we know."""
+
+
+class TruncatedFile(CaptureError):
+    """A record or block runs past the end of the file."""
+
+
+class OutputError(TokenpcapError):
+    """An output file cannot be written (no space, exists without --force, unwritable ...)."""
