@@ -23,6 +23,7 @@ __all__ = [
     "KIND_DATA",
     "KIND_CTS",
     "MESSAGE_DTYPE",
+    "PACKET_DTYPE",
     "phase_label",
     "parse_phase_label",
 ]
@@ -106,6 +107,65 @@ MESSAGE_DTYPE = np.dtype(
         ("rank_dst", "<i4"),
         ("token_start", "<i8"),
         ("token_end", "<i8"),
+    ]
+)
+
+
+#: One row per packet on the wire, as the lowering (stage 6) produces it and the frame builder in
+#: :mod:`tokenpcap.wire` consumes it. Shape ``(n,)``. Which headers a frame has follows from the
+#: transport and the BTH ``opcode`` (RETH on WRITE FIRST/ONLY, ImmDt on ... WITH IMMEDIATE, AETH on
+#: ACK ...); fields of headers a packet does not carry are ignored by the builder.
+#:
+#: ============== ====== =================================================================
+#: field          dtype  meaning
+#: ============== ====== =================================================================
+#: time_ns        int64  time the frame's first bit leaves the sending NIC (pcap timestamp)
+#: nic            int32  global index of the sending NIC (source MAC/IP/LID come from it)
+#: peer_nic       int32  global index of the receiving NIC (destination MAC/IP/LID)
+#: msg            int64  msg_id of the message the packet belongs to (ACKs: the acknowledged one)
+#: opcode         uint8  BTH opcode, full 8 bits (RC 0x00-0x1F, CNP 0x81)
+#: psn            uint32 BTH PSN (24 bits)
+#: dest_qp        uint32 BTH DestQP (24 bits)
+#: src_qp         uint32 the sender's own QPN (not on the wire in RC; keys the UDP source port)
+#: udp_sport      uint16 UDP source port (RoCEv2), the same in both directions of a QP pair
+#: payload_bytes  uint32 RDMA payload bytes in this packet (without pad)
+#: pad            uint8  BTH PadCnt (0..3): zero bytes after the payload so that it is 4-aligned
+#: ack_req        uint8  BTH AckReq bit
+#: solicited      uint8  BTH SE bit
+#: becn           uint8  BTH BECN bit (set on CNP)
+#: reth_va        uint64 RETH virtual address
+#: reth_rkey      uint32 RETH R_Key
+#: reth_len       uint32 RETH DMA length (whole message length)
+#: imm            uint32 ImmDt
+#: aeth           uint32 AETH: syndrome << 24 | MSN
+#: payload_offset int64  byte offset of this packet's payload inside its message
+#: ip_id          uint16 IPv4 identification
+#: frame_bytes    uint32 frame length on the wire without FCS (filled by the lowering)
+#: ============== ====== =================================================================
+PACKET_DTYPE = np.dtype(
+    [
+        ("time_ns", "<i8"),
+        ("nic", "<i4"),
+        ("peer_nic", "<i4"),
+        ("msg", "<i8"),
+        ("opcode", "u1"),
+        ("psn", "<u4"),
+        ("dest_qp", "<u4"),
+        ("src_qp", "<u4"),
+        ("udp_sport", "<u2"),
+        ("payload_bytes", "<u4"),
+        ("pad", "u1"),
+        ("ack_req", "u1"),
+        ("solicited", "u1"),
+        ("becn", "u1"),
+        ("reth_va", "<u8"),
+        ("reth_rkey", "<u4"),
+        ("reth_len", "<u4"),
+        ("imm", "<u4"),
+        ("aeth", "<u4"),
+        ("payload_offset", "<i8"),
+        ("ip_id", "<u2"),
+        ("frame_bytes", "<u4"),
     ]
 )
 
