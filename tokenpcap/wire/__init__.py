@@ -1,0 +1,30 @@
+"""The frame layer: header declarations, RC opcodes and segmentation, CRCs, frame building.
+
+Modules: :mod:`~tokenpcap.wire.fields` (declaration machinery), :mod:`~tokenpcap.wire.headers`
+(every header, once), :mod:`~tokenpcap.wire.rdma` (opcodes, segmentation at PMTU, frame lengths).
+See docs/wire.md.
+"""
+from __future__ import annotations
+
+from tokenpcap.wire.fields import Field, Header
+from tokenpcap.wire.rdma import (
+    OPCODES,
+    PMTUS,
+    Opcode,
+    SegmentedMessages,
+    Segments,
+    frame_bytes,
+    header_bytes,
+    packets_per_message,
+    pad_bytes,
+    rocev2_flow_label,
+    rocev2_udp_sport,
+    segment,
+    segment_many,
+)
+
+__all__ = [
+    "Field", "Header", "OPCODES", "PMTUS", "Opcode", "Segments", "SegmentedMessages", "segment",
+    "segment_many", "packets_per_message", "pad_bytes", "header_bytes", "frame_bytes",
+    "rocev2_flow_label", "rocev2_udp_sport",
+]
