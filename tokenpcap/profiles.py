@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from tokenpcap import _yamlcheck as yc
+from tokenpcap.errors import InfeasiblePlanError, ProfileError, TokenizerError
 
 __all__ = [
     "MoeProfile",
@@ -25,6 +29,13 @@ __all__ = [
     "CollectivesConfig",
     "GenerationConfig",
     "Scenario",
+    "DTYPE_BYTES",
+    "load_model",
+    "load_cluster",
+    "load_scenario",
+    "default_scenario_path",
+    "parse_tokenizer",
+    "check_feasible",
 ]
 
 
@@ -57,6 +68,7 @@ class ModelProfile:
     bias: bool = True                      # linear layers carry biases (GPT) or not (Llama)
     moe: MoeProfile | None = None
     path: Path | None = None
+    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,7 @@ class ClusterProfile:
     pmtu_bytes: int = 4096                 # 256 | 512 | 1024 | 2048 | 4096
     network: NetworkProfile = field(default_factory=NetworkProfile)
     path: Path | None = None
+    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -159,3 +172,342 @@ class Scenario:
     collectives: CollectivesConfig = field(default_factory=CollectivesConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     path: Path | None = None
+    description: str = ""
+
+
+#: Bytes per element of the dtypes a profile may name (``training.precision``, ``grad_reduce_dtype``).
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+_REPO_PROFILES = Path(__file__).resolve().parent.parent / "profiles"
+
+
+def default_scenario_path() -> Path:
+    """The bundled default scenario: ``profiles/scenarios/dante.yaml`` of the repository."""
+    return _REPO_PROFILES / "scenarios" / "dante.yaml"
+
+
+# --------------------------------------------------------------------------------------------
+# model
+
+_MOE_SPEC = {
+    "experts": (yc.integer(1), yc.REQUIRED),
+    "top_k": (yc.integer(1), yc.REQUIRED),
+    "ffn_hidden_size": (yc.integer(1), None),
+}
+
+_MODEL_SPEC = {
+    "name": (yc.string, None),
+    "source": (yc.string, yc.REQUIRED),
+    "description": (yc.string, ""),
+    "layers": (yc.integer(1), yc.REQUIRED),
+    "hidden_size": (yc.integer(1), yc.REQUIRED),
+    "attention_heads": (yc.integer(1), yc.REQUIRED),
+    "kv_heads": (yc.integer(1), None),
+    "ffn_hidden_size": (yc.integer(1), None),
+    "vocab_size": (yc.integer(1), yc.REQUIRED),
+    "seq_length": (yc.integer(1), yc.REQUIRED),
+    "mlp": (yc.enum("gelu", "swiglu"), "gelu"),
+    "norm": (yc.enum("layernorm", "rmsnorm"), "layernorm"),
+    "tied_embeddings": (yc.boolean, True),
+    "position_embedding": (yc.enum("learned", "rope"), "learned"),
+    "bias": (yc.boolean, True),
+    "moe": (yc.optional(yc.mapping), None),
+}
+
+
+def load_model(path: str | Path) -> ModelProfile:
+    """Load a model profile (YAML, schema in ``DESIGN.md``).
+
+    ``kv_heads`` defaults to ``attention_heads`` (multi-head attention), ``ffn_hidden_size`` to
+    ``4 * hidden_size`` (GPT), ``name`` to the file's stem.
+
+    Raises:
+        ProfileError: unknown or missing key, wrong type, value out of range, ``hidden_size`` not a
+            multiple of ``attention_heads``, ``attention_heads`` not a multiple of ``kv_heads``,
+            MoE ``top_k`` larger than ``experts``.
+    """
+    path = Path(path)
+    return _model_from(path, "", yc.load_yaml(path), path)
+
+
+def _model_from(file: Path, prefix: str, data: Any, model_path: Path | None) -> ModelProfile:
+    v = yc.read_mapping(file, prefix, data, _MODEL_SPEC)
+    key = (lambda k: f"{prefix}.{k}" if prefix else k)
+    if v["hidden_size"] % v["attention_heads"]:
+        raise ProfileError(file, key("attention_heads"), v["attention_heads"],
+                           f"a divisor of hidden_size {v['hidden_size']}")
+    kv = v["kv_heads"] if v["kv_heads"] is not None else v["attention_heads"]
+    if v["attention_heads"] % kv:
+        raise ProfileError(file, key("kv_heads"), kv,
+                           f"a divisor of attention_heads {v['attention_heads']}")
+    ffn = v["ffn_hidden_size"] if v["ffn_hidden_size"] is not None else 4 * v["hidden_size"]
+    moe = None
+    if v["moe"] is not None:
+        m = yc.read_mapping(file, key("moe"), v["moe"], _MOE_SPEC)
+        if m["top_k"] > m["experts"]:
+            raise ProfileError(file, key("moe.top_k"), m["top_k"],
+                               f"an integer <= moe.experts {m['experts']}")
+        moe = MoeProfile(experts=m["experts"], top_k=m["top_k"],
+                         ffn_hidden_size=m["ffn_hidden_size"] or ffn)
+    name = v["name"] if v["name"] is not None else (model_path.stem if model_path else "model")
+    return ModelProfile(
+        name=name, source=v["source"], layers=v["layers"], hidden_size=v["hidden_size"],
+        attention_heads=v["attention_heads"], kv_heads=kv, ffn_hidden_size=ffn,
+        vocab_size=v["vocab_size"], seq_length=v["seq_length"], mlp=v["mlp"], norm=v["norm"],
+        tied_embeddings=v["tied_embeddings"], position_embedding=v["position_embedding"],
+        bias=v["bias"], moe=moe, path=model_path, description=v["description"],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# cluster
+
+_GPU_SPEC = {"name": (yc.string, yc.REQUIRED), "peak_tflops": (yc.number(gt=0), yc.REQUIRED)}
+
+_NETWORK_SPEC = {
+    "ip_version": (yc.enum(4, 6), 4),
+    "dscp": (yc.integer(0, 63), 26),
+    "ecn": (yc.integer(0, 3), 2),
+    "ttl": (yc.integer(1, 255), 64),
+    "vlan_id": (yc.optional(yc.integer(1, 4094)), None),
+    "pcp": (yc.integer(0, 7), 3),
+    "mac_prefix": (yc.mac_prefix, "02:00:00"),
+    "ipv4_base": (yc.ipv4, "198.18.0.0"),
+    "ipv6_base": (yc.ipv6, "2001:2::"),
+    "pkey": (yc.integer(0, 0xFFFF), 0xFFFF),
+    "latency_ns": (yc.integer(0), 1000),
+    "ib_sl": (yc.integer(0, 15), 0),
+    "ib_vl": (yc.integer(0, 14), 0),
+}
+
+_CLUSTER_SPEC = {
+    "name": (yc.string, None),
+    "description": (yc.string, ""),
+    "nodes": (yc.integer(1), yc.REQUIRED),
+    "gpus_per_node": (yc.integer(1), yc.REQUIRED),
+    "nics_per_node": (yc.integer(1), yc.REQUIRED),
+    "link_gbps": (yc.number(gt=0), yc.REQUIRED),
+    "nvlink_gbps": (yc.number(gt=0), yc.REQUIRED),
+    "gpu": (yc.mapping, yc.REQUIRED),
+    "transport": (yc.enum("rocev2", "infiniband"), "rocev2"),
+    "pmtu_bytes": (yc.enum(256, 512, 1024, 2048, 4096), 4096),
+    "network": (yc.optional(yc.mapping), None),
+}
+
+
+def load_cluster(path: str | Path) -> ClusterProfile:
+    """Load a cluster profile (YAML): nodes, GPUs and NICs per node, link rates, transport, PMTU.
+
+    The optional ``network:`` mapping fills :class:`NetworkProfile` (addressing and marking);
+    absent keys take its defaults.
+
+    Raises:
+        ProfileError: unknown or missing key, wrong type, value out of range, or more NICs than
+            GPUs per node (NIC of local GPU g is ``g * nics_per_node // gpus_per_node``).
+    """
+    path = Path(path)
+    return _cluster_from(path, "", yc.load_yaml(path), path)
+
+
+def _cluster_from(file: Path, prefix: str, data: Any, cluster_path: Path | None) -> ClusterProfile:
+    v = yc.read_mapping(file, prefix, data, _CLUSTER_SPEC)
+    key = (lambda k: f"{prefix}.{k}" if prefix else k)
+    if v["nics_per_node"] > v["gpus_per_node"]:
+        raise ProfileError(file, key("nics_per_node"), v["nics_per_node"],
+                           f"an integer <= gpus_per_node {v['gpus_per_node']}")
+    g = yc.read_mapping(file, key("gpu"), v["gpu"], _GPU_SPEC)
+    net = NetworkProfile(**yc.read_mapping(file, key("network"), v["network"] or {},
+                                           _NETWORK_SPEC))
+    name = v["name"] if v["name"] is not None else (cluster_path.stem if cluster_path else "cluster")
+    return ClusterProfile(
+        name=name, nodes=v["nodes"], gpus_per_node=v["gpus_per_node"],
+        nics_per_node=v["nics_per_node"], link_gbps=v["link_gbps"], nvlink_gbps=v["nvlink_gbps"],
+        gpu=GpuProfile(**g), transport=v["transport"], pmtu_bytes=v["pmtu_bytes"], network=net,
+        path=cluster_path, description=v["description"],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# scenario
+
+_TOKENIZER_SPEC = {
+    "kind": (yc.enum("utf8", "bpe", "tiktoken", "hf"), yc.REQUIRED),
+    "vocab_size": (yc.integer(1), 32000),
+    "name": (yc.string, None),
+}
+_PARALLELISM_SPEC = {
+    "dp": (yc.integer(1), 1),
+    "tp": (yc.integer(1), 1),
+    "pp": (yc.integer(1), 1),
+    "sequence_parallel": (yc.boolean, False),
+    "zero_stage": (yc.enum(0, 1, 2, 3), 0),
+    "ep": (yc.integer(1), 1),
+}
+_DTYPES = tuple(DTYPE_BYTES)
+_TRAINING_SPEC = {
+    "micro_batch_size": (yc.integer(1), yc.REQUIRED),
+    "global_batch_size": (yc.integer(1), yc.REQUIRED),
+    "precision": (yc.enum("bf16", "fp16", "fp32"), "bf16"),
+    "grad_reduce_dtype": (yc.enum(*_DTYPES), "fp32"),
+    "recompute": (yc.enum("none", "selective", "full"), "none"),
+    "mfu": (yc.number(gt=0, le=1), 0.45),
+    "dp_bucket_bytes": (yc.integer(1), 40_000_000),
+}
+_COLLECTIVES_SPEC = {
+    "algorithm": (yc.enum("ring", "tree", "hierarchical"), "ring"),
+    "channels": (yc.integer(1), 2),
+    "slice_bytes": (yc.integer(1), 1 << 20),
+}
+_GENERATION_SPEC = {
+    "seed": (yc.integer(0), 0),
+    "iterations": (yc.integer(1), 1),
+    "ack_every_packets": (yc.integer(0), 0),
+    "clear_to_send": (yc.boolean, True),
+}
+_SCENARIO_SPEC = {
+    "name": (yc.string, None),
+    "description": (yc.string, ""),
+    "corpus": (yc.string, yc.REQUIRED),
+    "tokenizer": (lambda f, k, v: v, {"kind": "bpe"}),
+    "model": (lambda f, k, v: v, yc.REQUIRED),
+    "cluster": (lambda f, k, v: v, yc.REQUIRED),
+    "parallelism": (yc.mapping, yc.REQUIRED),
+    "training": (yc.mapping, yc.REQUIRED),
+    "collectives": (yc.mapping, {}),
+    "generation": (yc.mapping, {}),
+}
+
+
+def parse_tokenizer(text: str, vocab_size: int = 32000, base_dir: Path | None = None) -> TokenizerSpec:
+    """Parse ``utf8``, ``bpe``, ``tiktoken:NAME`` or ``hf:PATH`` into a :class:`TokenizerSpec`.
+
+    A relative ``hf:`` path is taken relative to ``base_dir`` when given.
+
+    Raises:
+        TokenizerError: an unknown kind, or ``tiktoken:``/``hf:`` without a name.
+    """
+    kind, _, name = text.partition(":")
+    if kind in ("utf8", "bpe") and not name:
+        return TokenizerSpec(kind=kind, vocab_size=vocab_size)
+    if kind in ("tiktoken", "hf") and name:
+        if kind == "hf" and base_dir is not None and not Path(name).is_absolute():
+            name = str(base_dir / name)
+        return TokenizerSpec(kind=kind, vocab_size=vocab_size, name=name)
+    raise TokenizerError(
+        f"tokenizer: got {text!r}, expected one of 'utf8', 'bpe', 'tiktoken:NAME', 'hf:PATH'"
+    )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Load a scenario: corpus, tokenizer, model, cluster, parallelism, training, collectives.
+
+    ``corpus``, ``model`` and ``cluster`` are paths relative to the scenario file (``model`` and
+    ``cluster`` may also be inline mappings). ``tokenizer`` is a mapping ``{kind, vocab_size,
+    name}`` or a string as :func:`parse_tokenizer` reads it. The corpus file is not opened here
+    (stage 1 reads it). After loading, :func:`check_feasible` checks the combination.
+
+    Raises:
+        ProfileError: any key of the scenario or of the files it names is unknown, missing, of
+            the wrong type or out of range (the error names the file that holds it).
+        InfeasiblePlanError: the values cannot be combined (see :func:`check_feasible`).
+    """
+    path = Path(path)
+    v = yc.read_mapping(path, "", yc.load_yaml(path), _SCENARIO_SPEC)
+    base = path.resolve().parent
+    model = _sub_profile(path, base, "model", v["model"], _model_from)
+    cluster = _sub_profile(path, base, "cluster", v["cluster"], _cluster_from)
+    tok = v["tokenizer"]
+    if isinstance(tok, str):
+        try:
+            tokenizer = parse_tokenizer(tok, base_dir=base)
+        except TokenizerError:
+            raise ProfileError(path, "tokenizer", tok,
+                               "'utf8', 'bpe', 'tiktoken:NAME', 'hf:PATH' or a mapping") from None
+    else:
+        t = yc.read_mapping(path, "tokenizer", tok, _TOKENIZER_SPEC)
+        if t["kind"] in ("tiktoken", "hf") and t["name"] is None:
+            raise ProfileError(path, "tokenizer.name", "missing",
+                               f"an encoding name or path for kind {t['kind']!r}")
+        if t["kind"] == "hf" and not Path(t["name"]).is_absolute():
+            t["name"] = str(base / t["name"])
+        tokenizer = TokenizerSpec(**t)
+    scenario = Scenario(
+        name=v["name"] if v["name"] is not None else path.stem,
+        corpus=base / v["corpus"],
+        tokenizer=tokenizer,
+        model=model,
+        cluster=cluster,
+        parallelism=Parallelism(**yc.read_mapping(path, "parallelism", v["parallelism"],
+                                                  _PARALLELISM_SPEC)),
+        training=Training(**yc.read_mapping(path, "training", v["training"], _TRAINING_SPEC)),
+        collectives=CollectivesConfig(**yc.read_mapping(path, "collectives", v["collectives"],
+                                                        _COLLECTIVES_SPEC)),
+        generation=GenerationConfig(**yc.read_mapping(path, "generation", v["generation"],
+                                                      _GENERATION_SPEC)),
+        path=path,
+        description=v["description"],
+    )
+    check_feasible(scenario)
+    return scenario
+
+
+def _sub_profile(file: Path, base: Path, key: str, value: Any, build):  # type: ignore[no-untyped-def]
+    if isinstance(value, str):
+        sub = base / value
+        return build(sub, "", yc.load_yaml(sub), sub)
+    if isinstance(value, dict):
+        return build(file, key, value, None)
+    raise ProfileError(file, key, value, "a path to a YAML profile or an inline mapping")
+
+
+def check_feasible(s: Scenario) -> None:
+    """Check that a scenario's model, cluster and parallelism can be combined (Megatron-LM rules).
+
+    Rules: ``dp*tp*pp == nodes*gpus_per_node``; ``attention_heads % tp == 0``; ``kv_heads % tp
+    == 0`` when ``kv_heads >= tp`` else ``tp % kv_heads == 0`` (KV heads replicated);
+    ``layers % pp == 0``; ``global_batch_size % (micro_batch_size*dp) == 0``; with sequence
+    parallelism ``seq_length % tp == 0``; ``ep > 1`` needs an MoE model, ``experts % ep == 0`` and
+    ``dp % ep == 0`` (expert-parallel groups are carved out of the DP dimension); a ``bpe``
+    tokenizer vocabulary no larger than the model's.
+
+    Raises:
+        InfeasiblePlanError: the first rule broken, naming the file, keys, value got and expected.
+    """
+    p, m, c, t = s.parallelism, s.model, s.cluster, s.training
+    where = str(s.path) if s.path is not None else "<scenario>"
+
+    def fail(key: str, got: str, expected: str) -> None:
+        raise InfeasiblePlanError(f"{where}: {key}: got {got}, expected {expected}")
+
+    gpus = c.nodes * c.gpus_per_node
+    if p.dp * p.tp * p.pp != gpus:
+        fail("parallelism", f"dp*tp*pp = {p.dp}*{p.tp}*{p.pp} = {p.dp * p.tp * p.pp}",
+             f"the cluster's GPU count nodes*gpus_per_node = {c.nodes}*{c.gpus_per_node} = {gpus}")
+    if m.attention_heads % p.tp:
+        fail("parallelism.tp", f"{p.tp} with model attention_heads {m.attention_heads}",
+             "a tp that divides attention_heads")
+    if m.kv_heads >= p.tp and m.kv_heads % p.tp:
+        fail("parallelism.tp", f"{p.tp} with model kv_heads {m.kv_heads}",
+             "a tp that divides kv_heads")
+    if m.kv_heads < p.tp and p.tp % m.kv_heads:
+        fail("parallelism.tp", f"{p.tp} with model kv_heads {m.kv_heads}",
+             "a multiple of kv_heads when tp > kv_heads")
+    if m.layers % p.pp:
+        fail("parallelism.pp", f"{p.pp} with model layers {m.layers}", "a pp that divides layers")
+    if t.global_batch_size % (t.micro_batch_size * p.dp):
+        fail("training.global_batch_size", str(t.global_batch_size),
+             f"a multiple of micro_batch_size*dp = {t.micro_batch_size}*{p.dp}")
+    if p.sequence_parallel and m.seq_length % p.tp:
+        fail("parallelism.sequence_parallel", f"seq_length {m.seq_length} with tp {p.tp}",
+             "a seq_length divisible by tp")
+    if p.ep > 1:
+        if m.moe is None:
+            fail("parallelism.ep", str(p.ep), "ep 1 for a model without moe")
+        elif m.moe.experts % p.ep:
+            fail("parallelism.ep", f"{p.ep} with moe.experts {m.moe.experts}",
+                 "an ep that divides the number of experts")
+        if p.dp % p.ep:
+            fail("parallelism.ep", f"{p.ep} with dp {p.dp}", "an ep that divides dp")
+    if s.tokenizer.kind == "bpe" and s.tokenizer.vocab_size > m.vocab_size:
+        fail("tokenizer.vocab_size", str(s.tokenizer.vocab_size),
+             f"at most the model's vocab_size {m.vocab_size}")
