@@ -1,0 +1,207 @@
+"""What every capture writer shares: an atomic output file, reusable batch buffers, batch checks.
+
+* :class:`AtomicOutput` writes to ``.<name>.<random>.part`` in the destination directory and renames
+  it over the destination at :meth:`close` (``os.replace``, atomic on POSIX); :meth:`abort` (and
+  any exception inside a ``with`` block) removes the temporary file, so nothing that looks finished
+  is ever left behind. Writes run on one background thread so that building batch k+1 overlaps
+  writing batch k (numpy and ``os.write`` release the GIL); two alternating buffers keep memory
+  flat.
+* :func:`scatter` writes fixed-size records (record headers) at arbitrary byte offsets of a
+  buffer with one numpy assignment, through a ``V<size>`` view whose stride is 1 or 4 bytes.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from tokenpcap.errors import EncodeError, OutputError
+
+__all__ = ["AtomicOutput", "Scratch", "scatter", "check_batch", "LINKS"]
+
+#: frame kinds a writer accepts: name -> file link type. Native InfiniBand goes into ERF (197):
+#: TShark refuses classic pcap with linktype 247 (case C13).
+LINKS = {"ethernet": 1, "infiniband": 197}
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+class AtomicOutput:
+    """A file written to a temporary name in its directory and renamed into place at close.
+
+    Args:
+        path: destination. Its directory must exist.
+        overwrite: replace an existing destination at close (default) or refuse at open.
+        threaded: write on a background thread (one write in flight).
+
+    Raises:
+        OutputError: the directory does not exist, the destination exists and ``overwrite`` is
+            false, or the file system refuses (the message names the path and the OS error).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, overwrite: bool = True, threaded: bool = True):
+        self.path = Path(path)
+        parent = self.path.parent
+        if not parent.is_dir():
+            raise OutputError(f"{self.path}: directory got missing, expected an existing directory")
+        if self.path.is_dir():
+            raise OutputError(f"{self.path}: got a directory, expected a file path")
+        if not overwrite and self.path.exists():
+            raise OutputError(f"{self.path}: got an existing file, expected a new path (overwrite=False)")
+        try:
+            fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{self.path.name}.", suffix=".part")
+            os.fchmod(fd, 0o666 & ~_umask())
+        except OSError as err:
+            raise OutputError(f"{self.path}: cannot create a file: {err.strerror}") from err
+        self._fd: int | None = fd
+        self.tmp_path = Path(tmp)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="tokenpcap-write") if threaded else None
+        self._pending: Future | None = None
+        self.bytes_written = 0
+
+    def _write_all(self, data) -> None:
+        view = memoryview(data).cast("B")
+        while view.nbytes:
+            n = os.write(self._fd, view)
+            view = view[n:]
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            fut, self._pending = self._pending, None
+            try:
+                fut.result()
+            except OSError as err:
+                self.abort()
+                raise OutputError(f"{self.path}: write failed: {err.strerror}") from err
+
+    def write(self, data) -> None:
+        """Queue ``data`` (bytes or a contiguous array) after everything written before.
+
+        The caller must not modify ``data`` until the *next* call to :meth:`write` returns
+        (the writers alternate two buffers, which guarantees that).
+
+        Raises:
+            OutputError: the file is closed, or an earlier or this write failed.
+        """
+        if self._fd is None:
+            raise OutputError(f"{self.path}: write after close")
+        self._wait()
+        self.bytes_written += memoryview(data).nbytes
+        if self._pool is None:
+            try:
+                self._write_all(data)
+            except OSError as err:
+                self.abort()
+                raise OutputError(f"{self.path}: write failed: {err.strerror}") from err
+        else:
+            self._pending = self._pool.submit(self._write_all, data)
+
+    def close(self) -> None:
+        """Finish writing and rename the temporary file to :attr:`path`.
+
+        Raises:
+            OutputError: a write or the rename failed (the temporary file is then removed).
+        """
+        if self._fd is None:
+            return
+        self._wait()
+        fd, self._fd = self._fd, None
+        try:
+            os.close(fd)
+            os.replace(self.tmp_path, self.path)
+        except OSError as err:
+            self.tmp_path.unlink(missing_ok=True)
+            raise OutputError(f"{self.path}: cannot finish the file: {err.strerror}") from err
+        finally:
+            self._shutdown()
+
+    def abort(self) -> None:
+        """Stop writing and remove the temporary file; the destination is left untouched."""
+        if self._pending is not None:
+            self._pending.exception()
+            self._pending = None
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+        self.tmp_path.unlink(missing_ok=True)
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def __del__(self):
+        if getattr(self, "_fd", None) is not None:
+            self.abort()
+
+
+class Scratch:
+    """Two alternating uint8 buffers that grow on demand (flat memory across batches)."""
+
+    def __init__(self) -> None:
+        self._bufs = [np.empty(0, np.uint8), np.empty(0, np.uint8)]
+        self._i = 0
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """A uint8 array of ``nbytes``; the other buffer may still be in flight to the kernel."""
+        self._i ^= 1
+        buf = self._bufs[self._i]
+        if buf.size < nbytes:
+            buf = np.empty(max(nbytes, buf.size + buf.size // 2), np.uint8)
+            self._bufs[self._i] = buf
+        return buf[:nbytes]
+
+
+def scatter(out: np.ndarray, positions: np.ndarray, records: np.ndarray, stride: int = 1) -> None:
+    """Copy ``records[i]`` (fixed size) to ``out[positions[i]:positions[i]+size]``.
+
+    ``positions`` must be multiples of ``stride`` (1, or 4 for pcapng). One fancy assignment
+    through an overlapping ``V<size>`` view (numpy allows strides smaller than the item size).
+    """
+    size = records.dtype.itemsize
+    if len(positions) == 0:
+        return
+    count = (out.size - size) // stride + 1
+    view = np.ndarray((count,), dtype=f"V{size}", buffer=out, strides=(stride,))
+    index = positions // stride if stride != 1 else positions
+    view[index] = np.ascontiguousarray(records).view(f"V{size}")
+
+
+def check_batch(time_ns, frame_bytes, *, max_frame: int, max_time_ns: int, where: str
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Validate one batch and return ``(time_ns int64 (n,), frame_bytes int64 (n,))``.
+
+    Raises:
+        EncodeError: not 1-D integer arrays of one length, a time before the epoch or after the
+            format's last second, or a frame length outside ``0..max_frame``; the message names
+            the first bad index and the value.
+    """
+    t = np.asarray(time_ns)
+    fb = np.asarray(frame_bytes)
+    for name, a in (("time_ns", t), ("frame_bytes", fb)):
+        if a.ndim != 1 or a.dtype.kind not in "iu":
+            raise EncodeError(f"{where}: {name}: got dtype {a.dtype} shape {a.shape}, "
+                              "expected a 1-D integer array (int64 ns / bytes)")
+    if t.shape != fb.shape:
+        raise EncodeError(f"{where}: frame_bytes: got shape {fb.shape}, expected {t.shape} like time_ns")
+    t = t.astype(np.int64, copy=False)
+    fb = fb.astype(np.int64, copy=False)
+    if t.size:
+        for name, a, lo, hi in (("time_ns", t, 0, max_time_ns), ("frame_bytes", fb, 0, max_frame)):
+            amin, amax = int(a.min()), int(a.max())
+            if amin < lo or amax > hi:
+                i = int(np.flatnonzero((a < lo) | (a > hi))[0])
+                raise EncodeError(f"{where}: {name}[{i}]: got {int(a[i])}, expected {lo}..{hi}")
+    return t, fb

@@ -1,0 +1,252 @@
+"""Streaming pcapng writer: one Interface Description Block per NIC, Enhanced Packet Blocks with
+a per-packet ``opt_comment``, built batch by batch with numpy (draft-ietf-opsawg-pcapng).
+
+Layout of one EPB (§4.3), all 32-bit words in the section's byte order::
+
+    block_type=6 | block_length | interface_id | ts_high | ts_low | caplen | orig_len
+    [ERF header, 16 bytes, on an ERF (InfiniBand) interface] frame bytes, zero pad to 4
+    [opt_comment code=1 | length | UTF-8 text, zero pad to 4 | opt_endofopt 0,0]   (optional)
+    block_length
+
+Timestamps are written with ``if_tsresol`` = 9: the 64-bit EPB timestamp is integer ns.
+Comments are factorized: each distinct text is encoded once per writer, and the option bytes are
+scattered with one numpy assignment per distinct encoded length, not per packet.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tokenpcap import __version__
+from tokenpcap.errors import EncodeError
+from tokenpcap.pcap.formats import (
+    EPB, EPB_OPTIONS, ERF_RECORD, IDB, IDB_OPTIONS, MAX_SNAPLEN, OPT_COMMENT, SHB, SHB_OPTIONS,
+    encode_options, pad4)
+from tokenpcap.pcap.output import check_batch, scatter
+from tokenpcap.pcap.writer import Fill, _erf_fields, _RecordWriter, check_link, check_snaplen
+
+__all__ = ["Interface", "Comments", "PcapngWriter"]
+
+_EPB_FIXED = EPB.size + 4            # 28-byte header + trailing block_length
+_I64_MAX = np.iinfo(np.int64).max
+
+
+@dataclass(frozen=True)
+class Interface:
+    """One capture interface (a NIC) of a pcapng section.
+
+    Attributes:
+        name: ``if_name`` (e.g. ``"node0/nic3"``).
+        description: ``if_description`` or None.
+        speed_bps: ``if_speed`` in bits per second, or None.
+        link: ``"ethernet"`` (IDB linktype 1) or ``"infiniband"`` (linktype 197, ERF type 21).
+        snaplen: frame bytes kept per packet on this interface; None takes the writer's.
+    """
+
+    name: str
+    description: str | None = None
+    speed_bps: int | None = None
+    link: str = "ethernet"
+    snaplen: int | None = None
+
+
+@dataclass(frozen=True)
+class Comments:
+    """Per-packet comments as categories: ``labels[codes[i]]`` is packet i's comment.
+
+    ``codes`` int (n,); ``-1`` or a ``None`` label means no comment. Cheaper than a list of n
+    strings: the generator has phase/collective codes per packet already.
+    """
+
+    labels: Sequence[str | None]
+    codes: np.ndarray
+
+    @classmethod
+    def from_strings(cls, comments: Sequence[str | None]) -> "Comments":
+        """Factorize a sequence of strings (one dict lookup per element, in C via ``map``)."""
+        index: dict[str | None, int] = {}
+        codes = np.fromiter(map(lambda c: index.setdefault(c, len(index)), comments),
+                            np.int64, count=len(comments))
+        return cls(tuple(index), codes)
+
+
+class PcapngWriter(_RecordWriter):
+    """pcapng writer: SHB, one IDB per interface, EPBs; more sections with :meth:`new_section`.
+
+    Args:
+        path: output file (temporary file renamed at :meth:`close`).
+        interfaces: the interfaces (NICs) of the first section; packet ``interface`` indexes it.
+        snaplen: default frame bytes kept per packet (1..262144).
+        byte_order: ``"<"`` or ``">"`` for the first section (readers take it from each SHB).
+        userappl: ``shb_userappl`` text. No host name or date is written, so the same input gives
+            byte-identical files.
+        section_comment: ``opt_comment`` of the SHB, or None.
+        overwrite, threaded: as :class:`~tokenpcap.pcap.writer.PcapWriter`.
+
+    Raises:
+        EncodeError: bad interfaces, snaplen or byte order. OutputError: cannot create the file.
+    """
+
+    _where = "pcapng writer"
+
+    def __init__(self, path: str | os.PathLike, interfaces: Sequence[Interface], *,
+                 snaplen: int = MAX_SNAPLEN, byte_order: str = "<",
+                 userappl: str = f"tokenpcap {__version__}", section_comment: str | None = None,
+                 overwrite: bool = True, threaded: bool = True):
+        self.snaplen = check_snaplen(snaplen, self._where)
+        self._userappl = userappl
+        section = self._section_bytes(interfaces, byte_order, section_comment)
+        super().__init__(path, overwrite=overwrite, threaded=threaded)
+        self._out.write(section)
+        self._blobs: dict[str | None, bytes] = {}
+
+    def new_section(self, interfaces: Sequence[Interface], *, byte_order: str | None = None,
+                    section_comment: str | None = None) -> None:
+        """Start a new section (SHB + IDBs); later ``interface`` ids index ``interfaces``.
+
+        Raises:
+            EncodeError: bad interfaces or byte order.
+        """
+        section = self._section_bytes(interfaces, byte_order or self.byte_order, section_comment)
+        self._blobs = {}
+        self._out.write(section)
+
+    def _section_bytes(self, interfaces, order: str, comment) -> bytes:
+        if order not in ("<", ">"):
+            raise EncodeError(f"{self._where}: byte_order: got {order!r}, expected '<' or '>'")
+        if not interfaces:
+            raise EncodeError(f"{self._where}: interfaces: got none, expected at least one")
+        self.byte_order = order
+        self.interfaces = tuple(interfaces)
+        opts = [(4, self._userappl)] + ([(OPT_COMMENT, comment)] if comment else [])
+        out = [_block(SHB, order, encode_options(opts, SHB_OPTIONS, order))]
+        self._snap = np.empty(len(interfaces), np.int64)
+        self._erf = np.empty(len(interfaces), np.int64)
+        for i, itf in enumerate(interfaces):
+            linktype = check_link(itf.link, f"{self._where}: interface {i}")
+            snap = check_snaplen(itf.snaplen or self.snaplen, f"{self._where}: interface {i}")
+            self._snap[i] = snap
+            self._erf[i] = ERF_RECORD.size if itf.link == "infiniband" else 0
+            opts = [(2, itf.name)]
+            if itf.description:
+                opts.append((3, itf.description))
+            if itf.speed_bps is not None:
+                if not 0 <= int(itf.speed_bps) < 1 << 64:
+                    raise EncodeError(f"{self._where}: interface {i}: speed_bps: got "
+                                      f"{itf.speed_bps}, expected 0..2**64-1")
+                opts.append((8, int(itf.speed_bps)))
+            opts.append((9, 9))                       # if_tsresol: 10**-9 s
+            if linktype == 1:
+                opts.append((13, 0))                  # if_fcslen: frames carry no FCS
+            out.append(_block(IDB, order, encode_options(opts, IDB_OPTIONS, order),
+                              linktype=linktype, snaplen=min(snap + int(self._erf[i]), MAX_SNAPLEN)))
+        return b"".join(out)
+
+    def _comment_codes(self, comments, n: int) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
+        """(codes int64 (n,), option length per label + [0], option bytes per label)."""
+        if not isinstance(comments, Comments):
+            if len(comments) != n:
+                raise EncodeError(f"{self._where}: comments: got {len(comments)} entries, expected {n}")
+            comments = Comments.from_strings(comments)
+        codes = np.asarray(comments.codes)
+        if codes.shape != (n,) or codes.dtype.kind not in "iu":
+            raise EncodeError(f"{self._where}: comments.codes: got {codes.dtype} {codes.shape}, "
+                              f"expected int ({n},)")
+        k = len(comments.labels)
+        if n and (int(codes.min()) < -1 or int(codes.max()) >= k):
+            raise EncodeError(f"{self._where}: comments.codes: got values outside -1..{k - 1}")
+        blobs = []
+        for label in comments.labels:
+            blob = self._blobs.get(label)
+            if blob is None:
+                opts = [(OPT_COMMENT, label)] if label is not None else []
+                blob = self._blobs[label] = encode_options(opts, EPB_OPTIONS, self.byte_order)
+            blobs.append(blob)
+        lengths = np.array([len(b) for b in blobs] + [0], np.int64)   # code -1 -> last -> 0
+        return codes.astype(np.int64, copy=False), lengths, blobs
+
+    def write_batch(self, time_ns: np.ndarray, frame_bytes: np.ndarray, fill: Fill,
+                    interface: np.ndarray | int = 0,
+                    comments: Sequence[str | None] | Comments | None = None) -> None:
+        """Append n EPBs.
+
+        Args:
+            time_ns: int64 (n,) ns since the epoch (written as the 64-bit EPB timestamp).
+            frame_bytes: int64 (n,) frame length on the wire without FCS.
+            fill: ``fill(out, offsets, caplen)`` writes frame bytes (see module doc).
+            interface: int or int (n,): interface index in the current section.
+            comments: None, n strings (None = no comment), or :class:`Comments`.
+
+        Raises:
+            EncodeError: bad arrays, negative time, unknown interface, bad comments.
+            OutputError: the write failed (the temporary file is removed).
+        """
+        t, fb = check_batch(time_ns, frame_bytes, where=self._where, max_time_ns=_I64_MAX,
+                            max_frame=0xFFFFFFFF - ERF_RECORD.size)
+        n = t.size
+        if n == 0:
+            return
+        iface = np.asarray(interface, dtype=np.int64)
+        nif = len(self.interfaces)
+        if iface.ndim == 0:
+            if not 0 <= int(iface) < nif:
+                raise EncodeError(f"{self._where}: interface: got {int(iface)}, expected 0..{nif - 1}")
+            snap, erf = int(self._snap[iface]), int(self._erf[iface])
+            iface = np.full(n, int(iface), np.int64)
+        else:
+            if iface.shape != (n,) or int(iface.min()) < 0 or int(iface.max()) >= nif:
+                raise EncodeError(f"{self._where}: interface: got values outside 0..{nif - 1} "
+                                  f"or shape {iface.shape}, expected ({n},)")
+            snap, erf = self._snap[iface], self._erf[iface]
+        caplen = np.minimum(fb, snap)
+        data_len = caplen + erf
+        padded = pad4(data_len)
+        blen = padded + _EPB_FIXED
+        if comments is not None:
+            codes, lengths, blobs = self._comment_codes(comments, n)
+            optlen = lengths[codes]
+            blen += optlen
+        ends = np.cumsum(blen)
+        starts = ends - blen
+        out = self._scratch.take(int(ends[-1]))
+        words = out.view(self.byte_order + "u4")
+        data_at = starts + EPB.size
+        opt_at = data_at + padded
+        odd = np.flatnonzero(padded != data_len)      # zero the pad bytes before fill
+        words[opt_at[odd] // 4 - 1] = 0
+        h = np.empty(n, EPB.dtype(self.byte_order))
+        h["block_type"] = 6
+        h["block_length"] = blen
+        h["interface_id"] = iface
+        h["ts_high"] = t >> 32
+        h["ts_low"] = t & 0xFFFFFFFF
+        h["caplen"] = data_len
+        h["orig_len"] = fb + erf
+        scatter(out, starts, h, 4)
+        if np.any(erf):
+            sel = np.flatnonzero(self._erf[iface])
+            e = np.empty(sel.size, ERF_RECORD.dtype(self.byte_order))
+            _erf_fields(e, "", t[sel], fb[sel], caplen[sel], iface[sel])
+            scatter(out, data_at[sel], e, 4)
+        if comments is not None:
+            for size in np.unique(lengths[lengths > 0]):
+                labels = [i for i, b in enumerate(blobs) if len(b) == size]
+                table = np.frombuffer(b"".join(blobs[i] for i in labels), f"V{size}")
+                local = np.zeros(len(blobs) + 1, np.int64)
+                local[labels] = np.arange(len(labels))
+                sel = np.flatnonzero(optlen == size)
+                scatter(out, opt_at[sel], table[local[codes[sel]]], 4)
+        words[ends // 4 - 1] = blen
+        fill(out, data_at + erf, caplen)
+        self._out.write(out)
+        self.packets += n
+
+
+def _block(header, order: str, options: bytes, **fields: int) -> bytes:
+    """A whole non-packet block: fixed part + options + trailing block_length (§3.1)."""
+    length = header.size + len(options) + 4
+    return (header.pack(order, block_length=length, **fields) + options
+            + np.array(length, order + "u4").tobytes())

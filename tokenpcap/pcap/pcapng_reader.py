@@ -1,0 +1,272 @@
+"""pcapng reading (draft-ietf-opsawg-pcapng): sections of either byte order, interfaces with
+their own ``if_tsresol``/``if_tsoffset``, EPB/SPB/obsolete PB packets and EPB comments, vectorized.
+
+Each section's byte order comes from its own SHB byte-order magic, never from the host (case C11).
+Blocks are found with :func:`tokenpcap.pcap.chain.walk` (the walk stops at the next SHB); IDBs
+are decoded one by one (there are few), packet blocks all at once with numpy. Unknown block types
+(NRB, ISB, DSB, custom ...) are skipped as the specification asks (§3.1).
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from tokenpcap.errors import CaptureError, TruncatedFile
+from tokenpcap.pcap.chain import Chain
+from tokenpcap.pcap.formats import (
+    BT_EPB, BT_IDB, BT_OPB, BT_SHB, BT_SPB, BYTE_ORDER_MAGIC, EPB, IDB, IDB_OPTIONS, LINKTYPE_ERF,
+    OPB, SHB, SHB_OPTIONS, SPB, decode_options, pad4)
+from tokenpcap.pcap.reader import RECORD_DTYPE, Capture, InterfaceInfo, _error, unwrap_erf
+from tokenpcap.pcap.timestamps import NO_TIME, tsresol_to_ns
+
+__all__ = ["PcapngCapture"]
+
+_KNOWN = np.array([BT_SHB, BT_IDB, BT_OPB, BT_SPB, 4, 5, BT_EPB, 0xA, 0xBAD, 0x40000BAD],
+                  np.uint32)
+_MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
+                  0x27D4EB2F165667C5], np.uint64)
+
+
+class _BlockChain(Chain):
+    header = 12
+    align = 4
+
+    def __init__(self, data, raw, end, order, name):
+        super().__init__(data, end, name)
+        self.raw = raw
+        self.u4 = self.views(order + "u4")
+        self.struct = struct.Struct(order + "II")
+
+    def step(self, pos):
+        inb = pos + self.header <= self.end
+        safe = np.where(inb, pos, 0)
+        length = self.u4[safe + 4].astype(np.int64)
+        nxt = pos + length
+        stop = inb & (self.u4[safe] == BT_SHB)
+        ok = inb & (length >= 12) & (length % 4 == 0) & (nxt <= self.end)
+        return nxt, ok, stop
+
+    def plausible(self, pos):
+        length = self.u4[pos + 4].astype(np.int64)
+        good = (length >= 12) & (length % 4 == 0) & (pos + length <= self.end)
+        good &= np.isin(self.u4[pos], _KNOWN)
+        tail = np.where(good, pos + length - 4, pos + 4)
+        return good & (self.u4[tail] == length)
+
+    def scalar(self, p, limit, max_count):
+        out, unpack, end, raw = [], self.struct.unpack_from, self.end, self.raw
+        while p < limit and len(out) < max_count:
+            if p + 12 > end:
+                raise self.truncated(p, 12, "pcapng block header")
+            btype, length = unpack(raw, p)
+            if btype == BT_SHB:
+                return out, p, True
+            if length < 12 or length % 4:
+                raise self.corrupt(p, f"pcapng block_length: got {length}, expected a multiple "
+                                      "of 4 >= 12")
+            if p + length > end:
+                raise self.truncated(p, length, "pcapng block")
+            out.append(p)
+            p += length
+        return out, p, False
+
+
+class PcapngCapture(Capture):
+    """A pcapng file; ``sections`` holds each SHB's byte order and options."""
+
+    format = "pcapng"
+
+    def __init__(self, path, data, raw, on_truncation, comments: bool = True):
+        super().__init__(path, data, on_truncation)
+        self.raw = raw
+        self.sections: list[dict] = []
+        self._want_comments = comments
+        self._read_shb(0)      # fail early on a bad first section
+
+    def _read_shb(self, p: int) -> tuple[str, int]:
+        """Parse the SHB at ``p``: (byte order, block length). Records the section once."""
+        name = str(self.path)
+        if p + 12 > self.size:
+            raise _error(TruncatedFile, p,
+                         f"{name}: pcapng Section Header Block: got {self.size - p} bytes, expected >= 28")
+        magic = int(self.views("<u4")[p + 8])
+        if magic == BYTE_ORDER_MAGIC:
+            order = "<"
+        elif magic == int.from_bytes(BYTE_ORDER_MAGIC.to_bytes(4, "little"), "big"):
+            order = ">"
+        else:
+            raise _error(CaptureError, p + 8, f"{name}: pcapng byte-order magic: got 0x{magic:08x}, "
+                         "expected 1a2b3c4d in either byte order")
+        length = int(self.views(order + "u4")[p + 4])
+        if length < 28 or length % 4:
+            raise _error(CaptureError, p, f"{name}: pcapng SHB block_length: got {length}, "
+                         "expected a multiple of 4 >= 28")
+        if p + length > self.size:
+            raise _error(TruncatedFile, p, f"{name}: pcapng SHB: needs {length} bytes, got {self.size - p}")
+        if int(self.views(order + "u4")[p + length - 4]) != length:
+            raise _error(CaptureError, p, f"{name}: pcapng SHB trailing block_length differs from {length}")
+        h = SHB.unpack(self.data, p, order)
+        if h["major"] != 1:
+            raise _error(CaptureError, p + 12, f"{name}: pcapng major version: got {h['major']}, expected 1")
+        if not self.sections or self.sections[-1]["offset"] < p:
+            opts = decode_options(self.raw, p + SHB.size, p + length - 4, SHB_OPTIONS, order)
+            self.sections.append({"offset": p, "byte_order": order, "options": opts,
+                                  "first_interface": len(self.interfaces)})
+        return order, length
+
+    def _batches(self):
+        p = 0
+        while p < self.size:
+            order, length = self._read_shb(p)
+            section = len(self.sections) - 1
+            chain = _BlockChain(self.data, self.raw, self.size, order, str(self.path))
+            p += length
+            for starts, p, _ in self._walk(chain, p, self.size):
+                rec = self._decode(starts, order, section)
+                if rec.size:
+                    yield rec
+            if self.truncated_at is not None:
+                return
+
+    def _idb(self, p: int, length: int, order: str, section: int) -> None:
+        if length < IDB.size + 4:
+            raise _error(CaptureError, p, f"{self.path}: pcapng IDB block_length: got {length}, "
+                         f"expected >= {IDB.size + 4}")
+        h = IDB.unpack(self.data, p, order)
+        o = decode_options(self.raw, p + IDB.size, p + length - 4, IDB_OPTIONS, order)
+        self.interfaces.append(InterfaceInfo(
+            len(self.interfaces), h["linktype"], h["snaplen"], o.get("if_name"),
+            o.get("if_description"), o.get("if_speed"), int(o.get("if_tsresol", 6)),
+            int(o.get("if_tsoffset", 0)), section, order))
+
+    def _decode(self, starts: np.ndarray, order: str, section: int) -> np.ndarray:
+        u4, u2 = self.views(order + "u4"), self.views(order + "u2")
+        btype = u4[starts]
+        length = u4[starts + 4].astype(np.int64)
+        bad = u4[starts + length - 4] != length
+        if bad.any():
+            p = int(starts[np.flatnonzero(bad)[0]])
+            raise _error(CaptureError, p, f"{self.path}: pcapng trailing block_length differs "
+                         f"from the leading one ({int(u4[p + 4])})")
+        first = self.sections[section]["first_interface"]
+        is_idb = btype == BT_IDB
+        defined = np.cumsum(is_idb) + (len(self.interfaces) - first)
+        for i in np.flatnonzero(is_idb):
+            self._idb(int(starts[i]), int(length[i]), order, section)
+        pk = np.flatnonzero((btype == BT_EPB) | (btype == BT_OPB) | (btype == BT_SPB))
+        pos, blen, kind = starts[pk], length[pk], btype[pk]
+        n = pk.size
+        rec = np.empty(n, RECORD_DTYPE)
+        if n == 0:
+            return rec
+        spb = kind == BT_SPB
+        short = blen < np.where(spb, SPB.size + 4, EPB.size + 4)
+        if short.any():
+            i = int(np.flatnonzero(short)[0])
+            raise _error(CaptureError, int(pos[i]), f"{self.path}: pcapng packet block_length: "
+                         f"got {int(blen[i])}, expected >= {EPB.size + 4}")
+        safe = np.where(spb, pos, pos + 8)       # no reads past an SPB's 16 bytes
+        ifid = np.where(kind == BT_OPB, u2[safe], u4[safe]).astype(np.int64)
+        ifid[spb] = 0
+        cap = u4[np.where(spb, pos, pos + EPB.offset("caplen"))].astype(np.int64)
+        orig = u4[pos + np.where(spb, SPB.offset("orig_len"), EPB.offset("orig_len"))]
+        hdr = np.where(spb, SPB.size, EPB.size)
+        undefined = ifid >= defined[pk]
+        if undefined.any():
+            i = int(np.flatnonzero(undefined)[0])
+            raise _error(CaptureError, int(pos[i]), f"{self.path}: pcapng packet block: "
+                         f"interface_id got {int(ifid[i])}, expected < {int(defined[pk][i])} "
+                         "(interfaces described before it in this section)")
+        glob = ifid + first
+        snap = np.array([itf.snaplen for itf in self.interfaces], np.int64)[glob]
+        cap = np.where(spb, np.minimum(np.minimum(orig, np.where(snap > 0, snap, orig)),
+                                       blen - hdr - 4), cap)
+        over = pad4(cap) + hdr + 4 > blen
+        if over.any():
+            i = int(np.flatnonzero(over)[0])
+            raise _error(CaptureError, int(pos[i]), f"{self.path}: pcapng packet: caplen got "
+                         f"{int(cap[i])}, expected <= {int(blen[i] - hdr[i] - 4)} (its block)")
+        rec["offset"] = pos + hdr
+        rec["record"] = pos
+        rec["caplen"] = cap
+        rec["orig_len"] = orig
+        rec["interface"] = glob
+        rec["linktype"] = np.array([itf.linktype for itf in self.interfaces], np.int64)[glob]
+        self._times(rec, u4, pos, spb, glob)
+        rec["comment"] = -1
+        if self._want_comments:
+            has = np.flatnonzero(~spb)
+            rec["comment"][has] = self._comments(pos[has] + hdr[has] + pad4(cap[has]),
+                                                 pos[has] + blen[has] - 4, u2)
+        erf = np.flatnonzero(rec["linktype"] == LINKTYPE_ERF)
+        if erf.size:
+            sub = rec[erf]
+            keep = unwrap_erf(self.views, sub, self.path)
+            rec[erf] = sub
+            drop = np.ones(n, bool)
+            drop[erf[~keep]] = False
+            rec = rec[drop]
+        return rec
+
+    def _times(self, rec, u4, pos, spb, glob) -> None:
+        ticks = (u4[pos + 12].astype(np.uint64) << np.uint64(32)) | u4[pos + 16].astype(np.uint64)
+        rec["time_ns"] = NO_TIME
+        for g in np.unique(glob[~spb]):
+            itf = self.interfaces[int(g)]
+            sel = np.flatnonzero((glob == g) & ~spb)
+            ns, bad = tsresol_to_ns(ticks[sel], itf.tsresol, itf.tsoffset_s)
+            if bad.any():
+                p = int(pos[sel[np.flatnonzero(bad)[0]]])
+                raise _error(CaptureError, p, f"{self.path}: pcapng timestamp with if_tsresol "
+                             f"0x{itf.tsresol:02x}: got a time that int64 ns cannot hold")
+            rec["time_ns"][sel] = ns
+
+    def _comments(self, start: np.ndarray, end: np.ndarray, u2) -> np.ndarray:
+        """Codes of the first ``opt_comment`` in each options area [start, end); -1 for none."""
+        codes = np.full(start.size, -1, np.int32)
+        cur = start.copy()
+        todo = np.flatnonzero(cur + 4 <= end)
+        found_i, found_p, found_n = [], [], []
+        while todo.size:
+            c = cur[todo]
+            code = u2[c]
+            ln = u2[c + 2].astype(np.int64)
+            over = (code != 0) & (c + 4 + ln > end[todo])
+            if over.any():
+                p = int(c[np.flatnonzero(over)[0]])
+                raise _error(CaptureError, p, f"{self.path}: pcapng option runs past its block")
+            com = code == 1
+            found_i.append(todo[com])
+            found_p.append(c[com] + 4)
+            found_n.append(ln[com])
+            rest = (code != 0) & ~com
+            todo, nxt = todo[rest], c[rest] + 4 + pad4(ln[rest])
+            cur[todo] = nxt
+            todo = todo[nxt + 4 <= end[todo]]
+        if not found_i:
+            return codes
+        idx, at, size = (np.concatenate(a) for a in (found_i, found_p, found_n))
+        for length in np.unique(size):
+            sel = np.flatnonzero(size == length)
+            codes[idx[sel]] = self._factorize(at[sel], int(length))
+        return codes
+
+    def _factorize(self, at: np.ndarray, length: int) -> np.ndarray:
+        """Comment codes for k texts of ``length`` bytes at offsets ``at``: hash, then verify."""
+        if length == 0:
+            return self._label_codes([""])[np.zeros(at.size, np.int64)]
+        width = (length + 7) // 8 * 8
+        mat = np.zeros((at.size, width), np.uint8)
+        view = np.ndarray((self.size - length + 1,), f"V{length}", buffer=self.data, strides=(1,))
+        mat[:, :length] = view[at].view(np.uint8).reshape(at.size, length)
+        words = mat.view("<u8")
+        h = np.zeros(at.size, np.uint64)
+        for j in range(words.shape[1]):
+            h = (h ^ words[:, j]) * _MULT[j % 4] + np.uint64(j + 1)
+        _, rep, inv = np.unique(h, return_index=True, return_inverse=True)
+        if not (words == words[rep[inv]]).all():      # a hash collision: exact, slower
+            _, rep, inv = np.unique(mat.view(f"S{width}").ravel(), return_index=True,
+                                    return_inverse=True)
+        texts = [mat[r, :length].tobytes().decode("utf-8", errors="replace") for r in rep]
+        return self._label_codes(texts)[inv.ravel()]

@@ -1,0 +1,220 @@
+"""Streaming writers for classic pcap and raw ERF, batch by batch, without a loop per packet.
+
+Both follow the batch contract of ``coord/TEAM.md``::
+
+    w.write_batch(time_ns, frame_bytes, fill, interface=0, comments=None)
+
+``time_ns`` int64 (n,) ns since the epoch, ``frame_bytes`` int64 (n,) frame length on the wire
+without FCS. The writer lays out every record header of the batch in one buffer with numpy,
+calls ``fill(out, offsets, caplen)`` so that the frame builder writes the first ``caplen[i]``
+bytes of frame ``i`` at ``out[offsets[i]:]`` (``caplen = min(frame_bytes, snaplen)``), then
+writes the buffer with one call.
+
+``link="infiniband"`` frames (LRH..VCRC) are wrapped in an ERF type-21 record; in pcap under
+linktype 197 (LINKTYPE_ERF), because TShark refuses linktype 247 (case C13). ``snaplen`` always
+counts frame bytes; for linktype 197 the pcap header's snaplen field adds the 16-byte ERF header.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from tokenpcap.errors import EncodeError
+from tokenpcap.pcap.formats import (
+    ERF_FLAG_VLEN, ERF_RECORD, ERF_TYPE_INFINIBAND, MAX_SNAPLEN, PCAP_FILE_HEADER, PCAP_MAGIC_NSEC,
+    PCAP_MAGIC_USEC, PCAP_RECORD, stacked_dtype)
+from tokenpcap.pcap.output import LINKS, AtomicOutput, Scratch, check_batch, scatter
+from tokenpcap.pcap.timestamps import NS, ns_to_erf, split_ns
+
+__all__ = ["PcapWriter", "ErfWriter", "Fill", "check_link", "check_snaplen"]
+
+#: ``fill(out uint8 (m,), offsets int64 (n,), caplen int64 (n,))``
+Fill = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
+_MAX_U32_NS = (1 << 32) * NS - 1          # last ns a 32-bit seconds field can hold
+_ERF_MAX_FRAME = 0xFFFF - ERF_RECORD.size  # rlen and wlen are 16 bits
+
+
+def check_link(link: str, where: str) -> int:
+    """File link type for frame kind ``link`` ("ethernet" → 1, "infiniband" → 197 ERF).
+
+    Raises:
+        EncodeError: any other value, including 247: native InfiniBand is written as ERF
+            (linktype 197, ERF type 21) because TShark refuses linktype 247 (case C13).
+    """
+    if link not in LINKS:
+        raise EncodeError(f"{where}: link: got {link!r}, expected one of {sorted(LINKS)} "
+                          "(InfiniBand goes into ERF, linktype 197; TShark refuses linktype 247)")
+    return LINKS[link]
+
+
+def check_snaplen(snaplen: int, where: str) -> int:
+    """Raises: EncodeError: ``snaplen`` not an integer in 1..262144 (libpcap's maximum)."""
+    if not isinstance(snaplen, (int, np.integer)) or not 1 <= snaplen <= MAX_SNAPLEN:
+        raise EncodeError(f"{where}: snaplen: got {snaplen!r}, expected 1..{MAX_SNAPLEN}")
+    return int(snaplen)
+
+
+class _RecordWriter:
+    """Shared streaming machinery: atomic output, two scratch buffers, context manager."""
+
+    _where = "writer"
+
+    def __init__(self, path, *, overwrite: bool, threaded: bool):
+        self._out = AtomicOutput(path, overwrite=overwrite, threaded=threaded)
+        self._scratch = Scratch()
+        self.path = self._out.path
+        self.packets = 0
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes handed to the file so far, headers included."""
+        return self._out.bytes_written
+
+    def close(self) -> None:
+        """Finish and rename the file into place (idempotent). Raises: OutputError."""
+        self._out.close()
+
+    def abort(self) -> None:
+        """Drop everything written: the temporary file is removed, no output appears."""
+        self._out.abort()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def _emit(self, headers: np.ndarray, caplen: np.ndarray, fill: Fill) -> None:
+        """Lay ``headers`` (n,) and frame ranges out back to back, fill, write once."""
+        hl = headers.dtype.itemsize
+        rec = caplen + hl
+        ends = np.cumsum(rec)
+        starts = ends - rec
+        out = self._scratch.take(int(ends[-1]))
+        scatter(out, starts, headers)
+        fill(out, starts + hl, caplen)
+        self._out.write(out)
+        self.packets += len(caplen)
+
+
+class PcapWriter(_RecordWriter):
+    """Classic pcap writer (draft-ietf-opsawg-pcap), streaming, atomic.
+
+    Args:
+        path: output file (written as a temporary file and renamed at :meth:`close`).
+        link: ``"ethernet"`` (linktype 1) or ``"infiniband"`` (linktype 197, ERF type 21 records).
+        snaplen: frame bytes kept per packet, 1..262144 (default 262144: every frame we make).
+        nanosecond: magic 0xA1B23C4D with ns fractions (default) or 0xA1B2C3D4 with
+            microseconds rounded half up, carrying into the seconds (case C9).
+        byte_order: ``"<"`` (default) or ``">"``; readers take it from the magic.
+        overwrite: replace an existing file at close (default True).
+        threaded: overlap building with writing on one background thread (default True).
+
+    Raises:
+        EncodeError: bad ``link``/``snaplen``/``byte_order``.
+        OutputError: the file cannot be created.
+    """
+
+    _where = "pcap writer"
+
+    def __init__(self, path: str | os.PathLike, *, link: str = "ethernet",
+                 snaplen: int = MAX_SNAPLEN, nanosecond: bool = True, byte_order: str = "<",
+                 overwrite: bool = True, threaded: bool = True):
+        self.linktype = check_link(link, self._where)
+        self.snaplen = check_snaplen(snaplen, self._where)
+        if byte_order not in ("<", ">"):
+            raise EncodeError(f"{self._where}: byte_order: got {byte_order!r}, expected '<' or '>'")
+        self.erf = link == "infiniband"
+        self._frac = NS if nanosecond else 1_000_000
+        parts = [("", PCAP_RECORD)] + ([("erf_", ERF_RECORD)] if self.erf else [])
+        self._dtype = stacked_dtype(parts, byte_order)
+        super().__init__(path, overwrite=overwrite, threaded=threaded)
+        extra = ERF_RECORD.size if self.erf else 0
+        self._out.write(PCAP_FILE_HEADER.pack(
+            byte_order, magic=PCAP_MAGIC_NSEC if nanosecond else PCAP_MAGIC_USEC,
+            snaplen=min(self.snaplen + extra, MAX_SNAPLEN), linktype=self.linktype))
+
+    def write_batch(self, time_ns: np.ndarray, frame_bytes: np.ndarray, fill: Fill,
+                    interface: np.ndarray | int = 0,
+                    comments: Sequence[str] | None = None) -> None:
+        """Append n records. ``interface`` goes into the ERF flags (bits 0-1) for InfiniBand and
+        is otherwise not representable in classic pcap; ``comments`` are ignored (pcap has none).
+
+        Raises:
+            EncodeError: bad arrays, a time outside 0 .. 2**32 s, a frame longer than 65519
+                bytes for ERF or 2**32-1 otherwise.
+            OutputError: the write failed (the temporary file is removed).
+        """
+        t, fb = check_batch(time_ns, frame_bytes, where=self._where, max_time_ns=_MAX_U32_NS,
+                            max_frame=_ERF_MAX_FRAME if self.erf else 0xFFFFFFFF)
+        if t.size == 0:
+            return
+        caplen = np.minimum(fb, self.snaplen)
+        h = np.empty(t.size, self._dtype)
+        sec, frac = split_ns(t, self._frac)
+        if int(sec.max()) > 0xFFFFFFFF:
+            raise EncodeError(f"{self._where}: time_ns: got a time rounding to 2**32 s, expected less")
+        h["ts_sec"] = sec
+        h["ts_frac"] = frac
+        extra = ERF_RECORD.size if self.erf else 0
+        h["caplen"] = caplen + extra
+        h["orig_len"] = fb + extra
+        if self.erf:
+            _erf_fields(h, "erf_", t, fb, caplen, interface)
+        self._emit(h, caplen, fill)
+
+
+class ErfWriter(_RecordWriter):
+    """Raw ERF file writer (``.erf``): one ERF type-21 (INFINIBAND) record per frame.
+
+    Records are not padded (``vlen`` flag set); ``rlen = 16 + caplen``, ``wlen = frame_bytes``;
+    the 64-bit fixed-point timestamp round-trips integer ns exactly (:func:`ns_to_erf`).
+
+    Args:
+        path, snaplen, overwrite, threaded: as :class:`PcapWriter`.
+
+    Raises:
+        EncodeError: bad ``snaplen``. OutputError: the file cannot be created.
+    """
+
+    _where = "erf writer"
+
+    def __init__(self, path: str | os.PathLike, *, snaplen: int = MAX_SNAPLEN,
+                 overwrite: bool = True, threaded: bool = True):
+        self.snaplen = check_snaplen(snaplen, self._where)
+        self.linktype = check_link("infiniband", self._where)
+        super().__init__(path, overwrite=overwrite, threaded=threaded)
+
+    def write_batch(self, time_ns: np.ndarray, frame_bytes: np.ndarray, fill: Fill,
+                    interface: np.ndarray | int = 0,
+                    comments: Sequence[str] | None = None) -> None:
+        """Append n ERF records; ``interface`` & 3 goes into the flags, ``comments`` are ignored.
+
+        Raises:
+            EncodeError: bad arrays, a time outside 0 .. 2**32 s, a frame over 65519 bytes.
+            OutputError: the write failed.
+        """
+        t, fb = check_batch(time_ns, frame_bytes, where=self._where, max_time_ns=_MAX_U32_NS,
+                            max_frame=_ERF_MAX_FRAME)
+        if t.size == 0:
+            return
+        caplen = np.minimum(fb, self.snaplen)
+        h = np.empty(t.size, stacked_dtype([("erf_", ERF_RECORD)]))
+        _erf_fields(h, "erf_", t, fb, caplen, interface)
+        self._emit(h, caplen, fill)
+
+
+def _erf_fields(h: np.ndarray, p: str, t: np.ndarray, fb: np.ndarray, caplen: np.ndarray,
+                interface) -> None:
+    """Fill the ERF header fields (prefix ``p``) of structured array ``h`` for IB frames."""
+    h[p + "ts"] = ns_to_erf(t)
+    h[p + "type"] = ERF_TYPE_INFINIBAND
+    h[p + "flags"] = ERF_FLAG_VLEN | (np.asarray(interface, dtype=np.int64) & 3)
+    h[p + "rlen"] = caplen + ERF_RECORD.size
+    h[p + "lctr"] = 0
+    h[p + "wlen"] = fb
