@@ -50,6 +50,7 @@ __all__ = [
     "hops",
     "per_rank_bytes",
     "total_traffic_bytes",
+    "nic_hop_sizes",
     "btree_parents",
 ]
 
@@ -297,6 +298,26 @@ def per_rank_bytes(call: CallLike, algorithm: str, layout: RankLayout) -> RankBy
     hops(call, algorithm, layout)   # validates
     return _per_rank_cached(call.collective, tuple(call.group), int(call.message_bytes),
                             int(call.elem_bytes), algorithm, layout)
+
+
+@functools.lru_cache(maxsize=4096)
+def _nic_sizes_cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
+                      layout: RankLayout) -> tuple[tuple[int, int], ...]:
+    h = _hops_cached(collective, group, s, e, algorithm, layout)
+    cross = layout.node_array(h["src"]) != layout.node_array(h["dst"])
+    sizes, counts = np.unique(h["bytes"][cross], return_counts=True)
+    return tuple((int(a), int(b)) for a, b in zip(sizes, counts))
+
+
+def nic_hop_sizes(call: CallLike, algorithm: str, layout: RankLayout) -> tuple[tuple[int, int], ...]:
+    """Sizes of the hops of one call that cross nodes (go over a NIC): ``((bytes, hops), ...)``.
+
+    Raises:
+        ValueError: as :func:`hops`.
+    """
+    hops(call, algorithm, layout)
+    return _nic_sizes_cached(call.collective, tuple(call.group), int(call.message_bytes),
+                             int(call.elem_bytes), algorithm, layout)
 
 
 def total_traffic_bytes(collective: str, algorithm: str, message_bytes: int,
