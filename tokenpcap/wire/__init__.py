@@ -6,7 +6,10 @@ See docs/wire.md.
 """
 from __future__ import annotations
 
+from tokenpcap.wire.builder import FrameBuilder
+from tokenpcap.wire.context import WireContext
 from tokenpcap.wire.fields import Field, Header
+from tokenpcap.wire.frame import build_frame, build_pfc_frame
 from tokenpcap.wire.rdma import (
     OPCODES,
     PMTUS,
@@ -24,7 +27,7 @@ from tokenpcap.wire.rdma import (
 )
 
 __all__ = [
-    "Field", "Header", "OPCODES", "PMTUS", "Opcode", "Segments", "SegmentedMessages", "segment",
+    "FrameBuilder", "WireContext", "build_frame", "build_pfc_frame", "Field", "Header", "OPCODES", "PMTUS", "Opcode", "Segments", "SegmentedMessages", "segment",
     "segment_many", "packets_per_message", "pad_bytes", "header_bytes", "frame_bytes",
     "rocev2_flow_label", "rocev2_udp_sport",
 ]

@@ -1,0 +1,288 @@
+"""Vectorized frame building: a batch of ``PACKET_DTYPE`` rows → frame bytes in the caller's buffer.
+
+No Python loop per packet. For each chunk of the batch:
+
+1. rows are grouped by opcode (a stable radix sort); each group has a :class:`~tokenpcap.wire.layout.Layout`;
+2. a group's headers are a tiled template with the varying fields scattered in by column
+   (:meth:`Header.put <tokenpcap.wire.fields.Header.put>`), IPv4 header checksums summed by column;
+3. the ICRC (and VCRC) of every packet comes from the template's CRC register XOR per-byte
+   contribution tables of the varying bytes, shifted over the payload (CRC linearity,
+   :mod:`tokenpcap.wire.linear`); the payload is the context's fixed pattern, so its contribution
+   is a table indexed by payload length; the IPv6 UDP checksum is summed the same way;
+4. frames are laid out in a scratch array (one row per frame), then copied to ``out[offsets[i]:]``
+   in at most 13 vectorized copies: frame ``i``'s first ``caplen[i]`` bytes are split by the
+   binary digits of ``caplen[i]`` and each size class is one fancy-indexed row copy through a
+   sliding-window view.
+
+The result equals :func:`tokenpcap.wire.frame.build_frame` byte for byte (tested), including the
+ICRC of frames that ``caplen`` truncates (a snaplen never changes the bytes that are kept).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from tokenpcap.errors import EncodeError
+from tokenpcap.messages import PACKET_DTYPE
+from tokenpcap.wire import headers as H
+from tokenpcap.wire.context import PAYLOAD_PATTERN_BYTES, WireContext
+from tokenpcap.wire.layout import Layout
+from tokenpcap.wire.linear import CRC16_VCRC, CRC32
+from tokenpcap.wire.rdma import EXT_BYTES, HAS_PAYLOAD, frame_bytes
+
+__all__ = ["FrameBuilder"]
+
+_SCRATCH_BYTES = 8 << 20   # scratch per chunk: flat memory whatever the batch size
+_SLACK = 16                # scratch columns past the largest caplen (tail writes need <= 9)
+
+
+def _fold16(s: np.ndarray) -> np.ndarray:
+    s = (s & 0xFFFF) + (s >> 16)
+    s = (s & 0xFFFF) + (s >> 16)
+    return (s & 0xFFFF) + (s >> 16)
+
+
+class FrameBuilder:
+    """Builds the frames of ``PACKET_DTYPE`` batches under one :class:`WireContext`.
+
+    Args:
+        ctx: transport, marking, per-NIC addresses and payload pattern.
+    """
+
+    def __init__(self, ctx: WireContext):
+        self.ctx = ctx
+        self._layouts: dict[int, Layout] = {}
+        pat = ctx.pattern[:PAYLOAD_PATTERN_BYTES]
+        self._pattern = pat
+        self._pay32 = CRC32.prefix_registers(pat)
+        self._c32 = CRC32.contributions(PAYLOAD_PATTERN_BYTES + 256).reshape(-1)
+        if ctx.transport == "infiniband":
+            self._pay16 = CRC16_VCRC.prefix_registers(pat, tail_zeros=4)
+            c16 = CRC16_VCRC.contributions(PAYLOAD_PATTERN_BYTES + 256)
+            self._c16 = c16.reshape(-1)
+            self._c16_icrc = c16[3::-1]           # distance 3..0 for ICRC bytes 0..3
+        words = (pat[0::2].astype(np.int64) << 8) | pat[1::2]
+        cum = np.concatenate([[0], np.cumsum(words)])
+        p = np.arange(PAYLOAD_PATTERN_BYTES + 1)
+        odd_byte = np.concatenate([[0], pat.astype(np.int64)])[p] << 8  # pattern[p-1] if p odd
+        self._paysum = cum[p // 2] + np.where(p % 2 == 1, odd_byte, 0)
+
+    # ------------------------------------------------------------------ public API
+    def frame_bytes(self, packets: np.ndarray) -> np.ndarray:
+        """Frame length without FCS of every packet: int64 ``(n,)`` (see :func:`rdma.frame_bytes`).
+
+        Raises:
+            EncodeError: an unknown opcode.
+        """
+        c = self.ctx
+        return frame_bytes(packets["opcode"], packets["payload_bytes"], transport=c.transport,
+                           ip_version=c.ip_version, vlan=c.vlan, grh=c.grh)
+
+    def fill(self, packets: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> None:
+        """Write the first ``caplen[i]`` bytes of frame ``i`` at ``out[offsets[i]:]``.
+
+        The pcap writer's batch interface (docs/wire.md, coord/TEAM.md). Bytes of ``out`` outside
+        those ranges are not touched.
+
+        Args:
+            packets: ``PACKET_DTYPE`` ``(n,)``.
+            out: uint8 ``(m,)`` with unit stride.
+            offsets: int64 ``(n,)`` byte offsets into ``out``.
+            caplen: int64 ``(n,)``, ``0 <= caplen[i] <= frame_bytes[i]``.
+
+        Raises:
+            EncodeError: a packet field out of range (names the row, field, value and range), a
+                caplen longer than its frame, a range outside ``out``.
+        """
+        offsets = np.asarray(offsets, dtype=np.int64)
+        caplen = np.asarray(caplen, dtype=np.int64)
+        flen = self._validate(packets, out, offsets, caplen)
+        del flen
+        n = len(packets)
+        if n == 0:
+            return
+        width = int(caplen.max()) + _SLACK
+        step = max(64, _SCRATCH_BYTES // width)
+        for a in range(0, n, step):
+            self._fill_chunk(packets[a:a + step], out, offsets[a:a + step], caplen[a:a + step])
+
+    def build(self, packets: np.ndarray, snaplen: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Frames back to back in a new buffer: ``(buf uint8, offsets int64 (n,), caplen int64 (n,))``."""
+        flen = self.frame_bytes(packets)
+        caplen = flen if snaplen is None else np.minimum(flen, snaplen)
+        offsets = np.concatenate([[0], np.cumsum(caplen)[:-1]]).astype(np.int64) if len(caplen) else caplen
+        buf = np.zeros(int(caplen.sum()), dtype=np.uint8)
+        self.fill(packets, buf, offsets, caplen)
+        return buf, offsets, caplen
+
+    def frames(self, packets: np.ndarray, snaplen: int | None = None) -> list[bytes]:
+        """Every frame as ``bytes`` (tests and small jobs; the writer uses :meth:`fill`)."""
+        buf, offsets, caplen = self.build(packets, snaplen)
+        return [buf[o:o + c].tobytes() for o, c in zip(offsets.tolist(), caplen.tolist())]
+
+    # ------------------------------------------------------------------ checks
+    def _validate(self, p: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> np.ndarray:
+        if not isinstance(p, np.ndarray) or p.dtype != PACKET_DTYPE:
+            raise EncodeError(f"packets: got {getattr(p, 'dtype', type(p))}, expected a PACKET_DTYPE array")
+        if out.dtype != np.uint8 or out.ndim != 1 or out.strides != (1,):
+            raise EncodeError(f"out: got {out.dtype} {out.shape} strides {out.strides}, expected uint8 (m,) with unit stride")
+        n = len(p)
+        if offsets.shape != (n,) or caplen.shape != (n,):
+            raise EncodeError(f"offsets/caplen: got shapes {offsets.shape}/{caplen.shape}, expected ({n},)")
+
+        def bad(mask: np.ndarray, field: str, values: np.ndarray, expected: str) -> None:
+            if mask.any():
+                i = int(np.flatnonzero(mask)[0])
+                raise EncodeError(f"packets[{i}].{field}: got {values[i]}, expected {expected}")
+
+        op = p["opcode"]
+        bad(EXT_BYTES[op] < 0, "opcode", op, "a known BTH opcode (tokenpcap.wire.rdma.OPCODES)")
+        pay = p["payload_bytes"].astype(np.int64)
+        bad(pay > PAYLOAD_PATTERN_BYTES, "payload_bytes", pay, f"0..{PAYLOAD_PATTERN_BYTES}")
+        bad((pay > 0) & ~HAS_PAYLOAD[op], "payload_bytes", pay, "0 for an opcode without payload")
+        bad(p["pad"] != ((-pay) & 3), "pad", p["pad"], "(-payload_bytes) & 3 (BTH.PadCnt)")
+        for f, bits, hdr in (("psn", 24, "BTH.PSN"), ("dest_qp", 24, "BTH.DestQP"), ("src_qp", 24, "QPN"),
+                             ("ack_req", 1, "BTH.AckReq"), ("solicited", 1, "BTH.SE"), ("becn", 1, "BTH.BECN")):
+            bad(p[f] >= (1 << bits), f, p[f], f"0..{(1 << bits) - 1} ({hdr}, {bits} bits)")
+        nn = self.ctx.n_nics
+        for f in ("nic", "peer_nic"):
+            bad((p[f] < 0) | (p[f] >= nn), f, p[f], f"0..{nn - 1} (rows of the WireContext address arrays)")
+        flen = self.frame_bytes(p)
+        bad((caplen < 0) | (caplen > flen), "caplen", caplen, "0..frame_bytes of the packet")
+        bad((offsets < 0) | (offsets + caplen > out.size), "offset", offsets,
+            f"a range inside out (size {out.size})")
+        return flen
+
+    # ------------------------------------------------------------------ building
+    def _layout(self, opcode: int) -> Layout:
+        lay = self._layouts.get(opcode)
+        if lay is None:
+            lay = self._layouts[opcode] = Layout(self.ctx, opcode)
+        return lay
+
+    def _fill_chunk(self, p: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> None:
+        k = len(p)
+        width = int(caplen.max()) + _SLACK
+        op = p["opcode"]
+        counts = np.bincount(op, minlength=256)
+        codes = np.flatnonzero(counts).tolist()
+        scratch = np.empty((k, width), dtype=np.uint8)
+        row = np.empty(k, dtype=np.int64)
+        r0 = 0
+        for code in codes:
+            idx = np.flatnonzero(op == code) if len(codes) > 1 else np.arange(k)
+            r1 = r0 + len(idx)
+            row[idx] = np.arange(r0, r1)
+            self._build_group(self._layout(code), _Columns(p, idx), scratch[r0:r1])
+            r0 = r1
+        _copy_rows(scratch.reshape(-1), row * width, out, offsets, caplen)
+
+    def _build_group(self, lay: Layout, ps: _Columns, s: np.ndarray) -> None:
+        ctx = self.ctx
+        k, hb = len(ps), lay.header_bytes
+        pay = ps["payload_bytes"].astype(np.int64)
+        pad = (-pay) & 3
+        lp = pay + pad
+        d = {"pad": pad}
+        if lay.roce:
+            d["udp_len"] = (hb - lay.l4) + lp + H.ICRC.size
+        else:
+            d["pktlen_words"] = (hb + lp + H.ICRC.size) // 4
+            if ctx.grh:
+                d["grh_paylen"] = hb - (lay.l3 + H.GRH.size) + lp + H.ICRC.size
+        hdr = np.empty((k, hb), dtype=np.uint8)
+        hdr[:] = lay.tpl
+        for w in lay.writes:
+            w.header.put(hdr, w.col, w.name, w.get(ps, d))
+        nic = {"nic": ps["nic"], "peer_nic": ps["peer_nic"]}
+        for c0, nb, b in lay.nic_bytes(nic):
+            hdr[:, c0:c0 + nb] = b
+        if lay.roce and ctx.ip_version == 4:        # RFC 1071 sum: template + varying words
+            total = lay.ip4_const + d["udp_len"] + H.IPV4.size + ps["ip_id"] \
+                + lay.ip4_nic_sum[nic["nic"]] + lay.ip4_nic_sum[nic["peer_nic"]]
+            H.IPV4.put(hdr, lay.l3, "HeaderChecksum", ~_fold16(total) & 0xFFFF)
+
+        # ICRC by linearity
+        x = (hdr[:, lay.icrc_cols] | lay.icrc_or).astype(np.intp) + lay.icrc_idx
+        reg = np.bitwise_xor.reduce(self._c32[x], axis=1) ^ lay.icrc_base if x.shape[1] \
+            else np.full(k, lay.icrc_base, dtype=np.uint32)
+        for nw, tab in zip(lay.nic_writes, lay.icrc_nic):
+            if tab is not None:
+                reg ^= tab[nic[nw.key]]
+        icrc = CRC32.shift(reg.astype(np.uint32), lp) ^ self._pay32[pay] ^ np.uint32(0xFFFFFFFF)
+        icrc_b = icrc.astype("<u4").view(np.uint8).reshape(k, 4)
+        after = np.zeros((k, 2), dtype=np.uint8)     # VCRC, or Ethernet zero padding
+
+        if not lay.roce:                                  # VCRC over LRH..ICRC
+            x = hdr[:, lay.vcrc_cols].astype(np.intp) + lay.vcrc_idx
+            r16 = np.bitwise_xor.reduce(self._c16[x], axis=1) ^ lay.vcrc_base
+            for nw, tab in zip(lay.nic_writes, lay.vcrc_nic):
+                if tab is not None:
+                    r16 ^= tab[nic[nw.key]]
+            r16 = CRC16_VCRC.shift(r16.astype(np.uint32), lp + H.ICRC.size) ^ self._pay16[pay]
+            for i in range(4):
+                r16 ^= self._c16_icrc[i][icrc_b[:, i]]
+            after = (r16 ^ 0xFFFF).astype("<u2").view(np.uint8).reshape(k, 2)
+        elif ctx.ip_version == 6 and ctx.ipv6_udp_checksum:   # RFC 8200 8.1
+            seg = hdr[:, lay.l3 + 8:hb].astype(np.int64)
+            ic = icrc_b.astype(np.int64)
+            total = ((seg[:, 0::2] << 8) | seg[:, 1::2]).sum(axis=1) + d["udp_len"] + H.IP_PROTO_UDP \
+                + self._paysum[pay] + ((ic[:, 0] << 8) | ic[:, 1]) + ((ic[:, 2] << 8) | ic[:, 3])
+            csum = ~_fold16(total) & 0xFFFF
+            H.UDP.put(hdr, lay.l4, "Checksum", np.where(csum == 0, 0xFFFF, csum))
+
+        width = s.shape[1]
+        hw = min(hb, width)
+        s[:, :hw] = hdr[:, :hw]
+        if lay.payload and hb < width:
+            pm = min(int(pay.max()), width - hb)
+            if pm > 0:
+                s[:, hb:hb + pm] = self._pattern[:pm]
+        # tail after the payload: pad zeros, ICRC (LE), then VCRC (LE) or Ethernet zero padding
+        if hb + int(pay.min()) < width:
+            flat = s.reshape(-1)
+            base = np.arange(k, dtype=np.int64) * width
+            for start, vals in ((hb + pay, np.zeros((k, 3), np.uint8)), (hb + lp, icrc_b),
+                                (hb + lp + H.ICRC.size, after)):
+                pos = start[:, None] + np.arange(vals.shape[1])
+                keep = pos < width
+                if keep.all():
+                    flat[(base[:, None] + pos).reshape(-1)] = vals.reshape(-1)
+                else:
+                    flat[(base[:, None] + pos)[keep]] = vals[keep]
+
+
+class _Columns:
+    """Lazily gathered columns of the packets of one group (only the fields a layout reads)."""
+
+    def __init__(self, p: np.ndarray, idx: np.ndarray):
+        self._p, self._idx, self._cache = p, idx, {}
+
+    def __len__(self) -> int:
+        return len(self._idx)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        col = self._cache.get(name)
+        if col is None:
+            col = self._cache[name] = self._p[name].take(self._idx)
+        return col
+
+
+def _copy_rows(src: np.ndarray, src_start: np.ndarray, out: np.ndarray, offsets: np.ndarray,
+               caplen: np.ndarray) -> None:
+    """``out[offsets[i] : offsets[i]+caplen[i]] = src[src_start[i] : ...]`` for all i at once.
+
+    Each frame is split by the binary digits of its caplen (4096 + 64 + 8 + 2 for 4170 ...); all
+    pieces of one size are copied by one fancy-indexed assignment between sliding-window views, so
+    there are at most ``bit_length(max caplen)`` numpy calls whatever the number of frames.
+    """
+    top = int(caplen.max()).bit_length()
+    for b in range(top - 1, -1, -1):
+        size = 1 << b
+        sel = np.flatnonzero(caplen & size)
+        if sel.size == 0:
+            continue
+        pre = caplen[sel] & ~((size << 1) - 1)
+        dst = as_strided(out, shape=(out.size - size + 1, size), strides=(1, 1))
+        win = as_strided(src, shape=(src.size - size + 1, size), strides=(1, 1))
+        dst[offsets[sel] + pre] = win[src_start[sel] + pre]

@@ -1,0 +1,263 @@
+"""Per-opcode frame layouts for the vectorized builder: a template, the fields that vary per packet,
+and everything precomputed so that the ICRC/VCRC of a packet costs a few table look-ups.
+
+A :class:`Layout` is made once per (builder context, opcode) from the header declarations: it packs
+the constant fields into a template row, lists the per-packet field writes (each a
+:meth:`Header.put <tokenpcap.wire.fields.Header.put>`), and precomputes the CRC register of the masked
+template with the varying bytes zeroed, plus per-NIC contributions of address fields. At build time
+the register of a packet is ``base ^ XOR_j C[k_j][x_j]`` over its varying bytes (see
+:mod:`tokenpcap.wire.linear`), then shifted over the payload (payload bytes depend only on their
+position, so ``R(payload + pad)`` is a table indexed by payload length).
+"""
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from tokenpcap.wire import headers as H
+from tokenpcap.wire.context import WireContext
+from tokenpcap.wire.fields import Header
+from tokenpcap.wire.linear import CRC16_VCRC, CRC32
+from tokenpcap.wire.rdma import CNP, OPCODES, rocev2_flow_label
+
+__all__ = ["Layout"]
+
+Getter = Callable[[np.ndarray, dict], np.ndarray]
+
+
+@dataclass(frozen=True)
+class _Write:
+    header: Header
+    col: int
+    name: str
+    get: Getter
+
+
+@dataclass(frozen=True)
+class _NicWrite:
+    header: Header
+    col: int
+    name: str
+    table: np.ndarray   # uint8 (n_nics, nbytes) or uint16 (n_nics,)
+    key: str            # "nic" or "peer_nic"
+
+
+def _flow_label(p: np.ndarray, d: dict) -> np.ndarray:
+    return rocev2_flow_label(p["src_qp"], p["dest_qp"])
+
+
+class Layout:
+    """Template and per-packet plan of one opcode under one :class:`WireContext`.
+
+    Attributes:
+        opcode: the BTH opcode.
+        header_bytes: bytes before the payload (``H``).
+        tpl: uint8 ``(H,)`` constant bytes (varying fields zero).
+        writes: per-packet field writes; nic_writes: per-NIC address writes.
+        l3, l4, bth: column of the IP header / GRH, UDP header, BTH (-1 when absent).
+    """
+
+    def __init__(self, ctx: WireContext, opcode: int):
+        self.ctx = ctx
+        self.opcode = opcode
+        info = OPCODES[opcode]
+        cnp = opcode == CNP
+        self._parts: list[tuple[Header, int, dict]] = []
+        self.writes: list[_Write] = []
+        self.nic_writes: list[_NicWrite] = []
+        self._col = 0
+        self.l3 = self.l4 = -1
+        self.roce = ctx.transport == "rocev2"
+        masks: list[tuple[int, int, int]] = []      # (column, count, or-mask byte)
+        if self.roce:
+            ipv = H.ETHERTYPE_IPV4 if ctx.ip_version == 4 else H.ETHERTYPE_IPV6
+            eth = self._add(H.ETHERNET, EtherType=H.ETHERTYPE_VLAN if ctx.vlan else ipv)
+            self._nic(H.ETHERNET, eth, "Destination", ctx.mac, "peer_nic")
+            self._nic(H.ETHERNET, eth, "Source", ctx.mac, "nic")
+            if ctx.vlan:
+                self._add(H.DOT1Q, PCP=ctx.cnp_pcp if cnp else ctx.pcp, DEI=ctx.dei, VID=ctx.vlan_id,
+                          EtherType=ipv)
+            dscp = ctx.cnp_dscp if cnp else ctx.dscp
+            if ctx.ip_version == 4:
+                self.l3 = self._add(H.IPV4, DSCP=dscp, ECN=ctx.ecn, DF=1, TTL=ctx.ttl)
+                self._dyn(H.IPV4, "TotalLength", lambda p, d: d["udp_len"] + H.IPV4.size)
+                self._dyn(H.IPV4, "Identification", lambda p, d: p["ip_id"])
+                self._nic(H.IPV4, self.l3, "SourceAddress", ctx.ipv4, "nic")
+                self._nic(H.IPV4, self.l3, "DestinationAddress", ctx.ipv4, "peer_nic")
+                masks += [(self.l3 + 1, 1, 0xFF), (self.l3 + 8, 1, 0xFF), (self.l3 + 10, 2, 0xFF)]
+            else:
+                self.l3 = self._add(H.IPV6, TrafficClass=(dscp << 2) | ctx.ecn,
+                                    FlowLabel=ctx.flow_label or 0, HopLimit=ctx.ttl)
+                if ctx.flow_label is None:
+                    self._dyn(H.IPV6, "FlowLabel", _flow_label)
+                self._dyn(H.IPV6, "PayloadLength", lambda p, d: d["udp_len"])
+                self._nic(H.IPV6, self.l3, "SourceAddress", ctx.ipv6, "nic")
+                self._nic(H.IPV6, self.l3, "DestinationAddress", ctx.ipv6, "peer_nic")
+                masks += [(self.l3, 1, 0x0F), (self.l3 + 1, 3, 0xFF), (self.l3 + 7, 1, 0xFF)]
+            self.l4 = self._add(H.UDP)
+            self._dyn(H.UDP, "SourcePort", lambda p, d: p["udp_sport"])
+            self._dyn(H.UDP, "Length", lambda p, d: d["udp_len"])
+            masks.append((self.l4 + 6, 2, 0xFF))
+            self.crc_start, self.prefix = self.l3, b"\xff" * 8
+        else:
+            lrh = self._add(H.LRH, VL=ctx.vl, SL=ctx.sl, LNH=3 if ctx.grh else 2)
+            self._nic(H.LRH, lrh, "DLID", ctx.lid, "peer_nic")
+            self._dyn(H.LRH, "PktLen", lambda p, d: d["pktlen_words"])
+            self._nic(H.LRH, lrh, "SLID", ctx.lid, "nic")
+            if ctx.grh:
+                self.l3 = self._add(H.GRH, TClass=ctx.traffic_class, FlowLabel=ctx.flow_label or 0,
+                                    HopLmt=ctx.ttl)
+                if ctx.flow_label is None:
+                    self._dyn(H.GRH, "FlowLabel", _flow_label)
+                self._dyn(H.GRH, "PayLen", lambda p, d: d["grh_paylen"])
+                self._nic(H.GRH, self.l3, "SGID", ctx.ipv6, "nic")
+                self._nic(H.GRH, self.l3, "DGID", ctx.ipv6, "peer_nic")
+                masks += [(0, 8, 0xFF), (self.l3, 1, 0x0F), (self.l3 + 1, 3, 0xFF), (self.l3 + 7, 1, 0xFF)]
+            else:
+                masks.append((0, 1, 0xF0))
+            self.crc_start, self.prefix = 0, b""
+        self.bth = self._add(H.BTH, OpCode=opcode, MigReq=0 if cnp else ctx.mig_req, P_Key=ctx.p_key,
+                             BECN=1 if cnp else 0)
+        self._dyn(H.BTH, "SE", lambda p, d: p["solicited"])
+        self._dyn(H.BTH, "PadCnt", lambda p, d: d["pad"])
+        if not cnp:
+            self._dyn(H.BTH, "BECN", lambda p, d: p["becn"])
+        self._dyn(H.BTH, "DestQP", lambda p, d: p["dest_qp"])
+        self._dyn(H.BTH, "AckReq", lambda p, d: p["ack_req"])
+        self._dyn(H.BTH, "PSN", lambda p, d: p["psn"])
+        masks.append((self.bth + 4, 1, 0xFF))
+        for h in info.ext:
+            self._ext(h)
+        self.header_bytes = self._col
+        self.payload = info.payload
+        self._finish(masks)
+
+    # ------------------------------------------------------------------ declaration helpers
+    def _add(self, header: Header, **const: int) -> int:
+        col = self._col
+        self._parts.append((header, col, const))
+        self._col += header.size
+        return col
+
+    def _dyn(self, header: Header, name: str, get: Getter) -> None:
+        col = next(c for h, c, _ in reversed(self._parts) if h is header)
+        self.writes.append(_Write(header, col, name, get))
+
+    def _nic(self, header: Header, col: int, name: str, table: np.ndarray, key: str) -> None:
+        self.nic_writes.append(_NicWrite(header, col, name, table, key))
+
+    def _ext(self, h: Header) -> None:
+        if h is H.CNP_PAD or h is H.ATOMIC_ACK_ETH:
+            self._add(h)
+            return
+        self._add(h, **({"Q_Key": self.ctx.q_key} if h is H.DETH else {}))
+        field_src = {
+            "RETH": {"VA": "reth_va", "R_Key": "reth_rkey", "DMALen": "reth_len"},
+            "AtomicETH": {"VA": "reth_va", "R_Key": "reth_rkey"},
+            "IETH": {"R_Key": "reth_rkey"},
+            "ImmDt": {"ImmDt": "imm"},
+            "DETH": {"SrcQP": "src_qp"},
+        }
+        if h is H.AETH:
+            self._dyn(h, "Syndrome", lambda p, d: p["aeth"] >> np.uint32(24))
+            self._dyn(h, "MSN", lambda p, d: p["aeth"] & np.uint32(0xFFFFFF))
+            return
+        for name, key in field_src[h.name].items():
+            self._dyn(h, name, lambda p, d, key=key: p[key])
+
+    # ------------------------------------------------------------------ precomputation
+    def _finish(self, masks: list[tuple[int, int, int]]) -> None:
+        hb = self.header_bytes
+        tpl = np.zeros(hb, dtype=np.uint8)
+        for h, col, const in self._parts:
+            tpl[col:col + h.size] = h.template(const)
+        row = tpl[None, :]                         # varying fields are zero in the template
+        for w in self.writes:
+            w.header.put(row, w.col, w.name, 0)
+        self.tpl = tpl
+        self._pack_nic_tables()
+        ormask = np.zeros(hb, dtype=np.uint8)
+        for col, count, m in masks:
+            ormask[col:col + count] |= m
+        self.ormask = ormask
+        dyn_cols = sorted({w.col + w.header.slot(w.name).first_byte + j
+                           for w in self.writes for j in range(w.header.slot(w.name).nbytes)})
+        dyn_cols = np.array(dyn_cols, dtype=np.int64)
+        # ICRC: covered columns crc_start..H; fully masked columns never vary
+        cov = dyn_cols[(dyn_cols >= self.crc_start) & (ormask[dyn_cols] != 0xFF)]
+        self.icrc_cols = cov
+        self.icrc_or = ormask[cov]
+        self.icrc_idx = (hb - 1 - cov) * 256          # flat offset into CRC32.contributions
+        masked = (tpl | ormask)[self.crc_start:].copy()
+        masked[cov - self.crc_start] = 0
+        nic_cols = self._nic_cols()
+        masked[nic_cols[nic_cols >= self.crc_start] - self.crc_start] = 0
+        c32 = CRC32.contributions(hb + 8)
+        self.icrc_base = np.uint32(zlib.crc32(self.prefix + masked.tobytes()) ^ 0xFFFFFFFF)
+        self.icrc_nic = [self._nic_contrib(nw, c32, ormask, self.crc_start) for nw in self.nic_writes]
+        if not self.roce:                         # VCRC: LRH..ICRC, nothing masked
+            self.vcrc_cols = dyn_cols
+            self.vcrc_idx = (hb - 1 - dyn_cols) * 256
+            plain = tpl.copy()
+            plain[dyn_cols] = 0
+            plain[nic_cols] = 0
+            self.vcrc_base = np.uint32(CRC16_VCRC.register(plain.tobytes(), 0xFFFF))
+            c16 = CRC16_VCRC.contributions(hb + 8)
+            self.vcrc_nic = [self._nic_contrib(nw, c16, np.zeros(hb, np.uint8), 0) for nw in self.nic_writes]
+
+    def _pack_nic_tables(self) -> None:
+        """Per NIC write: the address bytes padded to 8-byte words (fast 1-D takes at build time)."""
+        self.nic_words = []
+        for nw in self.nic_writes:
+            raw = self._nic_bytes(nw, np.arange(len(nw.table)))
+            nb = raw.shape[1]
+            packed = np.zeros((len(raw), -(-nb // 8) * 8), dtype=np.uint8)
+            packed[:, :nb] = raw
+            words = packed.view(np.uint64)
+            self.nic_words.append((nw.col + nw.header.slot(nw.name).first_byte, nb,
+                                   [np.ascontiguousarray(words[:, j]) for j in range(words.shape[1])]))
+        if self.roce and self.ctx.ip_version == 4:
+            ip = self.tpl[self.l3:self.l3 + H.IPV4.size].astype(np.int64)
+            self.ip4_const = int(((ip[0::2] << 8) | ip[1::2]).sum())
+            a = self.ctx.ipv4.astype(np.int64)
+            self.ip4_nic_sum = ((a[:, 0] << 8) | a[:, 1]) + ((a[:, 2] << 8) | a[:, 3])
+
+    def nic_bytes(self, index: dict[str, np.ndarray]) -> list[tuple[int, int, np.ndarray]]:
+        """(column, nbytes, uint8 (k, nbytes)) of every per-NIC address field for packets ``index``."""
+        out = []
+        for (c0, nb, words), nw in zip(self.nic_words, self.nic_writes):
+            idx = index[nw.key]
+            got = np.empty((len(idx), len(words)), dtype=np.uint64)
+            for j, w in enumerate(words):
+                got[:, j] = w.take(idx)
+            out.append((c0, nb, got.view(np.uint8)[:, :nb]))
+        return out
+
+    def _nic_cols(self) -> np.ndarray:
+        cols = [nw.col + nw.header.slot(nw.name).first_byte + j
+                for nw in self.nic_writes for j in range(nw.header.slot(nw.name).nbytes)]
+        return np.array(cols, dtype=np.int64)
+
+    def _nic_contrib(self, nw: _NicWrite, c: np.ndarray, ormask: np.ndarray, start: int) -> np.ndarray | None:
+        """Per-NIC register contribution of an address field (None if not covered by the CRC)."""
+        s = nw.header.slot(nw.name)
+        c0 = nw.col + s.first_byte
+        if c0 < start:
+            return None
+        rows = self._nic_bytes(nw, np.arange(len(nw.table)))
+        out = np.zeros(len(nw.table), dtype=np.uint32)
+        for j in range(s.nbytes):
+            col = c0 + j
+            out ^= c[self.header_bytes - 1 - col][rows[:, j] | ormask[col]]
+        return out
+
+    @staticmethod
+    def _nic_bytes(nw: _NicWrite, index: np.ndarray) -> np.ndarray:
+        t = nw.table
+        if t.ndim == 2:
+            return t[index]
+        v = t[index].astype(np.uint16)             # LIDs: big-endian 16-bit
+        return np.stack([(v >> 8).astype(np.uint8), (v & 0xFF).astype(np.uint8)], axis=1)
