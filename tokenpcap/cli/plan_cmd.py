@@ -1,0 +1,74 @@
+"""``tokenpcap plan [SCENARIO]``: the analytic traffic report of one training iteration."""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from tokenpcap.cli import main
+from tokenpcap.cli.common import library_errors
+from tokenpcap.plan import build_plan
+from tokenpcap.profiles import default_scenario_path, load_scenario
+from tokenpcap.tokens import tokenize
+
+
+def console():  # type: ignore[no-untyped-def]
+    """A rich console on the current stdout, wide enough for the tables when not a terminal."""
+    from rich.console import Console
+
+    return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
+
+
+def _b(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+@main.command("plan")
+@click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.option("--no-tokens", is_flag=True,
+              help="Do not tokenize the corpus (no per-epoch totals).")
+@library_errors
+def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool) -> None:
+    """Bytes per phase on NVLink and on the NICs for one iteration of SCENARIO (default: the
+    bundled Divine Comedy scenario), per epoch of its corpus, and the expected pcap size."""
+    s = load_scenario(scenario or default_scenario_path())
+    toks = None if no_tokens else tokenize(s.corpus, s.tokenizer, s.model.seq_length)
+    plan = build_plan(s, toks)
+    data = plan.to_json()
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    from rich.table import Table
+
+    p, par = data["parallelism"], data["parameters"]
+    out = console()
+    out.print(f"[bold]{data['scenario']}[/bold]: {data['model']} ({par['total']:,} parameters) on "
+              f"{data['cluster']} ({data['layout']['world_size']} GPUs, {data['layout']['nodes']}"
+              f" nodes); dp {p['dp']} tp {p['tp']} pp {p['pp']} ep {p['ep']}, "
+              f"SP {'on' if p['sequence_parallel'] else 'off'}, ZeRO-{p['zero_stage']}, "
+              f"{data['algorithm']}; {data['microbatches']} microbatches, 1F1B bubble "
+              f"{data['bubble_fraction']:.3f}")
+    t = Table(title="one iteration, per phase (per rank = busiest participating rank)")
+    for col in ("phase", "collective", "group", "message B", "count", "NIC B/rank",
+                "NVLink B/rank", "NIC B total", "wire µs"):
+        t.add_column(col, justify="left" if col in ("phase", "collective") else "right")
+    for r in data["phases"]:
+        t.add_row(r["name"], r["collective"], str(r["group_size"]), _b(r["message_bytes"]),
+                  _b(r["count"]), _b(r["nic_bytes_per_rank"]), _b(r["nvlink_bytes_per_rank"]),
+                  _b(r["nic_bytes"]), f"{r['wire_time_ns'] / 1000:,.1f}")
+    out.print(t)
+    tot, ep, pc = data["totals"], data["epoch"], data["pcap"]
+    s2 = Table(title="totals", show_header=True)
+    s2.add_column("")
+    s2.add_column("one iteration", justify="right")
+    s2.add_column("one epoch", justify="right")
+    s2.add_row("tokens", _b(tot["tokens"]), _b(ep["tokens"]) if ep else "-")
+    s2.add_row("iterations", "1", f"{ep['iterations']:.3f}" if ep else "-")
+    s2.add_row("NIC bytes (all NICs)", _b(tot["nic_bytes"]), _b(ep["nic_bytes"]) if ep else "-")
+    s2.add_row("NVLink bytes", _b(tot["nvlink_bytes"]), _b(ep["nvlink_bytes"]) if ep else "-")
+    s2.add_row("busiest NIC, wire µs", f"{tot['wire_time_ns'] / 1000:,.1f}", "-")
+    s2.add_row("pcap bytes (estimate)", _b(pc["file_bytes"]), _b(ep["pcap_bytes"]) if ep else "-")
+    s2.add_row("packets (estimate)", _b(pc["data_packets"] + pc["ack_packets"]), "-")
+    out.print(s2)
