@@ -27,9 +27,6 @@ from tokenpcap.errors import CaptureError, TruncatedFile
 
 __all__ = ["Chain", "walk", "ByteViews"]
 
-END, STOP, BAD, BUDGET = 1, 2, 3, 4
-
-
 class ByteViews:
     """Unaligned stride-1 integer views over a uint8 buffer: ``views("<u4")[p]`` is the 32-bit
     little-endian value at byte offset ``p`` (gather with an int64 array of offsets)."""
@@ -76,6 +73,12 @@ class Chain:
         """
         raise NotImplementedError
 
+    def advance(self, cur: np.ndarray) -> np.ndarray:
+        """Vectorized, unchecked: the start of the record after each ``cur`` (0 <= cur <= end),
+        reading lengths with offsets clamped inside the file. A stop record or a zero length
+        returns ``cur`` itself. Returns a new int64 array."""
+        raise NotImplementedError
+
     def plausible(self, pos: np.ndarray) -> np.ndarray:
         """Vectorized: bool (n,) whether a record could start at ``pos`` (a loose test that every
         valid record passes; only used to choose where to speculate)."""
@@ -119,37 +122,62 @@ def walk(chain: Chain, p: int, limit: int, *, steps: int = 256
     if stopped or p >= limit:
         return pieces[0], p, stopped
     avg = max((p - head[0]) // len(head), chain.header)
-    remaining = limit - p
-    if remaining // avg < 8 * steps or avg > 2048:
+    if (limit - p) // avg < 8 * steps or avg > 2048:
         rest, p, stopped = chain.scalar(p, limit, 1 << 62)
         pieces.append(np.asarray(rest, np.int64))
         return np.concatenate(pieces), p, stopped
     seg = max(chain.align, (steps * avg) // chain.align * chain.align)
     bounds = np.arange(p, limit, seg, dtype=np.int64)
     seg_end = np.append(bounds[1:], limit)
-    starts = np.concatenate([[p], _sync(chain, bounds[1:], seg_end[1:], 3 * avg)])
-    chain_id, pos, state, last = _lockstep(chain, starts, seg_end, 3 * steps + 64)
-    order = np.argsort(chain_id, kind="stable")
-    chain_id, pos = chain_id[order], pos[order]
-    lo = np.searchsorted(chain_id, np.arange(len(bounds)), "left")
-    hi = np.searchsorted(chain_id, np.arange(len(bounds)), "right")
-    for s in range(len(bounds)):
+    starts = np.concatenate([[p], _sync(chain, bounds[1:], seg_end[1:], 2 * avg)])
+    rows = _lockstep(chain, starts, seg_end, 3 * steps + 64)      # (T, C) positions per step
+    t_rows, c = rows.shape
+    below = rows < seg_end                                        # rows are non-decreasing
+    j = below.sum(axis=0)                                         # row of each chain's exit
+    exited = (j < t_rows) & (starts >= 0)
+    exit_pos = rows[np.minimum(j, t_rows - 1), np.arange(c)]
+    hit = (rows[:, 1:] == exit_pos[:-1]) & below[:, 1:]
+    k = np.concatenate([[0], np.argmax(hit, axis=0)])            # row where the chain is joined
+    joins = exited.copy()
+    joins[1:] &= hit.any(axis=0)
+    breaks = np.flatnonzero(~joins)
+    s = 0
+    while s < c:
         end_s = int(seg_end[s])
         if p >= end_s:
+            s += 1
             continue
-        mine = pos[lo[s]:hi[s]]
-        k = int(np.searchsorted(mine, p))
-        if k < mine.size and int(mine[k]) == p and state[s] in (END, STOP):
-            pieces.append(mine[k:])
-            p = int(last[s])
-            if state[s] == STOP:
-                return np.concatenate(pieces), p, True
+        col = rows[:j[s], s]
+        at = int(np.searchsorted(col, p))
+        if exited[s] and at < col.size and int(col[at]) == p:
+            r = int(breaks[np.searchsorted(breaks, s + 1)]) if breaks.size and breaks[-1] > s else c
+            kk = k[s:r].copy()
+            kk[0] = at
+            idx = np.arange(t_rows)[:, None]
+            take = ((idx >= kk) & (idx < j[s:r])).T
+            pieces.append(rows[:, s:r].T[take])
+            p = int(exit_pos[r - 1])
+            s = r
             continue
-        rest, p, stopped = chain.scalar(p, end_s, 1 << 62)   # raises on a true bad record
+        rest, p, stopped = chain.scalar(p, end_s, 1 << 62)         # raises on a true bad record
         pieces.append(np.asarray(rest, np.int64))
         if stopped:
             return np.concatenate(pieces), p, True
-    return np.concatenate(pieces), p, False
+        s += 1
+    return _verify(chain, np.concatenate(pieces), p, limit)
+
+
+def _verify(chain: Chain, starts: np.ndarray, p: int, limit: int) -> tuple[np.ndarray, int, bool]:
+    """Check speculated starts with the full step: each record valid and ending where the next
+    starts. At the first disagreement the scalar walker takes over (and raises if bad)."""
+    nxt, ok, stop = chain.step(starts)
+    follow = np.append(starts[1:], p)
+    wrong = ~ok | stop | (nxt != follow)
+    if not wrong.any():
+        return starts, p, False
+    i = int(np.flatnonzero(wrong)[0])
+    rest, p, stopped = chain.scalar(int(starts[i]), limit, 1 << 62)
+    return np.concatenate([starts[:i], np.asarray(rest, np.int64)]), p, stopped
 
 
 def _sync(chain: Chain, lo: np.ndarray, hi: np.ndarray, window: int) -> np.ndarray:
@@ -177,35 +205,19 @@ def _sync(chain: Chain, lo: np.ndarray, hi: np.ndarray, window: int) -> np.ndarr
     return np.where(good.any(axis=1), first[np.arange(lo.size), col], -1)
 
 
-def _lockstep(chain: Chain, starts: np.ndarray, seg_end: np.ndarray, budget: int):
-    """Advance every chain one record per step. Returns (chain ids, starts visited, state per
-    chain, last position per chain)."""
-    c = starts.size
-    cur = starts.copy()
-    state = np.zeros(c, np.int8)
-    last = np.full(c, -1, np.int64)
-    active = np.flatnonzero(starts >= 0)
-    ids, visited = [], []
-    for _ in range(budget):
-        if active.size == 0:
+def _lockstep(chain: Chain, starts: np.ndarray, seg_end: np.ndarray, budget: int) -> np.ndarray:
+    """Advance every chain one record per step (no validation; reads are clamped to the file).
+
+    Returns positions (T, C): row 0 the starts (chains without a start sit at the file end),
+    row t the t-th successor, clamped to the file end. Stops when every chain that still moves
+    has left its segment, or after ``budget`` steps."""
+    cur = np.where(starts >= 0, starts, chain.end)
+    rows = [cur]
+    for t in range(budget):
+        nxt = chain.advance(cur)
+        np.minimum(nxt, chain.end, out=nxt)
+        rows.append(nxt)
+        if t % 16 == 15 and not np.any((nxt < seg_end) & (nxt != cur)):
             break
-        p = cur[active]
-        nxt, ok, stop = chain.step(p)
-        bad = ~ok & ~stop
-        state[active[stop]] = STOP
-        last[active[stop]] = p[stop]
-        state[active[bad]] = BAD
-        last[active[bad]] = p[bad]
-        go = ok & ~stop
-        ids.append(active[go])
-        visited.append(p[go])
-        act, nx = active[go], nxt[go]
-        cur[act] = nx
-        done = nx >= seg_end[act]
-        state[act[done]] = END
-        last[act[done]] = nx[done]
-        active = act[~done]
-    state[active] = BUDGET
-    if not ids:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), state, last
-    return np.concatenate(ids), np.concatenate(visited), state, last
+        cur = nxt
+    return np.stack(rows)

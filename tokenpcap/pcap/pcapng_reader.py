@@ -37,6 +37,13 @@ class _BlockChain(Chain):
         self.raw = raw
         self.u4 = self.views(order + "u4")
         self.struct = struct.Struct(order + "II")
+        self.last = max(end - 8, 0)
+        self.len_view = np.ndarray((self.last + 1,), order + "u4", buffer=data, offset=4,
+                                   strides=(1,)) if end >= 8 else np.zeros(1, np.uint32)
+
+    def advance(self, cur):
+        at = np.minimum(cur, self.last)
+        return np.where(self.u4[at] == BT_SHB, cur, cur + self.len_view[at])
 
     def step(self, pos):
         inb = pos + self.header <= self.end
@@ -115,7 +122,7 @@ class PcapngCapture(Capture):
                                   "first_interface": len(self.interfaces)})
         return order, length
 
-    def _batches(self):
+    def _regions(self):
         p = 0
         while p < self.size:
             order, length = self._read_shb(p)
@@ -123,9 +130,7 @@ class PcapngCapture(Capture):
             chain = _BlockChain(self.data, self.raw, self.size, order, str(self.path))
             p += length
             for starts, p, _ in self._walk(chain, p, self.size):
-                rec = self._decode(starts, order, section)
-                if rec.size:
-                    yield rec
+                yield starts, (order, section)
             if self.truncated_at is not None:
                 return
 
@@ -140,7 +145,8 @@ class PcapngCapture(Capture):
             o.get("if_description"), o.get("if_speed"), int(o.get("if_tsresol", 6)),
             int(o.get("if_tsoffset", 0)), section, order))
 
-    def _decode(self, starts: np.ndarray, order: str, section: int) -> np.ndarray:
+    def _decode(self, starts: np.ndarray, ctx: tuple[str, int]) -> np.ndarray:
+        order, section = ctx
         u4, u2 = self.views(order + "u4"), self.views(order + "u2")
         btype = u4[starts]
         length = u4[starts + 4].astype(np.int64)

@@ -33,7 +33,7 @@ from tokenpcap.pcap.formats import (
     PCAP_FILE_HEADER, PCAP_MAGIC_NSEC, PCAP_MAGIC_USEC, PCAP_RECORD)
 from tokenpcap.pcap.timestamps import NS, erf_to_ns
 
-__all__ = ["RECORD_DTYPE", "InterfaceInfo", "Capture", "open_capture", "unwrap_erf"]
+__all__ = ["RECORD_DTYPE", "CHUNK", "InterfaceInfo", "Capture", "open_capture", "unwrap_erf"]
 
 #: One row per packet. Shape (n,).
 #:
@@ -51,6 +51,7 @@ RECORD_DTYPE = np.dtype([("time_ns", "<i8"), ("offset", "<i8"), ("record", "<i8"
                          ("caplen", "<u4"), ("orig_len", "<u4"), ("interface", "<i4"),
                          ("comment", "<i4"), ("linktype", "<u2")], align=True)
 REGION = 64 << 20      # bytes walked at a time: bounds the offset arrays
+CHUNK = 1 << 16        # records decoded at a time: the structured array stays in cache
 
 
 @dataclass(frozen=True)
@@ -95,20 +96,24 @@ class Capture:
         self._stop_on_truncation = on_truncation == "stop"
 
     # -- public ----------------------------------------------------------------------------------
-    def batches(self, max_records: int = 1 << 20) -> Iterator[np.ndarray]:
+    def batches(self, max_records: int = CHUNK) -> Iterator[np.ndarray]:
         """Yield the packets in file order as :data:`RECORD_DTYPE` arrays of at most
-        ``max_records`` rows (memory stays flat whatever the file size).
+        ``max_records`` rows (at most :data:`CHUNK`, so that decoding stays in cache and memory
+        stays flat whatever the file size).
 
         Raises:
             BadMagic, TruncatedFile, CaptureError: naming the byte offset of the bad record.
         """
-        for batch in self._batches():
-            for i in range(0, len(batch), max_records):
-                yield batch[i:i + max_records]
+        chunk = max(1, min(int(max_records), CHUNK))
+        for starts, ctx in self._regions():
+            for i in range(0, starts.size, chunk):
+                rec = self._decode(starts[i:i + chunk], ctx)
+                if rec.size:
+                    yield rec
 
     def read(self) -> np.ndarray:
         """Every packet as one :data:`RECORD_DTYPE` array (n,). Raises: as :meth:`batches`."""
-        parts = list(self._batches())
+        parts = list(self.batches())
         return np.concatenate(parts) if parts else np.zeros(0, RECORD_DTYPE)
 
     def frame(self, row) -> bytes:
@@ -128,7 +133,12 @@ class Capture:
         self.close()
 
     # -- helpers for subclasses -------------------------------------------------------------------
-    def _batches(self) -> Iterator[np.ndarray]:
+    def _regions(self) -> Iterator[tuple[np.ndarray, object]]:
+        """Yield (record starts int64 (k,), context for :meth:`_decode`) region by region."""
+        raise NotImplementedError
+
+    def _decode(self, starts: np.ndarray, ctx) -> np.ndarray:
+        """:data:`RECORD_DTYPE` rows for the records at ``starts``."""
         raise NotImplementedError
 
     def _walk(self, chain: Chain, p: int, end: int) -> Iterator[tuple[np.ndarray, int, bool]]:
@@ -232,6 +242,9 @@ class _PcapChain(Chain):
         self.cap_at = PCAP_RECORD.offset("caplen")
         self.cap = PCAP_RECORD.struct("caplen", order)
         self.frac_per_sec, self.max_caplen, self.first_sec = frac_per_sec, max_caplen, first_sec
+        self.last = max(end - self.header, 0)
+        self.cap_view = np.ndarray((self.last + 1,), order + "u4", buffer=data, offset=self.cap_at,
+                                   strides=(1,)) if end >= self.header else np.zeros(1, np.uint32)
 
     def step(self, pos):
         inb = pos + self.header <= self.end
@@ -239,12 +252,20 @@ class _PcapChain(Chain):
         nxt = pos + self.header + c
         return nxt, inb & (c <= self.max_caplen) & (nxt <= self.end), np.zeros(pos.size, bool)
 
+    def advance(self, cur):
+        return cur + self.cap_view[np.minimum(cur, self.last)] + self.header
+
     def plausible(self, pos):
         u4 = self.u4
-        c = u4[pos + 8].astype(np.int64)
-        sec = u4[pos].astype(np.int64)
-        return ((c <= self.max_caplen) & (u4[pos + 12] >= c) & (u4[pos + 4] < self.frac_per_sec)
-                & (np.abs(sec - self.first_sec) < (1 << 26)) & (pos + self.header + c <= self.end))
+        lo = max(self.first_sec - (1 << 26), 0)
+        idx = np.flatnonzero((u4[pos] - np.uint32(lo)) < np.uint32(1 << 27))
+        q = pos[idx]
+        c = u4[q + 8].astype(np.int64)
+        good = ((c <= self.max_caplen) & (u4[q + 12] >= c) & (u4[q + 4] < self.frac_per_sec)
+                & (q + self.header + c <= self.end))
+        out = np.zeros(pos.size, bool)
+        out[idx[good]] = True
+        return out
 
     def scalar(self, p, limit, max_count):
         out, unpack, end, hl, at = [], self.cap.unpack_from, self.end, self.header, self.cap_at
@@ -290,23 +311,26 @@ class PcapCapture(Capture):
         self._chain = _PcapChain(data, raw, self.size, self.byte_order, self._frac,
                                  max(self.snaplen, MAX_SNAPLEN), first_sec, str(path))
 
-    def _batches(self):
-        u4 = self.views(self.byte_order + "u4")
+    def _regions(self):
         for starts, _, _ in self._walk(self._chain, PCAP_FILE_HEADER.size, self.size):
-            rec = np.empty(starts.size, RECORD_DTYPE)
-            rec["time_ns"] = u4[starts].astype(np.int64) * NS + \
-                u4[starts + 4].astype(np.int64) * (NS // self._frac)
-            rec["offset"] = starts + PCAP_RECORD.size
-            rec["record"] = starts
-            rec["caplen"] = u4[starts + 8]
-            rec["orig_len"] = u4[starts + 12]
-            rec["interface"] = 0
-            rec["comment"] = -1
-            rec["linktype"] = self.linktype
-            if self.linktype == LINKTYPE_ERF:
-                rec = rec[unwrap_erf(self.views, rec, self.path)]
-            if rec.size:
-                yield rec
+            yield starts, None
+
+    def _decode(self, starts, ctx):
+        u4 = self.views(self.byte_order + "u4")
+        rec = np.empty(starts.size, RECORD_DTYPE)
+        t = rec["time_ns"]
+        np.multiply(u4[starts], NS, out=t, dtype=np.int64)
+        t += u4[starts + 4].astype(np.int64) * (NS // self._frac)
+        rec["offset"] = starts + PCAP_RECORD.size
+        rec["record"] = starts
+        rec["caplen"] = u4[starts + 8]
+        rec["orig_len"] = u4[starts + 12]
+        rec["interface"] = 0
+        rec["comment"] = -1
+        rec["linktype"] = self.linktype
+        if self.linktype == LINKTYPE_ERF:
+            rec = rec[unwrap_erf(self.views, rec, self.path)]
+        return rec
 
 
 # --- raw ERF ----------------------------------------------------------------------------------
@@ -322,6 +346,12 @@ class _ErfChain(Chain):
         self.raw, self.first_sec = raw, first_sec
         self.rlen = self.views(">u2")
         self.struct = ERF_RECORD.struct("rlen")
+        self.last = max(end - self.header, 0)
+        self.rlen_view = np.ndarray((self.last + 1,), ">u2", buffer=data, offset=10,
+                                    strides=(1,)) if end >= self.header else np.zeros(1, ">u2")
+
+    def advance(self, cur):
+        return cur + self.rlen_view[np.minimum(cur, self.last)]
 
     def step(self, pos):
         inb = pos + self.header <= self.end
@@ -362,18 +392,19 @@ class ErfCapture(Capture):
         self.interfaces = [InterfaceInfo(i, LINKTYPE_ERF, name=f"Port {'ABCD'[i]}")
                            for i in range(4)]
 
-    def _batches(self):
+    def _regions(self):
         for starts, _, _ in self._walk(self._chain, 0, self.size):
-            rec = np.empty(starts.size, RECORD_DTYPE)
-            rec["offset"] = starts
-            rec["record"] = starts
-            rec["caplen"] = self.views(">u2")[starts + 10]
-            rec["orig_len"] = rec["caplen"]
-            rec["interface"] = self.data[starts + 9] & 3
-            rec["comment"] = -1
-            rec = rec[unwrap_erf(self.views, rec, self.path)]
-            if rec.size:
-                yield rec
+            yield starts, None
+
+    def _decode(self, starts, ctx):
+        rec = np.empty(starts.size, RECORD_DTYPE)
+        rec["offset"] = starts
+        rec["record"] = starts
+        rec["caplen"] = self.views(">u2")[starts + 10]
+        rec["orig_len"] = rec["caplen"]
+        rec["interface"] = self.data[starts + 9] & 3
+        rec["comment"] = -1
+        return rec[unwrap_erf(self.views, rec, self.path)]
 
 
 def _looks_like_erf(data: np.ndarray) -> bool:

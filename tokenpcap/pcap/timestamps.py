@@ -29,11 +29,11 @@ def split_ns(time_ns: np.ndarray, frac_per_sec: int) -> tuple[np.ndarray, np.nda
         two int64 arrays (n,): seconds and fraction.
     """
     t = np.asarray(time_ns, dtype=np.int64)
-    if frac_per_sec == NS:
-        return np.divmod(t, NS)
-    step = NS // frac_per_sec
-    units = (t + step // 2) // step           # round half up, then split (carry is automatic)
-    return np.divmod(units, frac_per_sec)
+    if frac_per_sec != NS:
+        step = NS // frac_per_sec
+        t = (t + step // 2) // step           # round half up, then split (carry is automatic)
+    sec = t // frac_per_sec                   # floor division by a scalar: libdivide, no divmod
+    return sec, t - sec * frac_per_sec
 
 
 def join_sec_frac(sec: np.ndarray, frac: np.ndarray, frac_per_sec: int) -> np.ndarray:
