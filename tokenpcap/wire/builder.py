@@ -75,6 +75,11 @@ class FrameBuilder:
             EncodeError: an unknown opcode.
         """
         c = self.ctx
+        unknown = EXT_BYTES[packets["opcode"]] < 0
+        if unknown.any():
+            i = int(np.flatnonzero(unknown)[0])
+            raise EncodeError(f"packets[{i}].opcode: got {packets['opcode'][i]}, expected a known BTH opcode "
+                              f"(tokenpcap.wire.rdma.OPCODES)")
         return frame_bytes(packets["opcode"], packets["payload_bytes"], transport=c.transport,
                            ip_version=c.ip_version, vlan=c.vlan, grh=c.grh)
 
@@ -151,6 +156,11 @@ class FrameBuilder:
         bad((caplen < 0) | (caplen > flen), "caplen", caplen, "0..frame_bytes of the packet")
         bad((offsets < 0) | (offsets + caplen > out.size), "offset", offsets,
             f"a range inside out (size {out.size})")
+        order = np.argsort(offsets, kind="stable") if n and (np.diff(offsets) < 0).any() else np.arange(n)
+        ends = (offsets + caplen)[order]
+        overlap = np.zeros(n, bool)
+        overlap[order[1:]] = (offsets[order[1:]] < np.maximum.accumulate(ends)[:-1]) & (caplen[order[1:]] > 0)
+        bad(overlap, "offset", offsets, "a range that does not overlap another frame's")
         return flen
 
     # ------------------------------------------------------------------ building
