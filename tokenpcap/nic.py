@@ -1,0 +1,461 @@
+"""The NIC timing engine: RDMA messages in, time-ordered transmitted frames out (stages 5 and 6).
+
+A discrete-event simulation of the NICs of a cluster. Each NIC sends one frame at a time at its
+link rate; a frame occupies the link for its layer-1 time (:func:`layer1_time_ns`). Messages are
+posted on RC QPs (key: source NIC, destination NIC, connection index), become eligible at their
+``start_ns``, and a NIC serves its eligible QPs round-robin, one packet per turn, ACKs first
+(:mod:`tokenpcap.nic_port` holds the arbiter and its numpy epochs). Receivers answer packets that
+carry AckReq with an ACK after :data:`ACK_DELAY_NS`; in the NCCL-like clear-to-send mode every data
+message waits for a small RDMA WRITE from its receiver. The arrival of a message (last bit at the
+receiver = end of its last packet + ``network.latency_ns``) calls its ``on_arrival`` callback, which
+may add messages or timers: that is how the schedule chains ring steps, pipeline sends and compute.
+
+Time is integer nanoseconds (int64) throughout. Events are processed in time order; before an
+event changes a NIC, the NIC's packets up to that time are committed, so an addition at or after
+the current event time is always legal. Output memory is bounded: :meth:`Engine.run` yields chunks.
+
+Layer 1 (C12): an Ethernet frame of ``L`` bytes as captured (no FCS) occupies
+``(L + 4 FCS + 8 preamble/SFD + 12 IFG) * 8 / rate`` (IEEE 802.3 clauses 3.1.1 and 4.4.2). A native
+InfiniBand packet (LRH..VCRC as captured) occupies ``(L + 2) * 8 / rate``: one start delimiter
+(SDP) and one end delimiter (EGP) character, no inter-packet gap (IBTA vol.2 5.6.1 packet framing);
+``link_gbps`` is the data rate after 8b/10b or 64b/66b encoding (EDR 100, HDR 200, NDR 400). Flow
+control packets and skip ordered sets are not modelled. Each frame takes the ceiling of that time
+in whole ns, so no window of the trace ever exceeds the link rate.
+"""
+from __future__ import annotations
+
+import heapq
+from fractions import Fraction
+from typing import Callable, Iterator
+
+import numpy as np
+
+from tokenpcap.errors import InputError
+from tokenpcap.messages import KIND_CTS, KIND_DATA, MESSAGE_DTYPE, VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
+from tokenpcap.nic_port import PKT_ACK, PKT_CTS, PKT_DATA, TX_DTYPE, Port
+from tokenpcap.profiles import ClusterProfile, GenerationConfig
+from tokenpcap.wire import rdma
+
+__all__ = [
+    "Engine", "TX_DTYPE", "MSG_STATE_DTYPE", "PKT_DATA", "PKT_CTS", "PKT_ACK", "ACK_DELAY_NS",
+    "CTS_BYTES", "ETH_L1_OVERHEAD_BYTES", "IB_L1_OVERHEAD_BYTES", "layer1_overhead_bytes",
+    "layer1_time_ps", "layer1_time_ns",
+]
+
+#: Ethernet layer-1 bytes not in a capture: FCS 4 + preamble and SFD 8 + minimum IFG 12 (802.3).
+ETH_L1_OVERHEAD_BYTES = 4 + 8 + 12
+#: InfiniBand: start-of-packet and end-of-good-packet delimiter characters (IBTA vol.2 5.6.1).
+IB_L1_OVERHEAD_BYTES = 2
+#: Time from an AckReq'd packet's arrival (last bit) to its ACK being ready to send at the
+#: responder (ns). A modelling choice of the order of RoCE NIC responder turnaround (a few
+#: hundred ns); every ACK is delayed by exactly this much.
+ACK_DELAY_NS = 200
+#: Payload of an NCCL-like clear-to-send RDMA WRITE (NCCL's ``ncclIbSendFifo`` entry is 64 bytes).
+CTS_BYTES = 64
+
+#: The engine's message table: MESSAGE_DTYPE plus what the lowering and tests need. Times are -1
+#: until they happen. ``psn_offset`` counts the packets posted before this message on its QP (the
+#: lowering adds the QP's initial PSN, modulo 2**24); ``qp_seq`` counts the messages before it
+#: (the responder's MSN after it is ``qp_seq + 1``); ``byte_offset`` its payload bytes before it;
+#: ``peer_msg`` links a data message and its clear-to-send (-1 without one).
+MSG_STATE_DTYPE = np.dtype(MESSAGE_DTYPE.descr + [
+    ("n_packets", "<i8"),
+    ("psn_offset", "<i8"),
+    ("qp_seq", "<i8"),
+    ("byte_offset", "<i8"),
+    ("peer_msg", "<i8"),
+    ("ready_ns", "<i8"),
+    ("first_tx_ns", "<i8"),
+    ("last_tx_end_ns", "<i8"),
+    ("arrival_ns", "<i8"),
+])
+
+_READY, _ACK, _ARRIVE, _TIMER, _WAKE = range(5)
+_NEVER = 1 << 62
+_VERBS = (VERB_WRITE, VERB_WRITE_IMM, VERB_SEND)
+
+
+def layer1_overhead_bytes(transport: str) -> int:
+    """Bytes a frame occupies on the wire beyond its captured length (see the module docstring).
+
+    Raises:
+        InputError: unknown transport.
+    """
+    if transport == "rocev2":
+        return ETH_L1_OVERHEAD_BYTES
+    if transport == "infiniband":
+        return IB_L1_OVERHEAD_BYTES
+    raise InputError(f"transport: got {transport!r}, expected 'rocev2' or 'infiniband'")
+
+
+def _rate(link_gbps: float) -> tuple[int, int]:
+    """Link rate as an exact fraction num/den of bits per ns (the decimal the profile wrote)."""
+    try:
+        r = Fraction(repr(float(link_gbps)))
+    except (TypeError, ValueError, OverflowError):
+        r = Fraction(0)
+    if not r > 0:
+        raise InputError(f"link_gbps: got {link_gbps!r}, expected a number > 0")
+    return r.numerator, r.denominator
+
+
+def layer1_time_ps(frame_bytes, link_gbps: float, transport: str = "rocev2") -> np.ndarray:
+    """Layer-1 time of frames in picoseconds, rounded up (exact when it is a whole ps).
+
+    C12: 60 B at 10 Gb/s → 67200 ps; 4170 B at 400 Gb/s → 83880 ps; at 100 Gb/s → 335520 ps.
+
+    Args:
+        frame_bytes: int ``(n,)`` captured frame lengths (no FCS; LRH..VCRC for InfiniBand).
+        link_gbps: link data rate in Gb/s (> 0).
+        transport: ``"rocev2"`` or ``"infiniband"``.
+
+    Returns:
+        int64 ``(n,)`` ps.
+
+    Raises:
+        InputError: a rate <= 0 or an unknown transport.
+    """
+    num, den = _rate(link_gbps)
+    bits = (np.asarray(frame_bytes, dtype=np.int64) + layer1_overhead_bytes(transport)) * 8
+    return -(-(bits * (1000 * den)) // num)
+
+
+def layer1_time_ns(frame_bytes, link_gbps: float, transport: str = "rocev2") -> np.ndarray:
+    """Layer-1 time of frames in whole ns, rounded up: what one frame occupies on the link.
+
+    ``ceil((L + overhead) * 8 / link_gbps)``; 4170 B at 400 Gb/s (83.88 ns) → 84 ns. See
+    :func:`layer1_time_ps` for arguments; returns int64 ``(n,)`` ns.
+    """
+    num, den = _rate(link_gbps)
+    bits = (np.asarray(frame_bytes, dtype=np.int64) + layer1_overhead_bytes(transport)) * 8
+    return -(-(bits * den) // num)
+
+
+class Engine:
+    """Discrete-event engine over the NICs of ``cluster`` (global index node*nics_per_node + i).
+
+    Args:
+        cluster: link rate, transport, PMTU, ``network`` (latency, IP version, VLAN).
+        generation: ``ack_every_packets`` (0: one ACK per message) and ``clear_to_send``.
+        ack_delay_ns: responder delay before an ACK is ready (default :data:`ACK_DELAY_NS`).
+        cts_bytes: payload of a clear-to-send WRITE (default :data:`CTS_BYTES`).
+        chunk_rows: most rows in one chunk :meth:`run` yields (and the memory bound per step).
+
+    Raises:
+        InputError: impossible settings (rate <= 0, negative latency, chunk_rows < 1 ...).
+    """
+
+    def __init__(self, cluster: ClusterProfile, generation: GenerationConfig | None = None, *,
+                 ack_delay_ns: int = ACK_DELAY_NS, cts_bytes: int = CTS_BYTES,
+                 chunk_rows: int = 1 << 18):
+        gen = generation if generation is not None else GenerationConfig()
+        self.cluster = cluster
+        self.n_nics = int(cluster.nodes) * int(cluster.nics_per_node)
+        net = cluster.network
+        self.latency_ns = int(net.latency_ns)
+        self.ack_delay_ns = int(ack_delay_ns)
+        self.cts_bytes = int(cts_bytes)
+        self.chunk_rows = int(chunk_rows)
+        self.clear_to_send = bool(gen.clear_to_send)
+        self.ack_every = int(gen.ack_every_packets)
+        for key, val, low in (("network.latency_ns", self.latency_ns, 0), ("ack_delay_ns", self.ack_delay_ns, 0),
+                              ("cts_bytes", self.cts_bytes, 0), ("chunk_rows", self.chunk_rows, 1),
+                              ("generation.ack_every_packets", self.ack_every, 0), ("nics", self.n_nics, 1)):
+            if val < low:
+                raise InputError(f"{key}: got {val}, expected an integer >= {low}")
+        self._transport = cluster.transport
+        self._link = float(cluster.link_gbps)
+        self._pmtu = int(cluster.pmtu_bytes)
+        self._wire = dict(transport=cluster.transport, ip_version=int(net.ip_version),
+                          vlan=net.vlan_id is not None)
+        self._seq_ops = {v: (rdma.segment(2 * self._pmtu + 1, self._pmtu, v).opcode.tolist(),
+                             int(rdma.segment(0, self._pmtu, v).opcode[0])) for v in _VERBS}
+        ack_fb = int(rdma.frame_bytes(rdma.ACKNOWLEDGE, 0, **self._wire))
+        ack_ns = int(self.l1_ns(ack_fb))
+        gap = max(64, self.chunk_rows // 2)
+        self._gap_slots = gap
+        self._ports = [Port(i, self.ack_every, ack_ns, ack_fb, gap) for i in range(self.n_nics)]
+        self._frames_cache: dict[tuple[int, int], tuple] = {}
+        self._tab = np.zeros(1024, MSG_STATE_DTYPE)
+        self._n = 0
+        self._info: dict[int, tuple] = {}          # msg -> (src, dst, qp, size, verb, kind) until posted
+        self._callbacks: dict[int, Callable[[int, int], None]] = {}
+        self._heap: list[tuple] = []
+        self._seq = 0
+        self._now: int | None = None
+        self._buffered = 0
+
+    # -- timing helpers ---------------------------------------------------------------------
+
+    def l1_ns(self, frame_bytes) -> np.ndarray:
+        """Layer-1 time (ns, ceiling) of frames on this cluster's links."""
+        return layer1_time_ns(frame_bytes, self._link, self._transport)
+
+    def frames(self, size_bytes: int, verb: int) -> tuple[int, tuple, tuple]:
+        """``(packets, (ns FIRST, MIDDLE, LAST), (bytes FIRST, MIDDLE, LAST))`` of one message.
+
+        Segmentation and frame lengths come from :mod:`tokenpcap.wire.rdma` (C5); a one-packet
+        message has its ONLY packet in all three places.
+        """
+        key = (size_bytes, verb)
+        hit = self._frames_cache.get(key)
+        if hit is None:
+            n = int(rdma.packets_per_message(size_bytes, self._pmtu))
+            (first, middle, last), only = self._seq_ops[verb]
+            if n == 1:
+                ops, pay = [only] * 3, [size_bytes] * 3
+            else:
+                ops, pay = [first, middle, last], [self._pmtu, self._pmtu, size_bytes - (n - 1) * self._pmtu]
+            fb = rdma.frame_bytes(np.array(ops, np.uint8), np.array(pay, np.int64), **self._wire)
+            hit = (n, tuple(int(x) for x in self.l1_ns(fb)), tuple(int(x) for x in fb))
+            self._frames_cache[key] = hit
+        return hit
+
+    # -- building the workload ----------------------------------------------------------------
+
+    @property
+    def now_ns(self) -> int | None:
+        """Time of the event being processed (or where the last :meth:`run` stopped); None before."""
+        return self._now
+
+    @property
+    def messages(self) -> np.ndarray:
+        """The message table, ``MSG_STATE_DTYPE (n,)`` indexed by msg id (a view: copy to keep)."""
+        return self._tab[: self._n]
+
+    def add_message(self, src_nic: int, dst_nic: int, qp: int, size_bytes: int, start_ns: int, *,
+                    verb: int = VERB_WRITE, kind: int = KIND_DATA, imm: int = 0,
+                    on_arrival: Callable[[int, int], None] | None = None, **provenance) -> int:
+        """Add one RDMA message; returns its msg id (dense, in order of creation).
+
+        ``provenance`` sets other MESSAGE_DTYPE fields (phase, dim, collective, iteration, layer,
+        microbatch, step, call_id, rank_src, rank_dst, token_start, token_end); unset ones are 0
+        (phase, dim, collective, iteration) or -1. ``on_arrival(msg_id, arrival_ns)`` is called
+        when the last bit of the message reaches ``dst_nic``. See :meth:`add_messages`.
+
+        Raises:
+            InputError: see :meth:`add_messages`; also an unknown provenance field.
+        """
+        row = np.zeros(1, MESSAGE_DTYPE)
+        for name in ("layer", "microbatch", "step", "call_id", "rank_src", "rank_dst", "token_start", "token_end"):
+            row[name] = -1
+        for name, value in provenance.items():
+            if name not in MESSAGE_DTYPE.names or name == "msg_id":
+                raise InputError(f"add_message: got field {name!r}, expected a MESSAGE_DTYPE field")
+            row[name] = value
+        row["src_nic"], row["dst_nic"], row["qp"] = src_nic, dst_nic, qp
+        row["size_bytes"], row["start_ns"], row["verb"], row["kind"], row["imm"] = (
+            size_bytes, start_ns, verb, kind, imm)
+        return int(self.add_messages(row, on_arrival)[0])
+
+    def add_messages(self, rows: np.ndarray, on_arrival: Callable[[int, int], None] | None = None) -> np.ndarray:
+        """Add messages (``MESSAGE_DTYPE (m,)``; ``msg_id`` is ignored and assigned here).
+
+        Each message is posted on its QP ``(src_nic, dst_nic, qp)`` at ``start_ns`` (FIFO order of
+        posting = time order, ties in order of addition). With ``clear_to_send``, every KIND_DATA
+        message is sent as VERB_WRITE_IMM and gets a KIND_CTS message of ``cts_bytes`` from
+        ``dst_nic`` to ``src_nic`` on the same connection index, posted at ``start_ns``; the data
+        is posted when that CTS arrives. CTS ids follow the ids of this call's data messages.
+
+        Returns:
+            int64 ``(m,)`` ids of the given messages.
+
+        Raises:
+            InputError: a NIC index out of range or src == dst, negative size or qp, unknown
+                verb or kind, or ``start_ns`` before the current engine time (``now_ns``).
+        """
+        rows = np.array(rows, dtype=MESSAGE_DTYPE, ndmin=1, copy=True)
+        self._validate(rows)
+        m = rows.size
+        ids = np.arange(self._n, self._n + m, dtype=np.int64)
+        rows["msg_id"] = ids
+        cts = None
+        if self.clear_to_send:
+            data = rows["kind"] == KIND_DATA
+            rows["verb"][data] = VERB_WRITE_IMM
+            cts = rows[data].copy()
+            cts["msg_id"] = np.arange(self._n + m, self._n + m + cts.size, dtype=np.int64)
+            cts["src_nic"], cts["dst_nic"] = rows["dst_nic"][data], rows["src_nic"][data]
+            cts["size_bytes"], cts["verb"], cts["kind"], cts["imm"] = self.cts_bytes, VERB_WRITE, KIND_CTS, 0
+            cts["rank_src"], cts["rank_dst"] = rows["rank_dst"][data], rows["rank_src"][data]
+        new = rows if cts is None or cts.size == 0 else np.concatenate([rows, cts])
+        self._append(new)
+        peer = np.full(m, -1, np.int64)
+        if cts is not None and cts.size:
+            peer[np.flatnonzero(rows["kind"] == KIND_DATA)] = cts["msg_id"]
+            self._tab["peer_msg"][cts["msg_id"]] = ids[rows["kind"] == KIND_DATA]
+            self._tab["peer_msg"][ids] = peer
+        cols = [new[f].tolist() for f in ("msg_id", "src_nic", "dst_nic", "qp", "size_bytes", "verb", "kind")]
+        for mid, src, dst, qp, size, verb, kind in zip(*cols):
+            self._info[mid] = (src, dst, qp, size, verb, kind)
+        for i, (mid, start, pm) in enumerate(zip(ids.tolist(), rows["start_ns"].tolist(), peer.tolist())):
+            src, dst, qp = self._info[mid][:3]
+            self._ports[src].qp(dst, qp)                 # fixes the QP's place in the rotation
+            if on_arrival is not None:
+                self._callbacks[mid] = on_arrival
+            if pm >= 0:
+                self._ports[dst].qp(src, qp)
+                self._push(start, _READY, pm, 0, pm)
+            else:
+                self._push(start, _READY, mid, 0, mid)
+        return ids
+
+    def at(self, t_ns: int, callback: Callable[[int], None]) -> None:
+        """Call ``callback(t_ns)`` at ``t_ns`` (compute, NVLink ...); it may add messages or timers.
+
+        Raises:
+            InputError: ``t_ns`` before the current engine time.
+        """
+        t = int(t_ns)
+        if self._now is not None and t < self._now:
+            raise InputError(f"at: t_ns: got {t}, expected >= {self._now} (the engine's current time)")
+        self._push(t, _TIMER, 0, 0, callback)
+
+    def _validate(self, rows: np.ndarray) -> None:
+        checks = (
+            ("src_nic", (rows["src_nic"] < 0) | (rows["src_nic"] >= self.n_nics), f"0 .. {self.n_nics - 1}"),
+            ("dst_nic", (rows["dst_nic"] < 0) | (rows["dst_nic"] >= self.n_nics), f"0 .. {self.n_nics - 1}"),
+            ("dst_nic", rows["dst_nic"] == rows["src_nic"], "a NIC other than src_nic"),
+            ("qp", rows["qp"] < 0, ">= 0"),
+            ("size_bytes", rows["size_bytes"] < 0, ">= 0"),
+            ("verb", ~np.isin(rows["verb"], _VERBS), "VERB_WRITE, VERB_WRITE_IMM or VERB_SEND"),
+            ("kind", ~np.isin(rows["kind"], (KIND_DATA, KIND_CTS)), "KIND_DATA or KIND_CTS"),
+            ("start_ns", rows["start_ns"] < (0 if self._now is None else self._now),
+             f">= {0 if self._now is None else self._now} (the engine's current time)"),
+        )
+        for key, bad, expected in checks:
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise InputError(f"message {i}: {key}: got {rows[key][i]}, expected {expected}")
+
+    def _append(self, rows: np.ndarray) -> None:
+        need = self._n + rows.size
+        if need > self._tab.size:
+            grown = np.zeros(max(need, 2 * self._tab.size), MSG_STATE_DTYPE)
+            grown[: self._n] = self._tab[: self._n]
+            self._tab = grown
+        block = self._tab[self._n:need]
+        for name in MESSAGE_DTYPE.names:
+            block[name] = rows[name]
+        for name in ("psn_offset", "qp_seq", "byte_offset", "ready_ns", "first_tx_ns", "last_tx_end_ns",
+                     "arrival_ns", "peer_msg"):
+            block[name] = -1
+        block["n_packets"] = rdma.packets_per_message(rows["size_bytes"], self._pmtu)
+        self._n = need
+
+    def _push(self, t: int, typ: int, k1: int, k2: int, *args) -> None:
+        """Queue an event. Equal times run in the order (type, k1, k2, insertion): READY by msg id,
+        ACK by (msg, packet), ARRIVE by msg id, timers by insertion, WAKEs last; a canonical
+        order that does not depend on the history of the heap."""
+        if self._now is not None and t < self._now:
+            raise RuntimeError(f"internal: event at {t} ns before the current time {self._now} ns")
+        self._seq += 1
+        heapq.heappush(self._heap, (t, typ, k1, k2, self._seq, args))
+
+    # -- the event loop -----------------------------------------------------------------------
+
+    def run(self, until_ns: int | None = None) -> Iterator[np.ndarray]:
+        """Process events (before ``until_ns``) and yield transmitted frames in time order.
+
+        Yields ``TX_DTYPE`` chunks of at most ``chunk_rows`` rows; across chunks and NICs rows are
+        sorted by ``time_ns`` (ties: lower NIC first). With ``until_ns`` the run stops there (frames
+        starting before it are yielded) and a later ``run()`` continues.
+        """
+        stop = _NEVER if until_ns is None else int(until_ns)
+        heap = self._heap
+        while heap and heap[0][0] < stop:
+            t = heap[0][0]
+            if self._buffered >= self.chunk_rows:
+                yield from self._flush(t)
+            _, typ, _, _, _, args = heapq.heappop(heap)
+            self._now = t
+            self._dispatch(t, typ, args)
+        yield from self._flush(stop)
+        if until_ns is not None:
+            self._now = stop if self._now is None else max(self._now, stop)
+
+    def _dispatch(self, t: int, typ: int, args: tuple) -> None:
+        if typ == _WAKE:
+            port = self._ports[args[0]]
+            if t == port.wake_at:
+                port.wake_at = None
+                self._advance(port, t + 1)
+                self._rewake(port)
+        elif typ == _READY:
+            self._ready(args[0], t)
+        elif typ == _ACK:
+            port = self._ports[args[0]]
+            self._advance(port, t)
+            port.queue_ack(t, args[1], args[2], args[3])
+            self._rewake(port)
+        elif typ == _ARRIVE:
+            mid = args[0]
+            self._tab["arrival_ns"][mid] = t
+            if self._tab["kind"][mid] == KIND_CTS and self._tab["peer_msg"][mid] >= 0:
+                self._ready(int(self._tab["peer_msg"][mid]), t)
+            cb = self._callbacks.pop(mid, None)
+            if cb is not None:
+                cb(mid, t)
+        else:
+            args[0](t)
+
+    def _ready(self, mid: int, t: int) -> None:
+        src, dst, qpi, size, verb, kind = self._info.pop(mid)
+        port = self._ports[src]
+        self._advance(port, t)
+        q = port.qp(dst, qpi)
+        n, d, fb = self.frames(size, verb)
+        tab = self._tab
+        tab["psn_offset"][mid], tab["qp_seq"][mid], tab["byte_offset"][mid], tab["ready_ns"][mid] = (
+            q.psn_next, q.count, q.bytes_next, t)
+        q.psn_next += n
+        q.count += 1
+        q.bytes_next += size
+        port.post(q, t, mid, n, d, fb, PKT_CTS if kind == KIND_CTS else PKT_DATA)
+        self._rewake(port)
+
+    def _advance(self, port: Port, limit: int, max_rows: int | None = None) -> None:
+        if port.clock is None or port.clock >= limit:
+            return
+        before = port.out_rows
+        cons: list = []
+        port.advance(limit, cons, max_rows)
+        self._buffered += port.out_rows - before
+        tab = self._tab
+        for c in cons:
+            if c[0] == "first":
+                tab["first_tx_ns"][c[1]] = c[2]
+            elif c[0] == "ack":
+                self._push(c[4] + self.latency_ns + self.ack_delay_ns, _ACK, c[2], c[3], c[1], c[2], c[3], port.nic)
+            else:
+                tab["last_tx_end_ns"][c[1]] = c[2]
+                self._push(c[2] + self.latency_ns, _ARRIVE, c[1], 0, c[1])
+
+    def _rewake(self, port: Port) -> None:
+        """Make sure a wake is queued at or before the port's next packet with consequences.
+
+        A wake that comes early is harmless (it commits up to its time and predicts again), so a
+        new one is queued only when the prediction is earlier than the one already queued."""
+        w = port.next_wake(self._gap_slots)
+        if w is not None and (port.wake_at is None or w < port.wake_at):
+            port.wake_at = w
+            self._push(w, _WAKE, port.nic, 0, port.nic)
+
+    def _flush(self, horizon: int) -> Iterator[np.ndarray]:
+        while True:
+            frontier = horizon
+            busy = [p for p in self._ports if p.clock is not None]
+            budget = max(1024, self.chunk_rows // max(1, len(busy)))
+            for port in busy:
+                self._advance(port, horizon, budget)
+                if port.busy() and port.clock < horizon:
+                    frontier = min(frontier, port.clock)
+            parts = [x for x in (p.take(frontier) for p in busy) if x is not None]
+            self._buffered = sum(p.out_rows for p in busy)
+            if parts:
+                rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
+                rows = rows[np.argsort(rows["time_ns"], kind="stable")]
+                for i in range(0, rows.size, self.chunk_rows):
+                    yield rows[i: i + self.chunk_rows]
+            if frontier >= horizon or not any(p.busy() for p in busy):
+                return
