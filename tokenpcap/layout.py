@@ -186,9 +186,14 @@ class RankLayout:
         return len({r // self.gpus_per_node for r in group}) <= 1
 
     def intra_node_summary(self) -> dict[str, dict[str, int | bool]]:
-        """Per group kind: ``size``, ``groups`` and ``intra_node`` (all its groups inside one node)."""
+        """Per group kind: ``size``, ``groups`` and ``intra_node`` (all its groups inside one node).
+
+        ``ep``/``edp`` are listed only with expert parallelism (``ep > 1``), ``emb`` only with
+        ``pp > 1``."""
         out: dict[str, dict[str, int | bool]] = {}
         for dim in DIM_NAMES:
+            if dim in ("ep", "edp") and self.ep == 1:
+                continue
             gs = self.groups(dim)
             if not gs:
                 continue

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenpcap import _yamlcheck as yc
-from tokenpcap.errors import InfeasiblePlanError, ProfileError, TokenizerError
+from tokenpcap.errors import ProfileError, TokenizerError
 
 __all__ = [
     "MoeProfile",
@@ -433,7 +433,7 @@ def load_scenario(path: str | Path) -> Scenario:
         tokenizer = TokenizerSpec(**t)
     scenario = Scenario(
         name=v["name"] if v["name"] is not None else path.stem,
-        corpus=base / v["corpus"],
+        corpus=(base / v["corpus"]).resolve(),
         tokenizer=tokenizer,
         model=model,
         cluster=cluster,
@@ -460,54 +460,4 @@ def _sub_profile(file: Path, base: Path, key: str, value: Any, build):  # type: 
     raise ProfileError(file, key, value, "a path to a YAML profile or an inline mapping")
 
 
-def check_feasible(s: Scenario) -> None:
-    """Check that a scenario's model, cluster and parallelism can be combined (Megatron-LM rules).
-
-    Rules: ``dp*tp*pp == nodes*gpus_per_node``; ``attention_heads % tp == 0``; ``kv_heads % tp
-    == 0`` when ``kv_heads >= tp`` else ``tp % kv_heads == 0`` (KV heads replicated);
-    ``layers % pp == 0``; ``global_batch_size % (micro_batch_size*dp) == 0``; with sequence
-    parallelism ``seq_length % tp == 0``; ``ep > 1`` needs an MoE model, ``experts % ep == 0`` and
-    ``dp % ep == 0`` (expert-parallel groups are carved out of the DP dimension); a ``bpe``
-    tokenizer vocabulary no larger than the model's.
-
-    Raises:
-        InfeasiblePlanError: the first rule broken, naming the file, keys, value got and expected.
-    """
-    p, m, c, t = s.parallelism, s.model, s.cluster, s.training
-    where = str(s.path) if s.path is not None else "<scenario>"
-
-    def fail(key: str, got: str, expected: str) -> None:
-        raise InfeasiblePlanError(f"{where}: {key}: got {got}, expected {expected}")
-
-    gpus = c.nodes * c.gpus_per_node
-    if p.dp * p.tp * p.pp != gpus:
-        fail("parallelism", f"dp*tp*pp = {p.dp}*{p.tp}*{p.pp} = {p.dp * p.tp * p.pp}",
-             f"the cluster's GPU count nodes*gpus_per_node = {c.nodes}*{c.gpus_per_node} = {gpus}")
-    if m.attention_heads % p.tp:
-        fail("parallelism.tp", f"{p.tp} with model attention_heads {m.attention_heads}",
-             "a tp that divides attention_heads")
-    if m.kv_heads >= p.tp and m.kv_heads % p.tp:
-        fail("parallelism.tp", f"{p.tp} with model kv_heads {m.kv_heads}",
-             "a tp that divides kv_heads")
-    if m.kv_heads < p.tp and p.tp % m.kv_heads:
-        fail("parallelism.tp", f"{p.tp} with model kv_heads {m.kv_heads}",
-             "a multiple of kv_heads when tp > kv_heads")
-    if m.layers % p.pp:
-        fail("parallelism.pp", f"{p.pp} with model layers {m.layers}", "a pp that divides layers")
-    if t.global_batch_size % (t.micro_batch_size * p.dp):
-        fail("training.global_batch_size", str(t.global_batch_size),
-             f"a multiple of micro_batch_size*dp = {t.micro_batch_size}*{p.dp}")
-    if p.sequence_parallel and m.seq_length % p.tp:
-        fail("parallelism.sequence_parallel", f"seq_length {m.seq_length} with tp {p.tp}",
-             "a seq_length divisible by tp")
-    if p.ep > 1:
-        if m.moe is None:
-            fail("parallelism.ep", str(p.ep), "ep 1 for a model without moe")
-        elif m.moe.experts % p.ep:
-            fail("parallelism.ep", f"{p.ep} with moe.experts {m.moe.experts}",
-                 "an ep that divides the number of experts")
-        if p.dp % p.ep:
-            fail("parallelism.ep", f"{p.ep} with dp {p.dp}", "an ep that divides dp")
-    if s.tokenizer.kind == "bpe" and s.tokenizer.vocab_size > m.vocab_size:
-        fail("tokenizer.vocab_size", str(s.tokenizer.vocab_size),
-             f"at most the model's vocab_size {m.vocab_size}")
+from tokenpcap.feasibility import check_feasible  # noqa: E402  (re-exported; needs the types above)
