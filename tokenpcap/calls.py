@@ -65,7 +65,8 @@ class CollectiveCall:
     total buffer of ReduceScatter / AllGather / AllToAll). ``layer`` is the global transformer layer
     (``-1``: embedding, output layer, cross entropy, buckets without layer gradients); for a DP
     bucket the lowest layer whose gradients it holds (it is ready once that layer's backward is
-    done). ``bucket`` numbers DP buckets (per stage, in the order they become ready). ``op`` names
+    done). ``stage`` is the pipeline stage whose ranks make the call (SendRecv: the sender's; the
+    tied-embedding AllReduce, whose group spans the first and last stage: 0). ``bucket`` numbers DP buckets (per stage, in the order they become ready). ``op`` names
     the operation (``attn_out``, ``mlp_in_regather``, ``activation``, ``grad_bucket`` ...).
     """
 

@@ -62,8 +62,14 @@ def pipeline_bubble_fraction(pp: int, microbatches: int, virtual_stages: int = 1
 
 
 def wire_time_ns(nbytes: int, link_gbps: float) -> int:
-    """Time to send ``nbytes`` of payload at ``link_gbps`` (1 Gb/s = 1 bit/ns), rounded up (ns)."""
-    return int(np.ceil(nbytes * 8 / link_gbps)) if nbytes else 0
+    """Time to send ``nbytes`` of payload at ``link_gbps`` (1 Gb/s = 1 bit/ns), rounded up (ns).
+
+    Exact rational arithmetic (the rate as written in decimal), so no float rounding at any size.
+    """
+    if nbytes <= 0:
+        return 0
+    ns = Fraction(nbytes * 8) / Fraction(str(link_gbps))
+    return -(-ns.numerator // ns.denominator)
 
 
 @dataclass
