@@ -1,0 +1,331 @@
+"""Stage 8: read any capture back and say what is in it and whether it is right.
+
+``inspect_capture(path) -> Report`` streams the records of a pcap, pcapng or ERF file
+(:mod:`tokenpcap.pcap.reader`, memory-mapped, batch by batch, flat memory), decodes the headers of
+every packet with numpy (:mod:`tokenpcap.analysis_decode`), verifies ICRC/VCRC
+(:mod:`tokenpcap.analysis_crc`), follows PSNs per flow (:mod:`tokenpcap.analysis_flows`) and
+aggregates:
+
+* capinfos-like totals: packets, bytes on the wire (sum of original lengths), first/last time
+  (integer ns), duration, layer-2 rate ``bytes * 8 / duration`` and layer-1 rate, where every
+  Ethernet frame also occupies FCS 4 + preamble/SFD 8 + IFG 12 bytes and at least 60 bytes of
+  frame (IEEE 802.3 4.2.3.3, case C12);
+* RDMA (RoCEv2, RoCEv1, native IB): flows keyed by (source, destination, DestQP), opcodes, RDMA
+  payload bytes (C7), ICRC/VCRC validity, PSN gaps/reordering with 24-bit wrap (C6), CNPs
+  (opcode 0x81), ECN codepoints (CE marks), FECN/BECN bits;
+* PFC pause frames (MAC control 0x8808, opcode 0x0101): XOFF/XON and priorities;
+* per phase, when pcapng packet comments start with a :func:`tokenpcap.messages.phase_label`.
+
+This module imports :mod:`tokenpcap.wire`, :mod:`tokenpcap.pcap`, ``messages`` and ``errors`` only.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tokenpcap.analysis_crc import check_crcs
+from tokenpcap.analysis_decode import (
+    KIND_IB, KIND_NAMES, KIND_PFC, LINKTYPE_ETHERNET, decode_batch)
+from tokenpcap.analysis_flows import SEQUENCED, FlowTable, PsnTracker, is_rdma
+from tokenpcap.messages import parse_phase_label
+from tokenpcap.pcap.reader import open_capture
+from tokenpcap.pcap.timestamps import NO_TIME
+from tokenpcap.wire.rdma import CNP, ETH_MIN_FRAME_BYTES, OPCODES
+
+__all__ = ["Report", "inspect_capture", "address_text", "L1_OVERHEAD_BYTES", "NS_PER_S"]
+
+NS_PER_S = 1_000_000_000
+#: FCS 4 + preamble/SFD 8 + inter-frame gap 12 (IEEE 802.3; case C12)
+L1_OVERHEAD_BYTES = 24
+_FLOW_COLS = ("packets", "bytes", "payload", "first_ns", "last_ns", "icrc_bad", "vcrc_bad",
+              "icrc_ok", "cnp", "ce", "sport")
+
+
+def address_text(kind: int, hi: int, lo: int) -> str:
+    """Human text of a decoded address key: IPv4, IPv6/GID, or ``lid 0x0004`` for IB LIDs."""
+    if kind == KIND_IB:
+        return f"lid 0x{lo:04x}"
+    if hi == 0 and lo < (1 << 32):
+        return str(ipaddress.IPv4Address(lo))
+    return str(ipaddress.IPv6Address((hi << 64) | lo))
+
+
+@dataclass
+class Report:
+    """What :func:`inspect_capture` found. Counts are ints; times are int ns since the epoch.
+
+    ``flows``, ``phases`` and ``nics`` are lists of dicts (see :meth:`to_json`); ``phase_nic``
+    maps ``(phase label, source address text) -> payload bytes`` for the plan comparison.
+    """
+
+    path: str
+    format: str
+    packets: int = 0
+    bytes: int = 0
+    captured_bytes: int = 0
+    first_ns: int | None = None
+    last_ns: int | None = None
+    l1_bytes: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+    interfaces: list[dict] = field(default_factory=list)
+    roce: dict = field(default_factory=dict)
+    pfc: dict = field(default_factory=dict)
+    flows: list[dict] = field(default_factory=list)
+    phases: list[dict] = field(default_factory=list)
+    nics: list[dict] = field(default_factory=list)
+    phase_nic: dict[tuple[str, str], int] = field(default_factory=dict)
+    truncated_at: int | None = None
+    against: dict | None = None
+
+    @property
+    def duration_ns(self) -> int:
+        """last − first (0 for fewer than two timestamps)."""
+        if self.first_ns is None or self.last_ns is None:
+            return 0
+        return self.last_ns - self.first_ns
+
+    def rate_bps(self, nbytes: int) -> int | None:
+        """``nbytes * 8 / duration`` in bit/s (integer, floor), None without a duration."""
+        d = self.duration_ns
+        return nbytes * 8 * NS_PER_S // d if d > 0 else None
+
+    def checks(self) -> list[dict]:
+        """Every check with ``name``, ``ok`` and ``detail``; ``--strict`` fails on any not ok."""
+        r = self.roce
+        out = [
+            {"name": "icrc", "ok": r.get("icrc_bad", 0) == 0,
+             "detail": f"{r.get('icrc_bad', 0)} bad of {r.get('icrc_checked', 0)} checked"},
+            {"name": "vcrc", "ok": r.get("vcrc_bad", 0) == 0,
+             "detail": f"{r.get('vcrc_bad', 0)} bad"},
+            {"name": "psn", "ok": r.get("psn_gaps", 0) == 0 and r.get("psn_reordered", 0) == 0,
+             "detail": f"{r.get('psn_gaps', 0)} gaps ({r.get('psn_missing', 0)} PSNs missing), "
+                       f"{r.get('psn_reordered', 0)} late"},
+            {"name": "lengths", "ok": r.get("malformed", 0) == 0,
+             "detail": f"{r.get('malformed', 0)} RDMA packets with inconsistent lengths or opcode"},
+            {"name": "complete", "ok": self.truncated_at is None,
+             "detail": "file complete" if self.truncated_at is None else
+                       f"file truncated at byte offset {self.truncated_at}"},
+        ]
+        if self.against is not None:
+            out.append({"name": "against", "ok": not self.against["differences"],
+                        "detail": f"{len(self.against['differences'])} differences with the plan"})
+        return out
+
+    @property
+    def ok(self) -> bool:
+        """All checks pass."""
+        return all(c["ok"] for c in self.checks())
+
+    def to_json(self) -> dict:
+        """Machine-readable report (``inspect --json``); every byte count is an int."""
+        return {
+            "file": self.path, "format": self.format, "packets": self.packets,
+            "bytes": self.bytes, "captured_bytes": self.captured_bytes,
+            "first_ns": self.first_ns, "last_ns": self.last_ns, "duration_ns": self.duration_ns,
+            "l2_bps": self.rate_bps(self.bytes), "l1_bps": self.rate_bps(self.l1_bytes),
+            "interfaces": self.interfaces, "kinds": self.kinds, "roce": self.roce,
+            "pfc": self.pfc, "flows": self.flows, "phases": self.phases, "nics": self.nics,
+            "checks": self.checks(), "ok": self.ok, "truncated_at": self.truncated_at,
+            **({"against": self.against} if self.against is not None else {}),
+        }
+
+
+class _Acc:
+    """Running aggregates of one inspection (per flow arrays grow as flows appear)."""
+
+    def __init__(self) -> None:
+        self.flows = FlowTable()
+        self.psn = PsnTracker()
+        self.f = {k: np.zeros(0, np.int64) for k in _FLOW_COLS}
+        self.opcodes = np.zeros(256, np.int64)
+        self.ecn = np.zeros(4, np.int64)
+        self.kinds = np.zeros(len(KIND_NAMES), np.int64)
+        self.labels: list[str] = []
+        self.label_index: dict[str, int] = {}
+        self.flow_label: dict[tuple[int, int], np.ndarray] = {}
+        self.n = dict(payload=0, icrc_ok=0, icrc_bad=0, icrc_unchecked=0, vcrc_ok=0, vcrc_bad=0,
+                      malformed=0, fecn=0, becn=0, cnp=0, packets=0, pfc=0, pfc_xoff=0,
+                      pfc_xon=0)
+        self.pfc_prio = np.zeros(8, np.int64)
+
+    def grow(self, n: int) -> None:
+        old = self.f["packets"].size
+        if n > old:
+            for k, a in self.f.items():
+                fill = np.iinfo(np.int64).max if k == "first_ns" else \
+                    (np.iinfo(np.int64).min if k == "last_ns" else 0)
+                self.f[k] = np.concatenate([a, np.full(n - old, fill, np.int64)])
+
+    def label_codes(self, comments: list[str]) -> np.ndarray:
+        """Global label index for every comment code of the capture (-1: no phase label)."""
+        out = np.full(len(comments) + 1, -1, np.int64)    # last entry: code -1
+        for i, text in enumerate(comments):
+            try:
+                label = "/".join(parse_phase_label(text))
+            except ValueError:
+                continue
+            if label not in self.label_index:
+                self.label_index[label] = len(self.labels)
+                self.labels.append(label)
+            out[i] = self.label_index[label]
+        return out
+
+
+def _add_batch(acc: _Acc, cap, rec: np.ndarray) -> None:
+    dec = decode_batch(cap.data, rec, cap.views)
+    acc.kinds += np.bincount(dec["kind"], minlength=len(KIND_NAMES))
+    rd = np.flatnonzero(is_rdma(dec["kind"]))
+    pf = dec[dec["kind"] == KIND_PFC]
+    if pf.size:
+        acc.n["pfc"] += pf.size
+        acc.n["pfc_xoff"] += int((pf["pfc_max"] > 0).sum())
+        acc.n["pfc_xon"] += int((pf["pfc_max"] == 0).sum())
+        bits = (pf["pfc_cev"][:, None].astype(np.int64) >> np.arange(8)) & 1
+        acc.pfc_prio += bits.sum(axis=0)
+    if rd.size == 0:
+        return
+    d = dec[rd]
+    icrc, vcrc = check_crcs(cap.data, rec["offset"][rd], d)
+    n = acc.n
+    n["packets"] += rd.size
+    n["payload"] += int(d["payload"][d["payload"] > 0].sum())
+    n["icrc_ok"] += int((icrc == 1).sum())
+    n["icrc_bad"] += int((icrc == 0).sum())
+    n["icrc_unchecked"] += int((icrc < 0).sum())
+    n["vcrc_ok"] += int((vcrc == 1).sum())
+    n["vcrc_bad"] += int((vcrc == 0).sum())
+    n["malformed"] += int(d["malformed"].sum())
+    n["fecn"] += int(d["fecn"].sum())
+    n["becn"] += int(d["becn"].sum())
+    cnp = d["opcode"] == CNP
+    n["cnp"] += int(cnp.sum())
+    acc.opcodes += np.bincount(d["opcode"], minlength=256)
+    ip = d["ipver"] > 0
+    acc.ecn += np.bincount(d["ecn"][ip], minlength=4)
+    fid = acc.flows.ids(d)
+    acc.grow(len(acc.flows))
+    f = acc.f
+    pay = np.maximum(d["payload"].astype(np.int64), 0)
+    np.add.at(f["packets"], fid, 1)
+    np.add.at(f["bytes"], fid, d["orig_len"])
+    np.add.at(f["payload"], fid, pay)
+    np.minimum.at(f["first_ns"], fid, d["time_ns"])
+    np.maximum.at(f["last_ns"], fid, d["time_ns"])
+    np.add.at(f["icrc_bad"], fid, icrc == 0)
+    np.add.at(f["icrc_ok"], fid, icrc == 1)
+    np.add.at(f["vcrc_bad"], fid, vcrc == 0)
+    np.add.at(f["cnp"], fid, cnp)
+    np.add.at(f["ce"], fid, ip & (d["ecn"] == 3))
+    f["sport"][fid] = d["sport"]
+    seq = SEQUENCED[d["opcode"]] & ~d["malformed"]
+    acc.psn.update(fid[seq], d["psn"][seq])
+    codes = acc.label_codes(cap.comments)[d["comment"]]
+    pair = fid * (len(acc.labels) + 1) + (codes + 1)
+    uniq, inv = np.unique(pair, return_inverse=True)
+    sums = np.zeros((uniq.size, 3), np.int64)
+    np.add.at(sums, inv.ravel(), np.stack([np.ones(rd.size, np.int64), pay,
+                                           d["orig_len"]], axis=1))
+    for u, s in zip(uniq.tolist(), sums):
+        key = (u // (len(acc.labels) + 1), u % (len(acc.labels) + 1) - 1)
+        acc.flow_label[key] = acc.flow_label.get(key, 0) + s
+
+
+def inspect_capture(path: str | os.PathLike, *, max_records: int = 1 << 20,
+                    on_truncation: str = "stop") -> Report:
+    """Read a capture and aggregate everything the module docstring lists.
+
+    Args:
+        path: a pcap (us/ns, either byte order), pcapng or ERF file.
+        max_records: packets decoded at a time (bounds memory).
+        on_truncation: ``"stop"`` (default: report the complete records and ``truncated_at``) or
+            ``"error"`` (raise :class:`~tokenpcap.errors.TruncatedFile`).
+
+    Raises:
+        CaptureError (BadMagic, TruncatedFile): the file is not a capture, or is corrupt; the
+            message names the byte offset.
+    """
+    cap = open_capture(path, on_truncation=on_truncation)
+    rep = Report(str(path), cap.format)
+    acc = _Acc()
+    first, last = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    for rec in cap.batches(max_records):
+        rep.packets += rec.size
+        orig = rec["orig_len"].astype(np.int64)
+        rep.bytes += int(orig.sum())
+        rep.captured_bytes += int(rec["caplen"].sum(dtype=np.int64))
+        eth = rec["linktype"] == LINKTYPE_ETHERNET
+        rep.l1_bytes += int(np.where(eth, np.maximum(orig, ETH_MIN_FRAME_BYTES)
+                                     + L1_OVERHEAD_BYTES, orig).sum())
+        t = rec["time_ns"][rec["time_ns"] != NO_TIME]
+        if t.size:
+            first, last = min(first, int(t.min())), max(last, int(t.max()))
+        _add_batch(acc, cap, rec)
+    if rep.packets and last >= first:
+        rep.first_ns, rep.last_ns = first, last
+    rep.truncated_at = cap.truncated_at
+    rep.interfaces = [{"index": i.index, "linktype": i.linktype, "name": i.name,
+                       "speed_bps": i.speed_bps, "tsresol": i.tsresol} for i in cap.interfaces]
+    _finish(rep, acc)
+    return rep
+
+
+def _finish(rep: Report, acc: _Acc) -> None:
+    n = acc.n
+    rep.kinds = {name: int(c) for name, c in zip(KIND_NAMES, acc.kinds) if c}
+    ps = acc.psn
+    rep.roce = {
+        "packets": n["packets"], "payload_bytes": n["payload"], "icrc_ok": n["icrc_ok"],
+        "icrc_bad": n["icrc_bad"], "icrc_checked": n["icrc_ok"] + n["icrc_bad"],
+        "icrc_unchecked": n["icrc_unchecked"], "vcrc_ok": n["vcrc_ok"], "vcrc_bad": n["vcrc_bad"],
+        "psn_gaps": int(ps.gaps.sum()), "psn_missing": int(ps.missing.sum()),
+        "psn_reordered": int(ps.reordered.sum()), "cnp": n["cnp"], "fecn": n["fecn"],
+        "becn": n["becn"], "malformed": n["malformed"], "flows": len(acc.flows),
+        "ecn": {k: int(v) for k, v in zip(("not_ect", "ect1", "ect0", "ce"), acc.ecn)},
+        "opcodes": {OPCODES[c].name if c in OPCODES else f"0x{c:02x}": int(acc.opcodes[c])
+                    for c in np.flatnonzero(acc.opcodes).tolist()},
+    }
+    rep.pfc = {"frames": n["pfc"], "xoff": n["pfc_xoff"], "xon": n["pfc_xon"],
+               "priorities": {str(k): int(v) for k, v in enumerate(acc.pfc_prio) if v}}
+    f = acc.f
+    gaps = np.zeros(len(acc.flows), np.int64)
+    gaps[:ps.gaps.size] = ps.gaps
+    missing = np.zeros_like(gaps)
+    missing[:ps.missing.size] = ps.missing
+    late = np.zeros_like(gaps)
+    late[:ps.reordered.size] = ps.reordered
+    src_of = []
+    for i, (kind, sh, sl, dh, dl, qp) in enumerate(acc.flows.keys):
+        src, dst = address_text(kind, sh, sl), address_text(kind, dh, dl)
+        src_of.append(src)
+        rep.flows.append({
+            "transport": KIND_NAMES[kind], "src": src, "dst": dst, "dest_qp": qp,
+            "udp_sport": int(f["sport"][i]) if kind != KIND_IB else None,
+            "packets": int(f["packets"][i]), "bytes": int(f["bytes"][i]),
+            "payload_bytes": int(f["payload"][i]), "first_ns": int(f["first_ns"][i]),
+            "last_ns": int(f["last_ns"][i]), "icrc_bad": int(f["icrc_bad"][i]),
+            "vcrc_bad": int(f["vcrc_bad"][i]), "psn_gaps": int(gaps[i]),
+            "psn_missing": int(missing[i]), "psn_reordered": int(late[i]),
+            "cnp": int(f["cnp"][i]), "ce": int(f["ce"][i])})
+    nics: dict[str, dict] = {}
+    for fl in rep.flows:
+        e = nics.setdefault(fl["src"], {"address": fl["src"], "packets": 0, "bytes": 0,
+                                        "payload_bytes": 0, "flows": 0})
+        e["packets"] += fl["packets"]
+        e["bytes"] += fl["bytes"]
+        e["payload_bytes"] += fl["payload_bytes"]
+        e["flows"] += 1
+    rep.nics = sorted(nics.values(), key=lambda e: e["address"])
+    phases: dict[str, dict] = {}
+    for (fid, code), (pk, pay, by) in acc.flow_label.items():
+        label = acc.labels[code] if code >= 0 else "(no phase)"
+        e = phases.setdefault(label, {"name": label, "packets": 0, "payload_bytes": 0,
+                                      "bytes": 0})
+        e["packets"] += int(pk)
+        e["payload_bytes"] += int(pay)
+        e["bytes"] += int(by)
+        key = (label, src_of[fid])
+        rep.phase_nic[key] = rep.phase_nic.get(key, 0) + int(pay)
+    rep.phases = sorted(phases.values(), key=lambda e: e["name"])

@@ -1,0 +1,293 @@
+"""Vectorized decoding of capture records into one row of header facts per packet (stage 8).
+
+:func:`decode_batch` takes the records of a :class:`tokenpcap.pcap.reader.Capture` batch
+(:data:`~tokenpcap.pcap.reader.RECORD_DTYPE`) and reads the fields every analysis needs for all
+packets at once, with numpy gathers at byte offsets. Every offset, width and shift comes from the
+header declarations in :mod:`tokenpcap.wire.headers` (:meth:`Header.slot`); no layout is written
+down twice. Recognised:
+
+* Ethernet [802.1Q] IPv4 (no fragments) | IPv6 → UDP destination port 4791 → BTH: RoCEv2
+  (IBTA vol.1 Annex A17); Ethernet 0x8915 → GRH → BTH: RoCEv1 (Annex A16);
+* Ethernet 0x8808 with MAC control opcode 0x0101: PFC (IEEE 802.1Qbb 36.1.3);
+* native InfiniBand (linktype 247, from an ERF type-21 record): LRH [GRH] → BTH (IBTA 7.7, 8.3).
+
+Anything else is ``KIND_OTHER`` and only counts in the capture totals. Fields a record's captured
+bytes do not cover read as zero and the row's ``complete`` flag is false.
+
+RDMA payload (case C7): ``UDP length - 8 - 12 - extended headers - pad - 4`` (RoCEv2);
+``GRH PayLen - 12 - ext - pad - 4`` (RoCEv1); ``LRH PktLen*4 - 8 [- 40] - 12 - ext - pad - 4``
+(native IB, PktLen counts LRH..ICRC in 4-byte words, IBTA 7.7.8). -1 when the opcode is unknown
+or the lengths are inconsistent (``malformed``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tokenpcap.pcap.chain import ByteViews
+from tokenpcap.wire import headers as H
+from tokenpcap.wire.fields import Header
+from tokenpcap.wire.rdma import EXT_BYTES, HAS_PAYLOAD
+
+__all__ = ["DECODED_DTYPE", "decode_batch", "field_at", "KIND_OTHER", "KIND_ROCEV2",
+           "KIND_ROCEV1", "KIND_IB", "KIND_PFC", "KIND_NAMES", "LINKTYPE_ETHERNET",
+           "LINKTYPE_INFINIBAND"]
+
+KIND_OTHER, KIND_ROCEV2, KIND_ROCEV1, KIND_IB, KIND_PFC = range(5)
+KIND_NAMES = ("other", "RoCEv2", "RoCEv1", "InfiniBand", "PFC")
+LINKTYPE_ETHERNET = 1
+LINKTYPE_INFINIBAND = 247
+_PFC_OPCODE = H.PFC.defaults()["Opcode"]
+
+#: One row per packet. Shape (n,). Addresses are 128-bit keys split in two uint64: an IPv4
+#: address or a LID sits in ``*_lo`` with ``*_hi`` 0; IPv6 addresses and GIDs use both.
+#:
+#: ========== ====== ===========================================================================
+#: time_ns    int64  record time, ns since the epoch
+#: orig_len   int64  frame length on the wire (no FCS); caplen int64: bytes in the file
+#: interface  int32  capture interface; comment int32: pcapng comment code or -1
+#: kind       uint8  KIND_OTHER / KIND_ROCEV2 / KIND_ROCEV1 / KIND_IB / KIND_PFC
+#: ipver      uint8  4 or 6 (RoCE), 6 for IB with GRH, 0 otherwise
+#: l3         int16  offset of the IP header / GRH (RoCE), 0 for IB (the LRH), -1 none
+#: bth        int16  offset of the BTH, -1 none
+#: end        int32  offset one past the ICRC (from the IP/GRH/LRH length), 0 when unknown
+#: complete   bool   the captured bytes cover the whole transport packet (ICRC checkable)
+#: src_hi/lo  uint64 source address key; dst_hi/lo uint64: destination
+#: smac, dmac uint64 Ethernet addresses (48 bits), 0 for IB
+#: vlan       int16  802.1Q VID or -1; pcp uint8
+#: dscp, ecn  uint8  IPv4 DSCP/ECN, IPv6/GRH traffic class split the same way
+#: sport      uint16 UDP source port (RoCEv2)
+#: opcode ... BTH OpCode, PadCnt, FECN, BECN, AckReq, P_Key, DestQP, PSN
+#: payload    int32  RDMA payload bytes (C7), -1 unknown; malformed bool: inconsistent lengths
+#: pfc_cev    uint16 PFC class-enable vector; pfc_max uint16: largest pause time of an enabled class
+#: ========== ====== ===========================================================================
+DECODED_DTYPE = np.dtype([
+    ("time_ns", "<i8"), ("orig_len", "<i8"), ("caplen", "<i8"), ("interface", "<i4"),
+    ("comment", "<i4"), ("kind", "u1"), ("ipver", "u1"), ("l3", "<i2"), ("bth", "<i2"),
+    ("end", "<i4"), ("complete", "?"), ("src_hi", "<u8"), ("src_lo", "<u8"), ("dst_hi", "<u8"),
+    ("dst_lo", "<u8"), ("smac", "<u8"), ("dmac", "<u8"), ("vlan", "<i2"), ("pcp", "u1"),
+    ("dscp", "u1"), ("ecn", "u1"), ("sport", "<u2"), ("opcode", "u1"), ("padcnt", "u1"),
+    ("fecn", "u1"), ("becn", "u1"), ("ackreq", "u1"), ("pkey", "<u2"), ("destqp", "<u4"),
+    ("psn", "<u4"), ("payload", "<i4"), ("malformed", "?"), ("pfc_cev", "<u2"),
+    ("pfc_max", "<u2")])
+
+_VIEW = {1: ">u1", 2: ">u2", 3: ">u4", 4: ">u4", 5: ">u8", 6: ">u8", 7: ">u8", 8: ">u8"}
+
+
+def field_at(views: ByteViews, pos: np.ndarray, header: Header, name: str) -> np.ndarray:
+    """Field ``name`` of ``header`` for headers starting at byte offsets ``pos`` of the buffer.
+
+    The byte span, shift and width come from the declaration (:meth:`Header.slot`); fields of up
+    to 64 bits. Offsets whose span would pass the end of the buffer read as 0 (callers mask
+    those rows with their own length checks).
+
+    Args:
+        views: unaligned views over the capture bytes.
+        pos: int64 (n,) offsets of the header's first byte.
+
+    Returns:
+        uint64 (n,).
+    """
+    s = header.slot(name)
+    f = s.field
+    width = int(_VIEW[s.nbytes][-1])
+    v = views(("<" if f.little_endian else ">") + f"u{width}")
+    at = np.asarray(pos, np.int64) + s.first_byte
+    ok = (at >= 0) & (at < v.size)
+    raw = v[np.where(ok, at, 0)].astype(np.uint64)
+    if not f.little_endian:
+        raw >>= np.uint64(8 * (width - s.nbytes) + s.shift)
+    out = raw & np.uint64((1 << f.bits) - 1)
+    out[~ok] = 0
+    return out
+
+
+def _u128(views: ByteViews, pos: np.ndarray, header: Header, name: str
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """A 128-bit aligned field (IPv6 address, GID) as (high, low) uint64 at offsets ``pos``."""
+    at = np.asarray(pos, np.int64) + header.slot(name).first_byte
+    v = views(">u8")
+    ok = (at >= 0) & (at + 8 < v.size)
+    at = np.where(ok, at, 0)
+    return np.where(ok, v[at], 0).astype(np.uint64), np.where(ok, v[at + 8], 0).astype(np.uint64)
+
+
+def decode_batch(data: np.ndarray, rec: np.ndarray, views: ByteViews | None = None) -> np.ndarray:
+    """Decode the packets of one record batch.
+
+    Args:
+        data: uint8 (file size,) the capture bytes (``Capture.data``).
+        rec: :data:`tokenpcap.pcap.reader.RECORD_DTYPE` (n,) rows of that capture.
+        views: the capture's :class:`ByteViews` (made from ``data`` when None).
+
+    Returns:
+        :data:`DECODED_DTYPE` (n,).
+    """
+    views = views or ByteViews(data)
+    n = rec.size
+    out = np.zeros(n, DECODED_DTYPE)
+    for name in ("time_ns", "orig_len", "caplen", "interface", "comment"):
+        out[name] = rec[name]
+    out["l3"] = out["bth"] = out["vlan"] = out["payload"] = -1
+    off = rec["offset"].astype(np.int64)
+    cap = rec["caplen"].astype(np.int64)
+    lt = rec["linktype"]
+    eth = np.flatnonzero((lt == LINKTYPE_ETHERNET) & (cap >= H.ETHERNET.size))
+    if eth.size:
+        _ethernet(views, out, eth, off[eth], cap[eth])
+    ib = np.flatnonzero((lt == LINKTYPE_INFINIBAND) & (cap >= H.LRH.size + H.BTH.size))
+    if ib.size:
+        _infiniband(views, out, ib, off[ib], cap[ib])
+    return out
+
+
+def _ethernet(views, out, idx, off, cap) -> None:
+    E, Q = H.ETHERNET, H.DOT1Q
+    out["dmac"][idx] = field_at(views, off, E, "Destination")
+    out["smac"][idx] = field_at(views, off, E, "Source")
+    etype = field_at(views, off, E, "EtherType")
+    l3 = np.full(idx.size, E.size, np.int64)
+    tagged = (etype == H.ETHERTYPE_VLAN) & (cap >= E.size + Q.size)
+    if tagged.any():
+        t = off[tagged] + E.size
+        out["vlan"][idx[tagged]] = field_at(views, t, Q, "VID")
+        out["pcp"][idx[tagged]] = field_at(views, t, Q, "PCP")
+        etype[tagged] = field_at(views, t, Q, "EtherType")
+        l3[tagged] += Q.size
+    pos = off + l3
+    v4 = np.flatnonzero((etype == H.ETHERTYPE_IPV4) & (cap >= l3 + H.IPV4.size))
+    v6 = np.flatnonzero((etype == H.ETHERTYPE_IPV6) & (cap >= l3 + H.IPV6.size))
+    v1 = np.flatnonzero((etype == H.ETHERTYPE_ROCEV1) & (cap >= l3 + H.GRH.size + H.BTH.size))
+    pfc = np.flatnonzero((etype == H.ETHERTYPE_MAC_CONTROL) & (cap >= l3 + H.PFC.size))
+    if v4.size:
+        _ipv4(views, out, idx[v4], pos[v4], l3[v4], off[v4], cap[v4])
+    if v6.size:
+        _ipv6(views, out, idx[v6], pos[v6], l3[v6], off[v6], cap[v6])
+    if v1.size:
+        _grh(views, out, idx[v1], pos[v1], l3[v1], off[v1], cap[v1], H.GRH, KIND_ROCEV1)
+    if pfc.size:
+        p = pos[pfc]
+        is_pfc = field_at(views, p, H.PFC, "Opcode") == _PFC_OPCODE
+        p, rows = p[is_pfc], idx[pfc][is_pfc]
+        cev = field_at(views, p, H.PFC, "ClassEnableVector")
+        quanta = np.stack([field_at(views, p, H.PFC, f"Time{k}") for k in range(8)], axis=1)
+        enabled = ((cev[:, None] >> np.arange(8, dtype=np.uint64)[None, :]) & np.uint64(1)) == 1
+        out["kind"][rows] = KIND_PFC
+        out["pfc_cev"][rows] = cev
+        out["pfc_max"][rows] = np.where(enabled, quanta, 0).max(axis=1, initial=0)
+
+
+def _ipv4(views, out, idx, pos, l3, off, cap) -> None:
+    I = H.IPV4
+    ihl = field_at(views, pos, I, "IHL").astype(np.int64) * 4
+    total = field_at(views, pos, I, "TotalLength").astype(np.int64)
+    out["ipver"][idx] = 4
+    out["dscp"][idx] = field_at(views, pos, I, "DSCP")
+    out["ecn"][idx] = field_at(views, pos, I, "ECN")
+    out["src_lo"][idx] = field_at(views, pos, I, "SourceAddress")
+    out["dst_lo"][idx] = field_at(views, pos, I, "DestinationAddress")
+    frag = (field_at(views, pos, I, "FragmentOffset") != 0) | (field_at(views, pos, I, "MF") != 0)
+    udp = ((field_at(views, pos, I, "Protocol") == H.IP_PROTO_UDP) & ~frag & (ihl >= I.size)
+           & (cap >= l3 + ihl + H.UDP.size))
+    u = np.flatnonzero(udp)
+    _udp(views, out, idx[u], pos[u] + ihl[u], l3[u], off[u], cap[u], l3[u] + total[u])
+
+
+def _ipv6(views, out, idx, pos, l3, off, cap) -> None:
+    I = H.IPV6
+    tc = field_at(views, pos, I, "TrafficClass")
+    out["ipver"][idx] = 6
+    out["dscp"][idx] = tc >> np.uint64(2)
+    out["ecn"][idx] = tc & np.uint64(3)
+    out["src_hi"][idx], out["src_lo"][idx] = _u128(views, pos, I, "SourceAddress")
+    out["dst_hi"][idx], out["dst_lo"][idx] = _u128(views, pos, I, "DestinationAddress")
+    plen = field_at(views, pos, I, "PayloadLength").astype(np.int64)
+    udp = (field_at(views, pos, I, "NextHeader") == H.IP_PROTO_UDP) & \
+        (cap >= l3 + I.size + H.UDP.size)
+    u = np.flatnonzero(udp)
+    _udp(views, out, idx[u], pos[u] + I.size, l3[u], off[u], cap[u], l3[u] + I.size + plen[u])
+
+
+def _udp(views, out, idx, pos, l3, off, cap, ip_end) -> None:
+    U = H.UDP
+    roce = (field_at(views, pos, U, "DestinationPort") == H.ROCEV2_UDP_PORT) & \
+        (cap >= pos - off + U.size + H.BTH.size)
+    r = np.flatnonzero(roce)
+    idx, pos, l3, off, cap, ip_end = idx[r], pos[r], l3[r], off[r], cap[r], ip_end[r]
+    udp_len = field_at(views, pos, U, "Length").astype(np.int64)
+    out["kind"][idx] = KIND_ROCEV2
+    out["sport"][idx] = field_at(views, pos, U, "SourcePort")
+    bth = pos - off + U.size
+    end = pos - off + udp_len
+    _bth(views, out, idx, off, l3, bth, end, cap, bad=(end != ip_end) | (udp_len < U.size))
+
+
+def _grh(views, out, idx, pos, l3, off, cap, G: Header, kind: int) -> None:
+    """RoCEv1 (Ethernet 0x8915) or IB with GRH: the GRH at ``pos``, the BTH right after it."""
+    tc = field_at(views, pos, G, "TClass")
+    out["ipver"][idx] = 6
+    out["dscp"][idx] = tc >> np.uint64(2)
+    out["ecn"][idx] = tc & np.uint64(3)
+    out["src_hi"][idx], out["src_lo"][idx] = _u128(views, pos, G, "SGID")
+    out["dst_hi"][idx], out["dst_lo"][idx] = _u128(views, pos, G, "DGID")
+    paylen = field_at(views, pos, G, "PayLen").astype(np.int64)
+    iba = field_at(views, pos, G, "NxtHdr") == H.GRH_NXTHDR_IBA
+    out["kind"][idx[iba]] = kind
+    k = np.flatnonzero(iba)
+    bth = l3[k] + G.size
+    _bth(views, out, idx[k], off[k], l3[k], bth, bth + paylen[k], cap[k],
+         bad=np.zeros(k.size, bool))
+
+
+def _infiniband(views, out, idx, off, cap) -> None:
+    L = H.LRH
+    lnh = field_at(views, off, L, "LNH")
+    pktlen = field_at(views, off, L, "PktLen").astype(np.int64) * 4
+    out["l3"][idx] = 0
+    local = np.flatnonzero(lnh == 2)
+    glob = np.flatnonzero((lnh == 3) & (cap >= L.size + H.GRH.size + H.BTH.size))
+    for sel in (local, glob):
+        out["kind"][idx[sel]] = KIND_IB
+        out["src_lo"][idx[sel]] = field_at(views, off[sel], L, "SLID")
+        out["dst_lo"][idx[sel]] = field_at(views, off[sel], L, "DLID")
+        out["pcp"][idx[sel]] = field_at(views, off[sel], L, "SL")
+    if local.size:
+        s = local
+        _bth(views, out, idx[s], off[s], np.zeros(s.size, np.int64), np.full(s.size, L.size),
+             pktlen[s], cap[s], bad=np.zeros(s.size, bool))
+    if glob.size:
+        s = glob
+        g = off[s] + L.size
+        _grh(views, out, idx[s], g, np.full(s.size, L.size), off[s], cap[s], H.GRH, KIND_IB)
+        out["l3"][idx[s]] = 0
+        paylen = field_at(views, g, H.GRH, "PayLen").astype(np.int64)
+        # the LRH length is authoritative for the ICRC; flag disagreeing GRH lengths
+        out["malformed"][idx[s]] |= pktlen[s] != L.size + H.GRH.size + paylen
+        out["end"][idx[s]] = pktlen[s]
+        out["complete"][idx[s]] = (pktlen[s] + H.VCRC.size <= cap[s]) & (pktlen[s] >= 48 + 16)
+        out["src_lo"][idx[s]] = field_at(views, off[s], L, "SLID")   # LIDs key IB flows
+        out["dst_lo"][idx[s]] = field_at(views, off[s], L, "DLID")
+        out["src_hi"][idx[s]] = out["dst_hi"][idx[s]] = 0
+    if local.size:
+        out["complete"][idx[local]] &= pktlen[local] + H.VCRC.size <= cap[local]
+
+
+def _bth(views, out, idx, off, l3, bth, end, cap, bad) -> None:
+    """BTH at frame offsets ``bth``; ``end`` is one past the ICRC (frame offsets)."""
+    B = H.BTH
+    p = off + bth
+    op = field_at(views, p, B, "OpCode").astype(np.int64)
+    pad = field_at(views, p, B, "PadCnt").astype(np.int64)
+    out["l3"][idx] = l3
+    out["bth"][idx] = bth
+    out["end"][idx] = end
+    out["opcode"][idx] = op
+    out["padcnt"][idx] = pad
+    for name, col in (("FECN", "fecn"), ("BECN", "becn"), ("AckReq", "ackreq"),
+                      ("P_Key", "pkey"), ("DestQP", "destqp"), ("PSN", "psn")):
+        out[col][idx] = field_at(views, p, B, name)
+    ext = EXT_BYTES[op].astype(np.int64)
+    payload = end - bth - B.size - ext - pad - H.ICRC.size
+    bad = bad | (ext < 0) | (payload < 0) | ((payload > 0) & ~HAS_PAYLOAD[op])
+    out["payload"][idx] = np.where(bad, -1, payload)
+    out["malformed"][idx] = bad
+    out["complete"][idx] = ~bad & (end <= cap)

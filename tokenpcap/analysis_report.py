@@ -1,0 +1,100 @@
+"""Text rendering of an inspection :class:`~tokenpcap.analysis.Report` (``tokenpcap inspect``).
+
+capinfos-style ``name: value`` lines for the totals, then tables of opcodes, flows, phases and
+checks. Rates are printed in Gb/s (1 Gb/s = 10**9 bit/s) and times as integer ns next to UTC.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from tokenpcap.analysis import NS_PER_S, Report
+
+__all__ = ["render_text", "ns_text"]
+
+MAX_FLOWS = 20
+
+
+def ns_text(t: int | None) -> str:
+    """``1700000000123456789 (2023-11-14 22:13:20.123456789 UTC)`` (exact, no float)."""
+    if t is None:
+        return "n/a"
+    s, frac = divmod(t, NS_PER_S)
+    when = datetime.fromtimestamp(s, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return f"{t} ({when}.{frac:09d} UTC)"
+
+
+def _rate(bps: int | None) -> str:
+    return "n/a" if bps is None else f"{bps / 1e9:,.3f} Gb/s ({bps:,} bit/s)"
+
+
+def _table(rows: list[list[str]], head: list[str]) -> list[str]:
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    fmt = lambda r: "  " + "  ".join(str(x).rjust(w) if i else str(x).ljust(w)  # noqa: E731
+                                    for i, (x, w) in enumerate(zip(r, widths)))
+    return [fmt(head)] + [fmt(r) for r in rows]
+
+
+def render_text(rep: Report) -> str:
+    """The human report; ends with one line per check (``ok``/``FAIL``)."""
+    j = rep.to_json()
+    lines = [
+        f"File name:           {rep.path}",
+        f"File format:         {rep.format}",
+        f"Interfaces:          {len(rep.interfaces)}"
+        + "".join(f"\n  #{i['index']} linktype {i['linktype']} {i['name'] or ''}".rstrip()
+                  for i in rep.interfaces[:16]),
+        f"Number of packets:   {rep.packets:,}",
+        f"Bytes (wire):        {rep.bytes:,}" + (f" (captured {rep.captured_bytes:,})"
+                                                 if rep.captured_bytes != rep.bytes else ""),
+        f"First packet:        {ns_text(rep.first_ns)}",
+        f"Last packet:         {ns_text(rep.last_ns)}",
+        f"Duration:            {rep.duration_ns:,} ns",
+        f"Layer-2 rate:        {_rate(j['l2_bps'])}",
+        f"Layer-1 rate:        {_rate(j['l1_bps'])}  (+FCS, preamble, IFG per Ethernet frame)",
+        f"Packet kinds:        " + (", ".join(f"{k} {v:,}" for k, v in rep.kinds.items()) or "-"),
+    ]
+    r = rep.roce
+    if r.get("packets"):
+        e = r["ecn"]
+        lines += [
+            "",
+            f"RDMA packets:        {r['packets']:,} in {r['flows']:,} flows (src, dst, DestQP)",
+            f"RDMA payload:        {r['payload_bytes']:,} bytes",
+            f"ICRC:                {r['icrc_ok']:,} ok, {r['icrc_bad']:,} bad, "
+            f"{r['icrc_unchecked']:,} not checkable (truncated)",
+        ]
+        if r["vcrc_ok"] or r["vcrc_bad"]:
+            lines.append(f"VCRC:                {r['vcrc_ok']:,} ok, {r['vcrc_bad']:,} bad")
+        lines += [
+            f"PSN:                 {r['psn_gaps']:,} gaps ({r['psn_missing']:,} missing), "
+            f"{r['psn_reordered']:,} late/duplicate",
+            f"CNP:                 {r['cnp']:,}   FECN {r['fecn']:,}   BECN {r['becn']:,}",
+            f"ECN:                 CE {e['ce']:,}, ECT(0) {e['ect0']:,}, ECT(1) {e['ect1']:,}, "
+            f"Not-ECT {e['not_ect']:,}",
+            "Opcodes:",
+            *_table([[k, f"{v:,}"] for k, v in r["opcodes"].items()], ["opcode", "packets"]),
+        ]
+    if rep.pfc.get("frames"):
+        p = rep.pfc
+        lines.append(f"PFC pause frames:    {p['frames']:,} (XOFF {p['xoff']:,}, XON {p['xon']:,}); "
+                     f"priorities {', '.join(f'{k}: {v}' for k, v in p['priorities'].items())}")
+    if rep.flows:
+        flows = sorted(rep.flows, key=lambda f: -f["bytes"])[:MAX_FLOWS]
+        lines += ["", f"Flows (largest {len(flows)} of {len(rep.flows)}):", *_table(
+            [[f["transport"], f["src"], f["dst"], f"0x{f['dest_qp']:06x}", f"{f['packets']:,}",
+              f"{f['payload_bytes']:,}", f["psn_gaps"], f["icrc_bad"]] for f in flows],
+            ["transport", "src", "dst", "DestQP", "packets", "payload B", "PSN gaps", "ICRC bad"])]
+    if rep.phases and not (len(rep.phases) == 1 and rep.phases[0]["name"] == "(no phase)"):
+        lines += ["", "Phases (pcapng comments):", *_table(
+            [[p["name"], f"{p['packets']:,}", f"{p['payload_bytes']:,}"] for p in rep.phases],
+            ["phase", "packets", "payload B"])]
+    if rep.against is not None:
+        a = rep.against
+        lines += ["", f"Against the plan of {a['scenario']}:"]
+        diffs = a["differences"]
+        lines += [f"  {d['what']} {d['key']}: capture {d['capture_bytes']:,} B, plan "
+                  f"{d['plan_bytes']:,} B" for d in diffs[:40]] or ["  payload bytes per phase "
+                                                                    "and per NIC agree"]
+    lines += ["", "Checks:"] + [f"  {'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}"
+                                for c in rep.checks()]
+    return "\n".join(lines)
