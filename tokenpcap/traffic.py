@@ -42,6 +42,7 @@ from tokenpcap.layout import RankLayout
 
 __all__ = [
     "HOP_DTYPE",
+    "CallLike",
     "ALGORITHMS",
     "RankBytes",
     "ring_chunk_bytes",
