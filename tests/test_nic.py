@@ -203,6 +203,7 @@ def simulate(msgs, *, n_nics, link_gbps, pmtu, latency, ack_delay, ack_every, ct
 # -- helpers ------------------------------------------------------------------------------------
 
 def cluster(nodes=1, nics=2, link_gbps=400.0, pmtu=4096, latency=1000, transport="rocev2", ip_version=4):
+    """A small test cluster (one node, ``nics`` NICs)."""
     return ClusterProfile(name="test", nodes=nodes, gpus_per_node=nics, nics_per_node=nics,
                           link_gbps=link_gbps, nvlink_gbps=3600, gpu=GpuProfile("H100", 989),
                           transport=transport, pmtu_bytes=pmtu,
@@ -328,3 +329,169 @@ def test_engine_equals_oracle_with_arrival_callbacks(msgs, n, gaps, follow, ack_
     eng, got = run_engine(msgs, followers=followers, **kw)
     assert as_tuples(got) == want
     assert eng.messages.size == len(table)
+
+
+# -- invariants stated from the spec (independent of the oracle) ----------------------------------
+
+def exact_ps(fb, link):
+    return Fraction((int(fb) + 24) * 8 * 1000) / Fraction(repr(float(link)))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msgs=st.lists(msg_strategy, min_size=1, max_size=14), n=st.integers(2, 4),
+       link=st.sampled_from([10.0, 100.0, 400.0, 53.125]), every=st.integers(0, 4), cts=st.booleans(),
+       latency=st.integers(0, 2000))
+def test_timing_invariants(msgs, n, link, every, cts, latency):
+    msgs = [_fix(m, n) for m in msgs]
+    eng, rows = run_engine(msgs, n_nics=n, link_gbps=link, pmtu=1024, latency=latency, ack_delay=200,
+                           ack_every=every, cts=cts, chunk_rows=7)
+    tab = eng.messages
+    assert np.all(np.diff(rows["time_ns"]) >= 0)
+    for nic in range(n):
+        r = rows[rows["nic"] == nic]
+        t = r["time_ns"].astype(np.int64)
+        l1 = [exact_ps(fb, link) for fb in r["frame_bytes"]]
+        # spaced at least by the layer-1 time of the previous frame (rounded up to whole ns)
+        assert all(t[i + 1] - t[i] >= -(-l1[i] // 1000) for i in range(len(t) - 1))
+        # no window exceeds the link rate: frames i..j-1 fit into t[j] - t[i] (S_k - 1000 t_k falls)
+        s = [Fraction(0)]
+        for x in l1[:-1]:
+            s.append(s[-1] + x)
+        v = [s[k] - 1000 * int(t[k]) for k in range(len(t))]
+        assert all(v[k + 1] <= v[k] for k in range(len(v) - 1))
+    data = rows[rows["kind"] != PKT_ACK]
+    for m in tab:
+        sel = data[data["msg"] == m["msg_id"]]
+        assert sel.size == m["n_packets"] and np.array_equal(sel["index"], np.arange(sel.size))
+        assert sel["time_ns"][0] >= m["start_ns"] and sel["time_ns"][0] == m["first_tx_ns"]
+        end = int(sel["time_ns"][-1]) + l1_ns(int(sel["frame_bytes"][-1]), link)
+        assert m["last_tx_end_ns"] == end and m["arrival_ns"] == end + latency
+        assert (sel["peer_nic"] == m["dst_nic"]).all() and (sel["nic"] == m["src_nic"]).all()
+        if m["kind"] == KIND_DATA and cts:                       # data waits for its CTS to arrive
+            assert sel["time_ns"][0] >= tab[m["peer_msg"]]["arrival_ns"]
+    # FIFO per QP: in transmit order the messages of a QP come one after the other, by PSN offset
+    for key in set(zip(tab["src_nic"].tolist(), tab["dst_nic"].tolist(), tab["qp"].tolist())):
+        ids = tab["msg_id"][(tab["src_nic"] == key[0]) & (tab["dst_nic"] == key[1]) & (tab["qp"] == key[2])]
+        seq = data["msg"][np.isin(data["msg"], ids)]
+        offs = tab["psn_offset"][seq] + data["index"][np.isin(data["msg"], ids)]
+        assert np.array_equal(offs, np.arange(offs.size))
+    # ACKs: one per AckReq'd packet, sent by the receiver no earlier than arrival + delay
+    acks = rows[rows["kind"] == PKT_ACK]
+    n_req = sum(len([i for i in range(int(m["n_packets"])) if i == m["n_packets"] - 1 or (every and (i + 1) % every == 0)])
+                for m in tab)
+    assert acks.size == n_req
+    for a in acks:
+        m = tab[a["msg"]]
+        p = data[(data["msg"] == a["msg"]) & (data["index"] == a["index"])][0]
+        assert a["nic"] == m["dst_nic"] and a["peer_nic"] == m["src_nic"]
+        assert a["time_ns"] >= p["time_ns"] + l1_ns(int(p["frame_bytes"]), link) + latency + 200
+
+
+def test_round_robin_one_packet_per_turn_and_few_epochs(monkeypatch):
+    import tokenpcap.nic_port as port_mod
+    calls = []
+    real = port_mod.Port._epoch
+    monkeypatch.setattr(port_mod.Port, "_epoch", lambda self, *a: calls.append(1) or real(self, *a))
+    eng = Engine(cluster(nics=9), GenerationConfig(clear_to_send=False))
+    for q in range(8):
+        eng.add_message(0, 1 + q, 0, 1 << 20, 0)              # 8 concurrent 1 MiB = 256 packets each
+    rows = run_all(eng)
+    data = rows[rows["kind"] == PKT_DATA]
+    assert data.size == 8 * 256
+    assert np.array_equal(data["msg"], np.tile(np.arange(8), 256))        # interleaved one by one
+    assert np.array_equal(data["index"], np.repeat(np.arange(256), 8))
+    assert len(calls) <= 16                                               # a handful of epochs, not 2048
+    # saturated: back to back at exactly the rounded-up layer-1 time of each frame, 84 ns at 400G
+    # (4170 or 4154 B + 24) * 8 / 400 = 83.88 or 83.56 ns -> 84 ns
+    assert set(np.diff(data["time_ns"]).tolist()) == {84}
+    span_ps = (int(data["time_ns"][-1]) + l1_ns(int(data["frame_bytes"][-1]), 400.0) - int(data["time_ns"][0])) * 1000
+    exact = sum(exact_ps(fb, 400.0) for fb in data["frame_bytes"])
+    assert exact <= span_ps <= exact + 1000 * data.size                    # line rate within 1 ns/frame
+
+
+def test_new_qp_joins_rotation_at_its_place():
+    eng = Engine(cluster(nics=4, latency=0), GenerationConfig(clear_to_send=False))
+    a = eng.add_message(0, 1, 0, 10 * 4096, 0)
+    b = eng.add_message(0, 2, 0, 10 * 4096, 0)
+    c = eng.add_message(0, 3, 0, 4096, 200)                   # eligible later, QP created third
+    rows = run_all(eng)
+    data = rows[rows["kind"] == PKT_DATA]
+    order = data["msg"].tolist()
+    # boundaries at 0, 84, 168, 252 ... (4170 B FIRST, 4154 B MIDDLE at 400G: 84 ns each); at 252
+    # the QP after a's (the last served) in creation order is b's, then c's, then a's again
+    assert order[:7] == [a, b, a, b, c, a, b]
+
+
+def test_acks_take_priority_on_a_busy_link():
+    eng = Engine(cluster(nics=2, latency=500), GenerationConfig(clear_to_send=False), ack_delay_ns=100)
+    eng.add_message(0, 1, 0, 4096, 0)                          # its ACK comes back to NIC 0 ...
+    eng.add_message(1, 0, 0, 64 * 4096, 0)                     # ... while NIC 1 streams to NIC 0
+    rows = run_all(eng)
+    ack = rows[rows["kind"] == PKT_ACK][0]
+    assert ack["nic"] == 1
+    ready = 84 + 500 + 100
+    before = rows[(rows["nic"] == 1) & (rows["time_ns"] < ack["time_ns"])]
+    last = before[-1]
+    # sent at the first packet boundary at or after it is ready
+    assert last["time_ns"] < ready <= last["time_ns"] + 84 and ack["time_ns"] == last["time_ns"] + 84
+
+
+def test_callbacks_timers_and_errors():
+    eng = Engine(cluster(nics=2, latency=1000), GenerationConfig(clear_to_send=False))
+    seen = []
+
+    def arrived(mid, t):
+        seen.append(("arrive", mid, t))
+        with pytest.raises(InputError, match="start_ns"):
+            eng.add_message(1, 0, 0, 10, t - 1)
+        eng.at(t + 5000, lambda t2: seen.append(("timer", t2)) or eng.add_message(1, 0, 0, 100, t2))
+        with pytest.raises(InputError, match="t_ns"):
+            eng.at(t - 1, print)
+
+    m = eng.add_message(0, 1, 0, 4096, 10, on_arrival=arrived)
+    rows = run_all(eng)
+    t_arr = 10 + 84 + 1000
+    assert seen[0] == ("arrive", m, t_arr) and seen[1] == ("timer", t_arr + 5000)
+    second = rows[(rows["kind"] == PKT_DATA) & (rows["nic"] == 1)]
+    assert second["time_ns"].tolist() == [t_arr + 5000]
+    with pytest.raises(InputError, match="add_message"):
+        eng.add_message(0, 1, 0, 1, 10 ** 9, colour=3)
+    for key, args, verb in (("src_nic", (2, 1, 0, 1), 0), ("dst_nic", (0, 0, 0, 1), 0),
+                            ("size_bytes", (0, 1, 0, -1), 0), ("qp", (0, 1, -1, 1), 0), ("verb", (0, 1, 0, 1), 9)):
+        with pytest.raises(InputError, match=key):
+            eng.add_message(*args, 10 ** 9, verb=verb)
+    with pytest.raises(InputError, match="latency_ns"):
+        Engine(cluster(latency=-1))
+
+
+def test_chunks_bounded_sorted_and_until_resumes():
+    msgs = [dict(src=s, dst=(s + 1) % 3, qp=q, size=30000, start=100 * q, verb=VERB_WRITE, kind=KIND_DATA)
+            for s in range(3) for q in range(3)]
+    kw = dict(n_nics=3, link_gbps=100.0, pmtu=1024, latency=800, ack_delay=100, ack_every=4, cts=True)
+    _, whole = run_engine(msgs, chunk_rows=1 << 18, **kw)
+    eng = Engine(cluster(nics=3, link_gbps=100.0, pmtu=1024, latency=800),
+                 GenerationConfig(ack_every_packets=4, clear_to_send=True), ack_delay_ns=100, chunk_rows=16)
+    eng.add_messages(rows_of(msgs))
+    parts, sizes, buffered = [], [], []
+    for until in (3000, 3001, 9000, None):
+        for chunk in eng.run(until):
+            sizes.append(chunk.size)
+            buffered.append(sum(p.out_rows for p in eng._ports))
+            parts.append(chunk)
+            if until is not None:
+                assert chunk["time_ns"].max() < until
+    got = np.concatenate(parts)
+    assert max(sizes) <= 16 and np.array_equal(got, whole)
+    assert max(buffered) <= 16 * 4                                       # bounded, not the whole run
+    key = got["time_ns"] * 8 + got["nic"]
+    assert np.all(np.diff(key) > 0)                                        # time order, ties by NIC
+
+
+def test_infiniband_frames_and_layer1():
+    eng = Engine(cluster(nics=2, link_gbps=100.0, transport="infiniband"), GenerationConfig(clear_to_send=False))
+    eng.add_message(0, 1, 0, 3 * 4096, 0)
+    rows = run_all(eng)
+    data = rows[rows["kind"] == PKT_DATA]
+    # LRH 8 + BTH 12 (+ RETH 16 on FIRST) + 4096 + ICRC 4 + VCRC 2; layer 1 adds SDP + EGP only
+    assert data["frame_bytes"].tolist() == [4138, 4122, 4122]
+    assert np.diff(data["time_ns"]).tolist() == [-(-(4138 + 2) * 8 // 100), -(-(4122 + 2) * 8 // 100)]

@@ -140,6 +140,7 @@ class Engine:
         ack_delay_ns: responder delay before an ACK is ready (default :data:`ACK_DELAY_NS`).
         cts_bytes: payload of a clear-to-send WRITE (default :data:`CTS_BYTES`).
         chunk_rows: most rows in one chunk :meth:`run` yields (and the memory bound per step).
+        ib_grh: native InfiniBand packets carry a GRH (frame lengths; as ``WireContext.ib_grh``).
 
     Raises:
         InputError: impossible settings (rate <= 0, negative latency, chunk_rows < 1 ...).
@@ -147,7 +148,7 @@ class Engine:
 
     def __init__(self, cluster: ClusterProfile, generation: GenerationConfig | None = None, *,
                  ack_delay_ns: int = ACK_DELAY_NS, cts_bytes: int = CTS_BYTES,
-                 chunk_rows: int = 1 << 18):
+                 chunk_rows: int = 1 << 18, ib_grh: bool = False):
         gen = generation if generation is not None else GenerationConfig()
         self.cluster = cluster
         self.n_nics = int(cluster.nodes) * int(cluster.nics_per_node)
@@ -167,7 +168,7 @@ class Engine:
         self._link = float(cluster.link_gbps)
         self._pmtu = int(cluster.pmtu_bytes)
         self._wire = dict(transport=cluster.transport, ip_version=int(net.ip_version),
-                          vlan=net.vlan_id is not None)
+                          vlan=net.vlan_id is not None, grh=bool(ib_grh))
         self._seq_ops = {v: (rdma.segment(2 * self._pmtu + 1, self._pmtu, v).opcode.tolist(),
                              int(rdma.segment(0, self._pmtu, v).opcode[0])) for v in _VERBS}
         ack_fb = int(rdma.frame_bytes(rdma.ACKNOWLEDGE, 0, **self._wire))

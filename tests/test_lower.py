@@ -1,0 +1,257 @@
+"""Tests of tokenpcap.lower: C5 segmentation and PSNs, C6 wrap, QPNs/ports/AETH against the spec and
+the scapy vectors, Hypothesis invariants over random workloads, and TShark as an independent decoder."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import CASES, needs_tshark, tshark_path
+from tokenpcap.errors import InputError
+from tokenpcap.lower import AETH_ACK_SYNDROME, Lowering, initial_psn, lower_messages, qpn, wire_context
+from tokenpcap.messages import KIND_CTS, KIND_DATA, MESSAGE_DTYPE, VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
+from tokenpcap.nic import Engine
+from tokenpcap.profiles import ClusterProfile, GenerationConfig, GpuProfile, NetworkProfile
+from tokenpcap.wire import rdma
+from tokenpcap.wire.builder import FrameBuilder
+
+WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_LAST_IMM, WRITE_ONLY, WRITE_ONLY_IMM = range(0x06, 0x0C)
+SEND_FIRST, SEND_MIDDLE, SEND_LAST = 0x00, 0x01, 0x02
+ACK = 0x11
+
+
+def cluster(nics=4, pmtu=4096, link=400.0, ip_version=4, transport="rocev2"):
+    return ClusterProfile(name="t", nodes=1, gpus_per_node=nics, nics_per_node=nics, link_gbps=link,
+                          nvlink_gbps=3600, gpu=GpuProfile("H100", 989), pmtu_bytes=pmtu, transport=transport,
+                          network=NetworkProfile(ip_version=ip_version))
+
+
+def messages(*specs):
+    """specs: (src, dst, qp, size, start[, verb[, imm]])"""
+    rows = np.zeros(len(specs), MESSAGE_DTYPE)
+    for i, s in enumerate(specs):
+        rows[i]["src_nic"], rows[i]["dst_nic"], rows[i]["qp"], rows[i]["size_bytes"], rows[i]["start_ns"] = s[:5]
+        rows[i]["verb"] = s[5] if len(s) > 5 else VERB_WRITE
+        rows[i]["imm"] = s[6] if len(s) > 6 else 0
+    return rows
+
+
+def lowered(rows, gen=None, seed=0, cl=None, lowering=None):
+    it = lower_messages(rows, cl or cluster(), gen or GenerationConfig(clear_to_send=False), seed)
+    if lowering is not None:
+        it._lower = lowering
+    chunks = list(it)
+    return np.concatenate(chunks), it.messages
+
+
+class FixedPsn(Lowering):
+    """Lowering whose every QP starts at a given PSN (to put a message at the 24-bit wrap)."""
+
+    def __init__(self, first_psn, **kw):
+        super().__init__(cluster(), **kw)
+        self.first_psn = first_psn
+
+    def __call__(self, tx, msgs):
+        import tokenpcap.lower as lower_mod
+        saved = lower_mod.initial_psn
+        lower_mod.initial_psn = lambda seed, src, dst, qp: np.full(np.shape(src), self.first_psn, np.uint32)
+        try:
+            return super().__call__(tx, msgs)
+        finally:
+            lower_mod.initial_psn = saved
+
+
+# -- C5 -----------------------------------------------------------------------------------------
+
+def test_c5_write_10000_at_4096_and_next_message():
+    pk, _ = lowered(messages((0, 1, 0, 10000, 0), (0, 1, 0, 8192, 0)))
+    data = pk[pk["opcode"] != ACK]
+    assert data["opcode"].tolist() == [WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_FIRST, WRITE_LAST]
+    assert data["payload_bytes"].tolist() == [4096, 4096, 1808, 4096, 4096]
+    assert data["payload_offset"].tolist() == [0, 4096, 8192, 0, 4096]
+    assert data["frame_bytes"].tolist() == [4170, 4154, 1866, 4170, 4154]   # LAST has no RETH
+    assert data["reth_len"].tolist() == [10000, 0, 0, 8192, 0]          # RETH only on FIRST
+    assert data["ack_req"].tolist() == [0, 0, 1, 0, 1]
+    p = int(data["psn"][0])
+    assert data["psn"].tolist() == [(p + i) & 0xFFFFFF for i in range(5)]  # next message at p + 3
+    assert p == int(initial_psn(0, 0, 1, 0)[()])
+
+
+def test_c5_pad_only_and_128_packets():
+    pk, _ = lowered(messages((0, 1, 0, 1025, 0)), cl=cluster(pmtu=1024))
+    d = pk[pk["opcode"] != ACK]
+    assert d["opcode"].tolist() == [WRITE_FIRST, WRITE_LAST]
+    assert d["payload_bytes"].tolist() == [1024, 1]
+    assert d["pad"].tolist() == [0, 3]
+    pk, _ = lowered(messages((0, 1, 0, 512 * 1024, 0), (0, 2, 0, 4096, 0), (0, 3, 0, 0, 0)))
+    d = pk[pk["opcode"] != ACK]
+    assert (d["msg"] == 0).sum() == 128
+    assert d["opcode"][d["msg"] == 1].tolist() == [WRITE_ONLY]
+    assert d["opcode"][d["msg"] == 2].tolist() == [WRITE_ONLY]
+    assert d["payload_bytes"][d["msg"] == 2].tolist() == [0]
+
+
+def test_write_imm_and_send_opcodes():
+    pk, _ = lowered(messages((0, 1, 0, 9000, 0, VERB_WRITE_IMM, 0xABCD), (0, 2, 0, 100, 0, VERB_WRITE_IMM, 7),
+                             (0, 3, 0, 9000, 0, VERB_SEND)))
+    d = pk[pk["opcode"] != ACK]
+    assert d["opcode"][d["msg"] == 0].tolist() == [WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST_IMM]
+    assert d["imm"][d["msg"] == 0].tolist() == [0, 0, 0xABCD]              # ImmDt only on the last
+    assert d["opcode"][d["msg"] == 1].tolist() == [WRITE_ONLY_IMM]
+    assert d["imm"][d["msg"] == 1].tolist() == [7] and d["reth_len"][d["msg"] == 1].tolist() == [100]
+    assert d["opcode"][d["msg"] == 2].tolist() == [SEND_FIRST, SEND_MIDDLE, SEND_LAST]
+    assert d["reth_len"][d["msg"] == 2].tolist() == [0, 0, 0]               # SEND has no RETH
+
+
+# -- C6 -----------------------------------------------------------------------------------------
+
+def test_c6_psn_wrap():
+    pk, _ = lowered(messages((0, 1, 0, 10000, 0), (0, 1, 0, 100, 0)), lowering=FixedPsn(0xFFFFFE))
+    d = pk[pk["opcode"] != ACK]
+    assert d["psn"].tolist() == [0xFFFFFE, 0xFFFFFF, 0x000000, 0x000001]
+    acks = pk[pk["opcode"] == ACK]
+    assert acks["psn"].tolist() == [0x000000, 0x000001]                    # they acknowledge the LASTs
+    assert (pk["psn"] <= 0xFFFFFF).all()
+
+
+# -- ACK, QPNs, ports ---------------------------------------------------------------------------
+
+def test_ack_aeth_matches_scapy_vector_and_msn_counts_messages():
+    vec = {v["name"]: v for v in json.loads((CASES / "scapy-roce-vectors.json").read_text())["vectors"]}
+    raw = bytes.fromhex(vec["rc_ack_psn_000000"]["hex"])
+    aeth_vector = int.from_bytes(raw[14 + 20 + 8 + 12: 14 + 20 + 8 + 12 + 4], "big")   # after Eth/IP/UDP/BTH
+    assert aeth_vector >> 24 == AETH_ACK_SYNDROME and aeth_vector & 0xFFFFFF == 1
+    pk, _ = lowered(messages((0, 1, 0, 5000, 0), (0, 1, 0, 10, 0), (0, 1, 0, 10, 0)))
+    acks = pk[pk["opcode"] == ACK]
+    assert acks["aeth"].tolist() == [aeth_vector, (0x1F << 24) | 2, (0x1F << 24) | 3]
+    assert (acks["payload_bytes"] == 0).all() and (acks["ack_req"] == 0).all()
+    assert (acks["nic"] == 1).all() and (acks["peer_nic"] == 0).all()
+
+
+def test_ack_every_n_packets_msn_before_and_after():
+    gen = GenerationConfig(clear_to_send=False, ack_every_packets=2)
+    pk, _ = lowered(messages((0, 1, 0, 5 * 4096, 0)), gen)
+    d = pk[pk["opcode"] != ACK]
+    assert d["ack_req"].tolist() == [0, 1, 0, 1, 1]
+    acks = pk[pk["opcode"] == ACK]
+    assert (acks["psn"].astype(np.int64) - int(d["psn"][0])).tolist() == [1, 3, 4]
+    assert (acks["aeth"] & 0xFFFFFF).tolist() == [0, 0, 1]                 # MSN: completed messages
+
+
+def test_qpns_ports_and_directions():
+    gen = GenerationConfig(clear_to_send=True)
+    pk, msgs = lowered(messages((0, 1, 0, 10000, 0), (1, 0, 0, 10000, 0), (0, 1, 1, 10, 0), (2, 1, 0, 10, 0)), gen)
+    assert (pk["src_qp"] >= 2).all() and (pk["dest_qp"] >= 2).all() and (pk["dest_qp"] < 1 << 24).all()
+    assert ((pk["udp_sport"] >= 0xC000) & (pk["udp_sport"] <= 0xFFFF)).all()
+    # one connection (0, 1, channel 0): data both ways, CTS, ACKs all use the same two QPNs and port
+    conn = pk[np.isin(pk["msg"], [0, 1, 4, 5])]
+    assert set(map(tuple, conn[["src_qp", "dest_qp"]].tolist())) == {
+        (int(qpn(0, 0, 1, 0)[()]), int(qpn(0, 1, 0, 0)[()])), (int(qpn(0, 1, 0, 0)[()]), int(qpn(0, 0, 1, 0)[()]))}
+    assert len(set(conn["udp_sport"].tolist())) == 1
+    assert int(conn["udp_sport"][0]) == int(rdma.rocev2_udp_sport(qpn(0, 0, 1, 0), qpn(0, 1, 0, 0))[()])
+    # CTS writes go from receiver to sender before the data; data ends in WRITE with immediate
+    cts = msgs[msgs["kind"] == KIND_CTS]
+    assert cts["src_nic"].tolist() == [1, 0, 1, 1] and cts["size_bytes"].tolist() == [64] * 4
+    first_data = pk[(pk["msg"] == 0) & (pk["opcode"] != ACK)]["time_ns"].min()
+    assert pk[(pk["msg"] == 4) & (pk["opcode"] != ACK)]["time_ns"].max() < first_data
+    assert pk[(pk["msg"] == 0) & (pk["opcode"] != ACK)]["opcode"].tolist()[-1] == WRITE_LAST_IMM
+    # QPNs on one NIC are distinct for distinct (peer, channel); the seed changes them
+    q = qpn(5, np.zeros(600, np.int64), np.repeat(np.arange(1, 301), 2), np.tile([0, 1], 300))
+    assert len(set(q.tolist())) == 600 and (q >= 2).all()
+    assert not np.array_equal(qpn(5, 0, 1, 0), qpn(6, 0, 1, 0))
+
+
+def test_same_seed_same_packets_other_seed_other_numbers():
+    rows = messages((0, 1, 0, 20000, 0), (2, 3, 1, 5000, 100), (1, 2, 0, 3000, 50))
+    a, _ = lowered(rows, seed=3)
+    b, _ = lowered(rows, seed=3)
+    c, _ = lowered(rows, seed=4)
+    assert a.tobytes() == b.tobytes()
+    assert not np.array_equal(a["psn"], c["psn"]) and np.array_equal(a["time_ns"], c["time_ns"])
+
+
+def test_bad_qp_and_bad_messages():
+    with pytest.raises(InputError, match="qp"):
+        lowered(messages((0, 1, 256, 10, 0)))
+    with pytest.raises(InputError, match="dst_nic"):
+        lowered(messages((0, 0, 0, 10, 0)))
+    with pytest.raises(InputError, match="src_nic"):
+        lowered(messages((9, 0, 0, 10, 0)))
+
+
+# -- invariants ---------------------------------------------------------------------------------
+
+spec = st.tuples(st.integers(0, 3), st.integers(1, 3), st.integers(0, 2), st.integers(0, 30000),
+                 st.integers(0, 20000), st.sampled_from([VERB_WRITE, VERB_WRITE_IMM, VERB_SEND]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs=st.lists(spec, min_size=1, max_size=12), cts=st.booleans(), every=st.integers(0, 3),
+       pmtu=st.sampled_from([256, 1024, 4096]), seed=st.integers(0, 2**32))
+def test_invariants(specs, cts, every, pmtu, seed):
+    specs = [(s, (s + d) % 4, q, size, t, v) for s, d, q, size, t, v in specs]
+    gen = GenerationConfig(clear_to_send=cts, ack_every_packets=every)
+    pk, msgs = lowered(messages(*specs), gen, seed, cl=cluster(pmtu=pmtu))
+    data = pk[pk["opcode"] != ACK]
+    # per QP (sender NIC, its QPN) PSNs step by one modulo 2**24 in transmit order
+    for key in set(zip(data["nic"].tolist(), data["src_qp"].tolist())):
+        sel = data[(data["nic"] == key[0]) & (data["src_qp"] == key[1])]
+        assert (np.diff(sel["psn"].astype(np.int64)) % (1 << 24) == 1).all()
+    # payload per message sums to its size, offsets tile the message, RETH length = size
+    for m in msgs:
+        sel = data[data["msg"] == m["msg_id"]]
+        assert int(sel["payload_bytes"].sum()) == int(m["size_bytes"])
+        assert np.array_equal(sel["payload_offset"], np.arange(sel.size) * pmtu)
+        assert (sel["reth_len"][rdma.HAS_RETH[sel["opcode"]]] == m["size_bytes"]).all()
+        assert (sel["time_ns"] >= m["start_ns"]).all()
+    assert ((data["payload_bytes"].astype(np.int64) + data["pad"]) % 4 == 0).all()
+    # every ACK answers a packet with AckReq of the same QP, from the other side
+    want = set(zip(data["msg"][data["ack_req"] == 1].tolist(), data["psn"][data["ack_req"] == 1].tolist()))
+    acks = pk[pk["opcode"] == ACK]
+    assert set(zip(acks["msg"].tolist(), acks["psn"].tolist())) == want and len(acks) == len(want)
+    # frame lengths agree with the wire builder's
+    ctx = wire_context(cluster(pmtu=pmtu))
+    assert np.array_equal(FrameBuilder(ctx).frame_bytes(pk), pk["frame_bytes"].astype(np.int64))
+
+
+# -- TShark as the decoder ----------------------------------------------------------------------
+
+def _pcap(frames, times):
+    import dpkt
+    buf = io.BytesIO()
+    w = dpkt.pcap.Writer(buf, snaplen=262144, nano=True)
+    for f, t in zip(frames, times):
+        w.writepkt(f, ts=t / 1e9)
+    return buf.getvalue()
+
+
+@needs_tshark
+@pytest.mark.tshark
+def test_tshark_decodes_lowered_fields(tmp_path):
+    gen = GenerationConfig(clear_to_send=True, ack_every_packets=3)
+    pk, _ = lowered(messages((0, 1, 0, 9000, 0), (1, 2, 1, 100, 0), (0, 1, 0, 5000, 10), (2, 0, 0, 12000, 0)),
+                    gen, seed=11, cl=cluster(pmtu=1024))
+    frames = FrameBuilder(wire_context(cluster(pmtu=1024))).frames(pk)
+    path = tmp_path / "l.pcap"
+    path.write_bytes(_pcap(frames, pk["time_ns"].tolist()))
+    fields = ["infiniband.bth.opcode", "infiniband.bth.psn", "infiniband.bth.destqp", "infiniband.bth.a",
+              "infiniband.reth.dmalen", "infiniband.aeth.msn", "udp.srcport", "infiniband.bth.padcnt",
+              "infiniband.reth.va", "infiniband.reth.r_key", "infiniband.aeth.syndrome", "_ws.expert"]
+    cmd = [tshark_path(), "-r", str(path), "--disable-heuristic", "rpcrdma_infiniband", "-T", "fields",
+           "-E", "separator=,", "-E", "occurrence=f"] + [a for f in fields for a in ("-e", f)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()
+    assert len(out) == pk.size
+    for row, line in zip(pk, out):
+        op, psn, dqp, ackreq, dmalen, msn, sport, pad, va, rkey, syndrome, expert = line.split(",")
+        assert int(op) == row["opcode"] and int(psn) == row["psn"] and int(dqp, 0) == row["dest_qp"]
+        assert int(sport) == row["udp_sport"] and int(pad) == row["pad"] and expert == ""
+        assert (ackreq in ("1", "True")) == bool(row["ack_req"])
+        if rdma.HAS_RETH[row["opcode"]]:
+            assert (int(dmalen), int(va, 0), int(rkey, 0)) == (row["reth_len"], row["reth_va"], row["reth_rkey"])
+        if row["opcode"] == ACK:
+            assert (int(syndrome, 0), int(msn)) == (row["aeth"] >> 24, row["aeth"] & 0xFFFFFF)

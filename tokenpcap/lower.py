@@ -1,0 +1,245 @@
+"""Stage 6, lowering: transmitted frames of the NIC engine → ``PACKET_DTYPE`` rows for the builder.
+
+:class:`tokenpcap.nic.Engine` decides *when* each packet leaves which NIC; this module fills in
+*what* the packet says, vectorized over a chunk (no Python loop per packet):
+
+* BTH opcode from segmentation at the PMTU (IBTA vol.1 9.5, C5): FIRST/MIDDLE/LAST or ONLY, the
+  last with immediate for ``VERB_WRITE_IMM``, SEND opcodes for ``VERB_SEND``; ACKs are
+  ``Acknowledge`` (0x11). The opcode sequences come from :func:`tokenpcap.wire.rdma.segment`.
+* PSN (9.7.1): per QP (one direction of a connection), a seeded initial PSN, +1 per packet modulo
+  2**24, the next message continuing where the last one ended (C6). An ACK carries the PSN of the
+  packet it acknowledges.
+* QPNs: a connection ``(NIC a, NIC b, connection index c)`` has a QP at each end; data from a to b
+  is sent by a's QP with DestQP = b's QPN, and b's CTS writes and ACKs travel back on b's QP. The
+  QPN of the end at ``nic`` towards ``peer`` is ``2 + (base(seed, nic) + 256 * peer + c) mod
+  (2**24 - 2)``: data QPs are >= 2 (QP0/QP1 are SMI/GSI, C13), unique per NIC, pure functions of
+  the seed and the connection (so any subset of NICs lowers to the same numbers).
+* UDP source port: Linux's ``rdma_flow_label_to_udp_sport(rdma_calc_flow_label(a, b))`` of the two
+  QPNs (:func:`tokenpcap.wire.rdma.rocev2_udp_sport`), in 0xC000-0xFFFF, the same both ways.
+* AckReq on the last packet of every message, and on every N-th packet with
+  ``ack_every_packets = N`` (9.7.3.1: the responder answers packets that request it).
+* RETH on FIRST/ONLY (9.3.3): the responder buffer's virtual address (a seeded 4 KiB-aligned base
+  per QP + the bytes sent on the QP before this message), the R_Key of that buffer (seeded per
+  QP), DMA length = the whole message length.
+* ImmDt = the message's ``imm``. AETH on ACKs (9.3.5): syndrome 0x1F = ACK (bits 6:5 = 00) with the
+  credit count 0b11111 "invalid", as responders send when end-to-end credits are not used (the
+  scapy vector ``rc_ack_psn_000000`` and the captured IB ACK carry it); MSN = messages completed
+  on the QP modulo 2**24 (9.7.5.1.1): the acknowledged message's ``qp_seq + 1`` on its last
+  packet, ``qp_seq`` before it.
+* IPv4 Identification: the low 16 bits of the PSN. With DF set the ID has no meaning (RFC 6864
+  4.1); deriving it from the PSN keeps it a pure function of the packet.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+from tokenpcap.addresses import nic_addresses
+from tokenpcap.errors import InputError
+from tokenpcap.messages import PACKET_DTYPE, VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
+from tokenpcap.nic import PKT_ACK, Engine
+from tokenpcap.profiles import ClusterProfile, GenerationConfig
+from tokenpcap.wire import rdma
+from tokenpcap.wire.context import WireContext
+
+__all__ = ["Lowering", "MessageLowering", "lower_messages", "qpn", "initial_psn", "wire_context",
+           "AETH_ACK_SYNDROME", "QP_STRIDE"]
+
+#: AETH syndrome of an ACK without end-to-end credits (IBTA vol.1 9.3.5, Table 47).
+AETH_ACK_SYNDROME = 0x1F
+#: Connection indices per peer in the QPN rule (``qp`` must be below it).
+QP_STRIDE = 256
+_PSN_MASK = 0xFFFFFF
+_QPN_SPACE = (1 << 24) - 2
+_U64 = np.uint64
+
+
+def _mix(seed: int, salt: int, *keys) -> np.ndarray:
+    """SplitMix64 finalizer (Steele et al. 2014) chained over int keys; uint64, shape of the keys."""
+    shape = np.broadcast(*keys).shape
+    x = np.full(max(1, int(np.prod(shape))), (seed * 0x9E3779B97F4A7C15 + salt) & (2**64 - 1), _U64)
+    for k in keys:
+        x = x ^ np.broadcast_to(np.asarray(k, dtype=np.int64), shape).reshape(-1).astype(_U64)
+        x = x + _U64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> _U64(27))) * _U64(0x94D049BB133111EB)
+        x = x ^ (x >> _U64(31))
+    return x.reshape(shape)
+
+
+def qpn(seed: int, nic, peer, qp) -> np.ndarray:
+    """QPN of ``nic``'s end of connection ``qp`` with ``peer`` (rule in the module docstring).
+
+    Args: int arrays of one shape (``qp < QP_STRIDE``, NICs < 65535). Returns uint32.
+    """
+    base = (_mix(seed, 1, nic) % _U64(_QPN_SPACE)).astype(np.int64)
+    local = np.asarray(peer, np.int64) * QP_STRIDE + np.asarray(qp, np.int64)
+    return (2 + (base + local) % _QPN_SPACE).astype(np.uint32)
+
+
+def initial_psn(seed: int, src, dst, qp) -> np.ndarray:
+    """Seeded initial PSN (24 bits) of the QP that sends from ``src`` to ``dst`` on ``qp``. uint32."""
+    return (_mix(seed, 2, src, dst, qp) & _U64(_PSN_MASK)).astype(np.uint32)
+
+
+def _rkey_va(seed: int, src, dst, qp) -> tuple[np.ndarray, np.ndarray]:
+    h = _mix(seed, 3, dst, src, qp)
+    rkey = (h & _U64(0xFFFFFFFF)).astype(np.uint32)
+    va = _U64(0x7F0000000000) + ((h >> _U64(32)) & _U64(0xFFFFF)) * _U64(1 << 20)   # 1 MiB aligned
+    return rkey, va
+
+
+def _op_table() -> np.ndarray:
+    """uint8 (3 verbs, 4) opcode of FIRST, MIDDLE, LAST, ONLY per verb, from wire's segmentation."""
+    t = np.zeros((max(VERB_WRITE, VERB_WRITE_IMM, VERB_SEND) + 1, 4), np.uint8)
+    for v in (VERB_WRITE, VERB_WRITE_IMM, VERB_SEND):
+        t[v, :3] = rdma.segment(2 * 256 + 1, 256, v).opcode
+        t[v, 3] = rdma.segment(0, 256, v).opcode[0]
+    return t
+
+
+_OPS = _op_table()
+
+
+class Lowering:
+    """Turns :data:`tokenpcap.nic.TX_DTYPE` chunks into ``PACKET_DTYPE`` rows.
+
+    Args:
+        cluster: PMTU and transport of the run.
+        seed: seeds QPNs, initial PSNs, R_Keys and buffer addresses.
+        ack_every_packets: the engine's AckReq period (0: last packet only).
+
+    Raises:
+        InputError: more NICs than the QPN rule holds (65535).
+    """
+
+    def __init__(self, cluster: ClusterProfile, seed: int = 0, ack_every_packets: int = 0):
+        self.pmtu = int(cluster.pmtu_bytes)
+        self.seed = int(seed)
+        self.ack_every = int(ack_every_packets)
+        n = int(cluster.nodes) * int(cluster.nics_per_node)
+        if n * QP_STRIDE > _QPN_SPACE:
+            raise InputError(f"nodes * nics_per_node: got {n}, expected at most {_QPN_SPACE // QP_STRIDE} "
+                             f"(24-bit QPNs, {QP_STRIDE} connections per peer)")
+
+    def __call__(self, tx: np.ndarray, messages: np.ndarray) -> np.ndarray:
+        """Lower one chunk.
+
+        Args:
+            tx: ``TX_DTYPE (n,)`` from :meth:`tokenpcap.nic.Engine.run`.
+            messages: the engine's message table (``Engine.messages``), indexed by msg id.
+
+        Returns:
+            ``PACKET_DTYPE (n,)``, in the order of ``tx``.
+
+        Raises:
+            InputError: a message whose ``qp`` is >= QP_STRIDE.
+        """
+        m = messages[tx["msg"]]
+        src, dst, qp = m["src_nic"].astype(np.int64), m["dst_nic"].astype(np.int64), m["qp"].astype(np.int64)
+        if (qp >= QP_STRIDE).any():
+            bad = int(qp[qp >= QP_STRIDE][0])
+            raise InputError(f"message qp: got {bad}, expected 0 .. {QP_STRIDE - 1}")
+        idx = tx["index"]
+        n = m["n_packets"]
+        ack = tx["kind"] == PKT_ACK
+        last = idx == n - 1
+        out = np.zeros(tx.size, PACKET_DTYPE)
+        out["time_ns"], out["nic"], out["peer_nic"], out["msg"] = tx["time_ns"], tx["nic"], tx["peer_nic"], tx["msg"]
+        out["frame_bytes"] = tx["frame_bytes"]
+        qpn_src, qpn_dst = qpn(self.seed, src, dst, qp), qpn(self.seed, dst, src, qp)
+        out["src_qp"] = np.where(ack, qpn_dst, qpn_src)
+        out["dest_qp"] = np.where(ack, qpn_src, qpn_dst)
+        out["udp_sport"] = rdma.rocev2_udp_sport(qpn_src, qpn_dst)
+        psn = (initial_psn(self.seed, src, dst, qp).astype(np.int64) + m["psn_offset"] + idx) & _PSN_MASK
+        out["psn"] = psn
+        out["ip_id"] = psn & 0xFFFF
+        pos = np.where(n == 1, 3, np.where(idx == 0, 0, np.where(last, 2, 1)))
+        opcode = np.where(ack, rdma.ACKNOWLEDGE, _OPS[m["verb"], pos])
+        out["opcode"] = opcode
+        data = ~ack
+        size = m["size_bytes"]
+        payload = np.where(data, np.where(last, size - (n - 1) * self.pmtu, self.pmtu), 0)
+        out["payload_bytes"] = payload
+        out["pad"] = rdma.pad_bytes(payload)
+        out["payload_offset"] = np.where(data, idx * self.pmtu, 0)
+        ackreq = last
+        if self.ack_every:
+            ackreq = ackreq | ((idx + 1) % self.ack_every == 0)
+        out["ack_req"] = data & ackreq
+        reth = rdma.HAS_RETH[opcode]
+        rkey, va = _rkey_va(self.seed, src, dst, qp)
+        out["reth_va"] = np.where(reth, va + m["byte_offset"].astype(_U64), 0)
+        out["reth_rkey"] = np.where(reth, rkey, 0)
+        out["reth_len"] = np.where(reth, size, 0)
+        out["imm"] = np.where(rdma.HAS_IMMDT[opcode], m["imm"], 0)
+        msn = (m["qp_seq"] + last) & _PSN_MASK
+        out["aeth"] = np.where(ack, (AETH_ACK_SYNDROME << 24) | msn, 0)
+        return out
+
+
+class MessageLowering:
+    """Iterator of ``PACKET_DTYPE`` chunks for independent messages (see :func:`lower_messages`).
+
+    ``messages`` is the engine's table (``MSG_STATE_DTYPE``: the given rows with their ids, then
+    the CTS messages), what ``PACKET_DTYPE.msg`` indexes; ``engine`` is the engine itself.
+    """
+
+    def __init__(self, messages: np.ndarray, cluster: ClusterProfile, generation: GenerationConfig | None,
+                 seed: int | None, chunk_rows: int, ib_grh: bool):
+        gen = generation if generation is not None else GenerationConfig()
+        self.engine = Engine(cluster, gen, chunk_rows=chunk_rows, ib_grh=ib_grh)
+        self.engine.add_messages(messages)
+        self._lower = Lowering(cluster, gen.seed if seed is None else seed, gen.ack_every_packets)
+        self._it = self.engine.run()
+
+    @property
+    def messages(self) -> np.ndarray:
+        return self.engine.messages
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return self
+
+    def __next__(self) -> np.ndarray:
+        return self._lower(next(self._it), self.engine.messages)
+
+
+def lower_messages(messages: np.ndarray, cluster: ClusterProfile, generation: GenerationConfig | None = None,
+                   seed: int | None = None, *, chunk_rows: int = 1 << 18, ib_grh: bool = False) -> MessageLowering:
+    """Packets of independent RDMA messages, each starting no earlier than its ``start_ns``.
+
+    Runs the engine with no dependencies between messages (issue 3's stage-6 driver).
+
+    Args:
+        messages: ``MESSAGE_DTYPE (m,)``; ``msg_id`` is reassigned densely in row order (the CTS
+            messages of clear-to-send mode follow).
+        cluster: link rate, transport, PMTU, network.
+        generation: ACK coalescing and clear-to-send (default :class:`GenerationConfig`).
+        seed: QPNs, PSNs, keys (default ``generation.seed``).
+        chunk_rows: most rows per chunk; ib_grh: native IB frames carry a GRH.
+
+    Returns:
+        :class:`MessageLowering`, an iterator of time-ordered ``PACKET_DTYPE`` chunks.
+
+    Raises:
+        InputError: bad messages (NIC out of range, src == dst, negative size, unknown verb ...).
+    """
+    return MessageLowering(messages, cluster, generation, seed, chunk_rows, ib_grh)
+
+
+def wire_context(cluster: ClusterProfile, *, payload_seed: int = 0, ib_grh: bool = False) -> WireContext:
+    """The :class:`tokenpcap.wire.context.WireContext` of ``cluster``: its network marking and the
+    addresses of :func:`tokenpcap.addresses.nic_addresses` (GIDs as the IB GRH addresses).
+
+    Raises:
+        ProfileError, InfeasiblePlanError: from the address rules; EncodeError: out-of-range marking.
+    """
+    net = cluster.network
+    addr = nic_addresses(cluster)
+    ib = cluster.transport == "infiniband"
+    return WireContext(transport=cluster.transport, ip_version=int(net.ip_version), vlan_id=net.vlan_id,
+                       pcp=int(net.pcp), dscp=int(net.dscp), ecn=int(net.ecn), ttl=int(net.ttl),
+                       p_key=int(net.pkey), ib_grh=ib_grh, sl=int(net.ib_sl), vl=int(net.ib_vl),
+                       mac=addr.mac, ipv4=addr.ipv4, ipv6=addr.gid if ib else addr.ipv6, lid=addr.lid,
+                       payload_seed=int(payload_seed))
