@@ -16,14 +16,16 @@ from tokenpcap.cli.common import library_errors
 @click.option("--against", "scenario", type=click.Path(dir_okay=False, path_type=str),
               help="Compare payload bytes per phase and per NIC with this scenario's plan.")
 @click.option("--strict", is_flag=True, help="Exit 1 when any check fails.")
+@click.option("--no-crc", is_flag=True, help="Skip the ICRC/VCRC check (faster on full frames).")
 @library_errors
-def inspect_cmd(file: str, as_json: bool, scenario: str | None, strict: bool) -> None:
+def inspect_cmd(file: str, as_json: bool, scenario: str | None, strict: bool,
+                no_crc: bool) -> None:
     """Summarise FILE (pcap, pcapng or ERF): totals and rates, RDMA flows, opcodes, payload
     bytes, ICRC/VCRC, PSN gaps, CNPs, ECN, PFC, and bytes per phase."""
     from tokenpcap.analysis import inspect_capture
     from tokenpcap.analysis_report import render_text
 
-    rep = inspect_capture(file)
+    rep = inspect_capture(file, crc=not no_crc)
     if scenario is not None:
         from tokenpcap.analysis_against import compare_with_plan
 
