@@ -209,6 +209,8 @@ class Engine:
                 ops, pay = [first, middle, last], [self._pmtu, self._pmtu, size_bytes - (n - 1) * self._pmtu]
             fb = rdma.frame_bytes(np.array(ops, np.uint8), np.array(pay, np.int64), **self._wire)
             hit = (n, tuple(int(x) for x in self.l1_ns(fb)), tuple(int(x) for x in fb))
+            if len(self._frames_cache) >= 1 << 16:          # bounded: sizes usually repeat
+                self._frames_cache.clear()
             self._frames_cache[key] = hit
         return hit
 
@@ -388,7 +390,8 @@ class Engine:
             port = self._ports[args[0]]
             self._advance(port, t)
             port.queue_ack(t, args[1], args[2], args[3])
-            self._rewake(port)
+            # an ACK only delays this port's data: its queued wake (if any) comes early, which is
+            # harmless, so no new one is needed
         elif typ == _ARRIVE:
             mid = args[0]
             self._tab["arrival_ns"][mid] = t
@@ -412,8 +415,8 @@ class Engine:
         q.psn_next += n
         q.count += 1
         q.bytes_next += size
-        port.post(q, t, mid, n, d, fb, PKT_CTS if kind == KIND_CTS else PKT_DATA)
-        self._rewake(port)
+        if port.post(q, t, mid, n, d, fb, PKT_CTS if kind == KIND_CTS else PKT_DATA):
+            self._rewake(port)
 
     def _advance(self, port: Port, limit: int, max_rows: int | None = None) -> None:
         if port.clock is None or port.clock >= limit:

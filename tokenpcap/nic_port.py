@@ -63,7 +63,7 @@ class QP:
     FIRST, MIDDLE and LAST packet (all three the ONLY packet for a one-packet message).
     """
 
-    __slots__ = ("index", "peer", "fifo", "head", "n", "next", "d", "fb", "kind",
+    __slots__ = ("index", "peer", "fifo", "head", "n", "next", "d", "dmin", "fb", "kind",
                  "psn_next", "count", "bytes_next")
 
     def __init__(self, index: int, peer: int):
@@ -74,6 +74,7 @@ class QP:
         self.n = 0
         self.next = 0               # index of the head's next packet
         self.d = (0, 0, 0)
+        self.dmin = 0
         self.fb = (0, 0, 0)
         self.kind = 0
         self.psn_next = 0           # packets posted on this QP so far (PSN offset of the next one)
@@ -82,6 +83,7 @@ class QP:
 
     def load(self, msg: int, n: int, d: tuple, fb: tuple, kind: int) -> None:
         self.head, self.n, self.next, self.d, self.fb, self.kind = msg, n, 0, d, fb, kind
+        self.dmin = min(d)
 
 
 class Port:
@@ -130,15 +132,18 @@ class Port:
         if self.clock is None or self.clock < t:
             self.clock = t
 
-    def post(self, q: QP, t: int, msg: int, n: int, d: tuple, fb: tuple, kind: int) -> None:
-        """Post message ``msg`` (``n`` packets) on ``q`` at time ``t``: it joins the QP's FIFO."""
+    def post(self, q: QP, t: int, msg: int, n: int, d: tuple, fb: tuple, kind: int) -> bool:
+        """Post message ``msg`` (``n`` packets) on ``q`` at time ``t``: it joins the QP's FIFO.
+
+        Returns True when the rotation changed (the QP had no message and joins it)."""
         if q.head < 0:
             q.load(msg, n, d, fb, kind)
             insort(self.active, q.index)
             self._touch(t)
             self._mut += 1
-        else:
-            q.fifo.append((msg, n, d, fb, kind))
+            return True
+        q.fifo.append((msg, n, d, fb, kind))
+        return False
 
     def queue_ack(self, t: int, msg: int, index: int, data_sender: int) -> None:
         """An ACK for packet ``index`` of ``msg`` is ready at ``t`` (strict priority)."""
@@ -148,9 +153,9 @@ class Port:
 
     # -- the vectorized epoch ----------------------------------------------------------------
 
-    def _plan(self) -> tuple[list[QP], int, int]:
-        """The QPs in rotation order (next after the last served first), their count ``k`` and
-        the stop slot ``s``: the first slot whose packet has consequences elsewhere. Slot ``s``
+    def _plan(self) -> tuple[list[QP], int, int, int]:
+        """The QPs in rotation order (next after the last served first), their count ``k``, the
+        shortest frame time ``dmin`` (last) and the stop slot ``s``: the first slot whose packet has consequences elsewhere. Slot ``s``
         goes to position ``s % k``; head ``i``'s last packet is slot ``(n - next - 1) * k + i``,
         its next AckReq'd one ``j * k + i`` with ``j = -(next + 1) mod N``. One Python step per
         QP, cached until the port's state changes."""
@@ -160,7 +165,7 @@ class Port:
         cut = bisect_right(self.active, self.pointer)
         qs = [self.qps[i] for i in self.active[cut:] + self.active[:cut]]
         every = self.ack_every
-        s = 1 << 62
+        s = dmin = 1 << 62
         for i, q in enumerate(qs):
             last = q.n - q.next - 1
             if every:
@@ -169,7 +174,9 @@ class Port:
                     last = j
             if last * k + i < s:
                 s = last * k + i
-        plan = (qs, k, s)
+            if q.dmin < dmin:
+                dmin = q.dmin
+        plan = (qs, k, s, dmin)
         self._cache = (self._mut, plan)
         return plan
 
@@ -184,13 +191,13 @@ class Port:
         """
         if not self.active:
             return None
-        qs, k, s = self._plan()
+        qs, k, s, dmin = self._plan()
         base = self.clock + len(self.acks) * self.ack_ns
         t = base
         for i, q in enumerate(qs[: min(k, s)]):
             d = q.d
             t += (s - i + k - 1) // k * d[1] + (d[0] - d[1] if q.next == 0 else 0)
-        return min(t, base + gap_slots * min(min(q.d) for q in qs))
+        return min(t, base + gap_slots * dmin)
 
     def advance(self, limit: int, cons: list, max_rows: int | None = None) -> None:
         """Commit every packet whose first bit leaves before ``limit`` (ns), at most ``max_rows``.
@@ -209,30 +216,28 @@ class Port:
                 break
 
     def _send_acks(self, limit: int, left: int) -> int:
-        d = self.ack_ns
-        fit = min(len(self.acks), (limit - 1 - self.clock) // d + 1, left, self.max_slots)
+        """Pending ACKs back to back from ``clock`` (one row per ACK event: a loop per event)."""
+        d, t, nic, fb = self.ack_ns, self.clock, self.nic, self.ack_bytes
+        fit = min(len(self.acks), (limit - 1 - t) // d + 1, left)
         acks, self.acks = self.acks[:fit], self.acks[fit:]
-        rows = self._reserve(fit)
-        rows["time_ns"] = self.clock + d * _POS[:fit]
-        rows["nic"] = self.nic
-        rows["msg"], rows["index"], rows["peer_nic"] = np.array(acks, _I8).reshape(fit, 3).T
-        rows["kind"] = PKT_ACK
-        rows["frame_bytes"] = self.ack_bytes
-        self.clock += fit * d
+        self._reserve(fit)[:] = [(t + j * d, nic, a[2], a[0], a[1], PKT_ACK, fb) for j, a in enumerate(acks)]
+        self.clock = t + fit * d
         self._mut += 1
         return fit
 
     def _epoch(self, limit: int, left: int, cons: list) -> int:
-        qs, k, s = self._plan()
+        """Commit the next slots of the rotation up to the stop slot, ``limit`` or ``left`` rows."""
+        qs, k, s, dmin = self._plan()
         clock = self.clock
-        dmin = min(min(q.d) for q in qs)
         slots = min(s + 1, (limit - 1 - clock) // dmin + 1, left, self.max_slots)
+        if slots <= min(k, _SMALL):
+            return self._round(qs, k, s, slots, limit, cons)
         a = np.array([(q.next, q.n) + q.d + q.fb + (q.head, q.peer, q.kind) for q in qs], _I8)
         slot = _POS[:slots] if slots <= _POS.size else np.arange(slots, dtype=_I8)
         g = a[slot % k]                                       # (slots, 11) the head of each slot
         idx = g[:, 0] + slot // k
         which = np.where(idx == g[:, 1] - 1, 4, np.where(idx == 0, 2, 3))   # column FIRST/MIDDLE/LAST
-        rowpos = _POS[: idx.size] if idx.size <= _POS.size else np.arange(idx.size, dtype=_I8)
+        rowpos = slot if slots <= _POS.size else np.arange(slots, dtype=_I8)
         dur = g[rowpos, which]
         end = clock + np.cumsum(dur)
         start = end - dur
@@ -247,26 +252,48 @@ class Port:
         rows["index"] = idx
         rows["kind"] = g[:, 10]
         rows["frame_bytes"] = g[rowpos, which + 3]
-        self.clock = int(end[slots - 1])
-        self.pointer = qs[(slots - 1) % k].index
-        self._mut += 1
         for i in range(min(k, slots)):
             q = qs[i]
             if q.next == 0:
                 cons.append(("first", q.head, int(start[i])))
             q.next += (slots - i + k - 1) // k
-        if slots == s + 1:                                   # the stop slot went out
+        self._close(qs, k, s, slots, int(end[slots - 1]), cons)
+        return slots
+
+    def _round(self, qs: list[QP], k: int, s: int, slots: int, limit: int, cons: list) -> int:
+        """:meth:`_epoch` when at most one slot per QP remains before the next event (a step per
+        QP of the rotation, like :meth:`_plan`): cheaper than numpy for a handful of rows."""
+        t, nic, out = self.clock, self.nic, []
+        for q in qs[:slots]:
+            if t >= limit:
+                break
+            i = q.next
+            w = 2 if i == q.n - 1 else 0 if i == 0 else 1
+            out.append((t, nic, q.peer, q.head, i, q.kind, q.fb[w]))
+            if i == 0:
+                cons.append(("first", q.head, t))
+            q.next = i + 1
+            t += q.d[w]
+        self._reserve(len(out))[:] = out
+        self._close(qs, k, s, len(out), t, cons)
+        return len(out)
+
+    def _close(self, qs: list[QP], k: int, s: int, slots: int, end: int, cons: list) -> None:
+        """After ``slots`` slots ending at ``end``: move the pointer; if the stop slot went out,
+        report its AckReq (and completion) and load the QP's next message or retire the QP."""
+        self.clock = end
+        self.pointer = qs[(slots - 1) % k].index
+        self._mut += 1
+        if slots == s + 1:
             q = qs[s % k]
-            e = int(end[s])
-            cons.append(("ack", q.peer, q.head, int(idx[s]), e))
+            cons.append(("ack", q.peer, q.head, q.next - 1, end))
             if q.next == q.n:
-                cons.append(("done", q.head, e))
+                cons.append(("done", q.head, end))
                 if q.fifo:
                     q.load(*q.fifo.popleft())
                 else:
                     q.head = -1
                     self.active.remove(q.index)
-        return slots
 
     # -- committed rows ------------------------------------------------------------------------
 
@@ -295,3 +322,5 @@ class Port:
 
 
 _POS = np.arange(1 << 16, dtype=_I8)
+#: Epochs of at most this many slots (and at most one per QP) are built without numpy.
+_SMALL = 8
