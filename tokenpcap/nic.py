@@ -14,23 +14,23 @@ Time is integer nanoseconds (int64) throughout. Events are processed in time ord
 event changes a NIC, the NIC's packets up to that time are committed, so an addition at or after
 the current event time is always legal. Output memory is bounded: :meth:`Engine.run` yields chunks.
 
-Layer 1 (C12): an Ethernet frame of ``L`` bytes as captured (no FCS) occupies
-``(L + 4 FCS + 8 preamble/SFD + 12 IFG) * 8 / rate`` (IEEE 802.3 clauses 3.1.1 and 4.4.2). A native
-InfiniBand packet (LRH..VCRC as captured) occupies ``(L + 2) * 8 / rate``: one start delimiter
-(SDP) and one end delimiter (EGP) character, no inter-packet gap (IBTA vol.2 5.6.1 packet framing);
-``link_gbps`` is the data rate after 8b/10b or 64b/66b encoding (EDR 100, HDR 200, NDR 400). Flow
-control packets and skip ordered sets are not modelled. Each frame takes the ceiling of that time
-in whole ns, so no window of the trace ever exceeds the link rate.
+Layer-1 timing (C12, and the InfiniBand choice) is in :mod:`tokenpcap.layer1`, re-exported here.
 """
 from __future__ import annotations
 
 import heapq
-from fractions import Fraction
 from typing import Callable, Iterator
 
 import numpy as np
 
 from tokenpcap.errors import InputError
+from tokenpcap.layer1 import (
+    ETH_L1_OVERHEAD_BYTES,
+    IB_L1_OVERHEAD_BYTES,
+    layer1_overhead_bytes,
+    layer1_time_ns,
+    layer1_time_ps,
+)
 from tokenpcap.messages import KIND_CTS, KIND_DATA, MESSAGE_DTYPE, VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.nic_port import PKT_ACK, PKT_CTS, PKT_DATA, TX_DTYPE, Port
 from tokenpcap.profiles import ClusterProfile, GenerationConfig
@@ -42,10 +42,6 @@ __all__ = [
     "layer1_time_ps", "layer1_time_ns",
 ]
 
-#: Ethernet layer-1 bytes not in a capture: FCS 4 + preamble and SFD 8 + minimum IFG 12 (802.3).
-ETH_L1_OVERHEAD_BYTES = 4 + 8 + 12
-#: InfiniBand: start-of-packet and end-of-good-packet delimiter characters (IBTA vol.2 5.6.1).
-IB_L1_OVERHEAD_BYTES = 2
 #: Time from an AckReq'd packet's arrival (last bit) to its ACK being ready to send at the
 #: responder (ns). A modelling choice of the order of RoCE NIC responder turnaround (a few
 #: hundred ns); every ACK is delayed by exactly this much.
@@ -73,62 +69,6 @@ MSG_STATE_DTYPE = np.dtype(MESSAGE_DTYPE.descr + [
 _READY, _ACK, _ARRIVE, _TIMER, _WAKE = range(5)
 _NEVER = 1 << 62
 _VERBS = (VERB_WRITE, VERB_WRITE_IMM, VERB_SEND)
-
-
-def layer1_overhead_bytes(transport: str) -> int:
-    """Bytes a frame occupies on the wire beyond its captured length (see the module docstring).
-
-    Raises:
-        InputError: unknown transport.
-    """
-    if transport == "rocev2":
-        return ETH_L1_OVERHEAD_BYTES
-    if transport == "infiniband":
-        return IB_L1_OVERHEAD_BYTES
-    raise InputError(f"transport: got {transport!r}, expected 'rocev2' or 'infiniband'")
-
-
-def _rate(link_gbps: float) -> tuple[int, int]:
-    """Link rate as an exact fraction num/den of bits per ns (the decimal the profile wrote)."""
-    try:
-        r = Fraction(repr(float(link_gbps)))
-    except (TypeError, ValueError, OverflowError):
-        r = Fraction(0)
-    if not r > 0:
-        raise InputError(f"link_gbps: got {link_gbps!r}, expected a number > 0")
-    return r.numerator, r.denominator
-
-
-def layer1_time_ps(frame_bytes, link_gbps: float, transport: str = "rocev2") -> np.ndarray:
-    """Layer-1 time of frames in picoseconds, rounded up (exact when it is a whole ps).
-
-    C12: 60 B at 10 Gb/s → 67200 ps; 4170 B at 400 Gb/s → 83880 ps; at 100 Gb/s → 335520 ps.
-
-    Args:
-        frame_bytes: int ``(n,)`` captured frame lengths (no FCS; LRH..VCRC for InfiniBand).
-        link_gbps: link data rate in Gb/s (> 0).
-        transport: ``"rocev2"`` or ``"infiniband"``.
-
-    Returns:
-        int64 ``(n,)`` ps.
-
-    Raises:
-        InputError: a rate <= 0 or an unknown transport.
-    """
-    num, den = _rate(link_gbps)
-    bits = (np.asarray(frame_bytes, dtype=np.int64) + layer1_overhead_bytes(transport)) * 8
-    return -(-(bits * (1000 * den)) // num)
-
-
-def layer1_time_ns(frame_bytes, link_gbps: float, transport: str = "rocev2") -> np.ndarray:
-    """Layer-1 time of frames in whole ns, rounded up: what one frame occupies on the link.
-
-    ``ceil((L + overhead) * 8 / link_gbps)``; 4170 B at 400 Gb/s (83.88 ns) → 84 ns. See
-    :func:`layer1_time_ps` for arguments; returns int64 ``(n,)`` ns.
-    """
-    num, den = _rate(link_gbps)
-    bits = (np.asarray(frame_bytes, dtype=np.int64) + layer1_overhead_bytes(transport)) * 8
-    return -(-(bits * den) // num)
 
 
 class Engine:
