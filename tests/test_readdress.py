@@ -1,0 +1,180 @@
+"""readdress: addresses, tag, marking and ports rewritten; ICRC/IPv4/UDP checksums repaired.
+
+Oracles: scapy recomputes the ICRC and checksums of every output frame from scratch (the rebuilt
+frame must equal ours byte for byte); TShark validates IP/UDP checksums and shows the new fields;
+the microsecond output follows case C9.
+"""
+from __future__ import annotations
+
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+
+from tests.analysis_trace import write_trace
+from tests.conftest import needs_tshark
+from tests.test_analysis import T0, _fill, write
+from tokenpcap.analysis import inspect_capture
+from tokenpcap.errors import CaptureError, InputError
+from tokenpcap.pcap import ErfWriter, PcapWriter
+from tokenpcap.pcap.reader import open_capture
+from tokenpcap.readdress import Mapping, load_mapping, readdress
+
+scapy_all = pytest.importorskip("scapy.all")
+from scapy.contrib.roce import BTH  # noqa: E402
+from scapy.layers.inet import IP, UDP  # noqa: E402
+from scapy.layers.inet6 import IPv6  # noqa: E402
+from scapy.layers.l2 import Ether  # noqa: E402
+
+
+def lab_mapping() -> Mapping:
+    m = Mapping(vlan=100, pcp=5, dscp=10, ecn=1, ttl=17, udp_sport_offset=5)
+    for old, new in (("10.0.0.1", "192.168.77.1"), ("10.0.0.2", "192.168.77.2"),
+                     ("fd00::1", "fd99::1"), ("02:00:00:00:00:0b", "b8:ce:f6:00:00:0b")):
+        m.add_address(old, new)
+    return m
+
+
+def frames_of(path):
+    cap = open_capture(path)
+    return [cap.frame(r) for r in cap.read()]
+
+
+@pytest.fixture
+def rewritten(tmp_path, scapy_vectors):
+    vec = [v for v in scapy_vectors["vectors"]]
+    src = write(tmp_path / "in.pcap", [bytes.fromhex(v["hex"]) for v in vec])
+    stats = readdress(src, tmp_path / "out.pcap", lab_mapping())
+    return src, tmp_path / "out.pcap", vec, stats
+
+
+def test_scapy_recomputes_the_same_icrc_and_checksums(rewritten):
+    _, out, vec, stats = rewritten
+    assert stats["packets"] == len(vec)
+    for v, f in zip(vec, frames_of(out)):
+        p = Ether(f)
+        if BTH not in p:
+            assert Ether(f).type == 0x8808            # PFC stays untagged
+            continue
+        old_sport = Ether(bytes.fromhex(v["hex"]))[UDP].sport
+        assert p.vlan == 100 and p.prio == 5
+        assert p[UDP].sport == 0xC000 + (old_sport - 0xC000 + 5) % 0x4000
+        if v.get("icrc_ok") is False:                 # corruption is kept, not laundered
+            continue
+        q = p.copy()
+        q[BTH].icrc = None
+        if IP in q:
+            del q[IP].chksum
+            assert (p[IP].src, p[IP].tos, p[IP].ttl) in (("192.168.77.1", 41, 17),
+                                                          ("192.168.77.2", 41, 17))
+        if IPv6 in q:
+            assert p[IPv6].src == "fd99::1" and p[IPv6].tc == 41 and p[IPv6].hlim == 17
+            if p[UDP].chksum:
+                del q[UDP].chksum
+        assert bytes(q) == f, v["name"]
+
+
+def test_inspect_before_and_after(rewritten):
+    src, out, vec, _ = rewritten
+    a, b = inspect_capture(src), inspect_capture(out)
+    assert (a.roce["icrc_ok"], a.roce["icrc_bad"]) == (b.roce["icrc_ok"], b.roce["icrc_bad"])
+    assert b.packets == a.packets and b.bytes == a.bytes + 4 * (a.packets - a.pfc["frames"] - 1)  # one was tagged
+    assert b.roce["payload_bytes"] == a.roce["payload_bytes"]
+    assert [r["time_ns"] for r in open_capture(out).read()] == \
+        [r["time_ns"] for r in open_capture(src).read()]
+
+
+@needs_tshark
+def test_tshark_validates_checksums(rewritten):
+    _, out, _, _ = rewritten
+    lines = subprocess.run(
+        ["tshark", "-r", str(out), "-o", "ip.check_checksum:TRUE", "-o", "udp.check_checksum:TRUE",
+         "--disable-heuristic", "rpcrdma_infiniband", "-T", "fields", "-e", "vlan.id",
+         "-e", "ip.checksum.status", "-e", "udp.checksum.status", "-e", "ip.dst", "-e", "eth.dst",
+         "-E", "separator=,"], capture_output=True, text=True, check=True).stdout.splitlines()
+    for line in lines:
+        vid, ipst, udpst, dst, mac = line.split(",")
+        if mac == "01:80:c2:00:00:01":
+            assert vid == ""                             # PFC: no tag
+            continue
+        assert vid == "100"
+        assert ipst in ("", "1")                         # 1 = good
+        assert udpst in ("1", "3", "4")                  # good, absent (IPv4 0), 0 on IPv6 kept
+        assert dst in ("", "192.168.77.1", "192.168.77.2")
+
+
+def test_strip_tag_and_usec_rounding_c9(tmp_path, scapy_vectors):
+    tagged = next(v for v in scapy_vectors["vectors"] if v["name"].startswith("vlan100"))
+    f = bytes.fromhex(tagged["hex"])
+    src = tmp_path / "t.pcap"
+    times = np.array([1332502747_520990009, 1332502747_520990500, 1332502747_999999600],
+                     np.int64)
+    with PcapWriter(src) as w:
+        w.write_batch(times, np.full(3, len(f)), _fill([f] * 3))
+    readdress(src, tmp_path / "u.pcap", Mapping(vlan=-1), usec=True)
+    raw = (tmp_path / "u.pcap").read_bytes()
+    assert struct.unpack_from("<I", raw)[0] == 0xA1B2C3D4          # microsecond magic
+    recs, pos = [], 24
+    for _ in range(3):
+        sec, usec, caplen, orig = struct.unpack_from("<IIII", raw, pos)
+        recs.append((sec, usec, caplen))
+        pos += 16 + caplen
+    assert recs == [(1332502747, 520990, len(f) - 4), (1332502747, 520991, len(f) - 4),
+                    (1332502748, 0, len(f) - 4)]
+    p = Ether(frames_of(tmp_path / "u.pcap")[0])
+    assert p.type == 0x0800 and inspect_capture(tmp_path / "u.pcap").roce["icrc_bad"] == 0
+
+
+def test_pcapng_keeps_interfaces_and_comments(tmp_path):
+    labels = ["dp/backward/AllReduce step=0"] * 64 + ["tp/forward/AllReduce"] * 64
+    write_trace(tmp_path / "g.pcapng", 128, fmt="pcapng", comments=labels)
+    m = Mapping()
+    m.add_address("198.18.0.1", "10.9.0.1")
+    readdress(tmp_path / "g.pcapng", tmp_path / "h.pcapng", m)
+    a, b = inspect_capture(tmp_path / "g.pcapng"), inspect_capture(tmp_path / "h.pcapng")
+    assert b.phases == a.phases and b.roce["icrc_bad"] == 0 and b.roce["icrc_ok"] == 128
+    assert {n["address"] for n in b.nics} == {n["address"] for n in a.nics} - {"198.18.0.1"} \
+        | {"10.9.0.1"}
+    assert [i["name"] for i in b.interfaces] == [i["name"] for i in a.interfaces]
+
+
+def test_errors(tmp_path, hw_frames):
+    with pytest.raises(InputError, match="expected a MAC"):
+        Mapping().add_address("not-an-address", "10.0.0.1")
+    with pytest.raises(InputError, match="one kind"):
+        Mapping().add_address("10.0.0.1", "fd00::1")
+    bad = tmp_path / "m.yaml"
+    bad.write_text("addresses: {10.0.0.1: 10.0.0.2}\nvlan: 5000\n")
+    with pytest.raises(InputError, match="vlan: got 5000, expected an integer 0..4095"):
+        load_mapping(bad)
+    bad.write_text("adresses: {}\n")
+    with pytest.raises(InputError, match="'adresses': got unknown"):
+        load_mapping(bad)
+    ib = [bytes.fromhex(x["hex"]) for x in hw_frames["native_ib"]]
+    write(tmp_path / "ib.erf", ib, writer=ErfWriter)
+    with pytest.raises(InputError, match="InfiniBand"):
+        readdress(tmp_path / "ib.erf", tmp_path / "x.pcap", Mapping())
+    (tmp_path / "junk.pcap").write_bytes(b"\xd4\xc3\xb2\xa1" + b"\0" * 10)
+    with pytest.raises(CaptureError):
+        readdress(tmp_path / "junk.pcap", tmp_path / "y.pcap", Mapping())
+    assert not (tmp_path / "y.pcap").exists()
+
+
+def test_cli_readdress(tmp_path, scapy_vectors):
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+    src = write(tmp_path / "in.pcap", [bytes.fromhex(v["hex"]) for v in scapy_vectors["vectors"]])
+    yml = tmp_path / "lab.yaml"
+    yml.write_text("addresses:\n  10.0.0.1: 192.168.1.1\ndscp: 46\n")
+    r = CliRunner().invoke(main, ["readdress", str(src), "-o", str(tmp_path / "o.pcap"), "--map",
+                                  str(yml), "--map", "10.0.0.2=192.168.1.2", "--vlan", "7"])
+    assert r.exit_code == 0, r.output
+    assert "12 ICRCs updated" in r.output          # the 12 IPv4 RoCE frames; IPv6 kept
+    rep = inspect_capture(tmp_path / "o.pcap")
+    assert {n["address"] for n in rep.nics} == {"192.168.1.1", "192.168.1.2", "fd00::1"}
+    assert rep.roce["icrc_bad"] == 1                   # the case file's deliberately bad one
+    r = CliRunner().invoke(main, ["readdress", str(src), "-o", str(tmp_path / "p.pcap"),
+                                  "--map", "10.0.0.1"])
+    assert r.exit_code == 1 and "expected OLD=NEW" in r.output
