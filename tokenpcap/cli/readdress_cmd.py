@@ -31,7 +31,7 @@ def readdress_cmd(file, output, maps, vlan, pcp, dscp, ecn, ttl, sport_offset, u
 
     m = Mapping()
     for item in maps:
-        if "=" in item and not Path(item).exists():
+        if not Path(item).is_file():
             m.add_address(*parse_pair(item))
         else:
             loaded = load_mapping(item)
