@@ -258,7 +258,8 @@ def decode_options(buf, start: int, end: int, table: dict, order: str = "<") -> 
     replacement characters.
 
     Raises:
-        CaptureError: an option runs past ``end``; the message names its byte offset.
+        CaptureError: an option runs past ``end``, or a numeric option has the wrong length; the
+            message names its byte offset.
     """
     from tokenpcap.errors import CaptureError
 
@@ -276,8 +277,11 @@ def decode_options(buf, start: int, end: int, table: dict, order: str = "<") -> 
         name, codec = table.get(code, (f"opt_{code}", "bytes"))
         if codec == "str":
             value: object = raw.decode("utf-8", errors="replace")
-        elif codec == "bytes" or length != struct.calcsize(_CODEC[codec]):
+        elif codec == "bytes":
             value = raw
+        elif length != struct.calcsize(_CODEC[codec]):
+            raise CaptureError(f"pcapng option {name} at byte offset {p}: length got {length}, "
+                               f"expected {struct.calcsize(_CODEC[codec])}")
         else:
             value = struct.unpack(order + _CODEC[codec], raw)[0]
         out.setdefault(name, value)

@@ -64,6 +64,13 @@ class Comments:
     labels: Sequence[str | None]
     codes: np.ndarray
 
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, rows) -> "Comments":
+        """The comments of a slice (or index array) of the packets; labels are shared."""
+        return Comments(self.labels, np.asarray(self.codes)[rows])
+
     @classmethod
     def from_strings(cls, comments: Sequence[str | None]) -> "Comments":
         """Factorize a sequence of strings (one dict lookup per element, in C via ``map``)."""

@@ -302,7 +302,7 @@ class PcapCapture(Capture):
             raise _error(CaptureError, 4, f"{path}: pcap version_major: got {h['version_major']}, "
                          "expected 2")
         self.snaplen = h["snaplen"]
-        self.linktype = h["linktype"] & 0x0FFFFFFF          # upper bits: FCS info (pcap draft §4)
+        self.linktype = h["linktype"] & 0xFFFF     # upper bits: FCS length and reserved (§4)
         self.interfaces = [InterfaceInfo(0, self.linktype, self.snaplen,
                                          tsresol=9 if self.nanosecond else 6,
                                          byte_order=self.byte_order)]
@@ -415,11 +415,15 @@ def _looks_like_erf(data: np.ndarray) -> bool:
 
 
 def open_capture(path: str | os.PathLike, *, on_truncation: str = "error",
-                 comments: bool = True) -> Capture:
+                 comments: bool = True, format: str | None = None) -> Capture:
     """Open a capture file, recognising pcap, pcapng or raw ERF by its first bytes.
+
+    Raw ERF has no magic: a file that is neither pcap nor pcapng is read as ERF when its first
+    record is plausible, when ``format="erf"``, or when it is empty and named ``*.erf``.
 
     Args:
         path: the file.
+        format: None (recognise), or ``"pcap"``/``"pcapng"``/``"erf"`` to insist.
         on_truncation: ``"error"`` (raise :class:`TruncatedFile`) or ``"stop"`` (yield the
             complete records and set ``truncated_at``) when the last record is cut short.
         comments: decode pcapng EPB comments into ``comment`` codes (default True).
@@ -441,11 +445,15 @@ def open_capture(path: str | os.PathLike, *, on_truncation: str = "error",
         raise CaptureError(f"{path}: cannot open: {err.strerror}") from err
     data = np.frombuffer(raw, np.uint8)
     head = bytes(data[:4])
-    if head in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d"):
+    if format not in (None, "pcap", "pcapng", "erf"):
+        raise CaptureError(f"{path}: format: got {format!r}, expected pcap, pcapng or erf")
+    if head in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d") \
+            and format in (None, "pcap"):
         return PcapCapture(path, data, raw, on_truncation)
-    if int.from_bytes(head, "little") == BT_SHB:
+    if int.from_bytes(head, "little") == BT_SHB and format in (None, "pcapng"):
         return PcapngCapture(path, data, raw, on_truncation, comments)
-    if _looks_like_erf(data):
+    if format == "erf" or (format is None and (_looks_like_erf(data) or
+                                               (not data.size and path.suffix == ".erf"))):
         return ErfCapture(path, data, raw, on_truncation)
     raise _error(BadMagic, 0, f"{path}: magic got {head.hex() or 'an empty file'}, expected a "
                  "pcap (a1b2c3d4/a1b23c4d), pcapng (0a0d0d0a) or ERF file")

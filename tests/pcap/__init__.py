@@ -1,0 +1,1 @@
+"""Tests of tokenpcap.pcap: capture writers and readers against independent oracles."""
