@@ -255,3 +255,18 @@ def test_tshark_decodes_lowered_fields(tmp_path):
             assert (int(dmalen), int(va, 0), int(rkey, 0)) == (row["reth_len"], row["reth_va"], row["reth_rkey"])
         if row["opcode"] == ACK:
             assert (int(syndrome, 0), int(msn)) == (row["aeth"] >> 24, row["aeth"] & 0xFFFFFF)
+
+
+@pytest.mark.parametrize("transport,ip_version,vlan,grh", [
+    ("rocev2", 6, None, False), ("rocev2", 4, 100, False), ("infiniband", 4, None, False),
+    ("infiniband", 4, None, True)])
+def test_engine_frame_lengths_equal_the_builders(transport, ip_version, vlan, grh):
+    cl = ClusterProfile(name="t", nodes=2, gpus_per_node=2, nics_per_node=2, link_gbps=100.0, nvlink_gbps=900,
+                        gpu=GpuProfile("H100", 989), pmtu_bytes=1024, transport=transport,
+                        network=NetworkProfile(ip_version=ip_version, vlan_id=vlan))
+    rows = messages((0, 1, 0, 5000, 0, VERB_WRITE_IMM, 9), (2, 3, 1, 3, 0, VERB_SEND), (3, 0, 0, 0, 0))
+    it = lower_messages(rows, cl, GenerationConfig(clear_to_send=True, ack_every_packets=2), ib_grh=grh)
+    pk = np.concatenate(list(it))
+    ctx = wire_context(cl, ib_grh=grh)
+    assert np.array_equal(FrameBuilder(ctx).frame_bytes(pk), pk["frame_bytes"].astype(np.int64))
+    assert len(FrameBuilder(ctx).frames(pk)) == pk.size

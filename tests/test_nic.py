@@ -495,3 +495,24 @@ def test_infiniband_frames_and_layer1():
     # LRH 8 + BTH 12 (+ RETH 16 on FIRST) + 4096 + ICRC 4 + VCRC 2; layer 1 adds SDP + EGP only
     assert data["frame_bytes"].tolist() == [4138, 4122, 4122]
     assert np.diff(data["time_ns"]).tolist() == [-(-(4138 + 2) * 8 // 100), -(-(4122 + 2) * 8 // 100)]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msgs=st.lists(msg_strategy, min_size=1, max_size=8), cts=st.booleans(),
+       prov=st.lists(st.integers(0, 30), min_size=12, max_size=12))
+def test_add_message_equals_add_messages(msgs, cts, prov):
+    msgs = [_fix(m, 3) for m in msgs]
+    names = ["phase", "dim", "collective", "iteration", "layer", "microbatch", "step", "call_id", "rank_src",
+             "rank_dst", "token_start", "token_end"]
+    one = Engine(cluster(nics=3), GenerationConfig(clear_to_send=cts))
+    many = Engine(cluster(nics=3), GenerationConfig(clear_to_send=cts))
+    rows = rows_of(msgs)
+    for name, v in zip(names, prov):
+        rows[name] = v
+    for m in msgs:
+        one.add_message(m["src"], m["dst"], m["qp"], m["size"], m["start"], verb=m["verb"], kind=m["kind"],
+                        **dict(zip(names, prov)))
+    for r in rows:                       # one row per call: ids interleave data and CTS as add_message does
+        many.add_messages(r[None])
+    assert np.array_equal(run_all(one), run_all(many))
+    assert one.messages.tobytes() == many.messages.tobytes()

@@ -67,6 +67,9 @@ MSG_STATE_DTYPE = np.dtype(MESSAGE_DTYPE.descr + [
 ])
 
 _READY, _ACK, _ARRIVE, _TIMER, _WAKE = range(5)
+#: Provenance fields of MESSAGE_DTYPE (in its order) and their values when not given.
+_PROVENANCE = {"phase": 0, "dim": 0, "collective": 0, "iteration": 0, "layer": -1, "microbatch": -1,
+               "step": -1, "call_id": -1, "rank_src": -1, "rank_dst": -1, "token_start": -1, "token_end": -1}
 _NEVER = 1 << 62
 _VERBS = (VERB_WRITE, VERB_WRITE_IMM, VERB_SEND)
 
@@ -179,17 +182,54 @@ class Engine:
         Raises:
             InputError: see :meth:`add_messages`; also an unknown provenance field.
         """
-        row = np.zeros(1, MESSAGE_DTYPE)
-        for name in ("layer", "microbatch", "step", "call_id", "rank_src", "rank_dst", "token_start", "token_end"):
-            row[name] = -1
+        prov = dict(_PROVENANCE)
         for name, value in provenance.items():
-            if name not in MESSAGE_DTYPE.names or name == "msg_id":
-                raise InputError(f"add_message: got field {name!r}, expected a MESSAGE_DTYPE field")
-            row[name] = value
-        row["src_nic"], row["dst_nic"], row["qp"] = src_nic, dst_nic, qp
-        row["size_bytes"], row["start_ns"], row["verb"], row["kind"], row["imm"] = (
-            size_bytes, start_ns, verb, kind, imm)
-        return int(self.add_messages(row, on_arrival)[0])
+            if name not in prov:
+                raise InputError(f"add_message: got field {name!r}, expected a MESSAGE_DTYPE field "
+                                 f"({', '.join(prov)})")
+            prov[name] = int(value)
+        src, dst, qp, size, start, verb, kind = (int(x) for x in (src_nic, dst_nic, qp, size_bytes, start_ns, verb, kind))
+        now = 0 if self._now is None else self._now
+        for key, got, bad, expected in (
+            ("src_nic", src, not 0 <= src < self.n_nics, f"0 .. {self.n_nics - 1}"),
+            ("dst_nic", dst, not 0 <= dst < self.n_nics, f"0 .. {self.n_nics - 1}"),
+            ("dst_nic", dst, dst == src, "a NIC other than src_nic"),
+            ("qp", qp, qp < 0, ">= 0"), ("size_bytes", size, size < 0, ">= 0"),
+            ("verb", verb, verb not in _VERBS, "VERB_WRITE, VERB_WRITE_IMM or VERB_SEND"),
+            ("kind", kind, kind not in (KIND_DATA, KIND_CTS), "KIND_DATA or KIND_CTS"),
+            ("start_ns", start, start < now, f">= {now} (the engine's current time)"),
+        ):
+            if bad:
+                raise InputError(f"add_message: {key}: got {got}, expected {expected}")
+        cts = self.clear_to_send and kind == KIND_DATA
+        verb = VERB_WRITE_IMM if cts else verb
+        mid = self._n
+        cid = mid + 1 if cts else -1
+        head = tuple(prov.values())
+        tail_ranks = (prov["rank_src"], prov["rank_dst"])
+        if self._n + 2 > self._tab.size:
+            self._grow(self._n + 2)
+        try:
+            self._tab[mid] = ((mid, start, src, dst, qp, size, verb, kind, int(imm)) + head
+                              + (self.frames(size, verb)[0], -1, -1, -1, cid, -1, -1, -1, -1))
+            if cts:
+                cprov = head[:8] + tail_ranks[::-1] + head[10:]
+                self._tab[cid] = ((cid, start, dst, src, qp, self.cts_bytes, VERB_WRITE, KIND_CTS, 0) + cprov
+                                  + (self.frames(self.cts_bytes, VERB_WRITE)[0], -1, -1, -1, mid, -1, -1, -1, -1))
+        except (OverflowError, ValueError) as err:
+            raise InputError(f"add_message: a field does not fit MESSAGE_DTYPE: {err}") from None
+        self._n += 2 if cts else 1
+        self._info[mid] = (src, dst, qp, size, verb, kind)
+        self._ports[src].qp(dst, qp)
+        if on_arrival is not None:
+            self._callbacks[mid] = on_arrival
+        if cts:
+            self._info[cid] = (dst, src, qp, self.cts_bytes, VERB_WRITE, KIND_CTS)
+            self._ports[dst].qp(src, qp)
+            self._push(start, _READY, cid, 0, cid)
+        else:
+            self._push(start, _READY, mid, 0, mid)
+        return mid
 
     def add_messages(self, rows: np.ndarray, on_arrival: Callable[[int, int], None] | None = None) -> np.ndarray:
         """Add messages (``MESSAGE_DTYPE (m,)``; ``msg_id`` is ignored and assigned here).
@@ -261,8 +301,8 @@ class Engine:
             ("dst_nic", rows["dst_nic"] == rows["src_nic"], "a NIC other than src_nic"),
             ("qp", rows["qp"] < 0, ">= 0"),
             ("size_bytes", rows["size_bytes"] < 0, ">= 0"),
-            ("verb", ~np.isin(rows["verb"], _VERBS), "VERB_WRITE, VERB_WRITE_IMM or VERB_SEND"),
-            ("kind", ~np.isin(rows["kind"], (KIND_DATA, KIND_CTS)), "KIND_DATA or KIND_CTS"),
+            ("verb", rows["verb"] > max(_VERBS), "VERB_WRITE, VERB_WRITE_IMM or VERB_SEND"),
+            ("kind", rows["kind"] > max(KIND_DATA, KIND_CTS), "KIND_DATA or KIND_CTS"),
             ("start_ns", rows["start_ns"] < (0 if self._now is None else self._now),
              f">= {0 if self._now is None else self._now} (the engine's current time)"),
         )
@@ -271,12 +311,15 @@ class Engine:
                 i = int(np.flatnonzero(bad)[0])
                 raise InputError(f"message {i}: {key}: got {rows[key][i]}, expected {expected}")
 
+    def _grow(self, need: int) -> None:
+        grown = np.zeros(max(need, 2 * self._tab.size), MSG_STATE_DTYPE)
+        grown[: self._n] = self._tab[: self._n]
+        self._tab = grown
+
     def _append(self, rows: np.ndarray) -> None:
         need = self._n + rows.size
         if need > self._tab.size:
-            grown = np.zeros(max(need, 2 * self._tab.size), MSG_STATE_DTYPE)
-            grown[: self._n] = self._tab[: self._n]
-            self._tab = grown
+            self._grow(need)
         block = self._tab[self._n:need]
         for name in MESSAGE_DTYPE.names:
             block[name] = rows[name]
