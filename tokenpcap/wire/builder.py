@@ -32,7 +32,8 @@ from tokenpcap.wire.rdma import EXT_BYTES, HAS_PAYLOAD, frame_bytes
 
 __all__ = ["FrameBuilder"]
 
-_SCRATCH_BYTES = 8 << 20   # scratch per chunk: flat memory whatever the batch size
+_SCRATCH_BYTES = 8 << 20    # scratch per chunk: flat memory whatever the batch size
+_MAX_ROWS = 32768          # rows per chunk: per-row arrays stay in the L2/L3 caches
 _SLACK = 16                # scratch columns past the largest caplen (tail writes need <= 9)
 
 
@@ -107,7 +108,7 @@ class FrameBuilder:
         if n == 0:
             return
         width = int(caplen.max()) + _SLACK
-        step = max(64, _SCRATCH_BYTES // width)
+        step = min(_MAX_ROWS, max(64, _SCRATCH_BYTES // width))
         for a in range(0, n, step):
             self._fill_chunk(packets[a:a + step], out, offsets[a:a + step], caplen[a:a + step])
 
@@ -134,6 +135,8 @@ class FrameBuilder:
         n = len(p)
         if offsets.shape != (n,) or caplen.shape != (n,):
             raise EncodeError(f"offsets/caplen: got shapes {offsets.shape}/{caplen.shape}, expected ({n},)")
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
 
         def bad(mask: np.ndarray, field: str, values: np.ndarray, expected: str) -> None:
             if mask.any():
@@ -141,26 +144,36 @@ class FrameBuilder:
                 raise EncodeError(f"packets[{i}].{field}: got {values[i]}, expected {expected}")
 
         op = p["opcode"]
-        bad(EXT_BYTES[op] < 0, "opcode", op, "a known BTH opcode (tokenpcap.wire.rdma.OPCODES)")
-        pay = p["payload_bytes"].astype(np.int64)
-        bad(pay > PAYLOAD_PATTERN_BYTES, "payload_bytes", pay, f"0..{PAYLOAD_PATTERN_BYTES}")
-        bad((pay > 0) & ~HAS_PAYLOAD[op], "payload_bytes", pay, "0 for an opcode without payload")
-        bad(p["pad"] != ((-pay) & 3), "pad", p["pad"], "(-payload_bytes) & 3 (BTH.PadCnt)")
-        for f, bits, hdr in (("psn", 24, "BTH.PSN"), ("dest_qp", 24, "BTH.DestQP"), ("src_qp", 24, "QPN"),
-                             ("ack_req", 1, "BTH.AckReq"), ("solicited", 1, "BTH.SE"), ("becn", 1, "BTH.BECN")):
-            bad(p[f] >= (1 << bits), f, p[f], f"0..{(1 << bits) - 1} ({hdr}, {bits} bits)")
+        pay = p["payload_bytes"]
+        ext = EXT_BYTES[op]
+        if ext.min() < 0:
+            bad(ext < 0, "opcode", op, "a known BTH opcode (tokenpcap.wire.rdma.OPCODES)")
+        if pay.max(initial=0) > PAYLOAD_PATTERN_BYTES or ((pay > 0) & ~HAS_PAYLOAD[op]).any() \
+                or (p["pad"] != ((-pay.astype(np.int64)) & 3)).any():
+            pay64 = pay.astype(np.int64)
+            bad(pay64 > PAYLOAD_PATTERN_BYTES, "payload_bytes", pay, f"0..{PAYLOAD_PATTERN_BYTES}")
+            bad((pay64 > 0) & ~HAS_PAYLOAD[op], "payload_bytes", pay, "0 for an opcode without payload")
+            bad(p["pad"] != ((-pay64) & 3), "pad", p["pad"], "(-payload_bytes) & 3 (BTH.PadCnt)")
+        if ((p["psn"] | p["dest_qp"] | p["src_qp"]) >> 24).any() or ((p["ack_req"] | p["solicited"] | p["becn"]) > 1).any():
+            for f, bits, hdr in (("psn", 24, "BTH.PSN"), ("dest_qp", 24, "BTH.DestQP"), ("src_qp", 24, "QPN"),
+                                 ("ack_req", 1, "BTH.AckReq"), ("solicited", 1, "BTH.SE"), ("becn", 1, "BTH.BECN")):
+                bad(p[f] >= (1 << bits), f, p[f], f"0..{(1 << bits) - 1} ({hdr}, {bits} bits)")
         nn = self.ctx.n_nics
         for f in ("nic", "peer_nic"):
-            bad((p[f] < 0) | (p[f] >= nn), f, p[f], f"0..{nn - 1} (rows of the WireContext address arrays)")
+            if n and (p[f].min() < 0 or p[f].max() >= nn):
+                bad((p[f] < 0) | (p[f] >= nn), f, p[f], f"0..{nn - 1} (rows of the WireContext address arrays)")
         flen = self.frame_bytes(p)
-        bad((caplen < 0) | (caplen > flen), "caplen", caplen, "0..frame_bytes of the packet")
-        bad((offsets < 0) | (offsets + caplen > out.size), "offset", offsets,
-            f"a range inside out (size {out.size})")
-        order = np.argsort(offsets, kind="stable") if n and (np.diff(offsets) < 0).any() else np.arange(n)
-        ends = (offsets + caplen)[order]
-        overlap = np.zeros(n, bool)
-        overlap[order[1:]] = (offsets[order[1:]] < np.maximum.accumulate(ends)[:-1]) & (caplen[order[1:]] > 0)
-        bad(overlap, "offset", offsets, "a range that does not overlap another frame's")
+        if n and (caplen.min() < 0 or (caplen > flen).any()):
+            bad((caplen < 0) | (caplen > flen), "caplen", caplen, "0..frame_bytes of the packet")
+        ends = offsets + caplen
+        if n and (offsets.min() < 0 or ends.max() > out.size):
+            bad((offsets < 0) | (ends > out.size), "offset", offsets, f"a range inside out (size {out.size})")
+        if n > 1 and not (offsets[1:] >= ends[:-1]).all():
+            order = np.argsort(offsets, kind="stable")
+            overlap = np.zeros(n, bool)
+            overlap[order[1:]] = (offsets[order[1:]] < np.maximum.accumulate(ends[order])[:-1]) \
+                & (caplen[order[1:]] > 0)
+            bad(overlap, "offset", offsets, "a range that does not overlap another frame's")
         return flen
 
     # ------------------------------------------------------------------ building
@@ -176,18 +189,19 @@ class FrameBuilder:
         op = p["opcode"]
         counts = np.bincount(op, minlength=256)
         codes = np.flatnonzero(counts).tolist()
+        if len(codes) > 1:              # group rows by opcode: one row gather, then contiguous slices
+            order = np.concatenate([np.flatnonzero(op == c) for c in codes])
+            p = np.ascontiguousarray(p).view(f"V{PACKET_DTYPE.itemsize}").take(order).view(PACKET_DTYPE)
+            offsets, caplen = offsets[order], caplen[order]
         scratch = np.empty((k, width), dtype=np.uint8)
-        row = np.empty(k, dtype=np.int64)
         r0 = 0
         for code in codes:
-            idx = np.flatnonzero(op == code) if len(codes) > 1 else np.arange(k)
-            r1 = r0 + len(idx)
-            row[idx] = np.arange(r0, r1)
-            self._build_group(self._layout(code), _Columns(p, idx), scratch[r0:r1])
+            r1 = r0 + int(counts[code])
+            self._build_group(self._layout(code), p[r0:r1], scratch[r0:r1])
+            _copy_rows(scratch[r0:r1], out, offsets[r0:r1], caplen[r0:r1])
             r0 = r1
-        _copy_rows(scratch.reshape(-1), row * width, out, offsets, caplen)
 
-    def _build_group(self, lay: Layout, ps: _Columns, s: np.ndarray) -> None:
+    def _build_group(self, lay: Layout, ps: np.ndarray, s: np.ndarray) -> None:
         ctx = self.ctx
         k, hb = len(ps), lay.header_bytes
         pay = ps["payload_bytes"].astype(np.int64)
@@ -262,32 +276,22 @@ class FrameBuilder:
                     flat[(base[:, None] + pos)[keep]] = vals[keep]
 
 
-class _Columns:
-    """Lazily gathered columns of the packets of one group (only the fields a layout reads)."""
+def _copy_rows(block: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> None:
+    """``out[offsets[i] : offsets[i]+caplen[i]] = block[i, :caplen[i]]`` for all rows at once.
 
-    def __init__(self, p: np.ndarray, idx: np.ndarray):
-        self._p, self._idx, self._cache = p, idx, {}
-
-    def __len__(self) -> int:
-        return len(self._idx)
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        col = self._cache.get(name)
-        if col is None:
-            col = self._cache[name] = self._p[name].take(self._idx)
-        return col
-
-
-def _copy_rows(src: np.ndarray, src_start: np.ndarray, out: np.ndarray, offsets: np.ndarray,
-               caplen: np.ndarray) -> None:
-    """``out[offsets[i] : offsets[i]+caplen[i]] = src[src_start[i] : ...]`` for all i at once.
-
-    Each frame is split by the binary digits of its caplen (4096 + 64 + 8 + 2 for 4170 ...); all
-    pieces of one size are copied by one fancy-indexed assignment between sliding-window views, so
-    there are at most ``bit_length(max caplen)`` numpy calls whatever the number of frames.
+    Rows of one length are one fancy-indexed row copy into a sliding-window view of ``out``. Rows of
+    mixed lengths are split by the binary digits of their caplen (4170 = 4096 + 64 + 8 + 2): all
+    pieces of one size are one such copy, so there are at most ``bit_length(max caplen)`` numpy
+    calls whatever the number of rows.
     """
-    top = int(caplen.max()).bit_length()
-    for b in range(top - 1, -1, -1):
+    lo, hi = int(caplen.min()), int(caplen.max())
+    if lo == hi:
+        if lo:
+            as_strided(out, shape=(out.size - lo + 1, lo), strides=(1, 1))[offsets] = block[:, :lo]
+        return
+    src = block.reshape(-1)
+    start = np.arange(len(block), dtype=np.int64) * block.shape[1]
+    for b in range(hi.bit_length() - 1, -1, -1):
         size = 1 << b
         sel = np.flatnonzero(caplen & size)
         if sel.size == 0:
@@ -295,4 +299,4 @@ def _copy_rows(src: np.ndarray, src_start: np.ndarray, out: np.ndarray, offsets:
         pre = caplen[sel] & ~((size << 1) - 1)
         dst = as_strided(out, shape=(out.size - size + 1, size), strides=(1, 1))
         win = as_strided(src, shape=(src.size - size + 1, size), strides=(1, 1))
-        dst[offsets[sel] + pre] = win[src_start[sel] + pre]
+        dst[offsets[sel] + pre] = win[start[sel] + pre]

@@ -29,6 +29,9 @@ from tokenpcap.errors import DecodeError, EncodeError
 __all__ = ["Field", "Header"]
 
 _FORMATS = ("dec", "hex", "bool", "mac", "ipv4", "ipv6")
+# little-endian integer container for an aligned field of n bytes (its bytes, LSB first, via a view)
+_CONTAINER = {1: np.dtype("u1"), 2: np.dtype("<u2"), 3: np.dtype("<u4"), 4: np.dtype("<u4"),
+              5: np.dtype("<u8"), 6: np.dtype("<u8"), 7: np.dtype("<u8"), 8: np.dtype("<u8")}
 
 
 @dataclass(frozen=True)
@@ -231,12 +234,12 @@ class Header:
         if f.bits > 64:
             out[:, c0:c0 + s.nbytes] = values
             return
-        v = np.asarray(values, dtype=np.uint64)
-        if s.aligned:
-            order = range(s.nbytes) if f.little_endian else range(s.nbytes - 1, -1, -1)
-            for k, j in enumerate(order):  # k: significance of the byte, j: its column
-                out[:, c0 + j] = (v >> np.uint64(8 * k)).astype(np.uint8) if k else v.astype(np.uint8)
+        if s.aligned:   # whole bytes: one cast to a little-endian container, one strided copy
+            container = _CONTAINER[s.nbytes]
+            lanes = np.asarray(values).astype(container, copy=False).reshape(-1, 1).view(np.uint8)
+            out[:, c0:c0 + s.nbytes] = lanes[:, :s.nbytes] if f.little_endian else lanes[:, s.nbytes - 1::-1]
             return
+        v = np.asarray(values, dtype=np.uint64)
         wide = (v & np.uint64((1 << f.bits) - 1)) << np.uint64(s.shift)
         fmask = ((1 << f.bits) - 1) << s.shift
         for j in range(s.nbytes):
