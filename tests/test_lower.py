@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from tests.conftest import CASES, needs_tshark, tshark_path
 from tokenpcap.errors import InputError
 from tokenpcap.lower import AETH_ACK_SYNDROME, Lowering, initial_psn, lower_messages, qpn, wire_context
-from tokenpcap.messages import KIND_CTS, KIND_DATA, MESSAGE_DTYPE, VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
-from tokenpcap.nic import Engine
+from tokenpcap.messages import KIND_CTS, MESSAGE_DTYPE, VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.profiles import ClusterProfile, GenerationConfig, GpuProfile, NetworkProfile
 from tokenpcap.wire import rdma
 from tokenpcap.wire.builder import FrameBuilder

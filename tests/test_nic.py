@@ -15,7 +15,6 @@ docs/lower.md; it shares no code with tokenpcap.nic or tokenpcap.nic_port:
 from __future__ import annotations
 
 import heapq
-import time
 from collections import deque
 from fractions import Fraction
 
@@ -28,7 +27,6 @@ from tokenpcap.errors import InputError
 from tokenpcap.messages import KIND_CTS, KIND_DATA, MESSAGE_DTYPE, VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.nic import (
     PKT_ACK,
-    PKT_CTS,
     PKT_DATA,
     TX_DTYPE,
     Engine,

@@ -188,7 +188,8 @@ class Engine:
                 raise InputError(f"add_message: got field {name!r}, expected a MESSAGE_DTYPE field "
                                  f"({', '.join(prov)})")
             prov[name] = int(value)
-        src, dst, qp, size, start, verb, kind = (int(x) for x in (src_nic, dst_nic, qp, size_bytes, start_ns, verb, kind))
+        src, dst, qp, size, start, verb, kind = (
+            int(x) for x in (src_nic, dst_nic, qp, size_bytes, start_ns, verb, kind))
         now = 0 if self._now is None else self._now
         for key, got, bad, expected in (
             ("src_nic", src, not 0 <= src < self.n_nics, f"0 .. {self.n_nics - 1}"),

@@ -154,11 +154,11 @@ class Port:
     # -- the vectorized epoch ----------------------------------------------------------------
 
     def _plan(self) -> tuple[list[QP], int, int, int]:
-        """The QPs in rotation order (next after the last served first), their count ``k``, the
-        shortest frame time ``dmin`` (last) and the stop slot ``s``: the first slot whose packet has consequences elsewhere. Slot ``s``
-        goes to position ``s % k``; head ``i``'s last packet is slot ``(n - next - 1) * k + i``,
-        its next AckReq'd one ``j * k + i`` with ``j = -(next + 1) mod N``. One Python step per
-        QP, cached until the port's state changes."""
+        """``(qs, k, s, dmin)``: the QPs in rotation order (the one after the last served first),
+        their count, the stop slot (the first slot whose packet has consequences elsewhere) and
+        the shortest frame time (ns). Slot ``s`` goes to position ``s % k``; head ``i``'s last
+        packet is slot ``(n - next - 1) * k + i``, its next AckReq'd one ``j * k + i`` with
+        ``j = -(next + 1) mod N``. One Python step per QP, cached until the port's state changes."""
         if self._cache is not None and self._cache[0] == self._mut:
             return self._cache[1]
         k = len(self.active)
