@@ -16,8 +16,9 @@ from tokenpcap.errors import CaptureError, TruncatedFile
 from tokenpcap.pcap.chain import Chain
 from tokenpcap.pcap.formats import (
     BT_EPB, BT_IDB, BT_OPB, BT_SHB, BT_SPB, BYTE_ORDER_MAGIC, EPB, IDB, IDB_OPTIONS, LINKTYPE_ERF,
-    OPB, SHB, SHB_OPTIONS, SPB, decode_options, pad4)
-from tokenpcap.pcap.reader import RECORD_DTYPE, Capture, InterfaceInfo, _error, unwrap_erf
+    SHB, SHB_OPTIONS, SPB, decode_options, pad4)
+from tokenpcap.pcap.capture import RECORD_DTYPE, Capture, InterfaceInfo, _error
+from tokenpcap.pcap.erf import unwrap_erf
 from tokenpcap.pcap.timestamps import NO_TIME, tsresol_to_ns
 
 __all__ = ["PcapngCapture"]

@@ -20,218 +20,23 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from tokenpcap.errors import BadMagic, CaptureError, TruncatedFile
-from tokenpcap.pcap.chain import ByteViews, Chain, walk
+from tokenpcap.pcap.capture import CHUNK, RECORD_DTYPE, Capture, InterfaceInfo, _error
+from tokenpcap.pcap.chain import Chain
+from tokenpcap.pcap.erf import ErfCapture, looks_like_erf, unwrap_erf
 from tokenpcap.pcap.formats import (
-    BT_SHB, ERF_ETH_TYPES, ERF_LINKTYPE, ERF_RECORD, ERF_TYPE_PAD, LINKTYPE_ERF, MAX_SNAPLEN,
-    PCAP_FILE_HEADER, PCAP_MAGIC_NSEC, PCAP_MAGIC_USEC, PCAP_RECORD)
-from tokenpcap.pcap.timestamps import NS, erf_to_ns
+    BT_SHB, LINKTYPE_ERF, MAX_SNAPLEN, PCAP_FILE_HEADER, PCAP_MAGIC_NSEC, PCAP_MAGIC_USEC,
+    PCAP_RECORD)
+from tokenpcap.pcap.timestamps import NS
 
-__all__ = ["RECORD_DTYPE", "CHUNK", "InterfaceInfo", "Capture", "open_capture", "unwrap_erf"]
-
-#: One row per packet. Shape (n,).
-#:
-#: ========= ====== ==============================================================================
-#: time_ns   int64  ns since the epoch (NO_TIME for a pcapng Simple Packet Block)
-#: offset    int64  byte offset of the frame's first byte in ``Capture.data``
-#: record    int64  byte offset of the record / block header (error messages, options)
-#: caplen    uint32 frame bytes present in the file
-#: orig_len  uint32 frame length on the wire
-#: interface int32  index into ``Capture.interfaces`` (raw ERF: the ERF port, flags bits 0-1)
-#: comment   int32  index into ``Capture.comments`` (pcapng ``opt_comment``), -1 for none
-#: linktype  uint16 what the bytes at ``offset`` are: 1 Ethernet, 247 InfiniBand, ...
-#: ========= ====== ==============================================================================
-RECORD_DTYPE = np.dtype([("time_ns", "<i8"), ("offset", "<i8"), ("record", "<i8"),
-                         ("caplen", "<u4"), ("orig_len", "<u4"), ("interface", "<i4"),
-                         ("comment", "<i4"), ("linktype", "<u2")], align=True)
-REGION = 64 << 20      # bytes walked at a time: bounds the offset arrays
-CHUNK = 1 << 16        # records decoded at a time: the structured array stays in cache
+__all__ = ["RECORD_DTYPE", "CHUNK", "InterfaceInfo", "Capture", "PcapCapture", "ErfCapture",
+           "open_capture", "unwrap_erf"]
 
 
-@dataclass(frozen=True)
-class InterfaceInfo:
-    """One interface: a pcapng IDB, the single interface of a pcap, or an ERF port."""
-
-    index: int
-    linktype: int
-    snaplen: int = 0
-    name: str | None = None
-    description: str | None = None
-    speed_bps: int | None = None
-    tsresol: int = 9
-    tsoffset_s: int = 0
-    section: int = 0
-    byte_order: str = "<"
-
-
-class Capture:
-    """An open capture file. Use :func:`open_capture`.
-
-    Attributes:
-        path: the file. format: ``"pcap"``, ``"pcapng"`` or ``"erf"``.
-        data: uint8 (file size,) read-only view of the mapped file.
-        interfaces: list of :class:`InterfaceInfo` (global index = ``record["interface"]``).
-        comments: distinct comment texts; ``record["comment"]`` indexes it.
-        truncated_at: byte offset where an incomplete last record starts, when opened with
-            ``on_truncation="stop"``; None otherwise.
-    """
-
-    format = ""
-
-    def __init__(self, path: Path, data: np.ndarray, on_truncation: str):
-        self.path = path
-        self.data = data
-        self.size = int(data.size)
-        self.views = ByteViews(data)
-        self.interfaces: list[InterfaceInfo] = []
-        self.comments: list[str] = []
-        self._comment_index: dict[str, int] = {}
-        self.truncated_at: int | None = None
-        self._stop_on_truncation = on_truncation == "stop"
-
-    # -- public ----------------------------------------------------------------------------------
-    def batches(self, max_records: int = CHUNK) -> Iterator[np.ndarray]:
-        """Yield the packets in file order as :data:`RECORD_DTYPE` arrays of at most
-        ``max_records`` rows (at most :data:`CHUNK`, so that decoding stays in cache and memory
-        stays flat whatever the file size).
-
-        Raises:
-            BadMagic, TruncatedFile, CaptureError: naming the byte offset of the bad record.
-        """
-        chunk = max(1, min(int(max_records), CHUNK))
-        for starts, ctx in self._regions():
-            for i in range(0, starts.size, chunk):
-                rec = self._decode(starts[i:i + chunk], ctx)
-                if rec.size:
-                    yield rec
-
-    def read(self) -> np.ndarray:
-        """Every packet as one :data:`RECORD_DTYPE` array (n,). Raises: as :meth:`batches`."""
-        parts = list(self.batches())
-        return np.concatenate(parts) if parts else np.zeros(0, RECORD_DTYPE)
-
-    def frame(self, row) -> bytes:
-        """The captured bytes of one record row (convenience; not for hot loops)."""
-        o = int(row["offset"])
-        return self.data[o:o + int(row["caplen"])].tobytes()
-
-    def close(self) -> None:
-        """Drop the mapping (it stays alive while arrays that view it do)."""
-        self.data = np.zeros(0, np.uint8)
-        self.views = ByteViews(self.data)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    # -- helpers for subclasses -------------------------------------------------------------------
-    def _regions(self) -> Iterator[tuple[np.ndarray, object]]:
-        """Yield (record starts int64 (k,), context for :meth:`_decode`) region by region."""
-        raise NotImplementedError
-
-    def _decode(self, starts: np.ndarray, ctx) -> np.ndarray:
-        """:data:`RECORD_DTYPE` rows for the records at ``starts``."""
-        raise NotImplementedError
-
-    def _walk(self, chain: Chain, p: int, end: int) -> Iterator[tuple[np.ndarray, int, bool]]:
-        """Walk [p, end) region by region; honours ``on_truncation``."""
-        while p < end:
-            limit = min(p + REGION, end)
-            try:
-                starts, p, stopped = walk(chain, p, limit)
-            except TruncatedFile as err:
-                if not self._stop_on_truncation:
-                    raise
-                self.truncated_at = err.offset
-                starts, _, stopped = walk(chain, p, err.offset) if err.offset > p else \
-                    (np.zeros(0, np.int64), p, False)
-                yield starts, err.offset, True
-                return
-            yield starts, p, stopped
-            if stopped:
-                return
-
-    def _label_codes(self, texts: list[str]) -> np.ndarray:
-        """Codes in :attr:`comments` for distinct texts, adding new ones."""
-        out = np.empty(len(texts), np.int32)
-        for i, t in enumerate(texts):
-            code = self._comment_index.get(t)
-            if code is None:
-                code = self._comment_index[t] = len(self.comments)
-                self.comments.append(t)
-            out[i] = code
-        return out
-
-
-def _error(cls, offset: int, message: str):
-    err = cls(f"{message} (byte offset {offset})")
-    err.offset = offset
-    return err
-
-
-def unwrap_erf(views: ByteViews, rec: np.ndarray, file: Path) -> np.ndarray:
-    """Unwrap ERF records in place; ``rec`` rows have ``offset``/``caplen`` of the ERF record.
-
-    Sets offset, caplen, orig_len (= wlen), linktype and time_ns (ERF timestamp, rounded to the
-    nearest ns as Wireshark does). Returns a bool mask of the rows to keep (PAD records dropped).
-
-    Raises:
-        CaptureError: a record shorter than its ERF header (with extension headers and pad), or
-            an ``rlen`` shorter than the header; the message names the record's byte offset.
-    """
-    if rec.size == 0:
-        return np.ones(0, bool)
-    d = rec["offset"].astype(np.int64)
-    have = rec["caplen"].astype(np.int64)
-    short = have < ERF_RECORD.size
-    if short.any():
-        i = int(np.flatnonzero(short)[0])
-        raise _error(CaptureError, int(rec["record"][i]), f"{file}: ERF record: length got "
-                     f"{int(have[i])}, expected >= {ERF_RECORD.size}")
-    u1 = views.data
-    typ = u1[d + 8].astype(np.int64)
-    rlen = views(">u2")[d + ERF_RECORD.offset("rlen")].astype(np.int64)
-    wlen = views(">u2")[d + ERF_RECORD.offset("wlen")].astype(np.int64)
-    hdr = np.full(d.size, ERF_RECORD.size, np.int64)
-    more = np.flatnonzero(typ & 0x80)
-    while more.size:                                   # extension headers, 8 bytes each
-        over = hdr[more] + 8 > have[more]
-        if over.any():
-            i = int(more[np.flatnonzero(over)[0]])
-            raise _error(CaptureError, int(rec["record"][i]),
-                         f"{file}: ERF extension headers run past the record")
-        flag = u1[d[more] + hdr[more]] & 0x80
-        hdr[more] += 8
-        more = more[flag != 0]
-    base = typ & 0x7F
-    hdr += np.where(np.isin(base, ERF_ETH_TYPES), 2, 0)
-    bad = (hdr > have) | (rlen < hdr)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise _error(CaptureError, int(rec["record"][i]), f"{file}: ERF header: got rlen "
-                     f"{int(rlen[i])}, record {int(have[i])} bytes, expected >= header {int(hdr[i])}")
-    lut = np.full(128, LINKTYPE_ERF, np.int64)
-    for k, v in ERF_LINKTYPE.items():
-        lut[k] = v
-    lt = lut[base]
-    known = lt != LINKTYPE_ERF
-    rec["time_ns"] = erf_to_ns(views("<u8")[d])
-    rec["offset"] = np.where(known, d + hdr, d)
-    rec["caplen"] = np.where(known, np.minimum(np.minimum(wlen, rlen - hdr), have - hdr), have)
-    rec["orig_len"] = np.where(known, wlen, rec["orig_len"])
-    rec["linktype"] = lt
-    return base != ERF_TYPE_PAD
-
-
-# --- classic pcap -----------------------------------------------------------------------------
 class _PcapChain(Chain):
     header = PCAP_RECORD.size
 
@@ -333,87 +138,6 @@ class PcapCapture(Capture):
         return rec
 
 
-# --- raw ERF ----------------------------------------------------------------------------------
-_ERF_TYPES = np.zeros(128, bool)
-_ERF_TYPES[list(range(1, 30)) + [ERF_TYPE_PAD]] = True
-
-
-class _ErfChain(Chain):
-    header = ERF_RECORD.size
-
-    def __init__(self, data, raw, end, first_sec, name):
-        super().__init__(data, end, name)
-        self.raw, self.first_sec = raw, first_sec
-        self.rlen = self.views(">u2")
-        self.struct = ERF_RECORD.struct("rlen")
-        self.last = max(end - self.header, 0)
-        self.rlen_view = np.ndarray((self.last + 1,), ">u2", buffer=data, offset=10,
-                                    strides=(1,)) if end >= self.header else np.zeros(1, ">u2")
-
-    def advance(self, cur):
-        return cur + self.rlen_view[np.minimum(cur, self.last)]
-
-    def step(self, pos):
-        inb = pos + self.header <= self.end
-        r = self.rlen[np.where(inb, pos, 0) + 10].astype(np.int64)
-        nxt = pos + r
-        return nxt, inb & (r >= self.header) & (nxt <= self.end), np.zeros(pos.size, bool)
-
-    def plausible(self, pos):
-        r = self.rlen[pos + 10].astype(np.int64)
-        sec = self.views("<u4")[pos + 4].astype(np.int64)
-        return (_ERF_TYPES[self.data[pos + 8] & 0x7F] & (r >= self.header)
-                & (pos + r <= self.end) & (np.abs(sec - self.first_sec) < (1 << 26)))
-
-    def scalar(self, p, limit, max_count):
-        out, unpack, end, raw = [], self.struct.unpack_from, self.end, self.raw
-        while p < limit and len(out) < max_count:
-            if p + 16 > end:
-                raise self.truncated(p, 16, "ERF record header")
-            r = unpack(raw, p + 10)[0]
-            if r < 16:
-                raise self.corrupt(p, f"ERF record: rlen got {r}, expected >= 16")
-            if p + r > end:
-                raise self.truncated(p, r, "ERF record")
-            out.append(p)
-            p += r
-        return out, p, False
-
-
-class ErfCapture(Capture):
-    """A raw ERF file (no file header; records back to back)."""
-
-    format = "erf"
-
-    def __init__(self, path, data, raw, on_truncation):
-        super().__init__(path, data, on_truncation)
-        first_sec = int(self.views("<u4")[4]) if self.size >= 8 else 0
-        self._chain = _ErfChain(data, raw, self.size, first_sec, str(path))
-        self.interfaces = [InterfaceInfo(i, LINKTYPE_ERF, name=f"Port {'ABCD'[i]}")
-                           for i in range(4)]
-
-    def _regions(self):
-        for starts, _, _ in self._walk(self._chain, 0, self.size):
-            yield starts, None
-
-    def _decode(self, starts, ctx):
-        rec = np.empty(starts.size, RECORD_DTYPE)
-        rec["offset"] = starts
-        rec["record"] = starts
-        rec["caplen"] = self.views(">u2")[starts + 10]
-        rec["orig_len"] = rec["caplen"]
-        rec["interface"] = self.data[starts + 9] & 3
-        rec["comment"] = -1
-        return rec[unwrap_erf(self.views, rec, self.path)]
-
-
-def _looks_like_erf(data: np.ndarray) -> bool:
-    if data.size < 16:
-        return False
-    rlen = int.from_bytes(data[10:12].tobytes(), "big")
-    return bool(_ERF_TYPES[data[8] & 0x7F]) and 16 <= rlen <= data.size
-
-
 def open_capture(path: str | os.PathLike, *, on_truncation: str = "error",
                  comments: bool = True, format: str | None = None) -> Capture:
     """Open a capture file, recognising pcap, pcapng or raw ERF by its first bytes.
@@ -452,7 +176,7 @@ def open_capture(path: str | os.PathLike, *, on_truncation: str = "error",
         return PcapCapture(path, data, raw, on_truncation)
     if int.from_bytes(head, "little") == BT_SHB and format in (None, "pcapng"):
         return PcapngCapture(path, data, raw, on_truncation, comments)
-    if format == "erf" or (format is None and (_looks_like_erf(data) or
+    if format == "erf" or (format is None and (looks_like_erf(data) or
                                                (not data.size and path.suffix == ".erf"))):
         return ErfCapture(path, data, raw, on_truncation)
     raise _error(BadMagic, 0, f"{path}: magic got {head.hex() or 'an empty file'}, expected a "
