@@ -132,9 +132,9 @@ def test_bad_buffers_raise_encode_error():
     b = FrameBuilder(make_ctx(rng))
     p = make_packets(rng, 2)
     flen = b.frame_bytes(p)
-    out = np.zeros(int(flen.sum()), np.uint8)
+    out = np.zeros(int(flen.sum()) + 10, np.uint8)
     with pytest.raises(EncodeError, match=r"packets\[1\]\.caplen"):
-        b.fill(p, out, np.array([0, 0]), flen + np.array([0, 1]))
+        b.fill(p, out, np.array([0, flen[0]]), flen + np.array([0, 1]))
     with pytest.raises(EncodeError, match=r"packets\[1\]\.offset"):
         b.fill(p, out, np.array([0, 10]), flen)
     with pytest.raises(EncodeError, match="out: got"):

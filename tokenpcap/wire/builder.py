@@ -33,7 +33,7 @@ from tokenpcap.wire.rdma import EXT_BYTES, HAS_PAYLOAD, frame_bytes
 __all__ = ["FrameBuilder"]
 
 _SCRATCH_BYTES = 8 << 20    # scratch per chunk: flat memory whatever the batch size
-_MAX_ROWS = 32768          # rows per chunk: per-row arrays stay in the L2/L3 caches
+_MAX_ROWS = 16384          # rows per chunk: per-row arrays stay in the L2/L3 caches
 _SLACK = 16                # scratch columns past the largest caplen (tail writes need <= 9)
 
 
@@ -102,15 +102,16 @@ class FrameBuilder:
         """
         offsets = np.asarray(offsets, dtype=np.int64)
         caplen = np.asarray(caplen, dtype=np.int64)
-        flen = self._validate(packets, out, offsets, caplen)
-        del flen
+        self._check_buffer(packets, out, offsets, caplen)
         n = len(packets)
         if n == 0:
             return
         width = int(caplen.max()) + _SLACK
         step = min(_MAX_ROWS, max(64, _SCRATCH_BYTES // width))
         for a in range(0, n, step):
-            self._fill_chunk(packets[a:a + step], out, offsets[a:a + step], caplen[a:a + step])
+            p, cap = packets[a:a + step], caplen[a:a + step]
+            self._check_rows(p, cap, a)          # per chunk: the rows are still in the cache
+            self._fill_chunk(p, out, offsets[a:a + step], cap)
 
     def build(self, packets: np.ndarray, snaplen: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Frames back to back in a new buffer: ``(buf uint8, offsets int64 (n,), caplen int64 (n,))``."""
@@ -127,7 +128,14 @@ class FrameBuilder:
         return [buf[o:o + c].tobytes() for o, c in zip(offsets.tolist(), caplen.tolist())]
 
     # ------------------------------------------------------------------ checks
-    def _validate(self, p: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> np.ndarray:
+    @staticmethod
+    def _bad(mask: np.ndarray, first: int, field: str, values: np.ndarray, expected: str) -> None:
+        if mask.any():
+            i = int(np.flatnonzero(mask)[0])
+            raise EncodeError(f"packets[{first + i}].{field}: got {values[i]}, expected {expected}")
+
+    def _check_buffer(self, p: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> None:
+        """Types and shapes; every range inside ``out`` and no two ranges overlapping."""
         if not isinstance(p, np.ndarray) or p.dtype != PACKET_DTYPE:
             raise EncodeError(f"packets: got {getattr(p, 'dtype', type(p))}, expected a PACKET_DTYPE array")
         if out.dtype != np.uint8 or out.ndim != 1 or out.strides != (1,):
@@ -136,45 +144,46 @@ class FrameBuilder:
         if offsets.shape != (n,) or caplen.shape != (n,):
             raise EncodeError(f"offsets/caplen: got shapes {offsets.shape}/{caplen.shape}, expected ({n},)")
         if n == 0:
-            return np.zeros(0, dtype=np.int64)
-
-        def bad(mask: np.ndarray, field: str, values: np.ndarray, expected: str) -> None:
-            if mask.any():
-                i = int(np.flatnonzero(mask)[0])
-                raise EncodeError(f"packets[{i}].{field}: got {values[i]}, expected {expected}")
-
-        op = p["opcode"]
-        pay = p["payload_bytes"]
-        ext = EXT_BYTES[op]
-        if ext.min() < 0:
-            bad(ext < 0, "opcode", op, "a known BTH opcode (tokenpcap.wire.rdma.OPCODES)")
-        if pay.max(initial=0) > PAYLOAD_PATTERN_BYTES or ((pay > 0) & ~HAS_PAYLOAD[op]).any() \
-                or (p["pad"] != ((-pay.astype(np.int64)) & 3)).any():
-            pay64 = pay.astype(np.int64)
-            bad(pay64 > PAYLOAD_PATTERN_BYTES, "payload_bytes", pay, f"0..{PAYLOAD_PATTERN_BYTES}")
-            bad((pay64 > 0) & ~HAS_PAYLOAD[op], "payload_bytes", pay, "0 for an opcode without payload")
-            bad(p["pad"] != ((-pay64) & 3), "pad", p["pad"], "(-payload_bytes) & 3 (BTH.PadCnt)")
-        if ((p["psn"] | p["dest_qp"] | p["src_qp"]) >> 24).any() or ((p["ack_req"] | p["solicited"] | p["becn"]) > 1).any():
-            for f, bits, hdr in (("psn", 24, "BTH.PSN"), ("dest_qp", 24, "BTH.DestQP"), ("src_qp", 24, "QPN"),
-                                 ("ack_req", 1, "BTH.AckReq"), ("solicited", 1, "BTH.SE"), ("becn", 1, "BTH.BECN")):
-                bad(p[f] >= (1 << bits), f, p[f], f"0..{(1 << bits) - 1} ({hdr}, {bits} bits)")
-        nn = self.ctx.n_nics
-        for f in ("nic", "peer_nic"):
-            if n and (p[f].min() < 0 or p[f].max() >= nn):
-                bad((p[f] < 0) | (p[f] >= nn), f, p[f], f"0..{nn - 1} (rows of the WireContext address arrays)")
-        flen = self.frame_bytes(p)
-        if n and (caplen.min() < 0 or (caplen > flen).any()):
-            bad((caplen < 0) | (caplen > flen), "caplen", caplen, "0..frame_bytes of the packet")
+            return
+        bad = self._bad
+        if caplen.min() < 0:
+            bad(caplen < 0, 0, "caplen", caplen, "0..frame_bytes of the packet")
         ends = offsets + caplen
-        if n and (offsets.min() < 0 or ends.max() > out.size):
-            bad((offsets < 0) | (ends > out.size), "offset", offsets, f"a range inside out (size {out.size})")
+        if offsets.min() < 0 or ends.max() > out.size:
+            bad((offsets < 0) | (ends > out.size), 0, "offset", offsets, f"a range inside out (size {out.size})")
         if n > 1 and not (offsets[1:] >= ends[:-1]).all():
             order = np.argsort(offsets, kind="stable")
             overlap = np.zeros(n, bool)
             overlap[order[1:]] = (offsets[order[1:]] < np.maximum.accumulate(ends[order])[:-1]) \
                 & (caplen[order[1:]] > 0)
-            bad(overlap, "offset", offsets, "a range that does not overlap another frame's")
-        return flen
+            bad(overlap, 0, "offset", offsets, "a range that does not overlap another frame's")
+
+    def _check_rows(self, p: np.ndarray, caplen: np.ndarray, first: int) -> None:
+        """Every field within its width, known opcodes, PadCnt, NIC indices, caplen <= frame length."""
+        bad = self._bad
+        op = p["opcode"]
+        pay = p["payload_bytes"]
+        ext = EXT_BYTES[op]
+        if ext.min() < 0:
+            bad(ext < 0, first, "opcode", op, "a known BTH opcode (tokenpcap.wire.rdma.OPCODES)")
+        pay64 = pay.astype(np.int64)
+        if pay64.max() > PAYLOAD_PATTERN_BYTES or ((pay64 > 0) & ~HAS_PAYLOAD[op]).any() \
+                or (p["pad"] != ((-pay64) & 3)).any():
+            bad(pay64 > PAYLOAD_PATTERN_BYTES, first, "payload_bytes", pay, f"0..{PAYLOAD_PATTERN_BYTES}")
+            bad((pay64 > 0) & ~HAS_PAYLOAD[op], first, "payload_bytes", pay, "0 for an opcode without payload")
+            bad(p["pad"] != ((-pay64) & 3), first, "pad", p["pad"], "(-payload_bytes) & 3 (BTH.PadCnt)")
+        if ((p["psn"] | p["dest_qp"] | p["src_qp"]) >> 24).any() or ((p["ack_req"] | p["solicited"] | p["becn"]) > 1).any():
+            for f, bits, hdr in (("psn", 24, "BTH.PSN"), ("dest_qp", 24, "BTH.DestQP"), ("src_qp", 24, "QPN"),
+                                 ("ack_req", 1, "BTH.AckReq"), ("solicited", 1, "BTH.SE"), ("becn", 1, "BTH.BECN")):
+                bad(p[f] >= (1 << bits), first, f, p[f], f"0..{(1 << bits) - 1} ({hdr}, {bits} bits)")
+        nn = self.ctx.n_nics
+        for f in ("nic", "peer_nic"):
+            if p[f].min() < 0 or p[f].max() >= nn:
+                bad((p[f] < 0) | (p[f] >= nn), first, f, p[f], f"0..{nn - 1} (rows of the WireContext address arrays)")
+        c = self.ctx
+        flen = frame_bytes(op, pay64, transport=c.transport, ip_version=c.ip_version, vlan=c.vlan, grh=c.grh)
+        if (caplen > flen).any():
+            bad(caplen > flen, first, "caplen", caplen, "0..frame_bytes of the packet")
 
     # ------------------------------------------------------------------ building
     def _layout(self, opcode: int) -> Layout:
