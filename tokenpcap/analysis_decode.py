@@ -26,7 +26,7 @@ import numpy as np
 from tokenpcap.pcap.chain import ByteViews
 from tokenpcap.wire import headers as H
 from tokenpcap.wire.fields import Header
-from tokenpcap.wire.rdma import EXT_BYTES, HAS_PAYLOAD
+from tokenpcap.wire.rdma import EXT_BYTES, HAS_PAYLOAD, HAS_RETH
 
 __all__ = ["DECODED_DTYPE", "decode_batch", "field_at", "KIND_OTHER", "KIND_ROCEV2",
            "KIND_ROCEV1", "KIND_IB", "KIND_PFC", "KIND_NAMES", "LINKTYPE_ETHERNET",
@@ -59,6 +59,7 @@ _PFC_OPCODE = H.PFC.defaults()["Opcode"]
 #: opcode ... BTH OpCode, PadCnt, FECN, BECN, AckReq, P_Key, DestQP, PSN
 #: payload    int32  RDMA payload bytes (C7), -1 unknown; malformed bool: inconsistent lengths
 #: pfc_cev    uint16 PFC class-enable vector; pfc_max uint16: largest pause time of an enabled class
+#: dmalen     int64  RETH DMA length (the whole message, on WRITE FIRST/ONLY, READ request), -1
 #: ========== ====== ===========================================================================
 DECODED_DTYPE = np.dtype([
     ("time_ns", "<i8"), ("orig_len", "<i8"), ("caplen", "<i8"), ("interface", "<i4"),
@@ -68,7 +69,7 @@ DECODED_DTYPE = np.dtype([
     ("dscp", "u1"), ("ecn", "u1"), ("sport", "<u2"), ("opcode", "u1"), ("padcnt", "u1"),
     ("fecn", "u1"), ("becn", "u1"), ("ackreq", "u1"), ("pkey", "<u2"), ("destqp", "<u4"),
     ("psn", "<u4"), ("payload", "<i4"), ("malformed", "?"), ("pfc_cev", "<u2"),
-    ("pfc_max", "<u2")])
+    ("pfc_max", "<u2"), ("dmalen", "<i8")])
 
 _VIEW = {1: ">u1", 2: ">u2", 3: ">u4", 4: ">u4", 5: ">u8", 6: ">u8", 7: ">u8", 8: ">u8"}
 
@@ -127,7 +128,7 @@ def decode_batch(data: np.ndarray, rec: np.ndarray, views: ByteViews | None = No
     out = np.zeros(n, DECODED_DTYPE)
     for name in ("time_ns", "orig_len", "caplen", "interface", "comment"):
         out[name] = rec[name]
-    out["l3"] = out["bth"] = out["vlan"] = out["payload"] = -1
+    out["l3"] = out["bth"] = out["vlan"] = out["payload"] = out["dmalen"] = -1
     off = rec["offset"].astype(np.int64)
     cap = rec["caplen"].astype(np.int64)
     lt = rec["linktype"]
@@ -291,3 +292,5 @@ def _bth(views, out, idx, off, l3, bth, end, cap, bad) -> None:
     out["payload"][idx] = np.where(bad, -1, payload)
     out["malformed"][idx] = bad
     out["complete"][idx] = ~bad & (end <= cap)
+    reth = np.flatnonzero(HAS_RETH[op] & (cap >= bth + B.size + H.RETH.size))
+    out["dmalen"][idx[reth]] = field_at(views, p[reth] + B.size, H.RETH, "DMALen")

@@ -1,0 +1,32 @@
+"""``tokenpcap plot SOURCE -o DIR``: PNG pictures of a capture or of a scenario's schedule."""
+from __future__ import annotations
+
+import click
+
+from tokenpcap.cli import main
+from tokenpcap.cli.common import library_errors
+
+
+@main.command("plot")
+@click.argument("source", type=click.Path(dir_okay=False, path_type=str))
+@click.option("-o", "--outdir", default=".", show_default=True,
+              type=click.Path(file_okay=False, path_type=str), help="Directory for the PNGs.")
+@click.option("--scale", type=int, default=1, show_default=True,
+              help="Scenario only: divide message sizes and compute time by this.")
+@click.option("--iterations", type=int, default=1, show_default=True,
+              help="Scenario only: iterations to schedule.")
+@click.option("--ranks", help="Scenario only: ranks on the timeline, e.g. 0,8,16,24.")
+@library_errors
+def plot_cmd(source: str, outdir: str, scale: int, iterations: int, ranks: str | None) -> None:
+    """Draw SOURCE: a capture (pcap/pcapng/ERF) gives throughput per NIC stacked by phase and
+    frame/message size distributions; a scenario (.yaml) gives the per-rank timeline (1F1B,
+    compute and RDMA messages) and message sizes."""
+    from tokenpcap.errors import InputError
+    from tokenpcap.plot import plot_all
+
+    try:
+        rank_list = [int(x) for x in ranks.split(",")] if ranks else None
+    except ValueError:
+        raise InputError(f"--ranks: got {ranks!r}, expected comma-separated integers") from None
+    for path in plot_all(source, outdir, scale=scale, iterations=iterations, ranks=rank_list):
+        click.echo(str(path))

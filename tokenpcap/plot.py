@@ -1,0 +1,294 @@
+"""Pictures of a trace (matplotlib, Agg backend, PNG): what a person would rather look at.
+
+From a capture alone (any pcap/pcapng/ERF, ours or foreign):
+
+* :func:`plot_throughput`: layer-2 throughput over time per sending NIC (source address), stacked
+  by phase when pcapng comments name it (``dp/backward/AllReduce`` ...), in Gb/s;
+* :func:`plot_sizes`: the frame-size distribution and the RDMA message-size distribution (message
+  sizes from the RETH DMA length of WRITE FIRST/ONLY packets, so no generator is needed).
+
+From a scenario (runs the schedule, stage 5):
+
+* :func:`plot_timeline`: a Gantt chart per rank of compute (forward, backward, recompute,
+  optimizer) and of the RDMA messages each rank's NIC sends, coloured by parallel dimension: the
+  1F1B warm-up, steady state and cool-down are visible per pipeline stage.
+
+Every figure has a title and units on both axes. Times are integer ns until the last moment, when
+they become µs or ms for the axis.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from tokenpcap.analysis import address_text
+from tokenpcap.analysis_decode import decode_batch
+from tokenpcap.analysis_flows import is_rdma
+from tokenpcap.errors import InputError
+from tokenpcap.messages import DIMS, parse_phase_label
+from tokenpcap.pcap.reader import open_capture
+
+__all__ = ["capture_series", "plot_throughput", "plot_sizes", "plot_timeline", "plot_all"]
+
+MAX_NICS = 8
+_COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3",
+           "#8C8C8C", "#CCB974", "#64B5CD"]
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def capture_series(path: str | os.PathLike) -> dict:
+    """Per-packet columns of a capture, for plotting (one pass, compact arrays).
+
+    Returns:
+        dict of numpy arrays (n,): ``time_ns`` int64, ``bytes`` int64 (wire length), ``nic``
+        int32 (index into ``nics``, -1 for non-RDMA packets), ``phase`` int32 (index into
+        ``phases``, -1 none), ``dmalen`` int64 (RETH DMA length or -1); and lists ``nics``
+        (address texts) and ``phases`` (labels).
+
+    Raises:
+        CaptureError: as :func:`tokenpcap.pcap.reader.open_capture`.
+    """
+    cap = open_capture(path, on_truncation="stop")
+    parts: dict[str, list] = {k: [] for k in ("time_ns", "bytes", "nic", "phase", "dmalen")}
+    nic_index: dict[tuple, int] = {}
+    nics: list[str] = []
+    labels: list[str] = []
+    label_index: dict[str, int] = {}
+    for rec in cap.batches():
+        d = decode_batch(cap.data, rec, cap.views)
+        rd = is_rdma(d["kind"])
+        nic = np.full(d.size, -1, np.int32)
+        if rd.any():
+            key = (d["kind"].astype(np.uint64) << np.uint64(60)) ^ d["src_hi"] * np.uint64(
+                0x9E3779B97F4A7C15) ^ d["src_lo"]
+            u, rep, inv = np.unique(key[rd], return_index=True, return_inverse=True)
+            rows = np.flatnonzero(rd)[rep]
+            table = np.empty(u.size, np.int32)
+            for j, r in enumerate(rows.tolist()):
+                k = (int(d["kind"][r]), int(d["src_hi"][r]), int(d["src_lo"][r]))
+                if k not in nic_index:
+                    nic_index[k] = len(nics)
+                    nics.append(address_text(*k))
+                table[j] = nic_index[k]
+            nic[rd] = table[inv.ravel()]
+        codes = np.full(len(cap.comments) + 1, -1, np.int32)
+        for i, text in enumerate(cap.comments):
+            try:
+                label = "/".join(parse_phase_label(text))
+            except ValueError:
+                continue
+            codes[i] = label_index.setdefault(label, len(labels))
+            if codes[i] == len(labels):
+                labels.append(label)
+        parts["time_ns"].append(d["time_ns"])
+        parts["bytes"].append(d["orig_len"])
+        parts["nic"].append(nic)
+        parts["phase"].append(codes[d["comment"]])
+        parts["dmalen"].append(np.where(rd, d["dmalen"], -1))
+    out = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in parts.items()}
+    out["nics"], out["phases"] = nics, labels
+    return out
+
+
+def _time_axis(span_ns: int) -> tuple[str, int]:
+    if span_ns >= 10_000_000:
+        return "ms", 1_000_000
+    if span_ns >= 10_000:
+        return "µs", 1_000
+    return "ns", 1
+
+
+def plot_throughput(series: dict, out: str | os.PathLike, *, bins: int = 200,
+                    title: str = "") -> Path:
+    """Stacked throughput per sending NIC (one panel per NIC, the busiest ``MAX_NICS``) by phase.
+
+    Throughput in a bin = 8 · (wire bytes of the frames that start in it) / bin width, Gb/s.
+
+    Raises:
+        InputError: the capture has no RDMA packets to plot.
+    """
+    plt = _pyplot()
+    t, nic, ph, nb = series["time_ns"], series["nic"], series["phase"], series["bytes"]
+    keep = nic >= 0
+    if not keep.any():
+        raise InputError("plot throughput: got no RoCE/InfiniBand packets, expected at least one")
+    t, nic, ph, nb = t[keep], nic[keep], ph[keep], nb[keep]
+    t0, t1 = int(t.min()), int(t.max())
+    width = max((t1 - t0) // bins + 1, 1)
+    b = (t - t0) // width
+    unit, div = _time_axis(t1 - t0)
+    busiest = np.argsort(-np.bincount(nic, nb, minlength=len(series["nics"])))[:MAX_NICS]
+    phases = series["phases"] + ["(no phase)"]
+    ph = np.where(ph < 0, len(phases) - 1, ph)
+    used = np.unique(ph)
+    fig, axes = plt.subplots(len(busiest), 1, figsize=(11, 1.9 * len(busiest) + 1.2),
+                             sharex=True, squeeze=False)
+    x = np.arange(bins + 1) * width / div            # bin starts; steps hold for a bin
+    for ax, n in zip(axes[:, 0], busiest):
+        sel = nic == n
+        stack = [np.bincount(b[sel & (ph == p)], nb[sel & (ph == p)], minlength=bins + 1)
+                 * 8 / width for p in used]       # bytes per ns * 8 = Gb/s
+        ax.stackplot(x, stack, labels=[phases[p] for p in used],
+                     colors=[_COLORS[i % len(_COLORS)] for i in range(len(used))], step="post")
+        ax.set_ylabel("Gb/s")
+        ax.set_title(f"NIC {series['nics'][n]}", fontsize=9, loc="left")
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(loc="upper right", fontsize=7, ncol=min(3, len(used)))
+    axes[-1, 0].set_xlabel(f"time since first packet ({unit}); bins of {width:,} ns")
+    fig.suptitle(title or "Layer-2 throughput per sending NIC, stacked by phase")
+    return _save(fig, out)
+
+
+def _size_text(n: int) -> str:
+    for unit, k in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k and n % k == 0:
+            return f"{n // k} {unit}"
+    return f"{n:,}"
+
+
+def _distribution(ax, values: np.ndarray, color: str, what: str) -> None:
+    """Bars per distinct value when there are few (exact sizes readable), otherwise a histogram
+    with logarithmic bins; counts on a log scale."""
+    u, c = np.unique(values, return_counts=True)
+    if u.size == 0:
+        ax.text(0.5, 0.5, f"no {what}", ha="center", va="center", transform=ax.transAxes)
+    elif u.size <= 24:
+        ax.bar(np.arange(u.size), c, color=color)
+        ax.set_xticks(np.arange(u.size))
+        ax.set_xticklabels([_size_text(int(v)) for v in u], rotation=45 if u.size > 6 else 0,
+                           fontsize=8, ha="right" if u.size > 6 else "center")
+        ax.set_yscale("log")
+        for i, n in enumerate(c):
+            ax.annotate(f"{n:,}", (i, n), ha="center", va="bottom", fontsize=7)
+    else:
+        lo, hi = max(int(u[0]), 1), int(u[-1]) + 1
+        ax.hist(values, bins=np.geomspace(lo, max(hi, lo + 1), 48), color=color, log=True)
+        ax.set_xscale("log")
+    ax.grid(alpha=0.3, axis="y")
+
+
+def plot_sizes(series: dict, out: str | os.PathLike, *, title: str = "") -> Path:
+    """Distributions of frame sizes (bytes on the wire, per packet) and of RDMA message sizes
+    (RETH DMA length, per message), counts on a log scale."""
+    plt = _pyplot()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    sizes = series["bytes"]
+    msg = series["dmalen"][series["dmalen"] >= 0]
+    _distribution(a, sizes, _COLORS[0], "frames")
+    a.set_xlabel("frame size (bytes, without FCS)")
+    a.set_ylabel("frames (log scale)")
+    a.set_title(f"frame sizes, {sizes.size:,} frames", fontsize=10)
+    _distribution(b, msg, _COLORS[1], "messages")
+    b.set_xlabel("RDMA message size (bytes; RETH DMA length)")
+    b.set_ylabel("messages (log scale)")
+    b.set_title(f"message sizes, {msg.size:,} messages", fontsize=10)
+    fig.suptitle(title or "Frame and message size distributions")
+    return _save(fig, out)
+
+
+def plot_timeline(timeline: np.ndarray, messages: np.ndarray, out: str | os.PathLike, *,
+                  ranks: list[int] | None = None, stage_of: dict[int, int] | None = None,
+                  title: str = "") -> Path:
+    """Gantt chart per rank: compute blocks (F/B/R/O from :data:`tokenpcap.schedule.TIMELINE_DTYPE`)
+    on one lane and the RDMA messages its NIC sends (first bit .. last bit, from
+    ``tokenpcap.nic.MSG_STATE_DTYPE``) on a second lane, coloured by parallel dimension."""
+    plt = _pyplot()
+    from matplotlib.patches import Patch
+
+    if ranks is None:
+        ranks = sorted(set(timeline["rank"].tolist()))[:16]
+    t_end = max(int(timeline["end_ns"].max(initial=0)),
+                int(messages["last_tx_end_ns"].max(initial=0)))
+    unit, div = _time_axis(t_end)
+    fig, ax = plt.subplots(figsize=(12, 0.55 * len(ranks) + 1.8))
+    compute_color = {b"F": "#4C72B0", b"B": "#C44E52", b"R": "#8172B3", b"O": "#55A868"}
+    for i, r in enumerate(ranks):
+        y = len(ranks) - 1 - i
+        blocks = timeline[timeline["rank"] == r]
+        for what, color in compute_color.items():
+            sel = blocks[blocks["what"] == what]
+            if sel.size:
+                ax.broken_barh(list(zip(sel["start_ns"] / div, (sel["end_ns"] - sel["start_ns"])
+                                        / div)), (y + 0.05, 0.5), color=color,
+                               edgecolor="white", linewidth=0.6)
+        mine = messages[(messages["rank_src"] == r) & (messages["first_tx_ns"] >= 0)]
+        for d in np.unique(mine["dim"]).tolist():
+            sel = mine[mine["dim"] == d]
+            ax.broken_barh(list(zip(sel["first_tx_ns"] / div, np.maximum(
+                sel["last_tx_end_ns"] - sel["first_tx_ns"], 1) / div)), (y - 0.4, 0.38),
+                color=_COLORS[(4 + d) % len(_COLORS)])
+    ax.set_yticks(range(len(ranks)))
+    stage_of = stage_of or {}
+    ax.set_yticklabels([f"rank {r}" + (f" (stage {stage_of[r]})" if r in stage_of else "")
+                        for r in reversed(ranks)], fontsize=8)
+    ax.set_xlabel(f"time ({unit})")
+    ax.set_ylabel("rank: compute (upper lane), NIC sends (lower lane)")
+    handles = [Patch(color=c, label={b"F": "forward", b"B": "backward", b"R": "recompute",
+                                     b"O": "optimizer"}[k]) for k, c in compute_color.items()]
+    handles += [Patch(color=_COLORS[(4 + d) % len(_COLORS)], label=f"{DIMS[d]} messages")
+                for d in sorted(set(messages["dim"].tolist()))]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
+              frameon=False)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title or "Per-rank timeline: compute and RDMA messages (1F1B pipeline)")
+    return _save(fig, out)
+
+
+def _save(fig, out) -> Path:
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.part.png")
+    fig.tight_layout()
+    fig.savefig(tmp, dpi=110)
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    os.replace(tmp, out)
+    return out
+
+
+def plot_all(source: str | os.PathLike, outdir: str | os.PathLike, *, scale: int = 1,
+             iterations: int = 1, ranks: list[int] | None = None) -> list[Path]:
+    """Every picture ``source`` allows: a capture → throughput + sizes; a scenario (YAML) →
+    timeline + message sizes (by running the schedule). Returns the PNG paths.
+
+    Raises:
+        InputError: the output directory is missing; CaptureError/ProfileError from the input.
+    """
+    outdir = Path(outdir)
+    if not outdir.is_dir():
+        raise InputError(f"{outdir}: output directory: got missing, expected an existing directory")
+    src = Path(source)
+    if src.suffix in (".yaml", ".yml"):
+        from tokenpcap.plan import build_plan
+        from tokenpcap.profiles import load_scenario
+        from tokenpcap.schedule import Schedule
+
+        plan = build_plan(load_scenario(src))
+        sched = Schedule(plan, iterations=iterations, scale=scale)
+        for _ in sched.run():
+            pass
+        m = sched.messages
+        lay = plan.layout
+        stage_of = {r: lay.coords(r).pp for r in range(lay.world_size)}
+        if ranks is None:          # a few ranks of every pipeline stage: 1F1B side by side
+            per = max(1, 16 // max(1, plan.scenario.parallelism.pp))
+            ranks = [r for st in sorted(set(stage_of.values()))
+                     for r in [q for q in range(lay.world_size) if stage_of[q] == st][:per]]
+        series = {"bytes": np.zeros(0, np.int64), "dmalen": m["size_bytes"][m["kind"] == 0]}
+        return [plot_timeline(sched.timeline, m, outdir / f"{src.stem}-timeline.png",
+                              ranks=ranks, stage_of=stage_of),
+                plot_sizes(series, outdir / f"{src.stem}-message-sizes.png",
+                           title=f"{src.stem}: message sizes of one iteration")]
+    series = capture_series(src)
+    return [plot_throughput(series, outdir / f"{src.stem}-throughput.png",
+                            title=f"{src.name}: layer-2 throughput per sending NIC, by phase"),
+            plot_sizes(series, outdir / f"{src.stem}-sizes.png",
+                       title=f"{src.name}: frame and message sizes")]
+
