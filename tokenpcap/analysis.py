@@ -14,7 +14,8 @@ aggregates:
   payload bytes (C7), ICRC/VCRC validity, PSN gaps/reordering with 24-bit wrap (C6), CNPs
   (opcode 0x81), ECN codepoints (CE marks), FECN/BECN bits;
 * PFC pause frames (MAC control 0x8808, opcode 0x0101): XOFF/XON and priorities;
-* per phase, when pcapng packet comments start with a :func:`tokenpcap.messages.phase_label`.
+* per phase, when pcapng packet comments start with a :func:`tokenpcap.messages.phase_label`
+  (comments starting ``cts `` or ``ack `` mark control packets of that phase).
 
 This module imports :mod:`tokenpcap.wire`, :mod:`tokenpcap.pcap`, ``messages`` and ``errors`` only.
 """
@@ -40,6 +41,9 @@ __all__ = ["Report", "inspect_capture", "address_text", "L1_OVERHEAD_BYTES", "NS
 NS_PER_S = 1_000_000_000
 #: FCS 4 + preamble/SFD 8 + inter-frame gap 12 (IEEE 802.3; case C12)
 L1_OVERHEAD_BYTES = 24
+#: comment prefixes of control packets (clear-to-send writes, ACKs): their phase is reported as
+#: ``"<label> [cts]"`` / ``"<label> [ack]"``, apart from the data of the phase
+CONTROL_PREFIXES = ("cts ", "ack ")
 _FLOW_COLS = ("packets", "bytes", "payload", "first_ns", "last_ns", "icrc_bad", "vcrc_bad",
               "icrc_ok", "cnp", "ce", "sport")
 
@@ -164,8 +168,12 @@ class _Acc:
         """Global label index for every comment code of the capture (-1: no phase label)."""
         out = np.full(len(comments) + 1, -1, np.int64)    # last entry: code -1
         for i, text in enumerate(comments):
+            control = ""
+            for prefix in CONTROL_PREFIXES:          # the generator's control packets
+                if text.startswith(prefix):
+                    control, text = f" [{prefix.strip()}]", text[len(prefix):]
             try:
-                label = "/".join(parse_phase_label(text))
+                label = "/".join(parse_phase_label(text)) + control
             except ValueError:
                 continue
             if label not in self.label_index:

@@ -6,9 +6,10 @@ sends (``Plan.nic_bytes_per_nic``). The capture gives the same numbers by pcapng
 by source address; source addresses map to NIC indices with
 :func:`tokenpcap.addresses.nic_addresses` (NIC ``g`` always has the same MAC/IP/LID).
 
-Control traffic (ACKs carry no payload; clear-to-send writes carry a few bytes each) is not in
-the plan: phases the plan does not know and the ``(no phase)`` bucket are reported but only
-compared when the plan has them. A capture of a selection (some NICs, phases) is compared on
+Control traffic (ACKs carry no payload; clear-to-send writes carry 64 bytes each) is not in the
+plan: the generator's comments mark it (``cts ``/``ack `` prefixes, reported as ``"<label>
+[cts]"``), and per-NIC bytes of a labelled capture count the plan's phases only. Phases the plan
+does not know and the ``(no phase)`` bucket are reported but not compared. A capture of a selection (some NICs, phases) is compared on
 what it holds: NICs and phases absent from the capture are listed as ``missing`` and are
 differences only when ``complete=True``.
 
@@ -66,27 +67,39 @@ def compare_with_plan(rep: Report, scenario_path: str, *, complete: bool = False
             diffs.append({"what": "phase", "key": name, "capture_bytes": c or 0, "plan_bytes": p})
     index = nic_index_by_address(scenario.cluster)
     per_nic = plan.nic_bytes_per_nic()
-    cap_nic: dict[int, int] = {}
-    unknown = []
-    for n in rep.nics:
-        g = index.get(n["address"])
-        if g is None:
-            unknown.append(n["address"])
-            continue
-        cap_nic[g] = cap_nic.get(g, 0) + n["payload_bytes"]
-    nics = []
-    for g in range(per_nic.size):
-        c, p = cap_nic.get(g), int(per_nic[g])
-        if c is None and p == 0:
-            continue
-        nics.append({"nic": g, "capture_bytes": c, "plan_bytes": p})
-        if c is None and not complete:
-            continue
-        if (c or 0) != p:
-            diffs.append({"what": "nic", "key": str(g), "capture_bytes": c or 0, "plan_bytes": p})
-    for addr in unknown:
-        diffs.append({"what": "nic", "key": addr, "capture_bytes": next(
-            n["payload_bytes"] for n in rep.nics if n["address"] == addr), "plan_bytes": 0})
+    labelled = any(name in plan_phase for name in cap_phase)
+    missing_phases = sorted(set(plan_phase) - set(cap_phase))
+    nics: list[dict] = []
+    note = None
+    if labelled and missing_phases and not complete:
+        note = (f"per-NIC bytes not compared: the capture lacks phases {missing_phases} "
+                "(a selection); the plan's per-NIC bytes count every phase")
+    else:
+        cap_nic: dict[int, int] = {}
+        unknown: dict[str, int] = {}
+        if labelled:     # data payload only: the plan's phases, not control packets
+            pairs = [(a, b) for (lab, a), b in
+                     ((k[::-1], v) for k, v in rep.phase_nic.items()) if lab in plan_phase]
+        else:
+            pairs = [(n["address"], n["payload_bytes"]) for n in rep.nics]
+        for addr, b in pairs:
+            g = index.get(addr)
+            if g is None:
+                unknown[addr] = unknown.get(addr, 0) + b
+            else:
+                cap_nic[g] = cap_nic.get(g, 0) + b
+        for g in range(per_nic.size):
+            c, p = cap_nic.get(g), int(per_nic[g])
+            if c is None and p == 0:
+                continue
+            nics.append({"nic": g, "capture_bytes": c, "plan_bytes": p})
+            if c is None and not complete:
+                continue
+            if (c or 0) != p:
+                diffs.append({"what": "nic", "key": str(g), "capture_bytes": c or 0,
+                              "plan_bytes": p})
+        for addr, b in unknown.items():
+            diffs.append({"what": "nic", "key": addr, "capture_bytes": b, "plan_bytes": 0})
     rep.against = {"scenario": str(scenario_path), "phases": phases, "nics": nics,
-                   "differences": diffs}
+                   "differences": diffs, "note": note}
     return rep.against

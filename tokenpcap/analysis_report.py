@@ -92,9 +92,11 @@ def render_text(rep: Report) -> str:
         a = rep.against
         lines += ["", f"Against the plan of {a['scenario']}:"]
         diffs = a["differences"]
+        if a.get("note"):
+            lines.append(f"  note: {a['note']}")
         lines += [f"  {d['what']} {d['key']}: capture {d['capture_bytes']:,} B, plan "
-                  f"{d['plan_bytes']:,} B" for d in diffs[:40]] or ["  payload bytes per phase "
-                                                                    "and per NIC agree"]
+                  f"{d['plan_bytes']:,} B" for d in diffs[:40]] or ["  no difference in what "
+                                                                    "was compared"]
     lines += ["", "Checks:"] + [f"  {'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}"
                                 for c in rep.checks()]
     return "\n".join(lines)

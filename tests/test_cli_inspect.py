@@ -1,0 +1,86 @@
+"""The inspect command through click: output, JSON keys, --strict exit codes, --against the
+plan (the plan's bytes per phase are the independent stage-3 numbers), errors in one line."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.test_analysis import write
+from tokenpcap.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+DANTE = ROOT / "profiles" / "scenarios" / "dante.yaml"
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture
+def vectors(tmp_path, scapy_vectors):
+    return write(tmp_path / "v.pcap", [bytes.fromhex(v["hex"]) for v in scapy_vectors["vectors"]])
+
+
+def test_text_and_json(vectors):
+    r = run("inspect", vectors)
+    assert r.exit_code == 0
+    assert "Number of packets:   16" in r.output and "FAIL icrc: 1 bad of 14 checked" in r.output
+    j = json.loads(run("inspect", vectors, "--json").output)
+    assert (j["packets"], j["roce"]["cnp"], j["roce"]["icrc_bad"], j["pfc"]["frames"]) == \
+        (16, 1, 1, 2)
+    assert j["first_ns"] == 1_700_000_000 * 10**9 and j["last_ns"] - j["first_ns"] == 15_000
+
+
+def test_strict_exit_codes(tmp_path, vectors, scapy_vectors):
+    assert run("inspect", vectors, "--strict").exit_code == 1          # a bad ICRC on purpose
+    good = [bytes.fromhex(v["hex"]) for v in scapy_vectors["vectors"][:3]]
+    clean = write(tmp_path / "clean.pcap", good)
+    assert run("inspect", clean, "--strict").exit_code == 0
+    r = run("inspect", clean, "--strict", "--no-crc", "--json")
+    assert r.exit_code == 0 and json.loads(r.output)["roce"]["icrc_unchecked"] == 3
+
+
+def test_errors_are_one_line(tmp_path):
+    (tmp_path / "x.pcap").write_bytes(b"\xd4\xc3\xb2\xa1\x02\x00\x04\x00" + b"\0" * 16 +
+                                      b"\0" * 8 + b"\xff\xff\xff\x00" + b"\0" * 4)   # caplen 16 MiB
+    r = run("inspect", tmp_path / "x.pcap")
+    assert r.exit_code == 1 and r.output.startswith("error: ") and "byte offset 24" in r.output
+    assert r.output.count("\n") == 1
+    r = run("inspect", tmp_path / "missing.pcap")
+    assert r.exit_code == 1 and "cannot open" in r.output
+
+
+@pytest.fixture(scope="module")
+def dante_pp(tmp_path_factory):
+    """The pipeline-parallel phases of one Dante iteration, generated at full size."""
+    gen = pytest.importorskip("tokenpcap.generate")
+    from tokenpcap.profiles import load_scenario
+    out = tmp_path_factory.mktemp("gen")
+    res = gen.generate(load_scenario(DANTE), gen.GenerateOptions(
+        out_dir=out, fmt="pcapng", split="none", selection=gen.Selection(phases=("pp",))))
+    return res.files[0][0]
+
+
+def test_against_the_plan(dante_pp):
+    from tokenpcap.plan import build_plan
+    from tokenpcap.profiles import load_scenario
+    plan = {r.name: r.nic_bytes for r in build_plan(load_scenario(DANTE)).rows}
+    r = run("inspect", dante_pp, "--against", DANTE, "--json", "--strict")
+    assert r.exit_code == 0, r.output
+    j = json.loads(r.output)
+    got = {p["name"]: p["payload_bytes"] for p in j["phases"]}
+    for name in ("pp/forward/SendRecv", "pp/backward/SendRecv"):
+        assert got[name] == plan[name]                                   # to the byte
+    assert got["pp/forward/SendRecv [cts]"] == 64 * j["phases"][[p["name"] for p in j[
+        "phases"]].index("pp/forward/SendRecv [cts]")]["packets"]
+    assert j["against"]["differences"] == [] and j["against"]["note"]   # per-NIC skipped
+    assert j["roce"]["icrc_bad"] == 0 and j["roce"]["psn_gaps"] == 0
+
+
+def test_against_another_scenario_differs(dante_pp):
+    other = ROOT / "profiles" / "scenarios" / "gpt2-all-cross.yaml"
+    r = run("inspect", dante_pp, "--against", other, "--strict")
+    assert r.exit_code == 1 and "differences with the plan" in r.output

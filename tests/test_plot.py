@@ -1,0 +1,76 @@
+"""plot: the numbers behind the pictures (against capinfos and the trace's own construction),
+and that every picture is a real PNG of a sensible size."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.analysis_trace import packets, write_trace
+from tokenpcap.errors import InputError
+from tokenpcap.plot import capture_series, plot_all, plot_sizes, plot_throughput
+
+ROOT = Path(__file__).resolve().parent.parent
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plot")
+    n = 4000
+    labels = ["dp/backward/AllReduce step 0" if i < n // 2 else "tp/forward/AllReduce mb 1"
+              for i in range(n)]
+    write_trace(d / "t.pcapng", n, fmt="pcapng", comments=labels)
+    return d / "t.pcapng", packets(n)
+
+
+def test_series_matches_capinfos_and_construction(trace):
+    path, p = trace
+    s = capture_series(path)
+    assert s["time_ns"].tolist() == p["time_ns"].tolist()
+    assert sorted(s["nics"]) == [f"198.18.0.{g + 1}" for g in range(4)]
+    assert sorted(s["phases"]) == ["dp/backward/AllReduce", "tp/forward/AllReduce"]
+    first = p["opcode"] == 6
+    assert s["dmalen"][first].tolist() == p["reth_len"][first].tolist()
+    assert (s["dmalen"][~first] == -1).all()
+    if shutil.which("capinfos"):
+        out = subprocess.run(["capinfos", "-M", "-T", "-r", "-c", "-d", str(path)],
+                             capture_output=True, text=True, check=True).stdout.split("\t")
+        assert int(out[1]) == s["time_ns"].size and int(out[2]) == int(s["bytes"].sum())
+
+
+def test_pngs(tmp_path, trace):
+    path, _ = trace
+    s = capture_series(path)
+    for f in (plot_throughput(s, tmp_path / "a.png"), plot_sizes(s, tmp_path / "b.png")):
+        data = f.read_bytes()
+        assert data[:8] == PNG and len(data) > 20_000
+    files = plot_all(path, tmp_path)
+    assert [f.name for f in files] == ["t-throughput.png", "t-sizes.png"]
+
+
+def test_no_rdma_is_an_error(tmp_path):
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+    wrpcap(str(tmp_path / "tcp.pcap"), [Ether() / IP() / TCP()])
+    with pytest.raises(InputError, match="no RoCE"):
+        plot_throughput(capture_series(tmp_path / "tcp.pcap"), tmp_path / "x.png")
+
+
+def test_scenario_timeline_and_cli(tmp_path):
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+    r = CliRunner().invoke(main, ["plot", str(ROOT / "profiles/scenarios/dante.yaml"), "-o",
+                                  str(tmp_path), "--scale", "64"])
+    assert r.exit_code == 0, r.output
+    for name in ("dante-timeline.png", "dante-message-sizes.png"):
+        assert (tmp_path / name).read_bytes()[:8] == PNG
+    r = CliRunner().invoke(main, ["plot", str(ROOT / "profiles/scenarios/dante.yaml"), "-o",
+                                  str(tmp_path / "missing")])
+    assert r.exit_code == 1 and "output directory" in r.output
+    assert np.__version__
