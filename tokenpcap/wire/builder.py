@@ -206,11 +206,11 @@ class FrameBuilder:
         r0 = 0
         for code in codes:
             r1 = r0 + int(counts[code])
-            self._build_group(self._layout(code), p[r0:r1], scratch[r0:r1])
+            self._build_group(self._layout(code), p[r0:r1], scratch[r0:r1], caplen[r0:r1])
             _copy_rows(scratch[r0:r1], out, offsets[r0:r1], caplen[r0:r1])
             r0 = r1
 
-    def _build_group(self, lay: Layout, ps: np.ndarray, s: np.ndarray) -> None:
+    def _build_group(self, lay: Layout, ps: np.ndarray, s: np.ndarray, caplen: np.ndarray) -> None:
         ctx = self.ctx
         k, hb = len(ps), lay.header_bytes
         pay = ps["payload_bytes"].astype(np.int64)
@@ -235,6 +235,39 @@ class FrameBuilder:
                 + lay.ip4_nic_sum[nic["nic"]] + lay.ip4_nic_sum[nic["peer_nic"]]
             H.IPV4.put(hdr, lay.l3, "HeaderChecksum", ~_fold16(total) & 0xFFFF)
 
+        # The CRCs are needed when a kept byte shows them: the ICRC/VCRC themselves, or the IPv6
+        # UDP checksum that covers the ICRC. A snaplen that cuts every frame before them skips them.
+        udp6 = lay.roce and ctx.ip_version == 6 and ctx.ipv6_udp_checksum
+        need_crc = bool((caplen > hb + pay).any()) or (udp6 and bool((caplen > lay.l4 + 6).any()))
+        tail = self._crcs(lay, ps, hdr, pay, lp, d, nic, udp6) if need_crc else None
+        width = s.shape[1]
+        hw = min(hb, width)
+        s[:, :hw] = hdr[:, :hw]
+        if lay.payload and hb < width:
+            pm = min(int(pay.max()), width - hb)
+            if pm > 0:
+                s[:, hb:hb + pm] = self._pattern[:pm]
+        if tail is not None and hb + int(pay.min()) < width:
+            # after the payload: pad zeros, ICRC (LE), then VCRC (LE) or Ethernet zero padding
+            flat = s.reshape(-1)
+            base = np.arange(k, dtype=np.int64) * width
+            for start, vals in zip((hb + pay, hb + lp, hb + lp + H.ICRC.size), tail):
+                pos = start[:, None] + np.arange(vals.shape[1])
+                keep = pos < width
+                if keep.all():
+                    flat[(base[:, None] + pos).reshape(-1)] = vals.reshape(-1)
+                else:
+                    flat[(base[:, None] + pos)[keep]] = vals[keep]
+
+    def _crcs(self, lay: Layout, ps: np.ndarray, hdr: np.ndarray, pay: np.ndarray, lp: np.ndarray, d: dict,
+              nic: dict, udp6: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """ICRC and VCRC (or the IPv6 UDP checksum, written into ``hdr``) of a group by CRC linearity.
+
+        Returns:
+            the bytes after the payload: pad zeros uint8 ``(k, 3)``, ICRC ``(k, 4)`` and VCRC or
+            Ethernet padding ``(k, 2)``, each little-endian.
+        """
+        k, hb = len(ps), lay.header_bytes
         # ICRC by linearity
         x = (hdr[:, lay.icrc_cols] | lay.icrc_or).astype(np.intp) + lay.icrc_idx
         reg = np.bitwise_xor.reduce(self._c32[x], axis=1) ^ lay.icrc_base if x.shape[1] \
@@ -256,33 +289,15 @@ class FrameBuilder:
             for i in range(4):
                 r16 ^= self._c16_icrc[i][icrc_b[:, i]]
             after = (r16 ^ 0xFFFF).astype("<u2").view(np.uint8).reshape(k, 2)
-        elif ctx.ip_version == 6 and ctx.ipv6_udp_checksum:   # RFC 8200 8.1
-            seg = hdr[:, lay.l3 + 8:hb].astype(np.int64)
+        elif udp6:   # RFC 8200 8.1
+            words = hdr[:, lay.l3 + 8:hb].view(">u2")      # addresses, UDP header, BTH, ext: even
             ic = icrc_b.astype(np.int64)
-            total = ((seg[:, 0::2] << 8) | seg[:, 1::2]).sum(axis=1) + d["udp_len"] + H.IP_PROTO_UDP \
+            total = words.sum(axis=1, dtype=np.int64) + d["udp_len"] + H.IP_PROTO_UDP \
                 + self._paysum[pay] + ((ic[:, 0] << 8) | ic[:, 1]) + ((ic[:, 2] << 8) | ic[:, 3])
             csum = ~_fold16(total) & 0xFFFF
             H.UDP.put(hdr, lay.l4, "Checksum", np.where(csum == 0, 0xFFFF, csum))
 
-        width = s.shape[1]
-        hw = min(hb, width)
-        s[:, :hw] = hdr[:, :hw]
-        if lay.payload and hb < width:
-            pm = min(int(pay.max()), width - hb)
-            if pm > 0:
-                s[:, hb:hb + pm] = self._pattern[:pm]
-        # tail after the payload: pad zeros, ICRC (LE), then VCRC (LE) or Ethernet zero padding
-        if hb + int(pay.min()) < width:
-            flat = s.reshape(-1)
-            base = np.arange(k, dtype=np.int64) * width
-            for start, vals in ((hb + pay, np.zeros((k, 3), np.uint8)), (hb + lp, icrc_b),
-                                (hb + lp + H.ICRC.size, after)):
-                pos = start[:, None] + np.arange(vals.shape[1])
-                keep = pos < width
-                if keep.all():
-                    flat[(base[:, None] + pos).reshape(-1)] = vals.reshape(-1)
-                else:
-                    flat[(base[:, None] + pos)[keep]] = vals[keep]
+        return np.zeros((k, 3), np.uint8), icrc_b, after
 
 
 def _copy_rows(block: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> None:
