@@ -1,0 +1,148 @@
+"""``tokenpcap generate SCENARIO -o DIR``: the captures of a scenario, with selections."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from tokenpcap.cli import main
+from tokenpcap.cli.common import library_errors
+from tokenpcap.generate import (FORMATS, SPLITS, GenerateOptions, GenerateResult, Selection,
+                                generate, parse_index_set, parse_iterations, parse_window)
+from tokenpcap.profiles import Scenario, load_scenario
+
+__all__ = ["generate_cmd", "run_generation", "print_summary", "default_jobs"]
+
+
+def default_jobs() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:          # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _console():  # type: ignore[no-untyped-def]
+    from rich.console import Console
+
+    return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 120)
+
+
+def run_generation(s: Scenario, opt: GenerateOptions, tokens=None) -> GenerateResult:
+    """Announce the expected size, show a progress bar on a terminal, generate."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    out = _console()
+    err = Console(file=sys.stderr)
+    bar: dict = {}
+
+    def announce(info: dict) -> None:
+        out.print(f"writing {info['files']} {opt.fmt} file(s) to {opt.out_dir}: "
+                  f"{info['packets']:,} packets, {info['bytes']:,} bytes expected "
+                  f"({info['free_bytes']:,} bytes free)")
+
+    def progress(done: int, total: int) -> None:
+        if "p" not in bar:
+            p = Progress(TextColumn("packets"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,}"),
+                         TimeRemainingColumn(), console=err, transient=True,
+                         disable=not err.is_terminal)
+            p.start()
+            bar["p"], bar["t"] = p, p.add_task("packets", total=total)
+        bar["p"].update(bar["t"], completed=done)
+
+    try:
+        return generate(s, opt, tokens=tokens, progress=progress, announce=announce)
+    finally:
+        if "p" in bar:
+            bar["p"].stop()
+
+
+def print_summary(res: GenerateResult, tokens=None) -> None:
+    """Files, packets, bytes, per-phase payload, control traffic and time span of a run."""
+    from rich.table import Table
+
+    out = _console()
+    if tokens is not None:
+        out.print(f"corpus: {tokens.tokens:,} tokens; one iteration takes "
+                  f"{res.plan.tokens_per_iteration:,}")
+    files = Table(title="files")
+    for col in ("file", "packets", "bytes"):
+        files.add_column(col, justify="left" if col == "file" else "right")
+    for path, p, b in res.files:
+        files.add_row(str(path), f"{p:,}", f"{b:,}")
+    out.print(files)
+    plan = {r.name: r.nic_bytes for r in res.plan.rows}
+    ph = Table(title="RDMA payload per phase (data packets; the plan's NIC bytes beside)")
+    for col in ("phase", "packets", "payload B", "plan NIC B"):
+        ph.add_column(col, justify="left" if col == "phase" else "right")
+    for name in sorted(res.phase_payload):
+        ph.add_row(name, f"{res.phase_packets[name]:,}", f"{res.phase_payload[name]:,}",
+                   f"{plan.get(name, 0):,}")
+    out.print(ph)
+    span = max(0, res.last_ns - res.first_ns)
+    out.print(f"packets {res.packets:,}, file bytes {res.file_bytes:,} (expected "
+              f"{res.expected_bytes:,}); control traffic: {res.cts_packets:,} clear-to-send "
+              f"packets ({res.cts_payload:,} payload bytes), {res.ack_packets:,} ACKs; time span "
+              f"{span / 1e6:,.3f} ms of simulated time; {res.seconds:.1f} s wall")
+
+
+def selection_options(f):  # type: ignore[no-untyped-def]
+    """The options shared by ``generate`` (selections, format, split ...)."""
+    opts = [
+        click.option("--ranks", help="Keep frames sent for these ranks, e.g. 0-3,8."),
+        click.option("--nics", help="Keep frames these NICs send (global index), e.g. 0,8."),
+        click.option("--phases", help="Comma-separated phase patterns: a label "
+                     "(dp/backward/AllReduce), a prefix (pp/forward) or a component (backward)."),
+        click.option("--iterations", help="N: run N iterations; A:B: run B, keep iterations A..B-1."),
+        click.option("--time-window", help="START:END of simulated time to keep, e.g. 0:500us."),
+        click.option("--format", "fmt", type=click.Choice(FORMATS), default="pcapng",
+                     show_default=True),
+        click.option("--split", type=click.Choice(SPLITS), default="nic", show_default=True,
+                     help="One file per NIC, per phase, or one file."),
+        click.option("--snaplen", type=click.IntRange(1, 262144), default=262144,
+                     show_default=True, help="Frame bytes kept per packet (64: headers only)."),
+        click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Divide every message size and compute time by this."),
+        click.option("--seed", type=click.IntRange(min=0), default=None,
+                     help="QPNs, PSNs, keys and payload (default: the scenario's)."),
+        click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+                     help="Writer processes (default: the cores available)."),
+        click.option("--force", is_flag=True, help="Write even if the disk looks too small."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, time_window, fmt,
+                  split, snaplen, scale, seed, jobs, force) -> GenerateOptions:
+    """Options of the command line → :class:`GenerateOptions`. Raises: InputError."""
+    world = s.parallelism.dp * s.parallelism.tp * s.parallelism.pp
+    n_nics = s.cluster.nodes * s.cluster.nics_per_node
+    n_it, keep_it = parse_iterations(iterations) if iterations else (None, None)
+    sel = Selection(
+        nics=parse_index_set(nics, "--nics", n_nics) if nics else None,
+        ranks=parse_index_set(ranks, "--ranks", world) if ranks else None,
+        phases=tuple(p.strip() for p in phases.split(",") if p.strip()) if phases else None,
+        iterations=keep_it,
+        window_ns=parse_window(time_window) if time_window else None)
+    return GenerateOptions(out_dir=Path(out_dir), fmt=fmt, split=split, snaplen=snaplen,
+                           scale=scale, seed=seed, iterations=n_it, selection=sel,
+                           jobs=jobs or default_jobs(), force=force)
+
+
+@main.command("generate")
+@click.argument("scenario", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--output", "-o", "out_dir", required=True,
+              type=click.Path(file_okay=False, path_type=str), help="Output directory (created).")
+@selection_options
+@library_errors
+def generate_cmd(scenario: str, out_dir: str, **kw) -> None:
+    """Write the pcaps of SCENARIO's iterations (as its NICs send them) into OUTPUT."""
+    s = load_scenario(scenario)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    res = run_generation(s, build_options(s, out_dir, **kw))
+    print_summary(res)

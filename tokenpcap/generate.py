@@ -1,0 +1,414 @@
+"""Stages 6–7 streamed to files: ``tokenpcap generate`` and ``tokenpcap run``.
+
+``generate(scenario, options)`` plans the scenario (stage 3), runs the schedule on the NIC engine
+(stages 4–5, :class:`tokenpcap.schedule.Schedule`), lowers every transmitted frame to a packet row
+(stage 6, :class:`tokenpcap.lower.Lowering`), keeps the selected ones and streams them to capture
+files (stage 7, :mod:`tokenpcap.generate_output`), chunk by chunk with flat memory.
+
+* **Files** hold the frames their NICs *send* (an egress capture per NIC port: data, clear-to-send
+  writes and the ACKs the NIC returns). ``split="nic"``: one file per NIC
+  (``<scenario>_node<NN>_nic<I>.<ext>``); ``"phase"``: one per phase label
+  (``<scenario>_<dim>-<phase>-<Collective>.<ext>``, control packets with their message's phase);
+  ``"none"``: one file. pcapng files have one interface per NIC and a comment per packet
+  (:func:`tokenpcap.generate_output.comment_text`).
+* **Selections** (:class:`Selection`) filter the output of the full simulation, so a slice has
+  exactly the timing of the whole trace: NICs (frames they send), ranks (frames their NICs send
+  for them: data and CTS they send, ACKs for data they receive), phases (patterns: a whole label,
+  a prefix ending at ``/``, or one component such as ``backward``), iterations, and a time window
+  ``[start, end)`` in ns from the start of the run.
+* **Time**: packet ``time_ns`` is the simulation time plus :data:`EPOCH_NS`
+  (2024-01-01T00:00:00Z), so that the same inputs give byte-identical files.
+* **Seed**: QPNs, initial PSNs, R_Keys, buffer addresses and the payload pattern.
+* **Scale**: every message size and compute time divided by ``scale`` (whole elements, at least
+  one): the structure of the iteration stays, the bytes shrink.
+* **Size**: :func:`tokenpcap.generate_size.predict_messages` gives the exact size before anything
+  is written; :class:`~tokenpcap.errors.OutputError` when it exceeds the free space of the output
+  directory, unless ``force``.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from tokenpcap.addresses import nic_addresses
+from tokenpcap.errors import InputError, OutputError
+from tokenpcap.generate_output import (KC_ACK, KC_CTS, KC_DATA, LABELS, Dispatcher, FileSpec,
+                                       WriterConfig, comment_text, interfaces, label_codes)
+from tokenpcap.generate_size import predict_messages, record_bytes
+from tokenpcap.lower import Lowering
+from tokenpcap.nic import PKT_ACK, PKT_CTS, Engine
+from tokenpcap.pcap import PcapngWriter
+from tokenpcap.plan import build_plan
+from tokenpcap.profiles import Scenario
+from tokenpcap.schedule import Schedule
+
+__all__ = ["EPOCH_NS", "FORMATS", "SPLITS", "Selection", "GenerateOptions", "GenerateResult",
+           "generate", "parse_index_set", "parse_time_ns", "parse_window", "parse_iterations"]
+
+#: Time of the first event of a run: 2024-01-01T00:00:00Z in ns since the epoch.
+EPOCH_NS = 1_704_067_200 * 1_000_000_000
+FORMATS = ("pcap", "pcapng", "erf")
+SPLITS = ("nic", "phase", "none")
+_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+
+
+def parse_index_set(text: str, what: str, limit: int) -> frozenset[int]:
+    """``"0-3,8,12"`` → {0, 1, 2, 3, 8, 12}. Raises: InputError (naming ``what``) on bad text or
+    an index outside ``[0, limit)``."""
+    out: set[int] = set()
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        if not m:
+            raise InputError(f"{what}: got {text!r}, expected indices like '0-3,8'")
+        a, b = int(m.group(1)), int(m.group(2) or m.group(1))
+        if b < a or b >= limit:
+            raise InputError(f"{what}: got {part.strip()!r}, expected indices in 0..{limit - 1}")
+        out.update(range(a, b + 1))
+    return frozenset(out)
+
+
+def parse_time_ns(text: str, what: str) -> int:
+    """``"250us"``, ``"3ms"``, ``"1500"`` (ns) → integer ns. Raises: InputError."""
+    m = re.fullmatch(r"\s*(\d+)(?:\.(\d+))?\s*(ns|us|µs|ms|s)?\s*", text)
+    if not m:
+        raise InputError(f"{what}: got {text!r}, expected a time like 1500, 250us, 3ms or 0.5s")
+    unit = _UNITS[m.group(3) or "ns"]
+    frac = m.group(2) or ""
+    value = int(m.group(1)) * unit + (int(frac) * unit // 10 ** len(frac) if frac else 0)
+    return value
+
+
+def parse_window(text: str) -> tuple[int, int]:
+    """``"START:END"`` (either side may be empty) → ``(start_ns, end_ns)``. Raises: InputError."""
+    if ":" not in text:
+        raise InputError(f"--time-window: got {text!r}, expected START:END such as 0:2ms")
+    a, b = text.split(":", 1)
+    start = parse_time_ns(a, "--time-window start") if a.strip() else 0
+    end = parse_time_ns(b, "--time-window end") if b.strip() else 1 << 62
+    if end <= start:
+        raise InputError(f"--time-window: got {text!r}, expected END > START")
+    return start, end
+
+
+def parse_iterations(text: str) -> tuple[int, range | None]:
+    """``"N"`` → run N iterations, keep all; ``"A:B"`` → run B, keep ``[A, B)``. Raises: InputError."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?", text)
+    if not m:
+        raise InputError(f"--iterations: got {text!r}, expected N or A:B (e.g. 2 or 1:3)")
+    if m.group(2) is None:
+        n = int(m.group(1))
+        if n < 1:
+            raise InputError(f"--iterations: got {n}, expected >= 1")
+        return n, None
+    a, b = int(m.group(1)), int(m.group(2))
+    if b <= a:
+        raise InputError(f"--iterations: got {text!r}, expected A:B with B > A")
+    return b, range(a, b)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What to keep of the full simulation (module docstring). ``None`` keeps everything."""
+
+    nics: frozenset[int] | None = None
+    ranks: frozenset[int] | None = None
+    phases: tuple[str, ...] | None = None
+    iterations: range | None = None
+    window_ns: tuple[int, int] | None = None
+
+    def labels(self) -> np.ndarray:
+        """bool ``(len(LABELS),)``: labels the phase patterns select."""
+        if not self.phases:
+            return np.ones(len(LABELS), bool)
+        keep = np.zeros(len(LABELS), bool)
+        for i, lab in enumerate(LABELS):
+            parts = lab.split("/")
+            keep[i] = any(p == lab or lab.startswith(p.rstrip("/") + "/") or p in parts
+                          for p in self.phases)
+        return keep
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """Options of :func:`generate` (module docstring; the CLI options of the same names)."""
+
+    out_dir: Path
+    fmt: str = "pcapng"
+    split: str = "nic"
+    snaplen: int = 262144
+    scale: int = 1
+    seed: int | None = None
+    iterations: int | None = None
+    selection: Selection = field(default_factory=Selection)
+    jobs: int = 1
+    force: bool = False
+
+
+@dataclass
+class GenerateResult:
+    """What was written: ``files`` ``[(path, packets, bytes)]``, totals, per-phase payload of data
+    packets ``{label: bytes}``, per-NIC data payload (int64 per NIC), control traffic, span."""
+
+    files: list[tuple[Path, int, int]]
+    packets: int = 0
+    file_bytes: int = 0
+    expected_bytes: int = 0
+    phase_payload: dict[str, int] = field(default_factory=dict)
+    phase_packets: dict[str, int] = field(default_factory=dict)
+    nic_payload: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    cts_packets: int = 0
+    cts_payload: int = 0
+    ack_packets: int = 0
+    first_ns: int = -1
+    last_ns: int = -1
+    seconds: float = 0.0
+    plan: object = None
+    schedule: object = None
+
+
+def _file_specs(s: Scenario, opt: GenerateOptions, pred_keys: np.ndarray, n_nics: int,
+                ext: str) -> tuple[list[FileSpec], np.ndarray]:
+    """Output files and a map from routing key (NIC, label or 0) to file index (-1: none)."""
+    name = s.name
+    per = s.cluster.nics_per_node
+    sel_nics = sorted(set(pred_keys.tolist())) if opt.split == "nic" else None
+    all_nics = tuple(sorted(opt.selection.nics)) if opt.selection.nics else tuple(range(n_nics))
+    if opt.split == "nic":
+        keys = sel_nics
+        specs = [FileSpec(opt.out_dir / f"{name}_node{k // per:02d}_nic{k % per}.{ext}", (k,))
+                 for k in keys]
+        size = n_nics
+    elif opt.split == "phase":
+        keys = sorted(set(pred_keys.tolist()))
+        specs = [FileSpec(opt.out_dir / f"{name}_{LABELS[k].replace('/', '-')}.{ext}", all_nics)
+                 for k in keys]
+        size = len(LABELS)
+    else:
+        keys = [0]
+        specs = [FileSpec(opt.out_dir / f"{name}.{ext}", all_nics)]
+        size = 1
+    route = np.full(size, -1, np.int64)
+    route[list(keys)] = np.arange(len(keys))
+    return specs, route
+
+
+def _check(s: Scenario, opt: GenerateOptions) -> None:
+    if opt.fmt not in FORMATS:
+        raise InputError(f"--format: got {opt.fmt!r}, expected one of {', '.join(FORMATS)}")
+    if opt.split not in SPLITS:
+        raise InputError(f"--split: got {opt.split!r}, expected one of {', '.join(SPLITS)}")
+    if opt.fmt == "erf" and s.cluster.transport != "infiniband":
+        raise InputError(f"--format: got 'erf' for transport {s.cluster.transport!r}, expected "
+                         "pcap or pcapng (ERF type 21 records hold native InfiniBand only)")
+    if not 1 <= opt.snaplen <= 262144:
+        raise InputError(f"--snaplen: got {opt.snaplen}, expected 1..262144")
+    if opt.scale < 1 or opt.jobs < 1:
+        raise InputError(f"--scale/--jobs: got {opt.scale}/{opt.jobs}, expected integers >= 1")
+    if not Path(opt.out_dir).is_dir():
+        raise OutputError(f"{opt.out_dir}: got no such directory, expected an existing directory")
+
+
+def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
+             progress: Callable[[int, int], None] | None = None,
+             announce: Callable[[dict], None] | None = None) -> GenerateResult:
+    """Write the captures of ``s`` (module docstring).
+
+    Args:
+        s: the scenario; opt: :class:`GenerateOptions`; tokens: stage-1 result (per-epoch totals).
+        progress: called as ``progress(packets_done, packets_expected)`` after each chunk.
+        announce: called once with ``{"files", "packets", "bytes", "free_bytes"}`` before writing.
+
+    Raises:
+        InputError: bad options; InfeasiblePlanError: from the plan; OutputError: no such output
+        directory, not enough free space (without ``force``), a write failed.
+    """
+    t0 = time.perf_counter()
+    _check(s, opt)
+    seed = s.generation.seed if opt.seed is None else int(opt.seed)
+    gen = replace(s.generation, seed=seed)
+    s = replace(s, generation=gen)
+    plan = build_plan(s, tokens)
+    n_nics = s.cluster.nodes * s.cluster.nics_per_node
+    sel = opt.selection
+    sched = Schedule(plan, iterations=opt.iterations, scale=opt.scale,
+                     engine=Engine(s.cluster, gen, chunk_rows=1 << 16))
+    ib = s.cluster.transport == "infiniband"
+    ext = opt.fmt
+
+    # --- what will be written: exact prediction, selection applied ----------------------------
+    pred = predict_messages(sched)
+    pm = pred.messages
+    lab_ok = sel.labels()
+    base = lab_ok[pm["label"]]
+    if sel.iterations is not None:
+        base &= np.isin(pm["iteration"], np.asarray(sel.iterations))
+    keep_own, keep_ack = base.copy(), base.copy()
+    if sel.nics is not None:
+        nics = np.asarray(sorted(sel.nics))
+        keep_own &= np.isin(pm["src_nic"], nics)
+        keep_ack &= np.isin(pm["dst_nic"], nics)
+    if sel.ranks is not None:
+        ranks = np.asarray(sorted(sel.ranks))
+        keep_own &= np.isin(pm["rank_src"], ranks)
+        keep_ack &= np.isin(pm["rank_dst"], ranks)
+    cbytes = _comment_bytes(pm) if opt.fmt == "pcapng" else None
+    npk, nb, nak, ab = record_bytes(pred, opt.fmt, opt.snaplen, ib, cbytes)
+    if opt.split == "nic":
+        own_key, ack_key = pm["src_nic"], pm["dst_nic"]
+    elif opt.split == "phase":
+        own_key = ack_key = pm["label"]
+    else:
+        own_key = ack_key = np.zeros(len(pm), np.int64)
+    keys = np.concatenate([own_key[keep_own], ack_key[keep_ack]])
+    if opt.split == "nic" and sel.nics is not None:
+        keys = np.concatenate([keys, np.asarray(sorted(sel.nics))])
+    if keys.size == 0:
+        raise InputError("the selection keeps no packet (check --nics/--ranks/--phases/--iterations)")
+    specs, route = _file_specs(s, opt, keys, n_nics, ext)
+    expected_packets = int(npk[keep_own].sum() + nak[keep_ack].sum())
+    addr = nic_addresses(s.cluster)
+    names = {n: (f"node{n // s.cluster.nics_per_node}/nic{n % s.cluster.nics_per_node}",
+                 _describe(addr, n, ib)) for n in range(n_nics)}
+    cfg = WriterConfig(s.cluster, opt.fmt, opt.snaplen, seed, names)
+    expected = int(nb[keep_own].sum() + ab[keep_ack].sum()) + sum(
+        _file_header_bytes(opt, cfg, sp) for sp in specs)
+    free = shutil.disk_usage(opt.out_dir).free
+    if announce is not None:
+        announce({"files": len(specs), "packets": expected_packets, "bytes": expected,
+                  "free_bytes": free})
+    if expected > free and not opt.force:
+        raise OutputError(f"{opt.out_dir}: free space got {free:,} bytes, expected at least the "
+                          f"{expected:,} bytes of the capture (use --force to write anyway)")
+
+    # --- run, lower, select, route ------------------------------------------------------------
+    disp = Dispatcher(specs, cfg, opt.jobs)
+    res = GenerateResult(files=[], expected_bytes=expected, nic_payload=np.zeros(n_nics, np.int64),
+                         plan=plan, schedule=sched)
+    lower = Lowering(s.cluster, seed, gen.ack_every_packets)
+    try:
+        done = 0
+        for tx in sched.run():
+            done += _chunk(tx, sched, lower, sel, lab_ok, opt, route, disp, res)
+            if progress is not None:
+                progress(done, expected_packets)
+        sizes = disp.close()
+    except BaseException:
+        disp.abort()
+        raise
+    res.files = [(sp.path, p, b) for sp, (p, b) in zip(specs, sizes)]
+    res.packets = sum(p for _, p, _ in res.files)
+    res.file_bytes = sum(b for _, _, b in res.files)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, route, disp,
+           res: GenerateResult) -> int:
+    msgs = sched.messages
+    m = msgs[tx["msg"]]
+    kind = tx["kind"]
+    kc = np.where(kind == PKT_ACK, KC_ACK, np.where(kind == PKT_CTS, KC_CTS, KC_DATA))
+    label = label_codes(m)
+    keep = lab_ok[label]
+    if sel.iterations is not None:
+        keep &= np.isin(m["iteration"], np.asarray(sel.iterations))
+    if sel.nics is not None:
+        keep &= np.isin(tx["nic"], np.asarray(sorted(sel.nics)))
+    if sel.ranks is not None:
+        who = np.where(kc == KC_ACK, m["rank_dst"], m["rank_src"])
+        keep &= np.isin(who, np.asarray(sorted(sel.ranks)))
+    if sel.window_ns is not None:
+        keep &= (tx["time_ns"] >= sel.window_ns[0]) & (tx["time_ns"] < sel.window_ns[1])
+    idx = np.flatnonzero(keep)
+    if idx.size == 0:
+        return 0
+    tx, m, kc, label = tx[idx], m[idx], kc[idx], label[idx]
+    pk = lower(tx, msgs)
+    pk["time_ns"] += EPOCH_NS
+    _account(res, tx, pk, kc, label)
+    key = tx["nic"] if opt.split == "nic" else label if opt.split == "phase" else np.zeros(len(tx), np.int64)
+    fid = route[key]
+    labels_all, codes_all = None, None
+    if opt.fmt == "pcapng":
+        pair = tx["msg"].astype(np.int64) * 3 + kc
+        _, first, inv = np.unique(pair, return_index=True, return_inverse=True)
+        mu, ku = m[first], kc[first]
+        labels_all = [comment_text(int(k), int(lb), int(r["iteration"]), int(r["call_id"]),
+                                   int(r["step"]), int(r["layer"]), int(r["microbatch"]),
+                                   int(r["token_start"]), int(r["token_end"]))
+                      for k, lb, r in zip(ku.tolist(), label_codes(mu).tolist(), mu)]
+        codes_all = inv.reshape(-1)
+    order = np.argsort(fid, kind="stable")
+    bounds = np.flatnonzero(np.diff(fid[order])) + 1
+    for part in np.split(order, bounds):
+        f = int(fid[part[0]])
+        if f < 0:
+            continue
+        if labels_all is not None:
+            used, local = np.unique(codes_all[part], return_inverse=True)
+            disp.send(f, pk[part], [labels_all[u] for u in used.tolist()], local.reshape(-1))
+        else:
+            disp.send(f, pk[part], None, None)
+    return int(idx.size)
+
+
+def _account(res: GenerateResult, tx, pk, kc, label) -> None:
+    data = kc == KC_DATA
+    pay = pk["payload_bytes"].astype(np.int64)
+    if data.any():
+        per = np.bincount(label[data], weights=pay[data], minlength=len(LABELS))
+        cnt = np.bincount(label[data], minlength=len(LABELS))
+        for i in np.flatnonzero(cnt).tolist():
+            res.phase_payload[LABELS[i]] = res.phase_payload.get(LABELS[i], 0) + int(per[i])
+            res.phase_packets[LABELS[i]] = res.phase_packets.get(LABELS[i], 0) + int(cnt[i])
+        np.add.at(res.nic_payload, tx["nic"][data], pay[data])
+    cts = kc == KC_CTS
+    res.cts_packets += int(cts.sum())
+    res.cts_payload += int(pay[cts].sum())
+    res.ack_packets += int((kc == KC_ACK).sum())
+    t = tx["time_ns"]
+    res.first_ns = int(t[0]) if res.first_ns < 0 else min(res.first_ns, int(t[0]))
+    res.last_ns = max(res.last_ns, int(t[-1]))
+
+
+def _comment_bytes(pm: np.ndarray) -> np.ndarray:
+    """pcapng comment option bytes per predicted message: (own packets, ACKs), int64 (n, 2)."""
+    out = np.zeros((len(pm), 2), np.int64)
+    cols = [pm[f].tolist() for f in ("kc", "label", "iteration", "call_id", "step", "layer",
+                                     "microbatch", "token_start", "token_end")]
+    for i, (k, *rest) in enumerate(zip(*cols)):
+        for j, kk in enumerate((k, KC_ACK)):
+            text = comment_text(kk, *rest).encode()
+            out[i, j] = 4 + ((len(text) + 3) & ~3) + 4
+    return out
+
+
+def _file_header_bytes(opt: GenerateOptions, cfg: WriterConfig, spec: FileSpec) -> int:
+    """Bytes of one file's header: pcap 24, raw ERF 0, pcapng its section header and interface
+    blocks (measured by opening a throwaway writer with the same interfaces)."""
+    if opt.fmt == "pcap":
+        return 24
+    if opt.fmt == "erf":
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        w = PcapngWriter(Path(tmp) / "header.pcapng", interfaces(spec, cfg), snaplen=opt.snaplen,
+                         threaded=False)
+        n = w.bytes_written
+        w.abort()
+    return n
+
+
+def _describe(addr, n: int, ib: bool) -> str:
+    import ipaddress
+
+    mac = ":".join(f"{b:02x}" for b in addr.mac[n].tolist())
+    if ib:
+        return f"LID 0x{int(addr.lid[n]):04x} GID {ipaddress.IPv6Address(bytes(addr.gid[n]))}"
+    return f"{ipaddress.IPv4Address(bytes(addr.ipv4[n]))} {mac}"
