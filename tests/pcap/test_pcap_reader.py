@@ -223,3 +223,17 @@ def test_fuzzed_files_raise_only_capture_errors(tmp_path, name, data):
             assert (rec["offset"] + rec["caplen"] <= cap.size).all()
     except CaptureError:
         pass
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_many_distinct_comments_and_hash_collisions_stay_exact(tmp_path, monkeypatch, collide):
+    from tokenpcap.pcap import comments
+    if collide:                                    # every text hashes alike: exact fallback
+        monkeypatch.setattr(comments, "_MULT", np.zeros(4, np.uint64))
+    texts = [f"dp/backward/AllReduce step={i % 50}" for i in range(300)] + ["é", "", "ab", "x" * 300]
+    raw = shb("<") + idb("<", 1, 0, tsresol=9) + b"".join(
+        epb("<", 0, i, b"\x00" * 4, options=comment_options("<", t)) for i, t in enumerate(texts))
+    cap = _open(tmp_path, raw)
+    rec = cap.read()
+    assert [cap.comments[c] for c in rec["comment"]] == texts
+    assert len(cap.comments) == 54

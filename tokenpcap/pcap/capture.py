@@ -125,10 +125,13 @@ class Capture:
 
     def _walk(self, chain: Chain, p: int, end: int) -> Iterator[tuple[np.ndarray, int, bool]]:
         """Walk [p, end) region by region; honours ``on_truncation``."""
+        avg, first = None, p
         while p < end:
             limit = min(p + REGION, end)
             try:
-                starts, p, stopped = walk(chain, p, limit)
+                starts, p, stopped = walk(chain, p, limit, avg=avg)
+                if starts.size > 1000 and avg is None:
+                    avg = max((p - first) // starts.size, 1)
             except TruncatedFile as err:
                 if not self._stop_on_truncation:
                     raise

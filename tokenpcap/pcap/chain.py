@@ -73,11 +73,17 @@ class Chain:
         """
         raise NotImplementedError
 
-    def advance(self, cur: np.ndarray) -> np.ndarray:
-        """Vectorized, unchecked: the start of the record after each ``cur`` (0 <= cur <= end),
-        reading lengths with offsets clamped inside the file. A stop record or a zero length
-        returns ``cur`` itself. Returns a new int64 array."""
+    def advance(self, cur: np.ndarray, out: np.ndarray) -> None:
+        """Vectorized, unchecked: write into ``out`` the start of the record after each ``cur``
+        (0 <= cur <= end), reading lengths at offsets clamped inside the file. Stop records and
+        bad lengths are not judged here (:meth:`bad` is, on the accepted starts)."""
         raise NotImplementedError
+
+    def bad(self, pos: np.ndarray) -> np.ndarray:
+        """Vectorized: bool (n,) for records at true starts ``pos`` whose length fields are
+        invalid in a way :meth:`advance` does not show (default: the full :meth:`step`)."""
+        nxt, ok, stop = self.step(pos)
+        return ~ok | stop
 
     def plausible(self, pos: np.ndarray) -> np.ndarray:
         """Vectorized: bool (n,) whether a record could start at ``pos`` (a loose test that every
@@ -107,9 +113,12 @@ class Chain:
         return err
 
 
-def walk(chain: Chain, p: int, limit: int, *, steps: int = 256
+def walk(chain: Chain, p: int, limit: int, *, steps: int = 256, avg: int | None = None
          ) -> tuple[np.ndarray, int, bool]:
     """All record starts in ``[p, limit)`` beginning at the true record start ``p``.
+
+    Args:
+        avg: average record length seen so far (skips most of the scalar warm-up).
 
     Returns:
         (starts int64 (k,), next position (>= limit unless stopped), stopped at a stop record).
@@ -117,11 +126,11 @@ def walk(chain: Chain, p: int, limit: int, *, steps: int = 256
     Raises:
         TruncatedFile, CaptureError: from :meth:`Chain.scalar` at the first bad record.
     """
-    head, p, stopped = chain.scalar(p, limit, 2048)
+    head, p, stopped = chain.scalar(p, limit, 2048 if avg is None else 16)
     pieces = [np.asarray(head, np.int64)]
     if stopped or p >= limit:
         return pieces[0], p, stopped
-    avg = max((p - head[0]) // len(head), chain.header)
+    avg = max(avg or (p - head[0]) // len(head), chain.header)
     if (limit - p) // avg < 8 * steps or avg > 2048:
         rest, p, stopped = chain.scalar(p, limit, 1 << 62)
         pieces.append(np.asarray(rest, np.int64))
@@ -129,33 +138,41 @@ def walk(chain: Chain, p: int, limit: int, *, steps: int = 256
     seg = max(chain.align, (steps * avg) // chain.align * chain.align)
     bounds = np.arange(p, limit, seg, dtype=np.int64)
     seg_end = np.append(bounds[1:], limit)
-    starts = np.concatenate([[p], _sync(chain, bounds[1:], seg_end[1:], 2 * avg)])
-    rows = _lockstep(chain, starts, seg_end, 3 * steps + 64)      # (T, C) positions per step
-    t_rows, c = rows.shape
-    below = rows < seg_end                                        # rows are non-decreasing
-    j = below.sum(axis=0)                                         # row of each chain's exit
-    exited = (j < t_rows) & (starts >= 0)
-    exit_pos = rows[np.minimum(j, t_rows - 1), np.arange(c)]
-    hit = (rows[:, 1:] == exit_pos[:-1]) & below[:, 1:]
-    k = np.concatenate([[0], np.argmax(hit, axis=0)])            # row where the chain is joined
+    sync = _sync(chain, bounds[1:], seg_end[1:], avg + avg // 4 + chain.align)
+    miss = np.flatnonzero(sync < 0)
+    if miss.size:                                  # a second, wider look where the first missed
+        sync[miss] = _sync(chain, bounds[1:][miss], seg_end[1:][miss], 4 * avg)
+    starts = np.concatenate([[p], sync])
+    pos, used = _lockstep(chain, starts, seg_end, 2 * steps + 32)  # (T, C) positions per step
+    c = pos.shape[1]
+    pos = pos[:used]
+    j = (pos < seg_end).sum(axis=0)                               # steps inside each segment
+    exited = (j < used) & (starts >= 0)
+    exit_pos = pos[np.minimum(j, used - 1), np.arange(c)]
+    near = min(8, used)                    # a chain meets its predecessor's exit within a few records
+    hit = pos[:near, 1:] == exit_pos[:-1]
+    k = np.concatenate([[0], np.argmax(hit, axis=0)])
     joins = exited.copy()
-    joins[1:] &= hit.any(axis=0)
+    joins[1:] &= hit.any(axis=0) & (k[1:] < j[1:])
     breaks = np.flatnonzero(~joins)
+    flat = pos.reshape(-1)
     s = 0
     while s < c:
         end_s = int(seg_end[s])
         if p >= end_s:
             s += 1
             continue
-        col = rows[:j[s], s]
-        at = int(np.searchsorted(col, p))
-        if exited[s] and at < col.size and int(col[at]) == p:
+        row = pos[:j[s], s]
+        at = int(np.searchsorted(row, p))
+        if exited[s] and at < row.size and int(row[at]) == p:
             r = int(breaks[np.searchsorted(breaks, s + 1)]) if breaks.size and breaks[-1] > s else c
             kk = k[s:r].copy()
             kk[0] = at
-            idx = np.arange(t_rows)[:, None]
-            take = ((idx >= kk) & (idx < j[s:r])).T
-            pieces.append(rows[:, s:r].T[take])
+            lens = j[s:r] - kk
+            # element (t, chain) sits at t * c + chain: walk each chain's steps kk..j-1 in order
+            step_no = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens - kk, lens)
+            chain_no = np.repeat(np.arange(s, r, dtype=np.int64), lens)
+            pieces.append(flat[step_no * c + chain_no])
             p = int(exit_pos[r - 1])
             s = r
             continue
@@ -168,16 +185,19 @@ def walk(chain: Chain, p: int, limit: int, *, steps: int = 256
 
 
 def _verify(chain: Chain, starts: np.ndarray, p: int, limit: int) -> tuple[np.ndarray, int, bool]:
-    """Check speculated starts with the full step: each record valid and ending where the next
-    starts. At the first disagreement the scalar walker takes over (and raises if bad)."""
-    nxt, ok, stop = chain.step(starts)
-    follow = np.append(starts[1:], p)
-    wrong = ~ok | stop | (nxt != follow)
-    if not wrong.any():
+    """Check the speculated starts. A joined chain follows :meth:`Chain.advance` from a true
+    start, so consecutive starts are consistent by construction except where a read was clamped
+    at the end of the file (only the last record) and for lengths :meth:`Chain.advance` does not
+    judge: :meth:`Chain.bad` checks those for all, the scalar walker re-checks the last record.
+    At the first bad record the scalar walker takes over and raises."""
+    bad = chain.bad(starts)
+    i = int(np.argmax(bad)) if bad.any() else starts.size - 1
+    rest, q, stopped = chain.scalar(int(starts[i]), limit, 1 if i == starts.size - 1 else 1 << 62)
+    if i == starts.size - 1 and q == p and not stopped:
         return starts, p, False
-    i = int(np.flatnonzero(wrong)[0])
-    rest, p, stopped = chain.scalar(int(starts[i]), limit, 1 << 62)
-    return np.concatenate([starts[:i], np.asarray(rest, np.int64)]), p, stopped
+    if i == starts.size - 1:
+        rest, q, stopped = chain.scalar(int(starts[i]), limit, 1 << 62)
+    return np.concatenate([starts[:i], np.asarray(rest, np.int64)]), q, stopped
 
 
 def _sync(chain: Chain, lo: np.ndarray, hi: np.ndarray, window: int) -> np.ndarray:
@@ -205,19 +225,28 @@ def _sync(chain: Chain, lo: np.ndarray, hi: np.ndarray, window: int) -> np.ndarr
     return np.where(good.any(axis=1), first[np.arange(lo.size), col], -1)
 
 
-def _lockstep(chain: Chain, starts: np.ndarray, seg_end: np.ndarray, budget: int) -> np.ndarray:
+def _lockstep(chain: Chain, starts: np.ndarray, seg_end: np.ndarray, budget: int
+              ) -> tuple[np.ndarray, int]:
     """Advance every chain one record per step (no validation; reads are clamped to the file).
 
-    Returns positions (T, C): row 0 the starts (chains without a start sit at the file end),
-    row t the t-th successor, clamped to the file end. Stops when every chain that still moves
-    has left its segment, or after ``budget`` steps."""
-    cur = np.where(starts >= 0, starts, chain.end)
-    rows = [cur]
+    Returns (positions (budget + 1, C), rows used): row 0 the starts (chains without a start
+    sit at the file end), row t the t-th successor clamped to the file end. Stops when every
+    chain that still moves has left its segment, or after ``budget`` steps. The buffer is kept
+    on the chain and reused (fresh pages are expensive)."""
+    c = starts.size
+    buf = getattr(chain, "_lockstep_buf", None)
+    if buf is None or buf.size < c * (budget + 1):
+        buf = chain._lockstep_buf = np.empty(c * (budget + 1), np.int64)
+    pos = buf[:c * (budget + 1)].reshape(budget + 1, c)
+    cur = pos[0]
+    np.copyto(cur, np.where(starts >= 0, starts, chain.end))
+    used = budget + 1
     for t in range(budget):
-        nxt = chain.advance(cur)
-        np.minimum(nxt, chain.end, out=nxt)
-        rows.append(nxt)
-        if t % 16 == 15 and not np.any((nxt < seg_end) & (nxt != cur)):
+        out = pos[t + 1]
+        chain.advance(cur, out)
+        np.minimum(out, chain.end, out=out)
+        if t % 16 == 15 and not np.any((out < seg_end) & (out != cur)):
+            used = t + 2
             break
-        cur = nxt
-    return np.stack(rows)
+        cur = out
+    return pos, used

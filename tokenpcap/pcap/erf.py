@@ -88,8 +88,11 @@ class _ErfChain(Chain):
         self.rlen_view = np.ndarray((self.last + 1,), ">u2", buffer=data, offset=10,
                                     strides=(1,)) if end >= self.header else np.zeros(1, ">u2")
 
-    def advance(self, cur):
-        return cur + self.rlen_view[np.minimum(cur, self.last)]
+    def advance(self, cur, out):
+        np.add(cur, self.rlen_view[np.minimum(cur, self.last)], out=out)
+
+    def bad(self, pos):
+        return self.rlen_view[pos] < self.header
 
     def step(self, pos):
         inb = pos + self.header <= self.end

@@ -18,6 +18,7 @@ from tokenpcap.pcap.formats import (
     BT_EPB, BT_IDB, BT_OPB, BT_SHB, BT_SPB, BYTE_ORDER_MAGIC, EPB, IDB, IDB_OPTIONS, LINKTYPE_ERF,
     SHB, SHB_OPTIONS, SPB, decode_options, pad4)
 from tokenpcap.pcap.capture import RECORD_DTYPE, Capture, InterfaceInfo, _error
+from tokenpcap.pcap.comments import comment_spans, distinct_texts
 from tokenpcap.pcap.erf import unwrap_erf
 from tokenpcap.pcap.timestamps import NO_TIME, tsresol_to_ns
 
@@ -25,8 +26,6 @@ __all__ = ["PcapngCapture"]
 
 _KNOWN = np.array([BT_SHB, BT_IDB, BT_OPB, BT_SPB, 4, 5, BT_EPB, 0xA, 0xBAD, 0x40000BAD],
                   np.uint32)
-_MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
-                  0x27D4EB2F165667C5], np.uint64)
 
 
 class _BlockChain(Chain):
@@ -42,9 +41,12 @@ class _BlockChain(Chain):
         self.len_view = np.ndarray((self.last + 1,), order + "u4", buffer=data, offset=4,
                                    strides=(1,)) if end >= 8 else np.zeros(1, np.uint32)
 
-    def advance(self, cur):
-        at = np.minimum(cur, self.last)
-        return np.where(self.u4[at] == BT_SHB, cur, cur + self.len_view[at])
+    def advance(self, cur, out):
+        np.add(cur, self.len_view[np.minimum(cur, self.last)], out=out)
+
+    def bad(self, pos):
+        length = self.len_view[pos]
+        return (length < 12) | ((length & 3) != 0) | (self.u4[pos] == BT_SHB)
 
     def step(self, pos):
         inb = pos + self.header <= self.end
@@ -148,7 +150,7 @@ class PcapngCapture(Capture):
 
     def _decode(self, starts: np.ndarray, ctx: tuple[str, int]) -> np.ndarray:
         order, section = ctx
-        u4, u2 = self.views(order + "u4"), self.views(order + "u2")
+        u4 = self.views(order + "u4")
         btype = u4[starts]
         length = u4[starts + 4].astype(np.int64)
         bad = u4[starts + length - 4] != length
@@ -157,123 +159,125 @@ class PcapngCapture(Capture):
             raise _error(CaptureError, p, f"{self.path}: pcapng trailing block_length differs "
                          f"from the leading one ({int(u4[p + 4])})")
         first = self.sections[section]["first_interface"]
+        before = len(self.interfaces) - first
         is_idb = btype == BT_IDB
-        defined = np.cumsum(is_idb) + (len(self.interfaces) - first)
-        for i in np.flatnonzero(is_idb):
-            self._idb(int(starts[i]), int(length[i]), order, section)
-        pk = np.flatnonzero((btype == BT_EPB) | (btype == BT_OPB) | (btype == BT_SPB))
-        pos, blen, kind = starts[pk], length[pk], btype[pk]
-        n = pk.size
-        rec = np.empty(n, RECORD_DTYPE)
-        if n == 0:
-            return rec
-        spb = kind == BT_SPB
-        short = blen < np.where(spb, SPB.size + 4, EPB.size + 4)
-        if short.any():
-            i = int(np.flatnonzero(short)[0])
-            raise _error(CaptureError, int(pos[i]), f"{self.path}: pcapng packet block_length: "
-                         f"got {int(blen[i])}, expected >= {EPB.size + 4}")
-        safe = np.where(spb, pos, pos + 8)       # no reads past an SPB's 16 bytes
-        ifid = np.where(kind == BT_OPB, u2[safe], u4[safe]).astype(np.int64)
-        ifid[spb] = 0
-        cap = u4[np.where(spb, pos, pos + EPB.offset("caplen"))].astype(np.int64)
-        orig = u4[pos + np.where(spb, SPB.offset("orig_len"), EPB.offset("orig_len"))]
-        hdr = np.where(spb, SPB.size, EPB.size)
-        undefined = ifid >= defined[pk]
-        if undefined.any():
-            i = int(np.flatnonzero(undefined)[0])
-            raise _error(CaptureError, int(pos[i]), f"{self.path}: pcapng packet block: "
-                         f"interface_id got {int(ifid[i])}, expected < {int(defined[pk][i])} "
-                         "(interfaces described before it in this section)")
-        glob = ifid + first
-        snap = np.array([itf.snaplen for itf in self.interfaces], np.int64)[glob]
-        cap = np.where(spb, np.minimum(np.minimum(orig, np.where(snap > 0, snap, orig)),
-                                       blen - hdr - 4), cap)
-        over = pad4(cap) + hdr + 4 > blen
-        if over.any():
-            i = int(np.flatnonzero(over)[0])
-            raise _error(CaptureError, int(pos[i]), f"{self.path}: pcapng packet: caplen got "
-                         f"{int(cap[i])}, expected <= {int(blen[i] - hdr[i] - 4)} (its block)")
-        rec["offset"] = pos + hdr
-        rec["record"] = pos
-        rec["caplen"] = cap
-        rec["orig_len"] = orig
-        rec["interface"] = glob
-        rec["linktype"] = np.array([itf.linktype for itf in self.interfaces], np.int64)[glob]
-        self._times(rec, u4, pos, spb, glob)
-        rec["comment"] = -1
-        if self._want_comments:
-            has = np.flatnonzero(~spb)
-            rec["comment"][has] = self._comments(pos[has] + hdr[has] + pad4(cap[has]),
-                                                 pos[has] + blen[has] - 4, u2)
+        if is_idb.any():
+            defined = np.cumsum(is_idb) + before
+            for i in np.flatnonzero(is_idb):
+                self._idb(int(starts[i]), int(length[i]), order, section)
+        else:
+            defined = before
+        is_epb = btype == BT_EPB
+        if is_epb.all():                                    # the usual case: only EPBs
+            rec = self._packets(starts, length, np.zeros(starts.size, bool), defined, first,
+                                order, all_epb=True)
+        else:
+            pk = np.flatnonzero(is_epb | (btype == BT_OPB) | (btype == BT_SPB))
+            rec = self._packets(starts[pk], length[pk], btype[pk] == BT_SPB,
+                                defined if np.isscalar(defined) else defined[pk], first, order,
+                                opb=btype[pk] == BT_OPB)
         erf = np.flatnonzero(rec["linktype"] == LINKTYPE_ERF)
         if erf.size:
             sub = rec[erf]
             keep = unwrap_erf(self.views, sub, self.path)
             rec[erf] = sub
-            drop = np.ones(n, bool)
-            drop[erf[~keep]] = False
-            rec = rec[drop]
+            if not keep.all():
+                drop = np.ones(rec.size, bool)
+                drop[erf[~keep]] = False
+                rec = rec[drop]
         return rec
 
-    def _times(self, rec, u4, pos, spb, glob) -> None:
-        ticks = (u4[pos + 12].astype(np.uint64) << np.uint64(32)) | u4[pos + 16].astype(np.uint64)
+    def _packets(self, pos, blen, spb, defined, first, order, *, all_epb=False, opb=None):
+        """RECORD rows for EPB/OPB/SPB blocks at ``pos`` (``spb``/``opb`` mark the kinds)."""
+        u4, u2 = self.views(order + "u4"), self.views(order + "u2")
+        n = pos.size
+        rec = np.empty(n, RECORD_DTYPE)
+        if n == 0:
+            return rec
+        hdr = EPB.size if all_epb else np.where(spb, SPB.size, EPB.size)
+        short = blen < (EPB.size + 4 if all_epb else np.where(spb, SPB.size + 4, EPB.size + 4))
+        if short.any():
+            i = int(np.flatnonzero(short)[0])
+            raise _error(CaptureError, int(pos[i]), f"{self.path}: pcapng packet block_length: "
+                         f"got {int(blen[i])}, expected >= {EPB.size + 4}")
+        if all_epb:
+            ifid = u4[pos + 8].astype(np.int64)
+            cap = u4[pos + EPB.offset("caplen")].astype(np.int64)
+            orig = u4[pos + EPB.offset("orig_len")]
+        else:
+            safe = np.where(spb, pos, pos + 8)               # no reads past an SPB's 16 bytes
+            ifid = np.where(opb, u2[safe], u4[safe]).astype(np.int64)
+            ifid[spb] = 0
+            cap = u4[np.where(spb, pos, pos + EPB.offset("caplen"))].astype(np.int64)
+            orig = u4[pos + np.where(spb, SPB.offset("orig_len"), EPB.offset("orig_len"))]
+        undefined = ifid >= defined
+        if undefined.any():
+            i = int(np.flatnonzero(undefined)[0])
+            got = defined if np.isscalar(defined) else int(defined[i])
+            raise _error(CaptureError, int(pos[i]), f"{self.path}: pcapng packet block: "
+                         f"interface_id got {int(ifid[i])}, expected < {got} "
+                         "(interfaces described before it in this section)")
+        glob = ifid + first
+        if not all_epb and spb.any():
+            snap = np.array([itf.snaplen for itf in self.interfaces], np.int64)[glob]
+            cap = np.where(spb, np.minimum(np.minimum(orig, np.where(snap > 0, snap, orig)),
+                                           blen - hdr - 4), cap)
+        over = pad4(cap) + hdr + 4 > blen
+        if over.any():
+            i = int(np.flatnonzero(over)[0])
+            h = hdr if all_epb else int(hdr[i])
+            raise _error(CaptureError, int(pos[i]), f"{self.path}: pcapng packet: caplen got "
+                         f"{int(cap[i])}, expected <= {int(blen[i]) - h - 4} (its block)")
+        rec["offset"] = pos + hdr
+        rec["record"] = pos
+        rec["caplen"] = cap
+        rec["orig_len"] = orig
+        rec["interface"] = glob
+        lts = np.array([itf.linktype for itf in self.interfaces], np.int64)
+        rec["linktype"] = lts[first] if (lts[first:] == lts[first]).all() else lts[glob]
+        self._times(rec, u4, pos, spb, glob, first, all_epb)
+        rec["comment"] = -1
+        if self._want_comments:
+            opt = pos + hdr + pad4(cap)
+            end = pos + blen - 4
+            if all_epb:
+                rec["comment"] = self._codes(comment_spans(u2, opt, end, self.path))
+            else:
+                has = np.flatnonzero(~spb)
+                rec["comment"][has] = self._codes(comment_spans(u2, opt[has], end[has], self.path))
+        return rec
+
+    def _times(self, rec, u4, pos, spb, glob, first, all_epb) -> None:
+        """time_ns from the 64-bit ticks, per group of interfaces sharing if_tsresol/offset."""
+        ticks = (u4[pos + 12].astype(np.uint64) << np.uint64(32)) | u4[pos + 16]
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, itf in enumerate(self.interfaces[first:], first):
+            groups.setdefault((itf.tsresol, itf.tsoffset_s), []).append(i)
+        if len(groups) == 1 and all_epb:
+            rec["time_ns"] = self._ticks_to_ns(ticks, *next(iter(groups)), pos)
+            return
         rec["time_ns"] = NO_TIME
-        for g in np.unique(glob[~spb]):
-            itf = self.interfaces[int(g)]
-            sel = np.flatnonzero((glob == g) & ~spb)
-            ns, bad = tsresol_to_ns(ticks[sel], itf.tsresol, itf.tsoffset_s)
-            if bad.any():
-                p = int(pos[sel[np.flatnonzero(bad)[0]]])
-                raise _error(CaptureError, p, f"{self.path}: pcapng timestamp with if_tsresol "
-                             f"0x{itf.tsresol:02x}: got a time that int64 ns cannot hold")
-            rec["time_ns"][sel] = ns
+        for (res, off), members in groups.items():
+            sel = np.flatnonzero(np.isin(glob, members) & ~spb)
+            if sel.size:
+                rec["time_ns"][sel] = self._ticks_to_ns(ticks[sel], res, off, pos[sel])
 
-    def _comments(self, start: np.ndarray, end: np.ndarray, u2) -> np.ndarray:
-        """Codes of the first ``opt_comment`` in each options area [start, end); -1 for none."""
-        codes = np.full(start.size, -1, np.int32)
-        cur = start.copy()
-        todo = np.flatnonzero(cur + 4 <= end)
-        found_i, found_p, found_n = [], [], []
-        while todo.size:
-            c = cur[todo]
-            code = u2[c]
-            ln = u2[c + 2].astype(np.int64)
-            over = (code != 0) & (c + 4 + ln > end[todo])
-            if over.any():
-                p = int(c[np.flatnonzero(over)[0]])
-                raise _error(CaptureError, p, f"{self.path}: pcapng option runs past its block")
-            com = code == 1
-            found_i.append(todo[com])
-            found_p.append(c[com] + 4)
-            found_n.append(ln[com])
-            rest = (code != 0) & ~com
-            todo, nxt = todo[rest], c[rest] + 4 + pad4(ln[rest])
-            cur[todo] = nxt
-            todo = todo[nxt + 4 <= end[todo]]
-        if not found_i:
-            return codes
-        idx, at, size = (np.concatenate(a) for a in (found_i, found_p, found_n))
-        for length in np.unique(size):
-            sel = np.flatnonzero(size == length)
-            codes[idx[sel]] = self._factorize(at[sel], int(length))
+    def _ticks_to_ns(self, ticks, tsresol: int, offset_s: int, pos) -> np.ndarray:
+        if tsresol == 9 and offset_s == 0:                 # ours: the ticks are the ns
+            ns, bad = ticks.view(np.int64), ticks >= np.uint64(1 << 63)
+        else:
+            ns, bad = tsresol_to_ns(ticks, tsresol, offset_s)
+        if bad.any():
+            p = int(pos[np.flatnonzero(bad)[0]])
+            raise _error(CaptureError, p, f"{self.path}: pcapng timestamp with if_tsresol "
+                         f"0x{tsresol:02x}: got a time that int64 ns cannot hold")
+        return ns
+
+    def _codes(self, spans) -> np.ndarray:
+        """Comment codes (int32 (n,), -1 for none) from :func:`comment_spans` output."""
+        n, idx, at, size = spans
+        codes = np.full(n, -1, np.int32)
+        if idx.size:
+            for texts, rows, inv in distinct_texts(self.views, at, size):
+                codes[idx[rows]] = self._label_codes(texts)[inv]
         return codes
-
-    def _factorize(self, at: np.ndarray, length: int) -> np.ndarray:
-        """Comment codes for k texts of ``length`` bytes at offsets ``at``: hash, then verify."""
-        if length == 0:
-            return self._label_codes([""])[np.zeros(at.size, np.int64)]
-        width = (length + 7) // 8 * 8
-        mat = np.zeros((at.size, width), np.uint8)
-        view = np.ndarray((self.size - length + 1,), f"V{length}", buffer=self.data, strides=(1,))
-        mat[:, :length] = view[at].view(np.uint8).reshape(at.size, length)
-        words = mat.view("<u8")
-        h = np.zeros(at.size, np.uint64)
-        for j in range(words.shape[1]):
-            h = (h ^ words[:, j]) * _MULT[j % 4] + np.uint64(j + 1)
-        _, rep, inv = np.unique(h, return_index=True, return_inverse=True)
-        if not (words == words[rep[inv]]).all():      # a hash collision: exact, slower
-            _, rep, inv = np.unique(mat.view(f"S{width}").ravel(), return_index=True,
-                                    return_inverse=True)
-        texts = [mat[r, :length].tobytes().decode("utf-8", errors="replace") for r in rep]
-        return self._label_codes(texts)[inv.ravel()]

@@ -57,8 +57,12 @@ class _PcapChain(Chain):
         nxt = pos + self.header + c
         return nxt, inb & (c <= self.max_caplen) & (nxt <= self.end), np.zeros(pos.size, bool)
 
-    def advance(self, cur):
-        return cur + self.cap_view[np.minimum(cur, self.last)] + self.header
+    def advance(self, cur, out):
+        np.add(cur, self.cap_view[np.minimum(cur, self.last)], out=out)
+        out += self.header
+
+    def bad(self, pos):
+        return self.cap_view[pos] > self.max_caplen
 
     def plausible(self, pos):
         u4 = self.u4
