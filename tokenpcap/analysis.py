@@ -196,7 +196,7 @@ def _add_batch(acc: _Acc, cap, rec: np.ndarray) -> None:
         acc.pfc_prio += bits.sum(axis=0)
     if rd.size == 0:
         return
-    d = dec[rd]
+    d = dec if rd.size == dec.size else dec[rd]
     if acc.crc:
         icrc, vcrc = check_crcs(cap.data, rec["offset"][rd], d)
     else:
@@ -234,24 +234,37 @@ def _add_batch(acc: _Acc, cap, rec: np.ndarray) -> None:
     f["vcrc_bad"] += total(vcrc == 0)
     f["cnp"] += total(cnp)
     f["ce"] += total(ip & (d["ecn"] == 3))
-    order = np.argsort(fid, kind="stable")
-    starts = np.flatnonzero(np.r_[True, np.diff(fid[order]) != 0])
-    ids = fid[order][starts]
-    t = d["time_ns"][order]
-    f["first_ns"][ids] = np.minimum(f["first_ns"][ids], np.minimum.reduceat(t, starts))
-    f["last_ns"][ids] = np.maximum(f["last_ns"][ids], np.maximum.reduceat(t, starts))
+    t = d["time_ns"]
+    if t.size < 2 or bool((t[1:] >= t[:-1]).all()):     # capture order is time order: the
+        lo = np.full(nf, rd.size, np.int64)              # first/last row of a flow has its
+        hi = np.full(nf, -1, np.int64)                   # first/last time
+        rows = np.arange(rd.size, dtype=np.int64)
+        np.minimum.at(lo, fid, rows)
+        np.maximum.at(hi, fid, rows)
+        ids = np.flatnonzero(hi >= 0)
+        first, last = t[lo[ids]], t[hi[ids]]
+    else:
+        order = np.argsort(fid, kind="stable")
+        starts = np.flatnonzero(np.r_[True, np.diff(fid[order]) != 0])
+        ids = fid[order][starts]
+        first = np.minimum.reduceat(t[order], starts)
+        last = np.maximum.reduceat(t[order], starts)
+    f["first_ns"][ids] = np.minimum(f["first_ns"][ids], first)
+    f["last_ns"][ids] = np.maximum(f["last_ns"][ids], last)
     f["sport"][fid] = d["sport"]
     seq = SEQUENCED[d["opcode"]] & ~d["malformed"]
     acc.psn.update(fid[seq], d["psn"][seq])
     codes = acc.label_codes(cap.comments)[d["comment"]]
-    pair = fid * (len(acc.labels) + 1) + (codes + 1)
-    uniq, inv = np.unique(pair, return_inverse=True)
-    sums = np.zeros((uniq.size, 3), np.int64)
-    np.add.at(sums, inv.ravel(), np.stack([np.ones(rd.size, np.int64), pay,
-                                           d["orig_len"]], axis=1))
-    for u, s in zip(uniq.tolist(), sums):
-        key = (u // (len(acc.labels) + 1), u % (len(acc.labels) + 1) - 1)
-        acc.flow_label[key] = acc.flow_label.get(key, 0) + s
+    width = len(acc.labels) + 1
+    pair = fid * width + (codes + 1)        # small dense codes: bincount, no sort
+    span = nf * width
+    cnt = np.bincount(pair, minlength=span)
+    pays = np.rint(np.bincount(pair, pay, minlength=span)).astype(np.int64)
+    byts = np.rint(np.bincount(pair, d["orig_len"], minlength=span)).astype(np.int64)
+    for u in np.flatnonzero(cnt).tolist():
+        key = (u // width, u % width - 1)
+        acc.flow_label[key] = acc.flow_label.get(key, 0) + np.array(
+            [cnt[u], pays[u], byts[u]], np.int64)
 
 
 def inspect_capture(path: str | os.PathLike, *, max_records: int = 1 << 20,

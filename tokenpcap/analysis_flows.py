@@ -75,8 +75,16 @@ class FlowTable:
         for c, m in zip(cols, _MIX):
             h = (h ^ c) * m
             h ^= h >> np.uint64(29)
-        _, rep, inv = np.unique(h, return_index=True, return_inverse=True)
-        inv = inv.ravel()
+        # few distinct flows: find them in a sample, place every row by binary search (no
+        # full sort); fall back to np.unique when the sample missed some
+        u = np.unique(h[::max(1, n // 4096)])
+        inv = np.minimum(np.searchsorted(u, h), u.size - 1)
+        if (u[inv] == h).all():
+            rep = np.empty(u.size, np.int64)
+            rep[inv[::-1]] = np.arange(n - 1, -1, -1)        # first row of every key
+        else:
+            _, rep, inv = np.unique(h, return_index=True, return_inverse=True)
+            inv = inv.ravel()
         if not all((c == c[rep][inv]).all() for c in cols):
             keys = np.rec.fromarrays(cols, names=list(_KEYS))
             _, rep, inv = np.unique(keys, return_index=True, return_inverse=True)
@@ -121,8 +129,10 @@ class PsnTracker:
         """Feed packets in capture order: ``flow`` int64 (n,) ids, ``psn`` (n,) 24-bit PSNs."""
         if flow.size == 0:
             return
-        self._grow(int(flow.max()) + 1)
-        order = np.argsort(flow, kind="stable")
+        top = int(flow.max()) + 1
+        self._grow(top)
+        small = flow.astype(np.uint16) if top <= 0xFFFF else flow
+        order = np.argsort(small, kind="stable")       # radix sort for 16-bit keys
         f, p = flow[order], np.asarray(psn, np.int64)[order]
         first = np.r_[True, f[1:] != f[:-1]]
         starts = np.flatnonzero(first)
