@@ -223,13 +223,8 @@ class FrameBuilder:
             d["pktlen_words"] = (hb + lp + H.ICRC.size) // 4
             if ctx.grh:
                 d["grh_paylen"] = hb - (lay.l3 + H.GRH.size) + lp + H.ICRC.size
-        hdr = np.empty((k, hb), dtype=np.uint8)
-        hdr[:] = lay.tpl
-        for w in lay.writes:
-            w.header.put(hdr, w.col, w.name, w.get(ps, d))
         nic = {"nic": ps["nic"], "peer_nic": ps["peer_nic"]}
-        for c0, nb, b in lay.nic_bytes(nic):
-            hdr[:, c0:c0 + nb] = b
+        hdr, words = lay.header_words(ps, d, nic)
         if lay.roce and ctx.ip_version == 4:        # RFC 1071 sum: template + varying words
             total = lay.ip4_const + d["udp_len"] + H.IPV4.size + ps["ip_id"] \
                 + lay.ip4_nic_sum[nic["nic"]] + lay.ip4_nic_sum[nic["peer_nic"]]
@@ -239,7 +234,7 @@ class FrameBuilder:
         # UDP checksum that covers the ICRC. A snaplen that cuts every frame before them skips them.
         udp6 = lay.roce and ctx.ip_version == 6 and ctx.ipv6_udp_checksum
         need_crc = bool((caplen > hb + pay).any()) or (udp6 and bool((caplen > lay.l4 + 6).any()))
-        tail = self._crcs(lay, ps, hdr, pay, lp, d, nic, udp6) if need_crc else None
+        tail = self._crcs(lay, ps, hdr, words, pay, lp, d, nic, udp6) if need_crc else None
         width = s.shape[1]
         hw = min(hb, width)
         s[:, :hw] = hdr[:, :hw]
@@ -259,8 +254,8 @@ class FrameBuilder:
                 else:
                     flat[(base[:, None] + pos)[keep]] = vals[keep]
 
-    def _crcs(self, lay: Layout, ps: np.ndarray, hdr: np.ndarray, pay: np.ndarray, lp: np.ndarray, d: dict,
-              nic: dict, udp6: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _crcs(self, lay: Layout, ps: np.ndarray, hdr: np.ndarray, words: np.ndarray, pay: np.ndarray,
+              lp: np.ndarray, d: dict, nic: dict, udp6: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """ICRC and VCRC (or the IPv6 UDP checksum, written into ``hdr``) of a group by CRC linearity.
 
         Returns:
@@ -269,9 +264,7 @@ class FrameBuilder:
         """
         k, hb = len(ps), lay.header_bytes
         # ICRC by linearity
-        x = (hdr[:, lay.icrc_cols] | lay.icrc_or).astype(np.intp) + lay.icrc_idx
-        reg = np.bitwise_xor.reduce(self._c32[x], axis=1) ^ lay.icrc_base if x.shape[1] \
-            else np.full(k, lay.icrc_base, dtype=np.uint32)
+        reg = _xor_contributions(self._c32, words, lay.icrc_cols, lay.icrc_or, lay.icrc_idx, lay.icrc_base)
         for nw, tab in zip(lay.nic_writes, lay.icrc_nic):
             if tab is not None:
                 reg ^= tab[nic[nw.key]]
@@ -280,8 +273,7 @@ class FrameBuilder:
         after = np.zeros((k, 2), dtype=np.uint8)     # VCRC, or Ethernet zero padding
 
         if not lay.roce:                                  # VCRC over LRH..ICRC
-            x = hdr[:, lay.vcrc_cols].astype(np.intp) + lay.vcrc_idx
-            r16 = np.bitwise_xor.reduce(self._c16[x], axis=1) ^ lay.vcrc_base
+            r16 = _xor_contributions(self._c16, words, lay.vcrc_cols, None, lay.vcrc_idx, lay.vcrc_base)
             for nw, tab in zip(lay.nic_writes, lay.vcrc_nic):
                 if tab is not None:
                     r16 ^= tab[nic[nw.key]]
@@ -290,14 +282,31 @@ class FrameBuilder:
                 r16 ^= self._c16_icrc[i][icrc_b[:, i]]
             after = (r16 ^ 0xFFFF).astype("<u2").view(np.uint8).reshape(k, 2)
         elif udp6:   # RFC 8200 8.1
-            words = hdr[:, lay.l3 + 8:hb].view(">u2")      # addresses, UDP header, BTH, ext: even
-            ic = icrc_b.astype(np.int64)
-            total = words.sum(axis=1, dtype=np.int64) + d["udp_len"] + H.IP_PROTO_UDP \
+            ic = icrc_b.astype(np.int64)      # addresses, UDP header (checksum 0), BTH, ext + the rest
+            total = lay.word_sum16(words, lay.l3 + 8) + d["udp_len"] + H.IP_PROTO_UDP \
                 + self._paysum[pay] + ((ic[:, 0] << 8) | ic[:, 1]) + ((ic[:, 2] << 8) | ic[:, 3])
             csum = ~_fold16(total) & 0xFFFF
             H.UDP.put(hdr, lay.l4, "Checksum", np.where(csum == 0, 0xFFFF, csum))
 
         return np.zeros((k, 3), np.uint8), icrc_b, after
+
+
+def _xor_contributions(table: np.ndarray, words: np.ndarray, cols: np.ndarray, ormask: np.ndarray | None,
+                       idx: np.ndarray, base: np.uint32) -> np.ndarray:
+    """CRC register of each packet: ``base ^ XOR_c table[idx_c + (byte_c | or_c)]`` over the varying
+    header bytes ``c``, each read out of its big-endian 64-bit header word (contiguous operations).
+
+    Returns:
+        uint32 ``(k,)``.
+    """
+    reg = np.full(words.shape[1], base, dtype=np.uint32)
+    ors = ormask.tolist() if ormask is not None else [0] * len(cols)
+    for c, orv, off in zip(cols.tolist(), ors, idx.tolist()):
+        b = (words[c >> 3] >> np.uint64(56 - 8 * (c & 7))) & np.uint64(0xFF)
+        if orv:
+            b |= np.uint64(orv)
+        reg ^= table.take(b.astype(np.intp) + off)
+    return reg
 
 
 def _copy_rows(block: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> None:

@@ -90,6 +90,7 @@ class Header:
     spec: str
     tshark: str | None = None
     _slots: dict[str, _Slot] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _size: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fields", tuple(self.fields))
@@ -113,12 +114,13 @@ class Header:
             offset += f.bits
         if offset % 8:
             raise TypeError(f"{self.name}: fields add up to {offset} bits, not a whole number of bytes")
+        object.__setattr__(self, "_size", offset // 8)
 
     # ------------------------------------------------------------------ layout
     @property
     def size(self) -> int:
         """Length of the header in bytes."""
-        return sum(f.bits for f in self.fields) // 8
+        return self._size
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -178,7 +178,8 @@ class Layout:
         for w in self.writes:
             w.header.put(row, w.col, w.name, 0)
         self.tpl = tpl
-        self._pack_nic_tables()
+        self._ip4_sums()
+        self._plan_words()
         ormask = np.zeros(hb, dtype=np.uint8)
         for col, count, m in masks:
             ormask[col:col + count] |= m
@@ -208,33 +209,86 @@ class Layout:
             c16 = CRC16_VCRC.contributions(hb + 8)
             self.vcrc_nic = [self._nic_contrib(nw, c16, np.zeros(hb, np.uint8), 0) for nw in self.nic_writes]
 
-    def _pack_nic_tables(self) -> None:
-        """Per NIC write: the address bytes padded to 8-byte words (fast 1-D takes at build time)."""
-        self.nic_words = []
-        for nw in self.nic_writes:
-            raw = self._nic_bytes(nw, np.arange(len(nw.table)))
-            nb = raw.shape[1]
-            packed = np.zeros((len(raw), -(-nb // 8) * 8), dtype=np.uint8)
-            packed[:, :nb] = raw
-            words = packed.view(np.uint64)
-            self.nic_words.append((nw.col + nw.header.slot(nw.name).first_byte, nb,
-                                   [np.ascontiguousarray(words[:, j]) for j in range(words.shape[1])]))
+    def _ip4_sums(self) -> None:
+        """RFC 1071 sum of the constant IPv4 header words and of each NIC's address words."""
         if self.roce and self.ctx.ip_version == 4:
             ip = self.tpl[self.l3:self.l3 + H.IPV4.size].astype(np.int64)
             self.ip4_const = int(((ip[0::2] << 8) | ip[1::2]).sum())
             a = self.ctx.ipv4.astype(np.int64)
             self.ip4_nic_sum = ((a[:, 0] << 8) | a[:, 1]) + ((a[:, 2] << 8) | a[:, 3])
 
-    def nic_bytes(self, index: dict[str, np.ndarray]) -> list[tuple[int, int, np.ndarray]]:
-        """(column, nbytes, uint8 (k, nbytes)) of every per-NIC address field for packets ``index``."""
-        out = []
-        for (c0, nb, words), nw in zip(self.nic_words, self.nic_writes):
-            idx = index[nw.key]
-            got = np.empty((len(idx), len(words)), dtype=np.uint64)
-            for j, w in enumerate(words):
-                got[:, j] = w.take(idx)
-            out.append((c0, nb, got.view(np.uint8)[:, :nb]))
-        return out
+    def _plan_words(self) -> None:
+        """The header as 64-bit big-endian words: constants, and where each varying field lands.
+
+        Field ``f`` occupies header bits ``[a, a + bits)`` (``a`` from the declaration); the part
+        of it inside word ``j`` (bits ``[lo, hi)``) is ``(v >> (a + bits - hi)) & (2**(hi-lo) - 1)``
+        shifted left by ``64 j + 64 - hi``. Per-NIC address fields become per-NIC word tables.
+        """
+        nw = -(-self.header_bytes // 8)
+        self.n_words = nw
+        padded = np.zeros(nw * 8, np.uint8)
+        padded[:self.header_bytes] = self.tpl
+        self.word_const = padded.view(">u8").astype(np.uint64)
+        self.word_parts: list[tuple[int, int, int, np.uint64, np.uint64]] = []   # (write, word, rshift, mask, lshift)
+        for i, w in enumerate(self.writes):
+            s = w.header.slot(w.name)
+            a = w.col * 8 + s.bit_offset
+            end = a + s.field.bits
+            for j in range(a // 64, (end - 1) // 64 + 1):
+                lo, hi = max(a, 64 * j), min(end, 64 * j + 64)
+                self.word_parts.append((i, j, end - hi, np.uint64((1 << (hi - lo)) - 1), 64 * j + 64 - hi))
+        self.word_nic: list[tuple[str, int, np.ndarray]] = []                    # (key, word, table)
+        for key in ("nic", "peer_nic"):
+            nws = [nw_ for nw_ in self.nic_writes if nw_.key == key]
+            if not nws:
+                continue
+            rows = np.zeros((len(nws[0].table), nw * 8), np.uint8)
+            touched: set[int] = set()
+            for nw_ in nws:
+                c0 = nw_.col + nw_.header.slot(nw_.name).first_byte
+                b = self._nic_bytes(nw_, np.arange(len(nw_.table)))
+                rows[:, c0:c0 + b.shape[1]] = b
+                touched.update(range(c0 // 8, (c0 + b.shape[1] - 1) // 8 + 1))
+            words = rows.view(">u8").astype(np.uint64)
+            self.word_nic += [(key, j, np.ascontiguousarray(words[:, j])) for j in sorted(touched)]
+
+    def header_words(self, ps: np.ndarray, d: dict, nic: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Headers of packets ``ps``: uint8 ``(k, H)`` (a view of big-endian 64-bit words) and the
+        words themselves, uint64 ``(n_words, k)`` (word j = header bytes 8j..8j+7, first byte most
+        significant).
+
+        Every word is built with contiguous 64-bit operations and stored once, instead of one
+        strided byte store per header byte.
+        """
+        k = len(ps)
+        words = np.empty((self.n_words, k), dtype=np.uint64)
+        words[:] = self.word_const[:, None]
+        values = [np.asarray(w.get(ps, d)).astype(np.uint64) for w in self.writes]
+        for i, j, rshift, mask, lshift in self.word_parts:
+            v = values[i]
+            if rshift:
+                v = v >> np.uint64(rshift)
+            part = v & mask
+            words[j] |= part << np.uint64(lshift) if lshift else part
+        for key, j, table in self.word_nic:
+            words[j] |= table.take(nic[key])
+        out = np.empty((k, self.n_words), dtype=">u8")
+        out[:] = words.T
+        return out.view(np.uint8)[:, :self.header_bytes], words
+
+    def word_sum16(self, words: np.ndarray, start: int) -> np.ndarray:
+        """Sum of the big-endian 16-bit words of header bytes ``start``..H (``start`` even), int64
+        ``(k,)``, not folded: RFC 1071 sums are invariant under folding 32-bit halves (2**16 = 1
+        mod 0xFFFF)."""
+        total = np.zeros(words.shape[1], dtype=np.uint64)
+        lo32 = np.uint64(0xFFFFFFFF)
+        for j in range(start // 8, self.n_words):
+            w = words[j]
+            skip = start - 8 * j
+            if skip > 0:
+                w = w & np.uint64((1 << (64 - 8 * skip)) - 1)
+            total += (w >> np.uint64(32)) + (w & lo32)
+        return total.astype(np.int64)
 
     def _nic_cols(self) -> np.ndarray:
         cols = [nw.col + nw.header.slot(nw.name).first_byte + j
