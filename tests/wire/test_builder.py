@@ -18,6 +18,7 @@ CONTEXTS = [
     dict(vlan_id=100, pcp=5, dscp=10, ecn=1, ttl=3),
     dict(ip_version=6),
     dict(ip_version=6, flow_label=0x12345, vlan_id=7, ipv6_udp_checksum=False),
+    dict(ip_version=6, vlan_id=4095, pcp=7, dei=1, cnp_dscp=0),
     dict(transport="infiniband", sl=3, vl=2),
     dict(transport="infiniband", ib_grh=True),
     dict(transport="infiniband", ib_grh=True, flow_label=9, p_key=0x8001),

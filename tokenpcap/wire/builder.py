@@ -3,8 +3,9 @@
 No Python loop per packet. For each chunk of the batch:
 
 1. rows are grouped by opcode (a stable radix sort); each group has a :class:`~tokenpcap.wire.layout.Layout`;
-2. a group's headers are a tiled template with the varying fields scattered in by column
-   (:meth:`Header.put <tokenpcap.wire.fields.Header.put>`), IPv4 header checksums summed by column;
+2. a group's headers are built as big-endian 64-bit words: template constants OR each varying
+   field shifted to where the declaration puts it (:meth:`Layout.header_words`); IPv4 header
+   checksums are the template's sum plus the varying words (RFC 1071 is linear too);
 3. the ICRC (and VCRC) of every packet comes from the template's CRC register XOR per-byte
    contribution tables of the varying bytes, shifted over the payload (CRC linearity,
    :mod:`tokenpcap.wire.linear`); the payload is the context's fixed pattern, so its contribution

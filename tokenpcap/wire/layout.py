@@ -2,12 +2,14 @@
 and everything precomputed so that the ICRC/VCRC of a packet costs a few table look-ups.
 
 A :class:`Layout` is made once per (builder context, opcode) from the header declarations: it packs
-the constant fields into a template row, lists the per-packet field writes (each a
-:meth:`Header.put <tokenpcap.wire.fields.Header.put>`), and precomputes the CRC register of the masked
-template with the varying bytes zeroed, plus per-NIC contributions of address fields. At build time
-the register of a packet is ``base ^ XOR_j C[k_j][x_j]`` over its varying bytes (see
-:mod:`tokenpcap.wire.linear`), then shifted over the payload (payload bytes depend only on their
-position, so ``R(payload + pad)`` is a table indexed by payload length).
+the constant fields into a template, lists the per-packet field writes and, from each field's bit
+offset in the declaration, where its bits land in the header seen as big-endian 64-bit words
+(:meth:`Layout.header_words` builds a batch of headers with contiguous 64-bit operations). It also
+precomputes the CRC register of the masked template with the varying bytes zeroed and per-NIC
+contributions of address fields. At build time the register of a packet is
+``base ^ XOR_j C[k_j][x_j]`` over its varying bytes (see :mod:`tokenpcap.wire.linear`), then
+shifted over the payload (payload bytes depend only on their position, so ``R(payload + pad)`` is
+a table indexed by payload length).
 """
 from __future__ import annotations
 
