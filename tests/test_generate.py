@@ -1,0 +1,301 @@
+"""Stages 6-7 streamed to files: the captures of whole iterations, read back and checked.
+
+Independent sources: the plan (stage 3's byte accounting) for payload per phase and NIC; the
+IBTA RoCEv2 layout decoded here with numpy from the spec (RDMA payload = UDP length - 8 - BTH 12 -
+extended headers - pad - ICRC 4, C7); IEEE 802.3 layer-1 time ceil((len + 24)·8/rate) (C12) for
+link-rate spacing; the address rule of DESIGN.md (198.18.node.nic+1) for which NIC sent a frame;
+TShark for decoding every frame; byte comparison of files for determinism.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import needs_tshark
+from tests.test_schedule import tiny_scenario
+from tokenpcap.errors import InputError, OutputError
+from tokenpcap.generate import (EPOCH_NS, GenerateOptions, Selection, generate, parse_index_set,
+                                parse_iterations, parse_time_ns, parse_window)
+from tokenpcap.pcap.reader import open_capture
+from tokenpcap.profiles import load_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+DANTE = ROOT / "profiles" / "scenarios" / "dante.yaml"
+
+# IBTA vol.1 Table 38: extended header bytes after the BTH of the RC opcodes we send
+EXT = np.full(256, -1, np.int64)
+EXT[[0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B, 0x11]] = [16, 0, 0, 4, 16, 20, 4]
+
+
+def decode(path: Path) -> dict:
+    """Per packet (numpy): time, frame length, source IPv4, RDMA payload, comment, opcode."""
+    with open_capture(path) as cap:
+        rec = cap.read()
+        d = cap.data
+        o = rec["offset"].astype(np.int64)
+        assert (d[o + 12] == 0x08).all() and (d[o + 13] == 0x00).all()          # IPv4
+        assert ((d[o + 36].astype(int) << 8 | d[o + 37]) == 4791).all()         # RoCEv2
+        udp_len = d[o + 38].astype(np.int64) << 8 | d[o + 39]
+        opcode = d[o + 42].astype(np.int64)
+        pad = (d[o + 43] >> 4) & 3
+        assert (EXT[opcode] >= 0).all()
+        payload = udp_len - 8 - 12 - EXT[opcode] - pad - 4
+        comments = [cap.comments[c] if c >= 0 else "" for c in rec["comment"].tolist()]
+        return dict(time=rec["time_ns"], length=rec["orig_len"].astype(np.int64),
+                    caplen=rec["caplen"].astype(np.int64), node=d[o + 28].astype(np.int64),
+                    nic=d[o + 29].astype(np.int64) - 1, payload=payload, opcode=opcode,
+                    comment=comments, interface=rec["interface"])
+
+
+def l1_ns(length: np.ndarray, gbps: int) -> np.ndarray:
+    return -(-((length + 4 + 8 + 12) * 8) // gbps)
+
+
+def check_payload_against_plan(res, files: dict[Path, dict], nics_per_node: int) -> dict:
+    """Data payload per phase label and per sending NIC equals the plan's NIC bytes."""
+    phase, nic = defaultdict(int), defaultdict(int)
+    control = defaultdict(int)
+    for info in files.values():
+        for c, p, node, n in zip(info["comment"], info["payload"].tolist(),
+                                 info["node"].tolist(), info["nic"].tolist()):
+            head = c.split(" ", 1)[0]
+            if head in ("cts", "ack"):
+                control[head + "_packets"] += 1
+                control[head + "_payload"] += p
+                continue
+            phase[head] += p
+            nic[node * nics_per_node + n] += p
+    plan = res.plan
+    assert dict(phase) == {r.name: r.nic_bytes for r in plan.rows if r.nic_bytes}
+    want = plan.nic_bytes_per_nic()
+    assert [nic.get(i, 0) for i in range(len(want))] == want.tolist()
+    return dict(control)
+
+
+# ------------------------------------------------------------------ the default run
+
+
+@pytest.fixture(scope="module")
+def dante(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dante")
+    res = generate(load_scenario(DANTE), GenerateOptions(out_dir=out, fmt="pcapng", split="nic",
+                                                         jobs=2))
+    files = {p: decode(p) for p, _, _ in res.files}
+    yield res, files
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def test_dante_payload_per_phase_and_nic_equals_the_plan(dante):
+    res, files = dante
+    assert len(files) == 32
+    control = check_payload_against_plan(res, files, 8)
+    # control traffic, stated separately: one 64-byte clear-to-send per data message, one ACK
+    # per message (data and CTS)
+    data_msgs = sum(1 for info in files.values() for c, op in zip(info["comment"], info["opcode"])
+                    if op in (0x09, 0x0B))                       # ... with immediate: message ends
+    assert control["cts_packets"] == data_msgs
+    assert control["cts_payload"] == 64 * data_msgs
+    assert control["ack_packets"] == 2 * data_msgs and control["ack_payload"] == 0
+    assert (res.cts_packets, res.cts_payload, res.ack_packets) == (data_msgs, 64 * data_msgs,
+                                                                   2 * data_msgs)
+
+
+def test_dante_files_match_their_predicted_size(dante):
+    res, _ = dante
+    assert res.file_bytes == res.expected_bytes
+    assert sum(p.stat().st_size for p, _, _ in res.files) == res.expected_bytes
+    assert not [p for p in res.files[0][0].parent.iterdir() if p.name.endswith(".part")]
+
+
+def test_dante_nics_never_exceed_link_rate_and_time_never_goes_back(dante):
+    _, files = dante
+    for path, info in files.items():
+        t, length = info["time"], info["length"]
+        gaps = np.diff(t)
+        assert (gaps >= 0).all(), path
+        # consecutive frames spaced by at least the layer-1 time of the earlier one (C12) =>
+        # over any window the NIC sends at most its link rate
+        assert (gaps >= l1_ns(length[:-1], 400)).all(), path
+        assert (info["node"] * 8 + info["nic"] == int(path.stem.split("_node")[1][:2]) * 8
+                + int(path.stem[-1])).all()
+
+
+def test_dante_comments_name_phases_and_pcapng_interfaces(dante):
+    res, files = dante
+    info = files[res.files[0][0]]
+    heads = {c.split(" ")[0] for c in info["comment"]}
+    assert heads <= {"pp/forward/SendRecv", "pp/backward/SendRecv", "dp/backward/AllReduce",
+                     "emb/backward/AllReduce", "cts", "ack"}
+    pp = [c for c in info["comment"] if c.startswith("pp/forward/SendRecv")]
+    assert pp and all(" tokens " in c for c in pp)
+    assert (info["time"] >= EPOCH_NS).all() and (info["interface"] == 0).all()
+
+
+# ------------------------------------------------------------------ DP, TP and PP across nodes
+
+
+@pytest.fixture(scope="module")
+def cross(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cross")
+    path = tiny_scenario(tmp, "cross", dp=2, tp=2, pp=2, gbs=8, extra=", dp_bucket_bytes: 400000")
+    return path, tmp
+
+
+def test_cross_node_scenario_payload_equals_the_plan_split_by_phase(cross):
+    path, tmp = cross
+    out = tmp / "phase"
+    out.mkdir()
+    res = generate(load_scenario(path), GenerateOptions(out_dir=out, fmt="pcapng", split="phase"))
+    files = {p: decode(p) for p, _, _ in res.files}
+    assert {r.name for r in res.plan.rows} >= {"tp/forward/AllReduce", "pp/forward/SendRecv",
+                                               "dp/backward/AllReduce"}
+    check_payload_against_plan(res, files, 1)
+    for p, info in files.items():
+        label = p.stem.split("_", 1)[1].replace("-", "/")
+        assert all(c.split(" ")[0] == label or c.split(" ")[1] == label for c in info["comment"])
+
+
+def test_ring_allreduce_one_rank_per_node_puts_2_n_minus_1_over_n_s_on_each_nic(tmp_path):
+    # dp 8 on 8 single-GPU nodes, one bucket holding every gradient: S = 2 bytes x parameters
+    path = tiny_scenario(tmp_path, "ring8", dp=8, tp=1, pp=1, gbs=8)
+    res = generate(load_scenario(path), GenerateOptions(out_dir=tmp_path, fmt="pcap", jobs=1))
+    rows = [r for r in res.plan.rows if r.nic_bytes]
+    assert [r.name for r in rows] == ["dp/backward/AllReduce"]
+    s = rows[0].message_bytes
+    assert rows[0].sizes == {s: 1} and s % 16 == 0           # one call; 8 equal chunks
+    for p, _, _ in res.files:
+        info = decode(p)
+        # data messages are WRITEs ending with immediate (FIRST, MIDDLE, LAST/ONLY with
+        # immediate); clear-to-send writes are WRITE ONLY (0x0A) and ACKs 0x11
+        data = np.isin(info["opcode"], [0x06, 0x07, 0x09, 0x0B])
+        assert int(info["payload"][data].sum()) == 2 * (8 - 1) * s // 8
+
+
+def test_same_seed_same_bytes_other_seed_other_bytes_any_jobs(cross):
+    path, tmp = cross
+    s = load_scenario(path)
+    runs = []
+    for name, seed, jobs in (("a", 7, 1), ("b", 7, 2), ("c", 8, 1)):
+        out = tmp / f"seed-{name}"
+        out.mkdir()
+        runs.append(generate(s, GenerateOptions(out_dir=out, fmt="pcapng", seed=seed, jobs=jobs)))
+    a, b, c = ([p.read_bytes() for p, _, _ in r.files] for r in runs)
+    assert a == b
+    assert len(a) == len(c) and all(len(x) == len(y) for x, y in zip(a, c))
+    assert all(x != y for x, y in zip(a, c))           # PSNs, QPNs, keys, payload differ
+
+
+def test_selections_are_slices_of_the_full_trace(cross):
+    path, tmp = cross
+    s = load_scenario(path)
+    full_dir, sel_dir, win_dir = tmp / "full", tmp / "sel", tmp / "win"
+    for d in (full_dir, sel_dir, win_dir):
+        d.mkdir()
+    full = generate(s, GenerateOptions(out_dir=full_dir, fmt="pcapng"))
+    one = generate(s, GenerateOptions(out_dir=sel_dir, fmt="pcapng", selection=Selection(nics=frozenset({3}))))
+    assert len(one.files) == 1
+    twin = [p for p, _, _ in full.files if p.name == one.files[0][0].name][0]
+    assert one.files[0][0].read_bytes() == twin.read_bytes()
+    info = decode(twin)
+    t0, t1 = int(info["time"][10]) - EPOCH_NS, int(info["time"][-10]) - EPOCH_NS
+    win = generate(s, GenerateOptions(out_dir=win_dir, fmt="pcap", split="none",
+                                      selection=Selection(phases=("pp", "tp/backward"),
+                                                          window_ns=(t0, t1))))
+    w = decode(win.files[0][0])
+    assert len(w["time"]) and ((w["time"] >= t0 + EPOCH_NS) & (w["time"] < t1 + EPOCH_NS)).all()
+    assert set(win.phase_payload) <= {"pp/forward/SendRecv", "pp/backward/SendRecv",
+                                      "tp/backward/AllReduce"}
+    assert win.file_bytes <= win.expected_bytes        # a time window only shrinks the file
+
+
+def test_rank_selection_and_snaplen(cross):
+    path, tmp = cross
+    out = tmp / "rank"
+    out.mkdir()
+    res = generate(load_scenario(path), GenerateOptions(
+        out_dir=out, fmt="pcap", snaplen=64, selection=Selection(ranks=frozenset({5}))))
+    assert [p.name for p, _, _ in res.files] == ["cross_node05_nic0.pcap"]
+    assert res.file_bytes == res.expected_bytes
+    with open_capture(res.files[0][0]) as cap:
+        rec = cap.read()
+    assert (rec["caplen"] == np.minimum(rec["orig_len"], 64)).all() and rec["orig_len"].max() > 64
+
+
+@needs_tshark
+def test_tshark_decodes_every_frame_of_the_scaled_default_run(tmp_path):
+    """TShark on the default scenario at --scale 16 in one file (the structure of the full run,
+    every kind of frame, 1/16 of the bytes: the full 1.4 GB run takes TShark minutes on two
+    cores)."""
+    res = generate(load_scenario(DANTE), GenerateOptions(out_dir=tmp_path, fmt="pcapng", scale=16,
+                                                         split="none", jobs=2))
+    for path, packets, _ in res.files:
+        out = subprocess.run(
+            ["tshark", "-n", "-r", str(path), "--disable-heuristic", "rpcrdma_infiniband",
+             "-T", "fields", "-E", "separator=|", "-e", "frame.protocols", "-e", "_ws.malformed",
+             "-e", "_ws.expert.severity", "-e", "infiniband.bth.opcode"],
+            capture_output=True, text=True, check=True).stdout.splitlines()
+        assert len(out) == packets
+        for line in out:
+            protos, malformed, severity, opcode = line.split("|")
+            assert protos == "eth:ethertype:ip:udp:infiniband" + (":data" if opcode not in ("17",) else ""), line
+            assert not malformed, line
+            # the only expert item is the packet comment (severity "Comment", 0x00100000)
+            assert all(int(x, 0) < 0x00400000 for x in severity.split(",") if x), line
+
+
+@needs_tshark
+def test_infiniband_erf_decodes(tmp_path):
+    path = tiny_scenario(tmp_path, "ib", dp=4, tp=4, pp=2, gbs=8, cluster="a100-hdr-ib")
+    res = generate(load_scenario(path), GenerateOptions(out_dir=tmp_path, fmt="erf", split="none",
+                                                        scale=8))
+    f = res.files[0][0]
+    assert res.file_bytes == res.expected_bytes == f.stat().st_size
+    out = subprocess.run(["tshark", "-n", "-r", str(f), "-T", "fields", "-E", "separator=|", "-e",
+                          "frame.protocols", "-e", "_ws.malformed"], capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert len(out) == res.packets
+    assert all(line.startswith("erf:infiniband") and line.endswith("|") for line in out), out[:3]
+
+
+# ------------------------------------------------------------------ options and errors
+
+
+def test_refuses_to_outgrow_the_free_disk_without_force(cross, monkeypatch):
+    path, tmp = cross
+    out = tmp / "small"
+    out.mkdir()
+
+    class Usage:
+        free = 1000
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: Usage())
+    with pytest.raises(OutputError, match="free space got 1,000 bytes"):
+        generate(load_scenario(path), GenerateOptions(out_dir=out))
+    assert not list(out.iterdir())
+    res = generate(load_scenario(path), GenerateOptions(out_dir=out, force=True,
+                                                        selection=Selection(nics=frozenset({0}))))
+    assert res.packets > 0
+
+
+def test_bad_options(cross):
+    path, tmp = cross
+    s = load_scenario(path)
+    with pytest.raises(InputError, match="erf"):
+        generate(s, GenerateOptions(out_dir=tmp, fmt="erf"))
+    with pytest.raises(InputError, match="keeps no packet"):
+        generate(s, GenerateOptions(out_dir=tmp, selection=Selection(phases=("ep",))))
+    with pytest.raises(OutputError, match="no such directory"):
+        generate(s, GenerateOptions(out_dir=tmp / "missing"))
+    with pytest.raises(InputError, match="--nics"):
+        parse_index_set("0-9", "--nics", 8)
+    with pytest.raises(InputError):
+        parse_window("5ms:1ms")
+    assert parse_index_set("0-2,5", "--ranks", 8) == {0, 1, 2, 5}
+    assert parse_time_ns("2.5us", "t") == 2500 and parse_time_ns("3ms", "t") == 3_000_000
+    assert parse_window(":1ms") == (0, 1_000_000)
+    assert parse_iterations("3") == (3, None) and parse_iterations("1:3") == (3, range(1, 3))
