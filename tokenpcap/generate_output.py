@@ -298,7 +298,14 @@ class Dispatcher:
                     q.put("abort", timeout=1.0)
                 except queue_mod.Full:
                     p.terminate()
+        killed = False
         for p in self.procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.terminate()
+                p.join()
+                killed = True
+        if killed:      # a killed writer could not remove its temporary files: do it here
+            for spec in self.specs:
+                for part in spec.path.parent.glob(f".{spec.path.name}.*.part"):
+                    part.unlink(missing_ok=True)
