@@ -30,7 +30,7 @@ from tokenpcap.errors import EncodeError
 
 __all__ = [
     "Field", "Header", "PCAP_FILE_HEADER", "PCAP_RECORD", "BLOCK", "SHB", "IDB", "EPB", "SPB",
-    "OPB", "OPTION", "ERF_RECORD", "PCAP_MAGIC_USEC", "PCAP_MAGIC_NSEC", "PCAP_VERSION",
+    "OPB", "OPTION", "TRAILER", "ERF_RECORD", "PCAP_MAGIC_USEC", "PCAP_MAGIC_NSEC", "PCAP_VERSION",
     "BYTE_ORDER_MAGIC", "BT_SHB", "BT_IDB", "BT_OPB", "BT_SPB", "BT_NRB", "BT_ISB", "BT_EPB",
     "OPT_ENDOFOPT", "OPT_COMMENT", "SHB_OPTIONS", "IDB_OPTIONS", "EPB_OPTIONS",
     "LINKTYPE_ETHERNET", "LINKTYPE_ERF", "LINKTYPE_INFINIBAND", "LINKTYPE_IPV4", "LINKTYPE_IPV6",
@@ -167,6 +167,9 @@ PCAP_RECORD = _h(
 
 BLOCK = _h("pcapng block header", "draft-ietf-opsawg-pcapng §3.1",
            ("block_type", "u4", None), ("block_length", "u4", None))
+
+TRAILER = _h("pcapng trailing block length", "draft-ietf-opsawg-pcapng §3.1",
+             ("length", "u4", None))
 
 SHB = _h("pcapng Section Header Block", "draft-ietf-opsawg-pcapng §4.1",
          ("block_type", "u4", BT_SHB), ("block_length", "u4", None),

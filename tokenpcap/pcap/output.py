@@ -165,7 +165,8 @@ class Scratch:
 
 
 def scatter(out: np.ndarray, positions: np.ndarray, records: np.ndarray, stride: int = 1) -> None:
-    """Copy ``records[i]`` (fixed size) to ``out[positions[i]:positions[i]+size]``.
+    """Copy ``records[i]`` (fixed size) to ``out[positions[i]:positions[i]+size]`` (a single
+    record is copied to every position).
 
     ``positions`` must be multiples of ``stride`` (1, or 4 for pcapng). One fancy assignment
     through an overlapping ``V<size>`` view (numpy allows strides smaller than the item size).
@@ -180,11 +181,12 @@ def scatter(out: np.ndarray, positions: np.ndarray, records: np.ndarray, stride:
                 (n < 3 or not np.any(np.diff(positions) - step)):
             # evenly spaced (every record the same length): strided copies, no fancy index,
             # in pieces of numeric dtypes (numpy copies c16/u8/u4 far faster than V<size>)
-            src = np.ascontiguousarray(records).view(np.uint8).reshape(n, size)
+            src = np.ascontiguousarray(records).view(np.uint8)
+            each = 0 if records.size == 1 else size          # one record: broadcast it
             base = int(positions[0])
             for at, dt in _pieces(size):
                 dst = np.ndarray((n,), dt, buffer=out, offset=base + at, strides=(step,))
-                dst[...] = np.ndarray((n,), dt, buffer=src, offset=at, strides=(size,))
+                dst[...] = np.ndarray((n,), dt, buffer=src, offset=at, strides=(each,))
             return
     count = (out.size - size) // stride + 1
     view = np.ndarray((count,), dtype=f"V{size}", buffer=out, strides=(stride,))

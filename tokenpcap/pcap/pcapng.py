@@ -24,13 +24,15 @@ from tokenpcap import __version__
 from tokenpcap.errors import EncodeError
 from tokenpcap.pcap.formats import (
     EPB, EPB_OPTIONS, ERF_RECORD, IDB, IDB_OPTIONS, MAX_SNAPLEN, OPT_COMMENT, SHB, SHB_OPTIONS,
-    encode_options, pad4)
+    TRAILER, encode_options, pad4, stacked_dtype)
 from tokenpcap.pcap.output import check_batch, scatter
 from tokenpcap.pcap.writer import Fill, _erf_fields, _RecordWriter, check_link, check_snaplen
 
 __all__ = ["Interface", "Comments", "PcapngWriter"]
 
 _EPB_FIXED = EPB.size + 4            # 28-byte header + trailing block_length
+#: the previous block's trailing block_length followed by an EPB header (see write_batch)
+_TRAILER_EPB = {o: stacked_dtype([("prev_", TRAILER), ("", EPB)], o) for o in "<>"}
 _I64_MAX = np.iinfo(np.int64).max
 
 
@@ -224,7 +226,10 @@ class PcapngWriter(_RecordWriter):
         opt_at = data_at + padded
         odd = np.flatnonzero(padded != data_len)      # zero the pad bytes before fill
         words[opt_at[odd] // 4 - 1] = 0
-        h = np.empty(n, EPB.dtype(self.byte_order))
+        # Block i's trailing length and block i+1's EPB header are adjacent: write them as one
+        # 32-byte record at starts[i+1] - 4 (the last trailer and the first header alone).
+        h = np.empty(n, _TRAILER_EPB[self.byte_order])
+        h["prev_length"][1:] = blen[:-1]
         h["block_type"] = 6
         h["block_length"] = blen
         h["interface_id"] = iface
@@ -232,24 +237,39 @@ class PcapngWriter(_RecordWriter):
         h["ts_low"] = t & 0xFFFFFFFF
         h["caplen"] = data_len
         h["orig_len"] = fb + erf
-        scatter(out, starts, h, 4)
+        out[:EPB.size] = h[:1].view(np.uint8)[4:]
+        scatter(out, starts[1:] - 4, h[1:], 4)
+        words[-1] = blen[-1]
         if np.any(erf):
             sel = np.flatnonzero(self._erf[iface])
             e = np.empty(sel.size, ERF_RECORD.dtype(self.byte_order))
             _erf_fields(e, "", t[sel], fb[sel], caplen[sel], iface[sel])
             scatter(out, data_at[sel], e, 4)
         if comments is not None:
-            for size in np.unique(lengths[lengths > 0]):
-                labels = [i for i, b in enumerate(blobs) if len(b) == size]
-                table = np.frombuffer(b"".join(blobs[i] for i in labels), f"V{size}")
-                local = np.zeros(len(blobs) + 1, np.int64)
-                local[labels] = np.arange(len(labels))
-                sel = np.flatnonzero(optlen == size)
-                scatter(out, opt_at[sel], table[local[codes[sel]]], 4)
-        words[ends // 4 - 1] = blen
+            _scatter_blobs(out, opt_at, codes, optlen, lengths, blobs)
         fill(out, data_at + erf, caplen)
         self._out.write(out)
         self.packets += n
+
+
+def _scatter_blobs(out, opt_at, codes, optlen, lengths, blobs) -> None:
+    """Copy each packet's option bytes ``blobs[codes[i]]`` to ``out[opt_at[i]:]``: one
+    broadcast assignment per distinct comment when there are few, else one gather-and-scatter per
+    distinct encoded length."""
+    if len(blobs) <= 16:
+        for k, blob in enumerate(blobs):
+            if blob:
+                sel = np.flatnonzero(codes == k)
+                if sel.size:
+                    scatter(out, opt_at[sel], np.frombuffer(blob, f"V{len(blob)}"), 4)
+        return
+    for size in np.unique(lengths[lengths > 0]):
+        labels = [i for i, b in enumerate(blobs) if len(b) == size]
+        table = np.frombuffer(b"".join(blobs[i] for i in labels), f"V{size}")
+        local = np.zeros(len(blobs) + 1, np.int64)
+        local[labels] = np.arange(len(labels))
+        sel = np.flatnonzero(optlen == size)
+        scatter(out, opt_at[sel], table[local[codes[sel]]], 4)
 
 
 def _block(header, order: str, options: bytes, **fields: int) -> bytes:
