@@ -191,7 +191,7 @@ def decode_batch(data: np.ndarray, rec: np.ndarray, views: ByteViews | None = No
     lt = rec["linktype"]
     eth = (lt == LINKTYPE_ETHERNET) & (cap >= H.ETHERNET.size)
     if eth.all():
-        _ethernet(views, out, np.arange(n), off, cap)
+        _ethernet(views, out, ALL, off, cap)
     elif eth.any():
         e = np.flatnonzero(eth)
         _ethernet(views, out, e, off[e], cap[e])
@@ -248,17 +248,35 @@ class _BlockViews(ByteViews):
         self.grid = np.arange(0, rows * width, width, dtype=np.int64)   # row starts - first
 
 
+ALL = slice(None)   #: "every row": assignments through a slice copy instead of scattering
+
+
+def _pick(idx, sel: np.ndarray, n: int):
+    """Rows ``sel`` (indices into a subset of ``n`` rows) of the subset ``idx`` (a slice for all
+    rows, or an index array); stays ``idx`` when ``sel`` is the whole subset."""
+    if sel.size == n:
+        return idx
+    return sel if isinstance(idx, slice) else idx[sel]
+
+
+def _sub(arrays, sel: np.ndarray, n: int):
+    """The rows ``sel`` of each array (the arrays themselves when ``sel`` is every row)."""
+    return arrays if sel.size == n else tuple(a[sel] for a in arrays)
+
+
 def _ethernet(views, out, idx, off, cap) -> None:
     E, Q = H.ETHERNET, H.DOT1Q
+    n = off.size
     out["dmac"][idx] = field_at(views, off, E, "Destination")
     out["smac"][idx] = field_at(views, off, E, "Source")
     etype = field_at(views, off, E, "EtherType")
-    l3 = np.full(idx.size, E.size, np.int64)
+    l3 = np.full(n, E.size, np.int64)
     tagged = (etype == H.ETHERTYPE_VLAN) & (cap >= E.size + Q.size)
     if tagged.any():
         t = off[tagged] + E.size
-        out["vlan"][idx[tagged]] = field_at(views, t, Q, "VID")
-        out["pcp"][idx[tagged]] = field_at(views, t, Q, "PCP")
+        rows = _pick(idx, np.flatnonzero(tagged), n)
+        out["vlan"][rows] = field_at(views, t, Q, "VID")
+        out["pcp"][rows] = field_at(views, t, Q, "PCP")
         etype[tagged] = field_at(views, t, Q, "EtherType")
         l3[tagged] += Q.size
     pos = off + l3
@@ -266,16 +284,17 @@ def _ethernet(views, out, idx, off, cap) -> None:
     v6 = np.flatnonzero((etype == H.ETHERTYPE_IPV6) & (cap >= l3 + H.IPV6.size))
     v1 = np.flatnonzero((etype == H.ETHERTYPE_ROCEV1) & (cap >= l3 + H.GRH.size + H.BTH.size))
     pfc = np.flatnonzero((etype == H.ETHERTYPE_MAC_CONTROL) & (cap >= l3 + H.PFC.size))
+    cols = (pos, l3, off, cap)
     if v4.size:
-        _ipv4(views, out, idx[v4], pos[v4], l3[v4], off[v4], cap[v4])
+        _ipv4(views, out, _pick(idx, v4, n), *_sub(cols, v4, n))
     if v6.size:
-        _ipv6(views, out, idx[v6], pos[v6], l3[v6], off[v6], cap[v6])
+        _ipv6(views, out, _pick(idx, v6, n), *_sub(cols, v6, n))
     if v1.size:
-        _grh(views, out, idx[v1], pos[v1], l3[v1], off[v1], cap[v1], H.GRH, KIND_ROCEV1)
+        _grh(views, out, _pick(idx, v1, n), *_sub(cols, v1, n), H.GRH, KIND_ROCEV1)
     if pfc.size:
         p = pos[pfc]
-        is_pfc = field_at(views, p, H.PFC, "Opcode") == _PFC_OPCODE
-        p, rows = p[is_pfc], idx[pfc][is_pfc]
+        is_pfc = np.flatnonzero(field_at(views, p, H.PFC, "Opcode") == _PFC_OPCODE)
+        p, rows = p[is_pfc], _pick(_pick(idx, pfc, n), is_pfc, pfc.size)
         cev = field_at(views, p, H.PFC, "ClassEnableVector")
         quanta = np.stack([field_at(views, p, H.PFC, f"Time{k}") for k in range(8)], axis=1)
         enabled = ((cev[:, None] >> np.arange(8, dtype=np.uint64)[None, :]) & np.uint64(1)) == 1
@@ -297,7 +316,8 @@ def _ipv4(views, out, idx, pos, l3, off, cap) -> None:
     udp = ((field_at(views, pos, I, "Protocol") == H.IP_PROTO_UDP) & ~frag & (ihl >= I.size)
            & (cap >= l3 + ihl + H.UDP.size))
     u = np.flatnonzero(udp)
-    _udp(views, out, idx[u], pos[u] + ihl[u], l3[u], off[u], cap[u], l3[u] + total[u])
+    pos, ihl, l3, off, cap, total = _sub((pos, ihl, l3, off, cap, total), u, udp.size)
+    _udp(views, out, _pick(idx, u, udp.size), pos + ihl, l3, off, cap, l3 + total)
 
 
 def _ipv6(views, out, idx, pos, l3, off, cap) -> None:
@@ -312,7 +332,8 @@ def _ipv6(views, out, idx, pos, l3, off, cap) -> None:
     udp = (field_at(views, pos, I, "NextHeader") == H.IP_PROTO_UDP) & \
         (cap >= l3 + I.size + H.UDP.size)
     u = np.flatnonzero(udp)
-    _udp(views, out, idx[u], pos[u] + I.size, l3[u], off[u], cap[u], l3[u] + I.size + plen[u])
+    pos, l3, off, cap, plen = _sub((pos, l3, off, cap, plen), u, udp.size)
+    _udp(views, out, _pick(idx, u, udp.size), pos + I.size, l3, off, cap, l3 + I.size + plen)
 
 
 def _udp(views, out, idx, pos, l3, off, cap, ip_end) -> None:
@@ -320,7 +341,8 @@ def _udp(views, out, idx, pos, l3, off, cap, ip_end) -> None:
     roce = (field_at(views, pos, U, "DestinationPort") == H.ROCEV2_UDP_PORT) & \
         (cap >= pos - off + U.size + H.BTH.size)
     r = np.flatnonzero(roce)
-    idx, pos, l3, off, cap, ip_end = idx[r], pos[r], l3[r], off[r], cap[r], ip_end[r]
+    idx = _pick(idx, r, roce.size)
+    pos, l3, off, cap, ip_end = _sub((pos, l3, off, cap, ip_end), r, roce.size)
     udp_len = field_at(views, pos, U, "Length").astype(np.int64)
     out["kind"][idx] = KIND_ROCEV2
     out["sport"][idx] = field_at(views, pos, U, "SourcePort")
@@ -338,12 +360,12 @@ def _grh(views, out, idx, pos, l3, off, cap, G: Header, kind: int) -> None:
     out["src_hi"][idx], out["src_lo"][idx] = _u128(views, pos, G, "SGID")
     out["dst_hi"][idx], out["dst_lo"][idx] = _u128(views, pos, G, "DGID")
     paylen = field_at(views, pos, G, "PayLen").astype(np.int64)
-    iba = field_at(views, pos, G, "NxtHdr") == H.GRH_NXTHDR_IBA
-    out["kind"][idx[iba]] = kind
-    k = np.flatnonzero(iba)
-    bth = l3[k] + G.size
-    _bth(views, out, idx[k], off[k], l3[k], bth, bth + paylen[k], cap[k],
-         bad=np.zeros(k.size, bool))
+    k = np.flatnonzero(field_at(views, pos, G, "NxtHdr") == H.GRH_NXTHDR_IBA)
+    rows = _pick(idx, k, pos.size)
+    out["kind"][rows] = kind
+    off, l3, cap, paylen = _sub((off, l3, cap, paylen), k, pos.size)
+    bth = l3 + G.size
+    _bth(views, out, rows, off, l3, bth, bth + paylen, cap, bad=np.zeros(k.size, bool))
 
 
 def _infiniband(views, out, idx, off, cap) -> None:
@@ -400,4 +422,5 @@ def _bth(views, out, idx, off, l3, bth, end, cap, bad) -> None:
     out["malformed"][idx] = bad
     out["complete"][idx] = ~bad & (end <= cap)
     reth = np.flatnonzero(HAS_RETH[op] & (cap >= bth + B.size + H.RETH.size))
-    out["dmalen"][idx[reth]] = field_at(views, p[reth] + B.size, H.RETH, "DMALen")
+    out["dmalen"][_pick(idx, reth, p.size)] = field_at(views, p[reth] + B.size, H.RETH,
+                                                       "DMALen")
