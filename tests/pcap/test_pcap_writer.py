@@ -250,3 +250,10 @@ def test_round_trip_every_format(tmp_path, kind, data, batches, snaplen):
             comments
     elif name == "erf":
         assert rec["interface"].tolist() == iface       # ERF port, flags bits 0-1
+
+
+def test_finished_file_has_umask_permissions_not_tempfile_0600(tmp_path):
+    write("pcap", tmp_path / "p.pcap", [1], make_frames([60]))
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert (tmp_path / "p.pcap").stat().st_mode & 0o777 == 0o666 & ~mask

@@ -27,10 +27,13 @@ __all__ = ["AtomicOutput", "Scratch", "scatter", "check_batch", "LINKS"]
 LINKS = {"ethernet": 1, "infiniband": 197}
 
 
-def _umask() -> int:
+def _read_umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+_UMASK = _read_umask()       # read once at import: os.umask is process-wide, not thread-safe
 
 
 class AtomicOutput:
@@ -57,7 +60,7 @@ class AtomicOutput:
             raise OutputError(f"{self.path}: got an existing file, expected a new path (overwrite=False)")
         try:
             fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{self.path.name}.", suffix=".part")
-            os.fchmod(fd, 0o666 & ~_umask())
+            os.fchmod(fd, 0o666 & ~_UMASK)
         except OSError as err:
             raise OutputError(f"{self.path}: cannot create a file: {err.strerror}") from err
         self._fd: int | None = fd
