@@ -72,7 +72,8 @@ def test_replay_through_veth_arrives_intact(tmp_path, veth_pair):
     write_trace(sent, N_FRAMES)
     got = tmp_path / "got.pcap"
     dump = subprocess.Popen(
-        ["ip", "netns", "exec", ns_b, "tcpdump", "-i", "tpveth1", "-s", "0", "-U", "-n", "-B", "131072",
+        ["ip", "netns", "exec", ns_b, "tcpdump", "-i", "tpveth1", "-s", "0", "-U", "-n",
+         "-B", "131072",
          "--time-stamp-precision=nano", "-c", str(N_FRAMES), "-w", str(got), "udp dst port 4791"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -80,7 +81,8 @@ def test_replay_through_veth_arrives_intact(tmp_path, veth_pair):
         while dump.poll() is None and time.monotonic() < deadline:
             if "listening on" in dump.stderr.readline():
                 break
-        r = _run("ip", "netns", "exec", ns_a, "tcpreplay", "-i", "tpveth0", "--mbps", "1000", str(sent))
+        r = _run("ip", "netns", "exec", ns_a, "tcpreplay", "-i", "tpveth0", "--mbps", "1000",
+                 str(sent))
         assert re.search(r"Successful packets:\s+%d\b" % N_FRAMES, r.stdout), r.stdout
         assert re.search(r"Failed packets:\s+0\b", r.stdout), r.stdout
         dump.wait(timeout=30)

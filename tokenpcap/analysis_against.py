@@ -9,9 +9,10 @@ by source address; source addresses map to NIC indices with
 Control traffic (ACKs carry no payload; clear-to-send writes carry 64 bytes each) is not in the
 plan: the generator's comments mark it (``cts ``/``ack `` prefixes, reported as ``"<label>
 [cts]"``), and per-NIC bytes of a labelled capture count the plan's phases only. Phases the plan
-does not know and the ``(no phase)`` bucket are reported but not compared. A capture of a selection (some NICs, phases) is compared on
-what it holds: NICs and phases absent from the capture are listed as ``missing`` and are
-differences only when ``complete=True``.
+does not know and the ``(no phase)`` bucket are reported but not compared. A capture of a
+selection (some NICs, phases) is compared on what it holds: NICs and phases absent from the
+capture are differences only when ``complete=True``, and per-NIC bytes are not compared when a
+planned phase is missing (``note`` says so).
 
 This is the one analysis module that imports the generator's side (plan, profiles, addresses).
 """

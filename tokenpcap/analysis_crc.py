@@ -42,7 +42,7 @@ _FF8_REGISTER = CRC32.register(b"\xff" * 8, 0xFFFFFFFF)
 
 
 def mask_of(header: Header, names: tuple[str, ...]) -> np.ndarray:
-    """uint8 (header.size,): the bits of fields ``names`` set, from the declaration's bit offsets."""
+    """uint8 (header.size,): bits of fields ``names`` set, from the declaration's bit offsets."""
     bits = np.zeros(header.size * 8, np.uint8)
     for name in names:
         s = header.slot(name)

@@ -76,7 +76,8 @@ def render_text(rep: Report) -> str:
         ]
     if rep.pfc.get("frames"):
         p = rep.pfc
-        lines.append(f"PFC pause frames:    {p['frames']:,} (XOFF {p['xoff']:,}, XON {p['xon']:,}); "
+        lines.append(f"PFC pause frames:    {p['frames']:,} (XOFF {p['xoff']:,}, "
+                     f"XON {p['xon']:,}); "
                      f"priorities {', '.join(f'{k}: {v}' for k, v in p['priorities'].items())}")
     if rep.flows:
         flows = sorted(rep.flows, key=lambda f: -f["bytes"])[:MAX_FLOWS]

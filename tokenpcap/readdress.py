@@ -119,7 +119,8 @@ def load_mapping(path: str | os.PathLike) -> Mapping:
     except (OSError, yaml.YAMLError) as err:
         raise InputError(f"{p}: cannot read the mapping: {err}") from err
     if not isinstance(doc, dict):
-        raise InputError(f"{p}: got {type(doc).__name__}, expected a mapping of keys {sorted(_KEYS)}")
+        raise InputError(f"{p}: got {type(doc).__name__}, expected a mapping of keys "
+                         f"{sorted(_KEYS)}")
     unknown = set(doc) - _KEYS
     if unknown:
         raise InputError(f"{p}: key {sorted(unknown)[0]!r}: got unknown, expected one of "
