@@ -33,9 +33,8 @@ from tokenpcap.wire.rdma import EXT_BYTES, HAS_PAYLOAD, frame_bytes
 
 __all__ = ["FrameBuilder"]
 
-_SCRATCH_BYTES = 8 << 20    # scratch per chunk: flat memory whatever the batch size
-_MAX_ROWS = 16384          # rows per chunk: per-row arrays stay in the L2/L3 caches
-_SLACK = 16                # scratch columns past the largest caplen (tail writes need <= 9)
+_MAX_ROWS = 16384          # rows per chunk: flat memory, per-row arrays stay in the L2/L3 caches
+_SLACK = 16                # scratch columns after the longest header (the tail needs <= 9)
 
 
 def _fold16(s: np.ndarray) -> np.ndarray:
@@ -107,8 +106,7 @@ class FrameBuilder:
         n = len(packets)
         if n == 0:
             return
-        width = int(caplen.max()) + _SLACK
-        step = min(_MAX_ROWS, max(64, _SCRATCH_BYTES // width))
+        step = _MAX_ROWS
         for a in range(0, n, step):
             p, cap = packets[a:a + step], caplen[a:a + step]
             self._check_rows(p, cap, a)          # per chunk: the rows are still in the cache
@@ -195,7 +193,6 @@ class FrameBuilder:
 
     def _fill_chunk(self, p: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> None:
         k = len(p)
-        width = int(caplen.max()) + _SLACK
         op = p["opcode"]
         counts = np.bincount(op, minlength=256)
         codes = np.flatnonzero(counts).tolist()
@@ -203,15 +200,31 @@ class FrameBuilder:
             order = np.concatenate([np.flatnonzero(op == c) for c in codes])
             p = np.ascontiguousarray(p).view(f"V{PACKET_DTYPE.itemsize}").take(order).view(PACKET_DTYPE)
             offsets, caplen = offsets[order], caplen[order]
+        # scratch rows hold headers and the bytes after the payload; payload goes from the pattern
+        width = max(self._layout(c).header_bytes for c in codes) + _SLACK
         scratch = np.empty((k, width), dtype=np.uint8)
         r0 = 0
         for code in codes:
             r1 = r0 + int(counts[code])
-            self._build_group(self._layout(code), p[r0:r1], scratch[r0:r1], caplen[r0:r1])
-            _copy_rows(scratch[r0:r1], out, offsets[r0:r1], caplen[r0:r1])
+            lay = self._layout(code)
+            block, off, cap = scratch[r0:r1], offsets[r0:r1], caplen[r0:r1]
+            pay = self._build_group(lay, p[r0:r1], block, cap)
+            hb = lay.header_bytes
+            start = np.arange(r1 - r0, dtype=np.int64) * width
+            flat = scratch.reshape(-1)[r0 * width:r1 * width]
+            _copy_pieces(out, off, np.minimum(cap, hb), flat, start, block)                 # headers
+            if lay.payload:
+                _copy_pieces(out, off + hb, np.clip(cap - hb, 0, pay), self._pattern, None)  # payload
+            _copy_pieces(out, off + hb + pay, np.maximum(cap - hb - pay, 0), flat, start + hb,
+                         block[:, hb:])                                                  # pad, CRCs
             r0 = r1
 
-    def _build_group(self, lay: Layout, ps: np.ndarray, s: np.ndarray, caplen: np.ndarray) -> None:
+    def _build_group(self, lay: Layout, ps: np.ndarray, s: np.ndarray, caplen: np.ndarray) -> np.ndarray:
+        """Headers of a group into ``s[:, :H]``, the bytes after the payload into ``s[:, H:H+9]``.
+
+        Returns:
+            int64 ``(k,)`` payload bytes of each packet.
+        """
         ctx = self.ctx
         k, hb = len(ps), lay.header_bytes
         pay = ps["payload_bytes"].astype(np.int64)
@@ -236,24 +249,15 @@ class FrameBuilder:
         udp6 = lay.roce and ctx.ip_version == 6 and ctx.ipv6_udp_checksum
         need_crc = bool((caplen > hb + pay).any()) or (udp6 and bool((caplen > lay.l4 + 6).any()))
         tail = self._crcs(lay, ps, hdr, words, pay, lp, d, nic, udp6) if need_crc else None
-        width = s.shape[1]
-        hw = min(hb, width)
-        s[:, :hw] = hdr[:, :hw]
-        if lay.payload and hb < width:
-            pm = min(int(pay.max()), width - hb)
-            if pm > 0:
-                s[:, hb:hb + pm] = self._pattern[:pm]
-        if tail is not None and hb + int(pay.min()) < width:
+        s[:, :hb] = hdr
+        if tail is not None:
             # after the payload: pad zeros, ICRC (LE), then VCRC (LE) or Ethernet zero padding
-            flat = s.reshape(-1)
-            base = np.arange(k, dtype=np.int64) * width
-            for start, vals in zip((hb + pay, hb + lp, hb + lp + H.ICRC.size), tail):
+            flat = s.reshape(-1)                       # rows of the C-contiguous scratch: a view
+            base = np.arange(k, dtype=np.int64) * s.shape[1] + hb
+            for start, vals in zip((base, base + pad, base + pad + H.ICRC.size), tail):
                 pos = start[:, None] + np.arange(vals.shape[1])
-                keep = pos < width
-                if keep.all():
-                    flat[(base[:, None] + pos).reshape(-1)] = vals.reshape(-1)
-                else:
-                    flat[(base[:, None] + pos)[keep]] = vals[keep]
+                flat[pos.reshape(-1)] = vals.reshape(-1)
+        return pay
 
     def _crcs(self, lay: Layout, ps: np.ndarray, hdr: np.ndarray, words: np.ndarray, pay: np.ndarray,
               lp: np.ndarray, d: dict, nic: dict, udp6: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -310,27 +314,41 @@ def _xor_contributions(table: np.ndarray, words: np.ndarray, cols: np.ndarray, o
     return reg
 
 
-def _copy_rows(block: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> None:
-    """``out[offsets[i] : offsets[i]+caplen[i]] = block[i, :caplen[i]]`` for all rows at once.
+def _copy_pieces(out: np.ndarray, dst: np.ndarray, length: np.ndarray, src: np.ndarray,
+                 src_start: np.ndarray | None, rows: np.ndarray | None = None) -> None:
+    """``out[dst[i] : dst[i]+length[i]] = src[src_start[i] : ...]`` for every i, without a loop.
 
-    Rows of one length are one fancy-indexed row copy into a sliding-window view of ``out``. Rows of
-    mixed lengths are split by the binary digits of their caplen (4170 = 4096 + 64 + 8 + 2): all
-    pieces of one size are one such copy, so there are at most ``bit_length(max caplen)`` numpy
-    calls whatever the number of rows.
+    ``src_start`` None means 0 for all (the payload pattern). When every length is equal this is
+    one fancy-indexed row copy into a sliding-window view of ``out`` (from ``rows``, a 2-D view of
+    the source rows, or the broadcast pattern). Otherwise each piece is split by the binary digits
+    of its length (4096 + 64 + 8 + 2 ...) and all pieces of one size are copied by one such call:
+    at most ``bit_length(max length)`` numpy calls whatever the number of rows.
     """
-    lo, hi = int(caplen.min()), int(caplen.max())
-    if lo == hi:
-        if lo:
-            as_strided(out, shape=(out.size - lo + 1, lo), strides=(1, 1))[offsets] = block[:, :lo]
+    if len(length) == 0:
         return
-    src = block.reshape(-1)
-    start = np.arange(len(block), dtype=np.int64) * block.shape[1]
+    lo, hi = int(length.min()), int(length.max())
+    if hi <= 0:
+        return
+    if lo == hi:
+        view = as_strided(out, shape=(out.size - lo + 1, lo), strides=(1, 1))
+        if src_start is None:
+            view[dst] = src[:lo]
+        elif rows is not None:
+            view[dst] = rows[:, :lo]
+        else:
+            view[dst] = as_strided(src, shape=(src.size - lo + 1, lo), strides=(1, 1))[src_start]
+        return
     for b in range(hi.bit_length() - 1, -1, -1):
         size = 1 << b
-        sel = np.flatnonzero(caplen & size)
+        sel = np.flatnonzero(length & size)
         if sel.size == 0:
             continue
-        pre = caplen[sel] & ~((size << 1) - 1)
-        dst = as_strided(out, shape=(out.size - size + 1, size), strides=(1, 1))
+        pre = length[sel] & ~((size << 1) - 1)
+        view = as_strided(out, shape=(out.size - size + 1, size), strides=(1, 1))
+        if src_start is None and size >= 64 and (pre.max() - pre.min()) <= 8 * (size << 1):
+            # the pattern: few distinct offsets for large pieces; broadcast, no temporary rows
+            for q in np.unique(pre).tolist():
+                view[dst[sel[pre == q]] + q] = src[q:q + size]
+            continue
         win = as_strided(src, shape=(src.size - size + 1, size), strides=(1, 1))
-        dst[offsets[sel] + pre] = win[start[sel] + pre]
+        view[dst[sel] + pre] = win[pre if src_start is None else src_start[sel] + pre]
