@@ -84,3 +84,21 @@ def test_against_another_scenario_differs(dante_pp):
     other = ROOT / "profiles" / "scenarios" / "gpt2-all-cross.yaml"
     r = run("inspect", dante_pp, "--against", other, "--strict")
     assert r.exit_code == 1 and "differences with the plan" in r.output
+
+
+def test_against_the_plan_per_nic(tmp_path):
+    """A capture of two NICs (every phase): their payload bytes equal the plan's per-NIC bytes;
+    per-phase totals are not compared (the other NICs are missing) and a note says so."""
+    gen = pytest.importorskip("tokenpcap.generate")
+    from tokenpcap.plan import build_plan
+    from tokenpcap.profiles import load_scenario
+    res = gen.generate(load_scenario(DANTE), gen.GenerateOptions(
+        out_dir=tmp_path, fmt="pcapng", split="none", selection=gen.Selection(
+            nics=frozenset({0, 5}))))
+    per_nic = build_plan(load_scenario(DANTE)).nic_bytes_per_nic()
+    r = run("inspect", res.files[0][0], "--against", DANTE, "--json", "--strict")
+    assert r.exit_code == 0, r.output
+    a = json.loads(r.output)["against"]
+    got = {e["nic"]: e["capture_bytes"] for e in a["nics"] if e["capture_bytes"] is not None}
+    assert got == {0: int(per_nic[0]), 5: int(per_nic[5])}
+    assert a["differences"] == [] and "per-phase bytes not compared" in a["note"]

@@ -39,6 +39,25 @@ def nic_index_by_address(cluster) -> dict[str, int]:
     return out
 
 
+def _capture_nics(rep: Report, index: dict[str, int], plan_phase: dict | None
+                  ) -> tuple[dict[int, int], dict[str, int]]:
+    """Payload bytes per global NIC (and per unknown address) of the capture; with phase labels,
+    the plan's phases only (control packets are not in the plan)."""
+    if plan_phase is not None:
+        pairs = [(addr, b) for (lab, addr), b in rep.phase_nic.items() if lab in plan_phase]
+    else:
+        pairs = [(n["address"], n["payload_bytes"]) for n in rep.nics]
+    cap_nic: dict[int, int] = {}
+    unknown: dict[str, int] = {}
+    for addr, b in pairs:
+        g = index.get(addr)
+        if g is None:
+            unknown[addr] = unknown.get(addr, 0) + b
+        else:
+            cap_nic[g] = cap_nic.get(g, 0) + b
+    return cap_nic, unknown
+
+
 def compare_with_plan(rep: Report, scenario_path: str, *, complete: bool = False) -> dict:
     """Fill ``rep.against`` with the comparison and return it.
 
@@ -56,51 +75,39 @@ def compare_with_plan(rep: Report, scenario_path: str, *, complete: bool = False
     plan = build_plan(scenario)
     cap_phase = {p["name"]: p["payload_bytes"] for p in rep.phases}
     plan_phase = {r.name: int(r.nic_bytes) for r in plan.rows if r.nic_bytes}
-    phases, diffs = [], []
-    for name in sorted(set(cap_phase) | set(plan_phase)):
-        c, p = cap_phase.get(name), plan_phase.get(name)
-        phases.append({"name": name, "capture_bytes": c, "plan_bytes": p})
-        if p is None:
-            continue                       # control traffic / unlabelled: not in the plan
-        if c is None and not complete:
-            continue
-        if (c or 0) != p:
-            diffs.append({"what": "phase", "key": name, "capture_bytes": c or 0, "plan_bytes": p})
+    labelled = any(name in plan_phase for name in cap_phase)
     index = nic_index_by_address(scenario.cluster)
     per_nic = plan.nic_bytes_per_nic()
-    labelled = any(name in plan_phase for name in cap_phase)
-    missing_phases = sorted(set(plan_phase) - set(cap_phase))
-    nics: list[dict] = []
-    note = None
-    if labelled and missing_phases and not complete:
-        note = (f"per-NIC bytes not compared: the capture lacks phases {missing_phases} "
-                "(a selection); the plan's per-NIC bytes count every phase")
-    else:
-        cap_nic: dict[int, int] = {}
-        unknown: dict[str, int] = {}
-        if labelled:     # data payload only: the plan's phases, not control packets
-            pairs = [(a, b) for (lab, a), b in
-                     ((k[::-1], v) for k, v in rep.phase_nic.items()) if lab in plan_phase]
-        else:
-            pairs = [(n["address"], n["payload_bytes"]) for n in rep.nics]
-        for addr, b in pairs:
-            g = index.get(addr)
-            if g is None:
-                unknown[addr] = unknown.get(addr, 0) + b
-            else:
-                cap_nic[g] = cap_nic.get(g, 0) + b
-        for g in range(per_nic.size):
-            c, p = cap_nic.get(g), int(per_nic[g])
-            if c is None and p == 0:
-                continue
-            nics.append({"nic": g, "capture_bytes": c, "plan_bytes": p})
-            if c is None and not complete:
-                continue
-            if (c or 0) != p:
-                diffs.append({"what": "nic", "key": str(g), "capture_bytes": c or 0,
+    cap_nic, unknown = _capture_nics(rep, index, plan_phase if labelled else None)
+    missing_phases = sorted(set(plan_phase) - set(cap_phase)) if labelled else []
+    missing_nics = [g for g in range(per_nic.size) if per_nic[g] and g not in cap_nic]
+    notes, diffs = [], []
+    phases = [{"name": n, "capture_bytes": cap_phase.get(n), "plan_bytes": plan_phase.get(n)}
+              for n in sorted(set(cap_phase) | set(plan_phase))]
+    if missing_nics and not complete:
+        notes.append(f"per-phase bytes not compared: the capture lacks NICs {missing_nics[:16]}"
+                     f"{' ...' if len(missing_nics) > 16 else ''} (a selection); the plan's "
+                     "per-phase bytes count every NIC")
+    elif labelled or complete:
+        for e in phases:
+            c, p = e["capture_bytes"], e["plan_bytes"]
+            if p is not None and (c is not None or complete) and (c or 0) != p:
+                diffs.append({"what": "phase", "key": e["name"], "capture_bytes": c or 0,
                               "plan_bytes": p})
-        for addr, b in unknown.items():
-            diffs.append({"what": "nic", "key": addr, "capture_bytes": b, "plan_bytes": 0})
+    nics = [{"nic": g, "capture_bytes": cap_nic.get(g), "plan_bytes": int(per_nic[g])}
+            for g in range(per_nic.size) if per_nic[g] or g in cap_nic]
+    if missing_phases and not complete:
+        notes.append(f"per-NIC bytes not compared: the capture lacks phases {missing_phases} "
+                     "(a selection); the plan's per-NIC bytes count every phase")
+    else:
+        for e in nics:
+            c, p = e["capture_bytes"], e["plan_bytes"]
+            if (c is not None or complete) and (c or 0) != p:
+                diffs.append({"what": "nic", "key": str(e["nic"]), "capture_bytes": c or 0,
+                              "plan_bytes": p})
+    for addr, b in unknown.items():
+        diffs.append({"what": "nic", "key": addr, "capture_bytes": b, "plan_bytes": 0})
+    note = "; ".join(notes) or None
     rep.against = {"scenario": str(scenario_path), "phases": phases, "nics": nics,
                    "differences": diffs, "note": note}
     return rep.against
