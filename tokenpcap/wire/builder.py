@@ -10,10 +10,11 @@ No Python loop per packet. For each chunk of the batch:
    contribution tables of the varying bytes, shifted over the payload (CRC linearity,
    :mod:`tokenpcap.wire.linear`); the payload is the context's fixed pattern, so its contribution
    is a table indexed by payload length; the IPv6 UDP checksum is summed the same way;
-4. frames are laid out in a scratch array (one row per frame), then copied to ``out[offsets[i]:]``
-   in at most 13 vectorized copies: frame ``i``'s first ``caplen[i]`` bytes are split by the
-   binary digits of ``caplen[i]`` and each size class is one fancy-indexed row copy through a
-   sliding-window view.
+4. a small scratch array holds each frame's header and the bytes after its payload (pad, ICRC,
+   VCRC or Ethernet padding); ``out[offsets[i]:]`` receives, for every frame at once, the header
+   rows, the payload straight from the pattern, and the tail, each cut at ``caplen[i]``. A set of
+   pieces of equal length is one fancy-indexed row copy through a sliding-window view of ``out``;
+   pieces of mixed lengths are split by the binary digits of their length, one copy per digit.
 
 The result equals :func:`tokenpcap.wire.frame.build_frame` byte for byte (tested), including the
 ICRC of frames that ``caplen`` truncates (a snaplen never changes the bytes that are kept).
