@@ -1,0 +1,102 @@
+"""Smoke runs of every script in benchmarks/ with tiny sizes, so that none of them rots as the
+package changes. Each script runs in a subprocess, exactly as documented in benchmarks/README.md,
+with warnings as errors; the tests check that it finishes and prints the lines it promises (and,
+for write_frames.py, that every variant's output passed its byte-for-byte verification). They never
+assert a speed: timings on a shared two-core machine say nothing in a test.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow           # subprocesses: ~25 s in all
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+
+
+def run(script: str, *args: str, timeout: float = 300) -> str:
+    proc = subprocess.run([sys.executable, "-W", "error", str(BENCH / script), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "inspect_read.py"}
+
+
+def test_every_benchmark_script_has_a_smoke_test():
+    """A new script in benchmarks/ needs a tiny-size run below (add it to TESTED and a test)."""
+    scripts = {p.name for p in BENCH.glob("*.py")} - {"common.py"}
+    assert scripts <= TESTED, f"benchmark scripts without a smoke test: {sorted(scripts - TESTED)}"
+
+
+def test_write_frames_runs_and_verifies_every_variant(tmp_path):
+    out = run("write_frames.py", "--frames", "600", "--header-frames", "600", "--slow-frames", "30",
+              "--scapy-frames", "4", "--repeat", "1", "--slow-repeat", "1", "--dir", str(tmp_path),
+              "--memory", "3e6")
+    variants = ("plain write (same bytes)", "tokenpcap writer", "tokenpcap generate path",
+                "struct+zlib loop", "dpkt", "scapy")
+    for mode in ("full frames: 600 frames", "snaplen 64: 600 frames"):
+        assert mode in out
+    for v in variants:
+        assert len(re.findall(rf"^  {re.escape(v)} +\d", out, re.M)) == 2, v   # one row per mode
+    assert out.count("tokenpcap writer: 600 records; ") == 2
+    assert "reference ICRC ok, scapy ICRC+IPv4 checksum ok" in out
+    for v, n in (("tokenpcap generate path", 600), ("struct+zlib loop", 30), ("dpkt", 30), ("scapy", 4)):
+        assert out.count(f"{v}: {n} records byte-equal to tokenpcap's") == 2, v
+    assert len(re.findall(r"^  (PcapWriter\+FrameBuilder|generate Dispatcher).*MB", out, re.M)) == 3
+    assert not list(tmp_path.iterdir()), "benchmark files left behind"
+
+
+def test_write_frames_verification_catches_a_wrong_icrc(tmp_path):
+    """The verifier the benchmark relies on must fail on a frame with one flipped ICRC bit."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import write_frames as wf
+    finally:
+        sys.path.remove(str(BENCH))
+    _, ctx, builder = wf.setup()
+    packets = wf.make_packets(builder, 0, 40)
+    path = tmp_path / "ok.pcap"
+    wf.run_tokenpcap(path, packets, builder, 262144, batch=16)
+    assert "40 records" in wf.verify_reference(path, packets, ctx, 262144, n_scapy=2)
+    bad = tmp_path / "bad.pcap"
+    wf.run_struct_zlib(bad, wf.py_rows(packets), ctx, 262144)
+    data = bytearray(bad.read_bytes())
+    data[24 + 16 + 4170 - 1] ^= 0x01        # last ICRC byte of the first frame (WRITE FIRST)
+    bad.write_bytes(bytes(data))
+    with pytest.raises(AssertionError, match="record 0: frame differs"):
+        wf.verify_same(bad, path, 40, 262144)
+    with pytest.raises(AssertionError, match="record 0"):
+        wf.verify_reference(bad, packets, ctx, 262144)
+
+
+# The other scripts belong to the engineers of the parts they measure and change with them:
+# these tests check that each still runs end to end at a tiny size and prints its result lines,
+# not the exact list of cases.
+def test_wire_build_runs():
+    out = run("wire_build.py", "--frames", "2000", "--repeat", "1")
+    assert re.search(r"full frames .* M frames/s", out) and re.search(r"snaplen 64 .* M frames/s", out)
+
+
+def test_pcap_write_runs(tmp_path):
+    out = run("pcap_write.py", "--dir", str(tmp_path), "--gbytes", "0.0005", "--reps", "1")
+    assert re.search(r"^pcap 4170 B frames .*ratio", out, re.M)
+    assert re.search(r"^pcap snaplen 64 .*ratio", out, re.M)
+    assert not list(tmp_path.iterdir()), "benchmark files left behind"
+
+
+def test_pcap_read_runs(tmp_path):
+    out = run("pcap_read.py", "--dir", str(tmp_path), "--full", "300", "--small", "3000", "--dpkt")
+    assert "cat" in out and "tokenpcap" in out
+
+
+def test_inspect_read_runs(tmp_path):
+    out = run("inspect_read.py", "--frames", "200", "--headers", "1000", "--dir", str(tmp_path),
+              "--repeat", "1", "--scapy-frames", "50")
+    assert "tokenpcap inspect" in out and "cat > /dev/null" in out
