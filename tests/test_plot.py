@@ -56,7 +56,8 @@ def test_no_rdma_is_an_error(tmp_path):
     from scapy.layers.inet import IP, TCP
     from scapy.layers.l2 import Ether
     from scapy.utils import wrpcap
-    wrpcap(str(tmp_path / "tcp.pcap"), [Ether() / IP() / TCP()])
+    wrpcap(str(tmp_path / "tcp.pcap"), [Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+                                         / IP(src="198.18.0.1", dst="198.18.0.2") / TCP()])
     with pytest.raises(InputError, match="no RoCE"):
         plot_throughput(capture_series(tmp_path / "tcp.pcap"), tmp_path / "x.png")
 
