@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenpcap.analysis import address_text
+from tokenpcap.analysis import CONTROL_PREFIXES, address_text
 from tokenpcap.analysis_decode import decode_batch
 from tokenpcap.analysis_flows import is_rdma
 from tokenpcap.errors import InputError
@@ -33,6 +33,7 @@ from tokenpcap.pcap.reader import open_capture
 __all__ = ["capture_series", "plot_throughput", "plot_sizes", "plot_timeline", "plot_all"]
 
 MAX_NICS = 8
+CONTROL_LABEL = "control (CTS, ACK)"
 _COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3",
            "#8C8C8C", "#CCB974", "#64B5CD"]
 
@@ -81,10 +82,13 @@ def capture_series(path: str | os.PathLike) -> dict:
             nic[rd] = table[inv.ravel()]
         codes = np.full(len(cap.comments) + 1, -1, np.int32)
         for i, text in enumerate(cap.comments):
-            try:
-                label = "/".join(parse_phase_label(text))
-            except ValueError:
-                continue
+            if text.startswith(CONTROL_PREFIXES):
+                label = CONTROL_LABEL                   # clear-to-send writes and ACKs
+            else:
+                try:
+                    label = "/".join(parse_phase_label(text))
+                except ValueError:
+                    continue
             codes[i] = label_index.setdefault(label, len(labels))
             if codes[i] == len(labels):
                 labels.append(label)
@@ -108,7 +112,8 @@ def _time_axis(span_ns: int) -> tuple[str, int]:
 
 def plot_throughput(series: dict, out: str | os.PathLike, *, bins: int = 200,
                     title: str = "") -> Path:
-    """Stacked throughput per sending NIC (one panel per NIC, the busiest ``MAX_NICS``) by phase.
+    """Stacked throughput per sending NIC by phase: one panel per NIC, at most ``MAX_NICS``
+    spread evenly over the NICs in address order (so that every node/pipeline stage shows).
 
     Throughput in a bin = 8 · (wire bytes of the frames that start in it) / bin width, Gb/s.
 
@@ -125,14 +130,17 @@ def plot_throughput(series: dict, out: str | os.PathLike, *, bins: int = 200,
     width = max((t1 - t0) // bins + 1, 1)
     b = (t - t0) // width
     unit, div = _time_axis(t1 - t0)
-    busiest = np.argsort(-np.bincount(nic, nb, minlength=len(series["nics"])))[:MAX_NICS]
+    names = series["nics"]
+    present = sorted(set(np.unique(nic).tolist()), key=lambda k: _address_key(names[k]))
+    shown = [present[i] for i in np.unique(np.linspace(0, len(present) - 1, MAX_NICS)
+                                           .round().astype(int))]
     phases = series["phases"] + ["(no phase)"]
     ph = np.where(ph < 0, len(phases) - 1, ph)
     used = np.unique(ph)
-    fig, axes = plt.subplots(len(busiest), 1, figsize=(11, 1.9 * len(busiest) + 1.2),
+    fig, axes = plt.subplots(len(shown), 1, figsize=(11, 1.9 * len(shown) + 1.2),
                              sharex=True, squeeze=False)
     x = np.arange(bins + 1) * width / div            # bin starts; steps hold for a bin
-    for ax, n in zip(axes[:, 0], busiest):
+    for ax, n in zip(axes[:, 0], shown):
         sel = nic == n
         stack = [np.bincount(b[sel & (ph == p)], nb[sel & (ph == p)], minlength=bins + 1)
                  * 8 / width for p in used]       # bytes per ns * 8 = Gb/s
@@ -143,8 +151,18 @@ def plot_throughput(series: dict, out: str | os.PathLike, *, bins: int = 200,
         ax.grid(alpha=0.3)
     axes[0, 0].legend(loc="upper right", fontsize=7, ncol=min(3, len(used)))
     axes[-1, 0].set_xlabel(f"time since first packet ({unit}); bins of {width:,} ns")
-    fig.suptitle(title or "Layer-2 throughput per sending NIC, stacked by phase")
+    some = f" ({len(shown)} of {len(present)} NICs)" if len(shown) < len(present) else ""
+    fig.suptitle((title or "Layer-2 throughput per sending NIC, stacked by phase") + some)
     return _save(fig, out)
+
+
+def _address_key(text: str) -> tuple:
+    """Sort key of an address text: numeric for IPv4/IPv6/LIDs."""
+    import ipaddress
+    if text.startswith("lid "):
+        return (0, int(text[4:], 16))
+    ip = ipaddress.ip_address(text)
+    return (ip.version, int(ip))
 
 
 def _size_text(n: int) -> str:
