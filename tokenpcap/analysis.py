@@ -36,7 +36,7 @@ from tokenpcap.pcap.reader import open_capture
 from tokenpcap.pcap.timestamps import NO_TIME
 from tokenpcap.wire.rdma import CNP, ETH_MIN_FRAME_BYTES, OPCODES
 
-__all__ = ["Report", "inspect_capture", "address_text", "L1_OVERHEAD_BYTES", "NS_PER_S"]
+__all__ = ["Report", "inspect_capture", "inspect_captures", "address_text", "L1_OVERHEAD_BYTES", "NS_PER_S"]
 
 NS_PER_S = 1_000_000_000
 #: FCS 4 + preamble/SFD 8 + inter-frame gap 12 (IEEE 802.3; case C12)
@@ -142,6 +142,9 @@ class _Acc:
 
     def __init__(self, crc: bool = True) -> None:
         self.crc = crc
+        self.file = 0
+        self.flow_file = np.zeros(0, np.int64)     # file a flow was first seen in
+        self.spanning: set[int] = set()            # flows seen in more than one file
         self.flows = FlowTable()
         self.psn = PsnTracker()
         self.f = {k: np.zeros(0, np.int64) for k in _FLOW_COLS}
@@ -218,7 +221,12 @@ def _add_batch(acc: _Acc, cap, rec: np.ndarray) -> None:
     ip = d["ipver"] > 0
     acc.ecn += np.bincount(d["ecn"][ip], minlength=4)
     fid = acc.flows.ids(d)
+    old = acc.flow_file.size
     acc.grow(len(acc.flows))
+    if len(acc.flows) > old:
+        acc.flow_file = np.concatenate([acc.flow_file, np.full(len(acc.flows) - old, acc.file)])
+    if acc.file and (acc.flow_file[fid] != acc.file).any():
+        acc.spanning.update(np.unique(fid[acc.flow_file[fid] != acc.file]).tolist())
     f = acc.f
     nf = len(acc.flows)
     pay = np.maximum(d["payload"].astype(np.int64), 0)
@@ -283,27 +291,53 @@ def inspect_capture(path: str | os.PathLike, *, max_records: int = 1 << 20,
         CaptureError (BadMagic, TruncatedFile): the file is not a capture, or is corrupt; the
             message names the byte offset.
     """
-    cap = open_capture(path, on_truncation=on_truncation)
-    rep = Report(str(path), cap.format)
+    return inspect_captures([path], max_records=max_records, on_truncation=on_truncation,
+                            crc=crc)
+
+
+def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = "stop",
+                     crc: bool = True) -> Report:
+    """:func:`inspect_capture` over several files as one capture (e.g. the per-NIC files of
+    ``tokenpcap generate``): totals, flows, phases and NICs add up across the files.
+
+    Files are read one after the other, so PSN order is only followed within a file: a flow
+    whose packets are in several files (``generate --split phase``) is counted in
+    ``roce.psn_flows_unchecked`` and left out of the PSN gaps.
+
+    Raises:
+        CaptureError: as :func:`inspect_capture`, naming the file.
+    """
+    paths = [str(p) for p in paths]
+    rep = Report(", ".join(paths), "")
     acc = _Acc(crc)
     first, last = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-    for rec in cap.batches(max_records):
-        rep.packets += rec.size
-        orig = rec["orig_len"].astype(np.int64)
-        rep.bytes += int(orig.sum())
-        rep.captured_bytes += int(rec["caplen"].sum(dtype=np.int64))
-        eth = rec["linktype"] == LINKTYPE_ETHERNET
-        rep.l1_bytes += int(np.where(eth, np.maximum(orig, ETH_MIN_FRAME_BYTES)
-                                     + L1_OVERHEAD_BYTES, orig).sum())
-        t = rec["time_ns"][rec["time_ns"] != NO_TIME]
-        if t.size:
-            first, last = min(first, int(t.min())), max(last, int(t.max()))
-        _add_batch(acc, cap, rec)
+    formats, truncated = [], []
+    for k, path in enumerate(paths):
+        cap = open_capture(path, on_truncation=on_truncation)
+        formats.append(cap.format)
+        acc.file = k
+        for rec in cap.batches(max_records):
+            rep.packets += rec.size
+            orig = rec["orig_len"].astype(np.int64)
+            rep.bytes += int(orig.sum())
+            rep.captured_bytes += int(rec["caplen"].sum(dtype=np.int64))
+            eth = rec["linktype"] == LINKTYPE_ETHERNET
+            rep.l1_bytes += int(np.where(eth, np.maximum(orig, ETH_MIN_FRAME_BYTES)
+                                         + L1_OVERHEAD_BYTES, orig).sum())
+            t = rec["time_ns"][rec["time_ns"] != NO_TIME]
+            if t.size:
+                first, last = min(first, int(t.min())), max(last, int(t.max()))
+            _add_batch(acc, cap, rec)
+        if cap.truncated_at is not None:
+            truncated.append(cap.truncated_at)
+        rep.interfaces += [{"index": len(rep.interfaces), "linktype": i.linktype,
+                            "name": i.name, "speed_bps": i.speed_bps, "tsresol": i.tsresol,
+                            **({"file": path} if len(paths) > 1 else {})}
+                           for i in cap.interfaces]
     if rep.packets and last >= first:
         rep.first_ns, rep.last_ns = first, last
-    rep.truncated_at = cap.truncated_at
-    rep.interfaces = [{"index": i.index, "linktype": i.linktype, "name": i.name,
-                       "speed_bps": i.speed_bps, "tsresol": i.tsresol} for i in cap.interfaces]
+    rep.format = formats[0] if len(set(formats)) == 1 else ",".join(formats)
+    rep.truncated_at = truncated[0] if truncated else None
     _finish(rep, acc)
     return rep
 
@@ -312,12 +346,17 @@ def _finish(rep: Report, acc: _Acc) -> None:
     n = acc.n
     rep.kinds = {name: int(c) for name, c in zip(KIND_NAMES, acc.kinds) if c}
     ps = acc.psn
+    span = np.array(sorted(acc.spanning), np.int64)
+    for name in ("gaps", "missing", "reordered"):
+        arr = getattr(ps, name)
+        arr[span[span < arr.size]] = 0
     rep.roce = {
         "packets": n["packets"], "payload_bytes": n["payload"], "icrc_ok": n["icrc_ok"],
         "icrc_bad": n["icrc_bad"], "icrc_checked": n["icrc_ok"] + n["icrc_bad"],
         "icrc_unchecked": n["icrc_unchecked"], "vcrc_ok": n["vcrc_ok"], "vcrc_bad": n["vcrc_bad"],
         "psn_gaps": int(ps.gaps.sum()), "psn_missing": int(ps.missing.sum()),
-        "psn_reordered": int(ps.reordered.sum()), "cnp": n["cnp"], "fecn": n["fecn"],
+        "psn_reordered": int(ps.reordered.sum()), "psn_flows_unchecked": len(acc.spanning),
+        "cnp": n["cnp"], "fecn": n["fecn"],
         "becn": n["becn"], "malformed": n["malformed"], "flows": len(acc.flows),
         "ecn": {k: int(v) for k, v in zip(("not_ect", "ect1", "ect0", "ce"), acc.ecn)},
         "opcodes": {OPCODES[c].name if c in OPCODES else f"0x{c:02x}": int(acc.opcodes[c])

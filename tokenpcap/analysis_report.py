@@ -23,6 +23,11 @@ def ns_text(t: int | None) -> str:
     return f"{t} ({when}.{frac:09d} UTC)"
 
 
+def _files(path: str) -> str:
+    names = path.split(", ")
+    return path if len(names) <= 3 else f"{len(names)} files: {names[0]} ... {names[-1]}"
+
+
 def _rate(bps: int | None) -> str:
     return "n/a" if bps is None else f"{bps / 1e9:,.3f} Gb/s ({bps:,} bit/s)"
 
@@ -38,7 +43,7 @@ def render_text(rep: Report) -> str:
     """The human report; ends with one line per check (``ok``/``FAIL``)."""
     j = rep.to_json()
     lines = [
-        f"File name:           {rep.path}",
+        f"File name:           {_files(rep.path)}",
         f"File format:         {rep.format}",
         f"Interfaces:          {len(rep.interfaces)}"
         + "".join(f"\n  #{i['index']} linktype {i['linktype']} {i['name'] or ''}".rstrip()
