@@ -1,4 +1,4 @@
-"""Replay: a generated RoCEv2 trace through tcpreplay over a veth pair between two network
+"""Replay: a generated RoCEv2 trace (``tokenpcap generate``) through tcpreplay over a veth pair between two network
 namespaces (MTU 9000), captured with tcpdump on the other side; inspect proves every frame
 arrived intact (count, bytes, ICRCs, byte-identical frames).
 
@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +46,24 @@ def _why_not() -> str | None:
 REASON = _why_not()
 
 
+def _generated(tmp_path):
+    """Two NICs' frames of one Dante iteration (``tokenpcap generate``, sizes / 64), as a
+    nanosecond pcap; the synthetic trace of tests/analysis_trace.py where generate is missing."""
+    try:
+        from tokenpcap.generate import GenerateOptions, Selection, generate
+        from tokenpcap.profiles import load_scenario
+    except ImportError:
+        write_trace(tmp_path / "sent.pcap", N_FRAMES)
+        return tmp_path / "sent.pcap"
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "gen"
+    out.mkdir()
+    res = generate(load_scenario(root / "profiles" / "scenarios" / "dante.yaml"),
+                   GenerateOptions(out_dir=out, fmt="pcap", split="none", scale=64,
+                                   selection=Selection(nics=frozenset({0, 8}))))
+    return res.files[0][0]
+
+
 @pytest.fixture
 def veth_pair():
     """Two namespaces joined by a veth pair with MTU 9000; yields (ns_a, ns_b); always cleaned."""
@@ -68,13 +87,13 @@ def veth_pair():
 @pytest.mark.skipif(REASON is not None, reason=REASON or "")
 def test_replay_through_veth_arrives_intact(tmp_path, veth_pair):
     ns_a, ns_b = veth_pair
-    sent = tmp_path / "sent.pcap"
-    write_trace(sent, N_FRAMES)
+    sent = _generated(tmp_path)
+    n_frames = inspect_capture(sent).packets
     got = tmp_path / "got.pcap"
     dump = subprocess.Popen(
         ["ip", "netns", "exec", ns_b, "tcpdump", "-i", "tpveth1", "-s", "0", "-U", "-n",
          "-B", "131072",
-         "--time-stamp-precision=nano", "-c", str(N_FRAMES), "-w", str(got), "udp dst port 4791"],
+         "--time-stamp-precision=nano", "-c", str(n_frames), "-w", str(got), "udp dst port 4791"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 20
@@ -83,7 +102,7 @@ def test_replay_through_veth_arrives_intact(tmp_path, veth_pair):
                 break
         r = _run("ip", "netns", "exec", ns_a, "tcpreplay", "-i", "tpveth0", "--mbps", "1000",
                  str(sent))
-        assert re.search(r"Successful packets:\s+%d\b" % N_FRAMES, r.stdout), r.stdout
+        assert re.search(r"Successful packets:\s+%d\b" % n_frames, r.stdout), r.stdout
         assert re.search(r"Failed packets:\s+0\b", r.stdout), r.stdout
         dump.wait(timeout=30)
     finally:
@@ -92,9 +111,9 @@ def test_replay_through_veth_arrives_intact(tmp_path, veth_pair):
             dump.wait(timeout=10)
         dump.stderr.close()
     a, b = inspect_capture(sent), inspect_capture(got)
-    assert b.packets == a.packets == N_FRAMES
+    assert b.packets == a.packets == n_frames
     assert b.bytes == a.bytes and b.captured_bytes == a.bytes
-    assert b.roce["icrc_ok"] == N_FRAMES and b.roce["icrc_bad"] == 0
+    assert b.roce["icrc_ok"] == n_frames and b.roce["icrc_bad"] == 0
     assert b.roce["payload_bytes"] == a.roce["payload_bytes"]
     assert (b.roce["psn_gaps"], b.roce["psn_reordered"]) == (0, 0)
     ca, cb = open_capture(sent), open_capture(got)
