@@ -299,3 +299,35 @@ def test_bad_options(cross):
     assert parse_time_ns("2.5us", "t") == 2500 and parse_time_ns("3ms", "t") == 3_000_000
     assert parse_window(":1ms") == (0, 1_000_000)
     assert parse_iterations("3") == (3, None) and parse_iterations("1:3") == (3, range(1, 3))
+
+
+def test_a_failing_writer_process_leaves_nothing_and_does_not_hang(cross):
+    """A worker that fails mid-run: OutputError in the parent, no file left, the process exits."""
+    import sys
+
+    path, tmp = cross
+    out = tmp / "failing"
+    out.mkdir()
+    script = f"""
+import sys
+from pathlib import Path
+from tokenpcap import generate_output
+from tokenpcap.errors import OutputError
+from tokenpcap.generate import GenerateOptions, generate
+from tokenpcap.profiles import load_scenario
+
+def boom(self):
+    raise OutputError("disk on fire")
+generate_output.Sink.flush = boom
+try:
+    generate(load_scenario({str(path)!r}), GenerateOptions(out_dir=Path({str(out)!r}), jobs=2))
+except OutputError as err:
+    print("raised:", err)
+    sys.exit(0)
+sys.exit(3)
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert "writer process failed: disk on fire" in r.stdout
+    assert not list(out.iterdir())

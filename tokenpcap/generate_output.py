@@ -298,6 +298,7 @@ class Dispatcher:
                     q.put("abort", timeout=1.0)
                 except queue_mod.Full:
                     p.terminate()
+            q.cancel_join_thread()      # batches a dead worker will never read: do not wait
         killed = False
         for p in self.procs:
             p.join(timeout=10)
