@@ -44,7 +44,7 @@ KC_DATA, KC_CTS, KC_ACK = 0, 1, 2
 _PREFIX = ("", "cts ", "ack ")
 #: Frame bytes a sink gathers before building and writing one batch: bounds the two record
 #: buffers every open writer keeps (2 × this per file) while keeping batches large.
-FLUSH_BYTES = 2 << 20
+FLUSH_BYTES = 8 << 20
 
 
 def label_codes(rows: np.ndarray) -> np.ndarray:
