@@ -75,8 +75,8 @@ class Chain:
 
     def advance(self, cur: np.ndarray, out: np.ndarray) -> None:
         """Vectorized, unchecked: write into ``out`` the start of the record after each ``cur``
-        (0 <= cur <= end), reading lengths at offsets clamped inside the file. Stop records and
-        bad lengths are not judged here (:meth:`bad` is, on the accepted starts)."""
+        (0 <= cur <= end - header). Stop records and bad lengths are not judged here
+        (:meth:`bad` is, on the accepted starts)."""
         raise NotImplementedError
 
     def bad(self, pos: np.ndarray) -> np.ndarray:
@@ -230,7 +230,9 @@ def _lockstep(chain: Chain, starts: np.ndarray, seg_end: np.ndarray, budget: int
     """Advance every chain one record per step (no validation; reads are clamped to the file).
 
     Returns (positions (budget + 1, C), rows used): row 0 the starts (chains without a start
-    sit at the file end), row t the t-th successor clamped to the file end. Stops when every
+    sit at ``end - header``), row t the t-th successor clamped to ``end - header`` (so that
+    :meth:`Chain.advance` never reads outside the file; a clamped step can only be the true
+    chain's last record, which :func:`_verify` re-checks with the scalar walker). Stops when every
     chain that still moves has left its segment, or after ``budget`` steps. The buffer is kept
     on the chain and reused (fresh pages are expensive)."""
     c = starts.size
@@ -238,13 +240,14 @@ def _lockstep(chain: Chain, starts: np.ndarray, seg_end: np.ndarray, budget: int
     if buf is None or buf.size < c * (budget + 1):
         buf = chain._lockstep_buf = np.empty(c * (budget + 1), np.int64)
     pos = buf[:c * (budget + 1)].reshape(budget + 1, c)
+    last = max(chain.end - chain.header, 0)
     cur = pos[0]
-    np.copyto(cur, np.where(starts >= 0, starts, chain.end))
+    np.copyto(cur, np.where(starts >= 0, starts, last))
     used = budget + 1
     for t in range(budget):
         out = pos[t + 1]
         chain.advance(cur, out)
-        np.minimum(out, chain.end, out=out)
+        np.minimum(out, last, out=out)          # every read stays inside the file
         if t % 16 == 15 and not np.any((out < seg_end) & (out != cur)):
             used = t + 2
             break

@@ -89,7 +89,7 @@ class _ErfChain(Chain):
                                     strides=(1,)) if end >= self.header else np.zeros(1, ">u2")
 
     def advance(self, cur, out):
-        np.add(cur, self.rlen_view[np.minimum(cur, self.last)], out=out)
+        np.add(cur, self.rlen_view[cur], out=out)
 
     def bad(self, pos):
         return self.rlen_view[pos] < self.header

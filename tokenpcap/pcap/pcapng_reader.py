@@ -42,7 +42,7 @@ class _BlockChain(Chain):
                                    strides=(1,)) if end >= 8 else np.zeros(1, np.uint32)
 
     def advance(self, cur, out):
-        np.add(cur, self.len_view[np.minimum(cur, self.last)], out=out)
+        np.add(cur, self.len_view[cur], out=out)
 
     def bad(self, pos):
         length = self.len_view[pos]

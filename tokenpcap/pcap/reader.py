@@ -58,7 +58,7 @@ class _PcapChain(Chain):
         return nxt, inb & (c <= self.max_caplen) & (nxt <= self.end), np.zeros(pos.size, bool)
 
     def advance(self, cur, out):
-        np.add(cur, self.cap_view[np.minimum(cur, self.last)], out=out)
+        np.add(cur, self.cap_view[cur], out=out)
         out += self.header
 
     def bad(self, pos):
@@ -117,6 +117,12 @@ class PcapCapture(Capture):
                                          byte_order=self.byte_order)]
         self._frac = NS if self.nanosecond else 1_000_000
         first_sec = int(self.views(self.byte_order + "u4")[24]) if self.size >= 28 else 0
+        # one unaligned view per record-header field, indexed by the record's start offset
+        count = self.size - PCAP_RECORD.size + 1          # > 0: the file header is 24 bytes
+        dt = PCAP_RECORD.dtype(self.byte_order)
+        self._fields = {name: np.ndarray((count,), dt.fields[name][0], buffer=data,
+                                         offset=dt.fields[name][1], strides=(1,))
+                        for name in dt.names}
         self._chain = _PcapChain(data, raw, self.size, self.byte_order, self._frac,
                                  max(self.snaplen, MAX_SNAPLEN), first_sec, str(path))
 
@@ -125,15 +131,19 @@ class PcapCapture(Capture):
             yield starts, None
 
     def _decode(self, starts, ctx):
-        u4 = self.views(self.byte_order + "u4")
+        f = self._fields
         rec = np.empty(starts.size, RECORD_DTYPE)
         t = rec["time_ns"]
-        np.multiply(u4[starts], NS, out=t, dtype=np.int64)
-        t += u4[starts + 4].astype(np.int64) * (NS // self._frac)
-        rec["offset"] = starts + PCAP_RECORD.size
+        np.multiply(f["ts_sec"][starts], NS, out=t, dtype=np.int64)
+        frac = f["ts_frac"][starts]
+        if self.nanosecond:
+            np.add(t, frac, out=t, casting="unsafe")
+        else:
+            t += frac.astype(np.int64) * (NS // self._frac)
+        np.add(starts, PCAP_RECORD.size, out=rec["offset"])
         rec["record"] = starts
-        rec["caplen"] = u4[starts + 8]
-        rec["orig_len"] = u4[starts + 12]
+        rec["caplen"] = f["caplen"][starts]
+        rec["orig_len"] = f["orig_len"][starts]
         rec["interface"] = 0
         rec["comment"] = -1
         rec["linktype"] = self.linktype
