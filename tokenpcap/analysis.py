@@ -36,7 +36,8 @@ from tokenpcap.pcap.reader import open_capture
 from tokenpcap.pcap.timestamps import NO_TIME
 from tokenpcap.wire.rdma import CNP, ETH_MIN_FRAME_BYTES, OPCODES
 
-__all__ = ["Report", "inspect_capture", "inspect_captures", "address_text", "L1_OVERHEAD_BYTES", "NS_PER_S"]
+__all__ = ["Report", "inspect_capture", "inspect_captures", "address_text",
+           "L1_OVERHEAD_BYTES", "NS_PER_S", "CONTROL_PREFIXES"]
 
 NS_PER_S = 1_000_000_000
 #: FCS 4 + preamble/SFD 8 + inter-frame gap 12 (IEEE 802.3; case C12)

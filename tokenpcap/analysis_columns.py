@@ -14,7 +14,7 @@ import numpy as np
 from tokenpcap.pcap.chain import ByteViews
 from tokenpcap.wire.fields import Header
 
-__all__ = ["DECODED_DTYPE", "Decoded", "field_at", "u128_at", "header_block",
+__all__ = ["DECODED_DTYPE", "Decoded", "field_at", "fields_at", "u128_at", "header_block",
            "HEADER_BLOCK_BYTES"]
 
 #: One row per packet. Shape (n,). Addresses are 128-bit keys split in two uint64: an IPv4
@@ -110,31 +110,68 @@ def field_at(views: ByteViews, pos: np.ndarray, header: Header, name: str,
     s = header.slot(name)
     f = s.field
     width = int(_VIEW[s.nbytes][-1])
-    at = np.asarray(pos, np.int64) + s.first_byte
     code = ("<" if f.little_endian else ">") + f"u{width}"
-    rows = getattr(views, "rows", None)
-    raw = None
-    if rows is not None and at.size == rows and at.size:
-        end = int(at[0]) + (rows - 1) * views.width + width   # same column of every row:
-        if int(at[0]) >= views.first and end <= views.data.size and \
-                (at - int(at[0]) == views.grid).all():
-            raw = np.ndarray((rows,), code, buffer=views.data, offset=int(at[0]),
-                             strides=(views.width,)).astype(code[1:])   # a strided view
-    v = views(code)
-    if raw is not None:
-        pass
-    elif not checked and at.size and (int(at.min()) < 0 or int(at.max()) >= v.size):
-        ok = (at >= 0) & (at < v.size)
-        raw = v[np.where(ok, at, 0)]
-        raw = np.where(ok, raw, 0).astype(raw.dtype)
-    else:
-        raw = v[at]
+    raw = _read(views, np.asarray(pos, np.int64) + s.first_byte, code, width, checked)
     shift = 8 * (width - s.nbytes) + s.shift if not f.little_endian else 0
     if shift:
         raw = raw >> raw.dtype.type(shift)
     if f.bits < 8 * width:
         raw = raw & raw.dtype.type((1 << f.bits) - 1)
     return raw
+
+
+def fields_at(views: ByteViews, pos: np.ndarray, header: Header, names: tuple[str, ...]
+              ) -> dict[str, np.ndarray]:
+    """Several fields of ``header`` at offsets ``pos``: each 32-bit word of the header that
+    holds a requested field is read once and the fields are cut out of it (shift and mask from
+    the declaration); fields wider than 32 bits, little-endian ones or ones that straddle a
+    word boundary go through :func:`field_at`.
+
+    Returns:
+        ``{name: uint (n,)}`` (uint32 for the fields cut from words).
+    """
+    pos = np.asarray(pos, np.int64)
+    out: dict[str, np.ndarray] = {}
+    words: dict[int, np.ndarray] = {}
+    regular = _regular(views, pos)          # then pos + constant is regular too
+    for name in names:
+        s = header.slot(name)
+        f = s.field
+        k = s.first_byte // 4
+        if f.little_endian or f.bits > 32 or s.first_byte + s.nbytes > 4 * k + 4:
+            out[name] = field_at(views, pos, header, name)
+            continue
+        w = words.get(k)
+        if w is None:
+            w = words[k] = _read(views, pos + 4 * k, ">u4", 4, False, regular)
+        shift = 8 * (4 * k + 4 - s.first_byte - s.nbytes) + s.shift
+        v = w >> np.uint32(shift) if shift else w
+        out[name] = v & np.uint32((1 << f.bits) - 1) if f.bits < 32 else v
+    return out
+
+
+def _regular(views: ByteViews, at: np.ndarray) -> bool:
+    """Whether offsets ``at`` are one column of the rows of a header block (a strided view)."""
+    rows = getattr(views, "rows", None)
+    return bool(rows is not None and at.size == rows and at.size
+                and int(at[0]) >= views.first and (at - int(at[0]) == views.grid).all())
+
+
+def _read(views: ByteViews, at: np.ndarray, code: str, width: int, checked: bool,
+          regular: bool | None = None) -> np.ndarray:
+    """Integers of type ``code`` (e.g. ``">u4"``) at byte offsets ``at``, native byte order.
+    ``regular``: the result of :func:`_regular` for ``at`` when the caller knows it."""
+    if regular is None:
+        regular = _regular(views, at)
+    if regular and int(at[0]) + (at.size - 1) * views.width + width <= views.data.size:
+        return np.ndarray((at.size,), code, buffer=views.data, offset=int(at[0]),
+                          strides=(views.width,)).astype(code[1:])   # a strided view
+    v = views(code)
+    if not checked and at.size and (int(at.min()) < 0 or int(at.max()) >= v.size):
+        ok = (at >= 0) & (at < v.size)
+        raw = v[np.where(ok, at, 0)]
+        return np.where(ok, raw, 0).astype(raw.dtype)
+    return v[at]
 
 
 def u128_at(views: ByteViews, pos: np.ndarray, header: Header, name: str

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from tokenpcap.analysis_columns import (
-    DECODED_DTYPE, HEADER_BLOCK_BYTES, Decoded, field_at, header_block, u128_at)
+    DECODED_DTYPE, HEADER_BLOCK_BYTES, Decoded, field_at, fields_at, header_block, u128_at)
 from tokenpcap.pcap.chain import ByteViews
 from tokenpcap.wire import headers as H
 from tokenpcap.wire.fields import Header
@@ -130,15 +130,17 @@ def _ethernet(views, out, idx, off, cap) -> None:
 
 def _ipv4(views, out, idx, pos, l3, off, cap) -> None:
     I = H.IPV4
-    ihl = field_at(views, pos, I, "IHL").astype(np.int64) * 4
-    total = field_at(views, pos, I, "TotalLength").astype(np.int64)
+    F = fields_at(views, pos, I, ("IHL", "TotalLength", "DSCP", "ECN", "SourceAddress",
+                                  "DestinationAddress", "FragmentOffset", "MF", "Protocol"))
+    ihl = F["IHL"].astype(np.int64) * 4
+    total = F["TotalLength"].astype(np.int64)
     out["ipver"][idx] = 4
-    out["dscp"][idx] = field_at(views, pos, I, "DSCP")
-    out["ecn"][idx] = field_at(views, pos, I, "ECN")
-    out["src_lo"][idx] = field_at(views, pos, I, "SourceAddress")
-    out["dst_lo"][idx] = field_at(views, pos, I, "DestinationAddress")
-    frag = (field_at(views, pos, I, "FragmentOffset") != 0) | (field_at(views, pos, I, "MF") != 0)
-    udp = ((field_at(views, pos, I, "Protocol") == H.IP_PROTO_UDP) & ~frag & (ihl >= I.size)
+    out["dscp"][idx] = F["DSCP"]
+    out["ecn"][idx] = F["ECN"]
+    out["src_lo"][idx] = F["SourceAddress"]
+    out["dst_lo"][idx] = F["DestinationAddress"]
+    frag = (F["FragmentOffset"] != 0) | (F["MF"] != 0)
+    udp = ((F["Protocol"] == H.IP_PROTO_UDP) & ~frag & (ihl >= I.size)
            & (cap >= l3 + ihl + H.UDP.size))
     u = np.flatnonzero(udp)
     pos, ihl, l3, off, cap, total = _sub((pos, ihl, l3, off, cap, total), u, udp.size)
@@ -163,14 +165,15 @@ def _ipv6(views, out, idx, pos, l3, off, cap) -> None:
 
 def _udp(views, out, idx, pos, l3, off, cap, ip_end) -> None:
     U = H.UDP
-    roce = (field_at(views, pos, U, "DestinationPort") == H.ROCEV2_UDP_PORT) & \
-        (cap >= pos - off + U.size + H.BTH.size)
+    F = fields_at(views, pos, U, ("SourcePort", "DestinationPort", "Length"))
+    roce = (F["DestinationPort"] == H.ROCEV2_UDP_PORT) & (cap >= pos - off + U.size + H.BTH.size)
     r = np.flatnonzero(roce)
     idx = _pick(idx, r, roce.size)
-    pos, l3, off, cap, ip_end = _sub((pos, l3, off, cap, ip_end), r, roce.size)
-    udp_len = field_at(views, pos, U, "Length").astype(np.int64)
+    pos, l3, off, cap, ip_end, udp_len, sport = _sub(
+        (pos, l3, off, cap, ip_end, F["Length"], F["SourcePort"]), r, roce.size)
+    udp_len = udp_len.astype(np.int64)
     out["kind"][idx] = KIND_ROCEV2
-    out["sport"][idx] = field_at(views, pos, U, "SourcePort")
+    out["sport"][idx] = sport
     bth = pos - off + U.size
     end = pos - off + udp_len
     _bth(views, out, idx, off, l3, bth, end, cap, bad=(end != ip_end) | (udp_len < U.size))
@@ -230,8 +233,10 @@ def _bth(views, out, idx, off, l3, bth, end, cap, bad) -> None:
     """BTH at frame offsets ``bth``; ``end`` is one past the ICRC (frame offsets)."""
     B = H.BTH
     p = off + bth
-    op = field_at(views, p, B, "OpCode").astype(np.int64)
-    pad = field_at(views, p, B, "PadCnt").astype(np.int64)
+    F = fields_at(views, p, B, ("OpCode", "PadCnt", "FECN", "BECN", "AckReq", "P_Key", "DestQP",
+                                "PSN"))
+    op = F["OpCode"].astype(np.int64)
+    pad = F["PadCnt"].astype(np.int64)
     out["l3"][idx] = l3
     out["bth"][idx] = bth
     out["end"][idx] = end
@@ -239,7 +244,7 @@ def _bth(views, out, idx, off, l3, bth, end, cap, bad) -> None:
     out["padcnt"][idx] = pad
     for name, col in (("FECN", "fecn"), ("BECN", "becn"), ("AckReq", "ackreq"),
                       ("P_Key", "pkey"), ("DestQP", "destqp"), ("PSN", "psn")):
-        out[col][idx] = field_at(views, p, B, name)
+        out[col][idx] = F[name]
     ext = EXT_BYTES[op].astype(np.int64)
     payload = end - bth - B.size - ext - pad - H.ICRC.size
     bad = bad | (ext < 0) | (payload < 0) | ((payload > 0) & ~HAS_PAYLOAD[op])
