@@ -79,6 +79,8 @@ class Transfers:
             before it may start (tuple of tuples of int).
         dependents: the reverse relation of ``deps``.
         by_src, by_dst: per rank of the group, the transfers it sends / receives.
+        rows: ``table`` as tuples of Python ints in TRANSFER_DTYPE field order (for the
+            schedule's per-event code, which must not pay numpy's per-element access).
     """
 
     table: np.ndarray
@@ -86,6 +88,7 @@ class Transfers:
     dependents: tuple[tuple[int, ...], ...]
     by_src: dict[int, tuple[int, ...]]
     by_dst: dict[int, tuple[int, ...]]
+    rows: tuple[tuple, ...] = ()
 
     def __len__(self) -> int:
         return len(self.table)
@@ -215,7 +218,7 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
     table.setflags(write=False)
     return Transfers(table, tuple(deps), tuple(tuple(x) for x in rev),
                      {r: tuple(v) for r, v in by_src.items()},
-                     {r: tuple(v) for r, v in by_dst.items()})
+                     {r: tuple(v) for r, v in by_dst.items()}, tuple(rows))
 
 
 def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,

@@ -78,10 +78,13 @@ def token_range(call: CollectiveCall, offset: int, nbytes: int, message_bytes: i
 class _CallRun:
     """Runtime state of one call: which ranks started it, what each transfer still waits for."""
 
-    __slots__ = ("call", "tr", "wait", "started", "pending", "waiters", "size")
+    __slots__ = ("call", "tr", "wait", "started", "pending", "waiters", "size", "qp_base", "codes")
 
-    def __init__(self, call: CollectiveCall, tr: Transfers):
+    def __init__(self, call: CollectiveCall, tr: Transfers, channels: int):
         self.call, self.tr = call, tr
+        self.qp_base = DIMS.index(call.dim) * channels
+        self.codes = (PHASES.index(call.phase), DIMS.index(call.dim),
+                      COLLECTIVES.index(call.collective))
         self.wait = [len(d) + 2 for d in tr.deps]       # deps + sender started + receiver started
         self.started: set[int] = set()
         self.pending = {r: len(tr.by_src[r]) + len(tr.by_dst[r]) for r in call.group}
@@ -261,7 +264,7 @@ class Schedule:
         if run is None:
             call = self._calls[cid]
             run = self._runs[cid] = _CallRun(call, transfers(
-                call, self._alg, self.layout, self._channels, self._slice))
+                call, self._alg, self.layout, self._channels, self._slice), self._channels)
         run.started.add(rank)
         tr = run.tr
         for x in tr.by_src[rank]:
@@ -281,23 +284,19 @@ class Schedule:
             self._launch(run, x, t)
 
     def _launch(self, run: _CallRun, x: int, t: int) -> None:
-        row = run.tr.table[x]
-        src, dst, nbytes = int(row["src"]), int(row["dst"]), int(row["bytes"])
+        _, step, src, dst, _, channel, _, nbytes, offset, nic = run.tr.rows[x]
         c = run.call
-        if bool(row["nic"]):
-            tok = token_range(c, int(row["byte_offset"]), nbytes, run.size,
-                              self.scenario.model.seq_length)
+        if nic:
+            tok = token_range(c, offset, nbytes, run.size, self.scenario.model.seq_length)
             self._out.append((run, x, t, self._nic[src], self._nic[dst],
-                              DIMS.index(c.dim) * self._channels + int(row["channel"]), nbytes,
-                              int(row["step"]), src, dst, tok))
+                              run.qp_base + channel, nbytes, step, src, dst, tok))
             return
         start = max(t, self._nvl_free[src])
         end = start + -(-(nbytes * 8 * self._nvl_den) // self._nvl_num)
         self._nvl_free[src] = end
         arrive = end + NVLINK_LATENCY_NS
-        self._nvlink.append((src, dst, nbytes, start, arrive, PHASES.index(c.phase),
-                             DIMS.index(c.dim), COLLECTIVES.index(c.collective), c.call_id,
-                             int(row["step"])))
+        self._nvlink.append((src, dst, nbytes, start, arrive, run.codes[0], run.codes[1],
+                             run.codes[2], c.call_id, step))
         self.engine.at(arrive, lambda t2, run=run, x=x: self._event(self._arrived, run, x, t2))
 
     def _flush(self) -> None:
@@ -311,9 +310,8 @@ class Schedule:
         tk = np.array(tok, dtype=np.int64).reshape(-1, 2)
         rows["token_start"], rows["token_end"] = tk[:, 0], tk[:, 1]
         calls = [o[0].call for o in out]
-        rows["phase"] = [PHASES.index(c.phase) for c in calls]
-        rows["dim"] = [DIMS.index(c.dim) for c in calls]
-        rows["collective"] = [COLLECTIVES.index(c.collective) for c in calls]
+        codes = np.array([o[0].codes for o in out], np.int64).reshape(-1, 3)
+        rows["phase"], rows["dim"], rows["collective"] = codes[:, 0], codes[:, 1], codes[:, 2]
         rows["iteration"] = [c.iteration for c in calls]
         rows["layer"] = [c.layer for c in calls]
         rows["microbatch"] = [c.microbatch for c in calls]
@@ -330,8 +328,8 @@ class Schedule:
         tr = run.tr
         for y in tr.dependents[x]:
             self._release(run, y, t)
-        row = tr.table[x]
-        for r in (int(row["src"]), int(row["dst"])):
+        row = tr.rows[x]
+        for r in (row[2], row[3]):
             run.pending[r] -= 1
             if run.pending[r] == 0 and r in run.started:
                 self._finish_rank(run, r, t)
