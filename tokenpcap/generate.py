@@ -262,10 +262,10 @@ def _chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, route
         pair = tx["msg"].astype(np.int64) * 3 + kc
         _, first, inv = np.unique(pair, return_index=True, return_inverse=True)
         mu, ku = m[first], kc[first]
-        labels_all = [comment_text(int(k), int(lb), int(r["iteration"]), int(r["call_id"]),
-                                   int(r["step"]), int(r["layer"]), int(r["microbatch"]),
-                                   int(r["token_start"]), int(r["token_end"]))
-                      for k, lb, r in zip(ku.tolist(), label_codes(mu).tolist(), mu)]
+        cols = [ku.tolist(), label_codes(mu).tolist()] + [
+            mu[f].tolist() for f in ("iteration", "call_id", "step", "layer", "microbatch",
+                                     "token_start", "token_end")]
+        labels_all = [comment_text(*args) for args in zip(*cols)]
         codes_all = inv.reshape(-1)
     order = np.argsort(fid, kind="stable")
     bounds = np.flatnonzero(np.diff(fid[order])) + 1
