@@ -43,7 +43,7 @@ from tokenpcap.messages import COLLECTIVES, DIMS, KIND_DATA, MESSAGE_DTYPE, PHAS
 from tokenpcap.model import shard_parameters
 from tokenpcap.nic import Engine
 from tokenpcap.plan import Plan
-from tokenpcap.program import ASYNC, BLOCK, CALL, COMPUTE, MARK, RECV, SEND, WAIT, build_programs
+from tokenpcap.program import ASYNC, COMPUTE, MARK, SEND, WAIT, build_programs
 
 __all__ = ["Schedule", "NVLINK_LATENCY_NS", "TIMELINE_DTYPE", "NVLINK_DTYPE", "token_range"]
 
