@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -368,3 +369,31 @@ def test_decode_round_trip_against_scapy_built_frames(tmp_path_factory, data):
                 r["ackreq"], r["psn"]) == (w["op"], w["padcount"], w["pkey"], w["fecn"],
                                            w["becn"], w["dqpn"], w["ackreq"], w["psn"])
         assert (r["payload"], r["dmalen"]) == (w["pay"], w["dmalen"]) and not r["malformed"]
+
+
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "60")), deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["eth", "ipv4", "ipv6", "vlan", "ib"]),
+                          st.binary(min_size=0, max_size=200), st.integers(0, 0xFFFF)),
+                min_size=1, max_size=12))
+def test_hostile_frames_never_crash(tmp_path_factory, frames):
+    """Frames with RoCE-looking prefixes and random rest (lengths that lie, truncated headers,
+    unknown opcodes, IB PktLen 0 ...) are counted, never a crash; checks simply fail."""
+    d = tmp_path_factory.mktemp("fuzz")
+    eth, ib = [], []
+    for kind, rest, word in frames:
+        w = word.to_bytes(2, "big")
+        prefix = {"eth": b"",
+                  "ipv4": bytes(12) + b"\x08\x00\x45\x00" + w + bytes(5) + b"\x11" + bytes(10)
+                  + b"\xc0\x00\x12\xb7" + w,
+                  "ipv6": bytes(12) + b"\x86\xdd\x60\x00\x00\x00" + w + b"\x11\x40" + bytes(32)
+                  + b"\xc0\x00\x12\xb7" + w,
+                  "vlan": bytes(12) + b"\x81\x00" + w + b"\x08\x00\x45" + bytes(8) + b"\x11",
+                  "ib": w + w + b"\x00\x01" + w}[kind]
+        (ib if kind == "ib" else eth).append(prefix + rest)
+    for name, group, writer in (("e.pcap", eth, PcapWriter), ("i.erf", ib, ErfWriter)):
+        if not group:
+            continue
+        rep = inspect_capture(write(d / name, group, writer=writer))
+        assert rep.packets == len(group)
+        assert rep.roce["payload_bytes"] >= 0 and isinstance(rep.ok, bool)
+        json.dumps(rep.to_json())

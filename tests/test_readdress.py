@@ -6,11 +6,14 @@ the microsecond output follows case C9.
 """
 from __future__ import annotations
 
+import os
 import struct
 import subprocess
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.analysis_trace import write_trace
 from tests.conftest import needs_tshark
@@ -180,3 +183,30 @@ def test_cli_readdress(tmp_path, scapy_vectors):
     r = CliRunner().invoke(main, ["readdress", str(src), "-o", str(tmp_path / "p.pcap"),
                                   "--map", "10.0.0.1"])
     assert r.exit_code == 1 and "expected OLD=NEW" in r.output
+
+
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "40")), deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["ipv4", "ipv6", "vlan", "pfc"]),
+                          st.binary(max_size=120), st.integers(0, 0xFFFF)), min_size=1,
+                max_size=8))
+def test_hostile_frames_are_copied_not_crashed_on(tmp_path_factory, frames):
+    """Frames whose lengths lie or whose headers are cut short go through readdress without an
+    error, one record out per record in, and the well-formed ones keep a good ICRC."""
+    d = tmp_path_factory.mktemp("fz")
+    out = []
+    for kind, rest, word in frames:
+        w = word.to_bytes(2, "big")
+        out.append({"ipv4": bytes(12) + b"\x08\x00\x45\x00" + w + bytes(5) + b"\x11" +
+                    bytes(10) + b"\xc0\x00\x12\xb7" + w,
+                    "ipv6": bytes(12) + b"\x86\xdd\x60\x00\x00\x00" + w + b"\x11\x40" +
+                    bytes(32) + b"\xc0\x00\x12\xb7" + w,
+                    "vlan": bytes(12) + b"\x81\x00" + w + b"\x08\x00\x45" + bytes(8) + b"\x11",
+                    "pfc": bytes(12) + b"\x88\x08\x01\x01" + w}[kind] + rest)
+    src = write(d / "in.pcap", out)
+    m = lab_mapping()
+    m.add_address("0.0.0.0", "10.1.1.1")
+    stats = readdress(src, d / "out.pcap", m)
+    rep = inspect_capture(d / "out.pcap")
+    assert stats["packets"] == rep.packets == len(out)
+    before = inspect_capture(src).roce
+    assert (rep.roce["icrc_ok"], rep.roce["icrc_bad"]) == (before["icrc_ok"], before["icrc_bad"])
