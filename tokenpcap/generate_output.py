@@ -42,9 +42,12 @@ LABELS: tuple[str, ...] = tuple(phase_label(d, p, c) for d in range(len(DIMS))
 #: Packet classes: data, clear-to-send, ACK.
 KC_DATA, KC_CTS, KC_ACK = 0, 1, 2
 _PREFIX = ("", "cts ", "ack ")
-#: Frame bytes a sink gathers before building and writing one batch: bounds the two record
-#: buffers every open writer keeps (2 × this per file) while keeping batches large.
+#: Record bytes (captured bytes + a 16-byte record header) a sink gathers before building and
+#: writing one batch: bounds the two record buffers every open writer keeps (2 × this per file)
+#: while keeping batches large. Counted after the snaplen, so that headers-only output gets
+#: batches of ~100 000 records rather than of ~2000 (per-batch costs would dominate).
 FLUSH_BYTES = 8 << 20
+_RECORD_OVERHEAD_BYTES = 16
 
 
 def label_codes(rows: np.ndarray) -> np.ndarray:
@@ -119,17 +122,19 @@ class Sink:
             self.w = PcapngWriter(spec.path, interfaces(spec, cfg), snaplen=cfg.snaplen)
             self.iface = np.full(max(spec.nics) + 1, -1, np.int64)
             self.iface[list(spec.nics)] = np.arange(len(spec.nics))
+        self.snaplen = cfg.snaplen
         self.buf: list[tuple] = []
         self.rows = 0
 
     def add(self, packets: np.ndarray, labels: list[str] | None, codes: np.ndarray | None) -> None:
         self.buf.append((packets, labels, codes))
-        self.rows += int(packets["frame_bytes"].sum(dtype=np.int64))
+        self.rows += int(np.minimum(packets["frame_bytes"], self.snaplen).sum(dtype=np.int64)) \
+            + _RECORD_OVERHEAD_BYTES * len(packets)
         if self.rows >= FLUSH_BYTES:
             self.flush()
 
     def flush(self) -> None:
-        """Build and write everything buffered, in batches of about FLUSH_BYTES frame bytes."""
+        """Build and write everything buffered, in batches of about FLUSH_BYTES record bytes."""
         if not self.buf:
             return
         parts, self.buf, self.rows = self.buf, [], 0
@@ -142,7 +147,8 @@ class Sink:
                 labels.extend(lab)
             codes = np.concatenate(cl)
         fb = pk["frame_bytes"].astype(np.int64)
-        cuts = np.searchsorted(np.cumsum(fb), np.arange(FLUSH_BYTES, int(fb.sum()), FLUSH_BYTES))
+        rec = np.minimum(fb, self.snaplen) + _RECORD_OVERHEAD_BYTES
+        cuts = np.searchsorted(np.cumsum(rec), np.arange(FLUSH_BYTES, int(rec.sum()), FLUSH_BYTES))
         for a, b in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(pk)]]).tolist()):
             if b > a:
                 self._write(pk[a:b], fb[a:b], labels, None if codes is None else codes[a:b])
