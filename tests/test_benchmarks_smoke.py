@@ -27,11 +27,12 @@ def run(script: str, *args: str, timeout: float = 300) -> str:
 
 
 TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "inspect_read.py"}
+HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
 
 def test_every_benchmark_script_has_a_smoke_test():
     """A new script in benchmarks/ needs a tiny-size run below (add it to TESTED and a test)."""
-    scripts = {p.name for p in BENCH.glob("*.py")} - {"common.py"}
+    scripts = {p.name for p in BENCH.glob("*.py")} - HELPERS
     assert scripts <= TESTED, f"benchmark scripts without a smoke test: {sorted(scripts - TESTED)}"
 
 
@@ -57,23 +58,26 @@ def test_write_frames_verification_catches_a_wrong_icrc(tmp_path):
     """The verifier the benchmark relies on must fail on a frame with one flipped ICRC bit."""
     sys.path.insert(0, str(BENCH))
     try:
-        import write_frames as wf
+        import frame_verify as fv
+        import frame_writers as fw
     finally:
         sys.path.remove(str(BENCH))
-    _, ctx, builder = wf.setup()
-    packets = wf.make_packets(builder, 0, 40)
+    _, ctx, builder = fw.setup()
+    packets = fw.make_packets(builder, 0, 40)
     path = tmp_path / "ok.pcap"
-    wf.run_tokenpcap(path, packets, builder, 262144, batch=16)
-    assert "40 records" in wf.verify_reference(path, packets, ctx, 262144, n_scapy=2)
+    fw.run_tokenpcap(path, packets, builder, 262144, batch=16)
+    assert "40 records" in fv.verify_reference(path, packets, ctx, 262144, n_scapy=2)
+    same = tmp_path / "same.pcap"
+    fw.run_struct_zlib(same, fw.py_rows(packets), ctx, 262144)
+    assert "40 records byte-equal" in fv.verify_same(same, path, 40, 262144)
     bad = tmp_path / "bad.pcap"
-    wf.run_struct_zlib(bad, wf.py_rows(packets), ctx, 262144)
-    data = bytearray(bad.read_bytes())
+    data = bytearray(same.read_bytes())
     data[24 + 16 + 4170 - 1] ^= 0x01        # last ICRC byte of the first frame (WRITE FIRST)
     bad.write_bytes(bytes(data))
     with pytest.raises(AssertionError, match="record 0: frame differs"):
-        wf.verify_same(bad, path, 40, 262144)
+        fv.verify_same(bad, path, 40, 262144)
     with pytest.raises(AssertionError, match="record 0"):
-        wf.verify_reference(bad, packets, ctx, 262144)
+        fv.verify_reference(bad, packets, ctx, 262144)
 
 
 # The other scripts belong to the engineers of the parts they measure and change with them:
