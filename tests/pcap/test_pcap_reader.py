@@ -237,3 +237,14 @@ def test_many_distinct_comments_and_hash_collisions_stay_exact(tmp_path, monkeyp
     rec = cap.read()
     assert [cap.comments[c] for c in rec["comment"]] == texts
     assert len(cap.comments) == 54
+
+
+def test_truncated_pcapng_can_stop_cleanly_and_close_releases(tmp_path):
+    raw = shb("<") + idb("<", 1, 0, tsresol=9) + epb("<", 0, 1, b"a" * 8) + epb("<", 0, 2, b"b" * 8)
+    cap = _open(tmp_path, raw[:-5], on_truncation="stop")
+    rec = cap.read()
+    assert rec["time_ns"].tolist() == [1] and cap.truncated_at == len(raw) - 40
+    cap.close()
+    assert cap.data.size == 0
+    with pytest.raises(TruncatedFile, match=f"offset {len(raw) - 40}"):
+        _open(tmp_path, raw[:-5]).read()

@@ -104,9 +104,13 @@ class Capture:
         return self.data[o:o + int(row["caplen"])].tobytes()
 
     def close(self) -> None:
-        """Drop the mapping (it stays alive while arrays that view it do)."""
+        """Drop this object's references to the mapping; the ``mmap`` is released once no
+        array that views it (``data`` slices kept by the caller) is alive."""
         self.data = np.zeros(0, np.uint8)
         self.views = ByteViews(self.data)
+        for name in ("_chain", "raw", "_fields"):
+            if hasattr(self, name):
+                setattr(self, name, None)
 
     def __enter__(self):
         return self

@@ -167,11 +167,14 @@ class Scratch:
         return buf[:nbytes]
 
 
-def scatter(out: np.ndarray, positions: np.ndarray, records: np.ndarray, stride: int = 1) -> None:
+def scatter(out: np.ndarray, positions: np.ndarray, records: np.ndarray, stride: int = 1,
+            step: int | None = None) -> None:
     """Copy ``records[i]`` (fixed size) to ``out[positions[i]:positions[i]+size]`` (a single
     record is copied to every position).
 
-    ``positions`` must be multiples of ``stride`` (1, or 4 for pcapng). One fancy assignment
+    ``positions`` must be multiples of ``stride`` (1, or 4 for pcapng). ``step``: the caller
+    knows the positions are evenly spaced by ``step`` bytes (0: they are not; None: check).
+    Evenly spaced records are copied with strided assignments; others with one fancy assignment
     through an overlapping ``V<size>`` view (numpy allows strides smaller than the item size).
     """
     size = records.dtype.itemsize
@@ -179,9 +182,12 @@ def scatter(out: np.ndarray, positions: np.ndarray, records: np.ndarray, stride:
     if n == 0:
         return
     if n > 1:
-        step = int(positions[1] - positions[0])
-        if step >= size and int(positions[-1] - positions[0]) == step * (n - 1) and \
-                (n < 3 or not np.any(np.diff(positions) - step)):
+        if step is None:                    # the caller may know that the spacing is even
+            step = int(positions[1] - positions[0])
+            if int(positions[-1] - positions[0]) != step * (n - 1) or \
+                    (n > 2 and np.any(np.diff(positions) - step)):
+                step = 0
+        if step >= size:
             # evenly spaced (every record the same length): strided copies, no fancy index,
             # in pieces of numeric dtypes (numpy copies c16/u8/u4 far faster than V<size>)
             src = np.ascontiguousarray(records).view(np.uint8)

@@ -238,7 +238,9 @@ class PcapngWriter(_RecordWriter):
         h["caplen"] = data_len
         h["orig_len"] = fb + erf
         out[:EPB.size] = h[:1].view(np.uint8)[4:]
-        scatter(out, starts[1:] - 4, h[1:], 4)
+        b0 = int(blen[0])
+        step = b0 if int(ends[-1]) == b0 * n and int(blen.min()) == b0 else 0
+        scatter(out, starts[1:] - 4, h[1:], 4, step)
         words[-1] = blen[-1]
         if np.any(erf):
             sel = np.flatnonzero(self._erf[iface])

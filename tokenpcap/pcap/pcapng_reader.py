@@ -128,7 +128,13 @@ class PcapngCapture(Capture):
     def _regions(self):
         p = 0
         while p < self.size:
-            order, length = self._read_shb(p)
+            try:
+                order, length = self._read_shb(p)
+            except TruncatedFile as err:
+                if not self._stop_on_truncation or p == 0:
+                    raise
+                self.truncated_at = err.offset
+                return
             section = len(self.sections) - 1
             chain = _BlockChain(self.data, self.raw, self.size, order, str(self.path))
             p += length

@@ -96,7 +96,8 @@ class _RecordWriter:
         ends = np.cumsum(rec)
         starts = ends - rec
         out = self._scratch.take(int(ends[-1]))
-        scatter(out, starts, headers)
+        even = int(ends[-1]) == int(rec[0]) * rec.size and int(rec.min()) == int(rec[0])
+        scatter(out, starts, headers, step=int(rec[0]) if even else 0)
         fill(out, starts + hl, caplen)
         self._out.write(out)
         self.packets += len(caplen)
