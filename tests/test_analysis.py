@@ -397,3 +397,24 @@ def test_hostile_frames_never_crash(tmp_path_factory, frames):
         assert rep.packets == len(group)
         assert rep.roce["payload_bytes"] >= 0 and isinstance(rep.ok, bool)
         json.dumps(rep.to_json())
+
+
+def test_repeated_payloads_share_one_crc_but_every_byte_counts(tmp_path):
+    """Full-size frames whose payloads repeat (as generated ones do) are verified through one
+    CRC per distinct payload; a byte flipped away from the sampled words of one payload, or in
+    one ICRC, is still caught (the payload is compared byte for byte with its group's)."""
+    from tests.analysis_trace import write_trace
+    path = tmp_path / "t.pcap"
+    write_trace(path, 300)
+    data = bytearray(path.read_bytes())
+    cap = open_capture(path)
+    rec = cap.read()
+    o, c = int(rec["offset"][100]), int(rec["caplen"][100])
+    data[o + c // 3] ^= 0x40                         # inside the payload of frame 100
+    o, c = int(rec["offset"][200]), int(rec["caplen"][200])
+    data[o + c - 2] ^= 0x01                          # the ICRC of frame 200
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(bytes(data))
+    _, icrc, _ = decoded(bad)
+    assert np.flatnonzero(icrc != 1).tolist() == [100, 200]
+    assert decoded(path)[1].tolist() == [1] * 300
