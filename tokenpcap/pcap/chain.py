@@ -147,8 +147,9 @@ def walk(chain: Chain, p: int, limit: int, *, steps: int = 256, avg: int | None 
     c = pos.shape[1]
     pos = pos[:used]
     j = (pos < seg_end).sum(axis=0)                               # steps inside each segment
-    exited = (j < used) & (starts >= 0)
     exit_pos = pos[np.minimum(j, used - 1), np.arange(c)]
+    # an exit at the clamp value may be a clamped read, not a record start: let the scalar decide
+    exited = (j < used) & (starts >= 0) & (exit_pos != max(chain.end - chain.header, 0))
     near = min(8, used)                    # a chain meets its predecessor's exit within a few records
     hit = pos[:near, 1:] == exit_pos[:-1]
     k = np.concatenate([[0], np.argmax(hit, axis=0)])
