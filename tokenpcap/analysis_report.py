@@ -90,6 +90,12 @@ def render_text(rep: Report) -> str:
             [[f["transport"], f["src"], f["dst"], f"0x{f['dest_qp']:06x}", f"{f['packets']:,}",
               f"{f['payload_bytes']:,}", f["psn_gaps"], f["icrc_bad"]] for f in flows],
             ["transport", "src", "dst", "DestQP", "packets", "payload B", "PSN gaps", "ICRC bad"])]
+    if len(rep.nics) > 1:
+        nics = sorted(rep.nics, key=lambda e: -e["bytes"])[:MAX_FLOWS]
+        lines += ["", f"Sending NICs (largest {len(nics)} of {len(rep.nics)}):", *_table(
+            [[e["address"], f"{e['flows']:,}", f"{e['packets']:,}", f"{e['bytes']:,}",
+              f"{e['payload_bytes']:,}"] for e in nics],
+            ["address", "flows", "packets", "bytes", "payload B"])]
     if rep.phases and not (len(rep.phases) == 1 and rep.phases[0]["name"] == "(no phase)"):
         lines += ["", "Phases (pcapng comments):", *_table(
             [[p["name"], f"{p['packets']:,}", f"{p['payload_bytes']:,}"] for p in rep.phases],
