@@ -306,13 +306,15 @@ def test_errors_name_the_offset(tmp_path, scapy_vectors):
 
 
 def test_json_report_keys(vectors_pcap):
-    path, _ = vectors_pcap
+    path, vectors = vectors_pcap
     j = json.loads(json.dumps(inspect_capture(path).to_json()))
     for k in ("packets", "bytes", "first_ns", "last_ns", "flows"):
         assert k in j
     for k in ("icrc_bad", "psn_gaps", "cnp", "payload_bytes"):
         assert isinstance(j["roce"][k], int)
     assert j["roce"]["cnp"] == 1 and j["roce"]["icrc_bad"] == 1 and j["pfc"]["xoff"] == 1
+    lens = [int(v["len"]) for v in vectors]                  # the case file's frame lengths
+    assert (j["frame_bytes_min"], j["frame_bytes_max"]) == (min(lens), max(lens))
 
 
 OPS = {0x04: (b"", True), 0x06: (b"RETH", True), 0x0B: (b"RETH+IMM", True),

@@ -74,6 +74,8 @@ class Report:
     first_ns: int | None = None
     last_ns: int | None = None
     l1_bytes: int = 0
+    frame_bytes_min: int | None = None
+    frame_bytes_max: int | None = None
     kinds: dict[str, int] = field(default_factory=dict)
     interfaces: list[dict] = field(default_factory=list)
     roce: dict = field(default_factory=dict)
@@ -131,6 +133,7 @@ class Report:
             "bytes": self.bytes, "captured_bytes": self.captured_bytes,
             "first_ns": self.first_ns, "last_ns": self.last_ns, "duration_ns": self.duration_ns,
             "l2_bps": self.rate_bps(self.bytes), "l1_bps": self.rate_bps(self.l1_bytes),
+            "frame_bytes_min": self.frame_bytes_min, "frame_bytes_max": self.frame_bytes_max,
             "interfaces": self.interfaces, "kinds": self.kinds, "roce": self.roce,
             "pfc": self.pfc, "flows": self.flows, "phases": self.phases, "nics": self.nics,
             "checks": self.checks(), "ok": self.ok, "truncated_at": self.truncated_at,
@@ -322,6 +325,11 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
             orig = rec["orig_len"].astype(np.int64)
             rep.bytes += int(orig.sum())
             rep.captured_bytes += int(rec["caplen"].sum(dtype=np.int64))
+            if orig.size:
+                lo, hi = int(orig.min()), int(orig.max())
+                rep.frame_bytes_min = lo if rep.frame_bytes_min is None else \
+                    min(rep.frame_bytes_min, lo)
+                rep.frame_bytes_max = max(rep.frame_bytes_max or 0, hi)
             eth = rec["linktype"] == LINKTYPE_ETHERNET
             rep.l1_bytes += int(np.where(eth, np.maximum(orig, ETH_MIN_FRAME_BYTES)
                                          + L1_OVERHEAD_BYTES, orig).sum())

@@ -51,6 +51,9 @@ def render_text(rep: Report) -> str:
         f"Number of packets:   {rep.packets:,}",
         f"Bytes (wire):        {rep.bytes:,}" + (f" (captured {rep.captured_bytes:,})"
                                                  if rep.captured_bytes != rep.bytes else ""),
+        f"Frame sizes:         " + ("n/a" if rep.frame_bytes_max is None else
+                                      f"{rep.frame_bytes_min:,} .. {rep.frame_bytes_max:,} bytes "
+                                      f"(replay needs MTU >= {rep.frame_bytes_max - 14:,})"),
         f"First packet:        {ns_text(rep.first_ns)}",
         f"Last packet:         {ns_text(rep.last_ns)}",
         f"Duration:            {rep.duration_ns:,} ns",
