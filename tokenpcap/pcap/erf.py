@@ -107,17 +107,20 @@ class _ErfChain(Chain):
                 & (pos + r <= self.end) & (np.abs(sec - self.first_sec) < (1 << 26)))
 
     def scalar(self, p, limit, max_count):
-        out, unpack, end, raw = [], self.struct.unpack_from, self.end, self.raw
-        while p < limit and len(out) < max_count:
-            if p + 16 > end:
+        out, unpack, end, raw, n = [], self.struct.unpack_from, self.end, self.raw, max_count
+        append, last = out.append, self.end - 16
+        while p < limit and n:
+            if p > last:
                 raise self.truncated(p, 16, "ERF record header")
             r = unpack(raw, p + 10)[0]
-            if r < 16:
-                raise self.corrupt(p, f"ERF record: rlen got {r}, expected >= 16")
-            if p + r > end:
+            q = p + r
+            if q > end or r < 16:
+                if r < 16:
+                    raise self.corrupt(p, f"ERF record: rlen got {r}, expected >= 16")
                 raise self.truncated(p, r, "ERF record")
-            out.append(p)
-            p += r
+            append(p)
+            p = q
+            n -= 1
         return out, p, False
 
 

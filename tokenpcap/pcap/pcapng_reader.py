@@ -65,20 +65,23 @@ class _BlockChain(Chain):
         return good & (self.u4[tail] == length)
 
     def scalar(self, p, limit, max_count):
-        out, unpack, end, raw = [], self.struct.unpack_from, self.end, self.raw
-        while p < limit and len(out) < max_count:
-            if p + 12 > end:
+        out, unpack, end, raw, n = [], self.struct.unpack_from, self.end, self.raw, max_count
+        append, last = out.append, self.end - 12
+        while p < limit and n:
+            if p > last:
                 raise self.truncated(p, 12, "pcapng block header")
             btype, length = unpack(raw, p)
-            if btype == BT_SHB:
-                return out, p, True
-            if length < 12 or length % 4:
-                raise self.corrupt(p, f"pcapng block_length: got {length}, expected a multiple "
-                                      "of 4 >= 12")
-            if p + length > end:
+            q = p + length
+            if btype == BT_SHB or q > end or length < 12 or length & 3:
+                if btype == BT_SHB:
+                    return out, p, True
+                if length < 12 or length & 3:
+                    raise self.corrupt(p, f"pcapng block_length: got {length}, expected a "
+                                          "multiple of 4 >= 12")
                 raise self.truncated(p, length, "pcapng block")
-            out.append(p)
-            p += length
+            append(p)
+            p = q
+            n -= 1
         return out, p, False
 
 

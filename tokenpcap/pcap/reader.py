@@ -78,18 +78,20 @@ class _PcapChain(Chain):
 
     def scalar(self, p, limit, max_count):
         out, unpack, end, hl, at = [], self.cap.unpack_from, self.end, self.header, self.cap_at
-        raw, max_caplen = self.raw, self.max_caplen
-        while p < limit and len(out) < max_count:
-            if p + hl > end:
+        raw, max_caplen, last, append, n = self.raw, self.max_caplen, self.end - hl, out.append, max_count
+        while p < limit and n:
+            if p > last:
                 raise self.truncated(p, hl, "pcap record header")
             c = unpack(raw, p + at)[0]
-            if c > max_caplen:
-                raise self.corrupt(p, f"pcap record: caplen got {c}, expected <= {max_caplen} "
-                                      "(the snaplen, or libpcap's maximum 262144)")
-            if p + hl + c > end:
+            q = p + hl + c
+            if q > end or c > max_caplen:
+                if c > max_caplen:
+                    raise self.corrupt(p, f"pcap record: caplen got {c}, expected <= {max_caplen} "
+                                          "(the snaplen, or libpcap's maximum 262144)")
                 raise self.truncated(p, hl + c, "pcap record")
-            out.append(p)
-            p += hl + c
+            append(p)
+            p = q
+            n -= 1
         return out, p, False
 
 
