@@ -62,8 +62,9 @@ def compare_with_plan(rep: Report, scenario_path: str, *, complete: bool = False
     """Fill ``rep.against`` with the comparison and return it.
 
     Returns:
-        ``{"scenario", "phases": [{name, capture_bytes, plan_bytes}], "nics": [{nic, address,
-        capture_bytes, plan_bytes}], "differences": [{what, key, capture_bytes, plan_bytes}]}``.
+        ``{"scenario", "phases": [{name, capture_bytes, plan_bytes}], "nics": [{nic,
+        capture_bytes, plan_bytes}], "differences": [{what, key, capture_bytes, plan_bytes}],
+        "note"}``; ``capture_bytes`` is None for what the capture does not hold.
 
     Raises:
         ProfileError, InfeasiblePlanError: the scenario cannot be loaded or planned.
