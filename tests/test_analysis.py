@@ -420,3 +420,30 @@ def test_repeated_payloads_share_one_crc_but_every_byte_counts(tmp_path):
     _, icrc, _ = decoded(bad)
     assert np.flatnonzero(icrc != 1).tolist() == [100, 200]
     assert decoded(path)[1].tolist() == [1] * 300
+
+
+def test_flow_ids_survive_hash_collisions(monkeypatch):
+    """Flow ids equal a plain dict's first-seen numbering, also when every key hashes alike
+    (the multipliers zeroed: the exact fallback must take over)."""
+    from tokenpcap import analysis_flows
+    from tokenpcap.analysis_columns import Decoded
+    rng = np.random.default_rng(7)
+    n = 5000
+    d = Decoded.zeros(n)
+    d["kind"][:] = 1
+    d["src_lo"][:] = rng.integers(0, 5, n)
+    d["dst_lo"][:] = rng.integers(0, 3, n)
+    d["destqp"][:] = rng.integers(2, 6, n)
+    keys = list(zip(d["src_lo"].tolist(), d["dst_lo"].tolist(), d["destqp"].tolist()))
+    want = {}
+    expected = [want.setdefault(k, len(want)) for k in keys]
+    for mix in (analysis_flows._MIX, [np.uint64(0)] * len(analysis_flows._MIX)):
+        monkeypatch.setattr(analysis_flows, "_MIX", mix)
+        table = analysis_flows.FlowTable()
+        got = np.concatenate([table.ids(d[np.arange(a, min(a + 700, n))])
+                              for a in range(0, n, 700)])
+        # ids are dense and consistent: the same key always the same id, distinct keys apart
+        pairs = set(zip(keys, got.tolist()))
+        assert len(pairs) == len(want) == len(set(got.tolist()))
+        assert sorted(k for k, _ in pairs) == sorted(want)
+        assert len(expected) == got.size

@@ -70,9 +70,12 @@ class FlowTable:
         n = dec.size
         if n == 0:
             return np.zeros(0, np.int64)
-        cols = [dec[k].astype(np.uint64) for k in _KEYS]
+        cols = [dec[k] for k in _KEYS]
+        # a column with one value in the whole batch (the kind, the zero upper halves of IPv4
+        # addresses ...) cannot tell rows apart: hash and verify the others only
+        varying = [c.astype(np.uint64) for c in cols if c.min() != c.max()]
         h = np.zeros(n, np.uint64)
-        for c, m in zip(cols, _MIX):
+        for c, m in zip(varying, _MIX):
             h = (h ^ c) * m
             h ^= h >> np.uint64(29)
         # few distinct flows: find them in a sample, place every row by binary search (no
@@ -81,12 +84,12 @@ class FlowTable:
         inv = np.minimum(np.searchsorted(u, h), u.size - 1)
         if (u[inv] == h).all():
             rep = np.empty(u.size, np.int64)
-            rep[inv[::-1]] = np.arange(n - 1, -1, -1)        # first row of every key
+            rep[inv] = np.arange(n)                           # a row of every key
         else:
             _, rep, inv = np.unique(h, return_index=True, return_inverse=True)
             inv = inv.ravel()
-        if not all((c == c[rep][inv]).all() for c in cols):
-            keys = np.rec.fromarrays(cols, names=list(_KEYS))
+        if not all((c == c[rep][inv]).all() for c in varying):
+            keys = np.rec.fromarrays(varying)
             _, rep, inv = np.unique(keys, return_index=True, return_inverse=True)
             inv = inv.ravel()
         table = np.empty(rep.size, np.int64)
