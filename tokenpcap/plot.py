@@ -45,42 +45,58 @@ def _pyplot():
     return plt
 
 
-def capture_series(path: str | os.PathLike) -> dict:
-    """Per-packet columns of a capture, for plotting (one pass, compact arrays).
+def capture_series(path: str | os.PathLike, *, bins: int = 200) -> dict:
+    """What the capture pictures need, aggregated while streaming (memory flat in the file size).
+
+    Two passes over the records: the first finds the time span (record headers only), the
+    second decodes every batch and adds it up.
 
     Returns:
-        dict of numpy arrays (n,): ``time_ns`` int64, ``bytes`` int64 (wire length), ``nic``
-        int32 (index into ``nics``, -1 for non-RDMA packets), ``phase`` int32 (index into
-        ``phases``, -1 none), ``dmalen`` int64 (RETH DMA length or -1); and lists ``nics``
-        (address texts) and ``phases`` (labels).
+        dict: ``t0_ns`` (first time), ``bin_ns`` (bin width, ns), ``bins`` (bins + 1 slots);
+        ``nics`` (sending addresses) and ``phases`` (labels, plus control packets as one
+        category); ``throughput``: ``{(nic index, phase index or -1): int64 (bins + 1,)}`` wire
+        bytes of the RDMA frames starting in each bin; ``frame_sizes`` and ``message_sizes``:
+        ``{bytes: count}`` of every frame's wire length and of every RETH DMA length.
 
     Raises:
         CaptureError: as :func:`tokenpcap.pcap.reader.open_capture`.
     """
     cap = open_capture(path, on_truncation="stop")
-    parts: dict[str, list] = {k: [] for k in ("time_ns", "bytes", "nic", "phase", "dmalen")}
+    t0, t1 = None, None
+    for rec in cap.batches():
+        t = rec["time_ns"]
+        if t.size:
+            t0 = int(t.min()) if t0 is None else min(t0, int(t.min()))
+            t1 = int(t.max()) if t1 is None else max(t1, int(t.max()))
+    t0 = t0 or 0
+    width = max(((t1 or 0) - t0) // bins + 1, 1)
     nic_index: dict[tuple, int] = {}
     nics: list[str] = []
     labels: list[str] = []
     label_index: dict[str, int] = {}
+    thr: dict[tuple[int, int], np.ndarray] = {}
+    frame_sizes: dict[int, int] = {}
+    message_sizes: dict[int, int] = {}
     for rec in cap.batches():
         d = decode_batch(cap.data, rec, cap.views)
-        rd = is_rdma(d["kind"])
-        nic = np.full(d.size, -1, np.int32)
-        if rd.any():
-            key = (d["kind"].astype(np.uint64) << np.uint64(60)) ^ d["src_hi"] * np.uint64(
-                0x9E3779B97F4A7C15) ^ d["src_lo"]
-            u, rep, inv = np.unique(key[rd], return_index=True, return_inverse=True)
-            rows = np.flatnonzero(rd)[rep]
-            table = np.empty(u.size, np.int32)
-            for j, r in enumerate(rows.tolist()):
-                k = (int(d["kind"][r]), int(d["src_hi"][r]), int(d["src_lo"][r]))
-                if k not in nic_index:
-                    nic_index[k] = len(nics)
-                    nics.append(address_text(*k))
-                table[j] = nic_index[k]
-            nic[rd] = table[inv.ravel()]
-        codes = np.full(len(cap.comments) + 1, -1, np.int32)
+        _count(frame_sizes, d["orig_len"])
+        rd = np.flatnonzero(is_rdma(d["kind"]))
+        if rd.size == 0:
+            continue
+        d = d[rd]
+        _count(message_sizes, d["dmalen"][d["dmalen"] >= 0])
+        key = (d["kind"].astype(np.uint64) << np.uint64(60)) ^ d["src_hi"] * np.uint64(
+            0x9E3779B97F4A7C15) ^ d["src_lo"]
+        u, rep, inv = np.unique(key, return_index=True, return_inverse=True)
+        table = np.empty(u.size, np.int64)
+        for j, r in enumerate(rep.tolist()):
+            k = (int(d["kind"][r]), int(d["src_hi"][r]), int(d["src_lo"][r]))
+            if k not in nic_index:
+                nic_index[k] = len(nics)
+                nics.append(address_text(*k))
+            table[j] = nic_index[k]
+        nic = table[inv.ravel()]
+        codes = np.full(len(cap.comments) + 1, -1, np.int64)
         for i, text in enumerate(cap.comments):
             if text.startswith(CONTROL_PREFIXES):
                 label = CONTROL_LABEL                   # clear-to-send writes and ACKs
@@ -92,14 +108,23 @@ def capture_series(path: str | os.PathLike) -> dict:
             codes[i] = label_index.setdefault(label, len(labels))
             if codes[i] == len(labels):
                 labels.append(label)
-        parts["time_ns"].append(d["time_ns"])
-        parts["bytes"].append(d["orig_len"])
-        parts["nic"].append(nic)
-        parts["phase"].append(codes[d["comment"]])
-        parts["dmalen"].append(np.where(rd, d["dmalen"], -1))
-    out = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in parts.items()}
-    out["nics"], out["phases"] = nics, labels
-    return out
+        phase = codes[d["comment"]]
+        slot = (d["time_ns"] - t0) // width
+        pair = (nic * (len(labels) + 1) + phase + 1)
+        uniq, pinv = np.unique(pair, return_inverse=True)
+        sums = np.bincount(pinv.ravel() * (bins + 1) + slot, d["orig_len"],
+                           minlength=uniq.size * (bins + 1)).reshape(uniq.size, bins + 1)
+        for p, row in zip(uniq.tolist(), np.rint(sums).astype(np.int64)):
+            k = (p // (len(labels) + 1), p % (len(labels) + 1) - 1)
+            thr[k] = thr[k] + row if k in thr else row
+    return {"t0_ns": t0, "bin_ns": width, "bins": bins + 1, "nics": nics, "phases": labels,
+            "throughput": thr, "frame_sizes": frame_sizes, "message_sizes": message_sizes}
+
+
+def _count(into: dict[int, int], values: np.ndarray) -> None:
+    u, c = np.unique(values, return_counts=True)
+    for v, k in zip(u.tolist(), c.tolist()):
+        into[v] = into.get(v, 0) + k
 
 
 def _time_axis(span_ns: int) -> tuple[str, int]:
@@ -110,8 +135,7 @@ def _time_axis(span_ns: int) -> tuple[str, int]:
     return "ns", 1
 
 
-def plot_throughput(series: dict, out: str | os.PathLike, *, bins: int = 200,
-                    title: str = "") -> Path:
+def plot_throughput(series: dict, out: str | os.PathLike, *, title: str = "") -> Path:
     """Stacked throughput per sending NIC by phase: one panel per NIC, at most ``MAX_NICS``
     spread evenly over the NICs in address order (so that every node/pipeline stage shows).
 
@@ -121,33 +145,26 @@ def plot_throughput(series: dict, out: str | os.PathLike, *, bins: int = 200,
         InputError: the capture has no RDMA packets to plot.
     """
     plt = _pyplot()
-    t, nic, ph, nb = series["time_ns"], series["nic"], series["phase"], series["bytes"]
-    keep = nic >= 0
-    if not keep.any():
+    thr, names = series["throughput"], series["nics"]
+    if not thr:
         raise InputError("plot throughput: got no RoCE/InfiniBand packets, expected at least one")
-    t, nic, ph, nb = t[keep], nic[keep], ph[keep], nb[keep]
-    t0, t1 = int(t.min()), int(t.max())
-    width = max((t1 - t0) // bins + 1, 1)
-    b = (t - t0) // width
-    unit, div = _time_axis(t1 - t0)
-    names = series["nics"]
-    present = sorted(set(np.unique(nic).tolist()), key=lambda k: _address_key(names[k]))
+    width, slots = series["bin_ns"], series["bins"]
+    unit, div = _time_axis(width * (slots - 1))
+    present = sorted({n for n, _ in thr}, key=lambda k: _address_key(names[k]))
     shown = [present[i] for i in np.unique(np.linspace(0, len(present) - 1, MAX_NICS)
                                            .round().astype(int))]
-    phases = series["phases"] + ["(no phase)"]
-    ph = np.where(ph < 0, len(phases) - 1, ph)
-    used = np.unique(ph)
+    labels = series["phases"] + ["(no phase)"]
+    used = sorted({p for _, p in thr}, key=lambda p: (p < 0, p))
     fig, axes = plt.subplots(len(shown), 1, figsize=(11, 1.9 * len(shown) + 1.2),
                              sharex=True, squeeze=False)
-    x = np.arange(bins + 1) * width / div            # bin starts; steps hold for a bin
+    x = np.arange(slots) * width / div               # bin starts; steps hold for a bin
+    zero = np.zeros(slots, np.int64)
     for ax, n in zip(axes[:, 0], shown):
-        sel = nic == n
-        stack = [np.bincount(b[sel & (ph == p)], nb[sel & (ph == p)], minlength=bins + 1)
-                 * 8 / width for p in used]       # bytes per ns * 8 = Gb/s
-        ax.stackplot(x, stack, labels=[phases[p] for p in used],
+        stack = [thr.get((n, p), zero) * 8 / width for p in used]   # bytes/ns * 8 = Gb/s
+        ax.stackplot(x, stack, labels=[labels[p] for p in used],
                      colors=[_COLORS[i % len(_COLORS)] for i in range(len(used))], step="post")
         ax.set_ylabel("Gb/s")
-        ax.set_title(f"NIC {series['nics'][n]}", fontsize=9, loc="left")
+        ax.set_title(f"NIC {names[n]}", fontsize=9, loc="left")
         ax.grid(alpha=0.3)
     axes[0, 0].legend(loc="upper right", fontsize=7, ncol=min(3, len(used)))
     axes[-1, 0].set_xlabel(f"time since first packet ({unit}); bins of {width:,} ns")
@@ -172,10 +189,11 @@ def _size_text(n: int) -> str:
     return f"{n:,}"
 
 
-def _distribution(ax, values: np.ndarray, color: str, what: str) -> None:
+def _distribution(ax, counts: dict[int, int], color: str, what: str) -> None:
     """Bars per distinct value when there are few (exact sizes readable), otherwise a histogram
     with logarithmic bins; counts on a log scale."""
-    u, c = np.unique(values, return_counts=True)
+    u = np.array(sorted(counts), np.int64)
+    c = np.array([counts[v] for v in u.tolist()], np.int64)
     if u.size == 0:
         ax.text(0.5, 0.5, f"no {what}", ha="center", va="center", transform=ax.transAxes)
     elif u.size <= 24:
@@ -184,11 +202,15 @@ def _distribution(ax, values: np.ndarray, color: str, what: str) -> None:
         ax.set_xticklabels([_size_text(int(v)) for v in u], rotation=45 if u.size > 6 else 0,
                            fontsize=8, ha="right" if u.size > 6 else "center")
         ax.set_yscale("log")
+        from matplotlib.ticker import FuncFormatter, LogLocator
+        ax.yaxis.set_major_locator(LogLocator(base=10))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
         for i, n in enumerate(c):
             ax.annotate(f"{n:,}", (i, n), ha="center", va="bottom", fontsize=7)
     else:
         lo, hi = max(int(u[0]), 1), int(u[-1]) + 1
-        ax.hist(values, bins=np.geomspace(lo, max(hi, lo + 1), 48), color=color, log=True)
+        ax.hist(u, bins=np.geomspace(lo, max(hi, lo + 1), 48), weights=c, color=color, log=True)
         ax.set_xscale("log")
     ax.grid(alpha=0.3, axis="y")
 
@@ -197,17 +219,19 @@ def plot_sizes(series: dict, out: str | os.PathLike, *, title: str = "") -> Path
     """Distributions of frame sizes (bytes on the wire, per packet) and of RDMA message sizes
     (RETH DMA length, per message), counts on a log scale."""
     plt = _pyplot()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    sizes = series["bytes"]
-    msg = series["dmalen"][series["dmalen"] >= 0]
-    _distribution(a, sizes, _COLORS[0], "frames")
-    a.set_xlabel("frame size (bytes, without FCS)")
-    a.set_ylabel("frames (log scale)")
-    a.set_title(f"frame sizes, {sizes.size:,} frames", fontsize=10)
-    _distribution(b, msg, _COLORS[1], "messages")
+    frames, msgs = series["frame_sizes"], series["message_sizes"]
+    if frames:
+        fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+        _distribution(a, frames, _COLORS[0], "frames")
+        a.set_xlabel("frame size (bytes, without FCS)")
+        a.set_ylabel("frames (log scale)")
+        a.set_title(f"frame sizes, {sum(frames.values()):,} frames", fontsize=10)
+    else:                                            # a scenario: messages only
+        fig, b = plt.subplots(1, 1, figsize=(7, 4.2))
+    _distribution(b, msgs, _COLORS[1], "messages")
     b.set_xlabel("RDMA message size (bytes; RETH DMA length)")
     b.set_ylabel("messages (log scale)")
-    b.set_title(f"message sizes, {msg.size:,} messages", fontsize=10)
+    b.set_title(f"message sizes, {sum(msgs.values()):,} messages", fontsize=10)
     fig.suptitle(title or "Frame and message size distributions")
     return _save(fig, out)
 
@@ -299,7 +323,9 @@ def plot_all(source: str | os.PathLike, outdir: str | os.PathLike, *, scale: int
             per = max(1, 16 // max(1, plan.scenario.parallelism.pp))
             ranks = [r for st in sorted(set(stage_of.values()))
                      for r in [q for q in range(lay.world_size) if stage_of[q] == st][:per]]
-        series = {"bytes": np.zeros(0, np.int64), "dmalen": m["size_bytes"][m["kind"] == 0]}
+        sizes: dict[int, int] = {}
+        _count(sizes, m["size_bytes"][m["kind"] == 0])
+        series = {"frame_sizes": {}, "message_sizes": sizes}
         return [plot_timeline(sched.timeline, m, outdir / f"{src.stem}-timeline.png",
                               ranks=ranks, stage_of=stage_of),
                 plot_sizes(series, outdir / f"{src.stem}-message-sizes.png",
