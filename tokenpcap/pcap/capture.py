@@ -108,7 +108,7 @@ class Capture:
         array that views it (``data`` slices kept by the caller) is alive."""
         self.data = np.zeros(0, np.uint8)
         self.views = ByteViews(self.data)
-        for name in ("_chain", "raw", "_fields"):
+        for name in ("_chain", "raw", "_c16"):
             if hasattr(self, name):
                 setattr(self, name, None)
 

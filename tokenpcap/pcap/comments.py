@@ -1,10 +1,9 @@
 """pcapng EPB comments, vectorized: find each block's first ``opt_comment`` (draft-ietf-opsawg-
 pcapng §3.5, §4.3) and factorize the texts without a Python object per packet.
 
-Texts of one length are compared as 64-bit words gathered straight from the mapped file (the last
-word overlaps the previous one, so no read passes the comment's end), hashed, grouped, and then
-verified word by word against their group's first member, so a hash collision cannot merge two
-different texts (it falls back to an exact sort).
+Texts of one length are gathered from the mapped file in one pass, compared as 64-bit words,
+hashed, grouped, and then verified word by word against their group's first member, so a hash
+collision cannot merge two different texts (it falls back to an exact sort).
 """
 from __future__ import annotations
 
@@ -19,12 +18,12 @@ _MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
                   0x27D4EB2F165667C5], np.uint64)
 
 
-def comment_spans(u2: np.ndarray, start: np.ndarray, end: np.ndarray, path
+def comment_spans(views, order: str, start: np.ndarray, end: np.ndarray, path
                   ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
     """Locate the first ``opt_comment`` in each options area ``[start, end)``.
 
     Args:
-        u2: the file's unaligned 16-bit view in the section's byte order.
+        views: the file's :class:`~tokenpcap.pcap.chain.ByteViews`; order: the section's.
         start, end: int64 (n,) byte offsets of each block's options and its trailing length.
 
     Returns:
@@ -39,8 +38,9 @@ def comment_spans(u2: np.ndarray, start: np.ndarray, end: np.ndarray, path
     rows, at, size = [], [], []
     while todo.size:                               # one pass per option position, not per packet
         c = cur[todo]
-        code = u2[c]
-        ln = u2[c + 2].astype(np.int64)
+        word = views(order + "u4")[c]               # code and length in one gather
+        code, ln = (word & 0xFFFF, word >> 16) if order == "<" else (word >> 16, word & 0xFFFF)
+        ln = ln.astype(np.int64)
         over = (code != 0) & (c + 4 + ln > end[todo])
         if over.any():
             p = int(c[np.flatnonzero(over)[0]])
@@ -67,7 +67,6 @@ def distinct_texts(views, at: np.ndarray, size: np.ndarray):
     order = np.argsort(size, kind="stable")
     counts = np.bincount(size[order] - size[order[0]]) if size.size else np.zeros(0, np.int64)
     bounds = np.concatenate([[0], np.cumsum(counts)])
-    u8 = views("<u8")
     for k in np.flatnonzero(counts):
         rows = order[bounds[k]:bounds[k + 1]]
         length = int(size[order[0]]) + int(k)
@@ -75,10 +74,10 @@ def distinct_texts(views, at: np.ndarray, size: np.ndarray):
         if length == 0:
             yield [""], rows, np.zeros(rows.size, np.int64)
             continue
-        if length < 8:                             # the 8 bytes ending at the text's end
-            words = [u8[p + (length - 8)]]         # (option header bytes are equal per length)
-        else:
-            words = [u8[p + 8 * j] for j in range(length // 8)] + [u8[p + length - 8]]
+        # one gather of the texts (one cache/TLB miss each), zero-padded to 64-bit words
+        padded = np.zeros((p.size, (length + 7) // 8 * 8), np.uint8)
+        padded[:, :length] = views(f"V{length}")[p].view(np.uint8).reshape(p.size, length)
+        words = list(padded.view("<u8").T)
         h = np.zeros(rows.size, np.uint64)
         for j, w in enumerate(words):
             h = (h ^ w) * _MULT[j % 4] + np.uint64(j + 1)

@@ -167,6 +167,8 @@ class PcapngWriter(_RecordWriter):
         k = len(comments.labels)
         if n and (int(codes.min()) < -1 or int(codes.max()) >= k):
             raise EncodeError(f"{self._where}: comments.codes: got values outside -1..{k - 1}")
+        if len(self._blobs) > 4096:                 # unique texts per packet: keep memory flat
+            self._blobs = {}
         blobs = []
         for label in comments.labels:
             blob = self._blobs.get(label)
