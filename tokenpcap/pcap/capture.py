@@ -6,6 +6,7 @@ found by :func:`tokenpcap.pcap.chain.walk`) and ``_decode`` (numpy rows for thos
 """
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +77,8 @@ class Capture:
         self._comment_index: dict[str, int] = {}
         self.truncated_at: int | None = None
         self._stop_on_truncation = on_truncation == "stop"
+        owner = getattr(data.base, "obj", data.base)           # np.frombuffer(mmap) -> memoryview
+        self._mm = owner if isinstance(owner, mmap.mmap) else None
 
     # -- public ----------------------------------------------------------------------------------
     def batches(self, max_records: int = CHUNK) -> Iterator[np.ndarray]:
@@ -108,7 +111,7 @@ class Capture:
         array that views it (``data`` slices kept by the caller) is alive."""
         self.data = np.zeros(0, np.uint8)
         self.views = ByteViews(self.data)
-        for name in ("_chain", "raw", "_c16"):
+        for name in ("_chain", "raw", "_c16", "_mm"):
             if hasattr(self, name):
                 setattr(self, name, None)
 
@@ -131,7 +134,7 @@ class Capture:
         """Walk [p, end) region by region; honours ``on_truncation``."""
         avg, first = None, p
         while p < end:
-            limit = min(p + REGION, end)
+            limit, region = min(p + REGION, end), p
             try:
                 starts, p, stopped = walk(chain, p, limit, avg=avg)
                 if starts.size > 1000 and avg is None:
@@ -145,8 +148,19 @@ class Capture:
                 yield starts, err.offset, True
                 return
             yield starts, p, stopped
+            self._release(region, p)
             if stopped:
                 return
+
+    def _release(self, start: int, stop: int) -> None:
+        """Unmap the pages of a region already handed out (MADV_DONTNEED): resident memory
+        stays flat on huge files; the pages stay in the page cache and a later access to
+        ``data`` there maps them again."""
+        if self._mm is not None and hasattr(mmap, "MADV_DONTNEED"):
+            lo = start // mmap.PAGESIZE * mmap.PAGESIZE
+            hi = stop // mmap.PAGESIZE * mmap.PAGESIZE
+            if hi > lo:
+                self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
     def _label_codes(self, texts: list[str]) -> np.ndarray:
         """Codes in :attr:`comments` for distinct texts, adding new ones."""
