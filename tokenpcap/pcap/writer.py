@@ -64,6 +64,7 @@ class _RecordWriter:
     def __init__(self, path, *, overwrite: bool, threaded: bool):
         self._out = AtomicOutput(path, overwrite=overwrite, threaded=threaded)
         self._scratch = Scratch()
+        self._uniform = False
         self.path = self._out.path
         self.packets = 0
 
@@ -92,15 +93,22 @@ class _RecordWriter:
     def _emit(self, headers: np.ndarray, caplen: np.ndarray, fill: Fill) -> None:
         """Lay ``headers`` (n,) and frame ranges out back to back, fill, write once."""
         hl = headers.dtype.itemsize
-        rec = caplen + hl
-        ends = np.cumsum(rec)
-        starts = ends - rec
-        out = self._scratch.take(int(ends[-1]))
-        even = int(ends[-1]) == int(rec[0]) * rec.size and int(rec.min()) == int(rec[0])
-        scatter(out, starts, headers, step=int(rec[0]) if even else 0)
-        fill(out, starts + hl, caplen)
+        n = caplen.size
+        if self._uniform:                 # every frame cut at the snaplen: fixed-size records
+            size = hl + self.snaplen
+            out = self._scratch.take(size * n)
+            scatter(out, np.arange(0, size * n, size), headers, step=size)
+            fill(out, np.arange(hl, size * n, size), caplen)
+        else:
+            rec = caplen + hl
+            ends = np.cumsum(rec)
+            starts = ends - rec
+            out = self._scratch.take(int(ends[-1]))
+            even = int(ends[-1]) == int(rec[0]) * n and int(rec.min()) == int(rec[0])
+            scatter(out, starts, headers, step=int(rec[0]) if even else 0)
+            fill(out, starts + hl, caplen)
         self._out.write(out)
-        self.packets += len(caplen)
+        self.packets += n
 
 
 class PcapWriter(_RecordWriter):
@@ -155,7 +163,8 @@ class PcapWriter(_RecordWriter):
                             max_frame=_ERF_MAX_FRAME if self.erf else 0xFFFFFFFF)
         if t.size == 0:
             return
-        caplen = np.minimum(fb, self.snaplen)
+        self._uniform = int(fb.min()) >= self.snaplen
+        caplen = np.full(t.size, self.snaplen) if self._uniform else np.minimum(fb, self.snaplen)
         h = np.empty(t.size, self._dtype)
         sec, frac = split_ns(t, self._frac)
         if int(sec.max()) > 0xFFFFFFFF:
@@ -204,7 +213,8 @@ class ErfWriter(_RecordWriter):
                             max_frame=_ERF_MAX_FRAME)
         if t.size == 0:
             return
-        caplen = np.minimum(fb, self.snaplen)
+        self._uniform = int(fb.min()) >= self.snaplen
+        caplen = np.full(t.size, self.snaplen) if self._uniform else np.minimum(fb, self.snaplen)
         h = np.empty(t.size, stacked_dtype([("erf_", ERF_RECORD)]))
         _erf_fields(h, "erf_", t, fb, caplen, interface)
         self._emit(h, caplen, fill)
