@@ -250,3 +250,17 @@ def test_truncated_pcapng_can_stop_cleanly_and_close_releases(tmp_path):
     assert cap.data.size == 0
     with pytest.raises(TruncatedFile, match=f"offset {len(raw) - 40}"):
         _open(tmp_path, raw[:-5]).read()
+
+
+def test_unopenable_paths_raise_capture_error(tmp_path):
+    with pytest.raises(CaptureError, match="cannot open: No such file"):
+        open_capture(tmp_path / "missing.pcap")
+    with pytest.raises(CaptureError, match="cannot open: Is a directory"):
+        open_capture(tmp_path)
+
+
+def test_package_exports_the_reader_and_writers():
+    import tokenpcap.pcap as P
+    assert set(P.__all__) == {"PcapWriter", "PcapngWriter", "ErfWriter", "Interface", "Comments",
+                              "open_capture", "Capture", "InterfaceInfo", "RECORD_DTYPE", "NO_TIME"}
+    assert all(hasattr(P, name) for name in P.__all__)
