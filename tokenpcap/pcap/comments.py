@@ -61,9 +61,14 @@ def comment_spans(views, order: str, start: np.ndarray, end: np.ndarray, path
     return start.size, np.concatenate(rows), np.concatenate(at), np.concatenate(size)
 
 
-def distinct_texts(views, at: np.ndarray, size: np.ndarray):
+def distinct_texts(views, at: np.ndarray, size: np.ndarray, dense: bool = False):
     """Group texts by content. Yields (texts list[str], rows int64 (m,), inverse int64 (m,)):
-    ``texts[inverse[i]]`` is the text at ``at[rows[i]]``. One group of yields per length."""
+    ``texts[inverse[i]]`` is the text at ``at[rows[i]]``. One group of yields per length.
+
+    ``dense``: the texts are close together in the file (small records): gather 64-bit words
+    (fast numeric gathers; the last word ends at the text's end, and for texts under 8 bytes it
+    starts in the option header, which is equal for equal lengths). Otherwise gather each text
+    whole in one pass (one cache/TLB miss per far-apart record)."""
     order = np.argsort(size, kind="stable")
     counts = np.bincount(size[order] - size[order[0]]) if size.size else np.zeros(0, np.int64)
     bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -74,10 +79,13 @@ def distinct_texts(views, at: np.ndarray, size: np.ndarray):
         if length == 0:
             yield [""], rows, np.zeros(rows.size, np.int64)
             continue
-        # one gather of the texts (one cache/TLB miss each), zero-padded to 64-bit words
-        padded = np.zeros((p.size, (length + 7) // 8 * 8), np.uint8)
-        padded[:, :length] = views(f"V{length}")[p].view(np.uint8).reshape(p.size, length)
-        words = list(padded.view("<u8").T)
+        if dense:
+            u8 = views("<u8")
+            words = [u8[p + 8 * j] for j in range(length // 8)] + [u8[p + (length - 8)]]
+        else:
+            padded = np.zeros((p.size, (length + 7) // 8 * 8), np.uint8)
+            padded[:, :length] = views(f"V{length}")[p].view(np.uint8).reshape(p.size, length)
+            words = list(padded.view("<u8").T)
         h = np.zeros(rows.size, np.uint64)
         for j, w in enumerate(words):
             h = (h ^ w) * _MULT[j % 4] + np.uint64(j + 1)

@@ -160,8 +160,13 @@ class PcapngCapture(Capture):
     def _decode(self, starts: np.ndarray, ctx: tuple[str, int]) -> np.ndarray:
         order, section = ctx
         u4 = self.views(order + "u4")
-        btype = u4[starts]
-        length = u4[starts + 4].astype(np.int64)
+        head = None
+        if starts.size and int(starts[-1]) + EPB.size <= self.size:
+            # whole EPB-sized headers in one gather (one cache/TLB miss per block)
+            head = self.views(f"V{EPB.size}")[starts].view(EPB.dtype(order))
+            btype, length = head["block_type"], head["block_length"].astype(np.int64)
+        else:
+            btype, length = u4[starts], u4[starts + 4].astype(np.int64)
         bad = u4[starts + length - 4] != length
         if bad.any():
             p = int(starts[np.flatnonzero(bad)[0]])
@@ -177,9 +182,9 @@ class PcapngCapture(Capture):
         else:
             defined = before
         is_epb = btype == BT_EPB
-        if is_epb.all():                                    # the usual case: only EPBs
+        if is_epb.all() and head is not None:               # the usual case: only EPBs
             rec = self._packets(starts, length, np.zeros(starts.size, bool), defined, first,
-                                order, all_epb=True)
+                                order, head=head)
         else:
             pk = np.flatnonzero(is_epb | (btype == BT_OPB) | (btype == BT_SPB))
             rec = self._packets(starts[pk], length[pk], btype[pk] == BT_SPB,
@@ -196,8 +201,10 @@ class PcapngCapture(Capture):
                 rec = rec[drop]
         return rec
 
-    def _packets(self, pos, blen, spb, defined, first, order, *, all_epb=False, opb=None):
-        """RECORD rows for EPB/OPB/SPB blocks at ``pos`` (``spb``/``opb`` mark the kinds)."""
+    def _packets(self, pos, blen, spb, defined, first, order, *, head=None, opb=None):
+        """RECORD rows for EPB/OPB/SPB blocks at ``pos`` (``spb``/``opb`` mark the kinds;
+        ``head``: the EPB headers already gathered when every block is an EPB)."""
+        all_epb = head is not None
         u4, u2 = self.views(order + "u4"), self.views(order + "u2")
         n = pos.size
         rec = np.empty(n, RECORD_DTYPE)
@@ -209,8 +216,7 @@ class PcapngCapture(Capture):
             i = int(np.flatnonzero(short)[0])
             raise _error(CaptureError, int(pos[i]), f"{self.path}: pcapng packet block_length: "
                          f"got {int(blen[i])}, expected >= {EPB.size + 4}")
-        if all_epb:               # one gather of whole headers: one cache/TLB miss per block
-            head = self.views(f"V{EPB.size}")[pos].view(EPB.dtype(order))
+        if all_epb:
             ifid = head["interface_id"].astype(np.int64)
             cap = head["caplen"].astype(np.int64)
             orig = head["orig_len"]
@@ -252,12 +258,14 @@ class PcapngCapture(Capture):
         if self._want_comments:
             opt = pos + hdr + pad4(cap)
             end = pos + blen - 4
+            dense = n > 1 and int(pos[-1] - pos[0]) < 1024 * (n - 1)
             if all_epb:
-                rec["comment"] = self._codes(comment_spans(self.views, order, opt, end, self.path))
+                rec["comment"] = self._codes(comment_spans(self.views, order, opt, end, self.path),
+                                             dense)
             else:
                 has = np.flatnonzero(~spb)
                 rec["comment"][has] = self._codes(comment_spans(self.views, order, opt[has],
-                                                                end[has], self.path))
+                                                                end[has], self.path), dense)
         return rec
 
     def _times(self, rec, ticks, pos, spb, glob, first, all_epb) -> None:
@@ -285,11 +293,11 @@ class PcapngCapture(Capture):
                          f"0x{tsresol:02x}: got a time that int64 ns cannot hold")
         return ns
 
-    def _codes(self, spans) -> np.ndarray:
+    def _codes(self, spans, dense: bool) -> np.ndarray:
         """Comment codes (int32 (n,), -1 for none) from :func:`comment_spans` output."""
         n, idx, at, size = spans
         codes = np.full(n, -1, np.int32)
         if idx.size:
-            for texts, rows, inv in distinct_texts(self.views, at, size):
+            for texts, rows, inv in distinct_texts(self.views, at, size, dense):
                 codes[idx[rows]] = self._label_codes(texts)[inv]
         return codes
