@@ -7,7 +7,6 @@ ring rank i receives from i-1 the chunk it forwards at the next step.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -17,15 +16,8 @@ from hypothesis import strategies as st
 from tokenpcap.collectives import scaled_bytes, slice_elements_bytes, transfers
 from tokenpcap.layout import RankLayout
 from tokenpcap.profiles import CollectivesConfig
+from tokenpcap.traffic import CallShape as Call
 from tokenpcap.traffic import hops
-
-
-@dataclass(frozen=True)
-class Call:
-    collective: str
-    group: tuple[int, ...]
-    message_bytes: int
-    elem_bytes: int
 
 
 def layout(gpus_per_node: int, world: int) -> RankLayout:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tokenpcap.layout import RankLayout
-from tokenpcap.traffic import CallLike, effective_algorithm, hops, ring_chunk_bytes
+from tokenpcap.traffic import CallLike, CallShape, effective_algorithm, hops, ring_chunk_bytes
 
 __all__ = ["TRANSFER_DTYPE", "Transfers", "transfers", "slice_elements_bytes", "scaled_bytes"]
 
@@ -168,7 +168,7 @@ def _ranks_per_node(group: tuple[int, ...], layout: RankLayout) -> int | None:
 @functools.lru_cache(maxsize=8192)
 def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
                       layout: RankLayout, channels: int, slice_bytes: int) -> Transfers:
-    call = _Probe(collective, group, s, e)
+    call = CallShape(collective, group, s, e)
     h = hops(call, algorithm, layout)
     alg = effective_algorithm(collective, algorithm)
     preds = _predecessors(h, alg)
@@ -248,10 +248,3 @@ def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,
                              int(call.elem_bytes), algorithm, layout, int(channels),
                              int(slice_bytes))
 
-
-@dataclass(frozen=True)
-class _Probe:
-    collective: str
-    group: tuple[int, ...]
-    message_bytes: int
-    elem_bytes: int

@@ -42,7 +42,7 @@ from tokenpcap.messages import COLLECTIVES, DIMS, PHASES
 from tokenpcap.model import activation_bytes, narayanan_eq2, parameter_count, shard_parameters
 from tokenpcap.profiles import DTYPE_BYTES, Scenario, check_feasible
 from tokenpcap.tokens import TokenizedCorpus
-from tokenpcap.traffic import nic_hop_sizes, per_rank_bytes
+from tokenpcap.traffic import CallShape, nic_hop_sizes, per_rank_bytes
 from tokenpcap.sizing import pcap_estimate
 
 __all__ = ["CollectiveCall", "PhaseRow", "Plan", "build_plan", "pipeline_bubble_fraction",
@@ -273,7 +273,7 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None) -> Pla
                                 "sizes": defaultdict(int), "gmax": 0, "calls": 0}
         n = len(f.insts)
         for g in f.groups:
-            call = _Probe(f.collective, g, f.message_bytes, f.elem_bytes)
+            call = CallShape(f.collective, g, f.message_bytes, f.elem_bytes)
             rb = per_rank_bytes(call, alg, layout)
             idx = np.asarray(g, dtype=np.int64)
             a["nic"][idx] += rb.nic_bytes * n
@@ -307,10 +307,3 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None) -> Pla
                 nic_bytes_per_rank=nic_all, nvlink_bytes_per_rank=nvl_all, pcap=pcap,
                 tokens=tokens)
 
-
-@dataclass(frozen=True)
-class _Probe:
-    collective: str
-    group: tuple[int, ...]
-    message_bytes: int
-    elem_bytes: int

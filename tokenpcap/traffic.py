@@ -33,6 +33,7 @@ nccl-tests "bus bandwidth" factors (:func:`bus_bandwidth_factor`): ``2(n-1)/n`` 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import NamedTuple, Protocol
 
@@ -43,6 +44,7 @@ from tokenpcap.layout import RankLayout
 __all__ = [
     "HOP_DTYPE",
     "CallLike",
+    "CallShape",
     "ALGORITHMS",
     "RankBytes",
     "ring_chunk_bytes",
@@ -64,6 +66,18 @@ ALGORITHMS = ("ring", "tree", "hierarchical", "direct", "p2p")
 
 
 class CallLike(Protocol):
+    collective: str
+    group: tuple[int, ...]
+    message_bytes: int
+    elem_bytes: int
+
+
+@dataclass(frozen=True)
+class CallShape:
+    """The minimal :class:`CallLike`: what a collective's byte accounting depends on (hashable,
+    so results can be cached per shape). ``message_bytes`` is ``S`` in bytes, ``elem_bytes`` the
+    element size in bytes."""
+
     collective: str
     group: tuple[int, ...]
     message_bytes: int
