@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tests.analysis_trace import write_trace
 from tests.conftest import needs_tshark
-from tests.test_analysis import T0, _fill, write
+from tests.test_analysis import _fill, write
 from tokenpcap.analysis import inspect_capture
 from tokenpcap.errors import CaptureError, InputError
 from tokenpcap.pcap import ErfWriter, PcapWriter

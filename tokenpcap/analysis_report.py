@@ -51,7 +51,7 @@ def render_text(rep: Report) -> str:
         f"Number of packets:   {rep.packets:,}",
         f"Bytes (wire):        {rep.bytes:,}" + (f" (captured {rep.captured_bytes:,})"
                                                  if rep.captured_bytes != rep.bytes else ""),
-        f"Frame sizes:         " + ("n/a" if rep.frame_bytes_max is None else
+        "Frame sizes:         " + ("n/a" if rep.frame_bytes_max is None else
                                       f"{rep.frame_bytes_min:,} .. {rep.frame_bytes_max:,} bytes "
                                       f"(replay needs MTU >= {rep.frame_bytes_max - 14:,})"),
         f"First packet:        {ns_text(rep.first_ns)}",
@@ -59,7 +59,7 @@ def render_text(rep: Report) -> str:
         f"Duration:            {rep.duration_ns:,} ns",
         f"Layer-2 rate:        {_rate(j['l2_bps'])}",
         f"Layer-1 rate:        {_rate(j['l1_bps'])}  (+FCS, preamble, IFG per Ethernet frame)",
-        f"Packet kinds:        " + (", ".join(f"{k} {v:,}" for k, v in rep.kinds.items()) or "-"),
+        "Packet kinds:        " + (", ".join(f"{k} {v:,}" for k, v in rep.kinds.items()) or "-"),
     ]
     r = rep.roce
     if r.get("packets"):

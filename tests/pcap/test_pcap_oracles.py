@@ -6,7 +6,6 @@ import subprocess
 from decimal import Decimal
 from fractions import Fraction
 
-import numpy as np
 import pytest
 
 from tests.conftest import needs_tshark

@@ -268,7 +268,7 @@ class FrameBuilder:
             the bytes after the payload: pad zeros uint8 ``(k, 3)``, ICRC ``(k, 4)`` and VCRC or
             Ethernet padding ``(k, 2)``, each little-endian.
         """
-        k, hb = len(ps), lay.header_bytes
+        k = len(ps)
         # ICRC by linearity
         reg = _xor_contributions(self._c32, words, lay.icrc_cols, lay.icrc_or, lay.icrc_idx, lay.icrc_base)
         for nw, tab in zip(lay.nic_writes, lay.icrc_nic):
