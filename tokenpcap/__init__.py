@@ -1,9 +1,22 @@
 """tokenpcap: follow a token from words to bits on the wire.
 
 Text corpus + LLM training setup → analytic per-phase traffic → RoCEv2/InfiniBand packets → pcap.
-See DESIGN.md for the pipeline (stages 1–8).
+The pipeline's stages, in order (each module imports only earlier ones):
+
+1. :func:`tokenize` (``tokens``)       corpus → token ids
+2. ``model``                         parameter counts, activation and gradient sizes
+3. :func:`build_plan` (``plan``)       every collective call of an iteration, bytes per rank
+4. ``collectives``                   calls → point-to-point transfers (channels, slices)
+5. :class:`Schedule` (``schedule``)    compute + 1F1B on the NIC :class:`Engine` (``nic``), integer ns
+6. ``lower``                         packets: opcodes, PSNs, QPNs, ports
+7. :func:`generate` (``generate``)     frames (``wire``) streamed into pcap/pcapng/ERF (``pcap``)
+8. :func:`inspect_captures` (``analysis``), ``plot``, ``readdress``, ``export``
+
+The public names below are imported lazily (PEP 562), so ``import tokenpcap`` stays cheap.
 """
 from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
@@ -22,6 +35,39 @@ from tokenpcap.errors import (  # noqa: E402
     TruncatedFile,
 )
 
+#: public name → module that defines it (loaded on first access)
+_LAZY = {
+    "load_model": "tokenpcap.profiles",
+    "load_cluster": "tokenpcap.profiles",
+    "load_scenario": "tokenpcap.profiles",
+    "default_scenario_path": "tokenpcap.profiles",
+    "Scenario": "tokenpcap.profiles",
+    "tokenize": "tokenpcap.tokens",
+    "TokenizedCorpus": "tokenpcap.tokens",
+    "parameter_count": "tokenpcap.model",
+    "RankLayout": "tokenpcap.layout",
+    "build_plan": "tokenpcap.plan",
+    "Plan": "tokenpcap.plan",
+    "CollectiveCall": "tokenpcap.plan",
+    "Schedule": "tokenpcap.schedule",
+    "Engine": "tokenpcap.nic",
+    "lower_messages": "tokenpcap.lower",
+    "generate": "tokenpcap.generate",
+    "GenerateOptions": "tokenpcap.generate",
+    "Selection": "tokenpcap.generate",
+    "FrameBuilder": "tokenpcap.wire",
+    "WireContext": "tokenpcap.wire",
+    "build_frame": "tokenpcap.wire",
+    "PcapWriter": "tokenpcap.pcap",
+    "PcapngWriter": "tokenpcap.pcap",
+    "ErfWriter": "tokenpcap.pcap",
+    "open_capture": "tokenpcap.pcap",
+    "inspect_capture": "tokenpcap.analysis",
+    "inspect_captures": "tokenpcap.analysis",
+    "readdress": "tokenpcap.readdress",
+    "export_scenario": "tokenpcap.export",
+}
+
 __all__ = [
     "__version__",
     "TokenpcapError",
@@ -36,4 +82,23 @@ __all__ = [
     "BadMagic",
     "TruncatedFile",
     "OutputError",
+    *_LAZY,
 ]
+
+
+def __getattr__(name: str):
+    """Load a public name from its stage module on first access.
+
+    Raises:
+        AttributeError: ``name`` is not part of the public surface.
+    """
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tokenpcap' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
