@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.errors import EncodeError, OutputError
+from tokenpcap.pcap.gather import writev_all
 
 __all__ = ["AtomicOutput", "Scratch", "scatter", "check_batch", "LINKS"]
 
@@ -106,6 +107,28 @@ class AtomicOutput:
         else:
             self._pending = self._pool.submit(self._write_all, data)
 
+    def write_gather(self, iov: np.ndarray, keep) -> None:
+        """Queue the bytes an iovec table names (:func:`tokenpcap.pcap.gather.iovecs`) after
+        everything written before, with ``writev``. ``keep`` (the buffers the table points into)
+        is held until the write is done; as with :meth:`write`, the caller must not modify them
+        until the next call returns.
+
+        Raises:
+            OutputError: the file is closed, or an earlier or this write failed.
+        """
+        if self._fd is None:
+            raise OutputError(f"{self.path}: write after close")
+        self._wait()
+        self.bytes_written += int(iov[:, 1].sum())
+        if self._pool is None:
+            try:
+                writev_all(self._fd, iov)
+            except OSError as err:
+                self.abort()
+                raise OutputError(f"{self.path}: write failed: {err.strerror}") from err
+        else:
+            self._pending = self._pool.submit(_writev_keep, self._fd, iov, keep)
+
     def close(self) -> None:
         """Finish writing and rename the temporary file to :attr:`path`.
 
@@ -148,6 +171,10 @@ class AtomicOutput:
     def __del__(self):
         if getattr(self, "_fd", None) is not None:
             self.abort()
+
+
+def _writev_keep(fd: int, iov: np.ndarray, keep) -> None:
+    writev_all(fd, iov)          # ``keep`` holds the buffers ``iov`` points into until here
 
 
 class Scratch:

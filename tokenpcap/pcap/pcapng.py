@@ -25,6 +25,7 @@ from tokenpcap.errors import EncodeError
 from tokenpcap.pcap.formats import (
     EPB, EPB_OPTIONS, ERF_RECORD, IDB, IDB_OPTIONS, MAX_SNAPLEN, OPT_COMMENT, SHB, SHB_OPTIONS,
     TRAILER, encode_options, pad4, stacked_dtype)
+from tokenpcap.pcap.gather import gather_holes, iovecs
 from tokenpcap.pcap.output import check_batch, scatter
 from tokenpcap.pcap.writer import Fill, _erf_fields, _RecordWriter, check_link, check_snaplen
 
@@ -220,12 +221,14 @@ class PcapngWriter(_RecordWriter):
             codes, lengths, blobs = self._comment_codes(comments, n)
             optlen = lengths[codes]
             blen += optlen
-        ends = np.cumsum(blen)
-        starts = ends - blen
+        holes = gather_holes(fill, caplen)    # payload left out of the buffer (gather.py)
+        gap = 0 if holes is None else holes[1]
+        ends = np.cumsum(blen - gap)          # block ends in the buffer; holes are multiples of 8
+        starts = ends - blen + gap
         out = self._scratch.take(int(ends[-1]))
         words = out.view(self.byte_order + "u4")
         data_at = starts + EPB.size
-        opt_at = data_at + padded
+        opt_at = data_at + padded - gap
         odd = np.flatnonzero(padded != data_len)      # zero the pad bytes before fill
         words[opt_at[odd] // 4 - 1] = 0
         # Block i's trailing length and block i+1's EPB header are adjacent: write them as one
@@ -240,8 +243,9 @@ class PcapngWriter(_RecordWriter):
         h["caplen"] = data_len
         h["orig_len"] = fb + erf
         out[:EPB.size] = h[:1].view(np.uint8)[4:]
-        b0 = int(blen[0])
-        step = b0 if int(ends[-1]) == b0 * n and int(blen.min()) == b0 else 0
+        room = blen - gap                     # bytes of each block in the buffer
+        b0 = int(room[0])
+        step = b0 if int(ends[-1]) == b0 * n and int(room.min()) == b0 else 0
         scatter(out, starts[1:] - 4, h[1:], 4, step)
         words[-1] = blen[-1]
         if np.any(erf):
@@ -251,8 +255,12 @@ class PcapngWriter(_RecordWriter):
             scatter(out, data_at[sel], e, 4)
         if comments is not None:
             _scatter_blobs(out, opt_at, codes, optlen, lengths, blobs)
-        fill(out, data_at + erf, caplen)
-        self._out.write(out)
+        if holes is None:
+            fill(out, data_at + erf, caplen)
+            self._out.write(out)
+        else:
+            fill.fill_around(out, data_at + erf, caplen, gap)
+            self._out.write_gather(iovecs(out, data_at + erf + holes[0], gap, fill.source), (out, fill))
         self.packets += n
 
 

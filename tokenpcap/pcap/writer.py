@@ -25,6 +25,7 @@ from tokenpcap.errors import EncodeError
 from tokenpcap.pcap.formats import (
     ERF_FLAG_VLEN, ERF_RECORD, ERF_TYPE_INFINIBAND, MAX_SNAPLEN, PCAP_FILE_HEADER, PCAP_MAGIC_NSEC,
     PCAP_MAGIC_USEC, PCAP_RECORD, stacked_dtype)
+from tokenpcap.pcap.gather import gather_holes, iovecs
 from tokenpcap.pcap.output import LINKS, AtomicOutput, Scratch, check_batch, scatter
 from tokenpcap.pcap.timestamps import NS, ns_to_erf, split_ns
 
@@ -91,9 +92,22 @@ class _RecordWriter:
             self.abort()
 
     def _emit(self, headers: np.ndarray, caplen: np.ndarray, fill: Fill) -> None:
-        """Lay ``headers`` (n,) and frame ranges out back to back, fill, write once."""
+        """Lay ``headers`` (n,) and frame ranges out back to back, fill, write once (a gather
+        fill's payload holes are left out of the buffer and written from its source)."""
         hl = headers.dtype.itemsize
         n = caplen.size
+        holes = gather_holes(fill, caplen)
+        if holes is not None:
+            at, length = holes
+            rec = caplen - length + hl
+            ends = np.cumsum(rec)
+            starts = ends - rec
+            out = self._scratch.take(int(ends[-1]))
+            scatter(out, starts, headers)
+            fill.fill_around(out, starts + hl, caplen, length)
+            self._out.write_gather(iovecs(out, starts + hl + at, length, fill.source), (out, fill))
+            self.packets += n
+            return
         if self._uniform:                 # every frame cut at the snaplen: fixed-size records
             size = hl + self.snaplen
             out = self._scratch.take(size * n)
