@@ -10,11 +10,12 @@ No Python loop per packet. For each chunk of the batch:
    contribution tables of the varying bytes, shifted over the payload (CRC linearity,
    :mod:`tokenpcap.wire.linear`); the payload is the context's fixed pattern, so its contribution
    is a table indexed by payload length; the IPv6 UDP checksum is summed the same way;
-4. a small scratch array holds each frame's header and the bytes after its payload (pad, ICRC,
-   VCRC or Ethernet padding); ``out[offsets[i]:]`` receives, for every frame at once, the header
-   rows, the payload straight from the pattern, and the tail, each cut at ``caplen[i]``. A set of
+4. ``out[offsets[i]:]`` receives, for every frame at once, the header rows (straight from the
+   header words), the payload straight from the pattern, and the bytes after it (pad, ICRC, VCRC
+   or Ethernet padding: two little-endian words per row), each cut at ``caplen[i]``. A set of
    pieces of equal length is one fancy-indexed row copy through a sliding-window view of ``out``;
    pieces of mixed lengths are split by the binary digits of their length, one copy per digit.
+   With ``skip`` the first payload bytes are left to a gather writer (:mod:`tokenpcap.wire.gather`).
 
 The result equals :func:`tokenpcap.wire.frame.build_frame` byte for byte (tested), including the
 ICRC of frames that ``caplen`` truncates (a snaplen never changes the bytes that are kept).
@@ -28,14 +29,14 @@ from tokenpcap.errors import EncodeError
 from tokenpcap.messages import PACKET_DTYPE
 from tokenpcap.wire import headers as H
 from tokenpcap.wire.context import PAYLOAD_PATTERN_BYTES, WireContext
+from tokenpcap.wire.heap import keep_heap
 from tokenpcap.wire.layout import Layout
 from tokenpcap.wire.linear import CRC16_VCRC, CRC32
-from tokenpcap.wire.rdma import EXT_BYTES, HAS_PAYLOAD, frame_bytes
+from tokenpcap.wire.rdma import EXT_BYTES, HAS_PAYLOAD, frame_bytes, header_bytes
 
 __all__ = ["FrameBuilder"]
 
 _MAX_ROWS = 16384          # rows per chunk: flat memory, per-row arrays stay in the L2/L3 caches
-_SLACK = 16                # scratch columns after the longest header (the tail needs <= 9)
 
 
 def _fold16(s: np.ndarray) -> np.ndarray:
@@ -52,6 +53,7 @@ class FrameBuilder:
     """
 
     def __init__(self, ctx: WireContext):
+        keep_heap()              # reuse chunk temporaries instead of faulting them in (heap.py)
         self.ctx = ctx
         self._layouts: dict[int, Layout] = {}
         pat = ctx.pattern[:PAYLOAD_PATTERN_BYTES]
@@ -85,7 +87,8 @@ class FrameBuilder:
         return frame_bytes(packets["opcode"], packets["payload_bytes"], transport=c.transport,
                            ip_version=c.ip_version, vlan=c.vlan, grh=c.grh)
 
-    def fill(self, packets: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> None:
+    def fill(self, packets: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray,
+             skip: np.ndarray | None = None) -> None:
         """Write the first ``caplen[i]`` bytes of frame ``i`` at ``out[offsets[i]:]``.
 
         The pcap writer's batch interface (docs/wire.md, coord/TEAM.md). Bytes of ``out`` outside
@@ -96,22 +99,53 @@ class FrameBuilder:
             out: uint8 ``(m,)`` with unit stride.
             offsets: int64 ``(n,)`` byte offsets into ``out``.
             caplen: int64 ``(n,)``, ``0 <= caplen[i] <= frame_bytes[i]``.
+            skip: None, or int64 ``(n,)`` payload bytes to leave out, counted from the start of
+                the payload (at most the payload bytes ``caplen`` keeps): frame ``i`` then takes
+                ``caplen[i] - skip[i]`` bytes, its headers followed directly by payload byte
+                ``skip[i]`` onwards (a gather writer adds ``pattern[:skip[i]]``; see
+                :meth:`payload_holes`).
 
         Raises:
             EncodeError: a packet field out of range (names the row, field, value and range), a
-                caplen longer than its frame, a range outside ``out``.
+                caplen longer than its frame, a skip longer than the kept payload, a range
+                outside ``out``.
         """
         offsets = np.asarray(offsets, dtype=np.int64)
         caplen = np.asarray(caplen, dtype=np.int64)
-        self._check_buffer(packets, out, offsets, caplen)
+        if skip is not None:
+            skip = np.asarray(skip, dtype=np.int64)
+            if skip.shape != caplen.shape:
+                raise EncodeError(f"skip: got shape {skip.shape}, expected {caplen.shape}")
+        self._check_buffer(packets, out, offsets, caplen if skip is None else caplen - skip)
         n = len(packets)
         if n == 0:
             return
         step = _MAX_ROWS
         for a in range(0, n, step):
             p, cap = packets[a:a + step], caplen[a:a + step]
-            self._check_rows(p, cap, a)          # per chunk: the rows are still in the cache
-            self._fill_chunk(p, out, offsets[a:a + step], cap)
+            sk = None if skip is None else skip[a:a + step]
+            self._check_rows(p, cap, a, sk)          # per chunk: the rows are still in the cache
+            self._fill_chunk(p, out, offsets[a:a + step], cap, sk)
+
+    def payload_holes(self, packets: np.ndarray, caplen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where each frame's kept payload starts and how much of it a gather writer may take
+        from :attr:`payload_source` instead: ``(at, length)``, int64 ``(n,)`` each, ``length`` the
+        kept payload bytes rounded down to a multiple of 8 (frame ``i``'s bytes
+        ``[at[i], at[i] + length[i])`` equal ``payload_source[:length[i]]``).
+
+        Raises:
+            EncodeError: an unknown opcode.
+        """
+        c = self.ctx
+        op = packets["opcode"]
+        at = header_bytes(op, transport=c.transport, ip_version=c.ip_version, vlan=c.vlan, grh=c.grh)
+        kept = np.minimum(np.asarray(caplen, dtype=np.int64) - at, packets["payload_bytes"])
+        return at, np.maximum(kept, 0) & ~7
+
+    @property
+    def payload_source(self) -> np.ndarray:
+        """uint8 ``(PAYLOAD_PATTERN_BYTES,)``: every payload's bytes (payload byte j = element j)."""
+        return self._pattern
 
     def build(self, packets: np.ndarray, snaplen: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Frames back to back in a new buffer: ``(buf uint8, offsets int64 (n,), caplen int64 (n,))``."""
@@ -158,8 +192,9 @@ class FrameBuilder:
                 & (caplen[order[1:]] > 0)
             bad(overlap, 0, "offset", offsets, "a range that does not overlap another frame's")
 
-    def _check_rows(self, p: np.ndarray, caplen: np.ndarray, first: int) -> None:
-        """Every field within its width, known opcodes, PadCnt, NIC indices, caplen <= frame length."""
+    def _check_rows(self, p: np.ndarray, caplen: np.ndarray, first: int, skip: np.ndarray | None) -> None:
+        """Every field within its width, known opcodes, PadCnt, NIC indices, caplen <= frame length,
+        0 <= skip <= kept payload."""
         bad = self._bad
         op = p["opcode"]
         pay = p["payload_bytes"]
@@ -184,6 +219,10 @@ class FrameBuilder:
         flen = frame_bytes(op, pay64, transport=c.transport, ip_version=c.ip_version, vlan=c.vlan, grh=c.grh)
         if (caplen > flen).any():
             bad(caplen > flen, first, "caplen", caplen, "0..frame_bytes of the packet")
+        if skip is not None:
+            hb = header_bytes(op, transport=c.transport, ip_version=c.ip_version, vlan=c.vlan, grh=c.grh)
+            kept = np.clip(caplen - hb, 0, pay64)
+            bad((skip < 0) | (skip > kept), first, "skip", skip, "0..the payload bytes caplen keeps")
 
     # ------------------------------------------------------------------ building
     def _layout(self, opcode: int) -> Layout:
@@ -192,39 +231,41 @@ class FrameBuilder:
             lay = self._layouts[opcode] = Layout(self.ctx, opcode)
         return lay
 
-    def _fill_chunk(self, p: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> None:
-        k = len(p)
+    def _fill_chunk(self, p: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray,
+                    skip: np.ndarray | None) -> None:
         op = p["opcode"]
         counts = np.bincount(op, minlength=256)
         codes = np.flatnonzero(counts).tolist()
         if len(codes) > 1:              # group rows by opcode: one row gather, then contiguous slices
-            order = np.concatenate([np.flatnonzero(op == c) for c in codes])
+            order = np.argsort(op, kind="stable")
             p = np.ascontiguousarray(p).view(f"V{PACKET_DTYPE.itemsize}").take(order).view(PACKET_DTYPE)
             offsets, caplen = offsets[order], caplen[order]
-        # scratch rows hold headers and the bytes after the payload; payload goes from the pattern
-        width = max(self._layout(c).header_bytes for c in codes) + _SLACK
-        scratch = np.empty((k, width), dtype=np.uint8)
+            skip = None if skip is None else skip[order]
         r0 = 0
         for code in codes:
             r1 = r0 + int(counts[code])
             lay = self._layout(code)
-            block, off, cap = scratch[r0:r1], offsets[r0:r1], caplen[r0:r1]
-            pay = self._build_group(lay, p[r0:r1], block, cap)
+            off, cap = offsets[r0:r1], caplen[r0:r1]
+            hdr, tail, pay = self._build_group(lay, p[r0:r1], cap)
             hb = lay.header_bytes
-            start = np.arange(r1 - r0, dtype=np.int64) * width
-            flat = scratch.reshape(-1)[r0 * width:r1 * width]
-            _copy_pieces(out, off, np.minimum(cap, hb), flat, start, block)                 # headers
+            _copy_pieces(out, off, np.minimum(cap, hb), None, None, hdr)                   # headers
+            sk = 0 if skip is None else skip[r0:r1]                # payload bytes left to a gather
             if lay.payload:
-                _copy_pieces(out, off + hb, np.clip(cap - hb, 0, pay), self._pattern, None)  # payload
-            _copy_pieces(out, off + hb + pay, np.maximum(cap - hb - pay, 0), flat, start + hb,
-                         block[:, hb:])                                                  # pad, CRCs
+                _copy_pieces(out, off + hb, np.clip(cap - hb, 0, pay) - sk, self._pattern,
+                             None if skip is None else sk)                               # payload
+            if tail is not None:
+                _copy_pieces(out, off + hb + pay - sk, np.maximum(cap - hb - pay, 0), None, None,
+                             tail)                                                       # pad, CRCs
             r0 = r1
 
-    def _build_group(self, lay: Layout, ps: np.ndarray, s: np.ndarray, caplen: np.ndarray) -> np.ndarray:
-        """Headers of a group into ``s[:, :H]``, the bytes after the payload into ``s[:, H:H+9]``.
+    def _build_group(self, lay: Layout, ps: np.ndarray, caplen: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """Headers and the bytes after the payload of a group of one opcode.
 
         Returns:
-            int64 ``(k,)`` payload bytes of each packet.
+            headers uint8 ``(k, H)`` (rows of a C-contiguous array); the bytes after the payload,
+            uint8 ``(k, 16)`` C-contiguous (pad zeros, ICRC LE, then VCRC LE or Ethernet zero
+            padding), or None when ``caplen`` keeps none of them; int64 ``(k,)`` payload bytes.
         """
         ctx = self.ctx
         k, hb = len(ps), lay.header_bytes
@@ -249,24 +290,25 @@ class FrameBuilder:
         # UDP checksum that covers the ICRC. A snaplen that cuts every frame before them skips them.
         udp6 = lay.roce and ctx.ip_version == 6 and ctx.ipv6_udp_checksum
         need_crc = bool((caplen > hb + pay).any()) or (udp6 and bool((caplen > lay.l4 + 6).any()))
-        tail = self._crcs(lay, ps, hdr, words, pay, lp, d, nic, udp6) if need_crc else None
-        s[:, :hb] = hdr
-        if tail is not None:
-            # after the payload: pad zeros, ICRC (LE), then VCRC (LE) or Ethernet zero padding
-            flat = s.reshape(-1)                       # rows of the C-contiguous scratch: a view
-            base = np.arange(k, dtype=np.int64) * s.shape[1] + hb
-            for start, vals in zip((base, base + pad, base + pad + H.ICRC.size), tail):
-                pos = start[:, None] + np.arange(vals.shape[1])
-                flat[pos.reshape(-1)] = vals.reshape(-1)
-        return pay
+        if not need_crc:
+            return hdr, None, pay
+        icrc, after = self._crcs(lay, ps, hdr, words, pay, lp, d, nic, udp6)
+        # after the payload: pad zeros, ICRC (LE), then VCRC (LE) or Ethernet zero padding, as
+        # two little-endian words per row: bytes 0..7, and byte 8 (the VCRC's high byte, pad 3)
+        shift = (pad * 8).astype(np.uint64)
+        tail = np.zeros((k, 2), "<u8")
+        tail[:, 0] = (icrc.astype(np.uint64) << shift) | (after.astype(np.uint64) << (shift + np.uint64(32)))
+        if (pad == 3).any():
+            tail[:, 1] = np.where(pad == 3, after >> 8, 0)
+        return hdr, tail.view(np.uint8), pay
 
     def _crcs(self, lay: Layout, ps: np.ndarray, hdr: np.ndarray, words: np.ndarray, pay: np.ndarray,
-              lp: np.ndarray, d: dict, nic: dict, udp6: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              lp: np.ndarray, d: dict, nic: dict, udp6: bool) -> tuple[np.ndarray, np.ndarray]:
         """ICRC and VCRC (or the IPv6 UDP checksum, written into ``hdr``) of a group by CRC linearity.
 
         Returns:
-            the bytes after the payload: pad zeros uint8 ``(k, 3)``, ICRC ``(k, 4)`` and VCRC or
-            Ethernet padding ``(k, 2)``, each little-endian.
+            ICRC uint32 ``(k,)`` (the value whose little-endian bytes follow the pad) and the
+            16-bit value after it, int64 ``(k,)``: VCRC, or 0 (Ethernet zero padding).
         """
         k = len(ps)
         # ICRC by linearity
@@ -276,7 +318,7 @@ class FrameBuilder:
                 reg ^= tab[nic[nw.key]]
         icrc = CRC32.shift(reg.astype(np.uint32), lp) ^ self._pay32[pay] ^ np.uint32(0xFFFFFFFF)
         icrc_b = icrc.astype("<u4").view(np.uint8).reshape(k, 4)
-        after = np.zeros((k, 2), dtype=np.uint8)     # VCRC, or Ethernet zero padding
+        after = np.zeros(k, dtype=np.int64)          # VCRC, or Ethernet zero padding
 
         if not lay.roce:                                  # VCRC over LRH..ICRC
             r16 = _xor_contributions(self._c16, words, lay.vcrc_cols, None, lay.vcrc_idx, lay.vcrc_base)
@@ -286,7 +328,7 @@ class FrameBuilder:
             r16 = CRC16_VCRC.shift(r16.astype(np.uint32), lp + H.ICRC.size) ^ self._pay16[pay]
             for i in range(4):
                 r16 ^= self._c16_icrc[i][icrc_b[:, i]]
-            after = (r16 ^ 0xFFFF).astype("<u2").view(np.uint8).reshape(k, 2)
+            after = (r16 ^ 0xFFFF).astype(np.int64)
         elif udp6:   # RFC 8200 8.1
             ic = icrc_b.astype(np.int64)      # addresses, UDP header (checksum 0), BTH, ext + the rest
             total = lay.word_sum16(words, lay.l3 + 8) + d["udp_len"] + H.IP_PROTO_UDP \
@@ -294,7 +336,7 @@ class FrameBuilder:
             csum = ~_fold16(total) & 0xFFFF
             H.UDP.put(hdr, lay.l4, "Checksum", np.where(csum == 0, 0xFFFF, csum))
 
-        return np.zeros((k, 3), np.uint8), icrc_b, after
+        return icrc, after
 
 
 def _xor_contributions(table: np.ndarray, words: np.ndarray, cols: np.ndarray, ormask: np.ndarray | None,
@@ -315,15 +357,24 @@ def _xor_contributions(table: np.ndarray, words: np.ndarray, cols: np.ndarray, o
     return reg
 
 
+def _rows_source(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(flat, starts)`` of the rows of a C-contiguous 2-D uint8 array or of a column slice of
+    one: the whole buffer as a flat view and int64 ``(k,)`` offsets of each row in it."""
+    k, step = rows.shape[0], rows.strides[0]
+    flat = as_strided(rows, shape=(k * step,), strides=(1,))
+    return flat, np.arange(0, k * step, step, dtype=np.int64)
+
+
 def _copy_pieces(out: np.ndarray, dst: np.ndarray, length: np.ndarray, src: np.ndarray,
                  src_start: np.ndarray | None, rows: np.ndarray | None = None) -> None:
     """``out[dst[i] : dst[i]+length[i]] = src[src_start[i] : ...]`` for every i, without a loop.
 
-    ``src_start`` None means 0 for all (the payload pattern). When every length is equal this is
-    one fancy-indexed row copy into a sliding-window view of ``out`` (from ``rows``, a 2-D view of
-    the source rows, or the broadcast pattern). Otherwise each piece is split by the binary digits
-    of its length (4096 + 64 + 8 + 2 ...) and all pieces of one size are copied by one such call:
-    at most ``bit_length(max length)`` numpy calls whatever the number of rows.
+    ``src_start`` None means 0 for all (the payload pattern); ``src`` None means the rows of
+    ``rows`` (a C-contiguous 2-D array or a column slice of one). When every length is equal
+    this is one fancy-indexed row copy into a sliding-window view of ``out`` (from ``rows`` or
+    the broadcast pattern). Otherwise each piece is split by the binary digits of its length
+    (4096 + 64 + 8 + 2 ...) and all pieces of one size are copied by one such call: at most
+    ``bit_length(max length)`` numpy calls whatever the number of rows.
     """
     if len(length) == 0:
         return
@@ -332,13 +383,15 @@ def _copy_pieces(out: np.ndarray, dst: np.ndarray, length: np.ndarray, src: np.n
         return
     if lo == hi:
         view = as_strided(out, shape=(out.size - lo + 1, lo), strides=(1, 1))
-        if src_start is None:
-            view[dst] = src[:lo]
-        elif rows is not None:
+        if rows is not None:
             view[dst] = rows[:, :lo]
+        elif src_start is None:
+            view[dst] = src[:lo]
         else:
             view[dst] = as_strided(src, shape=(src.size - lo + 1, lo), strides=(1, 1))[src_start]
         return
+    if src is None:
+        src, src_start = _rows_source(rows)
     for b in range(hi.bit_length() - 1, -1, -1):
         size = 1 << b
         sel = np.flatnonzero(length & size)
