@@ -20,6 +20,7 @@ from tokenpcap.messages import PACKET_DTYPE  # noqa: E402
 from tokenpcap.pcap import PcapWriter  # noqa: E402
 from tokenpcap.profiles import load_cluster  # noqa: E402
 from tokenpcap.wire import FrameBuilder, rdma  # noqa: E402
+from tokenpcap.wire.gather import BatchFill  # noqa: E402
 
 __all__ = ["CLUSTER", "EPOCH_NS", "MESSAGE_BYTES", "PMTU", "N_QPS", "PKTS_PER_MSG", "FRAME_GAP_NS",
            "MAX_FRAME_BYTES", "setup", "make_packets", "py_rows", "run_tokenpcap", "run_generate_path",
@@ -87,15 +88,13 @@ def _addresses(ctx):
 # ---------------------------------------------------------------------------- the writers
 def run_tokenpcap(path: Path, packets: np.ndarray, builder: FrameBuilder, snaplen: int,
                   batch: int) -> None:
-    """The production building block: FrameBuilder.fill straight into PcapWriter's batch buffer."""
+    """The production building block: the batch's ``BatchFill`` (``FrameBuilder.fill`` into
+    PcapWriter's batch buffer, full payloads gathered from the pattern by ``writev``), as the
+    generate path uses it."""
     with PcapWriter(path, snaplen=snaplen) as w:
         for a in range(0, len(packets), batch):
             pk = packets[a:a + batch]
-
-            def fill(out, offsets, caplen, pk=pk):
-                builder.fill(pk, out, offsets, caplen)
-
-            w.write_batch(pk["time_ns"], pk["frame_bytes"].astype(np.int64), fill)
+            w.write_batch(pk["time_ns"], pk["frame_bytes"].astype(np.int64), BatchFill(builder, pk))
 
 
 def run_generate_path(path: Path, packets: np.ndarray, cluster, snaplen: int, chunk_rows: int) -> None:

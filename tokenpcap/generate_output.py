@@ -31,6 +31,7 @@ from tokenpcap.messages import COLLECTIVES, DIMS, PHASES, phase_label
 from tokenpcap.pcap import Comments, ErfWriter, Interface, PcapngWriter, PcapWriter
 from tokenpcap.profiles import ClusterProfile
 from tokenpcap.wire.builder import FrameBuilder
+from tokenpcap.wire.gather import BatchFill
 
 __all__ = ["LABELS", "label_codes", "comment_text", "FileSpec", "WriterConfig", "interfaces",
            "Sink", "Dispatcher",
@@ -154,12 +155,10 @@ class Sink:
                 self._write(pk[a:b], fb[a:b], labels, None if codes is None else codes[a:b])
 
     def _write(self, pk: np.ndarray, fb: np.ndarray, labels, codes) -> None:
-        def fill(out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> None:
-            self.builder.fill(pk, out, offsets, caplen)
-
+        # a gather fill: the writers take full payloads from the builder's pattern with writev
         comments = Comments(labels, codes) if self.pcapng else None
         iface = self.iface[pk["nic"]] if self.pcapng else 0
-        self.w.write_batch(pk["time_ns"], fb, fill, iface, comments)
+        self.w.write_batch(pk["time_ns"], fb, BatchFill(self.builder, pk), iface, comments)
 
     def close(self) -> tuple[int, int]:
         self.flush()
