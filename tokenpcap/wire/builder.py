@@ -23,7 +23,6 @@ ICRC of frames that ``caplen`` truncates (a snaplen never changes the bytes that
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from tokenpcap.errors import EncodeError
 from tokenpcap.messages import PACKET_DTYPE
@@ -32,7 +31,8 @@ from tokenpcap.wire.context import PAYLOAD_PATTERN_BYTES, WireContext
 from tokenpcap.wire.heap import keep_heap
 from tokenpcap.wire.layout import Layout
 from tokenpcap.wire.linear import CRC16_VCRC, CRC32
-from tokenpcap.wire.rdma import EXT_BYTES, HAS_PAYLOAD, frame_bytes, header_bytes
+from tokenpcap.wire.placement import aligned, copy_pieces, or_field16, store_words, xor_contributions
+from tokenpcap.wire.rdma import ETH_MIN_FRAME_BYTES, EXT_BYTES, HAS_PAYLOAD, frame_bytes, header_bytes
 
 __all__ = ["FrameBuilder"]
 
@@ -56,6 +56,7 @@ class FrameBuilder:
         keep_heap()              # reuse chunk temporaries instead of faulting them in (heap.py)
         self.ctx = ctx
         self._layouts: dict[int, Layout] = {}
+        self._const_words: dict[tuple[int, int], list[int]] = {}
         pat = ctx.pattern[:PAYLOAD_PATTERN_BYTES]
         self._pattern = pat
         self._pay32 = CRC32.prefix_registers(pat)
@@ -65,6 +66,11 @@ class FrameBuilder:
             c16 = CRC16_VCRC.contributions(PAYLOAD_PATTERN_BYTES + 256)
             self._c16 = c16.reshape(-1)
             self._c16_icrc = c16[3::-1]           # distance 3..0 for ICRC bytes 0..3
+        # bytes before the payload per opcode (-1: unknown), as rdma.header_bytes gives them
+        known = np.flatnonzero(EXT_BYTES >= 0)
+        self._hb = np.full(256, -1, np.int64)
+        self._hb[known] = header_bytes(known.astype(np.uint8), transport=ctx.transport,
+                                       ip_version=ctx.ip_version, vlan=ctx.vlan, grh=ctx.grh)
         words = (pat[0::2].astype(np.int64) << 8) | pat[1::2]
         cum = np.concatenate([[0], np.cumsum(words)])
         p = np.arange(PAYLOAD_PATTERN_BYTES + 1)
@@ -136,9 +142,10 @@ class FrameBuilder:
         Raises:
             EncodeError: an unknown opcode.
         """
-        c = self.ctx
         op = packets["opcode"]
-        at = header_bytes(op, transport=c.transport, ip_version=c.ip_version, vlan=c.vlan, grh=c.grh)
+        at = self._hb[op]
+        if int(at.min()) < 0:
+            self.frame_bytes(packets)           # raises, naming the unknown opcode
         kept = np.minimum(np.asarray(caplen, dtype=np.int64) - at, packets["payload_bytes"])
         return at, np.maximum(kept, 0) & ~7
 
@@ -215,12 +222,12 @@ class FrameBuilder:
         for f in ("nic", "peer_nic"):
             if p[f].min() < 0 or p[f].max() >= nn:
                 bad((p[f] < 0) | (p[f] >= nn), first, f, p[f], f"0..{nn - 1} (rows of the WireContext address arrays)")
-        c = self.ctx
-        flen = frame_bytes(op, pay64, transport=c.transport, ip_version=c.ip_version, vlan=c.vlan, grh=c.grh)
+        hb = self._hb[op]                       # rdma.frame_bytes, from the per-opcode table
+        flen = hb + pay64 + ((-pay64) & 3) + H.ICRC.size
+        flen = flen + H.VCRC.size if self.ctx.transport == "infiniband" else np.maximum(flen, ETH_MIN_FRAME_BYTES)
         if (caplen > flen).any():
             bad(caplen > flen, first, "caplen", caplen, "0..frame_bytes of the packet")
         if skip is not None:
-            hb = header_bytes(op, transport=c.transport, ip_version=c.ip_version, vlan=c.vlan, grh=c.grh)
             kept = np.clip(caplen - hb, 0, pay64)
             bad((skip < 0) | (skip > kept), first, "skip", skip, "0..the payload bytes caplen keeps")
 
@@ -246,17 +253,74 @@ class FrameBuilder:
             r1 = r0 + int(counts[code])
             lay = self._layout(code)
             off, cap = offsets[r0:r1], caplen[r0:r1]
+            if self._store_direct(lay, p[r0:r1], out, off, cap, None if skip is None else skip[r0:r1]):
+                r0 = r1
+                continue
             hdr, tail, pay = self._build_group(lay, p[r0:r1], cap)
             hb = lay.header_bytes
-            _copy_pieces(out, off, np.minimum(cap, hb), None, None, hdr)                   # headers
+            copy_pieces(out, off, np.minimum(cap, hb), None, None, hdr)                   # headers
             sk = 0 if skip is None else skip[r0:r1]                # payload bytes left to a gather
             if lay.payload:
-                _copy_pieces(out, off + hb, np.clip(cap - hb, 0, pay) - sk, self._pattern,
+                copy_pieces(out, off + hb, np.clip(cap - hb, 0, pay) - sk, self._pattern,
                              None if skip is None else sk)                               # payload
             if tail is not None:
-                _copy_pieces(out, off + hb + pay - sk, np.maximum(cap - hb - pay, 0), None, None,
+                copy_pieces(out, off + hb + pay - sk, np.maximum(cap - hb - pay, 0), None, None,
                              tail)                                                       # pad, CRCs
             r0 = r1
+
+    def _store_direct(self, lay: Layout, ps: np.ndarray, out: np.ndarray, off: np.ndarray,
+                      cap: np.ndarray, skip: np.ndarray | None) -> bool:
+        """Headers-only fast path: when every frame of the group is cut at the same multiple of 8
+        bytes, before any CRC byte (and, over IPv6, before the UDP checksum), at 8-byte-aligned
+        offsets, store the kept bytes as big-endian words straight from the header words (the
+        payload bytes kept, the pattern's, are constants). Returns False when it does not apply."""
+        c = int(cap[0])
+        if c % 8 or c == 0 or c > lay.header_bytes + int(ps["payload_bytes"].min()) \
+                or int(cap.min()) != c or int(cap.max()) != c or (skip is not None and skip.any()) \
+                or (lay.roce and self.ctx.ip_version == 6 and self.ctx.ipv6_udp_checksum
+                    and c > lay.l4 + 6) or not aligned(out, off):
+            return False
+        key = (lay.opcode, c)
+        const = self._const_words.get(key)
+        if const is None:         # the pattern bytes kept after the header, as big-endian words
+            b = np.zeros(c, np.uint8)
+            if c > lay.header_bytes:
+                b[lay.header_bytes:] = self._pattern[:c - lay.header_bytes]
+            const = self._const_words[key] = b.view(">u8").astype(np.uint64).tolist()
+        _, words, _, _ = self._header_words(lay, ps, direct=True)
+        nw = words.shape[0]
+        store_words(out, off, [(words[j] | np.uint64(v) if v else words[j]) if j < nw else v
+                               for j, v in enumerate(const)])
+        return True
+
+    def _header_words(self, lay: Layout, ps: np.ndarray, direct: bool = False):
+        """Header rows and words of a group, IPv4 checksum included (into the words when
+        ``direct``, else into the rows): ``(hdr uint8 (k, H), words uint64 (n_words, k),
+        pay int64 (k,), d)``; ``d`` holds the derived per-packet values and NIC indices."""
+        ctx = self.ctx
+        hb = lay.header_bytes
+        pay = ps["payload_bytes"].astype(np.int64)
+        pad = (-pay) & 3
+        lp = pay + pad
+        d = {"pad": pad}
+        if lay.roce:
+            d["udp_len"] = (hb - lay.l4) + lp + H.ICRC.size
+        else:
+            d["pktlen_words"] = (hb + lp + H.ICRC.size) // 4
+            if ctx.grh:
+                d["grh_paylen"] = hb - (lay.l3 + H.GRH.size) + lp + H.ICRC.size
+        nic = {"nic": ps["nic"], "peer_nic": ps["peer_nic"]}
+        d["nic_rows"], d["lp"] = nic, lp
+        hdr, words = lay.header_words(ps, d, nic)
+        if lay.roce and ctx.ip_version == 4:        # RFC 1071 sum: template + varying words
+            total = lay.ip4_const + d["udp_len"] + H.IPV4.size + ps["ip_id"] \
+                + lay.ip4_nic_sum[nic["nic"]] + lay.ip4_nic_sum[nic["peer_nic"]]
+            csum = ~_fold16(total) & 0xFFFF
+            if direct:
+                or_field16(words, lay.l3 + H.IPV4.slot("HeaderChecksum").first_byte, csum)
+            else:
+                H.IPV4.put(hdr, lay.l3, "HeaderChecksum", csum)
+        return hdr, words, pay, d
 
     def _build_group(self, lay: Layout, ps: np.ndarray, caplen: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
@@ -269,23 +333,8 @@ class FrameBuilder:
         """
         ctx = self.ctx
         k, hb = len(ps), lay.header_bytes
-        pay = ps["payload_bytes"].astype(np.int64)
-        pad = (-pay) & 3
-        lp = pay + pad
-        d = {"pad": pad}
-        if lay.roce:
-            d["udp_len"] = (hb - lay.l4) + lp + H.ICRC.size
-        else:
-            d["pktlen_words"] = (hb + lp + H.ICRC.size) // 4
-            if ctx.grh:
-                d["grh_paylen"] = hb - (lay.l3 + H.GRH.size) + lp + H.ICRC.size
-        nic = {"nic": ps["nic"], "peer_nic": ps["peer_nic"]}
-        hdr, words = lay.header_words(ps, d, nic)
-        if lay.roce and ctx.ip_version == 4:        # RFC 1071 sum: template + varying words
-            total = lay.ip4_const + d["udp_len"] + H.IPV4.size + ps["ip_id"] \
-                + lay.ip4_nic_sum[nic["nic"]] + lay.ip4_nic_sum[nic["peer_nic"]]
-            H.IPV4.put(hdr, lay.l3, "HeaderChecksum", ~_fold16(total) & 0xFFFF)
-
+        hdr, words, pay, d = self._header_words(lay, ps)
+        nic, lp, pad = d["nic_rows"], d["lp"], d["pad"]
         # The CRCs are needed when a kept byte shows them: the ICRC/VCRC themselves, or the IPv6
         # UDP checksum that covers the ICRC. A snaplen that cuts every frame before them skips them.
         udp6 = lay.roce and ctx.ip_version == 6 and ctx.ipv6_udp_checksum
@@ -312,7 +361,7 @@ class FrameBuilder:
         """
         k = len(ps)
         # ICRC by linearity
-        reg = _xor_contributions(self._c32, words, lay.icrc_cols, lay.icrc_or, lay.icrc_idx, lay.icrc_base)
+        reg = xor_contributions(self._c32, words, lay.icrc_cols, lay.icrc_or, lay.icrc_idx, lay.icrc_base)
         for nw, tab in zip(lay.nic_writes, lay.icrc_nic):
             if tab is not None:
                 reg ^= tab[nic[nw.key]]
@@ -321,7 +370,7 @@ class FrameBuilder:
         after = np.zeros(k, dtype=np.int64)          # VCRC, or Ethernet zero padding
 
         if not lay.roce:                                  # VCRC over LRH..ICRC
-            r16 = _xor_contributions(self._c16, words, lay.vcrc_cols, None, lay.vcrc_idx, lay.vcrc_base)
+            r16 = xor_contributions(self._c16, words, lay.vcrc_cols, None, lay.vcrc_idx, lay.vcrc_base)
             for nw, tab in zip(lay.nic_writes, lay.vcrc_nic):
                 if tab is not None:
                     r16 ^= tab[nic[nw.key]]
@@ -337,72 +386,3 @@ class FrameBuilder:
             H.UDP.put(hdr, lay.l4, "Checksum", np.where(csum == 0, 0xFFFF, csum))
 
         return icrc, after
-
-
-def _xor_contributions(table: np.ndarray, words: np.ndarray, cols: np.ndarray, ormask: np.ndarray | None,
-                       idx: np.ndarray, base: np.uint32) -> np.ndarray:
-    """CRC register of each packet: ``base ^ XOR_c table[idx_c + (byte_c | or_c)]`` over the varying
-    header bytes ``c``, each read out of its big-endian 64-bit header word (contiguous operations).
-
-    Returns:
-        uint32 ``(k,)``.
-    """
-    reg = np.full(words.shape[1], base, dtype=np.uint32)
-    ors = ormask.tolist() if ormask is not None else [0] * len(cols)
-    for c, orv, off in zip(cols.tolist(), ors, idx.tolist()):
-        b = (words[c >> 3] >> np.uint64(56 - 8 * (c & 7))) & np.uint64(0xFF)
-        if orv:
-            b |= np.uint64(orv)
-        reg ^= table.take(b.astype(np.intp) + off)
-    return reg
-
-
-def _rows_source(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(flat, starts)`` of the rows of a C-contiguous 2-D uint8 array or of a column slice of
-    one: the whole buffer as a flat view and int64 ``(k,)`` offsets of each row in it."""
-    k, step = rows.shape[0], rows.strides[0]
-    flat = as_strided(rows, shape=(k * step,), strides=(1,))
-    return flat, np.arange(0, k * step, step, dtype=np.int64)
-
-
-def _copy_pieces(out: np.ndarray, dst: np.ndarray, length: np.ndarray, src: np.ndarray,
-                 src_start: np.ndarray | None, rows: np.ndarray | None = None) -> None:
-    """``out[dst[i] : dst[i]+length[i]] = src[src_start[i] : ...]`` for every i, without a loop.
-
-    ``src_start`` None means 0 for all (the payload pattern); ``src`` None means the rows of
-    ``rows`` (a C-contiguous 2-D array or a column slice of one). When every length is equal
-    this is one fancy-indexed row copy into a sliding-window view of ``out`` (from ``rows`` or
-    the broadcast pattern). Otherwise each piece is split by the binary digits of its length
-    (4096 + 64 + 8 + 2 ...) and all pieces of one size are copied by one such call: at most
-    ``bit_length(max length)`` numpy calls whatever the number of rows.
-    """
-    if len(length) == 0:
-        return
-    lo, hi = int(length.min()), int(length.max())
-    if hi <= 0:
-        return
-    if lo == hi:
-        view = as_strided(out, shape=(out.size - lo + 1, lo), strides=(1, 1))
-        if rows is not None:
-            view[dst] = rows[:, :lo]
-        elif src_start is None:
-            view[dst] = src[:lo]
-        else:
-            view[dst] = as_strided(src, shape=(src.size - lo + 1, lo), strides=(1, 1))[src_start]
-        return
-    if src is None:
-        src, src_start = _rows_source(rows)
-    for b in range(hi.bit_length() - 1, -1, -1):
-        size = 1 << b
-        sel = np.flatnonzero(length & size)
-        if sel.size == 0:
-            continue
-        pre = length[sel] & ~((size << 1) - 1)
-        view = as_strided(out, shape=(out.size - size + 1, size), strides=(1, 1))
-        if src_start is None and size >= 64 and (pre.max() - pre.min()) <= 8 * (size << 1):
-            # the pattern: few distinct offsets for large pieces; broadcast, no temporary rows
-            for q in np.unique(pre).tolist():
-                view[dst[sel[pre == q]] + q] = src[q:q + size]
-            continue
-        win = as_strided(src, shape=(src.size - size + 1, size), strides=(1, 1))
-        view[dst[sel] + pre] = win[pre if src_start is None else src_start[sel] + pre]
