@@ -59,6 +59,7 @@ from frame_writers import (MAX_FRAME_BYTES, N_QPS, PMTU, make_packets, py_rows, 
 
 from tokenpcap.generate_output import Dispatcher, FileSpec, WriterConfig  # noqa: E402
 from tokenpcap.pcap import PcapWriter  # noqa: E402
+from tokenpcap.wire.gather import BatchFill  # noqa: E402
 
 
 # ---------------------------------------------------------------------------- memory
@@ -91,8 +92,7 @@ def memory_child(kind: str, nbytes: int, path: Path, batch: int, chunk_rows: int
         with PcapWriter(path, snaplen=262144) as w:
             for a in range(0, n, rows):
                 pk = make_packets(builder, a, min(rows, n - a))
-                w.write_batch(pk["time_ns"], pk["frame_bytes"].astype(np.int64),
-                              lambda out, o, c, pk=pk: builder.fill(pk, out, o, c))
+                w.write_batch(pk["time_ns"], pk["frame_bytes"].astype(np.int64), BatchFill(builder, pk))
     dt = time.perf_counter() - t0
     size = path.stat().st_size
     path.unlink()
