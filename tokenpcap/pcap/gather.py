@@ -102,13 +102,15 @@ def writev_all(fd: int, iov: np.ndarray) -> None:
     Raises:
         OSError: the system call failed (errno as reported), or wrote nothing.
     """
+    iov = np.ascontiguousarray(iov, dtype=_IOV_DTYPE)
     total = len(iov)
-    at = 0
+    # bytes up to each entry, and the table's address: no numpy work per system call
+    ends = np.cumsum(iov[:, 1].astype(np.int64))
+    base, at, done_bytes = iov.ctypes.data, 0, 0
     while at < total:
         c = min(_IOV_MAX, total - at)
-        chunk = iov[at:at + c]
-        want = int(chunk[:, 1].sum())
-        got = _WRITEV(fd, chunk.ctypes.data, c)
+        want = int(ends[at + c - 1]) - done_bytes
+        got = _WRITEV(fd, base + 16 * at, c)
         if got < 0:
             e = ctypes.get_errno()
             if e == errno.EINTR:
@@ -116,15 +118,17 @@ def writev_all(fd: int, iov: np.ndarray) -> None:
             raise OSError(e, os.strerror(e))
         if got == want:
             at += c
+            done_bytes += want
             continue
         if got == 0 and want:
             raise OSError(errno.EIO, "writev wrote nothing")
         # short write (a full disk, a signal): skip what went out and retry from there
-        ends = np.cumsum(chunk[:, 1].astype(np.int64))
-        done = int(np.searchsorted(ends, got, side="right"))
-        iov = iov[at + done:].copy()
-        if got > (int(ends[done - 1]) if done else 0):
-            part = got - (int(ends[done - 1]) if done else 0)
-            iov[0, 0] += np.uint64(part)
-            iov[0, 1] -= np.uint64(part)
-        total, at = len(iov), 0
+        done_bytes += got
+        skip = at + int(np.searchsorted(ends[at:at + c], done_bytes, side="right"))
+        part = done_bytes - (int(ends[skip - 1]) if skip else 0)
+        iov = iov[skip:].copy()
+        iov[0, 0] += np.uint64(part)
+        iov[0, 1] -= np.uint64(part)
+        total = len(iov)
+        ends = np.cumsum(iov[:, 1].astype(np.int64))
+        base, at, done_bytes = iov.ctypes.data, 0, 0
