@@ -59,3 +59,23 @@ def test_readme_commands_exist():
     for cmd in sorted(named):
         res = CliRunner().invoke(main, [cmd, "--help"])
         assert res.exit_code == 0, f"tokenpcap {cmd}: {res.output}"
+
+
+def test_readme_abridged_dante_profile_matches_the_real_one():
+    """Every key the README shows of dante.yaml has the value the bundled file has."""
+    import yaml
+
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"```yaml\n# profiles/scenarios/dante.yaml.*?\n(.*?)```", readme, re.S).group(1)
+    shown = yaml.safe_load(block)
+    real = yaml.safe_load((ROOT / "profiles" / "scenarios" / "dante.yaml").read_text())
+
+    def subset(a, b, path=""):
+        for k, v in a.items():
+            assert k in b, f"README shows {path}{k}, the file has no such key"
+            if isinstance(v, dict):
+                subset(v, b[k], f"{path}{k}.")
+            else:
+                assert b[k] == v, f"{path}{k}: README {v!r}, file {b[k]!r}"
+
+    subset(shown, real)
