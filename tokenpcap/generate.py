@@ -48,10 +48,11 @@ from tokenpcap.nic import PKT_ACK, PKT_CTS, Engine
 from tokenpcap.pcap import PcapngWriter
 from tokenpcap.plan import build_plan
 from tokenpcap.profiles import Scenario
+from tokenpcap.provenance import provenance_comment as _provenance_line
 from tokenpcap.schedule import Schedule
 
 __all__ = ["EPOCH_NS", "FORMATS", "SPLITS", "Selection", "GenerateOptions", "GenerateResult",
-           "generate", "parse_index_set", "parse_time_ns", "parse_window", "parse_iterations"]
+           "generate", "provenance_comment", "parse_index_set", "parse_time_ns", "parse_window", "parse_iterations"]
 
 #: Time of the first event of a run: 2024-01-01T00:00:00Z in ns since the epoch.
 EPOCH_NS = 1_704_067_200 * 1_000_000_000
@@ -76,7 +77,9 @@ class GenerateOptions:
 @dataclass
 class GenerateResult:
     """What was written: ``files`` ``[(path, packets, bytes)]``, totals, per-phase payload of data
-    packets ``{label: bytes}``, per-NIC data payload (int64 per NIC), control traffic, span."""
+    packets ``{label: bytes}``, per-NIC data payload (int64 per NIC), control traffic, span;
+    ``plan`` is the plan at the run's scale (one iteration), ``iterations`` the kept iterations
+    ``(A, B)``, so a full capture's payload is ``plan`` totals × ``B − A``."""
 
     files: list[tuple[Path, int, int]]
     packets: int = 0
@@ -93,6 +96,9 @@ class GenerateResult:
     seconds: float = 0.0
     plan: object = None
     schedule: object = None
+    iterations: tuple[int, int] = (0, 1)
+    scale: int = 1
+    selection: Selection | None = None
 
 
 def _file_specs(s: Scenario, opt: GenerateOptions, pred_keys: np.ndarray, n_nics: int,
@@ -156,10 +162,10 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
     seed = s.generation.seed if opt.seed is None else int(opt.seed)
     gen = replace(s.generation, seed=seed)
     s = replace(s, generation=gen)
-    plan = build_plan(s, tokens)
+    plan = build_plan(s, tokens, scale=opt.scale)
     n_nics = s.cluster.nodes * s.cluster.nics_per_node
     sel = opt.selection
-    sched = Schedule(plan, iterations=opt.iterations, scale=opt.scale,
+    sched = Schedule(plan, iterations=opt.iterations,
                      engine=Engine(s.cluster, gen, chunk_rows=1 << 16))
     ib = s.cluster.transport == "infiniband"
     ext = opt.fmt
@@ -198,7 +204,9 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
     addr = nic_addresses(s.cluster)
     names = {n: (f"node{n // s.cluster.nics_per_node}/nic{n % s.cluster.nics_per_node}",
                  _describe(addr, n, ib)) for n in range(n_nics)}
-    cfg = WriterConfig(s.cluster, opt.fmt, opt.snaplen, seed, names)
+    cfg = WriterConfig(s.cluster, opt.fmt, opt.snaplen, seed, names,
+                       provenance_comment(s, opt, sched.iterations) if opt.fmt == "pcapng"
+                       else None)
     expected = int(nb[keep_own].sum() + ab[keep_ack].sum()) + sum(
         _file_header_bytes(opt, cfg, sp) for sp in specs)
     free = shutil.disk_usage(opt.out_dir).free
@@ -211,8 +219,10 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
 
     # --- run, lower, select, route ------------------------------------------------------------
     disp = Dispatcher(specs, cfg, opt.jobs)
+    kept = sel.iterations if sel.iterations is not None else range(sched.iterations)
     res = GenerateResult(files=[], expected_bytes=expected, nic_payload=np.zeros(n_nics, np.int64),
-                         plan=plan, schedule=sched)
+                         plan=plan, schedule=sched, iterations=(kept.start, kept.stop),
+                         scale=plan.scale, selection=sel)
     lower = Lowering(s.cluster, seed, gen.ack_every_packets)
     try:
         done = 0
@@ -229,6 +239,31 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
     res.file_bytes = sum(b for _, _, b in res.files)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def provenance_comment(s: Scenario, opt: GenerateOptions, iterations_run: int | None = None
+                       ) -> str:
+    """The SHB comment of every pcapng file :func:`generate` writes for ``s`` with ``opt``
+    (format and parser: :mod:`tokenpcap.provenance`). ``iterations_run``: iterations simulated
+    (default ``opt.iterations`` or the scenario's ``generation.iterations``); the kept ones are
+    ``opt.selection.iterations`` or all of them. The seed is ``opt.seed`` or the scenario's.
+
+    Raises:
+        ValueError: values out of range (see :func:`tokenpcap.provenance.provenance_comment`).
+    """
+    n = iterations_run or opt.iterations or s.generation.iterations
+    kept = opt.selection.iterations
+    its = (kept.start, kept.stop) if kept is not None else (0, n)
+    w = opt.selection.window_ns
+    return _provenance_line(
+        scenario=s.name, scale=opt.scale, iterations=its, split=opt.split,
+        nics=opt.selection.nics, ranks=opt.selection.ranks, phases=opt.selection.phases or None,
+        time_window=None if w is None else (w[0], None if w[1] >= _OPEN_END_NS else w[1]),
+        snaplen=opt.snaplen, seed=s.generation.seed if opt.seed is None else opt.seed,
+        clear_to_send=s.generation.clear_to_send)
+
+
+_OPEN_END_NS = 1 << 62      # parse_window's end of an open window ("1ms:")
 
 
 def _chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, route, disp,
@@ -321,7 +356,7 @@ def _file_header_bytes(opt: GenerateOptions, cfg: WriterConfig, spec: FileSpec) 
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         w = PcapngWriter(Path(tmp) / "header.pcapng", interfaces(spec, cfg), snaplen=opt.snaplen,
-                         threaded=False)
+                         threaded=False, section_comment=cfg.section_comment)
         n = w.bytes_written
         w.abort()
     return n

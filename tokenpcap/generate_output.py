@@ -94,6 +94,7 @@ class WriterConfig:
     snaplen: int
     payload_seed: int
     interface_names: dict[int, tuple[str, str]] = field(default_factory=dict)  # nic -> (name, desc)
+    section_comment: str | None = None     # pcapng SHB opt_comment (tokenpcap.provenance)
 
 
 def interfaces(spec: FileSpec, cfg: WriterConfig) -> list[Interface]:
@@ -123,7 +124,8 @@ class Sink:
         elif cfg.fmt == "erf":
             self.w = ErfWriter(spec.path, snaplen=cfg.snaplen)
         else:
-            self.w = PcapngWriter(spec.path, interfaces(spec, cfg), snaplen=cfg.snaplen)
+            self.w = PcapngWriter(spec.path, interfaces(spec, cfg), snaplen=cfg.snaplen,
+                                  section_comment=cfg.section_comment)
             self.iface = np.full(max(spec.nics) + 1, -1, np.int64)
             self.iface[list(spec.nics)] = np.arange(len(spec.nics))
         self.snaplen = cfg.snaplen

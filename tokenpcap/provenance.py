@@ -1,0 +1,194 @@
+"""Capture provenance: the one-line section comment every pcapng file tokenpcap writes carries.
+
+The generator (``tokenpcap generate`` / ``run``) puts it in the ``opt_comment`` of the Section
+Header Block (pcapng, draft-ietf-opsawg-pcapng Sec. 4.1); ``inspect --against`` reads it back to
+know at which scale, over which iterations and with which selection the capture was made. One
+definition for both sides, so writer and reader cannot drift apart::
+
+    tokenpcap scenario=<name> scale=<K> iterations=<A>:<B> split=<nic|phase|none> nics=<list|all>
+    ranks=<list|all> phases=<list|all> time_window=<a:b ns|all> snaplen=<N> seed=<S>
+    clear_to_send=<0|1>
+
+(on one line; keys in this order, separated by one space). Values never contain spaces:
+
+* ``iterations=A:B``: the capture keeps iterations ``A`` … ``B−1`` (``--iterations N`` is
+  ``0:N``, ``--iterations A:B`` is ``A:B``);
+* ``nics``, ``ranks``: comma-separated global indices in increasing order, or ``all``;
+* ``phases``: the comma-separated phase patterns of ``--phases`` as given, or ``all``;
+* ``time_window``: ``START:END`` in integer ns of simulated time (``END`` empty when the window
+  is open-ended), or ``all``;
+* ``scenario`` and ``phases`` are percent-encoded (RFC 3986 Sec. 2.1) where they hold a space,
+  ``%``, ``=`` or ``,`` inside one value (a scenario name ``my run`` is written ``my%20run``).
+
+A capture is a *selection* (``parse_provenance(...)["selection"]``) when ``phases``, ``ranks``
+or ``time_window`` is not ``all`` or the kept iterations do not start at 0: it then lacks some
+packets of the QPs it shows, so PSN gaps are expected. ``nics`` alone is not a selection in that
+sense (every QP direction is sent by one NIC, and a NIC's file holds all it sends).
+"""
+from __future__ import annotations
+
+import re
+from urllib.parse import quote, unquote
+
+from tokenpcap.errors import DecodeError
+
+__all__ = ["PREFIX", "KEYS", "SPLITS", "provenance_comment", "parse_provenance",
+           "is_provenance"]
+
+#: First word of the comment.
+PREFIX = "tokenpcap"
+#: The keys, in the order they are written.
+KEYS = ("scenario", "scale", "iterations", "split", "nics", "ranks", "phases", "time_window",
+        "snaplen", "seed", "clear_to_send")
+#: Values of ``split``.
+SPLITS = ("nic", "phase", "none")
+_SAFE = "/:-_.~+*()!$&';@"        # kept as is by quote() besides letters and digits
+
+
+def _enc(text: str) -> str:
+    return quote(str(text), safe=_SAFE)
+
+
+def _index_list(values) -> str:  # type: ignore[no-untyped-def]
+    if values is None:
+        return "all"
+    out = sorted({int(v) for v in values})
+    if not out or out[0] < 0:
+        raise ValueError(f"index list: got {values!r}, expected non-negative integers")
+    return ",".join(map(str, out))
+
+
+def provenance_comment(*, scenario: str, scale: int, iterations: tuple[int, int], split: str,
+                       nics=None, ranks=None, phases=None,  # type: ignore[no-untyped-def]
+                       time_window: tuple[int, int | None] | None = None, snaplen: int,
+                       seed: int, clear_to_send: bool) -> str:
+    """The provenance line (module docstring).
+
+    Args:
+        scenario: the scenario name; scale: ``--scale`` (>= 1); iterations: ``(A, B)`` kept
+            iterations ``[A, B)``; split: ``nic``, ``phase`` or ``none``; nics, ranks: iterables
+            of global indices or ``None`` (all); phases: the phase patterns or ``None``;
+            time_window: ``(start_ns, end_ns)`` (``end_ns`` None: open-ended) or ``None``;
+            snaplen: bytes kept per frame; seed: the run's seed; clear_to_send: the scenario's
+            ``generation.clear_to_send``.
+
+    Raises:
+        ValueError: a value out of range (scale < 1, B <= A, unknown split, negative index ...).
+    """
+    a, b = (int(x) for x in iterations)
+    if int(scale) < 1 or a < 0 or b <= a or split not in SPLITS or int(snaplen) < 1 \
+            or int(seed) < 0:
+        raise ValueError(f"provenance: scale {scale}, iterations {a}:{b}, split {split!r}, "
+                         f"snaplen {snaplen}, seed {seed}: out of range")
+    if time_window is None:
+        tw = "all"
+    else:
+        t0, t1 = time_window
+        if int(t0) < 0 or (t1 is not None and int(t1) <= int(t0)):
+            raise ValueError(f"provenance: time_window {time_window!r}: expected 0 <= start < end")
+        tw = f"{int(t0)}:{'' if t1 is None else int(t1)}"
+    ph = "all" if not phases else ",".join(_enc(p) for p in phases)
+    vals = (_enc(scenario), str(int(scale)), f"{a}:{b}", split, _index_list(nics),
+            _index_list(ranks), ph, tw, str(int(snaplen)), str(int(seed)),
+            "1" if clear_to_send else "0")
+    return " ".join([PREFIX] + [f"{k}={v}" for k, v in zip(KEYS, vals)])
+
+
+def is_provenance(text: str | None) -> bool:
+    """True when ``text`` is (or looks like) a provenance line: it starts with ``tokenpcap ``
+    and names ``scenario=`` next."""
+    return bool(text) and str(text).startswith(f"{PREFIX} scenario=")
+
+
+def _int(key: str, value: str, text: str, minimum: int = 0) -> int:
+    if not re.fullmatch(r"\d+", value) or int(value) < minimum:
+        raise DecodeError(f"provenance comment: {key}: got {value!r}, expected an integer >= "
+                          f"{minimum} (in {text!r})")
+    return int(value)
+
+
+def _indices(key: str, value: str, text: str) -> tuple[int, ...] | None:
+    if value == "all":
+        return None
+    out: set[int] = set()
+    for part in value.split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
+            raise DecodeError(f"provenance comment: {key}: got {value!r}, expected 'all' or "
+                              f"comma-separated indices (in {text!r})")
+        out.update(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1))
+    return tuple(sorted(out))
+
+
+def parse_provenance(text: str) -> dict:
+    """Parse a provenance line (module docstring) into plain values.
+
+    Returns:
+        ``{"scenario": str, "scale": int, "iterations": (A, B), "split": str,
+        "nics": tuple[int, ...] | None, "ranks": tuple[int, ...] | None,
+        "phases": tuple[str, ...] | None, "time_window": (start_ns, end_ns | None) | None,
+        "snaplen": int, "seed": int, "clear_to_send": bool, "selection": bool}``; ``None``
+        stands for ``all``; ``selection`` as the module docstring defines it. Unknown extra keys
+        (written by a later version) are kept as strings under ``"extra"``.
+
+    Raises:
+        DecodeError: ``text`` is not a provenance line, or a key is missing or malformed (the
+            message names the key, the value got and what was expected).
+    """
+    line = str(text).strip()
+    words = line.split(" ")
+    if not words or words[0] != PREFIX:
+        raise DecodeError(f"provenance comment: got {line[:80]!r}, expected a line starting "
+                          f"with {PREFIX!r}")
+    raw: dict[str, str] = {}
+    for w in words[1:]:
+        if not w:
+            continue
+        k, eq, v = w.partition("=")
+        if not eq or not k:
+            raise DecodeError(f"provenance comment: got {w!r}, expected key=value (in {line!r})")
+        raw[k] = v
+    missing = [k for k in KEYS if k not in raw]
+    if missing:
+        raise DecodeError(f"provenance comment: {missing[0]}: got missing, expected "
+                          f"{missing[0]}=<value> (in {line!r})")
+    m = re.fullmatch(r"(\d+):(\d+)", raw["iterations"])
+    if not m or int(m.group(2)) <= int(m.group(1)):
+        raise DecodeError(f"provenance comment: iterations: got {raw['iterations']!r}, expected "
+                          f"A:B with B > A (in {line!r})")
+    if raw["split"] not in SPLITS:
+        raise DecodeError(f"provenance comment: split: got {raw['split']!r}, expected one of "
+                          f"{', '.join(SPLITS)} (in {line!r})")
+    tw_text = raw["time_window"]
+    tw: tuple[int, int | None] | None = None
+    if tw_text != "all":
+        w = re.fullmatch(r"(\d+):(\d*)", tw_text)
+        if not w or (w.group(2) and int(w.group(2)) <= int(w.group(1))):
+            raise DecodeError(f"provenance comment: time_window: got {tw_text!r}, expected "
+                              f"'all' or START:END in ns with END > START (in {line!r})")
+        tw = (int(w.group(1)), int(w.group(2)) if w.group(2) else None)
+    if raw["clear_to_send"] not in ("0", "1"):
+        raise DecodeError(f"provenance comment: clear_to_send: got {raw['clear_to_send']!r}, "
+                          f"expected 0 or 1 (in {line!r})")
+    phases = None if raw["phases"] == "all" else tuple(
+        unquote(p) for p in raw["phases"].split(",") if p)
+    iterations = (int(m.group(1)), int(m.group(2)))
+    out = {
+        "scenario": unquote(raw["scenario"]),
+        "scale": _int("scale", raw["scale"], line, 1),
+        "iterations": iterations,
+        "split": raw["split"],
+        "nics": _indices("nics", raw["nics"], line),
+        "ranks": _indices("ranks", raw["ranks"], line),
+        "phases": phases,
+        "time_window": tw,
+        "snaplen": _int("snaplen", raw["snaplen"], line, 1),
+        "seed": _int("seed", raw["seed"], line),
+        "clear_to_send": raw["clear_to_send"] == "1",
+    }
+    out["selection"] = (phases is not None or out["ranks"] is not None or tw is not None
+                        or iterations[0] > 0)
+    extra = {k: v for k, v in raw.items() if k not in KEYS}
+    if extra:
+        out["extra"] = extra
+    return out
