@@ -72,3 +72,18 @@ def test_library_errors_exit_1_usage_errors_exit_2(tmp_path):
     assert r.exit_code == 2 and "--output" in r.output
     r = CliRunner().invoke(main, ["run", str(tmp_path / "nope.yaml"), "-o", str(tmp_path)])
     assert r.exit_code == 1 and r.output.startswith("error: ")
+
+
+def test_summary_plan_column_is_the_plan_at_the_runs_scale_times_iterations(tmp_path):
+    """Item 3: with --scale K and --iterations N the plan column beside the payload is the plan at
+    scale K times N (before: the unscaled one-iteration plan); every phase row matches."""
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+    r = CliRunner().invoke(main, ["generate", str(path), "-o", str(tmp_path / "o"), "--scale", "8",
+                                  "--iterations", "2", "--jobs", "1", "--format", "pcap"])
+    assert r.exit_code == 0, r.output
+    plan = build_plan(load_scenario(path), scale=8)
+    assert "plan at scale 8 × 2 iterations" in r.output
+    for row in plan.rows:
+        if row.nic_bytes:
+            assert re.search(rf"{re.escape(row.name)}\s*│\s*[\d,]+\s*│\s*{2 * row.nic_bytes:,}\s*│"
+                             rf"\s*{2 * row.nic_bytes:,}", r.output), row.name

@@ -309,3 +309,42 @@ def test_every_model_on_every_cluster_plans(mpath: Path, cpath: Path):
     assert isinstance(call, CollectiveCall) and call.call_id == 0
     assert total_traffic_bytes(call.collective, plan.algorithm, call.message_bytes, call.group,
                                plan.layout) > 0
+
+
+# ------------------------------------------------------------------ the scaled plan
+
+
+@pytest.mark.parametrize("scale", [1, 16, 1000])
+def test_scaled_plan_sizes_are_whole_elements_of_s_over_k(scale):
+    """build_plan(scale=K): every call carries floor(S/K) rounded down to whole elements (at least
+    one), and the rows sum per_rank_bytes over exactly those calls (fails before: no scale)."""
+    s = dante()
+    base, plan = build_plan(s), build_plan(s, scale=scale)
+    assert plan.scale == scale and plan.to_json()["scale"] == scale
+    nic = Counter()
+    for c0, c in zip(base.calls(), plan.calls(), strict=True):
+        want = c0.message_bytes if scale == 1 else max(
+            c0.elem_bytes, (c0.message_bytes // scale) // c0.elem_bytes * c0.elem_bytes)
+        assert (c.call_id, c.message_bytes) == (c0.call_id, want)
+        nic[c.label] += int(per_rank_bytes(c, plan.algorithm, plan.layout).nic_bytes.sum())
+    assert {r.name: r.nic_bytes for r in plan.rows} == dict(nic)
+    assert plan.totals()["nic_bytes"] == sum(nic.values())
+    # the DP AllReduce buckets of Dante (bf16 gradients): 40,000,000-byte buckets -> S/K
+    dp = rows(plan)["dp/backward/AllReduce"]
+    assert rows(base)["dp/backward/AllReduce"].message_bytes // scale // 2 * 2 == dp.message_bytes
+    if scale > 1:
+        assert plan.pcap["payload_bytes"] < base.pcap["payload_bytes"]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_scaled_plan_rejects_a_bad_scale(bad):
+    from tokenpcap.errors import InputError
+
+    with pytest.raises(InputError, match="scale: got"):
+        build_plan(dante(), scale=bad)
+
+
+def test_scaled_bytes_lives_in_stage_3_and_stays_importable_from_collectives():
+    from tokenpcap import calls, collectives
+
+    assert collectives.scaled_bytes is calls.scaled_bytes

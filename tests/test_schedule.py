@@ -298,3 +298,38 @@ def test_token_range_of_pipeline_messages():
     class G:
         token_start = token_end = seq_start = seq_end = -1
     assert token_range(G, 0, 100, 1000, 1024) == (-1, -1)
+
+
+def test_the_schedule_takes_the_plans_scale_and_never_scales_twice(tmp_path):
+    """A plan built at scale 4 runs with its own sizes: the data messages sum, per phase and NIC,
+    to the scaled plan's rows (scaling again would give a quarter of that). Schedule(plan,
+    scale=4) on an unscaled plan plans again at 4 and runs the same messages."""
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+    s = load_scenario(path)
+    plan = build_plan(s, scale=4)
+    sched = Schedule(plan)
+    assert sched.scale == 4 and sched.plan is plan
+    for _ in sched.run():
+        pass
+    d = sched.messages[sched.messages["kind"] == KIND_DATA]
+    got = defaultdict(int)
+    for row in d:
+        got[phase_label(int(row["dim"]), int(row["phase"]), int(row["collective"]))] += int(row["size_bytes"])
+    assert dict(got) == {r.name: r.nic_bytes for r in plan.rows if r.nic_bytes}
+    per_nic = np.bincount(d["src_nic"], weights=d["size_bytes"], minlength=8).astype(np.int64)
+    assert (per_nic == plan.nic_bytes_per_nic()).all()
+    other = Schedule(build_plan(s), scale=4)
+    assert other.plan.scale == 4
+    for _ in other.run():
+        pass
+    assert other.messages["size_bytes"].tolist() == sched.messages["size_bytes"].tolist()
+    assert other.messages["start_ns"].tolist() == sched.messages["start_ns"].tolist()
+
+
+@pytest.mark.parametrize("kw", [dict(iterations=0), dict(scale=0), dict(scale=-3)])
+def test_schedule_rejects_bad_iterations_or_scale_with_an_input_error(kw):
+    from tokenpcap.errors import InputError
+
+    plan = build_plan(load_scenario(ROOT / "profiles" / "scenarios" / "dante.yaml"))
+    with pytest.raises(InputError, match="expected integers >= 1"):
+        Schedule(plan, **kw)

@@ -43,7 +43,7 @@ interleave the samples. Token index ``i`` means corpus token ``i % tokens`` (epo
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from tokenpcap.layout import RankLayout
@@ -51,7 +51,7 @@ from tokenpcap.messages import phase_label
 from tokenpcap.model import ShardParameters, activation_bytes, shard_parameters
 from tokenpcap.profiles import DTYPE_BYTES, Scenario
 
-__all__ = ["CollectiveCall", "Family", "build_families", "expand"]
+__all__ = ["CollectiveCall", "Family", "build_families", "expand", "scaled_bytes", "scale_families"]
 
 
 @dataclass(frozen=True)
@@ -291,6 +291,35 @@ def _dp_families(s: Scenario, layout: RankLayout, st: int, sh: ShardParameters, 
                     [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket")])
                 fam("dp", "optimizer", "AllGather", n * e_act, e_act, st, groups,
                     [Inst(low, -1, bucket=k, op=f"{kind}_param_bucket")])
+
+
+def scaled_bytes(message_bytes: int, elem_bytes: int, scale: int) -> int:
+    """``message_bytes / scale`` in whole elements, at least one element when the call has bytes
+    (``--scale`` keeps every call, only smaller). ``scale == 1`` returns ``message_bytes``.
+
+    The one place a message size is scaled: :func:`tokenpcap.plan.build_plan` applies it to every
+    call family once (``Plan.scale``); the schedule and the generator take the plan's sizes as
+    they are, so bytes are never scaled twice.
+
+    Raises:
+        ValueError: ``scale < 1``.
+    """
+    if scale < 1:
+        raise ValueError(f"scale: got {scale}, expected an integer >= 1")
+    if scale == 1 or message_bytes == 0:
+        return message_bytes
+    return max(elem_bytes, message_bytes // scale // elem_bytes * elem_bytes)
+
+
+def scale_families(fams: list[Family], scale: int) -> list[Family]:
+    """``fams`` with every ``message_bytes`` divided by ``scale`` (:func:`scaled_bytes`); the
+    same list when ``scale == 1``. Raises: ValueError: ``scale < 1``."""
+    if scale < 1:
+        raise ValueError(f"scale: got {scale}, expected an integer >= 1")
+    if scale == 1:
+        return fams
+    return [replace(f, message_bytes=scaled_bytes(f.message_bytes, f.elem_bytes, scale))
+            for f in fams]
 
 
 def expand(fams: list[Family], s: Scenario, layout: RankLayout, iteration: int,

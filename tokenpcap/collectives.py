@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokenpcap.calls import scaled_bytes  # noqa: F401 - stage 3 owns it; kept importable here
 from tokenpcap.layout import RankLayout
 from tokenpcap.traffic import CallLike, CallShape, effective_algorithm, hops, ring_chunk_bytes
 
@@ -97,20 +98,6 @@ class Transfers:
 def slice_elements_bytes(slice_bytes: int, elem_bytes: int) -> int:
     """Largest slice in whole elements: ``max(elem, slice_bytes // elem * elem)`` bytes."""
     return max(elem_bytes, slice_bytes // elem_bytes * elem_bytes)
-
-
-def scaled_bytes(message_bytes: int, elem_bytes: int, scale: int) -> int:
-    """``message_bytes / scale`` in whole elements, at least one element when the call has bytes
-    (``--scale`` keeps every call, only smaller). ``scale == 1`` returns ``message_bytes``.
-
-    Raises:
-        ValueError: ``scale < 1``.
-    """
-    if scale < 1:
-        raise ValueError(f"scale: got {scale}, expected an integer >= 1")
-    if scale == 1 or message_bytes == 0:
-        return message_bytes
-    return max(elem_bytes, message_bytes // scale // elem_bytes * elem_bytes)
 
 
 def _predecessors(h: np.ndarray, alg: str) -> list[list[int]]:

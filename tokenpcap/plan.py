@@ -1,6 +1,11 @@
 """Stage 3: the analytic traffic plan of one training iteration, and the per-call API.
 
-``build_plan(scenario, tokens=None) -> Plan``. A :class:`Plan` holds:
+``build_plan(scenario, tokens=None, *, scale=1) -> Plan``. A :class:`Plan` holds:
+
+* ``scale``: every call's ``message_bytes`` is the scenario's divided by it
+  (:func:`tokenpcap.calls.scaled_bytes`: whole elements, at least one), so rows, totals and the
+  pcap estimate describe the iteration that ``generate --scale`` writes (one iteration; a capture
+  of N iterations holds N times the per-iteration totals);
 
 * ``layout``: the :class:`tokenpcap.layout.RankLayout` (rank ↔ (pp, dp, tp), groups, node, NIC);
 * ``rows``: one :class:`PhaseRow` per phase label (``tokenpcap.messages.phase_label``, e.g.
@@ -35,8 +40,8 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from tokenpcap.calls import CollectiveCall, Family, build_families, expand
-from tokenpcap.errors import InfeasiblePlanError
+from tokenpcap.calls import CollectiveCall, Family, build_families, expand, scale_families
+from tokenpcap.errors import InfeasiblePlanError, InputError
 from tokenpcap.layout import RankLayout
 from tokenpcap.messages import COLLECTIVES, DIMS, PHASES
 from tokenpcap.model import activation_bytes, narayanan_eq2, parameter_count, shard_parameters
@@ -124,6 +129,7 @@ class Plan:
     nvlink_bytes_per_rank: np.ndarray   # int64 (world_size,)
     pcap: dict
     tokens: TokenizedCorpus | None = None
+    scale: int = 1
 
     @property
     def algorithm(self) -> str:
@@ -222,6 +228,7 @@ class Plan:
             "parallelism": {"dp": p.dp, "tp": p.tp, "pp": p.pp, "ep": p.ep,
                             "sequence_parallel": p.sequence_parallel, "zero_stage": p.zero_stage},
             "algorithm": self.algorithm,
+            "scale": self.scale,
             "parameters": {
                 "total": pc.total, "active": pc.active,
                 "narayanan_eq2": (narayanan_eq2(m.layers, m.hidden_size, m.vocab_size,
@@ -244,21 +251,27 @@ class Plan:
         }
 
 
-def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None) -> Plan:
-    """Plan one training iteration of ``scenario`` (``tokens`` adds per-epoch totals).
+def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
+               scale: int = 1) -> Plan:
+    """Plan one training iteration of ``scenario`` (``tokens`` adds per-epoch totals), every
+    message size divided by ``scale`` (module docstring; ``Plan.scale``).
 
     Raises:
+        InputError: ``scale`` is not an integer >= 1.
         InfeasiblePlanError: the scenario's values cannot be combined
             (:func:`tokenpcap.profiles.check_feasible`), or ``tokens`` were made with another
             sequence length than the model's.
     """
+    if isinstance(scale, bool) or not isinstance(scale, (int, np.integer)) or scale < 1:
+        raise InputError(f"scale: got {scale!r}, expected an integer >= 1")
+    scale = int(scale)
     check_feasible(scenario)
     if tokens is not None and tokens.seq_length != scenario.model.seq_length:
         raise InfeasiblePlanError(
             f"{scenario.path or '<scenario>'}: tokens.seq_length: got {tokens.seq_length}, "
             f"expected the model's seq_length {scenario.model.seq_length}")
     layout = RankLayout.from_scenario(scenario)
-    fams = build_families(scenario, layout)
+    fams = scale_families(build_families(scenario, layout), scale)
     alg = scenario.collectives.algorithm
     world = layout.world_size
     acc: dict[str, dict] = {}
@@ -305,5 +318,5 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None) -> Pla
     rows.sort(key=lambda r: (order[0][r.dim], order[1][r.phase], order[2][r.collective]))
     return Plan(scenario=scenario, layout=layout, families=fams, rows=rows,
                 nic_bytes_per_rank=nic_all, nvlink_bytes_per_rank=nvl_all, pcap=pcap,
-                tokens=tokens)
+                tokens=tokens, scale=scale)
 

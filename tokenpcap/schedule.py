@@ -30,19 +30,19 @@ a message covering bytes ``[o0, o1)`` holds positions ``[q0, q1)`` and the range
 """
 from __future__ import annotations
 
-import dataclasses
 from fractions import Fraction
 from typing import Iterator
 
 import numpy as np
 
 from tokenpcap.calls import CollectiveCall
-from tokenpcap.collectives import Transfers, scaled_bytes, transfers
+from tokenpcap.collectives import Transfers, transfers
 from tokenpcap.compute import stage_times
 from tokenpcap.messages import COLLECTIVES, DIMS, KIND_DATA, MESSAGE_DTYPE, PHASES, VERB_WRITE
 from tokenpcap.model import shard_parameters
 from tokenpcap.nic import Engine
-from tokenpcap.plan import Plan
+from tokenpcap.errors import InputError
+from tokenpcap.plan import Plan, build_plan
 from tokenpcap.program import ASYNC, COMPUTE, MARK, SEND, WAIT, build_programs
 
 __all__ = ["Schedule", "NVLINK_LATENCY_NS", "TIMELINE_DTYPE", "NVLINK_DTYPE", "token_range"]
@@ -107,24 +107,33 @@ class _Rank:
 class Schedule:
     """Run the iterations of a plan on the NIC engine (module docstring).
 
+    The scale is the plan's (``plan.scale``: its calls' sizes are already scaled, see
+    :func:`tokenpcap.plan.build_plan`); the schedule takes the sizes as they are and divides
+    compute times by the same scale, so bytes are never scaled twice.
+
     Args:
         plan: :func:`tokenpcap.plan.build_plan`'s result.
         iterations: iterations to run (default the scenario's ``generation.iterations``).
-        scale: divide every message size (whole elements, at least one) and compute time by this.
+        scale: ``None`` (default) or ``plan.scale``: the plan's scale. Another value plans the
+            scenario again at that scale (``build_plan(plan.scenario, plan.tokens, scale=...)``)
+            and runs that plan (``self.plan``).
         engine: an :class:`~tokenpcap.nic.Engine` (default: one for the scenario's cluster).
 
     Raises:
-        ValueError: ``iterations`` or ``scale`` < 1.
+        InputError: ``iterations`` or ``scale`` < 1.
     """
 
-    def __init__(self, plan: Plan, *, iterations: int | None = None, scale: int = 1,
+    def __init__(self, plan: Plan, *, iterations: int | None = None, scale: int | None = None,
                  engine: Engine | None = None):
         s = plan.scenario
-        self.plan, self.scenario = plan, s
         self.iterations = s.generation.iterations if iterations is None else int(iterations)
-        if self.iterations < 1 or scale < 1:
-            raise ValueError(f"iterations {self.iterations} and scale {scale} must be >= 1")
-        self.scale = int(scale)
+        if self.iterations < 1 or (scale is not None and scale < 1):
+            raise InputError(f"iterations: got {self.iterations}, scale: got {scale}, expected "
+                             "integers >= 1")
+        if scale is not None and int(scale) != plan.scale:
+            plan = build_plan(s, plan.tokens, scale=int(scale))
+        self.plan, self.scenario = plan, s
+        self.scale = plan.scale
         self.engine = engine if engine is not None else Engine(s.cluster, s.generation)
         self.layout = plan.layout
         cfg = s.collectives
@@ -153,13 +162,9 @@ class Schedule:
                   for st in range(pp)]
         progs: dict[int, list] = {r: [] for r in range(lay.world_size)}
         for it in range(self.iterations):
-            calls = []
-            for c in self.plan.calls(it):
-                if self.scale > 1:
-                    c = dataclasses.replace(c, message_bytes=scaled_bytes(
-                        c.message_bytes, c.elem_bytes, self.scale))
+            calls = list(self.plan.calls(it))       # sizes already at the plan's scale
+            for c in calls:
                 self._calls[c.call_id] = c
-                calls.append(c)
             for r, p in build_programs(calls, range(lay.world_size), lay.coords, shards, times,
                                        self.plan.microbatches, it,
                                        s.training.recompute).items():
@@ -201,7 +206,7 @@ class Schedule:
             np.zeros(0, TIMELINE_DTYPE)
 
     def call(self, call_id: int) -> CollectiveCall:
-        """The (scaled) call with this id."""
+        """The call with this id (sizes at the plan's scale)."""
         return self._calls[call_id]
 
     def _event(self, fn, *args) -> None:

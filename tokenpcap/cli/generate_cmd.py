@@ -74,14 +74,23 @@ def print_summary(res: GenerateResult, tokens=None) -> None:
     for path, p, b in res.files:
         files.add_row(str(path), f"{p:,}", f"{b:,}")
     out.print(files)
-    plan = {r.name: r.nic_bytes for r in res.plan.rows}
-    ph = Table(title="RDMA payload per phase (data packets; the plan's NIC bytes beside)")
+    a, b = res.iterations
+    n_it = b - a
+    plan = {r.name: r.nic_bytes * n_it for r in res.plan.rows}
+    what = "the plan's NIC bytes beside"
+    if res.scale > 1 or n_it > 1:
+        what += f": plan at scale {res.scale} × {n_it} iteration{'s' if n_it > 1 else ''}"
+    ph = Table(title=f"RDMA payload per phase (data packets; {what})")
     for col in ("phase", "packets", "payload B", "plan NIC B"):
         ph.add_column(col, justify="left" if col == "phase" else "right")
     for name in sorted(res.phase_payload):
         ph.add_row(name, f"{res.phase_packets[name]:,}", f"{res.phase_payload[name]:,}",
                    f"{plan.get(name, 0):,}")
     out.print(ph)
+    sel = res.selection
+    if sel is not None and (sel.nics or sel.ranks or sel.phases or sel.window_ns):
+        out.print("note: a selection (--nics/--ranks/--phases/--time-window) keeps part of the "
+                  "traffic; the plan column is for every NIC")
     span = max(0, res.last_ns - res.first_ns)
     out.print(f"packets {res.packets:,}, file bytes {res.file_bytes:,} (expected "
               f"{res.expected_bytes:,}); control traffic: {res.cts_packets:,} clear-to-send "
