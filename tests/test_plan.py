@@ -348,3 +348,14 @@ def test_scaled_bytes_lives_in_stage_3_and_stays_importable_from_collectives():
     from tokenpcap import calls, collectives
 
     assert collectives.scaled_bytes is calls.scaled_bytes
+
+
+def test_rows_keep_their_nic_bytes_per_rank():
+    plan = build_plan(dante(), scale=8)
+    per = np.zeros(plan.layout.world_size, np.int64)
+    for r in plan.rows:
+        assert r.nic_bytes_by_rank.shape == (plan.layout.world_size,)
+        assert int(r.nic_bytes_by_rank.sum()) == r.nic_bytes
+        assert int(r.nic_bytes_by_rank.max()) == r.nic_bytes_per_rank
+        per += r.nic_bytes_by_rank
+    assert (per == plan.nic_bytes_per_rank).all()

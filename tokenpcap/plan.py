@@ -103,6 +103,9 @@ class PhaseRow:
     nic_bytes_per_rank: int = 0
     nvlink_bytes_per_rank: int = 0
     wire_time_ns: int = 0
+    #: NIC bytes each rank sends with this label in one iteration: int64 ``(world_size,)``
+    #: (``nic_bytes`` is its sum; not part of the JSON).
+    nic_bytes_by_rank: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:
         return {
@@ -310,7 +313,8 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
             message_bytes=max(a["sizes"]), sizes=dict(a["sizes"]), ranks=int(part.sum()),
             nic_bytes=int(a["nic"].sum()), nvlink_bytes=int(a["nvl"].sum()),
             nic_bytes_per_rank=nic_max, nvlink_bytes_per_rank=int(a["nvl"].max(initial=0)),
-            wire_time_ns=wire_time_ns(nic_max, scenario.cluster.link_gbps)))
+            wire_time_ns=wire_time_ns(nic_max, scenario.cluster.link_gbps),
+            nic_bytes_by_rank=a["nic"]))
     pcap = pcap_estimate(np.fromiter(nic_hops.keys(), np.int64, len(nic_hops)),
                          np.fromiter(nic_hops.values(), np.int64, len(nic_hops)), scenario)
     order = {n: i for i, n in enumerate(DIMS)}, {n: i for i, n in enumerate(PHASES)}, \
