@@ -4,8 +4,8 @@ Building a chunk of 8192–16384 frames makes a few dozen numpy temporaries of 6
 With glibc's defaults, blocks above the mmap threshold (128 KiB, raised dynamically) are mapped
 and unmapped on every allocation, and free memory at the top of the heap beyond the trim
 threshold is handed back to the kernel, so every chunk faults its temporaries in again: 4 KiB
-page faults (each with a page clear) that cost more than the numpy work itself. Measured on
-65 536 frames of 4154–4170 bytes in 8192-row batches (benchmarks/write_frames.py workload):
+page faults (each with a page clear) that cost more than the numpy work itself. Measured over
+7 × 65 536 frames of 4154–4170 bytes in 8192-row batches (benchmarks/write_frames.py workload):
 68 800 page faults and 1.1–1.25 µs of CPU per frame with the defaults, 15 400 faults and
 0.54–0.75 µs with the thresholds below; snaplen 64: 0.52–0.77 µs → 0.31–0.34 µs.
 
