@@ -335,3 +335,49 @@ sys.exit(3)
     assert r.returncode == 0, r.stderr
     assert "writer process failed: disk on fire" in r.stdout
     assert not list(out.iterdir())
+
+
+# ------------------------------------------------------------------ finding 21: time windows
+
+
+def test_a_time_window_is_an_upper_bound_and_is_not_refused_for_the_full_size(cross, monkeypatch):
+    """The size before simulating is the full selection's (a bound, announced as such); a small
+    window is not refused because the full trace would not fit (before: refused)."""
+    path, tmp = cross
+    out = tmp / "window"
+    out.mkdir()
+    seen = {}
+
+    class Usage:
+        free = 2_000_000
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: Usage())
+    res = generate(load_scenario(path), GenerateOptions(
+        out_dir=out, fmt="pcap", split="none", selection=Selection(window_ns=(0, 20_000))),
+        announce=seen.update)
+    assert seen["upper_bound"] is True and seen["bytes"] > Usage.free
+    assert 24 < res.file_bytes <= Usage.free < res.expected_bytes
+    assert res.files[0][0].stat().st_size == res.file_bytes
+
+
+def test_running_out_of_space_inside_a_window_fails_cleanly(cross, monkeypatch):
+    """No up-front refusal with a window, so a full disk shows up while writing: OutputError
+    naming the bound and the free space, and no .part or capture file is left."""
+    import errno
+
+    from tokenpcap.pcap import output
+
+    path, tmp = cross
+    out = tmp / "nospace"
+    out.mkdir()
+
+    def enospc(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(output.os, "write", enospc)
+    monkeypatch.setattr(output, "writev_all", enospc, raising=False)
+    with pytest.raises(OutputError, match=r"No space left on device \(the time window's capture, "
+                                          r"at most [\d,]+ bytes, outgrew the [\d,]+ bytes free"):
+        generate(load_scenario(path), GenerateOptions(out_dir=out, fmt="pcap", jobs=1,
+                                                      selection=Selection(window_ns=(0, 10**9))))
+    assert not list(out.iterdir())

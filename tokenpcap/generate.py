@@ -21,9 +21,16 @@ files (stage 7, :mod:`tokenpcap.generate_output`), chunk by chunk with flat memo
 * **Seed**: QPNs, initial PSNs, R_Keys, buffer addresses and the payload pattern.
 * **Scale**: every message size and compute time divided by ``scale`` (whole elements, at least
   one): the structure of the iteration stays, the bytes shrink.
+* **Work**: :func:`tokenpcap.generate_limits.check_work` refuses a run the packet simulator cannot
+  do in reasonable memory and time (counted from the plan, before simulating).
 * **Size**: :func:`tokenpcap.generate_size.predict_messages` gives the exact size before anything
   is written; :class:`~tokenpcap.errors.OutputError` when it exceeds the free space of the output
-  directory, unless ``force``.
+  directory, unless ``force``. With a time window the prediction is an upper bound: the disk is
+  not checked up front, and a write that runs out of space fails cleanly (OutputError, no file
+  left).
+* **Signals**: on any exception, including KeyboardInterrupt and the CLI's SIGTERM, every writer
+  is aborted and no temporary ``.part`` file of the run remains; worker processes also drop
+  their files and exit when the parent process dies.
 """
 from __future__ import annotations
 
@@ -40,6 +47,7 @@ from tokenpcap.addresses import nic_addresses
 from tokenpcap.errors import InputError, OutputError
 from tokenpcap.generate_output import (KC_ACK, KC_CTS, KC_DATA, LABELS, Dispatcher, FileSpec,
                                        WriterConfig, comment_text, interfaces, label_codes)
+from tokenpcap.generate_limits import check_work
 from tokenpcap.generate_select import (Selection, parse_index_set, parse_iterations,
                                        parse_time_ns, parse_window)
 from tokenpcap.generate_size import predict_messages, record_bytes
@@ -51,9 +59,11 @@ from tokenpcap.profiles import Scenario
 from tokenpcap.provenance import provenance_comment as _provenance_line
 from tokenpcap.schedule import Schedule
 
-__all__ = ["EPOCH_NS", "FORMATS", "SPLITS", "Selection", "GenerateOptions", "GenerateResult",
+__all__ = ["EPOCH_NS", "MAX_SEED", "FORMATS", "SPLITS", "Selection", "GenerateOptions", "GenerateResult",
            "generate", "provenance_comment", "parse_index_set", "parse_time_ns", "parse_window", "parse_iterations"]
 
+#: Largest seed (QPNs, PSNs, R_Keys, addresses and the payload pattern use a signed 64-bit seed).
+MAX_SEED = (1 << 63) - 1
 #: Time of the first event of a run: 2024-01-01T00:00:00Z in ns since the epoch.
 EPOCH_NS = 1_704_067_200 * 1_000_000_000
 FORMATS = ("pcap", "pcapng", "erf")
@@ -139,6 +149,13 @@ def _check(s: Scenario, opt: GenerateOptions) -> None:
         raise InputError(f"--snaplen: got {opt.snaplen}, expected 1..262144")
     if opt.scale < 1 or opt.jobs < 1:
         raise InputError(f"--scale/--jobs: got {opt.scale}/{opt.jobs}, expected integers >= 1")
+    if opt.iterations is not None and opt.iterations < 1:
+        raise InputError(f"--iterations: got {opt.iterations}, expected an integer >= 1")
+    if opt.seed is not None and not 0 <= opt.seed <= MAX_SEED:
+        raise InputError(f"--seed: got {opt.seed}, expected 0..{MAX_SEED}")
+    if opt.seed is None and not 0 <= s.generation.seed <= MAX_SEED:
+        raise InputError(f"{s.path or '<scenario>'}: generation.seed: got {s.generation.seed}, "
+                         f"expected 0..{MAX_SEED}")
     if not Path(opt.out_dir).is_dir():
         raise OutputError(f"{opt.out_dir}: got no such directory, expected an existing directory")
 
@@ -154,7 +171,10 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
         announce: called once with ``{"files", "packets", "bytes", "free_bytes"}`` before writing.
 
     Raises:
-        InputError: bad options; InfeasiblePlanError: from the plan; OutputError: no such output
+        InputError: bad options (checked before anything is simulated or written: formats,
+        snaplen, scale, iterations, a seed outside 0..2^63-1 from ``opt`` or the scenario);
+        InfeasiblePlanError: from the plan, or the run is beyond the packet simulator
+        (:func:`tokenpcap.generate_limits.check_work`); OutputError: no such output
         directory, not enough free space (without ``force``), a write failed.
     """
     t0 = time.perf_counter()
@@ -165,7 +185,12 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
     plan = build_plan(s, tokens, scale=opt.scale)
     n_nics = s.cluster.nodes * s.cluster.nics_per_node
     sel = opt.selection
-    sched = Schedule(plan, iterations=opt.iterations,
+    n_iter = opt.iterations or s.generation.iterations
+    if sel.iterations is not None and sel.iterations.stop > n_iter:
+        raise InputError(f"--iterations: got kept iterations {sel.iterations.start}:"
+                         f"{sel.iterations.stop}, expected at most {n_iter} run")
+    check_work(plan, n_iter)                # refuse what the simulator cannot do, up front
+    sched = Schedule(plan, iterations=n_iter, keep_nvlink=False,
                      engine=Engine(s.cluster, gen, chunk_rows=1 << 16))
     ib = s.cluster.transport == "infiniband"
     ext = opt.fmt
@@ -210,29 +235,36 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
     expected = int(nb[keep_own].sum() + ab[keep_ack].sum()) + sum(
         _file_header_bytes(opt, cfg, sp) for sp in specs)
     free = shutil.disk_usage(opt.out_dir).free
+    bound = sel.window_ns is not None       # a time window: the size is an upper bound
     if announce is not None:
         announce({"files": len(specs), "packets": expected_packets, "bytes": expected,
-                  "free_bytes": free})
-    if expected > free and not opt.force:
+                  "free_bytes": free, "upper_bound": bound})
+    if expected > free and not opt.force and not bound:
         raise OutputError(f"{opt.out_dir}: free space got {free:,} bytes, expected at least the "
                           f"{expected:,} bytes of the capture (use --force to write anyway)")
 
     # --- run, lower, select, route ------------------------------------------------------------
-    disp = Dispatcher(specs, cfg, opt.jobs)
     kept = sel.iterations if sel.iterations is not None else range(sched.iterations)
     res = GenerateResult(files=[], expected_bytes=expected, nic_payload=np.zeros(n_nics, np.int64),
                          plan=plan, schedule=sched, iterations=(kept.start, kept.stop),
                          scale=plan.scale, selection=sel)
     lower = Lowering(s.cluster, seed, gen.ack_every_packets)
+    disp = None
     try:
+        disp = Dispatcher(specs, cfg, opt.jobs)
         done = 0
         for tx in sched.run():
             done += _chunk(tx, sched, lower, sel, lab_ok, opt, route, disp, res)
             if progress is not None:
                 progress(done, expected_packets)
         sizes = disp.close()
-    except BaseException:
-        disp.abort()
+    except BaseException as err:
+        if disp is not None:
+            disp.abort()
+        _remove_parts(specs)
+        if bound and isinstance(err, OutputError) and "No space left" in str(err):
+            raise OutputError(f"{err} (the time window's capture, at most {expected:,} bytes, "
+                              f"outgrew the {free:,} bytes free; nothing was left)") from None
         raise
     res.files = [(sp.path, p, b) for sp, (p, b) in zip(specs, sizes)]
     res.packets = sum(p for _, p, _ in res.files)
@@ -345,6 +377,17 @@ def _comment_bytes(pm: np.ndarray) -> np.ndarray:
             text = comment_text(kk, *rest).encode()
             out[i, j] = 4 + ((len(text) + 3) & ~3) + 4
     return out
+
+
+def _remove_parts(specs: list[FileSpec]) -> None:
+    """Remove temporary ``.part`` files of ``specs`` a writer could not remove itself (a worker
+    killed by a signal). Only names of this run's files are touched."""
+    for spec in specs:
+        for part in spec.path.parent.glob(f".{spec.path.name}.*.part"):
+            try:
+                part.unlink()
+            except OSError:
+                pass
 
 
 def _file_header_bytes(opt: GenerateOptions, cfg: WriterConfig, spec: FileSpec) -> int:

@@ -18,6 +18,7 @@ by the phase label of their message, so that per-phase payload totals count data
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import queue as queue_mod
 import threading
 from dataclasses import dataclass, field
@@ -201,10 +202,17 @@ def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results) -> Non
     items; ``None`` closes them, ``"abort"`` drops them. Reports ``("ok", w, [(packets, bytes)])``
     or ``("error", w, message)`` on ``results``."""
     sinks: list[Sink] = []
+    parent = os.getppid()
     try:
         sinks = _open(specs, cfg)
         while True:
-            item = q.get()
+            try:
+                item = q.get(timeout=1.0)
+            except queue_mod.Empty:
+                if os.getppid() != parent:      # the parent died (SIGKILL): drop our files
+                    item = "abort"
+                else:
+                    continue
             if item is None:
                 results.put(("ok", w, [s.close() for s in sinks]))
                 return

@@ -118,13 +118,15 @@ class Schedule:
             scenario again at that scale (``build_plan(plan.scenario, plan.tokens, scale=...)``)
             and runs that plan (``self.plan``).
         engine: an :class:`~tokenpcap.nic.Engine` (default: one for the scenario's cluster).
+        keep_nvlink: record every NVLink copy in :attr:`nvlink` (default); ``False`` keeps
+            memory flat over long runs that do not need them (the generator).
 
     Raises:
         InputError: ``iterations`` or ``scale`` < 1.
     """
 
     def __init__(self, plan: Plan, *, iterations: int | None = None, scale: int | None = None,
-                 engine: Engine | None = None):
+                 engine: Engine | None = None, keep_nvlink: bool = True):
         s = plan.scenario
         self.iterations = s.generation.iterations if iterations is None else int(iterations)
         if self.iterations < 1 or (scale is not None and scale < 1):
@@ -149,6 +151,7 @@ class Schedule:
         self._msg_transfer: dict[int, tuple[_CallRun, int]] = {}
         self._out: list[tuple] = []       # messages to post at the end of the current event
         self._nvlink: list[tuple] = []
+        self._keep_nvlink = bool(keep_nvlink)
         self._timeline: list[tuple] = []
         self._ranks: list[_Rank] = []
         self._build()
@@ -300,8 +303,9 @@ class Schedule:
         end = start + -(-(nbytes * 8 * self._nvl_den) // self._nvl_num)
         self._nvl_free[src] = end
         arrive = end + NVLINK_LATENCY_NS
-        self._nvlink.append((src, dst, nbytes, start, arrive, run.codes[0], run.codes[1],
-                             run.codes[2], c.call_id, step))
+        if self._keep_nvlink:
+            self._nvlink.append((src, dst, nbytes, start, arrive, run.codes[0], run.codes[1],
+                                 run.codes[2], c.call_id, step))
         self.engine.at(arrive, lambda t2, run=run, x=x: self._event(self._arrived, run, x, t2))
 
     def _flush(self) -> None:

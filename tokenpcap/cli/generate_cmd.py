@@ -1,19 +1,93 @@
 """``tokenpcap generate SCENARIO -o DIR``: the captures of a scenario, with selections."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Iterator
 
 import click
 
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
+from tokenpcap.errors import InputError, OutputError
 from tokenpcap.generate import (FORMATS, SPLITS, GenerateOptions, GenerateResult, Selection,
                                 generate, parse_index_set, parse_iterations, parse_window)
 from tokenpcap.profiles import Scenario, load_scenario
 
-__all__ = ["generate_cmd", "run_generation", "print_summary", "default_jobs"]
+__all__ = ["generate_cmd", "run_generation", "print_summary", "default_jobs", "Terminated",
+           "output_directory", "terminate_like_interrupt", "MAX_SEED"]
+
+#: Largest seed: QPNs, PSNs, keys and the payload pattern derive from a signed 64-bit seed.
+MAX_SEED = (1 << 63) - 1
+#: Exit status after SIGTERM (128 + 15, the shell's convention for a process ended by it).
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived while generating (raised in the main thread, like KeyboardInterrupt)."""
+
+
+@contextlib.contextmanager
+def terminate_like_interrupt() -> Iterator[None]:
+    """While the block runs, SIGTERM raises :class:`Terminated` in the main thread, so generation
+    unwinds as after Ctrl-C: every writer (process) is aborted and no ``.part`` file remains.
+    Outside the main thread (no signal handlers there) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):  # type: ignore[no-untyped-def]
+        raise Terminated(signum)
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextlib.contextmanager
+def output_directory(path: str | os.PathLike) -> Iterator[Path]:
+    """Create the output directory ``path`` (and missing parents) for the block; if the block
+    fails, the directories created here are removed again when still empty (a refused run leaves
+    nothing behind).
+
+    Raises:
+        OutputError: ``path`` or an ancestor is a file, or the file system refuses to create it
+            (read-only, no permission), naming the path and the OS error.
+    """
+    p = Path(path)
+    made: list[Path] = []
+    q = p
+    while not q.exists() and q != q.parent:
+        made.append(q)
+        q = q.parent
+    if not q.is_dir():
+        raise OutputError(f"{p}: output directory: {q} got a file, expected a directory")
+    try:
+        for d in reversed(made):
+            d.mkdir()
+    except OSError as err:
+        _remove_empty(made)
+        raise OutputError(f"{p}: output directory: cannot create it: {err.strerror}") from None
+    try:
+        yield p
+    except BaseException:
+        _remove_empty(made)
+        raise
+
+
+def _remove_empty(dirs: list[Path]) -> None:
+    """Remove the directories of ``dirs`` (deepest first) that exist and are empty."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:
+            return
 
 
 def default_jobs() -> int:
@@ -40,6 +114,12 @@ def run_generation(s: Scenario, opt: GenerateOptions, tokens=None) -> GenerateRe
     bar: dict = {}
 
     def announce(info: dict) -> None:
+        if info.get("upper_bound"):
+            out.print(f"writing {info['files']} {opt.fmt} file(s) to {opt.out_dir}: at most "
+                      f"{info['packets']:,} packets, {info['bytes']:,} bytes (upper bound: the "
+                      f"time window keeps less, known only once simulated; "
+                      f"{info['free_bytes']:,} bytes free)")
+            return
         out.print(f"writing {info['files']} {opt.fmt} file(s) to {opt.out_dir}: "
                   f"{info['packets']:,} packets, {info['bytes']:,} bytes expected "
                   f"({info['free_bytes']:,} bytes free)")
@@ -54,10 +134,23 @@ def run_generation(s: Scenario, opt: GenerateOptions, tokens=None) -> GenerateRe
         bar["p"].update(bar["t"], completed=done)
 
     try:
-        return generate(s, opt, tokens=tokens, progress=progress, announce=announce)
+        with terminate_like_interrupt():
+            return generate(s, opt, tokens=tokens, progress=progress, announce=announce)
     finally:
         if "p" in bar:
             bar["p"].stop()
+
+
+def generate_into(s: Scenario, opt: GenerateOptions, tokens=None) -> GenerateResult:  # type: ignore[no-untyped-def]
+    """Create ``opt.out_dir``, generate, and remove the directory again if it was created here
+    and the run failed (refused, interrupted, an error); SIGTERM ends the run cleanly with a
+    one-line message and exit status 143."""
+    try:
+        with output_directory(opt.out_dir):
+            return run_generation(s, opt, tokens=tokens)
+    except Terminated:
+        click.echo("error: terminated (SIGTERM): writers stopped, no partial file left", err=True)
+        sys.exit(EXIT_TERMINATED)
 
 
 def print_summary(res: GenerateResult, tokens=None) -> None:
@@ -92,8 +185,9 @@ def print_summary(res: GenerateResult, tokens=None) -> None:
         out.print("note: a selection (--nics/--ranks/--phases/--time-window) keeps part of the "
                   "traffic; the plan column is for every NIC")
     span = max(0, res.last_ns - res.first_ns)
-    out.print(f"packets {res.packets:,}, file bytes {res.file_bytes:,} (expected "
-              f"{res.expected_bytes:,}); control traffic: {res.cts_packets:,} clear-to-send "
+    expected = (f"at most {res.expected_bytes:,}" if sel is not None and sel.window_ns
+                else f"expected {res.expected_bytes:,}")
+    out.print(f"packets {res.packets:,}, file bytes {res.file_bytes:,} ({expected}); control traffic: {res.cts_packets:,} clear-to-send "
               f"packets ({res.cts_payload:,} payload bytes), {res.ack_packets:,} ACKs; time span "
               f"{span / 1e6:,.3f} ms of simulated time; {res.seconds:.1f} s wall")
 
@@ -115,7 +209,7 @@ def selection_options(f):  # type: ignore[no-untyped-def]
                      show_default=True, help="Frame bytes kept per packet (64: headers only)."),
         click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Divide every message size and compute time by this."),
-        click.option("--seed", type=click.IntRange(min=0), default=None,
+        click.option("--seed", type=click.IntRange(0, MAX_SEED), default=None,
                      help="QPNs, PSNs, keys and payload (default: the scenario's)."),
         click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
                      help="Writer processes (default: the cores available)."),
@@ -126,18 +220,37 @@ def selection_options(f):  # type: ignore[no-untyped-def]
     return f
 
 
+def _option(hint: str, parse, *args):  # type: ignore[no-untyped-def]
+    """Run a parser of option text; its InputError becomes a usage error (exit 2)."""
+    try:
+        return parse(*args)
+    except InputError as err:
+        raise click.BadParameter(str(err).split(": ", 1)[-1], param_hint=f"'{hint}'") from None
+
+
 def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, time_window, fmt,
                   split, snaplen, scale, seed, jobs, force) -> GenerateOptions:
-    """Options of the command line → :class:`GenerateOptions`. Raises: InputError."""
+    """Options of the command line → :class:`GenerateOptions`.
+
+    Raises:
+        click.BadParameter: an option value out of range for this scenario (exit 2): indices
+            outside the world / the NICs, a malformed or empty time window or iteration range,
+            ``--format erf`` on RoCEv2.
+    """
     world = s.parallelism.dp * s.parallelism.tp * s.parallelism.pp
     n_nics = s.cluster.nodes * s.cluster.nics_per_node
-    n_it, keep_it = parse_iterations(iterations) if iterations else (None, None)
+    if fmt == "erf" and s.cluster.transport != "infiniband":
+        raise click.BadParameter(f"got 'erf' for transport {s.cluster.transport!r}, expected "
+                                 "pcap or pcapng (ERF type 21 records hold native InfiniBand "
+                                 "only)", param_hint="'--format'")
+    n_it, keep_it = _option("--iterations", parse_iterations, iterations) if iterations \
+        else (None, None)
     sel = Selection(
-        nics=parse_index_set(nics, "--nics", n_nics) if nics else None,
-        ranks=parse_index_set(ranks, "--ranks", world) if ranks else None,
+        nics=_option("--nics", parse_index_set, nics, "--nics", n_nics) if nics else None,
+        ranks=_option("--ranks", parse_index_set, ranks, "--ranks", world) if ranks else None,
         phases=tuple(p.strip() for p in phases.split(",") if p.strip()) if phases else None,
         iterations=keep_it,
-        window_ns=parse_window(time_window) if time_window else None)
+        window_ns=_option("--time-window", parse_window, time_window) if time_window else None)
     return GenerateOptions(out_dir=Path(out_dir), fmt=fmt, split=split, snaplen=snaplen,
                            scale=scale, seed=seed, iterations=n_it, selection=sel,
                            jobs=jobs or default_jobs(), force=force)
@@ -152,6 +265,6 @@ def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, ti
 def generate_cmd(scenario: str, out_dir: str, **kw) -> None:
     """Write the pcaps of SCENARIO's iterations (as its NICs send them) into OUTPUT."""
     s = load_scenario(scenario)
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    res = run_generation(s, build_options(s, out_dir, **kw))
+    opt = build_options(s, out_dir, **kw)          # usage errors before anything is created
+    res = generate_into(s, opt)
     print_summary(res)

@@ -7,7 +7,7 @@ import click
 
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
-from tokenpcap.cli.generate_cmd import build_options, print_summary, run_generation
+from tokenpcap.cli.generate_cmd import build_options, generate_into, print_summary
 from tokenpcap.generate import FORMATS
 from tokenpcap.profiles import default_scenario_path, load_scenario
 from tokenpcap.tokens import tokenize
@@ -31,8 +31,7 @@ def run_cmd(scenario: str | None, out_dir: str | None, fmt: str, scale: int, job
     s = load_scenario(scenario or default_scenario_path())
     toks = tokenize(s.corpus, s.tokenizer, s.model.seq_length)
     out = Path(out_dir) if out_dir else Path("tokenpcap-out") / s.name
-    out.mkdir(parents=True, exist_ok=True)
     opt = build_options(s, str(out), None, None, None, None, None, fmt, "nic", 262144, scale,
                         None, jobs, force)
-    res = run_generation(s, opt, tokens=toks)
+    res = generate_into(s, opt, tokens=toks)
     print_summary(res, toks)

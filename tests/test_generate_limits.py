@@ -1,0 +1,75 @@
+"""The work estimate of a run (tokenpcap.generate_limits) against what the simulator really does:
+the schedule's message and NVLink-copy counts are the independent source; the limits refuse the
+bundled GPT-3 175B scenario (1,082,136 calls and >= 17 M messages per iteration) before any
+simulation, and accept the scenarios that run."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_schedule import tiny_scenario
+from tokenpcap.errors import InfeasiblePlanError
+from tokenpcap.generate import GenerateOptions, generate
+from tokenpcap.generate_limits import MAX_MESSAGES, check_work, estimate_work
+from tokenpcap.messages import KIND_DATA
+from tokenpcap.plan import build_plan
+from tokenpcap.profiles import load_scenario
+from tokenpcap.schedule import Schedule
+
+ROOT = Path(__file__).resolve().parent.parent
+SCEN = ROOT / "profiles" / "scenarios"
+
+
+@pytest.mark.parametrize("scale,iterations", [(1, 1), (16, 2)])
+def test_estimate_counts_what_the_schedule_simulates(scale, iterations):
+    plan = build_plan(load_scenario(SCEN / "dante.yaml"), scale=scale)
+    w = estimate_work(plan, iterations)
+    sched = Schedule(plan, iterations=iterations)
+    packets = sum(len(tx) for tx in sched.run())
+    m = sched.messages
+    assert w.messages == len(m)                                   # data + clear-to-send
+    assert w.messages == 2 * int((m["kind"] == KIND_DATA).sum())
+    assert w.nvlink_copies == len(sched.nvlink)
+    assert w.calls == len(sched._calls)
+    assert w.packets == packets                  # one ACK per message: exact for Dante
+    assert w.memory_bytes > 0 and w.seconds > 0
+
+
+def test_gpt3_175b_is_refused_before_simulating():
+    plan = build_plan(load_scenario(SCEN / "gpt3-175b-megatron.yaml"))
+    t0 = time.perf_counter()
+    with pytest.raises(InfeasiblePlanError) as info:
+        check_work(plan, 1)
+    assert time.perf_counter() - t0 < 20
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert msg.startswith("gpt3-175b-megatron: too large for the packet simulator: "
+                          "84,066,304 RDMA messages (limit 10,000,000")
+    assert "--scale" in msg and "smaller scenario" in msg
+
+
+def test_many_iterations_of_a_small_scenario_hit_the_call_limit():
+    plan = build_plan(load_scenario(SCEN / "dante.yaml"))
+    with pytest.raises(InfeasiblePlanError, match=r"2,216,000 collective calls over 1000 "
+                                                  r"iterations \(limit 2,000,000"):
+        check_work(plan, 1000)
+
+
+@pytest.mark.parametrize("name", ["dante", "gpt2-all-cross", "llama2-7b-a100-ib"])
+def test_bundled_runnable_scenarios_pass(name):
+    work = check_work(build_plan(load_scenario(SCEN / f"{name}.yaml")), 1)
+    assert work.messages <= MAX_MESSAGES
+
+
+def test_generate_refuses_before_writing_anything(tmp_path, monkeypatch):
+    from tokenpcap import generate_limits
+
+    monkeypatch.setattr(generate_limits, "MAX_MESSAGES", 10)
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+    out = tmp_path / "o"
+    out.mkdir()
+    with pytest.raises(InfeasiblePlanError, match=r"cross: too large .* \(limit 10,"):
+        generate(load_scenario(path), GenerateOptions(out_dir=out, jobs=1))
+    assert not list(out.iterdir())
