@@ -58,7 +58,7 @@ class FixedPsn(Lowering):
     def __call__(self, tx, msgs):
         import tokenpcap.lower as lower_mod
         saved = lower_mod.initial_psn
-        lower_mod.initial_psn = lambda seed, src, dst, qp: np.full(np.shape(src), self.first_psn, np.uint32)
+        lower_mod.initial_psn = lambda seed, src, dst, qp, role=0: np.full(np.shape(src), self.first_psn, np.uint32)
         try:
             return super().__call__(tx, msgs)
         finally:
@@ -147,12 +147,20 @@ def test_qpns_ports_and_directions():
     pk, msgs = lowered(messages((0, 1, 0, 10000, 0), (1, 0, 0, 10000, 0), (0, 1, 1, 10, 0), (2, 1, 0, 10, 0)), gen)
     assert (pk["src_qp"] >= 2).all() and (pk["dest_qp"] >= 2).all() and (pk["dest_qp"] < 1 << 24).all()
     assert ((pk["udp_sport"] >= 0xC000) & (pk["udp_sport"] <= 0xFFFF)).all()
-    # one connection (0, 1, channel 0): data both ways, CTS, ACKs all use the same two QPNs and port
-    conn = pk[np.isin(pk["msg"], [0, 1, 4, 5])]
-    assert set(map(tuple, conn[["src_qp", "dest_qp"]].tolist())) == {
-        (int(qpn(0, 0, 1, 0)[()]), int(qpn(0, 1, 0, 0)[()])), (int(qpn(0, 1, 0, 0)[()]), int(qpn(0, 0, 1, 0)[()]))}
-    assert len(set(conn["udp_sport"].tolist())) == 1
-    assert int(conn["udp_sport"][0]) == int(rdma.rocev2_udp_sport(qpn(0, 0, 1, 0), qpn(0, 1, 0, 0))[()])
+    # connection (0 -> 1, channel 0) owns one QP pair: 0's sender QP and 1's receiver QP. Its data,
+    # its CTS (msg 4, the reverse way on 1's QP) and the ACKs of both use those two QPNs only
+    s01, r10 = int(qpn(0, 0, 1, 0, 0)[()]), int(qpn(0, 1, 0, 0, 1)[()])
+    s10, r01 = int(qpn(0, 1, 0, 0, 0)[()]), int(qpn(0, 0, 1, 0, 1)[()])
+    assert len({s01, r10, s10, r01}) == 4
+    for ids, (a, b) in (([0, 4], (s01, r10)), ([1, 5], (s10, r01))):
+        conn = pk[np.isin(pk["msg"], ids)]
+        assert set(map(tuple, conn[["src_qp", "dest_qp"]].tolist())) == {(a, b), (b, a)}
+        assert len(set(conn["udp_sport"].tolist())) == 1
+        assert int(conn["udp_sport"][0]) == int(rdma.rocev2_udp_sport(a, b)[()])
+    cts_pk = pk[(pk["msg"] == 4) & (pk["opcode"] != ACK)]
+    assert cts_pk["src_qp"].tolist() == [r10] and cts_pk["dest_qp"].tolist() == [s01]
+    # the receiver's QPN is the sender rule's number plus half the space (2**23 - 1), mod 2**24 - 2
+    assert (r10 - 2 - (int(qpn(0, 1, 0, 0)[()]) - 2)) % ((1 << 24) - 2) == (1 << 23) - 1
     # CTS writes go from receiver to sender before the data; data ends in WRITE with immediate
     cts = msgs[msgs["kind"] == KIND_CTS]
     assert cts["src_nic"].tolist() == [1, 0, 1, 1] and cts["size_bytes"].tolist() == [64] * 4
@@ -160,8 +168,9 @@ def test_qpns_ports_and_directions():
     assert pk[(pk["msg"] == 4) & (pk["opcode"] != ACK)]["time_ns"].max() < first_data
     assert pk[(pk["msg"] == 0) & (pk["opcode"] != ACK)]["opcode"].tolist()[-1] == WRITE_LAST_IMM
     # QPNs on one NIC are distinct for distinct (peer, channel); the seed changes them
-    q = qpn(5, np.zeros(600, np.int64), np.repeat(np.arange(1, 301), 2), np.tile([0, 1], 300))
-    assert len(set(q.tolist())) == 600 and (q >= 2).all()
+    q = qpn(5, np.zeros(1200, np.int64), np.repeat(np.arange(1, 301), 4), np.tile([0, 1, 0, 1], 300),
+            np.tile([0, 0, 1, 1], 300))
+    assert len(set(q.tolist())) == 1200 and (q >= 2).all()
     assert not np.array_equal(qpn(5, 0, 1, 0), qpn(6, 0, 1, 0))
 
 
@@ -181,6 +190,98 @@ def test_bad_qp_and_bad_messages():
         lowered(messages((0, 0, 0, 10, 0)))
     with pytest.raises(InputError, match="src_nic"):
         lowered(messages((9, 0, 0, 10, 0)))
+
+
+def test_nic_limit_of_the_qpn_rule():
+    # 256 connection indices per peer and two roles in 2**24 - 2 QPNs: at most 32767 NICs
+    def cl(nodes):
+        return ClusterProfile(name="t", nodes=nodes, gpus_per_node=1, nics_per_node=1, link_gbps=400.0,
+                              nvlink_gbps=3600, gpu=GpuProfile("H100", 989), pmtu_bytes=4096)
+    Lowering(cl(32767))
+    with pytest.raises(InputError, match="32767"):
+        Lowering(cl(32768))
+
+
+# -- the QP model: one RC QP pair per connection (NCCL net_ib) ----------------------------------
+
+def _connection(pk, msgs):
+    """(data sender, data receiver, connection index) of every packet: a data packet's own, a CTS
+    packet's (it runs the other way), an ACK's: the connection of the message it acknowledges."""
+    m = msgs[pk["msg"]]
+    cts = m["kind"] == KIND_CTS
+    snd = np.where(cts, m["dst_nic"], m["src_nic"]).astype(np.int64)
+    rcv = np.where(cts, m["src_nic"], m["dst_nic"]).astype(np.int64)
+    return snd, rcv, m["qp"].astype(np.int64)
+
+
+def _one_connection_per_qp_direction(pk, msgs):
+    """Every QP direction (sending NIC, source QPN) and (receiving NIC, DestQP) carries packets of
+    one connection only."""
+    conn = np.stack(_connection(pk, msgs), axis=1)
+    for a, b in (("nic", "src_qp"), ("peer_nic", "dest_qp")):
+        owner: dict[tuple[int, int], tuple] = {}
+        for key, c in zip(zip(pk[a].tolist(), pk[b].tolist()), map(tuple, conn.tolist())):
+            assert owner.setdefault(key, c) == c, (a, b, key, owner[key], c)
+
+
+def _contiguous_psns(pk):
+    """Requests (not ACKs) of each QP direction, in transmit order, step by +1 modulo 2**24."""
+    req = pk[pk["opcode"] != ACK]
+    key = req["nic"].astype(np.int64) << 32 | req["src_qp"]
+    gaps = 0
+    for k in np.unique(key):
+        p = req["psn"][key == k].astype(np.int64)
+        gaps += int((np.diff(p) % (1 << 24) != 1).sum())
+    return gaps
+
+
+def test_cts_travels_on_the_receivers_qp_of_its_connection_and_phases_stay_contiguous():
+    # phase 0 sends 0 -> 1, phase 1 sends 1 -> 0, on the same connection index, interleaved in
+    # time; phase 2 shares the connection of phase 0 afterwards. With CTS on, restricting the
+    # packets to one phase (its data and its CTS) leaves every QP direction's PSNs contiguous.
+    specs = [(0, 1, 0, 9000, 0), (1, 0, 0, 5000, 100), (0, 1, 0, 3000, 2000), (1, 0, 0, 9000, 2500),
+             (0, 2, 1, 100, 0), (2, 0, 1, 4096, 50)]
+    rows = messages(*specs)
+    rows["phase"] = [0, 1, 0, 1, 0, 1]
+    tail = messages((0, 1, 0, 7000, 40000))
+    tail["phase"] = 2
+    rows = np.concatenate([rows, tail])
+    pk, msgs = lowered(rows, GenerationConfig(clear_to_send=True, ack_every_packets=2), seed=7, cl=cluster(pmtu=1024))
+    _one_connection_per_qp_direction(pk, msgs)
+    phase = msgs["phase"][pk["msg"]]
+    for ph in (0, 1):
+        assert _contiguous_psns(pk[phase == ph]) == 0, ph
+    assert _contiguous_psns(pk) == 0
+    # MSN of an ACK counts the requests of the acknowledging QP's peer stream: CTS writes and data
+    # are separate streams (1-based message numbers on each)
+    acks = pk[pk["opcode"] == ACK]
+    cts_of = msgs["peer_msg"]
+    for mid, want in ((0, 1), (2, 2), (int(cts_of[0]), 1), (int(cts_of[2]), 2), (6, 3)):
+        a = acks[acks["msg"] == mid]
+        assert (int(a["aeth"][-1]) & 0xFFFFFF) == want, mid
+
+
+def test_dante_pp_forward_capture_has_contiguous_psns():
+    # The acceptance test's case (report item 15): a capture of pp/forward only (its data and its
+    # CTS writes) had 160 PSN gaps because pp/forward's CTS travelled on the QP of pp/backward data.
+    from pathlib import Path
+
+    from tokenpcap.messages import DIMS, PHASES
+    from tokenpcap.plan import build_plan
+    from tokenpcap.profiles import load_scenario
+    from tokenpcap.schedule import Schedule
+
+    s = load_scenario(Path(__file__).resolve().parent.parent / "profiles" / "scenarios" / "dante.yaml")
+    sched = Schedule(build_plan(s))
+    low = Lowering(s.cluster, s.generation.seed, s.generation.ack_every_packets)
+    pk = np.concatenate([low(tx, sched.messages) for tx in sched.run()])
+    msgs = sched.messages
+    _one_connection_per_qp_direction(pk, msgs)
+    m = msgs[pk["msg"]]
+    fwd = pk[(m["dim"] == DIMS.index("pp")) & (m["phase"] == PHASES.index("forward"))]
+    bwd = pk[(m["dim"] == DIMS.index("pp")) & (m["phase"] == PHASES.index("backward"))]
+    assert (fwd["opcode"] == WRITE_ONLY).sum() > 0 and bwd.size > 0      # CTS writes are in the capture
+    assert _contiguous_psns(fwd) == 0 and _contiguous_psns(bwd) == 0 and _contiguous_psns(pk) == 0
 
 
 # -- invariants ---------------------------------------------------------------------------------

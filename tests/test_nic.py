@@ -5,9 +5,13 @@ The oracle (``simulate``) is written plainly, one Python step per packet, from t
 docs/lower.md; it shares no code with tokenpcap.nic or tokenpcap.nic_port:
 
 * every NIC sends one frame at a time; a frame takes ceil((len + 24) * 8 / rate) ns;
+* a connection (data sender S, data receiver R, index c) owns one RC QP pair: S's QP sends the
+  data (and nothing else), R's QP sends the clear-to-send writes of that connection (and nothing
+  else); data R -> S is another connection (R, S, c) with its own pair (NCCL net_ib, docs/lower.md);
 * at each packet boundary: pending ACKs first (FIFO), else the next QP after the last one served,
   in the order QPs were first used on that NIC, whose FIFO holds a posted message; one packet;
 * messages are posted at start_ns (with clear-to-send: when their CTS arrives); FIFO per QP;
+  PSN offsets and message counts per QP;
 * AckReq on the last packet (and every N-th); ACK ready at end + latency + ack delay;
 * arrival at end of the last packet + latency; events at one instant run before the decisions at
   that instant, in the order READY (by msg id), ACK (by msg, packet), ARRIVE (by msg id).
@@ -72,8 +76,13 @@ def simulate(msgs, *, n_nics, link_gbps, pmtu, latency, ack_delay, ack_every, ct
         seq[0] += 1
         heapq.heappush(heap, (t, typ, k1, k2, seq[0], payload))
 
-    def qp_of(nic, peer, qp):
-        key = (nic, peer, qp)
+    def qp_of(m):
+        # the QP that sends message m: the sender's end of its connection for data, the
+        # receiver's end for a clear-to-send write (whose connection runs the other way)
+        if m["kind"] == KIND_CTS:
+            key, nic = ((m["dst"], m["src"], m["qp"]), "receiver end"), m["src"]
+        else:
+            key, nic = ((m["src"], m["dst"], m["qp"]), "sender end"), m["src"]
         if key not in fifo:
             fifo[key] = deque()
             counters[key] = [0, 0]
@@ -107,9 +116,9 @@ def simulate(msgs, *, n_nics, link_gbps, pmtu, latency, ack_delay, ack_every, ct
             d["peer"] = cid
         for mid in ids:
             m = table[mid]
-            qp_of(m["src"], m["dst"], m["qp"])
+            qp_of(m)
             if m["peer"] >= 0:
-                qp_of(m["dst"], m["src"], m["qp"])
+                qp_of(table[m["peer"]])
                 push(m["start"], READY, m["peer"], 0, m["peer"])
             else:
                 push(m["start"], READY, mid, 0, mid)
@@ -121,7 +130,7 @@ def simulate(msgs, *, n_nics, link_gbps, pmtu, latency, ack_delay, ack_every, ct
 
     def ready(mid, t):
         m = table[mid]
-        key = qp_of(m["src"], m["dst"], m["qp"])
+        key = qp_of(m)
         m["psn"], m["seq"] = counters[key]
         counters[key][0] += len(m["frames"])
         counters[key][1] += 1
@@ -367,9 +376,11 @@ def test_timing_invariants(msgs, n, link, every, cts, latency):
         assert (sel["peer_nic"] == m["dst_nic"]).all() and (sel["nic"] == m["src_nic"]).all()
         if m["kind"] == KIND_DATA and cts:                       # data waits for its CTS to arrive
             assert sel["time_ns"][0] >= tab[m["peer_msg"]]["arrival_ns"]
-    # FIFO per QP: in transmit order the messages of a QP come one after the other, by PSN offset
-    for key in set(zip(tab["src_nic"].tolist(), tab["dst_nic"].tolist(), tab["qp"].tolist())):
-        ids = tab["msg_id"][(tab["src_nic"] == key[0]) & (tab["dst_nic"] == key[1]) & (tab["qp"] == key[2])]
+    # FIFO per QP: in transmit order the messages of a QP come one after the other, by PSN offset.
+    # A QP sends either a connection's data or (its receiver's end) that connection's CTS writes.
+    for key in set(zip(tab["src_nic"].tolist(), tab["dst_nic"].tolist(), tab["qp"].tolist(), tab["kind"].tolist())):
+        ids = tab["msg_id"][(tab["src_nic"] == key[0]) & (tab["dst_nic"] == key[1]) & (tab["qp"] == key[2])
+                            & (tab["kind"] == key[3])]
         seq = data["msg"][np.isin(data["msg"], ids)]
         offs = tab["psn_offset"][seq] + data["index"][np.isin(data["msg"], ids)]
         assert np.array_equal(offs, np.arange(offs.size))

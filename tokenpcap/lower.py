@@ -6,21 +6,25 @@
 * BTH opcode from segmentation at the PMTU (IBTA vol.1 9.5, C5): FIRST/MIDDLE/LAST or ONLY, the
   last with immediate for ``VERB_WRITE_IMM``, SEND opcodes for ``VERB_SEND``; ACKs are
   ``Acknowledge`` (0x11). The opcode sequences come from :func:`tokenpcap.wire.rdma.segment`.
-* PSN (9.7.1): per QP (one direction of a connection), a seeded initial PSN, +1 per packet modulo
-  2**24, the next message continuing where the last one ended (C6). An ACK carries the PSN of the
-  packet it acknowledges.
-* QPNs: a connection ``(NIC a, NIC b, connection index c)`` has a QP at each end; data from a to b
-  is sent by a's QP with DestQP = b's QPN, and b's CTS writes and ACKs travel back on b's QP. The
-  QPN of the end at ``nic`` towards ``peer`` is ``2 + (base(seed, nic) + 256 * peer + c) mod
-  (2**24 - 2)``: data QPs are >= 2 (QP0/QP1 are SMI/GSI, C13), unique per NIC, pure functions of
-  the seed and the connection (so any subset of NICs lowers to the same numbers).
+* PSN (9.7.1): per QP (the sender's QP of a connection: its data; the receiver's QP: its
+  clear-to-send writes), a seeded initial PSN, +1 per packet modulo 2**24, the next message
+  continuing where the last one ended (C6). An ACK carries the PSN of the packet it acknowledges.
+* QPNs: a connection ``(sender S, receiver R, connection index c)`` owns one RC QP pair, as an
+  NCCL net_ib send/receive communicator pair does (docs/lower.md): data S→R is sent by S's QP
+  with DestQP = R's QPN; R's clear-to-send writes travel back on R's QP of the same pair (DestQP =
+  S's QPN); ACKs come from the QP that received the request. Data R→S is another connection with
+  its own pair. The QPN of the end at ``nic`` towards ``peer`` is ``2 + (base(seed, nic) + role *
+  (2**23 - 1) + 256 * peer + c) mod (2**24 - 2)`` with role 0 at the sender, 1 at the receiver:
+  data QPs are >= 2 (QP0/QP1 are SMI/GSI, C13), unique per NIC (up to 32767 NICs), pure
+  functions of the seed and the connection (so any subset of NICs lowers to the same numbers).
 * UDP source port: Linux's ``rdma_flow_label_to_udp_sport(rdma_calc_flow_label(a, b))`` of the two
   QPNs (:func:`tokenpcap.wire.rdma.rocev2_udp_sport`), in 0xC000-0xFFFF, the same both ways.
 * AckReq on the last packet of every message, and on every N-th packet with
   ``ack_every_packets = N`` (9.7.3.1: the responder answers packets that request it).
-* RETH on FIRST/ONLY (9.3.3): the responder buffer's virtual address (a seeded 4 KiB-aligned base
+* RETH on FIRST/ONLY (9.3.3): the responder buffer's virtual address (a seeded 1 MiB-aligned base
   per QP + the bytes sent on the QP before this message), the R_Key of that buffer (seeded per
-  QP), DMA length = the whole message length.
+  QP: the data buffer for data, the sender's FIFO for clear-to-send), DMA length = the whole
+  message length.
 * ImmDt = the message's ``imm``. AETH on ACKs (9.3.5): syndrome 0x1F = ACK (bits 6:5 = 00) with the
   credit count 0b11111 "invalid", as responders send when end-to-end credits are not used (the
   scapy vector ``rc_ack_psn_000000`` and the captured IB ACK carry it); MSN = messages completed
@@ -37,7 +41,7 @@ import numpy as np
 
 from tokenpcap.addresses import nic_addresses
 from tokenpcap.errors import InputError
-from tokenpcap.messages import PACKET_DTYPE, VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
+from tokenpcap.messages import KIND_CTS, PACKET_DTYPE, VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.nic import PKT_ACK, Engine
 from tokenpcap.profiles import ClusterProfile, GenerationConfig
 from tokenpcap.wire import rdma
@@ -52,6 +56,8 @@ AETH_ACK_SYNDROME = 0x1F
 QP_STRIDE = 256
 _PSN_MASK = 0xFFFFFF
 _QPN_SPACE = (1 << 24) - 2
+#: Offset of the receivers' QPNs (role 1) from the senders' (role 0): half the QPN space.
+_ROLE_OFFSET = _QPN_SPACE // 2
 _U64 = np.uint64
 
 
@@ -68,23 +74,34 @@ def _mix(seed: int, salt: int, *keys) -> np.ndarray:
     return x.reshape(shape)
 
 
-def qpn(seed: int, nic, peer, qp) -> np.ndarray:
-    """QPN of ``nic``'s end of connection ``qp`` with ``peer`` (rule in the module docstring).
+def qpn(seed: int, nic, peer, qp, role=0) -> np.ndarray:
+    """QPN of ``nic``'s end, towards ``peer``, of the QP pair of connection index ``qp``.
 
-    Args: int arrays of one shape (``qp < QP_STRIDE``, NICs < 65535). Returns uint32.
+    ``role`` 0: the sender's QP of connection ``(nic, peer, qp)``; 1: the receiver's QP of
+    connection ``(peer, nic, qp)`` (rule in the module docstring).
+
+    Args: int arrays of one shape (broadcast; ``qp < QP_STRIDE``, NICs < 32767, role 0 or 1).
+    Returns: uint32, that shape.
     """
     base = (_mix(seed, 1, nic) % _U64(_QPN_SPACE)).astype(np.int64)
-    local = np.asarray(peer, np.int64) * QP_STRIDE + np.asarray(qp, np.int64)
+    local = (np.asarray(peer, np.int64) * QP_STRIDE + np.asarray(qp, np.int64)
+             + np.asarray(role, np.int64) * _ROLE_OFFSET)
     return (2 + (base + local) % _QPN_SPACE).astype(np.uint32)
 
 
-def initial_psn(seed: int, src, dst, qp) -> np.ndarray:
-    """Seeded initial PSN (24 bits) of the QP that sends from ``src`` to ``dst`` on ``qp``. uint32."""
-    return (_mix(seed, 2, src, dst, qp) & _U64(_PSN_MASK)).astype(np.uint32)
+def initial_psn(seed: int, src, dst, qp, role=0) -> np.ndarray:
+    """Seeded initial PSN (24 bits) of the QP at ``src`` that sends to ``dst`` on connection index
+    ``qp``: the sender's QP (``role`` 0, data) or the receiver's QP (1, clear-to-send). uint32."""
+    psn = _mix(seed, 2, src, dst, qp)
+    if np.any(role):
+        psn = np.where(np.asarray(role, bool), _mix(seed, 4, src, dst, qp), psn)
+    return (psn & _U64(_PSN_MASK)).astype(np.uint32)
 
 
-def _rkey_va(seed: int, src, dst, qp) -> tuple[np.ndarray, np.ndarray]:
+def _rkey_va(seed: int, src, dst, qp, role=0) -> tuple[np.ndarray, np.ndarray]:
     h = _mix(seed, 3, dst, src, qp)
+    if np.any(role):
+        h = np.where(np.asarray(role, bool), _mix(seed, 5, dst, src, qp), h)
     rkey = (h & _U64(0xFFFFFFFF)).astype(np.uint32)
     va = _U64(0x7F0000000000) + ((h >> _U64(32)) & _U64(0xFFFFF)) * _U64(1 << 20)   # 1 MiB aligned
     return rkey, va
@@ -111,7 +128,7 @@ class Lowering:
         ack_every_packets: the engine's AckReq period (0: last packet only).
 
     Raises:
-        InputError: more NICs than the QPN rule holds (65535).
+        InputError: more NICs than the QPN rule holds (32767).
     """
 
     def __init__(self, cluster: ClusterProfile, seed: int = 0, ack_every_packets: int = 0):
@@ -119,9 +136,9 @@ class Lowering:
         self.seed = int(seed)
         self.ack_every = int(ack_every_packets)
         n = int(cluster.nodes) * int(cluster.nics_per_node)
-        if n * QP_STRIDE > _QPN_SPACE:
-            raise InputError(f"nodes * nics_per_node: got {n}, expected at most {_QPN_SPACE // QP_STRIDE} "
-                             f"(24-bit QPNs, {QP_STRIDE} connections per peer)")
+        if n * QP_STRIDE > _ROLE_OFFSET:
+            raise InputError(f"nodes * nics_per_node: got {n}, expected at most {_ROLE_OFFSET // QP_STRIDE} "
+                             f"(24-bit QPNs, {QP_STRIDE} connections per peer and direction)")
 
     def __call__(self, tx: np.ndarray, messages: np.ndarray) -> np.ndarray:
         """Lower one chunk.
@@ -142,9 +159,10 @@ class Lowering:
         if (qp >= QP_STRIDE).any():
             bad = int(qp[qp >= QP_STRIDE][0])
             raise InputError(f"message qp: got {bad}, expected 0 .. {QP_STRIDE - 1}")
-        qpn_src, qpn_dst = qpn(self.seed, src, dst, qp), qpn(self.seed, dst, src, qp)
-        psn0 = initial_psn(self.seed, src, dst, qp).astype(np.int64) + m["psn_offset"]
-        rkey, va = _rkey_va(self.seed, src, dst, qp)
+        role = (m["kind"] == KIND_CTS).astype(np.int64)      # CTS: the receiver's QP of the pair
+        qpn_src, qpn_dst = qpn(self.seed, src, dst, qp, role), qpn(self.seed, dst, src, qp, 1 - role)
+        psn0 = initial_psn(self.seed, src, dst, qp, role).astype(np.int64) + m["psn_offset"]
+        rkey, va = _rkey_va(self.seed, src, dst, qp, role)
         va = va + m["byte_offset"].astype(_U64)
         sport = rdma.rocev2_udp_sport(qpn_src, qpn_dst)
         idx = tx["index"]

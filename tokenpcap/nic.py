@@ -1,12 +1,14 @@
 """The NIC timing engine: RDMA messages in, time-ordered transmitted frames out (stages 5 and 6).
 
 A discrete-event simulation of the NICs of a cluster. Each NIC sends one frame at a time at its
-link rate; a frame occupies the link for its layer-1 time (:func:`layer1_time_ns`). Messages are
-posted on RC QPs (key: source NIC, destination NIC, connection index), become eligible at their
-``start_ns``, and a NIC serves its eligible QPs round-robin, one packet per turn, ACKs first
-(:mod:`tokenpcap.nic_port` holds the arbiter and its numpy epochs). Receivers answer packets that
-carry AckReq with an ACK after :data:`ACK_DELAY_NS`; in the NCCL-like clear-to-send mode every data
-message waits for a small RDMA WRITE from its receiver. The arrival of a message (last bit at the
+link rate; a frame occupies the link for its layer-1 time (:func:`layer1_time_ns`). A connection
+(sender NIC, receiver NIC, connection index) owns one RC QP pair, as an NCCL net_ib send/receive
+communicator pair does (docs/lower.md): data messages are posted on the sender's QP, and in the
+NCCL-like clear-to-send mode every data message first waits for a small RDMA WRITE posted on the
+receiver's QP of the same pair. Messages become eligible at their ``start_ns``, and a NIC serves
+its eligible QPs round-robin, one packet per turn, ACKs first (:mod:`tokenpcap.nic_port` holds the
+arbiter and its numpy epochs). Receivers answer packets that carry AckReq with an ACK after
+:data:`ACK_DELAY_NS`. The arrival of a message (last bit at the
 receiver = end of its last packet + ``network.latency_ns``) calls its ``on_arrival`` callback, which
 may add messages or timers: that is how the schedule chains ring steps, pipeline sends and compute.
 
@@ -221,12 +223,12 @@ class Engine:
             raise InputError(f"add_message: a field does not fit MESSAGE_DTYPE: {err}") from None
         self._n += 2 if cts else 1
         self._info[mid] = (src, dst, qp, size, verb, kind)
-        self._ports[src].qp(dst, qp)
+        self._ports[src].qp(dst, qp, int(kind == KIND_CTS))
         if on_arrival is not None:
             self._callbacks[mid] = on_arrival
         if cts:
             self._info[cid] = (dst, src, qp, self.cts_bytes, VERB_WRITE, KIND_CTS)
-            self._ports[dst].qp(src, qp)
+            self._ports[dst].qp(src, qp, 1)
             self._push(start, _READY, cid, 0, cid)
         else:
             self._push(start, _READY, mid, 0, mid)
@@ -238,8 +240,10 @@ class Engine:
         Each message is posted on its QP ``(src_nic, dst_nic, qp)`` at ``start_ns`` (FIFO order of
         posting = time order, ties in order of addition). With ``clear_to_send``, every KIND_DATA
         message is sent as VERB_WRITE_IMM and gets a KIND_CTS message of ``cts_bytes`` from
-        ``dst_nic`` to ``src_nic`` on the same connection index, posted at ``start_ns``; the data
-        is posted when that CTS arrives. CTS ids follow the ids of this call's data messages.
+        ``dst_nic`` to ``src_nic`` on the receiver's QP of the data's connection (one RC QP pair
+        per connection; the reverse direction's data has its own pair), posted at ``start_ns``;
+        the data is posted when that CTS arrives. CTS ids follow the ids of this call's data
+        messages.
 
         Returns:
             int64 ``(m,)`` ids of the given messages.
@@ -273,12 +277,12 @@ class Engine:
         for mid, src, dst, qp, size, verb, kind in zip(*cols):
             self._info[mid] = (src, dst, qp, size, verb, kind)
         for i, (mid, start, pm) in enumerate(zip(ids.tolist(), rows["start_ns"].tolist(), peer.tolist())):
-            src, dst, qp = self._info[mid][:3]
-            self._ports[src].qp(dst, qp)                 # fixes the QP's place in the rotation
+            src, dst, qp, _, _, kind = self._info[mid]
+            self._ports[src].qp(dst, qp, int(kind == KIND_CTS))   # fixes the QP's place in the rotation
             if on_arrival is not None:
                 self._callbacks[mid] = on_arrival
             if pm >= 0:
-                self._ports[dst].qp(src, qp)
+                self._ports[dst].qp(src, qp, 1)
                 self._push(start, _READY, pm, 0, pm)
             else:
                 self._push(start, _READY, mid, 0, mid)
@@ -391,7 +395,7 @@ class Engine:
         src, dst, qpi, size, verb, kind = self._info.pop(mid)
         port = self._ports[src]
         self._advance(port, t)
-        q = port.qp(dst, qpi)
+        q = port.qp(dst, qpi, int(kind == KIND_CTS))
         n, d, fb = self.frames(size, verb)
         tab = self._tab
         tab["psn_offset"][mid], tab["qp_seq"][mid], tab["byte_offset"][mid], tab["ready_ns"][mid] = (

@@ -103,7 +103,7 @@ class Port:
         self.ack_bytes = ack_bytes
         self.max_slots = max_slots
         self.qps: list[QP] = []
-        self.by_key: dict[tuple[int, int], QP] = {}
+        self.by_key: dict[tuple[int, int, int], QP] = {}   # (peer, connection index, role)
         self.active: list[int] = []     # sorted local indices of QPs with an eligible head
         self.pointer = -1               # local index of the QP served last
         self.acks: list[tuple[int, int, int]] = []   # (msg, packet index, data sender)
@@ -116,13 +116,18 @@ class Port:
 
     # -- state changes (the engine has advanced the port to the event time t first) ----------
 
-    def qp(self, peer: int, qp: int) -> QP:
-        """The QP towards ``peer`` with connection index ``qp``, created on first use."""
-        q = self.by_key.get((peer, qp))
+    def qp(self, peer: int, qp: int, role: int = 0) -> QP:
+        """This NIC's QP towards ``peer`` with connection index ``qp``, created on first use.
+
+        ``role`` 0: the sender's QP of connection (this NIC, peer, qp), which carries its data;
+        1: the receiver's QP of connection (peer, this NIC, qp), which carries its clear-to-send
+        writes. The two are different QPs (one RC QP pair per connection, docs/lower.md)."""
+        key = (peer, qp, role)
+        q = self.by_key.get(key)
         if q is None:
             q = QP(len(self.qps), peer)
             self.qps.append(q)
-            self.by_key[(peer, qp)] = q
+            self.by_key[key] = q
         return q
 
     def busy(self) -> bool:
