@@ -52,7 +52,10 @@ def test_plan_default_json(run):  # type: ignore[no-untyped-def]
     assert data["scenario"] == "dante" and data["parameters"]["total"] == 124_439_808
     assert data["totals"]["nic_bytes"] == sum(p["nic_bytes"] for p in data["phases"])
     assert data["epoch"]["tokens"] == data["tokens"]["tokens"]
-    assert data["epoch"]["iterations"] == data["tokens"]["tokens"] / (16 * 1024)
+    # Megatron drops the incomplete last global batch: whole iterations of 16 sequences of 1024
+    assert data["epoch"]["iterations"] == data["tokens"]["tokens"] // 1024 // 16
+    assert data["epoch"]["iterations_exact"] == data["tokens"]["tokens"] / (16 * 1024)
+    assert data["scale"] == 1
     for p in data["phases"]:
         assert set(p) >= {"name", "collective", "group_size", "message_bytes", "count",
                           "nic_bytes_per_rank", "nvlink_bytes_per_rank"}
@@ -153,3 +156,33 @@ def test_usage_errors_exit_2(run):  # type: ignore[no-untyped-def]
     assert run("plan", "--frobnicate").exit_code == 2
     assert run("tokens").exit_code == 2
     assert run("tokens", "x.txt", "--vocab-size", "0").exit_code == 2
+
+
+def test_plan_of_a_corpus_shorter_than_one_batch_says_so(run, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Finding 5: a 6-token corpus gave 2.37 MB "per epoch" (a fraction of an iteration); an epoch
+    is whole iterations (Megatron drops incomplete global batches), so 0, with a note."""
+    corpus = tmp_path / "six.txt"
+    corpus.write_text("abcdef", encoding="utf-8")
+    text = (PROFILES / "scenarios" / "dante.yaml").read_text(encoding="utf-8")
+    text = text.replace("../", f"{PROFILES}/")
+    lines = [f"corpus: {corpus}" if ln.startswith("corpus:") else
+             "tokenizer: utf8" if ln.startswith("tokenizer:") else ln for ln in text.splitlines()]
+    scen = tmp_path / "six.yaml"
+    scen.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    res = run("plan", str(scen), "--json")
+    assert res.exit_code == 0, res.output
+    ep = json.loads(res.stdout)["epoch"]
+    assert ep == {"tokens": 6, "sequences": 0, "iterations": 0, "iterations_exact": 6 / 16384,
+                  "fills_batch": False, "reads_per_iteration": 16384 / 6,
+                  "dropped_sequences": 0, "dropped_tokens": 6, "nic_bytes": 0,
+                  "nvlink_bytes": 0, "pcap_bytes": 0}
+    res = run("plan", str(scen))
+    assert "does not fill one global batch" in res.stdout and "Megatron drops" in res.stdout
+
+
+def test_plan_scale_option(run):  # type: ignore[no-untyped-def]
+    res = run("plan", "--json", "--no-tokens", "--scale", "16")
+    data = json.loads(res.stdout)
+    dp = [p for p in data["phases"] if p["name"] == "dp/backward/AllReduce"][0]
+    assert data["scale"] == 16 and dp["message_bytes"] == 40_000_000 // 16
+    assert run("plan", "--scale", "0").exit_code == 2

@@ -267,8 +267,13 @@ def test_epoch_totals(corpus_path: Path):
     toks = tokenize(corpus_path, s.tokenizer, s.model.seq_length)
     plan = build_plan(s, toks)
     ep, tot = plan.epoch(), plan.totals()
-    assert ep["iterations"] == 543_857 / (16 * 1024)
-    assert ep["nic_bytes"] == tot["nic_bytes"] * 543_857 // (16 * 1024)
+    # 543,857 tokens = 531 whole sequences of 1024 = 33 global batches of 16, 3 sequences
+    # (and 113 tokens) dropped: Megatron drops the incomplete last batch
+    assert (ep["sequences"], ep["iterations"], ep["dropped_sequences"]) == (531, 33, 3)
+    assert ep["dropped_tokens"] == 543_857 - 33 * 16 * 1024 and ep["fills_batch"]
+    assert ep["iterations_exact"] == 543_857 / (16 * 1024)
+    assert ep["nic_bytes"] == tot["nic_bytes"] * 33
+    assert ep["pcap_bytes"] == plan.pcap["file_bytes"] * 33
     assert plan.to_json()["tokens"]["tokens"] == 543_857
     with pytest.raises(InfeasiblePlanError, match="seq_length"):
         build_plan(s, tokenize(corpus_path, s.tokenizer, 100))

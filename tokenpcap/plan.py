@@ -12,8 +12,8 @@
   ``"tp/forward/AllReduce"``, ``"dp/backward/AllReduce"``) with the bytes every rank sends on its
   NIC and on NVLink, computed by :mod:`tokenpcap.traffic` (the same function the collectives stage
   uses, so totals agree to the byte);
-* ``totals`` per iteration and ``epoch`` totals over the corpus (``iterations_per_epoch = tokens /
-  (global_batch * seq_length)``);
+* ``totals`` per iteration and ``epoch`` totals over the corpus (whole iterations of one pass,
+  incomplete global batches dropped as Megatron-LM does: :meth:`Plan.epoch`);
 * ``pcap``: the expected size of a capture of every NIC-sent packet of one iteration (estimate,
   see :func:`pcap_estimate`).
 
@@ -193,19 +193,39 @@ class Plan:
         }
 
     def epoch(self) -> dict | None:
-        """Totals over one epoch of the corpus, or ``None`` without tokens. Byte totals are
-        ``iteration bytes * tokens // tokens_per_iteration`` (the last partial batch counted
-        pro rata)."""
+        """One epoch of the corpus, or ``None`` without tokens.
+
+        An epoch is what Megatron-LM trains on one pass over the corpus: ``sequences = tokens //
+        seq_length`` whole samples, taken ``global_batch_size`` at a time; the last incomplete
+        global batch is dropped (``MegatronPretrainingSampler(drop_last=True)``). So an epoch has
+        ``iterations = sequences // global_batch_size`` whole iterations, and its byte totals are
+        those of that many iterations (integers: no partial iteration is trained).
+        ``iterations_exact`` is ``tokens / tokens_per_iteration`` (how many iterations the corpus
+        would make, for comparison); ``dropped_sequences``/``dropped_tokens`` what the dropped
+        batch and the tail shorter than one sequence leave out. A corpus that does not fill one
+        global batch has ``iterations == 0``, zero per-epoch bytes and ``fills_batch`` False:
+        training on it wraps around the corpus, so one iteration reads it
+        ``reads_per_iteration = tokens_per_iteration / tokens`` times over.
+        """
         if self.tokens is None:
             return None
         n, per = self.tokens.tokens, self.tokens_per_iteration
+        g = self.scenario.training.global_batch_size
+        seqs = n // self.scenario.model.seq_length
+        whole = seqs // g
         tot = self.totals()
         return {
             "tokens": n,
-            "iterations": n / per,
-            "nic_bytes": tot["nic_bytes"] * n // per,
-            "nvlink_bytes": tot["nvlink_bytes"] * n // per,
-            "pcap_bytes": self.pcap["file_bytes"] * n // per,
+            "sequences": seqs,
+            "iterations": whole,
+            "iterations_exact": n / per,
+            "fills_batch": whole > 0,
+            "reads_per_iteration": per / n if n else None,
+            "dropped_sequences": seqs - whole * g,
+            "dropped_tokens": n - whole * per,
+            "nic_bytes": tot["nic_bytes"] * whole,
+            "nvlink_bytes": tot["nvlink_bytes"] * whole,
+            "pcap_bytes": self.pcap["file_bytes"] * whole,
         }
 
     def to_json(self) -> dict:

@@ -29,13 +29,15 @@ def _b(n: int | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.option("--no-tokens", is_flag=True,
               help="Do not tokenize the corpus (no per-epoch totals).")
+@click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Divide every message size by this (the iteration `generate --scale` writes).")
 @library_errors
-def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool) -> None:
+def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int) -> None:
     """Bytes per phase on NVLink and on the NICs for one iteration of SCENARIO (default: the
     bundled Divine Comedy scenario), per epoch of its corpus, and the expected pcap size."""
     s = load_scenario(scenario or default_scenario_path())
     toks = None if no_tokens else tokenize(s.corpus, s.tokenizer, s.model.seq_length)
-    plan = build_plan(s, toks)
+    plan = build_plan(s, toks, scale=scale)
     data = plan.to_json()
     if as_json:
         click.echo(json.dumps(data, indent=2))
@@ -65,10 +67,28 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool) -> None:
     s2.add_column("one iteration", justify="right")
     s2.add_column("one epoch", justify="right")
     s2.add_row("tokens", _b(tot["tokens"]), _b(ep["tokens"]) if ep else "-")
-    s2.add_row("iterations", "1", f"{ep['iterations']:.3f}" if ep else "-")
+    s2.add_row("iterations (whole)", "1", _b(ep["iterations"]) if ep else "-")
     s2.add_row("NIC bytes (all NICs)", _b(tot["nic_bytes"]), _b(ep["nic_bytes"]) if ep else "-")
     s2.add_row("NVLink bytes", _b(tot["nvlink_bytes"]), _b(ep["nvlink_bytes"]) if ep else "-")
     s2.add_row("busiest NIC, wire µs", f"{tot['wire_time_ns'] / 1000:,.1f}", "-")
     s2.add_row("pcap bytes (estimate)", _b(pc["file_bytes"]), _b(ep["pcap_bytes"]) if ep else "-")
     s2.add_row("packets (estimate)", _b(pc["data_packets"] + pc["ack_packets"]), "-")
     out.print(s2)
+    if ep:
+        out.print(_epoch_note(ep, tot["tokens"], data["microbatches"]))
+    if data.get("scale", 1) > 1:
+        out.print(f"message sizes divided by --scale {data['scale']} (whole elements, at least "
+                  "one): the iteration `generate --scale` writes")
+
+
+def _epoch_note(ep: dict, per_iteration: int, microbatches: int) -> str:
+    """One line on what an epoch is for this corpus (Megatron drops incomplete global batches)."""
+    if not ep["fills_batch"]:
+        return (f"note: the corpus ({ep['tokens']:,} tokens, {ep['sequences']:,} whole sequences) "
+                f"does not fill one global batch ({per_iteration:,} tokens): Megatron drops "
+                f"incomplete batches, so an epoch has no whole iteration (per-epoch bytes 0); "
+                f"training wraps around the corpus, one iteration reads it "
+                f"{ep['reads_per_iteration']:,.1f} times")
+    return (f"one epoch = {ep['iterations']:,} whole iterations ({ep['iterations_exact']:,.3f} "
+            f"by tokens; the last incomplete global batch, {ep['dropped_sequences']:,} sequences"
+            f" / {ep['dropped_tokens']:,} tokens, is dropped as Megatron does)")
