@@ -52,18 +52,22 @@ def schedule_scenario(path: str | os.PathLike, *, scale: int = 1, iterations: in
     """Load, plan and schedule a scenario; returns ``(scenario, plan, schedule)`` after the run.
 
     Raises:
-        ProfileError, InfeasiblePlanError: the scenario cannot be loaded or planned.
+        ProfileError, InfeasiblePlanError: the scenario cannot be loaded or planned, or is too
+            large for the packet simulator (:func:`tokenpcap.generate_limits.check_work`).
         InputError: ``scale`` or ``iterations`` < 1.
     """
     from tokenpcap.plan import build_plan
     from tokenpcap.profiles import load_scenario
     from tokenpcap.schedule import Schedule
 
+    from tokenpcap.generate_limits import check_work
+
     if scale < 1 or iterations < 1:
         raise InputError(f"export: scale {scale} / iterations {iterations}: expected >= 1")
     s = load_scenario(path)
-    plan = build_plan(s)
-    sched = Schedule(plan, iterations=iterations, scale=scale)
+    plan = build_plan(s, scale=scale)
+    check_work(plan, iterations)        # InfeasiblePlanError before simulating the impossible
+    sched = Schedule(plan, iterations=iterations)
     for _ in sched.run():
         pass
     return s, plan, sched
@@ -74,6 +78,15 @@ def _ns_to_s_text(t: np.ndarray) -> list[str]:
     return [f"{s}.{f:09d}" for s, f in zip(sec.tolist(), frac.tolist())]
 
 
+def _discard(tmp: Path) -> None:
+    """Remove a temporary file if it exists; a file system that refuses (read-only) is left
+    alone: the error that brought us here is the one to report."""
+    try:
+        tmp.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 def _atomic_text(path: Path, lines) -> None:
     tmp = path.with_name(f".{path.name}.part")
     try:
@@ -81,7 +94,7 @@ def _atomic_text(path: Path, lines) -> None:
             f.writelines(lines)
         os.replace(tmp, path)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
+        _discard(tmp)
         raise OutputError(f"{path}: cannot write: {err.strerror}") from err
 
 
@@ -169,7 +182,7 @@ def write_table(messages: np.ndarray, out: str | os.PathLike, fmt: str = "csv") 
             pq.write_table(pa.table(cols), tmp)
             os.replace(tmp, out)
         except OSError as err:
-            tmp.unlink(missing_ok=True)
+            _discard(tmp)
             raise OutputError(f"{out}: cannot write: {err}") from err
         return out
     tmp = out.with_name(f".{out.name}.part")
@@ -180,7 +193,7 @@ def write_table(messages: np.ndarray, out: str | os.PathLike, fmt: str = "csv") 
             w.writerows(zip(*(cols[c] for c in TABLE_COLUMNS)))
         os.replace(tmp, out)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
+        _discard(tmp)
         raise OutputError(f"{out}: cannot write: {err.strerror}") from err
     return out
 

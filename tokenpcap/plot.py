@@ -26,7 +26,7 @@ import numpy as np
 from tokenpcap.analysis import CONTROL_PREFIXES, address_text
 from tokenpcap.analysis_decode import decode_batch
 from tokenpcap.analysis_flows import is_rdma
-from tokenpcap.errors import InputError
+from tokenpcap.errors import InputError, OutputError
 from tokenpcap.messages import DIMS, parse_phase_label
 from tokenpcap.pcap.reader import open_capture
 
@@ -285,13 +285,28 @@ def plot_timeline(timeline: np.ndarray, messages: np.ndarray, out: str | os.Path
 
 
 def _save(fig, out) -> Path:
+    """Write ``fig`` to a temporary name and rename it to ``out``.
+
+    Raises:
+        OutputError: the file system refuses (read-only, no space, no permission); nothing is
+            left behind.
+    """
+    import matplotlib.pyplot as plt
+
     out = Path(out)
     tmp = out.with_name(f".{out.name}.part.png")
     fig.tight_layout()
-    fig.savefig(tmp, dpi=110)
-    import matplotlib.pyplot as plt
-    plt.close(fig)
-    os.replace(tmp, out)
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.replace(tmp, out)
+    except OSError as err:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise OutputError(f"{out}: cannot write: {err.strerror or err}") from None
+    finally:
+        plt.close(fig)
     return out
 
 
@@ -312,8 +327,16 @@ def plot_all(source: str | os.PathLike, outdir: str | os.PathLike, *, scale: int
         from tokenpcap.profiles import load_scenario
         from tokenpcap.schedule import Schedule
 
-        plan = build_plan(load_scenario(src))
-        sched = Schedule(plan, iterations=iterations, scale=scale)
+        from tokenpcap.generate_limits import check_work
+
+        plan = build_plan(load_scenario(src), scale=scale)
+        check_work(plan, iterations)    # InfeasiblePlanError before simulating the impossible
+        if ranks is not None:
+            bad = sorted(r for r in ranks if not 0 <= r < plan.layout.world_size)
+            if bad:
+                raise InputError(f"--ranks: got {bad[0]}, expected ranks in "
+                                 f"0..{plan.layout.world_size - 1}")
+        sched = Schedule(plan, iterations=iterations)
         for _ in sched.run():
             pass
         m = sched.messages

@@ -15,9 +15,9 @@ from tokenpcap.export import FORMATS
                    "(Trace Event JSON for Perfetto / about://tracing).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="Output file (HPCC also writes <stem>-topology.txt beside it).")
-@click.option("--scale", type=int, default=1, show_default=True,
+@click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
               help="Divide message sizes and compute time by this.")
-@click.option("--iterations", type=int, default=1, show_default=True)
+@click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True)
 @library_errors
 def export_cmd(scenario: str, fmt: str, output: str, scale: int, iterations: int) -> None:
     """Schedule SCENARIO and write its RDMA messages as FORMAT."""

@@ -11,22 +11,33 @@ from tokenpcap.cli.common import library_errors
 @click.argument("source", type=click.Path(dir_okay=False, path_type=str))
 @click.option("-o", "--outdir", default=".", show_default=True,
               type=click.Path(file_okay=False, path_type=str), help="Directory for the PNGs.")
-@click.option("--scale", type=int, default=1, show_default=True,
+@click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
               help="Scenario only: divide message sizes and compute time by this.")
-@click.option("--iterations", type=int, default=1, show_default=True,
+@click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True,
               help="Scenario only: iterations to schedule.")
-@click.option("--ranks", help="Scenario only: ranks on the timeline, e.g. 0,8,16,24.")
+@click.option("--ranks", help="Scenario only: ranks on the timeline, e.g. 0,8,16,24 or 0-3.")
 @library_errors
 def plot_cmd(source: str, outdir: str, scale: int, iterations: int, ranks: str | None) -> None:
     """Draw SOURCE: a capture (pcap/pcapng/ERF) gives throughput per NIC stacked by phase and
     frame/message size distributions; a scenario (.yaml) gives the per-rank timeline (1F1B,
     compute and RDMA messages) and message sizes."""
+    from pathlib import Path
+
     from tokenpcap.errors import InputError
+    from tokenpcap.generate_select import parse_index_set
     from tokenpcap.plot import plot_all
 
-    try:
-        rank_list = [int(x) for x in ranks.split(",")] if ranks else None
-    except ValueError:
-        raise InputError(f"--ranks: got {ranks!r}, expected comma-separated integers") from None
+    rank_list = None
+    if ranks:
+        if Path(source).suffix not in (".yaml", ".yml"):
+            raise click.BadParameter("got ranks for a capture, expected them only with a "
+                                     "scenario (.yaml)", param_hint="'--ranks'")
+        from tokenpcap.profiles import load_scenario
+
+        p = load_scenario(source).parallelism
+        try:
+            rank_list = sorted(parse_index_set(ranks, "--ranks", p.dp * p.tp * p.pp))
+        except InputError as err:
+            raise click.BadParameter(str(err).split(": ", 1)[-1], param_hint="'--ranks'") from None
     for path in plot_all(source, outdir, scale=scale, iterations=iterations, ranks=rank_list):
         click.echo(str(path))
