@@ -37,6 +37,7 @@ __all__ = ["DECODED_DTYPE", "Decoded", "field_at", "fields_at", "u128_at", "head
 #: sport      uint16 UDP source port (RoCEv2)
 #: opcode ... BTH OpCode, PadCnt, FECN, BECN, AckReq, P_Key, DestQP, PSN
 #: payload    int32  RDMA payload bytes (C7), -1 unknown; malformed bool: inconsistent lengths
+#: why        uint8  why a row is malformed: bits of ``analysis_decode.MALFORMED_REASONS``
 #: pfc_cev    uint16 PFC class-enable vector; pfc_max uint16: largest pause time of an enabled class
 #: dmalen     int64  RETH DMA length (the whole message, on WRITE FIRST/ONLY, READ request), -1
 #: ========== ====== ===========================================================================
@@ -47,7 +48,7 @@ DECODED_DTYPE = np.dtype([
     ("dst_lo", "<u8"), ("smac", "<u8"), ("dmac", "<u8"), ("vlan", "<i2"), ("pcp", "u1"),
     ("dscp", "u1"), ("ecn", "u1"), ("sport", "<u2"), ("opcode", "u1"), ("padcnt", "u1"),
     ("fecn", "u1"), ("becn", "u1"), ("ackreq", "u1"), ("pkey", "<u2"), ("destqp", "<u4"),
-    ("psn", "<u4"), ("payload", "<i4"), ("malformed", "?"), ("pfc_cev", "<u2"),
+    ("psn", "<u4"), ("payload", "<i4"), ("malformed", "?"), ("why", "u1"), ("pfc_cev", "<u2"),
     ("pfc_max", "<u2"), ("dmalen", "<i8")])
 
 _VIEW = {1: ">u1", 2: ">u2", 3: ">u4", 4: ">u4", 5: ">u8", 6: ">u8", 7: ">u8", 8: ">u8"}

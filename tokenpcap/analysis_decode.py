@@ -18,6 +18,16 @@ RDMA payload (case C7): ``UDP length - 8 - 12 - extended headers - pad - 4`` (Ro
 ``GRH PayLen - 12 - ext - pad - 4`` (RoCEv1); ``LRH PktLen*4 - 8 [- 40] - 12 - ext - pad - 4``
 (native IB, PktLen counts LRH..ICRC in 4-byte words, IBTA 7.7.8). -1 when the opcode is unknown
 or the lengths are inconsistent (``malformed``).
+
+A malformed row (``malformed`` true) says why in ``why``, bits of :data:`MALFORMED_REASONS`:
+``lengths`` (the UDP length disagrees with the IP length, or the IP/UDP, GRH PayLen or LRH
+PktLen length runs past the frame's wire length), ``opcode`` (a BTH opcode the IBTA does not
+define for RC/UC/UD), ``short`` (no room for the opcode's extended headers and ICRC, e.g. WRITE
+FIRST without its RETH), ``junk`` (bytes after the headers of an opcode that carries no payload:
+ACK, READ request, CNP ...) and ``padcnt`` (payload + PadCnt not a multiple of 4: IBTA vol.1
+9.2 BTH PadCnt, the payload is padded to a 4-byte boundary; e.g. PadCnt 0 with a 5-byte
+payload). Malformed rows carry no payload and are never ICRC-checked:
+they are not "truncated" (``complete`` false for another reason).
 """
 from __future__ import annotations
 
@@ -32,13 +42,30 @@ from tokenpcap.wire.rdma import EXT_BYTES, HAS_PAYLOAD, HAS_RETH
 
 __all__ = ["DECODED_DTYPE", "Decoded", "decode_batch", "field_at", "HEADER_BLOCK_BYTES",
            "KIND_OTHER", "KIND_ROCEV2", "KIND_ROCEV1", "KIND_IB", "KIND_PFC", "KIND_NAMES",
-           "LINKTYPE_ETHERNET", "LINKTYPE_INFINIBAND"]
+           "LINKTYPE_ETHERNET", "LINKTYPE_INFINIBAND", "MALFORMED_REASONS", "reason_counts"]
 
 KIND_OTHER, KIND_ROCEV2, KIND_ROCEV1, KIND_IB, KIND_PFC = range(5)
 KIND_NAMES = ("other", "RoCEv2", "RoCEv1", "InfiniBand", "PFC")
 LINKTYPE_ETHERNET = 1
 LINKTYPE_INFINIBAND = 247
 _PFC_OPCODE = H.PFC.defaults()["Opcode"]
+
+#: (name, meaning) of each ``why`` bit (bit k = ``1 << k``), module docstring.
+MALFORMED_REASONS = (
+    ("lengths", "IP/UDP (GRH, LRH) lengths disagree with each other or with the frame"),
+    ("opcode", "unknown BTH opcode"),
+    ("short", "no room for the opcode's extended headers and ICRC"),
+    ("junk", "bytes after the headers of an opcode without payload"),
+    ("padcnt", "PadCnt inconsistent with the payload length"),
+)
+_LENGTHS, _OPCODE, _SHORT, _JUNK, _PAD = (np.uint8(1 << k) for k in range(5))
+
+
+def reason_counts(why: np.ndarray) -> np.ndarray:
+    """int64 (len(MALFORMED_REASONS),): rows of ``why`` (uint8 (n,)) with each reason bit."""
+    bits = (why.astype(np.uint8)[:, None] >> np.arange(len(MALFORMED_REASONS), dtype=np.uint8))
+    return (bits & 1).sum(axis=0, dtype=np.int64)
+
 
 def decode_batch(data: np.ndarray, rec: np.ndarray, views: ByteViews | None = None) -> Decoded:
     """Decode the packets of one record batch.
@@ -219,9 +246,13 @@ def _infiniband(views, out, idx, off, cap) -> None:
         out["l3"][idx[s]] = 0
         paylen = field_at(views, g, H.GRH, "PayLen").astype(np.int64)
         # the LRH length is authoritative for the ICRC; flag disagreeing GRH lengths
-        out["malformed"][idx[s]] |= pktlen[s] != L.size + H.GRH.size + paylen
+        disagree = pktlen[s] != L.size + H.GRH.size + paylen
+        out["why"][idx[s]] |= np.where(disagree, _LENGTHS, 0).astype(np.uint8)
+        out["malformed"][idx[s]] |= disagree
+        out["payload"][idx[s]] = np.where(disagree, -1, out["payload"][idx[s]])
         out["end"][idx[s]] = pktlen[s]
-        out["complete"][idx[s]] = (pktlen[s] + H.VCRC.size <= cap[s]) & (pktlen[s] >= 48 + 16)
+        out["complete"][idx[s]] = (pktlen[s] + H.VCRC.size <= cap[s]) & (pktlen[s] >= 48 + 16) \
+            & ~out["malformed"][idx[s]]
         out["src_lo"][idx[s]] = field_at(views, off[s], L, "SLID")   # LIDs key IB flows
         out["dst_lo"][idx[s]] = field_at(views, off[s], L, "DLID")
         out["src_hi"][idx[s]] = out["dst_hi"][idx[s]] = 0
@@ -247,9 +278,18 @@ def _bth(views, out, idx, off, l3, bth, end, cap, bad) -> None:
         out[col][idx] = F[name]
     ext = EXT_BYTES[op].astype(np.int64)
     payload = end - bth - B.size - ext - pad - H.ICRC.size
-    bad = bad | (ext < 0) | (payload < 0) | ((payload > 0) & ~HAS_PAYLOAD[op])
+    trailer = np.where(out["kind"][idx] == KIND_IB, H.VCRC.size, 0)     # IB: VCRC after ICRC
+    why = np.where(bad | (end + trailer > out["orig_len"][idx]), _LENGTHS, 0).astype(np.uint8)
+    why |= np.where(ext < 0, _OPCODE, 0).astype(np.uint8)
+    known = ext >= 0
+    why |= np.where(known & (payload < 0), _SHORT, 0).astype(np.uint8)
+    why |= np.where(known & (payload > 0) & ~HAS_PAYLOAD[op], _JUNK, 0).astype(np.uint8)
+    why |= np.where(known & (payload >= 0) & (((payload + pad) & 3) != 0), _PAD, 0
+                    ).astype(np.uint8)
+    bad = why != 0
     out["payload"][idx] = np.where(bad, -1, payload)
     out["malformed"][idx] = bad
+    out["why"][idx] = why
     out["complete"][idx] = ~bad & (end <= cap)
     reth = np.flatnonzero(HAS_RETH[op] & (cap >= bth + B.size + H.RETH.size))
     out["dmalen"][_pick(idx, reth, p.size)] = field_at(views, p[reth] + B.size, H.RETH,

@@ -12,6 +12,8 @@ from tokenpcap.analysis import NS_PER_S, Report
 __all__ = ["render_text", "ns_text"]
 
 MAX_FLOWS = 20
+MAX_INTERFACES = 16
+MAX_DIFFERENCES = 40
 
 
 def ns_text(t: int | None) -> str:
@@ -39,26 +41,65 @@ def _table(rows: list[list[str]], head: list[str]) -> list[str]:
     return [fmt(head)] + [fmt(r) for r in rows]
 
 
+def _interfaces(interfaces: list[dict]) -> str:
+    """One line per interface (at most :data:`MAX_INTERFACES`, then "... N more"); ERF ports
+    show their port index."""
+    out = []
+    for i in interfaces[:MAX_INTERFACES]:
+        port = f" (ERF port {i['port']})" if "port" in i else ""
+        out.append(f"\n  #{i['index']} linktype {i['linktype']} {i['name'] or ''}".rstrip()
+                   + port)
+    if len(interfaces) > MAX_INTERFACES:
+        out.append(f"\n  ... {len(interfaces) - MAX_INTERFACES:,} more (--json lists all)")
+    return "".join(out)
+
+
+def _against(a: dict) -> list[str]:
+    """The ``--against`` block: what was compared, at which scale, what not, the differences."""
+    it = a["iterations"]
+    lines = [f"Against the plan of {a['scenario']} (scale {a['scale']}, {it} iteration"
+             f"{'s' if it != 1 else ''}{'; ' + a['source'] if a.get('source') else ''}):"]
+    unit = "(NIC, phase) cells" if a["mode"] == "nic_phase" else "NICs (total per NIC)"
+    how = "as upper bounds" if a["bound"] else "exactly"
+    lines.append(f"  compared:      {a['compared']:,} {unit}, {how}" if a["compared"] else
+                 "  compared:      nothing comparable")
+    if a.get("control_bytes"):
+        lines.append(f"  left out:      {a['control_bytes']:,} payload bytes of control "
+                     "traffic (clear-to-send)")
+    lines += [f"  not compared:  {x}" for x in a.get("not_compared", [])]
+    notes = [x for x in (a.get("note") or "").split("; ") if x and x not in
+             a.get("not_compared", [])]
+    lines += [f"  note:          {x}" for x in notes]
+    diffs = a["differences"]
+    lines += [f"  {d['what']} {d['key']}: capture {d['capture_bytes']:,} B, plan "
+              f"{d['plan_bytes']:,} B" for d in diffs[:MAX_DIFFERENCES]]
+    if len(diffs) > MAX_DIFFERENCES:
+        lines.append(f"  ... {len(diffs) - MAX_DIFFERENCES:,} more differences (--json lists all)")
+    if not diffs and a["compared"]:
+        lines.append("  no difference in what was compared")
+    return lines
+
+
 def render_text(rep: Report) -> str:
     """The human report; ends with one line per check (``ok``/``FAIL``)."""
     j = rep.to_json()
     lines = [
         f"File name:           {_files(rep.path)}",
         f"File format:         {rep.format}",
-        f"Interfaces:          {len(rep.interfaces)}"
-        + "".join(f"\n  #{i['index']} linktype {i['linktype']} {i['name'] or ''}".rstrip()
-                  for i in rep.interfaces[:16]),
+        f"Interfaces:          {len(rep.interfaces)}" + _interfaces(rep.interfaces),
         f"Number of packets:   {rep.packets:,}",
         f"Bytes (wire):        {rep.bytes:,}" + (f" (captured {rep.captured_bytes:,})"
                                                  if rep.captured_bytes != rep.bytes else ""),
         "Frame sizes:         " + ("n/a" if rep.frame_bytes_max is None else
-                                      f"{rep.frame_bytes_min:,} .. {rep.frame_bytes_max:,} bytes "
-                                      f"(replay needs MTU >= {rep.frame_bytes_max - 14:,})"),
+                                      f"{rep.frame_bytes_min:,} .. {rep.frame_bytes_max:,} bytes"
+                                      + (f" (replay needs MTU >= {rep.eth_frame_bytes_max - 14:,})"
+                                         if rep.ethernet_frames else "")),
         f"First packet:        {ns_text(rep.first_ns)}",
         f"Last packet:         {ns_text(rep.last_ns)}",
         f"Duration:            {rep.duration_ns:,} ns",
         f"Layer-2 rate:        {_rate(j['l2_bps'])}",
-        f"Layer-1 rate:        {_rate(j['l1_bps'])}  (+FCS, preamble, IFG per Ethernet frame)",
+        f"Layer-1 rate:        {_rate(j['l1_bps'])}"
+        + ("  (+FCS, preamble, IFG per Ethernet frame)" if rep.ethernet_frames else ""),
         "Packet kinds:        " + (", ".join(f"{k} {v:,}" for k, v in rep.kinds.items()) or "-"),
     ]
     r = rep.roce
@@ -68,17 +109,25 @@ def render_text(rep: Report) -> str:
             "",
             f"RDMA packets:        {r['packets']:,} in {r['flows']:,} flows (src, dst, DestQP)",
             f"RDMA payload:        {r['payload_bytes']:,} bytes",
-            f"ICRC:                {r['icrc_ok']:,} ok, {r['icrc_bad']:,} bad, "
-            f"{r['icrc_unchecked']:,} not checkable (truncated)",
+            "ICRC:                " + ("not checked (--no-crc)" if r.get("icrc_skipped") else
+                                          f"{r['icrc_ok']:,} ok, {r['icrc_bad']:,} bad, "
+                                          f"{r['icrc_unchecked']:,} not checkable (truncated)"),
         ]
+        if r.get("malformed"):
+            lines.append(f"Malformed:           {r['malformed']:,} ("
+                         + ", ".join(f"{k} {v:,}" for k, v in r["malformed_reasons"].items())
+                         + "; not in payload, PSN, ECN or BECN counts)")
         if r["vcrc_ok"] or r["vcrc_bad"]:
             lines.append(f"VCRC:                {r['vcrc_ok']:,} ok, {r['vcrc_bad']:,} bad")
         lines += [
             f"PSN:                 {r['psn_gaps']:,} gaps ({r['psn_missing']:,} missing), "
             f"{r['psn_reordered']:,} late/duplicate",
             f"CNP:                 {r['cnp']:,}   FECN {r['fecn']:,}   BECN {r['becn']:,}",
-            f"ECN:                 CE {e['ce']:,}, ECT(0) {e['ect0']:,}, ECT(1) {e['ect1']:,}, "
-            f"Not-ECT {e['not_ect']:,}",
+        ]
+        if rep.kinds.get("RoCEv2") or rep.kinds.get("RoCEv1"):      # IP ECN: not on native IB
+            lines.append(f"ECN:                 CE {e['ce']:,}, ECT(0) {e['ect0']:,}, "
+                         f"ECT(1) {e['ect1']:,}, Not-ECT {e['not_ect']:,}")
+        lines += [
             "Opcodes:",
             *_table([[k, f"{v:,}"] for k, v in r["opcodes"].items()], ["opcode", "packets"]),
         ]
@@ -104,14 +153,7 @@ def render_text(rep: Report) -> str:
             [[p["name"], f"{p['packets']:,}", f"{p['payload_bytes']:,}"] for p in rep.phases],
             ["phase", "packets", "payload B"])]
     if rep.against is not None:
-        a = rep.against
-        lines += ["", f"Against the plan of {a['scenario']}:"]
-        diffs = a["differences"]
-        if a.get("note"):
-            lines.append(f"  note: {a['note']}")
-        lines += [f"  {d['what']} {d['key']}: capture {d['capture_bytes']:,} B, plan "
-                  f"{d['plan_bytes']:,} B" for d in diffs[:40]] or ["  no difference in what "
-                                                                    "was compared"]
+        lines += ["", *_against(rep.against)]
     lines += ["", "Checks:"] + [f"  {'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}"
                                 for c in rep.checks()]
     return "\n".join(lines)

@@ -35,7 +35,12 @@ class Report:
     """What :func:`inspect_capture` found. Counts are ints; times are int ns since the epoch.
 
     ``flows``, ``phases`` and ``nics`` are lists of dicts (see :meth:`to_json`); ``phase_nic``
-    maps ``(phase label, source address text) -> payload bytes`` for the plan comparison.
+    maps ``(phase label, source address text) -> payload bytes`` for the plan comparison,
+    ``small_writes`` ``(label, source, destination, payload bytes) -> packets`` of WRITE ONLY
+    (0x0A) packets of at most 256 bytes, ``cut_sources`` source address -> flows with a message cut at the
+    capture's edge. ``files``: per file ``{path, format, provenance, sources, labels}``
+    (``provenance``: :func:`tokenpcap.provenance.parse_provenance` of its SHB comment, or
+    None; ``sources``/``labels``: the sending addresses and phase labels it holds).
     """
 
     path: str
@@ -56,6 +61,12 @@ class Report:
     phases: list[dict] = field(default_factory=list)
     nics: list[dict] = field(default_factory=list)
     phase_nic: dict[tuple[str, str], int] = field(default_factory=dict)
+    small_writes: dict[tuple[str, str, str, int], int] = field(default_factory=dict)
+    cut_sources: dict[str, int] = field(default_factory=dict)
+    files: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    ethernet_frames: int = 0
+    eth_frame_bytes_max: int = 0
     truncated_at: int | None = None
     against: dict | None = None
 
@@ -71,26 +82,59 @@ class Report:
         d = self.duration_ns
         return nbytes * 8 * NS_PER_S // d if d > 0 else None
 
+    @property
+    def selection(self) -> str | None:
+        """What the capture's provenance comments say it leaves out (phases, ranks, a time
+        window, earlier iterations), e.g. ``"phases=pp"``; None for a capture of everything or
+        without provenance."""
+        parts: list[str] = []
+        for e in self.files:
+            p = e.get("provenance")
+            if not p or not p["selection"]:
+                continue
+            for key in ("phases", "ranks"):
+                if p[key] is not None:
+                    parts.append(f"{key}={','.join(map(str, p[key]))}")
+            if p["time_window"] is not None:
+                a, b = p["time_window"]
+                parts.append(f"time_window={a}:{'' if b is None else b} ns")
+            if p["iterations"][0] > 0:
+                parts.append(f"iterations={p['iterations'][0]}:{p['iterations'][1]}")
+        return " ".join(dict.fromkeys(parts)) or None
+
     def checks(self) -> list[dict]:
-        """Every check with ``name``, ``ok`` and ``detail``; ``--strict`` fails on any not ok."""
+        """Every check with ``name``, ``ok`` and ``detail``; ``--strict`` fails on any not ok.
+
+        PSN gaps in a capture whose provenance says it is a selection (:attr:`selection`) are
+        expected (the selection leaves out packets of the QPs it shows) and do not fail; late
+        packets still do."""
         r = self.roce
+        gaps, late = r.get("psn_gaps", 0), r.get("psn_reordered", 0)
+        psn = f"{gaps} gaps ({r.get('psn_missing', 0)} PSNs missing), {late} late"
+        sel = self.selection
+        if sel and gaps:
+            psn += f"; gaps expected in a selection ({sel})"
+        reasons = r.get("malformed_reasons") or {}
         out = [
             {"name": "icrc", "ok": r.get("icrc_bad", 0) == 0,
              "detail": f"{r.get('icrc_bad', 0)} bad of {r.get('icrc_checked', 0)} checked"},
             {"name": "vcrc", "ok": r.get("vcrc_bad", 0) == 0,
              "detail": f"{r.get('vcrc_bad', 0)} bad"},
-            {"name": "psn", "ok": r.get("psn_gaps", 0) == 0 and r.get("psn_reordered", 0) == 0,
-             "detail": f"{r.get('psn_gaps', 0)} gaps ({r.get('psn_missing', 0)} PSNs missing), "
-                       f"{r.get('psn_reordered', 0)} late"},
+            {"name": "psn", "ok": late == 0 and (gaps == 0 or sel is not None), "detail": psn},
             {"name": "lengths", "ok": r.get("malformed", 0) == 0,
-             "detail": f"{r.get('malformed', 0)} RDMA packets with inconsistent lengths or opcode"},
+             "detail": f"{r.get('malformed', 0)} malformed RDMA packets" + (
+                 " (" + ", ".join(f"{k} {v}" for k, v in reasons.items()) + ")"
+                 if reasons else "")},
             {"name": "complete", "ok": self.truncated_at is None,
              "detail": "file complete" if self.truncated_at is None else
                        f"file truncated at byte offset {self.truncated_at}"},
         ]
         if self.against is not None:
-            out.append({"name": "against", "ok": not self.against["differences"],
-                        "detail": f"{len(self.against['differences'])} differences with the plan"})
+            a = self.against
+            n, diffs = a.get("compared", 0), len(a["differences"])
+            out.append({"name": "against", "ok": n > 0 and not diffs,
+                        "detail": f"{diffs} differences with the plan in {n} compared" if n
+                        else "nothing comparable with the plan"})
         return out
 
     @property
@@ -108,6 +152,7 @@ class Report:
             "frame_bytes_min": self.frame_bytes_min, "frame_bytes_max": self.frame_bytes_max,
             "interfaces": self.interfaces, "kinds": self.kinds, "roce": self.roce,
             "pfc": self.pfc, "flows": self.flows, "phases": self.phases, "nics": self.nics,
+            "files": self.files, "notes": self.notes,
             "checks": self.checks(), "ok": self.ok, "truncated_at": self.truncated_at,
             **({"against": self.against} if self.against is not None else {}),
         }

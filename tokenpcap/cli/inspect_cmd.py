@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import click
@@ -10,20 +11,45 @@ from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
 
 
+def _iterations(ctx, param, value: str | None):
+    """``N`` → N; ``A:B`` → (A, B) with B > A (the generator's ``--iterations``)."""
+    if value is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?", value)
+    if not m:
+        raise click.BadParameter(f"got {value!r}, expected N or A:B (e.g. 2 or 1:3)")
+    if m.group(2) is None:
+        if int(m.group(1)) < 1:
+            raise click.BadParameter(f"got {value!r}, expected N >= 1")
+        return int(m.group(1))
+    a, b = int(m.group(1)), int(m.group(2))
+    if b <= a:
+        raise click.BadParameter(f"got {value!r}, expected A:B with B > A")
+    return a, b
+
+
 @main.command("inspect", no_args_is_help=True)
 @click.argument("files", nargs=-1, required=True,
                 type=click.Path(dir_okay=False, path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.option("--against", "scenario", type=click.Path(dir_okay=False, path_type=str),
-              help="Compare payload bytes per phase and per NIC with this scenario's plan.")
+              help="Compare payload bytes per NIC and phase with this scenario's plan.")
+@click.option("--scale", type=click.IntRange(min=1), default=None,
+              help="With --against: the run's --scale (default: from the capture's provenance "
+                   "comment, else 1).")
+@click.option("--iterations", callback=_iterations, default=None, metavar="N|A:B",
+              help="With --against: the run's --iterations (default: from the capture's "
+                   "provenance comment, else 1).")
 @click.option("--strict", is_flag=True, help="Exit 1 when any check fails.")
 @click.option("--no-crc", is_flag=True, help="Skip the ICRC/VCRC check (faster on full frames).")
 @library_errors
-def inspect_cmd(files: tuple[str, ...], as_json: bool, scenario: str | None, strict: bool,
-                no_crc: bool) -> None:
+def inspect_cmd(files: tuple[str, ...], as_json: bool, scenario: str | None, scale: int | None,
+                iterations, strict: bool, no_crc: bool) -> None:
     """Summarise FILES (pcap, pcapng or ERF; several files add up, e.g. the per-NIC files of
     one generate run): totals and rates, RDMA flows, opcodes, payload bytes, ICRC/VCRC, PSN
     gaps, CNPs, ECN, PFC, and bytes per phase."""
+    if scenario is None and (scale is not None or iterations is not None):
+        raise click.UsageError("--scale and --iterations need --against")
     from tokenpcap.analysis import inspect_captures
     from tokenpcap.analysis_report import render_text
 
@@ -31,7 +57,7 @@ def inspect_cmd(files: tuple[str, ...], as_json: bool, scenario: str | None, str
     if scenario is not None:
         from tokenpcap.analysis_against import compare_with_plan
 
-        compare_with_plan(rep, scenario)
+        compare_with_plan(rep, scenario, scale=scale, iterations=iterations)
     click.echo(json.dumps(rep.to_json(), indent=2) if as_json else render_text(rep))
     if strict and not rep.ok:
         sys.exit(1)
