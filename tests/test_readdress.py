@@ -7,6 +7,7 @@ the microsecond output follows case C9.
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 import subprocess
 
@@ -142,6 +143,44 @@ def test_pcapng_keeps_interfaces_and_comments(tmp_path):
     assert {n["address"] for n in b.nics} == {n["address"] for n in a.nics} - {"198.18.0.1"} \
         | {"10.9.0.1"}
     assert [i["name"] for i in b.interfaces] == [i["name"] for i in a.interfaces]
+
+
+def test_usec_into_a_pcapng_name_is_refused(tmp_path):
+    """Item 18: --usec writes a classic microsecond pcap, so a .pcapng name is refused (usage
+    error, nothing written) instead of getting a pcap that drops the comments."""
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+    labels = ["dp/backward/AllReduce step=0"] * 16
+    write_trace(tmp_path / "g.pcapng", 16, fmt="pcapng", comments=labels)
+    r = CliRunner().invoke(main, ["readdress", str(tmp_path / "g.pcapng"), "-o",
+                                  str(tmp_path / "u.pcapng"), "--usec"])
+    assert r.exit_code == 2 and "--usec" in r.output and ".pcap name" in r.output
+    assert not (tmp_path / "u.pcapng").exists()
+    with pytest.raises(InputError, match="--usec: got an output named .pcapng"):
+        readdress(tmp_path / "g.pcapng", tmp_path / "v.PCAPNG", Mapping(), usec=True)
+    assert not (tmp_path / "v.PCAPNG").exists()
+    readdress(tmp_path / "g.pcapng", tmp_path / "u.pcap", Mapping(), usec=True)
+    assert (tmp_path / "u.pcap").read_bytes()[:4] == b"\xd4\xc3\xb2\xa1"   # us magic
+
+
+def test_output_format_follows_the_name(tmp_path):
+    """A pcap read into a .pcapng name becomes pcapng (ns, if_tsresol 9), a pcapng read into a
+    .pcap name a nanosecond pcap; capinfos agrees on the format written."""
+    write_trace(tmp_path / "a.pcap", 8)
+    readdress(tmp_path / "a.pcap", tmp_path / "b.pcapng", Mapping())
+    write_trace(tmp_path / "c.pcapng", 8, fmt="pcapng")
+    readdress(tmp_path / "c.pcapng", tmp_path / "d.pcap", Mapping())
+    assert (tmp_path / "b.pcapng").read_bytes()[:4] == b"\x0a\x0d\x0d\x0a"
+    assert (tmp_path / "d.pcap").read_bytes()[:4] == b"\x4d\x3c\xb2\xa1"    # ns magic
+    a, b = inspect_capture(tmp_path / "a.pcap"), inspect_capture(tmp_path / "b.pcapng")
+    assert (b.format, b.packets, b.first_ns, b.roce["icrc_ok"]) == \
+        ("pcapng", 8, a.first_ns, 8)
+    if shutil.which("capinfos"):
+        for name, kind in (("b.pcapng", "pcapng"), ("d.pcap", "nanosecond pcap")):
+            out = subprocess.run(["capinfos", "-t", str(tmp_path / name)], capture_output=True,
+                                 text=True, check=True).stdout
+            assert kind in out
 
 
 def test_errors(tmp_path, hw_frames):

@@ -34,7 +34,7 @@ from tokenpcap.pcap import Comments, Interface, PcapngWriter, PcapWriter
 from tokenpcap.pcap.reader import open_capture
 from tokenpcap.readdress_patch import patch_batch
 
-__all__ = ["Mapping", "load_mapping", "parse_pair", "readdress"]
+__all__ = ["Mapping", "load_mapping", "parse_pair", "readdress", "output_format"]
 
 
 @dataclass
@@ -167,27 +167,52 @@ def parse_pair(text: str) -> tuple[str, str]:
     return a, b
 
 
+def output_format(src_format: str, dst: str | os.PathLike, usec: bool) -> str:
+    """``"pcapng"`` or ``"pcap"``: what :func:`readdress` writes to ``dst``.
+
+    A ``.pcapng`` name gets pcapng (nanoseconds, interfaces and packet comments kept), a
+    ``.pcap`` name a classic pcap (nanosecond magic; ``usec``: microsecond magic), any other
+    name the input's format. ``usec`` needs a classic pcap: the pcapng writer keeps ns.
+
+    Raises:
+        InputError: ``usec`` with a ``.pcapng`` name.
+    """
+    suffix = Path(dst).suffix.lower()
+    if usec and suffix == ".pcapng":
+        raise InputError(f"{dst}: --usec: got an output named .pcapng, expected a .pcap name "
+                         "(--usec writes a classic microsecond pcap; pcapng output keeps "
+                         "nanoseconds, interfaces and comments)")
+    if usec or suffix == ".pcap":
+        return "pcap"
+    if suffix == ".pcapng":
+        return "pcapng"
+    return "pcapng" if src_format == "pcapng" else "pcap"
+
+
 def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, *,
               usec: bool = False, batch: int = 1 << 16) -> dict:
     """Rewrite ``src`` into ``dst`` (written to a temporary file, renamed at the end).
 
-    Output: pcapng input stays pcapng (interfaces and packet comments kept, ns resolution);
-    pcap input becomes a nanosecond pcap; ``usec=True`` writes a microsecond pcap either way.
+    Output format (:func:`output_format`): pcapng for a ``.pcapng`` name (interfaces and packet
+    comments kept, ns resolution), a nanosecond pcap for a ``.pcap`` name, otherwise the
+    input's format; ``usec=True`` writes a microsecond pcap and refuses a ``.pcapng`` name.
 
     Returns:
         ``{"packets", "icrc_updated", "ipv4_checksums"}`` counts.
 
     Raises:
-        CaptureError: the input cannot be read. InputError: native InfiniBand or ERF input, or
-            records truncated to different lengths. OutputError: the output cannot be written.
+        CaptureError: the input cannot be read. InputError: native InfiniBand or ERF input,
+            records truncated to different lengths, or ``usec`` with a ``.pcapng`` name.
+            OutputError: the output cannot be written.
     """
     cap = open_capture(src)
+    fmt = output_format(cap.format, dst, usec)
     if cap.format == "erf" or any(i.linktype != 1 for i in cap.interfaces):
         raise InputError(f"{src}: linktypes {sorted({i.linktype for i in cap.interfaces})}: "
                          "expected Ethernet (1); native InfiniBand captures are not readdressed")
     snaps = [i.snaplen for i in cap.interfaces if i.snaplen]
     snaplen = min(max(snaps), 262144) if snaps else 262144
-    ng = cap.format == "pcapng" and not usec
+    ng = fmt == "pcapng"
     writer = None if ng else PcapWriter(dst, snaplen=snaplen, nanosecond=not usec)
     stats = {"packets": 0, "icrc_updated": 0, "ipv4_checksums": 0}
     known = 0

@@ -22,11 +22,15 @@ from tokenpcap.cli.common import library_errors
 @click.option("--ecn", type=int, help="IP ECN codepoint 0-3 (2 = ECT(0)).")
 @click.option("--ttl", type=int, help="IPv4 TTL / IPv6 hop limit.")
 @click.option("--sport-offset", type=int, help="Rotate UDP source ports inside 0xC000-0xFFFF.")
-@click.option("--usec", is_flag=True, help="Write a microsecond pcap (rounded to nearest).")
+@click.option("--usec", is_flag=True,
+              help="Write a classic microsecond pcap (rounded to nearest; not into .pcapng).")
 @library_errors
 def readdress_cmd(file, output, maps, vlan, pcp, dscp, ecn, ttl, sport_offset, usec) -> None:
     """Rewrite MACs, IPs, VLAN/PCP, DSCP/ECN, TTL and UDP source ports of FILE into OUT,
     recomputing IPv4 checksums, UDP checksums and ICRCs, keeping ns timestamps."""
+    if usec and Path(output).suffix.lower() == ".pcapng":
+        raise click.UsageError(f"--usec writes a classic microsecond pcap: got -o {output}, "
+                               "expected a .pcap name (pcapng output keeps nanoseconds)")
     from tokenpcap.readdress import Mapping, load_mapping, parse_pair, readdress, set_option
 
     m = Mapping()
