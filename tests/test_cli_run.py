@@ -179,7 +179,7 @@ def test_gpt3_175b_is_refused_at_once_as_plan_only(tmp_path):
         assert time.perf_counter() - t0 < 30
         assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
         assert r.output.startswith("error: gpt3-175b-megatron: too large for the packet simulator")
-        assert "RDMA messages" in r.output and "limit 10,000,000" in r.output
+        assert "RDMA messages" in r.output and "limit 5,000,000" in r.output
     assert "--scale cannot help" in r.output
     assert not (tmp_path / "new").exists()
 

@@ -46,7 +46,7 @@ def test_gpt3_175b_is_refused_before_simulating():
     msg = str(info.value)
     assert "\n" not in msg
     assert msg.startswith("gpt3-175b-megatron: too large for the packet simulator: "
-                          "84,066,304 RDMA messages (limit 10,000,000")
+                          "84,066,304 RDMA messages (limit 5,000,000")
     assert "--scale" in msg and "smaller scenario" in msg
 
 

@@ -15,16 +15,19 @@ known from the plan before anything runs:
 * ``calls``: ``Plan.calls_per_iteration`` times the iterations;
 * ``packets``: data packets + ACKs (+ one packet per clear-to-send write) of the plan's estimate.
 
-Measured on the project's reference machine (2 cores, 23 GB, Python 3.11; docs/generate.md,
-"Limits"): the engine runs about 10,000 messages/s (≈100 µs per message with its CTS and ACK
-events), 50,000 NVLink copies/s and 300,000 packets/s; a message holds ≈400 bytes until the run
-ends (engine table 159 B + prediction + bookkeeping), a call ≈1 KB (the call, its program
-instructions, its transfer cache). The limits below keep a run under ≈4 GB of simulator memory
-and under about half an hour of simulation on such a machine; beyond them
-:func:`check_work` refuses with :class:`~tokenpcap.errors.InfeasiblePlanError` before anything is
-simulated or written. ``--scale`` shrinks messages (down to one per channel and hop) but not the
-number of calls, so a plan like GPT-3 175B on 1024 GPUs (1.08 M calls and ≥ 17 M messages per
-iteration at any scale) stays plan-only.
+Measured on the project's reference machine (2 cores, 23 GB, Python 3.11, shared with other
+work: load average 4-6; docs/generate.md, "Limits"): ``generate`` of Mixtral-8x7B-EP at
+``--scale 10000`` (117 k messages, 94 k NVLink copies, 234 k packets per iteration) runs about
+3,400 messages/s end to end (the schedule alone about 6,000/s: each message brings its CTS, ACK
+and arbiter events), and peaks at 205 MB for one iteration, 332 MB for four (≈ 360 B per
+message, all state included: the engine's table of 159 B per message, the size prediction,
+calls and programs). Dante (3.3 k messages, 52 k NVLink copies, 330 k packets) takes about
+2 s to schedule. The limits below keep a run under ≈ 2 GB of simulator state and about 25
+minutes of simulation on such a machine; beyond them :func:`check_work` refuses with
+:class:`~tokenpcap.errors.InfeasiblePlanError` before anything is simulated or written.
+``--scale`` shrinks messages (down to one per channel and hop) but not the number of calls, so
+a plan like GPT-3 175B on 1024 GPUs (1.08 M calls and ≥ 17 M messages per iteration at any
+scale) stays plan-only.
 """
 from __future__ import annotations
 
@@ -36,8 +39,8 @@ __all__ = ["Work", "estimate_work", "check_work", "MAX_MESSAGES", "MAX_CALLS",
            "MAX_NVLINK_COPIES", "MESSAGE_STATE_BYTES", "CALL_STATE_BYTES",
            "MESSAGES_PER_S", "NVLINK_COPIES_PER_S", "PACKETS_PER_S"]
 
-#: RDMA messages (data + clear-to-send) one run may simulate: ~4 GB of state, ~17 min.
-MAX_MESSAGES = 10_000_000
+#: RDMA messages (data + clear-to-send) one run may simulate: ~2 GB of state, ~15-25 min.
+MAX_MESSAGES = 5_000_000
 #: Collective calls one run may simulate (Python objects and program instructions).
 MAX_CALLS = 2_000_000
 #: NVLink copies one run may simulate (timers of the engine).
@@ -45,9 +48,9 @@ MAX_NVLINK_COPIES = 50_000_000
 #: Measured costs (module docstring).
 MESSAGE_STATE_BYTES = 400
 CALL_STATE_BYTES = 1024
-MESSAGES_PER_S = 10_000
-NVLINK_COPIES_PER_S = 50_000
-PACKETS_PER_S = 300_000
+MESSAGES_PER_S = 3_500
+NVLINK_COPIES_PER_S = 40_000
+PACKETS_PER_S = 250_000
 
 
 @dataclass(frozen=True)
