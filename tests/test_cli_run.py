@@ -120,8 +120,29 @@ def test_a_scenario_seed_beyond_64_bits_is_refused_before_writing(tmp_path):
     out = tmp_path / "new"
     r = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--jobs", "2"])
     assert r.exit_code == 1
-    assert r.output.count("\n") == 1 and "seed: got 9223372036854775808, expected 0..9223372036854775807" in r.output
+    assert r.output.count("\n") == 1 and r.output.startswith(f"error: {path}: generation.seed: "
+                                                              "got 9223372036854775808, expected")
+    assert "9223372036854775807" in r.output
     assert "writing" not in r.output and not out.exists()
+
+
+def test_generate_checks_an_in_memory_seed_before_writing(tmp_path):
+    """The library checks the seed up front too (a scenario built in memory skips the loader)."""
+    import dataclasses
+
+    from tokenpcap.errors import InputError
+    from tokenpcap.generate import GenerateOptions, generate
+
+    s = load_scenario(tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8))
+    s = dataclasses.replace(s, generation=dataclasses.replace(s.generation, seed=2 ** 63))
+    out = tmp_path / "o"
+    out.mkdir()
+    with pytest.raises(InputError, match="generation.seed: got 9223372036854775808, expected "
+                                         "0..9223372036854775807"):
+        generate(s, GenerateOptions(out_dir=out, jobs=2))
+    with pytest.raises(InputError, match="--seed: got -1"):
+        generate(s, GenerateOptions(out_dir=out, jobs=2, seed=-1))
+    assert not list(out.iterdir())
 
 
 def test_unwritable_outputs_are_one_line_errors(tmp_path, monkeypatch):
