@@ -260,3 +260,27 @@ def test_bad_scale_or_iterations_is_a_usage_error(tmp_path, args):
     assert f"Invalid value for '{args[0]}'" in r.output
     r = run("inspect", f, "--scale", "4")
     assert r.exit_code == 2 and "--scale and --iterations need --against" in r.output
+
+
+@pytest.mark.slow
+def test_native_infiniband_erf(tmp_path):
+    """ERF (type 21, no comments, no provenance) of an InfiniBand run: NICs by LID, CTS left
+    out, compared per NIC at the scale given; unscaled it differs."""
+    g = pytest.importorskip("tokenpcap.generate")
+    from tokenpcap.plan import build_plan
+    from tokenpcap.profiles import load_scenario
+    path = ROOT / "profiles" / "scenarios" / "llama2-7b-a100-ib.yaml"
+    s = load_scenario(path)
+    res = g.generate(s, g.GenerateOptions(out_dir=tmp_path, fmt="erf", split="none",
+                                          snaplen=64, scale=4096))
+    erf = res.files[0][0]
+    r = run("inspect", "--json", "--no-crc", erf, "--against", path, "--scale", 4096)
+    j = json.loads(r.output)
+    a = j["against"]
+    assert j["kinds"] == {"InfiniBand": j["packets"]} and a["mode"] == "nic"
+    assert {e["nic"]: e["capture_bytes"] for e in a["nics"]} == \
+        dict(enumerate(build_plan(s, scale=4096).nic_bytes_per_nic().tolist()))
+    assert a["differences"] == [] and a["control_bytes"] == res.cts_payload
+    r = run("inspect", erf, "--against", path, "--strict", "--no-crc")
+    assert r.exit_code == 1 and "scale 1, 1 iteration; scale and iterations assumed" in r.output
+    assert "of the plan's bytes: made with --scale" in r.output
