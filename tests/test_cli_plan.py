@@ -114,7 +114,7 @@ def test_missing_key(run, tmp_path: Path):  # type: ignore[no-untyped-def]
 def test_zero_or_negative_size(run, tmp_path: Path, value: int):  # type: ignore[no-untyped-def]
     f = bad_scenario(tmp_path, model_over={"hidden_size": value})
     one_line_error(run("plan", str(f)), str(tmp_path / "m.yaml"), "hidden_size",
-                   f"got {value}", "expected an integer >= 1")
+                   f"got {value}", "expected an integer in [1, 131,072]")
 
 
 def test_heads_not_divisible_by_tp(run, tmp_path: Path):  # type: ignore[no-untyped-def]

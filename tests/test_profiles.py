@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -112,10 +113,10 @@ def expect_profile_error(fn, file: Path, key: str, got: str, expected: str) -> N
 
 @pytest.mark.parametrize("over,key,got,expected", [
     ({"layerz": 3}, "layerz", "'layerz'", "a known key"),
-    ({"layers": 0}, "layers", "0", "an integer >= 1"),
-    ({"hidden_size": -768}, "hidden_size", "-768", "an integer >= 1"),
-    ({"layers": "12"}, "layers", "'12'", "an integer >= 1"),
-    ({"layers": True}, "layers", "True", "an integer >= 1"),
+    ({"layers": 0}, "layers", "0", "an integer in [1, 1024]"),
+    ({"hidden_size": -768}, "hidden_size", "-768", "an integer in [1, 131,072]"),
+    ({"layers": "12"}, "layers", "'12'", "an integer in [1, 1024]"),
+    ({"layers": True}, "layers", "True", "an integer in [1, 1024]"),
     ({"mlp": "relu"}, "mlp", "'relu'", "one of 'gelu', 'swiglu'"),
     ({"tied_embeddings": "yes"}, "tied_embeddings", "'yes'", "true or false"),
     ({"attention_heads": 7}, "attention_heads", "7", "a divisor of hidden_size 768"),
@@ -143,16 +144,17 @@ def test_missing_key_and_bad_files(tmp_path: Path):
 
 
 @pytest.mark.parametrize("over,key,got,expected", [
-    ({"nodes": 0}, "nodes", "0", "an integer >= 1"),
-    ({"link_gbps": 0}, "link_gbps", "0", "a number > 0"),
-    ({"link_gbps": -400}, "link_gbps", "-400", "a number > 0"),
+    ({"nodes": 0}, "nodes", "0", "an integer in [1, 32,768]"),
+    ({"link_gbps": 0}, "link_gbps", "0", "a finite number >= 1 and <= 1,000,000"),
+    ({"link_gbps": -400}, "link_gbps", "-400", "a finite number >= 1 and <= 1,000,000"),
     ({"transport": "iwarp"}, "transport", "'iwarp'", "one of 'rocev2', 'infiniband'"),
     ({"pmtu_bytes": 9000}, "pmtu_bytes", "9000", "one of 256, 512, 1024, 2048, 4096"),
     ({"nics_per_node": 16}, "nics_per_node", "16", "<= gpus_per_node 8"),
     ({"gpu": {"name": "H100"}}, "gpu.peak_tflops", "missing", "required key"),
     ({"network": {"dscp": 64}}, "network.dscp", "64", "an integer in [0, 63]"),
     ({"network": {"ipv4_base": "1.2.3"}}, "network.ipv4_base", "'1.2.3'", "an IPv4 address"),
-    ({"network": {"mac_prefix": "02:00"}}, "network.mac_prefix", "'02:00'", "three hex octets"),
+    ({"network": {"mac_prefix": "02:00:00:00:00:00"}}, "network.mac_prefix",
+     "'02:00:00:00:00:00'", "1 to 5 hex octets"),
     ({"network": {"ip_version": 5}}, "network.ip_version", "5", "one of 4, 6"),
     ({"network": {"qos": 1}}, "network.qos", "'qos'", "a known key"),
 ])
@@ -169,7 +171,7 @@ def test_cluster_errors(tmp_path: Path, over, key, got, expected):  # type: igno
     ({"training": {"micro_batch_size": 1, "global_batch_size": 16, "precision": "fp64"}},
      "training.precision", "'fp64'", "one of 'bf16', 'fp16', 'fp32'"),
     ({"training": {"micro_batch_size": 1, "global_batch_size": 16, "mfu": 1.5}},
-     "training.mfu", "1.5", "a number > 0 and <= 1"),
+     "training.mfu", "1.5", "a finite number > 0 and <= 1"),
     ({"collectives": {"algorithm": "butterfly"}}, "collectives.algorithm", "'butterfly'",
      "one of 'ring', 'tree', 'hierarchical'"),
     ({"tokenizer": "sentencepiece"}, "tokenizer", "'sentencepiece'", "'utf8', 'bpe'"),
@@ -185,9 +187,11 @@ def test_errors_inside_referenced_files_name_that_file(tmp_path: Path):
     d = scenario_dict(tmp_path)
     f = write(tmp_path / "s.yaml", d)
     write(tmp_path / "m.yaml", model_dict(layers=0))
-    expect_profile_error(lambda: load_scenario(f), tmp_path / "m.yaml", "layers", "0", ">= 1")
-    (tmp_path / "m.yaml").unlink()
-    expect_profile_error(lambda: load_scenario(f), tmp_path / "m.yaml", "<file>", "missing",
+    expect_profile_error(lambda: load_scenario(f), tmp_path / "m.yaml", "layers", "0",
+                         "in [1, 1024]")
+    (tmp_path / "m.yaml").unlink()      # the scenario's reference is wrong: its file and key
+    expect_profile_error(lambda: load_scenario(f), f, "model",
+                         f"'m.yaml', whose file {tmp_path / 'm.yaml'}: missing",
                          "an existing YAML file")
 
 
@@ -266,3 +270,217 @@ def test_results_do_not_depend_on_key_order(tmp_path_factory, rnd):  # type: ign
     assert dataclasses.replace(s.cluster, path=None) == dataclasses.replace(ref.cluster, path=None)
     for f in ("tokenizer", "parallelism", "training", "collectives", "generation", "name"):
         assert getattr(s, f) == getattr(ref, f)
+
+
+# ------------------------------------------------------------------ acceptance fixes (items 7, 9, 13, 14, 19, 22)
+
+
+@pytest.mark.parametrize("text", [".inf", "-.inf", ".nan", ".NaN", ".Inf"])
+def test_non_finite_numbers_are_profile_errors(tmp_path: Path, text: str):
+    """``link_gbps: .inf`` used to pass (inf > 0) and crash later in Fraction('inf')."""
+    base = (PROFILES / "clusters" / "h100-rocev2-400g.yaml").read_text()
+    f = tmp_path / "c.yaml"
+    f.write_text(base.replace("link_gbps: 400", f"link_gbps: {text}"), encoding="utf-8")
+    assert f.read_text() != base
+    with pytest.raises(ProfileError, match=r"link_gbps: got -?(inf|nan), expected a finite number"):
+        load_cluster(f)
+    g = write(tmp_path / "g.yaml", cluster_dict(gpu={"name": "x", "peak_tflops": float("inf")}))
+    expect_profile_error(lambda: load_cluster(g), g, "gpu.peak_tflops", "inf", "a finite number")
+    d = scenario_dict(tmp_path, training={"micro_batch_size": 1, "global_batch_size": 16,
+                                          "mfu": float("nan")})
+    s = write(tmp_path / "s.yaml", d)
+    expect_profile_error(lambda: load_scenario(s), s, "training.mfu", "nan", "a finite number")
+
+
+def test_seed_is_checked_against_the_int64_range_at_load(tmp_path: Path):
+    """A seed above 2**63-1 failed only in the writer (WireContext.payload_seed)."""
+    top = (1 << 63) - 1
+    ok = load_scenario(write(tmp_path / "ok.yaml", scenario_dict(tmp_path,
+                                                                 generation={"seed": top})))
+    assert ok.generation.seed == top
+    f = write(tmp_path / "s.yaml", scenario_dict(tmp_path, generation={"seed": top + 1}))
+    expect_profile_error(lambda: load_scenario(f), f, "generation.seed", str(top + 1),
+                         f"an integer in [0, {top:,}]")
+    from tokenpcap.errors import EncodeError
+    from tokenpcap.wire.context import WireContext  # the range the writer accepts is the same
+
+    ib = {"transport": "infiniband", "lid": np.array([1, 2], np.uint16)}
+    assert WireContext(payload_seed=top, **ib).payload_seed == top
+    with pytest.raises(EncodeError, match="payload_seed"):
+        WireContext(payload_seed=top + 1, **ib)
+
+
+def test_network_errors_of_an_inline_cluster_name_the_scenario_and_full_key(tmp_path: Path):
+    """``ipv4_base: 10.0.0.5`` in a scenario's inline cluster said ``<profile>: network...``."""
+    c = cluster_dict(network={"ipv4_base": "10.0.0.5"})
+    f = write(tmp_path / "s.yaml", scenario_dict(tmp_path, cluster=c))
+    expect_profile_error(lambda: load_scenario(f), f, "cluster.network.ipv4_base", "'10.0.0.5'",
+                         "last octet is 0")
+    c = cluster_dict(network={"mac_prefix": "01:00:5e"})
+    f = write(tmp_path / "s2.yaml", scenario_dict(tmp_path, cluster=c))
+    expect_profile_error(lambda: load_scenario(f), f, "cluster.network.mac_prefix", "'01:00:5e'",
+                         "a unicast prefix")
+    # in a cluster file: that file and its own key path
+    g = write(tmp_path / "c2.yaml", cluster_dict(network={"ipv4_base": "10.0.0.5"}))
+    expect_profile_error(lambda: load_cluster(g), g, "network.ipv4_base", "'10.0.0.5'",
+                         "last octet is 0")
+    f = write(tmp_path / "s3.yaml", scenario_dict(tmp_path, cluster="c2.yaml"))
+    expect_profile_error(lambda: load_scenario(f), g, "network.ipv4_base", "'10.0.0.5'",
+                         "last octet is 0")
+    # later stages name the same place through ClusterProfile.where
+    s = load_scenario(write(tmp_path / "ok.yaml", scenario_dict(tmp_path, cluster=cluster_dict())))
+    assert s.cluster.where("network.ipv4_base") == (str(tmp_path / "ok.yaml"),
+                                                     "cluster.network.ipv4_base")
+    assert load_cluster(tmp_path / "c.yaml").where("nodes") == (str(tmp_path / "c.yaml"), "nodes")
+
+
+@pytest.mark.parametrize("prefix", ["02", "02:00:00", "0a:bc:de:f0", "02:00:00:00:00"])
+def test_mac_prefix_of_one_to_five_octets_as_docs_lower_md_says(tmp_path: Path, prefix: str):
+    """docs/lower.md and tokenpcap.addresses take 1-5 octets; the loader used to insist on 3."""
+    from tokenpcap.addresses import nic_addresses
+
+    c = load_cluster(write(tmp_path / "c.yaml", cluster_dict(nodes=1, network={
+        "mac_prefix": prefix.upper()})))
+    assert c.network.mac_prefix == prefix
+    mac = nic_addresses(c).mac
+    octets = bytes(int(x, 16) for x in prefix.split(":"))
+    assert bytes(mac[0, : len(octets)]) == octets and not mac[0, 0] & 1
+
+
+@pytest.mark.parametrize("bad", ["", "02:00:00:00:00:00", "2:00:00", "02:0g:00", "02-00-00",
+                                 "+2:00", "03:00:00"])
+def test_mac_prefix_errors(tmp_path: Path, bad: str):
+    f = write(tmp_path / "c.yaml", cluster_dict(network={"mac_prefix": bad}))
+    expect_profile_error(lambda: load_cluster(f), f, "network.mac_prefix", repr(bad),
+                         "unicast" if bad == "03:00:00" else "1 to 5 hex octets")
+
+
+def test_duplicate_keys_name_the_file_the_key_and_both_lines(tmp_path: Path):
+    """PyYAML's safe_load keeps the second ``name:`` silently."""
+    f = tmp_path / "m.yaml"
+    f.write_text(yaml.safe_dump(model_dict(), sort_keys=False) + "name: other\n", encoding="utf-8")
+    lines = f.read_text().splitlines()
+    first = next(i for i, x in enumerate(lines) if x.startswith("name:")) + 1
+    expect_profile_error(lambda: load_model(f), f, "name",
+                         f"the key twice, at line {first} and at line {len(lines)}",
+                         "each key once per mapping")
+    s = tmp_path / "s.yaml"
+    write(s, scenario_dict(tmp_path))
+    text = s.read_text().replace("  micro_batch_size: 1\n",
+                                 "  micro_batch_size: 1\n  micro_batch_size: 2\n")
+    s.write_text(text, encoding="utf-8")
+    n = text.splitlines().index("  micro_batch_size: 2") + 1
+    expect_profile_error(lambda: load_scenario(s), s, "training.micro_batch_size",
+                         f"the key twice, at line {n - 1} and at line {n}", "each key once")
+    # a merge key (<<) overridden by an explicit key is not a duplicate
+    from tokenpcap._yamlcheck import load_yaml
+
+    ok = tmp_path / "merge.yaml"
+    ok.write_text("a: &b {x: 1, y: 2}\nc:\n  <<: *b\n  x: 3\n", encoding="utf-8")
+    assert load_yaml(ok) == {"a": {"x": 1, "y": 2}, "c": {"x": 3, "y": 2}}
+
+
+def test_huge_binary_and_special_files_are_refused_before_parsing(tmp_path: Path):
+    import os
+    import time
+
+    from tokenpcap._yamlcheck import PROFILE_MAX_BYTES
+
+    big = tmp_path / "big.yaml"
+    with open(big, "wb") as fh:                  # sparse: 2 GB that cost nothing to make
+        fh.truncate(2_000_000_000)
+    t0 = time.perf_counter()
+    expect_profile_error(lambda: load_model(big), big, "<file>", "a file of 2,000,000,000 bytes",
+                         f"at most {PROFILE_MAX_BYTES:,} bytes")
+    assert time.perf_counter() - t0 < 1.0
+    pcap = tmp_path / "x.pcap"
+    pcap.write_bytes(bytes.fromhex("4d3cb2a1020004000000000000000000ffff000001000000"))
+    expect_profile_error(lambda: load_scenario(pcap), pcap, "<file>",
+                         "a binary file (NUL byte at offset 5)", "a YAML text file")
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"name: caf\xe9\n")
+    expect_profile_error(lambda: load_model(latin), latin, "<file>",
+                         "byte 0xe9 at offset 9 that is not UTF-8", "a UTF-8 YAML file")
+    expect_profile_error(lambda: load_model(Path("/dev/zero")), Path("/dev/zero"), "<file>",
+                         "a character device", "a regular YAML profile file")
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)                              # no writer: opening it would block forever
+    expect_profile_error(lambda: load_cluster(fifo), fifo, "<file>", "a FIFO (named pipe)",
+                         "a regular YAML profile file")
+    expect_profile_error(lambda: load_cluster(tmp_path), tmp_path, "<file>", "a directory",
+                         "a regular")
+    d = scenario_dict(tmp_path, model="/dev/zero")
+    f = write(tmp_path / "s.yaml", d)
+    expect_profile_error(lambda: load_scenario(f), f, "model",
+                         "'/dev/zero', whose file /dev/zero: a character device", "a regular")
+
+
+@pytest.mark.parametrize("where,over,key,got,expected", [
+    ("s", {"training": {"micro_batch_size": 1, "global_batch_size": 2_000_000_000}},
+     "training.global_batch_size", "2000000000", "an integer in [1, 16,777,216]"),
+    ("s", {"training": {"micro_batch_size": 1, "global_batch_size": 10**26}},
+     "training.global_batch_size", str(10**26), "an integer in [1, 16,777,216]"),
+    ("s", {"training": {"micro_batch_size": 10**6, "global_batch_size": 16}},
+     "training.micro_batch_size", "1000000", "an integer in [1, 65,536]"),
+    ("s", {"collectives": {"channels": 1000}}, "collectives.channels", "1000",
+     "an integer in [1, 64]"),
+    ("s", {"generation": {"iterations": 40000}}, "generation.iterations", "40000",
+     "an integer in [1, 32,767]"),
+    ("m", {"layers": 5000}, "layers", "5000", "an integer in [1, 1024]"),
+    ("m", {"seq_length": 2**21}, "seq_length", str(2**21), "an integer in [1, 1,048,576]"),
+    ("m", {"vocab_size": 2**25}, "vocab_size", str(2**25), "an integer in [1, 16,777,216]"),
+    ("c", {"nodes": 100_000}, "nodes", "100000", "an integer in [1, 32,768]"),
+    ("c", {"nodes": 8192}, "nodes", "8192", "nodes*gpus_per_node <= 32,768 GPUs"),
+    ("c", {"link_gbps": 1e7}, "link_gbps", "10000000.0", "<= 1,000,000"),
+    ("c", {"network": {"latency_ns": 10**12}}, "network.latency_ns", str(10**12),
+     "an integer in [0, 1,000,000,000]"),
+])
+def test_upper_bounds_name_file_key_value_and_limit(tmp_path: Path, where, over, key, got,
+                                                    expected):  # type: ignore[no-untyped-def]
+    """Item 7: a global batch of 2e9 took >15 GB in `plan`; now refused at load."""
+    if where == "m":
+        f = write(tmp_path / "m.yaml", model_dict(**over))
+        run = lambda: load_model(f)  # noqa: E731
+    elif where == "c":
+        f = write(tmp_path / "c.yaml", cluster_dict(**over))
+        run = lambda: load_cluster(f)  # noqa: E731
+    else:
+        f = write(tmp_path / "s.yaml", scenario_dict(tmp_path, **over))
+        run = lambda: load_scenario(f)  # noqa: E731
+    expect_profile_error(run, f, key, got, expected)
+
+
+@pytest.mark.parametrize("over,match", [
+    ({"training": {"micro_batch_size": 1, "global_batch_size": 4 * 40000}},
+     r"training.global_batch_size: got 160000 = 40,000 microbatches of micro_batch_size\*dp = "
+     r"1\*4, expected at most 32,767 microbatches"),
+    ({"training": {"micro_batch_size": 1, "global_batch_size": 4 * 11000}},
+     r"training.global_batch_size: got 44000 = 11,000 microbatches x 12 layers = 132,000, "
+     r"expected microbatches x layers <= 131,072"),
+    ({"training": {"micro_batch_size": 1, "global_batch_size": 16, "dp_bucket_bytes": 100}},
+     r"training.dp_bucket_bytes: got 100 = .* buckets per rank .* x 8 DP groups = .*, expected "
+     r"buckets x DP groups <= 262,144, i.e. dp_bucket_bytes >= "),
+])
+def test_plans_too_large_to_build_are_infeasible(tmp_path: Path, over, match):  # type: ignore[no-untyped-def]
+    f = write(tmp_path / "s.yaml", scenario_dict(tmp_path, **over))
+    with pytest.raises(InfeasiblePlanError, match=match) as info:
+        load_scenario(f)
+    assert str(info.value).startswith(f"{f}: ")
+
+
+def test_the_limits_admit_the_largest_published_setups():
+    """Llama 3.1 405B (Llama 3 report, Table 4): 16,384 GPUs, tp 8, pp 16, dp 128, seq 8,192
+    and 131,072, global batch 16M tokens; GPT-3 175B as Narayanan et al. 2021 ran it."""
+    from tokenpcap import feasibility as fe
+    from tokenpcap import profiles as pr
+
+    assert pr.MAX_WORLD_SIZE >= 16_384 and pr.MAX_SEQ_LENGTH >= 131_072
+    assert pr.MAX_GLOBAL_BATCH_SIZE * 8192 >= 16 * 2**20 and pr.MAX_LAYERS >= 128
+    s = load_scenario(PROFILES / "scenarios" / "gpt3-175b-megatron.yaml")
+    big = dataclasses.replace(
+        s, cluster=dataclasses.replace(s.cluster, nodes=2048),
+        model=dataclasses.replace(load_model(PROFILES / "models" / "llama3.1-405b.yaml"),
+                                  seq_length=8192, layers=128),   # 126 over 16 stages is uneven
+        parallelism=dataclasses.replace(s.parallelism, dp=128, tp=8, pp=16),
+        training=dataclasses.replace(s.training, global_batch_size=2048, precision="bf16"))
+    fe.check_feasible(big)          # 16 microbatches x 128 layers; ~320 buckets x 128 groups

@@ -13,7 +13,20 @@ from tokenpcap.errors import InfeasiblePlanError
 if TYPE_CHECKING:
     from tokenpcap.profiles import Scenario
 
-__all__ = ["check_feasible"]
+__all__ = ["check_feasible", "MAX_MICROBATCHES", "MAX_MICROBATCH_LAYERS", "MAX_DP_BUCKET_GROUPS"]
+
+#: Microbatches per iteration: ``MESSAGE_DTYPE.microbatch`` is int16. Published runs use up to
+#: 512 (Megatron-LM 1T: batch 3,072 over dp 6, Narayanan et al. 2021 Table 1).
+MAX_MICROBATCHES = 32_767
+#: Microbatches x layers: the plan holds one call instance per layer, microbatch and operation,
+#: ~1.5 KB each (measured: 2**17 pairs of the Dante scenario ~ 4 s and ~250 MB). Megatron-LM's
+#: 1T run has 512 x 128 = 65,536; 2x margin.
+MAX_MICROBATCH_LAYERS = 1 << 17
+#: DP gradient buckets per rank x DP groups (tp*pp): each bucket is one call family that the
+#: plan walks group by group (measured: 2**20 pairs ~ 40 s). GPT-3 175B with Megatron's t8 p8
+#: and 40 MB fp32 buckets has ~270 x 64 = 17,500; Llama 3.1 405B on 16,384 GPUs (t8 p16)
+#: ~320 x 128 = 41,000; 6x margin.
+MAX_DP_BUCKET_GROUPS = 1 << 18
 
 
 def check_feasible(s: Scenario) -> None:
@@ -25,6 +38,15 @@ def check_feasible(s: Scenario) -> None:
     parallelism ``seq_length % tp == 0``; ``ep > 1`` needs an MoE model, ``experts % ep == 0`` and
     ``dp % ep == 0`` (expert-parallel groups are carved out of the DP dimension); a ``bpe``
     tokenizer vocabulary no larger than the model's.
+
+    Size limits (``docs/plan.md``), so that every plan accepted here is built in bounded time
+    and memory: microbatches per iteration ``global_batch_size / (micro_batch_size*dp)`` at most
+    :data:`MAX_MICROBATCHES` (``MESSAGE_DTYPE.microbatch`` is int16), microbatches x layers at
+    most :data:`MAX_MICROBATCH_LAYERS` (the plan holds one call instance per layer and
+    microbatch), and with ``dp > 1`` gradient buckets per rank (``ceil(gradient elements of
+    the largest stage shard / (dp_bucket_bytes // grad_reduce_dtype bytes))``) times DP groups
+    ``tp*pp`` at most :data:`MAX_DP_BUCKET_GROUPS` (one call family per bucket, walked per
+    group).
 
     Raises:
         InfeasiblePlanError: the first rule broken, naming the file, keys, value got and expected.
@@ -67,3 +89,32 @@ def check_feasible(s: Scenario) -> None:
     if s.tokenizer.kind == "bpe" and s.tokenizer.vocab_size > m.vocab_size:
         fail("tokenizer.vocab_size", str(s.tokenizer.vocab_size),
              f"at most the model's vocab_size {m.vocab_size}")
+    mb = t.global_batch_size // (t.micro_batch_size * p.dp)
+    if mb > MAX_MICROBATCHES:
+        fail("training.global_batch_size",
+             f"{t.global_batch_size} = {mb:,} microbatches of micro_batch_size*dp = "
+             f"{t.micro_batch_size}*{p.dp}",
+             f"at most {MAX_MICROBATCHES:,} microbatches per iteration (Megatron-LM's 1T run "
+             "used 512)")
+    if mb * m.layers > MAX_MICROBATCH_LAYERS:
+        fail("training.global_batch_size",
+             f"{t.global_batch_size} = {mb:,} microbatches x {m.layers} layers = "
+             f"{mb * m.layers:,}",
+             f"microbatches x layers <= {MAX_MICROBATCH_LAYERS:,} (Megatron-LM's 1T run: 512 x "
+             "128 = 65,536)")
+    if p.dp > 1:
+        from tokenpcap.model import shard_parameters
+        from tokenpcap.profiles import DTYPE_BYTES
+
+        e = DTYPE_BYTES[t.grad_reduce_dtype]
+        per_bucket = max(1, t.dp_bucket_bytes // e)
+        most = max(shard_parameters(m, p.tp, p.pp, st, p.ep).total for st in range(p.pp))
+        buckets = -(-most // per_bucket)
+        groups = p.tp * p.pp
+        if buckets * groups > MAX_DP_BUCKET_GROUPS:
+            fail("training.dp_bucket_bytes",
+                 f"{t.dp_bucket_bytes} = {buckets:,} buckets per rank (the largest stage shard "
+                 f"has {most:,} gradient elements) x {groups} DP groups = {buckets * groups:,}",
+                 f"buckets x DP groups <= {MAX_DP_BUCKET_GROUPS:,}, i.e. dp_bucket_bytes >= "
+                 f"{-(-most // (MAX_DP_BUCKET_GROUPS // groups)) * e:,} (Megatron-LM's default "
+                 "is 40,000,000)")

@@ -10,6 +10,7 @@ expected) for unknown keys, missing keys, wrong types and out-of-range values, a
 """
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,18 @@ class ClusterProfile:
     network: NetworkProfile = field(default_factory=NetworkProfile)
     path: Path | None = None
     description: str = ""
+    #: The file that holds this profile (its own file, or the scenario of an inline cluster) and
+    #: the dotted key of the profile inside it (``""`` or ``"cluster"``): see :meth:`where`.
+    source: Path | None = field(default=None, compare=False)
+    source_key: str = field(default="", compare=False)
+
+    def where(self, key: str) -> tuple[str, str]:
+        """``(file, dotted key)`` naming this profile's ``key`` (e.g. ``"network.ipv4_base"``) in
+        the file that holds it, for errors raised after loading: ``("s.yaml",
+        "cluster.network.ipv4_base")`` for a scenario's inline cluster."""
+        file = self.source if self.source is not None else self.path
+        return (str(file) if file is not None else f"<cluster {self.name!r}>",
+                f"{self.source_key}.{key}" if self.source_key else key)
 
 
 @dataclass(frozen=True)
@@ -180,6 +193,50 @@ DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 _REPO_PROFILES = Path(__file__).resolve().parent.parent / "profiles"
 
+# --------------------------------------------------------------------------------------------
+# Upper bounds. Each is the largest published training setup times a margin, or a width of
+# the message table (MESSAGE_DTYPE: iteration, layer and microbatch are int16), whichever is
+# smaller; ``docs/plan.md`` lists them with their sources. They keep every accepted input
+# within bounded plan time and memory (the plan grows with microbatches x layers and with the
+# number of GPUs; measured figures in docs/plan.md).
+
+#: Transformer layers: Megatron-LM's 1T model has 128 (Narayanan et al. 2021, Table 1),
+#: Llama 3.1 405B 126, PaLM 540B 118; 8x margin.
+MAX_LAYERS = 1024
+#: Hidden size: 25,600 for the 1T model (ibid.), 16,384 for Llama 3.1 405B; ~5x margin.
+MAX_HIDDEN_SIZE = 131_072
+#: Attention heads: 160 for the 1T model (ibid.); 128 for Llama 3.1 405B.
+MAX_ATTENTION_HEADS = 4096
+#: FFN hidden size: 102,400 (4h of the 1T model), 53,248 for Llama 3.1 405B; 10x margin.
+MAX_FFN_HIDDEN_SIZE = 1_048_576
+#: Vocabulary: 256,000 (Gemma) is the largest published; 2**24 keeps ids far inside int32.
+MAX_VOCAB_SIZE = 1 << 24
+#: Sequence length: 131,072 in Llama 3.1's long-context stage (Llama 3 report, Sec. 3.4.2); 8x.
+MAX_SEQ_LENGTH = 1 << 20
+#: MoE experts: DeepSeek-V3 routes over 256 per layer; 16x.
+MAX_EXPERTS = 4096
+#: GPUs per node (one NVLink domain with its NICs): 72 in a GB200 NVL72 rack; NVL576 announced.
+MAX_GPUS_PER_NODE = 1024
+#: GPUs in the cluster: Llama 3.1 405B trained on 16,384 H100 (the largest published run with
+#: its parallel layout); 2x margin. The plan's time and memory grow with this (docs/plan.md).
+MAX_WORLD_SIZE = 32_768
+#: Link rates (Gb/s): 1 GbE is the slowest link carrying RoCE; NVLink 5 is 14,400 Gb/s per GPU.
+LINK_GBPS_RANGE = (1.0, 1_000_000.0)
+#: GPU peak (TFLOP/s): B200 dense FP8 is ~4,500.
+MAX_PEAK_TFLOPS = 1_000_000.0
+#: One-way NIC-to-NIC latency (ns): one second.
+MAX_LATENCY_NS = 1_000_000_000
+#: Micro batch (sequences): published runs use 1-16.
+MAX_MICRO_BATCH_SIZE = 65_536
+#: Global batch (sequences): Llama 3.1 405B 16M tokens = 2,048 x 8,192; DeepSeek-V3 15,360.
+MAX_GLOBAL_BATCH_SIZE = 1 << 24
+#: NCCL channels: NCCL's MAXCHANNELS is 32 (64 in some releases).
+MAX_CHANNELS = 64
+#: Iterations of one capture: MESSAGE_DTYPE.iteration is int16.
+MAX_ITERATIONS = 32_767
+#: Seed: the range ``WireContext.payload_seed`` accepts (a non-negative int64).
+MAX_SEED = (1 << 63) - 1
+
 
 def default_scenario_path() -> Path:
     """The bundled default scenario: ``profiles/scenarios/dante.yaml`` of the repository."""
@@ -190,22 +247,22 @@ def default_scenario_path() -> Path:
 # model
 
 _MOE_SPEC = {
-    "experts": (yc.integer(1), yc.REQUIRED),
-    "top_k": (yc.integer(1), yc.REQUIRED),
-    "ffn_hidden_size": (yc.integer(1), None),
+    "experts": (yc.integer(1, MAX_EXPERTS), yc.REQUIRED),
+    "top_k": (yc.integer(1, MAX_EXPERTS), yc.REQUIRED),
+    "ffn_hidden_size": (yc.integer(1, MAX_FFN_HIDDEN_SIZE), None),
 }
 
 _MODEL_SPEC = {
     "name": (yc.string, None),
     "source": (yc.string, yc.REQUIRED),
     "description": (yc.string, ""),
-    "layers": (yc.integer(1), yc.REQUIRED),
-    "hidden_size": (yc.integer(1), yc.REQUIRED),
-    "attention_heads": (yc.integer(1), yc.REQUIRED),
-    "kv_heads": (yc.integer(1), None),
-    "ffn_hidden_size": (yc.integer(1), None),
-    "vocab_size": (yc.integer(1), yc.REQUIRED),
-    "seq_length": (yc.integer(1), yc.REQUIRED),
+    "layers": (yc.integer(1, MAX_LAYERS), yc.REQUIRED),
+    "hidden_size": (yc.integer(1, MAX_HIDDEN_SIZE), yc.REQUIRED),
+    "attention_heads": (yc.integer(1, MAX_ATTENTION_HEADS), yc.REQUIRED),
+    "kv_heads": (yc.integer(1, MAX_ATTENTION_HEADS), None),
+    "ffn_hidden_size": (yc.integer(1, MAX_FFN_HIDDEN_SIZE), None),
+    "vocab_size": (yc.integer(1, MAX_VOCAB_SIZE), yc.REQUIRED),
+    "seq_length": (yc.integer(1, MAX_SEQ_LENGTH), yc.REQUIRED),
     "mlp": (yc.enum("gelu", "swiglu"), "gelu"),
     "norm": (yc.enum("layernorm", "rmsnorm"), "layernorm"),
     "tied_embeddings": (yc.boolean, True),
@@ -262,7 +319,8 @@ def _model_from(file: Path, prefix: str, data: Any, model_path: Path | None) -> 
 # --------------------------------------------------------------------------------------------
 # cluster
 
-_GPU_SPEC = {"name": (yc.string, yc.REQUIRED), "peak_tflops": (yc.number(gt=0), yc.REQUIRED)}
+_GPU_SPEC = {"name": (yc.string, yc.REQUIRED),
+             "peak_tflops": (yc.number(gt=0, le=MAX_PEAK_TFLOPS), yc.REQUIRED)}
 
 _NETWORK_SPEC = {
     "ip_version": (yc.enum(4, 6), 4),
@@ -275,7 +333,7 @@ _NETWORK_SPEC = {
     "ipv4_base": (yc.ipv4, "198.18.0.0"),
     "ipv6_base": (yc.ipv6, "2001:2::"),
     "pkey": (yc.integer(0, 0xFFFF), 0xFFFF),
-    "latency_ns": (yc.integer(0), 1000),
+    "latency_ns": (yc.integer(0, MAX_LATENCY_NS), 1000),
     "ib_sl": (yc.integer(0, 15), 0),
     "ib_vl": (yc.integer(0, 14), 0),
 }
@@ -283,11 +341,11 @@ _NETWORK_SPEC = {
 _CLUSTER_SPEC = {
     "name": (yc.string, None),
     "description": (yc.string, ""),
-    "nodes": (yc.integer(1), yc.REQUIRED),
-    "gpus_per_node": (yc.integer(1), yc.REQUIRED),
-    "nics_per_node": (yc.integer(1), yc.REQUIRED),
-    "link_gbps": (yc.number(gt=0), yc.REQUIRED),
-    "nvlink_gbps": (yc.number(gt=0), yc.REQUIRED),
+    "nodes": (yc.integer(1, MAX_WORLD_SIZE), yc.REQUIRED),
+    "gpus_per_node": (yc.integer(1, MAX_GPUS_PER_NODE), yc.REQUIRED),
+    "nics_per_node": (yc.integer(1, MAX_GPUS_PER_NODE), yc.REQUIRED),
+    "link_gbps": (yc.number(ge=LINK_GBPS_RANGE[0], le=LINK_GBPS_RANGE[1]), yc.REQUIRED),
+    "nvlink_gbps": (yc.number(ge=LINK_GBPS_RANGE[0], le=LINK_GBPS_RANGE[1]), yc.REQUIRED),
     "gpu": (yc.mapping, yc.REQUIRED),
     "transport": (yc.enum("rocev2", "infiniband"), "rocev2"),
     "pmtu_bytes": (yc.enum(256, 512, 1024, 2048, 4096), 4096),
@@ -315,15 +373,25 @@ def _cluster_from(file: Path, prefix: str, data: Any, cluster_path: Path | None)
     if v["nics_per_node"] > v["gpus_per_node"]:
         raise ProfileError(file, key("nics_per_node"), v["nics_per_node"],
                            f"an integer <= gpus_per_node {v['gpus_per_node']}")
+    gpus = v["nodes"] * v["gpus_per_node"]
+    if gpus > MAX_WORLD_SIZE:
+        raise ProfileError(file, key("nodes"), v["nodes"],
+                           f"nodes*gpus_per_node <= {MAX_WORLD_SIZE:,} GPUs (got {v['nodes']}*"
+                           f"{v['gpus_per_node']} = {gpus:,}; the largest published training run "
+                           "used 16,384)")
     g = yc.read_mapping(file, key("gpu"), v["gpu"], _GPU_SPEC)
     net = NetworkProfile(**yc.read_mapping(file, key("network"), v["network"] or {},
                                            _NETWORK_SPEC))
+    if int(ipaddress.IPv4Address(net.ipv4_base)) & 0xFF:
+        raise ProfileError(file, key("network.ipv4_base"), net.ipv4_base,
+                           "an IPv4 address whose last octet is 0, e.g. '198.18.0.0' (NIC i of "
+                           "node n gets base + 256*n + i + 1)")
     name = v["name"] if v["name"] is not None else (cluster_path.stem if cluster_path else "cluster")
     return ClusterProfile(
         name=name, nodes=v["nodes"], gpus_per_node=v["gpus_per_node"],
         nics_per_node=v["nics_per_node"], link_gbps=v["link_gbps"], nvlink_gbps=v["nvlink_gbps"],
         gpu=GpuProfile(**g), transport=v["transport"], pmtu_bytes=v["pmtu_bytes"], network=net,
-        path=cluster_path, description=v["description"],
+        path=cluster_path, description=v["description"], source=file, source_key=prefix,
     )
 
 
@@ -332,7 +400,7 @@ def _cluster_from(file: Path, prefix: str, data: Any, cluster_path: Path | None)
 
 _TOKENIZER_SPEC = {
     "kind": (yc.enum("utf8", "bpe", "tiktoken", "hf"), yc.REQUIRED),
-    "vocab_size": (yc.integer(1), 32000),
+    "vocab_size": (yc.integer(1, MAX_VOCAB_SIZE), 32000),
     "name": (yc.string, None),
 }
 _PARALLELISM_SPEC = {
@@ -345,8 +413,8 @@ _PARALLELISM_SPEC = {
 }
 _DTYPES = tuple(DTYPE_BYTES)
 _TRAINING_SPEC = {
-    "micro_batch_size": (yc.integer(1), yc.REQUIRED),
-    "global_batch_size": (yc.integer(1), yc.REQUIRED),
+    "micro_batch_size": (yc.integer(1, MAX_MICRO_BATCH_SIZE), yc.REQUIRED),
+    "global_batch_size": (yc.integer(1, MAX_GLOBAL_BATCH_SIZE), yc.REQUIRED),
     "precision": (yc.enum("bf16", "fp16", "fp32"), "bf16"),
     "grad_reduce_dtype": (yc.enum(*_DTYPES), "fp32"),
     "recompute": (yc.enum("none", "selective", "full"), "none"),
@@ -355,12 +423,12 @@ _TRAINING_SPEC = {
 }
 _COLLECTIVES_SPEC = {
     "algorithm": (yc.enum("ring", "tree", "hierarchical"), "ring"),
-    "channels": (yc.integer(1), 2),
+    "channels": (yc.integer(1, MAX_CHANNELS), 2),
     "slice_bytes": (yc.integer(1), 1 << 20),
 }
 _GENERATION_SPEC = {
-    "seed": (yc.integer(0), 0),
-    "iterations": (yc.integer(1), 1),
+    "seed": (yc.integer(0, MAX_SEED), 0),
+    "iterations": (yc.integer(1, MAX_ITERATIONS), 1),
     "ack_every_packets": (yc.integer(0), 0),
     "clear_to_send": (yc.boolean, True),
 }
@@ -452,9 +520,20 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def _sub_profile(file: Path, base: Path, key: str, value: Any, build):  # type: ignore[no-untyped-def]
+    """A model or cluster given by path (loaded from its file: errors in it name that file and
+    its own keys) or inline (errors name the scenario file and ``key.<...>``). A referenced file
+    that cannot be read as YAML is reported at the scenario's key, naming both files."""
     if isinstance(value, str):
         sub = base / value
-        return build(sub, "", yc.load_yaml(sub), sub)
+        try:
+            data = yc.load_yaml(sub)
+        except ProfileError as err:
+            if err.key != "<file>":
+                raise
+            got = err.got if isinstance(err.got, str) and err.got == "missing" else repr(err.got)
+            raise ProfileError(file, key, yc.Raw(f"{value!r}, whose file {sub}: {got}"),
+                               err.expected) from None
+        return build(sub, "", data, sub)
     if isinstance(value, dict):
         return build(file, key, value, None)
     raise ProfileError(file, key, value, "a path to a YAML profile or an inline mapping")
