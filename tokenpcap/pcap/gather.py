@@ -43,7 +43,7 @@ def _libc_writev():
         return None
     try:
         fn = ctypes.CDLL(None, use_errno=True).writev
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):      # no C library symbols (Windows: TypeError)
         return None
     fn.restype = ctypes.c_ssize_t
     fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]

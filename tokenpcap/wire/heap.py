@@ -42,8 +42,8 @@ def keep_heap() -> bool:
     try:
         libc = ctypes.CDLL(None)
         mallopt, gnu = libc.mallopt, libc.gnu_get_libc_version
-    except (OSError, AttributeError):
-        return False                      # not glibc: leave the allocator alone
+    except (OSError, AttributeError, TypeError):
+        return False                      # not glibc (or no C library handle): leave it alone
     del gnu
     mallopt.restype = ctypes.c_int
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
