@@ -131,7 +131,7 @@ def test_dp_tp_pp_not_the_gpu_count(run, tmp_path: Path):  # type: ignore[no-unt
 
 def test_missing_corpus(run, tmp_path: Path):  # type: ignore[no-untyped-def]
     f = bad_scenario(tmp_path, corpus="nowhere.txt")
-    one_line_error(run("plan", str(f)), str(tmp_path / "nowhere.txt"), "corpus",
+    one_line_error(run("plan", str(f)), f"{f}: corpus: {tmp_path / 'nowhere.txt'}: got a path",
                    "does not exist", "expected an existing UTF-8 text file")
     one_line_error(run("tokens", str(tmp_path / "nowhere.txt")), "does not exist")
 
@@ -140,8 +140,12 @@ def test_corpus_not_utf8(run, tmp_path: Path):  # type: ignore[no-untyped-def]
     bad = tmp_path / "cp1252.txt"
     bad.write_bytes("perch\xe9 ".encode("latin-1") * 3)
     f = bad_scenario(tmp_path, corpus=str(bad))
-    one_line_error(run("plan", str(f)), str(bad), "got byte 0xe9 at offset 5",
+    one_line_error(run("plan", str(f)), f"{f}: corpus: {bad}", "got byte 0xe9 at offset 5",
                    "expected UTF-8 text")
+    dev = bad_scenario(tmp_path, corpus="/dev/zero")        # was read until memory ran out
+    one_line_error(run("run", str(dev), "-o", str(tmp_path / "out")),
+                   f"{dev}: corpus: /dev/zero: got a character device")
+    assert not (tmp_path / "out").exists()
     one_line_error(run("tokens", str(bad), "--tokenizer", "utf8"), "not UTF-8")
 
 

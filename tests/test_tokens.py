@@ -146,3 +146,54 @@ def test_window_wraps_around_the_corpus(corpus_path: Path):
     n = tok.tokens
     w = tok.window(n - 2, n + 3)
     assert w.tolist() == tok.ids[[n - 2, n - 1, 0, 1, 2]].tolist()
+
+
+def test_devices_fifos_and_huge_corpora_are_refused_without_reading_them(tmp_path: Path):
+    """``corpus: /dev/zero`` used to be read until memory ran out (acceptance item 9)."""
+    import os
+
+    from tokenpcap.tokens import CORPUS_MAX_BYTES, read_corpus
+
+    t0 = time.perf_counter()
+    with pytest.raises(CorpusError, match=r"^/dev/zero: corpus: got a character device, expected "
+                                          r"a regular UTF-8 text corpus file$"):
+        tokenize("/dev/zero", TokenizerSpec("utf8"), 8)
+    fifo = tmp_path / "fifo.txt"
+    os.mkfifo(fifo)                      # no writer: opening it would block
+    with pytest.raises(CorpusError, match="got a FIFO"):
+        read_corpus(fifo)
+    with pytest.raises(CorpusError, match="got a directory"):
+        read_corpus(tmp_path)
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as fh:          # sparse: costs nothing to make
+        fh.truncate(CORPUS_MAX_BYTES + 1)
+    with pytest.raises(CorpusError, match=rf"got a file of {CORPUS_MAX_BYTES + 1:,} bytes, "
+                                          rf"expected a UTF-8 text corpus file of at most "
+                                          rf"{CORPUS_MAX_BYTES:,} bytes"):
+        tokenize(big, TokenizerSpec("utf8"), 8)
+    assert time.perf_counter() - t0 < 2.0
+    small = tmp_path / "small.txt"
+    small.write_text("nel mezzo", encoding="utf-8")
+    assert read_corpus(small, limit=9) == (b"nel mezzo", "nel mezzo")
+    with pytest.raises(CorpusError, match="got a file of 9 bytes, expected .* at most 8 bytes"):
+        read_corpus(small, limit=8)
+
+
+def test_corpus_errors_of_a_scenario_name_the_scenario_file_and_key(tmp_path: Path):
+    import dataclasses
+
+    from tokenpcap.profiles import default_scenario_path, load_scenario
+    from tokenpcap.tokens import tokenize_scenario
+
+    s = load_scenario(default_scenario_path())
+    missing = dataclasses.replace(s, corpus=tmp_path / "gone.txt",
+                                  tokenizer=TokenizerSpec("utf8"))
+    with pytest.raises(CorpusError) as info:
+        tokenize_scenario(missing)
+    assert str(info.value) == (f"{s.path}: corpus: {tmp_path / 'gone.txt'}: got a path that does "
+                               "not exist, expected an existing UTF-8 text file")
+    dev = dataclasses.replace(missing, corpus=Path("/dev/zero"))
+    with pytest.raises(CorpusError, match=rf"^{s.path}: corpus: /dev/zero: got a character"):
+        tokenize_scenario(dev)
+    ok = tokenize_scenario(dataclasses.replace(s, tokenizer=TokenizerSpec("utf8")))
+    assert ok.tokens == s.corpus.stat().st_size

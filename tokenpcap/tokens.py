@@ -30,9 +30,10 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.errors import CorpusError, TokenizerError
-from tokenpcap.profiles import TokenizerSpec
+from tokenpcap.profiles import Scenario, TokenizerSpec
 
-__all__ = ["TokenizedCorpus", "read_corpus", "tokenize", "cache_dir", "BPE_MIN_FREQUENCY"]
+__all__ = ["TokenizedCorpus", "read_corpus", "tokenize", "tokenize_scenario", "cache_dir",
+           "BPE_MIN_FREQUENCY", "CORPUS_MAX_BYTES"]
 
 BPE_MIN_FREQUENCY = 2
 _CACHE_FORMAT = 1
@@ -47,19 +48,36 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "tokenpcap"
 
 
-def read_corpus(path: str | Path) -> tuple[bytes, str]:
+#: Largest corpus read (bytes). The whole corpus is held and tokenized in memory: its bytes, the
+#: decoded text (1-4 bytes per character), int32 ids (4 bytes per token; utf8 makes one token
+#: per byte) and the BPE trainer's word counts, about 10x its size at the peak; 256 MiB keeps
+#: that within a few GB. The bundled Divine Comedy is 0.5 MiB. Larger corpora: tokenize a
+#: representative sample (per-epoch totals scale with the token count).
+CORPUS_MAX_BYTES = 256 << 20
+
+
+def read_corpus(path: str | Path, limit: int = CORPUS_MAX_BYTES) -> tuple[bytes, str]:
     """Read a corpus file: its raw bytes and the decoded text.
 
+    The file must be a regular file of at most ``limit`` bytes: devices (``/dev/zero``), FIFOs
+    and directories are refused from their ``stat``, a larger file from its size, and the read
+    stops at ``limit + 1`` bytes, so nothing is read until memory runs out.
+
     Raises:
-        CorpusError: the file does not exist, cannot be read, is empty, or is not valid UTF-8
-            (the message names the byte offset of the first invalid byte).
+        CorpusError: the file does not exist, cannot be read, is not a regular file, is larger
+            than ``limit``, is empty, or is not valid UTF-8 (the message names the byte offset
+            of the first invalid byte).
     """
+    from tokenpcap._yamlcheck import FileRefused, read_limited
+
     p = Path(path)
     try:
-        data = p.read_bytes()
+        data = read_limited(p, limit, "UTF-8 text corpus")
     except FileNotFoundError:
         raise CorpusError(f"{p}: corpus: got a path that does not exist, expected an existing "
                           "UTF-8 text file") from None
+    except FileRefused as err:
+        raise CorpusError(f"{p}: corpus: got {err.got}, expected {err.expected}") from None
     except OSError as err:
         raise CorpusError(f"{p}: corpus: got unreadable file ({err.strerror}), expected a "
                           "readable UTF-8 text file") from None
@@ -192,6 +210,25 @@ def tokenize(corpus: str | Path, spec: TokenizerSpec, seq_length: int,
     ids.setflags(write=False)
     return TokenizedCorpus(corpus=Path(corpus), corpus_bytes=len(data), corpus_sha256=sha,
                            tokenizer=label, vocab_size=int(vocab), seq_length=seq_length, ids=ids)
+
+
+def tokenize_scenario(scenario: Scenario, cache: Path | None = None) -> TokenizedCorpus:
+    """:func:`tokenize` the corpus of ``scenario`` with its tokenizer and the model's sequence
+    length; a corpus error also names the scenario file and its key ``corpus``.
+
+    Raises:
+        CorpusError: ``<scenario file>: corpus: <corpus path>: got ..., expected ...``.
+        TokenizerError: as :func:`tokenize`.
+    """
+    try:
+        return tokenize(scenario.corpus, scenario.tokenizer, scenario.model.seq_length, cache)
+    except CorpusError as err:
+        where = str(scenario.path) if scenario.path is not None else f"<scenario {scenario.name!r}>"
+        text = str(err)
+        prefix = f"{scenario.corpus}: corpus: "
+        if text.startswith(prefix):
+            text = f"{scenario.corpus}: " + text[len(prefix):]
+        raise CorpusError(f"{where}: corpus: {text}") from None
 
 
 def _bpe(text: str, sha: str, vocab_size: int, cache: Path):  # type: ignore[no-untyped-def]

@@ -10,7 +10,7 @@ from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
 from tokenpcap.plan import build_plan
 from tokenpcap.profiles import default_scenario_path, load_scenario
-from tokenpcap.tokens import tokenize
+from tokenpcap.tokens import tokenize_scenario
 
 
 def console():  # type: ignore[no-untyped-def]
@@ -36,7 +36,7 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int) -
     """Bytes per phase on NVLink and on the NICs for one iteration of SCENARIO (default: the
     bundled Divine Comedy scenario), per epoch of its corpus, and the expected pcap size."""
     s = load_scenario(scenario or default_scenario_path())
-    toks = None if no_tokens else tokenize(s.corpus, s.tokenizer, s.model.seq_length)
+    toks = None if no_tokens else tokenize_scenario(s)
     plan = build_plan(s, toks, scale=scale)
     data = plan.to_json()
     if as_json:

@@ -10,7 +10,7 @@ from tokenpcap.cli.common import library_errors
 from tokenpcap.cli.generate_cmd import build_options, generate_into, print_summary
 from tokenpcap.generate import FORMATS
 from tokenpcap.profiles import default_scenario_path, load_scenario
-from tokenpcap.tokens import tokenize
+from tokenpcap.tokens import tokenize_scenario
 
 
 @main.command("run")
@@ -29,7 +29,7 @@ def run_cmd(scenario: str | None, out_dir: str | None, fmt: str, scale: int, job
     """Tokenize SCENARIO's corpus, plan one training iteration, and write the pcaps its NICs
     send, one file per NIC (default scenario: GPT-2 small on the Divine Comedy, 32 H100s)."""
     s = load_scenario(scenario or default_scenario_path())
-    toks = tokenize(s.corpus, s.tokenizer, s.model.seq_length)
+    toks = tokenize_scenario(s)
     out = Path(out_dir) if out_dir else Path("tokenpcap-out") / s.name
     opt = build_options(s, str(out), None, None, None, None, None, fmt, "nic", 262144, scale,
                         None, jobs, force)
