@@ -525,3 +525,86 @@ def test_add_message_equals_add_messages(msgs, cts, prov):
         many.add_messages(r[None])
     assert np.array_equal(run_all(one), run_all(many))
     assert one.messages.tobytes() == many.messages.tobytes()
+
+
+# -- keep_messages=False: the table holds the messages in flight, not the run (item 10) -----------
+
+def _lower_all(eng, cl, seed=0, every=0):
+    from tokenpcap.lower import Lowering
+    low = Lowering(cl, seed, every)
+    return np.concatenate([low(tx, eng.messages) for tx in eng.run()])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msgs=st.lists(msg_strategy, min_size=1, max_size=8), n=st.integers(2, 3),
+       gaps=st.lists(st.integers(0, 3000), min_size=8, max_size=8),
+       follow=st.lists(msg_strategy, min_size=8, max_size=8), ack_every=st.integers(0, 2),
+       cts=st.booleans(), chunk=st.sampled_from([1, 2, 5, 1 << 18]), block=st.sampled_from([1, 2, 3]))
+def test_dropping_finished_messages_changes_no_packet(msgs, n, gaps, follow, ack_every, cts, chunk, block):
+    # The same workload (with arrival callbacks adding more) lowered chunk by chunk from a table
+    # that keeps everything and from one that drops messages that are over (in blocks of 1-3 rows,
+    # so that it drops all the time): the same packets, byte for byte.
+    import tokenpcap.nic_table as table_mod
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(table_mod, "_BLOCK", block)
+        _dropping_run(msgs, n, gaps, follow, ack_every, cts, chunk)
+
+
+def _dropping_run(msgs, n, gaps, follow, ack_every, cts, chunk):
+    msgs, follow = [_fix(m, n) for m in msgs], [_fix(m, n) for m in follow]
+    cl = cluster(nics=n, link_gbps=100.0, pmtu=1024, latency=700)
+    out = []
+    for keep in (True, False):
+        eng = Engine(cl, GenerationConfig(ack_every_packets=ack_every, clear_to_send=cts), ack_delay_ns=150,
+                     chunk_rows=chunk, keep_messages=keep)
+        todo = list(zip(gaps, follow))
+
+        def arrived(mid, t, eng=eng, todo=todo):
+            if todo:
+                gap, m = todo.pop(0)
+                eng.add_message(m["src"], m["dst"], m["qp"], m["size"], t + gap, verb=m["verb"],
+                                on_arrival=arrived, step=len(todo))
+
+        eng.add_messages(rows_of(msgs), on_arrival=arrived)
+        out.append(_lower_all(eng, cl, 3, ack_every))
+    assert out[0].tobytes() == out[1].tobytes()
+
+
+def test_table_holds_messages_in_flight_not_the_whole_run():
+    # 4 NICs in a ring, 1500 steps one after the other (each step's message starts when the
+    # previous arrives, as a ring collective's steps do): 6000 data + 6000 CTS messages. Kept,
+    # the table has 12000 rows; dropping finished ones it holds at most a few blocks of 1024.
+    from tokenpcap.lower import Lowering
+    from tokenpcap.nic_table import MessageWindow
+    cl = cluster(nics=4, link_gbps=400.0, latency=1000)
+    held, packets = [], []
+    for keep in (True, False):
+        low = Lowering(cl, 5)
+        parts = []
+        eng = Engine(cl, GenerationConfig(), chunk_rows=4096, keep_messages=keep)
+
+        def send(rank, step, t, eng=eng):
+            if step < 1500:
+                eng.add_message(rank, (rank + 1) % 4, 0, 8192, t, step=step,
+                                on_arrival=lambda mid, t2: send((rank + 1) % 4, step + 1, t2))
+
+        for r in range(4):
+            send(r, 0, 0)
+        peak = 0
+        for tx in eng.run():
+            w = eng.messages
+            peak = max(peak, len(w) - (w.first_id if isinstance(w, MessageWindow) else 0))
+            assert (w[tx["msg"]]["msg_id"] == tx["msg"]).all()        # every row named is there
+            parts.append(low(tx, w))
+        held.append((len(eng.messages), peak, eng._table.buf.size))
+        packets.append(np.concatenate(parts))
+    assert packets[0].size == 1500 * 4 * 5 and packets[0].tobytes() == packets[1].tobytes()
+    assert held[0][:2] == (12000, 12000)
+    assert held[1][0] == 12000 and held[1][1] <= 3 * 1024 and held[1][2] <= 4 * 1024
+    w = eng.messages
+    with pytest.raises(IndexError, match="message id 0: .*dropped"):
+        w[0]
+    with pytest.raises(IndexError, match="message id 12000"):
+        w[np.array([12000])]
+    with pytest.raises(TypeError, match="integer array of ids"):
+        w[np.ones(3, bool)]

@@ -35,11 +35,12 @@ from tokenpcap.layer1 import (
 )
 from tokenpcap.messages import KIND_CTS, KIND_DATA, MESSAGE_DTYPE, VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.nic_port import PKT_ACK, PKT_CTS, PKT_DATA, TX_DTYPE, Port
+from tokenpcap.nic_table import MSG_STATE_DTYPE, MessageTable, MessageWindow
 from tokenpcap.profiles import ClusterProfile, GenerationConfig
 from tokenpcap.wire import rdma
 
 __all__ = [
-    "Engine", "TX_DTYPE", "MSG_STATE_DTYPE", "PKT_DATA", "PKT_CTS", "PKT_ACK", "ACK_DELAY_NS",
+    "Engine", "TX_DTYPE", "MSG_STATE_DTYPE", "MessageWindow", "PKT_DATA", "PKT_CTS", "PKT_ACK", "ACK_DELAY_NS",
     "CTS_BYTES", "ETH_L1_OVERHEAD_BYTES", "IB_L1_OVERHEAD_BYTES", "layer1_overhead_bytes",
     "layer1_time_ps", "layer1_time_ns",
 ]
@@ -50,23 +51,6 @@ __all__ = [
 ACK_DELAY_NS = 200
 #: Payload of an NCCL-like clear-to-send RDMA WRITE (NCCL's ``ncclIbSendFifo`` entry is 64 bytes).
 CTS_BYTES = 64
-
-#: The engine's message table: MESSAGE_DTYPE plus what the lowering and tests need. Times are -1
-#: until they happen. ``psn_offset`` counts the packets posted before this message on its QP (the
-#: lowering adds the QP's initial PSN, modulo 2**24); ``qp_seq`` counts the messages before it
-#: (the responder's MSN after it is ``qp_seq + 1``); ``byte_offset`` its payload bytes before it;
-#: ``peer_msg`` links a data message and its clear-to-send (-1 without one).
-MSG_STATE_DTYPE = np.dtype(MESSAGE_DTYPE.descr + [
-    ("n_packets", "<i8"),
-    ("psn_offset", "<i8"),
-    ("qp_seq", "<i8"),
-    ("byte_offset", "<i8"),
-    ("peer_msg", "<i8"),
-    ("ready_ns", "<i8"),
-    ("first_tx_ns", "<i8"),
-    ("last_tx_end_ns", "<i8"),
-    ("arrival_ns", "<i8"),
-])
 
 _READY, _ACK, _ARRIVE, _TIMER, _WAKE = range(5)
 #: Provenance fields of MESSAGE_DTYPE (in its order) and their values when not given.
@@ -86,6 +70,9 @@ class Engine:
         cts_bytes: payload of a clear-to-send WRITE (default :data:`CTS_BYTES`).
         chunk_rows: most rows in one chunk :meth:`run` yields (and the memory bound per step).
         ib_grh: native InfiniBand packets carry a GRH (frame lengths; as ``WireContext.ib_grh``).
+        keep_messages: keep every message's row (default); False drops the rows of messages that
+            are over (:mod:`tokenpcap.nic_table`), so that a long run's memory stays flat, and
+            :attr:`messages` is then a :class:`~tokenpcap.nic_table.MessageWindow`.
 
     Raises:
         InputError: impossible settings (rate <= 0, negative latency, chunk_rows < 1 ...).
@@ -93,7 +80,7 @@ class Engine:
 
     def __init__(self, cluster: ClusterProfile, generation: GenerationConfig | None = None, *,
                  ack_delay_ns: int = ACK_DELAY_NS, cts_bytes: int = CTS_BYTES,
-                 chunk_rows: int = 1 << 18, ib_grh: bool = False):
+                 chunk_rows: int = 1 << 18, ib_grh: bool = False, keep_messages: bool = True):
         gen = generation if generation is not None else GenerationConfig()
         self.cluster = cluster
         self.n_nics = int(cluster.nodes) * int(cluster.nics_per_node)
@@ -122,8 +109,7 @@ class Engine:
         self._gap_slots = gap
         self._ports = [Port(i, self.ack_every, ack_ns, ack_fb, gap) for i in range(self.n_nics)]
         self._frames_cache: dict[tuple[int, int], tuple] = {}
-        self._tab = np.zeros(1024, MSG_STATE_DTYPE)
-        self._n = 0
+        self._table = MessageTable(keep_messages)
         self._info: dict[int, tuple] = {}          # msg -> (src, dst, qp, size, verb, kind) until posted
         self._callbacks: dict[int, Callable[[int, int], None]] = {}
         self._heap: list[tuple] = []
@@ -167,9 +153,13 @@ class Engine:
         return self._now
 
     @property
-    def messages(self) -> np.ndarray:
-        """The message table, ``MSG_STATE_DTYPE (n,)`` indexed by msg id (a view: copy to keep)."""
-        return self._tab[: self._n]
+    def messages(self) -> np.ndarray | MessageWindow:
+        """The message table, ``MSG_STATE_DTYPE (n,)`` indexed by msg id (a view: copy to keep).
+
+        With ``keep_messages=False`` a :class:`~tokenpcap.nic_table.MessageWindow`: indexed by msg
+        id (int or int array) for the messages still held, which include every message named in
+        the chunk :meth:`run` yielded last."""
+        return self._table.view()
 
     def add_message(self, src_nic: int, dst_nic: int, qp: int, size_bytes: int, start_ns: int, *,
                     verb: int = VERB_WRITE, kind: int = KIND_DATA, imm: int = 0,
@@ -206,22 +196,21 @@ class Engine:
                 raise InputError(f"add_message: {key}: got {got}, expected {expected}")
         cts = self.clear_to_send and kind == KIND_DATA
         verb = VERB_WRITE_IMM if cts else verb
-        mid = self._n
+        mid = len(self._table)
         cid = mid + 1 if cts else -1
         head = tuple(prov.values())
         tail_ranks = (prov["rank_src"], prov["rank_dst"])
-        if self._n + 2 > self._tab.size:
-            self._grow(self._n + 2)
         try:
-            self._tab[mid] = ((mid, start, src, dst, qp, size, verb, kind, int(imm)) + head
-                              + (self.frames(size, verb)[0], -1, -1, -1, cid, -1, -1, -1, -1))
+            row = ((mid, start, src, dst, qp, size, verb, kind, int(imm)) + head
+                   + (self.frames(size, verb)[0], -1, -1, -1, cid, -1, -1, -1, -1))
             if cts:
                 cprov = head[:8] + tail_ranks[::-1] + head[10:]
-                self._tab[cid] = ((cid, start, dst, src, qp, self.cts_bytes, VERB_WRITE, KIND_CTS, 0) + cprov
-                                  + (self.frames(self.cts_bytes, VERB_WRITE)[0], -1, -1, -1, mid, -1, -1, -1, -1))
+                crow = ((cid, start, dst, src, qp, self.cts_bytes, VERB_WRITE, KIND_CTS, 0) + cprov
+                        + (self.frames(self.cts_bytes, VERB_WRITE)[0], -1, -1, -1, mid, -1, -1, -1, -1))
+            new = np.array([row, crow] if cts else [row], MSG_STATE_DTYPE)
         except (OverflowError, ValueError) as err:
             raise InputError(f"add_message: a field does not fit MESSAGE_DTYPE: {err}") from None
-        self._n += 2 if cts else 1
+        self._table.append(new.size)[:] = new
         self._info[mid] = (src, dst, qp, size, verb, kind)
         self._ports[src].qp(dst, qp, int(kind == KIND_CTS))
         if on_arrival is not None:
@@ -255,24 +244,25 @@ class Engine:
         rows = np.array(rows, dtype=MESSAGE_DTYPE, ndmin=1, copy=True)
         self._validate(rows)
         m = rows.size
-        ids = np.arange(self._n, self._n + m, dtype=np.int64)
+        n0 = len(self._table)
+        ids = np.arange(n0, n0 + m, dtype=np.int64)
         rows["msg_id"] = ids
         cts = None
         if self.clear_to_send:
             data = rows["kind"] == KIND_DATA
             rows["verb"][data] = VERB_WRITE_IMM
             cts = rows[data].copy()
-            cts["msg_id"] = np.arange(self._n + m, self._n + m + cts.size, dtype=np.int64)
+            cts["msg_id"] = np.arange(n0 + m, n0 + m + cts.size, dtype=np.int64)
             cts["src_nic"], cts["dst_nic"] = rows["dst_nic"][data], rows["src_nic"][data]
             cts["size_bytes"], cts["verb"], cts["kind"], cts["imm"] = self.cts_bytes, VERB_WRITE, KIND_CTS, 0
             cts["rank_src"], cts["rank_dst"] = rows["rank_dst"][data], rows["rank_src"][data]
         new = rows if cts is None or cts.size == 0 else np.concatenate([rows, cts])
-        self._append(new)
+        block = self._append(new)
         peer = np.full(m, -1, np.int64)
         if cts is not None and cts.size:
             peer[np.flatnonzero(rows["kind"] == KIND_DATA)] = cts["msg_id"]
-            self._tab["peer_msg"][cts["msg_id"]] = ids[rows["kind"] == KIND_DATA]
-            self._tab["peer_msg"][ids] = peer
+            block["peer_msg"][m:] = ids[rows["kind"] == KIND_DATA]
+            block["peer_msg"][:m] = peer
         cols = [new[f].tolist() for f in ("msg_id", "src_nic", "dst_nic", "qp", "size_bytes", "verb", "kind")]
         for mid, src, dst, qp, size, verb, kind in zip(*cols):
             self._info[mid] = (src, dst, qp, size, verb, kind)
@@ -316,23 +306,15 @@ class Engine:
                 i = int(np.flatnonzero(bad)[0])
                 raise InputError(f"message {i}: {key}: got {rows[key][i]}, expected {expected}")
 
-    def _grow(self, need: int) -> None:
-        grown = np.zeros(max(need, 2 * self._tab.size), MSG_STATE_DTYPE)
-        grown[: self._n] = self._tab[: self._n]
-        self._tab = grown
-
-    def _append(self, rows: np.ndarray) -> None:
-        need = self._n + rows.size
-        if need > self._tab.size:
-            self._grow(need)
-        block = self._tab[self._n:need]
+    def _append(self, rows: np.ndarray) -> np.ndarray:
+        block = self._table.append(rows.size)
         for name in MESSAGE_DTYPE.names:
             block[name] = rows[name]
         for name in ("psn_offset", "qp_seq", "byte_offset", "ready_ns", "first_tx_ns", "last_tx_end_ns",
                      "arrival_ns", "peer_msg"):
             block[name] = -1
         block["n_packets"] = rdma.packets_per_message(rows["size_bytes"], self._pmtu)
-        self._n = need
+        return block
 
     def _push(self, t: int, typ: int, k1: int, k2: int, *args) -> None:
         """Queue an event. Equal times run in the order (type, k1, k2, insertion): READY by msg id,
@@ -382,9 +364,10 @@ class Engine:
             # harmless, so no new one is needed
         elif typ == _ARRIVE:
             mid = args[0]
-            self._tab["arrival_ns"][mid] = t
-            if self._tab["kind"][mid] == KIND_CTS and self._tab["peer_msg"][mid] >= 0:
-                self._ready(int(self._tab["peer_msg"][mid]), t)
+            tab, i = self._table, args[0] - self._table.lo
+            tab.column("arrival_ns")[i] = t
+            if tab.column("kind")[i] == KIND_CTS and tab.column("peer_msg")[i] >= 0:
+                self._ready(int(tab.column("peer_msg")[i]), t)
             cb = self._callbacks.pop(mid, None)
             if cb is not None:
                 cb(mid, t)
@@ -397,9 +380,9 @@ class Engine:
         self._advance(port, t)
         q = port.qp(dst, qpi, int(kind == KIND_CTS))
         n, d, fb = self.frames(size, verb)
-        tab = self._tab
-        tab["psn_offset"][mid], tab["qp_seq"][mid], tab["byte_offset"][mid], tab["ready_ns"][mid] = (
-            q.psn_next, q.count, q.bytes_next, t)
+        tab, i = self._table, mid - self._table.lo
+        tab.column("psn_offset")[i], tab.column("qp_seq")[i], tab.column("byte_offset")[i], \
+            tab.column("ready_ns")[i] = (q.psn_next, q.count, q.bytes_next, t)
         q.psn_next += n
         q.count += 1
         q.bytes_next += size
@@ -413,15 +396,25 @@ class Engine:
         cons: list = []
         port.advance(limit, cons, max_rows)
         self._buffered += port.out_rows - before
-        tab = self._tab
+        lo = self._table.lo
         for c in cons:
             if c[0] == "first":
-                tab["first_tx_ns"][c[1]] = c[2]
+                self._table.column("first_tx_ns")[c[1] - lo] = c[2]
             elif c[0] == "ack":
                 self._push(c[4] + self.latency_ns + self.ack_delay_ns, _ACK, c[2], c[3], c[1], c[2], c[3], port.nic)
             else:
-                tab["last_tx_end_ns"][c[1]] = c[2]
+                self._table.column("last_tx_end_ns")[c[1] - lo] = c[2]
                 self._push(c[2] + self.latency_ns, _ARRIVE, c[1], 0, c[1])
+
+    def _retire(self, chunk: np.ndarray) -> None:
+        """The consumer is done with ``chunk``: messages whose last ACK it held are over (the ACK
+        of the last packet is the last frame naming a message; keep_messages=False drops them)."""
+        if self._table.keep:
+            return
+        acks = chunk[chunk["kind"] == PKT_ACK]
+        if acks.size:
+            last = acks["index"] == self._table.rows(acks["msg"])["n_packets"] - 1
+            self._table.retire(acks["msg"][last])
 
     def _rewake(self, port: Port) -> None:
         """Make sure a wake is queued at or before the port's next packet with consequences.
@@ -448,6 +441,8 @@ class Engine:
                 rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
                 rows = rows[np.argsort(rows["time_ns"], kind="stable")]
                 for i in range(0, rows.size, self.chunk_rows):
-                    yield rows[i: i + self.chunk_rows]
+                    chunk = rows[i: i + self.chunk_rows]
+                    yield chunk
+                    self._retire(chunk)
             if frontier >= horizon or not any(p.busy() for p in busy):
                 return
