@@ -110,8 +110,7 @@ def estimate_work(plan, iterations: int, *, nvlink: bool = True) -> Work:  # typ
     cts = 2 if s.generation.clear_to_send else 1
     pc = plan.pcap
     msgs = pc["messages"] * cts * iterations
-    packets = (pc["data_packets"] + pc["ack_packets"] * cts
-               + (pc["messages"] if cts == 2 else 0)) * iterations
+    packets = (pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"]) * iterations
     nvl = _nvlink_copies_per_iteration(plan) * iterations if nvlink else 0
     return Work(iterations, plan.calls_per_iteration * iterations, msgs, nvl, packets)
 

@@ -300,7 +300,7 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
     acc: dict[str, dict] = {}
     nic_all = np.zeros(world, dtype=np.int64)
     nvl_all = np.zeros(world, dtype=np.int64)
-    nic_hops: dict[int, int] = defaultdict(int)     # NIC hop size -> hops per iteration
+    nic_hops: dict[tuple[int, int], int] = defaultdict(int)   # (hop bytes, elem bytes) -> hops
     for f in fams:
         a = acc.get(f.label)
         if a is None:
@@ -316,7 +316,7 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
             a["nvl"][idx] += rb.nvlink_bytes * n
             a["cnt"][idx] += n
             for size, k in nic_hop_sizes(call, alg, layout):
-                nic_hops[size] += k * n
+                nic_hops[size, f.elem_bytes] += k * n
         a["sizes"][f.message_bytes] += f.n_calls
         a["gmax"] = max(a["gmax"], len(f.groups[0]))
         a["calls"] += f.n_calls
@@ -335,8 +335,9 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
             nic_bytes_per_rank=nic_max, nvlink_bytes_per_rank=int(a["nvl"].max(initial=0)),
             wire_time_ns=wire_time_ns(nic_max, scenario.cluster.link_gbps),
             nic_bytes_by_rank=a["nic"]))
-    pcap = pcap_estimate(np.fromiter(nic_hops.keys(), np.int64, len(nic_hops)),
-                         np.fromiter(nic_hops.values(), np.int64, len(nic_hops)), scenario)
+    hop = np.array(list(nic_hops.keys()) or np.zeros((0, 2)), np.int64).reshape(-1, 2)
+    pcap = pcap_estimate(hop[:, 0], np.fromiter(nic_hops.values(), np.int64, len(nic_hops)),
+                         scenario, hop_elem_bytes=hop[:, 1])
     order = {n: i for i, n in enumerate(DIMS)}, {n: i for i, n in enumerate(PHASES)}, \
         {n: i for i, n in enumerate(COLLECTIVES)}
     rows.sort(key=lambda r: (order[0][r.dim], order[1][r.phase], order[2][r.collective]))

@@ -72,7 +72,7 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int) -
     s2.add_row("NVLink bytes", _b(tot["nvlink_bytes"]), _b(ep["nvlink_bytes"]) if ep else "-")
     s2.add_row("busiest NIC, wire µs", f"{tot['wire_time_ns'] / 1000:,.1f}", "-")
     s2.add_row("pcap bytes (estimate)", _b(pc["file_bytes"]), _b(ep["pcap_bytes"]) if ep else "-")
-    s2.add_row("packets (estimate)", _b(pc["data_packets"] + pc["ack_packets"]), "-")
+    s2.add_row("packets (estimate)", _b(pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"]), "-")
     out.print(s2)
     if ep:
         out.print(_epoch_note(ep, tot["tokens"], data["microbatches"]))
