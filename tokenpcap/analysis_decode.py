@@ -174,14 +174,21 @@ def _ipv4(views, out, idx, pos, l3, off, cap) -> None:
     _udp(views, out, _pick(idx, u, udp.size), pos + ihl, l3, off, cap, l3 + total)
 
 
-def _ipv6(views, out, idx, pos, l3, off, cap) -> None:
-    I = H.IPV6
-    tc = field_at(views, pos, I, "TrafficClass")
+def _v6_fields(views, out, idx, pos, hdr: Header, names: tuple[str, str, str]) -> None:
+    """IPv6 and the GRH (its IBA counterpart) carry the same three fields under their own names:
+    the 8-bit traffic class (DSCP 6 bits, ECN 2 bits; RFC 8200 Sec. 7, IBTA 8.3.1) and 128-bit
+    source and destination addresses (GIDs)."""
+    tc = field_at(views, pos, hdr, names[0])
     out["ipver"][idx] = 6
     out["dscp"][idx] = tc >> np.uint64(2)
     out["ecn"][idx] = tc & np.uint64(3)
-    out["src_hi"][idx], out["src_lo"][idx] = u128_at(views, pos, I, "SourceAddress")
-    out["dst_hi"][idx], out["dst_lo"][idx] = u128_at(views, pos, I, "DestinationAddress")
+    out["src_hi"][idx], out["src_lo"][idx] = u128_at(views, pos, hdr, names[1])
+    out["dst_hi"][idx], out["dst_lo"][idx] = u128_at(views, pos, hdr, names[2])
+
+
+def _ipv6(views, out, idx, pos, l3, off, cap) -> None:
+    I = H.IPV6
+    _v6_fields(views, out, idx, pos, I, ("TrafficClass", "SourceAddress", "DestinationAddress"))
     plen = field_at(views, pos, I, "PayloadLength").astype(np.int64)
     udp = (field_at(views, pos, I, "NextHeader") == H.IP_PROTO_UDP) & \
         (cap >= l3 + I.size + H.UDP.size)
@@ -208,12 +215,7 @@ def _udp(views, out, idx, pos, l3, off, cap, ip_end) -> None:
 
 def _grh(views, out, idx, pos, l3, off, cap, G: Header, kind: int) -> None:
     """RoCEv1 (Ethernet 0x8915) or IB with GRH: the GRH at ``pos``, the BTH right after it."""
-    tc = field_at(views, pos, G, "TClass")
-    out["ipver"][idx] = 6
-    out["dscp"][idx] = tc >> np.uint64(2)
-    out["ecn"][idx] = tc & np.uint64(3)
-    out["src_hi"][idx], out["src_lo"][idx] = u128_at(views, pos, G, "SGID")
-    out["dst_hi"][idx], out["dst_lo"][idx] = u128_at(views, pos, G, "DGID")
+    _v6_fields(views, out, idx, pos, G, ("TClass", "SGID", "DGID"))
     paylen = field_at(views, pos, G, "PayLen").astype(np.int64)
     k = np.flatnonzero(field_at(views, pos, G, "NxtHdr") == H.GRH_NXTHDR_IBA)
     rows = _pick(idx, k, pos.size)
