@@ -19,6 +19,8 @@ Rules (all times integer ns):
   (``ceil(bytes·8/nvlink_gbps)`` ns each) and a copy arrives :data:`NVLINK_LATENCY_NS` after its
   last byte left.
 * Iteration ``i + 1`` of a rank starts when its iteration ``i`` ends (after its optimizer step).
+  The programs of iteration ``i + 1`` (every rank's) are built when the first rank gets there,
+  so a run holds the programs of the iterations in progress, not of the whole run.
 
 Provenance: every message carries phase, dim, collective, iteration, layer, microbatch, step (the
 algorithm step), call_id, rank_src, rank_dst; a message of a call that carries per-token data
@@ -93,10 +95,12 @@ class _CallRun:
 
 
 class _Rank:
-    __slots__ = ("rank", "prog", "pc", "stream", "stream_busy", "stream_wait", "blocked", "marks")
+    __slots__ = ("rank", "prog", "pc", "it", "stream", "stream_busy", "stream_wait", "blocked",
+                 "marks")
 
     def __init__(self, rank: int, prog: list):
         self.rank, self.prog, self.pc = rank, prog, 0
+        self.it = 0                          # iteration of prog (the run's iterations: done)
         self.stream: list[int] = []          # async calls issued, not started (FIFO)
         self.stream_busy = False
         self.stream_wait = False
@@ -120,13 +124,18 @@ class Schedule:
         engine: an :class:`~tokenpcap.nic.Engine` (default: one for the scenario's cluster).
         keep_nvlink: record every NVLink copy in :attr:`nvlink` (default); ``False`` keeps
             memory flat over long runs that do not need them (the generator).
+        keep_history: keep every call (:meth:`call`) and compute block (:attr:`timeline`) of
+            the run (default); ``False`` drops an iteration's calls once every rank has finished
+            it, and records no timeline, so that memory stays flat over ``iterations`` (the
+            generator: it needs neither after the packets are out).
 
     Raises:
         InputError: ``iterations`` or ``scale`` < 1.
     """
 
     def __init__(self, plan: Plan, *, iterations: int | None = None, scale: int | None = None,
-                 engine: Engine | None = None, keep_nvlink: bool = True):
+                 engine: Engine | None = None, keep_nvlink: bool = True,
+                 keep_history: bool = True):
         s = plan.scenario
         self.iterations = s.generation.iterations if iterations is None else int(iterations)
         if self.iterations < 1 or (scale is not None and scale < 1):
@@ -153,26 +162,57 @@ class Schedule:
         self._nvlink: list[tuple] = []
         self._keep_nvlink = bool(keep_nvlink)
         self._timeline: list[tuple] = []
-        self._ranks: list[_Rank] = []
-        self._build()
+        self._keep_history = bool(keep_history)
+        self._progs: dict[int, dict[int, list]] = {}    # iteration -> rank -> program, not taken
+        self._iter_calls: dict[int, list[int]] = {}     # iteration -> its call ids
+        self._iter_left: dict[int, int] = {}            # iteration -> ranks not done with it
+        s = self.scenario
+        pp = s.parallelism.pp
+        self._times = [stage_times(s, st, self.scale) for st in range(pp)]
+        self._shards = [shard_parameters(s.model, s.parallelism.tp, pp, st, s.parallelism.ep)
+                        for st in range(pp)]
+        self._ranks = [_Rank(r, self._program(0, r)) for r in range(self.layout.world_size)]
 
     # ------------------------------------------------------------------ programs
-    def _build(self) -> None:
-        s, lay = self.scenario, self.layout
-        pp = s.parallelism.pp
-        times = [stage_times(s, st, self.scale) for st in range(pp)]
-        shards = [shard_parameters(s.model, s.parallelism.tp, pp, st, s.parallelism.ep)
-                  for st in range(pp)]
-        progs: dict[int, list] = {r: [] for r in range(lay.world_size)}
-        for it in range(self.iterations):
+    def _program(self, it: int, rank: int) -> list:
+        """Rank ``rank``'s program of iteration ``it``; the first rank to ask builds every rank's
+        (and registers the iteration's calls)."""
+        progs = self._progs.get(it)
+        if progs is None:
+            lay = self.layout
             calls = list(self.plan.calls(it))       # sizes already at the plan's scale
             for c in calls:
                 self._calls[c.call_id] = c
-            for r, p in build_programs(calls, range(lay.world_size), lay.coords, shards, times,
-                                       self.plan.microbatches, it,
-                                       s.training.recompute).items():
-                progs[r].extend(p)
-        self._ranks = [_Rank(r, progs[r]) for r in range(lay.world_size)]
+            self._iter_calls[it] = [c.call_id for c in calls]
+            self._iter_left[it] = lay.world_size
+            progs = self._progs[it] = build_programs(
+                calls, range(lay.world_size), lay.coords, self._shards, self._times,
+                self.plan.microbatches, it, self.scenario.training.recompute)
+        prog = progs.pop(rank)
+        if not progs:
+            del self._progs[it]
+        return prog
+
+    def _next_iteration(self, rk: _Rank) -> bool:
+        """Rank ``rk`` has run its program to the end: give it the next iteration's program
+        (False after the last). The calls of an iteration every rank is done with are over (a
+        blocking, received or stream call finishes before its rank moves on, and a pipeline send
+        before its receiver does): without ``keep_history`` they are dropped."""
+        if rk.it >= self.iterations:
+            return False
+        left = self._iter_left[rk.it] = self._iter_left[rk.it] - 1
+        if left == 0:
+            del self._iter_left[rk.it]
+            ids = self._iter_calls.pop(rk.it)
+            if not self._keep_history:
+                for cid in ids:
+                    del self._calls[cid]
+        rk.it += 1
+        if rk.it >= self.iterations:
+            rk.prog, rk.pc = [], 0
+            return False
+        rk.prog, rk.pc = self._program(rk.it, rk.rank), 0
+        return True
 
     # ------------------------------------------------------------------ running
     def run(self) -> Iterator[np.ndarray]:
@@ -185,11 +225,13 @@ class Schedule:
         for rk in self._ranks:
             self.engine.at(0, lambda t, rk=rk: self._event(self._step, rk, t))
         yield from self.engine.run()
-        stuck = [rk.rank for rk in self._ranks if rk.pc < len(rk.prog) or rk.blocked]
+        stuck = [rk.rank for rk in self._ranks
+                 if rk.pc < len(rk.prog) or rk.blocked or rk.it < self.iterations]
         if stuck:
             rk = self._ranks[stuck[0]]
             raise RuntimeError(f"internal: ranks {stuck[:8]} did not finish; rank {rk.rank} at "
-                               f"instruction {rk.pc}: {rk.prog[min(rk.pc, len(rk.prog) - 1)]}")
+                               f"iteration {rk.it} instruction {rk.pc}: "
+                               f"{rk.prog[rk.pc - 1] if rk.pc else None}")
 
     @property
     def messages(self) -> np.ndarray:
@@ -204,12 +246,17 @@ class Schedule:
 
     @property
     def timeline(self) -> np.ndarray:
-        """Compute blocks of every rank so far, :data:`TIMELINE_DTYPE` ``(n,)``."""
+        """Compute blocks of every rank so far, :data:`TIMELINE_DTYPE` ``(n,)`` (none recorded
+        with ``keep_history=False``)."""
         return np.array(self._timeline, dtype=TIMELINE_DTYPE) if self._timeline else \
             np.zeros(0, TIMELINE_DTYPE)
 
     def call(self, call_id: int) -> CollectiveCall:
-        """The call with this id (sizes at the plan's scale)."""
+        """The call with this id (sizes at the plan's scale).
+
+        Raises:
+            KeyError: an iteration not reached yet, or (``keep_history=False``) already over.
+        """
         return self._calls[call_id]
 
     def _event(self, fn, *args) -> None:
@@ -220,9 +267,8 @@ class Schedule:
     def _step(self, rk: _Rank, t: int) -> None:
         """Run rank ``rk``'s program from ``pc`` at time ``t`` until it blocks or ends."""
         rk.blocked = False
-        prog = rk.prog
-        while rk.pc < len(prog):
-            ins = prog[rk.pc]
+        while rk.pc < len(rk.prog) or self._next_iteration(rk):
+            ins = rk.prog[rk.pc]
             rk.pc += 1
             kind = ins[0]
             if kind == COMPUTE:
@@ -233,7 +279,7 @@ class Schedule:
                 _, begin, what, mb, it = ins
                 if begin:
                     rk.marks[what] = t
-                else:
+                elif self._keep_history:
                     self._timeline.append((rk.rank, it, what.encode(), mb, rk.marks.pop(what), t))
                 continue
             if kind == WAIT:
