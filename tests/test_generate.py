@@ -381,3 +381,35 @@ def test_running_out_of_space_inside_a_window_fails_cleanly(cross, monkeypatch):
         generate(load_scenario(path), GenerateOptions(out_dir=out, fmt="pcap", jobs=1,
                                                       selection=Selection(window_ns=(0, 10**9))))
     assert not list(out.iterdir())
+
+
+def test_several_iterations_same_bytes_as_keeping_every_message_and_call(cross, monkeypatch):
+    """generate drops what is over (messages, calls, programs) and predicts its size one iteration
+    at a time: the files of a 3-iteration run are byte for byte those of the same run keeping
+    everything, and their size is the one stated before writing, with and without a selection."""
+    import tokenpcap.generate as gen_mod
+    from tokenpcap.nic import Engine
+    from tokenpcap.schedule import Schedule
+
+    path, tmp = cross
+    s = load_scenario(path)
+    sel = Selection(iterations=range(1, 3), ranks=frozenset({1, 5}), phases=("dp", "pp/forward"))
+    lean = {}
+    for name, selection in (("all", Selection()), ("sel", sel)):
+        out = tmp / f"lean-{name}"
+        out.mkdir()
+        lean[name] = generate(s, GenerateOptions(out_dir=out, iterations=3, jobs=1,
+                                                 selection=selection))
+        assert lean[name].file_bytes == lean[name].expected_bytes
+        assert sum(p.stat().st_size for p, _, _ in lean[name].files) == lean[name].expected_bytes
+    assert 0 < lean["sel"].file_bytes < lean["all"].file_bytes
+    monkeypatch.setattr(gen_mod, "Engine", lambda *a, **k: Engine(*a, **{**k, "keep_messages": True}))
+    monkeypatch.setattr(gen_mod, "Schedule", lambda *a, **k: Schedule(*a, **{**k, "keep_history": True}))
+    out = tmp / "keep-all"
+    out.mkdir()
+    full = generate(s, GenerateOptions(out_dir=out, iterations=3, jobs=1))
+    assert isinstance(full.schedule.messages, np.ndarray) and full.schedule._calls
+    assert [p.name for p, _, _ in full.files] == [p.name for p, _, _ in lean["all"].files]
+    assert all(a.read_bytes() == b.read_bytes()
+               for (a, _, _), (b, _, _) in zip(full.files, lean["all"].files))
+    assert full.expected_bytes == lean["all"].expected_bytes

@@ -23,11 +23,15 @@ files (stage 7, :mod:`tokenpcap.generate_output`), chunk by chunk with flat memo
   one): the structure of the iteration stays, the bytes shrink.
 * **Work**: :func:`tokenpcap.generate_limits.check_work` refuses a run the packet simulator cannot
   do in reasonable memory and time (counted from the plan, before simulating).
-* **Size**: :func:`tokenpcap.generate_size.predict_messages` gives the exact size before anything
-  is written; :class:`~tokenpcap.errors.OutputError` when it exceeds the free space of the output
-  directory, unless ``force``. With a time window the prediction is an upper bound: the disk is
-  not checked up front, and a write that runs out of space fails cleanly (OutputError, no file
-  left).
+* **Size**: :func:`tokenpcap.generate_size.predict_capture` gives the exact size before anything
+  is written (predicted one iteration at a time); :class:`~tokenpcap.errors.OutputError` when it
+  exceeds the free space of the output directory, unless ``force``. With a time window the
+  prediction is an upper bound: the disk is not checked up front, and a write that runs out of
+  space fails cleanly (OutputError, no file left).
+* **Memory**: the run keeps only what is in progress: the engine drops the rows of messages that
+  are over (``keep_messages=False``), the schedule an iteration's calls and programs once every
+  rank is done with it (``keep_history=False``; no timeline, no NVLink copies), and the size is
+  predicted one iteration at a time. ``GenerateResult.schedule`` therefore holds no history.
 * **Signals**: on any exception, including KeyboardInterrupt and the CLI's SIGTERM, every writer
   is aborted and no temporary ``.part`` file of the run remains; worker processes also drop
   their files and exit when the parent process dies.
@@ -50,7 +54,7 @@ from tokenpcap.generate_output import (KC_ACK, KC_CTS, KC_DATA, LABELS, Dispatch
 from tokenpcap.generate_limits import check_work
 from tokenpcap.generate_select import (Selection, parse_index_set, parse_iterations,
                                        parse_time_ns, parse_window)
-from tokenpcap.generate_size import predict_messages, record_bytes
+from tokenpcap.generate_size import predict_capture
 from tokenpcap.lower import Lowering
 from tokenpcap.nic import PKT_ACK, PKT_CTS, Engine
 from tokenpcap.pcap import PcapngWriter
@@ -190,49 +194,28 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
         raise InputError(f"--iterations: got kept iterations {sel.iterations.start}:"
                          f"{sel.iterations.stop}, expected at most {n_iter} run")
     check_work(plan, n_iter)                # refuse what the simulator cannot do, up front
-    sched = Schedule(plan, iterations=n_iter, keep_nvlink=False,
-                     engine=Engine(s.cluster, gen, chunk_rows=1 << 16))
+    sched = Schedule(plan, iterations=n_iter, keep_nvlink=False, keep_history=False,
+                     engine=Engine(s.cluster, gen, chunk_rows=1 << 16, keep_messages=False))
     ib = s.cluster.transport == "infiniband"
     ext = opt.fmt
 
-    # --- what will be written: exact prediction, selection applied ----------------------------
-    pred = predict_messages(sched)
-    pm = pred.messages
+    # --- what will be written: exact prediction (iteration by iteration), selection applied ---
+    size = predict_capture(sched, sel, opt.fmt, opt.snaplen, opt.split)
     lab_ok = sel.labels()
-    base = lab_ok[pm["label"]]
-    if sel.iterations is not None:
-        base &= np.isin(pm["iteration"], np.asarray(sel.iterations))
-    keep_own, keep_ack = base.copy(), base.copy()
-    if sel.nics is not None:
-        nics = np.asarray(sorted(sel.nics))
-        keep_own &= np.isin(pm["src_nic"], nics)
-        keep_ack &= np.isin(pm["dst_nic"], nics)
-    if sel.ranks is not None:
-        ranks = np.asarray(sorted(sel.ranks))
-        keep_own &= np.isin(pm["rank_src"], ranks)
-        keep_ack &= np.isin(pm["rank_dst"], ranks)
-    cbytes = _comment_bytes(pm) if opt.fmt == "pcapng" else None
-    npk, nb, nak, ab = record_bytes(pred, opt.fmt, opt.snaplen, ib, cbytes)
-    if opt.split == "nic":
-        own_key, ack_key = pm["src_nic"], pm["dst_nic"]
-    elif opt.split == "phase":
-        own_key = ack_key = pm["label"]
-    else:
-        own_key = ack_key = np.zeros(len(pm), np.int64)
-    keys = np.concatenate([own_key[keep_own], ack_key[keep_ack]])
+    keys = size.keys
     if opt.split == "nic" and sel.nics is not None:
         keys = np.concatenate([keys, np.asarray(sorted(sel.nics))])
     if keys.size == 0:
         raise InputError("the selection keeps no packet (check --nics/--ranks/--phases/--iterations)")
     specs, route = _file_specs(s, opt, keys, n_nics, ext)
-    expected_packets = int(npk[keep_own].sum() + nak[keep_ack].sum())
+    expected_packets = size.packets
     addr = nic_addresses(s.cluster)
     names = {n: (f"node{n // s.cluster.nics_per_node}/nic{n % s.cluster.nics_per_node}",
                  _describe(addr, n, ib)) for n in range(n_nics)}
     cfg = WriterConfig(s.cluster, opt.fmt, opt.snaplen, seed, names,
                        provenance_comment(s, opt, sched.iterations) if opt.fmt == "pcapng"
                        else None)
-    expected = int(nb[keep_own].sum() + ab[keep_ack].sum()) + sum(
+    expected = size.record_bytes + sum(
         _file_header_bytes(opt, cfg, sp) for sp in specs)
     free = shutil.disk_usage(opt.out_dir).free
     bound = sel.window_ns is not None       # a time window: the size is an upper bound
@@ -365,18 +348,6 @@ def _account(res: GenerateResult, tx, pk, kc, label) -> None:
     t = tx["time_ns"]
     res.first_ns = int(t[0]) if res.first_ns < 0 else min(res.first_ns, int(t[0]))
     res.last_ns = max(res.last_ns, int(t[-1]))
-
-
-def _comment_bytes(pm: np.ndarray) -> np.ndarray:
-    """pcapng comment option bytes per predicted message: (own packets, ACKs), int64 (n, 2)."""
-    out = np.zeros((len(pm), 2), np.int64)
-    cols = [pm[f].tolist() for f in ("kc", "label", "iteration", "call_id", "step", "layer",
-                                     "microbatch", "token_start", "token_end")]
-    for i, (k, *rest) in enumerate(zip(*cols)):
-        for j, kk in enumerate((k, KC_ACK)):
-            text = comment_text(kk, *rest).encode()
-            out[i, j] = 4 + ((len(text) + 3) & ~3) + 4
-    return out
 
 
 def _remove_parts(specs: list[FileSpec]) -> None:

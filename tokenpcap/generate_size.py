@@ -11,7 +11,8 @@ and every ``ack_every_packets``-th). Record overhead per format: classic pcap 24
 blocks plus 32 + pad-to-4 + the comment option per Enhanced Packet Block.
 
 The prediction is exact for a full run and for selections by NIC, rank, phase and iteration; a
-time window only makes the capture smaller.
+time window only makes the capture smaller. It can be made one iteration at a time
+(``iterations=[i]``), so that a long run never holds a row per message of the whole run.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ import numpy as np
 from tokenpcap.messages import COLLECTIVES, DIMS, PHASES, VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.wire import rdma
 
-__all__ = ["PREDICTED_DTYPE", "Predicted", "predict_messages", "record_bytes"]
+__all__ = ["PREDICTED_DTYPE", "Predicted", "CaptureSize", "predict_messages", "predict_capture",
+           "record_bytes", "comment_bytes"]
 
 #: One row per predicted message (data and clear-to-send), with its packets and its ACKs.
 PREDICTED_DTYPE = np.dtype([
@@ -47,11 +49,17 @@ class Predicted:
     ack_frame: int
 
 
-def predict_messages(schedule) -> Predicted:
-    """Every RDMA message a :class:`tokenpcap.schedule.Schedule` will post (not yet run).
+def predict_messages(schedule, iterations=None) -> Predicted:
+    """Every RDMA message a :class:`tokenpcap.schedule.Schedule` will post (it need not have run):
+    data messages in order of call id (then transfer), then their clear-to-send messages.
+
+    Args:
+        schedule: the schedule (its plan, algorithm, layout and engine settings are used).
+        iterations: iterations to predict (ints, each ``0 .. schedule.iterations - 1``;
+            default all the schedule runs).
 
     Raises:
-        ValueError: as :func:`tokenpcap.collectives.transfers`.
+        ValueError: as :func:`tokenpcap.collectives.transfers`; an iteration outside the run.
     """
     from tokenpcap.collectives import transfers
     from tokenpcap.schedule import token_range
@@ -63,9 +71,13 @@ def predict_messages(schedule) -> Predicted:
     ncoll, nph = len(COLLECTIVES), len(PHASES)
     cts = eng.clear_to_send
     every = eng.ack_every
+    its = range(schedule.iterations) if iterations is None else [int(i) for i in iterations]
+    bad = [i for i in its if not 0 <= i < schedule.iterations]
+    if bad:
+        raise ValueError(f"iterations: got {bad[0]}, expected 0 .. {schedule.iterations - 1}")
+    calls = sorted((c for i in its for c in schedule.plan.calls(i)), key=lambda c: c.call_id)
     rows = []
-    for cid in sorted(schedule._calls):
-        c = schedule._calls[cid]
+    for c in calls:
         tr = transfers(c, schedule._alg, lay, s.collectives.channels, s.collectives.slice_bytes)
         t = tr.table
         if not len(t) or not t["nic"].any():
@@ -136,3 +148,73 @@ def record_bytes(pred: Predicted, fmt: str, snaplen: int, erf: bool,
         own = own + n * comment_bytes[:, 0]
         ack = ack + m["acks"] * comment_bytes[:, 1]
     return n.astype(np.int64), own.astype(np.int64), m["acks"].astype(np.int64), ack.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class CaptureSize:
+    """What :func:`predict_capture` states before writing: ``packets`` and ``record_bytes``
+    (records only: no file or section headers) of the selected packets; ``keys``: int64 sorted
+    distinct routing keys of the packets (NIC with ``split="nic"``, phase label code with
+    ``"phase"``, 0 with ``"none"``): the files that get one."""
+
+    packets: int
+    record_bytes: int
+    keys: np.ndarray
+
+
+def predict_capture(schedule, selection, fmt: str, snaplen: int, split: str) -> CaptureSize:
+    """The exact size of what ``tokenpcap generate`` writes for ``selection`` (a
+    :class:`tokenpcap.generate_select.Selection`; its time window is not applied: an upper bound
+    then), predicted one iteration at a time so that memory does not grow with the run: a
+    message's own packets are kept when its label and iteration are selected and its sender NIC
+    and rank are (``src_nic``, ``rank_src``), its ACKs when its receiver's are.
+
+    Raises:
+        ValueError: as :func:`predict_messages`.
+    """
+    from tokenpcap.generate_output import LABELS
+
+    erf = schedule.scenario.cluster.transport == "infiniband"
+    lab_ok = selection.labels()
+    its = range(schedule.iterations) if selection.iterations is None else selection.iterations
+    nics = None if selection.nics is None else np.asarray(sorted(selection.nics))
+    ranks = None if selection.ranks is None else np.asarray(sorted(selection.ranks))
+    packets = nbytes = 0
+    seen = np.zeros(max(schedule.engine.n_nics, len(LABELS), 1), bool)
+    for it in its:
+        pred = predict_messages(schedule, [it])
+        pm = pred.messages
+        own, ack = lab_ok[pm["label"]], lab_ok[pm["label"]]
+        if nics is not None:
+            own &= np.isin(pm["src_nic"], nics)
+            ack &= np.isin(pm["dst_nic"], nics)
+        if ranks is not None:
+            own &= np.isin(pm["rank_src"], ranks)
+            ack &= np.isin(pm["rank_dst"], ranks)
+        npk, nb, nak, ab = record_bytes(pred, fmt, snaplen, erf,
+                                        comment_bytes(pm) if fmt == "pcapng" else None)
+        packets += int(npk[own].sum() + nak[ack].sum())
+        nbytes += int(nb[own].sum() + ab[ack].sum())
+        if split == "nic":
+            seen[pm["src_nic"][own]] = seen[pm["dst_nic"][ack]] = True
+        elif split == "phase":
+            seen[pm["label"][own | ack]] = True
+        elif (own | ack).any():
+            seen[0] = True
+    return CaptureSize(packets, nbytes, np.flatnonzero(seen).astype(np.int64))
+
+
+def comment_bytes(pm: np.ndarray) -> np.ndarray:
+    """pcapng comment option bytes per predicted message (:data:`PREDICTED_DTYPE` ``(n,)``): of
+    one of its own packets and of one of its ACKs, int64 ``(n, 2)`` (option header 4, text padded
+    to 4, end-of-options 4; text :func:`tokenpcap.generate_output.comment_text`)."""
+    from tokenpcap.generate_output import KC_ACK, comment_text
+
+    out = np.zeros((len(pm), 2), np.int64)
+    cols = [pm[f].tolist() for f in ("kc", "label", "iteration", "call_id", "step", "layer",
+                                     "microbatch", "token_start", "token_end")]
+    for i, (k, *rest) in enumerate(zip(*cols)):
+        for j, kk in enumerate((k, KC_ACK)):
+            text = comment_text(kk, *rest).encode()
+            out[i, j] = 4 + ((len(text) + 3) & ~3) + 4
+    return out
