@@ -177,6 +177,12 @@ def test_cluster_errors(tmp_path: Path, over, key, got, expected):  # type: igno
     ({"tokenizer": "sentencepiece"}, "tokenizer", "'sentencepiece'", "'utf8', 'bpe'"),
     ({"tokenizer": {"kind": "tiktoken"}}, "tokenizer.name", "missing", "an encoding name"),
     ({"model": 12}, "model", "12", "a path to a YAML profile or an inline mapping"),
+    # the name becomes output file names (acceptance 2, finding 2: '../escape' wrote outside -o)
+    ({"name": "../escape"}, "name", "'../escape'", "starting with a letter or digit"),
+    ({"name": "a/b"}, "name", "'a/b'", "letters, digits, '.', '_', '+' or '-'"),
+    ({"name": "my run"}, "name", "'my run'", "(it names output files)"),
+    ({"name": ".hidden"}, "name", "'.hidden'", "starting with a letter or digit"),
+    ({"name": "x" * 101}, "name", "'" + "x" * 101 + "'", "1-100"),
 ])
 def test_scenario_errors(tmp_path: Path, over, key, got, expected):  # type: ignore[no-untyped-def]
     f = write(tmp_path / "s.yaml", scenario_dict(tmp_path, **over))
@@ -484,3 +490,10 @@ def test_the_limits_admit_the_largest_published_setups():
         parallelism=dataclasses.replace(s.parallelism, dp=128, tp=8, pp=16),
         training=dataclasses.replace(s.training, global_batch_size=2048, precision="bf16"))
     fe.check_feasible(big)          # 16 microbatches x 128 layers; ~320 buckets x 128 groups
+
+
+def test_a_scenario_file_stem_that_is_no_safe_name_is_refused(tmp_path: Path):
+    f = write(tmp_path / "my scenario.yaml", scenario_dict(tmp_path))
+    expect_profile_error(lambda: load_scenario(f), f, "name", "'my scenario'", "it names output files")
+    ok = write(tmp_path / "my-scenario_2.1.yaml", scenario_dict(tmp_path))
+    assert load_scenario(ok).name == "my-scenario_2.1"

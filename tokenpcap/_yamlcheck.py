@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -242,6 +243,20 @@ def string(file: Path | None, key: str, value: Any) -> str:
     if isinstance(value, str) and value.strip():
         return value
     raise ProfileError(file, key, value, "a non-empty string")
+
+
+#: A name that becomes part of output file and directory names and of the one-line capture
+#: provenance comment: no path separators, no "..", no spaces or shell metacharacters.
+FILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
+
+
+def file_name(file: Path | None, key: str, value: Any) -> str:
+    """A name safe to put in a file name (:data:`FILE_NAME_RE`): 1-100 characters, letters,
+    digits and ``. _ + -``, starting with a letter or digit (so never ``..`` or a hidden file)."""
+    if isinstance(value, str) and FILE_NAME_RE.fullmatch(value):
+        return value
+    raise ProfileError(file, key, value, "a name of 1-100 letters, digits, '.', '_', '+' or '-' "
+                                         "starting with a letter or digit (it names output files)")
 
 
 def boolean(file: Path | None, key: str, value: Any) -> bool:

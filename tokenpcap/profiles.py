@@ -433,7 +433,7 @@ _GENERATION_SPEC = {
     "clear_to_send": (yc.boolean, True),
 }
 _SCENARIO_SPEC = {
-    "name": (yc.string, None),
+    "name": (yc.file_name, None),
     "description": (yc.string, ""),
     "corpus": (yc.string, yc.REQUIRED),
     "tokenizer": (lambda f, k, v: v, {"kind": "bpe"}),
@@ -499,6 +499,8 @@ def load_scenario(path: str | Path) -> Scenario:
         if t["kind"] == "hf" and not Path(t["name"]).is_absolute():
             t["name"] = str(base / t["name"])
         tokenizer = TokenizerSpec(**t)
+    if v["name"] is None:                   # the file's stem names the outputs: same rule
+        yc.file_name(path, "name", path.stem)
     scenario = Scenario(
         name=v["name"] if v["name"] is not None else path.stem,
         corpus=(base / v["corpus"]).resolve(),
