@@ -281,3 +281,22 @@ def test_writer_processes_exit_and_clean_up_when_the_parent_is_killed(tmp_path):
     proc.communicate(timeout=60)
     assert not _wait_gone(kids, 20)
     assert not list(out.glob(".*.part"))
+
+
+def test_a_second_run_into_the_same_directory_names_the_files_it_did_not_write(tmp_path):
+    """Acceptance-2 finding 6: per-NIC files then --split none into one directory mixed two runs
+    silently, and `inspect DIR/*` counted the traffic twice."""
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+    out = tmp_path / "out"
+    first = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--jobs", "1"])
+    assert first.exit_code == 0, first.output
+    assert "also holds" not in first.output
+    n_first = len(list(out.iterdir()))
+    again = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--jobs", "1"])
+    assert again.exit_code == 0 and "also holds" not in again.output     # same files, rewritten
+    second = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--jobs", "1",
+                                       "--split", "none"])
+    assert second.exit_code == 0, second.output
+    text = " ".join(second.output.split())          # rich wraps long lines
+    note = re.search(r"note: (\S+) also holds (\d+) capture file\(s\) this run did not write", text)
+    assert note and int(note.group(2)) == n_first, second.output

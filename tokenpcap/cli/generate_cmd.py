@@ -18,8 +18,8 @@ from tokenpcap.generate import (FORMATS, SPLITS, GenerateOptions, GenerateResult
                                 generate, parse_index_set, parse_iterations, parse_window)
 from tokenpcap.profiles import Scenario, load_scenario
 
-__all__ = ["generate_cmd", "run_generation", "print_summary", "default_jobs", "Terminated",
-           "output_directory", "terminate_like_interrupt", "MAX_SEED"]
+__all__ = ["generate_cmd", "run_generation", "print_summary", "other_captures", "default_jobs",
+           "Terminated", "output_directory", "terminate_like_interrupt", "MAX_SEED"]
 
 #: Largest seed: QPNs, PSNs, keys and the payload pattern derive from a signed 64-bit seed.
 MAX_SEED = (1 << 63) - 1
@@ -190,6 +190,19 @@ def print_summary(res: GenerateResult, tokens=None) -> None:
     out.print(f"packets {res.packets:,}, file bytes {res.file_bytes:,} ({expected}); control traffic: {res.cts_packets:,} clear-to-send "
               f"packets ({res.cts_payload:,} payload bytes), {res.ack_packets:,} ACKs; time span "
               f"{span / 1e6:,.3f} ms of simulated time; {res.seconds:.1f} s wall")
+    others = other_captures(res)
+    if others:
+        out.print(f"note: {res.files[0][0].parent} also holds {len(others)} capture file(s) this run "
+                  f"did not write (e.g. {others[0].name}); inspect DIR/* would mix them with it")
+
+
+def other_captures(res: GenerateResult) -> list[Path]:
+    """Capture files (.pcap, .pcapng, .erf) in the output directories of ``res`` that this run
+    did not write: an earlier run with another --split or selection (acceptance-2 finding 6)."""
+    ours = {Path(p).resolve() for p, _, _ in res.files}
+    dirs = {Path(p).resolve().parent for p in ours}
+    return sorted(q for d in dirs for q in d.iterdir()
+                  if q.suffix in (".pcap", ".pcapng", ".erf") and q.resolve() not in ours)
 
 
 def selection_options(f):  # type: ignore[no-untyped-def]
