@@ -188,20 +188,17 @@ def test_a_refused_run_leaves_no_directory_it_created(tmp_path, monkeypatch):
 
 def test_gpt3_175b_is_refused_at_once_as_plan_only(tmp_path):
     """Finding 6: the bundled GPT-3 175B scenario fails fast with one line (README: plan-only)
-    instead of being OOM-killed after minutes; with --scale the line says scale cannot help."""
-    import time
-
+    instead of being OOM-killed after minutes (refused from the plan's counts: check_work runs
+    before the schedule is built; tests/test_generate_limits.py)."""
     g3 = ROOT / "profiles" / "scenarios" / "gpt3-175b-megatron.yaml"
     for extra in ([], ["--scale", "100000", "--nics", "0"]):
-        t0 = time.perf_counter()
         out = str(tmp_path / "new" / "x")
         r = CliRunner().invoke(main, ["run", str(g3), "-o", out] if not extra
                                else ["generate", str(g3), "-o", out] + extra)
-        assert time.perf_counter() - t0 < 30
         assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
         assert r.output.startswith("error: gpt3-175b-megatron: too large for the packet simulator")
         assert "RDMA messages" in r.output and "limit 5,000,000" in r.output
-    assert "--scale cannot help" in r.output
+    assert "(fewer and smaller messages: 1,398,176 when every call is one element)" in r.output
     assert not (tmp_path / "new").exists()
 
 

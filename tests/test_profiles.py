@@ -388,17 +388,14 @@ def test_duplicate_keys_name_the_file_the_key_and_both_lines(tmp_path: Path):
 
 def test_huge_binary_and_special_files_are_refused_before_parsing(tmp_path: Path):
     import os
-    import time
 
     from tokenpcap._yamlcheck import PROFILE_MAX_BYTES
 
     big = tmp_path / "big.yaml"
     with open(big, "wb") as fh:                  # sparse: 2 GB that cost nothing to make
         fh.truncate(2_000_000_000)
-    t0 = time.perf_counter()
     expect_profile_error(lambda: load_model(big), big, "<file>", "a file of 2,000,000,000 bytes",
                          f"at most {PROFILE_MAX_BYTES:,} bytes")
-    assert time.perf_counter() - t0 < 1.0
     pcap = tmp_path / "x.pcap"
     pcap.write_bytes(bytes.fromhex("4d3cb2a1020004000000000000000000ffff000001000000"))
     expect_profile_error(lambda: load_scenario(pcap), pcap, "<file>",

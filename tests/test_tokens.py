@@ -154,7 +154,6 @@ def test_devices_fifos_and_huge_corpora_are_refused_without_reading_them(tmp_pat
 
     from tokenpcap.tokens import CORPUS_MAX_BYTES, read_corpus
 
-    t0 = time.perf_counter()
     with pytest.raises(CorpusError, match=r"^/dev/zero: corpus: got a character device, expected "
                                           r"a regular UTF-8 text corpus file$"):
         tokenize("/dev/zero", TokenizerSpec("utf8"), 8)
@@ -171,7 +170,6 @@ def test_devices_fifos_and_huge_corpora_are_refused_without_reading_them(tmp_pat
                                           rf"expected a UTF-8 text corpus file of at most "
                                           rf"{CORPUS_MAX_BYTES:,} bytes"):
         tokenize(big, TokenizerSpec("utf8"), 8)
-    assert time.perf_counter() - t0 < 2.0
     small = tmp_path / "small.txt"
     small.write_text("nel mezzo", encoding="utf-8")
     assert read_corpus(small, limit=9) == (b"nel mezzo", "nel mezzo")

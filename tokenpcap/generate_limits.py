@@ -96,7 +96,9 @@ def _messages_at_any_scale(plan, iterations: int) -> int:  # type: ignore[no-unt
     (chunks of zero bytes send nothing, so the true minimum is at least this)."""
     from tokenpcap.plan import build_plan
 
-    big = max((f.message_bytes for f in plan.families), default=1)
+    # A scale at least the largest unscaled call (scaled bytes * scale bounds it from above)
+    # makes every call its smallest, whatever --scale the plan was built at.
+    big = max((f.message_bytes for f in plan.families), default=1) * plan.scale
     low = build_plan(plan.scenario, scale=max(plan.scale, big))
     return estimate_work(low, iterations, nvlink=False).messages
 
@@ -142,6 +144,8 @@ def check_work(plan, iterations: int) -> Work:  # type: ignore[no-untyped-def]
             "smaller scenario; `tokenpcap plan` reports its traffic")
     if quick.messages > MAX_MESSAGES:
         floor = _messages_at_any_scale(plan, iterations)
+        hint = hint.replace("(fewer and smaller messages)",
+                            f"(fewer and smaller messages: {floor:,} when every call is one element)")
         if floor > MAX_MESSAGES:
             hint = (f"--scale cannot help (at least {floor:,} messages at any scale): use "
                     f"{fewer}a smaller scenario; `tokenpcap plan` reports its traffic")
