@@ -221,7 +221,23 @@ def test_cli_readdress(tmp_path, scapy_vectors):
     assert rep.roce["icrc_bad"] == 1                   # the case file's deliberately bad one
     r = CliRunner().invoke(main, ["readdress", str(src), "-o", str(tmp_path / "p.pcap"),
                                   "--map", "10.0.0.1"])
-    assert r.exit_code == 1 and "expected OLD=NEW" in r.output
+    assert r.exit_code == 2 and "expected OLD=NEW" in r.output
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--pcp", "9"], "--pcp"), (["--dscp", "64"], "--dscp"), (["--ecn", "5"], "--ecn"),
+    (["--ttl", "0"], "--ttl"), (["--ttl", "256"], "--ttl"), (["--vlan", "5000"], "--vlan"),
+    (["--vlan", "abc"], "--vlan"), (["--sport-offset", "-1"], "--sport-offset"),
+    (["--map", "10.0.0.1"], "--map"), (["--map", "10.0.0.1=zz"], "--map"),
+    (["--map", "10.0.0.1=fd00::1"], "--map"), (["--map", "a=b=c"], "--map")])
+def test_bad_option_values_are_usage_errors(tmp_path, args, option):
+    """Acceptance 2, finding 5: an out-of-range or malformed option value exits 2 (usage error,
+    as generate's), names the option as spelled, and writes nothing."""
+    write_trace(tmp_path / "in.pcap", 4)
+    r = _cli("readdress", tmp_path / "in.pcap", "-o", tmp_path / "o.pcap", *args)
+    assert r.exit_code == 2, r.output
+    assert f"'{option}'" in r.output and "udp-sport" not in r.output
+    assert not (tmp_path / "o.pcap").exists()
 
 
 @settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "40")), deadline=None)
@@ -249,3 +265,155 @@ def test_hostile_frames_are_copied_not_crashed_on(tmp_path_factory, frames):
     assert stats["packets"] == rep.packets == len(out)
     before = inspect_capture(src).roce
     assert (rep.roce["icrc_ok"], rep.roce["icrc_bad"]) == (before["icrc_ok"], before["icrc_bad"])
+
+
+def _scapy_ipv4_checksum_ok(frame: bytes) -> bool:
+    """scapy recomputes the IPv4 header checksum of a (possibly cut) frame from scratch."""
+    ip = Ether(frame)[IP]
+    head = bytes(ip)[:ip.ihl * 4]
+    again = IP(head)
+    del again.chksum
+    return IP(bytes(again)).chksum == ip.chksum
+
+
+def _cli(*args):
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_generated_snaplen_pcapng_is_readdressed_and_kept_cut(tmp_path):
+    """Acceptance 2, finding 1: a ``generate --snaplen 64`` pcapng (its records cut at 64, any
+    IDB snaplen) is readdressed: same caplen/wire length per record, the IPv4 address mapped and
+    the header checksum right (scapy), the bytes past the headers untouched, and the summary
+    says the cut frames' ICRC cannot be recomputed. A tag added and stripped again gives the
+    input's records back byte for byte (an added tag grows the snaplen, no byte is lost)."""
+    from tokenpcap.pcap.reader import open_capture as oc
+    r = _cli("generate", ROOT_DANTE, "-o", tmp_path / "g", "--scale", 64, "--snaplen", 64,
+             "--ranks", 0, "--jobs", 1)
+    assert r.exit_code == 0, r.output
+    src = sorted((tmp_path / "g").glob("*.pcapng"))[0]
+    r = _cli("readdress", src, "-o", tmp_path / "lab.pcapng", "--map", "198.18.0.1=10.0.0.1")
+    assert r.exit_code == 0, r.output
+    assert "cannot be recomputed" in r.output and "truncated" in r.output
+    a, b = oc(src), oc(tmp_path / "lab.pcapng")
+    ra, rb = a.read(), b.read()
+    assert (ra["caplen"] == rb["caplen"]).all() and (ra["orig_len"] == rb["orig_len"]).all()
+    assert (ra["caplen"] < ra["orig_len"]).sum() > 0 and ra["caplen"].max() == 64
+    mapped = 0
+    for r, x, y in zip(ra, (a.frame(r) for r in ra), (b.frame(r) for r in rb)):
+        assert _scapy_ipv4_checksum_ok(y)
+        px, py = Ether(x)[IP], Ether(y)[IP]
+        assert (py.src, py.dst) == tuple("10.0.0.1" if v == "198.18.0.1" else v
+                                         for v in (px.src, px.dst))
+        mapped += px.src == "198.18.0.1"
+        if r["caplen"] < r["orig_len"]:
+            assert y[34:] == x[34:]                 # UDP, BTH, ...: nothing else to change
+        else:
+            assert y[34:-4] == x[34:-4]             # whole frames: a new ICRC
+    assert mapped > 0 and inspect_capture(tmp_path / "lab.pcapng").roce["icrc_bad"] == 0
+    _cli("readdress", src, "-o", tmp_path / "t.pcapng", "--vlan", 9)
+    _cli("readdress", tmp_path / "t.pcapng", "-o", tmp_path / "u.pcapng", "--vlan", "none")
+    rt, ru = oc(tmp_path / "t.pcapng").read(), oc(tmp_path / "u.pcapng")
+    assert (rt["caplen"] == ra["caplen"] + 4).all()
+    assert [ru.frame(r) for r in ru.read()] == [a.frame(r) for r in ra]
+
+
+ROOT_DANTE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "profiles", "scenarios", "dante.yaml")
+
+
+@pytest.mark.skipif(shutil.which("editcap") is None, reason="editcap is not installed")
+def test_editcap_cut_pcapng_is_readdressed(tmp_path):
+    """A foreign file cut by ``editcap -s 64 -F pcapng`` reads back with our mapping applied and
+    a right IPv4 checksum (scapy), records still 64 bytes of their wire length."""
+    write_trace(tmp_path / "full.pcap", 32)
+    subprocess.run(["editcap", "-s", "64", "-F", "pcapng", str(tmp_path / "full.pcap"),
+                    str(tmp_path / "cut.pcapng")], check=True, capture_output=True)
+    m = Mapping()
+    m.add_address("198.18.0.1", "10.0.0.1")
+    stats = readdress(tmp_path / "cut.pcapng", tmp_path / "lab.pcapng", m)
+    assert stats["truncated"] == stats["packets"] == 32 and stats["icrc_updated"] == 0
+    cap = open_capture(tmp_path / "lab.pcapng")
+    rec = cap.read()
+    assert (rec["caplen"] == 64).all() and (rec["orig_len"] > 64).all()
+    frames = [cap.frame(r) for r in rec]
+    assert all(_scapy_ipv4_checksum_ok(f) for f in frames)
+    assert {Ether(f)[IP].src for f in frames} >= {"10.0.0.1"}
+    assert "198.18.0.1" not in {Ether(f)[IP].src for f in frames} | \
+        {Ether(f)[IP].dst for f in frames}
+
+
+@pytest.mark.parametrize("cut", [14, 16, 30, 64, 100])
+def test_cut_frames_equal_the_full_rewrite_cut(tmp_path, scapy_vectors, cut):
+    """Every frame cut at ``cut`` bytes becomes the full frame's rewrite cut there, where the
+    headers are whole (MACs always; IP, UDP when they end by ``cut``), and keeps the input's
+    bytes in a header cut short; an IPv6 UDP checksum may differ (it covers the ICRC). No write
+    spills into the next record: every record keeps its own length and its bytes."""
+    frames = [bytes.fromhex(v["hex"]) for v in scapy_vectors["vectors"]]
+    m = Mapping(dscp=10, ecn=1, ttl=17, udp_sport_offset=5)
+    for old, new in (("10.0.0.1", "192.168.77.1"), ("fd00::1", "fd99::1"),
+                     ("02:00:00:00:00:0b", "b8:ce:f6:00:00:0b")):
+        m.add_address(old, new)
+    full = write(tmp_path / "full.pcap", frames)
+    short = write(tmp_path / "cut.pcap", frames, snaplen=cut)
+    readdress(full, tmp_path / "a.pcap", m)
+    stats = readdress(short, tmp_path / "b.pcap", m)
+    a, b = frames_of(tmp_path / "a.pcap"), frames_of(tmp_path / "b.pcap")
+    assert [len(f) for f in b] == [min(len(f), cut) for f in frames]
+    assert stats["truncated"] == sum(len(f) > cut for f in frames)
+    for x, y, z in zip(frames, a, b):
+        l2 = 18 if x[12:14] == b"\x81\x00" else 14
+        ip_end = l2 + {b"\x08\x00": 20, b"\x86\xdd": 40}.get(x[l2 - 2:l2], 0)
+        want = bytearray(y[:cut] if cut >= ip_end else y[:12] + x[12:cut])
+        got = bytearray(z)
+        if x[l2 - 2:l2] == b"\x86\xdd" and cut >= ip_end + 8:
+            got[ip_end + 6:ip_end + 8] = want[ip_end + 6:ip_end + 8] = b"\0\0"
+        if len(x) > cut:                           # an ICRC cut short stays as it was
+            icrc = slice(len(x) - 4, cut)
+            got[icrc] = want[icrc] = bytes(len(got[icrc]))
+        assert got == want
+
+
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "40")), deadline=None)
+@given(st.lists(st.sampled_from(range(16)), min_size=2, max_size=12), st.integers(1, 140),
+       st.sampled_from([None, 7, -1]))
+def test_cut_records_rewrite_alone_as_in_a_batch(scapy_vectors, tmp_path_factory, pick, cut,
+                                                 vlan):
+    """Records cut anywhere (tag added, kept or stripped) come out the same whether rewritten in
+    one batch or one by one: no write lands outside its own record."""
+    d = tmp_path_factory.mktemp("cut")
+    frames = [bytes.fromhex(scapy_vectors["vectors"][i]["hex"]) for i in pick]
+    src = write(d / "in.pcap", frames, snaplen=cut)
+    m = lab_mapping()
+    m.vlan = vlan
+    readdress(src, d / "batch.pcap", m)
+    readdress(src, d / "one.pcap", m, batch=1)
+    assert frames_of(d / "batch.pcap") == frames_of(d / "one.pcap")
+    got = open_capture(d / "batch.pcap").read()
+    grow = 4 if vlan == 7 else 0
+    assert (got["caplen"] <= np.minimum(got["orig_len"], cut + grow)).all()
+
+
+def test_docs_lab_yaml_maps_each_nic_ip_with_its_own_mac(tmp_path):
+    """Acceptance 2, finding 8: docs/analysis.md's lab.yaml (and its command line) map an IPv4
+    address and a MAC together only when generate gives both to one NIC (addresses.py)."""
+    import ipaddress
+    import re
+    from pathlib import Path
+
+    from tokenpcap.addresses import nic_addresses
+    from tokenpcap.profiles import load_scenario
+    text = (Path(ROOT_DANTE).parents[2] / "docs" / "analysis.md").read_text(encoding="utf-8")
+    block = re.search(r"```yaml\n# lab.yaml\n(.*?)```", text, re.S).group(1)
+    (tmp_path / "lab.yaml").write_text(block, encoding="utf-8")
+    m = load_mapping(tmp_path / "lab.yaml")
+    line = re.search(r"tokenpcap readdress dante.pcap .*?\n```", text, re.S).group(0)
+    for old, new in re.findall(r"--map (\S+)=(\S+)", line):
+        m.add_address(old, new)
+    a = nic_addresses(load_scenario(ROOT_DANTE).cluster)
+    ip_to_mac = {int(ipaddress.IPv4Address(bytes(ip))): int.from_bytes(bytes(mac), "big")
+                 for ip, mac in zip(a.ipv4, a.mac)}
+    assert m.ipv4 and m.mac
+    assert {ip_to_mac[ip] for ip in m.ipv4} == set(m.mac)

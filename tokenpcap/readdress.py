@@ -12,7 +12,14 @@ with the carry into the seconds, case C9), and then repairs what those fields fe
   data ``crc(new) = crc(old) ^ L(old ^ new)`` with ``L`` the linear part, so only the changed
   bytes of the covered head (addresses, UDP port; DSCP/ECN/TTL are masked out of the ICRC, case C1)
   enter, one table look-up each. A frame whose ICRC was wrong before stays wrong by the same
-  error (readdress never launders corruption); frames cut by a snaplen have no ICRC to update.
+  error (readdress never launders corruption).
+
+Truncated records (caplen < wire length: a ``--snaplen`` trace, ``editcap -s``, whatever the
+file's snaplen says) stay truncated at the same length (± the 4 bytes of a tag added or removed;
+an added tag grows the snaplen by 4 too, so no captured byte is lost). The headers they hold
+whole are rewritten (MACs, tag, IP addresses and marking, UDP port, the IPv4 header checksum); a
+header cut short is copied unchanged. Their ICRC lies beyond the cut, is not in the capture, and
+cannot be recomputed: the summary counts them.
 
 tcprewrite changes addresses but leaves the ICRC stale, so RDMA NICs drop its output (issue 5).
 Native InfiniBand captures (LRH/LIDs) are refused: their addresses are not Ethernet/IP.
@@ -31,6 +38,7 @@ import numpy as np
 from tokenpcap.analysis_decode import decode_batch
 from tokenpcap.errors import InputError
 from tokenpcap.pcap import Comments, Interface, PcapngWriter, PcapWriter
+from tokenpcap.pcap.formats import MAX_SNAPLEN
 from tokenpcap.pcap.reader import open_capture
 from tokenpcap.readdress_patch import patch_batch
 
@@ -100,8 +108,8 @@ def load_mapping(path: str | os.PathLike) -> Mapping:
     """Read a mapping file (YAML)::
 
         addresses:                      # old: new, MAC / IPv4 / IPv6 (each NIC you retarget)
-          198.18.0.1: 10.10.1.1
-          "02:00:00:00:00:01": "b8:ce:f6:12:34:01"
+          198.18.0.1: 10.10.1.1         # node 0 NIC 0: its IP and its MAC together
+          "02:00:00:00:00:00": "b8:ce:f6:12:34:00"
         vlan: 100                       # VID, or "none" to strip the tag
         pcp: 3                          # 802.1Q priority (the lossless class of the lab)
         dscp: 26                        # IP DSCP; ecn: 0..3 (2 = ECT(0)); ttl: 1..255
@@ -189,6 +197,12 @@ def output_format(src_format: str, dst: str | os.PathLike, usec: bool) -> str:
     return "pcapng" if src_format == "pcapng" else "pcap"
 
 
+def _limit(snaplen: int, grow: int) -> int:
+    """A file's snaplen as the output's record limit, ``grow`` bytes more (a tag added): 0
+    ("not set", pcapng) and values above libpcap's maximum mean no limit below 262144 bytes."""
+    return min(snaplen + grow, MAX_SNAPLEN) if 0 < snaplen <= MAX_SNAPLEN else MAX_SNAPLEN
+
+
 def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, *,
               usec: bool = False, batch: int = 1 << 16) -> dict:
     """Rewrite ``src`` into ``dst`` (written to a temporary file, renamed at the end).
@@ -198,11 +212,12 @@ def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, 
     input's format; ``usec=True`` writes a microsecond pcap and refuses a ``.pcapng`` name.
 
     Returns:
-        ``{"packets", "icrc_updated", "ipv4_checksums"}`` counts.
+        ``{"packets", "icrc_updated", "ipv4_checksums", "truncated"}`` counts; ``truncated``
+        records are kept cut (their ICRC is not in the capture and is not recomputed).
 
     Raises:
         CaptureError: the input cannot be read. InputError: native InfiniBand or ERF input,
-            records truncated to different lengths, or ``usec`` with a ``.pcapng`` name.
+            or ``usec`` with a ``.pcapng`` name.
             OutputError: the output cannot be written.
     """
     cap = open_capture(src)
@@ -210,38 +225,38 @@ def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, 
     if cap.format == "erf" or any(i.linktype != 1 for i in cap.interfaces):
         raise InputError(f"{src}: linktypes {sorted({i.linktype for i in cap.interfaces})}: "
                          "expected Ethernet (1); native InfiniBand captures are not readdressed")
-    snaps = [i.snaplen for i in cap.interfaces if i.snaplen]
-    snaplen = min(max(snaps), 262144) if snaps else 262144
+    # pcapng IDBs are read as the file is walked, and SnapLen 0 there means "no limit": the
+    # limit is taken per record from its interface (0 or above libpcap's maximum -> 262144);
+    # a tag added grows it by 4 bytes, so that a cut record keeps every byte it had
+    grow = 4 if mapping.vlan is not None and mapping.vlan >= 0 else 0
+    snaplen = MAX_SNAPLEN
+    if cap.format != "pcapng" and cap.interfaces:
+        snaplen = _limit(max(i.snaplen for i in cap.interfaces), grow)
     ng = fmt == "pcapng"
     writer = None if ng else PcapWriter(dst, snaplen=snaplen, nanosecond=not usec)
-    stats = {"packets": 0, "icrc_updated": 0, "ipv4_checksums": 0}
+    stats = {"packets": 0, "icrc_updated": 0, "ipv4_checksums": 0, "truncated": 0}
     known = 0
     try:
         for rec in cap.batches(batch):
-            if ng and (writer is None or int(rec["interface"].max()) >= known):
-                known = len(cap.interfaces)       # IDBs are read as the file is walked
+            if writer is None or int(rec["interface"].max()) >= known:
+                known = len(cap.interfaces)
+                limits = np.array([min(_limit(i.snaplen, grow), snaplen) for i in cap.interfaces]
+                                  or [snaplen], np.int64)
                 itfs = [Interface(name=i.name or f"if{i.index}", description=i.description,
-                                  speed_bps=i.speed_bps, snaplen=i.snaplen or None)
-                        for i in cap.interfaces]
-                if writer is None:
+                                  speed_bps=i.speed_bps, snaplen=int(lim))
+                        for i, lim in zip(cap.interfaces, limits)]
+                if ng and writer is None:
                     writer = PcapngWriter(dst, itfs, snaplen=snaplen)
-                else:
+                elif ng:
                     writer.new_section(itfs)
             dec = decode_batch(cap.data, rec, cap.views)
-            plan = patch_batch(cap.data, rec, dec, mapping, stats)
-            short = rec["caplen"].astype(np.int64) < rec["orig_len"].astype(np.int64)
-            want = np.minimum(plan.new_len, snaplen)
-            have = rec["caplen"].astype(np.int64) + plan.shift
-            if (short & (want != have)).any():
-                i = int(np.flatnonzero(short & (want != have))[0])
-                raise InputError(f"{src}: record at byte offset {int(rec['record'][i])}: caplen "
-                                 f"{int(rec['caplen'][i])} of {int(rec['orig_len'][i])}, expected "
-                                 f"every truncated record cut at snaplen {snaplen}")
+            plan = patch_batch(cap.data, rec, dec, mapping, stats,
+                               snaplen=limits[rec["interface"].astype(np.int64)])
             kw = {}
             if ng:
                 kw = {"interface": rec["interface"],
                       "comments": Comments(cap.comments, rec["comment"])}
-            writer.write_batch(rec["time_ns"], plan.new_len, plan.fill, **kw)
+            writer.write_batch(rec["time_ns"], plan.new_len, plan.fill, caplen=plan.caplen, **kw)
             stats["packets"] += rec.size
         if writer is None:                          # a pcapng without packets
             writer = PcapngWriter(dst, [Interface(name=i.name or f"if{i.index}")

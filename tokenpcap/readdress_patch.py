@@ -4,6 +4,11 @@ buffer (inserting or removing an 802.1Q tag), patch the fields, repair checksums
 Field positions come from the header declarations (:meth:`Header.slot`); reading uses
 :func:`tokenpcap.analysis_decode.field_at`, writing :func:`put`. No Python loop per packet: loops
 run per field, per distinct copy length, or per covered head byte.
+
+Truncated records (caplen < wire length, any snaplen): every write is bounded by the output
+record's caplen; a header is rewritten only when the record holds all of it (the IPv4 header
+checksum with it), a header cut short is copied as it is, and the ICRC, which lies beyond the
+cut, is not in the capture and stays unknown.
 """
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from tokenpcap.analysis_crc import HEADS
-from tokenpcap.analysis_decode import KIND_ROCEV2, field_at
+from tokenpcap.analysis_decode import field_at
 from tokenpcap.pcap.chain import ByteViews
 from tokenpcap.wire import headers as H
 from tokenpcap.wire.fields import Header
@@ -41,6 +46,17 @@ def put(buf: np.ndarray, pos: np.ndarray, header: Header, name: str, values) -> 
         keep = np.uint8(~(fmask >> sh) & 0xFF)
         part = ((wide >> np.uint64(sh)) & np.uint64(0xFF)).astype(np.uint8)
         buf[at + j] = (buf[at + j] & keep) | part
+
+
+def put_in(buf: np.ndarray, pos: np.ndarray, end: np.ndarray, header: Header, name: str,
+           values) -> None:
+    """:func:`put` for the headers at ``pos`` whose field ``name`` ends by ``end`` (int64, one
+    past each record's last captured byte); the others are left alone."""
+    s = header.slot(name)
+    pos = np.asarray(pos, np.int64)
+    ok = pos + s.first_byte + s.nbytes <= end
+    v = np.asarray(values)
+    put(buf, pos[ok], header, name, v[ok] if v.ndim else v)
 
 
 def _put128(buf, pos, header, name, hi, lo) -> None:
@@ -98,16 +114,21 @@ def _words(v: np.ndarray, nbytes: int) -> list[np.ndarray]:
 
 @dataclass
 class Patch:
-    """One batch's rewrite: ``new_len`` int64 (n,), ``shift`` int64 (n,) (+4 tag added, -4 tag
-    removed), and ``fill(out, offsets, caplen)`` for the writer."""
+    """One batch's rewrite: ``new_len`` int64 (n,) wire length, ``caplen`` int64 (n,) bytes kept
+    (``min(caplen + shift, new_len, snaplen)``: a record cut short stays cut), ``shift``
+    int64 (n,) (+4 tag added, -4 tag removed), and ``fill(out, offsets, caplen)`` for the
+    writer."""
 
     new_len: np.ndarray
+    caplen: np.ndarray
     shift: np.ndarray
     fill: Callable[[np.ndarray, np.ndarray, np.ndarray], None]
 
 
-def patch_batch(data: np.ndarray, rec: np.ndarray, dec: np.ndarray, m, stats: dict) -> Patch:
-    """Plan and return the rewrite of one record batch under mapping ``m`` (a ``Mapping``)."""
+def patch_batch(data: np.ndarray, rec: np.ndarray, dec: np.ndarray, m, stats: dict,
+                snaplen: np.ndarray | int = 262144) -> Patch:
+    """Plan and return the rewrite of one record batch under mapping ``m`` (a ``Mapping``);
+    ``snaplen`` (int or int64 (n,)) is the output limit of each record's interface."""
     src = rec["offset"].astype(np.int64)
     cap = rec["caplen"].astype(np.int64)
     tagged = dec["vlan"] >= 0
@@ -120,6 +141,8 @@ def patch_batch(data: np.ndarray, rec: np.ndarray, dec: np.ndarray, m, stats: di
     elif m.vlan == -1:
         shift[eth & tagged] = -Q.size
     new_len = rec["orig_len"].astype(np.int64) + shift
+    out_cap = np.minimum(np.minimum(cap + shift, new_len), snaplen)
+    stats["truncated"] = stats.get("truncated", 0) + int((out_cap < new_len).sum())
 
     def fill(out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> None:
         head = np.minimum(caplen, _TAG_AT)
@@ -131,11 +154,12 @@ def patch_batch(data: np.ndarray, rec: np.ndarray, dec: np.ndarray, m, stats: di
         copy_ranges(out, rest_dst, data, rest_src, rest)
         _patch(out, offsets, caplen, data, src, cap, dec, shift, m, stats)
 
-    return Patch(new_len, shift, fill)
+    return Patch(new_len, out_cap, shift, fill)
 
 
 def _patch(out, o, caplen, data, src, cap, dec, shift, m, stats) -> None:
     views = ByteViews(out)
+    end = o + caplen                                   # one past each record's last byte
     full = caplen >= E.size
     o_e = o[full]
     if m.mac:
@@ -146,23 +170,41 @@ def _patch(out, o, caplen, data, src, cap, dec, shift, m, stats) -> None:
     if ins.size:                                       # a new tag: TPID, TCI, inner EtherType
         inner = field_at(ByteViews(data), src[ins], E, "EtherType")
         put(out, o[ins], E, "EtherType", H.ETHERTYPE_VLAN)
-        t = o[ins] + E.size
-        put(out, t, Q, "PCP", m.pcp or 0)
-        put(out, t, Q, "DEI", 0)
-        put(out, t, Q, "VID", m.vlan)
-        put(out, t, Q, "EtherType", inner)
+        t, e = o[ins] + E.size, end[ins]
+        put_in(out, t, e, Q, "PCP", m.pcp or 0)
+        put_in(out, t, e, Q, "DEI", 0)
+        put_in(out, t, e, Q, "VID", m.vlan)
+        put_in(out, t, e, Q, "EtherType", inner)
     keep = np.flatnonzero((dec["vlan"] >= 0) & (shift == 0) & full)
     if keep.size and (m.vlan is not None or m.pcp is not None):
-        t = o[keep] + E.size
+        t, e = o[keep] + E.size, end[keep]
         if m.vlan is not None:
-            put(out, t, Q, "VID", m.vlan)
+            put_in(out, t, e, Q, "VID", m.vlan)
         if m.pcp is not None:
-            put(out, t, Q, "PCP", m.pcp)
-    l3 = dec["l3"].astype(np.int64) + shift
+            put_in(out, t, e, Q, "PCP", m.pcp)
+    # the IP header follows the Ethernet header and its tag (the decoder sets ``l3`` only when it
+    # reaches a BTH, and a cut record may stop before)
+    l3 = np.where(dec["l3"] >= 0, dec["l3"], np.where(dec["vlan"] >= 0, E.size + Q.size, E.size)
+                  ).astype(np.int64) + shift
     ip = np.flatnonzero((dec["ipver"] > 0) & (dec["kind"] != 2) & (l3 > 0))   # not RoCEv1
     v4 = ip[dec["ipver"][ip] == 4]
+    if v4.size:                        # the whole header captured, options too
+        ihl = field_at(views, o[v4] + l3[v4], H.IPV4, "IHL").astype(np.int64)
+        v4 = v4[o[v4] + l3[v4] + np.maximum(ihl * 4, H.IPV4.size) <= end[v4]]
     v6 = ip[dec["ipver"][ip] == 6]
-    roce = dec["kind"] == KIND_ROCEV2
+    v6 = v6[o[v6] + l3[v6] + H.IPV6.size <= end[v6]]
+    udp_at = np.full(dec.size, -1, np.int64)     # RoCEv2 UDP headers (IPv4 options skipped)
+    if v4.size:
+        p = o[v4] + l3[v4]
+        F = {n: field_at(views, p, H.IPV4, n) for n in ("IHL", "Protocol", "FragmentOffset", "MF")}
+        udp = (F["Protocol"] == H.IP_PROTO_UDP) & (F["FragmentOffset"] == 0) & (F["MF"] == 0)
+        udp_at[v4] = np.where(udp, p + F["IHL"].astype(np.int64) * 4, -1)
+    if v6.size:
+        p = o[v6] + l3[v6]
+        udp = field_at(views, p, H.IPV6, "NextHeader") == H.IP_PROTO_UDP
+        udp_at[v6] = np.where(udp, p + H.IPV6.size, -1)
+    roce = np.flatnonzero((udp_at >= 0) & (udp_at + H.UDP.size <= end))
+    roce = roce[field_at(views, udp_at[roce], H.UDP, "DestinationPort") == H.ROCEV2_UDP_PORT]
     udp_sum = {}                       # row -> list of (old, new) 16-bit words
     if v4.size:
         p = o[v4] + l3[v4]
@@ -199,7 +241,8 @@ def _patch(out, o, caplen, data, src, cap, dec, shift, m, stats) -> None:
             put(out, p, H.IPV6, "TrafficClass", (dscp << np.uint64(2)) | ecn)
         if m.ttl is not None:
             put(out, p, H.IPV6, "HopLimit", m.ttl)
-    _ports_and_crc(out, views, o, caplen, data, src, dec, shift, l3, roce, udp_sum, m, stats)
+    _ports_and_crc(out, views, o, caplen, data, src, dec, shift, roce, udp_at[roce], udp_sum, m,
+                   stats)
 
 
 def _fold(s: np.ndarray) -> np.ndarray:
@@ -208,12 +251,12 @@ def _fold(s: np.ndarray) -> np.ndarray:
     return (s & 0xFFFF) + (s >> 16)
 
 
-def _ports_and_crc(out, views, o, caplen, data, src, dec, shift, l3, roce, udp_sum, m, stats):
-    rows = np.flatnonzero(roce & (l3 > 0))
+def _ports_and_crc(out, views, o, caplen, data, src, dec, shift, rows, udp, udp_sum, m, stats):
+    """UDP source ports and checksums of ``rows`` (UDP headers at ``udp``, whole in the record),
+    and the ICRC of those whose ICRC is in the record."""
+    l3 = dec["l3"].astype(np.int64) + shift
     if rows.size == 0:
         return
-    ipv = dec["ipver"][rows]
-    udp = o[rows] + l3[rows] + np.where(ipv == 4, H.IPV4.size, H.IPV6.size)
     old_port = field_at(views, udp, H.UDP, "SourcePort")
     new_port, hit = _lookup(m.udp_sport, old_port)
     if m.udp_sport_offset:

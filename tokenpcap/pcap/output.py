@@ -21,7 +21,7 @@ import numpy as np
 from tokenpcap.errors import EncodeError, OutputError
 from tokenpcap.pcap.gather import writev_all
 
-__all__ = ["AtomicOutput", "Scratch", "scatter", "check_batch", "LINKS"]
+__all__ = ["AtomicOutput", "Scratch", "scatter", "check_batch", "check_caplen", "LINKS"]
 
 #: frame kinds a writer accepts: name -> file link type. Native InfiniBand goes into ERF (197):
 #: TShark refuses classic pcap with linktype 247 (case C13).
@@ -266,3 +266,26 @@ def check_batch(time_ns, frame_bytes, *, max_frame: int, max_time_ns: int, where
                 i = int(np.flatnonzero((a < lo) | (a > hi))[0])
                 raise EncodeError(f"{where}: {name}[{i}]: got {int(a[i])}, expected {lo}..{hi}")
     return t, fb
+
+
+def check_caplen(caplen, frame_bytes: np.ndarray, snaplen, where: str) -> np.ndarray:
+    """An explicit per-record ``caplen`` (int64 (n,)): bytes kept of each frame, for copies of
+    captures whose records were cut shorter than their snaplen (``editcap -s``, a pcapng whose
+    interfaces differ). ``snaplen``: int or int64 (n,), the limit of each record's interface.
+
+    Raises:
+        EncodeError: not an integer array shaped like ``frame_bytes``, or a value outside
+            ``0..min(frame_bytes, snaplen)``; the message names the first bad index.
+    """
+    c = np.asarray(caplen)
+    if c.shape != frame_bytes.shape or c.dtype.kind not in "iu":
+        raise EncodeError(f"{where}: caplen: got dtype {c.dtype} shape {c.shape}, expected "
+                          f"integers shaped {frame_bytes.shape} like frame_bytes")
+    c = c.astype(np.int64, copy=False)
+    hi = np.minimum(frame_bytes, snaplen)
+    bad = (c < 0) | (c > hi)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise EncodeError(f"{where}: caplen[{i}]: got {int(c[i])}, expected 0..{int(hi[i])} "
+                          "(the frame length, at most the snaplen)")
+    return c

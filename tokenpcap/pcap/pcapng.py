@@ -26,7 +26,7 @@ from tokenpcap.pcap.formats import (
     EPB, EPB_OPTIONS, ERF_RECORD, IDB, IDB_OPTIONS, MAX_SNAPLEN, OPT_COMMENT, SHB, SHB_OPTIONS,
     TRAILER, encode_options, pad4, stacked_dtype)
 from tokenpcap.pcap.gather import gather_holes, iovecs
-from tokenpcap.pcap.output import check_batch, scatter
+from tokenpcap.pcap.output import check_batch, check_caplen, scatter
 from tokenpcap.pcap.writer import Fill, _erf_fields, _RecordWriter, check_link, check_snaplen
 
 __all__ = ["Interface", "Comments", "PcapngWriter"]
@@ -182,7 +182,8 @@ class PcapngWriter(_RecordWriter):
 
     def write_batch(self, time_ns: np.ndarray, frame_bytes: np.ndarray, fill: Fill,
                     interface: np.ndarray | int = 0,
-                    comments: Sequence[str | None] | Comments | None = None) -> None:
+                    comments: Sequence[str | None] | Comments | None = None,
+                    caplen: np.ndarray | None = None) -> None:
         """Append n EPBs.
 
         Args:
@@ -191,9 +192,12 @@ class PcapngWriter(_RecordWriter):
             fill: ``fill(out, offsets, caplen)`` writes frame bytes (see module doc).
             interface: int or int (n,): interface index in the current section.
             comments: None, n strings (None = no comment), or :class:`Comments`.
+            caplen: int64 (n,) frame bytes kept per record (a copy of a capture cut shorter than
+                its snaplen), or None for ``min(frame_bytes, interface snaplen)``.
 
         Raises:
-            EncodeError: bad arrays, negative time, unknown interface, bad comments.
+            EncodeError: bad arrays, negative time, unknown interface, bad comments, a
+                ``caplen`` above the frame or its interface's snaplen.
             OutputError: the write failed (the temporary file is removed).
         """
         t, fb = check_batch(time_ns, frame_bytes, where=self._where, max_time_ns=_I64_MAX,
@@ -213,7 +217,8 @@ class PcapngWriter(_RecordWriter):
                 raise EncodeError(f"{self._where}: interface: got values outside 0..{nif - 1} "
                                   f"or shape {iface.shape}, expected ({n},)")
             snap, erf = self._snap[iface], self._erf[iface]
-        caplen = np.minimum(fb, snap)
+        caplen = np.minimum(fb, snap) if caplen is None else \
+            check_caplen(caplen, fb, snap, self._where)
         data_len = caplen + erf
         padded = pad4(data_len)
         blen = padded + _EPB_FIXED

@@ -26,7 +26,7 @@ from tokenpcap.pcap.formats import (
     ERF_FLAG_VLEN, ERF_RECORD, ERF_TYPE_INFINIBAND, MAX_SNAPLEN, PCAP_FILE_HEADER, PCAP_MAGIC_NSEC,
     PCAP_MAGIC_USEC, PCAP_RECORD, stacked_dtype)
 from tokenpcap.pcap.gather import gather_holes, iovecs
-from tokenpcap.pcap.output import LINKS, AtomicOutput, Scratch, check_batch, scatter
+from tokenpcap.pcap.output import LINKS, AtomicOutput, Scratch, check_batch, check_caplen, scatter
 from tokenpcap.pcap.timestamps import NS, ns_to_erf, split_ns
 
 __all__ = ["PcapWriter", "ErfWriter", "Fill", "check_link", "check_snaplen"]
@@ -164,21 +164,28 @@ class PcapWriter(_RecordWriter):
 
     def write_batch(self, time_ns: np.ndarray, frame_bytes: np.ndarray, fill: Fill,
                     interface: np.ndarray | int = 0,
-                    comments: Sequence[str] | None = None) -> None:
+                    comments: Sequence[str] | None = None,
+                    caplen: np.ndarray | None = None) -> None:
         """Append n records. ``interface`` goes into the ERF flags (bits 0-1) for InfiniBand and
         is otherwise not representable in classic pcap; ``comments`` are ignored (pcap has none).
+        ``caplen`` int64 (n,): bytes kept per record (a copy of a capture cut shorter than its
+        snaplen); None keeps ``min(frame_bytes, snaplen)``.
 
         Raises:
             EncodeError: bad arrays, a time outside 0 .. 2**32 s, a frame longer than 65519
-                bytes for ERF or 2**32-1 otherwise.
+                bytes for ERF or 2**32-1 otherwise, a ``caplen`` above the frame or the snaplen.
             OutputError: the write failed (the temporary file is removed).
         """
         t, fb = check_batch(time_ns, frame_bytes, where=self._where, max_time_ns=_MAX_U32_NS,
                             max_frame=_ERF_MAX_FRAME if self.erf else 0xFFFFFFFF)
         if t.size == 0:
             return
-        self._uniform = int(fb.min()) >= self.snaplen
-        caplen = np.full(t.size, self.snaplen) if self._uniform else np.minimum(fb, self.snaplen)
+        if caplen is not None:
+            caplen = check_caplen(caplen, fb, self.snaplen, self._where)
+            self._uniform = bool((caplen == self.snaplen).all())
+        else:
+            self._uniform = int(fb.min()) >= self.snaplen
+            caplen = np.full(t.size, self.snaplen) if self._uniform else np.minimum(fb, self.snaplen)
         h = np.empty(t.size, self._dtype)
         sec, frac = split_ns(t, self._frac)
         if int(sec.max()) > 0xFFFFFFFF:
