@@ -98,3 +98,31 @@ def test_plot_and_export_refuse_gpt3_175b_at_once(tmp_path):
                  ["export", g3, "--to", "csv", "-o", str(tmp_path / "m.csv")]):
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 1 and "too large for the packet simulator" in r.output
+
+
+def test_plot_and_export_create_their_output_directories(tmp_path, scen):
+    """Acceptance 2, finding 4: ``plot X -o pics`` (the README's command) and ``export -o
+    a/b/x.csv`` create the missing directories, parents too, as ``generate -o`` does."""
+    r = CliRunner().invoke(main, ["plot", str(scen), "-o", str(tmp_path / "p" / "pics"),
+                                  "--scale", "8"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "p" / "pics" / "cross-timeline.png").stat().st_size > 0
+    r = CliRunner().invoke(main, ["export", str(scen), "--to", "hpcc", "-o",
+                                  str(tmp_path / "x" / "y" / "cross.hpcc"), "--scale", "8"])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (tmp_path / "x" / "y").iterdir()) == \
+        ["cross-topology.txt", "cross.hpcc"]
+
+
+def test_a_file_in_the_output_path_is_named_a_file(tmp_path, scen):
+    """A regular file where a directory must be: one line saying "got a file", not "missing";
+    a refused plot/export leaves no directory behind."""
+    (tmp_path / "afile").write_text("")
+    for args in (["plot", str(scen), "-o", str(tmp_path / "afile" / "pics")],
+                 ["export", str(scen), "--to", "csv", "-o", str(tmp_path / "afile" / "x.csv")]):
+        r = CliRunner().invoke(main, args + ["--scale", "8"])
+        assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
+        assert f"got a file ({tmp_path / 'afile'})" in r.output and "missing" not in r.output
+    r = CliRunner().invoke(main, ["plot", str(tmp_path / "nosuch.yaml"), "-o",
+                                  str(tmp_path / "new" / "pics")])
+    assert r.exit_code != 0 and not (tmp_path / "new").exists()

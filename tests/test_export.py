@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokenpcap.errors import InputError
+from tokenpcap.errors import InputError, OutputError
 from tokenpcap.export import (TABLE_COLUMNS, export_scenario, schedule_scenario, write_chrome,
                               write_hpcc, write_table)
 
@@ -95,8 +95,9 @@ def test_export_cli_and_errors(tmp_path):
                                   str(tmp_path / "d.csv"), "--scale", "64"])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "d.csv").read_text().startswith("msg_id,start_ns")
-    with pytest.raises(InputError, match="directory"):
-        export_scenario(DANTE, "csv", tmp_path / "nope" / "x.csv")
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(OutputError, match="output directory: got a file"):
+        export_scenario(DANTE, "csv", tmp_path / "afile" / "x.csv")
     with pytest.raises(InputError, match="expected one of"):
         export_scenario(DANTE, "xml", tmp_path / "x.xml")
     r = CliRunner().invoke(main, ["export", str(DANTE), "--to", "csv", "-o", str(tmp_path / "y"),

@@ -85,7 +85,8 @@ def test_scenario_timeline_and_cli(tmp_path):
     assert r.exit_code == 0, r.output
     for name in ("dante-timeline.png", "dante-message-sizes.png"):
         assert (tmp_path / name).read_bytes()[:8] == PNG
+    (tmp_path / "afile").write_text("")
     r = CliRunner().invoke(main, ["plot", str(ROOT / "profiles/scenarios/dante.yaml"), "-o",
-                                  str(tmp_path / "missing")])
-    assert r.exit_code == 1 and "output directory" in r.output
+                                  str(tmp_path / "afile" / "pics")])
+    assert r.exit_code == 1 and "output directory: got a file" in r.output
     assert np.__version__

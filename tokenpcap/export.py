@@ -239,18 +239,20 @@ def export_scenario(scenario: str | os.PathLike, to: str, out: str | os.PathLike
     """Schedule ``scenario`` and write it in format ``to`` (:data:`FORMATS`) at ``out``.
 
     Raises:
-        InputError: an unknown format or a missing output directory; as
-            :func:`schedule_scenario` otherwise.
+        InputError: an unknown format. OutputError: the directory of ``out`` (created with its
+            parents; removed again if nothing is written) cannot be made: a path component is a
+            file, or the file system refuses. As :func:`schedule_scenario` otherwise.
     """
+    from tokenpcap.pcap.output import make_directory
+
     if to not in FORMATS:
         raise InputError(f"export --to: got {to!r}, expected one of {', '.join(FORMATS)}")
     out = Path(out)
-    if not out.parent.is_dir():
-        raise InputError(f"{out}: directory got missing, expected an existing directory")
-    s, _, sched = schedule_scenario(scenario, scale=scale, iterations=iterations)
-    m = sched.messages
-    if to == "hpcc":
-        return list(write_hpcc(m, s.cluster, out))
-    if to == "chrome":
-        return [write_chrome(sched.timeline, m, out)]
-    return [write_table(m, out, to)]
+    with make_directory(out.parent):
+        s, _, sched = schedule_scenario(scenario, scale=scale, iterations=iterations)
+        m = sched.messages
+        if to == "hpcc":
+            return list(write_hpcc(m, s.cluster, out))
+        if to == "chrome":
+            return [write_chrome(sched.timeline, m, out)]
+        return [write_table(m, out, to)]

@@ -316,11 +316,18 @@ def plot_all(source: str | os.PathLike, outdir: str | os.PathLike, *, scale: int
     timeline + message sizes (by running the schedule). Returns the PNG paths.
 
     Raises:
-        InputError: the output directory is missing; CaptureError/ProfileError from the input.
+        OutputError: ``outdir`` (created with its parents, like ``generate -o``; removed again
+            if nothing is drawn) cannot be made: a path component is a file, or the file
+            system refuses. CaptureError/ProfileError from the input.
     """
-    outdir = Path(outdir)
-    if not outdir.is_dir():
-        raise InputError(f"{outdir}: output directory: got missing, expected an existing directory")
+    from tokenpcap.pcap.output import make_directory
+
+    with make_directory(outdir) as outdir:
+        return _plot_all(source, outdir, scale=scale, iterations=iterations, ranks=ranks)
+
+
+def _plot_all(source, outdir: Path, *, scale: int, iterations: int,
+              ranks: list[int] | None) -> list[Path]:
     src = Path(source)
     if src.suffix in (".yaml", ".yml"):
         from tokenpcap.plan import build_plan

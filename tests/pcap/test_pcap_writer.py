@@ -177,8 +177,11 @@ def test_write_error_becomes_output_error_and_removes_temp(tmp_path, monkeypatch
 
 
 def test_output_errors_name_the_path(tmp_path):
-    with pytest.raises(OutputError, match="directory got missing"):
+    with pytest.raises(OutputError, match=r"got a missing directory \(.*nope\), expected an "):
         PcapWriter(tmp_path / "nope" / "x.pcap")
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(OutputError, match=r"output directory: got a file \(.*afile\), expected"):
+        PcapWriter(tmp_path / "afile" / "sub" / "x.pcap")
     (tmp_path / "x.pcap").write_bytes(b"")
     with pytest.raises(OutputError, match="existing file"):
         PcapWriter(tmp_path / "x.pcap", overwrite=False)

@@ -14,7 +14,8 @@ from tokenpcap.export import FORMATS
               help="hpcc (ns-3 flow + topology files), csv/parquet (message table), chrome "
                    "(Trace Event JSON for Perfetto / about://tracing).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=str),
-              help="Output file (HPCC also writes <stem>-topology.txt beside it).")
+              help="Output file, its directory created (HPCC also writes <stem>-topology.txt "
+                   "beside it).")
 @click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
               help="Divide message sizes and compute time by this.")
 @click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True)

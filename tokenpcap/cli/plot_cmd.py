@@ -10,7 +10,8 @@ from tokenpcap.cli.common import library_errors
 @main.command("plot")
 @click.argument("source", type=click.Path(dir_okay=False, path_type=str))
 @click.option("-o", "--outdir", default=".", show_default=True,
-              type=click.Path(file_okay=False, path_type=str), help="Directory for the PNGs.")
+              type=click.Path(file_okay=False, path_type=str),
+              help="Directory for the PNGs (created, with its parents).")
 @click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
               help="Scenario only: divide message sizes and compute time by this.")
 @click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True,

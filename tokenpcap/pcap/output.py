@@ -11,8 +11,10 @@
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,7 +23,8 @@ import numpy as np
 from tokenpcap.errors import EncodeError, OutputError
 from tokenpcap.pcap.gather import writev_all
 
-__all__ = ["AtomicOutput", "Scratch", "scatter", "check_batch", "check_caplen", "LINKS"]
+__all__ = ["AtomicOutput", "Scratch", "scatter", "check_batch", "check_caplen", "LINKS",
+           "make_directory", "not_a_directory"]
 
 #: frame kinds a writer accepts: name -> file link type. Native InfiniBand goes into ERF (197):
 #: TShark refuses classic pcap with linktype 247 (case C13).
@@ -35,6 +38,55 @@ def _read_umask() -> int:
 
 
 _UMASK = _read_umask()       # read once at import: os.umask is process-wide, not thread-safe
+
+
+def not_a_directory(path: str | os.PathLike) -> str:
+    """Why directory ``path`` cannot be written into, as "got ...": ``got a file (<path>)`` when
+    ``path`` or an ancestor is not a directory, otherwise ``got a missing directory (<path>)``."""
+    q = Path(path)
+    while not q.exists() and q != q.parent:
+        q = q.parent
+    if q.exists() and not q.is_dir():
+        return f"got a file ({q})"
+    return f"got a missing directory ({path})"
+
+
+@contextlib.contextmanager
+def make_directory(path: str | os.PathLike) -> Iterator[Path]:
+    """Create directory ``path`` and its missing parents (``mkdir -p``) for the ``with`` block;
+    if the block raises, the directories made here are removed again while still empty.
+
+    Raises:
+        OutputError: ``path`` or an ancestor is a file ("got a file"), or the file system refuses
+            to create it (read-only, no permission), naming the path and the OS error.
+    """
+    p = Path(path)
+    made: list[Path] = []
+    q = p
+    while not q.exists() and q != q.parent:
+        made.append(q)
+        q = q.parent
+    if not q.is_dir():
+        raise OutputError(f"{p}: output directory: got a file ({q}), expected a directory")
+    try:
+        for d in reversed(made):
+            d.mkdir()
+    except OSError as err:
+        _remove_empty(made)
+        raise OutputError(f"{p}: output directory: cannot create it: {err.strerror}") from None
+    try:
+        yield p
+    except BaseException:
+        _remove_empty(made)
+        raise
+
+
+def _remove_empty(dirs: list[Path]) -> None:
+    for d in dirs:                       # deepest first
+        try:
+            d.rmdir()
+        except OSError:
+            return
 
 
 class AtomicOutput:
@@ -54,7 +106,8 @@ class AtomicOutput:
         self.path = Path(path)
         parent = self.path.parent
         if not parent.is_dir():
-            raise OutputError(f"{self.path}: directory got missing, expected an existing directory")
+            raise OutputError(f"{self.path}: output directory: {not_a_directory(parent)}, "
+                              "expected an existing directory")
         if self.path.is_dir():
             raise OutputError(f"{self.path}: got a directory, expected a file path")
         if not overwrite and self.path.exists():
