@@ -81,9 +81,27 @@ def test_against_the_plan(dante_pp):
 
 
 def test_against_another_scenario_differs(dante_pp):
+    """Acceptance 2, finding 10: the capture's provenance names another scenario: that is the
+    first line of the --against block and the start of the failing check; the check counts the
+    differing cells out of the compared ones and the unplanned addresses apart."""
+    import re
     other = ROOT / "profiles" / "scenarios" / "gpt2-all-cross.yaml"
     r = run("inspect", dante_pp, "--against", other, "--strict")
-    assert r.exit_code == 1 and "differences with the plan" in r.output
+    assert r.exit_code == 1
+    lines = r.output.splitlines()
+    head = next(i for i, x in enumerate(lines) if x.startswith("Against the plan of"))
+    mismatch = "the capture was made from scenario 'dante', not 'gpt2-all-cross'"
+    assert lines[head + 1].startswith(f"  MISMATCH:      {mismatch}")
+    fail = next(x for x in lines if x.startswith("  FAIL against: "))
+    assert fail.startswith(f"  FAIL against: {mismatch}")
+    j = json.loads(run("inspect", dante_pp, "--against", other, "--json").output)["against"]
+    cells = [d for d in j["differences"] if d["what"] in ("nic", "nic/phase")]
+    addresses = [d for d in j["differences"] if d["what"] not in ("nic", "nic/phase")]
+    assert len(cells) <= j["compared"] and j["note"].startswith(mismatch)
+    m = re.search(r"(\d+) of (\d+) compared cells differ from the plan", fail)
+    assert m and (int(m[1]), int(m[2])) == (len(cells), j["compared"])
+    assert (f"{len(addresses)} capture addresses have no NIC in the plan" in fail) == \
+        bool(addresses)
 
 
 def test_against_the_plan_per_nic(tmp_path):

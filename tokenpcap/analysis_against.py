@@ -173,7 +173,10 @@ def compare_with_plan(rep: Report, scenario_path: str, *, scale: int | None = No
         bounds only), "compared" (int), "cells": [{nic, phase, capture_bytes, plan_bytes}],
         "phases": [{name, capture_bytes, plan_bytes}], "nics": [{nic, capture_bytes,
         plan_bytes}], "control_bytes", "differences": [{what, key, capture_bytes, plan_bytes}],
-        "not_compared": [str], "note"}``; ``phase`` is None in ``nic`` mode.
+        "not_compared": [str], "note", "mismatch"}``; ``phase`` is None in ``nic`` mode;
+        ``differences`` holds one entry per compared cell that differs, then one per capture
+        address the plan has no NIC for (``what`` "address"); ``mismatch`` (str or None) says
+        that the provenance comment names another scenario, first in ``note``.
 
     Raises:
         ProfileError, InfeasiblePlanError: the scenario cannot be loaded or planned.
@@ -196,8 +199,11 @@ def compare_with_plan(rep: Report, scenario_path: str, *, scale: int | None = No
     cells, plain, control, unknown = _split_capture(rep, index, labels,
                                                     CTS_BYTES if cts else None)
     notes, not_compared = [], []
-    if prov and prov["scenario"] != scenario.name:
-        notes.append(f"the capture was made from scenario {prov['scenario']!r}")
+    made_from = {p["scenario"] for p in provs} - {scenario.name}
+    mismatch = None
+    if made_from:                      # the first thing to say: nothing below can agree
+        mismatch = (f"the capture was made from scenario {', '.join(map(repr, sorted(made_from)))}"
+                    f", not {scenario.name!r} (its provenance comment)")
     why = []
     if any(p["time_window"] is not None for p in provs):
         why.append("its provenance names a time window")
@@ -232,12 +238,14 @@ def compare_with_plan(rep: Report, scenario_path: str, *, scale: int | None = No
     nic_cover -= claimed
     gone = ({x for _, x in extent} - seen_labels) if labelled and not bound else set()
     extent = {(g, x) for g, x in extent if g not in claimed and x not in gone}
-    if claimed or gone:
-        what = ([f"NICs {_ranges(sorted(claimed))}"] if claimed else []) + \
-            ([f"phases {sorted(gone)}"] if gone else [])
-        not_compared.append(f"{' and '.join(what)}: named by the provenance comment but "
-                            "absent from the capture (a file left out, or filtered after "
-                            "tokenpcap wrote it)")
+    named = any(p["phases"] is not None for p in provs)    # else the plan's phases, all
+    for what, by in ((f"NICs {_ranges(sorted(claimed))}" if claimed else None,
+                      "named by the provenance comment"),
+                     (f"phases {sorted(gone)}" if gone else None,
+                      "named by the provenance comment" if named else "in the plan")):
+        if what:
+            not_compared.append(f"{what}: {by} but absent from the capture (a file left out, "
+                                "or filtered after tokenpcap wrote it)")
     col = {x: j for j, x in enumerate(labels)}
     out_cells, diffs = [], []
 
@@ -318,10 +326,12 @@ def compare_with_plan(rep: Report, scenario_path: str, *, scale: int | None = No
         e["plan_bytes"] += c["plan_bytes"]
     rep.against = {
         "scenario": str(scenario_path), "scale": scale, "iterations": n_iter, "source": source,
-        "mode": mode, "bound": bound, "compared": len(out_cells), "cells": out_cells,
+        "mismatch": mismatch, "mode": mode, "bound": bound, "compared": len(out_cells),
+        "cells": out_cells,
         "phases": phases, "nics": sorted(nics.values(), key=lambda e: e["nic"]),
         "control_bytes": sum(control.values()), "differences": diffs,
-        "not_compared": not_compared, "note": "; ".join(notes + not_compared) or None}
+        "not_compared": not_compared,
+        "note": "; ".join(([mismatch] if mismatch else []) + notes + not_compared) or None}
     return rep.against
 
 

@@ -59,6 +59,8 @@ def _against(a: dict) -> list[str]:
     it = a["iterations"]
     lines = [f"Against the plan of {a['scenario']} (scale {a['scale']}, {it} iteration"
              f"{'s' if it != 1 else ''}{'; ' + a['source'] if a.get('source') else ''}):"]
+    if a.get("mismatch"):
+        lines.append(f"  MISMATCH:      {a['mismatch']}: the differences below follow from it")
     unit = "(NIC, phase) cells" if a["mode"] == "nic_phase" else "NICs (total per NIC)"
     how = "as upper bounds" if a["bound"] else "exactly"
     lines.append(f"  compared:      {a['compared']:,} {unit}, {how}" if a["compared"] else
@@ -68,7 +70,7 @@ def _against(a: dict) -> list[str]:
                      "traffic (clear-to-send)")
     lines += [f"  not compared:  {x}" for x in a.get("not_compared", [])]
     notes = [x for x in (a.get("note") or "").split("; ") if x and x not in
-             a.get("not_compared", [])]
+             a.get("not_compared", []) + [a.get("mismatch")]]
     lines += [f"  note:          {x}" for x in notes]
     diffs = a["differences"]
     lines += [f"  {d['what']} {d['key']}: capture {d['capture_bytes']:,} B, plan "

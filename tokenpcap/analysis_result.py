@@ -131,10 +131,8 @@ class Report:
         ]
         if self.against is not None:
             a = self.against
-            n, diffs = a.get("compared", 0), len(a["differences"])
-            out.append({"name": "against", "ok": n > 0 and not diffs,
-                        "detail": f"{diffs} differences with the plan in {n} compared" if n
-                        else "nothing comparable with the plan"})
+            out.append({"name": "against", "ok": a.get("compared", 0) > 0 and not a["differences"],
+                         "detail": against_detail(a)})
         return out
 
     @property
@@ -158,3 +156,17 @@ class Report:
         }
 
 
+def against_detail(a: dict) -> str:
+    """The ``against`` check's one line: a scenario mismatch first, then the differing cells out
+    of those compared, then the capture addresses the plan has no NIC for (counted apart: they
+    are not among the compared)."""
+    n = a.get("compared", 0)
+    cell = sum(d["what"] in ("nic", "nic/phase") for d in a["differences"])
+    extra = len(a["differences"]) - cell
+    unit = "cells" if a.get("mode") == "nic_phase" else "NICs"
+    parts = [a["mismatch"]] if a.get("mismatch") else []
+    parts.append(f"{cell} of {n} compared {unit} differ from the plan" if n
+                 else "nothing comparable with the plan")
+    if extra:
+        parts.append(f"{extra} capture addresses have no NIC in the plan")
+    return "; ".join(parts)
