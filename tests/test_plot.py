@@ -66,6 +66,30 @@ def test_pngs(tmp_path, trace):
     assert [f.name for f in files] == ["t-throughput.png", "t-sizes.png"]
 
 
+def test_throughput_legend_covers_no_panel(tmp_path, trace, monkeypatch):
+    """Acceptance 2, finding 12: the phase legend sits outside every panel (its drawn box meets
+    no axes' box) and inside the figure (not cut off)."""
+    import tokenpcap.plot as plot
+    seen = []
+    real = plot._save
+
+    def keep(fig, out):
+        fig.tight_layout()
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+        seen.append(([lg.get_window_extent(r) for lg in legends],
+                     [ax.get_window_extent(r) for ax in fig.axes], fig.bbox))
+        return real(fig, out)
+    monkeypatch.setattr(plot, "_save", keep)
+    plot_throughput(capture_series(trace[0]), tmp_path / "a.png")
+    (legends, panels, page), = seen
+    assert legends
+    for box in legends:
+        assert not any(box.overlaps(p) for p in panels)
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 <= box.y1 <= page.y1
+
+
 def test_no_rdma_is_an_error(tmp_path):
     from scapy.layers.inet import IP, TCP
     from scapy.layers.l2 import Ether

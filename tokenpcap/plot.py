@@ -143,6 +143,17 @@ def plot_throughput(series: dict, out: str | os.PathLike, *, title: str = "") ->
 
     Raises:
         InputError: the capture has no RDMA packets to plot.
+        OutputError: the PNG cannot be written.
+    """
+    return _save(throughput_figure(series, title=title), out)
+
+
+def throughput_figure(series: dict, *, title: str = ""):
+    """The figure of :func:`plot_throughput`, laid out (``tight_layout``), not saved. The
+    phase legend sits outside the panels, right of the top one, so it never covers a bar.
+
+    Raises:
+        InputError: the capture has no RDMA packets to plot.
     """
     plt = _pyplot()
     thr, names = series["throughput"], series["nics"]
@@ -166,11 +177,13 @@ def plot_throughput(series: dict, out: str | os.PathLike, *, title: str = "") ->
         ax.set_ylabel("Gb/s")
         ax.set_title(f"NIC {names[n]}", fontsize=9, loc="left")
         ax.grid(alpha=0.3)
-    axes[0, 0].legend(loc="upper right", fontsize=7, ncol=min(3, len(used)))
+    axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7,
+                      title="phase", title_fontsize=7)
     axes[-1, 0].set_xlabel(f"time since first packet ({unit}); bins of {width:,} ns")
     some = f" ({len(shown)} of {len(present)} NICs)" if len(shown) < len(present) else ""
     fig.suptitle((title or "Layer-2 throughput per sending NIC, stacked by phase") + some)
-    return _save(fig, out)
+    fig.tight_layout()
+    return fig
 
 
 def _address_key(text: str) -> tuple:
