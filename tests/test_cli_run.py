@@ -154,7 +154,7 @@ def test_unwritable_outputs_are_one_line_errors(tmp_path, monkeypatch):
     afile.write_text("x")
     r = CliRunner().invoke(main, ["generate", str(path), "-o", str(afile / "sub"), "--jobs", "1"])
     assert r.exit_code == 1 and r.output.startswith("error: ") and r.output.count("\n") == 1
-    assert f"{afile} got a file, expected a directory" in r.output
+    assert f"got a file ({afile}), expected a directory" in r.output
 
     def refuse(self, *a, **k):
         raise OSError(errno.EROFS, "Read-only file system", str(self))

@@ -13,7 +13,8 @@ import click
 
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
-from tokenpcap.errors import InputError, OutputError
+from tokenpcap.errors import InputError
+from tokenpcap.pcap.output import make_directory
 from tokenpcap.generate import (FORMATS, SPLITS, GenerateOptions, GenerateResult, Selection,
                                 generate, parse_index_set, parse_iterations, parse_window)
 from tokenpcap.profiles import Scenario, load_scenario
@@ -50,44 +51,8 @@ def terminate_like_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-@contextlib.contextmanager
-def output_directory(path: str | os.PathLike) -> Iterator[Path]:
-    """Create the output directory ``path`` (and missing parents) for the block; if the block
-    fails, the directories created here are removed again when still empty (a refused run leaves
-    nothing behind).
-
-    Raises:
-        OutputError: ``path`` or an ancestor is a file, or the file system refuses to create it
-            (read-only, no permission), naming the path and the OS error.
-    """
-    p = Path(path)
-    made: list[Path] = []
-    q = p
-    while not q.exists() and q != q.parent:
-        made.append(q)
-        q = q.parent
-    if not q.is_dir():
-        raise OutputError(f"{p}: output directory: {q} got a file, expected a directory")
-    try:
-        for d in reversed(made):
-            d.mkdir()
-    except OSError as err:
-        _remove_empty(made)
-        raise OutputError(f"{p}: output directory: cannot create it: {err.strerror}") from None
-    try:
-        yield p
-    except BaseException:
-        _remove_empty(made)
-        raise
-
-
-def _remove_empty(dirs: list[Path]) -> None:
-    """Remove the directories of ``dirs`` (deepest first) that exist and are empty."""
-    for d in dirs:
-        try:
-            d.rmdir()
-        except OSError:
-            return
+#: Create the output directory (and missing parents) for a run; removed again if the run fails.
+output_directory = make_directory
 
 
 def default_jobs() -> int:
