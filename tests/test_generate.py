@@ -413,3 +413,34 @@ def test_several_iterations_same_bytes_as_keeping_every_message_and_call(cross, 
     assert all(a.read_bytes() == b.read_bytes()
                for (a, _, _), (b, _, _) in zip(full.files, lean["all"].files))
     assert full.expected_bytes == lean["all"].expected_bytes
+
+
+def test_the_shared_writer_budget_changes_no_byte_and_bounds_what_is_held(cross, monkeypatch):
+    """All files of a writer process share generate_output.BUDGET_BYTES (the file holding most
+    is written out first) and free their batch buffers between batches: with a 1 MiB budget
+    (the cross scenario's files hold 2.4 MB together without it) the files are byte for byte
+    those of the default, and what the sinks hold together never exceeds the budget by more
+    than one batch."""
+    from tokenpcap import generate_output
+
+    path, tmp = cross
+    s = load_scenario(path)
+    ref_dir = tmp / "budget-ref"
+    ref_dir.mkdir()
+    ref = generate(s, GenerateOptions(out_dir=ref_dir, jobs=1))
+    held_max, batch_max = [0], [0]
+    add = generate_output.Sink.add
+
+    def watch(self, packets, labels, codes):  # type: ignore[no-untyped-def]
+        batch_max[0] = max(batch_max[0], int(self._held_bytes(packets).sum()))
+        add(self, packets, labels, codes)
+        held_max[0] = max(held_max[0], sum(k.rows for k in self.pool))
+
+    monkeypatch.setattr(generate_output, "BUDGET_BYTES", 1 << 20)
+    monkeypatch.setattr(generate_output.Sink, "add", watch)
+    out = tmp / "budget-small"
+    out.mkdir()
+    small = generate(s, GenerateOptions(out_dir=out, jobs=1))
+    assert len(small.files) == len(ref.files) > 1
+    assert all(a.read_bytes() == b.read_bytes() for (a, _, _), (b, _, _) in zip(ref.files, small.files))
+    assert 0 < held_max[0] <= (1 << 20) + batch_max[0], (held_max, batch_max)

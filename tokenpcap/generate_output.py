@@ -36,7 +36,8 @@ from tokenpcap.wire.gather import BatchFill
 
 __all__ = ["LABELS", "label_codes", "comment_text", "FileSpec", "WriterConfig", "interfaces",
            "Sink", "Dispatcher",
-           "KC_DATA", "KC_CTS", "KC_ACK", "FLUSH_BYTES"]
+           "KC_DATA", "KC_CTS", "KC_ACK", "FLUSH_BYTES",
+           "BUDGET_BYTES"]
 
 #: Every phase label, indexed by ``(dim * len(PHASES) + phase) * len(COLLECTIVES) + collective``.
 LABELS: tuple[str, ...] = tuple(phase_label(d, p, c) for d in range(len(DIMS))
@@ -52,6 +53,14 @@ _PREFIX = ("", "cts ", "ack ")
 #: frames/s of CPU, 32 000-row ones at 0.36 M). Full frames get ~50 000 rows per batch,
 #: headers-only output (``--snaplen 64``) ~50 000 as well.
 FLUSH_BYTES = 8 << 20
+#: Held bytes of all the files one process writes, together: when a new batch takes the total
+#: above this, the file holding most is written out first. Without it every file kept up to
+#: FLUSH_BYTES, so memory grew with the number of files and, as their buffers filled over
+#: the first iterations, with the length of the run (Dante's 32 files: 429 -> 598 MB peak RSS
+#: from 4 to 16 iterations). With it a process holds at most this much, however many files and
+#: iterations; the largest buffer is still ~budget / files or more, so batches stay thousands
+#: of rows long.
+BUDGET_BYTES = 32 << 20
 _RECORD_OVERHEAD_BYTES = 16
 
 
@@ -115,8 +124,10 @@ class Sink:
         OutputError, EncodeError: from the writer or the frame builder.
     """
 
-    def __init__(self, spec: FileSpec, cfg: WriterConfig, builder: FrameBuilder):
+    def __init__(self, spec: FileSpec, cfg: WriterConfig, builder: FrameBuilder,
+                 pool: list[Sink] | None = None):
         self.spec, self.builder = spec, builder
+        self.pool = pool if pool is not None else [self]     # the files sharing BUDGET_BYTES
         c = cfg.cluster
         link = "infiniband" if c.transport == "infiniband" else "ethernet"
         self.pcapng = cfg.fmt == "pcapng"
@@ -148,6 +159,8 @@ class Sink:
         self.rows += int(held.sum())
         if self.rows >= FLUSH_BYTES:
             self.flush()
+        elif sum(k.rows for k in self.pool) > BUDGET_BYTES:
+            max(self.pool, key=lambda k: k.rows).flush()
 
     def flush(self) -> None:
         """Build and write everything buffered, in batches of about FLUSH_BYTES held bytes."""
@@ -168,6 +181,8 @@ class Sink:
         for a, b in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(pk)]]).tolist()):
             if b > a:
                 self._write(pk[a:b], fb[a:b], labels, None if codes is None else codes[a:b])
+        if len(self.pool) > 1:
+            self.w.release_buffers()     # idle buffers of many files would add up (BUDGET_BYTES)
 
     def _write(self, pk: np.ndarray, fb: np.ndarray, labels, codes) -> None:
         # a gather fill: the writers take full payloads from the builder's pattern with writev
@@ -189,7 +204,7 @@ def _open(specs: list[FileSpec], cfg: WriterConfig) -> list[Sink]:
     sinks: list[Sink] = []
     try:
         for s in specs:
-            sinks.append(Sink(s, cfg, builder))
+            sinks.append(Sink(s, cfg, builder, sinks))
     except BaseException:
         for s in sinks:
             s.abort()

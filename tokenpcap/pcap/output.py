@@ -246,6 +246,11 @@ class Scratch:
             self._bufs[self._i] = buf
         return buf[:nbytes]
 
+    def release(self) -> None:
+        """Drop both buffers (one may still be in flight: its write holds it until done). For a
+        process writing many files in turn, where idle buffers per file would add up."""
+        self._bufs = [np.empty(0, np.uint8), np.empty(0, np.uint8)]
+
 
 def scatter(out: np.ndarray, positions: np.ndarray, records: np.ndarray, stride: int = 1,
             step: int | None = None) -> None:

@@ -74,6 +74,11 @@ class _RecordWriter:
         """Bytes handed to the file so far, headers included."""
         return self._out.bytes_written
 
+    def release_buffers(self) -> None:
+        """Free the batch buffers kept for reuse (:meth:`Scratch.release`); the next batch
+        allocates them again. Raises nothing."""
+        self._scratch.release()
+
     def close(self) -> None:
         """Finish and rename the file into place (idempotent). Raises: OutputError."""
         self._out.close()
