@@ -2,8 +2,9 @@
 
 The discrete-event schedule (:mod:`tokenpcap.schedule` on :mod:`tokenpcap.nic`) spends Python
 time per *event* — per collective call, per RDMA message (each data message plus its
-clear-to-send write), per NVLink copy — and keeps per-message state (the engine's message table,
-the size prediction) for the whole run; packets are streamed in numpy chunks with flat memory.
+clear-to-send write), per NVLink copy — and, in ``generate``, keeps per-message and per-call state
+only for the iterations in progress (docs/generate.md, "Memory"); packets are streamed in numpy
+chunks with flat memory.
 So the work that can make a run impossible is counted in calls, messages and NVLink copies, all
 known from the plan before anything runs:
 
@@ -23,11 +24,12 @@ and arbiter events), and peaks at 205 MB for one iteration, 332 MB for four (≈
 message, all state included: the engine's table of 159 B per message, the size prediction,
 calls and programs). Dante (3.3 k messages, 52 k NVLink copies, 330 k packets) takes about
 2 s to schedule. The limits below keep a run under ≈ 2 GB of simulator state and about 25
-minutes of simulation on such a machine; beyond them :func:`check_work` refuses with
+minutes of simulation on such a machine (the memory now applies per iteration in progress; the
+limit on messages is kept for the time); beyond them :func:`check_work` refuses with
 :class:`~tokenpcap.errors.InfeasiblePlanError` before anything is simulated or written.
 ``--scale`` shrinks messages (down to one per channel and hop) but not the number of calls, so
-a plan like GPT-3 175B on 1024 GPUs (1.08 M calls and ≥ 17 M messages per iteration at any
-scale) stays plan-only.
+a plan like GPT-3 175B on 1024 GPUs (1.08 M calls and 84 M messages per iteration unscaled,
+still 34 M at ``--scale 100000``) stays plan-only.
 """
 from __future__ import annotations
 
@@ -65,8 +67,10 @@ class Work:
 
     @property
     def memory_bytes(self) -> int:
-        """Simulator state held until the run ends (estimate, bytes)."""
-        return self.messages * MESSAGE_STATE_BYTES + self.calls * CALL_STATE_BYTES
+        """Simulator state of one iteration, what ``generate`` holds at a time (estimate,
+        bytes; the schedule drops an iteration's calls and messages once it is over)."""
+        n = max(1, self.iterations)
+        return (self.messages * MESSAGE_STATE_BYTES + self.calls * CALL_STATE_BYTES) // n
 
     @property
     def seconds(self) -> float:
@@ -152,7 +156,7 @@ def check_work(plan, iterations: int) -> Work:  # type: ignore[no-untyped-def]
         raise InfeasiblePlanError(
             f"{name}: too large for the packet simulator: {quick.messages:,} RDMA messages"
             f"{scale}{its} (limit {MAX_MESSAGES:,}, about {quick.memory_bytes / 1e9:,.1f} GB "
-            f"of simulator state); {hint}")
+            f"of simulator state{' per iteration' if iterations > 1 else ''}); {hint}")
     work = estimate_work(plan, iterations)
     if work.nvlink_copies > MAX_NVLINK_COPIES:
         raise InfeasiblePlanError(
