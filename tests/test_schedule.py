@@ -203,6 +203,19 @@ def test_nvlink_copies_stay_off_the_nics(tmp_path):
             + NVLINK_LATENCY_NS).all()
 
 
+
+def assert_data_bytes_equal_the_plan(m: np.ndarray, plan) -> None:  # type: ignore[no-untyped-def]
+    """Data message bytes per phase label and per sending NIC equal the plan's NIC bytes."""
+    d = m[m["kind"] == KIND_DATA]
+    got = defaultdict(int)
+    for row in d:
+        got[phase_label(int(row["dim"]), int(row["phase"]), int(row["collective"]))] += int(row["size_bytes"])
+    assert dict(got) == {r.name: r.nic_bytes for r in plan.rows if r.nic_bytes}
+    want = plan.nic_bytes_per_nic()
+    per_nic = np.bincount(d["src_nic"], weights=d["size_bytes"], minlength=want.size).astype(np.int64)
+    assert (per_nic == want).all()
+
+
 # ------------------------------------------------------------------ bytes
 
 
@@ -212,13 +225,7 @@ def test_message_bytes_equal_the_plan_per_phase_and_nic(tmp_path, name, dp, tp, 
     sched, tx = run(path)
     plan = sched.plan
     m = sched.messages
-    d = m[m["kind"] == KIND_DATA]
-    got = defaultdict(int)
-    for row in d:
-        got[phase_label(int(row["dim"]), int(row["phase"]), int(row["collective"]))] += int(row["size_bytes"])
-    assert dict(got) == {r.name: r.nic_bytes for r in plan.rows if r.nic_bytes}
-    per_nic = np.bincount(d["src_nic"], weights=d["size_bytes"], minlength=8).astype(np.int64)
-    assert (per_nic == plan.nic_bytes_per_nic()).all()
+    assert_data_bytes_equal_the_plan(m, plan)
     # and what the NICs actually sent (data packets of the engine) adds up to the same
     assert (m["arrival_ns"] >= 0).all()
 
@@ -311,13 +318,7 @@ def test_the_schedule_takes_the_plans_scale_and_never_scales_twice(tmp_path):
     assert sched.scale == 4 and sched.plan is plan
     for _ in sched.run():
         pass
-    d = sched.messages[sched.messages["kind"] == KIND_DATA]
-    got = defaultdict(int)
-    for row in d:
-        got[phase_label(int(row["dim"]), int(row["phase"]), int(row["collective"]))] += int(row["size_bytes"])
-    assert dict(got) == {r.name: r.nic_bytes for r in plan.rows if r.nic_bytes}
-    per_nic = np.bincount(d["src_nic"], weights=d["size_bytes"], minlength=8).astype(np.int64)
-    assert (per_nic == plan.nic_bytes_per_nic()).all()
+    assert_data_bytes_equal_the_plan(sched.messages, plan)
     other = Schedule(build_plan(s), scale=4)
     assert other.plan.scale == 4
     for _ in other.run():
