@@ -444,3 +444,18 @@ def test_the_shared_writer_budget_changes_no_byte_and_bounds_what_is_held(cross,
     assert len(small.files) == len(ref.files) > 1
     assert all(a.read_bytes() == b.read_bytes() for (a, _, _), (b, _, _) in zip(ref.files, small.files))
     assert 0 < held_max[0] <= (1 << 20) + batch_max[0], (held_max, batch_max)
+
+
+def test_a_time_window_that_keeps_nothing_is_refused_like_other_empty_selections(cross):
+    """Acceptance-2 finding 7: --time-window 10s:20s wrote empty files and exited 0 while an
+    unmatched --phases exits 1; both now say the selection keeps no packet, and nothing is left."""
+    path, tmp = cross
+    out = tmp / "empty-window"
+    out.mkdir()
+    with pytest.raises(InputError, match=r"^--time-window: got 10,000,000,000\.\.20,000,000,000 ns, "
+                                          r"which keeps no packet; expected a window inside the "
+                                          r"run, whose packets \(all NICs and phases\) span "
+                                          r"[\d,]+\.\.[\d,]+ ns$"):
+        generate(load_scenario(path), GenerateOptions(
+            out_dir=out, selection=Selection(window_ns=(10 ** 10, 2 * 10 ** 10))))
+    assert list(out.iterdir()) == []
