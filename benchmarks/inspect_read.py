@@ -94,7 +94,9 @@ def main() -> None:
     ap.add_argument("--skip-slow", action="store_true", help="only tokenpcap and cat")
     a = ap.parse_args()
     d = Path(a.dir)
-    full, heads = d / "tokenpcap-bench-full.pcap", d / "tokenpcap-bench-headers.pcap"
+    # the frame count is in the name: a file kept from a run with other counts is not reused
+    full = d / f"tokenpcap-bench-full-{a.frames}.pcap"
+    heads = d / f"tokenpcap-bench-headers-{a.headers}.pcap"
     if not full.exists():
         write_trace(full, a.frames)
     if not heads.exists():
