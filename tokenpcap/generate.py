@@ -243,6 +243,11 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
             done += _chunk(tx, sched, lower, sel, lab_ok, opt, route, disp, res)
             if progress is not None:
                 progress(done, expected_packets)
+        if done == 0 and bound:           # a window known to be empty only now: as other empty
+            w = sel.window_ns             # selections, and before the (empty) files replace any
+            raise InputError(f"--time-window: got {w[0]:,}..{w[1]:,} ns, which keeps no packet; "
+                             f"expected a window inside the run, whose packets (all NICs and "
+                             f"phases) span {span[0]:,}..{span[1]:,} ns")
         sizes = disp.close()
     except BaseException as err:
         if disp is not None:
@@ -255,13 +260,6 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
     res.files = [(sp.path, p, b) for sp, (p, b) in zip(specs, sizes)]
     res.packets = sum(p for _, p, _ in res.files)
     res.file_bytes = sum(b for _, _, b in res.files)
-    if res.packets == 0 and bound:        # a window known to be empty only now: same as others
-        for p, _, _ in res.files:
-            p.unlink(missing_ok=True)
-        w = sel.window_ns
-        raise InputError(f"--time-window: got {w[0]:,}..{w[1]:,} ns, which keeps no packet; "
-                         f"expected a window inside the run, whose packets (all NICs and "
-                         f"phases) span {span[0]:,}..{span[1]:,} ns")
     res.seconds = time.perf_counter() - t0
     return res
 
