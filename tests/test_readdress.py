@@ -417,3 +417,21 @@ def test_docs_lab_yaml_maps_each_nic_ip_with_its_own_mac(tmp_path):
                  for ip, mac in zip(a.ipv4, a.mac)}
     assert m.ipv4 and m.mac
     assert {ip_to_mac[ip] for ip in m.ipv4} == set(m.mac)
+
+
+def test_mapping_file_errors_are_one_line_and_say_what_is_wrong(tmp_path):
+    """Re-check after acceptance 2: a broken YAML map printed the parser's multi-line message, a
+    missing map file was called a malformed pair, and 'got a ipv4 and a ipv6'."""
+    write_trace(tmp_path / "in.pcap", 4)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("addresses:\n  10.0.0.1: [192.168.1.1\n")
+    r = _cli("readdress", tmp_path / "in.pcap", "-o", tmp_path / "o.pcap", "--map", broken)
+    assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
+    assert r.output.startswith(f"error: {broken}: line ") and "got invalid YAML" in r.output
+    r = _cli("readdress", tmp_path / "in.pcap", "-o", tmp_path / "o.pcap", "--map",
+             tmp_path / "missing.yaml")
+    assert r.exit_code == 2 and "a file that does not exist" in " ".join(r.output.split())
+    r = _cli("readdress", tmp_path / "in.pcap", "-o", tmp_path / "o.pcap", "--map",
+             "10.0.0.1=fd00::1")
+    assert "got an IPv4 and an IPv6 address" in " ".join(r.output.split())
+    assert not (tmp_path / "o.pcap").exists()

@@ -70,8 +70,9 @@ class Mapping:
         """
         a, b = _address(old, where), _address(new, where)
         if a[0] != b[0]:
-            raise InputError(f"{where}: {old} -> {new}: got a {a[0]} and a {b[0]}, expected two "
-                             "addresses of one kind (MAC, IPv4 or IPv6)")
+            kind = {"mac": "a MAC", "ipv4": "an IPv4", "ipv6": "an IPv6"}
+            raise InputError(f"{where}: {old} -> {new}: got {kind[a[0]]} and {kind[b[0]]} address, "
+                             "expected two addresses of one kind (MAC, IPv4 or IPv6)")
         getattr(self, a[0])[a[1]] = b[1]
 
 
@@ -124,8 +125,14 @@ def load_mapping(path: str | os.PathLike) -> Mapping:
     p = Path(path)
     try:
         doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise InputError(f"{p}: cannot read the mapping: {err}") from err
+    except OSError as err:
+        raise InputError(f"{p}: cannot read the mapping: {err.strerror}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        what = getattr(err, "problem", None) or type(err).__name__
+        raise InputError(f"{p}: {where}got invalid YAML ({what}), expected a mapping of keys "
+                         f"{sorted(_KEYS)}") from None
     if not isinstance(doc, dict):
         raise InputError(f"{p}: got {type(doc).__name__}, expected a mapping of keys "
                          f"{sorted(_KEYS)}")
@@ -170,6 +177,9 @@ def set_option(m: Mapping, key: str, value, where: str) -> None:
 def parse_pair(text: str) -> tuple[str, str]:
     """``OLD=NEW`` → (old, new). Raises: InputError without exactly one ``=``."""
     if text.count("=") != 1:
+        if "=" not in text and (text.endswith((".yaml", ".yml")) or os.sep in text):
+            raise InputError(f"--map: got {text!r}, a file that does not exist, expected an "
+                             "existing YAML mapping file or OLD=NEW (an address pair)")
         raise InputError(f"--map: got {text!r}, expected OLD=NEW (an address pair) or a YAML file")
     a, b = text.split("=")
     return a, b
