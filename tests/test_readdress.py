@@ -435,3 +435,37 @@ def test_mapping_file_errors_are_one_line_and_say_what_is_wrong(tmp_path):
              "10.0.0.1=fd00::1")
     assert "got an IPv4 and an IPv6 address" in " ".join(r.output.split())
     assert not (tmp_path / "o.pcap").exists()
+
+
+def test_pcapng_interface_descriptions_name_the_new_addresses(tmp_path):
+    """Re-check after acceptance 2: the rewritten frames carried the lab's addresses while each
+    interface description still named the generated ones (docs/analysis.md: it names both)."""
+    from tests.test_schedule import tiny_scenario
+    from tokenpcap.addresses import nic_addresses
+    from tokenpcap.generate import GenerateOptions, generate
+    from tokenpcap.pcap.reader import open_capture
+    from tokenpcap.profiles import load_scenario
+
+    s = load_scenario(tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8))
+    res = generate(s, GenerateOptions(out_dir=tmp_path, scale=64, jobs=1, split="none"))
+    src = res.files[0][0]
+    addr = nic_addresses(s.cluster)
+    ip0 = ".".join(str(b) for b in addr.ipv4[0].tolist())
+    mac0 = ":".join(f"{b:02x}" for b in addr.mac[0].tolist())
+
+    def descriptions(path):  # type: ignore[no-untyped-def]
+        cap = open_capture(path)
+        for _ in cap.batches(1 << 16):     # interfaces are read as the file is walked
+            pass
+        return [i.description for i in cap.interfaces]
+
+    before = descriptions(src)[0]
+    assert ip0 in before.split() and mac0 in before.split()      # as generate describes NIC 0
+    r = _cli("readdress", src, "-o", tmp_path / "lab.pcapng", "--map", f"{ip0}=10.9.8.7",
+             "--map", f"{mac0}=b8:ce:f6:12:34:00")
+    assert r.exit_code == 0, r.output
+    after = descriptions(tmp_path / "lab.pcapng")
+    assert after[0] == before.replace(ip0, "10.9.8.7").replace(mac0, "b8:ce:f6:12:34:00")
+    assert after[1:] == descriptions(src)[1:] and len(after) > 1
+    rep = inspect_capture(tmp_path / "lab.pcapng")
+    assert "10.9.8.7" in {n["address"] for n in rep.nics} and rep.roce["icrc_bad"] == 0

@@ -42,7 +42,7 @@ from tokenpcap.pcap.formats import MAX_SNAPLEN
 from tokenpcap.pcap.reader import open_capture
 from tokenpcap.readdress_patch import patch_batch
 
-__all__ = ["Mapping", "load_mapping", "parse_pair", "readdress", "output_format"]
+__all__ = ["Mapping", "load_mapping", "parse_pair", "readdress", "output_format", "retarget_text"]
 
 
 @dataclass
@@ -90,6 +90,26 @@ def _address(text: str, where: str) -> tuple[str, int]:
         raise InputError(f"{where}: address: got {text!r}, expected a MAC (02:00:00:00:00:01), "
                          "an IPv4 or an IPv6 address") from None
     return ("ipv4" if ip.version == 4 else "ipv6"), int(ip)
+
+
+def retarget_text(text: str | None, m: Mapping) -> str | None:
+    """``text`` (a pcapng interface description such as generate writes, "198.18.0.1
+    02:00:00:00:00:00") with every space-separated address that ``m`` maps replaced by its new
+    address, so the description names the addresses the rewritten frames carry. Raises nothing."""
+    if not text:
+        return text
+    words = text.split(" ")
+    for i, w in enumerate(words):
+        try:
+            kind, old = _address(w, "")
+        except InputError:
+            continue
+        new = getattr(m, kind).get(old)
+        if new is not None:
+            words[i] = (":".join(f"{b:02x}" for b in new.to_bytes(6, "big")) if kind == "mac"
+                        else str(ipaddress.ip_address(new) if kind == "ipv4"
+                                 else ipaddress.IPv6Address(new)))
+    return " ".join(words)
 
 
 def _int(value, key: str, lo: int, hi: int, where: str) -> int:
@@ -252,7 +272,8 @@ def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, 
                 known = len(cap.interfaces)
                 limits = np.array([min(_limit(i.snaplen, grow), snaplen) for i in cap.interfaces]
                                   or [snaplen], np.int64)
-                itfs = [Interface(name=i.name or f"if{i.index}", description=i.description,
+                itfs = [Interface(name=i.name or f"if{i.index}",
+                                  description=retarget_text(i.description, mapping),
                                   speed_bps=i.speed_bps, snaplen=int(lim))
                         for i, lim in zip(cap.interfaces, limits)]
                 if ng and writer is None:
