@@ -206,7 +206,11 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
     if opt.split == "nic" and sel.nics is not None:
         keys = np.concatenate([keys, np.asarray(sorted(sel.nics))])
     if keys.size == 0:
-        raise InputError("the selection keeps no packet (check --nics/--ranks/--phases/--iterations)")
+        on_nics = ", ".join(sorted(r.name for r in plan.rows if r.nic_bytes)) or "none"
+        got = f"--phases {','.join(sel.phases)}" if sel.phases else "the selection"
+        raise InputError(f"{got}: keeps no packet, expected a selection that meets the NIC "
+                         f"traffic (phases on the NICs: {on_nics}; check --nics/--ranks/"
+                         "--iterations too)")
     specs, route = _file_specs(s, opt, keys, n_nics, ext)
     expected_packets = size.packets
     addr = nic_addresses(s.cluster)
