@@ -216,6 +216,12 @@ def test_errors_inside_referenced_files_name_that_file(tmp_path: Path):
      r"tokenizer.vocab_size: got 60000, expected at most the model's vocab_size 50257"),
 ])
 def test_infeasible_combinations(tmp_path: Path, over, match):  # type: ignore[no-untyped-def]
+    expect_infeasible(tmp_path, over, match)
+
+
+def expect_infeasible(tmp_path: Path, over: dict, match: str) -> None:
+    """Loading the scenario with ``over`` raises InfeasiblePlanError matching ``match``, naming
+    the scenario file first."""
     f = write(tmp_path / "s.yaml", scenario_dict(tmp_path, **over))
     with pytest.raises(InfeasiblePlanError, match=match) as info:
         load_scenario(f)
@@ -465,10 +471,7 @@ def test_upper_bounds_name_file_key_value_and_limit(tmp_path: Path, where, over,
      r"buckets x DP groups <= 262,144, i.e. dp_bucket_bytes >= "),
 ])
 def test_plans_too_large_to_build_are_infeasible(tmp_path: Path, over, match):  # type: ignore[no-untyped-def]
-    f = write(tmp_path / "s.yaml", scenario_dict(tmp_path, **over))
-    with pytest.raises(InfeasiblePlanError, match=match) as info:
-        load_scenario(f)
-    assert str(info.value).startswith(f"{f}: ")
+    expect_infeasible(tmp_path, over, match)
 
 
 def test_the_limits_admit_the_largest_published_setups():
