@@ -14,11 +14,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tokenpcap.generate_output import Dispatcher, FileSpec, WriterConfig  # noqa: E402
+from tokenpcap.generate.output import Dispatcher, FileSpec, WriterConfig  # noqa: E402
 from tokenpcap.lower import wire_context  # noqa: E402
-from tokenpcap.messages import PACKET_DTYPE  # noqa: E402
+from tokenpcap.records import PACKET_DTYPE  # noqa: E402
 from tokenpcap.pcap import PcapWriter  # noqa: E402
-from tokenpcap.profiles import load_cluster  # noqa: E402
+from tokenpcap.config.profiles import load_cluster  # noqa: E402
 from tokenpcap.wire import FrameBuilder, rdma  # noqa: E402
 from tokenpcap.wire.gather import BatchFill  # noqa: E402
 

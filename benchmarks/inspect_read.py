@@ -24,8 +24,8 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.analysis_trace import write_trace  # noqa: E402
-from tokenpcap.analysis import inspect_capture  # noqa: E402
+from tests.analysis.trace import write_trace  # noqa: E402
+from tokenpcap.analysis.inspect import inspect_capture  # noqa: E402
 
 
 def _cpu() -> float:

@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tokenpcap.messages import PACKET_DTYPE, VERB_WRITE  # noqa: E402
+from tokenpcap.records import PACKET_DTYPE, VERB_WRITE  # noqa: E402
 from tokenpcap.wire import FrameBuilder, WireContext, rdma  # noqa: E402
 
 

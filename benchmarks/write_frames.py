@@ -57,7 +57,7 @@ from frame_verify import verify_reference, verify_same  # noqa: E402
 from frame_writers import (MAX_FRAME_BYTES, N_QPS, PMTU, make_packets, py_rows, run_dpkt,  # noqa: E402
                            run_generate_path, run_scapy, run_struct_zlib, run_tokenpcap, setup)
 
-from tokenpcap.generate_output import Dispatcher, FileSpec, WriterConfig  # noqa: E402
+from tokenpcap.generate.output import Dispatcher, FileSpec, WriterConfig  # noqa: E402
 from tokenpcap.pcap import PcapWriter  # noqa: E402
 from tokenpcap.wire.gather import BatchFill  # noqa: E402
 
@@ -126,7 +126,7 @@ def code_version() -> str:
         desc = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
                               capture_output=True, text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "tokenpcap/wire",
-                                "tokenpcap/pcap", "tokenpcap/generate_output.py"],
+                                "tokenpcap/pcap", "tokenpcap/generate/output.py"],
                                capture_output=True, text=True, check=True).stdout.split("\n")
     except (OSError, subprocess.CalledProcessError):
         return "unknown (no git)"

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from tests.conftest import CASES, needs_tshark, tshark_path
 from tokenpcap.errors import InputError
 from tokenpcap.lower import AETH_ACK_SYNDROME, Lowering, initial_psn, lower_messages, qpn, wire_context
-from tokenpcap.messages import KIND_CTS, MESSAGE_DTYPE, VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
-from tokenpcap.profiles import ClusterProfile, GenerationConfig, GpuProfile, NetworkProfile
+from tokenpcap.records import KIND_CTS, MESSAGE_DTYPE, VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
+from tokenpcap.config.profiles import ClusterProfile, GenerationConfig, GpuProfile, NetworkProfile
 from tokenpcap.wire import rdma
 from tokenpcap.wire.builder import FrameBuilder
 
@@ -266,10 +266,10 @@ def test_dante_pp_forward_capture_has_contiguous_psns():
     # CTS writes) had 160 PSN gaps because pp/forward's CTS travelled on the QP of pp/backward data.
     from pathlib import Path
 
-    from tokenpcap.messages import DIMS, PHASES
-    from tokenpcap.plan import build_plan
-    from tokenpcap.profiles import load_scenario
-    from tokenpcap.schedule import Schedule
+    from tokenpcap.records import DIMS, PHASES
+    from tokenpcap.plan.build import build_plan
+    from tokenpcap.config.profiles import load_scenario
+    from tokenpcap.schedule.runner import Schedule
 
     s = load_scenario(Path(__file__).resolve().parent.parent / "profiles" / "scenarios" / "dante.yaml")
     sched = Schedule(build_plan(s))

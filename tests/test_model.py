@@ -13,7 +13,7 @@ from tokenpcap.model import (
     parameter_count,
     shard_parameters,
 )
-from tokenpcap.profiles import ModelProfile, load_model
+from tokenpcap.config.profiles import ModelProfile, load_model
 
 MODELS = Path(__file__).resolve().parent.parent / "profiles" / "models"
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenpcap.errors import CorpusError, TokenizerError
-from tokenpcap.profiles import TokenizerSpec, parse_tokenizer
+from tokenpcap.config.profiles import TokenizerSpec, parse_tokenizer
 from tokenpcap.tokens import cache_dir, tokenize
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +69,7 @@ def test_bpe_on_dante_is_fast_and_decodes_back(dante_bpe, corpus_path: Path, bpe
 def test_bpe_is_deterministic_across_processes(dante_bpe, corpus_path: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
     tok, _ = dante_bpe
     code = ("import sys, hashlib; from tokenpcap.tokens import tokenize; "
-            "from tokenpcap.profiles import TokenizerSpec; "
+            "from tokenpcap.config.profiles import TokenizerSpec; "
             f"t = tokenize({str(corpus_path)!r}, TokenizerSpec('bpe', 32000), 1024, "
             f"cache=__import__('pathlib').Path({str(tmp_path)!r})); "
             "print(hashlib.sha256(t.ids.tobytes()).hexdigest())")
@@ -180,7 +180,7 @@ def test_devices_fifos_and_huge_corpora_are_refused_without_reading_them(tmp_pat
 def test_corpus_errors_of_a_scenario_name_the_scenario_file_and_key(tmp_path: Path):
     import dataclasses
 
-    from tokenpcap.profiles import default_scenario_path, load_scenario
+    from tokenpcap.config.profiles import default_scenario_path, load_scenario
     from tokenpcap.tokens import tokenize_scenario
 
     s = load_scenario(default_scenario_path())

@@ -1,6 +1,6 @@
 """Stage 6, lowering: transmitted frames of the NIC engine → ``PACKET_DTYPE`` rows for the builder.
 
-:class:`tokenpcap.nic.Engine` decides *when* each packet leaves which NIC; this module fills in
+:class:`tokenpcap.schedule.engine.nic.Engine` decides *when* each packet leaves which NIC; this module fills in
 *what* the packet says, vectorized over a chunk (no Python loop per packet):
 
 * BTH opcode from segmentation at the PMTU (IBTA vol.1 9.5, C5): FIRST/MIDDLE/LAST or ONLY, the
@@ -39,11 +39,11 @@ from typing import Iterator
 
 import numpy as np
 
-from tokenpcap.addresses import nic_addresses
+from tokenpcap.config.addresses import nic_addresses
 from tokenpcap.errors import InputError
-from tokenpcap.messages import KIND_CTS, PACKET_DTYPE, VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
-from tokenpcap.nic import PKT_ACK, Engine
-from tokenpcap.profiles import ClusterProfile, GenerationConfig
+from tokenpcap.records import KIND_CTS, PACKET_DTYPE, VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
+from tokenpcap.schedule.engine.nic import PKT_ACK, Engine
+from tokenpcap.config.profiles import ClusterProfile, GenerationConfig
 from tokenpcap.wire import rdma
 from tokenpcap.wire.context import WireContext
 
@@ -120,7 +120,7 @@ _OPS = _op_table()
 
 
 class Lowering:
-    """Turns :data:`tokenpcap.nic.TX_DTYPE` chunks into ``PACKET_DTYPE`` rows.
+    """Turns :data:`tokenpcap.schedule.engine.nic.TX_DTYPE` chunks into ``PACKET_DTYPE`` rows.
 
     Args:
         cluster: PMTU and transport of the run.
@@ -144,7 +144,7 @@ class Lowering:
         """Lower one chunk.
 
         Args:
-            tx: ``TX_DTYPE (n,)`` from :meth:`tokenpcap.nic.Engine.run`.
+            tx: ``TX_DTYPE (n,)`` from :meth:`tokenpcap.schedule.engine.nic.Engine.run`.
             messages: the engine's message table (``Engine.messages``), indexed by msg id.
 
         Returns:
@@ -266,7 +266,7 @@ def lower_messages(messages: np.ndarray, cluster: ClusterProfile, generation: Ge
 
 def wire_context(cluster: ClusterProfile, *, payload_seed: int = 0, ib_grh: bool = False) -> WireContext:
     """The :class:`tokenpcap.wire.context.WireContext` of ``cluster``: its network marking and the
-    addresses of :func:`tokenpcap.addresses.nic_addresses` (GIDs as the IB GRH addresses).
+    addresses of :func:`tokenpcap.config.addresses.nic_addresses` (GIDs as the IB GRH addresses).
 
     Raises:
         ProfileError, InfeasiblePlanError: from the address rules; EncodeError: out-of-range marking.

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tokenpcap.profiles import ModelProfile
+from tokenpcap.config.profiles import ModelProfile
 
 __all__ = [
     "LayerParameters",
@@ -197,7 +197,7 @@ def shard_parameters(m: ModelProfile, tp: int, pp: int, stage: int, ep: int = 1)
 
     Raises:
         ValueError: ``stage`` outside ``[0, pp)`` or ``layers`` not divisible by ``pp`` (callers
-            check feasibility first: :func:`tokenpcap.profiles.check_feasible`).
+            check feasibility first: :func:`tokenpcap.config.profiles.check_feasible`).
     """
     if not 0 <= stage < pp or m.layers % pp:
         raise ValueError(f"stage {stage} of pp {pp} with {m.layers} layers")

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.errors import CorpusError, TokenizerError
-from tokenpcap.profiles import Scenario, TokenizerSpec
+from tokenpcap.config.profiles import Scenario, TokenizerSpec
 
 __all__ = ["TokenizedCorpus", "read_corpus", "tokenize", "tokenize_scenario", "cache_dir",
            "BPE_MIN_FREQUENCY", "CORPUS_MAX_BYTES"]
@@ -68,7 +68,7 @@ def read_corpus(path: str | Path, limit: int = CORPUS_MAX_BYTES) -> tuple[bytes,
             than ``limit``, is empty, or is not valid UTF-8 (the message names the byte offset
             of the first invalid byte).
     """
-    from tokenpcap._yamlcheck import FileRefused, read_limited
+    from tokenpcap.config.yamlcheck import FileRefused, read_limited
 
     p = Path(path)
     try:

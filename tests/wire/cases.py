@@ -13,7 +13,7 @@ import ipaddress
 
 import numpy as np
 
-from tokenpcap.messages import PACKET_DTYPE
+from tokenpcap.records import PACKET_DTYPE
 from tokenpcap.wire import WireContext
 
 QPN_A, QPN_B = 0x000C11, 0x000D2A

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenpcap.errors import EncodeError
-from tokenpcap.messages import PACKET_DTYPE
+from tokenpcap.records import PACKET_DTYPE
 from tokenpcap.wire import FrameBuilder, WireContext, build_frame, crc, rdma
 from tokenpcap.wire import builder as builder_module
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenpcap.errors import DecodeError
-from tokenpcap.messages import PACKET_DTYPE
+from tokenpcap.records import PACKET_DTYPE
 from tokenpcap.wire import WireContext, build_frame, crc
 from tokenpcap.wire.linear import CRC16_VCRC, CRC32
 

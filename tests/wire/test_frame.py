@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tokenpcap.errors import EncodeError
-from tokenpcap.messages import PACKET_DTYPE, VERB_WRITE
+from tokenpcap.records import PACKET_DTYPE, VERB_WRITE
 from tokenpcap.wire import FrameBuilder, WireContext, build_frame, build_pfc_frame, crc, rdma, segment
 from tokenpcap.wire.decode import decode_frame
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenpcap.errors import EncodeError
-from tokenpcap.messages import VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
+from tokenpcap.records import VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.wire import rdma
 from tokenpcap.wire.rdma import (
     ACKNOWLEDGE, CNP, OPCODES, PMTUS, READ_REQUEST, READ_RESPONSE_ONLY, SEND_ONLY, UD_SEND_ONLY,

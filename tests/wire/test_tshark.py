@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import needs_tshark, tshark_path
-from tokenpcap.messages import PACKET_DTYPE
+from tokenpcap.records import PACKET_DTYPE
 from tokenpcap.wire import FrameBuilder, WireContext, build_pfc_frame, rdma
 from tokenpcap.wire import headers as H
 from tokenpcap.wire.decode import decode_frame

@@ -5,7 +5,7 @@ import click
 
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
-from tokenpcap.export import FORMATS
+from tokenpcap.export.core import FORMATS
 
 
 @main.command("export")
@@ -22,7 +22,7 @@ from tokenpcap.export import FORMATS
 @library_errors
 def export_cmd(scenario: str, fmt: str, output: str, scale: int, iterations: int) -> None:
     """Schedule SCENARIO and write its RDMA messages as FORMAT."""
-    from tokenpcap.export import export_scenario
+    from tokenpcap.export.core import export_scenario
 
     for path in export_scenario(scenario, fmt, output, scale=scale, iterations=iterations):
         click.echo(str(path))

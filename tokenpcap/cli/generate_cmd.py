@@ -15,9 +15,9 @@ from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
 from tokenpcap.errors import InputError
 from tokenpcap.pcap.output import make_directory
-from tokenpcap.generate import (FORMATS, SPLITS, GenerateOptions, GenerateResult, Selection,
+from tokenpcap.generate.run import (FORMATS, SPLITS, GenerateOptions, GenerateResult, Selection,
                                 generate, parse_index_set, parse_iterations, parse_window)
-from tokenpcap.profiles import Scenario, load_scenario
+from tokenpcap.config.profiles import Scenario, load_scenario
 
 __all__ = ["generate_cmd", "run_generation", "print_summary", "other_captures", "default_jobs",
            "Terminated", "output_directory", "terminate_like_interrupt", "MAX_SEED"]

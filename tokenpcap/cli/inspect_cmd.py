@@ -50,12 +50,12 @@ def inspect_cmd(files: tuple[str, ...], as_json: bool, scenario: str | None, sca
     gaps, CNPs, ECN, PFC, and bytes per phase."""
     if scenario is None and (scale is not None or iterations is not None):
         raise click.UsageError("--scale and --iterations need --against")
-    from tokenpcap.analysis import inspect_captures
-    from tokenpcap.analysis_report import render_text
+    from tokenpcap.analysis.inspect import inspect_captures
+    from tokenpcap.analysis.report import render_text
 
     rep = inspect_captures(files, crc=not no_crc)
     if scenario is not None:
-        from tokenpcap.analysis_against import compare_with_plan
+        from tokenpcap.analysis.against import compare_with_plan
 
         compare_with_plan(rep, scenario, scale=scale, iterations=iterations)
     click.echo(json.dumps(rep.to_json(), indent=2) if as_json else render_text(rep))

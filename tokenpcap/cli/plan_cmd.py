@@ -8,8 +8,8 @@ import click
 
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
-from tokenpcap.plan import build_plan
-from tokenpcap.profiles import default_scenario_path, load_scenario
+from tokenpcap.plan.build import build_plan
+from tokenpcap.config.profiles import default_scenario_path, load_scenario
 from tokenpcap.tokens import tokenize_scenario
 
 

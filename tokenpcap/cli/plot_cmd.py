@@ -25,15 +25,15 @@ def plot_cmd(source: str, outdir: str, scale: int, iterations: int, ranks: str |
     from pathlib import Path
 
     from tokenpcap.errors import InputError
-    from tokenpcap.generate_select import parse_index_set
-    from tokenpcap.plot import plot_all
+    from tokenpcap.generate.select import parse_index_set
+    from tokenpcap.analysis.plot import plot_all
 
     rank_list = None
     if ranks:
         if Path(source).suffix not in (".yaml", ".yml"):
             raise click.BadParameter("got ranks for a capture, expected them only with a "
                                      "scenario (.yaml)", param_hint="'--ranks'")
-        from tokenpcap.profiles import load_scenario
+        from tokenpcap.config.profiles import load_scenario
 
         p = load_scenario(source).parallelism
         try:

@@ -26,7 +26,7 @@ def _vlan(ctx, param, value):
 def _pairs(ctx, param, values):
     """``--map``: each value a mapping file or an OLD=NEW address pair; a malformed pair or
     address is a usage error (the file's contents are checked when it is read)."""
-    from tokenpcap.readdress import Mapping, parse_pair
+    from tokenpcap.analysis.readdress import Mapping, parse_pair
 
     probe = Mapping()
     for item in values:
@@ -65,7 +65,7 @@ def readdress_cmd(file, output, maps, vlan, pcp, dscp, ecn, ttl, sport_offset, u
     if usec and Path(output).suffix.lower() == ".pcapng":
         raise click.UsageError(f"--usec writes a classic microsecond pcap: got -o {output}, "
                                "expected a .pcap name (pcapng output keeps nanoseconds)")
-    from tokenpcap.readdress import Mapping, load_mapping, parse_pair, readdress, set_option
+    from tokenpcap.analysis.readdress import Mapping, load_mapping, parse_pair, readdress, set_option
 
     m = Mapping()
     for item in maps:

@@ -8,8 +8,8 @@ import click
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
 from tokenpcap.cli.generate_cmd import build_options, generate_into, print_summary
-from tokenpcap.generate import FORMATS
-from tokenpcap.profiles import default_scenario_path, load_scenario
+from tokenpcap.generate.run import FORMATS
+from tokenpcap.config.profiles import default_scenario_path, load_scenario
 from tokenpcap.tokens import tokenize_scenario
 
 

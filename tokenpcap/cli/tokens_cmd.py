@@ -8,7 +8,7 @@ import click
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
 from tokenpcap.cli.plan_cmd import console
-from tokenpcap.profiles import parse_tokenizer
+from tokenpcap.config.profiles import parse_tokenizer
 from tokenpcap.tokens import tokenize
 
 

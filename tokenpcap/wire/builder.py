@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from tokenpcap.errors import EncodeError
-from tokenpcap.messages import PACKET_DTYPE
+from tokenpcap.records import PACKET_DTYPE
 from tokenpcap.wire import headers as H
 from tokenpcap.wire.context import PAYLOAD_PATTERN_BYTES, WireContext
 from tokenpcap.wire.heap import keep_heap

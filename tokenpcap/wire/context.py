@@ -1,6 +1,6 @@
 """What a frame builder needs besides the packet rows: transport, QoS marking, addresses, payload.
 
-The lowering (``tokenpcap/addresses.py``) builds the per-NIC address arrays from the cluster
+The lowering (``tokenpcap/config/addresses.py``) builds the per-NIC address arrays from the cluster
 profile; everything else has defaults that real RoCE NICs use (DSCP 26 ECT(0) for data, DSCP 48
 and PCP 6 for CNPs as mlx5 does, TTL 64, the default partition P_Key 0xFFFF, MigReq set).
 """

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tokenpcap.errors import EncodeError
-from tokenpcap.messages import VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
+from tokenpcap.records import VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.wire import headers as H
 from tokenpcap.wire.fields import Header
 
@@ -199,7 +199,7 @@ def segment(size_bytes: int, pmtu_bytes: int, verb: int) -> Segments:
     Args:
         size_bytes: message payload bytes (>= 0).
         pmtu_bytes: one of :data:`PMTUS`.
-        verb: ``tokenpcap.messages.VERB_WRITE``, ``VERB_WRITE_IMM`` or ``VERB_SEND``.
+        verb: ``tokenpcap.records.VERB_WRITE``, ``VERB_WRITE_IMM`` or ``VERB_SEND``.
 
     Returns:
         :class:`Segments` (opcode uint8, payload_bytes uint32, pad uint8), shape ``(k,)``.

@@ -1,0 +1,286 @@
+"""``inspect --against``: the right verdict on every kind of capture tokenpcap writes and on
+slices of them (FIXES items 1, 2, 3).
+
+Oracles: the plan (stage 3: ``build_plan`` per-NIC and per-phase bytes, ``nic_bytes_by_rank``),
+TShark/editcap on the very same files (CTS count, one NIC filtered out, time chunks), and
+"wrong on purpose" runs (another scale) that must fail, so that no check passes vacuously.
+Dante at ``--scale 64`` keeps every capture small (~7 000 frames).
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tests.conftest import needs_tshark
+from tokenpcap.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+DANTE = ROOT / "profiles" / "scenarios" / "dante.yaml"
+SCALE = 64
+needs_editcap = pytest.mark.skipif(shutil.which("editcap") is None, reason="editcap missing")
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def against(*args) -> tuple[dict, dict]:
+    """``inspect --json --against DANTE ARGS`` → (against block, the named checks)."""
+    r = run("inspect", "--json", "--no-crc", "--against", DANTE, *args)
+    assert r.exit_code == 0, r.output
+    j = json.loads(r.output)
+    return j["against"], {c["name"]: c for c in j["checks"]}
+
+
+@pytest.fixture(scope="module")
+def scenario():
+    from tokenpcap.config.profiles import load_scenario
+    return load_scenario(DANTE)
+
+
+@pytest.fixture(scope="module")
+def plan64(scenario):
+    from tokenpcap.plan.build import build_plan
+    return build_plan(scenario, scale=SCALE)
+
+
+@pytest.fixture(scope="module")
+def gen(tmp_path_factory, scenario):
+    """``gen(name, fmt, split, **options)`` → the files of one Dante run at scale 64, cached."""
+    g = pytest.importorskip("tokenpcap.generate.run")
+    base = tmp_path_factory.mktemp("against")
+    cache: dict[str, list[Path]] = {}
+
+    def make(name, fmt="pcapng", split="none", iterations=None, **sel):
+        if name not in cache:
+            (base / name).mkdir()
+            res = g.generate(scenario, g.GenerateOptions(
+                out_dir=base / name, fmt=fmt, split=split, snaplen=128, scale=SCALE,
+                iterations=iterations, selection=g.Selection(**sel)))
+            cache[name] = [Path(f) for f, _, _ in res.files]
+        return cache[name]
+    return make
+
+
+def nic_address(scenario, g: int) -> str:
+    from tokenpcap.config.addresses import nic_addresses
+    return str(ipaddress.IPv4Address(bytes(nic_addresses(scenario.cluster).ipv4[g])))
+
+
+def test_plan_cells_add_up_to_the_plan(scenario, plan64):
+    """Columns sum to the plan's per-phase bytes, rows to its per-NIC bytes; a rank selection
+    keeps those ranks' bytes (their NICs' sums of ``nic_bytes_by_rank``)."""
+    from tokenpcap.analysis.plancells import plan_cells
+    pc = plan_cells(scenario, scale=SCALE, iterations=3)
+    rows = {r.name: r.nic_bytes for r in plan64.rows if r.nic_bytes}
+    assert dict(zip(pc.labels, pc.bytes.sum(axis=0).tolist())) == \
+        {k: 3 * v for k, v in rows.items()}
+    assert pc.bytes.sum(axis=1).tolist() == (3 * plan64.nic_bytes_per_nic()).tolist()
+    sel = plan_cells(scenario, scale=SCALE, ranks=(17,))
+    want = {r.name: int(r.nic_bytes_by_rank[17]) for r in plan64.rows if r.nic_bytes}
+    nic17 = int(plan64.layout.nic_array(np.array([17]))[0])
+    assert dict(zip(sel.labels, sel.bytes[nic17].tolist())) == want
+    assert sel.bytes.sum() == sum(want.values())
+
+
+def test_classic_pcap_of_the_whole_run(gen, plan64):
+    """Item 1: a classic pcap has no comments; the CTS writes (WRITE ONLY of 64 B) are left out,
+    and every NIC's payload equals the plan's."""
+    pcap = gen("pcap_none", fmt="pcap")[0]
+    r = run("inspect", pcap, "--against", DANTE, "--scale", SCALE, "--strict", "--no-crc")
+    assert r.exit_code == 0, r.output
+    assert "compared:      32 NICs (total per NIC), exactly" in r.output
+    a, checks = against(pcap, "--scale", SCALE)
+    assert a["mode"] == "nic" and a["compared"] == 32 and a["differences"] == []
+    assert {e["nic"]: e["capture_bytes"] for e in a["nics"]} == \
+        dict(enumerate(plan64.nic_bytes_per_nic().tolist()))
+    assert checks["against"]["ok"]
+
+
+@needs_tshark
+def test_cts_bytes_left_out_equal_tsharks_write_only_count(gen):
+    pcap = gen("pcap_none", fmt="pcap")[0]
+    out = subprocess.run(["tshark", "-r", str(pcap), "-Y", "infiniband.bth.opcode == 10",
+                          "-T", "fields", "-e", "frame.number"], capture_output=True, text=True,
+                         check=True).stdout.split()
+    a, _ = against(pcap, "--scale", SCALE)
+    assert len(out) > 0 and a["control_bytes"] == 64 * len(out)
+
+
+@needs_tshark
+def test_one_nic_filtered_out_of_a_classic_pcap(gen, scenario, plan64, tmp_path):
+    """Item 1: a NIC's frames cut out of the whole run with tshark: that NIC is compared
+    exactly, the 31 others are named as not covered."""
+    pcap = gen("pcap_none", fmt="pcap")[0]
+    one = tmp_path / "nic5.pcap"
+    subprocess.run(["tshark", "-r", str(pcap), "-Y", f"ip.src == {nic_address(scenario, 5)}",
+                    "-w", str(one), "-F", "pcap"], check=True, capture_output=True)
+    a, checks = against(one, "--scale", SCALE)
+    assert [(e["nic"], e["capture_bytes"]) for e in a["nics"]] == \
+        [(5, int(plan64.nic_bytes_per_nic()[5]))]
+    assert checks["against"]["ok"] and "31 NICs not covered" in a["note"]
+
+
+@needs_editcap
+def test_editcap_time_chunks_are_upper_bounds(gen, tmp_path):
+    """Item 1: editcap cuts messages: each chunk is compared as upper bounds and passes; against
+    a plan 16x smaller some chunk exceeds it."""
+    pcap = gen("pcap_none", fmt="pcap")[0]
+    subprocess.run(["editcap", "-c", "2000", str(pcap), str(tmp_path / "c.pcap")], check=True)
+    chunks = sorted(tmp_path.glob("c_*.pcap"))
+    assert len(chunks) >= 3
+    failed = 0
+    for c in chunks:
+        a, checks = against(c, "--scale", SCALE)
+        assert a["bound"] and checks["against"]["ok"], a["differences"][:3]
+        a, checks = against(c, "--scale", 16 * SCALE)
+        failed += not checks["against"]["ok"]
+    assert failed > 0
+
+
+@needs_tshark
+@needs_editcap
+def test_pcapng_pieces_keep_a_stale_provenance_comment(gen, scenario, plan64, tmp_path):
+    """tshark -w and editcap copy the SHB comment ("split=none nics=all"): a NIC filtered out
+    is compared on its own cells, the NICs absent are named, not failed; editcap chunks are
+    time slices."""
+    ng = gen("ng_none")[0]
+    one = tmp_path / "nic3.pcapng"
+    subprocess.run(["tshark", "-r", str(ng), "-Y", f"ip.src == {nic_address(scenario, 3)}",
+                    "-w", str(one)], check=True, capture_output=True)
+    a, checks = against(one)
+    by_rank = {r.name: r.nic_bytes_by_rank for r in plan64.rows if r.nic_bytes}
+    nic_of = plan64.layout.nic_array(np.arange(plan64.layout.world_size))
+    assert {c["phase"]: c["capture_bytes"] for c in a["cells"]} == \
+        {k: int(v[nic_of == 3].sum()) for k, v in by_rank.items() if v[nic_of == 3].sum()}
+    assert checks["against"]["ok"] and "NICs 0-2,4-31: named by the provenance" in a["note"]
+    subprocess.run(["editcap", "-c", "2500", str(ng), str(tmp_path / "c.pcapng")], check=True)
+    for c in sorted(tmp_path.glob("c_*.pcapng")):
+        a, checks = against(c)
+        assert a["bound"] and checks["against"]["ok"] and a["scale"] == SCALE
+
+
+def test_one_nic_and_one_phase_pcapng(gen, plan64):
+    """Item 2: a NIC's file is compared on its (NIC, phase) cells (a stage-0 NIC sends no
+    pp/backward: not a selection), a phase's file on every NIC of that phase; another scale
+    fails both."""
+    files = gen("ng_nic", split="nic")
+    by_rank = {r.name: r.nic_bytes_by_rank for r in plan64.rows if r.nic_bytes}
+    nic_of = plan64.layout.nic_array(np.arange(plan64.layout.world_size))
+    for g, f in ((0, files[0]), (16, files[16])):
+        assert f"node{g // 8:02d}_nic{g % 8}" in f.name
+        a, checks = against(f)
+        want = {(g, k): int(v[nic_of == g].sum()) for k, v in by_rank.items()
+                if v[nic_of == g].sum()}
+        assert {(c["nic"], c["phase"]): c["capture_bytes"] for c in a["cells"]} == want
+        assert a["compared"] == 3 and checks["against"]["ok"]
+        assert "phases" not in (a["note"] or "")           # pp/forward or backward: plan 0
+        assert not against(f, "--scale", 2 * SCALE)[1]["against"]["ok"]
+    phase = [f for f in gen("ng_phase", split="phase") if "pp-forward" in f.name][0]
+    a, checks = against(phase)
+    assert a["compared"] == 16 and checks["against"]["ok"]
+    assert sum(c["capture_bytes"] for c in a["cells"]) == \
+        {r.name: r.nic_bytes for r in plan64.rows}["pp/forward/SendRecv"]
+    assert not against(phase, "--scale", 2 * SCALE)[1]["against"]["ok"]
+
+
+def test_whole_run_split_and_unsplit_pcapng(gen):
+    for files in (gen("ng_nic", split="nic"), gen("ng_phase", split="phase"), gen("ng_none")):
+        a, checks = against(*files)
+        assert a["mode"] == "nic_phase" and a["compared"] == 96 and checks["against"]["ok"]
+        assert a["not_compared"] == []
+
+
+def test_classic_pcap_of_one_phase(gen, plan64):
+    """Item 2: without comments the phases are inferred from the per-NIC bytes."""
+    files = {f.name: f for f in gen("pcap_phase", fmt="pcap", split="phase")}
+    a, checks = against(files["dante_pp-forward-SendRecv.pcap"], "--scale", SCALE)
+    assert checks["against"]["ok"] and a["compared"] == 16
+    assert "['pp/forward/SendRecv']" in a["note"]
+    a, checks = against(files["dante_dp-backward-AllReduce.pcap"], "--scale", SCALE)
+    assert checks["against"]["ok"] and a["compared"] == 32
+
+
+def test_nothing_comparable_fails_under_strict(tmp_path):
+    """Item 2: a capture without RDMA data compares nothing: said so, and --strict fails."""
+    from tests.analysis.test_inspect import write
+    arp = bytes.fromhex("ffffffffffff020000000001080600010800060400010200000000010a000001"
+                        "0000000000000a000002") + bytes(18)
+    f = write(tmp_path / "arp.pcap", [arp] * 3)
+    r = run("inspect", f, "--against", DANTE, "--strict")
+    assert r.exit_code == 1 and "nothing comparable" in r.output
+    assert run("inspect", f, "--strict").exit_code == 0
+
+
+def test_time_window_selection_is_bounded(gen):
+    files = gen("ng_win", window_ns=(100_000, 300_000))
+    a, checks = against(*files)
+    assert a["bound"] and checks["against"]["ok"] and a["compared"] > 0
+    assert "time window" in a["note"]
+    assert not against(*files, "--scale", 16 * SCALE)[1]["against"]["ok"]
+
+
+def test_rank_selection(gen, plan64):
+    files = gen("ng_ranks", split="nic", ranks=frozenset({0, 1, 17}))
+    a, checks = against(*files)
+    want = {r.name: int(r.nic_bytes_by_rank[17]) for r in plan64.rows if r.nic_bytes_by_rank[17]}
+    nic17 = int(plan64.layout.nic_array(np.array([17]))[0])
+    assert {c["phase"]: c["capture_bytes"] for c in a["cells"] if c["nic"] == nic17} == want
+    assert checks["against"]["ok"]
+
+
+def test_scale_and_iterations_from_provenance_or_options(gen):
+    """Item 3: a pcapng knows its scale and iterations; a classic pcap needs the options."""
+    ng = gen("ng_iter", iterations=2)
+    a, checks = against(*ng)
+    assert (a["scale"], a["iterations"], checks["against"]["ok"]) == (SCALE, 2, True)
+    pcap = gen("pcap_iter", fmt="pcap", iterations=2)
+    assert not against(*pcap)[1]["against"]["ok"]                       # 1 x unscaled
+    assert not against(*pcap, "--scale", SCALE)[1]["against"]["ok"]     # 1 iteration
+    for it in ("2", "1:3"):
+        a, checks = against(*pcap, "--scale", SCALE, "--iterations", it)
+        assert checks["against"]["ok"] and a["iterations"] == 2
+    assert not against(*ng, "--iterations", "1")[1]["against"]["ok"]    # option overrides
+
+
+@pytest.mark.parametrize("args", [("--scale", "0"), ("--iterations", "0"),
+                                  ("--iterations", "3:1"), ("--iterations", "x")])
+def test_bad_scale_or_iterations_is_a_usage_error(tmp_path, args):
+    from tests.analysis.test_inspect import write
+    f = write(tmp_path / "e.pcap", [bytes(60)])
+    r = run("inspect", f, "--against", DANTE, *args)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert f"Invalid value for '{args[0]}'" in r.output
+    r = run("inspect", f, "--scale", "4")
+    assert r.exit_code == 2 and "--scale and --iterations need --against" in r.output
+
+
+@pytest.mark.slow
+def test_native_infiniband_erf(tmp_path):
+    """ERF (type 21, no comments, no provenance) of an InfiniBand run: NICs by LID, CTS left
+    out, compared per NIC at the scale given; unscaled it differs."""
+    g = pytest.importorskip("tokenpcap.generate.run")
+    from tokenpcap.plan.build import build_plan
+    from tokenpcap.config.profiles import load_scenario
+    path = ROOT / "profiles" / "scenarios" / "llama2-7b-a100-ib.yaml"
+    s = load_scenario(path)
+    res = g.generate(s, g.GenerateOptions(out_dir=tmp_path, fmt="erf", split="none",
+                                          snaplen=64, scale=4096))
+    erf = res.files[0][0]
+    r = run("inspect", "--json", "--no-crc", erf, "--against", path, "--scale", 4096)
+    j = json.loads(r.output)
+    a = j["against"]
+    assert j["kinds"] == {"InfiniBand": j["packets"]} and a["mode"] == "nic"
+    assert {e["nic"]: e["capture_bytes"] for e in a["nics"]} == \
+        dict(enumerate(build_plan(s, scale=4096).nic_bytes_per_nic().tolist()))
+    assert a["differences"] == [] and a["control_bytes"] == res.cts_payload
+    r = run("inspect", erf, "--against", path, "--strict", "--no-crc")
+    assert r.exit_code == 1 and "scale 1, 1 iteration; scale and iterations assumed" in r.output
+    assert "of the plan's bytes: made with --scale" in r.output

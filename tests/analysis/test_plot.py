@@ -1,0 +1,116 @@
+"""plot: the numbers behind the pictures (against capinfos and the trace's own construction),
+and that every picture is a real PNG of a sensible size."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.analysis.trace import packets, write_trace
+from tokenpcap.errors import InputError
+from tokenpcap.analysis.plot import capture_series, plot_all, plot_sizes, plot_throughput
+
+ROOT = Path(__file__).resolve().parents[2]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plot")
+    n = 4000
+    labels = ["dp/backward/AllReduce step 0" if i < n // 2 else "tp/forward/AllReduce mb 1"
+              for i in range(n)]
+    write_trace(d / "t.pcapng", n, fmt="pcapng", comments=labels)
+    return d / "t.pcapng", packets(n)
+
+
+def test_series_matches_capinfos_and_construction(trace):
+    """Binned bytes, NICs, phases and size counts against the packet table the trace was built
+    from and against capinfos' totals."""
+    from tokenpcap.wire.builder import FrameBuilder
+
+    from tests.analysis.trace import context
+    path, p = trace
+    s = capture_series(path, bins=50)
+    assert sorted(s["nics"]) == [f"198.18.0.{g + 1}" for g in range(4)]
+    assert sorted(s["phases"]) == ["dp/backward/AllReduce", "tp/forward/AllReduce"]
+    flen = FrameBuilder(context()).frame_bytes(p)
+    sizes, counts = np.unique(flen, return_counts=True)
+    assert s["frame_sizes"] == dict(zip(sizes.tolist(), counts.tolist()))
+    first = p["opcode"] == 6
+    assert s["message_sizes"] == {int(p["reth_len"][0]): int(first.sum())}
+    slot = (p["time_ns"] - p["time_ns"].min()) // s["bin_ns"]
+    total = sum(int(v.sum()) for v in s["throughput"].values())
+    assert total == int(flen.sum())
+    nic0 = s["nics"].index("198.18.0.1")
+    dp = s["phases"].index("dp/backward/AllReduce")
+    mine = (p["nic"] == 0) & (np.arange(p.size) < p.size // 2)
+    want = np.bincount(slot[mine], flen[mine], minlength=s["bins"]).astype(np.int64)
+    assert s["throughput"][(nic0, dp)].tolist() == want.tolist()
+    if shutil.which("capinfos"):
+        out = subprocess.run(["capinfos", "-M", "-T", "-r", "-c", "-d", str(path)],
+                             capture_output=True, text=True, check=True).stdout.split("\t")
+        assert int(out[1]) == sum(s["frame_sizes"].values()) and int(out[2]) == total
+
+
+def test_pngs(tmp_path, trace):
+    path, _ = trace
+    s = capture_series(path)
+    for f in (plot_throughput(s, tmp_path / "a.png"), plot_sizes(s, tmp_path / "b.png")):
+        data = f.read_bytes()
+        assert data[:8] == PNG and len(data) > 20_000
+    files = plot_all(path, tmp_path)
+    assert [f.name for f in files] == ["t-throughput.png", "t-sizes.png"]
+
+
+def test_throughput_legend_covers_no_panel(tmp_path, trace, monkeypatch):
+    """Acceptance 2, finding 12: the phase legend sits outside every panel (its drawn box meets
+    no axes' box) and inside the figure (not cut off)."""
+    import tokenpcap.analysis.plot as plot
+    seen = []
+    real = plot._save
+
+    def keep(fig, out):
+        fig.tight_layout()
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+        seen.append(([lg.get_window_extent(r) for lg in legends],
+                     [ax.get_window_extent(r) for ax in fig.axes], fig.bbox))
+        return real(fig, out)
+    monkeypatch.setattr(plot, "_save", keep)
+    plot_throughput(capture_series(trace[0]), tmp_path / "a.png")
+    (legends, panels, page), = seen
+    assert legends
+    for box in legends:
+        assert not any(box.overlaps(p) for p in panels)
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 <= box.y1 <= page.y1
+
+
+def test_no_rdma_is_an_error(tmp_path):
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+    wrpcap(str(tmp_path / "tcp.pcap"), [Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+                                         / IP(src="198.18.0.1", dst="198.18.0.2") / TCP()])
+    with pytest.raises(InputError, match="no RoCE"):
+        plot_throughput(capture_series(tmp_path / "tcp.pcap"), tmp_path / "x.png")
+
+
+def test_scenario_timeline_and_cli(tmp_path):
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+    r = CliRunner().invoke(main, ["plot", str(ROOT / "profiles/scenarios/dante.yaml"), "-o",
+                                  str(tmp_path), "--scale", "64"])
+    assert r.exit_code == 0, r.output
+    for name in ("dante-timeline.png", "dante-message-sizes.png"):
+        assert (tmp_path / name).read_bytes()[:8] == PNG
+    (tmp_path / "afile").write_text("")
+    r = CliRunner().invoke(main, ["plot", str(ROOT / "profiles/scenarios/dante.yaml"), "-o",
+                                  str(tmp_path / "afile" / "pics")])
+    assert r.exit_code == 1 and "output directory: got a file" in r.output
+    assert np.__version__

@@ -1,0 +1,152 @@
+"""The inspect command through click: output, JSON keys, --strict exit codes, --against the
+plan (the plan's bytes per phase are the independent stage-3 numbers), errors in one line."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.analysis.test_inspect import write
+from tokenpcap.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+DANTE = ROOT / "profiles" / "scenarios" / "dante.yaml"
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture
+def vectors(tmp_path, scapy_vectors):
+    return write(tmp_path / "v.pcap", [bytes.fromhex(v["hex"]) for v in scapy_vectors["vectors"]])
+
+
+def test_text_and_json(vectors):
+    r = run("inspect", vectors)
+    assert r.exit_code == 0
+    assert "Number of packets:   16" in r.output and "FAIL icrc: 1 bad of 14 checked" in r.output
+    j = json.loads(run("inspect", vectors, "--json").output)
+    assert (j["packets"], j["roce"]["cnp"], j["roce"]["icrc_bad"], j["pfc"]["frames"]) == \
+        (16, 1, 1, 2)
+    assert j["first_ns"] == 1_700_000_000 * 10**9 and j["last_ns"] - j["first_ns"] == 15_000
+
+
+def test_strict_exit_codes(tmp_path, vectors, scapy_vectors):
+    assert run("inspect", vectors, "--strict").exit_code == 1          # a bad ICRC on purpose
+    good = [bytes.fromhex(v["hex"]) for v in scapy_vectors["vectors"][:3]]
+    clean = write(tmp_path / "clean.pcap", good)
+    assert run("inspect", clean, "--strict").exit_code == 0
+    r = run("inspect", clean, "--strict", "--no-crc", "--json")
+    assert r.exit_code == 0 and json.loads(r.output)["roce"]["icrc_unchecked"] == 3
+
+
+def test_errors_are_one_line(tmp_path):
+    (tmp_path / "x.pcap").write_bytes(b"\xd4\xc3\xb2\xa1\x02\x00\x04\x00" + b"\0" * 16 +
+                                      b"\0" * 8 + b"\xff\xff\xff\x00" + b"\0" * 4)   # caplen 16 MiB
+    r = run("inspect", tmp_path / "x.pcap")
+    assert r.exit_code == 1 and r.output.startswith("error: ") and "byte offset 24" in r.output
+    assert r.output.count("\n") == 1
+    r = run("inspect", tmp_path / "missing.pcap")
+    assert r.exit_code == 1 and "cannot open" in r.output
+
+
+@pytest.fixture(scope="module")
+def dante_pp(tmp_path_factory):
+    """The pipeline-parallel phases of one Dante iteration, generated at full size."""
+    gen = pytest.importorskip("tokenpcap.generate.run")
+    from tokenpcap.config.profiles import load_scenario
+    out = tmp_path_factory.mktemp("gen")
+    res = gen.generate(load_scenario(DANTE), gen.GenerateOptions(
+        out_dir=out, fmt="pcapng", split="none", selection=gen.Selection(phases=("pp",))))
+    return res.files[0][0]
+
+
+def test_against_the_plan(dante_pp):
+    from tokenpcap.plan.build import build_plan
+    from tokenpcap.config.profiles import load_scenario
+    plan = {r.name: r.nic_bytes for r in build_plan(load_scenario(DANTE)).rows}
+    r = run("inspect", dante_pp, "--against", DANTE, "--json", "--strict")
+    assert r.exit_code == 0, r.output
+    j = json.loads(r.output)
+    got = {p["name"]: p["payload_bytes"] for p in j["phases"]}
+    for name in ("pp/forward/SendRecv", "pp/backward/SendRecv"):
+        assert got[name] == plan[name]                                   # to the byte
+    assert got["pp/forward/SendRecv [cts]"] == 64 * j["phases"][[p["name"] for p in j[
+        "phases"]].index("pp/forward/SendRecv [cts]")]["packets"]
+    assert j["against"]["differences"] == [] and j["against"]["note"]   # per-NIC skipped
+    assert j["roce"]["icrc_bad"] == 0 and j["roce"]["psn_gaps"] == 0
+
+
+def test_against_another_scenario_differs(dante_pp):
+    """Acceptance 2, finding 10: the capture's provenance names another scenario: that is the
+    first line of the --against block and the start of the failing check; the check counts the
+    differing cells out of the compared ones and the unplanned addresses apart."""
+    import re
+    other = ROOT / "profiles" / "scenarios" / "gpt2-all-cross.yaml"
+    r = run("inspect", dante_pp, "--against", other, "--strict")
+    assert r.exit_code == 1
+    lines = r.output.splitlines()
+    head = next(i for i, x in enumerate(lines) if x.startswith("Against the plan of"))
+    mismatch = "the capture was made from scenario 'dante', not 'gpt2-all-cross'"
+    assert lines[head + 1].startswith(f"  MISMATCH:      {mismatch}")
+    fail = next(x for x in lines if x.startswith("  FAIL against: "))
+    assert fail.startswith(f"  FAIL against: {mismatch}")
+    j = json.loads(run("inspect", dante_pp, "--against", other, "--json").output)["against"]
+    cells = [d for d in j["differences"] if d["what"] in ("nic", "nic/phase")]
+    addresses = [d for d in j["differences"] if d["what"] not in ("nic", "nic/phase")]
+    assert len(cells) <= j["compared"] and j["note"].startswith(mismatch)
+    m = re.search(r"(\d+) of (\d+) compared cells differ from the plan", fail)
+    assert m and (int(m[1]), int(m[2])) == (len(cells), j["compared"])
+    assert (f"{len(addresses)} capture addresses have no NIC in the plan" in fail) == \
+        bool(addresses)
+
+
+def test_against_the_plan_per_nic(tmp_path):
+    """A capture of two NICs (every phase): their payload bytes equal the plan's per-NIC bytes,
+    phase by phase; the other NICs are named as not covered."""
+    gen = pytest.importorskip("tokenpcap.generate.run")
+    from tokenpcap.plan.build import build_plan
+    from tokenpcap.config.profiles import load_scenario
+    res = gen.generate(load_scenario(DANTE), gen.GenerateOptions(
+        out_dir=tmp_path, fmt="pcapng", split="none", selection=gen.Selection(
+            nics=frozenset({0, 5}))))
+    per_nic = build_plan(load_scenario(DANTE)).nic_bytes_per_nic()
+    r = run("inspect", res.files[0][0], "--against", DANTE, "--json", "--strict")
+    assert r.exit_code == 0, r.output
+    a = json.loads(r.output)["against"]
+    got = {e["nic"]: e["capture_bytes"] for e in a["nics"] if e["capture_bytes"] is not None}
+    assert got == {0: int(per_nic[0]), 5: int(per_nic[5])}
+    assert a["differences"] == [] and "30 NICs not covered by the capture: 1-4,6-31" in a["note"]
+    assert a["mode"] == "nic_phase" and {c["nic"] for c in a["cells"]} == {0, 5}
+
+
+def test_several_files_add_up(tmp_path):
+    """The per-NIC files of one run inspected together give the plan's per-phase bytes; files
+    split by phase add up to the same packets and payload, without PSN gaps."""
+    gen = pytest.importorskip("tokenpcap.generate.run")
+    from tokenpcap.plan.build import build_plan
+    from tokenpcap.config.profiles import load_scenario
+    s = load_scenario(DANTE)
+    plan = {r.name: r.nic_bytes for r in build_plan(s).rows}
+    sel = gen.Selection(phases=("pp",))
+    (tmp_path / "nic").mkdir()
+    (tmp_path / "ph").mkdir()
+    per_nic = gen.generate(s, gen.GenerateOptions(out_dir=tmp_path / "nic", fmt="pcapng",
+                                                  split="nic", selection=sel))
+    files = [f for f, _, _ in per_nic.files]
+    assert len(files) == 32
+    j = json.loads(run("inspect", *files, "--json", "--against", DANTE).output)
+    got = {p["name"]: p["payload_bytes"] for p in j["phases"]}
+    assert got["pp/forward/SendRecv"] == plan["pp/forward/SendRecv"]
+    assert got["pp/backward/SendRecv"] == plan["pp/backward/SendRecv"]
+    assert j["against"]["differences"] == [] and j["roce"]["psn_flows_unchecked"] == 0
+    assert j["packets"] == per_nic.packets and len(j["interfaces"]) == 32
+    by_phase = gen.generate(s, gen.GenerateOptions(out_dir=tmp_path / "ph", fmt="pcap",
+                                                   split="phase", selection=sel))
+    j = json.loads(run("inspect", *[f for f, _, _ in by_phase.files], "--json").output)
+    assert j["packets"] == per_nic.packets and j["roce"]["psn_gaps"] == 0
+    assert j["roce"]["payload_bytes"] == per_nic.phase_payload["pp/forward/SendRecv"] + \
+        per_nic.phase_payload["pp/backward/SendRecv"] + per_nic.cts_payload

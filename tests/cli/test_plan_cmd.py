@@ -1,0 +1,192 @@
+"""`tokenpcap tokens` and `tokenpcap plan` through click's CliRunner: exit codes and output."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from tokenpcap.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = ROOT / "profiles"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+    return tmp_path_factory.mktemp("tokenpcap-cache")
+
+
+@pytest.fixture
+def run(cache: Path, monkeypatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("TOKENPCAP_CACHE_DIR", str(cache))
+
+    def _run(*args: str):  # type: ignore[no-untyped-def]
+        return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+    return _run
+
+
+def test_tokens_utf8_json(run, corpus_path: Path):  # type: ignore[no-untyped-def]
+    res = run("tokens", str(corpus_path), "--tokenizer", "utf8", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["tokens"] == data["corpus_bytes"] == corpus_path.stat().st_size
+    assert data["host_to_device_bytes"]["int64"] == 8 * data["tokens"]
+    assert data["sequences"] == data["tokens"] // 1024
+
+
+def test_tokens_bpe_table(run, corpus_path: Path):  # type: ignore[no-untyped-def]
+    res = run("tokens", str(corpus_path), "--vocab-size", "2000", "--seq-length", "256")
+    assert res.exit_code == 0, res.output
+    assert "543,857" in res.stdout and "sequences of 256" in res.stdout
+    assert "host→device as uint8" in res.stdout and "does not fit" in res.stdout
+
+
+def test_plan_default_json(run):  # type: ignore[no-untyped-def]
+    res = run("plan", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["scenario"] == "dante" and data["parameters"]["total"] == 124_439_808
+    assert data["totals"]["nic_bytes"] == sum(p["nic_bytes"] for p in data["phases"])
+    assert data["epoch"]["tokens"] == data["tokens"]["tokens"]
+    # Megatron drops the incomplete last global batch: whole iterations of 16 sequences of 1024
+    assert data["epoch"]["iterations"] == data["tokens"]["tokens"] // 1024 // 16
+    assert data["epoch"]["iterations_exact"] == data["tokens"]["tokens"] / (16 * 1024)
+    assert data["scale"] == 1
+    for p in data["phases"]:
+        assert set(p) >= {"name", "collective", "group_size", "message_bytes", "count",
+                          "nic_bytes_per_rank", "nvlink_bytes_per_rank"}
+        assert p["name"].endswith("/" + p["collective"])
+
+
+def test_plan_human_tables(run):  # type: ignore[no-untyped-def]
+    res = run("plan", str(PROFILES / "scenarios" / "gpt2-all-cross.yaml"))
+    assert res.exit_code == 0, res.output
+    for text in ("tp/forward/AllReduce", "dp/backward/AllReduce", "pp/backward/SendRecv",
+                 "NIC bytes (all NICs)", "pcap bytes (estimate)", "1F1B bubble"):
+        assert text in res.stdout
+    res2 = run("plan", str(PROFILES / "scenarios" / "gpt2-all-cross.yaml"), "--no-tokens")
+    assert res2.exit_code == 0 and "one epoch" in res2.stdout
+
+
+def write(path: Path, data) -> Path:  # type: ignore[no-untyped-def]
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def bad_scenario(tmp_path: Path, model_over=None, **over) -> Path:  # type: ignore[no-untyped-def]
+    m = yaml.safe_load((PROFILES / "models" / "gpt2-small.yaml").read_text())
+    m.update(model_over or {})
+    write(tmp_path / "m.yaml", m)
+    d = {"corpus": str(ROOT / "samples" / "divina_commedia.txt"), "tokenizer": "utf8",
+         "model": "m.yaml", "cluster": str(PROFILES / "clusters" / "h100-rocev2-400g.yaml"),
+         "parallelism": {"dp": 4, "tp": 4, "pp": 2},
+         "training": {"micro_batch_size": 1, "global_batch_size": 16}}
+    d.update(over)
+    return write(tmp_path / "s.yaml", d)
+
+
+def one_line_error(res, *parts: str) -> None:  # type: ignore[no-untyped-def]
+    assert res.exit_code == 1, res.output
+    assert res.stdout == ""
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    for p in parts:
+        assert p in lines[0], (p, lines[0])
+
+
+def test_unknown_key(run, tmp_path: Path):  # type: ignore[no-untyped-def]
+    f = bad_scenario(tmp_path, trainning={"x": 1})
+    one_line_error(run("plan", str(f)), str(f), "trainning", "got 'trainning'",
+                   "expected a known key")
+
+
+def test_missing_key(run, tmp_path: Path):  # type: ignore[no-untyped-def]
+    f = bad_scenario(tmp_path, training={"micro_batch_size": 1})
+    one_line_error(run("plan", str(f)), str(f), "training.global_batch_size", "got missing",
+                   "expected a value")
+
+
+@pytest.mark.parametrize("value", [0, -2])
+def test_zero_or_negative_size(run, tmp_path: Path, value: int):  # type: ignore[no-untyped-def]
+    f = bad_scenario(tmp_path, model_over={"hidden_size": value})
+    one_line_error(run("plan", str(f)), str(tmp_path / "m.yaml"), "hidden_size",
+                   f"got {value}", "expected an integer in [1, 131,072]")
+
+
+def test_heads_not_divisible_by_tp(run, tmp_path: Path):  # type: ignore[no-untyped-def]
+    f = bad_scenario(tmp_path, parallelism={"dp": 2, "tp": 8, "pp": 2})
+    one_line_error(run("plan", str(f)), str(f), "parallelism.tp",
+                   "got 8 with model attention_heads 12", "expected a tp that divides")
+
+
+def test_dp_tp_pp_not_the_gpu_count(run, tmp_path: Path):  # type: ignore[no-untyped-def]
+    f = bad_scenario(tmp_path, parallelism={"dp": 2, "tp": 4, "pp": 2})
+    one_line_error(run("plan", str(f)), str(f), "got dp*tp*pp = 2*4*2 = 16",
+                   "expected the cluster's GPU count nodes*gpus_per_node = 4*8 = 32")
+
+
+def test_missing_corpus(run, tmp_path: Path):  # type: ignore[no-untyped-def]
+    f = bad_scenario(tmp_path, corpus="nowhere.txt")
+    one_line_error(run("plan", str(f)), f"{f}: corpus: {tmp_path / 'nowhere.txt'}: got a path",
+                   "does not exist", "expected an existing UTF-8 text file")
+    one_line_error(run("tokens", str(tmp_path / "nowhere.txt")), "does not exist")
+
+
+def test_corpus_not_utf8(run, tmp_path: Path):  # type: ignore[no-untyped-def]
+    bad = tmp_path / "cp1252.txt"
+    bad.write_bytes("perch\xe9 ".encode("latin-1") * 3)
+    f = bad_scenario(tmp_path, corpus=str(bad))
+    one_line_error(run("plan", str(f)), f"{f}: corpus: {bad}", "got byte 0xe9 at offset 5",
+                   "expected UTF-8 text")
+    dev = bad_scenario(tmp_path, corpus="/dev/zero")        # was read until memory ran out
+    one_line_error(run("run", str(dev), "-o", str(tmp_path / "out")),
+                   f"{dev}: corpus: /dev/zero: got a character device")
+    assert not (tmp_path / "out").exists()
+    one_line_error(run("tokens", str(bad), "--tokenizer", "utf8"), "not UTF-8")
+
+
+def test_missing_scenario_file_and_bad_tokenizer(run, tmp_path: Path, corpus_path: Path):  # type: ignore[no-untyped-def]
+    one_line_error(run("plan", str(tmp_path / "none.yaml")), "none.yaml", "<file>",
+                   "expected an existing YAML file")
+    one_line_error(run("tokens", str(corpus_path), "--tokenizer", "sentencepiece"),
+                   "got 'sentencepiece'", "expected one of")
+
+
+def test_usage_errors_exit_2(run):  # type: ignore[no-untyped-def]
+    assert run("plan", "--frobnicate").exit_code == 2
+    assert run("tokens").exit_code == 2
+    assert run("tokens", "x.txt", "--vocab-size", "0").exit_code == 2
+
+
+def test_plan_of_a_corpus_shorter_than_one_batch_says_so(run, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Finding 5: a 6-token corpus gave 2.37 MB "per epoch" (a fraction of an iteration); an epoch
+    is whole iterations (Megatron drops incomplete global batches), so 0, with a note."""
+    corpus = tmp_path / "six.txt"
+    corpus.write_text("abcdef", encoding="utf-8")
+    text = (PROFILES / "scenarios" / "dante.yaml").read_text(encoding="utf-8")
+    text = text.replace("../", f"{PROFILES}/")
+    lines = [f"corpus: {corpus}" if ln.startswith("corpus:") else
+             "tokenizer: utf8" if ln.startswith("tokenizer:") else ln for ln in text.splitlines()]
+    scen = tmp_path / "six.yaml"
+    scen.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    res = run("plan", str(scen), "--json")
+    assert res.exit_code == 0, res.output
+    ep = json.loads(res.stdout)["epoch"]
+    assert ep == {"tokens": 6, "sequences": 0, "iterations": 0, "iterations_exact": 6 / 16384,
+                  "fills_batch": False, "reads_per_iteration": 16384 / 6,
+                  "dropped_sequences": 0, "dropped_tokens": 6, "nic_bytes": 0,
+                  "nvlink_bytes": 0, "pcap_bytes": 0}
+    res = run("plan", str(scen))
+    assert "does not fill one global batch" in res.stdout and "Megatron drops" in res.stdout
+
+
+def test_plan_scale_option(run):  # type: ignore[no-untyped-def]
+    res = run("plan", "--json", "--no-tokens", "--scale", "16")
+    data = json.loads(res.stdout)
+    dp = [p for p in data["phases"] if p["name"] == "dp/backward/AllReduce"][0]
+    assert data["scale"] == 16 and dp["message_bytes"] == 40_000_000 // 16
+    assert run("plan", "--scale", "0").exit_code == 2

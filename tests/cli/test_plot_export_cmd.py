@@ -1,0 +1,128 @@
+"""``plot`` and ``export`` on scenarios: bad option values are usage errors (exit 2), unwritable
+outputs one-line errors (exit 1), a rank outside the world is refused, the scale is the plan's
+(acceptance findings 9, 12, 22)."""
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.schedule.test_schedule import tiny_scenario
+from tokenpcap.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def scen(tmp_path):  # type: ignore[no-untyped-def]
+    return tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+
+
+@pytest.mark.parametrize("args,option", [
+    (["--scale", "0"], "--scale"), (["--scale", "-1"], "--scale"),
+    (["--iterations", "0"], "--iterations"), (["--ranks", "99"], "--ranks"),
+    (["--ranks", "a"], "--ranks")])
+def test_plot_bad_values_exit_2(tmp_path, scen, args, option):
+    r = CliRunner().invoke(main, ["plot", str(scen), "-o", str(tmp_path)] + args)
+    assert r.exit_code == 2, r.output
+    assert f"Invalid value for '{option}'" in r.output and "Traceback" not in r.output
+    assert not list(tmp_path.glob("*.png"))
+
+
+@pytest.mark.parametrize("args,option", [(["--scale", "0"], "--scale"),
+                                         (["--iterations", "0"], "--iterations")])
+def test_export_bad_values_exit_2(tmp_path, scen, args, option):
+    r = CliRunner().invoke(main, ["export", str(scen), "--to", "csv", "-o",
+                                  str(tmp_path / "m.csv")] + args)
+    assert r.exit_code == 2 and f"Invalid value for '{option}'" in r.output
+
+
+def test_plot_ranks_select_the_timeline_rows(tmp_path, scen):
+    r = CliRunner().invoke(main, ["plot", str(scen), "-o", str(tmp_path), "--ranks", "0-1,7",
+                                  "--scale", "8"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "cross-timeline.png").stat().st_size > 0
+
+
+def _read_only(monkeypatch):  # type: ignore[no-untyped-def]
+    """A read-only file system: creating, renaming and unlinking files fail with EROFS."""
+    real_open = open
+
+    def ro(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    def ro_open(file, mode="r", *a, **k):  # type: ignore[no-untyped-def]
+        if any(c in mode for c in "wax+"):
+            raise OSError(errno.EROFS, "Read-only file system", str(file))
+        return real_open(file, mode, *a, **k)
+
+    monkeypatch.setattr(os, "replace", ro)
+    monkeypatch.setattr(Path, "unlink", ro)
+    monkeypatch.setattr("builtins.open", ro_open)
+
+
+def test_export_into_a_read_only_directory_is_one_line(tmp_path, scen, monkeypatch):
+    _read_only(monkeypatch)
+    r = CliRunner().invoke(main, ["export", str(scen), "--to", "csv", "-o",
+                                  str(tmp_path / "m.csv"), "--scale", "8"])
+    assert r.exit_code == 1, r.output
+    assert r.output.startswith("error: ") and r.output.count("\n") == 1
+    assert "Read-only file system" in r.output
+
+
+def test_plot_into_a_read_only_directory_is_one_line(tmp_path, scen, monkeypatch):
+    _read_only(monkeypatch)
+    r = CliRunner().invoke(main, ["plot", str(scen), "-o", str(tmp_path), "--scale", "8"])
+    assert r.exit_code == 1, r.output
+    assert r.output.startswith("error: ") and r.output.count("\n") == 1
+    assert "cannot write: Read-only file system" in r.output
+
+
+def test_export_schedules_the_plan_at_its_scale(scen):
+    """The exported messages are the plan's calls at --scale, scaled once (the plan's bytes)."""
+    from tokenpcap.export.core import schedule_scenario
+    from tokenpcap.records import KIND_DATA
+
+    _, plan, sched = schedule_scenario(scen, scale=8, iterations=1)
+    assert plan.scale == 8 and sched.plan is plan
+    d = sched.messages[sched.messages["kind"] == KIND_DATA]
+    assert int(d["size_bytes"].sum()) == plan.totals()["nic_bytes"]
+
+
+def test_plot_and_export_refuse_gpt3_175b_at_once(tmp_path):
+    g3 = str(ROOT / "profiles" / "scenarios" / "gpt3-175b-megatron.yaml")
+    for args in (["plot", g3, "-o", str(tmp_path)],
+                 ["export", g3, "--to", "csv", "-o", str(tmp_path / "m.csv")]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 1 and "too large for the packet simulator" in r.output
+
+
+def test_plot_and_export_create_their_output_directories(tmp_path, scen):
+    """Acceptance 2, finding 4: ``plot X -o pics`` (the README's command) and ``export -o
+    a/b/x.csv`` create the missing directories, parents too, as ``generate -o`` does."""
+    r = CliRunner().invoke(main, ["plot", str(scen), "-o", str(tmp_path / "p" / "pics"),
+                                  "--scale", "8"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "p" / "pics" / "cross-timeline.png").stat().st_size > 0
+    r = CliRunner().invoke(main, ["export", str(scen), "--to", "hpcc", "-o",
+                                  str(tmp_path / "x" / "y" / "cross.hpcc"), "--scale", "8"])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (tmp_path / "x" / "y").iterdir()) == \
+        ["cross-topology.txt", "cross.hpcc"]
+
+
+def test_a_file_in_the_output_path_is_named_a_file(tmp_path, scen):
+    """A regular file where a directory must be: one line saying "got a file", not "missing";
+    a refused plot/export leaves no directory behind."""
+    (tmp_path / "afile").write_text("")
+    for args in (["plot", str(scen), "-o", str(tmp_path / "afile" / "pics")],
+                 ["export", str(scen), "--to", "csv", "-o", str(tmp_path / "afile" / "x.csv")]):
+        r = CliRunner().invoke(main, args + ["--scale", "8"])
+        assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
+        assert f"got a file ({tmp_path / 'afile'})" in r.output and "missing" not in r.output
+    r = CliRunner().invoke(main, ["plot", str(tmp_path / "nosuch.yaml"), "-o",
+                                  str(tmp_path / "new" / "pics")])
+    assert r.exit_code != 0 and not (tmp_path / "new").exists()

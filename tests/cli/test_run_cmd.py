@@ -1,0 +1,299 @@
+"""``tokenpcap run`` and ``tokenpcap generate`` through click's CliRunner: exit codes and output."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.schedule.test_schedule import tiny_scenario
+from tokenpcap.cli import main
+from tokenpcap.plan.build import build_plan
+from tokenpcap.config.profiles import load_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+DANTE = ROOT / "profiles" / "scenarios" / "dante.yaml"
+
+
+def test_run_default_scenario_scaled(tmp_path):
+    r = CliRunner().invoke(main, ["run", "-o", str(tmp_path), "--scale", "32", "--jobs", "2"])
+    assert r.exit_code == 0, r.output
+    files = sorted(tmp_path.glob("dante_node*_nic*.pcapng"))
+    assert len(files) == 32
+    assert "writing 32 pcapng file(s)" in r.output
+    assert re.search(r"corpus: [\d,]+ tokens; one iteration takes 16,384", r.output)
+    for label in ("dp/backward/AllReduce", "emb/backward/AllReduce", "pp/forward/SendRecv",
+                  "pp/backward/SendRecv"):
+        assert label in r.output
+    m = re.search(r"packets ([\d,]+), file bytes ([\d,]+) \(expected ([\d,]+)\)", r.output)
+    assert m and m.group(2) == m.group(3)
+    assert sum(f.stat().st_size for f in files) == int(m.group(2).replace(",", ""))
+    assert "clear-to-send packets" in r.output and "ACKs" in r.output
+    assert "ms of simulated time" in r.output
+
+
+def test_generate_prints_per_phase_payload_equal_to_the_plan(tmp_path):
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--format", "pcap",
+                                  "--split", "phase", "--jobs", "1", "--seed", "3"])
+    assert r.exit_code == 0, r.output
+    plan = build_plan(load_scenario(path))
+    for row in plan.rows:
+        if row.nic_bytes:
+            # table row: phase | packets | payload | plan NIC bytes (both the same)
+            assert re.search(rf"{re.escape(row.name)}\s*│\s*[\d,]+\s*│\s*{row.nic_bytes:,}\s*│\s*"
+                             rf"{row.nic_bytes:,}", r.output), row.name
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"cross_{row.name.replace('/', '-')}.pcap" for row in plan.rows if row.nic_bytes)
+
+
+def test_generate_selection_options(tmp_path):
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+    r = CliRunner().invoke(main, ["generate", str(path), "-o", str(tmp_path / "o"), "--nics", "0-1",
+                                  "--phases", "dp", "--iterations", "0:2", "--time-window", ":10ms",
+                                  "--snaplen", "128", "--jobs", "1"])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
+        "cross_node00_nic0.pcapng", "cross_node01_nic0.pcapng"]
+    assert "dp/backward/AllReduce" in r.output and "pp/forward" not in r.output
+
+
+def test_library_errors_exit_1_usage_errors_exit_2(tmp_path):
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+    r = CliRunner().invoke(main, ["generate", str(path), "-o", str(tmp_path), "--format", "erf"])
+    assert r.exit_code == 2
+    assert "Invalid value for '--format': got 'erf' for transport 'rocev2'" in r.output
+    r = CliRunner().invoke(main, ["generate", str(path), "-o", str(tmp_path), "--nics", "9"])
+    assert r.exit_code == 2 and "got '9', expected indices in 0..7" in r.output
+    r = CliRunner().invoke(main, ["generate", str(path), "-o", str(tmp_path), "--format", "cap"])
+    assert r.exit_code == 2
+    r = CliRunner().invoke(main, ["generate", str(path)])
+    assert r.exit_code == 2 and "--output" in r.output
+    r = CliRunner().invoke(main, ["run", str(tmp_path / "nope.yaml"), "-o", str(tmp_path)])
+    assert r.exit_code == 1 and r.output.startswith("error: ")
+
+
+def test_summary_plan_column_is_the_plan_at_the_runs_scale_times_iterations(tmp_path):
+    """Item 3: with --scale K and --iterations N the plan column beside the payload is the plan at
+    scale K times N (before: the unscaled one-iteration plan); every phase row matches."""
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+    r = CliRunner().invoke(main, ["generate", str(path), "-o", str(tmp_path / "o"), "--scale", "8",
+                                  "--iterations", "2", "--jobs", "1", "--format", "pcap"])
+    assert r.exit_code == 0, r.output
+    plan = build_plan(load_scenario(path), scale=8)
+    assert "plan at scale 8 × 2 iterations" in r.output
+    for row in plan.rows:
+        if row.nic_bytes:
+            assert re.search(rf"{re.escape(row.name)}\s*│\s*[\d,]+\s*│\s*{2 * row.nic_bytes:,}\s*│"
+                             rf"\s*{2 * row.nic_bytes:,}", r.output), row.name
+
+
+# ------------------------------------------------------------------ acceptance findings 9, 12, 13, 22
+
+BAD_VALUES = [  # finding 12: every one a usage error (exit 2) naming its option, nothing written
+    (["--ranks", "99"], "--ranks"), (["--ranks", "a-b"], "--ranks"),
+    (["--nics", "-1"], "--nics"), (["--nics", "40"], "--nics"),
+    (["--time-window", "abc"], "--time-window"), (["--time-window", "5:2"], "--time-window"),
+    (["--iterations", "0"], "--iterations"), (["--iterations", "3:1"], "--iterations"),
+    (["--format", "erf"], "--format"),
+    (["--seed", str(2 ** 63)], "--seed"),                        # finding 13
+    (["--scale", "0"], "--scale"), (["--snaplen", "0"], "--snaplen"),
+]
+
+
+@pytest.mark.parametrize("args,option", BAD_VALUES)
+def test_bad_option_values_exit_2_before_anything_is_created(tmp_path, args, option):
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+    out = tmp_path / "new"
+    r = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--jobs", "1"] + args)
+    assert r.exit_code == 2, r.output
+    assert f"Invalid value for '{option}'" in r.output and "Traceback" not in r.output
+    assert not out.exists()
+
+
+def test_a_scenario_seed_beyond_64_bits_is_refused_before_writing(tmp_path):
+    """Finding 13: generation.seed 2^63 fails at the up-front check, not in a writer process."""
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+    path.write_text(path.read_text() + f"generation: {{seed: {2 ** 63}}}\n")
+    out = tmp_path / "new"
+    r = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--jobs", "2"])
+    assert r.exit_code == 1
+    assert r.output.count("\n") == 1 and r.output.startswith(f"error: {path}: generation.seed: "
+                                                              "got 9223372036854775808, expected")
+    assert "9,223,372,036,854,775,807" in r.output     # the upper bound, as the loader prints it
+    assert "writing" not in r.output and not out.exists()
+
+
+def test_generate_checks_an_in_memory_seed_before_writing(tmp_path):
+    """The library checks the seed up front too (a scenario built in memory skips the loader)."""
+    import dataclasses
+
+    from tokenpcap.errors import InputError
+    from tokenpcap.generate.run import GenerateOptions, generate
+
+    s = load_scenario(tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8))
+    s = dataclasses.replace(s, generation=dataclasses.replace(s.generation, seed=2 ** 63))
+    out = tmp_path / "o"
+    out.mkdir()
+    with pytest.raises(InputError, match="generation.seed: got 9223372036854775808, expected "
+                                         "0..9223372036854775807"):
+        generate(s, GenerateOptions(out_dir=out, jobs=2))
+    with pytest.raises(InputError, match="--seed: got -1"):
+        generate(s, GenerateOptions(out_dir=out, jobs=2, seed=-1))
+    assert not list(out.iterdir())
+
+
+def test_unwritable_outputs_are_one_line_errors(tmp_path, monkeypatch):
+    """Finding 9: -o under a file, and a directory the file system refuses to create."""
+    import errno
+
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    r = CliRunner().invoke(main, ["generate", str(path), "-o", str(afile / "sub"), "--jobs", "1"])
+    assert r.exit_code == 1 and r.output.startswith("error: ") and r.output.count("\n") == 1
+    assert f"got a file ({afile}), expected a directory" in r.output
+
+    def refuse(self, *a, **k):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    r = CliRunner().invoke(main, ["generate", str(path), "-o", str(tmp_path / "ro" / "x"),
+                                  "--jobs", "1"])
+    assert r.exit_code == 1 and r.output.count("\n") == 1
+    assert "cannot create it: Read-only file system" in r.output
+
+
+def test_a_refused_run_leaves_no_directory_it_created(tmp_path, monkeypatch):
+    """Finding 22: refusing for lack of disk space removes the new (empty) output directory,
+    and keeps a directory that existed before."""
+    import shutil
+
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+
+    class Usage:
+        free = 1000
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: Usage())
+    out = tmp_path / "a" / "b"
+    r = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--jobs", "1"])
+    assert r.exit_code == 1 and "free space got 1,000 bytes" in r.output
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "kept").mkdir()
+    r = CliRunner().invoke(main, ["generate", str(path), "-o", str(tmp_path / "kept"), "--jobs", "1"])
+    assert r.exit_code == 1 and (tmp_path / "kept").is_dir()
+
+
+def test_gpt3_175b_is_refused_at_once_as_plan_only(tmp_path):
+    """Finding 6: the bundled GPT-3 175B scenario fails fast with one line (README: plan-only)
+    instead of being OOM-killed after minutes (refused from the plan's counts: check_work runs
+    before the schedule is built; tests/schedule/test_limits.py)."""
+    g3 = ROOT / "profiles" / "scenarios" / "gpt3-175b-megatron.yaml"
+    for extra in ([], ["--scale", "100000", "--nics", "0"]):
+        out = str(tmp_path / "new" / "x")
+        r = CliRunner().invoke(main, ["run", str(g3), "-o", out] if not extra
+                               else ["generate", str(g3), "-o", out] + extra)
+        assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
+        assert r.output.startswith("error: gpt3-175b-megatron: too large for the packet simulator")
+        assert "RDMA messages" in r.output and "limit 5,000,000" in r.output
+    assert "(fewer and smaller messages: 1,398,176 when every call is one element)" in r.output
+    assert not (tmp_path / "new").exists()
+
+
+# ------------------------------------------------------------------ finding 8: signals
+
+
+def _children(pid: int) -> set[int]:
+    out: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        out.update(int(x) for x in text)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"           # a zombie has ended
+
+
+def _start_generate(tmp_path: Path):  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "tokenpcap", "generate", str(DANTE), "-o",
+                             str(out), "--jobs", "2", "--force"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:          # wait until the first file is being written
+        if out.is_dir() and list(out.glob(".*.part")) and len(_children(proc.pid)) >= 2:
+            return proc, out
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("generate did not start writing within 120 s")
+
+
+def _wait_gone(pids: set[int], seconds: float) -> set[int]:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    return {p for p in pids if _alive(p)}
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_sigterm_during_generate_behaves_like_ctrl_c(tmp_path):
+    """kill <pid> while files are written: the writers end, no .part file is left, exit 143
+    with one line (before: orphaned writer processes blocked forever and 32 .part files)."""
+    import signal
+
+    proc, out = _start_generate(tmp_path)
+    kids = _children(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, (stdout, stderr)
+    assert stderr.strip().splitlines() == [
+        "error: terminated (SIGTERM): writers stopped, no partial file left"]
+    assert not _wait_gone(kids, 15)
+    assert not list(out.glob(".*.part")) and not list(out.glob("*.pcapng"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_writer_processes_exit_and_clean_up_when_the_parent_is_killed(tmp_path):
+    """SIGKILL cannot be handled by the parent: its writer processes notice that it is gone,
+    drop their .part files and exit by themselves."""
+    import signal
+
+    proc, out = _start_generate(tmp_path)
+    kids = _children(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert not _wait_gone(kids, 20)
+    assert not list(out.glob(".*.part"))
+
+
+def test_a_second_run_into_the_same_directory_names_the_files_it_did_not_write(tmp_path):
+    """Acceptance-2 finding 6: per-NIC files then --split none into one directory mixed two runs
+    silently, and `inspect DIR/*` counted the traffic twice."""
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+    out = tmp_path / "out"
+    first = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--jobs", "1"])
+    assert first.exit_code == 0, first.output
+    assert "also holds" not in first.output
+    n_first = len(list(out.iterdir()))
+    again = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--jobs", "1"])
+    assert again.exit_code == 0 and "also holds" not in again.output     # same files, rewritten
+    second = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--jobs", "1",
+                                       "--split", "none"])
+    assert second.exit_code == 0, second.output
+    text = " ".join(second.output.split())          # rich wraps long lines
+    note = re.search(r"note: (\S+) also holds (\d+) capture file\(s\) this run did not write", text)
+    assert note and int(note.group(2)) == n_first, second.output

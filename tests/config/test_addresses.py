@@ -1,0 +1,93 @@
+"""Tests of tokenpcap.config.addresses against the standard library's ipaddress and published examples."""
+from __future__ import annotations
+
+import ipaddress
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenpcap.config.addresses import IB_UNICAST_LID_MAX, nic_addresses
+from tokenpcap.errors import InfeasiblePlanError, ProfileError
+from tokenpcap.config.profiles import ClusterProfile, GpuProfile, NetworkProfile
+
+
+def cluster(nodes=4, per=8, **net):
+    return ClusterProfile(name="c", nodes=nodes, gpus_per_node=per, nics_per_node=per, link_gbps=400,
+                          nvlink_gbps=3600, gpu=GpuProfile("H100", 989), network=NetworkProfile(**net))
+
+
+def test_node3_nic5_defaults():
+    a = nic_addresses(cluster())
+    g = 3 * 8 + 5
+    assert ":".join(f"{b:02x}" for b in a.mac[g]) == "02:00:00:00:03:05"
+    assert str(ipaddress.IPv4Address(bytes(a.ipv4[g]))) == "198.18.3.6"
+    assert ipaddress.IPv6Address(bytes(a.ipv6[g])) == ipaddress.IPv6Address("2001:2:0:3::6")
+    assert int(a.lid[g]) == 30
+    assert ipaddress.IPv6Address(bytes(a.gid[g])) == ipaddress.IPv6Address("fe80::ff:fe00:305")
+
+
+def test_shapes_dtypes_readonly():
+    a = nic_addresses(cluster())
+    assert (a.mac.shape, a.ipv4.shape, a.ipv6.shape, a.lid.shape, a.gid.shape) == (
+        (32, 6), (32, 4), (32, 16), (32,), (32, 16))
+    assert all(x.dtype == np.uint8 for x in (a.mac, a.ipv4, a.ipv6, a.gid)) and a.lid.dtype == np.uint16
+    assert len(a) == 32
+    with pytest.raises(ValueError):
+        a.mac[0, 0] = 1
+
+
+def test_modified_eui64_rfc4291_example():
+    # RFC 4291 appendix A / the common example: MAC 00:25:96:12:34:56 -> fe80::225:96ff:fe12:3456
+    a = nic_addresses(cluster(nodes=0x34 + 1, per=0x56 + 1, mac_prefix="00:25:96:12"))
+    g = 0x34 * (0x56 + 1) + 0x56
+    assert ":".join(f"{b:02x}" for b in a.mac[g]) == "00:25:96:12:34:56"
+    assert ipaddress.IPv6Address(bytes(a.gid[g])) == ipaddress.IPv6Address("fe80::225:96ff:fe12:3456")
+
+
+@settings(max_examples=50, deadline=None)
+@given(nodes=st.integers(1, 40), per=st.integers(1, 16))
+def test_same_nic_same_address_and_all_distinct(nodes, per):
+    a = nic_addresses(cluster(nodes=nodes, per=per))
+    b = nic_addresses(cluster(nodes=nodes + 3, per=per))
+    n = nodes * per
+    for arr_a, arr_b in ((a.mac, b.mac), (a.ipv4, b.ipv4), (a.ipv6, b.ipv6), (a.lid, b.lid), (a.gid, b.gid)):
+        assert np.array_equal(arr_a, arr_b[:n])          # more nodes do not move the existing ones
+        assert len({bytes(r) for r in np.atleast_2d(arr_a.T).T.reshape(n, -1)}) == n
+    net = ipaddress.ip_network("198.18.0.0/15")
+    v6net = ipaddress.ip_network("2001:2::/48")
+    for g in range(n):
+        node, nic = divmod(g, per)
+        v4 = ipaddress.IPv4Address(bytes(a.ipv4[g]))
+        assert v4 in net and v4 == ipaddress.IPv4Address("198.18.0.0") + 256 * node + nic + 1
+        assert v4.packed[3] not in (0, 255)
+        v6 = ipaddress.IPv6Address(bytes(a.ipv6[g]))
+        assert v6 in v6net and v6 == ipaddress.IPv6Address("2001:2::") + (node << 64) + nic + 1
+        assert a.mac[g, 0] == 0x02 and a.mac[g, 5] == nic and (a.mac[g, 3] << 8 | a.mac[g, 4]) == node
+        assert 1 <= a.lid[g] <= IB_UNICAST_LID_MAX
+
+
+def test_range_limits():
+    nic_addresses(cluster(nodes=512, per=8))                 # 198.18.0.0/15 holds 512 nodes
+    with pytest.raises(InfeasiblePlanError, match="ipv4_base"):
+        nic_addresses(cluster(nodes=513, per=8))
+    with pytest.raises(InfeasiblePlanError, match="ipv4_base"):
+        nic_addresses(cluster(nodes=1, per=255))
+    with pytest.raises(InfeasiblePlanError, match="ipv4_base"):
+        nic_addresses(cluster(nodes=2, per=8, ipv4_base="198.19.255.0"))
+    with pytest.raises(InfeasiblePlanError, match="mac_prefix"):
+        nic_addresses(cluster(nodes=2, per=8, mac_prefix="02:00:00:00:00"))
+    nic_addresses(cluster(nodes=511, per=96))                # 49056 NICs: LIDs up to 0xBFA0
+    with pytest.raises(InfeasiblePlanError, match="unicast LIDs"):
+        nic_addresses(cluster(nodes=512, per=96))            # 49152 > 0xBFFF
+
+
+@pytest.mark.parametrize("key,value", [
+    ("mac_prefix", "03:00:00"), ("mac_prefix", "zz:00"), ("mac_prefix", "02:00:00:00:00:00"),
+    ("ipv4_base", "198.18.0.1"), ("ipv4_base", "2001:2::"), ("ipv4_base", "no"),
+    ("ipv6_base", "198.18.0.0"),
+])
+def test_malformed_bases(key, value):
+    with pytest.raises(ProfileError, match=f"network.{key}"):
+        nic_addresses(cluster(**{key: value}))

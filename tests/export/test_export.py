@@ -1,0 +1,106 @@
+"""export: HPCC flows/topology, CSV/Parquet table, Chrome trace of one Dante iteration.
+
+The independent numbers are the plan's (stage 3, analytic) payload bytes per phase and per NIC:
+the exported messages must add up to them exactly. The HPCC files are read back the way HPCC's
+``third.cc`` reads them (whitespace-separated fields in a fixed order).
+"""
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tokenpcap.errors import InputError, OutputError
+from tokenpcap.export.core import (TABLE_COLUMNS, export_scenario, schedule_scenario, write_chrome,
+                              write_hpcc, write_table)
+
+ROOT = Path(__file__).resolve().parents[2]
+DANTE = ROOT / "profiles" / "scenarios" / "dante.yaml"
+
+
+@pytest.fixture(scope="module")
+def dante():
+    s, plan, sched = schedule_scenario(DANTE)
+    return s, plan, sched.messages, sched.timeline
+
+
+def test_hpcc_flows_and_topology(tmp_path, dante):
+    s, plan, m, _ = dante
+    flows, topo = write_hpcc(m, s.cluster, tmp_path / "flow.txt")
+    tokens = flows.read_text().split()
+    n = int(tokens[0])
+    rows = [tokens[1 + 6 * i:7 + 6 * i] for i in range(n)]
+    assert len(tokens) == 1 + 6 * n and n == int((m["kind"] == 0).sum())
+    starts = [Decimal(r[5]) for r in rows]
+    assert starts == sorted(starts) and starts[0] >= Decimal(2)
+    per_nic = Counter()
+    for src, dst, pg, dport, size, _ in rows:
+        assert pg == "3" and int(dport) >= 100 and src != dst
+        per_nic[int(src)] += int(size)
+    plan_nic = plan.nic_bytes_per_nic()
+    assert [per_nic[g] for g in range(plan_nic.size)] == plan_nic.tolist()
+    # exact ns survive the seconds text
+    first = m[m["kind"] == 0]["start_ns"].min()
+    assert starts[0] == Decimal(2) + Decimal(int(first)) / Decimal(10**9)
+    lines = topo.read_text().splitlines()
+    nodes, switches, links = map(int, lines[0].split())
+    hosts = s.cluster.nodes * s.cluster.nics_per_node
+    assert nodes == hosts + switches and len(lines) == 2 + links
+    assert [int(x) for x in lines[1].split()] == list(range(hosts, nodes))
+    ends = Counter(int(x) for line in lines[2:] for x in line.split()[:2])
+    assert all(ends[h] == 1 for h in range(hosts))                  # each NIC cabled once
+    assert all(line.split()[2].endswith("Gbps") for line in lines[2:])
+
+
+def test_csv_and_parquet_add_up_to_the_plan(tmp_path, dante):
+    _, plan, m, _ = dante
+    path = write_table(m, tmp_path / "m.csv")
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == TABLE_COLUMNS and len(rows) == m.size
+    per_phase = Counter()
+    for r in rows:
+        if r["kind"] == "data":
+            per_phase[r["phase"]] += int(r["size_bytes"])
+        assert int(r["end_ns"]) >= int(r["start_ns"])
+    assert dict(per_phase) == {r.name: r.nic_bytes for r in plan.rows if r.nic_bytes}
+    pq = pytest.importorskip("pyarrow.parquet")
+    t = pq.read_table(write_table(m, tmp_path / "m.parquet", "parquet")).to_pydict()
+    assert t["size_bytes"] == [int(r["size_bytes"]) for r in rows]
+    assert t["phase"] == [r["phase"] for r in rows]
+
+
+def test_chrome_trace(tmp_path, dante):
+    _, _, m, tl = dante
+    ev = json.loads(write_chrome(tl, m, tmp_path / "t.json").read_text())["traceEvents"]
+    x = [e for e in ev if e["ph"] == "X"]
+    assert sum(e["tid"] == 0 for e in x) == tl.size
+    assert sum(e["tid"] == 1 for e in x) == int((m["first_tx_ns"] >= 0).sum())
+    assert all(e["ts"] >= 0 and e["dur"] > 0 for e in x)
+    b = next(e for e in x if e["tid"] == 0 and e["name"].startswith("backward"))
+    blk = tl[(tl["rank"] == b["pid"]) & (tl["what"] == b"B")][0]
+    assert b["ts"] == round(int(blk["start_ns"]) / 1000, 3)
+
+
+def test_export_cli_and_errors(tmp_path):
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+    r = CliRunner().invoke(main, ["export", str(DANTE), "--to", "csv", "-o",
+                                  str(tmp_path / "d.csv"), "--scale", "64"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "d.csv").read_text().startswith("msg_id,start_ns")
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(OutputError, match="output directory: got a file"):
+        export_scenario(DANTE, "csv", tmp_path / "afile" / "x.csv")
+    with pytest.raises(InputError, match="expected one of"):
+        export_scenario(DANTE, "xml", tmp_path / "x.xml")
+    r = CliRunner().invoke(main, ["export", str(DANTE), "--to", "csv", "-o", str(tmp_path / "y"),
+                                  "--scale", "0"])
+    assert r.exit_code == 2 and "Invalid value for '--scale'" in r.output   # a usage error
+    assert np.__version__

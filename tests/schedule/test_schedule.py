@@ -1,0 +1,373 @@
+"""Stage 5: compute times, 1F1B, blocking TP, DP overlap, ring dependencies, byte conservation.
+
+Right values: Narayanan et al. 2021 Eq. 3 (FLOPs of an iteration with full recomputation) and
+Fig. 4 (the 1F1B order of 4 workers and 8 microbatches); the ring rule that rank i forwards at step
+k+1 what it received from rank i-1 at step k; the plan's NIC bytes (stage 3) per phase and NIC.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tokenpcap.schedule.compute import flops_time_ns, iteration_flops, stage_times
+from tokenpcap.records import DIMS, KIND_DATA, PHASES, phase_label
+from tokenpcap.plan.build import build_plan
+from tokenpcap.config.profiles import load_scenario
+from tokenpcap.schedule.program import one_f_one_b
+from tokenpcap.schedule.runner import NVLINK_LATENCY_NS, Schedule, token_range
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TINY_MODEL = """  name: tiny-gpt
+  source: "a small GPT-2-like decoder for tests"
+  layers: 4
+  hidden_size: 256
+  attention_heads: 4
+  vocab_size: 512
+  seq_length: 128
+"""
+
+
+def tiny_scenario(tmp: Path, name: str, dp: int, tp: int, pp: int, gbs: int, *,
+                  cluster: str = "h100-rocev2-8x1", algorithm: str = "ring", channels: int = 2,
+                  extra: str = "", par: str = "", model: str = "") -> Path:
+    """A scenario on ``profiles/clusters/<cluster>.yaml`` with a tiny inline GPT model."""
+    path = tmp / f"{name}.yaml"
+    path.write_text(
+        f"name: {name}\ncorpus: {ROOT / 'samples' / 'divina_commedia.txt'}\ntokenizer: utf8\n"
+        f"model:\n{TINY_MODEL}{model}cluster: {ROOT / 'profiles' / 'clusters' / (cluster + '.yaml')}\n"
+        f"parallelism: {{dp: {dp}, tp: {tp}, pp: {pp}{par}}}\n"
+        f"training: {{micro_batch_size: 1, global_batch_size: {gbs}, precision: bf16, "
+        f"grad_reduce_dtype: bf16{extra}}}\n"
+        f"collectives: {{algorithm: {algorithm}, channels: {channels}}}\n")
+    return path
+
+
+def run(path: Path, **kw) -> tuple[Schedule, np.ndarray]:
+    s = load_scenario(path)
+    sched = Schedule(build_plan(s), **kw)
+    tx = np.concatenate(list(sched.run()))
+    return sched, tx
+
+
+# ------------------------------------------------------------------ compute
+
+
+def test_iteration_flops_is_narayanan_eq3():
+    s = load_scenario(ROOT / "profiles" / "scenarios" / "gpt3-175b-megatron.yaml")
+    m, t = s.model, s.training
+    B, seq, l, h, V = t.global_batch_size, m.seq_length, m.layers, m.hidden_size, m.vocab_size
+    assert t.recompute == "full"
+    # F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)), multiplied out to stay in integers
+    eq3 = 96 * B * seq * l * h * h + 16 * B * seq * seq * l * h + 6 * B * seq * h * V
+    assert iteration_flops(s) == eq3
+
+
+def test_flops_time_uses_exact_decimal_rates():
+    # 989 TFLOP/s * 0.45 = 445.05e12 FLOP/s = 445,050 FLOP/ns
+    assert flops_time_ns(445_050_000, 989, 0.45) == 1000
+    assert flops_time_ns(445_050_001, 989, 0.45) == 1001         # rounded up
+    assert flops_time_ns(445_050_000 * 4, 989, 0.45, scale=4) == 1000
+    assert flops_time_ns(0, 989, 0.45) == 0
+
+
+def test_backward_is_twice_forward_and_tp_divides_work():
+    s = load_scenario(ROOT / "profiles" / "scenarios" / "dante.yaml")
+    t = stage_times(s, 0)
+    assert abs(t.attn_bwd - 2 * t.attn_fwd) <= 1 and abs(t.mlp_bwd - 2 * t.mlp_fwd) <= 1
+    assert t.logits_fwd == 0 and stage_times(s, 1).logits_fwd > 0
+
+
+# ------------------------------------------------------------------ 1F1B
+
+
+def test_one_f_one_b_is_narayanan_figure_4():
+    # Fig. 4 (top): 4 workers, 8 microbatches; forward and backward alternate after warm-up
+    fig = {0: "1 2 3 4 1 5 2 6 3 7 4 8 5 6 7 8", 1: "1 2 3 1 4 2 5 3 6 4 7 5 8 6 7 8",
+           2: "1 2 1 3 2 4 3 5 4 6 5 7 6 8 7 8", 3: "1 1 2 2 3 3 4 4 5 5 6 6 7 7 8 8"}
+    for stage, seq in fig.items():
+        order = one_f_one_b(4, stage, 8)
+        assert [j + 1 for _, j in order] == [int(x) for x in seq.split()]
+        warm = 4 - stage - 1
+        assert [k for k, _ in order[:warm]] == ["F"] * warm
+        assert [k for k, _ in order[warm:warm + 8]] == ["F", "B"] * 4 if warm < 4 else True
+
+
+def expected_sends(pp: int, stage: int, m: int) -> list[tuple[str, int]]:
+    """The point-to-point sends of one stage in Narayanan's 1F1B order, written independently of
+    tokenpcap.schedule.program: warm-up min(p-s-1, m) forwards, then forward/backward pairs, then the rest."""
+    w = min(pp - stage - 1, m)
+    seq = [("F", j) for j in range(w)]
+    f, b = w, 0
+    while b < m:
+        if f < m:
+            seq.append(("F", f))
+            f += 1
+        seq.append(("B", b))
+        b += 1
+    return [x for x in seq if (x[0] == "F" and stage < pp - 1) or (x[0] == "B" and stage > 0)]
+
+
+def test_pipeline_sends_follow_1f1b_per_stage(tmp_path):
+    sched, _ = run(tiny_scenario(tmp_path, "pp4", dp=2, tp=1, pp=4, gbs=16))
+    m = sched.messages
+    lay = sched.layout
+    pp_msgs = m[(m["kind"] == KIND_DATA) & (m["dim"] == DIMS.index("pp"))]
+    for r in range(lay.world_size):
+        mine = pp_msgs[pp_msgs["rank_src"] == r]
+        first = {}
+        for row in mine[np.argsort(mine["first_tx_ns"], kind="stable")]:
+            key = ("F" if PHASES[row["phase"]] == "forward" else "B", int(row["microbatch"]))
+            first.setdefault(key, int(row["first_tx_ns"]))
+        got = sorted(first, key=first.get)
+        assert got == expected_sends(4, lay.coords(r).pp, 8), r
+    tl = sched.timeline
+    for r in range(lay.world_size):
+        blocks = tl[(tl["rank"] == r) & np.isin(tl["what"], [b"F", b"B"])]
+        order = [(x["what"].decode(), int(x["microbatch"])) for x in np.sort(blocks, order="start_ns")]
+        assert order == one_f_one_b(4, lay.coords(r).pp, 8)
+        assert (blocks["end_ns"] > blocks["start_ns"]).all()
+
+
+# ------------------------------------------------------------------ dependencies and blocking
+
+
+def test_ring_step_k_plus_1_never_precedes_arrival_of_step_k(tmp_path):
+    sched, _ = run(tiny_scenario(tmp_path, "ring8", dp=8, tp=1, pp=1, gbs=8))
+    m = sched.messages
+    dp = m[(m["kind"] == KIND_DATA) & (m["dim"] == DIMS.index("dp"))]
+    assert dp["step"].max() == 2 * (8 - 1) - 1                  # ring AllReduce over 8 ranks
+    # slice j of (call, step, sender, channel): messages in id order (posted in slice order)
+    index = defaultdict(list)
+    for row in dp[np.argsort(dp["msg_id"])]:
+        index[(int(row["call_id"]), int(row["step"]), int(row["rank_src"]), int(row["qp"]))].append(row)
+    checked = 0
+    for (call, step, src, qp), rows in index.items():
+        if step == 0:
+            continue
+        pred = index[(call, step - 1, (src - 1) % 8, qp)]       # rank i-1 sends to i
+        assert len(pred) == len(rows)
+        for j, row in enumerate(rows):
+            assert pred[j]["rank_dst"] == src
+            assert row["first_tx_ns"] >= pred[j]["arrival_ns"]
+            checked += 1
+    assert checked > 100
+
+
+def test_tp_collectives_block_and_dp_overlaps_backward(tmp_path):
+    # buckets of 400 kB: a stage holds several, the first is ready before the backward ends
+    sched, _ = run(tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8,
+                                 extra=", dp_bucket_bytes: 400000"))
+    m = sched.messages
+    d = m[m["kind"] == KIND_DATA]
+    tl = sched.timeline
+    for r in range(sched.layout.world_size):
+        # TP: a rank starts sending for its next TP call only after all data of its previous
+        # TP call has arrived at it (the next compute needs the result)
+        tp = d[(d["dim"] == DIMS.index("tp")) & ((d["rank_src"] == r) | (d["rank_dst"] == r))
+               & (d["iteration"] == 0)]
+        calls = sorted(set(tp["call_id"].tolist()), key=lambda c: tp["first_tx_ns"][tp["call_id"] == c].min())
+        for a, b in zip(calls, calls[1:]):
+            done_a = tp["arrival_ns"][(tp["call_id"] == a) & (tp["rank_dst"] == r)].max()
+            start_b = tp["first_tx_ns"][(tp["call_id"] == b) & (tp["rank_src"] == r)].min()
+            assert start_b >= done_a
+        # DP buckets go out while the rank still computes its last backward, optimizer after
+        dpm = d[(d["dim"] == DIMS.index("dp")) & (d["rank_src"] == r)]
+        b_blocks = tl[(tl["rank"] == r) & (tl["what"] == b"B")]
+        last_b = b_blocks[b_blocks["microbatch"] == b_blocks["microbatch"].max()][0]
+        assert dpm["first_tx_ns"].min() < last_b["end_ns"]
+        assert dpm["first_tx_ns"].min() >= last_b["start_ns"]
+        opt = tl[(tl["rank"] == r) & (tl["what"] == b"O")][0]
+        into = d[(d["dim"] == DIMS.index("dp")) & (d["rank_dst"] == r)]
+        assert opt["start_ns"] >= into["arrival_ns"].max()
+
+
+def test_nvlink_copies_stay_off_the_nics(tmp_path):
+    # dante: TP (4 GPUs) inside a node: no TP message reaches the engine, all go over NVLink
+    s = load_scenario(ROOT / "profiles" / "scenarios" / "dante.yaml")
+    sched = Schedule(build_plan(s), scale=64)
+    for _ in sched.run():
+        pass
+    m = sched.messages
+    assert not (m["dim"] == DIMS.index("tp")).any()
+    nv = sched.nvlink
+    tp = nv[nv["dim"] == DIMS.index("tp")]
+    assert len(tp) and (tp["rank_src"] // 8 == tp["rank_dst"] // 8).all()
+    rate = 3600                                   # nvlink_gbps of the cluster: bits per ns
+    assert ((tp["arrival_ns"] - tp["start_ns"]) == -(-tp["size_bytes"] * 8 // rate)
+            + NVLINK_LATENCY_NS).all()
+
+
+
+def assert_data_bytes_equal_the_plan(m: np.ndarray, plan) -> None:  # type: ignore[no-untyped-def]
+    """Data message bytes per phase label and per sending NIC equal the plan's NIC bytes."""
+    d = m[m["kind"] == KIND_DATA]
+    got = defaultdict(int)
+    for row in d:
+        got[phase_label(int(row["dim"]), int(row["phase"]), int(row["collective"]))] += int(row["size_bytes"])
+    assert dict(got) == {r.name: r.nic_bytes for r in plan.rows if r.nic_bytes}
+    want = plan.nic_bytes_per_nic()
+    per_nic = np.bincount(d["src_nic"], weights=d["size_bytes"], minlength=want.size).astype(np.int64)
+    assert (per_nic == want).all()
+
+
+# ------------------------------------------------------------------ bytes
+
+
+@pytest.mark.parametrize("name,dp,tp,pp,alg", [("cross", 2, 2, 2, "ring"), ("tree", 4, 1, 2, "tree")])
+def test_message_bytes_equal_the_plan_per_phase_and_nic(tmp_path, name, dp, tp, pp, alg):
+    path = tiny_scenario(tmp_path, name, dp=dp, tp=tp, pp=pp, gbs=8, algorithm=alg)
+    sched, tx = run(path)
+    plan = sched.plan
+    m = sched.messages
+    assert_data_bytes_equal_the_plan(m, plan)
+    # and what the NICs actually sent (data packets of the engine) adds up to the same
+    assert (m["arrival_ns"] >= 0).all()
+
+
+VARIANTS = {
+    # ZeRO-3 (per-layer gathers forward and backward, gradient ReduceScatter per microbatch)
+    "zero3": dict(dp=8, tp=1, pp=1, gbs=8, par=", zero_stage: 3"),
+    # ZeRO-1, sequence parallelism, selective recomputation, double binary tree, InfiniBand
+    "ib-sp-tree": dict(dp=4, tp=4, pp=2, gbs=8, cluster="a100-hdr-ib", algorithm="tree",
+                       par=", sequence_parallel: true, zero_stage: 1",
+                       extra=", recompute: selective, dp_bucket_bytes: 300000"),
+    # MoE with expert parallelism across nodes, full recomputation
+    "moe": dict(dp=4, tp=1, pp=2, gbs=8, par=", ep: 2", extra=", recompute: full",
+                model="  moe: {experts: 4, top_k: 2}\n"),
+    # hierarchical AllReduce: DP groups with 2 ranks on each of 2 nodes
+    "hier": dict(dp=4, tp=4, pp=2, gbs=8, cluster="h100-rocev2-400g", algorithm="hierarchical",
+                 par=", sequence_parallel: true"),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_kind_of_call_runs_and_conserves_bytes(tmp_path, variant):
+    kw = dict(VARIANTS[variant])
+    path = tiny_scenario(tmp_path, variant, kw.pop("dp"), kw.pop("tp"), kw.pop("pp"), kw.pop("gbs"), **kw)
+    sched, tx = run(path, iterations=2)
+    plan = sched.plan
+    d = sched.messages[sched.messages["kind"] == KIND_DATA]
+    got = defaultdict(int)
+    for row in d:
+        got[phase_label(int(row["dim"]), int(row["phase"]), int(row["collective"]))] += int(row["size_bytes"])
+    assert dict(got) == {r.name: 2 * r.nic_bytes for r in plan.rows if r.nic_bytes}
+    n_nics = len(plan.nic_bytes_per_nic())
+    per_nic = np.bincount(d["src_nic"], weights=d["size_bytes"], minlength=n_nics).astype(np.int64)
+    assert (per_nic == 2 * plan.nic_bytes_per_nic()).all()
+    # iteration 1 of a rank starts after its iteration 0 ended
+    tl = sched.timeline
+    for r in range(sched.layout.world_size):
+        mine = tl[tl["rank"] == r]
+        assert mine["start_ns"][mine["iteration"] == 1].min() >= mine["end_ns"][mine["iteration"] == 0].max()
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shape=st.sampled_from([(8, 1, 1), (4, 2, 1), (2, 2, 2), (1, 2, 4), (2, 1, 4), (1, 4, 2)]),
+       alg=st.sampled_from(["ring", "tree", "hierarchical"]), channels=st.integers(1, 3),
+       mb=st.integers(1, 3))
+def test_random_small_scenarios_conserve_payload(tmp_path, shape, alg, channels, mb):
+    dp, tp, pp = shape
+    path = tiny_scenario(tmp_path, "rand", dp, tp, pp, gbs=dp * mb, algorithm=alg,
+                         channels=channels, extra=", dp_bucket_bytes: 500000")
+    sched, tx = run(path, scale=4)
+    d = sched.messages[sched.messages["kind"] == KIND_DATA]
+    assert (d["arrival_ns"] > d["start_ns"]).all()
+    # every packet of every data message left its NIC
+    sent = np.bincount(tx["msg"][tx["kind"] == 0], minlength=len(sched.messages))
+    assert (sent[d["msg_id"]] == d["n_packets"]).all()
+    # and with scale, the bytes are the plan's calls scaled, summed by the stage-3 accounting
+    from tokenpcap.collectives.traffic import per_rank_bytes
+    want = np.zeros(sched.layout.world_size, np.int64)
+    for c in sched._calls.values():
+        want[list(c.group)] += per_rank_bytes(c, sched.plan.algorithm, sched.layout).nic_bytes
+    got = np.bincount(d["rank_src"], weights=d["size_bytes"], minlength=len(want)).astype(np.int64)
+    assert (got == want).all()
+
+
+def test_token_range_of_pipeline_messages():
+    class C:
+        token_start, token_end, seq_start, seq_end = 4096, 5120, 0, 1024
+
+    # [s, b, h] with b = 1: a message of the first quarter of the bytes holds positions 0..255
+    assert token_range(C, 0, 1 << 20, 4 << 20, 1024) == (4096, 4096 + 256)
+    assert token_range(C, 3 << 20, 1 << 20, 4 << 20, 1024) == (4096 + 768, 5120)
+
+    class SP(C):
+        seq_start, seq_end = 256, 512              # TP rank 1 of 4 with sequence parallelism
+    assert token_range(SP, 0, 1 << 19, 1 << 20, 1024) == (4096 + 256, 4096 + 384)
+
+    class G:
+        token_start = token_end = seq_start = seq_end = -1
+    assert token_range(G, 0, 100, 1000, 1024) == (-1, -1)
+
+
+def test_the_schedule_takes_the_plans_scale_and_never_scales_twice(tmp_path):
+    """A plan built at scale 4 runs with its own sizes: the data messages sum, per phase and NIC,
+    to the scaled plan's rows (scaling again would give a quarter of that). Schedule(plan,
+    scale=4) on an unscaled plan plans again at 4 and runs the same messages."""
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+    s = load_scenario(path)
+    plan = build_plan(s, scale=4)
+    sched = Schedule(plan)
+    assert sched.scale == 4 and sched.plan is plan
+    for _ in sched.run():
+        pass
+    assert_data_bytes_equal_the_plan(sched.messages, plan)
+    other = Schedule(build_plan(s), scale=4)
+    assert other.plan.scale == 4
+    for _ in other.run():
+        pass
+    assert other.messages["size_bytes"].tolist() == sched.messages["size_bytes"].tolist()
+    assert other.messages["start_ns"].tolist() == sched.messages["start_ns"].tolist()
+
+
+@pytest.mark.parametrize("kw", [dict(iterations=0), dict(scale=0), dict(scale=-3)])
+def test_schedule_rejects_bad_iterations_or_scale_with_an_input_error(kw):
+    from tokenpcap.errors import InputError
+
+    plan = build_plan(load_scenario(ROOT / "profiles" / "scenarios" / "dante.yaml"))
+    with pytest.raises(InputError, match="expected integers >= 1"):
+        Schedule(plan, **kw)
+
+
+def test_a_lean_schedule_sends_the_same_frames_and_holds_only_what_is_in_progress(tmp_path):
+    """keep_history=False on an engine with keep_messages=False (what generate runs): the same
+    frames and message rows as keeping everything, while the calls held never exceed two
+    iterations' and the engine's table never a quarter of the run's messages; at the end nothing
+    of the run is held (calls, call states, programs, callbacks)."""
+    from tokenpcap.schedule.engine.nic import Engine
+
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8,
+                         extra=", dp_bucket_bytes: 400000")
+    s = load_scenario(path)
+    plan = build_plan(s)
+    n = 8
+    full = Schedule(plan, iterations=n, engine=Engine(s.cluster, s.generation, chunk_rows=1 << 10))
+    want, want_rows = [], []
+    for tx in full.run():
+        want.append(tx)
+        want_rows.append(full.messages[tx["msg"]])     # rows as they are when the chunk comes
+    want = np.concatenate(want)
+    lean = Schedule(plan, iterations=n, keep_nvlink=False, keep_history=False,
+                    engine=Engine(s.cluster, s.generation, chunk_rows=1 << 10, keep_messages=False))
+    got, rows, most_calls, most_rows = [], [], 0, 0
+    for tx in lean.run():
+        got.append(tx)
+        rows.append(lean.messages[tx["msg"]])          # what the lowering reads, while it can
+        most_calls = max(most_calls, len(lean._calls))
+        most_rows = max(most_rows, len(lean.messages) - lean.messages.first_id)
+    got = np.concatenate(got)
+    assert got.tobytes() == want.tobytes()
+    assert np.concatenate(rows).tobytes() == np.concatenate(want_rows).tobytes()
+    assert len(lean.messages) == len(full.messages)
+    assert 0 < most_calls <= 2 * plan.calls_per_iteration
+    assert 0 < most_rows <= len(full.messages) // 4
+    assert not (lean._calls or lean._runs or lean._progs or lean._msg_transfer
+                or lean.engine._callbacks or len(lean.timeline))
+    assert len(full._calls) == n * plan.calls_per_iteration and len(full.timeline)

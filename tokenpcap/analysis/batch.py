@@ -1,0 +1,248 @@
+"""Running aggregates of one inspection, batch by batch (for :mod:`tokenpcap.analysis.inspect`).
+
+:class:`Acc` holds everything :func:`tokenpcap.analysis.inspect.inspect_captures` sums while it streams a
+capture: totals per flow (arrays that grow as flows appear), opcodes, ECN, PFC, the PSN tracker,
+per (flow, phase label) packet and payload sums, and per file the flows and labels it holds.
+:func:`add_batch` folds one decoded record batch into it (numpy over the batch; a Python loop
+per flow or per label only).
+
+Malformed RDMA rows (:data:`tokenpcap.analysis.decode.MALFORMED_REASONS`) count as packets of
+their flow and by reason, and nowhere else: not in opcodes, ECN, FECN/BECN, CNPs, payload or
+ICRC counts; a flow that holds one is left out of the PSN check (its PSNs cannot be trusted, and
+leaving only the bad packet out would invent a gap).
+
+Two per-flow facts serve ``inspect --against``:
+
+* the opcode of the first and last sequenced packet seen: a flow whose first packet is a
+  MIDDLE/LAST or whose last is a FIRST/MIDDLE has a message cut at the capture's edge (a time
+  slice, e.g. ``editcap -A/-B`` or ``generate --time-window``);
+* WRITE ONLY (0x0A, no immediate) packets of at most :data:`SMALL_WRITE_BYTES` payload, by size
+  and phase label, and WRITE LAST/ONLY with immediate packets (``imm_last``): with NCCL-like
+  clear-to-send, every CTS is such a small write and every data message ends in a write with
+  immediate (FIXES "control traffic without comments"), so a capture without comments can still
+  leave control bytes out of the comparison, and pair data messages with their CTS.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tokenpcap.analysis.crc import check_crcs
+from tokenpcap.analysis.decode import KIND_NAMES, KIND_PFC, MALFORMED_REASONS, decode_batch, \
+    reason_counts
+from tokenpcap.analysis.flows import SEQUENCED, FlowTable, PsnTracker, is_rdma
+from tokenpcap.records.comments import CONTROL_PREFIXES
+from tokenpcap.records import parse_phase_label
+from tokenpcap.wire.rdma import CNP
+
+__all__ = ["Acc", "add_batch", "SMALL_WRITE_BYTES", "WRITE_ONLY", "WRITE_IMM_END",
+           "CUT_AT_START", "CUT_AT_END"]
+
+#: WRITE ONLY without immediate (IBTA vol.1 9.2.1 opcode 0x0A).
+WRITE_ONLY = 0x0A
+#: WRITE LAST / ONLY with immediate (0x09, 0x0B): how every data message of a clear-to-send run
+#: ends (counted per flow as ``imm_last``)
+WRITE_IMM_END = np.zeros(256, bool)
+WRITE_IMM_END[[0x09, 0x0B]] = True
+#: WRITE ONLY packets up to this payload are tallied by size (control-sized writes).
+SMALL_WRITE_BYTES = 256
+#: opcodes that continue a message (MIDDLE/LAST of SEND, RDMA WRITE, READ response): a flow
+#: starting with one lost the beginning of that message
+CUT_AT_START = np.zeros(256, bool)
+CUT_AT_START[[0x01, 0x02, 0x03, 0x16, 0x07, 0x08, 0x09, 0x0E, 0x0F]] = True
+#: opcodes that a message continues after (FIRST/MIDDLE): a flow ending with one lost its end
+CUT_AT_END = np.zeros(256, bool)
+CUT_AT_END[[0x00, 0x01, 0x06, 0x07, 0x0D, 0x0E]] = True
+
+_FLOW_COLS = ("packets", "bytes", "payload", "first_ns", "last_ns", "icrc_bad", "vcrc_bad",
+              "icrc_ok", "cnp", "ce", "sport", "malformed", "op_first", "op_last", "imm_last")
+_FILL = {"first_ns": np.iinfo(np.int64).max, "last_ns": np.iinfo(np.int64).min,
+         "op_first": -1, "op_last": -1}
+
+
+class Acc:
+    """Running aggregates of one inspection (module docstring).
+
+    Attributes:
+        f: per-flow int64 arrays (:data:`_FLOW_COLS`), index = flow id.
+        flow_label: ``{(flow id, label code): int64 [packets, payload, bytes]}`` (code -1: no
+            phase label).
+        small_writes: ``{(flow id, label code, payload bytes): packets}`` of WRITE ONLY packets
+            of at most :data:`SMALL_WRITE_BYTES`.
+        file_flows / file_labels: per file, the flow ids and label codes it holds.
+    """
+
+    def __init__(self, crc: bool = True) -> None:
+        self.crc = crc
+        self.file = 0
+        self.flow_file = np.zeros(0, np.int64)     # file a flow was first seen in
+        self.spanning: set[int] = set()            # flows seen in more than one file
+        self.flows = FlowTable()
+        self.psn = PsnTracker()
+        self.f = {k: np.zeros(0, np.int64) for k in _FLOW_COLS}
+        self.opcodes = np.zeros(256, np.int64)
+        self.ecn = np.zeros(4, np.int64)
+        self.kinds = np.zeros(len(KIND_NAMES), np.int64)
+        self.reasons = np.zeros(len(MALFORMED_REASONS), np.int64)
+        self.labels: list[str] = []
+        self.label_index: dict[str, int] = {}
+        self.flow_label: dict[tuple[int, int], np.ndarray] = {}
+        self.small_writes: dict[tuple[int, int, int], int] = {}
+        self.file_flows: list[set[int]] = []
+        self.file_labels: list[set[int]] = []
+        self.n = dict(payload=0, icrc_ok=0, icrc_bad=0, icrc_unchecked=0, vcrc_ok=0, vcrc_bad=0,
+                      malformed=0, fecn=0, becn=0, cnp=0, packets=0, pfc=0, pfc_xoff=0,
+                      pfc_xon=0)
+        self.pfc_prio = np.zeros(8, np.int64)
+
+    def start_file(self, k: int) -> None:
+        """The next batches come from file ``k`` (0, 1, ...)."""
+        self.file = k
+        while len(self.file_flows) <= k:
+            self.file_flows.append(set())
+            self.file_labels.append(set())
+
+    def grow(self, n: int) -> None:
+        old = self.f["packets"].size
+        if n > old:
+            for k, a in self.f.items():
+                self.f[k] = np.concatenate([a, np.full(n - old, _FILL.get(k, 0), np.int64)])
+
+    def label_codes(self, comments: list[str]) -> np.ndarray:
+        """Global label index for every comment code of the capture (-1: no phase label)."""
+        out = np.full(len(comments) + 1, -1, np.int64)    # last entry: code -1
+        for i, text in enumerate(comments):
+            control = ""
+            for prefix in CONTROL_PREFIXES:          # the generator's control packets
+                if text.startswith(prefix):
+                    control, text = f" [{prefix.strip()}]", text[len(prefix):]
+            try:
+                label = "/".join(parse_phase_label(text)) + control
+            except ValueError:
+                continue
+            if label not in self.label_index:
+                self.label_index[label] = len(self.labels)
+                self.labels.append(label)
+            out[i] = self.label_index[label]
+        return out
+
+
+def _pfc(acc: Acc, dec) -> None:
+    pf = dec[dec["kind"] == KIND_PFC]
+    if pf.size:
+        acc.n["pfc"] += pf.size
+        acc.n["pfc_xoff"] += int((pf["pfc_max"] > 0).sum())
+        acc.n["pfc_xon"] += int((pf["pfc_max"] == 0).sum())
+        bits = (pf["pfc_cev"][:, None].astype(np.int64) >> np.arange(8)) & 1
+        acc.pfc_prio += bits.sum(axis=0)
+
+
+def _first_last(fid: np.ndarray, nf: int, t: np.ndarray):
+    """Per flow present in the batch: (flow ids, row of its first, row of its last packet by
+    ``t``, capture order breaking ties)."""
+    if t.size < 2 or bool((t[1:] >= t[:-1]).all()):     # capture order is time order
+        lo = np.full(nf, t.size, np.int64)
+        hi = np.full(nf, -1, np.int64)
+        rows = np.arange(t.size, dtype=np.int64)
+        np.minimum.at(lo, fid, rows)
+        np.maximum.at(hi, fid, rows)
+        ids = np.flatnonzero(hi >= 0)
+        return ids, lo[ids], hi[ids]
+    order = np.lexsort((t, fid))
+    starts = np.flatnonzero(np.r_[True, np.diff(fid[order]) != 0])
+    ends = np.r_[starts[1:], order.size] - 1
+    return fid[order][starts], order[starts], order[ends]
+
+
+def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
+    """Fold one record batch of ``cap`` (:data:`~tokenpcap.pcap.capture.RECORD_DTYPE` rows)
+    into ``acc``."""
+    dec = decode_batch(cap.data, rec, cap.views)
+    acc.kinds += np.bincount(dec["kind"], minlength=len(KIND_NAMES))
+    _pfc(acc, dec)
+    rd = np.flatnonzero(is_rdma(dec["kind"]))
+    if rd.size == 0:
+        return
+    d = dec if rd.size == dec.size else dec[rd]
+    bad = d["malformed"]
+    good = ~bad
+    if acc.crc:
+        icrc, vcrc = check_crcs(cap.data, rec["offset"][rd], d)
+    else:
+        icrc = vcrc = np.full(rd.size, -1, np.int8)
+    n = acc.n
+    n["packets"] += rd.size
+    n["payload"] += int(d["payload"][d["payload"] > 0].sum())
+    n["icrc_ok"] += int((icrc == 1).sum())
+    n["icrc_bad"] += int((icrc == 0).sum())
+    n["icrc_unchecked"] += int(((icrc < 0) & good).sum())
+    n["vcrc_ok"] += int((vcrc == 1).sum())
+    n["vcrc_bad"] += int((vcrc == 0).sum())
+    n["malformed"] += int(bad.sum())
+    if bad.any():
+        acc.reasons += reason_counts(d["why"][bad])
+    n["fecn"] += int((d["fecn"].astype(bool) & good).sum())
+    n["becn"] += int((d["becn"].astype(bool) & good).sum())
+    cnp = (d["opcode"] == CNP) & good
+    n["cnp"] += int(cnp.sum())
+    acc.opcodes += np.bincount(d["opcode"][good], minlength=256)
+    ip = (d["ipver"] > 0) & good
+    acc.ecn += np.bincount(d["ecn"][ip], minlength=4)
+    fid = acc.flows.ids(d)
+    old = acc.flow_file.size
+    acc.grow(len(acc.flows))
+    if len(acc.flows) > old:
+        acc.flow_file = np.concatenate([acc.flow_file, np.full(len(acc.flows) - old, acc.file)])
+    if acc.file and (acc.flow_file[fid] != acc.file).any():
+        acc.spanning.update(np.unique(fid[acc.flow_file[fid] != acc.file]).tolist())
+    f = acc.f
+    nf = len(acc.flows)
+    pay = np.maximum(d["payload"].astype(np.int64), 0)
+
+    def total(w=None):      # exact: a batch's sums stay far below 2**53
+        return np.rint(np.bincount(fid, w, minlength=nf)).astype(np.int64)
+
+    f["packets"] += total()
+    f["bytes"] += total(d["orig_len"])
+    f["payload"] += total(pay)
+    f["icrc_bad"] += total(icrc == 0)
+    f["icrc_ok"] += total(icrc == 1)
+    f["vcrc_bad"] += total(vcrc == 0)
+    f["cnp"] += total(cnp)
+    f["ce"] += total(ip & (d["ecn"] == 3))
+    f["malformed"] += total(bad)
+    f["imm_last"] += total(WRITE_IMM_END[d["opcode"]] & good)
+    t = d["time_ns"]
+    ids, lo, hi = _first_last(fid, nf, t)
+    f["first_ns"][ids] = np.minimum(f["first_ns"][ids], t[lo])
+    f["last_ns"][ids] = np.maximum(f["last_ns"][ids], t[hi])
+    f["sport"][fid] = d["sport"]
+    seq = SEQUENCED[d["opcode"]] & good
+    acc.psn.update(fid[seq], d["psn"][seq])
+    if seq.any():                    # first/last sequenced opcode per flow (cut messages)
+        s = np.flatnonzero(seq)
+        sids, slo, shi = _first_last(fid[s], nf, t[s])
+        op = d["opcode"][s].astype(np.int64)
+        fresh = f["op_first"][sids] < 0
+        f["op_first"][sids[fresh]] = op[slo[fresh]]
+        f["op_last"][sids] = op[shi]
+    codes = acc.label_codes(cap.comments)[d["comment"]]
+    width = len(acc.labels) + 1
+    pair = fid * width + (codes + 1)        # small dense codes: bincount, no sort
+    span = nf * width
+    cnt = np.bincount(pair, minlength=span)
+    pays = np.rint(np.bincount(pair, pay, minlength=span)).astype(np.int64)
+    byts = np.rint(np.bincount(pair, d["orig_len"], minlength=span)).astype(np.int64)
+    for u in np.flatnonzero(cnt).tolist():
+        key = (u // width, u % width - 1)
+        acc.flow_label[key] = acc.flow_label.get(key, 0) + np.array(
+            [cnt[u], pays[u], byts[u]], np.int64)
+    acc.file_flows[acc.file].update(np.unique(fid).tolist())
+    acc.file_labels[acc.file].update(np.unique(codes[codes >= 0]).tolist())
+    small = np.flatnonzero((d["opcode"] == WRITE_ONLY) & good & (pay <= SMALL_WRITE_BYTES))
+    if small.size:
+        key = (pair[small] * (SMALL_WRITE_BYTES + 1) + pay[small])
+        uk, uc = np.unique(key, return_counts=True)
+        for k, c in zip(uk.tolist(), uc.tolist()):
+            p, size = divmod(k, SMALL_WRITE_BYTES + 1)
+            sk = (p // width, p % width - 1, size)
+            acc.small_writes[sk] = acc.small_writes.get(sk, 0) + c

@@ -1,0 +1,175 @@
+"""RDMA flows and PSN sequence checks across batches, with 24-bit wrap (stage 8).
+
+A flow is ``(kind, source, destination, DestQP)``: the UDP source port is not part of the key
+(it is per-QP entropy, and both directions of a QP share it). :class:`FlowTable` gives every
+packet a dense flow id that stays the same across batches; :class:`PsnTracker` follows each
+flow's PSNs in capture order, carrying per-flow state from batch to batch (flat memory).
+
+PSN arithmetic (IBTA vol.1 9.7.1: PSNs are 24-bit and compared modulo 2**24; case C6): the step
+between consecutive packets of a flow is taken in ``[-2**23, 2**23)``, so FFFFFF → 000000 is +1
+and FFFFFF → 000001 is +2. Unwrapping the steps gives a sequence ``u``; against the highest ``u``
+seen so far in the flow (``top``), a packet is
+
+* in order: ``u == top + 1``;
+* a gap: ``u > top + 1``: ``u - top - 1`` PSNs were skipped (``psn_missing``), one ``psn_gaps``;
+* late: ``u <= top`` (reordered, or a duplicate/retransmission): one ``psn_reordered``.
+
+So FFFFFF then 000001 is exactly one gap of one missing PSN; 1, 2, 4, 3, 5 is one gap (3 missing
+when 4 arrives) and one late packet. Only opcodes whose PSN steps by one per packet are followed:
+SEND, RDMA WRITE, RDMA READ response, atomics and UD SEND; not ACKs (they carry the acknowledged
+PSN), CNPs (PSN unused) nor READ requests (they advance the PSN by the number of response
+packets, which depends on the path MTU).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tokenpcap.analysis.decode import KIND_IB, KIND_ROCEV1, KIND_ROCEV2
+
+__all__ = ["FlowTable", "PsnTracker", "SEQUENCED", "psn_step"]
+
+PSN_MOD = 1 << 24
+_HALF = 1 << 23
+
+#: bool (256,): opcodes whose PSN advances by exactly one per packet.
+SEQUENCED = np.zeros(256, bool)
+SEQUENCED[[*range(0x00, 0x0C), *range(0x0D, 0x11), 0x13, 0x14, 0x16, 0x17, 0x64, 0x65]] = True
+
+_KEYS = ("kind", "src_hi", "src_lo", "dst_hi", "dst_lo", "destqp")
+_MIX = [np.uint64(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB,
+                               0xD6E8FEB86659FD93, 0xA0761D6478BD642F, 0xE7037ED1A0B428DB)]
+
+
+def psn_step(psn: np.ndarray, prev: np.ndarray) -> np.ndarray:
+    """Signed PSN step modulo 2**24 in ``[-2**23, 2**23)`` (int64), e.g. FFFFFF → 000000 is 1."""
+    d = (np.asarray(psn, np.int64) - np.asarray(prev, np.int64) + _HALF) % PSN_MOD
+    return d - _HALF
+
+
+class FlowTable:
+    """Dense flow ids for ``(kind, src, dst, DestQP)`` keys, stable across batches.
+
+    Attributes:
+        keys: list of key tuples, index = flow id.
+    """
+
+    def __init__(self) -> None:
+        self._index: dict[tuple[int, ...], int] = {}
+        self.keys: list[tuple[int, ...]] = []
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def ids(self, dec: np.ndarray) -> np.ndarray:
+        """Flow id (int64 (n,)) of every row of a decoded batch (RDMA rows only; callers select).
+
+        Keys are hashed to 64 bits and factorized with ``np.unique``; the few distinct flows are
+        then looked up in a dict (a loop per flow, not per packet). Hash collisions are detected
+        by comparing every row with its representative and resolved exactly.
+        """
+        n = dec.size
+        if n == 0:
+            return np.zeros(0, np.int64)
+        cols = [dec[k] for k in _KEYS]
+        # a column with one value in the whole batch (the kind, the zero upper halves of IPv4
+        # addresses ...) cannot tell rows apart: hash and verify the others only
+        varying = [c.astype(np.uint64) for c in cols if c.min() != c.max()]
+        h = np.zeros(n, np.uint64)
+        for c, m in zip(varying, _MIX):
+            h = (h ^ c) * m
+            h ^= h >> np.uint64(29)
+        # few distinct flows: find them in a sample, place every row by binary search (no
+        # full sort); fall back to np.unique when the sample missed some
+        u = np.unique(h[::max(1, n // 4096)])
+        inv = np.minimum(np.searchsorted(u, h), u.size - 1)
+        if (u[inv] == h).all():
+            rep = np.empty(u.size, np.int64)
+            rep[inv] = np.arange(n)                           # a row of every key
+        else:
+            _, rep, inv = np.unique(h, return_index=True, return_inverse=True)
+            inv = inv.ravel()
+        if not all((c == c[rep][inv]).all() for c in varying):
+            keys = np.rec.fromarrays(varying)
+            _, rep, inv = np.unique(keys, return_index=True, return_inverse=True)
+            inv = inv.ravel()
+        table = np.empty(rep.size, np.int64)
+        for j, r in enumerate(rep.tolist()):
+            key = tuple(int(c[r]) for c in cols)
+            fid = self._index.get(key)
+            if fid is None:
+                fid = self._index[key] = len(self.keys)
+                self.keys.append(key)
+            table[j] = fid
+        return table[inv]
+
+
+class PsnTracker:
+    """Per-flow PSN state carried across batches (module docstring for the definitions).
+
+    Attributes (int64 arrays indexed by flow id): ``gaps``, ``missing``, ``reordered``, ``seen``
+    (packets followed).
+    """
+
+    def __init__(self) -> None:
+        self._last = np.zeros(0, np.int64)    # last raw PSN, -1 before the first packet
+        self._u = np.zeros(0, np.int64)       # unwrapped PSN of the last packet
+        self._top = np.zeros(0, np.int64)     # highest unwrapped PSN so far
+        self.gaps = np.zeros(0, np.int64)
+        self.missing = np.zeros(0, np.int64)
+        self.reordered = np.zeros(0, np.int64)
+        self.seen = np.zeros(0, np.int64)
+
+    def _grow(self, n: int) -> None:
+        old = self._last.size
+        if n <= old:
+            return
+        extra = n - old
+        self._last = np.concatenate([self._last, np.full(extra, -1, np.int64)])
+        for name in ("_u", "_top", "gaps", "missing", "reordered", "seen"):
+            setattr(self, name, np.concatenate([getattr(self, name), np.zeros(extra, np.int64)]))
+
+    def update(self, flow: np.ndarray, psn: np.ndarray) -> None:
+        """Feed packets in capture order: ``flow`` int64 (n,) ids, ``psn`` (n,) 24-bit PSNs."""
+        if flow.size == 0:
+            return
+        top = int(flow.max()) + 1
+        self._grow(top)
+        small = flow.astype(np.uint16) if top <= 0xFFFF else flow
+        order = np.argsort(small, kind="stable")       # radix sort for 16-bit keys
+        f, p = flow[order], np.asarray(psn, np.int64)[order]
+        first = np.r_[True, f[1:] != f[:-1]]
+        starts = np.flatnonzero(first)
+        seg = np.cumsum(first) - 1
+        fresh = self._last[f[starts]] < 0                     # flow seen for the first time
+        prev = np.r_[0, p[:-1]]
+        prev[starts] = np.where(fresh, p[starts], self._last[f[starts]])
+        d = psn_step(p, prev)
+        cs = np.cumsum(d)
+        before = (cs[starts] - d[starts])[seg]
+        base = np.where(fresh, p[starts], self._u[f[starts]])[seg]
+        u = cs - before + base
+        lo = np.minimum.reduceat(u, starts)[seg]
+        big = np.int64(1) << np.int64(42)      # batches hold < 2**20 segments: no overflow
+        rel = np.minimum(u - lo, big - 1)
+        acc = np.maximum.accumulate(seg * big + rel) - seg * big + lo
+        top_carried = np.where(fresh, np.iinfo(np.int64).min, self._top[f[starts]])[seg]
+        prior = np.r_[0, acc[:-1]]
+        prior[starts] = np.iinfo(np.int64).min
+        prior = np.maximum(prior, top_carried)
+        has = prior != np.iinfo(np.int64).min
+        gap = has & (u > prior + 1)
+        late = has & (u <= prior)
+        ids = f[starts]
+        self.gaps[ids] += np.add.reduceat(gap.astype(np.int64), starts)
+        self.missing[ids] += np.add.reduceat(np.where(gap, u - prior - 1, 0), starts)
+        self.reordered[ids] += np.add.reduceat(late.astype(np.int64), starts)
+        self.seen[ids] += np.diff(np.r_[starts, f.size])
+        ends = np.r_[starts[1:], f.size] - 1
+        self._last[ids] = p[ends]
+        self._u[ids] = u[ends]
+        self._top[ids] = np.maximum(acc[ends], np.where(fresh, acc[ends], self._top[ids]))
+
+
+def is_rdma(kind: np.ndarray) -> np.ndarray:
+    """bool (n,): rows that carry a BTH (RoCEv2, RoCEv1, native IB)."""
+    return (kind == KIND_ROCEV2) | (kind == KIND_ROCEV1) | (kind == KIND_IB)

@@ -1,0 +1,230 @@
+"""Stage 8: read any capture back and say what is in it and whether it is right.
+
+``inspect_capture(path) -> Report`` streams the records of a pcap, pcapng or ERF file
+(:mod:`tokenpcap.pcap.reader`, memory-mapped, batch by batch, flat memory), decodes the headers of
+every packet with numpy (:mod:`tokenpcap.analysis.decode`), verifies ICRC/VCRC
+(:mod:`tokenpcap.analysis.crc`), follows PSNs per flow (:mod:`tokenpcap.analysis.flows`) and
+aggregates:
+
+* capinfos-like totals: packets, bytes on the wire (sum of original lengths), first/last time
+  (integer ns), duration, layer-2 rate ``bytes * 8 / duration`` and layer-1 rate, where every
+  Ethernet frame also occupies FCS 4 + preamble/SFD 8 + IFG 12 bytes and at least 60 bytes of
+  frame (IEEE 802.3 4.2.3.3, case C12);
+* RDMA (RoCEv2, RoCEv1, native IB): flows keyed by (source, destination, DestQP), opcodes, RDMA
+  payload bytes (C7), ICRC/VCRC validity, PSN gaps/reordering with 24-bit wrap (C6), CNPs
+  (opcode 0x81), ECN codepoints (CE marks), FECN/BECN bits;
+* PFC pause frames (MAC control 0x8808, opcode 0x0101): XOFF/XON and priorities;
+* per phase, when pcapng packet comments start with a :func:`tokenpcap.records.phase_label`
+  (comments starting ``cts `` or ``ack `` mark control packets of that phase).
+
+This module imports :mod:`tokenpcap.wire`, :mod:`tokenpcap.pcap`, ``messages``, ``provenance``
+and ``errors`` only.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from tokenpcap.analysis.batch import CUT_AT_END, CUT_AT_START, Acc, add_batch
+from tokenpcap.analysis.decode import KIND_IB, KIND_NAMES, LINKTYPE_ETHERNET, MALFORMED_REASONS
+from tokenpcap.analysis.result import (
+    L1_OVERHEAD_BYTES, NS_PER_S, Report, address_text)
+from tokenpcap.errors import DecodeError
+from tokenpcap.pcap.reader import open_capture
+from tokenpcap.pcap.timestamps import NO_TIME
+from tokenpcap.records.provenance import is_provenance, parse_provenance
+from tokenpcap.wire.rdma import ETH_MIN_FRAME_BYTES, OPCODES
+
+__all__ = ["Report", "inspect_capture", "inspect_captures", "address_text",
+           "L1_OVERHEAD_BYTES", "NS_PER_S"]
+
+def inspect_capture(path: str | os.PathLike, *, max_records: int = 1 << 20,
+                    on_truncation: str = "stop", crc: bool = True) -> Report:
+    """Read a capture and aggregate everything the module docstring lists.
+
+    Args:
+        path: a pcap (us/ns, either byte order), pcapng or ERF file.
+        max_records: packets decoded at a time (bounds memory).
+        on_truncation: ``"stop"`` (default: report the complete records and ``truncated_at``) or
+            ``"error"`` (raise :class:`~tokenpcap.errors.TruncatedFile`).
+        crc: verify ICRC/VCRC (default). Without it every packet counts as not checked; the
+            CRC arithmetic over full-size frames dominates the run time (docs/analysis.md).
+
+    Raises:
+        CaptureError (BadMagic, TruncatedFile): the file is not a capture, or is corrupt; the
+            message names the byte offset.
+    """
+    return inspect_captures([path], max_records=max_records, on_truncation=on_truncation,
+                            crc=crc)
+
+
+def _provenance(cap) -> tuple[dict | None, str | None]:
+    """The parsed provenance comment of a pcapng file (its first section that has one) and
+    a note when a section's comment looks like one but does not parse, or sections differ."""
+    texts = [str(sec["options"].get("opt_comment", "")) for sec in getattr(cap, "sections", [])]
+    texts = [t for t in texts if is_provenance(t)]
+    if not texts:
+        return None, None
+    try:
+        prov = parse_provenance(texts[0])
+    except DecodeError as err:
+        return None, f"{cap.path}: provenance comment ignored: {err}"
+    if len(set(texts)) > 1:
+        return prov, f"{cap.path}: {len(set(texts))} different provenance comments; the first used"
+    return prov, None
+
+
+def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = "stop",
+                     crc: bool = True) -> Report:
+    """:func:`inspect_capture` over several files as one capture (e.g. the per-NIC files of
+    ``tokenpcap generate``): totals, flows, phases and NICs add up across the files.
+
+    Files are read one after the other, so PSN order is only followed within a file: a flow
+    whose packets are in several files (``generate --split phase``) is counted in
+    ``roce.psn_flows_unchecked`` and left out of the PSN gaps. Each file's provenance comment
+    (:mod:`tokenpcap.records.provenance`, pcapng SHB) is kept in ``Report.files``.
+
+    Raises:
+        CaptureError: as :func:`inspect_capture`, naming the file.
+    """
+    paths = [str(p) for p in paths]
+    rep = Report(", ".join(paths), "")
+    acc = Acc(crc)
+    first, last = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    formats, truncated = [], []
+    for k, path in enumerate(paths):
+        cap = open_capture(path, on_truncation=on_truncation)
+        formats.append(cap.format)
+        acc.start_file(k)
+        prov, note = _provenance(cap)
+        rep.files.append({"path": path, "format": cap.format, "provenance": prov})
+        if note:
+            rep.notes.append(note)
+        for rec in cap.batches(max_records):
+            rep.packets += rec.size
+            orig = rec["orig_len"].astype(np.int64)
+            rep.bytes += int(orig.sum())
+            rep.captured_bytes += int(rec["caplen"].sum(dtype=np.int64))
+            if orig.size:
+                lo, hi = int(orig.min()), int(orig.max())
+                rep.frame_bytes_min = lo if rep.frame_bytes_min is None else \
+                    min(rep.frame_bytes_min, lo)
+                rep.frame_bytes_max = max(rep.frame_bytes_max or 0, hi)
+            eth = rec["linktype"] == LINKTYPE_ETHERNET
+            rep.l1_bytes += int(np.where(eth, np.maximum(orig, ETH_MIN_FRAME_BYTES)
+                                         + L1_OVERHEAD_BYTES, orig).sum())
+            rep.ethernet_frames += int(eth.sum())
+            rep.eth_frame_bytes_max = max(rep.eth_frame_bytes_max,
+                                          int(orig[eth].max(initial=0)))
+            t = rec["time_ns"][rec["time_ns"] != NO_TIME]
+            if t.size:
+                first, last = min(first, int(t.min())), max(last, int(t.max()))
+            add_batch(acc, cap, rec)
+        if cap.truncated_at is not None:
+            truncated.append(cap.truncated_at)
+        base = len(rep.interfaces)
+        rep.interfaces += [{"index": base + j, "linktype": i.linktype, "name": i.name,
+                            "speed_bps": i.speed_bps, "tsresol": i.tsresol,
+                            **({"port": i.index} if cap.format == "erf" else {}),
+                            **({"file": path} if len(paths) > 1 else {})}
+                           for j, i in enumerate(cap.interfaces)]
+    if rep.packets and last >= first:
+        rep.first_ns, rep.last_ns = first, last
+    rep.format = formats[0] if len(set(formats)) == 1 else ",".join(formats)
+    rep.truncated_at = truncated[0] if truncated else None
+    _finish(rep, acc)
+    return rep
+
+
+def _psn(rep: Report, acc: Acc) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-flow PSN gaps, missing and late counts, zero for the flows not followed (spread over
+    files, or holding malformed packets)."""
+    ps = acc.psn
+    nf = len(acc.flows)
+    malformed = np.flatnonzero(acc.f["malformed"][:nf] > 0)
+    skip = np.union1d(np.array(sorted(acc.spanning), np.int64), malformed)
+    out = []
+    for name in ("gaps", "missing", "reordered"):
+        arr = np.zeros(nf, np.int64)
+        got = getattr(ps, name)
+        arr[:got.size] = got
+        arr[skip] = 0
+        out.append(arr)
+    rep.roce["psn_flows_malformed"] = int(malformed.size)
+    return out[0], out[1], out[2]
+
+
+def _finish(rep: Report, acc: Acc) -> None:
+    n = acc.n
+    rep.kinds = {name: int(c) for name, c in zip(KIND_NAMES, acc.kinds) if c}
+    gaps, missing, late = _psn(rep, acc)
+    f = acc.f
+    nf = len(acc.flows)
+    cut = (CUT_AT_START[np.maximum(f["op_first"][:nf], 0)] & (f["op_first"][:nf] >= 0)) | \
+        (CUT_AT_END[np.maximum(f["op_last"][:nf], 0)] & (f["op_last"][:nf] >= 0))
+    rep.roce.update({
+        "packets": n["packets"], "payload_bytes": n["payload"], "icrc_ok": n["icrc_ok"],
+        "icrc_bad": n["icrc_bad"], "icrc_checked": n["icrc_ok"] + n["icrc_bad"],
+        "icrc_unchecked": n["icrc_unchecked"], "vcrc_ok": n["vcrc_ok"], "vcrc_bad": n["vcrc_bad"],
+        "psn_gaps": int(gaps.sum()), "psn_missing": int(missing.sum()),
+        "psn_reordered": int(late.sum()), "psn_flows_unchecked": len(acc.spanning),
+        "cnp": n["cnp"], "fecn": n["fecn"],
+        "becn": n["becn"], "malformed": n["malformed"],
+        "malformed_reasons": {name: int(c) for (name, _), c in zip(MALFORMED_REASONS, acc.reasons)
+                              if c},
+        "flows": len(acc.flows), "flows_cut": int(cut.sum()), "icrc_skipped": not acc.crc,
+        "ecn": {k: int(v) for k, v in zip(("not_ect", "ect1", "ect0", "ce"), acc.ecn)},
+        "opcodes": {OPCODES[c].name if c in OPCODES else f"0x{c:02x}": int(acc.opcodes[c])
+                    for c in np.flatnonzero(acc.opcodes).tolist()},
+    })
+    rep.pfc = {"frames": n["pfc"], "xoff": n["pfc_xoff"], "xon": n["pfc_xon"],
+               "priorities": {str(k): int(v) for k, v in enumerate(acc.pfc_prio) if v}}
+    src_of = []
+    for i, (kind, sh, sl, dh, dl, qp) in enumerate(acc.flows.keys):
+        src, dst = address_text(kind, sh, sl), address_text(kind, dh, dl)
+        src_of.append(src)
+        rep.flows.append({
+            "transport": KIND_NAMES[kind], "src": src, "dst": dst, "dest_qp": qp,
+            "udp_sport": int(f["sport"][i]) if kind != KIND_IB else None,
+            "packets": int(f["packets"][i]), "bytes": int(f["bytes"][i]),
+            "payload_bytes": int(f["payload"][i]), "first_ns": int(f["first_ns"][i]),
+            "last_ns": int(f["last_ns"][i]), "icrc_bad": int(f["icrc_bad"][i]),
+            "vcrc_bad": int(f["vcrc_bad"][i]), "psn_gaps": int(gaps[i]),
+            "psn_missing": int(missing[i]), "psn_reordered": int(late[i]),
+            "cnp": int(f["cnp"][i]), "ce": int(f["ce"][i]), "malformed": int(f["malformed"][i]),
+            "imm_messages": int(f["imm_last"][i]), "cut": bool(cut[i])})
+        if cut[i]:
+            rep.cut_sources[src] = rep.cut_sources.get(src, 0) + 1
+    nics: dict[str, dict] = {}
+    for fl in rep.flows:
+        e = nics.setdefault(fl["src"], {"address": fl["src"], "packets": 0, "bytes": 0,
+                                        "payload_bytes": 0, "flows": 0})
+        e["packets"] += fl["packets"]
+        e["bytes"] += fl["bytes"]
+        e["payload_bytes"] += fl["payload_bytes"]
+        e["flows"] += 1
+    rep.nics = sorted(nics.values(), key=lambda e: e["address"])
+    phases: dict[str, dict] = {}
+    for (fid, code), (pk, pay, by) in acc.flow_label.items():
+        label = acc.labels[code] if code >= 0 else "(no phase)"
+        e = phases.setdefault(label, {"name": label, "packets": 0, "payload_bytes": 0,
+                                      "bytes": 0})
+        e["packets"] += int(pk)
+        e["payload_bytes"] += int(pay)
+        e["bytes"] += int(by)
+        key = (label, src_of[fid])
+        rep.phase_nic[key] = rep.phase_nic.get(key, 0) + int(pay)
+    rep.phases = sorted(phases.values(), key=lambda e: e["name"])
+    for (fid, code, size), count in acc.small_writes.items():
+        key = (acc.labels[code] if code >= 0 else "(no phase)", src_of[fid],
+               rep.flows[fid]["dst"], size)
+        rep.small_writes[key] = rep.small_writes.get(key, 0) + count
+    for k, e in enumerate(rep.files):
+        e["sources"] = sorted({src_of[i] for i in acc.file_flows[k]})
+        e["labels"] = sorted({_base(acc.labels[c]) for c in acc.file_labels[k]})
+
+
+def _base(label: str) -> str:
+    """``"pp/forward/SendRecv [cts]"`` → ``"pp/forward/SendRecv"``."""
+    return label.split(" [", 1)[0]

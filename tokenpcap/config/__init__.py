@@ -1,0 +1,6 @@
+"""Configuration: YAML profiles → frozen typed objects (the only place units are converted), and NIC addresses.
+
+Modules: :mod:`~tokenpcap.config.yamlcheck` (checkers that turn YAML values into typed values),
+:mod:`~tokenpcap.config.types` (the frozen profile objects), :mod:`~tokenpcap.config.profiles`
+(the loaders), :mod:`~tokenpcap.config.addresses` (MAC, IP, LID and GID of every NIC).
+"""

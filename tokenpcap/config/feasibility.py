@@ -1,0 +1,99 @@
+"""Feasibility of a scenario: valid profiles that cannot be combined (Megatron-LM's rules).
+
+Kept apart from :mod:`tokenpcap.config.profiles` (whose :func:`load_scenario` calls
+:func:`check_feasible`; the rules that need the model's sizes are the plan's,
+:mod:`tokenpcap.plan.feasibility`): malformed
+values are :class:`~tokenpcap.errors.ProfileError`, valid values that cannot run together are
+:class:`~tokenpcap.errors.InfeasiblePlanError` (Calculon's distinction).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tokenpcap.errors import InfeasiblePlanError
+
+if TYPE_CHECKING:
+    from tokenpcap.config.profiles import Scenario
+
+__all__ = ["check_feasible", "MAX_MICROBATCHES", "MAX_MICROBATCH_LAYERS"]
+
+#: Microbatches per iteration: ``MESSAGE_DTYPE.microbatch`` is int16. Published runs use up to
+#: 512 (Megatron-LM 1T: batch 3,072 over dp 6, Narayanan et al. 2021 Table 1).
+MAX_MICROBATCHES = 32_767
+#: Microbatches x layers: the plan holds one call instance per layer, microbatch and operation,
+#: ~1.5 KB each (measured: 2**17 pairs of the Dante scenario ~ 4 s and ~250 MB). Megatron-LM's
+#: 1T run has 512 x 128 = 65,536; 2x margin.
+MAX_MICROBATCH_LAYERS = 1 << 17
+
+
+def check_feasible(s: Scenario) -> None:
+    """Check that a scenario's model, cluster and parallelism can be combined (Megatron-LM rules).
+
+    Rules: ``dp*tp*pp == nodes*gpus_per_node``; ``attention_heads % tp == 0``; ``kv_heads % tp
+    == 0`` when ``kv_heads >= tp`` else ``tp % kv_heads == 0`` (KV heads replicated);
+    ``layers % pp == 0``; ``global_batch_size % (micro_batch_size*dp) == 0``; with sequence
+    parallelism ``seq_length % tp == 0``; ``ep > 1`` needs an MoE model, ``experts % ep == 0`` and
+    ``dp % ep == 0`` (expert-parallel groups are carved out of the DP dimension); a ``bpe``
+    tokenizer vocabulary no larger than the model's.
+
+    Size limits (``docs/plan.md``), so that every plan accepted here is built in bounded time
+    and memory: microbatches per iteration ``global_batch_size / (micro_batch_size*dp)`` at most
+    :data:`MAX_MICROBATCHES` (``MESSAGE_DTYPE.microbatch`` is int16), microbatches x layers at
+    most :data:`MAX_MICROBATCH_LAYERS` (the plan holds one call instance per layer and
+    microbatch). The DP bucket count needs the model's shard sizes: it is checked by the plan
+    (:func:`tokenpcap.plan.feasibility.check_plan_size`).
+
+    Raises:
+        InfeasiblePlanError: the first rule broken, naming the file, keys, value got and expected.
+    """
+    p, m, c, t = s.parallelism, s.model, s.cluster, s.training
+    where = str(s.path) if s.path is not None else "<scenario>"
+
+    def fail(key: str, got: str, expected: str) -> None:
+        raise InfeasiblePlanError(f"{where}: {key}: got {got}, expected {expected}")
+
+    gpus = c.nodes * c.gpus_per_node
+    if p.dp * p.tp * p.pp != gpus:
+        fail("parallelism", f"dp*tp*pp = {p.dp}*{p.tp}*{p.pp} = {p.dp * p.tp * p.pp}",
+             f"the cluster's GPU count nodes*gpus_per_node = {c.nodes}*{c.gpus_per_node} = {gpus}")
+    if m.attention_heads % p.tp:
+        fail("parallelism.tp", f"{p.tp} with model attention_heads {m.attention_heads}",
+             "a tp that divides attention_heads")
+    if m.kv_heads >= p.tp and m.kv_heads % p.tp:
+        fail("parallelism.tp", f"{p.tp} with model kv_heads {m.kv_heads}",
+             "a tp that divides kv_heads")
+    if m.kv_heads < p.tp and p.tp % m.kv_heads:
+        fail("parallelism.tp", f"{p.tp} with model kv_heads {m.kv_heads}",
+             "a multiple of kv_heads when tp > kv_heads")
+    if m.layers % p.pp:
+        fail("parallelism.pp", f"{p.pp} with model layers {m.layers}", "a pp that divides layers")
+    if t.global_batch_size % (t.micro_batch_size * p.dp):
+        fail("training.global_batch_size", str(t.global_batch_size),
+             f"a multiple of micro_batch_size*dp = {t.micro_batch_size}*{p.dp}")
+    if p.sequence_parallel and m.seq_length % p.tp:
+        fail("parallelism.sequence_parallel", f"seq_length {m.seq_length} with tp {p.tp}",
+             "a seq_length divisible by tp")
+    if p.ep > 1:
+        if m.moe is None:
+            fail("parallelism.ep", str(p.ep), "ep 1 for a model without moe")
+        elif m.moe.experts % p.ep:
+            fail("parallelism.ep", f"{p.ep} with moe.experts {m.moe.experts}",
+                 "an ep that divides the number of experts")
+        if p.dp % p.ep:
+            fail("parallelism.ep", f"{p.ep} with dp {p.dp}", "an ep that divides dp")
+    if s.tokenizer.kind == "bpe" and s.tokenizer.vocab_size > m.vocab_size:
+        fail("tokenizer.vocab_size", str(s.tokenizer.vocab_size),
+             f"at most the model's vocab_size {m.vocab_size}")
+    mb = t.global_batch_size // (t.micro_batch_size * p.dp)
+    if mb > MAX_MICROBATCHES:
+        fail("training.global_batch_size",
+             f"{t.global_batch_size} = {mb:,} microbatches of micro_batch_size*dp = "
+             f"{t.micro_batch_size}*{p.dp}",
+             f"at most {MAX_MICROBATCHES:,} microbatches per iteration (Megatron-LM's 1T run "
+             "used 512)")
+    if mb * m.layers > MAX_MICROBATCH_LAYERS:
+        fail("training.global_batch_size",
+             f"{t.global_batch_size} = {mb:,} microbatches x {m.layers} layers = "
+             f"{mb * m.layers:,}",
+             f"microbatches x layers <= {MAX_MICROBATCH_LAYERS:,} (Megatron-LM's 1T run: 512 x "
+             "128 = 65,536)")

@@ -1,0 +1,6 @@
+"""Stage 7, generate: lowered packets built into frames and streamed into capture files.
+
+Modules: :mod:`~tokenpcap.generate.select` (what a run keeps), :mod:`~tokenpcap.generate.size`
+(the size of a capture before it is written), :mod:`~tokenpcap.generate.output` (files, comments,
+writer processes), :mod:`~tokenpcap.generate.run` (:func:`generate`).
+"""

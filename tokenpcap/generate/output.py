@@ -1,0 +1,317 @@
+"""Stage 7 for the generator: output files, packet comments, and the processes that write them.
+
+One :class:`FileSpec` per output file (per NIC, per phase, or one). A :class:`Sink` owns one
+file: it buffers the ``PACKET_DTYPE`` rows routed to it, builds their frames with
+:class:`tokenpcap.wire.builder.FrameBuilder` straight into the writer's record buffer (the batch
+contract of :mod:`tokenpcap.pcap.writer`) and writes them. :class:`Dispatcher` spreads the files over worker
+processes (``jobs > 1``, files dealt round-robin, a bounded queue per worker so memory stays
+flat) or keeps them in-process (``jobs == 1``). A file's bytes depend only on the rows routed to
+it, so the output is the same whatever ``jobs`` is.
+
+Packet comments (pcapng) follow the grammar of :mod:`tokenpcap.records.comments`.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tokenpcap.errors import OutputError, TokenpcapError
+from tokenpcap.lower import wire_context
+from tokenpcap.pcap import Comments, ErfWriter, Interface, PcapngWriter, PcapWriter, gather
+from tokenpcap.config.profiles import ClusterProfile
+from tokenpcap.wire.builder import FrameBuilder
+from tokenpcap.wire.gather import BatchFill
+
+__all__ = ["FileSpec", "WriterConfig", "interfaces", "Sink", "Dispatcher", "FLUSH_BYTES",
+           "BUDGET_BYTES"]
+
+#: Bytes a sink holds before building and writing one batch: its buffered packet rows plus the
+#: record buffer the writer will fill for them (captured bytes + a 16-byte record header, less
+#: the payload a gather write takes from the pattern instead, tokenpcap.pcap.gather). Bounds the
+#: memory of every open file (rows + two record buffers, about 2 × this) while keeping batches
+#: large: per-batch costs dominate small batches (full frames: 2 000-row batches ran at 0.25 M
+#: frames/s of CPU, 32 000-row ones at 0.36 M). Full frames get ~50 000 rows per batch,
+#: headers-only output (``--snaplen 64``) ~50 000 as well.
+FLUSH_BYTES = 8 << 20
+#: Held bytes of all the files one process writes, together: when a new batch takes the total
+#: above this, the file holding most is written out first. Without it every file kept up to
+#: FLUSH_BYTES, so memory grew with the number of files and, as their buffers filled over
+#: the first iterations, with the length of the run (Dante's 32 files: 429 -> 598 MB peak RSS
+#: from 4 to 16 iterations). With it a process holds at most this much, however many files and
+#: iterations; the largest buffer is still ~budget / files or more, so batches stay thousands
+#: of rows long.
+BUDGET_BYTES = 32 << 20
+_RECORD_OVERHEAD_BYTES = 16
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    """One output file: its path and the NICs it holds (pcapng interfaces, in this order)."""
+
+    path: Path
+    nics: tuple[int, ...]
+
+
+@dataclass
+class WriterConfig:
+    """What every sink needs besides its file (picklable: sent to worker processes)."""
+
+    cluster: ClusterProfile
+    fmt: str                  # pcap | pcapng | erf
+    snaplen: int
+    payload_seed: int
+    interface_names: dict[int, tuple[str, str]] = field(default_factory=dict)  # nic -> (name, desc)
+    section_comment: str | None = None     # pcapng SHB opt_comment (tokenpcap.records.provenance)
+
+
+def interfaces(spec: FileSpec, cfg: WriterConfig) -> list[Interface]:
+    """pcapng interfaces of a file: one per NIC of ``spec``, named ``node<N>/nic<I>``, with its
+    addresses as description and the link rate as ``if_speed``."""
+    c = cfg.cluster
+    link = "infiniband" if c.transport == "infiniband" else "ethernet"
+    speed = int(round(c.link_gbps * 1e9))
+    return [Interface(name=cfg.interface_names[n][0], description=cfg.interface_names[n][1],
+                      speed_bps=speed, link=link) for n in spec.nics]
+
+
+class Sink:
+    """One output file being written (module docstring). ``close`` returns ``(packets, bytes)``.
+
+    Raises:
+        OutputError, EncodeError: from the writer or the frame builder.
+    """
+
+    def __init__(self, spec: FileSpec, cfg: WriterConfig, builder: FrameBuilder,
+                 pool: list[Sink] | None = None):
+        self.spec, self.builder = spec, builder
+        self.pool = pool if pool is not None else [self]     # the files sharing BUDGET_BYTES
+        c = cfg.cluster
+        link = "infiniband" if c.transport == "infiniband" else "ethernet"
+        self.pcapng = cfg.fmt == "pcapng"
+        if cfg.fmt == "pcap":
+            self.w = PcapWriter(spec.path, link=link, snaplen=cfg.snaplen)
+        elif cfg.fmt == "erf":
+            self.w = ErfWriter(spec.path, snaplen=cfg.snaplen)
+        else:
+            self.w = PcapngWriter(spec.path, interfaces(spec, cfg), snaplen=cfg.snaplen,
+                                  section_comment=cfg.section_comment)
+            self.iface = np.full(max(spec.nics) + 1, -1, np.int64)
+            self.iface[list(spec.nics)] = np.arange(len(spec.nics))
+        self.snaplen = cfg.snaplen
+        self.buf: list[tuple] = []
+        self.rows = 0
+
+    def _held_bytes(self, packets: np.ndarray) -> np.ndarray:
+        """Bytes each row holds until written (see FLUSH_BYTES): int64 ``(n,)``."""
+        cap = np.minimum(packets["frame_bytes"], self.snaplen).astype(np.int64)
+        held = cap + (_RECORD_OVERHEAD_BYTES + packets.dtype.itemsize)
+        if gather.AVAILABLE and int(cap.max(initial=0)) >= gather.MIN_HOLE_BYTES:
+            _, hole = self.builder.payload_holes(packets, cap)
+            held -= np.where(hole >= gather.MIN_HOLE_BYTES, hole, 0)
+        return held
+
+    def add(self, packets: np.ndarray, labels: list[str] | None, codes: np.ndarray | None) -> None:
+        held = self._held_bytes(packets)
+        self.buf.append((packets, labels, codes, held))
+        self.rows += int(held.sum())
+        if self.rows >= FLUSH_BYTES:
+            self.flush()
+        elif sum(k.rows for k in self.pool) > BUDGET_BYTES:
+            max(self.pool, key=lambda k: k.rows).flush()
+
+    def flush(self) -> None:
+        """Build and write everything buffered, in batches of about FLUSH_BYTES held bytes."""
+        if not self.buf:
+            return
+        parts, self.buf, self.rows = self.buf, [], 0
+        pk = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts])
+        held = parts[0][3] if len(parts) == 1 else np.concatenate([p[3] for p in parts])
+        codes = labels = None
+        if self.pcapng:
+            labels, cl = [], []
+            for _, lab, cod, _ in parts:
+                cl.append(cod + len(labels))
+                labels.extend(lab)
+            codes = np.concatenate(cl)
+        fb = pk["frame_bytes"].astype(np.int64)
+        cuts = np.searchsorted(np.cumsum(held), np.arange(FLUSH_BYTES, int(held.sum()), FLUSH_BYTES))
+        for a, b in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(pk)]]).tolist()):
+            if b > a:
+                self._write(pk[a:b], fb[a:b], labels, None if codes is None else codes[a:b])
+        if len(self.pool) > 1:
+            self.w.release_buffers()     # idle buffers of many files would add up (BUDGET_BYTES)
+
+    def _write(self, pk: np.ndarray, fb: np.ndarray, labels, codes) -> None:
+        # a gather fill: the writers take full payloads from the builder's pattern with writev
+        comments = Comments(labels, codes) if self.pcapng else None
+        iface = self.iface[pk["nic"]] if self.pcapng else 0
+        self.w.write_batch(pk["time_ns"], fb, BatchFill(self.builder, pk), iface, comments)
+
+    def close(self) -> tuple[int, int]:
+        self.flush()
+        self.w.close()
+        return self.w.packets, self.w.bytes_written
+
+    def abort(self) -> None:
+        self.w.abort()
+
+
+def _open(specs: list[FileSpec], cfg: WriterConfig) -> list[Sink]:
+    builder = FrameBuilder(wire_context(cfg.cluster, payload_seed=cfg.payload_seed))
+    sinks: list[Sink] = []
+    try:
+        for s in specs:
+            sinks.append(Sink(s, cfg, builder, sinks))
+    except BaseException:
+        for s in sinks:
+            s.abort()
+        raise
+    return sinks
+
+
+def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results) -> None:
+    """Worker process ``w``: write the files ``specs`` from ``(index, packets, labels, codes)``
+    items; ``None`` closes them, ``"abort"`` drops them. Reports ``("ok", w, [(packets, bytes)])``
+    or ``("error", w, message)`` on ``results``."""
+    sinks: list[Sink] = []
+    parent = os.getppid()
+    try:
+        sinks = _open(specs, cfg)
+        while True:
+            try:
+                item = q.get(timeout=1.0)
+            except queue_mod.Empty:
+                if os.getppid() != parent:      # the parent died (SIGKILL): drop our files
+                    item = "abort"
+                else:
+                    continue
+            if item is None:
+                results.put(("ok", w, [s.close() for s in sinks]))
+                return
+            if item == "abort":
+                for s in sinks:
+                    s.abort()
+                return
+            i, pk, labels, codes = item
+            sinks[i].add(pk, labels, codes)
+    except TokenpcapError as err:
+        for s in sinks:
+            s.abort()
+        results.put(("error", w, str(err)))
+    except BaseException as err:   # noqa: BLE001 - report anything to the parent, then exit
+        for s in sinks:
+            s.abort()
+        results.put(("error", w, f"{type(err).__name__}: {err}"))
+
+
+def _mp_context():
+    """``fork`` when this process runs a single thread (cheap, no re-import of ``__main__``),
+    else ``spawn`` (forking a threaded process is unsafe)."""
+    if "fork" in mp.get_all_start_methods() and threading.active_count() == 1:
+        return mp.get_context("fork")
+    return mp.get_context("spawn")
+
+
+class Dispatcher:
+    """Routes packet batches to the sinks of ``specs``, in this process or in ``jobs`` workers.
+
+    Raises:
+        OutputError: a worker failed (its message is passed on) or died.
+    """
+
+    def __init__(self, specs: list[FileSpec], cfg: WriterConfig, jobs: int):
+        self.specs = specs
+        self.jobs = max(1, min(int(jobs), len(specs))) if specs else 1
+        self.local: list[Sink] | None = None
+        self.procs: list = []
+        if self.jobs == 1:
+            self.local = _open(specs, cfg)
+            return
+        ctx = _mp_context()
+        self.results = ctx.Queue()
+        self.queues = [ctx.Queue(maxsize=8) for _ in range(self.jobs)]
+        self.where = [(i % self.jobs, i // self.jobs) for i in range(len(specs))]
+        for w in range(self.jobs):
+            mine = [s for i, s in enumerate(specs) if i % self.jobs == w]
+            p = ctx.Process(target=_worker, args=(w, mine, cfg, self.queues[w], self.results),
+                            daemon=True, name=f"tokenpcap-writer-{w}")
+            p.start()
+            self.procs.append(p)
+
+    def send(self, index: int, packets: np.ndarray, labels: list[str] | None,
+             codes: np.ndarray | None) -> None:
+        if self.local is not None:
+            self.local[index].add(packets, labels, codes)
+            return
+        w, i = self.where[index]
+        while True:
+            try:
+                self.queues[w].put((i, packets, labels, codes), timeout=1.0)
+                return
+            except queue_mod.Full:
+                self._check()
+
+    def _check(self) -> None:
+        try:
+            status, _, msg = self.results.get_nowait()
+        except queue_mod.Empty:
+            status = None
+        if status == "error":
+            self.abort()
+            raise OutputError(f"writer process failed: {msg}")
+        if any(not p.is_alive() for p in self.procs):
+            self.abort()
+            raise OutputError("a writer process died (out of memory?)")
+
+    def close(self) -> list[tuple[int, int]]:
+        """Finish every file; ``(packets, bytes)`` per spec, in the order of ``specs``."""
+        if self.local is not None:
+            return [s.close() for s in self.local]
+        for q in self.queues:
+            q.put(None)
+        per_worker: dict[int, list] = {}
+        while len(per_worker) < self.jobs:
+            try:
+                status, w, payload = self.results.get(timeout=1.0)
+            except queue_mod.Empty:
+                if all(not p.is_alive() for p in self.procs):
+                    raise OutputError("writer processes ended without reporting") from None
+                continue
+            if status == "error":
+                self.abort()
+                raise OutputError(f"writer process failed: {payload}")
+            per_worker[w] = payload
+        for p in self.procs:
+            p.join()
+        return [per_worker[w][i] for w, i in self.where]
+
+    def abort(self) -> None:
+        """Drop every file (nothing that looks finished is left)."""
+        if self.local is not None:
+            for s in self.local:
+                s.abort()
+            return
+        for q, p in zip(self.queues, self.procs):
+            if p.is_alive():
+                try:
+                    q.put("abort", timeout=1.0)
+                except queue_mod.Full:
+                    p.terminate()
+            q.cancel_join_thread()      # batches a dead worker will never read: do not wait
+        killed = False
+        for p in self.procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+                killed = True
+        if killed:      # a killed writer could not remove its temporary files: do it here
+            for spec in self.specs:
+                for part in spec.path.parent.glob(f".{spec.path.name}.*.part"):
+                    part.unlink(missing_ok=True)

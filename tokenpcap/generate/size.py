@@ -1,0 +1,222 @@
+"""The size of a capture before it is written: every message the schedule will send, predicted.
+
+The schedule's calls are known before it runs, and so are their transfers
+(:func:`tokenpcap.collectives.transfers.transfers`): the NIC ones are the data messages. Each data message
+of ``S`` bytes is ``ceil(S / PMTU)`` packets whose frame lengths come from
+:meth:`tokenpcap.schedule.engine.nic.Engine.frames` (the same segmentation the engine and the lowering use). In
+clear-to-send mode each data message is preceded by one ``cts_bytes`` RDMA WRITE from its
+receiver; every message is answered by one ACK per packet that requests one (the last packet,
+and every ``ack_every_packets``-th). Record overhead per format: classic pcap 24 + 16 per record
+(+16 ERF header for InfiniBand), raw ERF 16 per record, pcapng the section header and interface
+blocks plus 32 + pad-to-4 + the comment option per Enhanced Packet Block.
+
+The prediction is exact for a full run and for selections by NIC, rank, phase and iteration; a
+time window only makes the capture smaller. It can be made one iteration at a time
+(``iterations=[i]``), so that a long run never holds a row per message of the whole run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tokenpcap.records import COLLECTIVES, DIMS, PHASES, VERB_WRITE, VERB_WRITE_IMM
+from tokenpcap.wire import rdma
+
+__all__ = ["PREDICTED_DTYPE", "Predicted", "CaptureSize", "predict_messages", "predict_capture",
+           "record_bytes", "comment_bytes"]
+
+#: One row per predicted message (data and clear-to-send), with its packets and its ACKs.
+PREDICTED_DTYPE = np.dtype([
+    ("src_nic", "<i4"), ("dst_nic", "<i4"), ("rank_src", "<i4"), ("rank_dst", "<i4"),
+    ("label", "<i4"), ("kc", "u1"), ("iteration", "<i2"), ("call_id", "<i8"), ("step", "<i4"),
+    ("layer", "<i2"), ("microbatch", "<i2"), ("token_start", "<i8"), ("token_end", "<i8"),
+    ("size_bytes", "<i8"), ("packets", "<i8"), ("acks", "<i8"),
+])
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """Predicted messages (:data:`PREDICTED_DTYPE`) and the frame lengths of their packets.
+
+    ``frames``: int64 ``(k, 3)`` FIRST, MIDDLE, LAST frame length per distinct (size, verb) row
+    ``shape_index`` points to; ``ack_frame``: frame length of an ACK.
+    """
+
+    messages: np.ndarray
+    shape_index: np.ndarray
+    frames: np.ndarray
+    ack_frame: int
+
+
+def predict_messages(schedule, iterations=None) -> Predicted:
+    """Every RDMA message a :class:`tokenpcap.schedule.runner.Schedule` will post (it need not have run):
+    data messages in order of call id (then transfer), then their clear-to-send messages.
+
+    Args:
+        schedule: the schedule (its plan, algorithm, layout and engine settings are used).
+        iterations: iterations to predict (ints, each ``0 .. schedule.iterations - 1``;
+            default all the schedule runs).
+
+    Raises:
+        ValueError: as :func:`tokenpcap.collectives.transfers.transfers`; an iteration outside the run.
+    """
+    from tokenpcap.collectives.transfers import transfers
+    from tokenpcap.schedule.runner import token_range
+
+    s = schedule.scenario
+    eng = schedule.engine
+    seq = s.model.seq_length
+    lay = schedule.layout
+    ncoll, nph = len(COLLECTIVES), len(PHASES)
+    cts = eng.clear_to_send
+    every = eng.ack_every
+    its = range(schedule.iterations) if iterations is None else [int(i) for i in iterations]
+    bad = [i for i in its if not 0 <= i < schedule.iterations]
+    if bad:
+        raise ValueError(f"iterations: got {bad[0]}, expected 0 .. {schedule.iterations - 1}")
+    calls = sorted((c for i in its for c in schedule.plan.calls(i)), key=lambda c: c.call_id)
+    rows = []
+    for c in calls:
+        tr = transfers(c, schedule.plan.algorithm, lay, s.collectives.channels,
+                       s.collectives.slice_bytes)
+        t = tr.table
+        if not len(t) or not t["nic"].any():
+            continue
+        label = (DIMS.index(c.dim) * nph + PHASES.index(c.phase)) * ncoll + COLLECTIVES.index(c.collective)
+        for x in np.flatnonzero(t["nic"]).tolist():
+            src, dst, nb = int(t["src"][x]), int(t["dst"][x]), int(t["bytes"][x])
+            tok = token_range(c, int(t["byte_offset"][x]), nb, c.message_bytes, seq)
+            rows.append((src, dst, label, 0, c.iteration, c.call_id, int(t["step"][x]), c.layer,
+                         c.microbatch, tok[0], tok[1], nb))
+    n = len(rows)
+    m = np.zeros(n * (2 if cts else 1), PREDICTED_DTYPE)
+    if n:
+        a = list(zip(*rows))
+        for k, name in enumerate(("rank_src", "rank_dst", "label", "kc", "iteration", "call_id",
+                                  "step", "layer", "microbatch", "token_start", "token_end",
+                                  "size_bytes")):
+            m[name][:n] = a[k]
+        nic = lay.nic_array(np.asarray(a[0]))
+        m["src_nic"][:n], m["dst_nic"][:n] = nic, lay.nic_array(np.asarray(a[1]))
+        if cts:
+            m[n:] = m[:n]
+            m["src_nic"][n:], m["dst_nic"][n:] = m["dst_nic"][:n], m["src_nic"][:n]
+            m["rank_src"][n:], m["rank_dst"][n:] = m["rank_dst"][:n], m["rank_src"][:n]
+            m["kc"][n:], m["size_bytes"][n:] = 1, eng.cts_bytes
+    verb = np.where(m["kc"] == 1, VERB_WRITE, VERB_WRITE_IMM if cts else VERB_WRITE)
+    keys, shape_index = np.unique(np.stack([m["size_bytes"], verb], axis=1), axis=0,
+                                  return_inverse=True)
+    frames = np.zeros((len(keys), 3), np.int64)
+    npk = np.zeros(len(keys), np.int64)
+    for i, (size, v) in enumerate(keys.tolist()):
+        npk[i], _, fb = eng.frames(int(size), int(v))
+        frames[i] = fb
+    shape_index = shape_index.reshape(-1)
+    m["packets"] = npk[shape_index]
+    p = m["packets"]
+    m["acks"] = 1 if every == 0 else p // every + (p % every != 0)
+    net = s.cluster.network
+    ack = int(rdma.frame_bytes(np.array([rdma.ACKNOWLEDGE], np.uint8), np.array([0]),
+                               transport=s.cluster.transport, ip_version=int(net.ip_version),
+                               vlan=net.vlan_id is not None)[0])
+    return Predicted(m, shape_index, frames, ack)
+
+
+def record_bytes(pred: Predicted, fmt: str, snaplen: int, erf: bool,
+                 comment_bytes: np.ndarray | None) -> tuple[np.ndarray, ...]:
+    """Records of each predicted message: ``(packets, bytes, ack_packets, ack_bytes)``, int64
+    ``(n,)`` each, aligned with ``pred.messages``; the message's own packets leave ``src_nic``,
+    its ACKs ``dst_nic``. Bytes count records only (no file or section headers).
+
+    ``comment_bytes``: int64 ``(n, 2)`` pcapng comment option bytes of one of the message's own
+    packets and of one of its ACKs (pcapng only). ``erf``: frames carry an ERF header.
+    """
+    m = pred.messages
+    f = pred.frames[pred.shape_index]
+    cap = np.minimum(f, snaplen)
+    n = m["packets"]
+    hdr = {"pcap": 16 + (16 if erf else 0), "erf": 16, "pcapng": 32}[fmt]
+    extra = 16 if (erf and fmt == "pcapng") else 0
+
+    def rec(c):  # bytes of one record holding c frame bytes
+        return hdr + (((c + extra + 3) & ~3) if fmt == "pcapng" else c)
+
+    own = np.where(n == 1, rec(cap[:, 0]),
+                   rec(cap[:, 0]) + np.maximum(n - 2, 0) * rec(cap[:, 1]) + rec(cap[:, 2]))
+    ack = m["acks"] * rec(min(pred.ack_frame, snaplen))
+    if comment_bytes is not None:
+        own = own + n * comment_bytes[:, 0]
+        ack = ack + m["acks"] * comment_bytes[:, 1]
+    return n.astype(np.int64), own.astype(np.int64), m["acks"].astype(np.int64), ack.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class CaptureSize:
+    """What :func:`predict_capture` states before writing: ``packets`` and ``record_bytes``
+    (records only: no file or section headers) of the selected packets; ``keys``: int64 sorted
+    distinct routing keys of the packets (NIC with ``split="nic"``, phase label code with
+    ``"phase"``, 0 with ``"none"``): the files that get one."""
+
+    packets: int
+    record_bytes: int
+    keys: np.ndarray
+
+
+def predict_capture(schedule, selection, fmt: str, snaplen: int, split: str) -> CaptureSize:
+    """The exact size of what ``tokenpcap generate`` writes for ``selection`` (a
+    :class:`tokenpcap.generate.select.Selection`; its time window is not applied: an upper bound
+    then), predicted one iteration at a time so that memory does not grow with the run: a
+    message's own packets are kept when its label and iteration are selected and its sender NIC
+    and rank are (``src_nic``, ``rank_src``), its ACKs when its receiver's are.
+
+    Raises:
+        ValueError: as :func:`predict_messages`.
+    """
+    from tokenpcap.records import LABELS
+
+    erf = schedule.scenario.cluster.transport == "infiniband"
+    lab_ok = selection.labels()
+    its = range(schedule.iterations) if selection.iterations is None else selection.iterations
+    nics = None if selection.nics is None else np.asarray(sorted(selection.nics))
+    ranks = None if selection.ranks is None else np.asarray(sorted(selection.ranks))
+    packets = nbytes = 0
+    seen = np.zeros(max(schedule.engine.n_nics, len(LABELS), 1), bool)
+    for it in its:
+        pred = predict_messages(schedule, [it])
+        pm = pred.messages
+        own, ack = lab_ok[pm["label"]], lab_ok[pm["label"]]
+        if nics is not None:
+            own &= np.isin(pm["src_nic"], nics)
+            ack &= np.isin(pm["dst_nic"], nics)
+        if ranks is not None:
+            own &= np.isin(pm["rank_src"], ranks)
+            ack &= np.isin(pm["rank_dst"], ranks)
+        npk, nb, nak, ab = record_bytes(pred, fmt, snaplen, erf,
+                                        comment_bytes(pm) if fmt == "pcapng" else None)
+        packets += int(npk[own].sum() + nak[ack].sum())
+        nbytes += int(nb[own].sum() + ab[ack].sum())
+        if split == "nic":
+            seen[pm["src_nic"][own]] = seen[pm["dst_nic"][ack]] = True
+        elif split == "phase":
+            seen[pm["label"][own | ack]] = True
+        elif (own | ack).any():
+            seen[0] = True
+    return CaptureSize(packets, nbytes, np.flatnonzero(seen).astype(np.int64))
+
+
+def comment_bytes(pm: np.ndarray) -> np.ndarray:
+    """pcapng comment option bytes per predicted message (:data:`PREDICTED_DTYPE` ``(n,)``): of
+    one of its own packets and of one of its ACKs, int64 ``(n, 2)`` (option header 4, text padded
+    to 4, end-of-options 4; text :func:`tokenpcap.generate.output.comment_text`)."""
+    from tokenpcap.records import PKT_ACK
+    from tokenpcap.records.comments import comment_text
+
+    out = np.zeros((len(pm), 2), np.int64)
+    cols = [pm[f].tolist() for f in ("kc", "label", "iteration", "call_id", "step", "layer",
+                                     "microbatch", "token_start", "token_end")]
+    for i, (k, *rest) in enumerate(zip(*cols)):
+        for j, kk in enumerate((k, PKT_ACK)):
+            text = comment_text(kk, *rest).encode()
+            out[i, j] = 4 + ((len(text) + 3) & ~3) + 4
+    return out

@@ -1,0 +1,68 @@
+"""Scenario → plan → checked work → schedule: the one path ``generate``, ``export`` and ``plot`` take.
+
+:func:`prepare` plans a loaded scenario (stage 3), refuses a run beyond what the packet simulator
+can do (:func:`tokenpcap.schedule.limits.check_work`) before simulating anything, and returns a
+:class:`~tokenpcap.schedule.runner.Schedule` ready to run (stage 5). :func:`schedule_scenario`
+loads a scenario file and runs that schedule to its end, for the callers that want every message
+of the run at once (exports and pictures of a scenario).
+"""
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+from tokenpcap.config.profiles import load_scenario
+from tokenpcap.config.types import Scenario
+from tokenpcap.errors import InputError
+from tokenpcap.plan.build import Plan, build_plan
+from tokenpcap.schedule.engine.nic import Engine
+from tokenpcap.schedule.limits import check_work
+from tokenpcap.schedule.runner import Schedule
+from tokenpcap.tokens import TokenizedCorpus
+
+__all__ = ["Prepared", "prepare", "schedule_scenario"]
+
+
+class Prepared(NamedTuple):
+    """A planned scenario and its schedule (run, or ready to run)."""
+
+    scenario: Scenario
+    plan: Plan
+    schedule: Schedule
+
+
+def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale: int = 1,
+            iterations: int = 1, engine: Engine | None = None, keep_nvlink: bool = True,
+            keep_history: bool = True) -> Prepared:
+    """Plan ``scenario`` and build its schedule of ``iterations`` iterations, not yet run.
+
+    Args:
+        scenario: a loaded scenario. tokens: its stage-1 result (per-epoch totals in the plan).
+        scale: divide every message size and compute time by this (>= 1).
+        iterations: iterations the schedule runs (>= 1).
+        engine, keep_nvlink, keep_history: as :class:`~tokenpcap.schedule.runner.Schedule`.
+
+    Raises:
+        InputError: ``scale`` or ``iterations`` < 1.
+        InfeasiblePlanError: the scenario cannot be planned, or the run is beyond the packet
+            simulator (:func:`~tokenpcap.schedule.limits.check_work`).
+    """
+    if scale < 1 or iterations < 1:
+        raise InputError(f"scale {scale} / iterations {iterations}: expected >= 1")
+    plan = build_plan(scenario, tokens, scale=scale)
+    check_work(plan, iterations)        # InfeasiblePlanError before simulating the impossible
+    sched = Schedule(plan, iterations=iterations, engine=engine, keep_nvlink=keep_nvlink,
+                     keep_history=keep_history)
+    return Prepared(scenario, plan, sched)
+
+
+def schedule_scenario(path: str | os.PathLike, *, scale: int = 1, iterations: int = 1) -> Prepared:
+    """Load the scenario file at ``path``, plan it and run its schedule to the end.
+
+    Raises:
+        ProfileError: the scenario cannot be loaded. As :func:`prepare` otherwise.
+    """
+    done = prepare(load_scenario(path), scale=scale, iterations=iterations)
+    for _ in done.schedule.run():
+        pass
+    return done

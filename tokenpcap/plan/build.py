@@ -1,0 +1,349 @@
+"""Stage 3: the analytic traffic plan of one training iteration, and the per-call API.
+
+``build_plan(scenario, tokens=None, *, scale=1) -> Plan``. A :class:`Plan` holds:
+
+* ``scale``: every call's ``message_bytes`` is the scenario's divided by it
+  (:func:`tokenpcap.plan.calls.scaled_bytes`: whole elements, at least one), so rows, totals and the
+  pcap estimate describe the iteration that ``generate --scale`` writes (one iteration; a capture
+  of N iterations holds N times the per-iteration totals);
+
+* ``layout``: the :class:`tokenpcap.collectives.layout.RankLayout` (rank ↔ (pp, dp, tp), groups, node, NIC);
+* ``rows``: one :class:`PhaseRow` per phase label (``tokenpcap.records.phase_label``, e.g.
+  ``"tp/forward/AllReduce"``, ``"dp/backward/AllReduce"``) with the bytes every rank sends on its
+  NIC and on NVLink, computed by :mod:`tokenpcap.collectives.traffic` (the same function the collectives stage
+  uses, so totals agree to the byte);
+* ``totals`` per iteration and ``epoch`` totals over the corpus (whole iterations of one pass,
+  incomplete global batches dropped as Megatron-LM does: :meth:`Plan.epoch`);
+* ``pcap``: the expected size of a capture of every NIC-sent packet of one iteration (estimate,
+  see :func:`pcap_estimate`).
+
+Per-call API for the schedule (stage 4/5), stable::
+
+    plan.layout                              # RankLayout
+    plan.calls(iteration=0)                  # Iterator[CollectiveCall], every call of every group
+    plan.calls(iteration=0, ranks={0, 8})    # only calls whose group contains one of the ranks
+    plan.calls_per_iteration                 # int; call_id = iteration * this + index
+    plan.algorithm                           # scenario collectives.algorithm
+    tokenpcap.collectives.traffic.hops(call, plan.algorithm, plan.layout)            # point-to-point hops
+    tokenpcap.collectives.traffic.per_rank_bytes(call, plan.algorithm, plan.layout)  # (nic, nvlink) per rank
+
+:class:`tokenpcap.plan.calls.CollectiveCall` lists what a call carries (call_id, dim, phase, collective,
+group in ring order, message_bytes S, elem_bytes, layer, microbatch, stage, src/dst for SendRecv,
+token_start/token_end and seq_start/seq_end, bucket, recompute, op).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from tokenpcap.plan.calls import CollectiveCall, Family, build_families, expand, scale_families
+from tokenpcap.errors import InfeasiblePlanError, InputError
+from tokenpcap.collectives.layout import RankLayout
+from tokenpcap.records import COLLECTIVES, DIMS, PHASES
+from tokenpcap.model import activation_bytes, narayanan_eq2, parameter_count, shard_parameters
+from tokenpcap.config.profiles import DTYPE_BYTES, Scenario, check_feasible
+from tokenpcap.plan.feasibility import check_plan_size
+from tokenpcap.tokens import TokenizedCorpus
+from tokenpcap.collectives.traffic import CallShape, nic_hop_sizes, per_rank_bytes
+from tokenpcap.plan.sizing import pcap_estimate
+
+__all__ = ["CollectiveCall", "PhaseRow", "Plan", "build_plan", "pipeline_bubble_fraction",
+           "wire_time_ns"]
+
+
+def pipeline_bubble_fraction(pp: int, microbatches: int, virtual_stages: int = 1) -> Fraction:
+    """1F1B pipeline bubble over ideal time: ``(p - 1) / (v * m)`` (Narayanan et al. 2021, Sec.
+    2.2.1; ``v`` model chunks per device for the interleaved schedule, Sec. 2.2.2).
+
+    Raises:
+        ValueError: a non-positive argument.
+    """
+    if pp < 1 or microbatches < 1 or virtual_stages < 1:
+        raise ValueError(f"pp {pp}, microbatches {microbatches}, virtual_stages {virtual_stages}")
+    return Fraction(pp - 1, virtual_stages * microbatches)
+
+
+def wire_time_ns(nbytes: int, link_gbps: float) -> int:
+    """Time to send ``nbytes`` of payload at ``link_gbps`` (1 Gb/s = 1 bit/ns), rounded up (ns).
+
+    Exact rational arithmetic (the rate as written in decimal), so no float rounding at any size.
+    """
+    if nbytes <= 0:
+        return 0
+    ns = Fraction(nbytes * 8) / Fraction(str(link_gbps))
+    return -(-ns.numerator // ns.denominator)
+
+
+@dataclass
+class PhaseRow:
+    """Aggregate of every call with one phase label in one iteration.
+
+    ``calls``: all calls (all group instances); ``count``: most calls any one rank takes part in;
+    ``group_size``/``message_bytes``: the largest; ``sizes``: ``{message_bytes: calls}``;
+    ``ranks``: ranks that take part; ``nic_bytes``/``nvlink_bytes``: bytes all ranks send;
+    ``nic_bytes_per_rank``/``nvlink_bytes_per_rank``: the busiest participating rank's bytes;
+    ``wire_time_ns``: the busiest rank's NIC bytes at link rate.
+    """
+
+    name: str
+    dim: str
+    phase: str
+    collective: str
+    calls: int = 0
+    count: int = 0
+    group_size: int = 0
+    message_bytes: int = 0
+    sizes: dict[int, int] = field(default_factory=dict)
+    ranks: int = 0
+    nic_bytes: int = 0
+    nvlink_bytes: int = 0
+    nic_bytes_per_rank: int = 0
+    nvlink_bytes_per_rank: int = 0
+    wire_time_ns: int = 0
+    #: NIC bytes each rank sends with this label in one iteration: int64 ``(world_size,)``
+    #: (``nic_bytes`` is its sum; not part of the JSON).
+    nic_bytes_by_rank: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name, "dim": self.dim, "phase": self.phase, "collective": self.collective,
+            "group_size": self.group_size, "message_bytes": self.message_bytes,
+            "count": self.count, "calls": self.calls, "ranks": self.ranks,
+            "sizes": [{"message_bytes": k, "calls": v} for k, v in sorted(self.sizes.items())],
+            "nic_bytes_per_rank": self.nic_bytes_per_rank,
+            "nvlink_bytes_per_rank": self.nvlink_bytes_per_rank,
+            "nic_bytes": self.nic_bytes, "nvlink_bytes": self.nvlink_bytes,
+            "wire_time_ns": self.wire_time_ns,
+        }
+
+
+@dataclass
+class Plan:
+    """The plan of one iteration (module docstring). Build it with :func:`build_plan`."""
+
+    scenario: Scenario
+    layout: RankLayout
+    families: list[Family]
+    rows: list[PhaseRow]
+    nic_bytes_per_rank: np.ndarray      # int64 (world_size,) all phases
+    nvlink_bytes_per_rank: np.ndarray   # int64 (world_size,)
+    pcap: dict
+    tokens: TokenizedCorpus | None = None
+    scale: int = 1
+
+    @property
+    def algorithm(self) -> str:
+        return self.scenario.collectives.algorithm
+
+    @property
+    def microbatches(self) -> int:
+        t = self.scenario.training
+        return t.global_batch_size // (t.micro_batch_size * self.layout.dp)
+
+    @property
+    def calls_per_iteration(self) -> int:
+        return sum(f.n_calls for f in self.families)
+
+    @property
+    def tokens_per_iteration(self) -> int:
+        return self.scenario.training.global_batch_size * self.scenario.model.seq_length
+
+    def calls(self, iteration: int = 0, ranks: Iterable[int] | None = None
+              ) -> Iterator[CollectiveCall]:
+        """Every collective call of ``iteration`` (only those whose group holds one of ``ranks``
+        when given), in the fixed enumeration order; ``call_id`` is the same with or without
+        ``ranks``.
+
+        Raises:
+            ValueError: a negative iteration or a rank outside the world.
+        """
+        if iteration < 0:
+            raise ValueError(f"iteration {iteration} < 0")
+        sel = None
+        if ranks is not None:
+            sel = frozenset(int(r) for r in ranks)
+            bad = [r for r in sel if not 0 <= r < self.layout.world_size]
+            if bad:
+                raise ValueError(f"ranks {sorted(bad)} outside [0, {self.layout.world_size})")
+        return expand(self.families, self.scenario, self.layout, iteration, sel)
+
+    def nic_bytes_per_nic(self) -> np.ndarray:
+        """Bytes each NIC sends in one iteration: int64 ``(nodes * nics_per_node,)``."""
+        c = self.scenario.cluster
+        out = np.zeros(self.layout.nodes * c.nics_per_node, dtype=np.int64)
+        np.add.at(out, self.layout.nic_array(np.arange(self.layout.world_size)),
+                  self.nic_bytes_per_rank)
+        return out
+
+    def totals(self) -> dict:
+        """Totals of one iteration (all ranks, all phases)."""
+        per_nic = self.nic_bytes_per_nic()
+        link = self.scenario.cluster.link_gbps
+        return {
+            "nic_bytes": int(self.nic_bytes_per_rank.sum()),
+            "nvlink_bytes": int(self.nvlink_bytes_per_rank.sum()),
+            "calls": self.calls_per_iteration,
+            "nic_bytes_per_rank_max": int(self.nic_bytes_per_rank.max(initial=0)),
+            "nic_bytes_per_nic_max": int(per_nic.max(initial=0)),
+            "wire_time_ns": wire_time_ns(int(per_nic.max(initial=0)), link),
+            "tokens": self.tokens_per_iteration,
+        }
+
+    def epoch(self) -> dict | None:
+        """One epoch of the corpus, or ``None`` without tokens.
+
+        An epoch is what Megatron-LM trains on one pass over the corpus: ``sequences = tokens //
+        seq_length`` whole samples, taken ``global_batch_size`` at a time; the last incomplete
+        global batch is dropped (``MegatronPretrainingSampler(drop_last=True)``). So an epoch has
+        ``iterations = sequences // global_batch_size`` whole iterations, and its byte totals are
+        those of that many iterations (integers: no partial iteration is trained).
+        ``iterations_exact`` is ``tokens / tokens_per_iteration`` (how many iterations the corpus
+        would make, for comparison); ``dropped_sequences``/``dropped_tokens`` what the dropped
+        batch and the tail shorter than one sequence leave out. A corpus that does not fill one
+        global batch has ``iterations == 0``, zero per-epoch bytes and ``fills_batch`` False:
+        training on it wraps around the corpus, so one iteration reads it
+        ``reads_per_iteration = tokens_per_iteration / tokens`` times over.
+        """
+        if self.tokens is None:
+            return None
+        n, per = self.tokens.tokens, self.tokens_per_iteration
+        g = self.scenario.training.global_batch_size
+        seqs = n // self.scenario.model.seq_length
+        whole = seqs // g
+        tot = self.totals()
+        return {
+            "tokens": n,
+            "sequences": seqs,
+            "iterations": whole,
+            "iterations_exact": n / per,
+            "fills_batch": whole > 0,
+            "reads_per_iteration": per / n if n else None,
+            "dropped_sequences": seqs - whole * g,
+            "dropped_tokens": n - whole * per,
+            "nic_bytes": tot["nic_bytes"] * whole,
+            "nvlink_bytes": tot["nvlink_bytes"] * whole,
+            "pcap_bytes": self.pcap["file_bytes"] * whole,
+        }
+
+    def to_json(self) -> dict:
+        """Everything above as plain JSON types (``docs/plan.md`` documents every key)."""
+        s, m = self.scenario, self.scenario.model
+        t, p = s.training, s.parallelism
+        pc = parameter_count(m)
+        gpt_like = (m.mlp == "gelu" and m.norm == "layernorm" and m.bias and m.tied_embeddings
+                    and m.position_embedding == "learned" and m.moe is None)
+        stages = []
+        for st in range(p.pp):
+            sh = shard_parameters(m, p.tp, p.pp, st, p.ep)
+            stages.append({
+                "stage": st, "first_layer": sh.first_layer, "last_layer": sh.last_layer,
+                "parameters_per_rank": sh.total, "dense_per_rank": sh.dense,
+                "expert_per_rank": sh.expert,
+                "gradient_bytes_per_rank": sh.total * DTYPE_BYTES[t.grad_reduce_dtype],
+            })
+        return {
+            "scenario": s.name,
+            "model": m.name,
+            "cluster": s.cluster.name,
+            "parallelism": {"dp": p.dp, "tp": p.tp, "pp": p.pp, "ep": p.ep,
+                            "sequence_parallel": p.sequence_parallel, "zero_stage": p.zero_stage},
+            "algorithm": self.algorithm,
+            "scale": self.scale,
+            "parameters": {
+                "total": pc.total, "active": pc.active,
+                "narayanan_eq2": (narayanan_eq2(m.layers, m.hidden_size, m.vocab_size,
+                                                m.seq_length) if gpt_like else None),
+                "per_layer": pc.per_layer.total,
+                "embedding": pc.word_embedding + pc.position_embedding,
+                "per_stage": stages,
+            },
+            "layout": {"world_size": self.layout.world_size, "nodes": self.layout.nodes,
+                       "groups": self.layout.intra_node_summary()},
+            "microbatches": self.microbatches,
+            "bubble_fraction": float(pipeline_bubble_fraction(p.pp, self.microbatches)),
+            "activation_bytes": activation_bytes(t.micro_batch_size, m.seq_length,
+                                                 m.hidden_size, DTYPE_BYTES[t.precision]),
+            "phases": [r.to_json() for r in self.rows],
+            "totals": self.totals(),
+            "epoch": self.epoch(),
+            "pcap": self.pcap,
+            "tokens": self.tokens.to_json() if self.tokens is not None else None,
+        }
+
+
+def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
+               scale: int = 1) -> Plan:
+    """Plan one training iteration of ``scenario`` (``tokens`` adds per-epoch totals), every
+    message size divided by ``scale`` (module docstring; ``Plan.scale``).
+
+    Raises:
+        InputError: ``scale`` is not an integer >= 1.
+        InfeasiblePlanError: the scenario's values cannot be combined
+            (:func:`tokenpcap.config.profiles.check_feasible`), or ``tokens`` were made with another
+            sequence length than the model's.
+    """
+    if isinstance(scale, bool) or not isinstance(scale, (int, np.integer)) or scale < 1:
+        raise InputError(f"scale: got {scale!r}, expected an integer >= 1")
+    scale = int(scale)
+    check_feasible(scenario)
+    check_plan_size(scenario)
+    if tokens is not None and tokens.seq_length != scenario.model.seq_length:
+        raise InfeasiblePlanError(
+            f"{scenario.path or '<scenario>'}: tokens.seq_length: got {tokens.seq_length}, "
+            f"expected the model's seq_length {scenario.model.seq_length}")
+    layout = RankLayout.from_scenario(scenario)
+    fams = scale_families(build_families(scenario, layout), scale)
+    alg = scenario.collectives.algorithm
+    world = layout.world_size
+    acc: dict[str, dict] = {}
+    nic_all = np.zeros(world, dtype=np.int64)
+    nvl_all = np.zeros(world, dtype=np.int64)
+    nic_hops: dict[tuple[int, int], int] = defaultdict(int)   # (hop bytes, elem bytes) -> hops
+    for f in fams:
+        a = acc.get(f.label)
+        if a is None:
+            a = acc[f.label] = {"f": f, "nic": np.zeros(world, np.int64),
+                                "nvl": np.zeros(world, np.int64), "cnt": np.zeros(world, np.int64),
+                                "sizes": defaultdict(int), "gmax": 0, "calls": 0}
+        n = len(f.insts)
+        for g in f.groups:
+            call = CallShape(f.collective, g, f.message_bytes, f.elem_bytes)
+            rb = per_rank_bytes(call, alg, layout)
+            idx = np.asarray(g, dtype=np.int64)
+            a["nic"][idx] += rb.nic_bytes * n
+            a["nvl"][idx] += rb.nvlink_bytes * n
+            a["cnt"][idx] += n
+            for size, k in nic_hop_sizes(call, alg, layout):
+                nic_hops[size, f.elem_bytes] += k * n
+        a["sizes"][f.message_bytes] += f.n_calls
+        a["gmax"] = max(a["gmax"], len(f.groups[0]))
+        a["calls"] += f.n_calls
+    rows = []
+    for label, a in acc.items():
+        f = a["f"]
+        nic_all += a["nic"]
+        nvl_all += a["nvl"]
+        part = a["cnt"] > 0
+        nic_max = int(a["nic"].max(initial=0))
+        rows.append(PhaseRow(
+            name=label, dim=f.dim, phase=f.phase, collective=f.collective, calls=a["calls"],
+            count=int(a["cnt"].max(initial=0)), group_size=a["gmax"],
+            message_bytes=max(a["sizes"]), sizes=dict(a["sizes"]), ranks=int(part.sum()),
+            nic_bytes=int(a["nic"].sum()), nvlink_bytes=int(a["nvl"].sum()),
+            nic_bytes_per_rank=nic_max, nvlink_bytes_per_rank=int(a["nvl"].max(initial=0)),
+            wire_time_ns=wire_time_ns(nic_max, scenario.cluster.link_gbps),
+            nic_bytes_by_rank=a["nic"]))
+    hop = np.array(list(nic_hops.keys()) or np.zeros((0, 2)), np.int64).reshape(-1, 2)
+    pcap = pcap_estimate(hop[:, 0], np.fromiter(nic_hops.values(), np.int64, len(nic_hops)),
+                         scenario, hop_elem_bytes=hop[:, 1])
+    order = {n: i for i, n in enumerate(DIMS)}, {n: i for i, n in enumerate(PHASES)}, \
+        {n: i for i, n in enumerate(COLLECTIVES)}
+    rows.sort(key=lambda r: (order[0][r.dim], order[1][r.phase], order[2][r.collective]))
+    return Plan(scenario=scenario, layout=layout, families=fams, rows=rows,
+                nic_bytes_per_rank=nic_all, nvlink_bytes_per_rank=nvl_all, pcap=pcap,
+                tokens=tokens, scale=scale)
+

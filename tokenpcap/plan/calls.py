@@ -1,0 +1,353 @@
+"""Stage 3 (part): every collective call of one training iteration, per group instance.
+
+Which collectives a Megatron-LM iteration makes (``b`` micro batch, ``s`` sequence length, ``h``
+hidden size, ``B`` bytes per element of ``training.precision``, ``A = b*s*h*B``; ``m =
+global_batch / (b*dp)`` microbatches; per stage ``l/pp`` layers):
+
+* **TP** (Shoeybi et al. 2019, Sec. 3; Narayanan et al. 2021, Sec. 2.3), per layer per microbatch:
+  forward 2 AllReduce of ``A`` (after attention, after the MLP), backward 2 AllReduce of ``A`` (the
+  ``f`` operators at the attention and MLP inputs). With sequence parallelism (Korthikanti et al.
+  2022, Sec. 4.2.2) forward AllGather+ReduceScatter twice, backward ReduceScatter+AllGather twice
+  plus the AllGather Megatron-LM repeats in backward to rebuild the sequence-parallel input of the
+  QKV and MLP-in layers for their weight gradients (``op`` ``*_regather``). The vocabulary-parallel
+  embedding AllReduces (SP: ReduceScatters) its output on stage 0; the output layer on the last
+  stage AllReduces its input gradient (SP: AllGather forward, ReduceScatter + re-AllGather
+  backward); the vocabulary-parallel cross entropy makes 3 AllReduces of ``b*s`` fp32 values
+  (max, predicted logit, sum of exponentials). With ``recompute: full`` the layers' forward TP
+  (and EP) collectives are replayed before their backward (``recompute=True``, phase forward).
+  With SP, the gradients of TP-replicated parameters (norms, row-parallel biases) are AllReduced
+  over TP once per iteration.
+* **PP** (Narayanan et al. 2021, Sec. 2.2): per microbatch per stage boundary a SendRecv of ``A``
+  forward (activations) and backward (their gradients); ``A/tp`` per TP rank with SP.
+* **EP** (Megatron-core MoE AllToAll dispatcher): per MoE layer per microbatch, dispatch and
+  combine AllToAll forward and their gradients backward, each of ``(b*s/tp_sp)*top_k*h*B`` (the
+  tokens a rank routes, ``tp_sp = tp`` with SP else 1), over the EP group.
+* **DP** (Megatron DDP; Rajbhandari et al. 2020 for ZeRO): gradients in ``grad_reduce_dtype``,
+  bucketed by ``dp_bucket_bytes`` in the order backward produces them (output layer, layers last
+  to first, embeddings), one AllReduce per bucket (ZeRO-0). ZeRO-1/2 (Megatron distributed
+  optimizer): ReduceScatter per bucket, then AllGather of the updated parameters (precision dtype)
+  per bucket in the optimizer phase. ZeRO-3: per microbatch an AllGather of each layer's
+  parameters in forward and again in backward, and a ReduceScatter of its gradients in backward
+  (as DeepSpeed stage 3, every micro-step): 1.5x the bytes of plain DP with one microbatch. Expert
+  parameters are reduced over the expert-data-parallel group (``dp/ep`` ranks).
+* **emb** (Megatron-LM ``_allreduce_embedding_grads``): with tied embeddings and ``pp > 1`` the word
+  embedding gradient shard is AllReduced between the first and the last stage.
+
+Tokens: sample ``k`` of the corpus holds tokens ``[k*s, (k+1)*s)``; iteration ``it``, microbatch
+``j``, DP replica ``d`` hold samples ``it*G + j*b*dp + d*b`` ... ``+ b - 1`` (Megatron-LM
+``MegatronPretrainingSampler``: each step takes ``b*dp`` samples, replica ``d`` its ``d``-th
+slice). A call's ``token_start``/``token_end`` span those ``b`` samples; ``seq_start``/``seq_end``
+say which positions of each sample its bytes carry (``s/tp`` of them per TP rank in a SP PP
+message). Activations are laid out ``[s, b, h]`` (Megatron), so for ``b > 1`` the bytes
+interleave the samples. Token index ``i`` means corpus token ``i % tokens`` (epochs repeat).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Iterator
+
+from tokenpcap.collectives.layout import RankLayout
+from tokenpcap.records import phase_label
+from tokenpcap.model import ShardParameters, activation_bytes, shard_parameters
+from tokenpcap.config.profiles import DTYPE_BYTES, Scenario
+
+__all__ = ["CollectiveCall", "Family", "build_families", "expand", "scaled_bytes", "scale_families"]
+
+
+@dataclass(frozen=True)
+class CollectiveCall:
+    """One collective call on one group instance (see the module docstring for what exists).
+
+    ``call_id`` is ``iteration * calls_per_iteration + index`` where ``index`` is the position in
+    the plan's fixed enumeration order (stable for a scenario, not time order: the schedule orders
+    by phase, microbatch, stage and layer). ``group`` is in ring order; for SendRecv it is
+    ``(src, dst)``. ``message_bytes`` is ``S`` in the nccl-tests convention (AllReduce buffer,
+    total buffer of ReduceScatter / AllGather / AllToAll). ``layer`` is the global transformer layer
+    (``-1``: embedding, output layer, cross entropy, buckets without layer gradients); for a DP
+    bucket the lowest layer whose gradients it holds (it is ready once that layer's backward is
+    done). ``stage`` is the pipeline stage whose ranks make the call (SendRecv: the sender's; the
+    tied-embedding AllReduce, whose group spans the first and last stage: 0). ``bucket`` numbers DP buckets (per stage, in the order they become ready). ``op`` names
+    the operation (``attn_out``, ``mlp_in_regather``, ``activation``, ``grad_bucket`` ...).
+    """
+
+    call_id: int
+    iteration: int
+    dim: str
+    phase: str
+    collective: str
+    group: tuple[int, ...]
+    message_bytes: int
+    elem_bytes: int
+    layer: int = -1
+    microbatch: int = -1
+    stage: int = -1
+    src: int = -1
+    dst: int = -1
+    token_start: int = -1
+    token_end: int = -1
+    seq_start: int = -1
+    seq_end: int = -1
+    bucket: int = -1
+    recompute: bool = False
+    op: str = ""
+
+    @property
+    def label(self) -> str:
+        """:func:`tokenpcap.records.phase_label` of this call, e.g. ``"tp/forward/AllReduce"``."""
+        return phase_label(self.dim, self.phase, self.collective)
+
+    def token_spans(self, seq_length: int) -> list[tuple[int, int]]:
+        """Corpus token ranges ``[start, end)`` whose data the call carries (``[]`` if none)."""
+        if self.token_start < 0:
+            return []
+        return [(k + self.seq_start, k + self.seq_end)
+                for k in range(self.token_start, self.token_end, seq_length)]
+
+
+@dataclass
+class Inst:
+    """One repetition of a family on every one of its groups."""
+
+    layer: int = -1
+    microbatch: int = -1
+    bucket: int = -1
+    recompute: bool = False
+    op: str = ""
+
+
+@dataclass
+class Family:
+    """Calls sharing dim, phase, collective, size and stage over a list of group instances.
+
+    ``tokens``: ``""`` (no per-token data), ``"mb"`` (the microbatch's samples, all positions) or
+    ``"sp"`` (positions ``[t*s/tp, (t+1)*s/tp)`` of the sending rank's TP index ``t``).
+    """
+
+    dim: str
+    phase: str
+    collective: str
+    message_bytes: int
+    elem_bytes: int
+    stage: int
+    groups: list[tuple[int, ...]]
+    insts: list[Inst] = field(default_factory=list)
+    tokens: str = ""
+
+    @property
+    def label(self) -> str:
+        return phase_label(self.dim, self.phase, self.collective)
+
+    @property
+    def n_calls(self) -> int:
+        return len(self.groups) * len(self.insts)
+
+
+def _buckets(units: list[tuple[int, int]], bucket_elems: int) -> list[tuple[int, int]]:
+    """Cut ``(layer, elements)`` units (in ready order) into buckets of ``bucket_elems``:
+    returns ``(elements, lowest layer or -1)`` per bucket."""
+    out: list[tuple[int, int]] = []
+    cur, low = 0, -1
+    for layer, n in units:
+        while n > 0:
+            take = min(n, bucket_elems - cur)
+            cur, n = cur + take, n - take
+            if layer >= 0:
+                low = layer if low < 0 else min(low, layer)
+            if cur == bucket_elems:
+                out.append((cur, low))
+                cur, low = 0, (layer if n > 0 else -1)
+    if cur:
+        out.append((cur, low))
+    return out
+
+
+def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
+    """All call families of one iteration, in the plan's fixed enumeration order."""
+    p, t, m = s.parallelism, s.training, s.model
+    tp, pp, dp = p.tp, p.pp, p.dp
+    sp = p.sequence_parallel and tp > 1
+    e_act, e_grad = DTYPE_BYTES[t.precision], DTYPE_BYTES[t.grad_reduce_dtype]
+    b, seq, h = t.micro_batch_size, m.seq_length, m.hidden_size
+    act = activation_bytes(b, seq, h, e_act)
+    n_mb = t.global_batch_size // (b * dp)
+    full = t.recompute == "full"
+    fams: list[Family] = []
+    shards = [shard_parameters(m, tp, pp, st, p.ep) for st in range(pp)]
+
+    def fam(dim: str, phase: str, coll: str, size: int, e: int, st: int, groups, insts,
+            tokens: str = "") -> None:
+        if size > 0 and groups and insts:
+            fams.append(Family(dim, phase, coll, size, e, st, list(groups), list(insts), tokens))
+
+    for st, sh in enumerate(shards):
+        layers = range(sh.first_layer, sh.last_layer + 1)
+        first, last = st == 0, st == pp - 1
+        tpg = [tuple(layout.rank(st, d, k) for k in range(tp)) for d in range(dp)]
+        epg = [g for g in layout.groups("ep") if layout.coords(g[0]).pp == st] if p.ep > 1 else []
+        a2a = (b * seq // (tp if sp else 1)) * m.moe.top_k * h * e_act if m.moe else 0
+        if tp > 1:
+            fwd_ops = [("AllGather", "attn_in"), ("ReduceScatter", "attn_out"),
+                       ("AllGather", "mlp_in"), ("ReduceScatter", "mlp_out")] if sp else \
+                [("AllReduce", "attn_out"), ("AllReduce", "mlp_out")]
+            bwd_ops = [("ReduceScatter", "mlp_in_grad"), ("AllGather", "mlp_out_grad"),
+                       ("AllGather", "mlp_in_regather"), ("ReduceScatter", "attn_in_grad"),
+                       ("AllGather", "attn_out_grad"), ("AllGather", "attn_in_regather")] if sp \
+                else [("AllReduce", "mlp_in_grad"), ("AllReduce", "attn_in_grad")]
+            for coll in ("AllReduce", "AllGather", "ReduceScatter"):
+                fwd, bwd = [], []
+                for j in range(n_mb):
+                    if first and coll == ("ReduceScatter" if sp else "AllReduce"):
+                        fwd.append(Inst(-1, j, op="embedding"))
+                    fwd += [Inst(L, j, op=o) for L in layers for c, o in fwd_ops if c == coll]
+                    if last and sp and coll == "AllGather":
+                        fwd.append(Inst(-1, j, op="lm_head_in"))
+                    if full:
+                        fwd += [Inst(L, j, recompute=True, op=o)
+                                for L in reversed(layers) for c, o in fwd_ops if c == coll]
+                    if last:
+                        if coll == ("ReduceScatter" if sp else "AllReduce"):
+                            bwd.append(Inst(-1, j, op="lm_head_in_grad"))
+                        if sp and coll == "AllGather":
+                            bwd.append(Inst(-1, j, op="lm_head_in_regather"))
+                    bwd += [Inst(L, j, op=o) for L in reversed(layers)
+                            for c, o in bwd_ops if c == coll]
+                    if first and sp and coll == "AllGather":
+                        bwd.append(Inst(-1, j, op="embedding_grad"))
+                fam("tp", "forward", coll, act, e_act, st, tpg, fwd, "mb")
+                fam("tp", "backward", coll, act, e_act, st, tpg, bwd, "mb")
+            if last:
+                fam("tp", "forward", "AllReduce", b * seq * 4, 4, st, tpg,
+                    [Inst(-1, j, op=o) for j in range(n_mb)
+                     for o in ("xent_max", "xent_logit", "xent_sum_exp")], "mb")
+            if sp:
+                fam("tp", "backward", "AllReduce", sh.tp_replicated * e_grad, e_grad, st, tpg,
+                    [Inst(-1, -1, op="tp_replicated_grads")])
+        if epg and m.moe is not None:
+            fwd = [Inst(L, j, op=o) for j in range(n_mb) for L in layers
+                   for o in ("dispatch", "combine")]
+            if full:
+                fwd += [Inst(L, j, recompute=True, op=o) for j in range(n_mb)
+                        for L in reversed(layers) for o in ("dispatch", "combine")]
+            bwd = [Inst(L, j, op=o) for j in range(n_mb) for L in reversed(layers)
+                   for o in ("combine_grad", "dispatch_grad")]
+            fam("ep", "forward", "AllToAll", a2a, e_act, st, epg, fwd)
+            fam("ep", "backward", "AllToAll", a2a, e_act, st, epg, bwd)
+        if not last:
+            pp_size = act // tp if sp else act
+            fwd_g = [(layout.rank(st, d, k), layout.rank(st + 1, d, k))
+                     for d in range(dp) for k in range(tp)]
+            fam("pp", "forward", "SendRecv", pp_size, e_act, st, fwd_g,
+                [Inst(sh.last_layer, j, op="activation") for j in range(n_mb)],
+                "sp" if sp else "mb")
+            nxt = shards[st + 1]
+            fam("pp", "backward", "SendRecv", pp_size, e_act, st + 1, [(d_, s_) for s_, d_ in fwd_g],
+                [Inst(nxt.first_layer, j, op="activation_grad") for j in range(n_mb)],
+                "sp" if sp else "mb")
+    for st, sh in enumerate(shards):
+        _dp_families(s, layout, st, sh, n_mb, fam)
+    if layout.pp > 1 and m.tied_embeddings:
+        emb = shards[0].embedding * e_grad
+        groups = layout.groups("emb")
+        fam("emb", "backward", "AllReduce", emb, e_grad, 0, groups,
+            [Inst(-1, -1, op="tied_embedding_grads")])
+    return fams
+
+
+def _dp_families(s: Scenario, layout: RankLayout, st: int, sh: ShardParameters, n_mb: int,
+                 fam) -> None:  # type: ignore[no-untyped-def]
+    p, t = s.parallelism, s.training
+    e_act, e_grad = DTYPE_BYTES[t.precision], DTYPE_BYTES[t.grad_reduce_dtype]
+    layers = list(range(sh.first_layer, sh.last_layer + 1))
+    kinds = [("dense", [g for g in layout.groups("dp") if layout.coords(g[0]).pp == st])]
+    if sh.per_layer_expert:
+        kinds.append(("expert", [g for g in layout.groups("edp")
+                                 if layout.coords(g[0]).pp == st]))
+    for kind, groups in kinds:
+        if len(groups[0]) < 2:
+            continue
+        if kind == "dense":
+            units = [(-1, sh.post)] + [(L, sh.per_layer) for L in reversed(layers)] + [(-1, sh.pre)]
+        else:
+            units = [(L, sh.per_layer_expert) for L in reversed(layers)]
+        units = [u for u in units if u[1] > 0]
+        if p.zero_stage == 3:
+            fwd_units = list(reversed(units))
+            for L, n in fwd_units:
+                fam("dp", "forward", "AllGather", n * e_act, e_act, st, groups,
+                    [Inst(L, j, op=f"{kind}_params") for j in range(n_mb)])
+            for L, n in units:
+                fam("dp", "backward", "AllGather", n * e_act, e_act, st, groups,
+                    [Inst(L, j, op=f"{kind}_params") for j in range(n_mb)])
+                fam("dp", "backward", "ReduceScatter", n * e_grad, e_grad, st, groups,
+                    [Inst(L, j, op=f"{kind}_grads") for j in range(n_mb)])
+            continue
+        bucket_elems = max(1, t.dp_bucket_bytes // e_grad)
+        for k, (n, low) in enumerate(_buckets(units, bucket_elems)):
+            if p.zero_stage == 0:
+                fam("dp", "backward", "AllReduce", n * e_grad, e_grad, st, groups,
+                    [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket")])
+            else:
+                fam("dp", "backward", "ReduceScatter", n * e_grad, e_grad, st, groups,
+                    [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket")])
+                fam("dp", "optimizer", "AllGather", n * e_act, e_act, st, groups,
+                    [Inst(low, -1, bucket=k, op=f"{kind}_param_bucket")])
+
+
+def scaled_bytes(message_bytes: int, elem_bytes: int, scale: int) -> int:
+    """``message_bytes / scale`` in whole elements, at least one element when the call has bytes
+    (``--scale`` keeps every call, only smaller). ``scale == 1`` returns ``message_bytes``.
+
+    The one place a message size is scaled: :func:`tokenpcap.plan.build.build_plan` applies it to every
+    call family once (``Plan.scale``); the schedule and the generator take the plan's sizes as
+    they are, so bytes are never scaled twice.
+
+    Raises:
+        ValueError: ``scale < 1``.
+    """
+    if scale < 1:
+        raise ValueError(f"scale: got {scale}, expected an integer >= 1")
+    if scale == 1 or message_bytes == 0:
+        return message_bytes
+    return max(elem_bytes, message_bytes // scale // elem_bytes * elem_bytes)
+
+
+def scale_families(fams: list[Family], scale: int) -> list[Family]:
+    """``fams`` with every ``message_bytes`` divided by ``scale`` (:func:`scaled_bytes`); the
+    same list when ``scale == 1``. Raises: ValueError: ``scale < 1``."""
+    if scale < 1:
+        raise ValueError(f"scale: got {scale}, expected an integer >= 1")
+    if scale == 1:
+        return fams
+    return [replace(f, message_bytes=scaled_bytes(f.message_bytes, f.elem_bytes, scale))
+            for f in fams]
+
+
+def expand(fams: list[Family], s: Scenario, layout: RankLayout, iteration: int,
+           ranks: frozenset[int] | None = None) -> Iterator[CollectiveCall]:
+    """Yield the calls of ``fams`` for ``iteration`` (only groups touching ``ranks`` if given)."""
+    t, seq = s.training, s.model.seq_length
+    b, dp, tp = t.micro_batch_size, s.parallelism.dp, s.parallelism.tp
+    total = sum(f.n_calls for f in fams)
+    base = iteration * total
+    for f in fams:
+        gsel = [(gi, g) for gi, g in enumerate(f.groups) if ranks is None or not ranks.isdisjoint(g)]
+        if gsel:
+            coords = {g[0]: layout.coords(g[0]) for _, g in gsel}
+            for ii, inst in enumerate(f.insts):
+                for gi, g in gsel:
+                    tok0 = tok1 = s0 = s1 = -1
+                    if f.tokens and inst.microbatch >= 0:
+                        c = coords[g[0]]
+                        sample = iteration * t.global_batch_size + inst.microbatch * b * dp + c.dp * b
+                        tok0, tok1 = sample * seq, (sample + b) * seq
+                        s0, s1 = (0, seq) if f.tokens == "mb" else \
+                            (c.tp * seq // tp, (c.tp + 1) * seq // tp)
+                    p2p = f.collective == "SendRecv"
+                    yield CollectiveCall(
+                        call_id=base + ii * len(f.groups) + gi, iteration=iteration, dim=f.dim,
+                        phase=f.phase, collective=f.collective, group=g,
+                        message_bytes=f.message_bytes, elem_bytes=f.elem_bytes, layer=inst.layer,
+                        microbatch=inst.microbatch, stage=f.stage, src=g[0] if p2p else -1,
+                        dst=g[1] if p2p else -1, token_start=tok0, token_end=tok1, seq_start=s0,
+                        seq_end=s1, bucket=inst.bucket, recompute=inst.recompute, op=inst.op)
+        base += f.n_calls

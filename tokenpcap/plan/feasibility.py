@@ -1,0 +1,46 @@
+"""Feasibility rules that need the model's sizes: checked when the plan is built.
+
+The rules that need only the profiles are :func:`tokenpcap.config.feasibility.check_feasible`
+(run when a scenario is loaded); this one counts what the plan would hold.
+"""
+from __future__ import annotations
+
+from tokenpcap.config.types import DTYPE_BYTES, Scenario
+from tokenpcap.errors import InfeasiblePlanError
+from tokenpcap.model import shard_parameters
+
+__all__ = ["check_plan_size", "MAX_DP_BUCKET_GROUPS"]
+
+#: DP gradient buckets per rank x DP groups (tp*pp): each bucket is one call family that the
+#: plan walks group by group (measured: 2**20 pairs ~ 40 s). GPT-3 175B with Megatron's t8 p8
+#: and 40 MB fp32 buckets has ~270 x 64 = 17,500; Llama 3.1 405B on 16,384 GPUs (t8 p16)
+#: ~320 x 128 = 41,000; 6x margin.
+MAX_DP_BUCKET_GROUPS = 1 << 18
+
+
+def check_plan_size(s: Scenario) -> None:
+    """With ``dp > 1``: gradient buckets per rank (``ceil(gradient elements of the largest stage
+    shard / (dp_bucket_bytes // grad_reduce_dtype bytes))``) times DP groups ``tp*pp`` at most
+    :data:`MAX_DP_BUCKET_GROUPS` (one call family per bucket, walked per group).
+
+    Raises:
+        InfeasiblePlanError: too many buckets, naming the file, the key, the value got and the
+            smallest ``dp_bucket_bytes`` that fits.
+    """
+    p, m, t = s.parallelism, s.model, s.training
+    if p.dp <= 1:
+        return
+    where = str(s.path) if s.path is not None else "<scenario>"
+    e = DTYPE_BYTES[t.grad_reduce_dtype]
+    per_bucket = max(1, t.dp_bucket_bytes // e)
+    most = max(shard_parameters(m, p.tp, p.pp, st, p.ep).total for st in range(p.pp))
+    buckets = -(-most // per_bucket)
+    groups = p.tp * p.pp
+    if buckets * groups > MAX_DP_BUCKET_GROUPS:
+        raise InfeasiblePlanError(
+            f"{where}: training.dp_bucket_bytes: got {t.dp_bucket_bytes} = {buckets:,} buckets "
+            f"per rank (the largest stage shard has {most:,} gradient elements) x {groups} DP "
+            f"groups = {buckets * groups:,}, expected buckets x DP groups <= "
+            f"{MAX_DP_BUCKET_GROUPS:,}, i.e. dp_bucket_bytes >= "
+            f"{-(-most // (MAX_DP_BUCKET_GROUPS // groups)) * e:,} (Megatron-LM's default is "
+            "40,000,000)")

@@ -1,0 +1,237 @@
+"""Shared vocabulary of the pipeline: phases, parallel dimensions, collectives, and the message table.
+
+This module is the contract between the stages. The plan (stage 3) names its collective calls with
+these codes, the schedule (stage 5) emits RDMA messages as rows of :data:`MESSAGE_DTYPE`, the
+lowering (stage 6) turns those rows into packets, the pcap writer (stage 7) names each packet's
+phase with :func:`phase_label`, and the analysis (stage 8) parses that label back. Nothing here
+imports any other tokenpcap module.
+
+Codes are small integers so that they fit in numpy structured arrays; the names are the strings a
+user sees (plan tables, pcapng comments, JSON).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "PHASES",
+    "DIMS",
+    "COLLECTIVES",
+    "VERB_WRITE",
+    "VERB_WRITE_IMM",
+    "VERB_SEND",
+    "KIND_DATA",
+    "KIND_CTS",
+    "MESSAGE_DTYPE",
+    "PACKET_DTYPE",
+    "phase_label",
+    "parse_phase_label",
+]
+
+#: Phases of one training iteration, in order. Index = code stored in tables.
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+
+#: Parallel dimensions a collective belongs to. ``emb`` is the tied-embedding AllReduce between
+#: the first and last pipeline stage (Megatron-LM), ``sp`` is unused as a group of its own (sequence
+#: parallelism changes the TP collectives), kept for completeness of labels.
+DIMS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "emb")
+
+#: Collective kinds, spelled as NCCL and the literature spell them.
+COLLECTIVES: tuple[str, ...] = (
+    "AllReduce",
+    "ReduceScatter",
+    "AllGather",
+    "AllToAll",
+    "SendRecv",
+    "Broadcast",
+)
+
+#: RDMA verbs a message is sent with (what the lowering turns it into).
+VERB_WRITE = 0       # RDMA WRITE FIRST/MIDDLE/LAST or ONLY
+VERB_WRITE_IMM = 1   # ... the last (or only) packet with immediate data
+VERB_SEND = 2        # SEND FIRST/MIDDLE/LAST or ONLY
+
+#: Message kinds: payload data of a collective, or NCCL-like clear-to-send control writes.
+KIND_DATA = 0
+KIND_CTS = 1
+
+#: Packet kinds of what a NIC transmits: a packet of a :data:`KIND_DATA` message, of a
+#: :data:`KIND_CTS` message, or an RC ACK (AETH) answering a packet with AckReq. The first two
+#: equal the message kinds they carry.
+PKT_DATA = KIND_DATA
+PKT_CTS = KIND_CTS
+PKT_ACK = 2
+
+#: Payload of an NCCL-like clear-to-send RDMA WRITE: NCCL's ``ncclIbSendFifo`` entry is 64 bytes
+#: (``src/transport/net_ib.cc``).
+CTS_BYTES = 64
+
+#: One row per RDMA message (one work request on one QP). Shape ``(n,)``.
+#:
+#: ============== ====== =================================================================
+#: field          dtype  meaning
+#: ============== ====== =================================================================
+#: msg_id         int64  unique id, dense from 0 in the order the schedule created messages
+#: start_ns       int64  earliest time (ns) the source NIC may put the first packet on the wire
+#: src_nic        int32  global NIC index of the sender (node * nics_per_node + local NIC)
+#: dst_nic        int32  global NIC index of the receiver
+#: qp             int32  connection index between the two NICs (NCCL channel); the lowering maps
+#:                       (src_nic, dst_nic, qp) to a pair of QPNs, deterministic from the seed
+#: size_bytes     int64  RDMA payload bytes of the message (>= 0)
+#: verb           uint8  VERB_WRITE, VERB_WRITE_IMM or VERB_SEND
+#: kind           uint8  KIND_DATA or KIND_CTS (control traffic, counted separately)
+#: imm            uint32 immediate data for VERB_WRITE_IMM
+#: phase          uint8  index into PHASES
+#: dim            uint8  index into DIMS
+#: collective     uint8  index into COLLECTIVES
+#: iteration      int16  training iteration (0-based)
+#: layer          int16  transformer layer (global index) or -1
+#: microbatch     int16  microbatch or -1
+#: step           int32  algorithm step (ring step, tree level ...) or -1
+#: call_id        int64  index of the plan's collective call this message belongs to, or -1
+#: rank_src       int32  global rank (GPU) that sends
+#: rank_dst       int32  global rank (GPU) that receives
+#: token_start    int64  first corpus token (index into the tokenized corpus) whose data this
+#:                       message carries, or -1 when the bytes are not per-token (gradients)
+#: token_end      int64  one past the last such token, or -1
+#: ============== ====== =================================================================
+MESSAGE_DTYPE = np.dtype(
+    [
+        ("msg_id", "<i8"),
+        ("start_ns", "<i8"),
+        ("src_nic", "<i4"),
+        ("dst_nic", "<i4"),
+        ("qp", "<i4"),
+        ("size_bytes", "<i8"),
+        ("verb", "u1"),
+        ("kind", "u1"),
+        ("imm", "<u4"),
+        ("phase", "u1"),
+        ("dim", "u1"),
+        ("collective", "u1"),
+        ("iteration", "<i2"),
+        ("layer", "<i2"),
+        ("microbatch", "<i2"),
+        ("step", "<i4"),
+        ("call_id", "<i8"),
+        ("rank_src", "<i4"),
+        ("rank_dst", "<i4"),
+        ("token_start", "<i8"),
+        ("token_end", "<i8"),
+    ]
+)
+
+
+#: One row per packet on the wire, as the lowering (stage 6) produces it and the frame builder in
+#: :mod:`tokenpcap.wire` consumes it. Shape ``(n,)``. Which headers a frame has follows from the
+#: transport and the BTH ``opcode`` (RETH on WRITE FIRST/ONLY, ImmDt on ... WITH IMMEDIATE, AETH on
+#: ACK ...); fields of headers a packet does not carry are ignored by the builder.
+#:
+#: ============== ====== =================================================================
+#: field          dtype  meaning
+#: ============== ====== =================================================================
+#: time_ns        int64  time the frame's first bit leaves the sending NIC (pcap timestamp)
+#: nic            int32  global index of the sending NIC (source MAC/IP/LID come from it)
+#: peer_nic       int32  global index of the receiving NIC (destination MAC/IP/LID)
+#: msg            int64  msg_id of the message the packet belongs to (ACKs: the acknowledged one)
+#: opcode         uint8  BTH opcode, full 8 bits (RC 0x00-0x1F, CNP 0x81)
+#: psn            uint32 BTH PSN (24 bits)
+#: dest_qp        uint32 BTH DestQP (24 bits)
+#: src_qp         uint32 the sender's own QPN (not on the wire in RC; keys the UDP source port)
+#: udp_sport      uint16 UDP source port (RoCEv2), the same in both directions of a QP pair
+#: payload_bytes  uint32 RDMA payload bytes in this packet (without pad)
+#: pad            uint8  BTH PadCnt (0..3): zero bytes after the payload so that it is 4-aligned
+#: ack_req        uint8  BTH AckReq bit
+#: solicited      uint8  BTH SE bit
+#: becn           uint8  BTH BECN bit (set on CNP)
+#: reth_va        uint64 RETH virtual address
+#: reth_rkey      uint32 RETH R_Key
+#: reth_len       uint32 RETH DMA length (whole message length)
+#: imm            uint32 ImmDt
+#: aeth           uint32 AETH: syndrome << 24 | MSN
+#: payload_offset int64  byte offset of this packet's payload inside its message
+#: ip_id          uint16 IPv4 identification
+#: frame_bytes    uint32 frame length on the wire without FCS (filled by the lowering)
+#: ============== ====== =================================================================
+PACKET_DTYPE = np.dtype(
+    [
+        ("time_ns", "<i8"),
+        ("nic", "<i4"),
+        ("peer_nic", "<i4"),
+        ("msg", "<i8"),
+        ("opcode", "u1"),
+        ("psn", "<u4"),
+        ("dest_qp", "<u4"),
+        ("src_qp", "<u4"),
+        ("udp_sport", "<u2"),
+        ("payload_bytes", "<u4"),
+        ("pad", "u1"),
+        ("ack_req", "u1"),
+        ("solicited", "u1"),
+        ("becn", "u1"),
+        ("reth_va", "<u8"),
+        ("reth_rkey", "<u4"),
+        ("reth_len", "<u4"),
+        ("imm", "<u4"),
+        ("aeth", "<u4"),
+        ("payload_offset", "<i8"),
+        ("ip_id", "<u2"),
+        ("frame_bytes", "<u4"),
+    ]
+)
+
+
+def phase_label(dim: int | str, phase: int | str, collective: int | str) -> str:
+    """Return the label that names a message's phase everywhere, e.g. ``"dp/backward/AllReduce"``.
+
+    The same label keys the plan's per-phase rows (``plan --json`` ``phases[].name``), starts the
+    pcapng packet comments, and is what ``inspect`` groups by, so that payload bytes per phase can be
+    compared between a plan and a capture.
+
+    Args:
+        dim: index into :data:`DIMS` or its name.
+        phase: index into :data:`PHASES` or its name.
+        collective: index into :data:`COLLECTIVES` or its name.
+
+    Raises:
+        ValueError: a name or index that is not in its table.
+    """
+    d = DIMS[dim] if isinstance(dim, (int, np.integer)) else _check(dim, DIMS)
+    p = PHASES[phase] if isinstance(phase, (int, np.integer)) else _check(phase, PHASES)
+    c = (
+        COLLECTIVES[collective]
+        if isinstance(collective, (int, np.integer))
+        else _check(collective, COLLECTIVES)
+    )
+    return f"{d}/{p}/{c}"
+
+
+def parse_phase_label(label: str) -> tuple[str, str, str]:
+    """Split a :func:`phase_label` (possibly followed by a space and more text) into its names.
+
+    Raises:
+        ValueError: the text does not start with ``dim/phase/collective`` of known names.
+    """
+    head = label.split(" ", 1)[0]
+    parts = head.split("/")
+    if len(parts) != 3:
+        raise ValueError(f"phase label {label!r}: expected 'dim/phase/collective'")
+    return _check(parts[0], DIMS), _check(parts[1], PHASES), _check(parts[2], COLLECTIVES)
+
+
+def _check(name: str, table: tuple[str, ...]) -> str:
+    if name not in table:
+        raise ValueError(f"got {name!r}, expected one of {', '.join(table)}")
+    return name
+
+
+#: Every phase label, indexed by :func:`label_codes`:
+#: ``(dim * len(PHASES) + phase) * len(COLLECTIVES) + collective``.
+LABELS: tuple[str, ...] = tuple(phase_label(d, p, c) for d in range(len(DIMS))
+                                for p in range(len(PHASES)) for c in range(len(COLLECTIVES)))
+
+
+def label_codes(rows: np.ndarray) -> np.ndarray:
+    """Index into :data:`LABELS` of message rows (fields dim, phase, collective): int64 ``(n,)``."""
+    return ((rows["dim"].astype(np.int64) * len(PHASES) + rows["phase"]) * len(COLLECTIVES)
+            + rows["collective"])

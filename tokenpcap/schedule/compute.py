@@ -1,0 +1,132 @@
+"""Stage 5 (part): how long a GPU computes, from FLOPs over peak × MFU, in integer nanoseconds.
+
+Forward FLOPs of one transformer layer for one microbatch of ``b`` sequences of ``s`` tokens
+(:func:`tokenpcap.model.layer_forward_flops`): ``2·b·s·(weights a token uses) + 4·b·s²·h``, which
+for a GPT layer is ``24·b·s·h² + 4·b·s²·h`` and, summed with the output layer ``2·b·s·h·V``
+(:func:`tokenpcap.model.logits_forward_flops`), gives Narayanan et al. 2021, Eq. 3:
+``F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))`` per iteration of batch ``B`` with full activation
+recomputation (forward ×1, backward ×2, recomputed forward ×1; the output layer is not
+recomputed). We split a layer into its attention part (QKV and output projections
+``2·b·s·(2h² + 2h·kv_dim)`` plus scores and values ``4·b·s²·h``) and its MLP part (the rest), so
+that TP collectives fall between the right pieces of work. A TP rank does ``1/tp`` of the
+work (Megatron's column/row split of every matmul). Backward is twice the forward (Eq. 3);
+``recompute: selective`` adds the attention core ``4·b·s²·h`` again in backward (Korthikanti et
+al. 2022, Sec. 5); ``recompute: full`` replays the layer's forward before its backward (the
+schedule does that as its own compute step).
+
+A piece of work of ``F`` FLOPs takes ``ceil(F / (peak_tflops·10³·mfu))`` ns (1 TFLOP/s = 10³ FLOP
+per ns), computed with exact fractions of the profile's decimals. ``--scale k`` divides every
+time by ``k`` (rounding up), as it divides message sizes, so that the timeline keeps its shape.
+
+The optimizer step is memory bound: ``OPTIMIZER_BYTES_PER_PARAM`` bytes of HBM traffic per
+parameter the rank updates (mixed-precision Adam reads and writes fp32 master weights, both
+moments, the gradient and the half-precision copy) at ``HBM_BYTES_PER_NS``. Both are modelling
+constants, not profile keys.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from tokenpcap.errors import InputError
+from tokenpcap.model import layer_forward_flops, logits_forward_flops, shard_parameters
+from tokenpcap.config.profiles import Scenario
+
+__all__ = ["StageTimes", "stage_times", "flops_time_ns", "iteration_flops",
+           "attention_forward_flops", "OPTIMIZER_BYTES_PER_PARAM", "HBM_BYTES_PER_NS"]
+
+#: HBM bytes per parameter of one mixed-precision Adam step (read + write of fp32 weight, m, v,
+#: read of the gradient, write of the bf16 copy: 4·2·3 + 4 + 2 ≈ 30, rounded to 32).
+OPTIMIZER_BYTES_PER_PARAM = 32
+#: HBM bandwidth assumed for the optimizer step: 2 TB/s = 2000 bytes/ns (A100 80GB 2.0 TB/s,
+#: H100 SXM 3.35 TB/s; the lower one, a modelling constant).
+HBM_BYTES_PER_NS = 2000
+
+
+def _exact(value: float, key: str) -> Fraction:
+    r = Fraction(repr(float(value)))
+    if not r > 0:
+        raise InputError(f"{key}: got {value!r}, expected a number > 0")
+    return r
+
+
+def flops_time_ns(flops: int, peak_tflops: float, mfu: float, scale: int = 1) -> int:
+    """``ceil(flops / (peak_tflops·10³·mfu) / scale)`` ns (module docstring).
+
+    Raises:
+        InputError: ``peak_tflops`` or ``mfu`` not > 0, ``scale`` < 1.
+    """
+    if scale < 1:
+        raise InputError(f"scale: got {scale}, expected an integer >= 1")
+    rate = _exact(peak_tflops, "gpu.peak_tflops") * 1000 * _exact(mfu, "training.mfu") * scale
+    return -(-(flops * rate.denominator) // rate.numerator) if flops > 0 else 0
+
+
+def attention_forward_flops(s: Scenario) -> int:
+    """Attention part of one layer's forward FLOPs for one microbatch (all TP ranks together):
+    ``2·b·s·(2h² + 2h·kv_dim) + 4·b·s²·h``."""
+    m, b = s.model, s.training.micro_batch_size
+    h, seq = m.hidden_size, m.seq_length
+    kv_dim = m.kv_heads * (h // m.attention_heads)
+    return 2 * b * seq * (2 * h * h + 2 * h * kv_dim) + 4 * b * seq * seq * h
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """Compute times (ns) of one TP rank of one pipeline stage for one microbatch.
+
+    ``attn_fwd``/``mlp_fwd``: one layer's attention and MLP forward; ``attn_bwd``/``mlp_bwd``: their
+    backward (×2, plus the selective recomputation in ``attn_bwd``); ``logits_fwd``/``logits_bwd``:
+    the output layer on the last stage (0 elsewhere); ``optimizer``: the optimizer step of the
+    rank's parameters (once per iteration).
+    """
+
+    attn_fwd: int
+    mlp_fwd: int
+    attn_bwd: int
+    mlp_bwd: int
+    logits_fwd: int
+    logits_bwd: int
+    optimizer: int
+
+
+def stage_times(s: Scenario, stage: int, scale: int = 1) -> StageTimes:
+    """:class:`StageTimes` of pipeline ``stage`` of scenario ``s`` (module docstring).
+
+    Raises:
+        InputError: bad peak, MFU or scale.
+    """
+    m, p, t = s.model, s.parallelism, s.training
+    g = s.cluster.gpu
+    b, tp = t.micro_batch_size, p.tp
+    layer = layer_forward_flops(m, b)
+    attn = attention_forward_flops(s)
+    mlp = layer - attn
+    selective = 4 * b * m.seq_length * m.seq_length * m.hidden_size if t.recompute == "selective" else 0
+    last = stage == p.pp - 1
+    logits = logits_forward_flops(m, b) if last else 0
+
+    def ns(flops: int) -> int:
+        return flops_time_ns(-(-flops // tp), g.peak_tflops, t.mfu, scale)
+
+    sh = shard_parameters(m, tp, p.pp, stage, p.ep)
+    params = sh.total if p.zero_stage == 0 else -(-sh.total // p.dp)
+    opt = -(-params * OPTIMIZER_BYTES_PER_PARAM // (HBM_BYTES_PER_NS * scale))
+    return StageTimes(attn_fwd=ns(attn), mlp_fwd=ns(mlp), attn_bwd=ns(2 * attn + selective),
+                      mlp_bwd=ns(2 * mlp), logits_fwd=ns(logits), logits_bwd=ns(2 * logits),
+                      optimizer=opt)
+
+
+def iteration_flops(s: Scenario) -> int:
+    """Model FLOPs of one iteration over the whole global batch, all layers, as the schedule
+    executes them: forward, backward (×2), full recomputation's replayed layer forward, selective
+    recomputation's attention core. With ``recompute: full`` on a GPT model this is Narayanan et
+    al. 2021, Eq. 3 exactly."""
+    m, t = s.model, s.training
+    b = t.micro_batch_size
+    mbs = t.global_batch_size // b
+    layer = layer_forward_flops(m, b)
+    per_layer = 3 * layer + (layer if t.recompute == "full" else 0)
+    if t.recompute == "selective":
+        per_layer += 4 * b * m.seq_length * m.seq_length * m.hidden_size
+    return mbs * (m.layers * per_layer + 3 * logits_forward_flops(m, b))

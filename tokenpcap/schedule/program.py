@@ -1,0 +1,270 @@
+"""Stage 5 (part): the program each rank runs in one iteration — compute and collective calls in
+the order Megatron-LM issues them.
+
+Pipeline order per stage: 1F1B without interleaving (Narayanan et al. 2021, Sec. 2.2.1, Fig. 4;
+Megatron-LM ``forward_backward_pipelining_without_interleaving``): stage ``st`` of ``p`` runs
+``w = min(p - st - 1, m)`` warm-up forwards, then ``m - w`` pairs (forward ``w + i``, backward
+``i``), then the ``w`` remaining backwards (:func:`one_f_one_b`). A forward on a stage after the
+first starts by receiving its input activation (blocking), a forward before the last ends by
+sending it on (asynchronous), and likewise backwards in the other direction.
+
+Inside a forward (stage 0: embedding and its TP collective first), per layer: ZeRO-3 parameter
+gathers, the attention part (SP: AllGather before it), its TP collective (AllReduce, SP:
+ReduceScatter), the MLP part likewise (with MoE the expert dispatch and combine AllToAll around
+the experts); the last stage then runs the output layer and the three cross-entropy AllReduces.
+A backward mirrors it, layers last to first; with full recomputation each layer's forward
+(``recompute=True`` calls) is replayed right before its backward. TP, EP and ZeRO-3 gathers block
+the rank (the next compute needs their result).
+
+Gradient reduction (Megatron DDP with ``overlap_grad_reduce``): during the backward of the *last*
+microbatch, DP bucket ``k`` is launched asynchronously as soon as its gradients are final — after
+the backward of its lowest layer (a bucket holding only the output layer right after the output
+layer's backward, the bucket holding the embeddings at the end). The buckets of one rank run one
+after another on one stream (NCCL serialises a communicator's kernels). ZeRO-3 gradient
+ReduceScatters go on the same stream. After the last backward the rank waits for its stream,
+then (SP) AllReduces the TP-replicated gradients, then the tied-embedding gradients, steps the
+optimizer, and (ZeRO-1/2) gathers the updated parameters bucket by bucket.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Union
+
+from tokenpcap.model import ShardParameters
+from tokenpcap.plan.calls import CollectiveCall
+from tokenpcap.schedule.compute import StageTimes
+
+__all__ = ["one_f_one_b", "build_programs", "CallMode", "Compute", "Call", "Wait", "Mark",
+           "Instruction"]
+
+
+class CallMode(IntEnum):
+    """How a rank makes a collective call."""
+
+    BLOCK = 0   #: the rank waits until its part of the call is finished (TP, EP, ZeRO-3 gathers)
+    ASYNC = 1   #: queued on the rank's one communication stream (DP buckets, optimizer gathers)
+    SEND = 2    #: a pipeline send: started, never waited for (PP activations and gradients)
+    RECV = 3    #: a pipeline receive: the rank waits for the data
+
+
+@dataclass(frozen=True, slots=True)
+class Compute:
+    """The rank computes for ``ns`` nanoseconds (> 0)."""
+
+    ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """The rank makes collective call ``call_id`` (:attr:`CollectiveCall.call_id`) in ``mode``."""
+
+    call_id: int
+    mode: CallMode
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """The rank waits until its asynchronous stream is empty."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """Begin (``begin``) or end of a timeline block: ``what`` is ``F`` (forward), ``B`` (backward),
+    ``R`` (recomputed forward) or ``O`` (optimizer) of ``microbatch`` (-1: none)."""
+
+    begin: bool
+    what: str
+    microbatch: int
+    iteration: int
+
+
+#: One step of a rank's program.
+Instruction = Union[Compute, Call, Wait, Mark]
+_WAIT = Wait()
+BLOCK, ASYNC, SEND, RECV = CallMode.BLOCK, CallMode.ASYNC, CallMode.SEND, CallMode.RECV
+
+_FWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "attn_in"), ("t", "attn_fwd"),
+              ("c", "attn_out"), ("c", "mlp_in"), ("c", "dispatch"), ("t", "mlp_fwd"),
+              ("c", "combine"), ("c", "mlp_out"))
+_BWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "mlp_out_grad"),
+              ("c", "combine_grad"), ("c", "mlp_in_regather"), ("t", "mlp_bwd"),
+              ("c", "dispatch_grad"), ("c", "mlp_in_grad"), ("c", "attn_out_grad"),
+              ("c", "attn_in_regather"), ("t", "attn_bwd"), ("c", "attn_in_grad"),
+              ("a", "dense_grads"), ("a", "expert_grads"))
+
+
+def one_f_one_b(pp: int, stage: int, microbatches: int) -> list[tuple[str, int]]:
+    """1F1B order of one stage: ``[("F", 0), ..., ("B", m-1)]`` (module docstring).
+
+    Raises:
+        ValueError: ``stage`` outside ``[0, pp)`` or ``microbatches < 1``.
+    """
+    if not 0 <= stage < pp or microbatches < 1:
+        raise ValueError(f"stage {stage} of pp {pp}, microbatches {microbatches}")
+    w = min(pp - stage - 1, microbatches)
+    out = [("F", j) for j in range(w)]
+    for i in range(microbatches - w):
+        out += [("F", w + i), ("B", i)]
+    return out + [("B", j) for j in range(microbatches - w, microbatches)]
+
+
+def _slot_key(c: CollectiveCall, rank: int) -> tuple:
+    if c.dim == "pp":
+        return ("send" if rank == c.src else "recv", c.phase, c.microbatch)
+    if c.bucket >= 0 and c.phase == "backward":      # a DP gradient bucket
+        return ("bucket", c.op, c.bucket)
+    if c.bucket >= 0 and c.phase == "optimizer":     # a ZeRO-1/2 parameter AllGather bucket
+        return ("opt", c.op, c.bucket)
+    return (c.phase, c.recompute, c.microbatch, c.layer, c.op)
+
+
+def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: list[ShardParameters],
+                   times: list[StageTimes], microbatches: int, iteration: int,
+                   recompute: str) -> dict[int, list[Instruction]]:
+    """Instructions of every rank for one iteration.
+
+    Args:
+        calls: every call of the iteration (``plan.calls(iteration)``, possibly scaled).
+        ranks: the ranks to build programs for (all of the world).
+        coords: ``rank -> (pp, dp, tp)`` (``RankLayout.coords``).
+        shards: per stage, the parameters a rank holds (where the DP buckets' gradients come from).
+        times: per stage, :class:`~tokenpcap.schedule.compute.StageTimes`.
+        microbatches: ``m``.
+        iteration: the iteration (for timeline marks).
+        recompute: ``none`` | ``selective`` | ``full``.
+
+    Returns ``{rank: [instruction, ...]}`` of :data:`Instruction` (:class:`Compute`,
+    :class:`Call`, :class:`Wait`, :class:`Mark`).
+
+    Raises:
+        RuntimeError: a call the program does not place (an inconsistency with :mod:`calls`).
+    """
+    slots: dict[int, dict[tuple, list[int]]] = defaultdict(lambda: defaultdict(list))
+    lows: dict[int, dict[tuple, int]] = defaultdict(dict)
+    for c in calls:
+        for r in c.group:
+            key = _slot_key(c, r)
+            slots[r][key].append(c.call_id)
+            if key[0] == "bucket":
+                lows[r][key] = c.layer
+    progs = {}
+    for r in ranks:
+        st = coords(r).pp
+        progs[r] = _Builder(slots[r], lows[r], shards[st], times[st], st, len(shards),
+                            microbatches, iteration, recompute).build()
+        left = {k: v for k, v in slots[r].items() if v}
+        if left:
+            raise RuntimeError(f"internal: rank {r}: calls not placed in its program: {left}")
+    return progs
+
+
+class _Builder:
+    def __init__(self, slots, lows: dict, shard: ShardParameters, times: StageTimes, stage: int,
+                 pp: int, m: int, iteration: int, recompute: str):
+        self.s, self.lows, self.sh, self.t = slots, lows, shard, times
+        self.st, self.pp, self.m, self.it, self.rc = stage, pp, m, iteration, recompute
+        self.p: list[Instruction] = []
+        self.bucket_keys = sorted((k for k in slots if k[0] == "bucket"), key=lambda k: (k[2], k[1]))
+        self.launched: set = set()
+
+    def take(self, key: tuple, mode: CallMode) -> None:
+        lst = self.s.get(key)
+        if lst:
+            self.p.append(Call(lst.pop(0), mode))
+
+    def compute(self, ns: int) -> None:
+        if ns > 0:
+            self.p.append(Compute(ns))
+
+    def build(self) -> list[Instruction]:
+        first, last = self.st == 0, self.st == self.pp - 1
+        for kind, j in one_f_one_b(self.pp, self.st, self.m):
+            if kind == "F":
+                if not first:
+                    self.take(("recv", "forward", j), RECV)
+                self.p.append(Mark(True, "F", j, self.it))
+                self.forward(j, False)
+                self.p.append(Mark(False, "F", j, self.it))
+                if not last:
+                    self.take(("send", "forward", j), SEND)
+            else:
+                if not last:
+                    self.take(("recv", "backward", j), RECV)
+                self.p.append(Mark(True, "B", j, self.it))
+                self.backward(j)
+                self.p.append(Mark(False, "B", j, self.it))
+                if not first:
+                    self.take(("send", "backward", j), SEND)
+        self.p.append(_WAIT)
+        self.take(("backward", False, -1, -1, "tp_replicated_grads"), BLOCK)
+        self.take(("backward", False, -1, -1, "tied_embedding_grads"), BLOCK)
+        self.p.append(Mark(True, "O", -1, self.it))
+        self.compute(self.t.optimizer)
+        for key in sorted((k for k in self.s if k[0] == "opt"), key=lambda k: (k[2], k[1])):
+            self.take(key, ASYNC)
+        self.p.append(_WAIT)
+        self.p.append(Mark(False, "O", -1, self.it))
+        return self.p
+
+    def layer(self, template, phase: str, rec: bool, j: int, L: int) -> None:
+        for typ, name in template:
+            if typ == "t":
+                self.compute(getattr(self.t, name))
+            else:
+                self.take((phase, rec, j, L, name), ASYNC if typ == "a" else BLOCK)
+
+    def forward(self, j: int, rec: bool) -> None:
+        first, last = self.st == 0, self.st == self.pp - 1
+        if first:
+            self.take(("forward", False, j, -1, "dense_params"), BLOCK)      # ZeRO-3: embedding
+            self.take(("forward", False, j, -1, "embedding"), BLOCK)
+        for L in range(self.sh.first_layer, self.sh.last_layer + 1):
+            self.layer(_FWD_LAYER, "forward", False, j, L)
+        if last:
+            self.take(("forward", False, j, -1, "dense_params"), BLOCK)      # ZeRO-3: output layer
+            self.take(("forward", False, j, -1, "lm_head_in"), BLOCK)
+            self.compute(self.t.logits_fwd)
+            for op in ("xent_max", "xent_logit", "xent_sum_exp"):
+                self.take(("forward", False, j, -1, op), BLOCK)
+
+    def backward(self, j: int) -> None:
+        first, last = self.st == 0, self.st == self.pp - 1
+        final = j == self.m - 1
+        if last:
+            self.take(("backward", False, j, -1, "dense_params"), BLOCK)
+            self.compute(self.t.logits_bwd)
+            self.take(("backward", False, j, -1, "lm_head_in_grad"), BLOCK)
+            self.take(("backward", False, j, -1, "lm_head_in_regather"), BLOCK)
+            self.take(("backward", False, j, -1, "dense_grads"), ASYNC)
+            if final:
+                self.buckets(lambda k: k[2] == 0 and self.low(k) == -1 and self.sh.post > 0)
+        for L in range(self.sh.last_layer, self.sh.first_layer - 1, -1):
+            if self.rc == "full":
+                self.p.append(Mark(True, "R", j, self.it))
+                self.layer(_FWD_LAYER, "forward", True, j, L)
+                self.p.append(Mark(False, "R", j, self.it))
+            self.layer(_BWD_LAYER, "backward", False, j, L)
+            if final:
+                self.buckets(lambda k, L=L: self.low(k) == L and not self.holds_pre(k))
+        if first:
+            self.take(("backward", False, j, -1, "embedding_grad"), BLOCK)
+            self.take(("backward", False, j, -1, "dense_params"), BLOCK)
+            self.take(("backward", False, j, -1, "dense_grads"), ASYNC)
+        if final:
+            self.buckets(lambda k: True)
+
+    def low(self, key: tuple) -> int:
+        return self.lows[key]
+
+    def holds_pre(self, key: tuple) -> bool:
+        """The dense bucket holding the embeddings (the last one) is final only at the end."""
+        return (key[1].startswith("dense") and self.sh.pre > 0
+                and key[2] == max(k[2] for k in self.bucket_keys if k[1] == key[1]))
+
+    def buckets(self, ready) -> None:
+        for k in self.bucket_keys:
+            if k not in self.launched and ready(k):
+                self.launched.add(k)
+                self.take(k, ASYNC)
