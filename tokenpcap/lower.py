@@ -41,7 +41,7 @@ import numpy as np
 
 from tokenpcap.config.addresses import nic_addresses
 from tokenpcap.errors import InputError
-from tokenpcap.records import KIND_CTS, PACKET_DTYPE, VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
+from tokenpcap.records import KIND_CTS, PACKET_DTYPE
 from tokenpcap.schedule.engine.nic import PKT_ACK, Engine
 from tokenpcap.config.profiles import ClusterProfile, GenerationConfig
 from tokenpcap.wire import rdma
@@ -107,16 +107,6 @@ def _rkey_va(seed: int, src, dst, qp, role=0) -> tuple[np.ndarray, np.ndarray]:
     return rkey, va
 
 
-def _op_table() -> np.ndarray:
-    """uint8 (3 verbs, 4) opcode of FIRST, MIDDLE, LAST, ONLY per verb, from wire's segmentation."""
-    t = np.zeros((max(VERB_WRITE, VERB_WRITE_IMM, VERB_SEND) + 1, 4), np.uint8)
-    for v in (VERB_WRITE, VERB_WRITE_IMM, VERB_SEND):
-        t[v, :3] = rdma.segment(2 * 256 + 1, 256, v).opcode
-        t[v, 3] = rdma.segment(0, 256, v).opcode[0]
-    return t
-
-
-_OPS = _op_table()
 
 
 class Lowering:
@@ -181,8 +171,9 @@ class Lowering:
         psn = (psn0[inv] + idx) & _PSN_MASK
         out["psn"] = psn
         out["ip_id"] = psn & 0xFFFF
-        pos = np.where(n == 1, 3, np.where(idx == 0, 0, np.where(last, 2, 1)))
-        opcode = np.where(ack, rdma.ACKNOWLEDGE, _OPS[m["verb"][inv], pos]).astype(np.uint8)
+        pos = rdma.packet_position(idx, n)
+        opcode = np.where(ack, rdma.ACKNOWLEDGE,
+                          rdma.OPCODE_SEQUENCE[m["verb"][inv], pos]).astype(np.uint8)
         out["opcode"] = opcode
         payload = np.where(data, np.where(last, size - (n - 1) * self.pmtu, self.pmtu), 0)
         out["payload_bytes"] = payload
@@ -245,7 +236,8 @@ def lower_messages(messages: np.ndarray, cluster: ClusterProfile, generation: Ge
                    seed: int | None = None, *, chunk_rows: int = 1 << 18, ib_grh: bool = False) -> MessageLowering:
     """Packets of independent RDMA messages, each starting no earlier than its ``start_ns``.
 
-    Runs the engine with no dependencies between messages (issue 3's stage-6 driver).
+    Runs the engine with no dependencies between messages (lowering on its own, for tests and
+    benchmarks).
 
     Args:
         messages: ``MESSAGE_DTYPE (m,)``; ``msg_id`` is reassigned densely in row order (the CTS

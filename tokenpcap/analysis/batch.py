@@ -19,7 +19,7 @@ Two per-flow facts serve ``inspect --against``:
 * WRITE ONLY (0x0A, no immediate) packets of at most :data:`SMALL_WRITE_BYTES` payload, by size
   and phase label, and WRITE LAST/ONLY with immediate packets (``imm_last``): with NCCL-like
   clear-to-send, every CTS is such a small write and every data message ends in a write with
-  immediate (FIXES "control traffic without comments"), so a capture without comments can still
+  immediate, so a capture without comments can still
   leave control bytes out of the comparison, and pair data messages with their CTS.
 """
 from __future__ import annotations

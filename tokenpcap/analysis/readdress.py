@@ -21,7 +21,7 @@ whole are rewritten (MACs, tag, IP addresses and marking, UDP port, the IPv4 hea
 header cut short is copied unchanged. Their ICRC lies beyond the cut, is not in the capture, and
 cannot be recomputed: the summary counts them.
 
-tcprewrite changes addresses but leaves the ICRC stale, so RDMA NICs drop its output (issue 5).
+tcprewrite changes addresses but leaves the ICRC stale, so RDMA NICs drop its output.
 Native InfiniBand captures (LRH/LIDs) are refused: their addresses are not Ethernet/IP.
 
 The mapping (:class:`Mapping`, YAML or ``OLD=NEW`` pairs): see :func:`load_mapping`.

@@ -163,7 +163,7 @@ def print_summary(res: GenerateResult, tokens=None) -> None:
 
 def other_captures(res: GenerateResult) -> list[Path]:
     """Capture files (.pcap, .pcapng, .erf) in the output directories of ``res`` that this run
-    did not write: an earlier run with another --split or selection (acceptance-2 finding 6)."""
+    did not write: an earlier run with another --split or selection."""
     ours = {Path(p).resolve() for p, _, _ in res.files}
     dirs = {Path(p).resolve().parent for p in ours}
     return sorted(q for d in dirs for q in d.iterdir()

@@ -1,7 +1,7 @@
 """Addresses of the NICs of a cluster: NIC ``i`` of node ``n`` always gets the same ones.
 
 Global NIC index ``g = n * nics_per_node + i`` (the order of ``MESSAGE_DTYPE.src_nic``). The
-defaults keep a replayed trace out of production address space (DESIGN.md, "Addresses"):
+defaults keep a replayed trace out of production address space:
 
 ========== ====================================================== ==================================
 address    rule                                                   default example (node 3, NIC 5)

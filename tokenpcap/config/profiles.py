@@ -1,6 +1,6 @@
 """Profiles: YAML files turned into frozen, typed objects. The only place units are converted.
 
-Three kinds of profile (model, cluster, scenario) as described in ``DESIGN.md``; a scenario names a
+Three kinds of profile (model, cluster, scenario; the keys are in docs/plan.md); a scenario names a
 corpus, a tokenizer, a model, a cluster and the parallelism/training/collective settings, with paths
 relative to the scenario file. Units are in key names (``link_gbps``, ``pmtu_bytes``, ``latency_ns``).
 
@@ -125,7 +125,7 @@ _MODEL_SPEC = {
 
 
 def load_model(path: str | Path) -> ModelProfile:
-    """Load a model profile (YAML, schema in ``DESIGN.md``).
+    """Load a model profile (YAML; the keys are in docs/plan.md).
 
     ``kv_heads`` defaults to ``attention_heads`` (multi-head attention), ``ffn_hidden_size`` to
     ``4 * hidden_size`` (GPT), ``name`` to the file's stem.

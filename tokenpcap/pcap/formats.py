@@ -73,7 +73,7 @@ ERF_LINKTYPE = {2: LINKTYPE_ETHERNET, 11: LINKTYPE_ETHERNET, 16: LINKTYPE_ETHERN
 # --- the header tables -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class Field:
-    """One header field: ``type`` is a numpy type without byte order (``"u4"``); ``order`` fixes
+    """One header field: ``type`` is a numpy type without byte order (``"u4"``); ``order`` sets
     the byte order (ERF mixes both) or is ``None`` to follow the file/section."""
 
     name: str

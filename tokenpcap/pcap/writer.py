@@ -1,6 +1,6 @@
 """Streaming writers for classic pcap and raw ERF, batch by batch, without a loop per packet.
 
-Both follow the batch contract of ``coord/TEAM.md``::
+Every writer (these two and :class:`tokenpcap.pcap.pcapng.PcapngWriter`) takes batches the same way::
 
     w.write_batch(time_ns, frame_bytes, fill, interface=0, comments=None)
 

@@ -97,7 +97,7 @@ class FrameBuilder:
              skip: np.ndarray | None = None) -> None:
         """Write the first ``caplen[i]`` bytes of frame ``i`` at ``out[offsets[i]:]``.
 
-        The pcap writer's batch interface (docs/wire.md, coord/TEAM.md). Bytes of ``out`` outside
+        The capture writers' batch interface (:mod:`tokenpcap.pcap.writer`, docs/wire.md). Bytes of ``out`` outside
         those ranges are not touched.
 
         Args:

@@ -1,7 +1,7 @@
 """A batch's ``fill`` for the capture writers that also names its payload for gather writes.
 
 ``BatchFill(builder, packets)`` is the ``fill(out, offsets, caplen)`` callable of the writers'
-batch interface (coord/TEAM.md) bound to one batch of ``PACKET_DTYPE`` rows, plus the members a
+batch interface (:mod:`tokenpcap.pcap.writer`) bound to one batch of ``PACKET_DTYPE`` rows, plus the members a
 writer uses to leave the payload pattern out of its buffer and let ``writev`` copy it from the
 pattern (:mod:`tokenpcap.pcap.gather`): ``source``, ``holes(caplen)`` and
 ``fill_around(out, offsets, caplen, length)``. The file's bytes are the same either way.

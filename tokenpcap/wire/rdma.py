@@ -25,6 +25,7 @@ __all__ = [
     "READ_REQUEST", "READ_RESPONSE_FIRST", "READ_RESPONSE_MIDDLE", "READ_RESPONSE_LAST",
     "READ_RESPONSE_ONLY", "ACKNOWLEDGE", "ATOMIC_ACKNOWLEDGE", "COMPARE_SWAP", "FETCH_ADD",
     "SEND_LAST_INV", "SEND_ONLY_INV", "UD_SEND_ONLY", "UD_SEND_ONLY_IMM", "CNP",
+    "OPCODE_SEQUENCE", "FIRST", "MIDDLE", "LAST", "ONLY", "packet_position",
     "Segments", "SegmentedMessages", "segment", "segment_many", "packets_per_message",
     "pad_bytes", "header_bytes", "frame_bytes", "rocev2_flow_label", "rocev2_udp_sport",
     "ETH_MIN_FRAME_BYTES",
@@ -118,15 +119,21 @@ HAS_RETH = _table(lambda o: H.RETH in o.ext, bool, False)
 HAS_AETH = _table(lambda o: H.AETH in o.ext, bool, False)
 HAS_IMMDT = _table(lambda o: H.IMMDT in o.ext, bool, False)
 
+#: Positions of a packet in its message, the columns of :data:`OPCODE_SEQUENCE`.
+FIRST, MIDDLE, LAST, ONLY = range(4)
 # verb → (FIRST, MIDDLE, LAST, ONLY)
 _SEQ = {
     VERB_WRITE: (WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY),
     VERB_WRITE_IMM: (WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST_IMM, WRITE_ONLY_IMM),
     VERB_SEND: (SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_ONLY),
 }
-_SEQ_TABLE = np.zeros((max(_SEQ) + 1, 4), dtype=np.uint8)
+#: uint8 ``(3, 4)``: the BTH opcode of a packet of a message sent with verb ``v``
+#: (``tokenpcap.records.VERB_*``) at position ``FIRST``, ``MIDDLE``, ``LAST`` or ``ONLY``
+#: (IBTA vol.1 9.4; :func:`segment` decides the position). Read-only.
+OPCODE_SEQUENCE = np.zeros((max(_SEQ) + 1, 4), dtype=np.uint8)
 for _v, _s in _SEQ.items():
-    _SEQ_TABLE[_v] = _s
+    OPCODE_SEQUENCE[_v] = _s
+OPCODE_SEQUENCE.flags.writeable = False
 
 
 def _check_pmtu(pmtu_bytes: int) -> int:
@@ -168,6 +175,21 @@ def packets_per_message(size_bytes: np.ndarray | int, pmtu_bytes: int) -> np.nda
     if (size < 0).any():
         raise EncodeError(f"size_bytes: got {int(size[size < 0].flat[0])}, expected >= 0")
     return np.maximum(1, -(-size // pmtu))
+
+
+def packet_position(index_in_msg: np.ndarray, n_packets: np.ndarray) -> np.ndarray:
+    """Column of :data:`OPCODE_SEQUENCE` for packet ``index_in_msg`` of a message of ``n_packets``
+    packets: ``ONLY`` when it is the message's one packet, else ``FIRST``, ``MIDDLE`` or ``LAST``
+    (IBTA vol.1 9.5).
+
+    Args:
+        index_in_msg, n_packets: int64 arrays of one shape (``0 <= index_in_msg < n_packets``).
+
+    Returns:
+        int64 array of that shape.
+    """
+    idx, n = np.asarray(index_in_msg), np.asarray(n_packets)
+    return np.where(n == 1, ONLY, np.where(idx == 0, FIRST, np.where(idx == n - 1, LAST, MIDDLE)))
 
 
 class Segments(NamedTuple):
@@ -251,8 +273,7 @@ def segment_many(size_bytes: np.ndarray, pmtu_bytes: int, verb: np.ndarray | int
     idx = np.arange(msg.size, dtype=np.int64) - np.repeat(starts, count)
     n = count[msg]
     is_last = idx == n - 1
-    pos = np.where(n == 1, 3, np.where(idx == 0, 0, np.where(is_last, 2, 1)))
-    opcode = _SEQ_TABLE[verbs[msg], pos]
+    opcode = OPCODE_SEQUENCE[verbs[msg], packet_position(idx, n)]
     off = idx * pmtu
     pay = np.where(is_last, size[msg] - off, pmtu).astype(np.uint32)
     pad = ((-pay.astype(np.int64)) & 3).astype(np.uint8)

@@ -100,8 +100,8 @@ class Engine:
         self._pmtu = int(cluster.pmtu_bytes)
         self._wire = dict(transport=cluster.transport, ip_version=int(net.ip_version),
                           vlan=net.vlan_id is not None, grh=bool(ib_grh))
-        self._seq_ops = {v: (rdma.segment(2 * self._pmtu + 1, self._pmtu, v).opcode.tolist(),
-                             int(rdma.segment(0, self._pmtu, v).opcode[0])) for v in _VERBS}
+        self._seq_ops = {v: (rdma.OPCODE_SEQUENCE[v, :rdma.ONLY].tolist(),
+                             int(rdma.OPCODE_SEQUENCE[v, rdma.ONLY])) for v in _VERBS}
         ack_fb = int(rdma.frame_bytes(rdma.ACKNOWLEDGE, 0, **self._wire))
         ack_ns = int(self.l1_ns(ack_fb))
         gap = max(64, self.chunk_rows // 2)
@@ -267,7 +267,7 @@ class Engine:
             self._info[mid] = (src, dst, qp, size, verb, kind)
         for i, (mid, start, pm) in enumerate(zip(ids.tolist(), rows["start_ns"].tolist(), peer.tolist())):
             src, dst, qp, _, _, kind = self._info[mid]
-            self._ports[src].qp(dst, qp, int(kind == KIND_CTS))   # fixes the QP's place in the rotation
+            self._ports[src].qp(dst, qp, int(kind == KIND_CTS))   # sets the QP's place in the rotation
             if on_arrival is not None:
                 self._callbacks[mid] = on_arrival
             if pm >= 0:
