@@ -4,7 +4,7 @@ ICRC (IBTA vol.1 7.8.1, RoCEv2 Annex A17.4.1.3; cases C1-C4): zlib's CRC-32 over
 ``[8 x 0xFF] + masked packet`` (RoCE) or the masked packet (native IB), from the IP header/GRH
 (RoCE) or the LRH (IB) up to the ICRC. VCRC (IBTA 7.8.2): CRC-16 (0x100B reflected, init and
 xorout 0xFFFF) over LRH..ICRC. Which bits are masked is derived from the header declarations
-(:func:`mask_of`): IPv4 DSCP, ECN, TTL, header checksum; IPv6/GRH traffic class, flow label, hop
+(:meth:`tokenpcap.wire.stack.Stack.icrc_mask`): IPv4 DSCP, ECN, TTL, header checksum; IPv6/GRH traffic class, flow label, hop
 limit; UDP checksum; BTH FECN, BECN, Resv6a; the LRH VL (local IB) or the whole LRH (IB with GRH).
 
 How, without a Python call per packet where it matters:
@@ -32,10 +32,10 @@ import numpy as np
 
 from tokenpcap.analysis.decode import KIND_IB, KIND_ROCEV1, KIND_ROCEV2
 from tokenpcap.wire import headers as H
-from tokenpcap.wire.fields import Header
 from tokenpcap.wire.linear import CRC16_VCRC, CRC32, ReflectedCRC
+from tokenpcap.wire.stack import STACKS
 
-__all__ = ["mask_of", "registers", "check_crcs", "SHORT_REST"]
+__all__ = ["HEADS", "registers", "check_crcs", "SHORT_REST"]
 
 #: Longest rest (bytes after the masked head) verified with table columns instead of zlib.
 SHORT_REST = 256
@@ -43,32 +43,17 @@ SHORT_REST = 256
 #: rows of 256 uint32: 16 KiB -> 16 MiB); longer rests go through zlib from their own register.
 MAX_SHIFT_BYTES = 16384
 _KEY_MIX = [np.uint64(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB)]
-_FF8_REGISTER = CRC32.register(b"\xff" * 8, 0xFFFFFFFF)
 
 
-def mask_of(header: Header, names: tuple[str, ...]) -> np.ndarray:
-    """uint8 (header.size,): bits of fields ``names`` set, from the declaration's bit offsets."""
-    bits = np.zeros(header.size * 8, np.uint8)
-    for name in names:
-        s = header.slot(name)
-        bits[s.bit_offset:s.bit_offset + s.field.bits] = 1
-    return np.packbits(bits)
-
-
-_BTH_MASK = mask_of(H.BTH, ("FECN", "BECN", "Resv6a"))
-_UDP_MASK = mask_of(H.UDP, ("Checksum",))
-_V4_MASK = mask_of(H.IPV4, ("DSCP", "ECN", "TTL", "HeaderChecksum"))
-_V6_MASK = mask_of(H.IPV6, ("TrafficClass", "FlowLabel", "HopLimit"))
-_GRH_MASK = mask_of(H.GRH, ("TClass", "FlowLabel", "HopLmt"))
-_LRH_LOCAL = mask_of(H.LRH, ("VL",))
-_LRH_ALL = np.full(H.LRH.size, 0xFF, np.uint8)
-#: masked head per layout: (OR mask from the start of the covered bytes through the BTH, prefix reg)
+#: masked head per layout: (OR mask from the start of the covered bytes through the BTH, prefix
+#: register), from the wire contexts' one table (:mod:`tokenpcap.wire.stack`); an 802.1Q tag
+#: changes nothing the ICRC covers.
 HEADS = {
-    "ipv4": (np.concatenate([_V4_MASK, _UDP_MASK, _BTH_MASK]), _FF8_REGISTER),
-    "ipv6": (np.concatenate([_V6_MASK, _UDP_MASK, _BTH_MASK]), _FF8_REGISTER),
-    "rocev1": (np.concatenate([_GRH_MASK, _BTH_MASK]), _FF8_REGISTER),
-    "ib_local": (np.concatenate([_LRH_LOCAL, _BTH_MASK]), 0xFFFFFFFF),
-    "ib_global": (np.concatenate([_LRH_ALL, _GRH_MASK, _BTH_MASK]), 0xFFFFFFFF),
+    key: (STACKS[name].icrc_mask(),
+          CRC32.register(STACKS[name].icrc_prefix, 0xFFFFFFFF) if STACKS[name].icrc_prefix
+          else 0xFFFFFFFF)
+    for key, name in (("ipv4", "rocev2-ipv4"), ("ipv6", "rocev2-ipv6"), ("rocev1", "rocev1"),
+                      ("ib_local", "ib-local"), ("ib_global", "ib-global"))
 }
 
 

@@ -17,6 +17,9 @@ fields set to all ones, written least-significant byte first:
 
 VCRC (IBTA 7.8.2): CRC-16, polynomial 0x100B (reflected 0xD008), init and xorout 0xFFFF, over
 LRH..ICRC unmasked, least-significant byte first.
+
+Which bits are masked, and where the ICRC's coverage starts, come from the one table of wire
+contexts (:mod:`tokenpcap.wire.stack`), derived from the header declarations.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from typing import NamedTuple
 
 from tokenpcap.errors import DecodeError
 from tokenpcap.wire import headers as H
+from tokenpcap.wire.stack import STACKS
 
 __all__ = [
     "icrc_masked_bytes", "icrc", "icrc_of_ib", "vcrc16", "ipv4_checksum", "udp_checksum_ipv6",
@@ -34,7 +38,6 @@ __all__ = [
 
 VCRC_POLY_REFLECTED = 0xD008  # bit-reversal of 0x100B
 
-_FF8 = b"\xff" * 8
 
 
 def vcrc16(data: bytes) -> int:
@@ -73,8 +76,12 @@ def udp_checksum_ipv6(src: bytes, dst: bytes, udp: bytes) -> int:
     return csum or 0xFFFF
 
 
-def _set_ff(buf: bytearray, start: int, length: int) -> None:
-    buf[start:start + length] = b"\xff" * length
+def _masked(packet: bytes, mask) -> bytes:  # type: ignore[no-untyped-def]
+    """``packet`` with ``mask`` (uint8, from its start) OR-ed in: the ICRC's view of it."""
+    out = bytearray(packet)
+    for i, m in enumerate(mask.tolist()[:len(out)]):
+        out[i] |= m
+    return bytes(out)
 
 
 def _l2(frame: bytes) -> tuple[int, int]:
@@ -106,20 +113,14 @@ def icrc_masked_bytes(frame: bytes) -> bytes:
                               f"expected UDP (17) without options (IHL 5)")
         end = l3 + ip["TotalLength"]
         udp = l3 + 20
-        pkt = bytearray(frame[l3:end])
-        _set_ff(pkt, 1, 1)     # TOS: DSCP + ECN
-        _set_ff(pkt, 8, 1)     # TTL
-        _set_ff(pkt, 10, 2)    # header checksum
+        ctx = "rocev2-ipv4"
     elif etype == H.ETHERTYPE_IPV6 or etype == H.ETHERTYPE_ROCEV1:
         ip = H.IPV6.unpack(frame, l3)   # the GRH has the IPv6 layout
         end = l3 + 40 + ip["PayloadLength"]
         udp = l3 + 40 if etype == H.ETHERTYPE_IPV6 else None
         if udp is not None and ip["NextHeader"] != H.IP_PROTO_UDP:
             raise DecodeError(f"IPv6 at byte {l3}: next header {ip['NextHeader']}, expected UDP (17)")
-        pkt = bytearray(frame[l3:end])
-        pkt[0] |= 0x0F                  # low nibble of the traffic class
-        _set_ff(pkt, 1, 3)              # rest of the traffic class + flow label
-        _set_ff(pkt, 7, 1)              # hop limit
+        ctx = "rocev2-ipv6" if udp is not None else "rocev1"
     else:
         raise DecodeError(f"EtherType at byte {l3 - 2}: got 0x{etype:04x}, expected 0x0800, 0x86dd "
                           f"(RoCEv2) or 0x8915 (RoCEv1)")
@@ -129,12 +130,8 @@ def icrc_masked_bytes(frame: bytes) -> bytes:
         u = H.UDP.unpack(frame, udp)
         if u["DestinationPort"] != H.ROCEV2_UDP_PORT:
             raise DecodeError(f"UDP at byte {udp}: destination port {u['DestinationPort']}, expected 4791")
-        bth = udp + 8
-        _set_ff(pkt, udp + 6 - l3, 2)   # UDP checksum
-    else:
-        bth = l3 + 40
-    _set_ff(pkt, bth + 4 - l3, 1)       # BTH FECN/BECN/Resv6a
-    return _FF8 + bytes(pkt[:-4])
+    st = STACKS[ctx]
+    return st.icrc_prefix + _masked(frame[l3:end], st.icrc_mask())[:-H.ICRC.size]
 
 
 def icrc(frame: bytes) -> int:
@@ -153,20 +150,10 @@ def icrc_of_ib(packet: bytes) -> int:
     if len(packet) < end or end < 8 + 12 + 4:
         raise DecodeError(f"LRH PktLen {lrh['PktLen']} words: packet of {len(packet)} bytes, "
                           f"expected at least {max(end, 24)}")
-    pkt = bytearray(packet[:end - 4])
-    if lrh["LNH"] == 2:
-        pkt[0] |= 0xF0                 # VL
-        bth = 8
-    elif lrh["LNH"] == 3:
-        pkt[0:8] = _FF8                # the whole LRH is variant
-        pkt[8] |= 0x0F                 # GRH traffic class, flow label, hop limit
-        _set_ff(pkt, 9, 3)
-        _set_ff(pkt, 15, 1)
-        bth = 48
-    else:
+    if lrh["LNH"] not in (2, 3):
         raise DecodeError(f"LRH at byte 0: LNH {lrh['LNH']}, expected 2 (IBA local) or 3 (IBA global)")
-    pkt[bth + 4] = 0xFF
-    return zlib.crc32(bytes(pkt))
+    st = STACKS["ib-local" if lrh["LNH"] == 2 else "ib-global"]
+    return zlib.crc32(_masked(packet[:end - H.ICRC.size], st.icrc_mask()))
 
 
 class CrcCheck(NamedTuple):

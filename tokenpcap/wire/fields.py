@@ -47,6 +47,8 @@ class Field:
         tshark: the TShark (Wireshark 4.0) field that shows this value, or ``None``.
         little_endian: the field is written least-significant byte first (ICRC, VCRC); only for
             byte-aligned whole-byte fields.
+        icrc_masked: the ICRC treats the field's bits as ones (IBTA vol.1 7.8.1; RoCEv2 Annex
+            A17.4.1.3): a switch may change it in flight without invalidating the ICRC.
     """
 
     name: str
@@ -55,6 +57,7 @@ class Field:
     fmt: str = "dec"
     tshark: str | None = None
     little_endian: bool = False
+    icrc_masked: bool = False
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,18 @@ class Header:
     def tshark_fields(self) -> dict[str, str]:
         """Spec name → TShark field name, for the fields TShark shows."""
         return {f.name: f.tshark for f in self.fields if f.tshark}
+
+    def bit_mask(self, names: Iterable[str]) -> np.ndarray:
+        """uint8 ``(size,)``: the bits of fields ``names`` set, from their declared bit offsets."""
+        bits = np.zeros(self.size * 8, np.uint8)
+        for name in names:
+            s = self.slot(name)
+            bits[s.bit_offset:s.bit_offset + s.field.bits] = 1
+        return np.packbits(bits)
+
+    def icrc_mask(self) -> np.ndarray:
+        """uint8 ``(size,)``: the bits the ICRC treats as ones (fields declared ``icrc_masked``)."""
+        return self.bit_mask(f.name for f in self.fields if f.icrc_masked)
 
     # ------------------------------------------------------------------ scalar codec
     def pack(self, values: Mapping[str, int] | None = None, **kw: int) -> bytes:

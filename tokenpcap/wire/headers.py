@@ -54,28 +54,28 @@ DOT1Q = Header("802.1Q", (
 IPV4 = Header("IPv4", (
     F("Version", 4, 4, tshark="ip.version"),
     F("IHL", 4, 5),                       # TShark's ip.hdr_len shows bytes (IHL*4)
-    F("DSCP", 6, 26, tshark="ip.dsfield.dscp"),
-    F("ECN", 2, 2, tshark="ip.dsfield.ecn"),
+    F("DSCP", 6, 26, tshark="ip.dsfield.dscp", icrc_masked=True),
+    F("ECN", 2, 2, tshark="ip.dsfield.ecn", icrc_masked=True),
     F("TotalLength", 16, tshark="ip.len"),
     F("Identification", 16, fmt="hex", tshark="ip.id"),
     F("Reserved", 1, fmt="bool", tshark="ip.flags.rb"),
     F("DF", 1, 1, fmt="bool", tshark="ip.flags.df"),
     F("MF", 1, fmt="bool", tshark="ip.flags.mf"),
     F("FragmentOffset", 13, tshark="ip.frag_offset"),
-    F("TTL", 8, 64, tshark="ip.ttl"),
+    F("TTL", 8, 64, tshark="ip.ttl", icrc_masked=True),
     F("Protocol", 8, IP_PROTO_UDP, tshark="ip.proto"),
-    F("HeaderChecksum", 16, fmt="hex", tshark="ip.checksum"),
+    F("HeaderChecksum", 16, fmt="hex", tshark="ip.checksum", icrc_masked=True),
     F("SourceAddress", 32, fmt="ipv4", tshark="ip.src"),
     F("DestinationAddress", 32, fmt="ipv4", tshark="ip.dst"),
 ), spec="RFC 791 3.1, RFC 2474, RFC 3168", tshark="ip")
 
 IPV6 = Header("IPv6", (
     F("Version", 4, 6, tshark="ipv6.version"),
-    F("TrafficClass", 8, 0x6A, fmt="hex", tshark="ipv6.tclass"),
-    F("FlowLabel", 20, fmt="hex", tshark="ipv6.flow"),
+    F("TrafficClass", 8, 0x6A, fmt="hex", tshark="ipv6.tclass", icrc_masked=True),
+    F("FlowLabel", 20, fmt="hex", tshark="ipv6.flow", icrc_masked=True),
     F("PayloadLength", 16, tshark="ipv6.plen"),
     F("NextHeader", 8, IP_PROTO_UDP, tshark="ipv6.nxt"),
-    F("HopLimit", 8, 64, tshark="ipv6.hlim"),
+    F("HopLimit", 8, 64, tshark="ipv6.hlim", icrc_masked=True),
     F("SourceAddress", 128, fmt="ipv6", tshark="ipv6.src"),
     F("DestinationAddress", 128, fmt="ipv6", tshark="ipv6.dst"),
 ), spec="RFC 8200 3", tshark="ipv6")
@@ -84,11 +84,11 @@ UDP = Header("UDP", (
     F("SourcePort", 16, 0xC000, fmt="hex", tshark="udp.srcport"),
     F("DestinationPort", 16, ROCEV2_UDP_PORT, tshark="udp.dstport"),
     F("Length", 16, tshark="udp.length"),
-    F("Checksum", 16, fmt="hex", tshark="udp.checksum"),
+    F("Checksum", 16, fmt="hex", tshark="udp.checksum", icrc_masked=True),
 ), spec="RFC 768; IBTA Annex A17.2", tshark="udp")
 
 LRH = Header("LRH", (
-    F("VL", 4, tshark="infiniband.lrh.vl"),
+    F("VL", 4, tshark="infiniband.lrh.vl", icrc_masked=True),
     F("LVer", 4, tshark="infiniband.lrh.lver"),
     F("SL", 4, tshark="infiniband.lrh.sl"),
     F("Reserved2", 2, tshark="infiniband.lrh.reserved2"),
@@ -101,11 +101,11 @@ LRH = Header("LRH", (
 
 GRH = Header("GRH", (
     F("IPVer", 4, 6, tshark="infiniband.grh.ipver"),
-    F("TClass", 8, fmt="hex", tshark="infiniband.grh.tclass"),
-    F("FlowLabel", 20, fmt="hex", tshark="infiniband.grh.flowlabel"),
+    F("TClass", 8, fmt="hex", tshark="infiniband.grh.tclass", icrc_masked=True),
+    F("FlowLabel", 20, fmt="hex", tshark="infiniband.grh.flowlabel", icrc_masked=True),
     F("PayLen", 16, tshark="infiniband.grh.paylen"),
     F("NxtHdr", 8, GRH_NXTHDR_IBA, fmt="hex", tshark="infiniband.grh.nxthdr"),
-    F("HopLmt", 8, 64, tshark="infiniband.grh.hoplmt"),
+    F("HopLmt", 8, 64, tshark="infiniband.grh.hoplmt", icrc_masked=True),
     F("SGID", 128, fmt="ipv6", tshark="infiniband.grh.sgid"),
     F("DGID", 128, fmt="ipv6", tshark="infiniband.grh.dgid"),
 ), spec="IBTA vol.1 8.3", tshark="infiniband.grh")
@@ -117,9 +117,9 @@ BTH = Header("BTH", (
     F("PadCnt", 2, tshark="infiniband.bth.padcnt"),
     F("TVer", 4, tshark="infiniband.bth.tver"),
     F("P_Key", 16, 0xFFFF, fmt="hex", tshark="infiniband.bth.p_key"),
-    F("FECN", 1, fmt="bool"),
-    F("BECN", 1, fmt="bool"),
-    F("Resv6a", 6),
+    F("FECN", 1, fmt="bool", icrc_masked=True),
+    F("BECN", 1, fmt="bool", icrc_masked=True),
+    F("Resv6a", 6, icrc_masked=True),
     F("DestQP", 24, fmt="hex", tshark="infiniband.bth.destqp"),
     F("AckReq", 1, fmt="bool", tshark="infiniband.bth.a"),
     F("Resv7", 7, tshark="infiniband.bth.reserved7"),

@@ -24,6 +24,7 @@ from tokenpcap.wire.context import WireContext
 from tokenpcap.wire.fields import Header
 from tokenpcap.wire.linear import CRC16_VCRC, CRC32
 from tokenpcap.wire.rdma import CNP, OPCODES, rocev2_flow_label
+from tokenpcap.wire.stack import stack
 
 __all__ = ["Layout"]
 
@@ -73,7 +74,6 @@ class Layout:
         self._col = 0
         self.l3 = self.l4 = -1
         self.roce = ctx.transport == "rocev2"
-        masks: list[tuple[int, int, int]] = []      # (column, count, or-mask byte)
         if self.roce:
             ipv = H.ETHERTYPE_IPV4 if ctx.ip_version == 4 else H.ETHERTYPE_IPV6
             eth = self._add(H.ETHERNET, EtherType=H.ETHERTYPE_VLAN if ctx.vlan else ipv)
@@ -89,7 +89,6 @@ class Layout:
                 self._dyn(H.IPV4, "Identification", lambda p, d: p["ip_id"])
                 self._nic(H.IPV4, self.l3, "SourceAddress", ctx.ipv4, "nic")
                 self._nic(H.IPV4, self.l3, "DestinationAddress", ctx.ipv4, "peer_nic")
-                masks += [(self.l3 + 1, 1, 0xFF), (self.l3 + 8, 1, 0xFF), (self.l3 + 10, 2, 0xFF)]
             else:
                 self.l3 = self._add(H.IPV6, TrafficClass=(dscp << 2) | ctx.ecn,
                                     FlowLabel=ctx.flow_label or 0, HopLimit=ctx.ttl)
@@ -98,12 +97,9 @@ class Layout:
                 self._dyn(H.IPV6, "PayloadLength", lambda p, d: d["udp_len"])
                 self._nic(H.IPV6, self.l3, "SourceAddress", ctx.ipv6, "nic")
                 self._nic(H.IPV6, self.l3, "DestinationAddress", ctx.ipv6, "peer_nic")
-                masks += [(self.l3, 1, 0x0F), (self.l3 + 1, 3, 0xFF), (self.l3 + 7, 1, 0xFF)]
             self.l4 = self._add(H.UDP)
             self._dyn(H.UDP, "SourcePort", lambda p, d: p["udp_sport"])
             self._dyn(H.UDP, "Length", lambda p, d: d["udp_len"])
-            masks.append((self.l4 + 6, 2, 0xFF))
-            self.crc_start, self.prefix = self.l3, b"\xff" * 8
         else:
             lrh = self._add(H.LRH, VL=ctx.vl, SL=ctx.sl, LNH=3 if ctx.grh else 2)
             self._nic(H.LRH, lrh, "DLID", ctx.lid, "peer_nic")
@@ -117,10 +113,6 @@ class Layout:
                 self._dyn(H.GRH, "PayLen", lambda p, d: d["grh_paylen"])
                 self._nic(H.GRH, self.l3, "SGID", ctx.ipv6, "nic")
                 self._nic(H.GRH, self.l3, "DGID", ctx.ipv6, "peer_nic")
-                masks += [(0, 8, 0xFF), (self.l3, 1, 0x0F), (self.l3 + 1, 3, 0xFF), (self.l3 + 7, 1, 0xFF)]
-            else:
-                masks.append((0, 1, 0xF0))
-            self.crc_start, self.prefix = 0, b""
         self.bth = self._add(H.BTH, OpCode=opcode, MigReq=0 if cnp else ctx.mig_req, P_Key=ctx.p_key,
                              BECN=1 if cnp else 0)
         self._dyn(H.BTH, "SE", lambda p, d: p["solicited"])
@@ -130,12 +122,11 @@ class Layout:
         self._dyn(H.BTH, "DestQP", lambda p, d: p["dest_qp"])
         self._dyn(H.BTH, "AckReq", lambda p, d: p["ack_req"])
         self._dyn(H.BTH, "PSN", lambda p, d: p["psn"])
-        masks.append((self.bth + 4, 1, 0xFF))
         for h in info.ext:
             self._ext(h)
         self.header_bytes = self._col
         self.payload = info.payload
-        self._finish(masks)
+        self._finish()
 
     # ------------------------------------------------------------------ declaration helpers
     def _add(self, header: Header, **const: int) -> int:
@@ -171,8 +162,13 @@ class Layout:
             self._dyn(h, name, lambda p, d, key=key: p[key])
 
     # ------------------------------------------------------------------ precomputation
-    def _finish(self, masks: list[tuple[int, int, int]]) -> None:
+    def _finish(self) -> None:
         hb = self.header_bytes
+        st = stack(self.ctx.transport, self.ctx.ip_version, self.ctx.vlan, self.ctx.grh)
+        if st.before_bth_bytes != self.bth:
+            raise RuntimeError(f"internal: layout of {st.name} puts the BTH at {self.bth}, its "
+                                 f"stack at {st.before_bth_bytes}")
+        self.crc_start, self.prefix = st.icrc_start, st.icrc_prefix
         tpl = np.zeros(hb, dtype=np.uint8)
         for h, col, const in self._parts:
             tpl[col:col + h.size] = h.template(const)
@@ -183,8 +179,7 @@ class Layout:
         self._ip4_sums()
         self._plan_words()
         ormask = np.zeros(hb, dtype=np.uint8)
-        for col, count, m in masks:
-            ormask[col:col + count] |= m
+        ormask[self.crc_start:self.bth + H.BTH.size] = st.icrc_mask()
         self.ormask = ormask
         dyn_cols = sorted({w.col + w.header.slot(w.name).first_byte + j
                            for w in self.writes for j in range(w.header.slot(w.name).nbytes)})

@@ -17,6 +17,7 @@ from tokenpcap.errors import EncodeError
 from tokenpcap.records import VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.wire import headers as H
 from tokenpcap.wire.fields import Header
+from tokenpcap.wire.stack import stack
 
 __all__ = [
     "Opcode", "OPCODES", "PMTUS", "EXT_BYTES", "HAS_PAYLOAD", "HAS_RETH", "HAS_AETH", "HAS_IMMDT",
@@ -296,14 +297,7 @@ def header_bytes(opcode: np.ndarray | int, *, transport: str = "rocev2", ip_vers
 
 
 def _base_bytes(transport: str, ip_version: int, vlan: bool, grh: bool) -> int:
-    if transport == "rocev2":
-        if ip_version not in (4, 6):
-            raise EncodeError(f"ip_version: got {ip_version!r}, expected 4 or 6")
-        ip = H.IPV4.size if ip_version == 4 else H.IPV6.size
-        return H.ETHERNET.size + (H.DOT1Q.size if vlan else 0) + ip + H.UDP.size
-    if transport == "infiniband":
-        return H.LRH.size + (H.GRH.size if grh else 0)
-    raise EncodeError(f"transport: got {transport!r}, expected 'rocev2' or 'infiniband'")
+    return stack(transport, ip_version, vlan, grh).before_bth_bytes
 
 
 def frame_bytes(opcode: np.ndarray | int, payload_bytes: np.ndarray | int, *, transport: str = "rocev2",
@@ -328,9 +322,9 @@ def frame_bytes(opcode: np.ndarray | int, payload_bytes: np.ndarray | int, *, tr
     """
     pay = np.asarray(payload_bytes, dtype=np.int64)
     total = header_bytes(opcode, transport=transport, ip_version=ip_version, vlan=vlan, grh=grh) \
-        + pay + ((-pay) & 3) + H.ICRC.size
+        + pay + ((-pay) & 3) + stack(transport, ip_version, vlan, grh).trailer_bytes
     if transport == "infiniband":
-        return total + H.VCRC.size
+        return total
     return np.maximum(total, ETH_MIN_FRAME_BYTES)
 
 
