@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tokenpcap.errors import InputError
 from tokenpcap.collectives.layout import RankLayout
 
 
@@ -46,14 +47,14 @@ def test_expert_groups_are_carved_out_of_dp():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         RankLayout(dp=6, tp=1, pp=1, gpus_per_node=8, nics_per_node=8, ep=4)
     lay = RankLayout(dp=2, tp=2, pp=2, gpus_per_node=8, nics_per_node=8)
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         lay.coords(8)
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         lay.rank(0, 2, 0)
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         lay.groups("cp")
 
 

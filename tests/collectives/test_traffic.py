@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tokenpcap.errors import InputError
+from tokenpcap.collectives.algorithms import selectable_algorithms
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.collectives.traffic import (
     btree_parents,
@@ -51,7 +53,7 @@ def test_ring_chunks():
     assert ring_chunk_bytes(10, 3, 2).tolist() == [4, 4, 2]
     assert ring_chunk_bytes(11, 3, 2).tolist() == [4, 4, 3]
     assert ring_chunk_bytes(0, 4, 4).tolist() == [0, 0, 0, 0]
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         ring_chunk_bytes(10, 0, 2)
 
 
@@ -99,9 +101,9 @@ def test_p2p_and_direct_alltoall():
     assert rb.nic_bytes.tolist() == [1000, 0] and rb.nvlink_bytes.tolist() == [0, 0]
     rb = per_rank_bytes(call("AllToAll", range(4), 4000, 4), "tree", lay)
     assert rb.nic_bytes.tolist() == [2000] * 4 and rb.nvlink_bytes.tolist() == [1000] * 4
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         hops(call("SendRecv", (1, 2, 3), 10), "ring", lay)
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         hops(call("AllReduce", (1, 2), 10), "butterfly", lay)
 
 
@@ -134,7 +136,7 @@ def test_ring_hops_really_reduce_and_gather(n: int, size: int):
 @given(
     st.sampled_from(["AllReduce", "ReduceScatter", "AllGather", "AllToAll", "SendRecv",
                      "Broadcast"]),
-    st.sampled_from(["ring", "tree", "hierarchical"]),
+    st.sampled_from(selectable_algorithms()),
     st.sampled_from([1, 2, 4, 8]), st.integers(1, 8), st.integers(0, 10**8),
     st.sampled_from([1, 2, 4]), st.data(),
 )
@@ -159,3 +161,28 @@ def test_per_rank_bytes_sum_to_the_collective_total(coll, alg, gpn, nodes, size,
         assert per.tolist() == [2 * (n - 1) * size // n] * n
     if coll in ("ReduceScatter", "AllGather", "AllToAll") and size % (n * e) == 0:
         assert (rb.nic_bytes + rb.nvlink_bytes).tolist() == [(n - 1) * size // n] * n
+
+
+def test_the_registry_is_what_scenarios_may_choose_and_what_runs():
+    """Every registered algorithm runs the collectives it names with the closed form it states
+    (the hops' bytes add up to it), and a scenario may choose exactly the non-exclusive ones (the
+    profile check reads the registry); SendRecv is always p2p, AllToAll always direct."""
+    from tokenpcap.collectives.algorithms import ALGORITHMS, effective_algorithm
+    from tokenpcap.config import profiles
+    from tokenpcap.errors import ProfileError
+
+    assert selectable_algorithms() == ("ring", "tree", "hierarchical")
+    check = profiles._COLLECTIVES_SPEC["algorithm"][0]
+    assert [check(None, "collectives.algorithm", a) for a in selectable_algorithms()] == \
+        list(selectable_algorithms())
+    with pytest.raises(ProfileError, match="one of 'ring', 'tree', 'hierarchical'"):
+        check(None, "collectives.algorithm", "direct")
+    lay = RankLayout(dp=16, tp=1, pp=1, gpus_per_node=8, nics_per_node=8)
+    for name, alg in ALGORITHMS.items():
+        for coll in sorted(alg.runs):
+            chosen = selectable_algorithms() if alg.exclusive else (name,)
+            assert {effective_algorithm(coll, c) for c in chosen} == {name}
+            group = (0, 1) if coll == "SendRecv" else tuple(range(16))
+            h = alg.hops(coll, group, 1 << 20, 2, lay)
+            assert int(h["bytes"].sum()) == alg.total_bytes(coll, group, 1 << 20, lay), (name, coll)
+    assert effective_algorithm("AllGather", "tree") == "ring"

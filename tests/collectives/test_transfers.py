@@ -13,6 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tokenpcap.errors import InputError
+from tokenpcap.collectives.algorithms import selectable_algorithms
 from tokenpcap.collectives.transfers import slice_elements_bytes, transfers
 from tokenpcap.plan.calls import scaled_bytes
 from tokenpcap.collectives.layout import RankLayout
@@ -117,7 +119,7 @@ def test_hierarchical_phase_change_waits_for_the_whole_previous_hop():
 
 @settings(max_examples=60, deadline=None)
 @given(coll=st.sampled_from(["AllReduce", "ReduceScatter", "AllGather", "AllToAll", "Broadcast"]),
-       alg=st.sampled_from(["ring", "tree", "hierarchical"]),
+       alg=st.sampled_from(selectable_algorithms()),
        n=st.integers(2, 8), per_node=st.sampled_from([1, 2, 4]),
        s=st.integers(0, 4 << 20), e=st.sampled_from([1, 2, 4]),
        channels=st.integers(1, 4), slice_bytes=st.integers(1 << 16, 2 << 20))
@@ -158,12 +160,12 @@ def test_scaled_bytes_keeps_whole_elements():
     assert scaled_bytes(40_000_002, 4, 64) == 625_000
     assert scaled_bytes(6, 4, 64) == 4                # at least one element
     assert scaled_bytes(0, 4, 64) == 0
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         scaled_bytes(8, 2, 0)
 
 
 def test_bad_channels_or_slice_raise():
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         transfers(Call("AllReduce", (0, 1), 8, 2), "ring", layout(1, 2), 0, 1 << 20)
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         transfers(Call("AllReduce", (0, 1), 8, 2), "ring", layout(1, 2), 1, 0)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tokenpcap.plan.calls import CollectiveCall
-from tokenpcap.errors import InfeasiblePlanError
+from tokenpcap.errors import InfeasiblePlanError, InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.model import shard_parameters
 from tokenpcap.plan.build import build_plan, pipeline_bubble_fraction, wire_time_ns
@@ -174,7 +174,7 @@ def test_pipeline_bubble():
     assert pipeline_bubble_fraction(8, 96) == Fraction(7, 96)
     assert pipeline_bubble_fraction(1, 4) == 0
     assert pipeline_bubble_fraction(4, 8, virtual_stages=2) == Fraction(3, 16)
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         pipeline_bubble_fraction(0, 1)
 
 
@@ -204,7 +204,7 @@ def test_calls_of_some_ranks_and_later_iterations():
     mine = list(plan.calls(iteration=1, ranks=[5]))
     assert mine == [c for c in full if 5 in c.group]
     assert full[0].call_id == plan.calls_per_iteration
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         list(plan.calls(ranks=[32]))
 
 

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tokenpcap.collectives.algorithms import selectable_algorithms
 from tokenpcap.schedule.compute import flops_time_ns, iteration_flops, stage_times
 from tokenpcap.records import DIMS, KIND_DATA, PHASES, phase_label
 from tokenpcap.plan.build import build_plan
@@ -269,7 +270,7 @@ def test_every_kind_of_call_runs_and_conserves_bytes(tmp_path, variant):
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(shape=st.sampled_from([(8, 1, 1), (4, 2, 1), (2, 2, 2), (1, 2, 4), (2, 1, 4), (1, 4, 2)]),
-       alg=st.sampled_from(["ring", "tree", "hierarchical"]), channels=st.integers(1, 3),
+       alg=st.sampled_from(selectable_algorithms()), channels=st.integers(1, 3),
        mb=st.integers(1, 3))
 def test_random_small_scenarios_conserve_payload(tmp_path, shape, alg, channels, mb):
     dp, tp, pp = shape

@@ -33,7 +33,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tokenpcap.config.profiles import Scenario
+from tokenpcap.errors import InputError
+
 
 __all__ = ["RankCoords", "RankLayout", "DIM_NAMES"]
 
@@ -63,18 +64,12 @@ class RankLayout:
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "gpus_per_node", "nics_per_node", "ep"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.dp % self.ep:
-            raise ValueError(f"ep {self.ep} must divide dp {self.dp}")
+            raise InputError(f"ep {self.ep} must divide dp {self.dp}")
         if self.world_size % self.gpus_per_node:
-            raise ValueError(f"world size {self.world_size} is not a multiple of "
+            raise InputError(f"world size {self.world_size} is not a multiple of "
                              f"gpus_per_node {self.gpus_per_node}")
-
-    @classmethod
-    def from_scenario(cls, s: Scenario) -> "RankLayout":
-        p, c = s.parallelism, s.cluster
-        return cls(dp=p.dp, tp=p.tp, pp=p.pp, ep=p.ep, gpus_per_node=c.gpus_per_node,
-                   nics_per_node=c.nics_per_node)
 
     # ------------------------------------------------------------------ coordinates
     @property
@@ -89,10 +84,10 @@ class RankLayout:
         """Global rank of coordinates ``(pp, dp, tp)``.
 
         Raises:
-            ValueError: a coordinate out of range.
+            InputError: a coordinate out of range.
         """
         if not (0 <= pp < self.pp and 0 <= dp < self.dp and 0 <= tp < self.tp):
-            raise ValueError(f"coordinates (pp={pp}, dp={dp}, tp={tp}) outside "
+            raise InputError(f"coordinates (pp={pp}, dp={dp}, tp={tp}) outside "
                              f"(pp<{self.pp}, dp<{self.dp}, tp<{self.tp})")
         return (pp * self.dp + dp) * self.tp + tp
 
@@ -100,7 +95,7 @@ class RankLayout:
         """``(pp, dp, tp)`` of a global rank.
 
         Raises:
-            ValueError: rank outside ``[0, world_size)``.
+            InputError: rank outside ``[0, world_size)``.
         """
         self._check_rank(rank)
         return RankCoords(rank // (self.dp * self.tp), (rank // self.tp) % self.dp, rank % self.tp)
@@ -137,7 +132,7 @@ class RankLayout:
 
     def _check_rank(self, rank: int) -> None:
         if not 0 <= rank < self.world_size:
-            raise ValueError(f"rank {rank} outside [0, {self.world_size})")
+            raise InputError(f"rank {rank} outside [0, {self.world_size})")
 
     # ------------------------------------------------------------------ groups
     def groups(self, dim: str) -> list[Group]:
@@ -148,7 +143,7 @@ class RankLayout:
         the order of their smallest rank.
 
         Raises:
-            ValueError: an unknown ``dim``.
+            InputError: an unknown ``dim``.
         """
         ranks = np.arange(self.world_size).reshape(self.pp, self.dp, self.tp)
         if dim == "tp":
@@ -169,7 +164,7 @@ class RankLayout:
                 return []
             arr = np.stack([ranks[0].reshape(-1), ranks[-1].reshape(-1)], axis=1)
         else:
-            raise ValueError(f"group kind {dim!r}, expected one of {', '.join(DIM_NAMES)}")
+            raise InputError(f"group kind {dim!r}, expected one of {', '.join(DIM_NAMES)}")
         out = [tuple(int(x) for x in row) for row in arr]
         return sorted(out, key=lambda g: g[0])
 

@@ -44,7 +44,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokenpcap.errors import InputError
 from tokenpcap.collectives.layout import RankLayout
+from tokenpcap.collectives.algorithms import ALGORITHMS
 from tokenpcap.collectives.traffic import CallLike, CallShape, effective_algorithm, hops, ring_chunk_bytes
 
 __all__ = ["TRANSFER_DTYPE", "Transfers", "transfers", "slice_elements_bytes"]
@@ -99,66 +101,14 @@ def slice_elements_bytes(slice_bytes: int, elem_bytes: int) -> int:
     return max(elem_bytes, slice_bytes // elem_bytes * elem_bytes)
 
 
-def _predecessors(h: np.ndarray, alg: str) -> list[list[int]]:
-    """Hop indices each hop depends on (module docstring)."""
-    n = len(h)
-    preds: list[list[int]] = [[] for _ in range(n)]
-    if alg in ("direct", "p2p") or n == 0:
-        return preds
-    src, dst, chunk, step = (h[f].tolist() for f in ("src", "dst", "chunk", "step"))
-    into: dict[tuple[int, int], list[int]] = {}
-    for i in range(n):
-        into.setdefault((dst[i], chunk[i]), []).append(i)
-    for i in range(n):
-        cand = into.get((src[i], chunk[i]), [])
-        if alg == "tree":
-            if step[i] == 0:
-                preds[i] = [g for g in cand if step[g] == 0]
-            else:
-                down = [g for g in cand if step[g] == 1]
-                preds[i] = down if down else [g for g in cand if step[g] == 0]
-        else:
-            earlier = [g for g in cand if step[g] < step[i]]
-            if earlier:
-                best = max(step[g] for g in earlier)
-                preds[i] = [g for g in earlier if step[g] == best]
-    return preds
-
-
-def _chunk_offsets(h: np.ndarray, collective: str, alg: str, group: tuple[int, ...], s: int,
-                   e: int, layout: RankLayout) -> np.ndarray:
-    """Byte offset of each hop's data inside the collective buffer (module docstring)."""
-    n = len(group)
-    if alg == "p2p" or collective == "Broadcast" or len(h) == 0:
-        return np.zeros(len(h), np.int64)
-    if alg == "tree":
-        starts = np.concatenate([[0], np.cumsum(ring_chunk_bytes(s, 2, e))[:-1]])
-        return starts[h["chunk"]]
-    if alg == "hierarchical":
-        k = _ranks_per_node(group, layout)
-        if k is not None:
-            starts = np.concatenate([[0], np.cumsum(ring_chunk_bytes(s, k, e))[:-1]])
-            return starts[h["chunk"] % k]
-    starts = np.concatenate([[0], np.cumsum(ring_chunk_bytes(s, n, e))[:-1]])
-    return starts[h["chunk"] % n]
-
-
-def _ranks_per_node(group: tuple[int, ...], layout: RankLayout) -> int | None:
-    counts: dict[int, int] = {}
-    for r in group:
-        counts[r // layout.gpus_per_node] = counts.get(r // layout.gpus_per_node, 0) + 1
-    vals = set(counts.values())
-    return vals.pop() if len(vals) == 1 else None
-
-
 @functools.lru_cache(maxsize=8192)
 def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
                       layout: RankLayout, channels: int, slice_bytes: int) -> Transfers:
     call = CallShape(collective, group, s, e)
     h = hops(call, algorithm, layout)
     alg = effective_algorithm(collective, algorithm)
-    preds = _predecessors(h, alg)
-    offsets = _chunk_offsets(h, collective, alg, group, s, e, layout)
+    preds = ALGORITHMS[alg].predecessors(h)
+    offsets = ALGORITHMS[alg].chunk_offsets(h, collective, group, s, e, layout)
     sl = slice_elements_bytes(slice_bytes, e)
     cross = (layout.node_array(h["src"]) != layout.node_array(h["dst"])).tolist()
     order = np.lexsort((np.arange(len(h)), h["step"])).tolist()   # by step, then hop index
@@ -223,13 +173,13 @@ def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,
         :class:`Transfers`; summed per hop, ``table["bytes"]`` equals the hop's bytes exactly.
 
     Raises:
-        ValueError: ``channels`` or ``slice_bytes`` < 1; an unknown collective or algorithm, or a
+        InputError: ``channels`` or ``slice_bytes`` < 1; an unknown collective or algorithm, or a
             SendRecv group that is not a pair (:func:`tokenpcap.collectives.traffic.hops`).
     """
     if channels < 1:
-        raise ValueError(f"channels: got {channels}, expected an integer >= 1")
+        raise InputError(f"channels: got {channels}, expected an integer >= 1")
     if slice_bytes < 1:
-        raise ValueError(f"slice_bytes: got {slice_bytes}, expected an integer >= 1")
+        raise InputError(f"slice_bytes: got {slice_bytes}, expected an integer >= 1")
     return _transfers_cached(call.collective, tuple(call.group), int(call.message_bytes),
                              int(call.elem_bytes), algorithm, layout, int(channels),
                              int(slice_bytes))

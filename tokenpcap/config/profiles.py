@@ -14,6 +14,7 @@ import ipaddress
 from pathlib import Path
 from typing import Any
 
+from tokenpcap.collectives.algorithms import selectable_algorithms
 from tokenpcap.config import yamlcheck as yc
 from tokenpcap.errors import ProfileError, TokenizerError
 from tokenpcap.config.types import (DTYPE_BYTES, ClusterProfile, CollectivesConfig,
@@ -274,7 +275,7 @@ _TRAINING_SPEC = {
     "dp_bucket_bytes": (yc.integer(1), 40_000_000),
 }
 _COLLECTIVES_SPEC = {
-    "algorithm": (yc.enum("ring", "tree", "hierarchical"), "ring"),
+    "algorithm": (yc.enum(*selectable_algorithms()), "ring"),
     "channels": (yc.integer(1, MAX_CHANNELS), 2),
     "slice_bytes": (yc.integer(1), 1 << 20),
 }

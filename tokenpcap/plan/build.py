@@ -60,10 +60,10 @@ def pipeline_bubble_fraction(pp: int, microbatches: int, virtual_stages: int = 1
     2.2.1; ``v`` model chunks per device for the interleaved schedule, Sec. 2.2.2).
 
     Raises:
-        ValueError: a non-positive argument.
+        InputError: a non-positive argument.
     """
     if pp < 1 or microbatches < 1 or virtual_stages < 1:
-        raise ValueError(f"pp {pp}, microbatches {microbatches}, virtual_stages {virtual_stages}")
+        raise InputError(f"pp {pp}, microbatches {microbatches}, virtual_stages {virtual_stages}")
     return Fraction(pp - 1, virtual_stages * microbatches)
 
 
@@ -159,16 +159,16 @@ class Plan:
         ``ranks``.
 
         Raises:
-            ValueError: a negative iteration or a rank outside the world.
+            InputError: a negative iteration or a rank outside the world.
         """
         if iteration < 0:
-            raise ValueError(f"iteration {iteration} < 0")
+            raise InputError(f"iteration {iteration} < 0")
         sel = None
         if ranks is not None:
             sel = frozenset(int(r) for r in ranks)
             bad = [r for r in sel if not 0 <= r < self.layout.world_size]
             if bad:
-                raise ValueError(f"ranks {sorted(bad)} outside [0, {self.layout.world_size})")
+                raise InputError(f"ranks {sorted(bad)} outside [0, {self.layout.world_size})")
         return expand(self.families, self.scenario, self.layout, iteration, sel)
 
     def nic_bytes_per_nic(self) -> np.ndarray:
@@ -295,7 +295,9 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
         raise InfeasiblePlanError(
             f"{scenario.path or '<scenario>'}: tokens.seq_length: got {tokens.seq_length}, "
             f"expected the model's seq_length {scenario.model.seq_length}")
-    layout = RankLayout.from_scenario(scenario)
+    p, c = scenario.parallelism, scenario.cluster
+    layout = RankLayout(dp=p.dp, tp=p.tp, pp=p.pp, ep=p.ep, gpus_per_node=c.gpus_per_node,
+                        nics_per_node=c.nics_per_node)
     fams = scale_families(build_families(scenario, layout), scale)
     alg = scenario.collectives.algorithm
     world = layout.world_size

@@ -46,6 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
+from tokenpcap.errors import InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.records import phase_label
 from tokenpcap.model import ShardParameters, activation_bytes, shard_parameters
@@ -302,10 +303,10 @@ def scaled_bytes(message_bytes: int, elem_bytes: int, scale: int) -> int:
     they are, so bytes are never scaled twice.
 
     Raises:
-        ValueError: ``scale < 1``.
+        InputError: ``scale < 1``.
     """
     if scale < 1:
-        raise ValueError(f"scale: got {scale}, expected an integer >= 1")
+        raise InputError(f"scale: got {scale}, expected an integer >= 1")
     if scale == 1 or message_bytes == 0:
         return message_bytes
     return max(elem_bytes, message_bytes // scale // elem_bytes * elem_bytes)
@@ -313,9 +314,9 @@ def scaled_bytes(message_bytes: int, elem_bytes: int, scale: int) -> int:
 
 def scale_families(fams: list[Family], scale: int) -> list[Family]:
     """``fams`` with every ``message_bytes`` divided by ``scale`` (:func:`scaled_bytes`); the
-    same list when ``scale == 1``. Raises: ValueError: ``scale < 1``."""
+    same list when ``scale == 1``. Raises: InputError: ``scale < 1``."""
     if scale < 1:
-        raise ValueError(f"scale: got {scale}, expected an integer >= 1")
+        raise InputError(f"scale: got {scale}, expected an integer >= 1")
     if scale == 1:
         return fams
     return [replace(f, message_bytes=scaled_bytes(f.message_bytes, f.elem_bytes, scale))

@@ -1,0 +1,116 @@
+"""The collective-algorithm registry: one class per algorithm, registered by name.
+
+An :class:`Algorithm` owns everything about itself: which collectives it runs, its hops (who
+sends which bytes to whom at which step), the rule of which earlier hops a hop waits for, where
+a hop's bytes lie in the collective's buffer, and its closed-form total. The profile check
+(``collectives.algorithm``), the plan, the transfers and the parametrised tests read
+:data:`ALGORITHMS`; adding an algorithm is one new module in this package with an
+``@register`` class, imported by the package's ``__init__``.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from tokenpcap.collectives.hops import chunk_starts
+from tokenpcap.collectives.layout import RankLayout
+
+__all__ = ["Algorithm", "ALGORITHMS", "register", "effective_algorithm", "selectable_algorithms",
+           "carriers"]
+
+#: name -> the registered algorithm (one instance each).
+ALGORITHMS: dict[str, "Algorithm"] = {}
+#: The algorithm that runs a collective nobody else was chosen for.
+DEFAULT = "ring"
+
+
+class Algorithm:
+    """A collective algorithm (module docstring). Subclasses set :attr:`name` and :attr:`runs`
+    and implement :meth:`hops` and :meth:`total_bytes`.
+
+    Attributes:
+        name: the scenario's ``collectives.algorithm`` value.
+        runs: the collectives it runs.
+        exclusive: the only algorithm for its collectives, whatever a scenario chooses (NCCL
+            sends SendRecv point to point and AllToAll directly); not a scenario's choice.
+        source: where the algorithm is described.
+    """
+
+    name: ClassVar[str] = ""
+    runs: ClassVar[frozenset[str]] = frozenset()
+    exclusive: ClassVar[bool] = False
+    source: ClassVar[str] = ""
+
+    def hops(self, collective: str, group: tuple[int, ...], s: int, e: int,
+             layout: RankLayout) -> np.ndarray:
+        """:data:`~tokenpcap.collectives.hops.HOP_DTYPE` rows of one call of ``collective`` on
+        ``group`` with ``S = s`` bytes of ``e``-byte elements."""
+        raise NotImplementedError
+
+    def total_bytes(self, collective: str, group: tuple[int, ...], s: int,
+                    layout: RankLayout) -> int:
+        """Closed-form bytes all ranks of ``group`` send together (NIC + NVLink)."""
+        raise NotImplementedError
+
+    def predecessors(self, h: np.ndarray) -> list[list[int]]:
+        """Hop indices each hop of ``h`` waits for. Default (ring, pipelined chain): a hop from
+        rank ``x`` carrying chunk ``c`` waits for the hop(s) that last brought chunk ``c`` to
+        ``x`` (the largest earlier step)."""
+        n = len(h)
+        preds: list[list[int]] = [[] for _ in range(n)]
+        if n == 0:
+            return preds
+        step = h["step"].tolist()
+        for i, cand in enumerate(carriers(h)):
+            earlier = [g for g in cand if step[g] < step[i]]
+            if earlier:
+                best = max(step[g] for g in earlier)
+                preds[i] = [g for g in earlier if step[g] == best]
+        return preds
+
+    def chunk_offsets(self, h: np.ndarray, collective: str, group: tuple[int, ...], s: int,
+                      e: int, layout: RankLayout) -> np.ndarray:
+        """Byte offset of each hop's data in the collective's buffer: int64 ``(len(h),)``.
+        Default: ``chunk`` indexes the ``N`` ring chunks of ``S``."""
+        if collective == "Broadcast" or len(h) == 0:
+            return np.zeros(len(h), np.int64)
+        return chunk_starts(s, len(group), e)[h["chunk"] % len(group)]
+
+
+def carriers(h: np.ndarray) -> list[list[int]]:
+    """For each hop of ``h``, the hops that bring its chunk into its sender (indices into ``h``)."""
+    src, dst, chunk = h["src"].tolist(), h["dst"].tolist(), h["chunk"].tolist()
+    into: dict[tuple[int, int], list[int]] = {}
+    for i in range(len(h)):
+        into.setdefault((dst[i], chunk[i]), []).append(i)
+    return [into.get((src[i], chunk[i]), []) for i in range(len(h))]
+
+
+def register(cls: type[Algorithm]) -> type[Algorithm]:
+    """Class decorator: put one instance of ``cls`` into :data:`ALGORITHMS` under ``cls.name``.
+
+    Raises:
+        TypeError: the name is empty or already taken (a programming error, at import).
+    """
+    if not cls.name or cls.name in ALGORITHMS:
+        raise ValueError(f"algorithm name {cls.name!r}: empty or registered twice")
+    ALGORITHMS[cls.name] = cls()
+    return cls
+
+
+def selectable_algorithms() -> tuple[str, ...]:
+    """The names a scenario may give as ``collectives.algorithm`` (registration order)."""
+    return tuple(n for n, a in ALGORITHMS.items() if not a.exclusive)
+
+
+def effective_algorithm(collective: str, algorithm: str) -> str:
+    """The algorithm that runs ``collective`` when a scenario chose ``algorithm``: an exclusive
+    algorithm of the collective (SendRecv: p2p, AllToAll: direct), else the chosen one when it
+    runs the collective (trees and hierarchical run only AllReduce, as in NCCL), else ring."""
+    for name, a in ALGORITHMS.items():
+        if a.exclusive and collective in a.runs:
+            return name
+    if collective in ALGORITHMS[algorithm].runs:
+        return algorithm
+    return DEFAULT
