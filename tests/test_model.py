@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tokenpcap.errors import InputError
 from tokenpcap.model import (
     activation_bytes,
     layer_forward_flops,
@@ -124,5 +125,5 @@ def test_shard_layers_and_embedding_stages():
         (0, 11, 84, 95)
     assert first.pre > 0 and first.post == 0 and mid.pre == mid.post == 0 and last.pre == 0
     assert first.embedding == last.embedding == -(-50257 // 8) * 12288 and mid.embedding == 0
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         shard_parameters(m, 8, 8, 8)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenpcap.errors import InputError
 from tokenpcap.config.profiles import ModelProfile
 
 __all__ = [
@@ -196,11 +197,11 @@ def shard_parameters(m: ModelProfile, tp: int, pp: int, stage: int, ep: int = 1)
     holds ``experts/ep`` experts, each split by ``tp``; the router is replicated.
 
     Raises:
-        ValueError: ``stage`` outside ``[0, pp)`` or ``layers`` not divisible by ``pp`` (callers
+        InputError: ``stage`` outside ``[0, pp)`` or ``layers`` not divisible by ``pp`` (callers
             check feasibility first: :func:`tokenpcap.config.profiles.check_feasible`).
     """
     if not 0 <= stage < pp or m.layers % pp:
-        raise ValueError(f"stage {stage} of pp {pp} with {m.layers} layers")
+        raise InputError(f"stage {stage} of pp {pp} with {m.layers} layers")
     h, hd = m.hidden_size, _head_dim(m)
     kv_dim_rank = (m.kv_heads // tp) * hd if m.kv_heads >= tp else hd
     q_dim_rank = h // tp

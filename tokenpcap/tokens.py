@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenpcap.errors import CorpusError, TokenizerError
+from tokenpcap.errors import InputError, CorpusError, TokenizerError
 from tokenpcap.config.profiles import Scenario, TokenizerSpec
 
 __all__ = ["TokenizedCorpus", "read_corpus", "tokenize", "tokenize_scenario", "cache_dir",
@@ -150,7 +150,7 @@ class TokenizedCorpus:
         """Token ids ``[start, end)`` of the corpus repeated endlessly (index ``i`` is token ``i %
         tokens``: epochs repeat). ``int32`` array of shape ``(end - start,)``."""
         if end < start:
-            raise ValueError(f"window end {end} < start {start}")
+            raise InputError(f"window end {end} < start {start}")
         idx = np.arange(start, end, dtype=np.int64) % self.tokens
         return self.ids[idx]
 
@@ -184,10 +184,10 @@ def tokenize(corpus: str | Path, spec: TokenizerSpec, seq_length: int,
         CorpusError: as :func:`read_corpus`.
         TokenizerError: an unknown kind, ``tiktoken``/``hf`` not available offline, an invalid
             tokenizer file, or a BPE vocabulary smaller than 256.
-        ValueError: ``seq_length < 1``.
+        InputError: ``seq_length < 1``.
     """
     if seq_length < 1:
-        raise ValueError(f"seq_length {seq_length} < 1")
+        raise InputError(f"seq_length {seq_length} < 1")
     data, text = read_corpus(corpus)
     sha = hashlib.sha256(data).hexdigest()
     if spec.kind == "utf8":

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from tokenpcap.analysis.crc import check_crcs
+from tokenpcap.errors import DecodeError
 from tokenpcap.analysis.decode import KIND_NAMES, KIND_PFC, MALFORMED_REASONS, decode_batch, \
     reason_counts
 from tokenpcap.analysis.flows import SEQUENCED, FlowTable, PsnTracker, is_rdma
@@ -117,7 +118,7 @@ class Acc:
                     control, text = f" [{prefix.strip()}]", text[len(prefix):]
             try:
                 label = "/".join(parse_phase_label(text)) + control
-            except ValueError:
+            except DecodeError:
                 continue
             if label not in self.label_index:
                 self.label_index[label] = len(self.labels)

@@ -27,7 +27,7 @@ from tokenpcap.analysis.inspect import address_text
 from tokenpcap.records.comments import CONTROL_PREFIXES
 from tokenpcap.analysis.decode import decode_batch
 from tokenpcap.analysis.flows import is_rdma
-from tokenpcap.errors import InputError, OutputError
+from tokenpcap.errors import DecodeError, InputError, OutputError
 from tokenpcap.records import DIMS, parse_phase_label
 from tokenpcap.pcap.reader import open_capture
 
@@ -104,7 +104,7 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200) -> dict:
             else:
                 try:
                     label = "/".join(parse_phase_label(text))
-                except ValueError:
+                except DecodeError:
                     continue
             codes[i] = label_index.setdefault(label, len(labels))
             if codes[i] == len(labels):

@@ -14,6 +14,7 @@ import click
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
 from tokenpcap.errors import InputError
+from tokenpcap.pcap.registry import transport_mismatch
 from tokenpcap.pcap.output import make_directory
 from tokenpcap.generate.run import (FORMATS, SPLITS, GenerateOptions, GenerateResult, Selection,
                                 generate, parse_index_set, parse_iterations, parse_window)
@@ -217,10 +218,9 @@ def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, ti
     """
     world = s.parallelism.dp * s.parallelism.tp * s.parallelism.pp
     n_nics = s.cluster.nodes * s.cluster.nics_per_node
-    if fmt == "erf" and s.cluster.transport != "infiniband":
-        raise click.BadParameter(f"got 'erf' for transport {s.cluster.transport!r}, expected "
-                                 "pcap or pcapng (ERF type 21 records hold native InfiniBand "
-                                 "only)", param_hint="'--format'")
+    why = transport_mismatch(fmt, s.cluster.transport)
+    if why:
+        raise click.BadParameter(why, param_hint="'--format'")
     n_it, keep_it = _option("--iterations", parse_iterations, iterations) if iterations \
         else (None, None)
     sel = Selection(

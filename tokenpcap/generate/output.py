@@ -23,7 +23,8 @@ import numpy as np
 
 from tokenpcap.errors import OutputError, TokenpcapError
 from tokenpcap.lower import wire_context
-from tokenpcap.pcap import Comments, ErfWriter, Interface, PcapngWriter, PcapWriter, gather
+from tokenpcap.pcap import Comments, Interface, gather
+from tokenpcap.pcap.registry import capture_format
 from tokenpcap.config.profiles import ClusterProfile
 from tokenpcap.wire.builder import FrameBuilder
 from tokenpcap.wire.gather import BatchFill
@@ -93,14 +94,12 @@ class Sink:
         self.pool = pool if pool is not None else [self]     # the files sharing BUDGET_BYTES
         c = cfg.cluster
         link = "infiniband" if c.transport == "infiniband" else "ethernet"
-        self.pcapng = cfg.fmt == "pcapng"
-        if cfg.fmt == "pcap":
-            self.w = PcapWriter(spec.path, link=link, snaplen=cfg.snaplen)
-        elif cfg.fmt == "erf":
-            self.w = ErfWriter(spec.path, snaplen=cfg.snaplen)
-        else:
-            self.w = PcapngWriter(spec.path, interfaces(spec, cfg), snaplen=cfg.snaplen,
-                                  section_comment=cfg.section_comment)
+        fmt = capture_format(cfg.fmt)
+        self.pcapng = fmt.comments
+        self.w = fmt.open(spec.path, link=link, snaplen=cfg.snaplen,
+                          interfaces=interfaces(spec, cfg) if fmt.comments else None,
+                          section_comment=cfg.section_comment)
+        if fmt.comments:
             self.iface = np.full(max(spec.nics) + 1, -1, np.int64)
             self.iface[list(spec.nics)] = np.arange(len(spec.nics))
         self.snaplen = cfg.snaplen

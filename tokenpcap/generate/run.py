@@ -58,6 +58,7 @@ from tokenpcap.records import LABELS, PKT_ACK, PKT_CTS, PKT_DATA, label_codes
 from tokenpcap.records.comments import comment_text
 from tokenpcap.schedule.engine.nic import Engine
 from tokenpcap.pcap import PcapngWriter
+from tokenpcap.pcap.registry import CAPTURE_FORMATS, capture_format
 from tokenpcap.config.profiles import Scenario
 from tokenpcap.records.provenance import provenance_comment as _provenance_line
 from tokenpcap.pipeline import prepare
@@ -71,7 +72,8 @@ __all__ = ["EPOCH_NS", "MAX_SEED", "FORMATS", "SPLITS", "Selection", "GenerateOp
 MAX_SEED = (1 << 63) - 1
 #: Time of the first event of a run: 2024-01-01T00:00:00Z in ns since the epoch.
 EPOCH_NS = 1_704_067_200 * 1_000_000_000
-FORMATS = ("pcap", "pcapng", "erf")
+#: The ``--format`` choices: the registered capture formats.
+FORMATS = tuple(CAPTURE_FORMATS)
 SPLITS = ("nic", "phase", "none")
 @dataclass(frozen=True)
 class GenerateOptions:
@@ -143,13 +145,9 @@ def _file_specs(s: Scenario, opt: GenerateOptions, pred_keys: np.ndarray, n_nics
 
 
 def _check(s: Scenario, opt: GenerateOptions) -> None:
-    if opt.fmt not in FORMATS:
-        raise InputError(f"--format: got {opt.fmt!r}, expected one of {', '.join(FORMATS)}")
+    capture_format(opt.fmt, s.cluster.transport)
     if opt.split not in SPLITS:
         raise InputError(f"--split: got {opt.split!r}, expected one of {', '.join(SPLITS)}")
-    if opt.fmt == "erf" and s.cluster.transport != "infiniband":
-        raise InputError(f"--format: got 'erf' for transport {s.cluster.transport!r}, expected "
-                         "pcap or pcapng (ERF type 21 records hold native InfiniBand only)")
     if not 1 <= opt.snaplen <= 262144:
         raise InputError(f"--snaplen: got {opt.snaplen}, expected 1..262144")
     if opt.scale < 1 or opt.jobs < 1:
@@ -198,7 +196,7 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
                              engine=Engine(s.cluster, gen, chunk_rows=1 << 16,
                                            keep_messages=False))
     ib = s.cluster.transport == "infiniband"
-    ext = opt.fmt
+    ext = capture_format(opt.fmt).extension.lstrip(".")
 
     # --- what will be written: exact prediction (iteration by iteration), selection applied ---
     size = predict_capture(sched, sel, opt.fmt, opt.snaplen, opt.split)
@@ -277,7 +275,7 @@ def provenance_comment(s: Scenario, opt: GenerateOptions, iterations_run: int | 
     ``opt.selection.iterations`` or all of them. The seed is ``opt.seed`` or the scenario's.
 
     Raises:
-        ValueError: values out of range (see :func:`tokenpcap.records.provenance.provenance_comment`).
+        InputError: values out of range (see :func:`tokenpcap.records.provenance.provenance_comment`).
     """
     n = iterations_run or opt.iterations or s.generation.iterations
     kept = opt.selection.iterations
@@ -375,12 +373,12 @@ def _remove_parts(specs: list[FileSpec]) -> None:
 
 
 def _file_header_bytes(opt: GenerateOptions, cfg: WriterConfig, spec: FileSpec) -> int:
-    """Bytes of one file's header: pcap 24, raw ERF 0, pcapng its section header and interface
-    blocks (measured by opening a throwaway writer with the same interfaces)."""
-    if opt.fmt == "pcap":
-        return 24
-    if opt.fmt == "erf":
-        return 0
+    """Bytes of one file's header: the format's fixed header (pcap 24, raw ERF 0) or, for a format
+    with interfaces (pcapng), its section header and interface blocks, measured by opening a
+    throwaway writer with the same interfaces."""
+    fmt = capture_format(opt.fmt)
+    if not fmt.comments:
+        return fmt.file_header
     with tempfile.TemporaryDirectory() as tmp:
         w = PcapngWriter(Path(tmp) / "header.pcapng", interfaces(spec, cfg), snaplen=opt.snaplen,
                          threaded=False, section_comment=cfg.section_comment)

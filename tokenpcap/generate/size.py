@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokenpcap.errors import InputError
 from tokenpcap.records import COLLECTIVES, DIMS, PHASES, VERB_WRITE, VERB_WRITE_IMM
+from tokenpcap.pcap.registry import capture_format
 from tokenpcap.wire import rdma
 
 __all__ = ["PREDICTED_DTYPE", "Predicted", "CaptureSize", "predict_messages", "predict_capture",
@@ -59,7 +61,7 @@ def predict_messages(schedule, iterations=None) -> Predicted:
             default all the schedule runs).
 
     Raises:
-        ValueError: as :func:`tokenpcap.collectives.transfers.transfers`; an iteration outside the run.
+        InputError: as :func:`tokenpcap.collectives.transfers.transfers`; an iteration outside the run.
     """
     from tokenpcap.collectives.transfers import transfers
     from tokenpcap.schedule.runner import token_range
@@ -74,7 +76,7 @@ def predict_messages(schedule, iterations=None) -> Predicted:
     its = range(schedule.iterations) if iterations is None else [int(i) for i in iterations]
     bad = [i for i in its if not 0 <= i < schedule.iterations]
     if bad:
-        raise ValueError(f"iterations: got {bad[0]}, expected 0 .. {schedule.iterations - 1}")
+        raise InputError(f"iterations: got {bad[0]}, expected 0 .. {schedule.iterations - 1}")
     calls = sorted((c for i in its for c in schedule.plan.calls(i)), key=lambda c: c.call_id)
     rows = []
     for c in calls:
@@ -136,11 +138,10 @@ def record_bytes(pred: Predicted, fmt: str, snaplen: int, erf: bool,
     f = pred.frames[pred.shape_index]
     cap = np.minimum(f, snaplen)
     n = m["packets"]
-    hdr = {"pcap": 16 + (16 if erf else 0), "erf": 16, "pcapng": 32}[fmt]
-    extra = 16 if (erf and fmt == "pcapng") else 0
+    form = capture_format(fmt)
 
     def rec(c):  # bytes of one record holding c frame bytes
-        return hdr + (((c + extra + 3) & ~3) if fmt == "pcapng" else c)
+        return form.record_bytes(c, erf_wrapped=erf)
 
     own = np.where(n == 1, rec(cap[:, 0]),
                    rec(cap[:, 0]) + np.maximum(n - 2, 0) * rec(cap[:, 1]) + rec(cap[:, 2]))
@@ -171,7 +172,7 @@ def predict_capture(schedule, selection, fmt: str, snaplen: int, split: str) -> 
     and rank are (``src_nic``, ``rank_src``), its ACKs when its receiver's are.
 
     Raises:
-        ValueError: as :func:`predict_messages`.
+        InputError: as :func:`predict_messages`.
     """
     from tokenpcap.records import LABELS
 
@@ -193,7 +194,7 @@ def predict_capture(schedule, selection, fmt: str, snaplen: int, split: str) -> 
             own &= np.isin(pm["rank_src"], ranks)
             ack &= np.isin(pm["rank_dst"], ranks)
         npk, nb, nak, ab = record_bytes(pred, fmt, snaplen, erf,
-                                        comment_bytes(pm) if fmt == "pcapng" else None)
+                                        comment_bytes(pm) if capture_format(fmt).comments else None)
         packets += int(npk[own].sum() + nak[ack].sum())
         nbytes += int(nb[own].sum() + ab[ack].sum())
         if split == "nic":

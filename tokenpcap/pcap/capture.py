@@ -16,7 +16,7 @@ import numpy as np
 from tokenpcap.errors import TruncatedFile
 from tokenpcap.pcap.chain import ByteViews, Chain, walk
 
-__all__ = ["RECORD_DTYPE", "CHUNK", "REGION", "InterfaceInfo", "Capture"]
+__all__ = ["RECORD_DTYPE", "CHUNK", "REGION", "InterfaceInfo", "Capture", "located_error"]
 
 #: One row per packet. Shape (n,).
 #:
@@ -174,7 +174,8 @@ class Capture:
         return out
 
 
-def _error(cls, offset: int, message: str):
+def located_error(cls, offset: int, message: str):
+    """An error of class ``cls`` whose message ends with the byte offset, kept as ``.offset``."""
     err = cls(f"{message} (byte offset {offset})")
     err.offset = offset
     return err

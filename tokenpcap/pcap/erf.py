@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.errors import CaptureError
-from tokenpcap.pcap.capture import RECORD_DTYPE, Capture, InterfaceInfo, _error
+from tokenpcap.pcap.capture import RECORD_DTYPE, Capture, InterfaceInfo, located_error
 from tokenpcap.pcap.chain import ByteViews, Chain
 from tokenpcap.pcap.formats import (
     ERF_ETH_TYPES, ERF_LINKTYPE, ERF_RECORD, ERF_TYPE_PAD, LINKTYPE_ERF)
@@ -35,7 +35,7 @@ def unwrap_erf(views: ByteViews, rec: np.ndarray, file: Path) -> np.ndarray:
     short = have < ERF_RECORD.size
     if short.any():
         i = int(np.flatnonzero(short)[0])
-        raise _error(CaptureError, int(rec["record"][i]), f"{file}: ERF record: length got "
+        raise located_error(CaptureError, int(rec["record"][i]), f"{file}: ERF record: length got "
                      f"{int(have[i])}, expected >= {ERF_RECORD.size}")
     u1 = views.data
     typ = u1[d + 8].astype(np.int64)
@@ -47,7 +47,7 @@ def unwrap_erf(views: ByteViews, rec: np.ndarray, file: Path) -> np.ndarray:
         over = hdr[more] + 8 > have[more]
         if over.any():
             i = int(more[np.flatnonzero(over)[0]])
-            raise _error(CaptureError, int(rec["record"][i]),
+            raise located_error(CaptureError, int(rec["record"][i]),
                          f"{file}: ERF extension headers run past the record")
         flag = u1[d[more] + hdr[more]] & 0x80
         hdr[more] += 8
@@ -57,7 +57,7 @@ def unwrap_erf(views: ByteViews, rec: np.ndarray, file: Path) -> np.ndarray:
     bad = (hdr > have) | (rlen < hdr)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise _error(CaptureError, int(rec["record"][i]), f"{file}: ERF header: got rlen "
+        raise located_error(CaptureError, int(rec["record"][i]), f"{file}: ERF header: got rlen "
                      f"{int(rlen[i])}, record {int(have[i])} bytes, expected >= header {int(hdr[i])}")
     lut = np.full(128, LINKTYPE_ERF, np.int64)
     for k, v in ERF_LINKTYPE.items():

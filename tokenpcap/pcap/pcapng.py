@@ -27,7 +27,7 @@ from tokenpcap.pcap.formats import (
     TRAILER, encode_options, pad4, stacked_dtype)
 from tokenpcap.pcap.gather import gather_holes, iovecs
 from tokenpcap.pcap.output import check_batch, check_caplen, scatter
-from tokenpcap.pcap.writer import Fill, _erf_fields, _RecordWriter, check_link, check_snaplen
+from tokenpcap.pcap.writer import Fill, fill_erf_header, RecordWriter, check_link, check_snaplen
 
 __all__ = ["Interface", "Comments", "PcapngWriter"]
 
@@ -83,7 +83,7 @@ class Comments:
         return cls(tuple(index), codes)
 
 
-class PcapngWriter(_RecordWriter):
+class PcapngWriter(RecordWriter):
     """pcapng writer: SHB, one IDB per interface, EPBs; more sections with :meth:`new_section`.
 
     Args:
@@ -256,7 +256,7 @@ class PcapngWriter(_RecordWriter):
         if np.any(erf):
             sel = np.flatnonzero(self._erf[iface])
             e = np.empty(sel.size, ERF_RECORD.dtype(self.byte_order))
-            _erf_fields(e, "", t[sel], fb[sel], caplen[sel], iface[sel])
+            fill_erf_header(e, "", t[sel], fb[sel], caplen[sel], iface[sel])
             scatter(out, data_at[sel], e, 4)
         if comments is not None:
             _scatter_blobs(out, opt_at, codes, optlen, lengths, blobs)

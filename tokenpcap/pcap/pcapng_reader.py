@@ -17,7 +17,7 @@ from tokenpcap.pcap.chain import Chain
 from tokenpcap.pcap.formats import (
     BT_EPB, BT_IDB, BT_OPB, BT_SHB, BT_SPB, BYTE_ORDER_MAGIC, EPB, IDB, IDB_OPTIONS, LINKTYPE_ERF,
     SHB, SHB_OPTIONS, SPB, decode_options, pad4)
-from tokenpcap.pcap.capture import RECORD_DTYPE, Capture, InterfaceInfo, _error
+from tokenpcap.pcap.capture import RECORD_DTYPE, Capture, InterfaceInfo, located_error
 from tokenpcap.pcap.comments import comment_spans, distinct_texts
 from tokenpcap.pcap.erf import unwrap_erf
 from tokenpcap.pcap.timestamps import NO_TIME, tsresol_to_ns
@@ -101,7 +101,7 @@ class PcapngCapture(Capture):
         """Parse the SHB at ``p``: (byte order, block length). Records the section once."""
         name = str(self.path)
         if p + 12 > self.size:
-            raise _error(TruncatedFile, p,
+            raise located_error(TruncatedFile, p,
                          f"{name}: pcapng Section Header Block: got {self.size - p} bytes, expected >= 28")
         magic = int(self.views("<u4")[p + 8])
         if magic == BYTE_ORDER_MAGIC:
@@ -109,19 +109,19 @@ class PcapngCapture(Capture):
         elif magic == int.from_bytes(BYTE_ORDER_MAGIC.to_bytes(4, "little"), "big"):
             order = ">"
         else:
-            raise _error(CaptureError, p + 8, f"{name}: pcapng byte-order magic: got 0x{magic:08x}, "
+            raise located_error(CaptureError, p + 8, f"{name}: pcapng byte-order magic: got 0x{magic:08x}, "
                          "expected 1a2b3c4d in either byte order")
         length = int(self.views(order + "u4")[p + 4])
         if length < 28 or length % 4:
-            raise _error(CaptureError, p, f"{name}: pcapng SHB block_length: got {length}, "
+            raise located_error(CaptureError, p, f"{name}: pcapng SHB block_length: got {length}, "
                          "expected a multiple of 4 >= 28")
         if p + length > self.size:
-            raise _error(TruncatedFile, p, f"{name}: pcapng SHB: needs {length} bytes, got {self.size - p}")
+            raise located_error(TruncatedFile, p, f"{name}: pcapng SHB: needs {length} bytes, got {self.size - p}")
         if int(self.views(order + "u4")[p + length - 4]) != length:
-            raise _error(CaptureError, p, f"{name}: pcapng SHB trailing block_length differs from {length}")
+            raise located_error(CaptureError, p, f"{name}: pcapng SHB trailing block_length differs from {length}")
         h = SHB.unpack(self.data, p, order)
         if h["major"] != 1:
-            raise _error(CaptureError, p + 12, f"{name}: pcapng major version: got {h['major']}, expected 1")
+            raise located_error(CaptureError, p + 12, f"{name}: pcapng major version: got {h['major']}, expected 1")
         if not self.sections or self.sections[-1]["offset"] < p:
             opts = decode_options(self.raw, p + SHB.size, p + length - 4, SHB_OPTIONS, order)
             self.sections.append({"offset": p, "byte_order": order, "options": opts,
@@ -148,7 +148,7 @@ class PcapngCapture(Capture):
 
     def _idb(self, p: int, length: int, order: str, section: int) -> None:
         if length < IDB.size + 4:
-            raise _error(CaptureError, p, f"{self.path}: pcapng IDB block_length: got {length}, "
+            raise located_error(CaptureError, p, f"{self.path}: pcapng IDB block_length: got {length}, "
                          f"expected >= {IDB.size + 4}")
         h = IDB.unpack(self.data, p, order)
         o = decode_options(self.raw, p + IDB.size, p + length - 4, IDB_OPTIONS, order)
@@ -170,7 +170,7 @@ class PcapngCapture(Capture):
         bad = u4[starts + length - 4] != length
         if bad.any():
             p = int(starts[np.flatnonzero(bad)[0]])
-            raise _error(CaptureError, p, f"{self.path}: pcapng trailing block_length differs "
+            raise located_error(CaptureError, p, f"{self.path}: pcapng trailing block_length differs "
                          f"from the leading one ({int(u4[p + 4])})")
         first = self.sections[section]["first_interface"]
         before = len(self.interfaces) - first
@@ -214,7 +214,7 @@ class PcapngCapture(Capture):
         short = blen < (EPB.size + 4 if all_epb else np.where(spb, SPB.size + 4, EPB.size + 4))
         if short.any():
             i = int(np.flatnonzero(short)[0])
-            raise _error(CaptureError, int(pos[i]), f"{self.path}: pcapng packet block_length: "
+            raise located_error(CaptureError, int(pos[i]), f"{self.path}: pcapng packet block_length: "
                          f"got {int(blen[i])}, expected >= {EPB.size + 4}")
         if all_epb:
             ifid = head["interface_id"].astype(np.int64)
@@ -232,7 +232,7 @@ class PcapngCapture(Capture):
         if undefined.any():
             i = int(np.flatnonzero(undefined)[0])
             got = defined if np.isscalar(defined) else int(defined[i])
-            raise _error(CaptureError, int(pos[i]), f"{self.path}: pcapng packet block: "
+            raise located_error(CaptureError, int(pos[i]), f"{self.path}: pcapng packet block: "
                          f"interface_id got {int(ifid[i])}, expected < {got} "
                          "(interfaces described before it in this section)")
         glob = ifid + first
@@ -244,7 +244,7 @@ class PcapngCapture(Capture):
         if over.any():
             i = int(np.flatnonzero(over)[0])
             h = hdr if all_epb else int(hdr[i])
-            raise _error(CaptureError, int(pos[i]), f"{self.path}: pcapng packet: caplen got "
+            raise located_error(CaptureError, int(pos[i]), f"{self.path}: pcapng packet: caplen got "
                          f"{int(cap[i])}, expected <= {int(blen[i]) - h - 4} (its block)")
         rec["offset"] = pos + hdr
         rec["record"] = pos
@@ -289,7 +289,7 @@ class PcapngCapture(Capture):
             ns, bad = tsresol_to_ns(ticks, tsresol, offset_s)
         if bad.any():
             p = int(pos[np.flatnonzero(bad)[0]])
-            raise _error(CaptureError, p, f"{self.path}: pcapng timestamp with if_tsresol "
+            raise located_error(CaptureError, p, f"{self.path}: pcapng timestamp with if_tsresol "
                          f"0x{tsresol:02x}: got a time that int64 ns cannot hold")
         return ns
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.errors import BadMagic, CaptureError, TruncatedFile
-from tokenpcap.pcap.capture import CHUNK, RECORD_DTYPE, Capture, InterfaceInfo, _error
+from tokenpcap.pcap.capture import CHUNK, RECORD_DTYPE, Capture, InterfaceInfo, located_error
 from tokenpcap.pcap.chain import Chain
 from tokenpcap.pcap.erf import ErfCapture, looks_like_erf, unwrap_erf
 from tokenpcap.pcap.formats import (
@@ -103,14 +103,14 @@ class PcapCapture(Capture):
     def __init__(self, path, data, raw, on_truncation):
         super().__init__(path, data, on_truncation)
         if self.size < PCAP_FILE_HEADER.size:
-            raise _error(TruncatedFile, 0, f"{path}: pcap file header: got {self.size} bytes, "
+            raise located_error(TruncatedFile, 0, f"{path}: pcap file header: got {self.size} bytes, "
                          f"expected {PCAP_FILE_HEADER.size}")
         magic_le = int(self.views("<u4")[0])
         self.byte_order = "<" if magic_le in (PCAP_MAGIC_USEC, PCAP_MAGIC_NSEC) else ">"
         h = PCAP_FILE_HEADER.unpack(data, 0, self.byte_order)
         self.nanosecond = h["magic"] == PCAP_MAGIC_NSEC
         if h["version_major"] != 2:
-            raise _error(CaptureError, 4, f"{path}: pcap version_major: got {h['version_major']}, "
+            raise located_error(CaptureError, 4, f"{path}: pcap version_major: got {h['version_major']}, "
                          "expected 2")
         self.snaplen = h["snaplen"]
         self.linktype = h["linktype"] & 0xFFFF     # upper bits: FCS length and reserved (§4)
@@ -192,5 +192,5 @@ def open_capture(path: str | os.PathLike, *, on_truncation: str = "error",
     if format == "erf" or (format is None and (looks_like_erf(data) or
                                                (not data.size and path.suffix == ".erf"))):
         return ErfCapture(path, data, raw, on_truncation)
-    raise _error(BadMagic, 0, f"{path}: magic got {head.hex() or 'an empty file'}, expected a "
+    raise located_error(BadMagic, 0, f"{path}: magic got {head.hex() or 'an empty file'}, expected a "
                  "pcap (a1b2c3d4/a1b23c4d), pcapng (0a0d0d0a) or ERF file")

@@ -29,7 +29,8 @@ from tokenpcap.pcap.gather import gather_holes, iovecs
 from tokenpcap.pcap.output import LINKS, AtomicOutput, Scratch, check_batch, check_caplen, scatter
 from tokenpcap.pcap.timestamps import NS, ns_to_erf, split_ns
 
-__all__ = ["PcapWriter", "ErfWriter", "Fill", "check_link", "check_snaplen"]
+__all__ = ["PcapWriter", "ErfWriter", "RecordWriter", "Fill", "check_link", "check_snaplen",
+           "fill_erf_header"]
 
 #: ``fill(out uint8 (m,), offsets int64 (n,), caplen int64 (n,))``
 Fill = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
@@ -57,7 +58,7 @@ def check_snaplen(snaplen: int, where: str) -> int:
     return int(snaplen)
 
 
-class _RecordWriter:
+class RecordWriter:
     """Shared streaming machinery: atomic output, two scratch buffers, context manager."""
 
     _where = "writer"
@@ -130,7 +131,7 @@ class _RecordWriter:
         self.packets += n
 
 
-class PcapWriter(_RecordWriter):
+class PcapWriter(RecordWriter):
     """Classic pcap writer (draft-ietf-opsawg-pcap), streaming, atomic.
 
     Args:
@@ -201,11 +202,11 @@ class PcapWriter(_RecordWriter):
         h["caplen"] = caplen + extra
         h["orig_len"] = fb + extra
         if self.erf:
-            _erf_fields(h, "erf_", t, fb, caplen, interface)
+            fill_erf_header(h, "erf_", t, fb, caplen, interface)
         self._emit(h, caplen, fill)
 
 
-class ErfWriter(_RecordWriter):
+class ErfWriter(RecordWriter):
     """Raw ERF file writer (``.erf``): one ERF type-21 (INFINIBAND) record per frame.
 
     Records are not padded (``vlen`` flag set); ``rlen = 16 + caplen``, ``wlen = frame_bytes``;
@@ -242,11 +243,11 @@ class ErfWriter(_RecordWriter):
         self._uniform = int(fb.min()) >= self.snaplen
         caplen = np.full(t.size, self.snaplen) if self._uniform else np.minimum(fb, self.snaplen)
         h = np.empty(t.size, stacked_dtype([("erf_", ERF_RECORD)]))
-        _erf_fields(h, "erf_", t, fb, caplen, interface)
+        fill_erf_header(h, "erf_", t, fb, caplen, interface)
         self._emit(h, caplen, fill)
 
 
-def _erf_fields(h: np.ndarray, p: str, t: np.ndarray, fb: np.ndarray, caplen: np.ndarray,
+def fill_erf_header(h: np.ndarray, p: str, t: np.ndarray, fb: np.ndarray, caplen: np.ndarray,
                 interface) -> None:
     """Fill the ERF header fields (prefix ``p``) of structured array ``h`` for IB frames."""
     h[p + "ts"] = ns_to_erf(t)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tokenpcap.errors import DecodeError, InputError
+
 __all__ = [
     "PHASES",
     "DIMS",
@@ -194,7 +196,7 @@ def phase_label(dim: int | str, phase: int | str, collective: int | str) -> str:
         collective: index into :data:`COLLECTIVES` or its name.
 
     Raises:
-        ValueError: a name or index that is not in its table.
+        InputError: a name or index that is not in its table.
     """
     d = DIMS[dim] if isinstance(dim, (int, np.integer)) else _check(dim, DIMS)
     p = PHASES[phase] if isinstance(phase, (int, np.integer)) else _check(phase, PHASES)
@@ -210,18 +212,21 @@ def parse_phase_label(label: str) -> tuple[str, str, str]:
     """Split a :func:`phase_label` (possibly followed by a space and more text) into its names.
 
     Raises:
-        ValueError: the text does not start with ``dim/phase/collective`` of known names.
+        DecodeError: the text does not start with ``dim/phase/collective`` of known names.
     """
     head = label.split(" ", 1)[0]
     parts = head.split("/")
     if len(parts) != 3:
-        raise ValueError(f"phase label {label!r}: expected 'dim/phase/collective'")
-    return _check(parts[0], DIMS), _check(parts[1], PHASES), _check(parts[2], COLLECTIVES)
+        raise DecodeError(f"phase label {label!r}: expected 'dim/phase/collective'")
+    try:
+        return _check(parts[0], DIMS), _check(parts[1], PHASES), _check(parts[2], COLLECTIVES)
+    except InputError as err:
+        raise DecodeError(f"phase label {label!r}: {err}") from None
 
 
 def _check(name: str, table: tuple[str, ...]) -> str:
     if name not in table:
-        raise ValueError(f"got {name!r}, expected one of {', '.join(table)}")
+        raise InputError(f"got {name!r}, expected one of {', '.join(table)}")
     return name
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from urllib.parse import quote, unquote
 
-from tokenpcap.errors import DecodeError
+from tokenpcap.errors import InputError, DecodeError
 
 __all__ = ["PREFIX", "KEYS", "SPLITS", "provenance_comment", "parse_provenance",
            "is_provenance"]
@@ -54,7 +54,7 @@ def _index_list(values) -> str:  # type: ignore[no-untyped-def]
         return "all"
     out = sorted({int(v) for v in values})
     if not out or out[0] < 0:
-        raise ValueError(f"index list: got {values!r}, expected non-negative integers")
+        raise InputError(f"index list: got {values!r}, expected non-negative integers")
     return ",".join(map(str, out))
 
 
@@ -73,19 +73,19 @@ def provenance_comment(*, scenario: str, scale: int, iterations: tuple[int, int]
             ``generation.clear_to_send``.
 
     Raises:
-        ValueError: a value out of range (scale < 1, B <= A, unknown split, negative index ...).
+        InputError: a value out of range (scale < 1, B <= A, unknown split, negative index ...).
     """
     a, b = (int(x) for x in iterations)
     if int(scale) < 1 or a < 0 or b <= a or split not in SPLITS or int(snaplen) < 1 \
             or int(seed) < 0:
-        raise ValueError(f"provenance: scale {scale}, iterations {a}:{b}, split {split!r}, "
+        raise InputError(f"provenance: scale {scale}, iterations {a}:{b}, split {split!r}, "
                          f"snaplen {snaplen}, seed {seed}: out of range")
     if time_window is None:
         tw = "all"
     else:
         t0, t1 = time_window
         if int(t0) < 0 or (t1 is not None and int(t1) <= int(t0)):
-            raise ValueError(f"provenance: time_window {time_window!r}: expected 0 <= start < end")
+            raise InputError(f"provenance: time_window {time_window!r}: expected 0 <= start < end")
         tw = f"{int(t0)}:{'' if t1 is None else int(t1)}"
     ph = "all" if not phases else ",".join(_enc(p) for p in phases)
     vals = (_enc(scenario), str(int(scale)), f"{a}:{b}", split, _index_list(nics),

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Union
 
+from tokenpcap.errors import InputError
 from tokenpcap.model import ShardParameters
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.schedule.compute import StageTimes
@@ -99,10 +100,10 @@ def one_f_one_b(pp: int, stage: int, microbatches: int) -> list[tuple[str, int]]
     """1F1B order of one stage: ``[("F", 0), ..., ("B", m-1)]`` (module docstring).
 
     Raises:
-        ValueError: ``stage`` outside ``[0, pp)`` or ``microbatches < 1``.
+        InputError: ``stage`` outside ``[0, pp)`` or ``microbatches < 1``.
     """
     if not 0 <= stage < pp or microbatches < 1:
-        raise ValueError(f"stage {stage} of pp {pp}, microbatches {microbatches}")
+        raise InputError(f"stage {stage} of pp {pp}, microbatches {microbatches}")
     w = min(pp - stage - 1, microbatches)
     out = [("F", j) for j in range(w)]
     for i in range(microbatches - w):

@@ -45,7 +45,7 @@ from tokenpcap.model import shard_parameters
 from tokenpcap.schedule.engine.nic import Engine
 from tokenpcap.errors import InputError
 from tokenpcap.plan.build import Plan, build_plan
-from tokenpcap.schedule.program import Call, CallMode, Compute, Mark, Wait, build_programs
+from tokenpcap.schedule.program import CallMode, Compute, Mark, Wait, build_programs
 
 __all__ = ["Schedule", "NVLINK_LATENCY_NS", "TIMELINE_DTYPE", "NVLINK_DTYPE", "token_range"]
 
