@@ -190,3 +190,17 @@ def test_plan_scale_option(run):  # type: ignore[no-untyped-def]
     dp = [p for p in data["phases"] if p["name"] == "dp/backward/AllReduce"][0]
     assert data["scale"] == 16 and dp["message_bytes"] == 40_000_000 // 16
     assert run("plan", "--scale", "0").exit_code == 2
+
+
+@pytest.mark.parametrize("text,where", [
+    ("model: [1, 2\ncluster: x\n", "line 2, column 8 (expected ',' or ']', but got ':')"),
+    ("a: b: c\n", "line 1, column 5 (mapping values are not allowed here)"),
+])
+def test_broken_scenario_yaml_names_line_column_and_reason(run, tmp_path: Path, text, where):  # type: ignore[no-untyped-def]
+    """A scenario the YAML parser rejects is one line on stderr with the parser's line, column
+    (1-based, as editors count) and reason, exit 1."""
+    scen = tmp_path / "broken.yaml"
+    scen.write_text(text, encoding="utf-8")
+    res = run("plan", str(scen))
+    assert res.exit_code == 1
+    assert res.stderr == f"error: {scen}: <file>: got invalid YAML at {where}, expected valid YAML\n"

@@ -138,7 +138,7 @@ def test_missing_key_and_bad_files(tmp_path: Path):
     expect_profile_error(lambda: load_model(g), g, "<file>", "missing", "an existing YAML file")
     h = tmp_path / "bad.yaml"
     h.write_text("layers: [1,\n", encoding="utf-8")
-    expect_profile_error(lambda: load_model(h), h, "<file>", "'invalid YAML", "valid YAML")
+    expect_profile_error(lambda: load_model(h), h, "<file>", "invalid YAML at line 2, column 1", "valid YAML")
     k = write(tmp_path / "list.yaml", [1, 2])
     expect_profile_error(lambda: load_model(k), k, "<document>", "[1, 2]", "a mapping")
 
