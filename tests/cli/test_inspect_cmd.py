@@ -53,6 +53,30 @@ def test_errors_are_one_line(tmp_path):
     assert r.exit_code == 1 and "cannot open" in r.output
 
 
+def test_a_directory_stands_for_its_captures_sorted(tmp_path, scapy_vectors):
+    """``inspect DIR`` reads every .pcap/.pcapng/.erf file in DIR, sorted by name (not hidden
+    files, not other files): the same report as naming those files in that order."""
+    frames = [bytes.fromhex(v["hex"]) for v in scapy_vectors["vectors"]]
+    d = tmp_path / "caps"
+    d.mkdir()
+    b = write(d / "b.pcap", frames[:3])
+    a = write(d / "a.pcap", frames[3:])
+    write(d / ".a.part.pcap", frames)
+    (d / "notes.txt").write_text("not a capture", encoding="utf-8")
+    by_dir = run("inspect", d, "--json")
+    assert by_dir.exit_code == 0, by_dir.output
+    assert json.loads(by_dir.output) == json.loads(run("inspect", a, b, "--json").output)
+    assert json.loads(by_dir.output)["packets"] == len(frames)
+
+
+def test_a_directory_without_captures_is_one_line(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a capture", encoding="utf-8")
+    r = run("inspect", tmp_path)
+    assert r.exit_code == 1
+    assert r.output == (f"error: {tmp_path}: got a directory without .pcap, .pcapng or .erf "
+                        "files, expected captures\n")
+
+
 @pytest.fixture(scope="module")
 def dante_pp(tmp_path_factory):
     """The pipeline-parallel phases of one Dante iteration, generated at full size."""

@@ -126,3 +126,26 @@ def test_a_file_in_the_output_path_is_named_a_file(tmp_path, scen):
     r = CliRunner().invoke(main, ["plot", str(tmp_path / "nosuch.yaml"), "-o",
                                   str(tmp_path / "new" / "pics")])
     assert r.exit_code != 0 and not (tmp_path / "new").exists()
+
+
+def test_plot_a_directory_draws_each_capture(tmp_path, scapy_vectors):  # type: ignore[no-untyped-def]
+    """``plot DIR`` draws the two capture pictures for every capture in DIR, in name order, and
+    prints their paths; a directory without captures is one line, exit 1."""
+    from tests.analysis.test_inspect import write
+
+    frames = [bytes.fromhex(v["hex"]) for v in scapy_vectors["vectors"]]
+    caps, pics = tmp_path / "caps", tmp_path / "pics"
+    caps.mkdir()
+    write(caps / "nic1.pcap", frames[:4])
+    write(caps / "nic0.pcap", frames[4:])
+    r = CliRunner().invoke(main, ["plot", str(caps), "-o", str(pics)])
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines() == [str(pics / f"nic{i}-{kind}.png") for i in (0, 1)
+                                     for kind in ("throughput", "sizes")]
+    assert all(p.stat().st_size > 0 for p in pics.iterdir())
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = CliRunner().invoke(main, ["plot", str(empty), "-o", str(pics)])
+    assert r.exit_code == 1
+    assert r.output == (f"error: {empty}: got a directory without .pcap, .pcapng or .erf files, "
+                        "expected captures\n")
