@@ -89,6 +89,23 @@ def test_bpe_cache_is_reused_and_keyed_by_settings(dante_bpe, corpus_path: Path,
     assert len(list(bpe_cache.glob("bpe-*.json"))) == 2
 
 
+def test_a_bpe_vocabulary_smaller_than_asked_says_so(dante_bpe, corpus_path: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Dante learns fewer BPE entries than the 32,000 asked; asking for twice as many learns the
+    same number, which shows the corpus has no more merges. The note says so once; a
+    vocabulary of the size asked, and the utf8 tokenizer, give no note."""
+    tok, _ = dante_bpe
+    more = tokenize(corpus_path, TokenizerSpec("bpe", 64000), 1024, cache=tmp_path)
+    assert more.vocab_size == tok.vocab_size < 32000
+    assert (tok.vocab_size_asked, more.vocab_size_asked) == (32000, 64000)
+    assert tok.vocabulary_note == (f"vocabulary {tok.vocab_size:,} of 32,000 asked (the corpus "
+                                   "has no more merges: no pair of tokens left occurs at least 2 "
+                                   "times)")
+    assert tok.to_json()["vocab_size_asked"] == 32000
+    assert tokenize(corpus_path, TokenizerSpec("bpe", 1000), 64, cache=tmp_path).vocabulary_note is None
+    utf8 = tokenize(corpus_path, TokenizerSpec("utf8"), 64)
+    assert utf8.vocabulary_note is None and utf8.vocab_size_asked is None
+
+
 def test_cache_dir_environment(monkeypatch, tmp_path: Path):  # type: ignore[no-untyped-def]
     monkeypatch.setenv("TOKENPCAP_CACHE_DIR", str(tmp_path / "x"))
     assert cache_dir() == tmp_path / "x"

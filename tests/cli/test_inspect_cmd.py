@@ -53,6 +53,17 @@ def test_errors_are_one_line(tmp_path):
     assert r.exit_code == 1 and "cannot open" in r.output
 
 
+def test_counts_of_one_are_singular(tmp_path, scapy_vectors):
+    """WRITE FIRST at PSN 0xfffffe then WRITE LAST at 0x000000 on one QP: one flow, one PSN
+    (0xffffff, across the 24-bit wrap) missing, so one gap."""
+    frames = [bytes.fromhex(v["hex"]) for v in scapy_vectors["vectors"]]
+    r = run("inspect", write(tmp_path / "gap.pcap", [frames[0], frames[2]]))
+    lines = r.output.splitlines()
+    assert "RDMA packets:        2 in 1 flow (src, dst, DestQP)" in lines
+    assert "PSN:                 1 gap (1 missing), 0 late/duplicate" in lines
+    assert "  FAIL psn: 1 gap (1 PSN missing), 0 late" in lines
+
+
 def test_a_directory_stands_for_its_captures_sorted(tmp_path, scapy_vectors):
     """``inspect DIR`` reads every .pcap/.pcapng/.erf file in DIR, sorted by name (not hidden
     files, not other files): the same report as naming those files in that order."""

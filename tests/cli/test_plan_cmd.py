@@ -204,3 +204,23 @@ def test_broken_scenario_yaml_names_line_column_and_reason(run, tmp_path: Path, 
     res = run("plan", str(scen))
     assert res.exit_code == 1
     assert res.stderr == f"error: {scen}: <file>: got invalid YAML at {where}, expected valid YAML\n"
+
+
+def test_plan_and_tokens_say_once_that_the_bpe_vocabulary_is_smaller_than_asked(run, corpus_path: Path):  # type: ignore[no-untyped-def]
+    """Dante's BPE learns fewer entries than the scenario's 32,000: plan and tokens say it in one
+    line each; plan's epoch note counts one dropped sequence in the singular."""
+    vocab = json.loads(run("tokens", str(corpus_path), "--json").stdout)["vocab_size"]
+    note = (f"vocabulary {vocab:,} of 32,000 asked (the corpus has no more merges: no pair of "
+            "tokens left occurs at least 2 times)")
+    res = run("tokens", str(corpus_path))
+    assert res.exit_code == 0 and res.stdout.splitlines().count(note) == 1, res.stdout
+    res = run("plan")
+    assert res.exit_code == 0
+    lines = res.stdout.splitlines()
+    assert lines.count(note) == 1 and sum("asked" in ln for ln in lines) == 1
+    ep = json.loads(run("plan", "--json").stdout)["epoch"]
+    assert ep["dropped_sequences"] == 1
+    assert lines[-1] == (f"one epoch = {ep['iterations']} whole iterations "
+                         f"({ep['iterations_exact']:,.3f} by tokens; the last incomplete global "
+                         f"batch, 1 sequence / {ep['dropped_tokens']:,} tokens, is dropped as "
+                         "Megatron does)")

@@ -15,6 +15,7 @@ from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
 from tokenpcap.errors import InputError
 from tokenpcap.pcap.output import make_directory
+from tokenpcap.records.text import counted
 from tokenpcap.generate.run import (FORMATS, SPLITS, GenerateOptions, GenerateResult, Selection,
                                 generate, parse_index_set, parse_iterations, parse_window)
 from tokenpcap.config.profiles import Scenario, load_scenario
@@ -152,8 +153,9 @@ def print_summary(res: GenerateResult, tokens=None) -> None:
     span = max(0, res.last_ns - res.first_ns)
     expected = (f"at most {res.expected_bytes:,}" if sel is not None and sel.window_ns
                 else f"expected {res.expected_bytes:,}")
-    out.print(f"packets {res.packets:,}, file bytes {res.file_bytes:,} ({expected}); control traffic: {res.cts_packets:,} clear-to-send "
-              f"packets ({res.cts_payload:,} payload bytes), {res.ack_packets:,} ACKs; time span "
+    out.print(f"packets {res.packets:,}, file bytes {res.file_bytes:,} ({expected}); control traffic: "
+              f"{counted(res.cts_packets, 'clear-to-send packet')} ({res.cts_payload:,} payload "
+              f"bytes), {counted(res.ack_packets, 'ACK')}; time span "
               f"{span / 1e6:,.3f} ms of simulated time; {res.seconds:.1f} s wall")
     others = other_captures(res)
     if others:
