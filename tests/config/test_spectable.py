@@ -98,3 +98,14 @@ def test_a_key_without_a_meaning_is_refused(monkeypatch):
     monkeypatch.setattr(spectable, "KEYS", keys)
     with pytest.raises(ValueError, match=r"keys without a meaning: \['model.layers'\]"):
         spec_table()
+
+
+def test_every_upper_bound_is_listed_with_its_value_and_source():
+    from tokenpcap.config import profiles
+
+    names = sorted(n for n in vars(profiles) if n.startswith("MAX_") or n.endswith("_RANGE"))
+    rows = {m.group(1): (m.group(2), m.group(3)) for m in re.finditer(
+        r"^\| `([A-Z_]+)` \| ([^|]+) \| ([^|]+) \|$", DOC.read_text(encoding="utf-8"), re.M)}
+    assert sorted(rows) == names
+    assert rows["MAX_LAYERS"][0] == "1,024" and "Narayanan et al. 2021" in rows["MAX_LAYERS"][1]
+    assert rows["LINK_GBPS_RANGE"][0] == "1 .. 1,000,000"

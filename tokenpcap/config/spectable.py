@@ -12,13 +12,15 @@ Regenerate the doc with ``python3 -m tokenpcap.config.spectable > docs/profiles.
 """
 from __future__ import annotations
 
+import inspect
+import re
 from typing import Any, Callable
 
 from tokenpcap.config import profiles as p
 from tokenpcap.config import yamlcheck as yc
 from tokenpcap.errors import ProfileError
 
-__all__ = ["SECTIONS", "KEYS", "spec_table", "profiles_doc"]
+__all__ = ["SECTIONS", "KEYS", "spec_table", "bounds_table", "profiles_doc"]
 
 #: (title, dotted prefix, spec) of every mapping a loader reads, in document order
 SECTIONS: tuple[tuple[str, str, dict], ...] = (
@@ -220,13 +222,30 @@ def spec_table() -> str:
     return "\n".join(out)
 
 
+def bounds_table() -> str:
+    """The Markdown table of the upper bounds (``MAX_*`` and ``*_RANGE`` of
+    :mod:`tokenpcap.config.profiles`): name, value and the source comment written above it."""
+    out = ["| bound | value | why |", "|---|---|---|"]
+    for m in re.finditer(r"((?:^#: .*\n)+)^([A-Z_]+) = ", inspect.getsource(p), re.M):
+        name = m.group(2)
+        why = " ".join(line[3:].strip() for line in m.group(1).splitlines()).replace("``", "`")
+        value = getattr(p, name)
+        text = " .. ".join(map(_number, value)) if isinstance(value, tuple) else _number(value)
+        out.append(f"| `{name}` | {text} | {why} |")
+    return "\n".join(out) + "\n"
+
+
+def _number(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+
 _HEAD = """# Profile reference
 
 Every key a model, cluster or scenario profile accepts: its unit, its default (*required* keys
 have none; — means absent, with the meaning given), and the values accepted, in the words of the
 error a value outside them gets. A key not listed is an error naming the file and the key. The
-upper bounds are the largest published setups with a margin, or the widths of the message table;
-[plan.md](plan.md) gives their sources. Paths are relative to the file that names them.
+upper bounds are the largest published setups with a margin, or the widths of the message table
+([below](#upper-bounds), with their sources). Paths are relative to the file that names them.
 
 Generated from the loaders' specs (`tokenpcap/config/profiles.py`) by
 `python3 -m tokenpcap.config.spectable > docs/profiles.md`; a test fails when this file and the
@@ -237,7 +256,7 @@ loaders disagree.
 
 def profiles_doc() -> str:
     """The whole of ``docs/profiles.md``: a short introduction and :func:`spec_table`."""
-    return _HEAD + spec_table()
+    return _HEAD + spec_table() + "\n## Upper bounds\n\n" + bounds_table()
 
 
 if __name__ == "__main__":
