@@ -32,7 +32,7 @@ def dante_bpe(corpus_path: Path, bpe_cache: Path):  # type: ignore[no-untyped-de
 
 
 def test_utf8_count_is_the_corpus_size(corpus_path: Path):
-    # Issue 2: the UTF-8 token count of the bundled corpus equals its size in bytes.
+    # One token per UTF-8 byte: the count equals the bundled corpus's size in bytes.
     tok = tokenize(corpus_path, TokenizerSpec("utf8"), 1024)
     assert tok.tokens == corpus_path.stat().st_size == 543_857
     assert tok.bytes_per_token == 1.0 and tok.vocab_size == 256 and tok.id_dtype == "uint8"
@@ -166,7 +166,8 @@ def test_window_wraps_around_the_corpus(corpus_path: Path):
 
 
 def test_devices_fifos_and_huge_corpora_are_refused_without_reading_them(tmp_path: Path):
-    """``corpus: /dev/zero`` used to be read until memory ran out (acceptance item 9)."""
+    """``corpus: /dev/zero``, a FIFO or a corpus over the size limit is refused from its file
+    type and size, before a byte is read (reading /dev/zero would never end)."""
     import os
 
     from tokenpcap.tokens import CORPUS_MAX_BYTES, read_corpus

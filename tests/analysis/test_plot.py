@@ -67,7 +67,7 @@ def test_pngs(tmp_path, trace):
 
 
 def test_throughput_legend_covers_no_panel(tmp_path, trace, monkeypatch):
-    """Acceptance 2, finding 12: the phase legend sits outside every panel (its drawn box meets
+    """The phase legend sits outside every panel (its drawn box meets
     no axes' box) and inside the figure (not cut off)."""
     import tokenpcap.analysis.plot as plot
     seen = []

@@ -116,8 +116,7 @@ def test_against_the_plan(dante_pp):
 
 
 def test_against_another_scenario_differs(dante_pp):
-    """Acceptance 2, finding 10: the capture's provenance names another scenario: that is the
-    first line of the --against block and the start of the failing check; the check counts the
+    """The capture's provenance names another scenario than --against: that is the first line of the --against block and the start of the failing check; the check counts the
     differing cells out of the compared ones and the unplanned addresses apart."""
     import re
     other = ROOT / "profiles" / "scenarios" / "gpt2-all-cross.yaml"

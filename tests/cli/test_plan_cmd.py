@@ -163,8 +163,9 @@ def test_usage_errors_exit_2(run):  # type: ignore[no-untyped-def]
 
 
 def test_plan_of_a_corpus_shorter_than_one_batch_says_so(run, tmp_path: Path):  # type: ignore[no-untyped-def]
-    """Finding 5: a 6-token corpus gave 2.37 MB "per epoch" (a fraction of an iteration); an epoch
-    is whole iterations (Megatron drops incomplete global batches), so 0, with a note."""
+    """A 6-token corpus makes no whole iteration: an epoch is whole iterations (Megatron drops
+    incomplete global batches), so 0 and 0 bytes per epoch, not a fraction of an iteration's
+    bytes, with a note that says why."""
     corpus = tmp_path / "six.txt"
     corpus.write_text("abcdef", encoding="utf-8")
     text = (PROFILES / "scenarios" / "dante.yaml").read_text(encoding="utf-8")

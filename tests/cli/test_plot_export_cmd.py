@@ -1,6 +1,6 @@
 """``plot`` and ``export`` on scenarios: bad option values are usage errors (exit 2), unwritable
-outputs one-line errors (exit 1), a rank outside the world is refused, the scale is the plan's
-(acceptance findings 9, 12, 22)."""
+outputs one-line errors (exit 1), a rank outside the world is refused, the scale is the plan's;
+a directory of captures."""
 from __future__ import annotations
 
 import errno
@@ -101,8 +101,7 @@ def test_plot_and_export_refuse_gpt3_175b_at_once(tmp_path):
 
 
 def test_plot_and_export_create_their_output_directories(tmp_path, scen):
-    """Acceptance 2, finding 4: ``plot X -o pics`` (the README's command) and ``export -o
-    a/b/x.csv`` create the missing directories, parents too, as ``generate -o`` does."""
+    """``plot X -o pics`` (the README's command) and ``export -o a/b/x.csv`` create the missing directories, parents too, as ``generate -o`` does."""
     r = CliRunner().invoke(main, ["plot", str(scen), "-o", str(tmp_path / "p" / "pics"),
                                   "--scale", "8"])
     assert r.exit_code == 0, r.output
