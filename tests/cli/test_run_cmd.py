@@ -21,7 +21,7 @@ def test_run_default_scenario_scaled(tmp_path):
     assert r.exit_code == 0, r.output
     files = sorted(tmp_path.glob("dante_node*_nic*.pcapng"))
     assert len(files) == 32
-    assert "writing 32 pcapng file(s)" in r.output
+    assert "writing 32 pcapng files to" in r.output
     assert re.search(r"corpus: [\d,]+ tokens; one iteration takes 16,384", r.output)
     for label in ("dp/backward/AllReduce", "emb/backward/AllReduce", "pp/forward/SendRecv",
                   "pp/backward/SendRecv"):
@@ -295,5 +295,20 @@ def test_a_second_run_into_the_same_directory_names_the_files_it_did_not_write(t
                                        "--split", "none"])
     assert second.exit_code == 0, second.output
     text = " ".join(second.output.split())          # rich wraps long lines
-    note = re.search(r"note: (\S+) also holds (\d+) capture file\(s\) this run did not write", text)
+    note = re.search(r"note: (\S+) also holds (\d+) capture files this run did not write", text)
     assert note and int(note.group(2)) == n_first, second.output
+    assert "inspect DIR would add them to this run's" in text
+
+
+def test_one_file_left_by_another_run_is_named_in_the_singular(tmp_path):
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+    out = tmp_path / "out"
+    first = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--jobs", "1",
+                                      "--split", "none"])
+    assert first.exit_code == 0 and "writing 1 pcapng file to" in first.output, first.output
+    (left,) = out.iterdir()
+    second = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--jobs", "1"])
+    text = " ".join(second.output.split())
+    assert second.exit_code == 0 and "writing 8 pcapng files to" in text, second.output
+    assert (f"also holds 1 capture file this run did not write (e.g. {left.name}); inspect DIR "
+            "would add it to this run's") in text

@@ -81,12 +81,12 @@ def run_generation(s: Scenario, opt: GenerateOptions, tokens=None) -> GenerateRe
 
     def announce(info: dict) -> None:
         if info.get("upper_bound"):
-            out.print(f"writing {info['files']} {opt.fmt} file(s) to {opt.out_dir}: at most "
+            out.print(f"writing {counted(info['files'], opt.fmt + ' file')} to {opt.out_dir}: at most "
                       f"{info['packets']:,} packets, {info['bytes']:,} bytes (upper bound: the "
                       f"time window keeps less, known only once simulated; "
                       f"{info['free_bytes']:,} bytes free)")
             return
-        out.print(f"writing {info['files']} {opt.fmt} file(s) to {opt.out_dir}: "
+        out.print(f"writing {counted(info['files'], opt.fmt + ' file')} to {opt.out_dir}: "
                   f"{info['packets']:,} packets, {info['bytes']:,} bytes expected "
                   f"({info['free_bytes']:,} bytes free)")
 
@@ -159,8 +159,10 @@ def print_summary(res: GenerateResult, tokens=None) -> None:
               f"{span / 1e6:,.3f} ms of simulated time; {res.seconds:.1f} s wall")
     others = other_captures(res)
     if others:
-        out.print(f"note: {res.files[0][0].parent} also holds {len(others)} capture file(s) this run "
-                  f"did not write (e.g. {others[0].name}); inspect DIR/* would mix them with it")
+        out.print(f"note: {res.files[0][0].parent} also holds "
+                  f"{counted(len(others), 'capture file')} this run did not write (e.g. "
+                  f"{others[0].name}); inspect DIR would add {'it' if len(others) == 1 else 'them'}"
+                  " to this run's")
 
 
 def other_captures(res: GenerateResult) -> list[Path]:
