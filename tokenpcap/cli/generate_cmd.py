@@ -12,6 +12,7 @@ from typing import Iterator
 import click
 
 from tokenpcap.cli import main
+from tokenpcap.cli.captures import CAPTURE_SUFFIXES
 from tokenpcap.cli.common import library_errors
 from tokenpcap.errors import InputError
 from tokenpcap.pcap.output import make_directory
@@ -171,7 +172,7 @@ def other_captures(res: GenerateResult) -> list[Path]:
     ours = {Path(p).resolve() for p, _, _ in res.files}
     dirs = {Path(p).resolve().parent for p in ours}
     return sorted(q for d in dirs for q in d.iterdir()
-                  if q.suffix in (".pcap", ".pcapng", ".erf") and q.resolve() not in ours)
+                  if q.suffix in CAPTURE_SUFFIXES and q.resolve() not in ours)
 
 
 def selection_options(f):  # type: ignore[no-untyped-def]
