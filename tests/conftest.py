@@ -23,13 +23,13 @@ def corpus_path() -> Path:
 
 @pytest.fixture(scope="session")
 def scapy_vectors() -> dict:
-    """``../shared/cases/scapy-roce-vectors.json``, copied into ``tests/cases/``."""
+    """``tests/cases/scapy-roce-vectors.json``: RoCEv2 frames built with scapy (tests/cases/README.md)."""
     return json.loads((CASES / "scapy-roce-vectors.json").read_text())
 
 
 @pytest.fixture(scope="session")
 def hw_frames() -> dict:
-    """``../shared/cases/hw-frames.json``, copied into ``tests/cases/``."""
+    """``tests/cases/hw-frames.json``: frames captured from real hardware (tests/cases/README.md)."""
     return json.loads((CASES / "hw-frames.json").read_text())
 
 

@@ -262,8 +262,9 @@ def test_cts_travels_on_the_receivers_qp_of_its_connection_and_phases_stay_conti
 
 
 def test_dante_pp_forward_capture_has_contiguous_psns():
-    # The acceptance test's case (report item 15): a capture of pp/forward only (its data and its
-    # CTS writes) had 160 PSN gaps because pp/forward's CTS travelled on the QP of pp/backward data.
+    # A capture of pp/forward only (its data and its CTS writes) has no PSN gap: each CTS travels
+    # on the receiver's QP of its own data's connection, not on the QP of pp/backward data
+    # (which would leave gaps in this selection).
     from pathlib import Path
 
     from tokenpcap.records import DIMS, PHASES

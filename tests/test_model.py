@@ -26,7 +26,7 @@ def gpt(layers: int, hidden: int, heads: int, vocab: int, seq: int) -> ModelProf
 
 
 def test_gpt3_175b_is_narayanan_eq2_term_by_term():
-    # Issue 2 / Narayanan et al. 2021 Eq. 2 with Brown et al. 2020 Table 2.1: 174,604,234,752.
+    # Narayanan et al. 2021 Eq. 2 with Brown et al. 2020 Table 2.1: 174,604,234,752.
     assert narayanan_eq2(96, 12288, 50257, 2048) == 174_604_234_752
     m = load_model(MODELS / "gpt3-175b.yaml")
     pc = parameter_count(m)
@@ -39,7 +39,7 @@ def test_gpt3_175b_is_narayanan_eq2_term_by_term():
 
 
 @pytest.mark.parametrize("hidden,layers,expected", [
-    # Narayanan et al. 2021, Table 1 (V = 51200, s = 2048), as listed in issue 2.
+    # Narayanan et al. 2021, Table 1 (V = 51200, s = 2048), by Eq. 2.
     (2304, 24, 1_652_226_048),
     (12288, 80, 145_622_237_184),
     (25600, 128, 1_008_038_707_200),
@@ -58,7 +58,7 @@ def test_gpt2_small_matches_hugging_face_count():
 
 
 @pytest.mark.parametrize("name,total", [
-    # Issue 2 right values; Hugging Face config.json of each model, Touvron et al. 2023,
+    # Hugging Face config.json of each model; Touvron et al. 2023,
     # Llama Team 2024 Table 3.
     ("llama2-7b", 6_738_415_616),
     ("llama3-8b", 8_030_261_248),
@@ -72,14 +72,14 @@ def test_modern_decoders(name: str, total: int):
 
 
 def test_mixtral_total_and_active():
-    # Jiang et al. 2024 (Mixtral of Experts): 46.7B total, 12.9B active; exact values from issue 2.
+    # Jiang et al. 2024 (Mixtral of Experts): 46.7B total, 12.9B active; here to the parameter.
     pc = parameter_count(load_model(MODELS / "mixtral-8x7b.yaml"))
     assert pc.total == 46_702_792_704
     assert pc.active == 12_879_925_248
 
 
 def test_activation_messages():
-    # Issue 2: TP AllReduce of a 13B GPT (h 5120, s 2048, b 1, fp16) = 20,971,520 bytes;
+    # b*s*h*bytes: TP AllReduce of a 13B GPT (h 5120, s 2048, b 1, fp16) = 20,971,520 bytes;
     # PP message of GPT-3 (h 12288, s 2048, b 1, bf16) = 50,331,648 bytes.
     assert activation_bytes(1, 2048, 5120, 2) == 20_971_520
     assert activation_bytes(1, 2048, 12288, 2) == 50_331_648

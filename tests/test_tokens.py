@@ -32,7 +32,7 @@ def dante_bpe(corpus_path: Path, bpe_cache: Path):  # type: ignore[no-untyped-de
 
 
 def test_utf8_count_is_the_corpus_size(corpus_path: Path):
-    # Issue 2: the UTF-8 token count of the bundled corpus equals its size in bytes.
+    # One token per UTF-8 byte: the count equals the bundled corpus's size in bytes.
     tok = tokenize(corpus_path, TokenizerSpec("utf8"), 1024)
     assert tok.tokens == corpus_path.stat().st_size == 543_857
     assert tok.bytes_per_token == 1.0 and tok.vocab_size == 256 and tok.id_dtype == "uint8"
@@ -87,6 +87,23 @@ def test_bpe_cache_is_reused_and_keyed_by_settings(dante_bpe, corpus_path: Path,
     small = tokenize(corpus_path, TokenizerSpec("bpe", 1000), 1024, cache=bpe_cache)
     assert small.vocab_size == 1000 and small.tokens > tok.tokens
     assert len(list(bpe_cache.glob("bpe-*.json"))) == 2
+
+
+def test_a_bpe_vocabulary_smaller_than_asked_says_so(dante_bpe, corpus_path: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Dante learns fewer BPE entries than the 32,000 asked; asking for twice as many learns the
+    same number, which shows the corpus has no more merges. The note says so once; a
+    vocabulary of the size asked, and the utf8 tokenizer, give no note."""
+    tok, _ = dante_bpe
+    more = tokenize(corpus_path, TokenizerSpec("bpe", 64000), 1024, cache=tmp_path)
+    assert more.vocab_size == tok.vocab_size < 32000
+    assert (tok.vocab_size_asked, more.vocab_size_asked) == (32000, 64000)
+    assert tok.vocabulary_note == (f"vocabulary {tok.vocab_size:,} of 32,000 asked (the corpus "
+                                   "has no more merges: no pair of tokens left occurs at least 2 "
+                                   "times)")
+    assert tok.to_json()["vocab_size_asked"] == 32000
+    assert tokenize(corpus_path, TokenizerSpec("bpe", 1000), 64, cache=tmp_path).vocabulary_note is None
+    utf8 = tokenize(corpus_path, TokenizerSpec("utf8"), 64)
+    assert utf8.vocabulary_note is None and utf8.vocab_size_asked is None
 
 
 def test_cache_dir_environment(monkeypatch, tmp_path: Path):  # type: ignore[no-untyped-def]
@@ -149,7 +166,8 @@ def test_window_wraps_around_the_corpus(corpus_path: Path):
 
 
 def test_devices_fifos_and_huge_corpora_are_refused_without_reading_them(tmp_path: Path):
-    """``corpus: /dev/zero`` used to be read until memory ran out (acceptance item 9)."""
+    """``corpus: /dev/zero``, a FIFO or a corpus over the size limit is refused from its file
+    type and size, before a byte is read (reading /dev/zero would never end)."""
     import os
 
     from tokenpcap.tokens import CORPUS_MAX_BYTES, read_corpus

@@ -103,6 +103,9 @@ class TokenizedCorpus:
         vocab_size: size of the tokenizer's vocabulary actually in use (ids are below it).
         seq_length: the model's sequence length ``s`` used for :attr:`sequences`.
         ids: token ids, numpy ``int32`` of shape ``(tokens,)`` (read-only).
+        vocab_size_asked: the BPE vocabulary size asked for (``None`` for the other kinds); BPE
+            training stops early when no pair of tokens is left that occurs at least
+            :data:`BPE_MIN_FREQUENCY` times, so :attr:`vocab_size` may be smaller.
     """
 
     corpus: Path
@@ -112,6 +115,7 @@ class TokenizedCorpus:
     vocab_size: int
     seq_length: int
     ids: np.ndarray = field(repr=False)
+    vocab_size_asked: int | None = None
 
     @property
     def tokens(self) -> int:
@@ -126,6 +130,17 @@ class TokenizedCorpus:
     def sequences(self) -> int:
         """Whole sequences of ``seq_length`` tokens: ``tokens // seq_length``."""
         return self.tokens // self.seq_length
+
+    @property
+    def vocabulary_note(self) -> str | None:
+        """One line when a BPE vocabulary ended smaller than asked, e.g. ``"vocabulary 10,310 of
+        32,000 asked (the corpus has no more merges: no pair of tokens left occurs at least 2
+        times)"``; ``None`` when it has the size asked or the tokenizer is not trained here."""
+        if self.vocab_size_asked is None or self.vocab_size >= self.vocab_size_asked:
+            return None
+        return (f"vocabulary {self.vocab_size:,} of {self.vocab_size_asked:,} asked (the corpus "
+                f"has no more merges: no pair of tokens left occurs at least "
+                f"{BPE_MIN_FREQUENCY} times)")
 
     @property
     def id_dtype(self) -> str:
@@ -161,6 +176,7 @@ class TokenizedCorpus:
             "corpus_sha256": self.corpus_sha256,
             "tokenizer": self.tokenizer,
             "vocab_size": self.vocab_size,
+            "vocab_size_asked": self.vocab_size_asked,
             "tokens": self.tokens,
             "bytes_per_token": self.bytes_per_token,
             "seq_length": self.seq_length,
@@ -209,7 +225,8 @@ def tokenize(corpus: str | Path, spec: TokenizerSpec, seq_length: int,
         raise TokenizerError(f"tokenizer: got {spec.kind!r}, expected utf8, bpe, tiktoken or hf")
     ids.setflags(write=False)
     return TokenizedCorpus(corpus=Path(corpus), corpus_bytes=len(data), corpus_sha256=sha,
-                           tokenizer=label, vocab_size=int(vocab), seq_length=seq_length, ids=ids)
+                           tokenizer=label, vocab_size=int(vocab), seq_length=seq_length, ids=ids,
+                           vocab_size_asked=spec.vocab_size if spec.kind == "bpe" else None)
 
 
 def tokenize_scenario(scenario: Scenario, cache: Path | None = None) -> TokenizedCorpus:

@@ -1,5 +1,6 @@
 """``inspect --against``: the right verdict on every kind of capture tokenpcap writes and on
-slices of them (FIXES items 1, 2, 3).
+slices of them (classic pcaps without comments, one NIC or one phase, time chunks; scale and
+iterations from the provenance or the options).
 
 Oracles: the plan (stage 3: ``build_plan`` per-NIC and per-phase bytes, ``nic_bytes_by_rank``),
 TShark/editcap on the very same files (CTS count, one NIC filtered out, time chunks), and
@@ -91,7 +92,7 @@ def test_plan_cells_add_up_to_the_plan(scenario, plan64):
 
 
 def test_classic_pcap_of_the_whole_run(gen, plan64):
-    """Item 1: a classic pcap has no comments; the CTS writes (WRITE ONLY of 64 B) are left out,
+    """A classic pcap has no comments; the CTS writes (WRITE ONLY of 64 B) are left out,
     and every NIC's payload equals the plan's."""
     pcap = gen("pcap_none", fmt="pcap")[0]
     r = run("inspect", pcap, "--against", DANTE, "--scale", SCALE, "--strict", "--no-crc")
@@ -116,7 +117,7 @@ def test_cts_bytes_left_out_equal_tsharks_write_only_count(gen):
 
 @needs_tshark
 def test_one_nic_filtered_out_of_a_classic_pcap(gen, scenario, plan64, tmp_path):
-    """Item 1: a NIC's frames cut out of the whole run with tshark: that NIC is compared
+    """A NIC's frames cut out of the whole run with tshark: that NIC is compared
     exactly, the 31 others are named as not covered."""
     pcap = gen("pcap_none", fmt="pcap")[0]
     one = tmp_path / "nic5.pcap"
@@ -130,7 +131,7 @@ def test_one_nic_filtered_out_of_a_classic_pcap(gen, scenario, plan64, tmp_path)
 
 @needs_editcap
 def test_editcap_time_chunks_are_upper_bounds(gen, tmp_path):
-    """Item 1: editcap cuts messages: each chunk is compared as upper bounds and passes; against
+    """editcap cuts messages: each chunk is compared as upper bounds and passes; against
     a plan 16x smaller some chunk exceeds it."""
     pcap = gen("pcap_none", fmt="pcap")[0]
     subprocess.run(["editcap", "-c", "2000", str(pcap), str(tmp_path / "c.pcap")], check=True)
@@ -168,7 +169,7 @@ def test_pcapng_pieces_keep_a_stale_provenance_comment(gen, scenario, plan64, tm
 
 
 def test_one_nic_and_one_phase_pcapng(gen, plan64):
-    """Item 2: a NIC's file is compared on its (NIC, phase) cells (a stage-0 NIC sends no
+    """A NIC's file is compared on its (NIC, phase) cells (a stage-0 NIC sends no
     pp/backward: not a selection), a phase's file on every NIC of that phase; another scale
     fails both."""
     files = gen("ng_nic", split="nic")
@@ -199,7 +200,7 @@ def test_whole_run_split_and_unsplit_pcapng(gen):
 
 
 def test_classic_pcap_of_one_phase(gen, plan64):
-    """Item 2: without comments the phases are inferred from the per-NIC bytes."""
+    """Without comments the phases are inferred from the per-NIC bytes."""
     files = {f.name: f for f in gen("pcap_phase", fmt="pcap", split="phase")}
     a, checks = against(files["dante_pp-forward-SendRecv.pcap"], "--scale", SCALE)
     assert checks["against"]["ok"] and a["compared"] == 16
@@ -209,7 +210,7 @@ def test_classic_pcap_of_one_phase(gen, plan64):
 
 
 def test_nothing_comparable_fails_under_strict(tmp_path):
-    """Item 2: a capture without RDMA data compares nothing: said so, and --strict fails."""
+    """A capture without RDMA data compares nothing: said so, and --strict fails."""
     from tests.analysis.test_inspect import write
     arp = bytes.fromhex("ffffffffffff020000000001080600010800060400010200000000010a000001"
                         "0000000000000a000002") + bytes(18)
@@ -237,7 +238,7 @@ def test_rank_selection(gen, plan64):
 
 
 def test_scale_and_iterations_from_provenance_or_options(gen):
-    """Item 3: a pcapng knows its scale and iterations; a classic pcap needs the options."""
+    """A pcapng knows its scale and iterations; a classic pcap needs the options."""
     ng = gen("ng_iter", iterations=2)
     a, checks = against(*ng)
     assert (a["scale"], a["iterations"], checks["against"]["ok"]) == (SCALE, 2, True)

@@ -1,4 +1,4 @@
-"""Malformed RoCE frames (FIXES item 16): named and counted by reason, never "truncated", and
+"""Malformed RoCE frames: named and counted by reason, never "truncated", and
 kept out of BECN/ECN/opcode/PSN statistics.
 
 The frames are built with scapy (the independent builder: its BTH appends a correct ICRC) and then

@@ -67,7 +67,7 @@ def test_pngs(tmp_path, trace):
 
 
 def test_throughput_legend_covers_no_panel(tmp_path, trace, monkeypatch):
-    """Acceptance 2, finding 12: the phase legend sits outside every panel (its drawn box meets
+    """The phase legend sits outside every panel (its drawn box meets
     no axes' box) and inside the figure (not cut off)."""
     import tokenpcap.analysis.plot as plot
     seen = []
@@ -114,3 +114,40 @@ def test_scenario_timeline_and_cli(tmp_path):
                                   str(tmp_path / "afile" / "pics")])
     assert r.exit_code == 1 and "output directory: got a file" in r.output
     assert np.__version__
+
+
+def test_timeline_draws_the_first_ranks_of_each_stage_and_says_so(tmp_path, monkeypatch):
+    """Dante's 32 ranks (Megatron order: TP fastest, then DP, then PP, so stage 0 is ranks
+    0-15): the timeline draws the first 8 ranks of each of its 2 stages, and its title says which
+    and how many of all; --ranks draws the named ranks and says so."""
+    import tokenpcap.analysis.plot as plot
+
+    titles: list[str] = []
+    drawn: list[list[int]] = []
+    real = plot.plot_timeline
+
+    def spy(timeline, messages, out, *, ranks=None, stage_of=None, title=""):  # type: ignore[no-untyped-def]
+        titles.append(title)
+        drawn.append(list(ranks))
+        return real(timeline, messages, out, ranks=ranks, stage_of=stage_of, title=title)
+
+    monkeypatch.setattr(plot, "plot_timeline", spy)
+    dante = ROOT / "profiles/scenarios/dante.yaml"
+    plot_all(dante, tmp_path, scale=64)
+    assert drawn[0] == list(range(0, 8)) + list(range(16, 24))
+    assert titles[0] == ("dante: compute and RDMA messages per rank (1F1B)\n16 of 32 ranks: the "
+                         "first 8 of each pipeline stage (stage 0: 0-7, stage 1: 16-23); --ranks "
+                         "draws others")
+    plot_all(dante, tmp_path, scale=64, ranks=[3, 30])
+    assert drawn[1] == [3, 30]
+    assert titles[1].endswith("\n2 of 32 ranks, chosen with --ranks")
+
+
+def test_default_timeline_ranks_small_and_many_stages():
+    from tokenpcap.analysis.plot import default_timeline_ranks
+
+    assert default_timeline_ranks({r: r // 4 for r in range(8)}) == (list(range(8)), "all 8 ranks")
+    ranks, caption = default_timeline_ranks({r: r // 8 for r in range(256)})   # pp 32
+    assert ranks == list(range(0, 256, 8))
+    assert caption == ("32 of 256 ranks: the first rank of each of the 32 pipeline stages; "
+                       "--ranks draws others")

@@ -146,7 +146,7 @@ def test_pcapng_keeps_interfaces_and_comments(tmp_path):
 
 
 def test_usec_into_a_pcapng_name_is_refused(tmp_path):
-    """Item 18: --usec writes a classic microsecond pcap, so a .pcapng name is refused (usage
+    """--usec writes a classic microsecond pcap, so a .pcapng name is refused (usage
     error, nothing written) instead of getting a pcap that drops the comments."""
     from click.testing import CliRunner
 
@@ -231,7 +231,7 @@ def test_cli_readdress(tmp_path, scapy_vectors):
     (["--map", "10.0.0.1"], "--map"), (["--map", "10.0.0.1=zz"], "--map"),
     (["--map", "10.0.0.1=fd00::1"], "--map"), (["--map", "a=b=c"], "--map")])
 def test_bad_option_values_are_usage_errors(tmp_path, args, option):
-    """Acceptance 2, finding 5: an out-of-range or malformed option value exits 2 (usage error,
+    """An out-of-range or malformed option value exits 2 (usage error,
     as generate's), names the option as spelled, and writes nothing."""
     write_trace(tmp_path / "in.pcap", 4)
     r = _cli("readdress", tmp_path / "in.pcap", "-o", tmp_path / "o.pcap", *args)
@@ -284,7 +284,7 @@ def _cli(*args):
 
 
 def test_generated_snaplen_pcapng_is_readdressed_and_kept_cut(tmp_path):
-    """Acceptance 2, finding 1: a ``generate --snaplen 64`` pcapng (its records cut at 64, any
+    """A ``generate --snaplen 64`` pcapng (its records cut at 64, any
     IDB snaplen) is readdressed: same caplen/wire length per record, the IPv4 address mapped and
     the header checksum right (scapy), the bytes past the headers untouched, and the summary
     says the cut frames' ICRC cannot be recomputed. A tag added and stripped again gives the
@@ -397,7 +397,7 @@ def test_cut_records_rewrite_alone_as_in_a_batch(scapy_vectors, tmp_path_factory
 
 
 def test_docs_lab_yaml_maps_each_nic_ip_with_its_own_mac(tmp_path):
-    """Acceptance 2, finding 8: docs/analysis.md's lab.yaml (and its command line) map an IPv4
+    """docs/analysis.md's lab.yaml (and its command line) map an IPv4
     address and a MAC together only when generate gives both to one NIC (addresses.py)."""
     import ipaddress
     import re
@@ -420,8 +420,9 @@ def test_docs_lab_yaml_maps_each_nic_ip_with_its_own_mac(tmp_path):
 
 
 def test_mapping_file_errors_are_one_line_and_say_what_is_wrong(tmp_path):
-    """Re-check after acceptance 2: a broken YAML map printed the parser's multi-line message, a
-    missing map file was called a malformed pair, and 'got a ipv4 and a ipv6'."""
+    """A broken YAML map is one line (file, line, column, the parser's reason), a missing map
+    file is a usage error saying it does not exist (not a malformed pair), and mixed address
+    kinds read 'got an IPv4 and an IPv6 address'."""
     write_trace(tmp_path / "in.pcap", 4)
     broken = tmp_path / "broken.yaml"
     broken.write_text("addresses:\n  10.0.0.1: [192.168.1.1\n")
@@ -438,8 +439,8 @@ def test_mapping_file_errors_are_one_line_and_say_what_is_wrong(tmp_path):
 
 
 def test_pcapng_interface_descriptions_name_the_new_addresses(tmp_path):
-    """Re-check after acceptance 2: the rewritten frames carried the lab's addresses while each
-    interface description still named the generated ones (docs/analysis.md: it names both)."""
+    """Each pcapng interface description names the lab's addresses the rewritten frames carry,
+    not the generated ones (docs/analysis.md: it names both)."""
     from tests.schedule.test_schedule import tiny_scenario
     from tokenpcap.config.addresses import nic_addresses
     from tokenpcap.generate.run import GenerateOptions, generate

@@ -1,5 +1,5 @@
-"""The inspect report: PSN verdicts of selections (FIXES item 15), the interface list, ERF port
-indices and InfiniBand-only captures (item 17), files read together.
+"""The inspect report: PSN verdicts of selections, the interface list, ERF port indices and
+InfiniBand-only captures, files read together.
 
 Oracles: the capture's own provenance comment (written by :mod:`tokenpcap.records.provenance`), the
 frames' construction (scapy, hardware IB frames of the cases), capinfos' interface count.
@@ -38,7 +38,7 @@ def _prov(**kw):
 @pytest.mark.parametrize("selection", [dict(phases=("pp",)), dict(ranks=(0, 1)),
                                        dict(time_window=(0, 5000)), dict(iterations=(1, 3))])
 def test_psn_gaps_in_a_selection_are_expected(tmp_path, selection):
-    """Item 15: the same gap fails without provenance or with a provenance of everything, and
+    """The same gap fails without provenance or with a provenance of everything, and
     is expected (reported, not failed) when the provenance says the capture is a selection;
     a late packet still fails."""
     gap = [_scapy_frame(0xC001, 5, p, 0x04, b"x" * 8) for p in (10, 11, 15, 16)]
@@ -82,7 +82,7 @@ def test_every_interface_is_listed_or_counted(tmp_path):
 
 
 def test_infiniband_erf_report(tmp_path, hw_frames, scapy_vectors):
-    """Item 17: ERF ports show their own index; a native IB capture shows no Ethernet-only
+    """ERF ports show their own index; a native IB capture shows no Ethernet-only
     lines (replay MTU, FCS/preamble/IFG, IP ECN)."""
     ib = [bytes.fromhex(x["hex"]) for x in hw_frames["native_ib"]]
     a = write(tmp_path / "a.erf", ib, writer=ErfWriter)

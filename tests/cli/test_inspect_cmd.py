@@ -53,6 +53,41 @@ def test_errors_are_one_line(tmp_path):
     assert r.exit_code == 1 and "cannot open" in r.output
 
 
+def test_counts_of_one_are_singular(tmp_path, scapy_vectors):
+    """WRITE FIRST at PSN 0xfffffe then WRITE LAST at 0x000000 on one QP: one flow, one PSN
+    (0xffffff, across the 24-bit wrap) missing, so one gap."""
+    frames = [bytes.fromhex(v["hex"]) for v in scapy_vectors["vectors"]]
+    r = run("inspect", write(tmp_path / "gap.pcap", [frames[0], frames[2]]))
+    lines = r.output.splitlines()
+    assert "RDMA packets:        2 in 1 flow (src, dst, DestQP)" in lines
+    assert "PSN:                 1 gap (1 missing), 0 late/duplicate" in lines
+    assert "  FAIL psn: 1 gap (1 PSN missing), 0 late" in lines
+
+
+def test_a_directory_stands_for_its_captures_sorted(tmp_path, scapy_vectors):
+    """``inspect DIR`` reads every .pcap/.pcapng/.erf file in DIR, sorted by name (not hidden
+    files, not other files): the same report as naming those files in that order."""
+    frames = [bytes.fromhex(v["hex"]) for v in scapy_vectors["vectors"]]
+    d = tmp_path / "caps"
+    d.mkdir()
+    b = write(d / "b.pcap", frames[:3])
+    a = write(d / "a.pcap", frames[3:])
+    write(d / ".a.part.pcap", frames)
+    (d / "notes.txt").write_text("not a capture", encoding="utf-8")
+    by_dir = run("inspect", d, "--json")
+    assert by_dir.exit_code == 0, by_dir.output
+    assert json.loads(by_dir.output) == json.loads(run("inspect", a, b, "--json").output)
+    assert json.loads(by_dir.output)["packets"] == len(frames)
+
+
+def test_a_directory_without_captures_is_one_line(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a capture", encoding="utf-8")
+    r = run("inspect", tmp_path)
+    assert r.exit_code == 1
+    assert r.output == (f"error: {tmp_path}: got a directory without .pcap, .pcapng or .erf "
+                        "files, expected captures\n")
+
+
 @pytest.fixture(scope="module")
 def dante_pp(tmp_path_factory):
     """The pipeline-parallel phases of one Dante iteration, generated at full size."""
@@ -81,8 +116,7 @@ def test_against_the_plan(dante_pp):
 
 
 def test_against_another_scenario_differs(dante_pp):
-    """Acceptance 2, finding 10: the capture's provenance names another scenario: that is the
-    first line of the --against block and the start of the failing check; the check counts the
+    """The capture's provenance names another scenario than --against: that is the first line of the --against block and the start of the failing check; the check counts the
     differing cells out of the compared ones and the unplanned addresses apart."""
     import re
     other = ROOT / "profiles" / "scenarios" / "gpt2-all-cross.yaml"

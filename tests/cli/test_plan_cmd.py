@@ -163,8 +163,9 @@ def test_usage_errors_exit_2(run):  # type: ignore[no-untyped-def]
 
 
 def test_plan_of_a_corpus_shorter_than_one_batch_says_so(run, tmp_path: Path):  # type: ignore[no-untyped-def]
-    """Finding 5: a 6-token corpus gave 2.37 MB "per epoch" (a fraction of an iteration); an epoch
-    is whole iterations (Megatron drops incomplete global batches), so 0, with a note."""
+    """A 6-token corpus makes no whole iteration: an epoch is whole iterations (Megatron drops
+    incomplete global batches), so 0 and 0 bytes per epoch, not a fraction of an iteration's
+    bytes, with a note that says why."""
     corpus = tmp_path / "six.txt"
     corpus.write_text("abcdef", encoding="utf-8")
     text = (PROFILES / "scenarios" / "dante.yaml").read_text(encoding="utf-8")
@@ -190,3 +191,37 @@ def test_plan_scale_option(run):  # type: ignore[no-untyped-def]
     dp = [p for p in data["phases"] if p["name"] == "dp/backward/AllReduce"][0]
     assert data["scale"] == 16 and dp["message_bytes"] == 40_000_000 // 16
     assert run("plan", "--scale", "0").exit_code == 2
+
+
+@pytest.mark.parametrize("text,where", [
+    ("model: [1, 2\ncluster: x\n", "line 2, column 8 (expected ',' or ']', but got ':')"),
+    ("a: b: c\n", "line 1, column 5 (mapping values are not allowed here)"),
+])
+def test_broken_scenario_yaml_names_line_column_and_reason(run, tmp_path: Path, text, where):  # type: ignore[no-untyped-def]
+    """A scenario the YAML parser rejects is one line on stderr with the parser's line, column
+    (1-based, as editors count) and reason, exit 1."""
+    scen = tmp_path / "broken.yaml"
+    scen.write_text(text, encoding="utf-8")
+    res = run("plan", str(scen))
+    assert res.exit_code == 1
+    assert res.stderr == f"error: {scen}: <file>: got invalid YAML at {where}, expected valid YAML\n"
+
+
+def test_plan_and_tokens_say_once_that_the_bpe_vocabulary_is_smaller_than_asked(run, corpus_path: Path):  # type: ignore[no-untyped-def]
+    """Dante's BPE learns fewer entries than the scenario's 32,000: plan and tokens say it in one
+    line each; plan's epoch note counts one dropped sequence in the singular."""
+    vocab = json.loads(run("tokens", str(corpus_path), "--json").stdout)["vocab_size"]
+    note = (f"vocabulary {vocab:,} of 32,000 asked (the corpus has no more merges: no pair of "
+            "tokens left occurs at least 2 times)")
+    res = run("tokens", str(corpus_path))
+    assert res.exit_code == 0 and res.stdout.splitlines().count(note) == 1, res.stdout
+    res = run("plan")
+    assert res.exit_code == 0
+    lines = res.stdout.splitlines()
+    assert lines.count(note) == 1 and sum("asked" in ln for ln in lines) == 1
+    ep = json.loads(run("plan", "--json").stdout)["epoch"]
+    assert ep["dropped_sequences"] == 1
+    assert lines[-1] == (f"one epoch = {ep['iterations']} whole iterations "
+                         f"({ep['iterations_exact']:,.3f} by tokens; the last incomplete global "
+                         f"batch, 1 sequence / {ep['dropped_tokens']:,} tokens, is dropped as "
+                         "Megatron does)")

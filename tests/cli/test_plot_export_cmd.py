@@ -1,6 +1,6 @@
 """``plot`` and ``export`` on scenarios: bad option values are usage errors (exit 2), unwritable
-outputs one-line errors (exit 1), a rank outside the world is refused, the scale is the plan's
-(acceptance findings 9, 12, 22)."""
+outputs one-line errors (exit 1), a rank outside the world is refused, the scale is the plan's;
+a directory of captures."""
 from __future__ import annotations
 
 import errno
@@ -101,8 +101,7 @@ def test_plot_and_export_refuse_gpt3_175b_at_once(tmp_path):
 
 
 def test_plot_and_export_create_their_output_directories(tmp_path, scen):
-    """Acceptance 2, finding 4: ``plot X -o pics`` (the README's command) and ``export -o
-    a/b/x.csv`` create the missing directories, parents too, as ``generate -o`` does."""
+    """``plot X -o pics`` (the README's command) and ``export -o a/b/x.csv`` create the missing directories, parents too, as ``generate -o`` does."""
     r = CliRunner().invoke(main, ["plot", str(scen), "-o", str(tmp_path / "p" / "pics"),
                                   "--scale", "8"])
     assert r.exit_code == 0, r.output
@@ -126,3 +125,26 @@ def test_a_file_in_the_output_path_is_named_a_file(tmp_path, scen):
     r = CliRunner().invoke(main, ["plot", str(tmp_path / "nosuch.yaml"), "-o",
                                   str(tmp_path / "new" / "pics")])
     assert r.exit_code != 0 and not (tmp_path / "new").exists()
+
+
+def test_plot_a_directory_draws_each_capture(tmp_path, scapy_vectors):  # type: ignore[no-untyped-def]
+    """``plot DIR`` draws the two capture pictures for every capture in DIR, in name order, and
+    prints their paths; a directory without captures is one line, exit 1."""
+    from tests.analysis.test_inspect import write
+
+    frames = [bytes.fromhex(v["hex"]) for v in scapy_vectors["vectors"]]
+    caps, pics = tmp_path / "caps", tmp_path / "pics"
+    caps.mkdir()
+    write(caps / "nic1.pcap", frames[:4])
+    write(caps / "nic0.pcap", frames[4:])
+    r = CliRunner().invoke(main, ["plot", str(caps), "-o", str(pics)])
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines() == [str(pics / f"nic{i}-{kind}.png") for i in (0, 1)
+                                     for kind in ("throughput", "sizes")]
+    assert all(p.stat().st_size > 0 for p in pics.iterdir())
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = CliRunner().invoke(main, ["plot", str(empty), "-o", str(pics)])
+    assert r.exit_code == 1
+    assert r.output == (f"error: {empty}: got a directory without .pcap, .pcapng or .erf files, "
+                        "expected captures\n")

@@ -21,7 +21,7 @@ def test_run_default_scenario_scaled(tmp_path):
     assert r.exit_code == 0, r.output
     files = sorted(tmp_path.glob("dante_node*_nic*.pcapng"))
     assert len(files) == 32
-    assert "writing 32 pcapng file(s)" in r.output
+    assert "writing 32 pcapng files to" in r.output
     assert re.search(r"corpus: [\d,]+ tokens; one iteration takes 16,384", r.output)
     for label in ("dp/backward/AllReduce", "emb/backward/AllReduce", "pp/forward/SendRecv",
                   "pp/backward/SendRecv"):
@@ -76,8 +76,8 @@ def test_library_errors_exit_1_usage_errors_exit_2(tmp_path):
 
 
 def test_summary_plan_column_is_the_plan_at_the_runs_scale_times_iterations(tmp_path):
-    """Item 3: with --scale K and --iterations N the plan column beside the payload is the plan at
-    scale K times N (before: the unscaled one-iteration plan); every phase row matches."""
+    """With --scale K and --iterations N the plan column beside the payload is the plan at
+    scale K times N (not the unscaled one-iteration plan); every phase row matches."""
     path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
     r = CliRunner().invoke(main, ["generate", str(path), "-o", str(tmp_path / "o"), "--scale", "8",
                                   "--iterations", "2", "--jobs", "1", "--format", "pcap"])
@@ -90,15 +90,15 @@ def test_summary_plan_column_is_the_plan_at_the_runs_scale_times_iterations(tmp_
                              rf"\s*{2 * row.nic_bytes:,}", r.output), row.name
 
 
-# ------------------------------------------------------------------ acceptance findings 9, 12, 13, 22
+# ------------------------------------------------------------------ bad values, unwritable outputs
 
-BAD_VALUES = [  # finding 12: every one a usage error (exit 2) naming its option, nothing written
+BAD_VALUES = [  # every one a usage error (exit 2) naming its option, nothing written
     (["--ranks", "99"], "--ranks"), (["--ranks", "a-b"], "--ranks"),
     (["--nics", "-1"], "--nics"), (["--nics", "40"], "--nics"),
     (["--time-window", "abc"], "--time-window"), (["--time-window", "5:2"], "--time-window"),
     (["--iterations", "0"], "--iterations"), (["--iterations", "3:1"], "--iterations"),
     (["--format", "erf"], "--format"),
-    (["--seed", str(2 ** 63)], "--seed"),                        # finding 13
+    (["--seed", str(2 ** 63)], "--seed"),                        # beyond int64
     (["--scale", "0"], "--scale"), (["--snaplen", "0"], "--snaplen"),
 ]
 
@@ -114,7 +114,7 @@ def test_bad_option_values_exit_2_before_anything_is_created(tmp_path, args, opt
 
 
 def test_a_scenario_seed_beyond_64_bits_is_refused_before_writing(tmp_path):
-    """Finding 13: generation.seed 2^63 fails at the up-front check, not in a writer process."""
+    """generation.seed 2^63 fails at the up-front check, not in a writer process."""
     path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
     path.write_text(path.read_text() + f"generation: {{seed: {2 ** 63}}}\n")
     out = tmp_path / "new"
@@ -146,7 +146,7 @@ def test_generate_checks_an_in_memory_seed_before_writing(tmp_path):
 
 
 def test_unwritable_outputs_are_one_line_errors(tmp_path, monkeypatch):
-    """Finding 9: -o under a file, and a directory the file system refuses to create."""
+    """-o under a file, and a directory the file system refuses to create: one line, exit 1."""
     import errno
 
     path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
@@ -167,7 +167,7 @@ def test_unwritable_outputs_are_one_line_errors(tmp_path, monkeypatch):
 
 
 def test_a_refused_run_leaves_no_directory_it_created(tmp_path, monkeypatch):
-    """Finding 22: refusing for lack of disk space removes the new (empty) output directory,
+    """Refusing for lack of disk space removes the new (empty) output directory,
     and keeps a directory that existed before."""
     import shutil
 
@@ -187,7 +187,7 @@ def test_a_refused_run_leaves_no_directory_it_created(tmp_path, monkeypatch):
 
 
 def test_gpt3_175b_is_refused_at_once_as_plan_only(tmp_path):
-    """Finding 6: the bundled GPT-3 175B scenario fails fast with one line (README: plan-only)
+    """The bundled GPT-3 175B scenario fails fast with one line (README: plan-only)
     instead of being OOM-killed after minutes (refused from the plan's counts: check_work runs
     before the schedule is built; tests/schedule/test_limits.py)."""
     g3 = ROOT / "profiles" / "scenarios" / "gpt3-175b-megatron.yaml"
@@ -202,7 +202,7 @@ def test_gpt3_175b_is_refused_at_once_as_plan_only(tmp_path):
     assert not (tmp_path / "new").exists()
 
 
-# ------------------------------------------------------------------ finding 8: signals
+# ------------------------------------------------------------------ signals
 
 
 def _children(pid: int) -> set[int]:
@@ -281,8 +281,8 @@ def test_writer_processes_exit_and_clean_up_when_the_parent_is_killed(tmp_path):
 
 
 def test_a_second_run_into_the_same_directory_names_the_files_it_did_not_write(tmp_path):
-    """Acceptance-2 finding 6: per-NIC files then --split none into one directory mixed two runs
-    silently, and `inspect DIR/*` counted the traffic twice."""
+    """Per-NIC files then --split none into one directory would mix two runs, and `inspect DIR`
+    would count the traffic twice: the second run names the capture files it did not write."""
     path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
     out = tmp_path / "out"
     first = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--jobs", "1"])
@@ -295,5 +295,20 @@ def test_a_second_run_into_the_same_directory_names_the_files_it_did_not_write(t
                                        "--split", "none"])
     assert second.exit_code == 0, second.output
     text = " ".join(second.output.split())          # rich wraps long lines
-    note = re.search(r"note: (\S+) also holds (\d+) capture file\(s\) this run did not write", text)
+    note = re.search(r"note: (\S+) also holds (\d+) capture files this run did not write", text)
     assert note and int(note.group(2)) == n_first, second.output
+    assert "inspect DIR would add them to this run's" in text
+
+
+def test_one_file_left_by_another_run_is_named_in_the_singular(tmp_path):
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+    out = tmp_path / "out"
+    first = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--jobs", "1",
+                                      "--split", "none"])
+    assert first.exit_code == 0 and "writing 1 pcapng file to" in first.output, first.output
+    (left,) = out.iterdir()
+    second = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--jobs", "1"])
+    text = " ".join(second.output.split())
+    assert second.exit_code == 0 and "writing 8 pcapng files to" in text, second.output
+    assert (f"also holds 1 capture file this run did not write (e.g. {left.name}); inspect DIR "
+            "would add it to this run's") in text

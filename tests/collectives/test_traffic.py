@@ -31,7 +31,8 @@ def call(collective: str, group, size: int, elem: int = 2):
 
 
 def test_ring_allreduce_of_1gib_over_8_ranks():
-    # Issue 2 right value: 14 steps of 128 MiB, 1,879,048,192 bytes sent per rank.
+    # Ring AllReduce (NCCL's ring: ReduceScatter then AllGather, 2(N-1) steps of S/N; Patarasuk
+    # and Yuan 2009): 14 steps of 128 MiB, 1,879,048,192 bytes sent per rank.
     lay = RankLayout(dp=8, tp=1, pp=1, gpus_per_node=8, nics_per_node=8)
     c = call("AllReduce", range(8), GiB)
     h = hops(c, "ring", lay)
@@ -141,7 +142,7 @@ def test_ring_hops_really_reduce_and_gather(n: int, size: int):
     st.sampled_from([1, 2, 4]), st.data(),
 )
 def test_per_rank_bytes_sum_to_the_collective_total(coll, alg, gpn, nodes, size, e, data):
-    """Hypothesis (issue 2): per-rank bytes summed over a group equal the collective's total."""
+    """Hypothesis: per-rank bytes summed over a group equal the collective's total."""
     nodes = max(nodes, 2 // gpn)
     lay = RankLayout(dp=gpn * nodes, tp=1, pp=1, gpus_per_node=gpn, nics_per_node=gpn)
     ranks = data.draw(st.lists(st.integers(0, lay.world_size - 1), min_size=2, unique=True,

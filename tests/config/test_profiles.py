@@ -138,7 +138,7 @@ def test_missing_key_and_bad_files(tmp_path: Path):
     expect_profile_error(lambda: load_model(g), g, "<file>", "missing", "an existing YAML file")
     h = tmp_path / "bad.yaml"
     h.write_text("layers: [1,\n", encoding="utf-8")
-    expect_profile_error(lambda: load_model(h), h, "<file>", "'invalid YAML", "valid YAML")
+    expect_profile_error(lambda: load_model(h), h, "<file>", "invalid YAML at line 2, column 1", "valid YAML")
     k = write(tmp_path / "list.yaml", [1, 2])
     expect_profile_error(lambda: load_model(k), k, "<document>", "[1, 2]", "a mapping")
 
@@ -177,7 +177,7 @@ def test_cluster_errors(tmp_path: Path, over, key, got, expected):  # type: igno
     ({"tokenizer": "sentencepiece"}, "tokenizer", "'sentencepiece'", "'utf8', 'bpe'"),
     ({"tokenizer": {"kind": "tiktoken"}}, "tokenizer.name", "missing", "an encoding name"),
     ({"model": 12}, "model", "12", "a path to a YAML profile or an inline mapping"),
-    # the name becomes output file names (acceptance 2, finding 2: '../escape' wrote outside -o)
+    # the name becomes output file names: '../escape' would write outside -o
     ({"name": "../escape"}, "name", "'../escape'", "starting with a letter or digit"),
     ({"name": "a/b"}, "name", "'a/b'", "letters, digits, '.', '_', '+' or '-'"),
     ({"name": "my run"}, "name", "'my run'", "(it names output files)"),
@@ -284,7 +284,7 @@ def test_results_do_not_depend_on_key_order(tmp_path_factory, rnd):  # type: ign
         assert getattr(s, f) == getattr(ref, f)
 
 
-# ------------------------------------------------------------------ acceptance fixes (items 7, 9, 13, 14, 19, 22)
+# ------------------------------------------------------------------ upper bounds, files that are not profiles
 
 
 @pytest.mark.parametrize("text", [".inf", "-.inf", ".nan", ".NaN", ".Inf"])
@@ -446,7 +446,8 @@ def test_huge_binary_and_special_files_are_refused_before_parsing(tmp_path: Path
 ])
 def test_upper_bounds_name_file_key_value_and_limit(tmp_path: Path, where, over, key, got,
                                                     expected):  # type: ignore[no-untyped-def]
-    """Item 7: a global batch of 2e9 took >15 GB in `plan`; now refused at load."""
+    """Values beyond the upper bounds (a global batch of 2e9 would take >15 GB in `plan`) are
+    refused at load, naming file, key, value and limit."""
     if where == "m":
         f = write(tmp_path / "m.yaml", model_dict(**over))
         run = lambda: load_model(f)  # noqa: E731

@@ -3,8 +3,9 @@
 Independent sources: the plan (stage 3's byte accounting) for payload per phase and NIC; the
 IBTA RoCEv2 layout decoded here with numpy from the spec (RDMA payload = UDP length - 8 - BTH 12 -
 extended headers - pad - ICRC 4, C7); IEEE 802.3 layer-1 time ceil((len + 24)·8/rate) (C12) for
-link-rate spacing; the address rule of DESIGN.md (198.18.node.nic+1) for which NIC sent a frame;
-TShark for decoding every frame; byte comparison of files for determinism.
+link-rate spacing; the address rule of docs/profiles.md (`network.ipv4_base`: 198.18.node.nic+1)
+for which NIC sent a frame; TShark for decoding every frame; byte comparison of files for
+determinism.
 """
 from __future__ import annotations
 
@@ -339,7 +340,7 @@ sys.exit(3)
     assert not list(out.iterdir())
 
 
-# ------------------------------------------------------------------ finding 21: time windows
+# ------------------------------------------------------------------ time windows
 
 
 def test_a_time_window_is_an_upper_bound_and_is_not_refused_for_the_full_size(cross, monkeypatch):
@@ -451,8 +452,8 @@ def test_the_shared_writer_budget_changes_no_byte_and_bounds_what_is_held(cross,
 
 
 def test_a_time_window_that_keeps_nothing_is_refused_like_other_empty_selections(cross):
-    """Acceptance-2 finding 7: --time-window 10s:20s wrote empty files and exited 0 while an
-    unmatched --phases exits 1; both now say the selection keeps no packet, and nothing is left."""
+    """--time-window 10s:20s keeps no packet: refused like an unmatched --phases (exit 1, the
+    selection keeps no packet), and no empty file is left."""
     path, tmp = cross
     out = tmp / "empty-window"
     out.mkdir()

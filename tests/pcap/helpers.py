@@ -14,7 +14,7 @@ SHB_TYPE = 0x0A0D0D0A
 
 
 def frames_fill(frames: list[bytes]):
-    """A fill (TEAM.md contract) that writes ``frames[i][:caplen[i]]`` at ``offsets[i]``."""
+    """A fill (the writers' batch contract, docs/pcap.md) that writes ``frames[i][:caplen[i]]`` at ``offsets[i]``."""
     def fill(out, offsets, caplen):
         assert len(offsets) == len(frames) == len(caplen)
         for f, o, c in zip(frames, offsets.tolist(), caplen.tolist()):

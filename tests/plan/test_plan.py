@@ -105,7 +105,8 @@ def narayanan_13b() -> ModelProfile:
 
 
 def test_published_message_sizes():
-    # Issue 2: TP AllReduce of a 13B GPT (h 5120, s 2048, b 1, fp16) is 20,971,520 bytes.
+    # TP AllReduce of a 13B GPT (h 5120, s 2048, b 1, fp16): b*s*h*2 = 20,971,520 bytes
+    # (Megatron's [s, b, h] activation, Shoeybi et al. 2019).
     s = vary(dante(), model=narayanan_13b(), precision="fp16", dp=4, tp=4, pp=2,
              sequence_parallel=False, tokenizer=dataclasses.replace(dante().tokenizer,
                                                                     kind="utf8"))
@@ -368,10 +369,11 @@ def test_rows_keep_their_nic_bytes_per_rank():
     ("gpt2-all-cross", {"clear_to_send": True, "ack_every_packets": 2}),
 ])
 def test_pcap_estimate_equals_the_messages_generate_posts(name: str, gen: dict):
-    """Acceptance finding 4: the plan's estimate left out the clear-to-send writes (and their ACKs
-    and the ImmDt of WRITE with immediate): 326,528 packets / 1,354,409,240 B on Dante against the
-    written classic pcap's 329,856 / 1,354,801,944. Independent source: generate's per-message
-    prediction from the schedule's transfers (the counts it writes, tested against the files)."""
+    """The plan's estimate counts every packet generate posts, the clear-to-send writes, their ACKs
+    and the ImmDt of WRITE with immediate included (without them Dante would be 326,528 packets
+    / 1,354,409,240 B instead of the written classic pcap's 329,856 / 1,354,801,944). Independent
+    source: generate's per-message prediction from the schedule's transfers (the counts it
+    writes, tested against the files)."""
     from tokenpcap.generate.size import predict_messages, record_bytes
     from tokenpcap.schedule.runner import Schedule
 
@@ -389,7 +391,7 @@ def test_pcap_estimate_equals_the_messages_generate_posts(name: str, gen: dict):
 
 
 def test_pcap_estimate_of_dante_is_the_written_capture():
-    # The classic pcap `generate dante.yaml --format pcap --split none` writes (acceptance run).
+    # The classic pcap `generate dante.yaml --format pcap --split none` writes (measured).
     pc = build_plan(load_scenario(PROFILES / "scenarios" / "dante.yaml")).pcap
     assert pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"] == 329_856
     assert pc["file_bytes"] == 1_354_801_944

@@ -1,5 +1,5 @@
-"""The capture provenance line (tokenpcap.records.provenance): exact format of coord/FIXES.md, round trips,
-malformed lines, and the SHB opt_comment of generated pcapng files read two independent ways:
+"""The capture provenance line (tokenpcap.records.provenance): its exact text (docs/generate.md,
+"Capture provenance"), round trips, malformed lines, and the SHB opt_comment of generated pcapng files read two independent ways:
 the pcapng block layout by hand (draft-ietf-opsawg-pcapng Sec. 4.1, 3.5: SHB type 0x0A0D0D0A,
 byte-order magic, version, section length, then options code 1 = opt_comment) and capinfos."""
 from __future__ import annotations
@@ -39,7 +39,7 @@ def shb_comments(path: Path) -> list[str]:
     return out
 
 
-def test_the_exact_line_of_fixes_md():
+def test_the_exact_documented_line():
     line = provenance_comment(scenario="dante", scale=16, iterations=(0, 2), split="nic",
                               nics=None, ranks=[3, 1, 2], phases=("dp", "pp/forward"),
                               time_window=(0, 500_000), snaplen=262144, seed=7,

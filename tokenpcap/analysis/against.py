@@ -36,6 +36,7 @@ import numpy as np
 from tokenpcap.analysis.plancells import nic_index_by_address, phase_patterns, plan_cells
 from tokenpcap.analysis.result import Report
 from tokenpcap.errors import InputError
+from tokenpcap.records.text import counted
 
 __all__ = ["compare_with_plan", "nic_index_by_address", "MAX_INFERRED_PHASES"]
 
@@ -208,12 +209,14 @@ def compare_with_plan(rep: Report, scenario_path: str, *, scale: int | None = No
     if any(p["time_window"] is not None for p in provs):
         why.append("its provenance names a time window")
     if rep.cut_sources:
-        why.append(f"{sum(rep.cut_sources.values())} flows have messages cut at its edges")
+        cut = sum(rep.cut_sources.values())
+        why.append(f"{counted(cut, 'flow')} {'has' if cut == 1 else 'have'} messages cut at its "
+                   "edges")
     unpaired = _unpaired(rep, CTS_BYTES) if cts and not any(
         p["ranks"] is not None for p in provs) else 0
     if unpaired:
-        why.append(f"on {unpaired} NIC pairs data messages and clear-to-send writes do not pair "
-                   "up")
+        why.append(f"on {counted(unpaired, 'NIC pair')} data messages and clear-to-send writes "
+                   "do not pair up")
     bound = bool(why)
     if bound:
         notes.append(f"a time slice ({'; '.join(why)}): compared as upper bounds")

@@ -298,6 +298,50 @@ def plot_timeline(timeline: np.ndarray, messages: np.ndarray, out: str | os.Path
     return _save(fig, out)
 
 
+#: rows of the default timeline: a figure stays readable, and ranks of one stage look alike
+TIMELINE_ROWS = 16
+
+
+def default_timeline_ranks(stage_of: dict[int, int]) -> tuple[list[int], str]:
+    """The ranks a scenario's timeline draws unless ``--ranks`` names others, and the caption
+    that says which.
+
+    Every rank of a pipeline stage runs the same 1F1B schedule (they differ in their TP and DP
+    position, not in when they compute and send), so the first ``TIMELINE_ROWS // pp`` ranks of
+    each stage (at least one) show the whole pipeline in a figure of at most about
+    :data:`TIMELINE_ROWS` rows, where one row per rank of a large job would be unreadable.
+
+    Args:
+        stage_of: pipeline stage of every rank, ``{rank: stage}`` for ranks ``0 .. world - 1``.
+
+    Returns:
+        ``(ranks, caption)``, e.g. for Dante (32 ranks, pp 2): ``[0..7, 16..23]`` and
+        ``"16 of 32 ranks: the first 8 of each pipeline stage (stage 0: 0-7, stage 1: 16-23);
+        --ranks draws others"``.
+    """
+    world = len(stage_of)
+    stages = sorted(set(stage_of.values()))
+    per = max(1, TIMELINE_ROWS // len(stages))
+    chosen = {st: [r for r in range(world) if stage_of[r] == st][:per] for st in stages}
+    ranks = [r for st in stages for r in chosen[st]]
+    if len(ranks) == world:
+        return ranks, f"all {world} ranks"
+    first = "the first rank" if per == 1 else f"the first {per}"
+    if len(stages) > 4:
+        return ranks, (f"{len(ranks)} of {world} ranks: {first} of each of the {len(stages)} "
+                       "pipeline stages; --ranks draws others")
+    spans = ", ".join(f"stage {st}: " + _span(rs) for st, rs in chosen.items())
+    return ranks, (f"{len(ranks)} of {world} ranks: {first} of each pipeline stage ({spans}); "
+                   "--ranks draws others")
+
+
+def _span(ranks: list[int]) -> str:
+    """``[16, 17, ..., 23]`` → ``"16-23"``; ranks that are not consecutive are listed."""
+    if len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return " ".join(str(r) for r in ranks)
+
+
 def _save(fig, out) -> Path:
     """Write ``fig`` to a temporary name and rename it to ``out``.
 
@@ -358,15 +402,17 @@ def _plot_all(source, outdir: Path, *, scale: int, iterations: int,
         m = sched.messages
         lay = plan.layout
         stage_of = {r: lay.coords(r).pp for r in range(lay.world_size)}
-        if ranks is None:          # a few ranks of every pipeline stage: 1F1B side by side
-            per = max(1, 16 // max(1, plan.scenario.parallelism.pp))
-            ranks = [r for st in sorted(set(stage_of.values()))
-                     for r in [q for q in range(lay.world_size) if stage_of[q] == st][:per]]
+        if ranks is None:
+            ranks, which = default_timeline_ranks(stage_of)
+        else:
+            which = f"{len(ranks)} of {lay.world_size} ranks, chosen with --ranks"
         sizes: dict[int, int] = {}
         _count(sizes, m["size_bytes"][m["kind"] == 0])
         series = {"frame_sizes": {}, "message_sizes": sizes}
         return [plot_timeline(sched.timeline, m, outdir / f"{src.stem}-timeline.png",
-                              ranks=ranks, stage_of=stage_of),
+                              ranks=ranks, stage_of=stage_of,
+                              title=f"{src.stem}: compute and RDMA messages per rank (1F1B)\n"
+                                    f"{which}"),
                 plot_sizes(series, outdir / f"{src.stem}-message-sizes.png",
                            title=f"{src.stem}: message sizes of one iteration")]
     series = capture_series(src)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from tokenpcap.analysis.inspect import NS_PER_S, Report
+from tokenpcap.records.text import counted
 
 __all__ = ["render_text", "ns_text"]
 
@@ -109,7 +110,8 @@ def render_text(rep: Report) -> str:
         e = r["ecn"]
         lines += [
             "",
-            f"RDMA packets:        {r['packets']:,} in {r['flows']:,} flows (src, dst, DestQP)",
+            f"RDMA packets:        {r['packets']:,} in {counted(r['flows'], 'flow')} "
+            "(src, dst, DestQP)",
             f"RDMA payload:        {r['payload_bytes']:,} bytes",
             "ICRC:                " + ("not checked (--no-crc)" if r.get("icrc_skipped") else
                                           f"{r['icrc_ok']:,} ok, {r['icrc_bad']:,} bad, "
@@ -122,7 +124,7 @@ def render_text(rep: Report) -> str:
         if r["vcrc_ok"] or r["vcrc_bad"]:
             lines.append(f"VCRC:                {r['vcrc_ok']:,} ok, {r['vcrc_bad']:,} bad")
         lines += [
-            f"PSN:                 {r['psn_gaps']:,} gaps ({r['psn_missing']:,} missing), "
+            f"PSN:                 {counted(r['psn_gaps'], 'gap')} ({r['psn_missing']:,} missing), "
             f"{r['psn_reordered']:,} late/duplicate",
             f"CNP:                 {r['cnp']:,}   FECN {r['fecn']:,}   BECN {r['becn']:,}",
         ]

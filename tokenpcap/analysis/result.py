@@ -10,6 +10,7 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from tokenpcap.analysis.decode import KIND_IB
+from tokenpcap.records.text import counted
 
 __all__ = ["Report", "address_text", "NS_PER_S", "L1_OVERHEAD_BYTES"]
 
@@ -109,7 +110,8 @@ class Report:
         packets still do."""
         r = self.roce
         gaps, late = r.get("psn_gaps", 0), r.get("psn_reordered", 0)
-        psn = f"{gaps} gaps ({r.get('psn_missing', 0)} PSNs missing), {late} late"
+        psn = (f"{counted(gaps, 'gap')} ({counted(r.get('psn_missing', 0), 'PSN')} missing), "
+               f"{late:,} late")
         sel = self.selection
         if sel and gaps:
             psn += f"; gaps expected in a selection ({sel})"

@@ -12,10 +12,12 @@ from typing import Iterator
 import click
 
 from tokenpcap.cli import main
+from tokenpcap.cli.captures import CAPTURE_SUFFIXES
 from tokenpcap.cli.common import library_errors
 from tokenpcap.errors import InputError
 from tokenpcap.pcap.registry import transport_mismatch
 from tokenpcap.pcap.output import make_directory
+from tokenpcap.records.text import counted
 from tokenpcap.generate.run import (FORMATS, SPLITS, GenerateOptions, GenerateResult, Selection,
                                 generate, parse_index_set, parse_iterations, parse_window)
 from tokenpcap.config.profiles import Scenario, load_scenario
@@ -81,12 +83,12 @@ def run_generation(s: Scenario, opt: GenerateOptions, tokens=None) -> GenerateRe
 
     def announce(info: dict) -> None:
         if info.get("upper_bound"):
-            out.print(f"writing {info['files']} {opt.fmt} file(s) to {opt.out_dir}: at most "
+            out.print(f"writing {counted(info['files'], opt.fmt + ' file')} to {opt.out_dir}: at most "
                       f"{info['packets']:,} packets, {info['bytes']:,} bytes (upper bound: the "
                       f"time window keeps less, known only once simulated; "
                       f"{info['free_bytes']:,} bytes free)")
             return
-        out.print(f"writing {info['files']} {opt.fmt} file(s) to {opt.out_dir}: "
+        out.print(f"writing {counted(info['files'], opt.fmt + ' file')} to {opt.out_dir}: "
                   f"{info['packets']:,} packets, {info['bytes']:,} bytes expected "
                   f"({info['free_bytes']:,} bytes free)")
 
@@ -153,13 +155,16 @@ def print_summary(res: GenerateResult, tokens=None) -> None:
     span = max(0, res.last_ns - res.first_ns)
     expected = (f"at most {res.expected_bytes:,}" if sel is not None and sel.window_ns
                 else f"expected {res.expected_bytes:,}")
-    out.print(f"packets {res.packets:,}, file bytes {res.file_bytes:,} ({expected}); control traffic: {res.cts_packets:,} clear-to-send "
-              f"packets ({res.cts_payload:,} payload bytes), {res.ack_packets:,} ACKs; time span "
+    out.print(f"packets {res.packets:,}, file bytes {res.file_bytes:,} ({expected}); control traffic: "
+              f"{counted(res.cts_packets, 'clear-to-send packet')} ({res.cts_payload:,} payload "
+              f"bytes), {counted(res.ack_packets, 'ACK')}; time span "
               f"{span / 1e6:,.3f} ms of simulated time; {res.seconds:.1f} s wall")
     others = other_captures(res)
     if others:
-        out.print(f"note: {res.files[0][0].parent} also holds {len(others)} capture file(s) this run "
-                  f"did not write (e.g. {others[0].name}); inspect DIR/* would mix them with it")
+        out.print(f"note: {res.files[0][0].parent} also holds "
+                  f"{counted(len(others), 'capture file')} this run did not write (e.g. "
+                  f"{others[0].name}); inspect DIR would add {'it' if len(others) == 1 else 'them'}"
+                  " to this run's")
 
 
 def other_captures(res: GenerateResult) -> list[Path]:
@@ -168,7 +173,7 @@ def other_captures(res: GenerateResult) -> list[Path]:
     ours = {Path(p).resolve() for p, _, _ in res.files}
     dirs = {Path(p).resolve().parent for p in ours}
     return sorted(q for d in dirs for q in d.iterdir()
-                  if q.suffix in (".pcap", ".pcapng", ".erf") and q.resolve() not in ours)
+                  if q.suffix in CAPTURE_SUFFIXES and q.resolve() not in ours)
 
 
 def selection_options(f):  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""``tokenpcap inspect FILE``: what is in a capture, and whether it is right."""
+"""``tokenpcap inspect FILE|DIR...``: what is in a capture, and whether it is right."""
 from __future__ import annotations
 
 import json
@@ -29,8 +29,7 @@ def _iterations(ctx, param, value: str | None):
 
 
 @main.command("inspect", no_args_is_help=True)
-@click.argument("files", nargs=-1, required=True,
-                type=click.Path(dir_okay=False, path_type=str))
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.option("--against", "scenario", type=click.Path(dir_okay=False, path_type=str),
               help="Compare payload bytes per NIC and phase with this scenario's plan.")
@@ -46,14 +45,16 @@ def _iterations(ctx, param, value: str | None):
 def inspect_cmd(files: tuple[str, ...], as_json: bool, scenario: str | None, scale: int | None,
                 iterations, strict: bool, no_crc: bool) -> None:
     """Summarise FILES (pcap, pcapng or ERF; several files add up, e.g. the per-NIC files of
-    one generate run): totals and rates, RDMA flows, opcodes, payload bytes, ICRC/VCRC, PSN
+    one generate run; a directory stands for its .pcap/.pcapng/.erf files, sorted): totals and rates, RDMA flows, opcodes, payload bytes, ICRC/VCRC, PSN
     gaps, CNPs, ECN, PFC, and bytes per phase."""
     if scenario is None and (scale is not None or iterations is not None):
         raise click.UsageError("--scale and --iterations need --against")
     from tokenpcap.analysis.inspect import inspect_captures
     from tokenpcap.analysis.report import render_text
 
-    rep = inspect_captures(files, crc=not no_crc)
+    from tokenpcap.cli.captures import capture_paths
+
+    rep = inspect_captures(capture_paths(files), crc=not no_crc)
     if scenario is not None:
         from tokenpcap.analysis.against import compare_with_plan
 

@@ -10,6 +10,7 @@ from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
 from tokenpcap.plan.build import build_plan
 from tokenpcap.config.profiles import default_scenario_path, load_scenario
+from tokenpcap.records.text import counted
 from tokenpcap.tokens import tokenize_scenario
 
 
@@ -74,6 +75,8 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int) -
     s2.add_row("pcap bytes (estimate)", _b(pc["file_bytes"]), _b(ep["pcap_bytes"]) if ep else "-")
     s2.add_row("packets (estimate)", _b(pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"]), "-")
     out.print(s2)
+    if toks is not None and toks.vocabulary_note:
+        out.print(toks.vocabulary_note)
     if ep:
         out.print(_epoch_note(ep, tot["tokens"], data["microbatches"]))
     if data.get("scale", 1) > 1:
@@ -84,11 +87,14 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int) -
 def _epoch_note(ep: dict, per_iteration: int, microbatches: int) -> str:
     """One line on what an epoch is for this corpus (Megatron drops incomplete global batches)."""
     if not ep["fills_batch"]:
-        return (f"note: the corpus ({ep['tokens']:,} tokens, {ep['sequences']:,} whole sequences) "
-                f"does not fill one global batch ({per_iteration:,} tokens): Megatron drops "
-                f"incomplete batches, so an epoch has no whole iteration (per-epoch bytes 0); "
+        return (f"note: the corpus ({counted(ep['tokens'], 'token')}, "
+                f"{counted(ep['sequences'], 'whole sequence')}) "
+                f"does not fill one global batch ({counted(per_iteration, 'token')}): "
+                f"Megatron drops incomplete batches, so an epoch has no whole iteration "
+                f"(per-epoch bytes 0); "
                 f"training wraps around the corpus, one iteration reads it "
                 f"{ep['reads_per_iteration']:,.1f} times")
-    return (f"one epoch = {ep['iterations']:,} whole iterations ({ep['iterations_exact']:,.3f} "
-            f"by tokens; the last incomplete global batch, {ep['dropped_sequences']:,} sequences"
-            f" / {ep['dropped_tokens']:,} tokens, is dropped as Megatron does)")
+    return (f"one epoch = {counted(ep['iterations'], 'whole iteration')} "
+            f"({ep['iterations_exact']:,.3f} by tokens; the last incomplete global batch, "
+            f"{counted(ep['dropped_sequences'], 'sequence')} / "
+            f"{counted(ep['dropped_tokens'], 'token')}, is dropped as Megatron does)")

@@ -1,4 +1,5 @@
-"""``tokenpcap plot SOURCE -o DIR``: PNG pictures of a capture or of a scenario's schedule."""
+"""``tokenpcap plot SOURCE -o DIR``: PNG pictures of a capture, a directory of captures or a
+scenario's schedule."""
 from __future__ import annotations
 
 import click
@@ -8,7 +9,7 @@ from tokenpcap.cli.common import library_errors
 
 
 @main.command("plot")
-@click.argument("source", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("source", type=click.Path(path_type=str))
 @click.option("-o", "--outdir", default=".", show_default=True,
               type=click.Path(file_okay=False, path_type=str),
               help="Directory for the PNGs (created, with its parents).")
@@ -20,8 +21,9 @@ from tokenpcap.cli.common import library_errors
 @library_errors
 def plot_cmd(source: str, outdir: str, scale: int, iterations: int, ranks: str | None) -> None:
     """Draw SOURCE: a capture (pcap/pcapng/ERF) gives throughput per NIC stacked by phase and
-    frame/message size distributions; a scenario (.yaml) gives the per-rank timeline (1F1B,
-    compute and RDMA messages) and message sizes."""
+    frame/message size distributions; a directory of captures gives those two pictures for each
+    of its .pcap/.pcapng/.erf files (sorted); a scenario (.yaml) gives the per-rank timeline
+    (1F1B, compute and RDMA messages) and message sizes."""
     from pathlib import Path
 
     from tokenpcap.errors import InputError
@@ -40,5 +42,9 @@ def plot_cmd(source: str, outdir: str, scale: int, iterations: int, ranks: str |
             rank_list = sorted(parse_index_set(ranks, "--ranks", p.dp * p.tp * p.pp))
         except InputError as err:
             raise click.BadParameter(str(err).split(": ", 1)[-1], param_hint="'--ranks'") from None
-    for path in plot_all(source, outdir, scale=scale, iterations=iterations, ranks=rank_list):
-        click.echo(str(path))
+    from tokenpcap.cli.captures import capture_paths
+
+    sources = [source] if Path(source).suffix in (".yaml", ".yml") else capture_paths([source])
+    for src in sources:
+        for path in plot_all(src, outdir, scale=scale, iterations=iterations, ranks=rank_list):
+            click.echo(str(path))

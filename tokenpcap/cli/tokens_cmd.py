@@ -43,4 +43,7 @@ def tokens_cmd(corpus: str, tokenizer: str, vocab_size: int, seq_length: int,
     for dtype, nbytes in data["host_to_device_bytes"].items():
         table.add_row(f"host→device as {dtype}",
                       "does not fit" if nbytes is None else f"{nbytes:,} B")
-    console().print(table)
+    out = console()
+    out.print(table)
+    if result.vocabulary_note:
+        out.print(result.vocabulary_note)

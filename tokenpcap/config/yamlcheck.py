@@ -85,7 +85,8 @@ def load_yaml(path: Path) -> Any:
 
     Raises:
         ProfileError: the file is missing, unreadable, not a regular file, too large, binary, not
-            UTF-8, not valid YAML, or holds a duplicate key (the dotted key and both line numbers).
+            UTF-8, not valid YAML (line, column and the parser's reason), or holds a duplicate
+            key (the dotted key and both line numbers).
     """
     try:
         data = read_limited(Path(path), PROFILE_MAX_BYTES, "YAML profile")
@@ -115,8 +116,11 @@ def load_yaml(path: Path) -> Any:
         return loader.construct_document(node)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "the document"
-        raise ProfileError(path, "<file>", f"invalid YAML at {where}", "valid YAML") from None
+        where = (f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None
+                 else "the document")
+        why = " ".join(str(getattr(err, "problem", None) or type(err).__name__).split())
+        raise ProfileError(path, "<file>", Raw(f"invalid YAML at {where} ({why})"),
+                           "valid YAML") from None
     except RecursionError:
         raise ProfileError(path, "<file>", "YAML nested too deeply", "a profile mapping") from None
     finally:

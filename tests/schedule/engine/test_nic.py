@@ -527,7 +527,7 @@ def test_add_message_equals_add_messages(msgs, cts, prov):
     assert one.messages.tobytes() == many.messages.tobytes()
 
 
-# -- keep_messages=False: the table holds the messages in flight, not the run (item 10) -----------
+# -- keep_messages=False: the table holds the messages in flight, not the run -------------------
 
 def _lower_all(eng, cl, seed=0, every=0):
     from tokenpcap.lower import Lowering

@@ -1,0 +1,111 @@
+"""docs/profiles.md: generated from the loaders' specs, and listing exactly the keys the loaders
+accept, as the loaders themselves tell (every unknown-key error names the keys its mapping
+takes)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tokenpcap.config.profiles import load_cluster, load_model, load_scenario
+from tokenpcap.config.spectable import SECTIONS, profiles_doc, spec_table
+from tokenpcap.errors import ProfileError
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = ROOT / "profiles"
+DOC = ROOT / "docs" / "profiles.md"
+
+
+def test_the_doc_is_the_generated_reference():
+    assert DOC.read_text(encoding="utf-8") == profiles_doc(), (
+        "docs/profiles.md differs from the loaders' specs: regenerate it with "
+        "`python3 -m tokenpcap.config.spectable > docs/profiles.md`")
+
+
+def _doc_keys() -> dict[str, list[str]]:
+    """Section heading -> the keys its table lists, read from docs/profiles.md."""
+    out: dict[str, list[str]] = {}
+    section = None
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        if line.startswith("### "):
+            section = line[4:]
+            out[section] = []
+        m = re.match(r"\| `([a-z0-9_]+)` \|", line)
+        if m and section is not None:
+            out[section].append(m.group(1))
+    return out
+
+
+def _accepted_keys(load, path: Path, data: dict, where: list[str]) -> list[str]:
+    """The keys the loader accepts in the mapping at ``where`` of ``data``: put an unknown key
+    there and read the loader's error, which lists them."""
+    target = data
+    for k in where:
+        target = target[k]
+    target["no_such_key"] = 1
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(ProfileError) as info:
+        load(path)
+    m = re.fullmatch(r"a known key \(one of: (.*)\)", info.value.expected)
+    assert m, info.value
+    return m.group(1).split(", ")
+
+
+def _yaml(path: Path) -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def _scenario() -> dict:
+    d = _yaml(PROFILES / "scenarios" / "dante.yaml")
+    base = PROFILES / "scenarios"
+    for k in ("corpus", "model", "cluster"):
+        d[k] = str((base / d[k]).resolve())
+    return d
+
+
+@pytest.mark.parametrize("prefix,load,base,where", [
+    ("model", load_model, lambda: _yaml(PROFILES / "models" / "gpt2-small.yaml"), []),
+    ("model.moe", load_model, lambda: _yaml(PROFILES / "models" / "mixtral-8x7b.yaml"), ["moe"]),
+    ("cluster", load_cluster, lambda: _yaml(PROFILES / "clusters" / "h100-rocev2-400g.yaml"), []),
+    ("cluster.gpu", load_cluster, lambda: _yaml(PROFILES / "clusters" / "h100-rocev2-400g.yaml"),
+     ["gpu"]),
+    ("cluster.network", load_cluster,
+     lambda: _yaml(PROFILES / "clusters" / "h100-rocev2-400g.yaml"), ["network"]),
+    ("scenario", load_scenario, _scenario, []),
+    ("scenario.tokenizer", load_scenario, _scenario, ["tokenizer"]),
+    ("scenario.parallelism", load_scenario, _scenario, ["parallelism"]),
+    ("scenario.training", load_scenario, _scenario, ["training"]),
+    ("scenario.collectives", load_scenario, _scenario, ["collectives"]),
+    ("scenario.generation", load_scenario, _scenario, ["generation"]),
+])
+def test_each_table_lists_exactly_the_keys_the_loader_accepts(tmp_path, prefix, load, base, where):
+    title = next(t for t, p, _ in SECTIONS if p == prefix)
+    accepted = _accepted_keys(load, tmp_path / "p.yaml", base(), where)
+    assert sorted(_doc_keys()[title]) == sorted(accepted)
+
+
+def test_every_section_of_the_doc_is_checked():
+    assert list(_doc_keys()) == [t for t, _, _ in SECTIONS] and len(SECTIONS) == 11
+
+
+def test_a_key_without_a_meaning_is_refused(monkeypatch):
+    from tokenpcap.config import spectable
+
+    keys = dict(spectable.KEYS)
+    del keys["model.layers"]
+    monkeypatch.setattr(spectable, "KEYS", keys)
+    with pytest.raises(ValueError, match=r"keys without a meaning: \['model.layers'\]"):
+        spec_table()
+
+
+def test_every_upper_bound_is_listed_with_its_value_and_source():
+    from tokenpcap.config import profiles
+
+    names = sorted(n for n in vars(profiles) if n.startswith("MAX_") or n.endswith("_RANGE"))
+    rows = {m.group(1): (m.group(2), m.group(3)) for m in re.finditer(
+        r"^\| `([A-Z_]+)` \| ([^|]+) \| ([^|]+) \|$", DOC.read_text(encoding="utf-8"), re.M)}
+    assert sorted(rows) == names
+    assert rows["MAX_LAYERS"][0] == "1,024" and "Narayanan et al. 2021" in rows["MAX_LAYERS"][1]
+    assert rows["LINK_GBPS_RANGE"][0] == "1 .. 1,000,000"

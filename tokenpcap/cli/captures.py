@@ -1,0 +1,37 @@
+"""Capture arguments of ``inspect`` and ``plot``: a file, or a directory of captures."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenpcap.errors import InputError
+from tokenpcap.generate.run import FORMATS
+
+#: file name endings read as captures in a directory: one per format generate writes
+CAPTURE_SUFFIXES = tuple(f".{fmt}" for fmt in FORMATS)
+
+
+def capture_paths(paths: tuple[str, ...] | list[str]) -> list[str]:
+    """``paths`` with every directory replaced by the captures it holds.
+
+    A directory stands for its files ending in :data:`CAPTURE_SUFFIXES` (not its
+    subdirectories, not hidden files such as a writer's temporary ``.NAME.part``), sorted by
+    name; files are kept as given, in the order given.
+
+    Raises:
+        InputError: a directory holds no capture (``DIR: got a directory without .pcap,
+            .pcapng or .erf files, expected captures``).
+    """
+    out: list[str] = []
+    for p in paths:
+        d = Path(p)
+        if not d.is_dir():
+            out.append(p)
+            continue
+        found = sorted(str(q) for q in d.iterdir()
+                       if q.suffix in CAPTURE_SUFFIXES and not q.name.startswith(".")
+                       and q.is_file())
+        if not found:
+            kinds = ", ".join(CAPTURE_SUFFIXES[:-1]) + " or " + CAPTURE_SUFFIXES[-1]
+            raise InputError(f"{p}: got a directory without {kinds} files, expected captures")
+        out.extend(found)
+    return out

@@ -1,0 +1,263 @@
+"""The reference of every profile key, generated from the loaders' own specs.
+
+:func:`spec_table` renders the key tables of ``docs/profiles.md`` (Markdown) from the spec
+mappings :mod:`tokenpcap.config.profiles` reads YAML with (``_MODEL_SPEC``, ``_CLUSTER_SPEC``,
+``_SCENARIO_SPEC`` and the mappings nested in them): the keys, their defaults, and the range in
+the words of the error a value outside it gets (each checker is asked with a value no checker
+accepts, and the ``expected`` of its :class:`~tokenpcap.errors.ProfileError` is printed). Only
+the meaning and unit of a key are written here, in :data:`KEYS`; a key without one, or one
+that no loader reads, raises, so the reference cannot miss or invent a key.
+
+Regenerate the doc with ``python3 -m tokenpcap.config.spectable > docs/profiles.md``.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any, Callable
+
+from tokenpcap.config import profiles as p
+from tokenpcap.config import yamlcheck as yc
+from tokenpcap.errors import ProfileError
+
+__all__ = ["SECTIONS", "KEYS", "spec_table", "bounds_table", "profiles_doc"]
+
+#: (title, dotted prefix, spec) of every mapping a loader reads, in document order
+SECTIONS: tuple[tuple[str, str, dict], ...] = (
+    ("Model profile (`profiles/models/*.yaml`, or inline as a scenario's `model:`)", "model",
+     p._MODEL_SPEC),
+    ("`moe:` (mixture of experts; absent: a dense model)", "model.moe", p._MOE_SPEC),
+    ("Cluster profile (`profiles/clusters/*.yaml`, or inline as a scenario's `cluster:`)",
+     "cluster", p._CLUSTER_SPEC),
+    ("`gpu:`", "cluster.gpu", p._GPU_SPEC),
+    ("`network:` (addressing and marking of the frames; absent keys take their defaults)",
+     "cluster.network", p._NETWORK_SPEC),
+    ("Scenario (`profiles/scenarios/*.yaml`)", "scenario", p._SCENARIO_SPEC),
+    ("`tokenizer:` (a mapping, or one of the strings `utf8`, `bpe`, `tiktoken:NAME`, `hf:PATH`)",
+     "scenario.tokenizer", p._TOKENIZER_SPEC),
+    ("`parallelism:` (Megatron-LM's parallel layout)", "scenario.parallelism",
+     p._PARALLELISM_SPEC),
+    ("`training:`", "scenario.training", p._TRAINING_SPEC),
+    ("`collectives:` (NCCL-like)", "scenario.collectives", p._COLLECTIVES_SPEC),
+    ("`generation:` (what `generate` and `run` write)", "scenario.generation",
+     p._GENERATION_SPEC),
+)
+
+#: dotted key -> (unit, meaning); the unit is "" where the key has none (names, switches)
+KEYS: dict[str, tuple[str, str]] = {
+    "model.name": ("", "names the model in reports; default: the file's stem"),
+    "model.source": ("", "where the numbers come from (paper, config.json)"),
+    "model.description": ("", "free text"),
+    "model.layers": ("layers", "transformer layers `L`"),
+    "model.hidden_size": ("elements", "hidden size `h`; a multiple of `attention_heads`"),
+    "model.attention_heads": ("heads", "attention heads `a`"),
+    "model.kv_heads": ("heads", "key/value heads (GQA); default: `attention_heads` (multi-head "
+                                "attention); divides `attention_heads`"),
+    "model.ffn_hidden_size": ("elements", "MLP hidden size; default: `4 * hidden_size`"),
+    "model.vocab_size": ("entries", "vocabulary `V` of the embedding and output layers"),
+    "model.seq_length": ("tokens", "sequence length `s`: tokens per sample"),
+    "model.mlp": ("", "MLP kind: GELU (2 matrices) or SwiGLU (3)"),
+    "model.norm": ("", "LayerNorm (weight and bias) or RMSNorm (weight)"),
+    "model.tied_embeddings": ("", "output layer shares the word embedding (the tied-embedding "
+                                  "AllReduce between first and last stage)"),
+    "model.position_embedding": ("", "learned position table (`s * h` parameters) or RoPE (none)"),
+    "model.bias": ("", "linear layers carry biases"),
+    "model.moe": ("", "mixture of experts, the keys below"),
+    "model.moe.experts": ("experts", "experts per MoE layer"),
+    "model.moe.top_k": ("experts", "experts each token is routed to; at most `experts`"),
+    "model.moe.ffn_hidden_size": ("elements", "hidden size of one expert's MLP; default: the "
+                                              "model's `ffn_hidden_size`"),
+    "cluster.name": ("", "names the cluster in reports; default: the file's stem"),
+    "cluster.description": ("", "free text"),
+    "cluster.nodes": ("nodes", "nodes; `nodes * gpus_per_node` at most "
+                               f"{p.MAX_WORLD_SIZE:,} GPUs"),
+    "cluster.gpus_per_node": ("GPUs", "GPUs per node (one NVLink domain)"),
+    "cluster.nics_per_node": ("NICs", "RDMA NICs per node, at most `gpus_per_node`; GPU g uses "
+                                      "NIC `g * nics_per_node // gpus_per_node` (rail-optimised)"),
+    "cluster.link_gbps": ("Gb/s", "NIC line rate; frames are spaced at it"),
+    "cluster.nvlink_gbps": ("Gb/s", "NVLink rate per GPU; hops inside a node take this time and "
+                                    "never reach a NIC"),
+    "cluster.gpu": ("", "the GPU, the keys below"),
+    "cluster.transport": ("", "RoCEv2 (Ethernet/IP/UDP 4791) or native InfiniBand (LRH, "
+                              "no Ethernet)"),
+    "cluster.pmtu_bytes": ("bytes", "path MTU: RDMA payload per packet"),
+    "cluster.network": ("", "addressing and marking, the keys below"),
+    "cluster.gpu.name": ("", "GPU model, for reports"),
+    "cluster.gpu.peak_tflops": ("TFLOP/s", "dense peak at the training precision; compute time "
+                                           "= FLOPs / (peak * `training.mfu`)"),
+    "cluster.network.ip_version": ("", "IPv4 or IPv6 headers (RoCEv2)"),
+    "cluster.network.dscp": ("", "IP DSCP of every RoCEv2 frame (26: AF31, the usual RoCE "
+                                 "class)"),
+    "cluster.network.ecn": ("", "IP ECN field: 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE"),
+    "cluster.network.ttl": ("hops", "IPv4 TTL / IPv6 hop limit"),
+    "cluster.network.vlan_id": ("", "802.1Q VLAN tag on every frame; absent: untagged"),
+    "cluster.network.pcp": ("", "802.1p priority of the VLAN tag"),
+    "cluster.network.mac_prefix": ("", "first octets of every NIC's MAC; node and NIC fill the "
+                                       "rest"),
+    "cluster.network.ipv4_base": ("", "NIC i of node n gets base + 256 n + i + 1; last octet 0"),
+    "cluster.network.ipv6_base": ("", "NIC i of node n gets base + (n << 64) + i + 1"),
+    "cluster.network.pkey": ("", "BTH partition key (0xffff: the default full-member key)"),
+    "cluster.network.latency_ns": ("ns", "one-way NIC-to-NIC latency (a message arrives this "
+                                         "long after its last bit left)"),
+    "cluster.network.ib_sl": ("", "InfiniBand service level (LRH)"),
+    "cluster.network.ib_vl": ("", "InfiniBand virtual lane (LRH; 15 is the management lane)"),
+    "scenario.name": ("", "names the output files; default: the file's stem"),
+    "scenario.description": ("", "free text"),
+    "scenario.corpus": ("", "text file (UTF-8), relative to the scenario file"),
+    "scenario.tokenizer": ("", "the tokenizer, the keys below, or a string"),
+    "scenario.model": ("", "model profile: a path relative to the scenario file, or inline"),
+    "scenario.cluster": ("", "cluster profile: a path relative to the scenario file, or inline"),
+    "scenario.parallelism": ("", "the keys below; `dp * tp * pp` = the cluster's GPUs"),
+    "scenario.training": ("", "the keys below"),
+    "scenario.collectives": ("", "the keys below"),
+    "scenario.generation": ("", "the keys below"),
+    "scenario.tokenizer.kind": ("", "utf8 (one token per byte), bpe (trained on the corpus), "
+                                    "tiktoken or hf (local files only)"),
+    "scenario.tokenizer.vocab_size": ("entries", "BPE vocabulary to train (it ends smaller when "
+                                                 "the corpus has no more merges); bpe only"),
+    "scenario.tokenizer.name": ("", "tiktoken encoding name, or the path of an hf "
+                                    "`tokenizer.json` (relative to the scenario file)"),
+    "scenario.parallelism.dp": ("ranks", "data-parallel size"),
+    "scenario.parallelism.tp": ("ranks", "tensor-parallel size"),
+    "scenario.parallelism.pp": ("stages", "pipeline-parallel size (1F1B)"),
+    "scenario.parallelism.sequence_parallel": ("", "Megatron sequence parallelism (TP "
+                                                   "AllReduce becomes ReduceScatter + "
+                                                   "AllGather)"),
+    "scenario.parallelism.zero_stage": ("", "ZeRO stage of the DP group (0: replicated "
+                                            "optimizer)"),
+    "scenario.parallelism.ep": ("ranks", "expert-parallel size (MoE models)"),
+    "scenario.training.micro_batch_size": ("sequences", "micro batch `b`"),
+    "scenario.training.global_batch_size": ("sequences", "global batch; a multiple of "
+                                                         "`micro_batch_size * dp`"),
+    "scenario.training.precision": ("", "dtype of activations and parameters"),
+    "scenario.training.grad_reduce_dtype": ("", "dtype of the DP gradient reduction"),
+    "scenario.training.recompute": ("", "activation recomputation (Megatron's "
+                                        "`--recompute-granularity`)"),
+    "scenario.training.mfu": ("fraction", "model FLOPs utilisation: share of the GPU peak "
+                                          "compute reaches"),
+    "scenario.training.dp_bucket_bytes": ("bytes", "gradient bucket of the DP reduction "
+                                                   "(Megatron's bucket size)"),
+    "scenario.collectives.algorithm": ("", "NCCL algorithm of AllReduce, ReduceScatter and "
+                                           "AllGather"),
+    "scenario.collectives.channels": ("channels", "NCCL-like channels: one QP per peer each"),
+    "scenario.collectives.slice_bytes": ("bytes", "largest RDMA message of one transfer"),
+    "scenario.generation.seed": ("", "seed of payload bytes, QPNs and PSNs: same seed, same "
+                                     "bytes"),
+    "scenario.generation.iterations": ("iterations", "training iterations to write"),
+    "scenario.generation.ack_every_packets": ("packets", "an ACK also every N packets of a "
+                                                         "message; 0: one ACK per message"),
+    "scenario.generation.clear_to_send": ("", "an NCCL-like 64-byte clear-to-send write before "
+                                              "each data message"),
+}
+
+
+class _Nothing:
+    """A value no checker accepts (not a number, string, bool, mapping or None)."""
+
+    def __repr__(self) -> str:
+        return "<nothing>"
+
+
+#: what the keys handed on to a nested loader accept, in the words of that loader's error
+_NESTED = {
+    "scenario.tokenizer": "a mapping, or 'utf8', 'bpe', 'tiktoken:NAME', 'hf:PATH'",
+    "scenario.model": "a path to a YAML profile or an inline mapping",
+    "scenario.cluster": "a path to a YAML profile or an inline mapping",
+}
+
+
+def _range(check: Callable[..., Any], prefix: str, key: str) -> str:
+    """What ``check`` accepts, in the words of its error (``"an integer in [1, 1024]"``)."""
+    if check.__name__ == "<lambda>":          # passed on as it is, read by a nested loader
+        return _NESTED[f"{prefix}.{key}"]
+    try:
+        check(None, "key", _Nothing())
+    except ProfileError as err:
+        expected = err.expected
+    else:
+        raise ValueError(f"{check!r} accepts anything: cannot describe its range")
+    try:
+        null_ok = check(None, "key", None) is None
+    except ProfileError:
+        null_ok = False
+    return expected + (", or null" if null_ok else "")
+
+
+def _default(value: Any) -> str:
+    """A default as YAML spells it."""
+    if value is yc.REQUIRED:
+        return "required"
+    if value is None:
+        return "—"
+    if value == "":
+        return '`""`'
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    if isinstance(value, dict):
+        return "`{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}`"
+    return f"`{value}`"
+
+
+def spec_table() -> str:
+    """The Markdown tables of every profile key: one section per mapping of :data:`SECTIONS`,
+    one row per key (key, unit, default, range, meaning), in the loaders' key order.
+
+    Raises:
+        ValueError: a key the loaders read has no entry in :data:`KEYS`, or :data:`KEYS` names
+            a key no loader reads.
+    """
+    read = {f"{prefix}.{k}" for _, prefix, spec in SECTIONS for k in spec}
+    if read != set(KEYS):
+        raise ValueError(f"keys without a meaning: {sorted(read - set(KEYS))}; meanings of no "
+                         f"key: {sorted(set(KEYS) - read)}")
+    out: list[str] = []
+    for title, prefix, spec in SECTIONS:
+        out += [f"### {title}", "", "| key | unit | default | accepted | meaning |",
+                "|---|---|---|---|---|"]
+        for k, (check, default) in spec.items():
+            unit, meaning = KEYS[f"{prefix}.{k}"]
+            accepted = _range(check, prefix, k).replace("|", "\\|")
+            out.append(f"| `{k}` | {unit} | {_default(default)} | {accepted} | {meaning} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def bounds_table() -> str:
+    """The Markdown table of the upper bounds (``MAX_*`` and ``*_RANGE`` of
+    :mod:`tokenpcap.config.profiles`): name, value and the source comment written above it."""
+    out = ["| bound | value | why |", "|---|---|---|"]
+    for m in re.finditer(r"((?:^#: .*\n)+)^([A-Z_]+) = ", inspect.getsource(p), re.M):
+        name = m.group(2)
+        why = " ".join(line[3:].strip() for line in m.group(1).splitlines()).replace("``", "`")
+        value = getattr(p, name)
+        text = " .. ".join(map(_number, value)) if isinstance(value, tuple) else _number(value)
+        out.append(f"| `{name}` | {text} | {why} |")
+    return "\n".join(out) + "\n"
+
+
+def _number(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+
+_HEAD = """# Profile reference
+
+Every key a model, cluster or scenario profile accepts: its unit, its default (*required* keys
+have none; — means absent, with the meaning given), and the values accepted, in the words of the
+error a value outside them gets. A key not listed is an error naming the file and the key. The
+upper bounds are the largest published setups with a margin, or the widths of the message table
+([below](#upper-bounds), with their sources). Paths are relative to the file that names them.
+
+Generated from the loaders' specs (`tokenpcap/config/profiles.py`) by
+`python3 -m tokenpcap.config.spectable > docs/profiles.md`; a test fails when this file and the
+loaders disagree.
+
+"""
+
+
+def profiles_doc() -> str:
+    """The whole of ``docs/profiles.md``: a short introduction and :func:`spec_table`."""
+    return _HEAD + spec_table() + "\n## Upper bounds\n\n" + bounds_table()
+
+
+if __name__ == "__main__":
+    print(profiles_doc(), end="")
