@@ -41,7 +41,7 @@ from tokenpcap.export.hpcc import START_OFFSET_NS, hpcc_flows
 from tokenpcap.records import DIMS, phase_label
 
 __all__ = ["FCT_DTYPE", "read_fct", "match_flows", "alone_gap_ns", "Comparison", "compare_hpcc",
-           "GROUP_KEYS"]
+           "GROUP_KEYS", "report_lines"]
 
 FCT_DTYPE = np.dtype([("line", "<i8"), ("src", "<i8"), ("dst", "<i8"), ("sport", "<i8"),
                       ("dport", "<i8"), ("size_bytes", "<i8"), ("start_ns", "<i8"),
@@ -224,3 +224,38 @@ def compare_hpcc(scenario: str | os.PathLike, fct_path: str | os.PathLike, *, sc
     line = np.full(flows.size, -1, np.int64)
     line[ok] = fct["line"][row[ok]]
     return Comparison(flows, labels, ours, sim, line, off)
+
+
+def _us(ns: int | None) -> str:
+    return "-" if ns is None else f"{ns / 1000:.3f}"
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def report_lines(c: Comparison, *, max_listed: int = 20) -> list[str]:
+    """The comparison as text: one row per phase label and one for all flows (``groups``), then
+    the flows the simulator did not complete (their flow-file line numbers, at most
+    ``max_listed``), then what the columns mean."""
+    groups = c.groups()
+    width = max(len("group"), *(len(g["group"]) for g in groups))
+    head = (f"{'group':<{width}} {'flows':>6} {'done':>6} {'MB':>9} {'ours µs':>11} "
+            f"{'sim µs':>11} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7}")
+    out = [head, "-" * len(head)]
+    for g in groups:
+        out.append(f"{g['group']:<{width}} {g['flows']:>6} {g['completed']:>6} "
+                   f"{g['bytes'] / 1e6:>9.3f} {_us(g['ours_ns']):>11} {_us(g['sim_ns']):>11} "
+                   f"{_x(g['p50']):>7} {_x(g['p90']):>7} {_x(g['p99']):>7} {_x(g['max']):>7}")
+    missing = groups[-1]["not_completed"]
+    if missing:
+        shown = ", ".join(str(n) for n in missing[:max_listed])
+        more = f" and {len(missing) - max_listed} more" if len(missing) > max_listed else ""
+        n = len(missing)
+        out.append(f"not completed by the simulator: {n} flow{'s' * (n != 1)}, flow-file "
+                   f"line{'s' * (n != 1)} {shown}{more}")
+    else:
+        out.append(f"every one of the {c.flows.size} flows completed in the simulator")
+    out.append("ours µs / sim µs: first start to last ACK of the group on our ideal fabric / in "
+               "the simulator; p50..max: per-flow slowdown, simulator fct / ours")
+    return out
