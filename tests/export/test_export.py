@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import json
 from collections import Counter
-from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
