@@ -113,8 +113,10 @@ def test_a_flow_of_another_export_is_an_error(tmp_path):
     ("0b0003 0b001301 10000 102 3072 2000040140 1 1\n", "line 1: sip: got '0b0003', expected 8 "
                                                         "hex digits"),
     ("\n0b000301 0b001301 10000 102 -5 2000040140 1 1\n", "line 2: size_bytes: got '-5', "
-                                                          "expected an integer >= 0"),
+                                                          "expected an integer from 0"),
     ("0b000301 0b001301 10000 102 3072 2.0 1 1\n", "line 1: start_ns: got '2.0', expected"),
+    ("0b000301 0b001301 10000 102 3072 2000040140 99999999999999999999 1\n",
+     "line 1: fct_ns: got '99999999999999999999', expected an integer from 0 to 10"),
 ])
 def test_malformed_fct_lines_are_named(tmp_path, text, message):
     (tmp_path / "fct.txt").write_text(text)

@@ -54,8 +54,8 @@ def read_fct(path: str | os.PathLike) -> np.ndarray:
 
     Raises:
         InputError: the file cannot be read, or a line has not 8 fields, an address that is not
-            8 hex digits, a number that is not a non-negative integer (one line: file, line,
-            field, value and what was expected).
+            8 hex digits, a number that is not an integer from 0 to 10^18 - 1 (one line: file,
+            line, field, value and what was expected).
     """
     path = Path(path)
     try:
@@ -81,16 +81,14 @@ def read_fct(path: str | os.PathLike) -> np.ndarray:
                         raise ValueError
                     v = (int(t, 16) >> 8) & 0xFFFF
                 else:
-                    if not t.isdigit():
+                    if not (t.isascii() and t.isdigit()) or len(t) > 18:
                         raise ValueError
                     v = int(t)
             except ValueError:
-                what = "8 hex digits" if i < 2 else "an integer >= 0"
+                what = "8 hex digits" if i < 2 else "an integer from 0 to 10^18 - 1"
                 raise InputError(f"{path}: line {n}: {name}: got {t!r}, expected {what}") from None
             vals.append(v)
         rows.append(tuple(vals))
-    if any(r[-3] > 2**62 or r[-2] > 2**62 or r[-1] > 2**62 for r in rows):
-        raise InputError(f"{path}: a time beyond 2^62 ns: expected the simulator's ns")
     return np.array(rows, FCT_DTYPE)
 
 
