@@ -110,7 +110,7 @@ def test_plot_and_export_create_their_output_directories(tmp_path, scen):
                                   str(tmp_path / "x" / "y" / "cross.hpcc"), "--scale", "8"])
     assert r.exit_code == 0, r.output
     assert sorted(p.name for p in (tmp_path / "x" / "y").iterdir()) == \
-        ["cross-topology.txt", "cross.hpcc"]
+        ["cross-config.txt", "cross-topology.txt", "cross-trace.txt", "cross.hpcc"]
 
 
 def test_a_file_in_the_output_path_is_named_a_file(tmp_path, scen):

@@ -2,6 +2,7 @@
 
 Add one import line per command module (keep them sorted).
 """
+from tokenpcap.cli import compare_cmd  # noqa: F401
 from tokenpcap.cli import export_cmd  # noqa: F401
 from tokenpcap.cli import generate_cmd  # noqa: F401
 from tokenpcap.cli import inspect_cmd  # noqa: F401

@@ -6,23 +6,33 @@ import click
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
 from tokenpcap.export.core import FORMATS
+from tokenpcap.export.hpcc import CC_MODES
 
 
 @main.command("export")
 @click.argument("scenario", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--to", "fmt", required=True, type=click.Choice(FORMATS),
-              help="hpcc (ns-3 flow + topology files), csv/parquet (message table), chrome "
+              help="hpcc (ns-3 flow, topology, config and trace files), csv/parquet (message "
+                   "table), chrome "
                    "(Trace Event JSON for Perfetto / about://tracing).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=str),
-              help="Output file, its directory created (HPCC also writes <stem>-topology.txt "
-                   "beside it).")
+              help="Output file, its directory created (HPCC also writes <stem>-topology.txt, "
+                   "<stem>-config.txt and <stem>-trace.txt beside it).")
 @click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
               help="Divide message sizes and compute time by this.")
 @click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--hpcc-cc", type=click.Choice(tuple(CC_MODES)), default=None,
+              help="hpcc only: the congestion control CC_MODE of the simulator's config "
+                   "[default: hpcc].")
 @library_errors
-def export_cmd(scenario: str, fmt: str, output: str, scale: int, iterations: int) -> None:
+def export_cmd(scenario: str, fmt: str, output: str, scale: int, iterations: int,
+               hpcc_cc: str | None) -> None:
     """Schedule SCENARIO and write its RDMA messages as FORMAT."""
     from tokenpcap.export.core import export_scenario
 
-    for path in export_scenario(scenario, fmt, output, scale=scale, iterations=iterations):
+    if hpcc_cc is not None and fmt != "hpcc":
+        raise click.UsageError(f"--hpcc-cc: got it with --to {fmt}, expected it only with "
+                               "--to hpcc")
+    for path in export_scenario(scenario, fmt, output, scale=scale, iterations=iterations,
+                                hpcc_cc=hpcc_cc or "hpcc"):
         click.echo(str(path))

@@ -4,24 +4,14 @@ The messages come from the schedule (stage 5, :class:`tokenpcap.schedule.runner.
 RDMA message with its provenance and the engine's times (``tokenpcap.schedule.engine.nic.MSG_STATE_DTYPE``).
 Formats:
 
-* ``hpcc``: the flow file of the HPCC ns-3 simulator (Li et al., SIGCOMM 2019; its
-  ``mix/flow.txt``): first line the number of flows, then one ``src dst pg dport size_bytes
-  start_seconds`` per data message, sorted by start time; ``src``/``dst`` are host node ids (the
-  global NIC index), ``pg`` 3 (the lossless class of its examples), ``dport`` 100 + the message's
-  QP index, ``start_seconds`` the message's ``start_ns`` plus ``start_offset_ns`` (HPCC's examples
-  start flows at 2 s, after the simulator's warm-up), printed exactly from integer ns. Next to
-  it a topology file in HPCC's format (``node_num switch_num link_num``, the switch ids, then
-  ``a b rate delay error_rate`` per link): one leaf per rail (NIC index within a node, the
-  rail-optimised cabling of the cluster profiles) and ``nics_per_node`` spines, every leaf to
-  every spine at ``nodes / nics_per_node`` times the NIC rate (non-blocking), per-link delay a
-  quarter of the profile's one-way ``latency_ns`` (host-leaf-spine-leaf-host is four links).
+* ``hpcc``: the input files of the HPCC ns-3 simulator, ready to run
+  (:mod:`tokenpcap.export.hpcc`: flows, topology, config, trace).
 * ``csv`` / ``parquet``: the message table, one row per message, times in integer ns.
 * ``chrome``: Trace Event Format JSON (Chrome ``about://tracing``, Perfetto): one process per
   rank with a compute thread (forward/backward/recompute/optimizer blocks) and a NIC thread (RDMA
   messages, first bit to last bit); ``ts``/``dur`` in µs written with three decimals (exact ns).
 
-Clear-to-send control messages (``kind`` 1) are in the CSV/Parquet table (column ``kind``) and
-left out of the HPCC flows (they are 64-byte handshakes the simulator's transport does itself).
+Clear-to-send control messages (``kind`` 1) are in the CSV/Parquet table (column ``kind``).
 """
 from __future__ import annotations
 
@@ -33,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.errors import InputError, OutputError
+from tokenpcap.export.hpcc import write_hpcc
 from tokenpcap.pipeline import schedule_scenario
 from tokenpcap.records import COLLECTIVES, DIMS, KIND_DATA, PHASES, phase_label
 
@@ -40,18 +31,11 @@ __all__ = ["FORMATS", "schedule_scenario", "write_hpcc", "write_table", "write_c
            "export_scenario", "TABLE_COLUMNS"]
 
 FORMATS = ("hpcc", "csv", "parquet", "chrome")
-HPCC_PG = 3
-HPCC_DPORT_BASE = 100
 #: columns of the CSV/Parquet table, in order
 TABLE_COLUMNS = ("msg_id", "start_ns", "first_tx_ns", "last_tx_end_ns", "end_ns", "src_nic",
                  "dst_nic", "qp", "size_bytes", "kind", "phase", "collective", "dim",
                  "iteration", "layer", "microbatch", "step", "call_id", "rank_src", "rank_dst",
                  "token_start", "token_end")
-
-
-def _ns_to_s_text(t: np.ndarray) -> list[str]:
-    sec, frac = np.divmod(np.asarray(t, np.int64), 1_000_000_000)
-    return [f"{s}.{f:09d}" for s, f in zip(sec.tolist(), frac.tolist())]
 
 
 def _discard(tmp: Path) -> None:
@@ -72,45 +56,6 @@ def _atomic_text(path: Path, lines) -> None:
     except OSError as err:
         _discard(tmp)
         raise OutputError(f"{path}: cannot write: {err.strerror}") from err
-
-
-def write_hpcc(messages: np.ndarray, cluster, out: str | os.PathLike, *,
-               start_offset_ns: int = 2_000_000_000) -> tuple[Path, Path]:
-    """Write ``out`` (flows) and ``out``'s sibling ``<stem>-topology.txt`` (module docstring).
-
-    Args:
-        messages: ``MSG_STATE_DTYPE`` (or ``MESSAGE_DTYPE``) rows.
-        cluster: the scenario's ``ClusterProfile`` (nodes, NICs, link rate, latency).
-
-    Returns:
-        (flow file, topology file).
-    """
-    out = Path(out)
-    m = messages[messages["kind"] == KIND_DATA]
-    m = m[np.argsort(m["start_ns"], kind="stable")]
-    start = _ns_to_s_text(m["start_ns"] + start_offset_ns)
-    rows = [f"{a} {b} {HPCC_PG} {HPCC_DPORT_BASE + q} {n} {t}\n" for a, b, q, n, t in zip(
-        m["src_nic"].tolist(), m["dst_nic"].tolist(), m["qp"].tolist(),
-        m["size_bytes"].tolist(), start)]
-    _atomic_text(out, [f"{len(rows)}\n", *rows])
-    hosts = cluster.nodes * cluster.nics_per_node
-    rails = spines = cluster.nics_per_node
-    leaf0, spine0 = hosts, hosts + rails
-    rate = _gbps_text(cluster.link_gbps)
-    up = _gbps_text(cluster.link_gbps * max(1, -(-cluster.nodes // spines)))
-    delay = f"{max(1, cluster.network.latency_ns // 4)}ns"
-    links = [f"{g} {leaf0 + g % cluster.nics_per_node} {rate} {delay} 0\n" for g in range(hosts)]
-    links += [f"{leaf0 + a} {spine0 + b} {up} {delay} 0\n" for a in range(rails)
-              for b in range(spines)]
-    topo = out.with_name(f"{out.stem}-topology.txt")
-    switches = " ".join(str(i) for i in range(leaf0, spine0 + spines))
-    _atomic_text(topo, [f"{hosts + rails + spines} {rails + spines} {len(links)}\n",
-                        f"{switches}\n", *links])
-    return out, topo
-
-
-def _gbps_text(gbps: float) -> str:
-    return f"{int(gbps)}Gbps" if float(gbps).is_integer() else f"{int(round(gbps * 1000))}Mbps"
 
 
 def table_columns(messages: np.ndarray) -> dict[str, list]:
@@ -211,11 +156,14 @@ def write_chrome(timeline: np.ndarray, messages: np.ndarray, out: str | os.PathL
 
 
 def export_scenario(scenario: str | os.PathLike, to: str, out: str | os.PathLike, *,
-                    scale: int = 1, iterations: int = 1) -> list[Path]:
+                    scale: int = 1, iterations: int = 1, hpcc_cc: str = "hpcc") -> list[Path]:
     """Schedule ``scenario`` and write it in format ``to`` (:data:`FORMATS`) at ``out``.
 
+    ``hpcc_cc`` is the HPCC simulator's congestion control (``tokenpcap.export.hpcc.CC_MODES``)
+    written into its config.
+
     Raises:
-        InputError: an unknown format. OutputError: the directory of ``out`` (created with its
+        InputError: an unknown format or ``hpcc_cc``. OutputError: the directory of ``out`` (created with its
             parents; removed again if nothing is written) cannot be made: a path component is a
             file, or the file system refuses. As :func:`schedule_scenario` otherwise.
     """
@@ -228,7 +176,7 @@ def export_scenario(scenario: str | os.PathLike, to: str, out: str | os.PathLike
         s, _, sched = schedule_scenario(scenario, scale=scale, iterations=iterations)
         m = sched.messages
         if to == "hpcc":
-            return list(write_hpcc(m, s.cluster, out))
+            return write_hpcc(m, s.cluster, out, cc=hpcc_cc)
         if to == "chrome":
             return [write_chrome(sched.timeline, m, out)]
         return [write_table(m, out, to)]

@@ -1,0 +1,57 @@
+"""tokenpcap compare SCENARIO --hpcc-fct FCT: the report, its errors and its pictures, on the
+real simulator run of Dante at --scale 64 (tests/cases/hpcc/, made as tests/export/test_hpcc_fct.py
+says)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from tokenpcap.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+DANTE = str(ROOT / "profiles" / "scenarios" / "dante.yaml")
+FCT = ROOT / "tests" / "cases" / "hpcc" / "dante-scale64-fct.txt"
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, ["compare", DANTE, *args])
+
+
+def test_report_per_phase_and_plots(tmp_path):
+    r = run("--hpcc-fct", str(FCT), "--scale", "64", "--plot", str(tmp_path / "p" / "q"))
+    assert r.exit_code == 0, r.output
+    rows = {line.split()[0]: line.split() for line in r.output.splitlines()[2:7]}
+    assert set(rows) == {"pp/forward/SendRecv", "pp/backward/SendRecv", "dp/backward/AllReduce",
+                         "emb/backward/AllReduce", "all"}
+    assert rows["all"][1:3] == ["640", "640"]
+    assert sum(int(v[1]) for k, v in rows.items() if k != "all") == 640
+    for k, v in rows.items():               # percentiles ordered, slowdowns >= 1 alone or not
+        p50, p90, p99, mx = map(float, v[6:10])
+        assert 1.0 <= p50 <= p90 <= p99 <= mx, k
+    assert "every one of the 640 flows completed in the simulator" in r.output
+    pngs = sorted((tmp_path / "p" / "q").iterdir())
+    assert [p.name for p in pngs] == ["dante-nic-completion.png", "dante-slowdown-cdf.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+def test_not_completed_flows_are_listed(tmp_path):
+    lines = FCT.read_text().splitlines(keepends=True)
+    (tmp_path / "fct.txt").write_text("".join(lines[:10] + lines[12:]))
+    r = run("--hpcc-fct", str(tmp_path / "fct.txt"), "--scale", "64")
+    assert r.exit_code == 0, r.output
+    assert "not completed by the simulator: 2 flows, flow-file lines" in r.output
+    total = [line.split() for line in r.output.splitlines() if line.startswith("all ")][0]
+    assert total[1:3] == ["640", "638"]
+
+
+def test_errors_are_one_line(tmp_path):
+    r = run("--hpcc-fct", str(FCT))                                   # --scale forgotten
+    assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
+    assert "dante-scale64-fct.txt: line 1: flow" in r.output and "--scale" in r.output
+    (tmp_path / "bad.txt").write_text("0b000301 0b001301 10000 102 3072\n")
+    r = run("--hpcc-fct", str(tmp_path / "bad.txt"), "--scale", "64")
+    assert r.exit_code == 1 and r.output.count("\n") == 1
+    assert "bad.txt: line 1: got 5 fields, expected 8" in r.output
+    r = run("--scale", "64")
+    assert r.exit_code == 2 and "--hpcc-fct" in r.output

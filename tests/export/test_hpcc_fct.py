@@ -1,0 +1,161 @@
+"""The HPCC simulator's fct.txt read back and matched to our messages.
+
+The fixtures in tests/cases/hpcc/ are real runs of the HPCC ns-3 simulator
+(alibaba-edu/High-Precision-Congestion-Control, ``simulation/``, commit of December 2026), built
+from its public source on Debian 12 with python 2.7 (pyenv) and g++ 12::
+
+    CXXFLAGS="-std=gnu++11 -O2 -w -fpermissive" python2 ./waf configure --build-profile=optimized \\
+        --enable-modules=point-to-point,internet,applications --disable-python \\
+        --disable-tests --disable-examples
+    python2 ./waf build -j2
+
+``dante-scale64-fct.txt`` (640 flows, every one completed)::
+
+    tokenpcap export profiles/scenarios/dante.yaml --to hpcc --scale 64 -o run/dante.txt
+    cd run && LD_LIBRARY_PATH=$SIM/build $SIM/build/scratch/third dante-config.txt
+
+``alone-fct.txt`` (18 flows, one at a time, 200 µs apart: sizes from 64 B to 4.8 MB, on one rail
+3 -> 19 and across rails 3 -> 20 of Dante's cluster)::
+
+    python3 -c "from tests.export.test_hpcc_fct import write_alone; write_alone('alone/alone.txt')"
+    cd alone && LD_LIBRARY_PATH=$SIM/build $SIM/build/scratch/third alone-config.txt
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tokenpcap.config.profiles import load_scenario
+from tokenpcap.errors import InputError
+from tokenpcap.export.hpcc import hpcc_flows, link_delay_ns, path_links, write_hpcc
+from tokenpcap.export.hpcc_fct import (Comparison, alone_gap_ns, compare_hpcc, match_flows,
+                                       read_fct)
+from tokenpcap.records import VERB_WRITE_IMM
+from tokenpcap.schedule.engine.nic import Engine
+
+ROOT = Path(__file__).resolve().parents[2]
+DANTE = ROOT / "profiles" / "scenarios" / "dante.yaml"
+CASES = ROOT / "tests" / "cases" / "hpcc"
+ALONE_SIZES = (64, 1186, 3072, 4096, 4097, 75390, 78126, 1_000_000, 4_825_000)
+ALONE_PAIRS = ((3, 19), (3, 20))
+ALONE_GAP_NS = 200_000
+
+
+def alone_engine() -> Engine:
+    """Dante's cluster with :data:`ALONE_SIZES` sent on each of :data:`ALONE_PAIRS`, one message
+    at a time (each alone on the fabric), run to the end."""
+    s = load_scenario(DANTE)
+    eng = Engine(s.cluster, s.generation)
+    for k, (a, b) in enumerate(p for p in ALONE_PAIRS for _ in ALONE_SIZES):
+        eng.add_message(a, b, 2, ALONE_SIZES[k % len(ALONE_SIZES)], k * ALONE_GAP_NS)
+    for _ in eng.run():
+        pass
+    return eng
+
+
+def write_alone(out: str | Path) -> list[Path]:
+    """Write the HPCC files of :func:`alone_engine` at ``out`` (how alone-fct.txt was made)."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    return write_hpcc(alone_engine().messages.copy(), load_scenario(DANTE).cluster, out)
+
+
+@pytest.fixture(scope="module")
+def dante64() -> Comparison:
+    return compare_hpcc(DANTE, CASES / "dante-scale64-fct.txt", scale=64)
+
+
+def test_every_simulated_dante_flow_matches_exactly_once(dante64):
+    c = dante64
+    fct = read_fct(CASES / "dante-scale64-fct.txt")
+    assert c.flows.size == fct.size == 640
+    assert c.completed.all()
+    assert sorted(c.sim_line.tolist()) == fct["line"].tolist()        # each line used once
+    # the matched line carries the flow's own numbers; the simulator read every start exactly
+    row = c.sim_line - 1
+    for name in ("src", "dst", "dport", "size_bytes", "start_ns"):
+        assert (fct[name][row] == c.flows[name]).all(), name
+    groups = {g["group"]: g for g in c.groups()}
+    assert groups["all"]["flows"] == groups["all"]["completed"] == 640
+    assert groups["all"]["not_completed"] == []
+    assert sum(g["bytes"] for k, g in groups.items() if k != "all") == \
+        int(c.flows["size_bytes"].sum()) == groups["all"]["bytes"]
+
+
+def test_a_flow_missing_from_fct_is_not_completed(tmp_path, dante64):
+    lines = (CASES / "dante-scale64-fct.txt").read_text().splitlines(keepends=True)
+    (tmp_path / "fct.txt").write_text("".join(lines[:100] + lines[101:]))
+    c = compare_hpcc(DANTE, tmp_path / "fct.txt", scale=64)
+    assert int((~c.completed).sum()) == 1
+    i = int(np.flatnonzero(~c.completed)[0])
+    # it is the flow that line 101 completed in the full run
+    assert i == int(np.flatnonzero(dante64.sim_line == 101)[0])
+    assert c.sim_fct_ns[i] == -1 and np.isnan(c.slowdown[i])
+    groups = {g["group"]: g for g in c.groups()}
+    assert groups["all"]["completed"] == 639 and groups["all"]["not_completed"] == [i + 2]
+    assert groups[c.labels[i]]["not_completed"] == [i + 2]
+
+
+def test_a_flow_of_another_export_is_an_error(tmp_path):
+    lines = (CASES / "dante-scale64-fct.txt").read_text().splitlines(keepends=True)
+    (tmp_path / "fct.txt").write_text("".join(lines + lines[:1]))
+    with pytest.raises(InputError, match=r"fct.txt: line 641: flow 3->19 .* got it completed "
+                                         r"more than once, expected once"):
+        compare_hpcc(DANTE, tmp_path / "fct.txt", scale=64)
+    with pytest.raises(InputError, match=r"line 1: flow .* got no such exported flow, expected "
+                                         r"the export's scenario, --scale"):
+        compare_hpcc(DANTE, CASES / "dante-scale64-fct.txt", scale=32)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("0b000301 0b001301 10000 102 3072 2000040140\n", "line 1: got 6 fields, expected 8"),
+    ("0b0003 0b001301 10000 102 3072 2000040140 1 1\n", "line 1: sip: got '0b0003', expected 8 "
+                                                        "hex digits"),
+    ("\n0b000301 0b001301 10000 102 -5 2000040140 1 1\n", "line 2: size_bytes: got '-5', "
+                                                          "expected an integer from 0"),
+    ("0b000301 0b001301 10000 102 3072 2.0 1 1\n", "line 1: start_ns: got '2.0', expected"),
+    ("0b000301 0b001301 10000 102 3072 2000040140 99999999999999999999 1\n",
+     "line 1: fct_ns: got '99999999999999999999', expected an integer from 0 to 10"),
+])
+def test_malformed_fct_lines_are_named(tmp_path, text, message):
+    (tmp_path / "fct.txt").write_text(text)
+    with pytest.raises(InputError, match=f"fct.txt: {message}"):
+        read_fct(tmp_path / "fct.txt")
+
+
+def test_a_missing_fct_file_is_named(tmp_path):
+    with pytest.raises(InputError, match="nosuch.txt: got no such file, expected the "
+                                         "simulator's FCT_OUTPUT_FILE"):
+        read_fct(tmp_path / "nosuch.txt")
+
+
+def test_alone_on_the_fabric_the_models_differ_by_the_per_hop_terms():
+    """One flow at a time: fct − ours = the simulator's extra propagation there and back
+    (2·(links·latency/2 − latency): 0 on one rail, 2 µs across) plus one store-and-forward of
+    the largest packet per switch, within 2 ns per packet and link, for flows up to one BDP;
+    longer flows also meet HPCC's rate control (U_TARGET 0.95): at most 10 % longer."""
+    eng = alone_engine()
+    s = load_scenario(DANTE)
+    m = eng.messages.copy()
+    flows = hpcc_flows(m)
+    fct = read_fct(CASES / "alone-fct.txt")
+    row = match_flows(flows, fct)
+    assert (row >= 0).all() and sorted(row.tolist()) == list(range(fct.size))
+    mm = m[flows["msg"]]
+    lat = s.cluster.network.latency_ns
+    ours = mm["arrival_ns"] - mm["ready_ns"] + lat
+    sim = fct["fct_ns"][row]
+    links = path_links(s.cluster, flows["src"], flows["dst"])
+    frames = [eng.frames(int(n), VERB_WRITE_IMM) for n in flows["size_bytes"]]
+    packets = np.array([f[0] for f in frames])
+    biggest = np.array([max(f[1]) for f in frames])
+    gap = alone_gap_ns(links, link_delay_ns(s.cluster), lat, biggest)
+    bdp = s.cluster.link_gbps / 8 * 2 * (links * link_delay_ns(s.cluster))     # bytes
+    short = flows["size_bytes"] <= bdp
+    assert short.sum() == 14 and set(links.tolist()) == {2, 4}
+    err = sim - ours - gap
+    assert (np.abs(err[short]) <= 2 * (packets[short] + links[short])).all(), err
+    assert (err[packets == 1] == 0).all()                       # one packet: exact to the ns
+    slow = (sim - gap)[~short] / ours[~short]
+    assert (slow >= 1).all() and (slow <= 1.1).all(), slow
