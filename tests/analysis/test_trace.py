@@ -58,19 +58,23 @@ def capture_frames(out: Path):
 
 @pytest.fixture(scope="module")
 def dante_pp(tmp_path_factory):
-    """The first verse traced into a pp-only Dante capture (full size, one iteration)."""
+    """The first verse traced into a pp-only Dante capture (full size, one iteration), with
+    the BPE tokenizer trained into a cache of its own."""
     out = tmp_path_factory.mktemp("dante")
-    s = load_scenario(DANTE)
-    generate(s, GenerateOptions(out_dir=out, snaplen=128, selection=Selection(phases=("pp",))))
-    return s, out, trace(s, VERSE, capture=str(out))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TOKENPCAP_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        s = load_scenario(DANTE)
+        generate(s, GenerateOptions(out_dir=out, snaplen=128,
+                                    selection=Selection(phases=("pp",))))
+        yield s, out, trace(s, VERSE, capture=str(out)), cache_dir()
 
 
 def test_first_verse_tokens_decode_back_with_the_tokenizer(dante_pp):
     from tokenizers import Tokenizer
 
-    s, _, j = dante_pp
+    s, _, j, cache = dante_pp
     sha = hashlib.sha256(s.corpus.read_bytes()).hexdigest()
-    [path] = sorted(cache_dir().glob(f"bpe-{sha[:24]}-*.json"))[-1:]
+    [path] = sorted(cache.glob(f"bpe-{sha[:24]}-*.json"))
     tok = Tokenizer.from_file(str(path))
     ids = j.located.ids
     assert tok.decode(ids).strip() == VERSE
@@ -80,7 +84,7 @@ def test_first_verse_tokens_decode_back_with_the_tokenizer(dante_pp):
 
 
 def test_first_verse_is_sequence_0_microbatch_0_iteration_0(dante_pp):
-    s, _, j = dante_pp
+    s, _, j, _ = dante_pp
     [h] = j.held
     assert (h.sample, h.microbatch, h.replica, h.iteration, h.index) == (0, 0, 0, 0, 0)
     # DP replica 0: rank 0..3 on stage 0 (node 0), 16..19 on stage 1; SP shard of TP rank 0
@@ -88,7 +92,7 @@ def test_first_verse_is_sequence_0_microbatch_0_iteration_0(dante_pp):
 
 
 def test_named_frames_are_exactly_the_activation_frames_holding_the_tokens(dante_pp):
-    s, out, j = dante_pp
+    s, out, j, _ = dante_pp
     want = set(range(j.located.token_start, j.located.token_end))
     holding = {key for key, c in capture_frames(out).items()
                if c["it"] == 0 and c["tokens"] and
@@ -105,7 +109,7 @@ def test_named_frames_are_exactly_the_activation_frames_holding_the_tokens(dante
 
 @needs_tshark
 def test_tshark_shows_exactly_the_named_frames_with_the_filters(dante_pp):
-    s, out, j = dante_pp
+    s, out, j, _ = dante_pp
     names = {v: k for k, v in j.nic_names.items()}
     for e in j.frames:
         nic = names[Path(e["file"]).stem.split("_", 1)[1].replace("_", "/")]
