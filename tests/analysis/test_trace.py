@@ -128,7 +128,8 @@ def test_micro_batch_of_two_follows_the_s_b_h_layout(tmp_path):
     s = load_scenario(path)
     out = tmp_path / "out"
     out.mkdir()
-    generate(s, GenerateOptions(out_dir=out, selection=Selection(phases=("pp/forward",))))
+    res = generate(s, GenerateOptions(out_dir=out, selection=Selection(phases=("pp/forward",))))
+    assert res.file_bytes == res.expected_bytes     # the size prediction knows the longer comments
     seq, h, b = 128, 256, 2
     arr = np.broadcast_to((np.arange(b)[None, :, None] * seq + np.arange(seq)[:, None, None]),
                           (seq, b, h)).reshape(-1)
