@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from tokenpcap.config.types import Scenario
 from tokenpcap.analysis.trace_text import Held, Located, TraceError, locate, place
+from tokenpcap.config.types import Scenario
 from tokenpcap.plan.calls import CollectiveCall
-from tokenpcap.records import DIMS
+from tokenpcap.records import DIMS, LABELS, label_codes
 from tokenpcap.records.comments import comment_text
 from tokenpcap.records.tokenspans import held_spans, piece_bounds
 
@@ -126,9 +126,11 @@ def _ep_pieces(c: CollectiveCall, s: Scenario, layout, tr_table, seq: int, b: in
         yield x, sample * seq, s0, s1, off
 
 
-def carriers(sched, s: Scenario, iteration: int, tokens: set[int]) -> list[Carrier]:
+def carriers(sched, s: Scenario, iteration: int, tokens: set[int],
+             held: list[Held]) -> list[Carrier]:
     """The transfers of ``iteration`` of the (run) schedule ``sched`` that hold any of
-    ``tokens``, with the schedule's times (module docstring, 3-4). Order: time, then NIC."""
+    ``tokens`` (which the sequences ``held`` hold, :func:`~tokenpcap.analysis.trace_text.place`),
+    with the schedule's times (module docstring, 3-4). Order: time, then NIC."""
     from tokenpcap.collectives.transfers import transfers
 
     seq, b = s.model.seq_length, s.training.micro_batch_size
@@ -136,10 +138,13 @@ def carriers(sched, s: Scenario, iteration: int, tokens: set[int]) -> list[Carri
     channels = s.collectives.channels
     pmtu = s.cluster.pmtu_bytes
     lay = sched.layout
+    owners = {(h.microbatch, r) for h in held if h.iteration == iteration
+               for stage in h.ranks for r in stage}
     out: list[Carrier] = []
     for c in sched.plan.calls(iteration):
-        if c.dim == "ep" and c.microbatch >= 0:
-            pass
+        if c.dim == "ep":
+            if not any((c.microbatch, r) in owners for r in c.group):
+                continue
         elif c.token_start < 0 or not any(a < hi and lo < e for a, e in c.token_spans(seq)):
             continue
         tr = transfers(c, sched.plan.algorithm, lay, channels, s.collectives.slice_bytes).table
@@ -161,7 +166,7 @@ def carriers(sched, s: Scenario, iteration: int, tokens: set[int]) -> list[Carri
             src, dst = int(tr["src"][x]), int(tr["dst"][x])
             comment = ""
             if nic and c.dim != "ep":
-                comment = comment_text(0, _label_code(c), c.iteration, c.call_id,
+                comment = comment_text(0, LABELS.index(c.label), c.iteration, c.call_id,
                                        int(tr["step"][x]), c.layer, c.microbatch, first, end,
                                        samples=b, seq_length=seq)
             out.append(Carrier(
@@ -174,11 +179,6 @@ def carriers(sched, s: Scenario, iteration: int, tokens: set[int]) -> list[Carri
     _times(sched, out, channels)
     out.sort(key=lambda k: (k.start_ns, not k.on_nic, k.src_nic, k.rank_src, k.call_id))
     return out
-
-
-def _label_code(c: CollectiveCall) -> int:
-    from tokenpcap.records import LABELS
-    return LABELS.index(c.label)
 
 
 def _token_bytes(mine, t0, s0, s1, b, seq, off, nb, size) -> tuple[int, int, int]:
@@ -230,7 +230,6 @@ def _times(sched, out: list[Carrier], channels: int) -> None:
                 k.qp, k.n_packets, k.psn_offset = (int(r["qp"]), int(r["n_packets"]),
                                                    int(r["psn_offset"]))
                 if not k.comment:
-                    from tokenpcap.records import label_codes
                     k.comment = comment_text(0, int(label_codes(r[None])[0]), int(r["iteration"]),
                                              int(r["call_id"]), int(r["step"]), int(r["layer"]),
                                              int(r["microbatch"]), -1, -1)
@@ -309,7 +308,7 @@ def trace(s: Scenario, text: str, *, occurrence: int = 1, scale: int | None = No
     for _ in sched.run():
         pass
     want = set(range(loc.token_start, loc.token_end))
-    cars = [k for it in its for k in carriers(sched, s, it, want)]
+    cars = [k for it in its for k in carriers(sched, s, it, want, held)]
     nics = {k.src_nic for k in cars if k.on_nic} | {k.dst_nic for k in cars if k.on_nic}
     tf.set_packet_ids(cars, seed)
     j = Journey(s.name, tc.tokenizer, tc.tokens, s.model.seq_length, scale, loc, held, cars,
