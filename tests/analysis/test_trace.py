@@ -196,3 +196,19 @@ def test_absent_text_and_the_dropped_tail_are_one_line_errors():
         trace(s, "l'amor che move il sole e l'altre stelle")
     assert "dropped tail of an epoch" in str(err.value) and "0-147456" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_a_capture_without_the_iteration_or_at_another_scale_is_refused(tmp_path):
+    s = load_scenario(tiny(tmp_path, "later"))
+    out = tmp_path / "out"
+    out.mkdir()
+    generate(s, GenerateOptions(out_dir=out, iterations=2, selection=Selection(
+        phases=("pp/forward",), iterations=range(1, 2))))
+    text = s.corpus.read_text()[20:40]                   # iteration 0
+    with pytest.raises(TraceError, match="provenance iterations: got 1:2, expected iteration 0"):
+        trace(s, text, capture=str(out))
+    with pytest.raises(TraceError, match="provenance scale: got 1, expected --scale 4"):
+        trace(s, text, capture=str(out), scale=4)
+    # the second iteration's first sequence (16 sequences of 128 tokens per iteration) is there
+    j = trace(s, s.corpus.read_text()[2048 + 10:2048 + 30], capture=str(out))
+    assert j.held[0].iteration == 1 and j.frames

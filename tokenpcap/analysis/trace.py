@@ -299,12 +299,14 @@ def trace(s: Scenario, text: str, *, occurrence: int = 1, scale: int | None = No
                              f"{seed}")
         seed = prov["seed"]
         a, b = prov["iterations"]
-        if not a <= its[0] and its[-1] < b:
+        if not (a <= its[0] and its[-1] < b):
             raise TraceError(f"{where}: provenance iterations: got {a}:{b}, expected iteration "
                              f"{its[0]} that holds the text (generate --iterations {its[-1] + 1})")
     scale = 1 if scale is None else scale
     seed = s.generation.seed if seed is None else seed
-    sched = prepare(s, tokens=tc, scale=scale, iterations=its[-1] + 1).schedule
+    # with a capture, its whole run: later iterations share the NICs with the traced one
+    run = its[-1] + 1 if files is None else max(its[-1] + 1, prov["iterations"][1])
+    sched = prepare(s, tokens=tc, scale=scale, iterations=run).schedule
     for _ in sched.run():
         pass
     want = set(range(loc.token_start, loc.token_end))
