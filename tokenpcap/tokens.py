@@ -33,7 +33,7 @@ from tokenpcap.errors import InputError, CorpusError, TokenizerError
 from tokenpcap.config.profiles import Scenario, TokenizerSpec
 
 __all__ = ["TokenizedCorpus", "read_corpus", "tokenize", "tokenize_scenario", "cache_dir",
-           "BPE_MIN_FREQUENCY", "CORPUS_MAX_BYTES"]
+           "token_bytes", "BPE_MIN_FREQUENCY", "CORPUS_MAX_BYTES"]
 
 BPE_MIN_FREQUENCY = 2
 _CACHE_FORMAT = 1
@@ -246,6 +246,48 @@ def tokenize_scenario(scenario: Scenario, cache: Path | None = None) -> Tokenize
         if text.startswith(prefix):
             text = f"{scenario.corpus}: " + text[len(prefix):]
         raise CorpusError(f"{where}: corpus: {text}") from None
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """The byte-level BPE alphabet (GPT-2's ``bytes_to_unicode``, which ``tokenizers``'
+    ``ByteLevel`` pre-tokenizer uses): the character standing for each byte value, inverted.
+    Printable Latin-1 bytes stand for themselves; the others, in byte order, for U+0100 on."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    chars = {b: chr(b) for b in keep}
+    extra = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return {c: b for b, c in chars.items()}
+
+
+def token_bytes(spec: TokenizerSpec, corpus: TokenizedCorpus,
+                cache: Path | None = None) -> list[bytes]:
+    """The bytes of text each id of ``corpus.ids`` stands for, by the tokenizer ``spec`` that
+    made it (the BPE tokenizer is read back from :func:`cache_dir`, or trained again). For the
+    byte-level tokenizers (``utf8``, ``bpe``, ``tiktoken``) they concatenate to the corpus bytes;
+    a token may hold part of a multi-byte character. ``hf`` tokenizers: each id decoded alone.
+
+    Raises:
+        CorpusError, TokenizerError: as :func:`tokenize`.
+    """
+    ids = corpus.ids.tolist()
+    if spec.kind == "utf8":
+        return [bytes((i,)) for i in ids]
+    if spec.kind == "tiktoken":
+        enc = _tiktoken(spec.name or "")
+        return [enc.decode_single_token_bytes(i) for i in ids]
+    if spec.kind == "bpe":
+        data, text = read_corpus(corpus.corpus)
+        tok = _bpe(text, hashlib.sha256(data).hexdigest(), spec.vocab_size,
+                   cache if cache is not None else cache_dir())
+        inv = _byte_level_alphabet()
+        vocab = {i: bytes(inv[c] for c in tok.id_to_token(i)) for i in set(ids)}
+        return [vocab[i] for i in ids]
+    tok = _hf(spec.name or "")
+    vocab = {i: tok.decode([i]).encode() for i in set(ids)}
+    return [vocab[i] for i in ids]
 
 
 def _bpe(text: str, sha: str, vocab_size: int, cache: Path):  # type: ignore[no-untyped-def]

@@ -11,3 +11,4 @@ from tokenpcap.cli import plot_cmd  # noqa: F401
 from tokenpcap.cli import readdress_cmd  # noqa: F401
 from tokenpcap.cli import run_cmd  # noqa: F401
 from tokenpcap.cli import tokens_cmd  # noqa: F401
+from tokenpcap.cli import trace_cmd  # noqa: F401

@@ -326,7 +326,9 @@ def _chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, route
         cols = [ku.tolist(), label_codes(mu).tolist()] + [
             mu[f].tolist() for f in ("iteration", "call_id", "step", "layer", "microbatch",
                                      "token_start", "token_end")]
-        labels_all = [comment_text(*args) for args in zip(*cols)]
+        sc = sched.scenario
+        lay = dict(samples=sc.training.micro_batch_size, seq_length=sc.model.seq_length)
+        labels_all = [comment_text(*args, **lay) for args in zip(*cols)]
         codes_all = inv.reshape(-1)
     order = np.argsort(fid, kind="stable")
     bounds = np.flatnonzero(np.diff(fid[order])) + 1

@@ -193,8 +193,10 @@ def predict_capture(schedule, selection, fmt: str, snaplen: int, split: str) -> 
         if ranks is not None:
             own &= np.isin(pm["rank_src"], ranks)
             ack &= np.isin(pm["rank_dst"], ranks)
-        npk, nb, nak, ab = record_bytes(pred, fmt, snaplen, erf,
-                                        comment_bytes(pm) if capture_format(fmt).comments else None)
+        cb = comment_bytes(pm, schedule.scenario.training.micro_batch_size,
+                           schedule.scenario.model.seq_length) \
+            if capture_format(fmt).comments else None
+        npk, nb, nak, ab = record_bytes(pred, fmt, snaplen, erf, cb)
         packets += int(npk[own].sum() + nak[ack].sum())
         nbytes += int(nb[own].sum() + ab[ack].sum())
         if split == "nic":
@@ -206,10 +208,11 @@ def predict_capture(schedule, selection, fmt: str, snaplen: int, split: str) -> 
     return CaptureSize(packets, nbytes, np.flatnonzero(seen).astype(np.int64))
 
 
-def comment_bytes(pm: np.ndarray) -> np.ndarray:
+def comment_bytes(pm: np.ndarray, samples: int = 1, seq_length: int = 1) -> np.ndarray:
     """pcapng comment option bytes per predicted message (:data:`PREDICTED_DTYPE` ``(n,)``): of
     one of its own packets and of one of its ACKs, int64 ``(n, 2)`` (option header 4, text padded
-    to 4, end-of-options 4; text :func:`tokenpcap.generate.output.comment_text`)."""
+    to 4, end-of-options 4; text :func:`tokenpcap.records.comments.comment_text` with the
+    scenario's ``micro_batch_size`` as ``samples`` and its ``seq_length``)."""
     from tokenpcap.records import PKT_ACK
     from tokenpcap.records.comments import comment_text
 
@@ -218,6 +221,6 @@ def comment_bytes(pm: np.ndarray) -> np.ndarray:
                                      "microbatch", "token_start", "token_end")]
     for i, (k, *rest) in enumerate(zip(*cols)):
         for j, kk in enumerate((k, PKT_ACK)):
-            text = comment_text(kk, *rest).encode()
+            text = comment_text(kk, *rest, samples=samples, seq_length=seq_length).encode()
             out[i, j] = 4 + ((len(text) + 3) & ~3) + 4
     return out

@@ -93,9 +93,13 @@ CTS_BYTES = 64
 #: call_id        int64  index of the plan's collective call this message belongs to, or -1
 #: rank_src       int32  global rank (GPU) that sends
 #: rank_dst       int32  global rank (GPU) that receives
-#: token_start    int64  first corpus token (index into the tokenized corpus) whose data this
-#:                       message carries, or -1 when the bytes are not per-token (gradients)
-#: token_end      int64  one past the last such token, or -1
+#: token_start    int64  corpus token (index into the tokenized corpus, repeated epoch after
+#:                       epoch) of the message's first byte, or -1 when the bytes are not
+#:                       per-token (gradients)
+#: token_end      int64  one past the token of its last byte, or -1. Activations are laid out
+#:                       [s, b, h]: with micro_batch_size 1 the message holds tokens
+#:                       [token_start, token_end); with b > 1 it interleaves b sequences and
+#:                       records.tokenspans.held_spans gives the range it holds of each
 #: ============== ====== =================================================================
 MESSAGE_DTYPE = np.dtype(
     [

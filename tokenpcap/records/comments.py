@@ -9,15 +9,23 @@ Grammar (one line, fields separated by one space, optional fields left out when 
 * ``DIM/PHASE/COLLECTIVE`` is :func:`~tokenpcap.records.phase_label` of the message;
 * ``it`` the iteration, ``call`` the plan's call id, ``step`` the algorithm step, ``layer`` and
   ``mb`` the layer and microbatch, ``tokens A-B`` the corpus token positions the message's bytes
-  hold (activations only; half-open ``[A, B)``).
+  hold (activations only; half-open ``[A, B)``; token ``i`` is corpus token ``i mod tokens``: the
+  corpus repeats epoch after epoch).
+* With ``micro_batch_size`` ``b > 1`` the bytes interleave ``b`` sequences (Megatron's ``[s, b,
+  h]`` layout, :mod:`tokenpcap.records.tokenspans`) and ``tokens`` lists, comma-separated and
+  without spaces, the half-open range the message holds of each sequence it touches:
+  ``tokens 0-128,1024-1152`` is positions 0..127 of samples 0 and 1. The ranges of two sequences
+  differ by at most one position at each end (a message that starts or ends inside the ``b``
+  rows of one position).
 
 Example: ``pp/forward/SendRecv it 0 call 996 step 0 layer 5 mb 0 tokens 0-128``.
 """
 from __future__ import annotations
 
 from tokenpcap.records import LABELS, PKT_ACK, PKT_CTS, PKT_DATA
+from tokenpcap.records.tokenspans import held_spans, parse_spans, spans_text
 
-__all__ = ["PACKET_PREFIXES", "CONTROL_PREFIXES", "comment_text"]
+__all__ = ["PACKET_PREFIXES", "CONTROL_PREFIXES", "comment_text", "parse_comment"]
 
 #: Comment prefix of each packet kind, indexed by ``PKT_DATA``, ``PKT_CTS``, ``PKT_ACK``.
 PACKET_PREFIXES: tuple[str, ...] = tuple(
@@ -27,10 +35,14 @@ CONTROL_PREFIXES: tuple[str, ...] = tuple(x for x in PACKET_PREFIXES if x)
 
 
 def comment_text(kind: int, label: int, iteration: int, call_id: int, step: int, layer: int,
-                 microbatch: int, token_start: int, token_end: int) -> str:
+                 microbatch: int, token_start: int, token_end: int, *, samples: int = 1,
+                 seq_length: int = 1) -> str:
     """The comment of a packet of kind ``kind`` (``PKT_*``) whose message has phase label
     ``LABELS[label]`` (module docstring); a negative ``call_id``, ``step``, ``layer``,
-    ``microbatch`` or ``token_start`` leaves its field out."""
+    ``microbatch`` or ``token_start`` leaves its field out. ``token_start``/``token_end`` are
+    the message's (``MESSAGE_DTYPE``: :func:`tokenpcap.records.tokenspans.piece_bounds`);
+    ``samples`` (``micro_batch_size``) and ``seq_length`` say how to read them when
+    ``samples > 1``."""
     parts = [PACKET_PREFIXES[kind] + LABELS[label], f"it {iteration}"]
     if call_id >= 0:
         parts.append(f"call {call_id}")
@@ -41,5 +53,39 @@ def comment_text(kind: int, label: int, iteration: int, call_id: int, step: int,
     if microbatch >= 0:
         parts.append(f"mb {microbatch}")
     if token_start >= 0:
-        parts.append(f"tokens {token_start}-{token_end}")
+        if samples > 1:
+            parts.append("tokens " + spans_text(held_spans(token_start, token_end, samples,
+                                                           seq_length)))
+        else:
+            parts.append(f"tokens {token_start}-{token_end}")
     return " ".join(parts)
+
+
+_INT_FIELDS = ("it", "call", "step", "layer", "mb")
+
+
+def parse_comment(text: str) -> dict | None:
+    """Read a packet comment back (module docstring): ``{"kind": PKT_*, "label": str, "it":
+    int, "call", "step", "layer", "mb": int or -1 when left out, "tokens": [(A, B), ...]}``
+    (``[]`` without a ``tokens`` field); ``None`` for text that does not follow the grammar
+    (another tool's comment)."""
+    kind = PKT_DATA
+    for k, prefix in enumerate(PACKET_PREFIXES):
+        if prefix and text.startswith(prefix):
+            kind, text = k, text[len(prefix):]
+    words = text.split(" ")
+    if len(words) % 2 != 1 or words[0] not in LABELS:
+        return None
+    out: dict = {"kind": kind, "label": words[0], "tokens": []}
+    out.update({f: -1 for f in _INT_FIELDS})
+    for key, value in zip(words[1::2], words[2::2]):
+        try:
+            if key == "tokens":
+                out["tokens"] = parse_spans(value)
+            elif key in _INT_FIELDS:
+                out[key] = int(value)
+            else:
+                return None
+        except ValueError:
+            return None
+    return out if out["it"] >= 0 else None

@@ -24,11 +24,11 @@ Rules (all times integer ns):
 
 Provenance: every message carries phase, dim, collective, iteration, layer, microbatch, step (the
 algorithm step), call_id, rank_src, rank_dst; a message of a call that carries per-token data
-(activations, TP buffers, cross-entropy values) has ``token_start``/``token_end``: Megatron lays an
-activation out as ``[s, b, h]`` so byte ``o`` of a buffer of ``S`` bytes over sequence positions
-``[p0, p1)`` belongs to position ``p0 + floor(o·(p1-p0)/S)`` of every one of the ``b`` samples;
-a message covering bytes ``[o0, o1)`` holds positions ``[q0, q1)`` and the range is
-``[token_start + q0, token_start + (b-1)·s + q1)`` (exact for ``b = 1``, enclosing otherwise).
+(activations, TP buffers, cross-entropy values) has ``token_start``/``token_end``: the corpus token
+of its first byte and one past the token of its last byte in Megatron's ``[s, b, h]`` layout
+(:func:`tokenpcap.records.tokenspans.piece_bounds`; with micro-batch 1 the half-open range of the
+tokens it holds, with ``b > 1`` :func:`~tokenpcap.records.tokenspans.held_spans` gives the range it
+holds of each sample).
 """
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.collectives.transfers import Transfers, transfers
 from tokenpcap.schedule.compute import stage_times
 from tokenpcap.records import COLLECTIVES, DIMS, KIND_DATA, MESSAGE_DTYPE, PHASES, VERB_WRITE
+from tokenpcap.records.tokenspans import piece_bounds
 from tokenpcap.model import shard_parameters
 from tokenpcap.schedule.engine.nic import Engine
 from tokenpcap.errors import InputError
@@ -66,15 +67,13 @@ NVLINK_DTYPE = np.dtype([("rank_src", "<i4"), ("rank_dst", "<i4"), ("size_bytes"
 def token_range(call: CollectiveCall, offset: int, nbytes: int, message_bytes: int,
                 seq_length: int) -> tuple[int, int]:
     """Corpus tokens whose data bytes ``[offset, offset + nbytes)`` of ``call``'s buffer of
-    ``message_bytes`` carry (module docstring); ``(-1, -1)`` for calls without per-token data."""
-    if call.token_start < 0 or call.seq_end <= call.seq_start or message_bytes <= 0:
+    ``message_bytes`` carry, as :func:`tokenpcap.records.tokenspans.piece_bounds` (module
+    docstring); ``(-1, -1)`` for calls without per-token data."""
+    if call.token_start < 0:
         return -1, -1
-    npos = call.seq_end - call.seq_start
-    q0 = offset * npos // message_bytes
-    q1 = min(npos, -(-(offset + nbytes) * npos // message_bytes))
-    b = max(1, (call.token_end - call.token_start) // seq_length)
-    base = call.token_start + call.seq_start
-    return base + q0, base + (b - 1) * seq_length + q1
+    samples = max(1, (call.token_end - call.token_start) // seq_length)
+    return piece_bounds(call.token_start, call.seq_start, call.seq_end, samples, seq_length,
+                        offset, nbytes, message_bytes)
 
 
 class _CallRun:
