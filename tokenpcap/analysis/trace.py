@@ -272,7 +272,7 @@ def trace(s: Scenario, text: str, *, occurrence: int = 1, scale: int | None = No
         CorpusError, TokenizerError, InfeasiblePlanError, CaptureError: from the stages.
     """
     from tokenpcap.analysis import trace_frames as tf
-    from tokenpcap.collectives.layout import RankLayout
+    from tokenpcap.plan.build import rank_layout
     from tokenpcap.generate.run import EPOCH_NS
     from tokenpcap.pipeline import prepare
     from tokenpcap.tokens import read_corpus, token_bytes, tokenize_scenario
@@ -280,7 +280,7 @@ def trace(s: Scenario, text: str, *, occurrence: int = 1, scale: int | None = No
     tc = tokenize_scenario(s)
     _, corpus_text = read_corpus(s.corpus)
     loc = locate(corpus_text, token_bytes(s.tokenizer, tc), tc.ids, text, occurrence)
-    held = place(s, RankLayout.from_scenario(s), loc.token_start, loc.token_end, tc.tokens)
+    held = place(s, rank_layout(s), loc.token_start, loc.token_end, tc.tokens)
     its = sorted({h.iteration for h in held})
     files = None
     if capture is not None:

@@ -7,14 +7,13 @@ from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
 from tokenpcap.export.core import FORMATS
 from tokenpcap.export.hpcc import CC_MODES
+from tokenpcap.export.registry import EXPORTS
 
 
 @main.command("export")
 @click.argument("scenario", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--to", "fmt", required=True, type=click.Choice(FORMATS),
-              help="hpcc (ns-3 flow, topology, config and trace files), csv/parquet (message "
-                   "table), chrome "
-                   "(Trace Event JSON for Perfetto / about://tracing).")
+              help="; ".join(f"{f.name}: {f.summary}" for f in EXPORTS.values()) + ".")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="Output file, its directory created (HPCC also writes <stem>-topology.txt, "
                    "<stem>-config.txt and <stem>-trace.txt beside it).")
@@ -33,6 +32,7 @@ def export_cmd(scenario: str, fmt: str, output: str, scale: int, iterations: int
     if hpcc_cc is not None and fmt != "hpcc":
         raise click.UsageError(f"--hpcc-cc: got it with --to {fmt}, expected it only with "
                                "--to hpcc")
+    options = {"cc": hpcc_cc} if hpcc_cc is not None else {}
     for path in export_scenario(scenario, fmt, output, scale=scale, iterations=iterations,
-                                hpcc_cc=hpcc_cc or "hpcc"):
+                                **options):
         click.echo(str(path))

@@ -45,6 +45,8 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.errors import InputError, OutputError
+from tokenpcap.export.registry import register_export
+from tokenpcap.pipeline import Prepared
 from tokenpcap.records import KIND_DATA
 
 __all__ = ["HPCC_PG", "HPCC_DPORT_BASE", "START_OFFSET_NS", "CC_MODES", "FLOW_DTYPE", "hpcc_flows",
@@ -286,3 +288,8 @@ def _write_all(files: dict[Path, list[str]]) -> None:
             except OSError:
                 pass
         raise OutputError(f"{current}: cannot write: {err.strerror}") from err
+
+
+@register_export("hpcc", "HPCC ns-3 flow, topology, config and trace files, ready to run")
+def _hpcc(done: Prepared, out: Path, cc: str = "hpcc") -> list[Path]:
+    return write_hpcc(done.schedule.messages, done.scenario.cluster, out, cc=cc)

@@ -215,9 +215,9 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
     addr = nic_addresses(s.cluster)
     names = {n: (f"node{n // s.cluster.nics_per_node}/nic{n % s.cluster.nics_per_node}",
                  _describe(addr, n, ib)) for n in range(n_nics)}
+    comments = capture_format(opt.fmt).comments
     cfg = WriterConfig(s.cluster, opt.fmt, opt.snaplen, seed, names,
-                       provenance_comment(s, opt, sched.iterations) if opt.fmt == "pcapng"
-                       else None)
+                       provenance_comment(s, opt, sched.iterations) if comments else None)
     expected = size.record_bytes + sum(
         _file_header_bytes(opt, cfg, sp) for sp in specs)
     free = shutil.disk_usage(opt.out_dir).free
@@ -319,7 +319,7 @@ def _chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, route
     key = tx["nic"] if opt.split == "nic" else label if opt.split == "phase" else np.zeros(len(tx), np.int64)
     fid = route[key]
     labels_all, codes_all = None, None
-    if opt.fmt == "pcapng":
+    if capture_format(opt.fmt).comments:
         pair = tx["msg"].astype(np.int64) * 3 + kc
         _, first, inv = np.unique(pair, return_index=True, return_inverse=True)
         mu, ku = m[first], kc[first]

@@ -51,7 +51,7 @@ from tokenpcap.tokens import TokenizedCorpus
 from tokenpcap.collectives.traffic import CallShape, nic_hop_sizes, per_rank_bytes
 from tokenpcap.plan.sizing import pcap_estimate
 
-__all__ = ["CollectiveCall", "PhaseRow", "Plan", "build_plan", "pipeline_bubble_fraction",
+__all__ = ["CollectiveCall", "PhaseRow", "Plan", "build_plan", "rank_layout", "pipeline_bubble_fraction",
            "wire_time_ns"]
 
 
@@ -275,6 +275,14 @@ class Plan:
         }
 
 
+def rank_layout(scenario: Scenario) -> RankLayout:
+    """The scenario's :class:`~tokenpcap.collectives.layout.RankLayout` (its parallelism on its
+    cluster's nodes and NICs). Raises: InputError: the sizes do not fit (see RankLayout)."""
+    p, c = scenario.parallelism, scenario.cluster
+    return RankLayout(dp=p.dp, tp=p.tp, pp=p.pp, ep=p.ep, gpus_per_node=c.gpus_per_node,
+                      nics_per_node=c.nics_per_node)
+
+
 def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
                scale: int = 1) -> Plan:
     """Plan one training iteration of ``scenario`` (``tokens`` adds per-epoch totals), every
@@ -295,9 +303,7 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
         raise InfeasiblePlanError(
             f"{scenario.path or '<scenario>'}: tokens.seq_length: got {tokens.seq_length}, "
             f"expected the model's seq_length {scenario.model.seq_length}")
-    p, c = scenario.parallelism, scenario.cluster
-    layout = RankLayout(dp=p.dp, tp=p.tp, pp=p.pp, ep=p.ep, gpus_per_node=c.gpus_per_node,
-                        nics_per_node=c.nics_per_node)
+    layout = rank_layout(scenario)
     fams = scale_families(build_families(scenario, layout), scale)
     alg = scenario.collectives.algorithm
     world = layout.world_size
