@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+import numpy as np
+
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.config.types import Scenario
 from tokenpcap.errors import InputError
 from tokenpcap.plan.build import Plan, build_plan
-from tokenpcap.schedule.engine.nic import Engine
 from tokenpcap.schedule.limits import check_work
 from tokenpcap.schedule.runner import Schedule
 from tokenpcap.tokens import TokenizedCorpus
@@ -32,15 +33,17 @@ class Prepared(NamedTuple):
 
 
 def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale: int = 1,
-            iterations: int = 1, engine: Engine | None = None, keep_nvlink: bool = True,
-            keep_history: bool = True) -> Prepared:
+            iterations: int = 1, nics=None, ranks=None, chunk_rows: int = 1 << 16,
+            keep_nvlink: bool = True, keep_history: bool = True) -> Prepared:
     """Plan ``scenario`` and build its schedule of ``iterations`` iterations, not yet run.
 
     Args:
         scenario: a loaded scenario. tokens: its stage-1 result (per-epoch totals in the plan).
         scale: divide every message size and compute time by this (>= 1).
         iterations: iterations the schedule runs (>= 1).
-        engine, keep_nvlink, keep_history: as :class:`~tokenpcap.schedule.runner.Schedule`.
+        nics, chunk_rows, keep_nvlink, keep_history: as :class:`~tokenpcap.schedule.runner.Schedule`
+            (the NICs whose frames are materialized; every NIC is timed). ``ranks``: materialize
+            only the NICs of these ranks (and of ``nics`` when both are given).
 
     Raises:
         InputError: ``scale`` or ``iterations`` < 1.
@@ -51,8 +54,11 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
         raise InputError(f"scale {scale} / iterations {iterations}: expected >= 1")
     plan = build_plan(scenario, tokens, scale=scale)
     check_work(plan, iterations)        # InfeasiblePlanError before simulating the impossible
-    sched = Schedule(plan, iterations=iterations, engine=engine, keep_nvlink=keep_nvlink,
-                     keep_history=keep_history)
+    if ranks is not None:
+        of_ranks = set(plan.layout.nic_array(np.asarray(sorted(ranks), np.int64)).tolist())
+        nics = of_ranks if nics is None else of_ranks & set(nics)
+    sched = Schedule(plan, iterations=iterations, nics=nics, chunk_rows=chunk_rows,
+                     keep_nvlink=keep_nvlink, keep_history=keep_history)
     return Prepared(scenario, plan, sched)
 
 

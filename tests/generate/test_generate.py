@@ -387,12 +387,10 @@ def test_running_out_of_space_inside_a_window_fails_cleanly(cross, monkeypatch):
 
 
 def test_several_iterations_same_bytes_as_keeping_every_message_and_call(cross, monkeypatch):
-    """generate drops what is over (messages, calls, programs) and predicts its size one iteration
-    at a time: the files of a 3-iteration run are byte for byte those of the same run keeping
-    everything, and their size is the one stated before writing, with and without a selection."""
-    import tokenpcap.generate.run as gen_mod
+    """generate records no history and predicts its size one iteration at a time: the files of a
+    3-iteration run are byte for byte those of the same run keeping the timeline and NVLink
+    copies, and their size is the one stated before writing, with and without a selection."""
     import tokenpcap.pipeline as pipeline_mod
-    from tokenpcap.schedule.engine.nic import Engine
     from tokenpcap.schedule.runner import Schedule
 
     path, tmp = cross
@@ -407,7 +405,6 @@ def test_several_iterations_same_bytes_as_keeping_every_message_and_call(cross, 
         assert lean[name].file_bytes == lean[name].expected_bytes
         assert sum(p.stat().st_size for p, _, _ in lean[name].files) == lean[name].expected_bytes
     assert 0 < lean["sel"].file_bytes < lean["all"].file_bytes
-    monkeypatch.setattr(gen_mod, "Engine", lambda *a, **k: Engine(*a, **{**k, "keep_messages": True}))
     monkeypatch.setattr(pipeline_mod, "Schedule",
                         lambda *a, **k: Schedule(*a, **{**k, "keep_history": True}))
     out = tmp / "keep-all"

@@ -28,10 +28,12 @@ files (stage 7, :mod:`tokenpcap.generate.output`), chunk by chunk with flat memo
   exceeds the free space of the output directory, unless ``force``. With a time window the
   prediction is an upper bound: the disk is not checked up front, and a write that runs out of
   space fails cleanly (OutputError, no file left).
-* **Memory**: the run keeps only what is in progress: the engine drops the rows of messages that
-  are over (``keep_messages=False``), the schedule an iteration's calls and programs once every
-  rank is done with it (``keep_history=False``; no timeline, no NVLink copies), and the size is
-  predicted one iteration at a time. ``GenerateResult.schedule`` therefore holds no history.
+* **Time and memory**: every NIC of the job is timed, message by message (cost independent of
+  packet counts); frames are materialized only for the NICs the selection can keep (``--nics``,
+  the NICs of ``--ranks``), and the other filters apply to those frames. The engine holds its
+  arrays for the iterations of the run (:mod:`tokenpcap.schedule.engine.state`); no timeline and
+  no NVLink copies are recorded (``keep_history=False``, ``keep_nvlink=False``), and the size is
+  predicted one iteration at a time.
 * **Signals**: on any exception, including KeyboardInterrupt and the CLI's SIGTERM, every writer
   is aborted and no temporary ``.part`` file of the run remains; worker processes also drop
   their files and exit when the parent process dies.
@@ -56,7 +58,6 @@ from tokenpcap.generate.size import predict_capture
 from tokenpcap.lower import Lowering
 from tokenpcap.records import LABELS, PKT_ACK, PKT_CTS, PKT_DATA, label_codes
 from tokenpcap.records.comments import comment_text
-from tokenpcap.schedule.engine.nic import Engine
 from tokenpcap.pcap import PcapngWriter
 from tokenpcap.pcap.registry import CAPTURE_FORMATS, capture_format
 from tokenpcap.config.profiles import Scenario
@@ -192,9 +193,8 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
         raise InputError(f"--iterations: got kept iterations {sel.iterations.start}:"
                          f"{sel.iterations.stop}, expected at most {n_iter} run")
     _, plan, sched = prepare(s, tokens=tokens, scale=opt.scale, iterations=n_iter,
-                             keep_nvlink=False, keep_history=False,
-                             engine=Engine(s.cluster, gen, chunk_rows=1 << 16,
-                                           keep_messages=False))
+                             keep_nvlink=False, keep_history=False, chunk_rows=1 << 16,
+                             nics=sel.nics, ranks=sel.ranks)
     ib = s.cluster.transport == "infiniband"
     ext = capture_format(opt.fmt).extension.lstrip(".")
 
@@ -294,7 +294,7 @@ _OPEN_END_NS = 1 << 62      # parse_window's end of an open window ("1ms:")
 
 def _chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, route, disp,
            res: GenerateResult) -> int:
-    msgs = sched.messages
+    msgs = sched.message_index
     m = msgs[tx["msg"]]
     kind = tx["kind"]
     kc = kind.astype(np.int64)                      # PKT_DATA, PKT_CTS or PKT_ACK

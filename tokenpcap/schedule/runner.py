@@ -1,26 +1,38 @@
 """Stage 5: transfers × cluster → timed RDMA messages and the packets the NICs send.
 
-:class:`Schedule` runs every rank's program (:mod:`tokenpcap.schedule.program`: 1F1B, blocking TP, DP
-buckets overlapping the backward pass, optimizer) on the discrete-event NIC engine
-(:class:`tokenpcap.schedule.engine.nic.Engine`): compute is a timer (:mod:`tokenpcap.schedule.compute`), a collective call
-becomes transfers (:mod:`tokenpcap.collectives.transfers`), a transfer between nodes an RDMA message posted
-on its sender's NIC, a transfer inside a node an NVLink copy (a timer: it is not on the wire).
+:class:`Schedule` runs every rank's program (:mod:`tokenpcap.schedule.program`: 1F1B, blocking
+TP, DP buckets overlapping the backward pass, optimizer) on the compiled NIC engine
+(:mod:`tokenpcap.schedule.engine.kernel`): compute is a timer (:mod:`tokenpcap.schedule.compute`),
+a collective call becomes transfers (:mod:`tokenpcap.collectives.transfers`), a transfer between
+nodes an RDMA message posted on its sender's NIC, a transfer inside a node an NVLink copy (a
+timer: it is not on the wire). The whole job is timed message by message; frames are
+materialized only for the NICs asked for (``nics``).
 
 Rules (all times integer ns):
 
 * A rank *starts* a call when its program reaches it. A transfer is launched at the first instant
   when its sender and its receiver have both started the call (NCCL's rendezvous: the receiver's
   buffer must be posted) and every transfer it depends on has arrived
-  (:mod:`tokenpcap.collectives.transfers`). A rank has *finished* a call when every transfer it sends or
-  receives has arrived; a blocking call resumes the program then.
+  (:mod:`tokenpcap.collectives.transfers`). A rank has *finished* a call when every transfer it
+  sends or receives has arrived; a blocking call resumes the program then.
 * RDMA messages go on QP index ``dim_index * channels + channel``: one NCCL communicator per
-  parallel dimension (:data:`tokenpcap.records.DIMS`), one connection per channel.
+  parallel dimension (:data:`tokenpcap.records.DIMS`), one connection per channel. With
+  ``generation.clear_to_send`` each data message waits for a 64-byte RDMA WRITE from its receiver
+  on the receiver's QP of the same connection (NCCL's ``ncclIbSendFifo`` entry). Every packet
+  with AckReq (the last of a message, every ``ack_every_packets``-th) is answered by an ACK
+  :data:`~tokenpcap.schedule.engine.frames.ACK_DELAY_NS` after it arrived.
+* A NIC sends one frame at a time at its link rate (layer-1 time of each frame, ceiling ns),
+  ACKs first, then its eligible QPs round-robin one packet per turn in the order the QPs were
+  created, each QP's messages in the order they were posted (:mod:`tokenpcap.schedule.engine.port`
+  describes the arbiter). A message arrives ``network.latency_ns`` after its last bit left.
 * NVLink: each GPU sends its NVLink copies one after another at ``nvlink_gbps``
   (``ceil(bytes·8/nvlink_gbps)`` ns each) and a copy arrives :data:`NVLINK_LATENCY_NS` after its
   last byte left.
 * Iteration ``i + 1`` of a rank starts when its iteration ``i`` ends (after its optimizer step).
-  The programs of iteration ``i + 1`` (every rank's) are built when the first rank gets there,
-  so a run holds the programs of the iterations in progress, not of the whole run.
+
+Events at one instant run in a fixed order (:mod:`tokenpcap.schedule.engine.kernel`), so the same
+inputs give the same times, message ids and frames; these are exactly those of the discrete-event
+Python engine (:mod:`tokenpcap.schedule.reference`), which the tests compare.
 
 Provenance: every message carries phase, dim, collective, iteration, layer, microbatch, step (the
 algorithm step), call_id, rank_src, rank_dst; a message of a call that carries per-token data
@@ -32,23 +44,26 @@ holds of each sample).
 """
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import Iterator
 
 import numpy as np
 
-from tokenpcap.plan.calls import CollectiveCall
-from tokenpcap.collectives.transfers import Transfers, transfers
-from tokenpcap.schedule.compute import stage_times
-from tokenpcap.records import COLLECTIVES, DIMS, KIND_DATA, MESSAGE_DTYPE, PHASES, VERB_WRITE
-from tokenpcap.records.tokenspans import piece_bounds
-from tokenpcap.model import shard_parameters
-from tokenpcap.schedule.engine.nic import Engine
 from tokenpcap.errors import InputError
+from tokenpcap.model import shard_parameters
 from tokenpcap.plan.build import Plan, build_plan
-from tokenpcap.schedule.program import CallMode, Compute, Mark, Wait, build_programs
+from tokenpcap.plan.calls import CollectiveCall
+from tokenpcap.records import KIND_CTS, VERB_WRITE, VERB_WRITE_IMM
+from tokenpcap.records.tokenspans import piece_bounds
+from tokenpcap.schedule.compute import stage_times
+from tokenpcap.schedule.engine import kernel as K
+from tokenpcap.schedule.engine.frames import NicModel
+from tokenpcap.schedule.engine.port import TX_DTYPE
+from tokenpcap.schedule.engine.state import build_state
+from tokenpcap.schedule.engine.table import MSG_STATE_DTYPE
+from tokenpcap.schedule.flat import MARK_CODES, flatten
 
-__all__ = ["Schedule", "NVLINK_LATENCY_NS", "TIMELINE_DTYPE", "NVLINK_DTYPE", "token_range"]
+__all__ = ["Schedule", "MessageIndex", "NVLINK_LATENCY_NS", "TIMELINE_DTYPE", "NVLINK_DTYPE", "token_range",
+           "token_ranges", "TX_DTYPE", "MSG_STATE_DTYPE"]
 
 #: Latency of an NVLink copy after its last byte (ns); a modelling constant of the order of
 #: NCCL's intra-node small-message latency.
@@ -62,6 +77,7 @@ TIMELINE_DTYPE = np.dtype([("rank", "<i4"), ("iteration", "<i2"), ("what", "S1")
 NVLINK_DTYPE = np.dtype([("rank_src", "<i4"), ("rank_dst", "<i4"), ("size_bytes", "<i8"),
                          ("start_ns", "<i8"), ("arrival_ns", "<i8"), ("phase", "u1"), ("dim", "u1"),
                          ("collective", "u1"), ("call_id", "<i8"), ("step", "<i4")])
+_TX = ("time_ns", "nic", "peer_nic", "msg", "index", "kind", "frame_bytes")
 
 
 def token_range(call: CollectiveCall, offset: int, nbytes: int, message_bytes: int,
@@ -76,39 +92,43 @@ def token_range(call: CollectiveCall, offset: int, nbytes: int, message_bytes: i
                         offset, nbytes, message_bytes)
 
 
-class _CallRun:
-    """Runtime state of one call: which ranks started it, what each transfer still waits for."""
+def token_ranges(call_attr: np.ndarray, offset: np.ndarray, nbytes: np.ndarray,
+                 seq_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`token_range` of many transfers at once (the rows of
+    :func:`tokenpcap.records.tokenspans.piece_bounds`, vectorized). ``call_attr``: int64
+    ``(n, 5)`` token_start, token_end, seq_start, seq_end, message_bytes of each transfer's call;
+    returns int64 ``(n,)`` firsts and ends."""
+    ts, te, s0, s1, size = (call_attr[:, i] for i in range(5))
+    ok = (ts >= 0) & (s1 > s0) & (size > 0)
+    safe = np.where(size > 0, size, 1)
+    samples = np.maximum(1, (te - ts) // seq_length)
+    rows = (s1 - s0) * samples
+    r0 = offset * rows // safe
+    r1 = np.minimum(rows, -(-(offset + nbytes) * rows // safe))
 
-    __slots__ = ("call", "tr", "wait", "started", "pending", "waiters", "size", "qp_base", "codes")
+    def token(r):
+        return ts + (r % samples) * seq_length + s0 + r // samples
 
-    def __init__(self, call: CollectiveCall, tr: Transfers, channels: int):
-        self.call, self.tr = call, tr
-        self.qp_base = DIMS.index(call.dim) * channels
-        self.codes = (PHASES.index(call.phase), DIMS.index(call.dim),
-                      COLLECTIVES.index(call.collective))
-        self.wait = [len(d) + 2 for d in tr.deps]       # deps + sender started + receiver started
-        self.started: set[int] = set()
-        self.pending = {r: len(tr.by_src[r]) + len(tr.by_dst[r]) for r in call.group}
-        self.waiters: dict[int, object] = {}
-        self.size = call.message_bytes
+    return np.where(ok, token(r0), -1), np.where(ok, token(r1 - 1) + 1, -1)
 
 
-class _Rank:
-    __slots__ = ("rank", "prog", "pc", "it", "stream", "stream_busy", "stream_wait", "blocked",
-                 "marks")
+class MessageIndex:
+    """``index[ids]``: ``MSG_STATE_DTYPE`` rows of a schedule's message ids (int array)."""
 
-    def __init__(self, rank: int, prog: list):
-        self.rank, self.prog, self.pc = rank, prog, 0
-        self.it = 0                          # iteration of prog (the run's iterations: done)
-        self.stream: list[int] = []          # async calls issued, not started (FIFO)
-        self.stream_busy = False
-        self.stream_wait = False
-        self.blocked = False
-        self.marks: dict[tuple, int] = {}
+    dtype = MSG_STATE_DTYPE
+
+    def __init__(self, schedule: "Schedule"):
+        self._schedule = schedule
+
+    def __len__(self) -> int:
+        return self._schedule.n_messages
+
+    def __getitem__(self, ids) -> np.ndarray:
+        return self._schedule.message_rows(ids)
 
 
 class Schedule:
-    """Run the iterations of a plan on the NIC engine (module docstring).
+    """Run the iterations of a plan on the compiled NIC engine (module docstring).
 
     The scale is the plan's (``plan.scale``: its calls' sizes are already scaled, see
     :func:`tokenpcap.plan.build.build_plan`); the schedule takes the sizes as they are and divides
@@ -117,24 +137,22 @@ class Schedule:
     Args:
         plan: :func:`tokenpcap.plan.build.build_plan`'s result.
         iterations: iterations to run (default the scenario's ``generation.iterations``).
-        scale: ``None`` (default) or ``plan.scale``: the plan's scale. Another value plans the
-            scenario again at that scale (``build_plan(plan.scenario, plan.tokens, scale=...)``)
-            and runs that plan (``self.plan``).
-        engine: an :class:`~tokenpcap.schedule.engine.nic.Engine` (default: one for the scenario's cluster).
-        keep_nvlink: record every NVLink copy in :attr:`nvlink` (default); ``False`` keeps
-            memory flat over long runs that do not need them (the generator).
-        keep_history: keep every call (:meth:`call`) and compute block (:attr:`timeline`) of
-            the run (default); ``False`` drops an iteration's calls once every rank has finished
-            it, and records no timeline, so that memory stays flat over ``iterations`` (the
-            generator: it needs neither after the packets are out).
+        scale: ``None`` (default) or ``plan.scale``; another value plans the scenario again at
+            that scale and runs that plan (``self.plan``).
+        nics: the NICs whose frames :meth:`run` yields (default all); every NIC is timed.
+        chunk_rows: most frames per chunk :meth:`run` yields.
+        keep_nvlink: record every NVLink copy in :attr:`nvlink` (default).
+        keep_history: record the compute blocks in :attr:`timeline` (default).
+        ib_grh: native InfiniBand frames carry a GRH (frame lengths).
 
     Raises:
-        InputError: ``iterations`` or ``scale`` < 1.
+        InputError: ``iterations`` or ``scale`` < 1; NICs out of range; settings the engine
+            cannot take (:class:`~tokenpcap.schedule.engine.frames.NicModel`).
     """
 
     def __init__(self, plan: Plan, *, iterations: int | None = None, scale: int | None = None,
-                 engine: Engine | None = None, keep_nvlink: bool = True,
-                 keep_history: bool = True):
+                 nics=None, chunk_rows: int = 1 << 16, keep_nvlink: bool = True,
+                 keep_history: bool = True, ib_grh: bool = False):
         s = plan.scenario
         self.iterations = s.generation.iterations if iterations is None else int(iterations)
         if self.iterations < 1 or (scale is not None and scale < 1):
@@ -142,257 +160,161 @@ class Schedule:
                              "integers >= 1")
         if scale is not None and int(scale) != plan.scale:
             plan = build_plan(s, plan.tokens, scale=int(scale))
-        self.plan, self.scenario = plan, s
-        self.scale = plan.scale
-        self.engine = engine if engine is not None else Engine(s.cluster, s.generation)
+        self.plan, self.scenario, self.scale = plan, s, plan.scale
         self.layout = plan.layout
-        cfg = s.collectives
-        self._channels, self._slice = cfg.channels, cfg.slice_bytes
-        rate = Fraction(repr(float(s.cluster.nvlink_gbps)))
-        self._nvl_num, self._nvl_den = rate.numerator, rate.denominator
-        self._nvl_free = [0] * self.layout.world_size
-        self._nic = self.layout.nic_array(np.arange(self.layout.world_size)).tolist()
-        self._node = self.layout.node_array(np.arange(self.layout.world_size)).tolist()
-        self._calls: dict[int, CollectiveCall] = {}
-        self._runs: dict[int, _CallRun] = {}
-        self._msg_transfer: dict[int, tuple[_CallRun, int]] = {}
-        self._out: list[tuple] = []       # messages to post at the end of the current event
-        self._nvlink: list[tuple] = []
-        self._keep_nvlink = bool(keep_nvlink)
-        self._timeline: list[tuple] = []
-        self._keep_history = bool(keep_history)
-        self._progs: dict[int, dict[int, list]] = {}    # iteration -> rank -> program, not taken
-        self._iter_calls: dict[int, list[int]] = {}     # iteration -> its call ids
-        self._iter_left: dict[int, int] = {}            # iteration -> ranks not done with it
-        s = self.scenario
+        self.engine = NicModel(s.cluster, s.generation, ib_grh=ib_grh)
+        if chunk_rows < 1:
+            raise InputError(f"chunk_rows: got {chunk_rows}, expected an integer >= 1")
+        if nics is not None:
+            bad = [n for n in nics if not 0 <= int(n) < self.engine.n_nics]
+            if bad:
+                raise InputError(f"nics: got {bad[0]}, expected 0 .. {self.engine.n_nics - 1}")
+        self.nics = None if nics is None else frozenset(int(n) for n in nics)
+        self._chunk = int(chunk_rows)
         pp = s.parallelism.pp
-        self._times = [stage_times(s, st, self.scale) for st in range(pp)]
-        self._shards = [shard_parameters(s.model, s.parallelism.tp, pp, st, s.parallelism.ep)
-                        for st in range(pp)]
-        self._ranks = [_Rank(r, self._program(0, r)) for r in range(self.layout.world_size)]
-
-    # ------------------------------------------------------------------ programs
-    def _program(self, it: int, rank: int) -> list:
-        """Rank ``rank``'s program of iteration ``it``; the first rank to ask builds every rank's
-        (and registers the iteration's calls)."""
-        progs = self._progs.get(it)
-        if progs is None:
-            lay = self.layout
-            calls = list(self.plan.calls(it))       # sizes already at the plan's scale
-            for c in calls:
-                self._calls[c.call_id] = c
-            self._iter_calls[it] = [c.call_id for c in calls]
-            self._iter_left[it] = lay.world_size
-            progs = self._progs[it] = build_programs(
-                calls, range(lay.world_size), lay.coords, self._shards, self._times,
-                self.plan.microbatches, it, self.scenario.training.recompute)
-        prog = progs.pop(rank)
-        if not progs:
-            del self._progs[it]
-        return prog
-
-    def _next_iteration(self, rk: _Rank) -> bool:
-        """Rank ``rk`` has run its program to the end: give it the next iteration's program
-        (False after the last). The calls of an iteration every rank is done with are over (a
-        blocking, received or stream call finishes before its rank moves on, and a pipeline send
-        before its receiver does): without ``keep_history`` they are dropped."""
-        if rk.it >= self.iterations:
-            return False
-        left = self._iter_left[rk.it] = self._iter_left[rk.it] - 1
-        if left == 0:
-            del self._iter_left[rk.it]
-            ids = self._iter_calls.pop(rk.it)
-            if not self._keep_history:
-                for cid in ids:
-                    del self._calls[cid]
-        rk.it += 1
-        if rk.it >= self.iterations:
-            rk.prog, rk.pc = [], 0
-            return False
-        rk.prog, rk.pc = self._program(rk.it, rk.rank), 0
-        return True
+        times = [stage_times(s, st, self.scale) for st in range(pp)]
+        shards = [shard_parameters(s.model, s.parallelism.tp, pp, st, s.parallelism.ep) for st in range(pp)]
+        flats = [flatten(plan, it, shards, times) for it in range(self.iterations)]
+        self._calls_list = [c for f in flats for c in f.calls]
+        self._calls = {c.call_id: c for c in self._calls_list}
+        self._call_attr = np.array([(c.iteration, c.layer, c.microbatch, c.call_id, c.token_start, c.token_end,
+                                     c.seq_start, c.seq_end, c.message_bytes) for c in self._calls_list],
+                                   np.int64).reshape(-1, 9)
+        C = np.cumsum([0] + [f.n_calls for f in flats])
+        tr_call = np.concatenate([f.tr_call + C[i] for i, f in enumerate(flats)])
+        tok = token_ranges(self._call_attr[tr_call, 4:9], np.concatenate([f.tr_offset for f in flats]),
+                           np.concatenate([f.tr_bytes for f in flats]), s.model.seq_length)
+        self._eng = build_state(flats, self.layout, self.engine, channels=s.collectives.channels,
+                                nvlink_gbps=s.cluster.nvlink_gbps, nvlink_latency_ns=NVLINK_LATENCY_NS,
+                                tok=tok, nics=self.nics, chunk_rows=self._chunk,
+                                keep_history=keep_history, keep_nvlink=keep_nvlink)
+        self._done = False
 
     # ------------------------------------------------------------------ running
     def run(self) -> Iterator[np.ndarray]:
-        """Run to the end; yield the engine's transmitted-frame chunks
-        (:data:`tokenpcap.schedule.engine.nic.TX_DTYPE`, time-ordered, bounded size).
+        """Run to the end; yield the selected NICs' transmitted frames
+        (:data:`~tokenpcap.schedule.engine.port.TX_DTYPE` chunks of at most ``chunk_rows`` rows,
+        sorted by ``time_ns`` then NIC across chunks).
 
         Raises:
             RuntimeError: a rank could not finish its program (a deadlock: an internal error).
         """
-        for rk in self._ranks:
-            self.engine.at(0, lambda t, rk=rk: self._event(self._step, rk, t))
-        yield from self.engine.run()
-        stuck = [rk.rank for rk in self._ranks
-                 if rk.pc < len(rk.prog) or rk.blocked or rk.it < self.iterations]
-        if stuck:
-            rk = self._ranks[stuck[0]]
-            raise RuntimeError(f"internal: ranks {stuck[:8]} did not finish; rank {rk.rank} at "
-                               f"iteration {rk.it} instruction {rk.pc}: "
-                               f"{rk.prog[rk.pc - 1] if rk.pc else None}")
+        eng = self._eng
+        while True:
+            status = eng.run()
+            eng.commit(int(eng.sc[K.FRONT]))
+            out = eng.out
+            rows = out[: int(eng.sc[K.NOUT])]
+            keep = rows[:, 0] < eng.sc[K.FRONT]
+            got, rest = rows[keep], rows[~keep]
+            out[: rest.shape[0]] = rest
+            eng.sc[K.NOUT] = rest.shape[0]
+            if got.shape[0]:
+                got = got[np.lexsort((got[:, 1], got[:, 0]))]
+                tx = np.empty(got.shape[0], TX_DTYPE)
+                for j, name in enumerate(_TX):
+                    tx[name] = got[:, j]
+                for i in range(0, tx.size, self._chunk):
+                    yield tx[i: i + self._chunk]
+            if status == 0:
+                break
+        rk = eng.S.rk
+        stuck = np.flatnonzero((rk[:, K.R_PC] < rk[:, K.R_END]) | (rk[:, K.R_BLOCKED] != 0)
+                               | (rk[:, K.R_IT] < self.iterations))
+        if stuck.size:
+            r = int(stuck[0])
+            raise RuntimeError(f"internal: ranks {stuck[:8].tolist()} did not finish; rank {r} at "
+                               f"iteration {int(rk[r, K.R_IT])} instruction {int(rk[r, K.R_PC])}")
+        self._done = True
+
+    # ------------------------------------------------------------------ results
+    def message_rows(self, ids) -> np.ndarray:
+        """``MSG_STATE_DTYPE`` rows of the message ids ``ids`` (int array; ids are dense, in order
+        of creation: each event's data messages, then their clear-to-send writes). Times not yet
+        reached are -1."""
+        ids = np.asarray(ids, np.int64)
+        eng = self._eng
+        ms = eng.S.ms[ids]
+        tr = eng.tr
+        x = ms[..., K.M_TR]
+        cts = ms[..., K.M_KIND] == KIND_CTS
+        c = tr["call"][x]
+        ca = self._call_attr[c]
+        codes = tr["codes"][c]
+        out = np.zeros(ids.shape, MSG_STATE_DTYPE)
+        out["msg_id"] = ids
+        out["start_ns"] = ms[..., K.M_START]
+        out["src_nic"], out["dst_nic"] = ms[..., K.M_SRC], ms[..., K.M_DST]
+        out["qp"] = tr["conn"][x]
+        out["size_bytes"] = ms[..., K.M_SIZE]
+        data_verb = VERB_WRITE_IMM if self.engine.clear_to_send else VERB_WRITE
+        out["verb"] = np.where(cts, VERB_WRITE, data_verb)
+        out["kind"] = ms[..., K.M_KIND]
+        out["phase"], out["dim"], out["collective"] = codes[..., 0], codes[..., 1], codes[..., 2]
+        out["iteration"], out["layer"], out["microbatch"] = ca[..., 0], ca[..., 1], ca[..., 2]
+        out["step"] = tr["step"][x]
+        out["call_id"] = ca[..., 3]
+        rs, rd = tr["src"][x], tr["dst"][x]
+        out["rank_src"], out["rank_dst"] = np.where(cts, rd, rs), np.where(cts, rs, rd)
+        out["token_start"], out["token_end"] = tr["tok0"][x], tr["tok1"][x]
+        out["n_packets"] = eng.S.sh_n[ms[..., K.M_SHAPE]]
+        out["psn_offset"], out["qp_seq"] = ms[..., K.M_PSN], ms[..., K.M_QSEQ]
+        out["byte_offset"], out["peer_msg"] = ms[..., K.M_BOFF], ms[..., K.M_PEER]
+        out["ready_ns"], out["first_tx_ns"] = ms[..., K.M_READY], ms[..., K.M_FIRST]
+        out["last_tx_end_ns"], out["arrival_ns"] = ms[..., K.M_LAST], ms[..., K.M_ARR]
+        return out
+
+    @property
+    def message_index(self) -> "MessageIndex":
+        """The message table indexed by id arrays without building all of it
+        (``index[ids]`` is :meth:`message_rows`), what the lowering reads per chunk."""
+        return MessageIndex(self)
+
+    @property
+    def n_messages(self) -> int:
+        """RDMA messages created so far (data and clear-to-send)."""
+        return int(self._eng.sc[K.NMSG])
 
     @property
     def messages(self) -> np.ndarray:
-        """The RDMA message table so far (``tokenpcap.schedule.engine.nic.MSG_STATE_DTYPE``: MESSAGE_DTYPE plus
-        the engine's times; clear-to-send messages have ``kind == KIND_CTS``)."""
-        return self.engine.messages
+        """The RDMA message table so far (``MSG_STATE_DTYPE (n,)``, indexed by message id:
+        MESSAGE_DTYPE plus the engine's times; clear-to-send messages have ``kind == KIND_CTS``).
+        A new array at each access: use :meth:`message_rows` for a few ids."""
+        return self.message_rows(np.arange(self.n_messages, dtype=np.int64))
 
     @property
     def nvlink(self) -> np.ndarray:
-        """NVLink copies so far, :data:`NVLINK_DTYPE` ``(n,)``."""
-        return np.array(self._nvlink, dtype=NVLINK_DTYPE) if self._nvlink else np.zeros(0, NVLINK_DTYPE)
+        """NVLink copies so far, :data:`NVLINK_DTYPE` ``(n,)`` (none with ``keep_nvlink=False``)."""
+        eng = self._eng
+        nv = eng.S.nv[: int(eng.sc[K.NNV])]
+        x = nv[:, 0]
+        c = eng.tr["call"][x]
+        out = np.zeros(len(nv), NVLINK_DTYPE)
+        out["rank_src"], out["rank_dst"] = eng.tr["src"][x], eng.tr["dst"][x]
+        out["size_bytes"] = eng.tr["bytes"][x]
+        out["start_ns"], out["arrival_ns"] = nv[:, 1], nv[:, 2]
+        codes = eng.tr["codes"][c]
+        out["phase"], out["dim"], out["collective"] = codes[:, 0], codes[:, 1], codes[:, 2]
+        out["call_id"] = self._call_attr[c, 3]
+        out["step"] = eng.tr["step"][x]
+        return out
 
     @property
     def timeline(self) -> np.ndarray:
         """Compute blocks of every rank so far, :data:`TIMELINE_DTYPE` ``(n,)`` (none recorded
         with ``keep_history=False``)."""
-        return np.array(self._timeline, dtype=TIMELINE_DTYPE) if self._timeline else \
-            np.zeros(0, TIMELINE_DTYPE)
+        eng = self._eng
+        tl = eng.S.tl[: int(eng.sc[K.NTL])]
+        out = np.zeros(len(tl), TIMELINE_DTYPE)
+        out["rank"], out["iteration"] = tl[:, 0], tl[:, 1]
+        out["what"] = np.asarray(MARK_CODES, "S1")[tl[:, 2]]
+        out["microbatch"], out["start_ns"], out["end_ns"] = tl[:, 3], tl[:, 4], tl[:, 5]
+        return out
 
     def call(self, call_id: int) -> CollectiveCall:
         """The call with this id (sizes at the plan's scale).
 
         Raises:
-            KeyError: an iteration not reached yet, or (``keep_history=False``) already over.
+            KeyError: a call id not in the run.
         """
         return self._calls[call_id]
-
-    def _event(self, fn, *args) -> None:
-        fn(*args)
-        if self._out:
-            self._flush()
-
-    def _step(self, rk: _Rank, t: int) -> None:
-        """Run rank ``rk``'s program from ``pc`` at time ``t`` until it blocks or ends."""
-        rk.blocked = False
-        while rk.pc < len(rk.prog) or self._next_iteration(rk):
-            ins = rk.prog[rk.pc]
-            rk.pc += 1
-            if isinstance(ins, Compute):
-                rk.blocked = True
-                self.engine.at(t + ins.ns, lambda t2, rk=rk: self._event(self._step, rk, t2))
-                return
-            if isinstance(ins, Mark):
-                if ins.begin:
-                    rk.marks[ins.what] = t
-                elif self._keep_history:
-                    self._timeline.append((rk.rank, ins.iteration, ins.what.encode(),
-                                           ins.microbatch, rk.marks.pop(ins.what), t))
-                continue
-            if isinstance(ins, Wait):
-                if rk.stream or rk.stream_busy:
-                    rk.stream_wait = rk.blocked = True
-                    return
-                continue
-            cid, mode = ins.call_id, ins.mode
-            if mode == CallMode.ASYNC:
-                rk.stream.append(cid)
-                if not rk.stream_busy:
-                    self._stream_next(rk, t)
-                continue
-            if mode == CallMode.SEND:
-                self._start(cid, rk.rank, t, None)
-                continue
-            rk.blocked = True
-            if not self._start(cid, rk.rank, t, rk):
-                return
-            rk.blocked = False
-
-    def _stream_next(self, rk: _Rank, t: int) -> None:
-        while rk.stream:
-            cid = rk.stream.pop(0)
-            rk.stream_busy = True
-            if not self._start(cid, rk.rank, t, ("stream", rk)):
-                return
-        rk.stream_busy = False
-        if rk.stream_wait:
-            rk.stream_wait = False
-            self._step(rk, t)
-
-    def _start(self, cid: int, rank: int, t: int, waiter) -> bool:
-        """Rank ``rank`` starts call ``cid`` at ``t``; True when its part is already finished."""
-        run = self._runs.get(cid)
-        if run is None:
-            call = self._calls[cid]
-            run = self._runs[cid] = _CallRun(call, transfers(
-                call, self.plan.algorithm, self.layout, self._channels, self._slice), self._channels)
-        run.started.add(rank)
-        tr = run.tr
-        for x in tr.by_src[rank]:
-            self._release(run, x, t)
-        for x in tr.by_dst[rank]:
-            self._release(run, x, t)
-        if run.pending[rank] == 0:
-            self._finish_rank(run, rank, t)
-            return True
-        if waiter is not None:
-            run.waiters[rank] = waiter
-        return False
-
-    def _release(self, run: _CallRun, x: int, t: int) -> None:
-        run.wait[x] -= 1
-        if run.wait[x] == 0:
-            self._launch(run, x, t)
-
-    def _launch(self, run: _CallRun, x: int, t: int) -> None:
-        _, step, src, dst, _, channel, _, nbytes, offset, nic = run.tr.rows[x]
-        c = run.call
-        if nic:
-            tok = token_range(c, offset, nbytes, run.size, self.scenario.model.seq_length)
-            self._out.append((run, x, t, self._nic[src], self._nic[dst],
-                              run.qp_base + channel, nbytes, step, src, dst, tok))
-            return
-        start = max(t, self._nvl_free[src])
-        end = start + -(-(nbytes * 8 * self._nvl_den) // self._nvl_num)
-        self._nvl_free[src] = end
-        arrive = end + NVLINK_LATENCY_NS
-        if self._keep_nvlink:
-            self._nvlink.append((src, dst, nbytes, start, arrive, run.codes[0], run.codes[1],
-                                 run.codes[2], c.call_id, step))
-        self.engine.at(arrive, lambda t2, run=run, x=x: self._event(self._arrived, run, x, t2))
-
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        rows = np.zeros(len(out), MESSAGE_DTYPE)
-        cols = list(zip(*[o[2:] for o in out]))
-        start, src_nic, dst_nic, qp, size, step, rsrc, rdst, tok = cols
-        rows["start_ns"], rows["src_nic"], rows["dst_nic"], rows["qp"] = start, src_nic, dst_nic, qp
-        rows["size_bytes"], rows["step"], rows["rank_src"], rows["rank_dst"] = size, step, rsrc, rdst
-        rows["verb"], rows["kind"] = VERB_WRITE, KIND_DATA
-        tk = np.array(tok, dtype=np.int64).reshape(-1, 2)
-        rows["token_start"], rows["token_end"] = tk[:, 0], tk[:, 1]
-        calls = [o[0].call for o in out]
-        codes = np.array([o[0].codes for o in out], np.int64).reshape(-1, 3)
-        rows["phase"], rows["dim"], rows["collective"] = codes[:, 0], codes[:, 1], codes[:, 2]
-        rows["iteration"] = [c.iteration for c in calls]
-        rows["layer"] = [c.layer for c in calls]
-        rows["microbatch"] = [c.microbatch for c in calls]
-        rows["call_id"] = [c.call_id for c in calls]
-        ids = self.engine.add_messages(rows, self._on_arrival)
-        for mid, o in zip(ids.tolist(), out):
-            self._msg_transfer[mid] = (o[0], o[1])
-
-    def _on_arrival(self, mid: int, t: int) -> None:
-        run, x = self._msg_transfer.pop(mid)
-        self._event(self._arrived, run, x, t)
-
-    def _arrived(self, run: _CallRun, x: int, t: int) -> None:
-        tr = run.tr
-        for y in tr.dependents[x]:
-            self._release(run, y, t)
-        row = tr.rows[x]
-        for r in (row[2], row[3]):
-            run.pending[r] -= 1
-            if run.pending[r] == 0 and r in run.started:
-                self._finish_rank(run, r, t)
-
-    def _finish_rank(self, run: _CallRun, rank: int, t: int) -> None:
-        w = run.waiters.pop(rank, None)
-        if all(v == 0 for v in run.pending.values()):
-            self._runs.pop(run.call.call_id, None)
-        if w is None:
-            return
-        if isinstance(w, tuple):
-            self._stream_next(w[1], t)
-        else:
-            self._step(w, t)

@@ -1,0 +1,115 @@
+"""The compiled engine (tokenpcap.schedule.engine.kernel, driven by tokenpcap.schedule.runner).
+
+Right values:
+
+* the discrete-event Python engine (tokenpcap.schedule.reference on tokenpcap.schedule.engine.nic,
+  itself checked packet by packet against an independent oracle in test_nic.py): the same message
+  table, frames, timeline and NVLink copies, byte for byte, on every kind of call and setting;
+* the α–β model of a ring AllReduce (Thakur, Rabenseifner & Gropp 2005, Sec. 4.1.1): 2(N−1) steps
+  that each move S/N bytes per rank, here in the wire bytes of their frames (RoCEv2 headers,
+  RETH, ImmDt, ICRC, and the FCS, preamble, SFD and inter-frame gap of the layer below), at link
+  rate, plus one latency term per step; within 1% for S ≥ 256 MiB.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tokenpcap.config.profiles import load_scenario
+from tokenpcap.plan.build import build_plan
+from tokenpcap.records import DIMS, KIND_DATA
+from tokenpcap.schedule.reference import ReferenceSchedule
+from tokenpcap.schedule.runner import Schedule
+from tests.schedule.test_schedule import VARIANTS, tiny_scenario
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def both(plan, iterations: int = 1):
+    new = Schedule(plan, iterations=iterations, chunk_rows=1 << 12)
+    old = ReferenceSchedule(plan, iterations=iterations)
+    tx_new = np.concatenate(list(new.run()))
+    tx_old = np.concatenate(list(old.run()))
+    return (new, tx_new), (old, tx_old)
+
+
+def assert_same(plan, iterations: int = 1) -> None:
+    (new, tx_new), (old, tx_old) = both(plan, iterations)
+    assert new.messages.tobytes() == old.messages.tobytes()
+    assert tx_new.tobytes() == tx_old.tobytes()
+    assert new.timeline.tobytes() == old.timeline.tobytes()
+    assert new.nvlink.tobytes() == old.nvlink.tobytes()
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_kind_of_call_times_as_the_reference_engine(tmp_path, variant):
+    kw = dict(VARIANTS[variant])
+    path = tiny_scenario(tmp_path, variant, kw.pop("dp"), kw.pop("tp"), kw.pop("pp"), kw.pop("gbs"), **kw)
+    assert_same(build_plan(load_scenario(path), scale=8), iterations=2)
+
+
+@pytest.mark.parametrize("gen", ["{clear_to_send: false}", "{ack_every_packets: 3}",
+                                 "{ack_every_packets: 1, clear_to_send: false}"])
+def test_acks_and_clear_to_send_settings_time_as_the_reference_engine(tmp_path, gen):
+    path = tiny_scenario(tmp_path, "acks", dp=2, tp=2, pp=2, gbs=4, extra=", dp_bucket_bytes: 300000")
+    path.write_text(path.read_text() + f"generation: {gen}\n")
+    assert_same(build_plan(load_scenario(path), scale=4))
+
+
+@pytest.mark.parametrize("name,scale", [("dante", 64), ("gpt2-all-cross", 1)])
+def test_bundled_scenarios_time_as_the_reference_engine(name, scale):
+    """The same iteration time and per-phase spans as the Python engine (here: every message
+    time and frame, which implies both)."""
+    assert_same(build_plan(load_scenario(ROOT / "profiles" / "scenarios" / f"{name}.yaml"), scale=scale))
+
+
+def _wire_bytes(size: int, pmtu: int, cts: bool) -> int:
+    """Layer-1 bytes of one RDMA WRITE (with immediate when ``cts``) of ``size`` bytes, IPv4
+    RoCEv2, written from the spec, not from the engine: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 +
+    ICRC 4 per packet, RETH 16 on the first, ImmDt 4 on the last with immediate, payload padded to
+    4, and FCS 4 + preamble/SFD 8 + IFG 12 on the link."""
+    n = max(1, -(-size // pmtu))
+    total = 0
+    for i in range(n):
+        pay = pmtu if i < n - 1 else size - (n - 1) * pmtu
+        total += 14 + 20 + 8 + 12 + 4 + pay + (-pay) % 4 + 24
+        total += 16 if i == 0 else 0
+        total += 4 if (i == n - 1 and cts) else 0
+    return total
+
+
+def test_ring_allreduce_takes_the_alpha_beta_time_of_its_wire_bytes(tmp_path):
+    """A 768 MiB fp32 gradient AllReduce (one DP bucket) over 8 single-GPU nodes on 400 Gb/s
+    links: its span is 2(N−1) steps of the wire time of one rank's S/N bytes plus a latency term
+    per step, within 1%; every NIC stays busy at ≥ 99% of the link meanwhile."""
+    path = tiny_scenario(tmp_path, "ar", dp=8, tp=1, pp=1, gbs=8, channels=2,
+                         extra=", dp_bucket_bytes: 4000000000, grad_reduce_dtype: fp32")
+    text = path.read_text().replace("hidden_size: 256", "hidden_size: 2048").replace(
+        "grad_reduce_dtype: bf16, ", "")
+    path.write_text(text)
+    s = load_scenario(path)
+    plan = build_plan(s)
+    sched = Schedule(plan, nics=(), keep_history=False, keep_nvlink=False)
+    for _ in sched.run():
+        pass
+    m = sched.messages
+    dp = m[(m["kind"] == KIND_DATA) & (m["dim"] == DIMS.index("dp"))]
+    calls = np.unique(dp["call_id"])
+    assert calls.size == 1                                  # one bucket: one AllReduce
+    S = sched.call(int(calls[0])).message_bytes
+    assert S >= 256 << 20
+    N = 8
+    span = int(dp["arrival_ns"].max() - dp["start_ns"].min())
+    # wire time of one rank's messages in one step (channels and 1 MiB slices as the transfers cut
+    # them: every rank sends the same sizes each step)
+    one = dp[(dp["rank_src"] == 0) & (dp["step"] == 0)]
+    wire = sum(_wire_bytes(int(x), s.cluster.pmtu_bytes, True) for x in one["size_bytes"])
+    beta_ns = wire * 8 / s.cluster.link_gbps
+    alpha_ns = s.cluster.network.latency_ns
+    model_ns = 2 * (N - 1) * (beta_ns + alpha_ns)
+    assert abs(span - model_ns) <= 0.01 * model_ns, (span, model_ns)
+    # and the links are full: wire bytes each NIC sent over the span
+    busy = 2 * (N - 1) * beta_ns / span
+    assert busy >= 0.99
