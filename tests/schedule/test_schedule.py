@@ -360,3 +360,31 @@ def test_a_slice_of_nics_sends_exactly_their_frames_of_the_full_run(tmp_path):
         assert got.tobytes() == want[np.isin(want["nic"], sorted(nics))].tobytes()
         assert lean.messages.tobytes() == full.messages.tobytes()
         assert not len(lean.timeline) and not len(lean.nvlink)
+
+
+def test_a_pure_pipeline_takes_the_1f1b_time(tmp_path):
+    """1F1B without interleaving (Narayanan et al. 2021, Sec. 2.2.1: the pipeline bubble is
+    (p − 1) of the m + p − 1 slots): with communication negligible (tiny activations, compute made
+    slow by a low MFU) an iteration of p = 4 stages and m = 8 microbatches (two pipelines) takes
+    (m + p − 1)·(t_f + t_b) from the first forward to the last backward, within 1%, where t_f and
+    t_b are the compute model's per-microbatch times of one stage."""
+    from tokenpcap.model import shard_parameters
+
+    p, m = 4, 8
+    path = tiny_scenario(tmp_path, "pipe", dp=2, tp=1, pp=p, gbs=2 * m, extra=", mfu: 0.001",
+                         cluster="h100-rocev2-8x1")
+    path.write_text(path.read_text().replace("layers: 4", "layers: 32").replace("vocab_size: 512",
+                                                                                "vocab_size: 64"))
+    s = load_scenario(path)
+    sched = Schedule(build_plan(s), nics=())
+    for _ in sched.run():
+        pass
+    st = stage_times(s, 1)
+    layers = shard_parameters(s.model, 1, p, 1).layers
+    t_f = layers * (st.attn_fwd + st.mlp_fwd)
+    t_b = layers * (st.attn_bwd + st.mlp_bwd)
+    tl = sched.timeline
+    fb = tl[np.isin(tl["what"], [b"F", b"B"])]
+    span = int(fb["end_ns"].max() - fb["start_ns"].min())
+    want = (m + p - 1) * (t_f + t_b)
+    assert abs(span - want) <= 0.01 * want, (span, want)
