@@ -26,7 +26,8 @@ def run(script: str, *args: str, timeout: float = 300) -> str:
     return proc.stdout
 
 
-TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "inspect_read.py"}
+TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "inspect_read.py",
+          "engine_timing.py"}
 HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
 
@@ -104,3 +105,12 @@ def test_inspect_read_runs(tmp_path):
     out = run("inspect_read.py", "--frames", "200", "--headers", "1000", "--dir", str(tmp_path),
               "--repeat", "1", "--scapy-frames", "50")
     assert "tokenpcap inspect" in out and "cat > /dev/null" in out
+
+
+def test_engine_timing_compares_both_engines_and_finds_them_identical():
+    out = run("engine_timing.py", "--scenario", "gpt2-all-cross", "--scale", "64", "--big", "dante",
+              "--big-scale", "64")
+    for label in ("reference (all frames)", "compiled, timing only", "compiled, all frames"):
+        assert re.search(rf"^  {re.escape(label)} +build", out, re.M), label
+    assert "agreement with the reference: identical messages and frames" in out
+    assert out.count("msg/s") == 4

@@ -97,7 +97,7 @@ def test_plot_and_export_refuse_gpt3_175b_at_once(tmp_path):
     for args in (["plot", g3, "-o", str(tmp_path)],
                  ["export", g3, "--to", "csv", "-o", str(tmp_path / "m.csv")]):
         r = CliRunner().invoke(main, args)
-        assert r.exit_code == 1 and "too large for the packet simulator" in r.output
+        assert r.exit_code == 1 and "too large for the timing engine" in r.output
 
 
 def test_plot_and_export_create_their_output_directories(tmp_path, scen):

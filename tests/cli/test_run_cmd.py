@@ -196,9 +196,9 @@ def test_gpt3_175b_is_refused_at_once_as_plan_only(tmp_path):
         r = CliRunner().invoke(main, ["run", str(g3), "-o", out] if not extra
                                else ["generate", str(g3), "-o", out] + extra)
         assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
-        assert r.output.startswith("error: gpt3-175b-megatron: too large for the packet simulator")
-        assert "RDMA messages" in r.output and "limit 5,000,000" in r.output
-    assert "(fewer and smaller messages: 1,398,176 when every call is one element)" in r.output
+        assert r.output.startswith("error: gpt3-175b-megatron: too large for the timing engine")
+        assert "RDMA messages" in r.output and "limit 33,333,333 messages" in r.output
+    assert "the scenario with generation.clear_to_send: false fits" in r.output
     assert not (tmp_path / "new").exists()
 
 

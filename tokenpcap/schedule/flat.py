@@ -46,10 +46,18 @@ class _Shape:
 
     __slots__ = ("n", "src", "dst", "nic", "bytes", "step", "channel", "offset", "wait",
                  "dep_ptr", "dep_list", "pos", "send_ptr", "send_list", "recv_ptr", "recv_list",
-                 "group")
+                 "group", "ab")
 
-    def __init__(self, tr, group: tuple[int, ...]):
+    def __init__(self, tr, group: tuple[int, ...], nvlink=None):
         t = tr.table
+        self.ab = -1
+        if nvlink is not None and len(t) and not t["nic"].any():
+            # every hop on NVLink: one alpha-beta time for the call, no transfers
+            (num, den), latency = nvlink
+            sent = np.bincount(t["src"] - min(group), weights=t["bytes"]).max()
+            self.ab = -(-int(sent) * 8 * den // num) + latency * len(np.unique(t["step"]))
+            t = t[:0]
+            tr = type(tr)(t, (), (), {r: () for r in group}, {r: () for r in group})
         self.n = len(t)
         self.group = group
         self.src, self.dst = t["src"].astype(np.int64), t["dst"].astype(np.int64)
@@ -79,6 +87,8 @@ class Flat:
 
     n_calls: int
     calls: list                      # CollectiveCall per local call index
+    call_ab: np.ndarray              # (C,) alpha-beta ns of an NVLink-only call, -1 otherwise
+    part_call: np.ndarray            # (P,) local call of each participation
     call_codes: np.ndarray           # (C, 3) phase, dim, collective codes
     tr_base: np.ndarray              # (C + 1,)
     part_base: np.ndarray            # (C + 1,)
@@ -118,10 +128,16 @@ def _concat_csr(ptrs: list[np.ndarray], lists: list[np.ndarray], shift: list[int
     return ptr, flat
 
 
-def flatten(plan, iteration: int, shards, times) -> Flat:
+def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0) -> Flat:
     """Arrays of ``iteration`` of ``plan`` (:class:`tokenpcap.plan.build.Plan`, sizes at its
     scale), indices local to the iteration; ``shards`` and ``times`` per pipeline stage as
     :func:`tokenpcap.schedule.program.build_programs` takes them.
+
+    ``nvlink``: None, or ``((num, den), latency_ns)`` to time every call whose hops are all on
+    NVLink as one alpha-beta term (Thakur, Rabenseifner & Gropp 2005) instead of copy by copy:
+    ``ceil(B·8·den/num) + steps·latency_ns`` with ``B`` the most bytes one rank of the group
+    sends and ``num/den`` the NVLink rate in bits per ns (``call_ab``; such calls have no
+    transfers), when the iteration has more than ``above`` NVLink copies.
 
     Raises:
         RuntimeError: a call the programs do not place (as :func:`build_programs`).
@@ -129,13 +145,20 @@ def flatten(plan, iteration: int, shards, times) -> Flat:
     lay = plan.layout
     coll = plan.scenario.collectives
     calls = list(plan.calls(iteration))
+    trs = [transfers(c, plan.algorithm, lay, coll.channels, coll.slice_bytes) for c in calls]
+    if nvlink is not None:
+        copies: dict[int, int] = {}
+        for tr in trs:
+            if id(tr) not in copies:
+                copies[id(tr)] = int((~tr.table["nic"]).sum())
+        if sum(copies[id(tr)] for tr in trs) <= above:
+            nvlink = None
     shapes: dict[int, _Shape] = {}
     per_call: list[_Shape] = []
-    for c in calls:
-        tr = transfers(c, plan.algorithm, lay, coll.channels, coll.slice_bytes)
+    for c, tr in zip(calls, trs):
         sh = shapes.get(id(tr))
         if sh is None:
-            sh = shapes[id(tr)] = _Shape(tr, tuple(c.group))
+            sh = shapes[id(tr)] = _Shape(tr, tuple(c.group), nvlink)
         per_call.append(sh)
     C = len(calls)
     ntr = np.array([sh.n for sh in per_call], np.int64)
@@ -211,7 +234,9 @@ def flatten(plan, iteration: int, shards, times) -> Flat:
                 a_col.append(0)
                 b_col.append(0)
         prog_ptr[r + 1] = len(kinds)
-    return Flat(C, calls, codes, tr_base, part_base,
+    call_ab = np.array([sh.ab for sh in per_call], np.int64)
+    part_call = np.repeat(np.arange(C, dtype=np.int64), npart)
+    return Flat(C, calls, call_ab, part_call, codes, tr_base, part_base,
                 cols["call"], cols["src"], cols["dst"], cols["srcp"], cols["dstp"], tr_nic,
                 cols["bytes"], cols["step"], cols["channel"], cols["offset"], cols["wait"],
                 dep_ptr, dep_list, part_rank, send_ptr, send_list, recv_ptr, recv_list,

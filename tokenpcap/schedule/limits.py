@@ -1,35 +1,32 @@
-"""What the packet simulator can do: the work of a run, estimated from the plan before simulating.
+"""What the timing engine can do: the work of a run, estimated from the plan before simulating.
 
-The discrete-event schedule (:mod:`tokenpcap.schedule.runner` on :mod:`tokenpcap.schedule.engine.nic`) spends Python
-time per *event* — per collective call, per RDMA message (each data message plus its
-clear-to-send write), per NVLink copy — and, in ``generate``, keeps per-message and per-call state
-only for the iterations in progress (docs/generate.md, "Memory"); packets are streamed in numpy
-chunks with flat memory.
-So the work that can make a run impossible is counted in calls, messages and NVLink copies, all
-known from the plan before anything runs:
+The compiled engine (:mod:`tokenpcap.schedule.runner` on :mod:`tokenpcap.schedule.engine.kernel`)
+times every RDMA message of the job (each data message plus its clear-to-send write) at a cost
+that does not depend on its packets, and every NVLink copy it times one by one (an iteration with
+more than :data:`~tokenpcap.schedule.runner.NVLINK_COPIES_PER_COPY` copies times its NVLink-only
+calls as a whole). Its state is arrays held for every iteration of the run; the Python work before
+it is per collective call (programs and transfers, vectorized per call shape). So what bounds a
+run is counted in calls, messages and NVLink copies, all known from the plan:
 
 * ``messages``: the plan's message count (``Plan.pcap["messages"]``: every NIC hop cut into
   ``collectives.channels`` parts and ``slice_bytes`` slices, at the plan's scale), doubled with
   ``generation.clear_to_send``, times the iterations simulated;
-* ``nvlink_copies``: the same cut of every intra-node hop (:func:`tokenpcap.collectives.transfers.transfers`
-  with ``nic == False``), times the iterations;
+* ``nvlink_copies``: the NVLink copies timed one by one (every intra-node hop cut the same way
+  while an iteration has at most ``NVLINK_COPIES_PER_COPY`` of them; beyond, only those of calls
+  that also cross nodes), times the iterations;
 * ``calls``: ``Plan.calls_per_iteration`` times the iterations;
-* ``packets``: data packets + ACKs (+ one packet per clear-to-send write) of the plan's estimate.
+* ``packets``: data packets + ACKs (+ one packet per clear-to-send write) of the whole job; only
+  the selected NICs' are made.
 
-Measured on the project's reference machine (2 cores, 23 GB, Python 3.11, shared with other
-work: load average 4-6; docs/generate.md, "Limits"): ``generate`` of Mixtral-8x7B-EP at
-``--scale 10000`` (117 k messages, 94 k NVLink copies, 234 k packets per iteration) runs about
-3,400 messages/s end to end (the schedule alone about 6,000/s: each message brings its CTS, ACK
-and arbiter events), and peaks at 205 MB for one iteration, 332 MB for four (≈ 360 B per
-message, all state included: the engine's table of 159 B per message, the size prediction,
-calls and programs). Dante (3.3 k messages, 52 k NVLink copies, 330 k packets) takes about
-2 s to schedule. The limits below keep a run under ≈ 2 GB of simulator state and about 25
-minutes of simulation on such a machine (the memory now applies per iteration in progress; the
-limit on messages is kept for the time); beyond them :func:`check_work` refuses with
-:class:`~tokenpcap.errors.InfeasiblePlanError` before anything is simulated or written.
-``--scale`` shrinks messages (down to one per channel and hop) but not the number of calls, so
-a plan like GPT-3 175B on 1024 GPUs (1.08 M calls and 84 M messages per iteration unscaled,
-still 34 M at ``--scale 100000``) stays plan-only.
+Measured on the project's reference machine (2 cores, 23 GB, Python 3.11, numba 0.68, shared:
+load average 9-11; benchmarks/README.md, "engine_timing.py"; docs/generate.md, "Limits"): about
+:data:`MESSAGE_STATE_BYTES` bytes of engine state per RDMA message (its row, 136 B, and its share
+of its transfer's), :data:`COPY_STATE_BYTES` per NVLink copy timed, :data:`CALL_STATE_BYTES` per
+call (the call, its ranks' participations and program steps); :data:`MESSAGES_PER_S` messages
+per CPU second with every NIC timed. :func:`check_work` refuses a run whose state would pass
+:data:`MAX_STATE_BYTES` (or whose calls pass :data:`MAX_CALLS`) with
+:class:`~tokenpcap.errors.InfeasiblePlanError` before anything is simulated, and says what fits:
+fewer iterations, no clear-to-send writes, or the smallest ``--scale`` that fits.
 """
 from __future__ import annotations
 
@@ -37,22 +34,25 @@ from dataclasses import dataclass
 
 from tokenpcap.errors import InfeasiblePlanError
 
-__all__ = ["Work", "estimate_work", "check_work", "MAX_MESSAGES", "MAX_CALLS",
-           "MAX_NVLINK_COPIES", "MESSAGE_STATE_BYTES", "CALL_STATE_BYTES",
+__all__ = ["Work", "estimate_work", "check_work", "MAX_STATE_BYTES", "MAX_MESSAGES", "MAX_CALLS",
+           "MAX_NVLINK_COPIES", "MESSAGE_STATE_BYTES", "COPY_STATE_BYTES", "CALL_STATE_BYTES",
            "MESSAGES_PER_S", "NVLINK_COPIES_PER_S", "PACKETS_PER_S"]
 
-#: RDMA messages (data + clear-to-send) one run may simulate: ~2 GB of state, ~15-25 min.
-MAX_MESSAGES = 5_000_000
-#: Collective calls one run may simulate (Python objects and program instructions).
-MAX_CALLS = 2_000_000
-#: NVLink copies one run may simulate (timers of the engine).
-MAX_NVLINK_COPIES = 50_000_000
+#: Engine state one run may hold (bytes; the reference machine has 23 GB, shared).
+MAX_STATE_BYTES = 8_000_000_000
 #: Measured costs (module docstring).
-MESSAGE_STATE_BYTES = 400
-CALL_STATE_BYTES = 1024
-MESSAGES_PER_S = 3_500
-NVLINK_COPIES_PER_S = 40_000
-PACKETS_PER_S = 250_000
+MESSAGE_STATE_BYTES = 240
+COPY_STATE_BYTES = 200
+CALL_STATE_BYTES = 1500
+MESSAGES_PER_S = 150_000
+NVLINK_COPIES_PER_S = 600_000
+PACKETS_PER_S = 2_000_000
+#: RDMA messages (data + clear-to-send) one run may time: what MAX_STATE_BYTES holds.
+MAX_MESSAGES = MAX_STATE_BYTES // MESSAGE_STATE_BYTES
+#: Collective calls one run may simulate (Python objects and program steps for every iteration).
+MAX_CALLS = 2_000_000
+#: NVLink copies one run may time one by one.
+MAX_NVLINK_COPIES = 50_000_000
 
 
 @dataclass(frozen=True)
@@ -67,32 +67,36 @@ class Work:
 
     @property
     def memory_bytes(self) -> int:
-        """Simulator state of one iteration, what ``generate`` holds at a time (estimate,
-        bytes; the schedule drops an iteration's calls and messages once it is over)."""
-        n = max(1, self.iterations)
-        return (self.messages * MESSAGE_STATE_BYTES + self.calls * CALL_STATE_BYTES) // n
+        """Engine state of the run (estimate, bytes: the engine holds every iteration's)."""
+        return (self.messages * MESSAGE_STATE_BYTES + self.nvlink_copies * COPY_STATE_BYTES
+                + self.calls * CALL_STATE_BYTES)
 
     @property
     def seconds(self) -> float:
-        """Simulation time on the reference machine (estimate, seconds; writing not included)."""
-        return (self.messages / MESSAGES_PER_S + self.nvlink_copies / NVLINK_COPIES_PER_S
-                + self.packets / PACKETS_PER_S)
+        """CPU time of timing the run on the reference machine (estimate, seconds; making and
+        writing the selected packets not included)."""
+        return self.messages / MESSAGES_PER_S + self.nvlink_copies / NVLINK_COPIES_PER_S
 
 
 def _nvlink_copies_per_iteration(plan) -> int:  # type: ignore[no-untyped-def]
     from tokenpcap.collectives.transfers import transfers
     from tokenpcap.collectives.traffic import CallShape
 
+    from tokenpcap.schedule.runner import NVLINK_COPIES_PER_COPY
+
     c = plan.scenario.collectives
-    n = 0
+    n = mixed = 0
     for f in plan.families:
-        per = 0
+        per = per_mixed = 0
         for g in f.groups:
             tr = transfers(CallShape(f.collective, g, f.message_bytes, f.elem_bytes),
                            plan.algorithm, plan.layout, c.channels, c.slice_bytes)
-            per += int((~tr.table["nic"]).sum())
+            copies = int((~tr.table["nic"]).sum())
+            per += copies
+            per_mixed += copies if tr.table["nic"].any() else 0
         n += per * len(f.insts)
-    return n
+        mixed += per_mixed * len(f.insts)
+    return n if n <= NVLINK_COPIES_PER_COPY else mixed
 
 
 def _messages_at_any_scale(plan, iterations: int) -> int:  # type: ignore[no-untyped-def]
@@ -121,17 +125,33 @@ def estimate_work(plan, iterations: int, *, nvlink: bool = True) -> Work:  # typ
     return Work(iterations, plan.calls_per_iteration * iterations, msgs, nvl, packets)
 
 
+def _smallest_scale(plan, iterations: int) -> tuple[int, int] | None:  # type: ignore[no-untyped-def]
+    """``(scale, messages)`` of the smallest power of ten above ``plan.scale`` whose plan is
+    within :data:`MAX_MESSAGES`, or None."""
+    from tokenpcap.plan.build import build_plan
+
+    k = 10
+    while k <= 10 ** 10:
+        if k > plan.scale:
+            w = estimate_work(build_plan(plan.scenario, scale=k), iterations, nvlink=False)
+            if w.messages <= MAX_MESSAGES and w.memory_bytes <= MAX_STATE_BYTES:
+                return k, w.messages
+        k *= 10
+    return None
+
+
 def check_work(plan, iterations: int) -> Work:  # type: ignore[no-untyped-def]
-    """Estimate the work (:func:`estimate_work`) and refuse what the simulator cannot do.
+    """Estimate the work (:func:`estimate_work`) and refuse what the engine cannot hold.
 
     Returns:
-        the :class:`Work` when it is within :data:`MAX_CALLS`, :data:`MAX_MESSAGES` and
-        :data:`MAX_NVLINK_COPIES`.
+        the :class:`Work` when it is within :data:`MAX_CALLS`, :data:`MAX_MESSAGES`,
+        :data:`MAX_NVLINK_COPIES` and :data:`MAX_STATE_BYTES`.
 
     Raises:
         InfeasiblePlanError: one line naming the scenario, the estimate, the limit and what
-            to do (``--scale``, fewer iterations, a smaller scenario; ``tokenpcap plan`` still
-            reports the traffic of any size).
+            fits: at most so many iterations, the scenario without clear-to-send writes, the
+            smallest ``--scale`` that fits, or (when none does) a job of at most so many
+            messages per iteration; ``tokenpcap plan`` reports the traffic of any size.
     """
     s = plan.scenario
     name = s.name
@@ -139,27 +159,36 @@ def check_work(plan, iterations: int) -> Work:  # type: ignore[no-untyped-def]
     scale = f" at --scale {plan.scale}" if plan.scale > 1 else ""
     its = f" over {iterations} iterations" if iterations > 1 else ""
     fewer = "fewer --iterations or " if iterations > 1 else ""
-    hint = (f"use --scale K (fewer and smaller messages), {fewer}a smaller scenario; "
-            "`tokenpcap plan` reports its traffic at any size")
+    plan_hint = "`tokenpcap plan` reports its traffic at any size"
     if quick.calls > MAX_CALLS:
         raise InfeasiblePlanError(
-            f"{name}: too large for the packet simulator: {quick.calls:,} collective calls"
+            f"{name}: too large for the timing engine: {quick.calls:,} collective calls"
             f"{its} (limit {MAX_CALLS:,}; --scale does not reduce calls); use {fewer}a "
             "smaller scenario; `tokenpcap plan` reports its traffic")
-    if quick.messages > MAX_MESSAGES:
-        floor = _messages_at_any_scale(plan, iterations)
-        hint = hint.replace("(fewer and smaller messages)",
-                            f"(fewer and smaller messages: {floor:,} when every call is one element)")
-        if floor > MAX_MESSAGES:
-            hint = (f"--scale cannot help (at least {floor:,} messages at any scale): use "
-                    f"{fewer}a smaller scenario; `tokenpcap plan` reports its traffic")
+    if quick.messages > MAX_MESSAGES or quick.memory_bytes > MAX_STATE_BYTES:
+        per = quick.messages // max(1, iterations)
+        if iterations > 1 and per <= MAX_MESSAGES:
+            fits = f"at most --iterations {max(1, MAX_MESSAGES // max(1, per))} fit"
+        elif s.generation.clear_to_send and quick.messages // 2 <= MAX_MESSAGES:
+            fits = (f"the scenario with generation.clear_to_send: false fits ({quick.messages // 2:,} "
+                    "messages, no clear-to-send writes)")
+        else:
+            floor = _messages_at_any_scale(plan, iterations)
+            found = _smallest_scale(plan, iterations) if floor <= MAX_MESSAGES else None
+            if found is not None:
+                fits = f"--scale {found[0]} fits ({found[1]:,} messages)"
+            else:
+                fits = (f"--scale cannot help (at least {floor:,} messages at any scale): a job of at "
+                        f"most {MAX_MESSAGES:,} messages per iteration fits, e.g. with fewer "
+                        "data-parallel replicas on a matching cluster")
         raise InfeasiblePlanError(
-            f"{name}: too large for the packet simulator: {quick.messages:,} RDMA messages"
-            f"{scale}{its} (limit {MAX_MESSAGES:,}, about {quick.memory_bytes / 1e9:,.1f} GB "
-            f"of simulator state{' per iteration' if iterations > 1 else ''}); {hint}")
+            f"{name}: too large for the timing engine: {quick.messages:,} RDMA messages"
+            f"{scale}{its} need about {quick.memory_bytes / 1e9:,.1f} GB of engine state (limit "
+            f"{MAX_MESSAGES:,} messages, {MAX_STATE_BYTES / 1e9:,.0f} GB); {fits}; {plan_hint}")
     work = estimate_work(plan, iterations)
     if work.nvlink_copies > MAX_NVLINK_COPIES:
         raise InfeasiblePlanError(
-            f"{name}: too large for the packet simulator: {work.nvlink_copies:,} NVLink "
-            f"copies{scale}{its} (limit {MAX_NVLINK_COPIES:,}); {hint}")
+            f"{name}: too large for the timing engine: {work.nvlink_copies:,} NVLink "
+            f"copies{scale}{its} timed one by one (limit {MAX_NVLINK_COPIES:,}); use "
+            f"{fewer}a larger --scale or a smaller scenario; {plan_hint}")
     return work

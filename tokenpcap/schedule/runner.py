@@ -27,7 +27,13 @@ Rules (all times integer ns):
   describes the arbiter). A message arrives ``network.latency_ns`` after its last bit left.
 * NVLink: each GPU sends its NVLink copies one after another at ``nvlink_gbps``
   (``ceil(bytes·8/nvlink_gbps)`` ns each) and a copy arrives :data:`NVLINK_LATENCY_NS` after its
-  last byte left.
+  last byte left. When an iteration has more than :data:`NVLINK_COPIES_PER_COPY` copies (TP
+  inside the nodes of a production job: 739 M for Llama-3 70B on 64 nodes), a call whose every
+  hop is on NVLink is timed as a whole instead (it never reaches a capture): it starts when every
+  rank of it has started and its GPUs' NVLink is free, and ends ``ceil(B·8/nvlink_gbps) +
+  steps·NVLINK_LATENCY_NS`` later, ``B`` the most bytes one of its ranks sends (the α–β time of
+  Thakur, Rabenseifner & Gropp 2005 with the NVLink latency as α); :attr:`Schedule.nvlink_mode`
+  says which, and :attr:`Schedule.nvlink` then lists only the copies of mixed calls.
 * Iteration ``i + 1`` of a rank starts when its iteration ``i`` ends (after its optimizer step).
 
 Events at one instant run in a fixed order (:mod:`tokenpcap.schedule.engine.kernel`), so the same
@@ -44,6 +50,7 @@ holds of each sample).
 """
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Iterator
 
 import numpy as np
@@ -62,7 +69,7 @@ from tokenpcap.schedule.engine.state import build_state
 from tokenpcap.schedule.engine.table import MSG_STATE_DTYPE
 from tokenpcap.schedule.flat import MARK_CODES, flatten
 
-__all__ = ["Schedule", "MessageIndex", "NVLINK_LATENCY_NS", "TIMELINE_DTYPE", "NVLINK_DTYPE", "token_range",
+__all__ = ["Schedule", "MessageIndex", "NVLINK_LATENCY_NS", "NVLINK_COPIES_PER_COPY", "TIMELINE_DTYPE", "NVLINK_DTYPE", "token_range",
            "token_ranges", "TX_DTYPE", "MSG_STATE_DTYPE"]
 
 #: Latency of an NVLink copy after its last byte (ns); a modelling constant of the order of
@@ -77,6 +84,8 @@ TIMELINE_DTYPE = np.dtype([("rank", "<i4"), ("iteration", "<i2"), ("what", "S1")
 NVLINK_DTYPE = np.dtype([("rank_src", "<i4"), ("rank_dst", "<i4"), ("size_bytes", "<i8"),
                          ("start_ns", "<i8"), ("arrival_ns", "<i8"), ("phase", "u1"), ("dim", "u1"),
                          ("collective", "u1"), ("call_id", "<i8"), ("step", "<i4")])
+#: NVLink copies per iteration up to which every copy is timed (above: per collective).
+NVLINK_COPIES_PER_COPY = 2_000_000
 _TX = ("time_ns", "nic", "peer_nic", "msg", "index", "kind", "frame_bytes")
 
 
@@ -144,6 +153,8 @@ class Schedule:
         keep_nvlink: record every NVLink copy in :attr:`nvlink` (default).
         keep_history: record the compute blocks in :attr:`timeline` (default).
         ib_grh: native InfiniBand frames carry a GRH (frame lengths).
+        nvlink_copies: NVLink copies per iteration up to which each copy is timed (module
+            docstring; 0 times every NVLink-only call as a whole).
 
     Raises:
         InputError: ``iterations`` or ``scale`` < 1; NICs out of range; settings the engine
@@ -152,7 +163,8 @@ class Schedule:
 
     def __init__(self, plan: Plan, *, iterations: int | None = None, scale: int | None = None,
                  nics=None, chunk_rows: int = 1 << 16, keep_nvlink: bool = True,
-                 keep_history: bool = True, ib_grh: bool = False):
+                 keep_history: bool = True, ib_grh: bool = False,
+                 nvlink_copies: int = NVLINK_COPIES_PER_COPY):
         s = plan.scenario
         self.iterations = s.generation.iterations if iterations is None else int(iterations)
         if self.iterations < 1 or (scale is not None and scale < 1):
@@ -174,7 +186,10 @@ class Schedule:
         pp = s.parallelism.pp
         times = [stage_times(s, st, self.scale) for st in range(pp)]
         shards = [shard_parameters(s.model, s.parallelism.tp, pp, st, s.parallelism.ep) for st in range(pp)]
-        flats = [flatten(plan, it, shards, times) for it in range(self.iterations)]
+        rate = Fraction(repr(float(s.cluster.nvlink_gbps)))
+        nvl = ((rate.numerator, rate.denominator), NVLINK_LATENCY_NS)
+        flats = [flatten(plan, it, shards, times, nvl, int(nvlink_copies)) for it in range(self.iterations)]
+        self.nvlink_mode = "collectives" if any((f.call_ab >= 0).any() for f in flats) else "copies"
         self._calls_list = [c for f in flats for c in f.calls]
         self._calls = {c.call_id: c for c in self._calls_list}
         self._call_attr = np.array([(c.iteration, c.layer, c.microbatch, c.call_id, c.token_start, c.token_end,

@@ -57,7 +57,7 @@ PKT_DATA, PKT_CTS, PKT_ACK = 0, 1, 2
 # columns of the state tables
 M_TR, M_KIND, M_SRC, M_DST, M_QPID, M_SHAPE, M_SIZE, M_START, M_READY, M_FIRST, M_LAST, M_ARR, M_PSN, M_QSEQ, M_BOFF, M_PEER, M_LINK = range(17)
 T_WAIT, T_SRCP, T_DSTP, T_SRC, T_NIC, T_BYTES, T_QPID0, T_QPID1, T_SHAPE, T_SNIC, T_DNIC, T_MSG = range(12)
-A_RANK, A_PENDING, A_STARTED, A_WAITER, A_SNEXT = range(5)
+A_RANK, A_PENDING, A_STARTED, A_WAITER, A_SNEXT, A_CALL = range(6)
 R_PC, R_END, R_IT, R_BLOCKED, R_SBUSY, R_SWAIT, R_SHEAD, R_STAIL = range(8)
 Q_PORT, Q_ORDER, Q_HEAD, Q_NEXT, Q_FHEAD, Q_FTAIL, Q_PSN, Q_COUNT, Q_BYTES = range(9)
 P_CLOCK, P_CREATED, P_ACT_LO, P_NACT, P_PTR, P_AHEAD, P_ATAIL, P_NACK, P_WAKE, P_SEL = range(10)
@@ -76,7 +76,9 @@ class State(NamedTuple):
     mark starts), ``qp (Q, 9)`` QPs (``Q_*``), ``pt (N, 10)`` NIC ports (``P_*``), ``act (Q,)``
     each port's eligible QPs sorted by creation (a region per port), ``sh_n (S,)``, ``sh_d (S, 3)``,
     ``sh_fb (S, 3)`` packets, layer-1 ns and frame bytes (FIRST, MIDDLE, LAST) per message shape,
-    ``tl (L, 6)`` timeline rows out, ``nv (V, 3)`` NVLink copies out (transfer, start, arrival).
+    ``tl (L, 6)`` timeline rows out, ``nv (V, 3)`` NVLink copies out (transfer, start, arrival);
+    per call ``call_ab`` (alpha-beta ns of an NVLink-only call timed as a whole, -1 otherwise),
+    ``call_nst`` (ranks that started it) and ``call_pbase (C + 1,)`` (its participations).
     """
 
     ms: np.ndarray
@@ -99,6 +101,9 @@ class State(NamedTuple):
     sh_fb: np.ndarray
     tl: np.ndarray
     nv: np.ndarray
+    call_ab: np.ndarray
+    call_nst: np.ndarray
+    call_pbase: np.ndarray
 
 
 # ---------------------------------------------------------------- heap
@@ -536,6 +541,23 @@ def _release(S, cf, sc, h, lst, x, t):
 def _start(S, cf, sc, h, lst, p, t, waiter):
     """Rank of participation p starts its call at t; True when its part is already finished."""
     S.part[p, A_STARTED] = 1
+    c = S.part[p, A_CALL]
+    if S.call_ab[c] >= 0:
+        # an NVLink-only call timed as a whole: it runs once every rank of it has started, on
+        # the NVLink of all of them, and every rank's part ends with it
+        S.call_nst[c] += 1
+        if S.call_nst[c] == S.call_pbase[c + 1] - S.call_pbase[c]:
+            start = t
+            for q in range(S.call_pbase[c], S.call_pbase[c + 1]):
+                if S.rk[S.part[q, A_RANK], R_NVL] > start:
+                    start = S.rk[S.part[q, A_RANK], R_NVL]
+            end = start + S.call_ab[c]
+            for q in range(S.call_pbase[c], S.call_pbase[c + 1]):
+                S.rk[S.part[q, A_RANK], R_NVL] = end
+            push(h, sc, end, EV_TIMER, 0, 2, c)
+        if waiter >= 0:
+            S.part[p, A_WAITER] = waiter
+        return False
     for i in range(S.send_ptr[p], S.send_ptr[p + 1]):
         _release(S, cf, sc, h, lst, S.send_list[i], t)
     for i in range(S.recv_ptr[p], S.recv_ptr[p + 1]):
@@ -671,6 +693,15 @@ def arrived(S, cf, sc, h, lst, x, t):
             _finish(S, cf, sc, h, lst, p, t)
 
 
+@njit(cache=True)
+def _ab_done(S, cf, sc, h, lst, c, t):
+    """An NVLink-only call timed as a whole is over: every rank's part of it is finished."""
+    for p in range(S.call_pbase[c], S.call_pbase[c + 1]):
+        S.part[p, A_PENDING] -= 1
+        if S.part[p, A_PENDING] == 0 and S.part[p, A_STARTED]:
+            _finish(S, cf, sc, h, lst, p, t)
+
+
 # ---------------------------------------------------------------- the loop
 
 @njit(cache=True)
@@ -724,8 +755,10 @@ def run(S, cf, sc, h, a, o, lst, qs, st):
         else:
             if row[3] == 0:
                 step(S, cf, sc, h, lst, row[4], t)
-            else:
+            elif row[3] == 1:
                 arrived(S, cf, sc, h, lst, row[4], t)
+            else:
+                _ab_done(S, cf, sc, h, lst, row[4], t)
             flush_out(S, cf, sc, h, lst, t)
         if sc[ERR]:
             return 2

@@ -172,10 +172,14 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     send_ptr, send_list = _csr(flats, "send_ptr", "send_list", T)
     recv_ptr, recv_list = _csr(flats, "recv_ptr", "recv_list", T)
     part_rank = _cat(flats, "part_rank")
-    part = np.full((part_rank.size, 5), -1, np.int64)
+    call_ab = np.concatenate([f.call_ab for f in flats])
+    part_call = _cat(flats, "part_call", C)
+    part = np.full((part_rank.size, 6), -1, np.int64)
     part[:, K.A_RANK] = part_rank
-    part[:, K.A_PENDING] = np.diff(send_ptr) + np.diff(recv_ptr)
+    part[:, K.A_PENDING] = np.diff(send_ptr) + np.diff(recv_ptr) + (call_ab[part_call] >= 0)
     part[:, K.A_STARTED] = 0
+    part[:, K.A_CALL] = part_call
+    call_pbase = np.concatenate([f.part_base[:-1] + P[i] for i, f in enumerate(flats)] + [[P[-1]]])
     ins = np.zeros((int(Ic[-1]), 3), np.int64)
     ins[:, 0] = _cat(flats, "ins_kind")
     ins[:, 1] = np.concatenate([np.where(f.ins_kind == K.I_CALL, f.ins_a + P[i], f.ins_a)
@@ -205,7 +209,8 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
                 rk=rk, qp=qp, pt=pt, act=np.full(max(1, nq), -1, np.int64), sh_n=sh_n,
                 sh_d=np.ascontiguousarray(sh_d), sh_fb=np.ascontiguousarray(sh_fb),
                 tl=np.zeros((n_marks, 6), np.int64),
-                nv=np.zeros((int((tr_nic == 0).sum()) if keep_nvlink else 0, 3), np.int64))
+                nv=np.zeros((int((tr_nic == 0).sum()) if keep_nvlink else 0, 3), np.int64),
+                call_ab=call_ab, call_nst=np.zeros(call_ab.size, np.int64), call_pbase=call_pbase)
     rate = Fraction(repr(float(nvlink_gbps)))
     # most events one event can push: every transfer a rank sends or receives in an iteration
     # (a program step may start several calls), a transfer's dependents, twice over
