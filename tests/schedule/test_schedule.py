@@ -388,3 +388,22 @@ def test_a_pure_pipeline_takes_the_1f1b_time(tmp_path):
     span = int(fb["end_ns"].max() - fb["start_ns"].min())
     want = (m + p - 1) * (t_f + t_b)
     assert abs(span - want) <= 0.01 * want, (span, want)
+
+
+def test_nvlink_only_calls_timed_as_a_whole_keep_the_nic_traffic():
+    """Dante's TP calls stay inside nodes: timed as a whole (alpha-beta, as a job with more than
+    NVLINK_COPIES_PER_COPY copies is), the NIC messages are the same (bytes per phase and NIC
+    equal the plan), no copy of an NVLink-only call is listed, and the iteration ends within a
+    few percent of the copy-by-copy timing (+0.9% at --scale 64, docs/generate.md)."""
+    plan = build_plan(load_scenario(ROOT / "profiles" / "scenarios" / "dante.yaml"), scale=64)
+    ends = {}
+    for limit in (10 ** 12, 0):
+        sched = Schedule(plan, nics=(), nvlink_copies=limit)
+        for _ in sched.run():
+            pass
+        assert sched.nvlink_mode == ("copies" if limit else "collectives")
+        assert_data_bytes_equal_the_plan(sched.messages, plan)
+        ends[limit] = int(sched.timeline["end_ns"].max())
+        tp = sched.nvlink[sched.nvlink["dim"] == DIMS.index("tp")]
+        assert (len(tp) > 0) == bool(limit)
+    assert 0 < ends[0] - ends[10 ** 12] <= 0.02 * ends[10 ** 12]
