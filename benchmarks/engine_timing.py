@@ -33,6 +33,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))                 # this checkout's package, whatever is installed
 
 from common import loadavg, machine  # noqa: E402
 
