@@ -1,0 +1,179 @@
+"""The compiled engine's vocabulary: event types, the columns of its state tables, the
+:class:`State` they make up, the event heap and the output rows (used by
+:mod:`tokenpcap.schedule.engine.kernel` and its parts).
+
+The heap is ordered by ``(time·8 + type, key, insertion)``: types READY < ACK < ARRIVE < TIMER <
+WAKE at equal times, READY and ARRIVE keyed by message id, ACK by (message, packet), WAKE by NIC,
+timers by insertion. A full heap or output buffer sets ``sc[ERR] = 3``: the caller keeps
+headroom (``kernel.run`` returns before an event when a buffer is near full).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "EV_READY", "EV_ACK", "EV_ARRIVE", "EV_TIMER", "EV_WAKE", "NEVER", "MASK24", "HN", "SEQ",
+    "NMSG", "NOW", "NOUT", "NLAUNCH", "ACKFREE", "ACKTOP", "NTL", "NNV", "ERR", "FRONT", "LAT",
+    "ACKDELAY", "ACK_NS", "ACK_FB", "EVERY", "CTS", "CTS_BYTES", "CTS_SHAPE", "ITERS", "WORLD",
+    "NVL_NUM", "NVL_DEN", "NVL_LAT", "GAP", "CHUNK", "KEEP_HIST", "KEEP_NV", "NPORTS", "HEAD",
+    "I_COMPUTE", "I_CALL", "I_WAIT", "I_MARK", "M_BLOCK", "M_ASYNC", "M_SEND", "M_RECV", "W_NONE",
+    "W_STEP", "W_STREAM", "PKT_DATA", "PKT_CTS", "PKT_ACK", "M_TR", "M_KIND", "M_SRC", "M_DST",
+    "M_QPID", "M_SHAPE", "M_SIZE", "M_START", "M_READY", "M_FIRST", "M_LAST", "M_ARR", "M_PSN",
+    "M_QSEQ", "M_BOFF", "M_PEER", "M_LINK", "T_WAIT", "T_SRCP", "T_DSTP", "T_SRC", "T_NIC",
+    "T_BYTES", "T_QPID0", "T_QPID1", "T_SHAPE", "T_SNIC", "T_DNIC", "T_MSG", "A_RANK", "A_PENDING",
+    "A_STARTED", "A_WAITER", "A_SNEXT", "A_CALL", "R_PC", "R_END", "R_IT", "R_BLOCKED", "R_SBUSY",
+    "R_SWAIT", "R_SHEAD", "R_STAIL", "Q_PORT", "Q_ORDER", "Q_HEAD", "Q_NEXT", "Q_FHEAD", "Q_FTAIL",
+    "Q_PSN", "Q_COUNT", "Q_BYTES", "P_CLOCK", "P_CREATED", "P_ACT_LO", "P_NACT", "P_PTR", "P_AHEAD",
+    "P_ATAIL", "P_NACK", "P_WAKE", "P_SEL", "R_NVL", "R_MARK", "State", "push", "pop", "emit"
+]
+
+
+# event types (total order at equal times)
+EV_READY, EV_ACK, EV_ARRIVE, EV_TIMER, EV_WAKE = 0, 1, 2, 3, 4
+NEVER = 1 << 62
+MASK24 = (1 << 24) - 1
+# scalar slots of sc
+HN, SEQ, NMSG, NOW, NOUT, NLAUNCH, ACKFREE, ACKTOP, NTL, NNV, ERR, FRONT = range(12)
+# config slots of cf
+(LAT, ACKDELAY, ACK_NS, ACK_FB, EVERY, CTS, CTS_BYTES, CTS_SHAPE, ITERS, WORLD, NVL_NUM, NVL_DEN,
+ NVL_LAT, GAP, CHUNK, KEEP_HIST, KEEP_NV, NPORTS, HEAD) = range(19)
+# instruction kinds and call modes (tokenpcap.schedule.program)
+I_COMPUTE, I_CALL, I_WAIT, I_MARK = 0, 1, 2, 3
+M_BLOCK, M_ASYNC, M_SEND, M_RECV = 0, 1, 2, 3
+W_NONE, W_STEP, W_STREAM = -1, 1, 2
+PKT_DATA, PKT_CTS, PKT_ACK = 0, 1, 2
+# columns of the state tables
+M_TR, M_KIND, M_SRC, M_DST, M_QPID, M_SHAPE, M_SIZE, M_START, M_READY, M_FIRST, M_LAST, M_ARR, M_PSN, M_QSEQ, M_BOFF, M_PEER, M_LINK = range(17)
+T_WAIT, T_SRCP, T_DSTP, T_SRC, T_NIC, T_BYTES, T_QPID0, T_QPID1, T_SHAPE, T_SNIC, T_DNIC, T_MSG = range(12)
+A_RANK, A_PENDING, A_STARTED, A_WAITER, A_SNEXT, A_CALL = range(6)
+R_PC, R_END, R_IT, R_BLOCKED, R_SBUSY, R_SWAIT, R_SHEAD, R_STAIL = range(8)
+Q_PORT, Q_ORDER, Q_HEAD, Q_NEXT, Q_FHEAD, Q_FTAIL, Q_PSN, Q_COUNT, Q_BYTES = range(9)
+P_CLOCK, P_CREATED, P_ACT_LO, P_NACT, P_PTR, P_AHEAD, P_ATAIL, P_NACK, P_WAKE, P_SEL = range(10)
+R_NVL, R_MARK = 8, 9   # rk columns after the stream state (R_MARK .. R_MARK + 3: mark starts)
+
+
+
+
+class State(NamedTuple):
+    """Arrays of the kernel (int64 unless said; built by :mod:`tokenpcap.schedule.engine.state`).
+
+    ``ms (M, 17)`` messages (``M_*`` columns), ``trs (T, 12)`` transfers (``T_*``), ``dep_ptr``/
+    ``dep_list`` a transfer's dependents (CSR), ``part (P, 5)`` participations of ranks in calls
+    (``A_*``), ``send_*``/``recv_*`` their transfers (CSR), ``prog_ptr (iterations·W + 1,)`` and
+    ``ins (I, 3)`` the programs (kind, a, b), ``rk (W, 13)`` ranks (``R_*``, NVLink free time,
+    mark starts), ``qp (Q, 9)`` QPs (``Q_*``), ``pt (N, 10)`` NIC ports (``P_*``), ``act (Q,)``
+    each port's eligible QPs sorted by creation (a region per port), ``sh_n (S,)``, ``sh_d (S, 3)``,
+    ``sh_fb (S, 3)`` packets, layer-1 ns and frame bytes (FIRST, MIDDLE, LAST) per message shape,
+    ``tl (L, 6)`` timeline rows out, ``nv (V, 3)`` NVLink copies out (transfer, start, arrival);
+    per call ``call_ab`` (alpha-beta ns of an NVLink-only call timed as a whole, -1 otherwise),
+    ``call_nst`` (ranks that started it) and ``call_pbase (C + 1,)`` (its participations).
+    """
+
+    ms: np.ndarray
+    trs: np.ndarray
+    dep_ptr: np.ndarray
+    dep_list: np.ndarray
+    part: np.ndarray
+    send_ptr: np.ndarray
+    send_list: np.ndarray
+    recv_ptr: np.ndarray
+    recv_list: np.ndarray
+    prog_ptr: np.ndarray
+    ins: np.ndarray
+    rk: np.ndarray
+    qp: np.ndarray
+    pt: np.ndarray
+    act: np.ndarray
+    sh_n: np.ndarray
+    sh_d: np.ndarray
+    sh_fb: np.ndarray
+    tl: np.ndarray
+    nv: np.ndarray
+    call_ab: np.ndarray
+    call_nst: np.ndarray
+    call_pbase: np.ndarray
+
+
+# ---------------------------------------------------------------- heap
+
+@njit(cache=True)
+def _less(h, i, j):
+    if h[i, 0] != h[j, 0]:
+        return h[i, 0] < h[j, 0]
+    if h[i, 1] != h[j, 1]:
+        return h[i, 1] < h[j, 1]
+    return h[i, 2] < h[j, 2]
+
+
+@njit(cache=True)
+def push(h, sc, t, typ, key2, a, b):
+    n = sc[HN]
+    if n == h.shape[0]:
+        sc[ERR] = 3                     # the caller keeps headroom (run returns 3 to grow)
+        return
+    h[n, 0] = t * 8 + typ
+    h[n, 1] = key2
+    h[n, 2] = sc[SEQ]
+    h[n, 3] = a
+    h[n, 4] = b
+    sc[SEQ] += 1
+    i = n
+    while i > 0:
+        par = (i - 1) >> 1
+        if _less(h, i, par):
+            for c in range(5):
+                tmp = h[i, c]
+                h[i, c] = h[par, c]
+                h[par, c] = tmp
+            i = par
+        else:
+            break
+    sc[HN] = n + 1
+
+
+@njit(cache=True)
+def pop(h, sc, row):
+    n = sc[HN] - 1
+    for c in range(5):
+        row[c] = h[0, c]
+        h[0, c] = h[n, c]
+    sc[HN] = n
+    i = 0
+    while True:
+        lft = 2 * i + 1
+        if lft >= n:
+            break
+        m = lft
+        if lft + 1 < n and _less(h, lft + 1, lft):
+            m = lft + 1
+        if _less(h, m, i):
+            for c in range(5):
+                tmp = h[i, c]
+                h[i, c] = h[m, c]
+                h[m, c] = tmp
+            i = m
+        else:
+            break
+
+
+# ---------------------------------------------------------------- output rows
+
+@njit(cache=True)
+def emit(o, sc, t, nic, peer, msg, idx, kind, fb):
+    n = sc[NOUT]
+    if n == o.shape[0]:
+        sc[ERR] = 3
+        return
+    o[n, 0] = t
+    o[n, 1] = nic
+    o[n, 2] = peer
+    o[n, 3] = msg
+    o[n, 4] = idx
+    o[n, 5] = kind
+    o[n, 6] = fb
+    sc[NOUT] = n + 1
+
+
