@@ -72,11 +72,12 @@ def predict_messages(schedule, iterations=None) -> Predicted:
     lay = schedule.layout
     ncoll, nph = len(COLLECTIVES), len(PHASES)
     cts = eng.clear_to_send
-    every = eng.ack_every
     its = range(schedule.iterations) if iterations is None else [int(i) for i in iterations]
     bad = [i for i in its if not 0 <= i < schedule.iterations]
     if bad:
         raise InputError(f"iterations: got {bad[0]}, expected 0 .. {schedule.iterations - 1}")
+    if hasattr(schedule, "nic_transfers"):          # the compiled schedule: vectorized
+        return _predicted(schedule, _from_transfers(schedule.nic_transfers(its), nph, ncoll), cts)
     calls = sorted((c for i in its for c in schedule.plan.calls(i)), key=lambda c: c.call_id)
     rows = []
     for c in calls:
@@ -91,16 +92,34 @@ def predict_messages(schedule, iterations=None) -> Predicted:
             tok = token_range(c, int(t["byte_offset"][x]), nb, c.message_bytes, seq)
             rows.append((src, dst, label, 0, c.iteration, c.call_id, int(t["step"][x]), c.layer,
                          c.microbatch, tok[0], tok[1], nb))
-    n = len(rows)
+    names = ("rank_src", "rank_dst", "label", "kc", "iteration", "call_id", "step", "layer",
+             "microbatch", "token_start", "token_end", "size_bytes")
+    a = list(zip(*rows)) if rows else [()] * len(names)
+    return _predicted(schedule, {k: np.asarray(v, np.int64) for k, v in zip(names, a)}, cts)
+
+
+def _from_transfers(t: dict, nph: int, ncoll: int) -> dict:
+    out = {k: t[k] for k in ("rank_src", "rank_dst", "iteration", "call_id", "step", "layer",
+                             "microbatch", "token_start", "token_end", "size_bytes")}
+    out["label"] = (t["dim"] * nph + t["phase"]) * ncoll + t["collective"]
+    out["kc"] = np.zeros_like(t["size_bytes"])
+    return out
+
+
+def _predicted(schedule, cols: dict, cts: bool) -> Predicted:
+    """:class:`Predicted` of the data messages in ``cols`` (int64 columns of PREDICTED_DTYPE
+    names) and, with clear-to-send, their CTS writes."""
+    s = schedule.scenario
+    eng = schedule.engine
+    lay = schedule.layout
+    every = eng.ack_every
+    n = len(cols["size_bytes"])
     m = np.zeros(n * (2 if cts else 1), PREDICTED_DTYPE)
     if n:
-        a = list(zip(*rows))
-        for k, name in enumerate(("rank_src", "rank_dst", "label", "kc", "iteration", "call_id",
-                                  "step", "layer", "microbatch", "token_start", "token_end",
-                                  "size_bytes")):
-            m[name][:n] = a[k]
-        nic = lay.nic_array(np.asarray(a[0]))
-        m["src_nic"][:n], m["dst_nic"][:n] = nic, lay.nic_array(np.asarray(a[1]))
+        for name, v in cols.items():
+            m[name][:n] = v
+        m["src_nic"][:n] = lay.nic_array(np.asarray(cols["rank_src"]))
+        m["dst_nic"][:n] = lay.nic_array(np.asarray(cols["rank_dst"]))
         if cts:
             m[n:] = m[:n]
             m["src_nic"][n:], m["dst_nic"][n:] = m["dst_nic"][:n], m["src_nic"][:n]
