@@ -63,12 +63,13 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
 
 
 def schedule_scenario(path: str | os.PathLike, *, scale: int = 1, iterations: int = 1) -> Prepared:
-    """Load the scenario file at ``path``, plan it and run its schedule to the end.
+    """Load the scenario file at ``path``, plan it and run its schedule to the end (every
+    message timed; no frame is made: the callers read messages, NVLink copies and the timeline).
 
     Raises:
         ProfileError: the scenario cannot be loaded. As :func:`prepare` otherwise.
     """
-    done = prepare(load_scenario(path), scale=scale, iterations=iterations)
+    done = prepare(load_scenario(path), scale=scale, iterations=iterations, nics=())
     for _ in done.schedule.run():
         pass
     return done
