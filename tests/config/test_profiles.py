@@ -511,3 +511,63 @@ def test_a_scenario_file_stem_that_is_no_safe_name_is_refused(tmp_path: Path):
     expect_profile_error(lambda: load_scenario(f), f, "name", "'my scenario'", "it names output files")
     ok = write(tmp_path / "my-scenario_2.1.yaml", scenario_dict(tmp_path))
     assert load_scenario(ok).name == "my-scenario_2.1"
+
+
+def _alias_bomb(levels: int, fan: int) -> str:
+    """A YAML document of a few hundred bytes whose aliases expand to ``fan ** levels`` values."""
+    names = [chr(ord("a") + i) for i in range(levels)]
+    lines = [f"{names[0]}: &{names[0]} [{', '.join(['x'] * fan)}]"]
+    for prev, cur in zip(names, names[1:]):
+        lines.append(f"{cur}: &{cur} [{', '.join(['*' + prev] * fan)}]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("where", ["top", "scenario key"])
+def test_an_alias_bomb_is_refused_at_once_with_work_linear_in_the_file(tmp_path: Path, where):
+    """9 levels of 10 aliases (430 bytes) stand for 10^9 values: refused, in well under the
+    suite's patience (the duplicate-key walk visits each node once); a moderate use of aliases
+    (an anchor reused a few times) still loads."""
+    import time
+
+    from tokenpcap.config.yamlcheck import PROFILE_MAX_VALUES, load_yaml
+
+    f = tmp_path / "bomb.yaml"
+    bomb = _alias_bomb(9, 10)
+    assert len(bomb) < 500
+    if where == "top":
+        f.write_text(bomb, encoding="utf-8")
+        load = lambda: load_yaml(f)  # noqa: E731
+    else:
+        body = yaml.safe_dump(scenario_dict(tmp_path), sort_keys=False)
+        f.write_text(bomb + body.replace("tokenizer:", "description: *i\ntokenizer:", 1),
+                     encoding="utf-8")
+        load = lambda: load_scenario(f)  # noqa: E731
+    t0 = time.process_time()
+    expect_profile_error(load, f, "<file>",
+                         f"more than {PROFILE_MAX_VALUES:,} values with its aliases expanded",
+                         "a profile of at most that many values")
+    assert time.process_time() - t0 < 5
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(_alias_bomb(3, 10), encoding="utf-8")         # 1,000 values: fine
+    assert len(load_yaml(ok)["c"]) == 10
+    rec = tmp_path / "recursive.yaml"
+    rec.write_text("a: &a [1, *a]\n", encoding="utf-8")
+    with pytest.raises(ProfileError, match="aliases expanded"):
+        load_yaml(rec)
+
+
+@pytest.mark.parametrize("key,value", [
+    ("corpus", "a\0b"), ("model", "m\0.yaml"), ("cluster", "c\0.yaml"),
+    ("tokenizer", {"kind": "hf", "name": "tok\0.json"}), ("tokenizer", "hf:tok\0.json")])
+def test_a_nul_character_in_a_path_value_is_one_profile_error(tmp_path: Path, key, value):
+    """No OS path holds NUL (Python raises ValueError): any path value with one is a
+    ProfileError naming the file and the key."""
+    s = write(tmp_path / "s.yaml", scenario_dict(tmp_path, **{key: value}))
+    with pytest.raises(ProfileError) as err:
+        load_scenario(s)
+    assert str(err.value).startswith(f"{s}: {key}") or "tokenizer" in str(err.value)
+    assert "NUL" in str(err.value)
+    from tokenpcap.config.yamlcheck import load_yaml
+
+    with pytest.raises(ProfileError, match="NUL"):
+        load_yaml(tmp_path / "a\0b.yaml")

@@ -288,7 +288,7 @@ _GENERATION_SPEC = {
 _SCENARIO_SPEC = {
     "name": (yc.file_name, None),
     "description": (yc.string, ""),
-    "corpus": (yc.string, yc.REQUIRED),
+    "corpus": (yc.path_text, yc.REQUIRED),
     "tokenizer": (lambda f, k, v: v, {"kind": "bpe"}),
     "model": (lambda f, k, v: v, yc.REQUIRED),
     "cluster": (lambda f, k, v: v, yc.REQUIRED),
@@ -308,6 +308,8 @@ def parse_tokenizer(text: str, vocab_size: int = 32000, base_dir: Path | None = 
         TokenizerError: an unknown kind, or ``tiktoken:``/``hf:`` without a name.
     """
     kind, _, name = text.partition(":")
+    if "\0" in text:
+        raise TokenizerError(f"tokenizer: got {text!r}, expected a name without NUL characters")
     if kind in ("utf8", "bpe") and not name:
         return TokenizerSpec(kind=kind, vocab_size=vocab_size)
     if kind in ("tiktoken", "hf") and name:
@@ -339,6 +341,7 @@ def load_scenario(path: str | Path) -> Scenario:
     cluster = _sub_profile(path, base, "cluster", v["cluster"], _cluster_from)
     tok = v["tokenizer"]
     if isinstance(tok, str):
+        yc.path_text(path, "tokenizer", tok)        # hf:PATH names a file
         try:
             tokenizer = parse_tokenizer(tok, base_dir=base)
         except TokenizerError:
@@ -349,6 +352,8 @@ def load_scenario(path: str | Path) -> Scenario:
         if t["kind"] in ("tiktoken", "hf") and t["name"] is None:
             raise ProfileError(path, "tokenizer.name", "missing",
                                f"an encoding name or path for kind {t['kind']!r}")
+        if t["name"] is not None:
+            yc.path_text(path, "tokenizer.name", t["name"])
         if t["kind"] == "hf" and not Path(t["name"]).is_absolute():
             t["name"] = str(base / t["name"])
         tokenizer = TokenizerSpec(**t)
@@ -379,7 +384,7 @@ def _sub_profile(file: Path, base: Path, key: str, value: Any, build):  # type: 
     its own keys) or inline (errors name the scenario file and ``key.<...>``). A referenced file
     that cannot be read as YAML is reported at the scenario's key, naming both files."""
     if isinstance(value, str):
-        sub = base / value
+        sub = base / yc.path_text(file, key, value)
         try:
             data = yc.load_yaml(sub)
         except ProfileError as err:

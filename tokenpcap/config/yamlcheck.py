@@ -29,6 +29,11 @@ REQUIRED = object()
 #: Largest profile file read (bytes). Profiles are a few KB; a bigger file is a mistake (a
 #: capture or a corpus given as a profile), refused before it is read or parsed.
 PROFILE_MAX_BYTES = 1 << 20
+#: Largest number of values a profile may hold once its aliases are expanded (every scalar,
+#: sequence and mapping counted as often as it is reached). The shipped profiles hold a few
+#: hundred; YAML aliases can make a file of a few hundred bytes stand for billions of values
+#: (the "billion laughs" of XML entities), which every later step (checks, messages) would walk.
+PROFILE_MAX_VALUES = 100_000
 
 
 def read_limited(path: Path, limit: int, what: str) -> bytes:
@@ -94,6 +99,9 @@ def load_yaml(path: Path) -> Any:
         raise ProfileError(path, "<file>", "missing", "an existing YAML file") from None
     except FileRefused as err:
         raise ProfileError(path, "<file>", Raw(err.got), err.expected) from None
+    except ValueError:          # a path the OS cannot take (a NUL character)
+        raise ProfileError(path, "<file>", Raw("a path with a NUL character"),
+                           "a file path without NUL characters") from None
     except OSError as err:
         raise ProfileError(path, "<file>", Raw(f"an unreadable file ({err.strerror})"),
                            "a readable YAML file") from None
@@ -112,7 +120,8 @@ def load_yaml(path: Path) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        _check_unique_keys(path, node, "")
+        _check_expanded_size(path, node)
+        _check_unique_keys(path, node, "", set())
         return loader.construct_document(node)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
@@ -134,8 +143,44 @@ class Raw(str):
         return str(self)
 
 
-def _check_unique_keys(path: Path, node: yaml.Node, prefix: str) -> None:
-    """Raise :class:`ProfileError` for the first key found twice in one mapping of ``node``."""
+def _check_expanded_size(path: Path, root: yaml.Node) -> None:
+    """Raise :class:`ProfileError` when the document stands for more than
+    :data:`PROFILE_MAX_VALUES` values with its aliases expanded. Each node is sized once (an
+    alias is the same node object in PyYAML's tree, so the work is linear in the file); a node
+    that contains itself (``&a [*a]``) counts as too large."""
+    size: dict[int, int] = {}
+    busy: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if key in size:
+            continue
+        kids = ([c for kv in node.value for c in kv] if isinstance(node, yaml.MappingNode)
+                else list(node.value) if isinstance(node, yaml.SequenceNode) else [])
+        if not done:
+            if key in busy:                 # reached again below itself: a recursive alias
+                size[key] = PROFILE_MAX_VALUES + 1
+                continue
+            busy.add(key)
+            stack.append((node, True))
+            stack.extend((c, False) for c in kids if id(c) not in size)
+            continue
+        busy.discard(key)
+        size[key] = min(PROFILE_MAX_VALUES + 1, 1 + sum(size.get(id(c), 0) for c in kids))
+    if size[id(root)] > PROFILE_MAX_VALUES:
+        raise ProfileError(path, "<file>", Raw(f"more than {PROFILE_MAX_VALUES:,} values with "
+                                               "its aliases expanded"),
+                           "a profile of at most that many values (aliases count each time "
+                           "they are used)")
+
+
+def _check_unique_keys(path: Path, node: yaml.Node, prefix: str, visited: set[int]) -> None:
+    """Raise :class:`ProfileError` for the first key found twice in one mapping of ``node``.
+    Each node is checked once (``visited``: ids of nodes done; an alias reaches the same node)."""
+    if id(node) in visited:
+        return
+    visited.add(id(node))
     if isinstance(node, yaml.MappingNode):
         seen: dict[tuple[str, str], int] = {}
         for k, v in node.value:
@@ -149,10 +194,10 @@ def _check_unique_keys(path: Path, node: yaml.Node, prefix: str) -> None:
                         f"the key twice, at line {seen[ident]} and at line {line}"),
                         "each key once per mapping") from None
                 seen[ident] = line
-            _check_unique_keys(path, v, sub)
+            _check_unique_keys(path, v, sub, visited)
     elif isinstance(node, yaml.SequenceNode):
         for i, v in enumerate(node.value):
-            _check_unique_keys(path, v, f"{prefix}[{i}]")
+            _check_unique_keys(path, v, f"{prefix}[{i}]", visited)
 
 
 def mapping(file: Path | None, key: str, value: Any) -> dict:
@@ -247,6 +292,15 @@ def string(file: Path | None, key: str, value: Any) -> str:
     if isinstance(value, str) and value.strip():
         return value
     raise ProfileError(file, key, value, "a non-empty string")
+
+
+def path_text(file: Path | None, key: str, value: Any) -> str:
+    """A non-empty string that can name a file: no NUL character (no operating system takes
+    one in a path; Python raises ValueError for it)."""
+    text = string(file, key, value)
+    if "\0" in text:
+        raise ProfileError(file, key, value, "a file path without NUL characters")
+    return text
 
 
 #: A name that becomes part of output file and directory names and of the one-line capture
