@@ -30,6 +30,7 @@ from tokenpcap.analysis.flows import is_rdma
 from tokenpcap.errors import DecodeError, InputError, OutputError
 from tokenpcap.records import DIMS, parse_phase_label
 from tokenpcap.pcap.reader import open_capture
+from tokenpcap.pcap.timestamps import NO_TIME
 
 __all__ = ["capture_series", "plot_throughput", "plot_sizes", "plot_timeline", "plot_all"]
 
@@ -57,7 +58,9 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200) -> dict:
         ``nics`` (sending addresses) and ``phases`` (labels, plus control packets as one
         category); ``throughput``: ``{(nic index, phase index or -1): int64 (bins + 1,)}`` wire
         bytes of the RDMA frames starting in each bin; ``frame_sizes`` and ``message_sizes``:
-        ``{bytes: count}`` of every frame's wire length and of every RETH DMA length.
+        ``{bytes: count}`` of every frame's wire length and of every RETH DMA length;
+        ``untimed``: RDMA frames without a time (pcapng Simple Packet Blocks carry none), counted
+        in the size distributions but in no bin.
 
     Raises:
         CaptureError: as :func:`tokenpcap.pcap.reader.open_capture`.
@@ -65,7 +68,7 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200) -> dict:
     cap = open_capture(path, on_truncation="stop")
     t0, t1 = None, None
     for rec in cap.batches():
-        t = rec["time_ns"]
+        t = rec["time_ns"][rec["time_ns"] != NO_TIME]
         if t.size:
             t0 = int(t.min()) if t0 is None else min(t0, int(t.min()))
             t1 = int(t.max()) if t1 is None else max(t1, int(t.max()))
@@ -78,6 +81,7 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200) -> dict:
     thr: dict[tuple[int, int], np.ndarray] = {}
     frame_sizes: dict[int, int] = {}
     message_sizes: dict[int, int] = {}
+    untimed = 0
     for rec in cap.batches():
         d = decode_batch(cap.data, rec, cap.views)
         _count(frame_sizes, d["orig_len"])
@@ -110,7 +114,15 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200) -> dict:
             if codes[i] == len(labels):
                 labels.append(label)
         phase = codes[d["comment"]]
-        slot = (d["time_ns"] - t0) // width
+        timed = d["time_ns"] != NO_TIME
+        if not timed.all():
+            untimed += int((~timed).sum())
+            d, nic, phase = d[timed], nic[timed], phase[timed]
+            if d.size == 0:
+                continue
+        # in uint64: the span of arbitrary int64 times may exceed int64 (wraps right here)
+        slot = ((d["time_ns"].astype(np.uint64) - np.uint64(t0 % (1 << 64)))
+                // np.uint64(width)).astype(np.int64)
         pair = (nic * (len(labels) + 1) + phase + 1)
         uniq, pinv = np.unique(pair, return_inverse=True)
         sums = np.bincount(pinv.ravel() * (bins + 1) + slot, d["orig_len"],
@@ -119,7 +131,8 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200) -> dict:
             k = (p // (len(labels) + 1), p % (len(labels) + 1) - 1)
             thr[k] = thr[k] + row if k in thr else row
     return {"t0_ns": t0, "bin_ns": width, "bins": bins + 1, "nics": nics, "phases": labels,
-            "throughput": thr, "frame_sizes": frame_sizes, "message_sizes": message_sizes}
+            "throughput": thr, "frame_sizes": frame_sizes, "message_sizes": message_sizes,
+            "untimed": untimed}
 
 
 def _count(into: dict[int, int], values: np.ndarray) -> None:

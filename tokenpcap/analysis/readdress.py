@@ -22,7 +22,11 @@ header cut short is copied unchanged. Their ICRC lies beyond the cut, is not in 
 cannot be recomputed: the summary counts them.
 
 tcprewrite changes addresses but leaves the ICRC stale, so RDMA NICs drop its output.
-Native InfiniBand captures (LRH/LIDs) are refused: their addresses are not Ethernet/IP.
+Every container is read (pcap, pcapng, raw ERF, ERF records in pcap/pcapng): Ethernet frames are
+rewritten, and a native InfiniBand frame (LRH/LIDs) anywhere is refused with its record number and
+offset before anything is written: its addresses are not Ethernet/IP. Records that contradict
+their header (caplen above orig_len or the snaplen) and pcapng Simple Packet Blocks (no time) are
+refused the same way; the output is a valid capture or nothing.
 
 The mapping (:class:`Mapping`, YAML or ``OLD=NEW`` pairs): see :func:`load_mapping`.
 """
@@ -36,10 +40,11 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.analysis.decode import decode_batch
-from tokenpcap.errors import InputError
+from tokenpcap.errors import CaptureError, InputError
 from tokenpcap.pcap import Comments, Interface, PcapngWriter, PcapWriter
 from tokenpcap.pcap.formats import MAX_SNAPLEN
 from tokenpcap.pcap.reader import open_capture
+from tokenpcap.pcap.timestamps import NO_TIME
 from tokenpcap.analysis.readdress_patch import patch_batch
 
 __all__ = ["Mapping", "load_mapping", "parse_pair", "readdress", "output_format", "retarget_text"]
@@ -73,7 +78,47 @@ class Mapping:
             kind = {"mac": "a MAC", "ipv4": "an IPv4", "ipv6": "an IPv6"}
             raise InputError(f"{where}: {old} -> {new}: got {kind[a[0]]} and {kind[b[0]]} address, "
                              "expected two addresses of one kind (MAC, IPv4 or IPv6)")
-        getattr(self, a[0])[a[1]] = b[1]
+        self.put(a[0], a[1], b[1], where)
+
+    def put(self, kind: str, old: int, new: int, where: str) -> None:
+        """Map address ``old`` to ``new`` in table ``kind`` (``mac``, ``ipv4``, ``ipv6``).
+
+        Raises:
+            InputError: ``old`` is already mapped to another address, or another address is
+                already mapped to ``new`` (two NICs would become one: their flows would merge
+                and the capture would no longer be a trace of a job).
+        """
+        table = getattr(self, kind)
+        if table.get(old, new) != new:
+            raise InputError(f"{where}: {_text(kind, old)}: got two new addresses "
+                             f"({_text(kind, table[old])} and {_text(kind, new)}), expected one")
+        other = next((k for k, v in table.items() if v == new and k != old), None)
+        if other is not None:
+            raise InputError(f"{where}: {_text(kind, new)}: got it as the new address of both "
+                             f"{_text(kind, other)} and {_text(kind, old)}, expected one old "
+                             "address per new one (two NICs would become one)")
+        table[old] = new
+
+    def merge(self, other: "Mapping", where: str) -> None:
+        """Add the addresses and options of ``other`` (later options win); as :meth:`put`.
+
+        Raises:
+            InputError: as :meth:`put`.
+        """
+        for kind in ("mac", "ipv4", "ipv6"):
+            for old, new in getattr(other, kind).items():
+                self.put(kind, old, new, where)
+        self.udp_sport.update(other.udp_sport)
+        for name in ("vlan", "pcp", "dscp", "ecn", "ttl", "udp_sport_offset"):
+            if getattr(other, name) is not None:
+                setattr(self, name, getattr(other, name))
+
+
+def _text(kind: str, value: int) -> str:
+    """An address of table ``kind`` as people write it."""
+    if kind == "mac":
+        return ":".join(f"{b:02x}" for b in value.to_bytes(6, "big"))
+    return str(ipaddress.IPv4Address(value) if kind == "ipv4" else ipaddress.IPv6Address(value))
 
 
 def _address(text: str, where: str) -> tuple[str, int]:
@@ -106,9 +151,7 @@ def retarget_text(text: str | None, m: Mapping) -> str | None:
             continue
         new = getattr(m, kind).get(old)
         if new is not None:
-            words[i] = (":".join(f"{b:02x}" for b in new.to_bytes(6, "big")) if kind == "mac"
-                        else str(ipaddress.ip_address(new) if kind == "ipv4"
-                                 else ipaddress.IPv6Address(new)))
+            words[i] = _text(kind, new)
     return " ".join(words)
 
 
@@ -142,16 +185,36 @@ def load_mapping(path: str | os.PathLike) -> Mapping:
     """
     import yaml
 
+    from tokenpcap.config.yamlcheck import (PROFILE_MAX_BYTES, FileRefused, check_node,
+                                            read_limited)
+
     p = Path(path)
     try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except OSError as err:
-        raise InputError(f"{p}: cannot read the mapping: {err.strerror}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        text = read_limited(p, PROFILE_MAX_BYTES, "YAML mapping").decode("utf-8")
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is not None:
+                check_node(p, node)         # duplicate keys, alias bombs: as in profiles
+            doc = (loader.construct_document(node) if node is not None else None) or {}
+        finally:
+            loader.dispose()
+    except FileRefused as err:
+        raise InputError(f"{p}: cannot read the mapping: {err}") from None
+    except (OSError, ValueError) as err:
+        if isinstance(err, UnicodeDecodeError):
+            raise InputError(f"{p}: got byte 0x{err.object[err.start]:02x} at offset "
+                             f"{err.start} that is not UTF-8, expected a YAML text file") from None
+        raise InputError(f"{p}: cannot read the mapping: "
+                         f"{getattr(err, 'strerror', None) or err}") from None
+    except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         what = getattr(err, "problem", None) or type(err).__name__
         raise InputError(f"{p}: {where}got invalid YAML ({what}), expected a mapping of keys "
+                         f"{sorted(_KEYS)}") from None
+    except RecursionError:
+        raise InputError(f"{p}: got YAML nested too deeply, expected a mapping of keys "
                          f"{sorted(_KEYS)}") from None
     if not isinstance(doc, dict):
         raise InputError(f"{p}: got {type(doc).__name__}, expected a mapping of keys "
@@ -233,6 +296,50 @@ def _limit(snaplen: int, grow: int) -> int:
     return min(snaplen + grow, MAX_SNAPLEN) if 0 < snaplen <= MAX_SNAPLEN else MAX_SNAPLEN
 
 
+def _check_records(src, cap, rec: np.ndarray) -> None:
+    """Refuse a batch readdress cannot rewrite into a valid capture (each error names the
+    first such record, its number in the file and its byte offset).
+
+    Raises:
+        InputError: a record that is not an Ethernet frame (native InfiniBand in any container:
+            its addresses are LIDs and GIDs in the LRH/GRH, not MACs and IPs; or any other
+            link type), or a record without a timestamp (a pcapng Simple Packet Block: the
+            output keeps every packet's time and cannot invent one).
+        CaptureError: a record that contradicts its own header: more bytes captured than the
+            frame had on the wire (caplen > orig_len), or than its interface's snaplen.
+    """
+    def where(i: int, what: str) -> str:
+        return (f"{src}: record {done + i} at byte offset {int(rec['record'][i]):,}: {what}")
+
+    done = getattr(cap, "_readdress_done", 0)
+    lt = rec["linktype"]
+    bad = np.flatnonzero(lt != 1)
+    if bad.size:
+        i = int(bad[0])
+        kind = "native InfiniBand" if int(lt[i]) == 247 else f"link type {int(lt[i])}"
+        raise InputError(where(i, f"got a {kind} frame, expected Ethernet (linktype 1): "
+                                  "readdress rewrites MAC/IP addresses; native InfiniBand "
+                                  "addresses (LIDs, GIDs) are not readdressed"))
+    bad = np.flatnonzero(rec["time_ns"] == NO_TIME)
+    if bad.size:
+        raise InputError(where(int(bad[0]), "got a Simple Packet Block (no timestamp), expected "
+                                            "Enhanced Packet Blocks: readdress keeps each "
+                                            "packet's time"))
+    cap_len = rec["caplen"].astype(np.int64)
+    orig = rec["orig_len"].astype(np.int64)
+    limit = np.array([_limit(i.snaplen, 0) for i in cap.interfaces] or [MAX_SNAPLEN], np.int64)
+    lim = limit[np.clip(rec["interface"].astype(np.int64), 0, limit.size - 1)]
+    bad = np.flatnonzero((cap_len > orig) | (cap_len > lim))
+    if bad.size:
+        i = int(bad[0])
+        what = (f"orig_len {int(orig[i])}" if cap_len[i] > orig[i] else
+                f"the interface's snaplen {int(lim[i])}")
+        raise CaptureError(where(i, f"caplen got {int(cap_len[i])}, expected at most {what} "
+                                    "(the record contradicts its header; readdress writes only "
+                                    "valid captures)"))
+    cap._readdress_done = done + rec.size
+
+
 def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, *,
               usec: bool = False, batch: int = 1 << 16) -> dict:
     """Rewrite ``src`` into ``dst`` (written to a temporary file, renamed at the end).
@@ -246,15 +353,13 @@ def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, 
         records are kept cut (their ICRC is not in the capture and is not recomputed).
 
     Raises:
-        CaptureError: the input cannot be read. InputError: native InfiniBand or ERF input,
-            or ``usec`` with a ``.pcapng`` name.
+        CaptureError: the input cannot be read, or a record contradicts its header.
+            InputError: a native InfiniBand (or other non-Ethernet) record, a record without a
+            timestamp, or ``usec`` with a ``.pcapng`` name.
             OutputError: the output cannot be written.
     """
     cap = open_capture(src)
     fmt = output_format(cap.format, dst, usec)
-    if cap.format == "erf" or any(i.linktype != 1 for i in cap.interfaces):
-        raise InputError(f"{src}: linktypes {sorted({i.linktype for i in cap.interfaces})}: "
-                         "expected Ethernet (1); native InfiniBand captures are not readdressed")
     # pcapng IDBs are read as the file is walked, and SnapLen 0 there means "no limit": the
     # limit is taken per record from its interface (0 or above libpcap's maximum -> 262144);
     # a tag added grows it by 4 bytes, so that a cut record keeps every byte it had
@@ -280,6 +385,7 @@ def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, 
                     writer = PcapngWriter(dst, itfs, snaplen=snaplen)
                 elif ng:
                     writer.new_section(itfs)
+            _check_records(src, cap, rec)
             dec = decode_batch(cap.data, rec, cap.views)
             plan = patch_batch(cap.data, rec, dec, mapping, stats,
                                snaplen=limits[rec["interface"].astype(np.int64)])

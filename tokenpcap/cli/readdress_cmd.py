@@ -23,6 +23,15 @@ def _vlan(ctx, param, value):
     return vid
 
 
+def _is_file_item(item: str) -> bool:
+    """A ``--map`` value names a file when something exists at that path (a regular file, or
+    anything else, which the mapping reader then refuses by its kind); else it is a pair."""
+    try:
+        return Path(item).exists() or Path(item).is_symlink()
+    except (OSError, ValueError):
+        return False
+
+
 def _pairs(ctx, param, values):
     """``--map``: each value a mapping file or an OLD=NEW address pair; a malformed pair or
     address is a usage error (the file's contents are checked when it is read)."""
@@ -30,7 +39,7 @@ def _pairs(ctx, param, values):
 
     probe = Mapping()
     for item in values:
-        if not Path(item).is_file():
+        if not _is_file_item(item):
             try:
                 probe.add_address(*parse_pair(item))
             except InputError as err:
@@ -69,15 +78,10 @@ def readdress_cmd(file, output, maps, vlan, pcp, dscp, ecn, ttl, sport_offset, u
 
     m = Mapping()
     for item in maps:
-        if not Path(item).is_file():
+        if not _is_file_item(item):
             m.add_address(*parse_pair(item))
         else:
-            loaded = load_mapping(item)
-            for name in ("mac", "ipv4", "ipv6", "udp_sport"):
-                getattr(m, name).update(getattr(loaded, name))
-            for name in ("vlan", "pcp", "dscp", "ecn", "ttl", "udp_sport_offset"):
-                if getattr(loaded, name) is not None:
-                    setattr(m, name, getattr(loaded, name))
+            m.merge(load_mapping(item), f"--map {item}")
     for key, option, value in (("vlan", "--vlan", vlan), ("pcp", "--pcp", pcp),
                                ("dscp", "--dscp", dscp), ("ecn", "--ecn", ecn),
                                ("ttl", "--ttl", ttl),

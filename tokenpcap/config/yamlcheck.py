@@ -120,8 +120,7 @@ def load_yaml(path: Path) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        _check_expanded_size(path, node)
-        _check_unique_keys(path, node, "", set())
+        check_node(path, node)
         return loader.construct_document(node)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
@@ -141,6 +140,17 @@ class Raw(str):
 
     def __repr__(self) -> str:
         return str(self)
+
+
+def check_node(path: Path, root: yaml.Node) -> None:
+    """The checks of a composed YAML document before it is constructed: at most
+    :data:`PROFILE_MAX_VALUES` values with aliases expanded, no key twice in one mapping.
+
+    Raises:
+        ProfileError: naming ``path``, and the dotted key and both lines of a duplicate.
+    """
+    _check_expanded_size(path, root)
+    _check_unique_keys(path, root, "", set())
 
 
 def _check_expanded_size(path: Path, root: yaml.Node) -> None:

@@ -1,0 +1,195 @@
+"""readdress and plot on inputs that are valid but unusual, or that contradict themselves: one
+clear line and no output file, or a correct output; never a traceback, never a wrong file.
+
+Captures are spelled out by hand from the specs (tests/pcap/helpers.py: draft-ietf-opsawg-pcap,
+draft-ietf-opsawg-pcapng, Endace ERF) or written with our writers; native InfiniBand frames are
+the hardware frames of tests/cases/hw-frames.json.
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tests.analysis.test_inspect import write
+from tests.analysis.trace import write_trace
+from tests.pcap.helpers import block, erf_record, hand_pcap, idb, pad4, shb
+from tokenpcap.analysis.plot import capture_series, plot_all
+from tokenpcap.analysis.readdress import Mapping, load_mapping, readdress
+from tokenpcap.cli import main
+from tokenpcap.errors import CaptureError, InputError
+from tokenpcap.pcap import ErfWriter, Interface, PcapngWriter, PcapWriter
+from tokenpcap.pcap.reader import open_capture
+
+
+def _ib_frames(hw_frames) -> list[bytes]:
+    return [bytes.fromhex(x["hex"]) for x in hw_frames["native_ib"]]
+
+
+def _roce_frames(tmp_path, n: int = 6) -> list[bytes]:
+    src = tmp_path / "roce.pcap"
+    write_trace(src, n)
+    cap = open_capture(src)
+    return [bytes(cap.frame(r)) for r in cap.read()]
+
+
+@pytest.mark.parametrize("container", ["pcap", "pcapng", "erf", "pcapng-mixed"])
+def test_native_infiniband_is_refused_in_every_container_and_nothing_is_written(
+        tmp_path, hw_frames, container):
+    """IB frames in an ERF-in-pcap (197), a pcapng whose IDBs are read only as the file is
+    walked, a raw ERF, and a pcapng whose first interface is Ethernet: each is refused naming
+    the first IB record; with --vlan too (no tag pushed into an LRH)."""
+    ib = _ib_frames(hw_frames)
+    src = tmp_path / f"ib.{container.split('-')[0]}"
+    if container == "pcap":
+        write(src, ib, link="infiniband")
+    elif container == "pcapng":
+        write(src, ib, writer=PcapngWriter, interfaces=[Interface(name="ib0", link="infiniband")])
+    elif container == "erf":
+        write(src, ib, writer=ErfWriter)
+    else:
+        eth = _roce_frames(tmp_path, 2)
+        with PcapngWriter(src, [Interface(name="eth0"), Interface(name="ib0", link="infiniband")]
+                          ) as w:
+            frames = eth + ib[:1]
+            w.write_batch(np.arange(3, dtype=np.int64) * 1000 + 10**18,
+                          np.array([len(f) for f in frames], np.int64),
+                          lambda out, off, cl: [out.__setitem__(slice(o, o + c), np.frombuffer(
+                              f[:c], np.uint8)) for f, o, c in zip(frames, off.tolist(),
+                                                                     cl.tolist())],
+                          interface=np.array([0, 0, 1], np.int32))
+    first = 2 if container == "pcapng-mixed" else 0
+    for m in (Mapping(), Mapping(vlan=100)):
+        dst = tmp_path / "out.pcapng"
+        with pytest.raises(InputError, match=rf"^{src}: record {first} at byte offset [\d,]+: "
+                                             r"got a native InfiniBand frame, expected Ethernet"):
+            readdress(src, dst, m)
+        assert not dst.exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_ethernet_erf_is_readdressed_like_the_same_frames_in_a_pcap(tmp_path):
+    """ERF type 2 (Ethernet, 2-byte pad) was refused as 'native InfiniBand': its frames are
+    rewritten exactly as the same frames from a classic pcap."""
+    frames = _roce_frames(tmp_path)
+    erf = tmp_path / "eth.erf"
+    t0 = 1_700_000_000 << 32
+    erf.write_bytes(b"".join(erf_record(t0 + (i << 20), 2, f, len(f) + 4)
+                             for i, f in enumerate(frames)))
+    pcap = write(tmp_path / "eth.pcap", frames)
+    m = Mapping(vlan=7, dscp=26)
+    m.add_address("198.18.0.1", "10.9.0.1")
+    a = readdress(erf, tmp_path / "a.pcap", m)
+    b = readdress(pcap, tmp_path / "b.pcap", m)
+    assert a["packets"] == b["packets"] == len(frames) and a["icrc_updated"] == b["icrc_updated"] > 0
+    fa = [bytes(open_capture(tmp_path / "a.pcap").frame(r)) for r in
+          open_capture(tmp_path / "a.pcap").read()]
+    fb = [bytes(open_capture(tmp_path / "b.pcap").frame(r)) for r in
+          open_capture(tmp_path / "b.pcap").read()]
+    assert fa == fb
+
+
+def _contradicting_pcap(tmp_path, frames, *, caplen_over: int, snaplen: int) -> object:
+    """Records whose caplen exceeds orig_len by ``caplen_over`` (or the file's snaplen)."""
+    recs = [(1_700_000_000, i, f, len(f) - caplen_over) for i, f in enumerate(frames)]
+    p = tmp_path / f"bad-{caplen_over}-{snaplen}.pcap"
+    p.write_bytes(hand_pcap(recs, snaplen=snaplen))
+    return p
+
+
+@pytest.mark.parametrize("over,snaplen,what", [
+    (40, 262144, "orig_len"),               # caplen > orig_len
+    (1, 262144, "orig_len"),
+    (0, 64, "the interface's snaplen 64"),  # caplen > the file's snaplen
+])
+def test_records_contradicting_their_header_are_an_error_naming_record_and_offset(
+        tmp_path, over, snaplen, what):
+    """readdress --vlan on such records crashed with an IndexError or wrote a file capinfos
+    cannot read; now: CaptureError naming record and offset, no output, with any option."""
+    frames = _roce_frames(tmp_path, 3)
+    src = _contradicting_pcap(tmp_path, frames, caplen_over=over, snaplen=snaplen)
+    for m in (Mapping(), Mapping(vlan=100), Mapping(vlan=-1)):
+        for dst in (tmp_path / "o.pcap", tmp_path / "o.pcapng"):
+            with pytest.raises(CaptureError, match=rf"^{src}: record 0 at byte offset 24: caplen "
+                                                   rf"got \d+, expected at most {what}"):
+                readdress(src, dst, m)
+            assert not dst.exists()
+
+
+def _spb_pcapng(path, frames, *, with_epb: bool) -> object:
+    """A valid pcapng (draft-ietf-opsawg-pcapng sec. 4.4): SHB, IDB (snaplen 0), then Simple
+    Packet Blocks (orig_len, data: no interface, no timestamp), after one EPB if asked."""
+    o = "<"
+    out = [shb(o), idb(o, 1, 0)]
+    if with_epb:
+        f = frames[0]
+        body = struct.pack(o + "IIIII", 0, 0x00061A80, 0, len(f), len(f))
+        out.append(block(o, 6, body + pad4(f)))
+    for f in frames:
+        out.append(block(o, 3, struct.pack(o + "I", len(f)) + pad4(f)))
+    path.write_bytes(b"".join(out))
+    return path
+
+
+def test_simple_packet_blocks_plot_without_time_and_readdress_refuses_with_one_line(tmp_path):
+    frames = _roce_frames(tmp_path, 5)
+    src = _spb_pcapng(tmp_path / "spb.pcapng", frames, with_epb=True)
+    s = capture_series(src, bins=10)
+    assert s["untimed"] == 5                              # counted, in no time bin
+    assert sum(s["frame_sizes"].values()) == 6
+    assert sum(int(v.sum()) for v in s["throughput"].values()) == len(frames[0])
+    pngs = plot_all(src, tmp_path / "png")
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)
+    only = _spb_pcapng(tmp_path / "only-spb.pcapng", frames, with_epb=False)
+    assert capture_series(only)["untimed"] == 5
+    with pytest.raises(InputError, match=rf"^{src}: record 1 at byte offset [\d,]+: got a "
+                                         "Simple Packet Block \\(no timestamp\\)"):
+        readdress(src, tmp_path / "o.pcapng", Mapping())
+    assert not (tmp_path / "o.pcapng").exists()
+
+
+def _cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_mapping_duplicates_many_to_one_and_special_files(tmp_path):
+    src = tmp_path / "in.pcap"
+    write_trace(src, 4)
+    out = tmp_path / "o.pcap"
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("addresses:\n  198.18.0.1: 10.0.0.1\n  198.18.0.1: 10.0.0.2\n")
+    with pytest.raises(InputError, match=r"addresses\.198\.18\.0\.1: got the key twice, at line "
+                                         "2 and at line 3"):
+        load_mapping(dup)
+    r = _cli("readdress", src, "-o", out, "--map", dup)
+    assert r.exit_code == 1 and r.output.count("\n") == 1 and "twice" in r.output
+    many = tmp_path / "many.yaml"
+    many.write_text("addresses:\n  198.18.0.1: 10.0.0.1\n  198.18.0.2: 10.0.0.1\n")
+    with pytest.raises(InputError, match="10.0.0.1: got it as the new address of both "
+                                         "198.18.0.1 and 198.18.0.2"):
+        load_mapping(many)
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("addresses:\n  198.18.0.1: 10.0.0.1\n")
+    for args in (("--map", "198.18.0.1=10.0.0.1", "--map", "198.18.0.2=10.0.0.1"),
+                 ("--map", ok, "--map", "198.18.0.2=10.0.0.1"),
+                 ("--map", ok, "--map", "198.18.0.1=10.0.0.7")):
+        r = _cli("readdress", src, "-o", out, *args)
+        assert r.exit_code in (1, 2) and "Traceback" not in r.output, r.output
+        assert "10.0.0." in r.output and not out.exists()
+    m = Mapping()                       # a swap is one-to-one; the same pair twice is harmless
+    m.add_address("198.18.0.1", "198.18.0.2")
+    m.add_address("198.18.0.2", "198.18.0.1")
+    m.add_address("198.18.0.2", "198.18.0.1")
+    assert len(m.ipv4) == 2
+    for special, kind in (("/dev/null", "a character device"), (tmp_path, "a directory")):
+        r = _cli("readdress", src, "-o", out, "--map", special)
+        assert r.exit_code == 1 and r.output == (
+            f"error: {special}: cannot read the mapping: got {kind}, expected a regular YAML "
+            "mapping file\n"), r.output
+    bomb = tmp_path / "bomb.yaml"
+    names = "abcdefghi"
+    bomb.write_text(f"a: &a [{', '.join(['1'] * 10)}]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip(names, names[1:])))
+    with pytest.raises(InputError, match="aliases expanded"):
+        load_mapping(bomb)
