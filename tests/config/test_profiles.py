@@ -571,3 +571,12 @@ def test_a_nul_character_in_a_path_value_is_one_profile_error(tmp_path: Path, ke
 
     with pytest.raises(ProfileError, match="NUL"):
         load_yaml(tmp_path / "a\0b.yaml")
+
+
+def test_a_control_character_is_one_profile_error_not_a_reader_traceback(tmp_path: Path):
+    """PyYAML's reader refuses control characters as the loader is made (found by the fuzz
+    campaign: ReaderError escaped the YAML error handling)."""
+    f = tmp_path / "m.yaml"
+    f.write_bytes(b"name: a\x07b\n")
+    expect_profile_error(lambda: load_model(f), f, "<file>", "character #x0007 at offset 7",
+                         "YAML text")

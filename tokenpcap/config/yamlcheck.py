@@ -115,13 +115,18 @@ def load_yaml(path: Path) -> Any:
         raise ProfileError(path, "<file>", Raw(f"byte 0x{data[err.start]:02x} at offset "
                                                f"{err.start} that is not UTF-8"),
                            "a UTF-8 YAML file") from None
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)      # reads the stream: may raise ReaderError already
         node = loader.get_single_node()
         if node is None:
             return None
         check_node(path, node)
         return loader.construct_document(node)
+    except yaml.reader.ReaderError as err:   # a control character YAML does not allow
+        raise ProfileError(path, "<file>", Raw(f"character #x{err.character:04x} at offset "
+                                               f"{err.position}"),
+                           "YAML text (no control characters but tab and line breaks)") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = (f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None
@@ -132,7 +137,8 @@ def load_yaml(path: Path) -> Any:
     except RecursionError:
         raise ProfileError(path, "<file>", "YAML nested too deeply", "a profile mapping") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 class Raw(str):
