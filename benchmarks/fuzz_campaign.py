@@ -156,7 +156,8 @@ def main() -> None:
         if time.monotonic() > next_print:
             tot: Counter = Counter()
             for st in state.values():
-                tot.update({o: v for (_, o), v in st[0].items()})
+                for (_, o), v in st[0].items():
+                    tot[o] += v
             print(f"{time.monotonic() - t0:7.0f} s  {sum(tot.values()):,} cases: "
                   + ", ".join(f"{o} {tot.get(o, 0):,}" for o in ("ok", "error", "crash", "hang")),
                   flush=True)
