@@ -9,7 +9,7 @@ of the run at once (exports and pictures of a scenario).
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -34,7 +34,8 @@ class Prepared(NamedTuple):
 
 def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale: int = 1,
             iterations: int = 1, nics=None, ranks=None, chunk_rows: int = 1 << 16,
-            keep_nvlink: bool = True, keep_history: bool = True) -> Prepared:
+            keep_nvlink: bool = True, keep_history: bool = True,
+            check: Callable[[Plan], None] | None = None) -> Prepared:
     """Plan ``scenario`` and build its schedule of ``iterations`` iterations, not yet run.
 
     Args:
@@ -44,6 +45,8 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
         nics, chunk_rows, keep_nvlink, keep_history: as :class:`~tokenpcap.schedule.runner.Schedule`
             (the NICs whose frames are materialized; every NIC is timed). ``ranks``: materialize
             only the NICs of these ranks (and of ``nics`` when both are given).
+        check: called with the plan before the schedule is built (a caller's refusal, e.g.
+            generate's disk space from the plan's size estimate); what it raises propagates.
 
     Raises:
         InputError: ``scale`` or ``iterations`` < 1.
@@ -54,6 +57,8 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
         raise InputError(f"scale {scale} / iterations {iterations}: expected >= 1")
     plan = build_plan(scenario, tokens, scale=scale)
     check_work(plan, iterations)        # InfeasiblePlanError before simulating the impossible
+    if check is not None:
+        check(plan)
     if ranks is not None:
         of_ranks = set(plan.layout.nic_array(np.asarray(sorted(ranks), np.int64)).tolist())
         nics = of_ranks if nics is None else of_ranks & set(nics)

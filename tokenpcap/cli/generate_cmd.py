@@ -29,6 +29,8 @@ __all__ = ["generate_cmd", "run_generation", "print_summary", "other_captures", 
 MAX_SEED = (1 << 63) - 1
 #: Exit status after SIGTERM (128 + 15, the shell's convention for a process ended by it).
 EXIT_TERMINATED = 128 + signal.SIGTERM
+#: Exit status after SIGINT (Ctrl-C).
+EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 
 class Terminated(BaseException):
@@ -111,14 +113,21 @@ def run_generation(s: Scenario, opt: GenerateOptions, tokens=None) -> GenerateRe
 
 def generate_into(s: Scenario, opt: GenerateOptions, tokens=None) -> GenerateResult:  # type: ignore[no-untyped-def]
     """Create ``opt.out_dir``, generate, and remove the directory again if it was created here
-    and the run failed (refused, interrupted, an error); SIGTERM ends the run cleanly with a
-    one-line message and exit status 143."""
+    and the run failed (refused, interrupted, an error). SIGINT and SIGTERM stop the run at
+    once with a one-line message saying what the directory holds, and exit 130 / 143."""
     try:
         with output_directory(opt.out_dir):
             return run_generation(s, opt, tokens=tokens)
-    except Terminated:
-        click.echo("error: terminated (SIGTERM): writers stopped, no partial file left", err=True)
-        sys.exit(EXIT_TERMINATED)
+    except (Terminated, KeyboardInterrupt) as err:
+        name, code = (("SIGTERM", EXIT_TERMINATED) if isinstance(err, Terminated)
+                      else ("SIGINT", EXIT_INTERRUPTED))
+        if getattr(err, "output_committed", False):
+            click.echo(f"error: stopped ({name}) after the run had finished: its files are "
+                       f"complete in {opt.out_dir}", err=True)
+        else:
+            click.echo(f"error: stopped ({name}): writers killed, no file of this run kept; "
+                       f"{opt.out_dir} holds what it held before", err=True)
+        sys.exit(code)
 
 
 def print_summary(res: GenerateResult, tokens=None) -> None:

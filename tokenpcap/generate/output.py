@@ -291,26 +291,18 @@ class Dispatcher:
         return [per_worker[w][i] for w, i in self.where]
 
     def abort(self) -> None:
-        """Drop every file (nothing that looks finished is left)."""
+        """Stop at once: local files are dropped; worker processes are killed (SIGKILL) without
+        waiting for the batches queued to them, which would take seconds of writing. Their
+        temporary files lie in the run's stage (:class:`tokenpcap.pcap.outputset.OutputSet`),
+        which the caller removes."""
         if self.local is not None:
             for s in self.local:
                 s.abort()
             return
-        for q, p in zip(self.queues, self.procs):
-            if p.is_alive():
-                try:
-                    q.put("abort", timeout=1.0)
-                except queue_mod.Full:
-                    p.terminate()
-            q.cancel_join_thread()      # batches a dead worker will never read: do not wait
-        killed = False
         for p in self.procs:
-            p.join(timeout=10)
             if p.is_alive():
-                p.terminate()
-                p.join()
-                killed = True
-        if killed:      # a killed writer could not remove its temporary files: do it here
-            for spec in self.specs:
-                for part in spec.path.parent.glob(f".{spec.path.name}.*.part"):
-                    part.unlink(missing_ok=True)
+                p.kill()
+        for q in self.queues + [self.results]:
+            q.cancel_join_thread()      # batches a dead worker will never read: do not wait
+        for p in self.procs:
+            p.join()

@@ -25,7 +25,9 @@ files (stage 7, :mod:`tokenpcap.generate.output`), chunk by chunk with flat memo
   do in reasonable memory and time (counted from the plan, before simulating).
 * **Size**: :func:`tokenpcap.generate.size.predict_capture` gives the exact size before anything
   is written (predicted one iteration at a time); :class:`~tokenpcap.errors.OutputError` when it
-  exceeds the free space of the output directory, unless ``force``. With a time window the
+  exceeds the free space of the output directory, unless ``force``. A run that keeps every
+  packet whole is refused earlier still, before simulating, from the plan's estimate
+  (:mod:`tokenpcap.plan.sizing`, seconds for hundreds of GB). With a time window the
   prediction is an upper bound: the disk is not checked up front, and a write that runs out of
   space fails cleanly (OutputError, no file left).
 * **Time and memory**: every NIC of the job is timed, message by message (cost independent of
@@ -34,9 +36,13 @@ files (stage 7, :mod:`tokenpcap.generate.output`), chunk by chunk with flat memo
   arrays for the iterations of the run (:mod:`tokenpcap.schedule.engine.state`); no timeline and
   no NVLink copies are recorded (``keep_history=False``, ``keep_nvlink=False``), and the size is
   predicted one iteration at a time.
-* **Signals**: on any exception, including KeyboardInterrupt and the CLI's SIGTERM, every writer
-  is aborted and no temporary ``.part`` file of the run remains; worker processes also drop
-  their files and exit when the parent process dies.
+* **A run is one unit** (:class:`tokenpcap.pcap.outputset.OutputSet`): the directory is locked
+  (a second run into it is refused), the files are written into a hidden stage inside it and
+  renamed into place only when every one is complete. On any exception, including
+  KeyboardInterrupt and the CLI's SIGTERM, the writer processes are killed at once, the stage is
+  removed, and the directory holds exactly what it held before; what a SIGKILL leaves is a
+  hidden stage that the next run into the directory removes (or completes, if it was killed
+  while renaming). Worker processes also drop their files and exit when the parent dies.
 """
 from __future__ import annotations
 
@@ -59,6 +65,7 @@ from tokenpcap.lower import Lowering
 from tokenpcap.records import LABELS, PKT_ACK, PKT_CTS, PKT_DATA, label_codes
 from tokenpcap.records.comments import comment_text
 from tokenpcap.pcap import PcapngWriter
+from tokenpcap.pcap.outputset import OutputSet
 from tokenpcap.pcap.registry import CAPTURE_FORMATS, capture_format
 from tokenpcap.config.profiles import Scenario
 from tokenpcap.records.provenance import provenance_comment as _provenance_line
@@ -120,25 +127,26 @@ class GenerateResult:
 
 
 def _file_specs(s: Scenario, opt: GenerateOptions, pred_keys: np.ndarray, n_nics: int,
-                ext: str) -> tuple[list[FileSpec], np.ndarray]:
-    """Output files and a map from routing key (NIC, label or 0) to file index (-1: none)."""
+                ext: str, outset: OutputSet) -> tuple[list[FileSpec], np.ndarray]:
+    """Output files (staged in ``outset``) and a map from routing key (NIC, label or 0) to
+    file index (-1: none)."""
     name = s.name
     per = s.cluster.nics_per_node
     sel_nics = sorted(set(pred_keys.tolist())) if opt.split == "nic" else None
     all_nics = tuple(sorted(opt.selection.nics)) if opt.selection.nics else tuple(range(n_nics))
     if opt.split == "nic":
         keys = sel_nics
-        specs = [FileSpec(opt.out_dir / f"{name}_node{k // per:02d}_nic{k % per}.{ext}", (k,))
+        specs = [FileSpec(outset.path(f"{name}_node{k // per:02d}_nic{k % per}.{ext}"), (k,))
                  for k in keys]
         size = n_nics
     elif opt.split == "phase":
         keys = sorted(set(pred_keys.tolist()))
-        specs = [FileSpec(opt.out_dir / f"{name}_{LABELS[k].replace('/', '-')}.{ext}", all_nics)
+        specs = [FileSpec(outset.path(f"{name}_{LABELS[k].replace('/', '-')}.{ext}"), all_nics)
                  for k in keys]
         size = len(LABELS)
     else:
         keys = [0]
-        specs = [FileSpec(opt.out_dir / f"{name}.{ext}", all_nics)]
+        specs = [FileSpec(outset.path(f"{name}.{ext}"), all_nics)]
         size = 1
     route = np.full(size, -1, np.int64)
     route[list(keys)] = np.arange(len(keys))
@@ -179,7 +187,11 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
         snaplen, scale, iterations, a seed outside 0..2^63-1 from ``opt`` or the scenario);
         InfeasiblePlanError: from the plan, or the run is beyond the packet simulator
         (:func:`tokenpcap.schedule.limits.check_work`); OutputError: no such output
-        directory, not enough free space (without ``force``), a write failed.
+        directory, another run writing into it, not enough free space (without ``force``;
+        from the plan's estimate before simulating, then from the exact prediction), a write
+        failed. On any exception (KeyboardInterrupt and the CLI's SIGTERM too) the directory
+        holds what it held before; the exception carries ``output_committed`` (True only when
+        it arrived after the whole set was in place).
     """
     t0 = time.perf_counter()
     _check(s, opt)
@@ -192,9 +204,38 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
     if sel.iterations is not None and sel.iterations.stop > n_iter:
         raise InputError(f"--iterations: got kept iterations {sel.iterations.start}:"
                          f"{sel.iterations.stop}, expected at most {n_iter} run")
+    outset = OutputSet(opt.out_dir, what="generate")   # locked before any work: a second
+    try:                                              # run into the directory is refused now
+        return _generate(s, opt, outset, t0, tokens, progress, announce, gen, seed, n_nics,
+                         sel, n_iter)
+    except BaseException as err:
+        outset.abort()                      # nothing of this run is left (unless committed)
+        err.output_committed = outset.committed    # for the CLI's message after a signal
+        raise
+
+
+def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, tokens,
+              progress, announce, gen, seed: int, n_nics: int, sel: Selection,
+              n_iter: int) -> GenerateResult:
+    free = shutil.disk_usage(opt.out_dir).free
+
+    def refuse_early(plan: Plan) -> None:
+        """The plan's capture size (plan/sizing.py, from the closed forms: seconds even for a
+        run of hundreds of GB) against the free space, before anything is simulated. Only
+        for a run that keeps every packet whole (no selection, no snaplen), where the pcap
+        estimate is a lower bound of every format's size."""
+        if opt.force or opt.snaplen < 262144 or any(
+                getattr(sel, k) for k in ("nics", "ranks", "phases", "iterations", "window_ns")):
+            return
+        need = int(plan.pcap["file_bytes"]) * n_iter
+        if need > free:
+            raise OutputError(f"{opt.out_dir}: free space got {free:,} bytes, expected at least "
+                              f"the {need:,} bytes of the capture (estimated from the plan "
+                              "before simulating; use --force to write anyway)")
+
     _, plan, sched = prepare(s, tokens=tokens, scale=opt.scale, iterations=n_iter,
                              keep_nvlink=False, keep_history=False, chunk_rows=1 << 16,
-                             nics=sel.nics, ranks=sel.ranks)
+                             nics=sel.nics, ranks=sel.ranks, check=refuse_early)
     ib = s.cluster.transport == "infiniband"
     ext = capture_format(opt.fmt).extension.lstrip(".")
 
@@ -210,7 +251,7 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
         raise InputError(f"{got}: keeps no packet, expected a selection that meets the NIC "
                          f"traffic (phases on the NICs: {on_nics}; check --nics/--ranks/"
                          "--iterations too)")
-    specs, route = _file_specs(s, opt, keys, n_nics, ext)
+    specs, route = _file_specs(s, opt, keys, n_nics, ext, outset)
     expected_packets = size.packets
     addr = nic_addresses(s.cluster)
     names = {n: (f"node{n // s.cluster.nics_per_node}/nic{n % s.cluster.nics_per_node}",
@@ -220,7 +261,6 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
                        provenance_comment(s, opt, sched.iterations) if comments else None)
     expected = size.record_bytes + sum(
         _file_header_bytes(opt, cfg, sp) for sp in specs)
-    free = shutil.disk_usage(opt.out_dir).free
     bound = sel.window_ns is not None       # a time window: the size is an upper bound
     if announce is not None:
         announce({"files": len(specs), "packets": expected_packets, "bytes": expected,
@@ -252,15 +292,15 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
                              f"expected a window inside the run, whose packets (all NICs and "
                              f"phases) span {span[0]:,}..{span[1]:,} ns")
         sizes = disp.close()
+        outset.commit()
     except BaseException as err:
         if disp is not None:
             disp.abort()
-        _remove_parts(specs)
         if bound and isinstance(err, OutputError) and "No space left" in str(err):
             raise OutputError(f"{err} (the time window's capture, at most {expected:,} bytes, "
                               f"outgrew the {free:,} bytes free; nothing was left)") from None
         raise
-    res.files = [(sp.path, p, b) for sp, (p, b) in zip(specs, sizes)]
+    res.files = [(outset.final(sp.path), p, b) for sp, (p, b) in zip(specs, sizes)]
     res.packets = sum(p for _, p, _ in res.files)
     res.file_bytes = sum(b for _, _, b in res.files)
     res.seconds = time.perf_counter() - t0
@@ -361,17 +401,6 @@ def _account(res: GenerateResult, tx, pk, kc, label) -> None:
     t = tx["time_ns"]
     res.first_ns = int(t[0]) if res.first_ns < 0 else min(res.first_ns, int(t[0]))
     res.last_ns = max(res.last_ns, int(t[-1]))
-
-
-def _remove_parts(specs: list[FileSpec]) -> None:
-    """Remove temporary ``.part`` files of ``specs`` a writer could not remove itself (a worker
-    killed by a signal). Only names of this run's files are touched."""
-    for spec in specs:
-        for part in spec.path.parent.glob(f".{spec.path.name}.*.part"):
-            try:
-                part.unlink()
-            except OSError:
-                pass
 
 
 def _file_header_bytes(opt: GenerateOptions, cfg: WriterConfig, spec: FileSpec) -> int:

@@ -1,0 +1,199 @@
+"""A set of output files that lands whole or not at all, and one writer per directory.
+
+A run writes several files (``generate``'s one per NIC, ``plot``'s PNGs, an export and its
+topology). :class:`OutputSet` makes them one unit:
+
+* **Lock**: an exclusive ``flock`` on the output directory itself (no lock file is left
+  behind; the kernel drops the lock when the last process holding it ends, even by SIGKILL). A
+  second run into the same directory is refused at once with one line naming the run that
+  holds it. Forked writer processes share the lock, so it outlives a killed parent until they
+  have stopped too.
+* **Stage**: every file is written into a hidden directory ``.tokenpcap-stage.<pid>.<random>``
+  inside the target directory (same file system, so the final moves are renames).
+* **Commit**: a marker file ``.commit`` naming the files is written into the stage (atomic
+  rename), then each file is renamed over its destination, then the stage is removed. SIGINT
+  and SIGTERM are held back during these few renames (delivered right after).
+* **Abort** (any error, an interrupt): the stage is removed; the directory holds exactly what
+  it held before.
+* **Recovery**: a later set in the same directory, under the lock, first finishes a stage that
+  carries the marker (a run killed during its renames: its set is completed) and removes every
+  other stage (a run killed while writing), so what a kill leaves is temporary and the next run
+  removes it.
+
+Files of the set that already exist are replaced; other files in the directory are not touched.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+import signal
+import tempfile
+import threading
+from pathlib import Path
+
+from tokenpcap.errors import OutputError
+
+__all__ = ["OutputSet", "recover", "STAGE_PREFIX", "COMMIT_MARK"]
+
+STAGE_PREFIX = ".tokenpcap-stage."
+COMMIT_MARK = ".commit"
+_STAGE_RE = re.compile(re.escape(STAGE_PREFIX) + r"(\d+)\.")
+
+
+class OutputSet:
+    """The files of one run in ``directory`` (module docstring). Use as a context manager or
+    call :meth:`commit` / :meth:`abort`; leaving the ``with`` block without a commit aborts.
+
+    Args:
+        directory: an existing directory.
+        what: the command, for messages ("generate", "plot", "export").
+
+    Raises:
+        OutputError: ``directory`` cannot be opened or written, or another run holds it.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, what: str = "run"):
+        self.directory = Path(directory)
+        self.what = what
+        self.committed = False
+        self._fd: int | None = None
+        try:
+            self._fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as err:
+            raise OutputError(f"{self.directory}: output directory: cannot open it: "
+                              f"{err.strerror}") from None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._fd)
+            self._fd = None
+            holder = _holder(self.directory)
+            raise OutputError(f"{self.directory}: got another tokenpcap run writing into it"
+                              f"{f' (pid {holder})' if holder else ''}, expected one run per "
+                              "directory at a time (wait for it or choose another directory)"
+                              ) from None
+        try:
+            recover(self.directory)
+            self.stage = Path(tempfile.mkdtemp(dir=self.directory,
+                                               prefix=f"{STAGE_PREFIX}{os.getpid()}."))
+        except OSError as err:
+            self._unlock()
+            raise OutputError(f"{self.directory}: output directory: cannot write into it: "
+                              f"{err.strerror}") from None
+
+    def path(self, name: str) -> Path:
+        """Where to write the file that will be ``directory/name``."""
+        if "/" in name or name in ("", ".", "..") or name.startswith("."):
+            raise OutputError(f"{name!r}: got a path, expected a plain file name")
+        return self.stage / name
+
+    def final(self, path: str | os.PathLike) -> Path:
+        """The destination of a staged ``path`` (or ``path`` itself if it is not staged)."""
+        p = Path(path)
+        return self.directory / p.name if p.parent == self.stage else p
+
+    def commit(self) -> list[Path]:
+        """Move every staged file into place (module docstring); returns their final paths.
+
+        Raises:
+            OutputError: the file system refuses the marker or a rename; the stage is then
+                left for the next run to finish (if marked) or remove.
+        """
+        if self.committed:
+            return []
+        names = sorted(p.name for p in self.stage.iterdir() if not p.name.startswith("."))
+        with _signals_held():
+            try:
+                _write_marker(self.stage, names)
+                for n in names:
+                    os.replace(self.stage / n, self.directory / n)
+                (self.stage / COMMIT_MARK).unlink()
+                self.stage.rmdir()
+            except OSError as err:
+                self._unlock()
+                raise OutputError(f"{self.directory}: cannot put the {self.what}'s files in "
+                                  f"place: {err.strerror}") from None
+            self.committed = True
+            self._unlock()
+        return [self.directory / n for n in names]
+
+    def abort(self) -> None:
+        """Remove the stage (nothing of this run is left) and release the directory."""
+        if self._fd is None:
+            return
+        if not self.committed:
+            shutil.rmtree(self.stage, ignore_errors=True)
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)            # drops our flock (forked writers may still share it)
+
+    def __enter__(self) -> "OutputSet":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.abort()
+
+    def __del__(self):
+        if getattr(self, "_fd", None) is not None:
+            self.abort()
+
+
+def recover(directory: str | os.PathLike) -> list[Path]:
+    """Finish or remove what killed runs left in ``directory`` (module docstring); call it only
+    while holding the directory's lock. Returns the files a marked stage put in place.
+
+    Raises:
+        OSError: the file system refuses.
+    """
+    d = Path(directory)
+    placed: list[Path] = []
+    for stage in sorted(d.glob(STAGE_PREFIX + "*")):
+        if not stage.is_dir():
+            continue
+        mark = stage / COMMIT_MARK
+        if mark.is_file():
+            for n in mark.read_text(encoding="utf-8").splitlines():
+                if n and (stage / n).exists():
+                    os.replace(stage / n, d / n)
+                    placed.append(d / n)
+        shutil.rmtree(stage, ignore_errors=True)
+    return placed
+
+
+def _write_marker(stage: Path, names: list[str]) -> None:
+    tmp = stage / (COMMIT_MARK + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("".join(n + "\n" for n in names))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, stage / COMMIT_MARK)
+
+
+def _holder(directory: Path) -> int | None:
+    """The pid in the name of a stage in ``directory`` (the run holding it), if any."""
+    for stage in directory.glob(STAGE_PREFIX + "*"):
+        m = _STAGE_RE.match(stage.name)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold SIGINT and SIGTERM back for the block (main thread only; elsewhere a no-op): they
+    are delivered, and their handlers run, as soon as it ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
