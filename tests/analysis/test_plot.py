@@ -151,3 +151,27 @@ def test_default_timeline_ranks_small_and_many_stages():
     assert ranks == list(range(0, 256, 8))
     assert caption == ("32 of 256 ranks: the first rank of each of the 32 pipeline stages; "
                        "--ranks draws others")
+
+
+def test_the_pictures_land_together_or_not_at_all(tmp_path, trace, monkeypatch):
+    """A failure drawing the second picture left the first new one beside an old second; now
+    the earlier pictures stay as they were, and a concurrent plot is refused."""
+    from tokenpcap.analysis import plot
+    from tokenpcap.errors import OutputError
+    from tokenpcap.pcap.outputset import OutputSet
+
+    path, _ = trace
+    first = plot_all(path, tmp_path / "png")
+    before = {p.name: p.read_bytes() for p in first}
+
+    def fails(series, out, *, title=""):  # type: ignore[no-untyped-def]
+        raise OutputError(f"{out}: cannot write: No space left on device")
+
+    monkeypatch.setattr(plot, "plot_sizes", fails)
+    with pytest.raises(OutputError, match="No space left"):
+        plot_all(path, tmp_path / "png")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "png").iterdir()} == before
+    monkeypatch.undo()
+    with OutputSet(tmp_path / "png"):
+        with pytest.raises(OutputError, match="another tokenpcap run writing into it"):
+            plot_all(path, tmp_path / "png")

@@ -8,6 +8,7 @@ the hardware frames of tests/cases/hw-frames.json.
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from tests.pcap.helpers import block, erf_record, hand_pcap, idb, pad4, shb
 from tokenpcap.analysis.plot import capture_series, plot_all
 from tokenpcap.analysis.readdress import Mapping, load_mapping, readdress
 from tokenpcap.cli import main
-from tokenpcap.errors import CaptureError, InputError
+from tokenpcap.errors import CaptureError, InputError, OutputError
 from tokenpcap.pcap import ErfWriter, Interface, PcapngWriter, PcapWriter
 from tokenpcap.pcap.reader import open_capture
 
@@ -193,3 +194,46 @@ def test_mapping_duplicates_many_to_one_and_special_files(tmp_path):
         f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip(names, names[1:])))
     with pytest.raises(InputError, match="aliases expanded"):
         load_mapping(bomb)
+
+
+def test_an_output_that_cannot_fit_is_refused_before_writing(tmp_path, monkeypatch):
+    import shutil
+
+    src = tmp_path / "in.pcap"
+    write_trace(src, 50)
+    need = 24 + sum(int(r["caplen"].sum()) + 16 * r.size for r in open_capture(src).batches())
+
+    class Usage:
+        free = need - 1
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: Usage())
+    with pytest.raises(OutputError, match=rf"free space got {need - 1:,} bytes, expected at least "
+                                          rf"the {need:,} bytes"):
+        readdress(src, tmp_path / "o.pcap", Mapping())
+    assert not list(tmp_path.glob("o.pcap")) and not list(tmp_path.glob(".o.pcap*"))
+    Usage.free = need
+    readdress(src, tmp_path / "o.pcap", Mapping())
+    assert (tmp_path / "o.pcap").stat().st_size == need        # a classic pcap: the bound
+
+
+def test_what_a_killed_readdress_leaves_is_removed_by_the_next(tmp_path):
+    """SIGKILL cannot be handled: the temporary file stays until the next readdress to the
+    same output removes it (its writer's pid is gone)."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "in.pcap"
+    write_trace(src, 20_000)
+    out = tmp_path / "o.pcap"
+    script = ("import os, signal\n"
+              "from tokenpcap.pcap import output\n"
+              "real = output.AtomicOutput.close\n"
+              "def die(self): os.kill(os.getpid(), signal.SIGKILL)\n"
+              "output.AtomicOutput.close = die\n"
+              "from tokenpcap.analysis.readdress import Mapping, readdress\n"
+              f"readdress({str(src)!r}, {str(out)!r}, Mapping())\n")
+    r = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[2])
+    assert r.returncode == -9
+    assert not out.exists() and len(list(tmp_path.glob(".o.pcap.*.part"))) == 1
+    readdress(src, out, Mapping())
+    assert out.exists() and not list(tmp_path.glob(".o.pcap.*.part"))

@@ -74,3 +74,30 @@ def test_export_cli_and_errors(tmp_path):
                                   "--scale", "0"])
     assert r.exit_code == 2 and "Invalid value for '--scale'" in r.output   # a usage error
     assert np.__version__
+
+
+def test_hpcc_flows_and_topology_land_together_or_not_at_all(tmp_path, monkeypatch):
+    """A failure after the flow file was written leaves the earlier set whole (the files are
+    staged in the locked directory and moved together), and a concurrent export is refused."""
+    from tokenpcap.export import hpcc
+    from tokenpcap.pcap.outputset import OutputSet
+
+    out = tmp_path / "x" / "flows.txt"
+    first = export_scenario(DANTE, "hpcc", out, scale=64)
+    assert len(first) >= 2
+    before = {p.name: p.read_bytes() for p in out.parent.iterdir()}
+
+    def first_then_full(files):  # type: ignore[no-untyped-def]
+        path, lines = next(iter(files.items()))
+        path.write_text("".join(lines))
+        raise OutputError(f"{path}: cannot write: No space left on device")
+
+    monkeypatch.setattr(hpcc, "_write_all", first_then_full)
+    with pytest.raises(OutputError, match="No space left"):
+        export_scenario(DANTE, "hpcc", out, scale=32)
+    assert {p.name: p.read_bytes() for p in out.parent.iterdir()} == before
+    monkeypatch.undo()
+    with OutputSet(out.parent):
+        with pytest.raises(OutputError, match="another tokenpcap run writing into it"):
+            export_scenario(DANTE, "csv", out.parent / "t.csv", scale=64)
+    assert {p.name: p.read_bytes() for p in out.parent.iterdir()} == before

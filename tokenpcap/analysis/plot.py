@@ -389,15 +389,20 @@ def plot_all(source: str | os.PathLike, outdir: str | os.PathLike, *, scale: int
     Raises:
         OutputError: ``outdir`` (created with its parents, like ``generate -o``; removed again
             if nothing is drawn) cannot be made: a path component is a file, or the file
-            system refuses. CaptureError/ProfileError from the input.
+            system refuses; another run is writing into it. CaptureError/ProfileError from the
+            input. The pictures land together or not at all
+            (:class:`tokenpcap.pcap.outputset.OutputSet`).
     """
     from tokenpcap.pcap.output import make_directory
+    from tokenpcap.pcap.outputset import OutputSet
 
-    with make_directory(outdir) as outdir:
-        return _plot_all(source, outdir, scale=scale, iterations=iterations, ranks=ranks)
+    with make_directory(outdir) as outdir, OutputSet(outdir, what="plot") as outset:
+        drawn = _plot_all(source, outset, scale=scale, iterations=iterations, ranks=ranks)
+        outset.commit()
+        return [outset.final(p) for p in drawn]
 
 
-def _plot_all(source, outdir: Path, *, scale: int, iterations: int,
+def _plot_all(source, outset, *, scale: int, iterations: int,
               ranks: list[int] | None) -> list[Path]:
     src = Path(source)
     if src.suffix in (".yaml", ".yml"):
@@ -422,15 +427,15 @@ def _plot_all(source, outdir: Path, *, scale: int, iterations: int,
         sizes: dict[int, int] = {}
         _count(sizes, m["size_bytes"][m["kind"] == 0])
         series = {"frame_sizes": {}, "message_sizes": sizes}
-        return [plot_timeline(sched.timeline, m, outdir / f"{src.stem}-timeline.png",
+        return [plot_timeline(sched.timeline, m, outset.path(f"{src.stem}-timeline.png"),
                               ranks=ranks, stage_of=stage_of,
                               title=f"{src.stem}: compute and RDMA messages per rank (1F1B)\n"
                                     f"{which}"),
-                plot_sizes(series, outdir / f"{src.stem}-message-sizes.png",
+                plot_sizes(series, outset.path(f"{src.stem}-message-sizes.png"),
                            title=f"{src.stem}: message sizes of one iteration")]
     series = capture_series(src)
-    return [plot_throughput(series, outdir / f"{src.stem}-throughput.png",
+    return [plot_throughput(series, outset.path(f"{src.stem}-throughput.png"),
                             title=f"{src.name}: layer-2 throughput per sending NIC, by phase"),
-            plot_sizes(series, outdir / f"{src.stem}-sizes.png",
+            plot_sizes(series, outset.path(f"{src.stem}-sizes.png"),
                        title=f"{src.name}: frame and message sizes")]
 

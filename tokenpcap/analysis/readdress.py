@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.analysis.decode import decode_batch
-from tokenpcap.errors import CaptureError, InputError
+from tokenpcap.errors import CaptureError, InputError, OutputError
 from tokenpcap.pcap import Comments, Interface, PcapngWriter, PcapWriter
 from tokenpcap.pcap.formats import MAX_SNAPLEN
 from tokenpcap.pcap.reader import open_capture
@@ -296,6 +296,33 @@ def _limit(snaplen: int, grow: int) -> int:
     return min(snaplen + grow, MAX_SNAPLEN) if 0 < snaplen <= MAX_SNAPLEN else MAX_SNAPLEN
 
 
+def _check_space(cap, dst, mapping: Mapping) -> None:
+    """Refuse before writing when the output cannot fit: its least possible size (every
+    record's captured bytes, 4 fewer when a tag may be stripped, and a 16-byte record header:
+    a classic pcap; pcapng records are larger) against the free space of ``dst``'s directory.
+    Reads record headers only.
+
+    Raises:
+        OutputError: naming both numbers.
+    """
+    import shutil
+
+    least = 24
+    for rec in cap.batches():
+        c = rec["caplen"].astype(np.int64)
+        if mapping.vlan == -1:
+            c = np.maximum(c - 4, 0)
+        least += int(c.sum()) + 16 * rec.size
+    parent = Path(dst).parent
+    try:
+        free = shutil.disk_usage(parent if str(parent) else ".").free
+    except OSError:
+        return                          # no such directory: the writer says so
+    if least > free:
+        raise OutputError(f"{dst}: free space got {free:,} bytes, expected at least the "
+                          f"{least:,} bytes the rewritten capture needs")
+
+
 def _check_records(src, cap, rec: np.ndarray) -> None:
     """Refuse a batch readdress cannot rewrite into a valid capture (each error names the
     first such record, its number in the file and its byte offset).
@@ -356,10 +383,12 @@ def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, 
         CaptureError: the input cannot be read, or a record contradicts its header.
             InputError: a native InfiniBand (or other non-Ethernet) record, a record without a
             timestamp, or ``usec`` with a ``.pcapng`` name.
-            OutputError: the output cannot be written.
+            OutputError: the output cannot be written, or cannot fit in the free space
+            (checked before writing).
     """
     cap = open_capture(src)
     fmt = output_format(cap.format, dst, usec)
+    _check_space(cap, dst, mapping)
     # pcapng IDBs are read as the file is walked, and SnapLen 0 there means "no limit": the
     # limit is taken per record from its interface (0 or above libpcap's maximum -> 262144);
     # a tag added grows it by 4 bytes, so that a cut record keeps every byte it had

@@ -44,15 +44,19 @@ def export_scenario(scenario: str | os.PathLike, to: str, out: str | os.PathLike
     Raises:
         InputError: an unknown format or option value. OutputError: the directory of ``out``
             (created with its parents; removed again if nothing is written) cannot be made: a
-            path component is a file, or the file system refuses. As
-            :func:`~tokenpcap.pipeline.schedule_scenario` otherwise.
+            path component is a file, or the file system refuses; another run is writing into
+            it. As :func:`~tokenpcap.pipeline.schedule_scenario` otherwise. The files land
+            together or not at all (:class:`tokenpcap.pcap.outputset.OutputSet`).
     """
     from tokenpcap.pcap.output import make_directory
+    from tokenpcap.pcap.outputset import OutputSet
 
     fmt = EXPORTS.get(to)
     if fmt is None:
         raise InputError(f"export --to: got {to!r}, expected one of {', '.join(EXPORTS)}")
     out = Path(out)
-    with make_directory(out.parent):
-        return fmt.write(schedule_scenario(scenario, scale=scale, iterations=iterations), out,
-                         **options)
+    with make_directory(out.parent), OutputSet(out.parent, what="export") as outset:
+        written = fmt.write(schedule_scenario(scenario, scale=scale, iterations=iterations),
+                            outset.path(out.name), **options)   # staged: the set lands whole
+        outset.commit()
+        return [outset.final(p) for p in written]

@@ -1,9 +1,10 @@
 """What every capture writer shares: an atomic output file, reusable batch buffers, batch checks.
 
-* :class:`AtomicOutput` writes to ``.<name>.<random>.part`` in the destination directory and renames
-  it over the destination at :meth:`close` (``os.replace``, atomic on POSIX); :meth:`abort` (and
-  any exception inside a ``with`` block) removes the temporary file, so nothing that looks finished
-  is ever left behind. Writes run on one background thread so that building batch k+1 overlaps
+* :class:`AtomicOutput` writes to ``.<name>.<pid>.<random>.part`` in the destination directory and
+  renames it over the destination at :meth:`close` (``os.replace``, atomic on POSIX); :meth:`abort`
+  (and any exception inside a ``with`` block) removes the temporary file, so nothing that looks
+  finished is ever left behind. A temporary file of a process that no longer exists (SIGKILL) is
+  removed by the next writer of the same destination. Writes run on one background thread so that building batch k+1 overlaps
   writing batch k (numpy and ``os.write`` release the GIL); two alternating buffers keep memory
   flat.
 * :func:`scatter` writes fixed-size records (record headers) at arbitrary byte offsets of a
@@ -23,7 +24,7 @@ import numpy as np
 from tokenpcap.errors import EncodeError, OutputError
 from tokenpcap.pcap.gather import writev_all
 
-__all__ = ["AtomicOutput", "Scratch", "scatter", "check_batch", "check_caplen", "LINKS",
+__all__ = ["AtomicOutput", "remove_stale_parts", "Scratch", "scatter", "check_batch", "check_caplen", "LINKS",
            "make_directory", "not_a_directory"]
 
 #: frame kinds a writer accepts: name -> file link type. Native InfiniBand goes into ERF (197):
@@ -89,6 +90,43 @@ def _remove_empty(dirs: list[Path]) -> None:
             return
 
 
+def remove_stale_parts(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files ``.<name>.<pid>.<random>.part`` of ``path`` whose writer
+    process no longer exists (killed by SIGKILL, which no handler sees); files of live
+    processes are left alone. Returns the paths removed; raises nothing."""
+    p = Path(path)
+    gone: list[Path] = []
+    try:
+        parts = list(p.parent.glob(f".{glob_escape(p.name)}.*.part"))
+    except OSError:
+        return gone
+    for part in parts:
+        pid = part.name[len(p.name) + 2:].split(".", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            part.unlink()
+            gone.append(part)
+        except OSError:
+            pass
+    return gone
+
+
+def glob_escape(name: str) -> str:
+    """``name`` with the glob characters ``* ? [`` taken literally."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:        # another user's live process
+        return True
+    return True
+
+
 class AtomicOutput:
     """A file written to a temporary name in its directory and renamed into place at close.
 
@@ -112,8 +150,10 @@ class AtomicOutput:
             raise OutputError(f"{self.path}: got a directory, expected a file path")
         if not overwrite and self.path.exists():
             raise OutputError(f"{self.path}: got an existing file, expected a new path (overwrite=False)")
+        remove_stale_parts(self.path)
         try:
-            fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{self.path.name}.", suffix=".part")
+            fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{self.path.name}.{os.getpid()}.",
+                                       suffix=".part")
             os.fchmod(fd, 0o666 & ~_UMASK)
         except OSError as err:
             raise OutputError(f"{self.path}: cannot create a file: {err.strerror}") from err

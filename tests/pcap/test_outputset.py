@@ -1,0 +1,112 @@
+"""OutputSet: a set of files lands whole or not at all, one run per directory; AtomicOutput's
+leftovers of killed processes are removed by the next writer."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tokenpcap.errors import OutputError
+from tokenpcap.pcap.output import AtomicOutput, remove_stale_parts
+from tokenpcap.pcap.outputset import COMMIT_MARK, STAGE_PREFIX, OutputSet, recover
+
+
+def _files(d: Path) -> dict[str, bytes]:
+    """Every entry of ``d`` (a directory left behind would make read_bytes fail)."""
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+def _earlier(d: Path) -> dict[str, bytes]:
+    d.mkdir(exist_ok=True)
+    for n, body in (("a.pcap", b"old a"), ("b.pcap", b"old b"), ("notes.txt", b"mine")):
+        (d / n).write_bytes(body)
+    return _files(d)
+
+
+def test_commit_replaces_the_set_and_nothing_else(tmp_path):
+    before = _earlier(tmp_path / "out")
+    with OutputSet(tmp_path / "out") as s:
+        for n in ("a.pcap", "b.pcap", "c.pcap"):
+            s.path(n).write_bytes(b"new " + n.encode())
+        assert {p.name for p in (tmp_path / "out").iterdir()} - {s.stage.name} == \
+            before.keys()                                   # nothing in place before commit
+        done = s.commit()
+    assert [p.name for p in done] == ["a.pcap", "b.pcap", "c.pcap"]
+    assert _files(tmp_path / "out") == {"a.pcap": b"new a.pcap", "b.pcap": b"new b.pcap",
+                                        "c.pcap": b"new c.pcap", "notes.txt": b"mine"}
+
+
+@pytest.mark.parametrize("how", ["exception", "abort", "no commit"])
+def test_anything_but_a_commit_leaves_exactly_the_earlier_files(tmp_path, how):
+    before = _earlier(tmp_path / "out")
+    try:
+        with OutputSet(tmp_path / "out") as s:
+            s.path("a.pcap").write_bytes(b"half")
+            if how == "exception":
+                raise KeyboardInterrupt
+            if how == "abort":
+                s.abort()
+    except KeyboardInterrupt:
+        pass
+    assert _files(tmp_path / "out") == before
+
+
+def test_a_second_set_in_one_directory_is_refused_until_the_first_ends(tmp_path):
+    d = tmp_path / "out"
+    d.mkdir()
+    first = OutputSet(d)
+    with pytest.raises(OutputError, match=rf"^{d}: got another tokenpcap run writing into it "
+                                          rf"\(pid {os.getpid()}\), expected one run per "
+                                          "directory at a time"):
+        OutputSet(d)
+    first.abort()
+    OutputSet(d).abort()                 # free again
+    other = tmp_path / "other"
+    other.mkdir()
+    OutputSet(other).abort()             # other directories were never affected
+
+
+def test_the_next_set_finishes_a_marked_stage_and_removes_unmarked_ones(tmp_path):
+    """What a SIGKILL leaves: a stage killed while renaming (marker written: its set is
+    completed) and a stage killed while writing (no marker: removed)."""
+    d = tmp_path / "out"
+    _earlier(d)
+    marked = d / f"{STAGE_PREFIX}111.aaaa"
+    marked.mkdir()
+    (marked / "b.pcap").write_bytes(b"new b")            # a.pcap was renamed already
+    (d / "a.pcap").write_bytes(b"new a")
+    (marked / COMMIT_MARK).write_text("a.pcap\nb.pcap\n")
+    unmarked = d / f"{STAGE_PREFIX}222.bbbb"
+    unmarked.mkdir()
+    (unmarked / ".x.pcap.222.zz.part").write_bytes(b"half")
+    OutputSet(d).abort()
+    assert _files(d) == {"a.pcap": b"new a", "b.pcap": b"new b", "notes.txt": b"mine"}
+    assert recover(d) == []
+
+
+def test_bad_names_and_directories(tmp_path):
+    with pytest.raises(OutputError, match="cannot open it"):
+        OutputSet(tmp_path / "missing")
+    with OutputSet(tmp_path) as s:
+        for bad in ("../x", "a/b", ".hidden", ""):
+            with pytest.raises(OutputError, match="expected a plain file name"):
+                s.path(bad)
+
+
+def test_atomic_output_removes_the_parts_of_killed_writers_only(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    stale = tmp_path / f".x.pcap.{dead}.abcd.part"
+    live = tmp_path / f".x.pcap.{os.getpid()}.efgh.part"
+    other = tmp_path / f".y.pcap.{dead}.abcd.part"
+    for p in (stale, live, other):
+        p.write_bytes(b"half")
+    w = AtomicOutput(tmp_path / "x.pcap", threaded=False)
+    assert not stale.exists() and live.exists() and other.exists()
+    w.write(b"whole")
+    w.close()
+    assert (tmp_path / "x.pcap").read_bytes() == b"whole"
+    assert remove_stale_parts(tmp_path / "y.pcap") == [other]
