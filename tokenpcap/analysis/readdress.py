@@ -388,7 +388,8 @@ def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, 
     """
     cap = open_capture(src)
     fmt = output_format(cap.format, dst, usec)
-    _check_space(cap, dst, mapping)
+    _check_space(open_capture(src), dst, mapping)     # its own pass: pcapng interfaces are
+                                                       # collected as the file is walked
     # pcapng IDBs are read as the file is walked, and SnapLen 0 there means "no limit": the
     # limit is taken per record from its interface (0 or above libpcap's maximum -> 262144);
     # a tag added grows it by 4 bytes, so that a cut record keeps every byte it had
