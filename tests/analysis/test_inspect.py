@@ -447,3 +447,73 @@ def test_flow_ids_survive_hash_collisions(monkeypatch):
         assert len(pairs) == len(want) == len(set(got.tolist()))
         assert sorted(k for k, _ in pairs) == sorted(want)
         assert len(expected) == got.size
+
+
+def test_many_sections_cost_the_analysis_once_per_batch_not_per_section(tmp_path, monkeypatch):
+    """2,000 one-packet pcapng sections (each SHB + IDB + EPB with its own comment): the same
+    report as the same packets in one section, with the per-batch analysis run once for all
+    of them and each comment's label parsed once (was: once per section, and the whole
+    interface and comment lists again for every section)."""
+    from tests.analysis.trace import write_trace
+    from tests.pcap.helpers import comment_options, epb, idb, shb
+    from tokenpcap.analysis import batch, inspect as inspect_mod
+
+    n = 2000
+    labels = [f"dp/backward/AllReduce step={i % 7}" for i in range(n)]
+    one = tmp_path / "one.pcapng"
+    write_trace(one, n, fmt="pcapng", comments=labels)
+    cap = open_capture(one)
+    rec = cap.read()
+    o = "<"
+    parts = []
+    for i, r in enumerate(rec):
+        t = int(r["time_ns"])
+        parts += [shb(o), idb(o, 1, 0, tsresol=9),
+                  epb(o, 0, t, cap.frame(r), options=comment_options(o, labels[i]))]
+    many = tmp_path / "many.pcapng"
+    many.write_bytes(b"".join(parts))
+    calls = {"add_batch": 0, "parse": 0}
+    real_add, real_parse = inspect_mod.add_batch, batch.parse_phase_label
+
+    def add(*a, **k):  # type: ignore[no-untyped-def]
+        calls["add_batch"] += 1
+        return real_add(*a, **k)
+
+    def parse(text):  # type: ignore[no-untyped-def]
+        calls["parse"] += 1
+        return real_parse(text)
+
+    monkeypatch.setattr(inspect_mod, "add_batch", add)
+    monkeypatch.setattr(batch, "parse_phase_label", parse)
+    a, b = inspect_capture(one).to_json(), inspect_capture(many).to_json()
+    assert calls["add_batch"] == 2 and calls["parse"] <= len(set(labels)) + n
+    for k in ("packets", "bytes", "roce", "flows", "phases", "nics", "first_ns", "last_ns"):
+        assert a[k] == b[k], k
+    assert len(b["interfaces"]) == n
+
+
+def test_flows_are_columns_and_json_streams_the_same_text(tmp_path):
+    """Flows are kept as columns and made into dicts on demand; ``inspect --json`` writes the
+    same text as json.dumps(indent=2) without building it whole (250,000 one-packet flows
+    took 1.3 GB: benchmarks/README.md)."""
+    import io
+
+    from tests.analysis.trace import write_trace
+    from tokenpcap.analysis.result import FlowRows
+    from tokenpcap.cli.inspect_cmd import write_json
+
+    write_trace(tmp_path / "f.pcap", 3000, qps=1500)
+    rep = inspect_capture(tmp_path / "f.pcap")
+    assert isinstance(rep.flows, FlowRows) and len(rep.flows) == 1500
+    lazy = rep.to_json(lazy_flows=True)
+    assert lazy["flows"] is rep.flows
+    full = rep.to_json()
+    assert full["flows"] == [rep.flows[i] for i in range(1500)] == rep.flows[:]
+    assert rep.flows[-1] == full["flows"][-1] and set(full["flows"][0]) >= {
+        "transport", "src", "dst", "dest_qp", "udp_sport", "packets", "bytes", "cut"}
+    out = io.StringIO()
+    write_json(lazy, out)
+    assert out.getvalue() == json.dumps(full, indent=2) + "\n"
+    big = rep.flows.largest(3)
+    assert [f["bytes"] for f in big] == sorted((f["bytes"] for f in full["flows"]),
+                                               reverse=True)[:3]

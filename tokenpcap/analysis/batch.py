@@ -86,6 +86,7 @@ class Acc:
         self.reasons = np.zeros(len(MALFORMED_REASONS), np.int64)
         self.labels: list[str] = []
         self.label_index: dict[str, int] = {}
+        self._codes = np.full(1, -1, np.int64)     # label_codes of the current file's comments
         self.flow_label: dict[tuple[int, int], np.ndarray] = {}
         self.small_writes: dict[tuple[int, int, int], int] = {}
         self.file_flows: list[set[int]] = []
@@ -98,6 +99,7 @@ class Acc:
     def start_file(self, k: int) -> None:
         """The next batches come from file ``k`` (0, 1, ...)."""
         self.file = k
+        self._codes = np.full(1, -1, np.int64)
         while len(self.file_flows) <= k:
             self.file_flows.append(set())
             self.file_labels.append(set())
@@ -109,22 +111,28 @@ class Acc:
                 self.f[k] = np.concatenate([a, np.full(n - old, _FILL.get(k, 0), np.int64)])
 
     def label_codes(self, comments: list[str]) -> np.ndarray:
-        """Global label index for every comment code of the capture (-1: no phase label)."""
-        out = np.full(len(comments) + 1, -1, np.int64)    # last entry: code -1
-        for i, text in enumerate(comments):
-            control = ""
-            for prefix in CONTROL_PREFIXES:          # the generator's control packets
-                if text.startswith(prefix):
-                    control, text = f" [{prefix.strip()}]", text[len(prefix):]
-            try:
-                label = "/".join(parse_phase_label(text)) + control
-            except DecodeError:
-                continue
-            if label not in self.label_index:
-                self.label_index[label] = len(self.labels)
-                self.labels.append(label)
-            out[i] = self.label_index[label]
-        return out
+        """Global label index for every comment code of the capture (-1: no phase label), int64
+        ``(len(comments) + 1,)``, the last entry for code -1. The capture's comment list only
+        grows as it is read: comments seen in an earlier batch of the file are not parsed
+        again (a file of many sections or unique comments stays linear)."""
+        done = self._codes.size - 1
+        if len(comments) > done:
+            new = np.full(len(comments) - done, -1, np.int64)
+            for j, text in enumerate(comments[done:]):
+                control = ""
+                for prefix in CONTROL_PREFIXES:          # the generator's control packets
+                    if text.startswith(prefix):
+                        control, text = f" [{prefix.strip()}]", text[len(prefix):]
+                try:
+                    label = "/".join(parse_phase_label(text)) + control
+                except DecodeError:
+                    continue
+                if label not in self.label_index:
+                    self.label_index[label] = len(self.labels)
+                    self.labels.append(label)
+                new[j] = self.label_index[label]
+            self._codes = np.concatenate([self._codes[:-1], new, [-1]])
+        return self._codes
 
 
 def _pfc(acc: Acc, dec) -> None:

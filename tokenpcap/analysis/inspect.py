@@ -29,8 +29,9 @@ import numpy as np
 from tokenpcap.analysis.batch import CUT_AT_END, CUT_AT_START, Acc, add_batch
 from tokenpcap.analysis.decode import KIND_IB, KIND_NAMES, LINKTYPE_ETHERNET, MALFORMED_REASONS
 from tokenpcap.analysis.result import (
-    L1_OVERHEAD_BYTES, NS_PER_S, Report, address_text)
+    L1_OVERHEAD_BYTES, NS_PER_S, FlowRows, Report, address_text)
 from tokenpcap.errors import DecodeError
+from tokenpcap.pcap.capture import CHUNK
 from tokenpcap.pcap.reader import open_capture
 from tokenpcap.pcap.timestamps import NO_TIME
 from tokenpcap.records.provenance import is_provenance, parse_provenance
@@ -101,7 +102,7 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
         rep.files.append({"path": path, "format": cap.format, "provenance": prov})
         if note:
             rep.notes.append(note)
-        for rec in cap.batches(max_records):
+        for rec in coalesced(cap.batches(max_records), min(max_records, CHUNK)):
             rep.packets += rec.size
             orig = rec["orig_len"].astype(np.int64)
             rep.bytes += int(orig.sum())
@@ -135,6 +136,26 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
     rep.truncated_at = truncated[0] if truncated else None
     _finish(rep, acc)
     return rep
+
+
+def coalesced(batches, rows: int):
+    """The record batches of ``batches`` joined into batches of at least ``rows`` rows (the
+    last may be shorter), in file order. A reader ends a batch at every pcapng section; a file
+    of thousands of one-packet sections would otherwise pay the per-batch cost of the analysis
+    for every packet. Rows carry global interface and comment indices, so joining is exact."""
+    held: list[np.ndarray] = []
+    n = 0
+    for rec in batches:
+        if not held and rec.size >= rows:
+            yield rec
+            continue
+        held.append(rec)
+        n += rec.size
+        if n >= rows:
+            yield np.concatenate(held)
+            held, n = [], 0
+    if held:
+        yield held[0] if len(held) == 1 else np.concatenate(held)
 
 
 def _psn(rep: Report, acc: Acc) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -180,29 +201,45 @@ def _finish(rep: Report, acc: Acc) -> None:
     })
     rep.pfc = {"frames": n["pfc"], "xoff": n["pfc_xoff"], "xon": n["pfc_xon"],
                "priorities": {str(k): int(v) for k, v in enumerate(acc.pfc_prio) if v}}
-    src_of = []
-    for i, (kind, sh, sl, dh, dl, qp) in enumerate(acc.flows.keys):
-        src, dst = address_text(kind, sh, sl), address_text(kind, dh, dl)
-        src_of.append(src)
-        rep.flows.append({
-            "transport": KIND_NAMES[kind], "src": src, "dst": dst, "dest_qp": qp,
-            "udp_sport": int(f["sport"][i]) if kind != KIND_IB else None,
-            "packets": int(f["packets"][i]), "bytes": int(f["bytes"][i]),
-            "payload_bytes": int(f["payload"][i]), "first_ns": int(f["first_ns"][i]),
-            "last_ns": int(f["last_ns"][i]), "icrc_bad": int(f["icrc_bad"][i]),
-            "vcrc_bad": int(f["vcrc_bad"][i]), "psn_gaps": int(gaps[i]),
-            "psn_missing": int(missing[i]), "psn_reordered": int(late[i]),
-            "cnp": int(f["cnp"][i]), "ce": int(f["ce"][i]), "malformed": int(f["malformed"][i]),
-            "imm_messages": int(f["imm_last"][i]), "cut": bool(cut[i])})
-        if cut[i]:
-            rep.cut_sources[src] = rep.cut_sources.get(src, 0) + 1
+    keys = np.array(acc.flows.keys, dtype=np.uint64).reshape(-1, 6)
+    texts: dict[tuple[int, int, int], str] = {}          # each address formatted once
+
+    def text(kind: int, hi: int, lo: int) -> str:
+        k = (kind, hi, lo)
+        if k not in texts:
+            texts[k] = address_text(kind, hi, lo)
+        return texts[k]
+
+    src_of = [text(k, sh, sl) for k, sh, sl, *_ in acc.flows.keys]
+    dst_of = [text(k, dh, dl) for k, _, _, dh, dl, _ in acc.flows.keys]
+    kind = keys[:, 0].astype(np.int64)
+    ints = {"dest_qp": keys[:, 5].astype(np.int64)}
+    for name, col in (("packets", "packets"), ("bytes", "bytes"), ("payload_bytes", "payload"),
+                      ("first_ns", "first_ns"), ("last_ns", "last_ns"),
+                      ("icrc_bad", "icrc_bad"), ("vcrc_bad", "vcrc_bad")):
+        ints[name] = f[col][:nf].copy()
+    ints.update({"psn_gaps": gaps[:nf], "psn_missing": missing[:nf],
+                 "psn_reordered": late[:nf]})
+    for name, col in (("cnp", "cnp"), ("ce", "ce"), ("malformed", "malformed"),
+                      ("imm_messages", "imm_last")):
+        ints[name] = f[col][:nf].copy()
+    names = np.array(KIND_NAMES, dtype=object)
+    rep.flows = FlowRows({"transport": names[kind].tolist() if nf else [], "src": src_of,
+                          "dst": dst_of, "cut": cut[:nf],
+                          "udp_sport": np.where(kind != KIND_IB, f["sport"][:nf], -1)},
+                         {k: np.asarray(v, np.int64) for k, v in ints.items()})
+    for i in np.flatnonzero(cut[:nf]).tolist():
+        rep.cut_sources[src_of[i]] = rep.cut_sources.get(src_of[i], 0) + 1
     nics: dict[str, dict] = {}
-    for fl in rep.flows:
-        e = nics.setdefault(fl["src"], {"address": fl["src"], "packets": 0, "bytes": 0,
-                                        "payload_bytes": 0, "flows": 0})
-        e["packets"] += fl["packets"]
-        e["bytes"] += fl["bytes"]
-        e["payload_bytes"] += fl["payload_bytes"]
+    pk, by, pay = ints["packets"], ints["bytes"], ints["payload_bytes"]
+    for i, src in enumerate(src_of):
+        e = nics.get(src)
+        if e is None:
+            e = nics[src] = {"address": src, "packets": 0, "bytes": 0, "payload_bytes": 0,
+                             "flows": 0}
+        e["packets"] += int(pk[i])
+        e["bytes"] += int(by[i])
+        e["payload_bytes"] += int(pay[i])
         e["flows"] += 1
     rep.nics = sorted(nics.values(), key=lambda e: e["address"])
     phases: dict[str, dict] = {}
@@ -218,7 +255,7 @@ def _finish(rep: Report, acc: Acc) -> None:
     rep.phases = sorted(phases.values(), key=lambda e: e["name"])
     for (fid, code, size), count in acc.small_writes.items():
         key = (acc.labels[code] if code >= 0 else "(no phase)", src_of[fid],
-               rep.flows[fid]["dst"], size)
+               dst_of[fid], size)
         rep.small_writes[key] = rep.small_writes.get(key, 0) + count
     for k, e in enumerate(rep.files):
         e["sources"] = sorted({src_of[i] for i in acc.file_flows[k]})

@@ -141,7 +141,8 @@ def render_text(rep: Report) -> str:
                      f"XON {p['xon']:,}); "
                      f"priorities {', '.join(f'{k}: {v}' for k, v in p['priorities'].items())}")
     if rep.flows:
-        flows = sorted(rep.flows, key=lambda f: -f["bytes"])[:MAX_FLOWS]
+        flows = (rep.flows.largest(MAX_FLOWS) if hasattr(rep.flows, "largest") else
+                 sorted(rep.flows, key=lambda f: -f["bytes"])[:MAX_FLOWS])
         lines += ["", f"Flows (largest {len(flows)} of {len(rep.flows)}):", *_table(
             [[f["transport"], f["src"], f["dst"], f"0x{f['dest_qp']:06x}", f"{f['packets']:,}",
               f"{f['payload_bytes']:,}", f["psn_gaps"], f["icrc_bad"]] for f in flows],

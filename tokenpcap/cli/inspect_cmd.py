@@ -28,6 +28,42 @@ def _iterations(ctx, param, value: str | None):
     return a, b
 
 
+class _Streamed(list):
+    """A sequence the JSON encoder walks item by item (its ``__iter__``/``__len__``), so that
+    the flows of a report are never all dicts, nor all text, at once."""
+
+    def __init__(self, items):  # type: ignore[no-untyped-def]
+        super().__init__()
+        self._items = items
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __bool__(self) -> bool:
+        return len(self._items) > 0
+
+
+def write_json(doc: dict, out) -> None:  # type: ignore[no-untyped-def]
+    """``json.dumps(doc, indent=2)`` written to ``out`` piece by piece (the same text): a
+    ``flows`` sequence is encoded one flow at a time instead of as one string."""
+    doc = {k: (_Streamed(v) if k == "flows" and not isinstance(v, list) else v)
+           for k, v in doc.items()}
+    buf: list[str] = []
+    size = 0
+    for chunk in json.JSONEncoder(indent=2).iterencode(doc):
+        buf.append(chunk)
+        size += len(chunk)
+        if size > 1 << 20:
+            out.write("".join(buf))
+            buf, size = [], 0
+    buf.append("\n")
+    out.write("".join(buf))
+    out.flush()
+
+
 @main.command("inspect", no_args_is_help=True)
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
@@ -59,6 +95,9 @@ def inspect_cmd(files: tuple[str, ...], as_json: bool, scenario: str | None, sca
         from tokenpcap.analysis.against import compare_with_plan
 
         compare_with_plan(rep, scenario, scale=scale, iterations=iterations)
-    click.echo(json.dumps(rep.to_json(), indent=2) if as_json else render_text(rep))
+    if as_json:
+        write_json(rep.to_json(lazy_flows=True), sys.stdout)
+    else:
+        click.echo(render_text(rep))
     if strict and not rep.ok:
         sys.exit(1)

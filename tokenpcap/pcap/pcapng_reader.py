@@ -237,7 +237,7 @@ class PcapngCapture(Capture):
                          "(interfaces described before it in this section)")
         glob = ifid + first
         if not all_epb and spb.any():
-            snap = np.array([itf.snaplen for itf in self.interfaces], np.int64)[glob]
+            snap = np.array([itf.snaplen for itf in self.interfaces[first:]], np.int64)[ifid]
             cap = np.where(spb, np.minimum(np.minimum(orig, np.where(snap > 0, snap, orig)),
                                            blen - hdr - 4), cap)
         over = pad4(cap) + hdr + 4 > blen
@@ -251,8 +251,10 @@ class PcapngCapture(Capture):
         rec["caplen"] = cap
         rec["orig_len"] = orig
         rec["interface"] = glob
-        lts = np.array([itf.linktype for itf in self.interfaces], np.int64)
-        rec["linktype"] = lts[first] if (lts[first:] == lts[first]).all() else lts[glob]
+        # this section's interfaces only: a file of many sections must not cost its whole
+        # interface list per batch
+        lts = np.array([itf.linktype for itf in self.interfaces[first:]], np.int64)
+        rec["linktype"] = lts[0] if (lts == lts[0]).all() else lts[ifid]
         self._times(rec, ticks, pos, spb, glob, first, all_epb)
         rec["comment"] = -1
         if self._want_comments:
