@@ -27,7 +27,7 @@ def run(script: str, *args: str, timeout: float = 300) -> str:
 
 
 TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "inspect_read.py",
-          "engine_timing.py"}
+          "engine_timing.py", "fuzz_campaign.py"}
 HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
 
@@ -114,3 +114,11 @@ def test_engine_timing_compares_both_engines_and_finds_them_identical():
         assert re.search(rf"^  {re.escape(label)} +build", out, re.M), label
     assert "agreement with the reference: identical messages and frames" in out
     assert out.count("msg/s") == 4
+
+
+def test_fuzz_campaign_runs_and_reports(tmp_path):
+    out = run("fuzz_campaign.py", "--cases", "80", "--workers", "2", "--out", str(tmp_path))
+    assert re.search(r"^cases 80: accepted \d+, clean errors \d+, crashes 0, hangs 0", out, re.M)
+    for target in ("read", "readdress", "plot", "profile"):
+        assert re.search(rf"^  {target} +ok \d+", out, re.M), target
+    assert "peak resident memory per worker:" in out
