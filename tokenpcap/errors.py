@@ -28,6 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 
 __all__ = [
+    "one_line",
     "TokenpcapError",
     "InputError",
     "ProfileError",
@@ -41,6 +42,15 @@ __all__ = [
     "TruncatedFile",
     "OutputError",
 ]
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks, tabs and other unprintable characters written as escapes
+    (``\\n``, ``\\x07``): text taken from an input file that goes into a one-line message."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
 
 
 class TokenpcapError(Exception):
@@ -64,12 +74,12 @@ class ProfileError(InputError):
     """
 
     def __init__(self, file: str | Path | None, key: str, got: object, expected: str):
-        self.file = str(file) if file is not None else "<profile>"
-        self.key = key
+        self.file = one_line(str(file)) if file is not None else "<profile>"
+        self.key = one_line(key)    # keys are the document's text: a YAML key may hold a newline
         self.got = got
         self.expected = expected
         got_text = got if isinstance(got, str) and got == "missing" else repr(got)
-        super().__init__(f"{self.file}: {key}: got {got_text}, expected {expected}")
+        super().__init__(f"{self.file}: {self.key}: got {got_text}, expected {expected}")
 
 
 class CorpusError(InputError):

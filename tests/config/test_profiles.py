@@ -580,3 +580,23 @@ def test_a_control_character_is_one_profile_error_not_a_reader_traceback(tmp_pat
     f.write_bytes(b"name: a\x07b\n")
     expect_profile_error(lambda: load_model(f), f, "<file>", "character #x0007 at offset 7",
                          "YAML text")
+
+
+def test_a_key_spanning_lines_is_named_on_one_line(tmp_path: Path):
+    """A plain YAML key in a flow mapping may run over several lines (found by the fuzz
+    campaign: the message had three lines); the key is written with escapes, and the CLI
+    prints any library error on one line."""
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+
+    s = write(tmp_path / "s.yaml", scenario_dict(tmp_path, cluster="c.yaml"))
+    f = tmp_path / "c.yaml"                       # after scenario_dict, which writes its own
+    d = cluster_dict()
+    d.pop("gpu")
+    f.write_text(yaml.safe_dump(d, sort_keys=False) + "gpu: {name: H100, peak_tfl\n\n 989}\n")
+    with pytest.raises(ProfileError) as err:
+        load_cluster(f)
+    assert "\n" not in str(err.value) and "gpu.peak_tfl\\n989: got" in str(err.value)
+    r = CliRunner().invoke(main, ["plan", str(s)])
+    assert r.exit_code == 1 and r.output.count("\n") == 1 and r.output.startswith("error: ")

@@ -7,7 +7,7 @@ from typing import Callable, TypeVar
 
 import click
 
-from tokenpcap.errors import TokenpcapError
+from tokenpcap.errors import TokenpcapError, one_line
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -20,7 +20,7 @@ def library_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except TokenpcapError as err:
-            click.echo(f"error: {err}", err=True)
+            click.echo(f"error: {one_line(str(err))}", err=True)     # never more than one line
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
