@@ -14,6 +14,7 @@ from tests.schedule.test_schedule import tiny_scenario
 from tokenpcap.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
+DANTE = ROOT / "profiles" / "scenarios" / "dante.yaml"
 
 
 @pytest.fixture
@@ -148,3 +149,32 @@ def test_plot_a_directory_draws_each_capture(tmp_path, scapy_vectors):  # type: 
     assert r.exit_code == 1
     assert r.output == (f"error: {empty}: got a directory without .pcap, .pcapng or .erf files, "
                         "expected captures\n")
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_stops_plot_with_one_line_and_keeps_the_earlier_pictures(tmp_path, sig):
+    """Every command, not only generate: SIGTERM/SIGINT while plot schedules a scenario stop it
+    at once (exit 143/130, one line) and the directory keeps the pictures it held."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "png"
+    out.mkdir()
+    for n in ("dante-timeline.png", "dante-message-sizes.png"):
+        (out / n).write_bytes(b"earlier " + n.encode())
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    proc = subprocess.Popen([sys.executable, "-m", "tokenpcap", "plot", str(DANTE), "-o",
+                             str(out), "--iterations", "3"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not any(p.name.startswith(".tokenpcap-stage") for p in out.iterdir()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    time.sleep(0.3)
+    proc.send_signal(getattr(signal, sig))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + getattr(signal, sig), err
+    assert err == f"error: stopped ({sig}): nothing half-written was kept\n"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -1,9 +1,12 @@
-"""Helpers shared by the command modules: one way to report library errors."""
+"""Helpers shared by the command modules: one way to report library errors and signals."""
 from __future__ import annotations
 
+import contextlib
 import functools
+import signal
 import sys
-from typing import Callable, TypeVar
+import threading
+from typing import Callable, Iterator, TypeVar
 
 import click
 
@@ -12,15 +15,51 @@ from tokenpcap.errors import TokenpcapError, one_line
 F = TypeVar("F", bound=Callable[..., object])
 
 
+#: Exit status after SIGTERM / SIGINT (128 + the signal: the shell's convention).
+EXIT_TERMINATED = 128 + signal.SIGTERM
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived while a command ran (raised in the main thread, like KeyboardInterrupt)."""
+
+
+@contextlib.contextmanager
+def terminate_like_interrupt() -> Iterator[None]:
+    """While the block runs, SIGTERM raises :class:`Terminated` in the main thread, so a
+    command unwinds as after Ctrl-C: its outputs are aborted (temporary files and stages
+    removed, earlier files kept). Outside the main thread it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):  # type: ignore[no-untyped-def]
+        raise Terminated(signum)
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def library_errors(func: F) -> F:
-    """Decorate a click command body: a TokenpcapError prints ``error: <message>`` and exits 1."""
+    """Decorate a click command body: a TokenpcapError prints ``error: <message>`` (one line)
+    and exits 1; SIGINT (Ctrl-C) and SIGTERM stop the command with ``error: stopped (SIGINT)``
+    and exit 130 / 143, after its outputs were aborted (nothing half-written is kept)."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
-            return func(*args, **kwargs)
+            with terminate_like_interrupt():
+                return func(*args, **kwargs)
         except TokenpcapError as err:
             click.echo(f"error: {one_line(str(err))}", err=True)     # never more than one line
             sys.exit(1)
+        except (KeyboardInterrupt, Terminated) as err:
+            term = isinstance(err, Terminated)
+            click.echo(f"error: stopped ({'SIGTERM' if term else 'SIGINT'}): nothing "
+                       "half-written was kept", err=True)
+            sys.exit(EXIT_TERMINATED if term else EXIT_INTERRUPTED)
 
     return wrapper  # type: ignore[return-value]

@@ -1,19 +1,16 @@
 """``tokenpcap generate SCENARIO -o DIR``: the captures of a scenario, with selections."""
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
-from typing import Iterator
 
 import click
 
 from tokenpcap.cli import main
 from tokenpcap.cli.captures import CAPTURE_SUFFIXES
-from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.common import (EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated,
+                                  library_errors, terminate_like_interrupt)
 from tokenpcap.errors import InputError
 from tokenpcap.pcap.registry import transport_mismatch
 from tokenpcap.pcap.output import make_directory
@@ -27,35 +24,6 @@ __all__ = ["generate_cmd", "run_generation", "print_summary", "other_captures", 
 
 #: Largest seed: QPNs, PSNs, keys and the payload pattern derive from a signed 64-bit seed.
 MAX_SEED = (1 << 63) - 1
-#: Exit status after SIGTERM (128 + 15, the shell's convention for a process ended by it).
-EXIT_TERMINATED = 128 + signal.SIGTERM
-#: Exit status after SIGINT (Ctrl-C).
-EXIT_INTERRUPTED = 128 + signal.SIGINT
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived while generating (raised in the main thread, like KeyboardInterrupt)."""
-
-
-@contextlib.contextmanager
-def terminate_like_interrupt() -> Iterator[None]:
-    """While the block runs, SIGTERM raises :class:`Terminated` in the main thread, so generation
-    unwinds as after Ctrl-C: every writer (process) is aborted and no ``.part`` file remains.
-    Outside the main thread (no signal handlers there) it does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):  # type: ignore[no-untyped-def]
-        raise Terminated(signum)
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 #: Create the output directory (and missing parents) for a run; removed again if the run fails.
 output_directory = make_directory
 
