@@ -220,6 +220,18 @@ def assert_data_bytes_equal_the_plan(m: np.ndarray, plan) -> None:  # type: igno
 # ------------------------------------------------------------------ bytes
 
 
+@pytest.mark.parametrize("alg", ["ring", "tree"])
+def test_rails_every_nic_of_the_node_sends_what_the_plan_says(tmp_path, alg):
+    """dp 32 on 4 nodes of 8 GPUs and 8 NICs, 16 channels (NCCL's on this cluster): each
+    channel crosses nodes on its own NIC, so all 32 NICs send data, as the plan counts."""
+    path = tiny_scenario(tmp_path, "rails", dp=32, tp=1, pp=1, gbs=32, algorithm=alg,
+                         cluster="h100-rocev2-400g", channels=16)
+    sched, _ = run(path)
+    assert_data_bytes_equal_the_plan(sched.messages, sched.plan)
+    d = sched.messages[sched.messages["kind"] == KIND_DATA]
+    assert set(d["src_nic"].tolist()) == set(range(32))
+
+
 @pytest.mark.parametrize("name,dp,tp,pp,alg", [("cross", 2, 2, 2, "ring"), ("tree", 4, 1, 2, "tree")])
 def test_message_bytes_equal_the_plan_per_phase_and_nic(tmp_path, name, dp, tp, pp, alg):
     path = tiny_scenario(tmp_path, name, dp=dp, tp=tp, pp=pp, gbs=8, algorithm=alg)

@@ -135,7 +135,8 @@ class Training:
 @dataclass(frozen=True)
 class CollectivesConfig:
     algorithm: str = "ring"                # ring | tree | hierarchical
-    channels: int = 2                      # NCCL-like channels (one QP each per peer)
+    channels: int = 2                      # NCCL-like channels (one QP each per peer); the
+                                           # loader's default is NCCL's: 2 * nics_per_node
     slice_bytes: int = 1 << 20             # largest RDMA message of one transfer
 
 
