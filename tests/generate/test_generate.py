@@ -143,7 +143,7 @@ def test_dante_comments_name_phases_and_pcapng_interfaces(dante):
 @pytest.fixture(scope="module")
 def cross(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cross")
-    path = tiny_scenario(tmp, "cross", dp=2, tp=2, pp=2, gbs=8, extra=", dp_bucket_bytes: 400000")
+    path = tiny_scenario(tmp, "cross", dp=2, tp=2, pp=2, gbs=8, extra=", overlap_grad_reduce: true, bucket_size: 200000")
     return path, tmp
 
 

@@ -3,6 +3,7 @@ numbers, ZeRO and bubble ratios from the papers, and calls() agreeing with the p
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from fractions import Fraction
 from pathlib import Path
@@ -38,7 +39,7 @@ def vary(s, **kw):  # type: ignore[no-untyped-def]
                                                    "zero_stage")}
     tr = {k: kw.pop(k) for k in list(kw) if k in ("micro_batch_size", "global_batch_size",
                                                   "precision", "grad_reduce_dtype", "recompute",
-                                                  "dp_bucket_bytes")}
+                                                  "overlap_grad_reduce", "bucket_size")}
     s = dataclasses.replace(s, parallelism=dataclasses.replace(s.parallelism, **par),
                             training=dataclasses.replace(s.training, **tr), **kw)
     return s
@@ -121,6 +122,19 @@ def test_published_message_sizes():
     assert r["pp/forward/SendRecv"].message_bytes == 6_291_456
 
 
+def test_gpt3_tied_embedding_allreduce_uses_the_padded_vocabulary():
+    """Megatron-LM pads V = 50,257 to 51,200 at tp 8 (vocab_size_with_padding, multiple
+    128 x 8): the tied-embedding AllReduce between first and last stage carries the stage's
+    6,400-row shard of fp32 gradients, 6,400 x 12,288 x 4 bytes; the plan reports both counts."""
+    g = load_scenario(PROFILES / "scenarios" / "gpt3-175b-megatron.yaml")
+    plan = build_plan(vary(g, global_batch_size=16, recompute="none"))
+    emb = rows(plan)["emb/backward/AllReduce"]
+    assert emb.sizes == {6_400 * 12_288 * 4: 8 * 16}
+    j = plan.to_json()["parameters"]
+    assert (j["vocab_size"], j["padded_vocab_size"]) == (50_257, 51_200)
+    assert j["total_padded"] - j["total"] == (51_200 - 50_257) * 12_288
+
+
 def dp_traffic(plan) -> int:  # type: ignore[no-untyped-def]
     return sum(r.nic_bytes + r.nvlink_bytes for r in plan.rows if r.dim == "dp")
 
@@ -138,7 +152,7 @@ def test_zero_bytes_ratios():
 
 
 def test_dp_buckets_hold_every_gradient_once():
-    s = vary(dante(), dp_bucket_bytes=10_000_000)
+    s = vary(dante(), overlap_grad_reduce=True, bucket_size=5_000_000)
     plan = build_plan(s)
     lay = plan.layout
     by_rank = Counter()
@@ -151,13 +165,54 @@ def test_dp_buckets_hold_every_gradient_once():
         assert by_rank[r] == sh.total * 2            # bf16 gradients
     buckets = [c for c in plan.calls() if c.dim == "dp" and c.group[0] == 0]
     assert [c.bucket for c in buckets] == list(range(len(buckets)))
-    assert all(c.message_bytes <= 10_000_000 for c in buckets)
     # Stage 0 fills buckets from layer 5 down to 0, then the embeddings (backward order): the
     # first bucket is ready once the lowest layer it reaches is done.
-    per_layer = shard_parameters(s.model, 4, 2, 0).per_layer
-    assert buckets[0].layer == 5 - (5_000_000 - 1) // per_layer
     layers = [c.layer for c in buckets if c.layer >= 0]
     assert layers == sorted(layers, reverse=True) and layers[-1] == 0
+    # Stage 1 (pp rank 1) is not bucketed: one AllReduce of its whole buffer.
+    last = [c for c in plan.calls() if c.dim == "dp" and c.stage == 1 and c.group[0] == 16]
+    assert [c.message_bytes for c in last] == [shard_parameters(s.model, 4, 2, 1).dense * 2]
+
+
+def test_megatron_buckets_close_after_the_tensor_that_fills_them():
+    """Megatron-core DDP (distributed_data_parallel.py, param_and_grad_buffer.py): bucket_size
+    counts parameters, default max(40,000,000, 1,000,000 * dp); a bucket closes after the tensor
+    that brings it to bucket_size or more, walking the tensors in reverse registration order.
+    GPT-3 175B at tp 8 (h 12,288): per layer and rank linear_fc2.weight 12,288^2*4/8 =
+    75,497,472 and bias 12,288; linear_fc1 75,497,472 + 6,144; linear_qkv 3*12,288^2/8 =
+    56,623,104 + 4,608; pre_mlp_layernorm 2*12,288. So the first buckets of stage 0 (layer 11
+    first) hold 75,509,760, 75,503,616 and 56,652,288 parameters; no overlap: one bucket."""
+    g = vary(load_scenario(PROFILES / "scenarios" / "gpt3-175b-megatron.yaml"),
+             global_batch_size=16, recompute="none", overlap_grad_reduce=True)
+    assert g.training.bucket_size is None and g.parallelism.dp == 16   # -> 40,000,000
+    calls = [c for c in build_plan(g).calls() if c.dim == "dp" and c.group[0] == 0]
+    assert [c.message_bytes // 4 for c in calls[:3]] == [75_509_760, 75_503_616, 56_652_288]
+    assert all(c.layer == 11 for c in calls[:3])
+    sh = shard_parameters(g.model, 8, 8, 0)
+    assert sum(c.message_bytes for c in calls) == sh.dense * 4
+    off = build_plan(vary(g, overlap_grad_reduce=False))
+    one = [c for c in off.calls() if c.dim == "dp" and c.group[0] == 0]
+    assert [(c.message_bytes, c.bucket) for c in one] == [(sh.dense * 4, 0)]
+
+
+def test_dense_and_expert_buffers_are_reduced_apart():
+    """Mixtral with ZeRO-1 (distributed optimizer) and no overlap: one ReduceScatter per buffer
+    (dense over dp, experts over the expert-data-parallel group), each padded at its end to a
+    multiple of lcm(dp, 128) (param_layout.py pad_bucket_end) after 64-element-aligned
+    tensors (pad_param_start)."""
+    s = vary(load_scenario(PROFILES / "scenarios" / "mixtral-8x7b-ep.yaml"), ep=4,
+             overlap_grad_reduce=False)
+    plan = build_plan(s)
+    rs = [c for c in plan.calls() if c.dim == "dp" and c.collective == "ReduceScatter"
+          and 0 in c.group]
+    assert sorted(c.op for c in rs) == ["dense_grad_bucket", "expert_grad_bucket"]
+    dense = next(c for c in rs if c.op == "dense_grad_bucket")
+    expert = next(c for c in rs if c.op == "expert_grad_bucket")
+    assert len(dense.group) == 8 and len(expert.group) == 2
+    sh = shard_parameters(s.model, 2, 2, 0, 4)
+    for c, n, dp in ((dense, sh.dense, 8), (expert, sh.expert, 2)):
+        elems = c.message_bytes // 4
+        assert elems % math.lcm(dp, 128) == 0 and n <= elems < n + 64 * 200 + 128
 
 
 def test_embedding_group_only_with_pipeline_and_tied():
@@ -166,8 +221,9 @@ def test_embedding_group_only_with_pipeline_and_tied():
     call = next(c for c in build_plan(dante()).calls() if c.dim == "emb")
     lay = RankLayout(dp=4, tp=4, pp=2, gpus_per_node=8, nics_per_node=8)
     assert call.group in lay.groups("emb")
-    # The word-embedding gradient shard: ceil(V / tp) * h elements in grad_reduce_dtype.
-    assert call.message_bytes == -(-50257 // 4) * 768 * 2
+    # The word-embedding gradient shard: padded V / tp rows of h in grad_reduce_dtype; Megatron
+    # pads 50,257 to a multiple of 128 x 4: 50,688 (vocab_size_with_padding).
+    assert call.message_bytes == 50_688 // 4 * 768 * 2
 
 
 def test_pipeline_bubble():
@@ -393,5 +449,5 @@ def test_pcap_estimate_equals_the_messages_generate_posts(name: str, gen: dict):
 def test_pcap_estimate_of_dante_is_the_written_capture():
     # The classic pcap `generate dante.yaml --format pcap --split none` writes (measured).
     pc = build_plan(load_scenario(PROFILES / "scenarios" / "dante.yaml")).pcap
-    assert pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"] == 329_856
-    assert pc["file_bytes"] == 1_354_801_944
+    assert pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"] == 331_584
+    assert pc["file_bytes"] == 1_362_811_800

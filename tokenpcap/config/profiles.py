@@ -150,6 +150,7 @@ _MODEL_SPEC = {
     "position_embedding": (yc.enum("learned", "rope"), "learned"),
     "bias": (yc.boolean, True),
     "moe": (yc.optional(yc.mapping), None),
+    "make_vocab_size_divisible_by": (yc.integer(1, MAX_VOCAB_SIZE), 128),
 }
 
 
@@ -194,6 +195,7 @@ def _model_from(file: Path, prefix: str, data: Any, model_path: Path | None) -> 
         vocab_size=v["vocab_size"], seq_length=v["seq_length"], mlp=v["mlp"], norm=v["norm"],
         tied_embeddings=v["tied_embeddings"], position_embedding=v["position_embedding"],
         bias=v["bias"], moe=moe, path=model_path, description=v["description"],
+        make_vocab_size_divisible_by=v["make_vocab_size_divisible_by"],
     )
 
 
@@ -300,7 +302,8 @@ _TRAINING_SPEC = {
     "grad_reduce_dtype": (yc.enum(*_DTYPES), "fp32"),
     "recompute": (yc.enum("none", "selective", "full"), "none"),
     "mfu": (yc.number(gt=0, le=1), 0.45),
-    "dp_bucket_bytes": (yc.integer(1), 40_000_000),
+    "overlap_grad_reduce": (yc.boolean, False),
+    "bucket_size": (yc.optional(yc.integer(1)), None),
 }
 _COLLECTIVES_SPEC = {
     "algorithm": (yc.enum(*selectable_algorithms()), "ring"),

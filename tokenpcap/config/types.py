@@ -44,6 +44,9 @@ class ModelProfile:
     moe: MoeProfile | None = None
     path: Path | None = None
     description: str = ""
+    #: Megatron-LM pads the vocabulary to a multiple of this times tp (``--make-vocab-size-
+    #: divisible-by``, default 128).
+    make_vocab_size_divisible_by: int = 128
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,12 @@ class Training:
     grad_reduce_dtype: str = "fp32"        # dtype of the DP gradient reduction
     recompute: str = "none"                # none | selective | full
     mfu: float = 0.45
-    dp_bucket_bytes: int = 40_000_000      # gradient bucket size for the DP reduction
+    #: Megatron-core ``DistributedDataParallelConfig``: with ``overlap_grad_reduce`` the DP
+    #: gradients go in buckets of ``bucket_size`` *parameters* (None: max(40,000,000,
+    #: 1,000,000 * dp)) as backward produces them; without it one collective per buffer after
+    #: backward.
+    overlap_grad_reduce: bool = False
+    bucket_size: int | None = None
 
 
 @dataclass(frozen=True)

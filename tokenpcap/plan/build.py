@@ -44,7 +44,8 @@ from tokenpcap.plan.calls import CollectiveCall, Family, build_families, expand,
 from tokenpcap.errors import InfeasiblePlanError, InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.records import COLLECTIVES, DIMS, PHASES
-from tokenpcap.model import activation_bytes, narayanan_eq2, parameter_count, shard_parameters
+from tokenpcap.model import (activation_bytes, narayanan_eq2, padded_vocab_size, parameter_count,
+                             shard_parameters)
 from tokenpcap.config.profiles import DTYPE_BYTES, Scenario, check_feasible
 from tokenpcap.plan.feasibility import check_plan_size
 from tokenpcap.tokens import TokenizedCorpus
@@ -270,6 +271,8 @@ class Plan:
             "scale": self.scale,
             "parameters": {
                 "total": pc.total, "active": pc.active,
+                "vocab_size": m.vocab_size, "padded_vocab_size": padded_vocab_size(m, p.tp),
+                "total_padded": parameter_count(m, p.tp).total,
                 "narayanan_eq2": (narayanan_eq2(m.layers, m.hidden_size, m.vocab_size,
                                                 m.seq_length) if gpt_like else None),
                 "per_layer": pc.per_layer.total,

@@ -22,9 +22,12 @@ global_batch / (b*dp)`` microbatches; per stage ``l/pp`` layers):
 * **EP** (Megatron-core MoE AllToAll dispatcher): per MoE layer per microbatch, dispatch and
   combine AllToAll forward and their gradients backward, each of ``(b*s/tp_sp)*top_k*h*B`` (the
   tokens a rank routes, ``tp_sp = tp`` with SP else 1), over the EP group.
-* **DP** (Megatron DDP; Rajbhandari et al. 2020 for ZeRO): gradients in ``grad_reduce_dtype``,
-  bucketed by ``dp_bucket_bytes`` in the order backward produces them (output layer, layers last
-  to first, embeddings), one AllReduce per bucket (ZeRO-0). ZeRO-1/2 (Megatron distributed
+* **DP** (Megatron-core DDP; Rajbhandari et al. 2020 for ZeRO): gradients in
+  ``grad_reduce_dtype``; dense and expert parameters are separate buffers, reduced over the DP
+  and the expert-data-parallel group. With ``overlap_grad_reduce`` a buffer is cut into buckets
+  of about ``bucket_size`` parameters in the order backward produces them (output layer, layers
+  last to first, embeddings; :func:`dp_bucket_size`, :func:`_buckets`), else one bucket per
+  buffer after backward; one AllReduce per bucket (ZeRO-0). ZeRO-1/2 (Megatron distributed
   optimizer): ReduceScatter per bucket, then AllGather of the updated parameters (precision dtype)
   per bucket in the optimizer phase. ZeRO-3: per microbatch an AllGather of each layer's
   parameters in forward and again in backward, and a ReduceScatter of its gradients in backward
@@ -43,16 +46,19 @@ interleave the samples. Token index ``i`` means corpus token ``i % tokens`` (epo
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from tokenpcap.errors import InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.records import phase_label
-from tokenpcap.model import ShardParameters, activation_bytes, shard_parameters
+from tokenpcap.model import (ShardParameters, Tensor, activation_bytes, rank_tensors,
+                             shard_parameters)
 from tokenpcap.config.profiles import DTYPE_BYTES, Scenario
 
-__all__ = ["CollectiveCall", "Family", "build_families", "expand", "scaled_bytes", "scale_families"]
+__all__ = ["CollectiveCall", "Family", "build_families", "dp_bucket_size", "expand", "scaled_bytes",
+           "scale_families"]
 
 
 @dataclass(frozen=True)
@@ -143,22 +149,63 @@ class Family:
         return len(self.groups) * len(self.insts)
 
 
-def _buckets(units: list[tuple[int, int]], bucket_elems: int) -> list[tuple[int, int]]:
-    """Cut ``(layer, elements)`` units (in ready order) into buckets of ``bucket_elems``:
-    returns ``(elements, lowest layer or -1)`` per bucket."""
+def dp_bucket_size(s: Scenario, stage: int) -> int | None:
+    """Parameters per DP gradient bucket on pipeline ``stage``, or None for one bucket per
+    buffer (Megatron-core ``DistributedDataParallel.__init__``): ``training.bucket_size``, by
+    default ``max(40,000,000, 1,000,000 * dp)``; None without ``overlap_grad_reduce`` and on every
+    stage but the first ("data-parallel communication on these stages is not on the critical
+    path")."""
+    t = s.training
+    if not t.overlap_grad_reduce or stage > 0:
+        return None
+    return t.bucket_size if t.bucket_size is not None else max(40_000_000,
+                                                               1_000_000 * s.parallelism.dp)
+
+
+def _pad(n: int, divisor: int) -> int:
+    return -(-n // divisor) * divisor
+
+
+def _buckets(tensors: list[Tensor], bucket_size: int | None, dp: int, distributed: bool,
+             shared_embedding: bool) -> list[tuple[int, int]]:
+    """Megatron-core's gradient buckets of one DDP buffer: ``(elements, lowest layer or -1)``
+    per bucket, in the order backward fills them.
+
+    Tensors are taken in reverse registration order (backward order); a bucket closes after the
+    tensor that brings it to ``bucket_size`` elements or more (tensors are never split;
+    ``None``: one bucket). With the distributed optimizer (ZeRO-1/2) every tensor starts on a
+    multiple of 64 elements and every bucket ends on a multiple of ``lcm(dp, 128)``
+    (``megatron/core/optimizer/param_layout.py``: ``pad_param_start``, ``pad_bucket_end``), and a
+    shared (tied) word embedding gets a bucket of its own
+    (``DistributedOptimizer._compute_per_buffer_param_layout``); without it nothing is padded
+    (``param_and_grad_buffer._compute_default_per_buffer_param_layout``).
+    """
     out: list[tuple[int, int]] = []
-    cur, low = 0, -1
-    for layer, n in units:
-        while n > 0:
-            take = min(n, bucket_elems - cur)
-            cur, n = cur + take, n - take
-            if layer >= 0:
-                low = layer if low < 0 else min(low, layer)
-            if cur == bucket_elems:
-                out.append((cur, low))
-                cur, low = 0, (layer if n > 0 else -1)
-    if cur:
-        out.append((cur, low))
+    divisor = math.lcm(dp, 128)
+    start = end = 0          # bucket start, param end (element indices in the buffer)
+    low, open_ = -1, False
+
+    def close(at: int) -> int:
+        nonlocal low, open_
+        stop = _pad(at, divisor) if distributed else at
+        out.append((stop - start, low))
+        low, open_ = -1, False
+        return stop
+
+    for t in reversed(tensors):
+        pstart = _pad(end, 64) if distributed else end
+        shared = distributed and shared_embedding and t.name == "embedding.word_embeddings.weight"
+        if shared and open_:
+            start = close(pstart)
+            pstart = start
+        end = pstart + t.elements
+        open_ = True
+        if t.layer >= 0:
+            low = t.layer if low < 0 else min(low, t.layer)
+        if (bucket_size is not None and end - start >= bucket_size) or shared:
+            start = end = close(end)
+    if open_:
+        close(end)
     return out
 
 
@@ -258,22 +305,23 @@ def _dp_families(s: Scenario, layout: RankLayout, st: int, sh: ShardParameters, 
                  fam) -> None:  # type: ignore[no-untyped-def]
     p, t = s.parallelism, s.training
     e_act, e_grad = DTYPE_BYTES[t.precision], DTYPE_BYTES[t.grad_reduce_dtype]
-    layers = list(range(sh.first_layer, sh.last_layer + 1))
     kinds = [("dense", [g for g in layout.groups("dp") if layout.coords(g[0]).pp == st])]
     if sh.per_layer_expert:
         kinds.append(("expert", [g for g in layout.groups("edp")
                                  if layout.coords(g[0]).pp == st]))
+    tensors = rank_tensors(s.model, p.tp, p.pp, st, p.ep)
     for kind, groups in kinds:
         if len(groups[0]) < 2:
             continue
-        if kind == "dense":
-            units = [(-1, sh.post)] + [(L, sh.per_layer) for L in reversed(layers)] + [(-1, sh.pre)]
-        else:
-            units = [(L, sh.per_layer_expert) for L in reversed(layers)]
-        units = [u for u in units if u[1] > 0]
+        mine = [x for x in tensors if x.expert == (kind == "expert")]
         if p.zero_stage == 3:
-            fwd_units = list(reversed(units))
-            for L, n in fwd_units:
+            layers = range(sh.last_layer, sh.first_layer - 1, -1)      # backward order
+            if kind == "dense":
+                units = [(-1, sh.post)] + [(L, sh.per_layer) for L in layers] + [(-1, sh.pre)]
+            else:
+                units = [(L, sh.per_layer_expert) for L in layers]
+            units = [u for u in units if u[1] > 0]
+            for L, n in reversed(units):
                 fam("dp", "forward", "AllGather", n * e_act, e_act, st, groups,
                     [Inst(L, j, op=f"{kind}_params") for j in range(n_mb)])
             for L, n in units:
@@ -282,8 +330,10 @@ def _dp_families(s: Scenario, layout: RankLayout, st: int, sh: ShardParameters, 
                 fam("dp", "backward", "ReduceScatter", n * e_grad, e_grad, st, groups,
                     [Inst(L, j, op=f"{kind}_grads") for j in range(n_mb)])
             continue
-        bucket_elems = max(1, t.dp_bucket_bytes // e_grad)
-        for k, (n, low) in enumerate(_buckets(units, bucket_elems)):
+        shared = s.model.tied_embeddings and p.pp > 1
+        buckets = _buckets(mine, dp_bucket_size(s, st), len(groups[0]), p.zero_stage in (1, 2),
+                           shared)
+        for k, (n, low) in enumerate(buckets):
             if p.zero_stage == 0:
                 fam("dp", "backward", "AllReduce", n * e_grad, e_grad, st, groups,
                     [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket")])
