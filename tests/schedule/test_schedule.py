@@ -258,6 +258,10 @@ VARIANTS = {
     # MoE with expert parallelism across nodes, full recomputation
     "moe": dict(dp=4, tp=1, pp=2, gbs=8, par=", ep: 2", extra=", recompute: full",
                 model="  moe: {experts: 4, top_k: 2}\n"),
+    # MoE with tp 2 and sequence parallelism (the token dispatcher's TP AllGather and
+    # ReduceScatter, the counts AllGather over TP x EP), EP across nodes
+    "moe-tp": dict(dp=2, tp=2, pp=2, gbs=4, par=", ep: 2, sequence_parallel: true",
+                   model="  moe: {experts: 4, top_k: 2}\n"),
     # hierarchical AllReduce: DP groups with 2 ranks on each of 2 nodes
     "hier": dict(dp=4, tp=4, pp=2, gbs=8, cluster="h100-rocev2-400g", algorithm="hierarchical",
                  par=", sequence_parallel: true"),

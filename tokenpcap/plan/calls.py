@@ -19,9 +19,14 @@ global_batch / (b*dp)`` microbatches; per stage ``l/pp`` layers):
   over TP once per iteration.
 * **PP** (Narayanan et al. 2021, Sec. 2.2): per microbatch per stage boundary a SendRecv of ``A``
   forward (activations) and backward (their gradients); ``A/tp`` per TP rank with SP.
-* **EP** (Megatron-core MoE AllToAll dispatcher): per MoE layer per microbatch, dispatch and
-  combine AllToAll forward and their gradients backward, each of ``(b*s/tp_sp)*top_k*h*B`` (the
-  tokens a rank routes, ``tp_sp = tp`` with SP else 1), over the EP group.
+* **EP** (Megatron-core ``MoEAlltoAllTokenDispatcher``): per MoE layer per microbatch, an
+  AllGather of the per-expert token counts (int64 ``[experts]`` per rank) over the TP x EP group;
+  dispatch and combine AllToAll of the routed tokens forward and their gradients backward, each
+  of ``(b*s/tp_sp)*top_k*h*B`` (the tokens a rank routes, ``tp_sp = tp`` with SP else 1), and
+  the dispatch AllToAll of their probs (``(b*s/tp_sp)*top_k`` values), over the EP group. With
+  tp > 1 the dispatcher replaces the MLP's TP collectives: an AllGather of the dispatched tokens
+  and probs over TP and a ReduceScatter before the combine, gradients the other way
+  (:func:`_moe_tp_families`).
 * **DP** (Megatron-core DDP; Rajbhandari et al. 2020 for ZeRO): gradients in
   ``grad_reduce_dtype``; dense and expert parameters are separate buffers, reduced over the DP
   and the expert-data-parallel group. With ``overlap_grad_reduce`` a buffer is cut into buckets
@@ -241,6 +246,9 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
                        ("AllGather", "mlp_in_regather"), ("ReduceScatter", "attn_in_grad"),
                        ("AllGather", "attn_out_grad"), ("AllGather", "attn_in_regather")] if sp \
                 else [("AllReduce", "mlp_in_grad"), ("AllReduce", "attn_in_grad")]
+            if m.moe is not None:           # the token dispatcher replaces the MLP's TP ops
+                fwd_ops = [x for x in fwd_ops if not x[1].startswith("mlp_")]
+                bwd_ops = [x for x in bwd_ops if not x[1].startswith("mlp_")]
             for coll in ("AllReduce", "AllGather", "ReduceScatter"):
                 fwd, bwd = [], []
                 for j in range(n_mb):
@@ -270,16 +278,26 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
             if sp:
                 fam("tp", "backward", "AllReduce", sh.tp_replicated * e_grad, e_grad, st, tpg,
                     [Inst(-1, -1, op="tp_replicated_grads")])
+            if m.moe is not None:
+                _moe_tp_families(fam, st, tpg, layers, n_mb, full, tp * a2a, tp * a2a // h,
+                                 e_act)
+        if m.moe is not None and (p.ep > 1 or tp > 1):
+            # MoEAlltoAllTokenDispatcher.preprocess: the tokens each rank routes to each expert
+            # (int64 [experts]) are AllGathered over the TP x EP group
+            tpep = [g for g in layout.groups("tpep") if layout.coords(g[0]).pp == st]
+            fam("ep", "forward", "AllGather", tp * p.ep * m.moe.experts * 8, 8, st, tpep,
+                _moe_insts(layers, n_mb, full, ("moe_counts",), ()))
         if epg and m.moe is not None:
-            fwd = [Inst(L, j, op=o) for j in range(n_mb) for L in layers
-                   for o in ("dispatch", "combine")]
-            if full:
-                fwd += [Inst(L, j, recompute=True, op=o) for j in range(n_mb)
-                        for L in reversed(layers) for o in ("dispatch", "combine")]
-            bwd = [Inst(L, j, op=o) for j in range(n_mb) for L in reversed(layers)
-                   for o in ("combine_grad", "dispatch_grad")]
-            fam("ep", "forward", "AllToAll", a2a, e_act, st, epg, fwd)
-            fam("ep", "backward", "AllToAll", a2a, e_act, st, epg, bwd)
+            # token_dispatch / token_combine: AllToAll of the routed tokens and of their probs
+            fam("ep", "forward", "AllToAll", a2a, e_act, st, epg,
+                _moe_insts(layers, n_mb, full, ("dispatch", "combine"), ()))
+            fam("ep", "backward", "AllToAll", a2a, e_act, st, epg,
+                _moe_insts(layers, n_mb, False, (), ("combine_grad", "dispatch_grad")))
+            probs = a2a // h
+            fam("ep", "forward", "AllToAll", probs, e_act, st, epg,
+                _moe_insts(layers, n_mb, full, ("dispatch_probs",), ()))
+            fam("ep", "backward", "AllToAll", probs, e_act, st, epg,
+                _moe_insts(layers, n_mb, False, (), ("dispatch_probs_grad",)))
         if not last:
             pp_size = act // tp if sp else act
             fwd_g = [(layout.rank(st, d, k), layout.rank(st + 1, d, k))
@@ -299,6 +317,42 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
         fam("emb", "backward", "AllReduce", emb, e_grad, 0, groups,
             [Inst(-1, -1, op="tied_embedding_grads")])
     return fams
+
+
+def _moe_insts(layers: range, n_mb: int, full: bool, fwd_ops: tuple[str, ...],
+               bwd_ops: tuple[str, ...]) -> list[Inst]:
+    """Instances of MoE-layer operations: forward ``fwd_ops`` per microbatch and layer (and
+    again before the backward with full recomputation), or backward ``bwd_ops``."""
+    out = [Inst(L, j, op=o) for j in range(n_mb) for L in layers for o in fwd_ops]
+    if full:
+        out += [Inst(L, j, recompute=True, op=o) for j in range(n_mb) for L in reversed(layers)
+                for o in fwd_ops]
+    out += [Inst(L, j, op=o) for j in range(n_mb) for L in reversed(layers) for o in bwd_ops]
+    return out
+
+
+def _moe_tp_families(fam, st: int, tpg, layers: range, n_mb: int, full: bool,  # type: ignore[no-untyped-def]
+                     tokens_bytes: int, probs_bytes: int, e: int) -> None:
+    """Megatron-core ``MoEAlltoAllTokenDispatcher`` with tp > 1, per MoE layer and microbatch
+    (``megatron/core/transformer/moe/token_dispatcher.py``): ``dispatch_postprocess``
+    AllGathers the tokens the dispatch AllToAll brought (and their probs) over the TP group,
+    ``combine_preprocess`` ReduceScatters the expert output over it before the combine
+    AllToAll; backward the gradients go the other way (ReduceScatter, AllGather). With ``T``
+    tokens per rank (``b*s/tp`` with sequence parallelism) each buffer is ``tp * T * top_k``
+    tokens of ``h`` elements: ``top_k`` times the dense MLP's AllGather / ReduceScatter.
+    """
+    fam("tp", "forward", "AllGather", tokens_bytes, e, st, tpg,
+        _moe_insts(layers, n_mb, full, ("moe_gather",), ()))
+    fam("tp", "forward", "AllGather", probs_bytes, e, st, tpg,
+        _moe_insts(layers, n_mb, full, ("moe_gather_probs",), ()))
+    fam("tp", "forward", "ReduceScatter", tokens_bytes, e, st, tpg,
+        _moe_insts(layers, n_mb, full, ("moe_scatter",), ()))
+    fam("tp", "backward", "AllGather", tokens_bytes, e, st, tpg,
+        _moe_insts(layers, n_mb, False, (), ("moe_scatter_grad",)))
+    fam("tp", "backward", "ReduceScatter", tokens_bytes, e, st, tpg,
+        _moe_insts(layers, n_mb, False, (), ("moe_gather_grad",)))
+    fam("tp", "backward", "ReduceScatter", probs_bytes, e, st, tpg,
+        _moe_insts(layers, n_mb, False, (), ("moe_gather_probs_grad",)))
 
 
 def _dp_families(s: Scenario, layout: RankLayout, st: int, sh: ShardParameters, n_mb: int,

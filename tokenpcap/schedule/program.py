@@ -87,11 +87,14 @@ _WAIT = Wait()
 BLOCK, ASYNC, SEND, RECV = CallMode.BLOCK, CallMode.ASYNC, CallMode.SEND, CallMode.RECV
 
 _FWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "attn_in"), ("t", "attn_fwd"),
-              ("c", "attn_out"), ("c", "mlp_in"), ("c", "dispatch"), ("t", "mlp_fwd"),
-              ("c", "combine"), ("c", "mlp_out"))
+              ("c", "attn_out"), ("c", "mlp_in"), ("c", "moe_counts"), ("c", "dispatch"),
+              ("c", "dispatch_probs"), ("c", "moe_gather"), ("c", "moe_gather_probs"),
+              ("t", "mlp_fwd"), ("c", "moe_scatter"), ("c", "combine"), ("c", "mlp_out"))
 _BWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "mlp_out_grad"),
-              ("c", "combine_grad"), ("c", "mlp_in_regather"), ("t", "mlp_bwd"),
-              ("c", "dispatch_grad"), ("c", "mlp_in_grad"), ("c", "attn_out_grad"),
+              ("c", "combine_grad"), ("c", "moe_scatter_grad"), ("c", "mlp_in_regather"),
+              ("t", "mlp_bwd"), ("c", "moe_gather_grad"), ("c", "moe_gather_probs_grad"),
+              ("c", "dispatch_grad"), ("c", "dispatch_probs_grad"), ("c", "mlp_in_grad"),
+              ("c", "attn_out_grad"),
               ("c", "attn_in_regather"), ("t", "attn_bwd"), ("c", "attn_in_grad"),
               ("a", "dense_grads"), ("a", "expert_grads"))
 
