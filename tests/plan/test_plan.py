@@ -307,6 +307,20 @@ def test_expert_alltoall():
     assert dispatch.message_bytes == (32768 // 2) * 2 * 4096 * 2
 
 
+def test_sp_embedding_allreduces_with_learned_positions():
+    """Megatron-core LanguageModelEmbedding: reduce_scatter_embeddings only without position
+    embeddings (and with SP); else the vocabulary-parallel output is AllReduced, then scattered
+    (scatter_to_sequence_parallel_region: a local split, its backward an AllGather)."""
+    d = build_plan(dante())                     # GPT-2: learned positions, SP at tp 4
+    emb = [c for c in d.calls() if c.op == "embedding" and 0 in c.group]
+    assert {c.collective for c in emb} == {"AllReduce"}
+    assert emb[0].message_bytes == 1024 * 768 * 2
+    assert {c.collective for c in d.calls() if c.op == "embedding_grad"} == {"AllGather"}
+    rope = vary(dante(), model=dataclasses.replace(dante().model, position_embedding="rope"))
+    assert {c.collective for c in build_plan(rope).calls() if c.op == "embedding"} == \
+        {"ReduceScatter"}
+
+
 def test_mixtral_moe_tp_collectives_carry_top_k_times_the_dense_bytes():
     """Megatron-core MoEAlltoAllTokenDispatcher (token_dispatcher.py) at tp 2: after the dispatch
     AllToAll the routed tokens (and probs) are AllGathered over TP (dispatch_postprocess), the

@@ -12,7 +12,9 @@ global_batch / (b*dp)`` microbatches; per stage ``l/pp`` layers):
   QKV and MLP-in layers for their weight gradients (``op`` ``*_regather``). The vocabulary-parallel
   embedding AllReduces (SP: ReduceScatters) its output on stage 0; the output layer on the last
   stage AllReduces its input gradient (SP: AllGather forward, ReduceScatter + re-AllGather
-  backward); the vocabulary-parallel cross entropy makes 3 AllReduces of ``b*s`` fp32 values
+  backward); with SP the embedding output is ReduceScattered only without learned absolute
+  positions, else AllReduced then scattered (``LanguageModelEmbedding``:
+  ``reduce_scatter_embeddings``), and its gradient AllGathered in both cases; the vocabulary-parallel cross entropy makes 3 AllReduces of ``b*s`` fp32 values
   (max, predicted logit, sum of exponentials). With ``recompute: full`` the layers' forward TP
   (and EP) collectives are replayed before their backward (``recompute=True``, phase forward).
   With SP, the gradients of TP-replicated parameters (norms, row-parallel biases) are AllReduced
@@ -249,10 +251,13 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
             if m.moe is not None:           # the token dispatcher replaces the MLP's TP ops
                 fwd_ops = [x for x in fwd_ops if not x[1].startswith("mlp_")]
                 bwd_ops = [x for x in bwd_ops if not x[1].startswith("mlp_")]
+            # LanguageModelEmbedding: with SP the vocabulary-parallel output is ReduceScattered,
+            # unless the model adds learned positions: then AllReduced and scattered (no comm.)
+            emb_coll = "ReduceScatter" if sp and m.position_embedding != "learned" else "AllReduce"
             for coll in ("AllReduce", "AllGather", "ReduceScatter"):
                 fwd, bwd = [], []
                 for j in range(n_mb):
-                    if first and coll == ("ReduceScatter" if sp else "AllReduce"):
+                    if first and coll == emb_coll:
                         fwd.append(Inst(-1, j, op="embedding"))
                     fwd += [Inst(L, j, op=o) for L in layers for c, o in fwd_ops if c == coll]
                     if last and sp and coll == "AllGather":
