@@ -136,7 +136,9 @@ def test_gpt3_tied_embedding_allreduce_uses_the_padded_vocabulary():
 
 
 def dp_traffic(plan) -> int:  # type: ignore[no-untyped-def]
-    return sum(r.nic_bytes + r.nvlink_bytes for r in plan.rows if r.dim == "dp")
+    """Gradient and parameter bytes over DP (the loss AllReduce, 8 bytes, left out)."""
+    return sum(r.nic_bytes + r.nvlink_bytes for r in plan.rows
+               if r.dim == "dp" and r.name != "dp/optimizer/AllReduce")
 
 
 def test_zero_bytes_ratios():
@@ -157,20 +159,21 @@ def test_dp_buckets_hold_every_gradient_once():
     lay = plan.layout
     by_rank = Counter()
     for c in plan.calls():
-        if c.dim == "dp":
+        if c.dim == "dp" and c.op.endswith("grad_bucket"):
             for r in c.group:
                 by_rank[r] += c.message_bytes
     for r in range(lay.world_size):
         sh = shard_parameters(s.model, 4, 2, lay.coords(r).pp)
         assert by_rank[r] == sh.total * 2            # bf16 gradients
-    buckets = [c for c in plan.calls() if c.dim == "dp" and c.group[0] == 0]
+    buckets = [c for c in plan.calls() if c.dim == "dp" and c.group[0] == 0 and c.bucket >= 0]
     assert [c.bucket for c in buckets] == list(range(len(buckets)))
     # Stage 0 fills buckets from layer 5 down to 0, then the embeddings (backward order): the
     # first bucket is ready once the lowest layer it reaches is done.
     layers = [c.layer for c in buckets if c.layer >= 0]
     assert layers == sorted(layers, reverse=True) and layers[-1] == 0
     # Stage 1 (pp rank 1) is not bucketed: one AllReduce of its whole buffer.
-    last = [c for c in plan.calls() if c.dim == "dp" and c.stage == 1 and c.group[0] == 16]
+    last = [c for c in plan.calls() if c.dim == "dp" and c.stage == 1 and c.group[0] == 16
+            and c.bucket >= 0]
     assert [c.message_bytes for c in last] == [shard_parameters(s.model, 4, 2, 1).dense * 2]
 
 
@@ -305,6 +308,39 @@ def test_expert_alltoall():
     # tokens routed per rank (s / tp with SP) * top_k * h * 2 bytes.
     dispatch = next(c for c in a2a if c.op == "dispatch")
     assert dispatch.message_bytes == (32768 // 2) * 2 * 4096 * 2
+
+
+def test_the_small_collectives_of_every_iteration():
+    """Megatron-LM, per iteration: get_batch_on_this_tp_rank (megatron/core/utils.py) broadcasts
+    from TP rank 0 per microbatch tokens and position_ids (int64) on the first stage, labels
+    (int64) and loss_mask (fp32) on the last, the bool [b, 1, s, s] attention mask on both;
+    with fp16 the found-inf flag (optimizer.py) and the squared grad norm (clip_grads.py), one
+    fp32 each, AllReduced over the model-parallel group (every rank with the distributed
+    optimizer); the loss and token count (two fp32) over DP on the last stage (training.py)."""
+    g = load_scenario(PROFILES / "scenarios" / "gpt3-175b-megatron.yaml")
+    plan = build_plan(vary(g, global_batch_size=16, recompute="none"))
+    calls = list(plan.calls())
+    first = Counter((c.op, c.message_bytes, c.collective, len(c.group)) for c in calls
+                    if c.op.startswith("batch_") and c.group[0] == 0)
+    mb = plan.microbatches
+    assert first == {("batch_tokens", 2048 * 8, "Broadcast", 8): mb,
+                     ("batch_position_ids", 2048 * 8, "Broadcast", 8): mb,
+                     ("batch_attention_mask", 2048 * 2048, "Broadcast", 8): mb}
+    last0 = plan.layout.rank(7, 0, 0)
+    last = Counter((c.op, c.message_bytes) for c in calls
+                   if c.op.startswith("batch_") and c.group[0] == last0)
+    assert last == {("batch_labels", 2048 * 8): mb, ("batch_loss_mask", 2048 * 4): mb,
+                    ("batch_attention_mask", 2048 * 2048): mb}
+    stats = [c for c in calls if c.dim == "mp"]
+    assert Counter(c.op for c in stats) == {"found_inf": 16, "grad_norm": 16}   # fp16, dp 16
+    assert {(c.collective, c.message_bytes, c.phase, len(c.group)) for c in stats} == \
+        {("AllReduce", 4, "optimizer", 64)}                                     # tp 8 x pp 8
+    loss = [c for c in calls if c.op == "loss"]
+    assert len(loss) == 8 and {(c.message_bytes, len(c.group), c.stage) for c in loss} == \
+        {(8, 16, 7)}
+    z1 = build_plan(load_scenario(PROFILES / "scenarios" / "llama2-7b-a100-ib.yaml"))
+    stats = [c for c in z1.calls() if c.dim == "mp"]                      # bf16: no found_inf
+    assert [(c.op, len(c.group)) for c in stats] == [("grad_norm", 32)]   # the whole world
 
 
 def test_sp_embedding_allreduces_with_learned_positions():
@@ -500,5 +536,5 @@ def test_pcap_estimate_equals_the_messages_generate_posts(name: str, gen: dict):
 def test_pcap_estimate_of_dante_is_the_written_capture():
     # The classic pcap `generate dante.yaml --format pcap --split none` writes (measured).
     pc = build_plan(load_scenario(PROFILES / "scenarios" / "dante.yaml")).pcap
-    assert pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"] == 331_584
-    assert pc["file_bytes"] == 1_362_811_800
+    assert pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"] == 331_680
+    assert pc["file_bytes"] == 1_362_821_592

@@ -39,7 +39,7 @@ from tokenpcap.errors import InputError
 __all__ = ["RankCoords", "RankLayout", "DIM_NAMES"]
 
 #: Group kinds :meth:`RankLayout.groups` knows.
-DIM_NAMES = ("tp", "dp", "pp", "ep", "edp", "tpep", "emb")
+DIM_NAMES = ("tp", "dp", "pp", "ep", "edp", "tpep", "mp", "emb")
 
 Group = tuple[int, ...]
 
@@ -139,7 +139,8 @@ class RankLayout:
         """All groups of one kind, each a tuple of global ranks in ring (ascending) order.
 
         ``dim``: ``tp``, ``dp``, ``pp``, ``ep`` (expert-parallel), ``edp`` (expert-data-parallel),
-        ``tpep`` (the TP x EP group of MoE token counts) or ``emb`` (first and last pipeline stage, empty when ``pp == 1``). Groups are listed in
+        ``tpep`` (the TP x EP group of MoE token counts), ``mp`` (the model-parallel group: TP x
+        PP ranks of one DP index) or ``emb`` (first and last pipeline stage, empty when ``pp == 1``). Groups are listed in
         the order of their smallest rank.
 
         Raises:
@@ -161,6 +162,8 @@ class RankLayout:
                 arr = r5.reshape(-1, self.ep * self.tp)
             else:             # vary edp_index; fixed (pp, ep, tp)
                 arr = r5.transpose(0, 2, 3, 1).reshape(-1, edp)
+        elif dim == "mp":     # Megatron's model-parallel group: vary (pp, tp); fixed dp
+            arr = ranks.transpose(1, 0, 2).reshape(self.dp, -1)
         elif dim == "emb":
             if self.pp == 1:
                 return []

@@ -69,7 +69,7 @@ def _rank_nic_cached(collective: str, group: tuple[int, ...], s: int, e: int, al
     npn, gpn = layout.nics_per_node, layout.gpus_per_node
     out = np.zeros((len(group), npn), dtype=np.int64)
     src_node, dst_node = h["src"] // gpn, h["dst"] // gpn
-    cross = np.flatnonzero(src_node != dst_node)
+    cross = np.flatnonzero((src_node != dst_node) & (h["bytes"] > 0))
     if len(cross):
         pos = {r: i for i, r in enumerate(group)}
         src_pos = np.fromiter((pos[int(r)] for r in h["src"][cross]), np.int64, len(cross))

@@ -304,6 +304,8 @@ _TRAINING_SPEC = {
     "mfu": (yc.number(gt=0, le=1), 0.45),
     "overlap_grad_reduce": (yc.boolean, False),
     "bucket_size": (yc.optional(yc.integer(1)), None),
+    "clip_grad": (yc.number(ge=0, le=1e30), 1.0),
+    "create_attention_mask_in_dataloader": (yc.boolean, True),
 }
 _COLLECTIVES_SPEC = {
     "algorithm": (yc.enum(*selectable_algorithms()), "ring"),

@@ -138,6 +138,10 @@ class Training:
     #: backward.
     overlap_grad_reduce: bool = False
     bucket_size: int | None = None
+    #: Megatron-LM ``--clip-grad`` (gradient-norm clipping; 0 turns the norm AllReduce off) and
+    #: ``--no-create-attention-mask-in-dataloader`` (the mask is broadcast within TP with the batch).
+    clip_grad: float = 1.0
+    create_attention_mask_in_dataloader: bool = True
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,11 @@ _BWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "mlp_out_grad
               ("a", "dense_grads"), ("a", "expert_grads"))
 
 
+#: The batch broadcasts of a microbatch's forward (plan: ``calls._small_families``).
+_BATCH_OPS = ("batch_tokens", "batch_labels", "batch_loss_mask", "batch_position_ids",
+              "batch_attention_mask")
+
+
 def one_f_one_b(pp: int, stage: int, microbatches: int) -> list[tuple[str, int]]:
     """1F1B order of one stage: ``[("F", 0), ..., ("B", m-1)]`` (module docstring).
 
@@ -205,10 +210,13 @@ class _Builder:
         self.take(("backward", False, -1, -1, "tp_replicated_grads"), BLOCK)
         self.take(("backward", False, -1, -1, "tied_embedding_grads"), BLOCK)
         self.p.append(Mark(True, "O", -1, self.it))
+        self.take(("optimizer", False, -1, -1, "found_inf"), BLOCK)
+        self.take(("optimizer", False, -1, -1, "grad_norm"), BLOCK)
         self.compute(self.t.optimizer)
         for key in sorted((k for k in self.s if k[0] == "opt"), key=lambda k: (k[2], k[1])):
             self.take(key, ASYNC)
         self.p.append(_WAIT)
+        self.take(("optimizer", False, -1, -1, "loss"), BLOCK)
         self.p.append(Mark(False, "O", -1, self.it))
         return self.p
 
@@ -221,6 +229,8 @@ class _Builder:
 
     def forward(self, j: int, rec: bool) -> None:
         first, last = self.st == 0, self.st == self.pp - 1
+        for op in _BATCH_OPS:                       # get_batch: TP rank 0 broadcasts the batch
+            self.take(("forward", False, j, -1, op), BLOCK)
         if first:
             self.take(("forward", False, j, -1, "dense_params"), BLOCK)      # ZeRO-3: embedding
             self.take(("forward", False, j, -1, "embedding"), BLOCK)
