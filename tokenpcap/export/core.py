@@ -9,6 +9,9 @@ row per RDMA message with its provenance and the engine's times
   (:mod:`tokenpcap.export.hpcc`: flows, topology, config, trace).
 * ``csv`` / ``parquet``: the message table (:mod:`tokenpcap.export.table`).
 * ``chrome``: Trace Event Format JSON (:mod:`tokenpcap.export.chrome`).
+* ``simai``: the plan of one iteration as a SimAI workload file (:mod:`tokenpcap.export.simai`;
+  no schedule: SimAI times it).
+
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from tokenpcap.pipeline import schedule_scenario
 from tokenpcap.export import hpcc  # noqa: E402,F401
 from tokenpcap.export import table  # noqa: E402,F401
 from tokenpcap.export import chrome  # noqa: E402,F401
+from tokenpcap.export import simai  # noqa: E402,F401
 from tokenpcap.export.chrome import write_chrome  # noqa: E402  (re-exported)
 from tokenpcap.export.hpcc import write_hpcc  # noqa: E402  (re-exported)
 from tokenpcap.export.table import TABLE_COLUMNS, write_table  # noqa: E402  (re-exported)
@@ -54,5 +58,10 @@ def export_scenario(scenario: str | os.PathLike, to: str, out: str | os.PathLike
         raise InputError(f"export --to: got {to!r}, expected one of {', '.join(EXPORTS)}")
     out = Path(out)
     with make_directory(out.parent):
+        if fmt.plan_only:                   # the plan alone (SimAI times the iteration itself)
+            from tokenpcap.config.profiles import load_scenario
+            from tokenpcap.plan.build import build_plan
+
+            return fmt.write(build_plan(load_scenario(scenario), scale=scale), out, **options)
         return fmt.write(schedule_scenario(scenario, scale=scale, iterations=iterations), out,
                          **options)
