@@ -171,8 +171,8 @@ def carriers(sched, s: Scenario, iteration: int, tokens: set[int],
                                        samples=b, seq_length=seq)
             out.append(Carrier(
                 c.label, c.op, c.call_id, int(tr["step"][x]), c.layer, c.microbatch,
-                c.iteration, c.stage, src, dst, lay.nic(src) if nic else -1,
-                lay.nic(dst) if nic else -1, nic, nb, tb, (blo, bhi),
+                c.iteration, c.stage, src, dst, int(tr["src_nic"][x]), int(tr["dst_nic"][x]),
+                nic, nb, tb, (blo, bhi),
                 (blo // pmtu, -(-bhi // pmtu)) if nic and tb else (0, 0), mine, held, comment,
                 channel=int(tr["channel"][x]),
                 bounds=(first, end) if c.dim != "ep" else (-1, -1)))
