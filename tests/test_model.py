@@ -7,6 +7,7 @@ import pytest
 
 from tokenpcap.errors import InputError
 from tokenpcap.model import (
+    padded_vocab_size,
     activation_bytes,
     layer_forward_flops,
     logits_forward_flops,
@@ -101,7 +102,7 @@ def test_gpt_layer_flops_is_eq3_forward_term():
 def test_shards_add_up_to_the_model(name: str, tp: int, pp: int):
     """Summed over TP ranks and stages, the shards hold the model once, plus what Megatron
     replicates across TP (norms, row-parallel biases, position embedding, MoE router), the tied
-    copy on the last stage, and vocabulary padding to a multiple of tp."""
+    copy on the last stage, and Megatron's vocabulary padding to a multiple of 128·tp."""
     m = load_model(MODELS / f"{name}.yaml")
     pc = parameter_count(m)
     shards = [shard_parameters(m, tp, pp, st) for st in range(pp)]
@@ -112,7 +113,7 @@ def test_shards_add_up_to_the_model(name: str, tp: int, pp: int):
     if m.kv_heads < tp:
         hd = m.hidden_size // m.attention_heads
         replicated += m.layers * 2 * m.hidden_size * hd * (tp - m.kv_heads) // tp
-    pad = (-m.vocab_size) % tp * m.hidden_size
+    pad = (padded_vocab_size(m, tp) - m.vocab_size) * m.hidden_size
     tied_copy = pc.word_embedding if (m.tied_embeddings and pp > 1) else 0
     n_vocab_tensors = (1 if m.tied_embeddings else 2) + (1 if tied_copy else 0)
     assert held == pc.total + (tp - 1) * replicated + tied_copy + n_vocab_tensors * pad
@@ -124,6 +125,22 @@ def test_shard_layers_and_embedding_stages():
     assert (first.first_layer, first.last_layer, last.first_layer, last.last_layer) == \
         (0, 11, 84, 95)
     assert first.pre > 0 and first.post == 0 and mid.pre == mid.post == 0 and last.pre == 0
-    assert first.embedding == last.embedding == -(-50257 // 8) * 12288 and mid.embedding == 0
+    assert first.embedding == last.embedding == 51_200 // 8 * 12288 and mid.embedding == 0
     with pytest.raises(InputError):
         shard_parameters(m, 8, 8, 8)
+
+
+def test_megatron_vocabulary_padding_of_gpt3_175b():
+    """Megatron-LM ``vocab_size_with_padding`` (megatron/core/tokenizers/utils/build_tokenizer.py):
+    V rounded up to a multiple of make_vocab_size_divisible_by (128) x tp. GPT-3's 50,257 at tp 8
+    -> 51,200 (multiple 1,024: 50 x 1,024); the stage-0 embedding shard has 6,400 rows, the
+    tied-embedding AllReduce of fp32 gradients carries 6,400 x 12,288 x 4 bytes."""
+    m = load_model(MODELS / "gpt3-175b.yaml")
+    assert (m.vocab_size, m.make_vocab_size_divisible_by) == (50_257, 128)
+    assert padded_vocab_size(m, 8) == 51_200
+    assert padded_vocab_size(m, 1) == 50_304          # 393 x 128, nanoGPT's padded GPT-2 vocabulary
+    sh = shard_parameters(m, 8, 8, 0)
+    assert sh.embedding == 6_400 * 12_288
+    assert sh.pre == 6_400 * 12_288 + 2_048 * 12_288  # + the replicated position embedding
+    assert parameter_count(m).word_embedding == 50_257 * 12_288        # published: unpadded
+    assert parameter_count(m, tp=8).word_embedding == 51_200 * 12_288  # as trained

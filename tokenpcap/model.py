@@ -17,8 +17,12 @@ Counts are exact element counts of the weight tensors (not approximations) for t
 
 Sharding follows Megatron-LM (Shoeybi et al. 2019, Sec. 3): QKV and MLP-in are column-parallel
 (weights and biases split by ``tp``), attention projection and MLP-out are row-parallel (weights
-split, bias replicated), norms are replicated, the word embedding is vocabulary-parallel
-(``ceil(V/tp)`` rows per rank: Megatron pads the vocabulary), position embeddings are replicated.
+split, bias replicated), norms are replicated, the word embedding (and an untied output layer)
+is vocabulary-parallel over the *padded* vocabulary (:func:`padded_vocab_size`: Megatron-LM's
+``vocab_size_with_padding`` rounds ``V`` up to a multiple of ``make_vocab_size_divisible_by *
+tp``, ``megatron/core/tokenizers/utils/build_tokenizer.py``), ``padded / tp`` rows per rank,
+position embeddings are replicated. :class:`ParameterCount` counts the published, unpadded
+model; :func:`parameter_count` with ``tp`` the model as trained (padded rows included).
 Pipeline stage 0 holds the embeddings, the last stage the final norm and the output layer (with
 tied embeddings and ``pp > 1`` the last stage holds a copy of the word embedding that the
 embedding group keeps in sync).
@@ -26,6 +30,7 @@ embedding group keeps in sync).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tokenpcap.errors import InputError
 from tokenpcap.config.profiles import ModelProfile
@@ -35,6 +40,9 @@ __all__ = [
     "ParameterCount",
     "ShardParameters",
     "narayanan_eq2",
+    "Tensor",
+    "rank_tensors",
+    "padded_vocab_size",
     "layer_parameters",
     "parameter_count",
     "shard_parameters",
@@ -42,6 +50,20 @@ __all__ = [
     "layer_forward_flops",
     "logits_forward_flops",
 ]
+
+
+def padded_vocab_size(m: ModelProfile, tp: int) -> int:
+    """The vocabulary Megatron-LM trains with at tensor-parallel degree ``tp``: ``V`` rounded up
+    to a multiple of ``make_vocab_size_divisible_by * tp`` (``vocab_size_with_padding``,
+    ``megatron/core/tokenizers/utils/build_tokenizer.py``). GPT-3's 50,257 at tp 8 -> 51,200.
+
+    Raises:
+        InputError: ``tp < 1``.
+    """
+    if tp < 1:
+        raise InputError(f"tp: got {tp}, expected an integer >= 1")
+    multiple = m.make_vocab_size_divisible_by * tp
+    return -(-m.vocab_size // multiple) * multiple
 
 
 def narayanan_eq2(layers: int, hidden_size: int, vocab_size: int, seq_length: int) -> int:
@@ -129,16 +151,19 @@ def layer_parameters(m: ModelProfile) -> LayerParameters:
                            norms=2 * _norm_params(m), mlp_active=mlp_active)
 
 
-def parameter_count(m: ModelProfile) -> ParameterCount:
-    """Parameter count of the whole model (module docstring for the formulas and sources)."""
+def parameter_count(m: ModelProfile, tp: int | None = None) -> ParameterCount:
+    """Parameter count of the whole model (module docstring for the formulas and sources):
+    the published count over ``vocab_size`` rows, or with ``tp`` the model Megatron-LM trains,
+    over :func:`padded_vocab_size` rows."""
     h = m.hidden_size
+    v = m.vocab_size if tp is None else padded_vocab_size(m, tp)
     return ParameterCount(
-        word_embedding=m.vocab_size * h,
+        word_embedding=v * h,
         position_embedding=m.seq_length * h if m.position_embedding == "learned" else 0,
         per_layer=layer_parameters(m),
         layers=m.layers,
         final_norm=_norm_params(m),
-        output_layer=0 if m.tied_embeddings else m.vocab_size * h,
+        output_layer=0 if m.tied_embeddings else v * h,
     )
 
 
@@ -183,10 +208,6 @@ class ShardParameters:
         return self.dense + self.expert
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def shard_parameters(m: ModelProfile, tp: int, pp: int, stage: int, ep: int = 1) -> ShardParameters:
     """Elements held by one rank of pipeline ``stage`` (0-based) under Megatron-LM sharding.
 
@@ -228,7 +249,7 @@ def shard_parameters(m: ModelProfile, tp: int, pp: int, stage: int, ep: int = 1)
     per_layer = attn + dense_mlp + router + norms
     per_stage_layers = m.layers // pp
     first = stage * per_stage_layers
-    vocab_rank = _ceil_div(m.vocab_size, tp) * h
+    vocab_rank = padded_vocab_size(m, tp) // tp * h
     pre = post = embedding = 0
     if stage == 0:
         pre = vocab_rank + (m.seq_length * h if m.position_embedding == "learned" else 0)
@@ -245,6 +266,78 @@ def shard_parameters(m: ModelProfile, tp: int, pp: int, stage: int, ep: int = 1)
         per_layer=per_layer, per_layer_expert=expert_mlp, pre=pre, post=post,
         embedding=embedding, tp_replicated=tp_replicated,
     )
+
+
+class Tensor(NamedTuple):
+    """One parameter tensor a rank holds: Megatron-core module path, global layer (``-1``
+    outside the transformer layers), element count on this rank, and whether it is an expert
+    parameter (reduced over the expert-data-parallel group, in its own DDP buffer)."""
+
+    name: str
+    layer: int
+    elements: int
+    expert: bool = False
+
+
+def rank_tensors(m: ModelProfile, tp: int, pp: int, stage: int, ep: int = 1) -> list[Tensor]:
+    """The parameter tensors one rank of pipeline ``stage`` holds, in Megatron-core's
+    registration order (``GPTModel``: ``embedding.word_embeddings``, ``embedding.
+    position_embeddings``; per ``TransformerLayer``: ``input_layernorm``, ``self_attention.
+    linear_proj``, ``self_attention.linear_qkv``, ``pre_mlp_layernorm``, ``mlp.linear_fc1``,
+    ``mlp.linear_fc2`` or ``mlp.router`` and ``mlp.experts``; ``decoder.final_layernorm``,
+    ``output_layer``); weights before biases. DDP walks them in reverse to fill its gradient
+    buckets (``param_and_grad_buffer.py``). Element counts are those of :func:`shard_parameters`
+    (their sums are its ``dense`` and ``expert``; tested).
+
+    Raises:
+        InputError: as :func:`shard_parameters`.
+    """
+    sh = shard_parameters(m, tp, pp, stage, ep)
+    h, hd = m.hidden_size, _head_dim(m)
+    kv = (m.kv_heads // tp) * hd if m.kv_heads >= tp else hd
+    q = h // tp
+    ln = ("weight", "bias") if m.norm == "layernorm" else ("weight",)
+    out: list[Tensor] = []
+
+    def add(name: str, layer: int, n: int, expert: bool = False) -> None:
+        if n:
+            out.append(Tensor(name, layer, n, expert))
+
+    def mlp(prefix: str, layer: int, ffn: int, expert: bool) -> None:
+        f = ffn // tp
+        n_in = 2 if m.mlp == "swiglu" else 1
+        add(f"{prefix}.linear_fc1.weight", layer, n_in * f * h, expert)
+        add(f"{prefix}.linear_fc1.bias", layer, n_in * f if m.bias else 0, expert)
+        add(f"{prefix}.linear_fc2.weight", layer, h * f, expert)
+        add(f"{prefix}.linear_fc2.bias", layer, h if m.bias else 0, expert)
+
+    vocab_rank = padded_vocab_size(m, tp) // tp * h
+    if stage == 0:
+        add("embedding.word_embeddings.weight", -1, vocab_rank)
+        add("embedding.position_embeddings.weight", -1,
+            m.seq_length * h if m.position_embedding == "learned" else 0)
+    for L in range(sh.first_layer, sh.last_layer + 1):
+        pre = f"decoder.layers.{L}"
+        for w in ln:
+            add(f"{pre}.input_layernorm.{w}", L, h)
+        add(f"{pre}.self_attention.linear_proj.weight", L, h * q)
+        add(f"{pre}.self_attention.linear_proj.bias", L, h if m.bias else 0)
+        add(f"{pre}.self_attention.linear_qkv.weight", L, (q + 2 * kv) * h)
+        add(f"{pre}.self_attention.linear_qkv.bias", L, (q + 2 * kv) if m.bias else 0)
+        for w in ln:
+            add(f"{pre}.pre_mlp_layernorm.{w}", L, h)
+        if m.moe is None:
+            mlp(f"{pre}.mlp", L, m.ffn_hidden_size, False)
+        else:
+            add(f"{pre}.mlp.router.weight", L, m.moe.experts * h)
+            for x in range(m.moe.experts // ep):
+                mlp(f"{pre}.mlp.experts.local_experts.{x}", L, m.moe.ffn_hidden_size, True)
+    if stage == pp - 1:
+        for w in ln:
+            add(f"decoder.final_layernorm.{w}", -1, h)
+        if not m.tied_embeddings or pp > 1:
+            add("output_layer.weight", -1, vocab_rank)
+    return out
 
 
 def activation_bytes(micro_batch: int, seq_length: int, hidden_size: int, elem_bytes: int) -> int:

@@ -517,3 +517,37 @@ def test_flows_are_columns_and_json_streams_the_same_text(tmp_path):
     big = rep.flows.largest(3)
     assert [f["bytes"] for f in big] == sorted((f["bytes"] for f in full["flows"]),
                                                reverse=True)[:3]
+
+
+def test_a_nic_that_sends_only_control_packets_is_named_with_the_reason(tmp_path):
+    """198.18.0.1 sends two data writes and 198.18.0.2 only the clear-to-send write and the ACK
+    of the data it receives (comments 'cts ...'/'ack ...'); a declared interface (node0/nic2)
+    sends nothing: inspect names both, each with its reason, and the data NIC not at all."""
+    from scapy.layers.inet import IP
+    from tokenpcap.pcap import Interface
+
+    def frame(src, dst, opcode, payload):
+        pad = (-len(payload)) & 3
+        return bytes(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") /
+                     IP(src=src, dst=dst, tos=(26 << 2) | 2, ttl=64, flags="DF") /
+                     UDP(sport=0xC003, dport=4791, chksum=0) /
+                     BTH(opcode=opcode, migreq=1, padcount=pad, dqpn=7, psn=0) /
+                     Raw(payload + b"\0" * pad))
+
+    frames = [frame("198.18.0.1", "198.18.0.2", 0x0A, b"d" * 64),
+              frame("198.18.0.1", "198.18.0.2", 0x0A, b"d" * 128),
+              frame("198.18.0.2", "198.18.0.1", 0x0A, b"c" * 64)]
+    labels = ["dp/backward/AllReduce it 0", "dp/backward/AllReduce it 0",
+              "cts dp/backward/AllReduce it 0"]
+    ifaces = [Interface(name=f"node0/nic{i}", description=f"198.18.0.{i + 1} 02:00:00:00:00:0{i}")
+              for i in range(3)]
+    with PcapngWriter(tmp_path / "p.pcapng", ifaces) as w:
+        w.write_batch(T0 + np.arange(3, dtype=np.int64), np.array([len(f) for f in frames]),
+                      _fill(frames), comments=labels)
+    rep = inspect_capture(tmp_path / "p.pcapng")
+    idle = {(e["address"], e["reason"]) for e in rep.idle_nics}
+    assert idle == {("198.18.0.2", "control_only"), ("198.18.0.3", "no_packet")}
+    data = {e["address"]: (e["data_payload_bytes"], e["payload_bytes"]) for e in rep.nics}
+    assert data["198.18.0.2"][0] == 0 < data["198.18.0.2"][1]           # CTS payload only
+    assert data["198.18.0.1"][0] == data["198.18.0.1"][1] > 0           # all of it data
+    assert any(n.startswith("why a NIC carries no data") for n in rep.notes)

@@ -186,10 +186,13 @@ def test_plan_of_a_corpus_shorter_than_one_batch_says_so(run, tmp_path: Path):  
 
 
 def test_plan_scale_option(run):  # type: ignore[no-untyped-def]
-    res = run("plan", "--json", "--no-tokens", "--scale", "16")
-    data = json.loads(res.stdout)
-    dp = [p for p in data["phases"] if p["name"] == "dp/backward/AllReduce"][0]
-    assert data["scale"] == 16 and dp["message_bytes"] == 40_000_000 // 16
+    def dp_bytes(*scale: str) -> tuple[int, int]:
+        data = json.loads(run("plan", "--json", "--no-tokens", *scale).stdout)
+        dp = [p for p in data["phases"] if p["name"] == "dp/backward/AllReduce"][0]
+        return data["scale"], dp["message_bytes"]
+    full = dp_bytes()[1]
+    # every size / 16 in whole bf16 elements (plan.calls.scaled_bytes)
+    assert dp_bytes("--scale", "16") == (16, full // 16 // 2 * 2)
     assert run("plan", "--scale", "0").exit_code == 2
 
 

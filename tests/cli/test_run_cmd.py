@@ -191,6 +191,7 @@ def test_gpt3_175b_is_refused_at_once_as_plan_only(tmp_path):
     instead of being OOM-killed after minutes (refused from the plan's counts: check_work runs
     before the schedule is built; tests/schedule/test_limits.py)."""
     g3 = ROOT / "profiles" / "scenarios" / "gpt3-175b-megatron.yaml"
+    outputs = []
     for extra in ([], ["--scale", "100000", "--nics", "0"]):
         out = str(tmp_path / "new" / "x")
         r = CliRunner().invoke(main, ["run", str(g3), "-o", out] if not extra

@@ -476,12 +476,13 @@ def test_too_many_dp_buckets_are_refused_when_the_plan_is_built(tmp_path: Path):
     """The bucket count needs the model's shard sizes: the plan refuses it, naming the file."""
     from tokenpcap.plan.build import build_plan
 
-    over = {"training": {"micro_batch_size": 1, "global_batch_size": 16, "dp_bucket_bytes": 100}}
+    over = {"training": {"micro_batch_size": 1, "global_batch_size": 16, "bucket_size": 50,
+                         "overlap_grad_reduce": True}}
     f = write(tmp_path / "s.yaml", scenario_dict(tmp_path, **over))
     with pytest.raises(InfeasiblePlanError,
-                       match=r"training.dp_bucket_bytes: got 100 = .* buckets per rank .* x 8 DP "
+                       match=r"training.bucket_size: got 50 = .* buckets per rank .* x 8 DP "
                              r"groups = .*, expected buckets x DP groups <= 262,144, i.e. "
-                             r"dp_bucket_bytes >= ") as info:
+                             r"bucket_size >= ") as info:
         build_plan(load_scenario(f))
     assert str(info.value).startswith(f"{f}: ")
 

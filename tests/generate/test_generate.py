@@ -131,7 +131,8 @@ def test_dante_comments_name_phases_and_pcapng_interfaces(dante):
     info = files[res.files[0][0]]
     heads = {c.split(" ")[0] for c in info["comment"]}
     assert heads <= {"pp/forward/SendRecv", "pp/backward/SendRecv", "dp/backward/AllReduce",
-                     "emb/backward/AllReduce", "cts", "ack"}
+                     "emb/backward/AllReduce", "dp/optimizer/AllReduce",
+                     "mp/optimizer/AllReduce", "cts", "ack"}
     pp = [c for c in info["comment"] if c.startswith("pp/forward/SendRecv")]
     assert pp and all(" tokens " in c for c in pp)
     assert (info["time"] >= EPOCH_NS).all() and (info["interface"] == 0).all()
@@ -143,7 +144,7 @@ def test_dante_comments_name_phases_and_pcapng_interfaces(dante):
 @pytest.fixture(scope="module")
 def cross(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cross")
-    path = tiny_scenario(tmp, "cross", dp=2, tp=2, pp=2, gbs=8, extra=", dp_bucket_bytes: 400000")
+    path = tiny_scenario(tmp, "cross", dp=2, tp=2, pp=2, gbs=8, extra=", overlap_grad_reduce: true, bucket_size: 200000")
     return path, tmp
 
 
@@ -165,16 +166,19 @@ def test_ring_allreduce_one_rank_per_node_puts_2_n_minus_1_over_n_s_on_each_nic(
     # dp 8 on 8 single-GPU nodes, one bucket holding every gradient: S = 2 bytes x parameters
     path = tiny_scenario(tmp_path, "ring8", dp=8, tp=1, pp=1, gbs=8)
     res = generate(load_scenario(path), GenerateOptions(out_dir=tmp_path, fmt="pcap", jobs=1))
-    rows = [r for r in res.plan.rows if r.nic_bytes]
-    assert [r.name for r in rows] == ["dp/backward/AllReduce"]
-    s = rows[0].message_bytes
-    assert rows[0].sizes == {s: 1} and s % 16 == 0           # one call; 8 equal chunks
+    rows = {r.name: r for r in res.plan.rows if r.nic_bytes}
+    # the gradients, and the loss AllReduce (two fp32) after the step
+    assert sorted(rows) == ["dp/backward/AllReduce", "dp/optimizer/AllReduce"]
+    s = rows["dp/backward/AllReduce"].message_bytes
+    assert rows["dp/backward/AllReduce"].sizes == {s: 1} and s % 16 == 0   # one call; 8 chunks
+    loss = rows["dp/optimizer/AllReduce"].nic_bytes_by_rank
     for p, _, _ in res.files:
         info = decode(p)
+        rank = int(p.stem.split("_node")[1][:2])               # one GPU and NIC per node
         # data messages are WRITEs ending with immediate (FIRST, MIDDLE, LAST/ONLY with
         # immediate); clear-to-send writes are WRITE ONLY (0x0A) and ACKs 0x11
         data = np.isin(info["opcode"], [0x06, 0x07, 0x09, 0x0B])
-        assert int(info["payload"][data].sum()) == 2 * (8 - 1) * s // 8
+        assert int(info["payload"][data].sum()) == 2 * (8 - 1) * s // 8 + int(loss[rank])
 
 
 def test_same_seed_same_bytes_other_seed_other_bytes_any_jobs(cross):

@@ -239,7 +239,12 @@ def compare_with_plan(rep: Report, scenario_path: str, *, scale: int | None = No
     seen_labels = {x for e in rep.files for x in e["labels"]}
     claimed = set() if bound else nic_cover - seen_nics     # a slice may lack whole NICs
     nic_cover -= claimed
-    gone = ({x for _, x in extent} - seen_labels) if labelled and not bound else set()
+    # a phase counts as missing only where the plan puts bytes on a NIC the capture covers
+    # (a NIC that neither sends nor receives a phase has no packet of it to lose)
+    cover = sorted(g for g in nic_cover if 0 <= g < pc.bytes.shape[0])
+    expected = {labels[j] for j in np.flatnonzero(pc.bytes[cover].sum(axis=0)).tolist()} \
+        if cover else set(labels)
+    gone = ({x for _, x in extent} - seen_labels) & expected if labelled and not bound else set()
     extent = {(g, x) for g, x in extent if g not in claimed and x not in gone}
     named = any(p["phases"] is not None for p in provs)    # else the plan's phases, all
     for what, by in ((f"NICs {_ranges(sorted(claimed))}" if claimed else None,

@@ -94,6 +94,7 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
     acc = Acc(crc)
     first, last = np.iinfo(np.int64).max, np.iinfo(np.int64).min
     formats, truncated = [], []
+    declared: list[tuple[str, str]] = []     # (if_name, if_description) of pcapng interfaces
     for k, path in enumerate(paths):
         cap = open_capture(path, on_truncation=on_truncation)
         formats.append(cap.format)
@@ -124,6 +125,7 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
             add_batch(acc, cap, rec)
         if cap.truncated_at is not None:
             truncated.append(cap.truncated_at)
+        declared += [(i.name, i.description) for i in cap.interfaces if i.name and i.description]
         base = len(rep.interfaces)
         rep.interfaces += [{"index": base + j, "linktype": i.linktype, "name": i.name,
                             "speed_bps": i.speed_bps, "tsresol": i.tsresol,
@@ -135,6 +137,7 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
     rep.format = formats[0] if len(set(formats)) == 1 else ",".join(formats)
     rep.truncated_at = truncated[0] if truncated else None
     _finish(rep, acc)
+    rep.notes += _idle_nics(rep, acc, declared)
     return rep
 
 
@@ -156,6 +159,57 @@ def coalesced(batches, rows: int):
             held, n = [], 0
     if held:
         yield held[0] if len(held) == 1 else np.concatenate(held)
+
+
+def _idle_nics(rep: Report, acc: Acc, declared: list[tuple[str, str]]) -> list[str]:
+    """Notes naming the NICs of the capture that carry no data, and why.
+
+    A NIC (source address) carries no data when all its packets are control packets of a phase
+    (pcapng comments starting ``cts``/``ack``: clear-to-send writes and the ACKs it returns for
+    data it receives); a pcapng interface (``node<N>/nic<I>``, its description starting with its
+    address) carries none when no packet leaves it. Both are listed in ``rep.idle_nics``.
+    Each ``nics`` entry gets
+    ``data_payload_bytes`` (payload of packets whose comment names a data phase) when comments
+    are present.
+    """
+    by_src: dict[str, int] = {}
+    labelled = False
+    for (label, src), pay in rep.phase_nic.items():
+        by_src.setdefault(src, 0)
+        if label != "(no phase)":
+            labelled = True
+            if " [" not in label:
+                by_src[src] += pay
+    control_only: list[str] = []
+    if labelled:
+        for e in rep.nics:
+            e["data_payload_bytes"] = by_src.get(e["address"], 0)
+            if e["data_payload_bytes"] == 0:
+                control_only.append(e["address"])
+                rep.idle_nics.append({"nic": None, "address": e["address"],
+                                      "packets": e["packets"], "reason": "control_only"})
+    seen = {e["address"] for e in rep.nics}
+    silent = []
+    for name, desc in dict(declared).items():
+        addr = desc.split(" ", 1)[0]
+        if desc.startswith("LID "):
+            addr = "lid " + desc.split(" ")[1].lower()
+        if addr not in seen:
+            silent.append(f"{name} ({addr})")
+            rep.idle_nics.append({"nic": name, "address": addr, "packets": 0,
+                                  "reason": "no_packet"})
+    out = []
+    if control_only:
+        out.append(f"{len(control_only)} NIC(s) send no data, only clear-to-send writes and ACKs "
+                   f"for data they receive: {_some(control_only)}")
+    if silent:
+        out.append(f"{len(silent)} NIC(s) of the capture send no packet: {_some(silent)}")
+    if out:
+        out.append("why a NIC carries no data: no collective of the captured phases and ranks "
+                   "leaves its node through it (rings and trees cross nodes on the NICs of the "
+                   "group's GPUs, channel c on the (c mod g)-th of g; fewer channels than NICs, "
+                   "groups inside one node, point-to-point and hierarchical calls use fewer NICs)")
+    return out
 
 
 def _psn(rep: Report, acc: Acc) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -260,6 +314,12 @@ def _finish(rep: Report, acc: Acc) -> None:
     for k, e in enumerate(rep.files):
         e["sources"] = sorted({src_of[i] for i in acc.file_flows[k]})
         e["labels"] = sorted({_base(acc.labels[c]) for c in acc.file_labels[k]})
+
+
+def _some(names: list[str], most: int = 8) -> str:
+    """``a, b, c`` or ``a, b, ... (N more)``."""
+    more = f", ... ({len(names) - most:,} more)" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
 
 
 def _base(label: str) -> str:

@@ -1,8 +1,8 @@
 """The plan's RDMA payload bytes per (NIC, phase label), for ``inspect --against``.
 
 :func:`plan_cells` builds the plan (:func:`tokenpcap.plan.build.build_plan`, at the capture's
-scale), takes each phase row's bytes per rank (``PhaseRow.nic_bytes_by_rank``) and maps ranks to
-NICs (:meth:`tokenpcap.collectives.layout.RankLayout.nic_array`, rail-optimised). The column sums are the
+scale) and takes each phase row's bytes per rank and NIC (``PhaseRow.nic_bytes_by_rank_nic``:
+rings and trees spread a rank's bytes over the group's NICs, :mod:`tokenpcap.collectives.rails`). The column sums are the
 plan's per-phase ``PhaseRow.nic_bytes`` and the row sums its ``nic_bytes_per_nic()`` (tested).
 A rank selection keeps the bytes those ranks send only.
 
@@ -65,24 +65,22 @@ def plan_cells(scenario, *, scale: int = 1, iterations: int = 1,
     Raises:
         InputError, InfeasiblePlanError: from :func:`tokenpcap.plan.build.build_plan`.
     """
-    from tokenpcap.plan.build import build_plan
+    from tokenpcap.plan.build import bytes_per_nic, build_plan
 
     plan = build_plan(scenario, scale=scale)
     layout = plan.layout
     rows = [r for r in plan.rows if r.nic_bytes]
     labels = [r.name for r in rows]
     world = layout.world_size
-    per_rank = np.zeros((world, len(labels)), np.int64)
-    for j, r in enumerate(rows):
-        per_rank[:, j] = r.nic_bytes_by_rank
+    keep = np.ones(world, bool)
     if ranks is not None:
-        keep = np.zeros(world, bool)
+        keep[:] = False
         keep[[r for r in ranks if 0 <= r < world]] = True
-        per_rank[~keep] = 0
     nics = layout.nodes * scenario.cluster.nics_per_node
     rank_nic = layout.nic_array(np.arange(world))
     out = np.zeros((nics, len(labels)), np.int64)
-    np.add.at(out, rank_nic, per_rank)
+    for j, r in enumerate(rows):
+        out[:, j] = bytes_per_nic(r.nic_bytes_by_rank_nic * keep[:, None], layout)
     return PlanCells(labels, out * int(iterations), nics, rank_nic)
 
 

@@ -157,6 +157,10 @@ def render_text(rep: Report) -> str:
         lines += ["", "Phases (pcapng comments):", *_table(
             [[p["name"], f"{p['packets']:,}", f"{p['payload_bytes']:,}"] for p in rep.phases],
             ["phase", "packets", "payload B"])]
+    if rep.notes:
+        lines += ["", "Notes:"] + [f"  {x}" for x in rep.notes[:MAX_DIFFERENCES]]
+        if len(rep.notes) > MAX_DIFFERENCES:
+            lines.append(f"  ... {len(rep.notes) - MAX_DIFFERENCES:,} more (--json lists all)")
     if rep.against is not None:
         lines += ["", *_against(rep.against)]
     lines += ["", "Checks:"] + [f"  {'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}"

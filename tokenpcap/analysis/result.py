@@ -117,6 +117,9 @@ class Report:
     cut_sources: dict[str, int] = field(default_factory=dict)
     files: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: NICs of the capture that send no data: ``{"nic", "address", "packets", "reason"}`` with
+    #: reason ``control_only`` (clear-to-send writes and ACKs) or ``no_packet``.
+    idle_nics: list[dict] = field(default_factory=list)
     ethernet_frames: int = 0
     eth_frame_bytes_max: int = 0
     truncated_at: int | None = None
@@ -206,7 +209,7 @@ class Report:
             "interfaces": self.interfaces, "kinds": self.kinds, "roce": self.roce,
             "pfc": self.pfc, "flows": self.flows if lazy_flows else list(self.flows),
             "phases": self.phases, "nics": self.nics,
-            "files": self.files, "notes": self.notes,
+            "files": self.files, "notes": self.notes, "idle_nics": self.idle_nics,
             "checks": self.checks(), "ok": self.ok, "truncated_at": self.truncated_at,
             **({"against": self.against} if self.against is not None else {}),
         }

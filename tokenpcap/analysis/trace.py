@@ -105,6 +105,10 @@ class Journey:
         return out
 
 
+#: EP calls that carry the routed tokens' hidden states (plan.calls' dispatcher ops).
+_EP_TOKEN_OPS = frozenset({"dispatch", "combine", "dispatch_grad", "combine_grad"})
+
+
 def _ep_pieces(c: CollectiveCall, s: Scenario, layout, tr_table, seq: int, b: int):
     """EP AllToAll transfers as ``(row index, owner token_start, seq_start, seq_end, offset in
     the owner's buffer)`` (module docstring, 4)."""
@@ -143,7 +147,9 @@ def carriers(sched, s: Scenario, iteration: int, tokens: set[int],
     out: list[Carrier] = []
     for c in sched.plan.calls(iteration):
         if c.dim == "ep":
-            if not any((c.microbatch, r) in owners for r in c.group):
+            # the routed tokens' AllToAll; the probs AllToAll and the token counts carry none
+            if c.op not in _EP_TOKEN_OPS or not any((c.microbatch, r) in owners
+                                                    for r in c.group):
                 continue
         elif c.token_start < 0 or not any(a < hi and lo < e for a, e in c.token_spans(seq)):
             continue
@@ -171,8 +177,8 @@ def carriers(sched, s: Scenario, iteration: int, tokens: set[int],
                                        samples=b, seq_length=seq)
             out.append(Carrier(
                 c.label, c.op, c.call_id, int(tr["step"][x]), c.layer, c.microbatch,
-                c.iteration, c.stage, src, dst, lay.nic(src) if nic else -1,
-                lay.nic(dst) if nic else -1, nic, nb, tb, (blo, bhi),
+                c.iteration, c.stage, src, dst, int(tr["src_nic"][x]), int(tr["dst_nic"][x]),
+                nic, nb, tb, (blo, bhi),
                 (blo // pmtu, -(-bhi // pmtu)) if nic and tb else (0, 0), mine, held, comment,
                 channel=int(tr["channel"][x]),
                 bounds=(first, end) if c.dim != "ep" else (-1, -1)))

@@ -47,7 +47,10 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int) -
 
     p, par = data["parallelism"], data["parameters"]
     out = console()
-    out.print(f"[bold]{data['scenario']}[/bold]: {data['model']} ({par['total']:,} parameters) on "
+    pad = "" if par["padded_vocab_size"] == par["vocab_size"] else (
+        f"; {par['total_padded']:,} with the vocabulary padded to {par['padded_vocab_size']:,}")
+    out.print(f"[bold]{data['scenario']}[/bold]: {data['model']} ({par['total']:,} parameters"
+              f"{pad}) on "
               f"{data['cluster']} ({data['layout']['world_size']} GPUs, {data['layout']['nodes']}"
               f" nodes); dp {p['dp']} tp {p['tp']} pp {p['pp']} ep {p['ep']}, "
               f"SP {'on' if p['sequence_parallel'] else 'off'}, ZeRO-{p['zero_stage']}, "

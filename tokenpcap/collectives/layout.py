@@ -39,7 +39,7 @@ from tokenpcap.errors import InputError
 __all__ = ["RankCoords", "RankLayout", "DIM_NAMES"]
 
 #: Group kinds :meth:`RankLayout.groups` knows.
-DIM_NAMES = ("tp", "dp", "pp", "ep", "edp", "emb")
+DIM_NAMES = ("tp", "dp", "pp", "ep", "edp", "tpep", "mp", "emb")
 
 Group = tuple[int, ...]
 
@@ -138,8 +138,9 @@ class RankLayout:
     def groups(self, dim: str) -> list[Group]:
         """All groups of one kind, each a tuple of global ranks in ring (ascending) order.
 
-        ``dim``: ``tp``, ``dp``, ``pp``, ``ep`` (expert-parallel), ``edp`` (expert-data-parallel)
-        or ``emb`` (first and last pipeline stage, empty when ``pp == 1``). Groups are listed in
+        ``dim``: ``tp``, ``dp``, ``pp``, ``ep`` (expert-parallel), ``edp`` (expert-data-parallel),
+        ``tpep`` (the TP x EP group of MoE token counts), ``mp`` (the model-parallel group: TP x
+        PP ranks of one DP index) or ``emb`` (first and last pipeline stage, empty when ``pp == 1``). Groups are listed in
         the order of their smallest rank.
 
         Raises:
@@ -152,13 +153,17 @@ class RankLayout:
             arr = ranks.transpose(0, 2, 1).reshape(-1, self.dp)
         elif dim == "pp":
             arr = ranks.transpose(1, 2, 0).reshape(-1, self.pp)
-        elif dim in ("ep", "edp"):
+        elif dim in ("ep", "edp", "tpep"):
             edp = self.dp // self.ep
             r5 = ranks.reshape(self.pp, edp, self.ep, self.tp)
             if dim == "ep":   # vary ep_index; fixed (pp, edp, tp)
                 arr = r5.transpose(0, 1, 3, 2).reshape(-1, self.ep)
+            elif dim == "tpep":   # vary (ep_index, tp); fixed (pp, edp): Megatron's tp_ep_group
+                arr = r5.reshape(-1, self.ep * self.tp)
             else:             # vary edp_index; fixed (pp, ep, tp)
                 arr = r5.transpose(0, 2, 3, 1).reshape(-1, edp)
+        elif dim == "mp":     # Megatron's model-parallel group: vary (pp, tp); fixed dp
+            arr = ranks.transpose(1, 0, 2).reshape(self.dp, -1)
         elif dim == "emb":
             if self.pp == 1:
                 return []
@@ -187,7 +192,7 @@ class RankLayout:
         ``pp > 1``."""
         out: dict[str, dict[str, int | bool]] = {}
         for dim in DIM_NAMES:
-            if dim in ("ep", "edp") and self.ep == 1:
+            if dim in ("ep", "edp", "tpep") and self.ep == 1:
                 continue
             gs = self.groups(dim)
             if not gs:

@@ -30,7 +30,10 @@ further as NCCL does:
   over slices). Otherwise (the phase changes of the hierarchical algorithm) the transfer waits for
   every transfer of the predecessor hop.
 * A hop between two GPUs of one node goes over NVLink (``nic == False``): it takes time but never
-  reaches a NIC.
+  reaches a NIC. A hop between nodes leaves and enters on the NICs
+  :func:`tokenpcap.collectives.rails.hop_channel_nics` names for its channel (rings and trees:
+  channel ``c`` on the ``c mod g``-th of the group's NICs of the node; otherwise the sender's and
+  the receiver's own NIC).
 
 ``byte_offset`` locates a transfer's bytes in the collective's buffer (the chunk's offset among the
 ``N`` ring chunks, the tree's half, chunk ``j`` of an AllToAll buffer, plus the channel part and
@@ -47,6 +50,7 @@ import numpy as np
 from tokenpcap.errors import InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.collectives.algorithms import ALGORITHMS
+from tokenpcap.collectives.rails import hop_channel_nics
 from tokenpcap.collectives.traffic import CallLike, CallShape, effective_algorithm, hops, ring_chunk_bytes
 
 __all__ = ["TRANSFER_DTYPE", "Transfers", "transfers", "slice_elements_bytes"]
@@ -63,11 +67,13 @@ __all__ = ["TRANSFER_DTYPE", "Transfers", "transfers", "slice_elements_bytes"]
 #: bytes        int64 payload bytes (> 0)
 #: byte_offset  int64 offset of the bytes inside the collective's buffer (module docstring)
 #: nic          bool  the hop crosses nodes (on a NIC), else NVLink
+#: src_nic      int32 global NIC the bytes leave on (-1 on NVLink)
+#: dst_nic      int32 global NIC the bytes arrive on (-1 on NVLink)
 #: ============ ===== =================================================================
 TRANSFER_DTYPE = np.dtype([
     ("hop", "<i4"), ("step", "<i4"), ("src", "<i4"), ("dst", "<i4"), ("chunk", "<i4"),
     ("channel", "<i4"), ("slice", "<i4"), ("bytes", "<i8"), ("byte_offset", "<i8"),
-    ("nic", "?"),
+    ("nic", "?"), ("src_nic", "<i4"), ("dst_nic", "<i4"),
 ])
 
 
@@ -81,8 +87,9 @@ class Transfers:
             before it may start (tuple of tuples of int).
         dependents: the reverse relation of ``deps``.
         by_src, by_dst: per rank of the group, the transfers it sends / receives.
-        rows: ``table`` as tuples of Python ints in TRANSFER_DTYPE field order (for the
-            schedule's per-event code, which must not pay numpy's per-element access).
+        rows: ``table`` as tuples of Python ints in TRANSFER_DTYPE field order up to ``nic``
+            (for the schedule's per-event code, which must not pay numpy's per-element access).
+        nics: per transfer ``(src_nic, dst_nic)`` as Python ints (``(-1, -1)`` on NVLink).
     """
 
     table: np.ndarray
@@ -91,6 +98,7 @@ class Transfers:
     by_src: dict[int, tuple[int, ...]]
     by_dst: dict[int, tuple[int, ...]]
     rows: tuple[tuple, ...] = ()
+    nics: tuple[tuple[int, int], ...] = ()
 
     def __len__(self) -> int:
         return len(self.table)
@@ -130,7 +138,10 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
                 off += size
                 part -= size
                 j += 1
-    table = np.array(rows, dtype=TRANSFER_DTYPE) if rows else np.zeros(0, TRANSFER_DTYPE)
+    nics = [hop_channel_nics(collective, algorithm, group, r[2], r[3], r[5], layout) if r[9]
+            else (-1, -1) for r in rows]
+    table = np.array([r + n for r, n in zip(rows, nics)], dtype=TRANSFER_DTYPE) if rows else \
+        np.zeros(0, TRANSFER_DTYPE)
     deps: list[tuple[int, ...]] = []
     for t, (i, _, _, _, _, ch, j, _, _, _) in enumerate(rows):
         d: list[int] = []
@@ -154,7 +165,7 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
     table.setflags(write=False)
     return Transfers(table, tuple(deps), tuple(tuple(x) for x in rev),
                      {r: tuple(v) for r, v in by_src.items()},
-                     {r: tuple(v) for r, v in by_dst.items()}, tuple(rows))
+                     {r: tuple(v) for r, v in by_dst.items()}, tuple(rows), tuple(nics))
 
 
 def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,

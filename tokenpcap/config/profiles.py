@@ -39,6 +39,7 @@ __all__ = [
     "load_cluster",
     "load_scenario",
     "default_scenario_path",
+    "default_channels",
     "parse_tokenizer",
     "check_feasible",
 ]
@@ -83,12 +84,39 @@ MAX_LATENCY_NS = 1_000_000_000
 MAX_MICRO_BATCH_SIZE = 65_536
 #: Global batch (sequences): Llama 3.1 405B 16M tokens = 2,048 x 8,192; DeepSeek-V3 15,360.
 MAX_GLOBAL_BATCH_SIZE = 1 << 24
-#: NCCL channels: NCCL's MAXCHANNELS is 32 (64 in some releases).
+#: NCCL channels: NCCL's ``MAXCHANNELS`` (``src/include/device.h``: 64; 32 in older releases).
 MAX_CHANNELS = 64
 #: Iterations of one capture: MESSAGE_DTYPE.iteration is int16.
 MAX_ITERATIONS = 32_767
 #: Seed: the range ``WireContext.payload_seed`` accepts (a non-negative int64).
 MAX_SEED = (1 << 63) - 1
+
+
+def default_channels(nics_per_node: int) -> int:
+    """Channels NCCL runs a ring or tree collective on, on nodes of ``nics_per_node`` NICs
+    (the default of ``collectives.channels``): ``min(64, 2 * nics_per_node)``.
+
+    NCCL's graph search builds one ring channel per NIC, each entering and leaving the node on
+    its own NIC (``src/graph/search.cc``: "NET n -> GPU a -> GPU b -> .. -> GPU x -> NET n"), and
+    ``ncclTopoPostset`` doubles the channels (``src/graph/connect.cc``: "Duplication should be
+    complete now", ``nChannels * 2``), at most ``MAXCHANNELS`` (:data:`MAX_CHANNELS`).
+
+    Raises:
+        ValueError: ``nics_per_node < 1``.
+    """
+    if nics_per_node < 1:
+        raise ValueError(f"nics_per_node: got {nics_per_node}, expected an integer >= 1")
+    return min(MAX_CHANNELS, 2 * nics_per_node)
+
+
+def _channels(file: Path | None, key: str, value: Any) -> Any:
+    """``collectives.channels``: ``auto`` (:func:`default_channels`) or an integer 1..64."""
+    if value == "auto":
+        return value
+    try:
+        return yc.integer(1, MAX_CHANNELS)(file, key, value)
+    except ProfileError:
+        raise ProfileError(file, key, value, f"'auto' or an integer in [1, {MAX_CHANNELS}]") from None
 
 
 def default_scenario_path() -> Path:
@@ -122,6 +150,7 @@ _MODEL_SPEC = {
     "position_embedding": (yc.enum("learned", "rope"), "learned"),
     "bias": (yc.boolean, True),
     "moe": (yc.optional(yc.mapping), None),
+    "make_vocab_size_divisible_by": (yc.integer(1, MAX_VOCAB_SIZE), 128),
 }
 
 
@@ -166,6 +195,7 @@ def _model_from(file: Path, prefix: str, data: Any, model_path: Path | None) -> 
         vocab_size=v["vocab_size"], seq_length=v["seq_length"], mlp=v["mlp"], norm=v["norm"],
         tied_embeddings=v["tied_embeddings"], position_embedding=v["position_embedding"],
         bias=v["bias"], moe=moe, path=model_path, description=v["description"],
+        make_vocab_size_divisible_by=v["make_vocab_size_divisible_by"],
     )
 
 
@@ -272,11 +302,14 @@ _TRAINING_SPEC = {
     "grad_reduce_dtype": (yc.enum(*_DTYPES), "fp32"),
     "recompute": (yc.enum("none", "selective", "full"), "none"),
     "mfu": (yc.number(gt=0, le=1), 0.45),
-    "dp_bucket_bytes": (yc.integer(1), 40_000_000),
+    "overlap_grad_reduce": (yc.boolean, False),
+    "bucket_size": (yc.optional(yc.integer(1)), None),
+    "clip_grad": (yc.number(ge=0, le=1e30), 1.0),
+    "create_attention_mask_in_dataloader": (yc.boolean, True),
 }
 _COLLECTIVES_SPEC = {
     "algorithm": (yc.enum(*selectable_algorithms()), "ring"),
-    "channels": (yc.integer(1, MAX_CHANNELS), 2),
+    "channels": (_channels, "auto"),
     "slice_bytes": (yc.integer(1), 1 << 20),
 }
 _GENERATION_SPEC = {
@@ -368,8 +401,7 @@ def load_scenario(path: str | Path) -> Scenario:
         parallelism=Parallelism(**yc.read_mapping(path, "parallelism", v["parallelism"],
                                                   _PARALLELISM_SPEC)),
         training=Training(**yc.read_mapping(path, "training", v["training"], _TRAINING_SPEC)),
-        collectives=CollectivesConfig(**yc.read_mapping(path, "collectives", v["collectives"],
-                                                        _COLLECTIVES_SPEC)),
+        collectives=_collectives(path, v["collectives"], cluster),
         generation=GenerationConfig(**yc.read_mapping(path, "generation", v["generation"],
                                                       _GENERATION_SPEC)),
         path=path,
@@ -377,6 +409,13 @@ def load_scenario(path: str | Path) -> Scenario:
     )
     check_feasible(scenario)
     return scenario
+
+
+def _collectives(path: Path, data: Any, cluster: ClusterProfile) -> CollectivesConfig:
+    c = yc.read_mapping(path, "collectives", data, _COLLECTIVES_SPEC)
+    if c["channels"] == "auto":
+        c["channels"] = default_channels(cluster.nics_per_node)
+    return CollectivesConfig(**c)
 
 
 def _sub_profile(file: Path, base: Path, key: str, value: Any, build):  # type: ignore[no-untyped-def]

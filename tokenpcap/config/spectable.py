@@ -63,6 +63,9 @@ KEYS: dict[str, tuple[str, str]] = {
     "model.position_embedding": ("", "learned position table (`s * h` parameters) or RoPE (none)"),
     "model.bias": ("", "linear layers carry biases"),
     "model.moe": ("", "mixture of experts, the keys below"),
+    "model.make_vocab_size_divisible_by": ("tokens", "Megatron pads the vocabulary to a "
+                                                     "multiple of this x tp "
+                                                     "(`vocab_size_with_padding`)"),
     "model.moe.experts": ("experts", "experts per MoE layer"),
     "model.moe.top_k": ("experts", "experts each token is routed to; at most `experts`"),
     "model.moe.ffn_hidden_size": ("elements", "hidden size of one expert's MLP; default: the "
@@ -135,11 +138,23 @@ KEYS: dict[str, tuple[str, str]] = {
                                         "`--recompute-granularity`)"),
     "scenario.training.mfu": ("fraction", "model FLOPs utilisation: share of the GPU peak "
                                           "compute reaches"),
-    "scenario.training.dp_bucket_bytes": ("bytes", "gradient bucket of the DP reduction "
-                                                   "(Megatron's bucket size)"),
+    "scenario.training.overlap_grad_reduce": ("", "Megatron DDP `--overlap-grad-reduce`: DP "
+                                                  "gradients in buckets as backward makes "
+                                                  "them (first stage); else one collective "
+                                                  "per buffer after backward"),
+    "scenario.training.bucket_size": ("parameters", "Megatron DDP bucket size; null: "
+                                                    "max(40,000,000, 1,000,000 x dp)"),
+    "scenario.training.clip_grad": ("", "Megatron `--clip-grad`; > 0: the gradient norm is "
+                                        "AllReduced over the model-parallel group"),
+    "scenario.training.create_attention_mask_in_dataloader": (
+        "", "Megatron's default true: TP rank 0 broadcasts the b*s*s attention mask with the "
+            "batch (`--no-create-attention-mask-in-dataloader`: false)"),
     "scenario.collectives.algorithm": ("", "NCCL algorithm of AllReduce, ReduceScatter and "
                                            "AllGather"),
-    "scenario.collectives.channels": ("channels", "NCCL-like channels: one QP per peer each"),
+    "scenario.collectives.channels": ("channels", "NCCL channels, one QP per peer each; "
+                                                  "`auto`: NCCL's min(64, 2 x nics_per_node); "
+                                                  "rings and trees cross nodes on NIC c mod g "
+                                                  "of the group's NICs"),
     "scenario.collectives.slice_bytes": ("bytes", "largest RDMA message of one transfer"),
     "scenario.generation.seed": ("", "seed of payload bytes, QPNs and PSNs: same seed, same "
                                      "bytes"),

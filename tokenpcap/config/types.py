@@ -44,6 +44,9 @@ class ModelProfile:
     moe: MoeProfile | None = None
     path: Path | None = None
     description: str = ""
+    #: Megatron-LM pads the vocabulary to a multiple of this times tp (``--make-vocab-size-
+    #: divisible-by``, default 128).
+    make_vocab_size_divisible_by: int = 128
 
 
 @dataclass(frozen=True)
@@ -129,13 +132,23 @@ class Training:
     grad_reduce_dtype: str = "fp32"        # dtype of the DP gradient reduction
     recompute: str = "none"                # none | selective | full
     mfu: float = 0.45
-    dp_bucket_bytes: int = 40_000_000      # gradient bucket size for the DP reduction
+    #: Megatron-core ``DistributedDataParallelConfig``: with ``overlap_grad_reduce`` the DP
+    #: gradients go in buckets of ``bucket_size`` *parameters* (None: max(40,000,000,
+    #: 1,000,000 * dp)) as backward produces them; without it one collective per buffer after
+    #: backward.
+    overlap_grad_reduce: bool = False
+    bucket_size: int | None = None
+    #: Megatron-LM ``--clip-grad`` (gradient-norm clipping; 0 turns the norm AllReduce off) and
+    #: ``--no-create-attention-mask-in-dataloader`` (the mask is broadcast within TP with the batch).
+    clip_grad: float = 1.0
+    create_attention_mask_in_dataloader: bool = True
 
 
 @dataclass(frozen=True)
 class CollectivesConfig:
     algorithm: str = "ring"                # ring | tree | hierarchical
-    channels: int = 2                      # NCCL-like channels (one QP each per peer)
+    channels: int = 2                      # NCCL-like channels (one QP each per peer); the
+                                           # loader's default is NCCL's: 2 * nics_per_node
     slice_bytes: int = 1 << 20             # largest RDMA message of one transfer
 
 

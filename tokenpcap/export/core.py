@@ -9,6 +9,9 @@ row per RDMA message with its provenance and the engine's times
   (:mod:`tokenpcap.export.hpcc`: flows, topology, config, trace).
 * ``csv`` / ``parquet``: the message table (:mod:`tokenpcap.export.table`).
 * ``chrome``: Trace Event Format JSON (:mod:`tokenpcap.export.chrome`).
+* ``simai``: the plan of one iteration as a SimAI workload file (:mod:`tokenpcap.export.simai`;
+  no schedule: SimAI times it).
+
 """
 from __future__ import annotations
 
@@ -17,12 +20,15 @@ from pathlib import Path
 
 from tokenpcap.errors import InputError
 from tokenpcap.export.registry import EXPORTS
+from tokenpcap.config.profiles import load_scenario
 from tokenpcap.pipeline import schedule_scenario
+from tokenpcap.plan.build import build_plan
 
 # One import line per format module (registration order = the order --to lists them).
 from tokenpcap.export import hpcc  # noqa: E402,F401
 from tokenpcap.export import table  # noqa: E402,F401
 from tokenpcap.export import chrome  # noqa: E402,F401
+from tokenpcap.export import simai  # noqa: E402,F401
 from tokenpcap.export.chrome import write_chrome  # noqa: E402  (re-exported)
 from tokenpcap.export.hpcc import write_hpcc  # noqa: E402  (re-exported)
 from tokenpcap.export.table import TABLE_COLUMNS, write_table  # noqa: E402  (re-exported)
@@ -56,7 +62,10 @@ def export_scenario(scenario: str | os.PathLike, to: str, out: str | os.PathLike
         raise InputError(f"export --to: got {to!r}, expected one of {', '.join(EXPORTS)}")
     out = Path(out)
     with make_directory(out.parent), OutputSet(out.parent, what="export") as outset:
-        written = fmt.write(schedule_scenario(scenario, scale=scale, iterations=iterations),
-                            outset.path(out.name), **options)   # staged: the set lands whole
+        if fmt.plan_only:                   # the plan alone (SimAI times the iteration itself)
+            source = build_plan(load_scenario(scenario), scale=scale)
+        else:
+            source = schedule_scenario(scenario, scale=scale, iterations=iterations)
+        written = fmt.write(source, outset.path(out.name), **options)   # staged: lands whole
         outset.commit()
         return [outset.final(p) for p in written]

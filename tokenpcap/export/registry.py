@@ -30,14 +30,17 @@ class ExportFormat:
     name: str
     summary: str
     write: Callable[..., list[Path]]
+    #: True: ``write(plan, out, **options)`` takes the plan alone (no schedule is run)
+    plan_only: bool = False
 
 
 #: name -> format, in the order ``--to`` lists them.
 EXPORTS: dict[str, ExportFormat] = {}
 
 
-def register_export(name: str, summary: str) -> Callable:
-    """Decorator: register ``write(done, out, **options)`` as export format ``name``.
+def register_export(name: str, summary: str, *, plan_only: bool = False) -> Callable:
+    """Decorator: register ``write(done, out, **options)`` as export format ``name``
+    (``plan_only``: ``write(plan, out, **options)``, the plan without a schedule).
 
     Raises:
         TypeError: the name is taken (a programming error, at import).
@@ -45,7 +48,7 @@ def register_export(name: str, summary: str) -> Callable:
     def deco(write: Callable[..., list[Path]]) -> Callable[..., list[Path]]:
         if name in EXPORTS:
             raise TypeError(f"export format {name!r} registered twice")
-        EXPORTS[name] = ExportFormat(name, summary, write)
+        EXPORTS[name] = ExportFormat(name, summary, write, plan_only)
         return write
     return deco
 

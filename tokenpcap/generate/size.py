@@ -91,16 +91,18 @@ def predict_messages(schedule, iterations=None) -> Predicted:
             src, dst, nb = int(t["src"][x]), int(t["dst"][x]), int(t["bytes"][x])
             tok = token_range(c, int(t["byte_offset"][x]), nb, c.message_bytes, seq)
             rows.append((src, dst, label, 0, c.iteration, c.call_id, int(t["step"][x]), c.layer,
-                         c.microbatch, tok[0], tok[1], nb))
+                         c.microbatch, tok[0], tok[1], nb, int(t["src_nic"][x]),
+                         int(t["dst_nic"][x])))
     names = ("rank_src", "rank_dst", "label", "kc", "iteration", "call_id", "step", "layer",
-             "microbatch", "token_start", "token_end", "size_bytes")
+             "microbatch", "token_start", "token_end", "size_bytes", "src_nic", "dst_nic")
     a = list(zip(*rows)) if rows else [()] * len(names)
     return _predicted(schedule, {k: np.asarray(v, np.int64) for k, v in zip(names, a)}, cts)
 
 
 def _from_transfers(t: dict, nph: int, ncoll: int) -> dict:
     out = {k: t[k] for k in ("rank_src", "rank_dst", "iteration", "call_id", "step", "layer",
-                             "microbatch", "token_start", "token_end", "size_bytes")}
+                             "microbatch", "token_start", "token_end", "size_bytes", "src_nic",
+                             "dst_nic")}
     out["label"] = (t["dim"] * nph + t["phase"]) * ncoll + t["collective"]
     out["kc"] = np.zeros_like(t["size_bytes"])
     return out
@@ -111,15 +113,12 @@ def _predicted(schedule, cols: dict, cts: bool) -> Predicted:
     names) and, with clear-to-send, their CTS writes."""
     s = schedule.scenario
     eng = schedule.engine
-    lay = schedule.layout
     every = eng.ack_every
     n = len(cols["size_bytes"])
     m = np.zeros(n * (2 if cts else 1), PREDICTED_DTYPE)
     if n:
-        for name, v in cols.items():
+        for name, v in cols.items():        # src_nic/dst_nic: the transfer's (rails)
             m[name][:n] = v
-        m["src_nic"][:n] = lay.nic_array(np.asarray(cols["rank_src"]))
-        m["dst_nic"][:n] = lay.nic_array(np.asarray(cols["rank_dst"]))
         if cts:
             m[n:] = m[:n]
             m["src_nic"][n:], m["dst_nic"][n:] = m["dst_nic"][:n], m["src_nic"][:n]

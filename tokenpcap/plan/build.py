@@ -44,14 +44,17 @@ from tokenpcap.plan.calls import CollectiveCall, Family, build_families, expand,
 from tokenpcap.errors import InfeasiblePlanError, InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.records import COLLECTIVES, DIMS, PHASES
-from tokenpcap.model import activation_bytes, narayanan_eq2, parameter_count, shard_parameters
+from tokenpcap.model import (activation_bytes, narayanan_eq2, padded_vocab_size, parameter_count,
+                             shard_parameters)
 from tokenpcap.config.profiles import DTYPE_BYTES, Scenario, check_feasible
 from tokenpcap.plan.feasibility import check_plan_size
 from tokenpcap.tokens import TokenizedCorpus
+from tokenpcap.collectives.rails import rank_nic_bytes
 from tokenpcap.collectives.traffic import CallShape, nic_hop_sizes, per_rank_bytes
 from tokenpcap.plan.sizing import pcap_estimate
 
-__all__ = ["CollectiveCall", "PhaseRow", "Plan", "build_plan", "rank_layout", "pipeline_bubble_fraction",
+__all__ = ["CollectiveCall", "PhaseRow", "Plan", "build_plan", "bytes_per_nic", "rank_layout",
+           "pipeline_bubble_fraction",
            "wire_time_ns"]
 
 
@@ -65,6 +68,14 @@ def pipeline_bubble_fraction(pp: int, microbatches: int, virtual_stages: int = 1
     if pp < 1 or microbatches < 1 or virtual_stages < 1:
         raise InputError(f"pp {pp}, microbatches {microbatches}, virtual_stages {virtual_stages}")
     return Fraction(pp - 1, virtual_stages * microbatches)
+
+
+def bytes_per_nic(by_rank_nic: np.ndarray, layout: RankLayout) -> np.ndarray:
+    """``(world_size, nics_per_node)`` bytes per rank and local NIC -> int64 ``(nodes *
+    nics_per_node,)`` bytes per global NIC (NIC ``node * nics_per_node + local``)."""
+    npn = layout.nics_per_node
+    per_node = by_rank_nic.reshape(layout.nodes, layout.gpus_per_node, npn).sum(axis=1)
+    return per_node.reshape(-1).astype(np.int64)
 
 
 def wire_time_ns(nbytes: int, link_gbps: float) -> int:
@@ -107,6 +118,14 @@ class PhaseRow:
     #: NIC bytes each rank sends with this label in one iteration: int64 ``(world_size,)``
     #: (``nic_bytes`` is its sum; not part of the JSON).
     nic_bytes_by_rank: np.ndarray | None = field(default=None, repr=False, compare=False)
+    #: NIC bytes each rank sends through each NIC of its node: int64 ``(world_size,
+    #: nics_per_node)`` (rows sum to ``nic_bytes_by_rank``; rings and trees spread a rank's bytes
+    #: over the group's NICs, :mod:`tokenpcap.collectives.rails`; not part of the JSON).
+    nic_bytes_by_rank_nic: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def nic_bytes_by_nic(self, layout: RankLayout) -> np.ndarray:
+        """Bytes each NIC sends with this label: int64 ``(nodes * nics_per_node,)``."""
+        return bytes_per_nic(self.nic_bytes_by_rank_nic, layout)
 
     def to_json(self) -> dict:
         return {
@@ -131,6 +150,7 @@ class Plan:
     rows: list[PhaseRow]
     nic_bytes_per_rank: np.ndarray      # int64 (world_size,) all phases
     nvlink_bytes_per_rank: np.ndarray   # int64 (world_size,)
+    nic_bytes_by_rank_nic: np.ndarray   # int64 (world_size, nics_per_node) all phases
     pcap: dict
     tokens: TokenizedCorpus | None = None
     scale: int = 1
@@ -173,11 +193,7 @@ class Plan:
 
     def nic_bytes_per_nic(self) -> np.ndarray:
         """Bytes each NIC sends in one iteration: int64 ``(nodes * nics_per_node,)``."""
-        c = self.scenario.cluster
-        out = np.zeros(self.layout.nodes * c.nics_per_node, dtype=np.int64)
-        np.add.at(out, self.layout.nic_array(np.arange(self.layout.world_size)),
-                  self.nic_bytes_per_rank)
-        return out
+        return bytes_per_nic(self.nic_bytes_by_rank_nic, self.layout)
 
     def totals(self) -> dict:
         """Totals of one iteration (all ranks, all phases)."""
@@ -255,6 +271,8 @@ class Plan:
             "scale": self.scale,
             "parameters": {
                 "total": pc.total, "active": pc.active,
+                "vocab_size": m.vocab_size, "padded_vocab_size": padded_vocab_size(m, p.tp),
+                "total_padded": parameter_count(m, p.tp).total,
                 "narayanan_eq2": (narayanan_eq2(m.layers, m.hidden_size, m.vocab_size,
                                                 m.seq_length) if gpt_like else None),
                 "per_layer": pc.per_layer.total,
@@ -310,11 +328,14 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
     acc: dict[str, dict] = {}
     nic_all = np.zeros(world, dtype=np.int64)
     nvl_all = np.zeros(world, dtype=np.int64)
+    rn_all = np.zeros((world, layout.nics_per_node), dtype=np.int64)
+    channels = scenario.collectives.channels
     nic_hops: dict[tuple[int, int], int] = defaultdict(int)   # (hop bytes, elem bytes) -> hops
     for f in fams:
         a = acc.get(f.label)
         if a is None:
             a = acc[f.label] = {"f": f, "nic": np.zeros(world, np.int64),
+                                "rn": np.zeros((world, layout.nics_per_node), np.int64),
                                 "nvl": np.zeros(world, np.int64), "cnt": np.zeros(world, np.int64),
                                 "sizes": defaultdict(int), "gmax": 0, "calls": 0}
         n = len(f.insts)
@@ -323,6 +344,8 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
             rb = per_rank_bytes(call, alg, layout)
             idx = np.asarray(g, dtype=np.int64)
             a["nic"][idx] += rb.nic_bytes * n
+            if rb.nic_bytes.any():
+                a["rn"][idx] += rank_nic_bytes(call, alg, layout, channels) * n
             a["nvl"][idx] += rb.nvlink_bytes * n
             a["cnt"][idx] += n
             for size, k in nic_hop_sizes(call, alg, layout):
@@ -335,6 +358,7 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
         f = a["f"]
         nic_all += a["nic"]
         nvl_all += a["nvl"]
+        rn_all += a["rn"]
         part = a["cnt"] > 0
         nic_max = int(a["nic"].max(initial=0))
         rows.append(PhaseRow(
@@ -344,7 +368,7 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
             nic_bytes=int(a["nic"].sum()), nvlink_bytes=int(a["nvl"].sum()),
             nic_bytes_per_rank=nic_max, nvlink_bytes_per_rank=int(a["nvl"].max(initial=0)),
             wire_time_ns=wire_time_ns(nic_max, scenario.cluster.link_gbps),
-            nic_bytes_by_rank=a["nic"]))
+            nic_bytes_by_rank=a["nic"], nic_bytes_by_rank_nic=a["rn"]))
     hop = np.array(list(nic_hops.keys()) or np.zeros((0, 2)), np.int64).reshape(-1, 2)
     pcap = pcap_estimate(hop[:, 0], np.fromiter(nic_hops.values(), np.int64, len(nic_hops)),
                          scenario, hop_elem_bytes=hop[:, 1])
@@ -352,6 +376,7 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
         {n: i for i, n in enumerate(COLLECTIVES)}
     rows.sort(key=lambda r: (order[0][r.dim], order[1][r.phase], order[2][r.collective]))
     return Plan(scenario=scenario, layout=layout, families=fams, rows=rows,
-                nic_bytes_per_rank=nic_all, nvlink_bytes_per_rank=nvl_all, pcap=pcap,
+                nic_bytes_per_rank=nic_all, nvlink_bytes_per_rank=nvl_all,
+                nic_bytes_by_rank_nic=rn_all, pcap=pcap,
                 tokens=tokens, scale=scale)
 

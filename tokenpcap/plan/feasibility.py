@@ -5,7 +5,7 @@ The rules that need only the profiles are :func:`tokenpcap.config.feasibility.ch
 """
 from __future__ import annotations
 
-from tokenpcap.config.types import DTYPE_BYTES, Scenario
+from tokenpcap.config.types import Scenario
 from tokenpcap.errors import InfeasiblePlanError
 from tokenpcap.model import shard_parameters
 
@@ -19,28 +19,27 @@ MAX_DP_BUCKET_GROUPS = 1 << 18
 
 
 def check_plan_size(s: Scenario) -> None:
-    """With ``dp > 1``: gradient buckets per rank (``ceil(gradient elements of the largest stage
-    shard / (dp_bucket_bytes // grad_reduce_dtype bytes))``) times DP groups ``tp*pp`` at most
+    """With ``dp > 1`` and ``overlap_grad_reduce``: gradient buckets per rank (at most
+    ``ceil(gradient elements of the largest stage shard / bucket_size)``, Megatron-core's
+    buckets of ``bucket_size`` parameters) times DP groups ``tp*pp`` at most
     :data:`MAX_DP_BUCKET_GROUPS` (one call family per bucket, walked per group).
 
     Raises:
         InfeasiblePlanError: too many buckets, naming the file, the key, the value got and the
-            smallest ``dp_bucket_bytes`` that fits.
+            smallest ``bucket_size`` that fits.
     """
     p, m, t = s.parallelism, s.model, s.training
-    if p.dp <= 1:
-        return
+    if p.dp <= 1 or not t.overlap_grad_reduce or t.bucket_size is None:
+        return                     # one bucket per buffer, or Megatron's default (>= 40M)
     where = str(s.path) if s.path is not None else "<scenario>"
-    e = DTYPE_BYTES[t.grad_reduce_dtype]
-    per_bucket = max(1, t.dp_bucket_bytes // e)
     most = max(shard_parameters(m, p.tp, p.pp, st, p.ep).total for st in range(p.pp))
-    buckets = -(-most // per_bucket)
+    buckets = -(-most // t.bucket_size)
     groups = p.tp * p.pp
     if buckets * groups > MAX_DP_BUCKET_GROUPS:
         raise InfeasiblePlanError(
-            f"{where}: training.dp_bucket_bytes: got {t.dp_bucket_bytes} = {buckets:,} buckets "
-            f"per rank (the largest stage shard has {most:,} gradient elements) x {groups} DP "
+            f"{where}: training.bucket_size: got {t.bucket_size} = {buckets:,} buckets "
+            f"per rank (the largest stage shard has {most:,} parameters) x {groups} DP "
             f"groups = {buckets * groups:,}, expected buckets x DP groups <= "
-            f"{MAX_DP_BUCKET_GROUPS:,}, i.e. dp_bucket_bytes >= "
-            f"{-(-most // (MAX_DP_BUCKET_GROUPS // groups)) * e:,} (Megatron-LM's default is "
-            "40,000,000)")
+            f"{MAX_DP_BUCKET_GROUPS:,}, i.e. bucket_size >= "
+            f"{-(-most // (MAX_DP_BUCKET_GROUPS // groups)):,} parameters (Megatron-LM's default "
+            "is max(40,000,000, 1,000,000 x dp))")

@@ -34,9 +34,9 @@ __all__ = [
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
 
 #: Parallel dimensions a collective belongs to. ``emb`` is the tied-embedding AllReduce between
-#: the first and last pipeline stage (Megatron-LM), ``sp`` is unused as a group of its own (sequence
-#: parallelism changes the TP collectives), kept for completeness of labels.
-DIMS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "emb")
+#: the first and last pipeline stage (Megatron-LM); ``mp`` the model-parallel group (TP x PP, or
+#: every rank with the distributed optimizer) that reduces gradient statistics (norm, inf/NaN).
+DIMS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "emb", "mp")
 
 #: Collective kinds, spelled as NCCL and the literature spell them.
 COLLECTIVES: tuple[str, ...] = (

@@ -44,7 +44,8 @@ _MARK = {c.decode(): i for i, c in enumerate(MARK_CODES)}
 class _Shape:
     """numpy view of one cached :class:`~tokenpcap.collectives.transfers.Transfers`."""
 
-    __slots__ = ("n", "src", "dst", "nic", "bytes", "step", "channel", "offset", "wait",
+    __slots__ = ("n", "src", "dst", "nic", "snic", "dnic", "bytes", "step", "channel", "offset",
+                 "wait",
                  "dep_ptr", "dep_list", "pos", "send_ptr", "send_list", "recv_ptr", "recv_list",
                  "group", "ab")
 
@@ -62,6 +63,8 @@ class _Shape:
         self.group = group
         self.src, self.dst = t["src"].astype(np.int64), t["dst"].astype(np.int64)
         self.nic = t["nic"].astype(np.bool_)
+        # the NICs each transfer between nodes leaves and enters on (collectives.rails)
+        self.snic, self.dnic = t["src_nic"].astype(np.int64), t["dst_nic"].astype(np.int64)
         self.bytes = t["bytes"].astype(np.int64)
         self.step = t["step"].astype(np.int64)
         self.channel = t["channel"].astype(np.int64)
@@ -117,6 +120,8 @@ class Flat:
     ins_kind: np.ndarray             # int8
     ins_a: np.ndarray
     ins_b: np.ndarray
+    tr_snic: np.ndarray | None = None   # (T,) sending NIC of a transfer between nodes, else -1
+    tr_dnic: np.ndarray | None = None   # (T,) receiving NIC, else -1
 
 
 def _concat_csr(ptrs: list[np.ndarray], lists: list[np.ndarray], shift: list[int]):
@@ -170,7 +175,7 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0) ->
     # per transfer / participation columns, shape by shape (vectorized over its calls)
     T, P = int(tr_base[-1]), int(part_base[-1])
     cols = {k: np.zeros(T, np.int64) for k in ("call", "src", "dst", "srcp", "dstp", "bytes", "step",
-                                                "channel", "offset", "wait")}
+                                                "channel", "offset", "wait", "snic", "dnic")}
     tr_nic = np.zeros(T, np.bool_)
     part_rank = np.zeros(P, np.int64)
     groups: dict[int, list[int]] = {}
@@ -190,7 +195,8 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0) ->
             cols["srcp"][idx] = pb + np.tile(spos, ca.size)
             cols["dstp"][idx] = pb + np.tile(dpos, ca.size)
             for name, arr in (("bytes", sh.bytes), ("step", sh.step), ("channel", sh.channel),
-                              ("offset", sh.offset), ("wait", sh.wait)):
+                              ("offset", sh.offset), ("wait", sh.wait), ("snic", sh.snic),
+                              ("dnic", sh.dnic)):
                 cols[name][idx] = np.tile(arr, ca.size)
             tr_nic[idx] = np.tile(sh.nic, ca.size)
         g = len(sh.group)
@@ -241,4 +247,4 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0) ->
                 cols["bytes"], cols["step"], cols["channel"], cols["offset"], cols["wait"],
                 dep_ptr, dep_list, part_rank, send_ptr, send_list, recv_ptr, recv_list,
                 prog_ptr, np.asarray(kinds, np.int8), np.asarray(a_col, np.int64),
-                np.asarray(b_col, np.int64))
+                np.asarray(b_col, np.int64), tr_snic=cols["snic"], tr_dnic=cols["dnic"])

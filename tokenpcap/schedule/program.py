@@ -87,13 +87,24 @@ _WAIT = Wait()
 BLOCK, ASYNC, SEND, RECV = CallMode.BLOCK, CallMode.ASYNC, CallMode.SEND, CallMode.RECV
 
 _FWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "attn_in"), ("t", "attn_fwd"),
-              ("c", "attn_out"), ("c", "mlp_in"), ("c", "dispatch"), ("t", "mlp_fwd"),
-              ("c", "combine"), ("c", "mlp_out"))
+              ("c", "attn_out"), ("c", "mlp_in"), ("c", "moe_counts"), ("c", "dispatch"),
+              ("c", "dispatch_probs"), ("c", "moe_gather"), ("c", "moe_gather_probs"),
+              ("t", "mlp_fwd"), ("c", "moe_scatter"), ("c", "combine"), ("c", "mlp_out"))
 _BWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "mlp_out_grad"),
-              ("c", "combine_grad"), ("c", "mlp_in_regather"), ("t", "mlp_bwd"),
-              ("c", "dispatch_grad"), ("c", "mlp_in_grad"), ("c", "attn_out_grad"),
+              ("c", "combine_grad"), ("c", "moe_scatter_grad"), ("c", "mlp_in_regather"),
+              ("t", "mlp_bwd"), ("c", "moe_gather_grad"), ("c", "moe_gather_probs_grad"),
+              ("c", "dispatch_grad"), ("c", "dispatch_probs_grad"), ("c", "mlp_in_grad"),
+              ("c", "attn_out_grad"),
               ("c", "attn_in_regather"), ("t", "attn_bwd"), ("c", "attn_in_grad"),
               ("a", "dense_grads"), ("a", "expert_grads"))
+
+
+#: The collectives of one layer in the order a rank makes them, forward and backward.
+FORWARD_LAYER_OPS = tuple(n for t, n in _FWD_LAYER if t == "c")
+BACKWARD_LAYER_OPS = tuple(n for t, n in _BWD_LAYER if t == "c")
+#: The batch broadcasts of a microbatch's forward (plan: ``calls._small_families``).
+_BATCH_OPS = ("batch_tokens", "batch_labels", "batch_loss_mask", "batch_position_ids",
+              "batch_attention_mask")
 
 
 def one_f_one_b(pp: int, stage: int, microbatches: int) -> list[tuple[str, int]]:
@@ -202,10 +213,13 @@ class _Builder:
         self.take(("backward", False, -1, -1, "tp_replicated_grads"), BLOCK)
         self.take(("backward", False, -1, -1, "tied_embedding_grads"), BLOCK)
         self.p.append(Mark(True, "O", -1, self.it))
+        self.take(("optimizer", False, -1, -1, "found_inf"), BLOCK)
+        self.take(("optimizer", False, -1, -1, "grad_norm"), BLOCK)
         self.compute(self.t.optimizer)
         for key in sorted((k for k in self.s if k[0] == "opt"), key=lambda k: (k[2], k[1])):
             self.take(key, ASYNC)
         self.p.append(_WAIT)
+        self.take(("optimizer", False, -1, -1, "loss"), BLOCK)
         self.p.append(Mark(False, "O", -1, self.it))
         return self.p
 
@@ -218,6 +232,8 @@ class _Builder:
 
     def forward(self, j: int, rec: bool) -> None:
         first, last = self.st == 0, self.st == self.pp - 1
+        for op in _BATCH_OPS:                       # get_batch: TP rank 0 broadcasts the batch
+            self.take(("forward", False, j, -1, op), BLOCK)
         if first:
             self.take(("forward", False, j, -1, "dense_params"), BLOCK)      # ZeRO-3: embedding
             self.take(("forward", False, j, -1, "embedding"), BLOCK)

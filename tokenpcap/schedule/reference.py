@@ -313,7 +313,8 @@ class ReferenceSchedule:
         c = run.call
         if nic:
             tok = token_range(c, offset, nbytes, run.size, self.scenario.model.seq_length)
-            self._out.append((run, x, t, self._nic[src], self._nic[dst],
+            src_nic, dst_nic = run.tr.nics[x]           # the channel's NICs (rails)
+            self._out.append((run, x, t, src_nic, dst_nic,
                               run.qp_base + channel, nbytes, step, src, dst, tok))
             return
         start = max(t, self._nvl_free[src])

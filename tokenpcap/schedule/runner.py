@@ -289,7 +289,8 @@ class Schedule:
         """The data messages the run posts in ``iterations`` (ints), known before it runs: int64
         ``(n,)`` columns ``rank_src``, ``rank_dst``, ``phase``, ``dim``, ``collective``,
         ``iteration``, ``call_id``, ``step``, ``layer``, ``microbatch``, ``token_start``,
-        ``token_end``, ``size_bytes``, in order of call id, then transfer."""
+        ``token_end``, ``size_bytes``, ``src_nic``, ``dst_nic`` (the NICs the transfer's channel
+        uses, :mod:`tokenpcap.collectives.rails`), in order of call id, then transfer."""
         tr = self._eng.tr
         ca = self._call_attr[tr["call"]]
         x = np.flatnonzero((self._eng.S.trs[:, K.T_NIC] == 1) & np.isin(ca[:, 0], np.asarray(list(iterations))))
@@ -298,7 +299,8 @@ class Schedule:
         return dict(rank_src=tr["src"][x], rank_dst=tr["dst"][x], phase=codes[:, 0], dim=codes[:, 1],
                     collective=codes[:, 2], iteration=ca[x, 0], call_id=ca[x, 3], step=tr["step"][x],
                     layer=ca[x, 1], microbatch=ca[x, 2], token_start=tr["tok0"][x],
-                    token_end=tr["tok1"][x], size_bytes=tr["bytes"][x])
+                    token_end=tr["tok1"][x], size_bytes=tr["bytes"][x],
+                    src_nic=self._eng.S.trs[x, K.T_SNIC], dst_nic=self._eng.S.trs[x, K.T_DNIC])
 
     @property
     def n_messages(self) -> int:

@@ -136,8 +136,10 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     conn = codes[tr_call, 1] * channels + _cat(flats, "tr_channel")
     if conn.size and conn.max() >= QP_STRIDE:
         raise InputError(f"message qp: got {int(conn.max())}, expected 0 .. {QP_STRIDE - 1}")
-    snic = np.asarray(layout.nic_array(tr_src), np.int64)
-    dnic = np.asarray(layout.nic_array(tr_dst), np.int64)
+    # a transfer between nodes leaves and enters on the NICs its channel uses
+    # (collectives.rails); an NVLink copy keeps its ranks' own NICs
+    snic = np.where(tr_nic, _cat(flats, "tr_snic"), layout.nic_array(tr_src)).astype(np.int64)
+    dnic = np.where(tr_nic, _cat(flats, "tr_dnic"), layout.nic_array(tr_dst)).astype(np.int64)
     nx = np.flatnonzero(tr_nic)
     code0 = ((snic[nx] * N + dnic[nx]) * QP_STRIDE + conn[nx]) * 2
     code1 = ((dnic[nx] * N + snic[nx]) * QP_STRIDE + conn[nx]) * 2 + 1

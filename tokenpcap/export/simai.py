@@ -1,0 +1,201 @@
+"""The plan of one iteration as a SimAI workload file (``tokenpcap export --to simai``).
+
+SimAI (Alibaba; its astra-sim fork reads the file in ``Workload::initialize_workload``, the same
+parser for the analytical and the ns-3 backend) takes the workload Megatron workload generators
+write: line 1 the parallelism policy ``HYBRID_TRANSFORMER_FWD_IN_BCKWD`` and integer ``key:
+value`` pairs (``model_parallel_NPU_group`` = tp, ``ep``, ``pp``, ``vpp``, ``ga`` = microbatches,
+``all_gpus``, ``checkpoints``, ``checkpoint_initiates``, ``pp_comm`` = the PP message in bytes),
+line 2 the number of layer records, then one record per line of exactly 12 whitespace-separated
+fields (:data:`FIELDS`): id, dependency (-1), forward compute ns, forward communication type and
+bytes, input-gradient compute ns, type and bytes, weight-gradient compute ns, type and bytes,
+weight-update ns. Types (:data:`TYPES`): ``NONE``, ``ALLREDUCE``, ``ALLGATHER``,
+``REDUCESCATTER``, ``ALLTOALL``; in the forward and input-gradient columns a plain type runs on
+the TP group and ``_EP`` on the EP group; in the weight-gradient column a plain type runs on the
+DP group and ``_DP_EP`` on the expert-data-parallel group (DP / EP ranks). SimAI reads an
+unknown type as ``NONE`` without a word, so :func:`simai_workload` only writes these.
+
+What the records hold (the calls of one rank of pipeline stage 0, TP index 0, DP index 0, in
+the plan's order; SimAI runs every rank alike and models PP by ``pp_comm``):
+
+* per microbatch (SimAI repeats forward and backward ``ga`` times): ``embedding_layer`` with
+  the embedding's TP collective; per transformer layer ``layer<L>`` carrying its compute (the
+  schedule's attention + MLP forward and backward ns), then one record per TP or EP collective of
+  that layer, forward ones in the forward column, backward ones (and the forward collectives
+  full recomputation replays) in the input-gradient column; sizes are the plan's ``S``
+  (nccl-tests convention: the AllReduce buffer, the whole buffer of AllGather, ReduceScatter,
+  AllToAll);
+* per iteration (weight-gradient column): one record per DP gradient bucket (AllReduce, or the
+  distributed optimizer's ReduceScatter) and per parameter AllGather after the step, dense ones
+  plain, expert ones ``_DP_EP``.
+
+Left out (the format has no type or group for them; :class:`SimaiWorkload.left_out` lists them,
+with bytes): PP SendRecv (in ``pp_comm``), Broadcasts, collectives over groups other than TP, EP,
+DP and DP-within-EP (tied-embedding AllReduce, gradient statistics over the model-parallel group,
+MoE token counts over TP x EP), iteration-level TP collectives (SimAI would repeat them ``ga``
+times), ZeRO-3's per-layer DP gathers (the forward column has no DP group), and the calls of the
+other pipeline stages.
+"""
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tokenpcap.export.registry import atomic_text, register_export
+
+__all__ = ["FIELDS", "TYPES", "POLICY", "SimaiRecord", "SimaiWorkload", "simai_workload",
+           "write_simai"]
+
+POLICY = "HYBRID_TRANSFORMER_FWD_IN_BCKWD"
+#: The 12 fields of a layer record, in order.
+FIELDS = ("id", "dependency", "fwd_compute_ns", "fwd_type", "fwd_bytes", "ig_compute_ns",
+          "ig_type", "ig_bytes", "wg_compute_ns", "wg_type", "wg_bytes", "wg_update_ns")
+_BASE = {"AllReduce": "ALLREDUCE", "AllGather": "ALLGATHER", "ReduceScatter": "REDUCESCATTER",
+         "AllToAll": "ALLTOALL"}
+#: Every communication type SimAI's parser knows (anything else silently becomes NONE).
+TYPES = frozenset({"NONE"} | {b + sfx for b in list(_BASE.values()) + ["ALLREDUCEALLTOALL"]
+                              for sfx in ("", "_EP", "_DP_EP")})
+
+
+@dataclass
+class SimaiRecord:
+    """One layer record (:data:`FIELDS`)."""
+
+    id: str
+    fwd_compute_ns: int = 0
+    fwd_type: str = "NONE"
+    fwd_bytes: int = 0
+    ig_compute_ns: int = 0
+    ig_type: str = "NONE"
+    ig_bytes: int = 0
+    wg_compute_ns: int = 0
+    wg_type: str = "NONE"
+    wg_bytes: int = 0
+    wg_update_ns: int = 0
+
+    def line(self) -> str:
+        for t in (self.fwd_type, self.ig_type, self.wg_type):
+            if t not in TYPES:
+                raise ValueError(f"SimAI communication type {t!r} is not one SimAI reads")
+        if not self.id or any(c.isspace() for c in self.id):
+            raise ValueError(f"SimAI layer id {self.id!r} must be one word")
+        return " ".join(str(x) for x in (
+            self.id, -1, self.fwd_compute_ns, self.fwd_type, self.fwd_bytes, self.ig_compute_ns,
+            self.ig_type, self.ig_bytes, self.wg_compute_ns, self.wg_type, self.wg_bytes,
+            self.wg_update_ns)) + "\n"
+
+
+@dataclass
+class SimaiWorkload:
+    """The workload of one plan (module docstring). ``header``: the line-1 pairs in order;
+    ``left_out``: ``{label (op): bytes}`` of the exported rank's calls that no record holds."""
+
+    header: dict[str, int]
+    records: list[SimaiRecord]
+    left_out: dict[str, int] = field(default_factory=dict)
+
+    def text(self) -> str:
+        line1 = POLICY + "".join(f" {k}: {v}" for k, v in self.header.items()) + "\n"
+        return line1 + f"{len(self.records)}\n" + "".join(r.line() for r in self.records)
+
+
+def simai_workload(plan) -> SimaiWorkload:  # type: ignore[no-untyped-def]
+    """The SimAI workload of ``plan`` (a :class:`tokenpcap.plan.build.Plan`; module docstring).
+
+    Raises:
+        InputError: bad compute settings (:func:`tokenpcap.schedule.compute.stage_times`).
+    """
+    from tokenpcap.schedule.compute import stage_times
+
+    s, lay = plan.scenario, plan.layout
+    p = s.parallelism
+    rank = lay.rank(0, 0, 0)
+    times = stage_times(s, 0, plan.scale)
+    header = {"model_parallel_NPU_group": p.tp, "ep": p.ep, "pp": p.pp, "vpp": 1,
+              "ga": plan.microbatches, "all_gpus": lay.world_size, "checkpoints": 0,
+              "checkpoint_initiates": 0, "pp_comm": 0}
+    left: dict[str, int] = defaultdict(int)
+    per_layer: dict[int, list[SimaiRecord]] = defaultdict(list)
+    wg: list[SimaiRecord] = []
+    edp = len(lay.group_of("edp", rank)) if p.ep > 1 else 0
+    for c in plan.calls(0, ranks={rank}):
+        key = f"{c.label} ({c.op})"
+        n = len(c.group)
+        if c.dim == "pp":
+            header["pp_comm"] = max(header["pp_comm"], c.message_bytes)
+            left[key] += c.message_bytes
+            continue
+        base = _BASE.get(c.collective)
+        if c.dim == "tp" and base and c.microbatch >= 0:
+            sfx = ""
+        elif c.dim == "ep" and base == "ALLTOALL" and c.microbatch >= 0:
+            sfx = "_EP"
+        elif c.dim == "dp" and base and c.bucket >= 0:
+            sfx = "_DP_EP" if (p.ep > 1 and n == edp and c.op.startswith("expert")) else ""
+        else:
+            left[key] += c.message_bytes
+            continue
+        if c.bucket >= 0:
+            wg.append(SimaiRecord(f"{c.op}{c.bucket}", wg_type=base + sfx,
+                                  wg_bytes=c.message_bytes))
+            continue
+        if c.microbatch != 0:               # SimAI repeats microbatch 0's records ga times
+            continue
+        name = f"layer{c.layer}_{c.op}{'_recompute' if c.recompute else ''}" if c.layer >= 0 \
+            else f"{c.op}"
+        if c.phase == "forward" and not c.recompute:
+            per_layer[c.layer].append(SimaiRecord(name, fwd_type=base + sfx,
+                                                  fwd_bytes=c.message_bytes))
+        else:
+            per_layer[c.layer].append(SimaiRecord(name, ig_type=base + sfx,
+                                                  ig_bytes=c.message_bytes))
+    records = [SimaiRecord("embedding_layer")]
+    for r in per_layer.get(-1, []):
+        if r.id == "embedding":
+            records[0].fwd_type, records[0].fwd_bytes = r.fwd_type, r.fwd_bytes
+        elif r.id == "embedding_grad":
+            records[0].ig_type, records[0].ig_bytes = r.ig_type, r.ig_bytes
+        else:
+            records.append(r)
+    for L in sorted(k for k in per_layer if k >= 0):
+        records.append(SimaiRecord(f"layer{L}", fwd_compute_ns=times.attn_fwd + times.mlp_fwd,
+                                   ig_compute_ns=times.attn_bwd + times.mlp_bwd))
+        fwd = [r for r in per_layer[L] if r.fwd_type != "NONE"]
+        bwd = [r for r in per_layer[L] if r.fwd_type == "NONE"]
+        # SimAI walks the records backward in the backward pass: the input-gradient records
+        # go in reverse of the order the rank makes them (recomputed forward, then backward)
+        records += sorted(fwd, key=lambda r: _order(r.id))
+        records += sorted(bwd, key=lambda r: _order(r.id), reverse=True)
+    if wg:
+        wg[-1].wg_update_ns = times.optimizer
+    records += wg
+    return SimaiWorkload(header, records, dict(left))
+
+
+def _order(record_id: str) -> int:
+    """Position of a layer record's operation in time (the schedule's layer programs)."""
+    from tokenpcap.schedule.program import BACKWARD_LAYER_OPS, FORWARD_LAYER_OPS
+
+    op = record_id.split("_", 1)[1]
+    if op.endswith("_recompute"):
+        return FORWARD_LAYER_OPS.index(op[:-len("_recompute")])
+    if op in FORWARD_LAYER_OPS and not op.endswith("_grad"):
+        return FORWARD_LAYER_OPS.index(op)
+    return len(FORWARD_LAYER_OPS) + BACKWARD_LAYER_OPS.index(op)
+
+
+def write_simai(plan, out: str | os.PathLike) -> Path:  # type: ignore[no-untyped-def]
+    """Write :func:`simai_workload` of ``plan`` to ``out`` (whole or not at all).
+
+    Raises:
+        OutputError: the file cannot be written.
+    """
+    out = Path(out)
+    atomic_text(out, [simai_workload(plan).text()])
+    return out
+
+
+@register_export("simai", "SimAI workload file of the plan (no schedule)", plan_only=True)
+def _export(plan, out: Path) -> list[Path]:  # type: ignore[no-untyped-def]
+    return [write_simai(plan, out)]
