@@ -19,7 +19,7 @@ import pytest
 
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.plan.build import build_plan
-from tokenpcap.records import DIMS, KIND_DATA
+from tokenpcap.records import PHASES, DIMS, KIND_DATA
 from tokenpcap.schedule.reference import ReferenceSchedule
 from tokenpcap.schedule.runner import Schedule
 from tests.schedule.test_schedule import VARIANTS, tiny_scenario
@@ -53,7 +53,7 @@ def test_every_kind_of_call_times_as_the_reference_engine(tmp_path, variant):
 @pytest.mark.parametrize("gen", ["{clear_to_send: false}", "{ack_every_packets: 3}",
                                  "{ack_every_packets: 1, clear_to_send: false}"])
 def test_acks_and_clear_to_send_settings_time_as_the_reference_engine(tmp_path, gen):
-    path = tiny_scenario(tmp_path, "acks", dp=2, tp=2, pp=2, gbs=4, extra=", dp_bucket_bytes: 300000")
+    path = tiny_scenario(tmp_path, "acks", dp=2, tp=2, pp=2, gbs=4, extra=", overlap_grad_reduce: true, bucket_size: 150000")
     path.write_text(path.read_text() + f"generation: {gen}\n")
     assert_same(build_plan(load_scenario(path), scale=4))
 
@@ -85,7 +85,7 @@ def test_ring_allreduce_takes_the_alpha_beta_time_of_its_wire_bytes(tmp_path):
     links: its span is 2(N−1) steps of the wire time of one rank's S/N bytes plus a latency term
     per step, within 1%; every NIC stays busy at ≥ 99% of the link meanwhile."""
     path = tiny_scenario(tmp_path, "ar", dp=8, tp=1, pp=1, gbs=8, channels=2,
-                         extra=", dp_bucket_bytes: 4000000000, grad_reduce_dtype: fp32")
+                         extra=", overlap_grad_reduce: false, grad_reduce_dtype: fp32")
     text = path.read_text().replace("hidden_size: 256", "hidden_size: 2048").replace(
         "grad_reduce_dtype: bf16, ", "")
     path.write_text(text)
@@ -95,7 +95,8 @@ def test_ring_allreduce_takes_the_alpha_beta_time_of_its_wire_bytes(tmp_path):
     for _ in sched.run():
         pass
     m = sched.messages
-    dp = m[(m["kind"] == KIND_DATA) & (m["dim"] == DIMS.index("dp"))]
+    dp = m[(m["kind"] == KIND_DATA) & (m["dim"] == DIMS.index("dp"))
+           & (m["phase"] == PHASES.index("backward"))]         # the gradients, not the loss
     calls = np.unique(dp["call_id"])
     assert calls.size == 1                                  # one bucket: one AllReduce
     S = sched.call(int(calls[0])).message_bytes
