@@ -120,7 +120,7 @@ CASES = [(sig, jobs, k) for sig in ("SIGINT", "SIGTERM", "SIGKILL") for jobs in 
 def test_a_signal_at_a_random_moment_leaves_the_earlier_set_or_the_complete_new_one(
         refs, tmp_path, sig, jobs, k):
     rnd = random.Random(f"{sig}{jobs}{k}")
-    delay = rnd.uniform(0.0, 2.5)
+    delay = rnd.uniform(0.0, 1.0)
     out = tmp_path / "out"
     _earlier_set(refs, out)
     proc = _start_and_wait_for_writing(_cmd(out, 2, jobs), out)
@@ -160,8 +160,12 @@ def test_two_runs_into_one_directory_never_mix(refs, tmp_path):
     out = tmp_path / "out"
     _earlier_set(refs, out)
     first = _start_and_wait_for_writing(_cmd(out, 2, 2), out)
-    second = subprocess.run(_cmd(out, 1, 2), cwd=ROOT, capture_output=True, text=True,
-                            timeout=300)
+    first.send_signal(signal.SIGSTOP)           # still writing while the second one starts
+    try:
+        second = subprocess.run(_cmd(out, 1, 2), cwd=ROOT, capture_output=True, text=True,
+                                timeout=300)
+    finally:
+        first.send_signal(signal.SIGCONT)
     assert second.returncode == 1, second
     assert second.stderr.startswith(f"error: {out}: got another tokenpcap run writing into it "
                                     f"(pid {first.pid}), expected one run per directory")
