@@ -15,8 +15,6 @@ DANTE = ROOT / "profiles" / "scenarios" / "dante.yaml"
 FCT = ROOT / "tests" / "cases" / "hpcc" / "dante-scale64-fct.txt"
 
 
-@pytest.mark.xfail(strict=True, reason="tests/cases/hpcc/dante-scale64-fct.txt was simulated "
-                   "from Dante's earlier traffic: re-record it (tests/export/test_hpcc_fct.py)")
 def test_pictures_with_a_flow_not_completed(tmp_path):
     lines = FCT.read_text().splitlines(keepends=True)
     (tmp_path / "fct.txt").write_text("".join(lines[1:]))
