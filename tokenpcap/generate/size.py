@@ -16,7 +16,7 @@ time window only makes the capture smaller. It can be made one iteration at a ti
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -175,11 +175,14 @@ class CaptureSize:
     """What :func:`predict_capture` states before writing: ``packets`` and ``record_bytes``
     (records only: no file or section headers) of the selected packets; ``keys``: int64 sorted
     distinct routing keys of the packets (NIC with ``split="nic"``, phase label code with
-    ``"phase"``, 0 with ``"none"``): the files that get one."""
+    ``"phase"``, 0 with ``"none"``): the files that get one; ``nic_record_bytes``: int64
+    ``(n_nics,)`` the record bytes each NIC sends (its data and clear-to-send packets and the
+    ACKs it returns), summing to ``record_bytes``."""
 
     packets: int
     record_bytes: int
     keys: np.ndarray
+    nic_record_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def predict_capture(schedule, selection, fmt: str, snaplen: int, split: str) -> CaptureSize:
@@ -201,6 +204,7 @@ def predict_capture(schedule, selection, fmt: str, snaplen: int, split: str) -> 
     ranks = None if selection.ranks is None else np.asarray(sorted(selection.ranks))
     packets = nbytes = 0
     seen = np.zeros(max(schedule.engine.n_nics, len(LABELS), 1), bool)
+    per_nic = np.zeros(schedule.engine.n_nics, np.int64)
     for it in its:
         pred = predict_messages(schedule, [it])
         pm = pred.messages
@@ -217,13 +221,17 @@ def predict_capture(schedule, selection, fmt: str, snaplen: int, split: str) -> 
         npk, nb, nak, ab = record_bytes(pred, fmt, snaplen, erf, cb)
         packets += int(npk[own].sum() + nak[ack].sum())
         nbytes += int(nb[own].sum() + ab[ack].sum())
+        per_nic += np.bincount(pm["src_nic"][own], weights=nb[own], minlength=per_nic.size
+                               ).astype(np.int64)
+        per_nic += np.bincount(pm["dst_nic"][ack], weights=ab[ack], minlength=per_nic.size
+                               ).astype(np.int64)
         if split == "nic":
             seen[pm["src_nic"][own]] = seen[pm["dst_nic"][ack]] = True
         elif split == "phase":
             seen[pm["label"][own | ack]] = True
         elif (own | ack).any():
             seen[0] = True
-    return CaptureSize(packets, nbytes, np.flatnonzero(seen).astype(np.int64))
+    return CaptureSize(packets, nbytes, np.flatnonzero(seen).astype(np.int64), per_nic)
 
 
 def comment_bytes(pm: np.ndarray, samples: int = 1, seq_length: int = 1) -> np.ndarray:
