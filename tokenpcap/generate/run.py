@@ -174,13 +174,18 @@ def _check(s: Scenario, opt: GenerateOptions) -> None:
 
 def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
              progress: Callable[[int, int], None] | None = None,
-             announce: Callable[[dict], None] | None = None) -> GenerateResult:
+             announce: Callable[[dict], None] | None = None,
+             shard_nics: frozenset[int] | None = None) -> GenerateResult:
     """Write the captures of ``s`` (module docstring).
 
     Args:
         s: the scenario; opt: :class:`GenerateOptions`; tokens: stage-1 result (per-epoch totals).
         progress: called as ``progress(packets_done, packets_expected)`` after each chunk.
         announce: called once with ``{"files", "packets", "bytes", "free_bytes"}`` before writing.
+        shard_nics: write only the files of these NICs (``split="nic"``), byte for byte as the
+            whole run writes them (same provenance comment; :mod:`tokenpcap.generate.distributed`).
+            A time window that keeps none of their packets is not refused here: the whole run
+            may keep packets of other NICs.
 
     Raises:
         InputError: bad options (checked before anything is simulated or written: formats,
@@ -200,6 +205,11 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
     s = replace(s, generation=gen)
     n_nics = s.cluster.nodes * s.cluster.nics_per_node
     sel = opt.selection
+    if shard_nics is not None:
+        if opt.split != "nic":
+            raise InputError(f"--split: got {opt.split!r} for a run sharded by NIC, expected 'nic'")
+        only = frozenset(int(n) for n in shard_nics)
+        sel = replace(sel, nics=only if sel.nics is None else sel.nics & only)
     n_iter = opt.iterations or s.generation.iterations
     if sel.iterations is not None and sel.iterations.stop > n_iter:
         raise InputError(f"--iterations: got kept iterations {sel.iterations.start}:"
@@ -273,7 +283,7 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
     kept = sel.iterations if sel.iterations is not None else range(sched.iterations)
     res = GenerateResult(files=[], expected_bytes=expected, nic_payload=np.zeros(n_nics, np.int64),
                          plan=plan, schedule=sched, iterations=(kept.start, kept.stop),
-                         scale=plan.scale, selection=sel)
+                         scale=plan.scale, selection=opt.selection)
     lower = Lowering(s.cluster, seed, gen.ack_every_packets)
     disp = None
     try:
@@ -286,7 +296,7 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
             done += _chunk(tx, sched, lower, sel, lab_ok, opt, route, disp, res)
             if progress is not None:
                 progress(done, expected_packets)
-        if done == 0 and bound:           # a window known to be empty only now: as other empty
+        if done == 0 and bound and shard_nics is None:           # a window known to be empty only now: as other empty
             w = sel.window_ns             # selections, and before the (empty) files replace any
             raise InputError(f"--time-window: got {w[0]:,}..{w[1]:,} ns, which keeps no packet; "
                              f"expected a window inside the run, whose packets (all NICs and "
