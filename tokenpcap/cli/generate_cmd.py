@@ -221,10 +221,22 @@ def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, ti
 @click.option("--output", "-o", "out_dir", required=True,
               type=click.Path(file_okay=False, path_type=str), help="Output directory (created).")
 @selection_options
+@click.option("--dask", "dask_address", metavar="ADDRESS|local[:N]",
+              help="Write the files on a Dask cluster: a scheduler address (tcp://host:8786), "
+                   "a scheduler file, or local[:N] for N worker processes here (--split nic; "
+                   "DIR must be seen by every worker). See docs/dask.md.")
 @library_errors
-def generate_cmd(scenario: str, out_dir: str, **kw) -> None:
+def generate_cmd(scenario: str, out_dir: str, dask_address: str | None = None, **kw) -> None:
     """Write the pcaps of SCENARIO's iterations (as its NICs send them) into OUTPUT."""
     s = load_scenario(scenario)
     opt = build_options(s, out_dir, **kw)          # usage errors before anything is created
-    res = generate_into(s, opt)
+    if dask_address is not None:
+        from tokenpcap.cli.dask_run import generate_on_dask
+
+        if opt.split != "nic":
+            raise click.BadParameter(f"got --split {opt.split}, expected --split nic with "
+                                     "--dask (shards are sets of NICs)", param_hint="'--dask'")
+        res = generate_on_dask(s, opt, dask_address)
+    else:
+        res = generate_into(s, opt)
     print_summary(res)
