@@ -43,7 +43,8 @@ def plan_shards(nics: np.ndarray, nic_bytes: np.ndarray, shards: int) -> list[Sh
 
     Returns:
         Non-empty shards, numbered 0.. in order of their first NIC; every NIC of ``nics`` is in
-        exactly one. Deterministic: ties go to the lower NIC and the lower shard.
+        exactly one. Deterministic: ties go to the lower NIC, and to the shard with fewer NICs, then the
+        lower one (NICs of equal or no bytes are spread evenly).
 
     Raises:
         InputError: ``shards`` < 1.
@@ -54,14 +55,14 @@ def plan_shards(nics: np.ndarray, nic_bytes: np.ndarray, shards: int) -> list[Sh
     size = np.asarray(nic_bytes, np.int64)[nics] if nics.size else np.zeros(0, np.int64)
     m = min(shards, int(nics.size))
     order = np.lexsort((nics, -size))            # bytes descending, then NIC ascending
-    heap = [(0, j) for j in range(m)]
+    heap = [(0, 0, j) for j in range(m)]       # (bytes, NICs, shard): ties go to fewer NICs
     members: list[list[int]] = [[] for _ in range(m)]
     totals = [0] * m
     for i in order.tolist():
-        load, j = heapq.heappop(heap)
+        load, count, j = heapq.heappop(heap)
         members[j].append(int(nics[i]))
         totals[j] = load + int(size[i])
-        heapq.heappush(heap, (totals[j], j))
+        heapq.heappush(heap, (totals[j], count + 1, j))
     sets = sorted((sorted(ms), t) for ms, t in zip(members, totals) if ms)
     return [Shard(k, tuple(ms), t) for k, (ms, t) in enumerate(sets)]
 
