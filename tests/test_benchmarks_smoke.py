@@ -27,7 +27,7 @@ def run(script: str, *args: str, timeout: float = 300) -> str:
 
 
 TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "inspect_read.py",
-          "engine_timing.py", "fuzz_campaign.py"}
+          "engine_timing.py", "fuzz_campaign.py", "dask_generate.py"}
 HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
 
@@ -122,3 +122,14 @@ def test_fuzz_campaign_runs_and_reports(tmp_path):
     for target in ("read", "readdress", "plot", "profile"):
         assert re.search(rf"^  {target} +ok \d+", out, re.M), target
     assert "peak resident memory per worker:" in out
+
+
+def test_dask_generate_finds_the_cluster_files_identical_and_projects(tmp_path):
+    pytest.importorskip("distributed", reason="the 'dask' extra is not installed")
+    out = run("dask_generate.py", "--scale", "64", "--iterations", "1", "--noops", "5",
+              "--rate-scenario", "dante", "--out", str(tmp_path / "scratch"))
+    assert re.search(r"^  jobs 1 +[\d.]+ s wall", out, re.M)
+    assert re.search(r"^  dask local:2 +[\d.]+ s wall .*files identical: True", out, re.M)
+    assert "per shard: scheduler round trip" in out and "ship the timing instead" in out
+    assert re.search(r"^projection: gpt3-175b-megatron .* on 64 workers: .* h wall", out, re.M)
+    assert not [p for p in (tmp_path / "scratch").rglob("*") if p.is_file()], "files left behind"
