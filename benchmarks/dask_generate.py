@@ -15,7 +15,8 @@ Cases (one scenario, ``--iterations`` iterations, every NIC's file, pcapng):
 * ``projection``: ``--project`` (default GPT-3 175B, 1,024 GPUs) on ``--workers-projected``
   workers: the capture's bytes from the plan's size estimate (:mod:`tokenpcap.plan.sizing`) split
   over the workers, at the write rate one worker reached here, plus each shard's re-timing of
-  that job at the message rate measured here, plus the plan's build (measured).
+  that job at the rate (messages per CPU second, plan and build included) measured on
+  ``--rate-scenario``.
 
 Run: ``python benchmarks/dask_generate.py [--scenario gpt2-all-cross --iterations 2 --workers 2
 --out /work/tmp/NAME]``; it deletes what it writes.
@@ -106,13 +107,14 @@ def main() -> None:
 
     # --- what a shard pays besides its own files: re-timing, or reading a shipped timing ---
     def retime(sc, scale):
-        t = time.perf_counter()
+        """Plan, build and time every message: (prepared, wall s, CPU s of this process)."""
+        t, c = time.perf_counter(), time.process_time()
         p = prepare(sc, scale=scale, iterations=a.iterations, nics=())
         for _ in p.schedule.run():
             pass
-        return p, time.perf_counter() - t
+        return p, time.perf_counter() - t, time.process_time() - c
 
-    p, t_retime = retime(s, a.scale)
+    p, t_retime, _ = retime(s, a.scale)
     msgs = p.schedule.messages
     path = base / "timing.npy"
     t = time.perf_counter()
@@ -124,12 +126,13 @@ def main() -> None:
     assert (back == msgs).all()
     path.unlink()
     rs = load_scenario(ROOT / "profiles" / "scenarios" / f"{a.rate_scenario}.yaml")
-    pr, t_rate = retime(rs, 1000)
-    rate = pr.schedule.n_messages / t_rate
+    pr, t_rate, c_rate = retime(rs, 1000)
+    rate = pr.schedule.n_messages / c_rate        # per CPU second: what a dedicated worker gets
     del pr
     print(f"  per shard: scheduler round trip {t_noop * 1e3:.1f} ms; re-timing the job "
           f"{t_retime:.2f} s ({len(msgs):,} messages); {a.rate_scenario}: "
-          f"{rate:,.0f} messages/s incl. plan and build ({t_rate:.1f} s)")
+          f"{rate:,.0f} messages per CPU second incl. plan and build "
+          f"({pr.schedule.n_messages:,} messages, {c_rate:.1f} s CPU, {t_rate:.1f} s wall)")
     print(f"  ship the timing instead: {msgs.nbytes / 1e6:.1f} MB of timed messages, "
           f"save {t_save:.2f} s once + load {t_load:.2f} s per shard "
           f"(and the frames must still be replayed through the link model); re-timing is "
