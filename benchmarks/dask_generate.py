@@ -3,7 +3,8 @@ measured per-shard cost projects for a whole production iteration on a real clus
 
 Cases (one scenario, ``--iterations`` iterations, every NIC's file, pcapng):
 
-* ``jobs 1``: :func:`tokenpcap.generate.run.generate` in this process, one writer.
+* ``jobs 1``: :func:`tokenpcap.generate.run.generate` in this process, one writer. Every case
+  starts and ends with ``os.sync()`` (timed: until the files are on disk).
 * ``dask local:N``: :func:`tokenpcap.generate.distributed.generate_on_cluster` on a LocalCluster
   of N worker processes (one thread each), one shard per worker; the cluster's start is timed
   apart. The two sets of files are compared byte for byte.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import os
 import shutil
 import sys
 import tempfile
@@ -36,12 +38,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import loadavg, machine  # noqa: E402
-from tokenpcap.config.profiles import load_scenario  # noqa: E402
-from tokenpcap.generate.distributed import generate_on_cluster  # noqa: E402
-from tokenpcap.generate.run import GenerateOptions, generate  # noqa: E402
-from tokenpcap.pipeline import prepare  # noqa: E402
-from tokenpcap.plan.build import build_plan  # noqa: E402
+from benchmarks.common import loadavg, machine
+from tokenpcap.config.profiles import load_scenario
+from tokenpcap.generate.distributed import generate_on_cluster
+from tokenpcap.generate.run import GenerateOptions, generate
+from tokenpcap.pipeline import prepare
+from tokenpcap.plan.build import build_plan
 
 
 def _noop(i: int) -> int:
@@ -72,8 +74,10 @@ def main() -> None:
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
     try:
-        t = time.perf_counter()
+        os.sync()                          # each case starts with no dirty page and ends
+        t = time.perf_counter()            # when its files are on disk (os.sync included)
         r1 = generate(s, GenerateOptions(out_dir=one, scale=a.scale, iterations=a.iterations, jobs=1))
+        os.sync()
         t_one = time.perf_counter() - t
         print(f"{a.scenario} --scale {a.scale} --iterations {a.iterations}: "
               f"{len(r1.files)} files, {r1.packets:,} packets, {r1.file_bytes / 1e9:.2f} GB; "
@@ -81,7 +85,7 @@ def main() -> None:
         print(f"  jobs 1            {t_one:8.1f} s wall  {r1.file_bytes / t_one / 1e6:7.1f} MB/s")
         t = time.perf_counter()
         with LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True,
-                          dashboard_address=None) as cluster, Client(cluster) as client:
+                          dashboard_address=":0") as cluster, Client(cluster) as client:
             t_start = time.perf_counter() - t
             t = time.perf_counter()       # first use on each worker: imports, compiled engine
             warm = many / "warm-up"
@@ -89,9 +93,11 @@ def main() -> None:
             generate_on_cluster(s, GenerateOptions(out_dir=warm, scale=1 << 20), client)
             shutil.rmtree(warm)
             t_warm = time.perf_counter() - t
+            os.sync()
             t = time.perf_counter()
             rd = generate_on_cluster(s, GenerateOptions(out_dir=many, scale=a.scale,
                                                         iterations=a.iterations), client)
+            os.sync()
             t_dask = time.perf_counter() - t
             t = time.perf_counter()
             client.gather(client.map(_noop, range(a.noops), pure=False))
@@ -127,12 +133,13 @@ def main() -> None:
     path.unlink()
     rs = load_scenario(ROOT / "profiles" / "scenarios" / f"{a.rate_scenario}.yaml")
     pr, t_rate, c_rate = retime(rs, 1000)
-    rate = pr.schedule.n_messages / c_rate        # per CPU second: what a dedicated worker gets
+    n_rate = pr.schedule.n_messages
+    rate = n_rate / c_rate        # per CPU second: what a dedicated worker gets
     del pr
     print(f"  per shard: scheduler round trip {t_noop * 1e3:.1f} ms; re-timing the job "
           f"{t_retime:.2f} s ({len(msgs):,} messages); {a.rate_scenario}: "
           f"{rate:,.0f} messages per CPU second incl. plan and build "
-          f"({pr.schedule.n_messages:,} messages, {c_rate:.1f} s CPU, {t_rate:.1f} s wall)")
+          f"({n_rate:,} messages, {c_rate:.1f} s CPU, {t_rate:.1f} s wall)")
     print(f"  ship the timing instead: {msgs.nbytes / 1e6:.1f} MB of timed messages, "
           f"save {t_save:.2f} s once + load {t_load:.2f} s per shard "
           f"(and the frames must still be replayed through the link model); re-timing is "

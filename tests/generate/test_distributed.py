@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 distributed = pytest.importorskip("distributed", reason="the 'dask' extra is not installed")
-import dask  # noqa: E402
+import dask
 
-from tokenpcap.config.profiles import load_scenario  # noqa: E402
-from tokenpcap.errors import OutputError  # noqa: E402
-from tokenpcap.generate import output  # noqa: E402
-from tokenpcap.generate.distributed import STAGE_PREFIX, generate_on_cluster  # noqa: E402
-from tokenpcap.generate.run import GenerateOptions, generate  # noqa: E402
+from tokenpcap.config.profiles import load_scenario
+from tokenpcap.errors import OutputError
+from tokenpcap.generate import output
+from tokenpcap.generate.distributed import STAGE_PREFIX, generate_on_cluster
+from tokenpcap.generate.run import GenerateOptions, generate
 
 ROOT = Path(__file__).resolve().parents[2]
 DANTE = ROOT / "profiles" / "scenarios" / "dante.yaml"
@@ -29,7 +29,7 @@ CROSS = ROOT / "profiles" / "scenarios" / "gpt2-all-cross.yaml"
 def client():
     """Two workers in this process (threads): cheap to start, and monkeypatching reaches them."""
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster, \
+                                  dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as c:
         yield c
 
@@ -114,7 +114,7 @@ def test_a_worker_killed_mid_write_leaves_no_finished_file_and_a_rerun_completes
     opt = GenerateOptions(out_dir=out, snaplen=128)
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
             distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                     dashboard_address=None) as cluster, \
+                                     dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as c:
         pids = list(c.run(os.getpid).values())
         box: dict = {}
@@ -128,7 +128,7 @@ def test_a_worker_killed_mid_write_leaves_no_finished_file_and_a_rerun_completes
         t = threading.Thread(target=run)
         t.start()
         deadline = time.monotonic() + 120
-        while not any(out.glob(f"{STAGE_PREFIX}*/shard-*/*")):   # a shard has opened its files
+        while not any(out.glob(f"{STAGE_PREFIX}*/.shard-*/*")):   # a shard has opened its files
             assert time.monotonic() < deadline and t.is_alive()
             time.sleep(0.02)
         os.kill(pids[0], signal.SIGKILL)

@@ -7,8 +7,13 @@ import sys
 
 import click
 
-from tokenpcap.cli.generate_cmd import (EXIT_TERMINATED, Terminated, _console, output_directory,
-                                        terminate_like_interrupt)
+from tokenpcap.cli.generate_cmd import (
+    EXIT_TERMINATED,
+    Terminated,
+    _console,
+    output_directory,
+    terminate_like_interrupt,
+)
 from tokenpcap.config.profiles import Scenario
 from tokenpcap.generate.distributed import dask_client, generate_on_cluster
 from tokenpcap.generate.run import GenerateOptions, GenerateResult

@@ -15,7 +15,7 @@
   times, so a shipped timing would still have to be replayed per frame, and the timing is a
   small part of a shard's cost (``benchmarks/dask_generate.py`` measures both).
 * **One unit**: the tasks write into a hidden stage directory inside the output directory
-  (``.tokenpcap-stage.<pid>.<random>/shard-<k>/``, each file under a temporary name renamed when
+  (``.tokenpcap-stage.<pid>.<random>/.shard-<k>/``, each file under a temporary name renamed when
   complete); only when every shard has finished does this process move the files into place. A
   failed, killed or cancelled task, or Ctrl-C here, removes the stage: nothing that looks like a
   finished capture is left, and the directory holds what it held before.
@@ -37,21 +37,21 @@ import os
 import secrets
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 
 from tokenpcap.config.profiles import Scenario
 from tokenpcap.errors import InputError, OutputError, TokenpcapError
-from tokenpcap.generate.run import GenerateOptions, GenerateResult, generate
+from tokenpcap.generate.run import GenerateOptions, GenerateResult, _check, generate
 from tokenpcap.generate.shards import Shard, plan_shards
 from tokenpcap.generate.size import predict_capture
 from tokenpcap.pipeline import prepare
 
-__all__ = ["dask_client", "generate_on_cluster", "write_shard", "STAGE_PREFIX"]
+__all__ = ["STAGE_PREFIX", "dask_client", "generate_on_cluster", "write_shard"]
 
 #: Hidden stage directories inside the output directory (one per run).
 STAGE_PREFIX = ".tokenpcap-stage."
@@ -85,7 +85,7 @@ def dask_client(address: str) -> Iterator[object]:
             raise InputError(f"--dask: got {address!r}, expected local, local:N (N >= 1), a "
                              "scheduler address such as tcp://host:8786 or a scheduler file")
         cluster = dd.LocalCluster(n_workers=int(text), threads_per_worker=1, processes=True,
-                                  dashboard_address=None)
+                                  dashboard_address=":0")
         client = dd.Client(cluster)
     else:
         try:
@@ -128,13 +128,13 @@ class _Reporter:
 
 def write_shard(s: Scenario, opt: GenerateOptions, shard: Shard, stage: str,
                 run_id: str | None = None, tokens=None) -> GenerateResult:
-    """The task: write ``shard``'s files into ``stage/shard-<index>/`` (runs on a worker).
+    """The task: write ``shard``'s files into ``stage/.shard-<index>/`` (runs on a worker).
 
     Returns the shard's :class:`GenerateResult` without its plan and schedule (they stay on the
     worker). Raises: the error of :func:`generate` as the same class prefixed with the shard's
     name, or OutputError naming the shard for anything else.
     """
-    out = Path(stage) / f"shard-{shard.index:05d}"
+    out = Path(stage) / f".shard-{shard.index:05d}"   # hidden: not a file of the set
     out.mkdir(exist_ok=True)
     try:
         res = generate(s, replace(opt, out_dir=out, jobs=1), tokens=tokens,
@@ -176,7 +176,6 @@ def generate_on_cluster(s: Scenario, opt: GenerateOptions, client, *, tokens=Non
     if opt.split != "nic":
         raise InputError(f"--split: got {opt.split!r} with --dask, expected 'nic' (shards are "
                          "sets of NICs, one file each)")
-    from tokenpcap.generate.run import _check
     _check(s, opt)
     sel = opt.selection
     n_iter = opt.iterations or s.generation.iterations
@@ -290,8 +289,9 @@ def _merge(results: list[GenerateResult], plan_: list[Shard], plan, opt: Generat
 
 
 def _release(queue, cancel) -> None:
-    for obj in (queue, cancel):
-        try:
-            obj.close() if hasattr(obj, "close") else None
-        except Exception:  # noqa: BLE001 - the scheduler may be gone already
-            pass
+    """Drop the run's progress queue on the scheduler (the cancel event, a flag, stays set for
+    tasks still stopping)."""
+    try:
+        queue.close()
+    except Exception:  # noqa: BLE001 - the scheduler may be gone already
+        pass

@@ -17,7 +17,7 @@ import numpy as np
 
 from tokenpcap.errors import InputError
 
-__all__ = ["Shard", "plan_shards", "describe_nics"]
+__all__ = ["Shard", "describe_nics", "plan_shards"]
 
 
 @dataclass(frozen=True)
