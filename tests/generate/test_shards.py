@@ -39,3 +39,15 @@ def test_equal_nics_split_evenly_and_bad_counts_are_refused():
 def test_describe_nics_uses_the_nics_syntax():
     assert describe_nics((8, 0, 1, 2, 3, 12, 13)) == "0-3,8,12-13"
     assert plan_shards(np.asarray([5]), np.ones(8), 3)[0].name() == "shard 0 (NICs 5)"
+
+
+def test_the_package_imports_dask_only_when_a_cluster_is_used():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, tokenpcap.cli, tokenpcap.cli.dask_run, tokenpcap.generate.distributed; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2]).stdout
+    assert out.strip() == "[]"
