@@ -296,9 +296,10 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
             done += _chunk(tx, sched, lower, sel, lab_ok, opt, route, disp, res)
             if progress is not None:
                 progress(done, expected_packets)
-        if done == 0 and bound and shard_nics is None:   # a window known to be empty only
-            w = sel.window_ns             # now: as other empty selections, and before the
-            #                               (empty) files replace any
+        # a window known to be empty only now: refused as other empty selections, before the
+        # (empty) files replace any; not in a shard (other NICs may keep packets)
+        if done == 0 and bound and shard_nics is None:
+            w = sel.window_ns
             raise InputError(f"--time-window: got {w[0]:,}..{w[1]:,} ns, which keeps no packet; "
                              f"expected a window inside the run, whose packets (all NICs and "
                              f"phases) span {span[0]:,}..{span[1]:,} ns")
