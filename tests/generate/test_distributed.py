@@ -138,3 +138,14 @@ def test_a_worker_killed_mid_write_leaves_no_finished_file_and_a_rerun_completes
         assert visible(out) == [] and list(out.iterdir()) == []
         res = generate_on_cluster(s, opt, c)          # the rerun: a whole, identical set
     same_files(one, res)
+
+
+def test_a_time_window_that_keeps_nothing_is_refused_and_leaves_nothing(client, tmp_path):
+    from tokenpcap.errors import InputError
+    from tokenpcap.generate.run import Selection
+
+    opt = GenerateOptions(out_dir=tmp_path, scale=64,
+                          selection=Selection(window_ns=(10**12, 2 * 10**12)))
+    with pytest.raises(InputError, match="--time-window: got .* which keeps no packet"):
+        generate_on_cluster(load_scenario(DANTE), opt, client)
+    assert list(tmp_path.iterdir()) == []
