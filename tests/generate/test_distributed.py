@@ -17,8 +17,9 @@ import dask
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.errors import OutputError
 from tokenpcap.generate import output
-from tokenpcap.generate.distributed import STAGE_PREFIX, generate_on_cluster
+from tokenpcap.generate.distributed import generate_on_cluster
 from tokenpcap.generate.run import GenerateOptions, generate
+from tokenpcap.pcap.outputset import STAGE_PREFIX
 
 ROOT = Path(__file__).resolve().parents[2]
 DANTE = ROOT / "profiles" / "scenarios" / "dante.yaml"

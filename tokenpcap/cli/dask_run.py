@@ -7,13 +7,9 @@ import sys
 
 import click
 
-from tokenpcap.cli.generate_cmd import (
-    EXIT_TERMINATED,
-    Terminated,
-    _console,
-    output_directory,
-    terminate_like_interrupt,
-)
+from tokenpcap.cli.common import (EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated,
+                                  terminate_like_interrupt)
+from tokenpcap.cli.generate_cmd import _console, output_directory
 from tokenpcap.config.profiles import Scenario
 from tokenpcap.generate.distributed import dask_client, generate_on_cluster
 from tokenpcap.generate.run import GenerateOptions, GenerateResult
@@ -52,9 +48,16 @@ def generate_on_dask(s: Scenario, opt: GenerateOptions, address: str) -> Generat
         with output_directory(opt.out_dir), terminate_like_interrupt(), \
                 dask_client(address) as client:
             return generate_on_cluster(s, opt, client, progress=progress, announce=announce)
-    except Terminated:
-        click.echo("error: terminated (SIGTERM): tasks cancelled, no partial file left", err=True)
-        sys.exit(EXIT_TERMINATED)
+    except (Terminated, KeyboardInterrupt) as err:
+        name, code = (("SIGTERM", EXIT_TERMINATED) if isinstance(err, Terminated)
+                      else ("SIGINT", EXIT_INTERRUPTED))
+        if getattr(err, "output_committed", False):
+            click.echo(f"error: stopped ({name}) after the run had finished: its files are "
+                       f"complete in {opt.out_dir}", err=True)
+        else:
+            click.echo(f"error: stopped ({name}): tasks cancelled, no file of this run kept; "
+                       f"{opt.out_dir} holds what it held before", err=True)
+        sys.exit(code)
     finally:
         if "p" in bar:
             bar["p"].stop()

@@ -14,11 +14,12 @@
   over timing once and shipping the timed messages: the engine makes a NIC's frames while it
   times, so a shipped timing would still have to be replayed per frame, and the timing is a
   small part of a shard's cost (``benchmarks/dask_generate.py`` measures both).
-* **One unit**: the tasks write into a hidden stage directory inside the output directory
-  (``.tokenpcap-stage.<pid>.<random>/.shard-<k>/``, each file under a temporary name renamed when
-  complete); only when every shard has finished does this process move the files into place. A
-  failed, killed or cancelled task, or Ctrl-C here, removes the stage: nothing that looks like a
-  finished capture is left, and the directory holds what it held before.
+* **One unit** (:class:`tokenpcap.pcap.outputset.OutputSet`, as on one machine): the output
+  directory is locked, the tasks write into its hidden stage (``.shard-<k>/`` each, through
+  ``generate``'s own staging), and only when every shard has finished are the files moved into the
+  stage and the set renamed into place. A failed, killed or cancelled task, or Ctrl-C here,
+  removes the stage: nothing that looks like a finished capture is left, and the directory holds
+  what it held before; what a killed parent leaves, the next run into the directory removes.
 * **Summary**: the per-phase and per-NIC payload, packets, control traffic and span are summed
   from the tasks' results; the plan is this process's.
 * **Progress and cancel**: tasks report packets written on a ``distributed.Queue`` (at most twice
@@ -49,12 +50,11 @@ from tokenpcap.errors import InputError, OutputError, TokenpcapError
 from tokenpcap.generate.run import GenerateOptions, GenerateResult, _check, generate
 from tokenpcap.generate.shards import Shard, plan_shards
 from tokenpcap.generate.size import predict_capture
+from tokenpcap.pcap.outputset import OutputSet
 from tokenpcap.pipeline import prepare
 
-__all__ = ["STAGE_PREFIX", "dask_client", "generate_on_cluster", "write_shard"]
+__all__ = ["dask_client", "generate_on_cluster", "write_shard"]
 
-#: Hidden stage directories inside the output directory (one per run).
-STAGE_PREFIX = ".tokenpcap-stage."
 _REPORT_S = 0.5          # a task reports progress and looks for a cancel at most this often
 
 
@@ -177,6 +177,17 @@ def generate_on_cluster(s: Scenario, opt: GenerateOptions, client, *, tokens=Non
         raise InputError(f"--split: got {opt.split!r} with --dask, expected 'nic' (shards are "
                          "sets of NICs, one file each)")
     _check(s, opt)
+    outset = OutputSet(opt.out_dir, what="generate")    # locked before any work, as generate
+    try:
+        return _run(s, opt, client, outset, t0, tokens, shards, progress, announce)
+    except BaseException as err:
+        outset.abort()                      # nothing of this run is left (unless committed)
+        err.output_committed = outset.committed    # for the CLI's message after a signal
+        raise
+
+
+def _run(s: Scenario, opt: GenerateOptions, client, outset: OutputSet, t0: float, tokens,
+         shards: int | None, progress, announce) -> GenerateResult:
     sel = opt.selection
     n_iter = opt.iterations or s.generation.iterations
     _, plan, sched = prepare(s, tokens=tokens, scale=opt.scale, iterations=n_iter,
@@ -184,6 +195,7 @@ def generate_on_cluster(s: Scenario, opt: GenerateOptions, client, *, tokens=Non
     size = predict_capture(sched, sel, opt.fmt, opt.snaplen, "nic")
     keys = size.keys if sel.nics is None else np.union1d(size.keys, sorted(sel.nics))
     if keys.size == 0:          # refused by generate itself, with its message, before writing
+        outset.abort()
         return generate(s, opt, tokens=tokens)
     n = shards or sum(client.nthreads().values()) or 1
     plan_ = plan_shards(keys, size.nic_record_bytes, n)
@@ -197,14 +209,12 @@ def generate_on_cluster(s: Scenario, opt: GenerateOptions, client, *, tokens=Non
         raise OutputError(f"{opt.out_dir}: free space got {free:,} bytes, expected at least the "
                           f"{size.record_bytes:,} bytes of the capture (use --force to write anyway)")
     run_id = f"tokenpcap-{os.getpid()}-{secrets.token_hex(6)}"
-    stage = Path(opt.out_dir) / f"{STAGE_PREFIX}{os.getpid()}.{secrets.token_hex(4)}"
-    stage.mkdir()
     dd = _distributed()
     queue, cancel = dd.Queue(f"{run_id}-progress", client=client), dd.Event(f"{run_id}-cancel",
                                                                           client=client)
     futures = []
     try:
-        futures = [client.submit(write_shard, s, opt, sh, str(stage), run_id, tokens,
+        futures = [client.submit(write_shard, s, opt, sh, str(outset.stage), run_id, tokens,
                                  key=f"{run_id}-shard-{sh.index}", pure=False) for sh in plan_]
         results = _collect(futures, plan_, queue, size.packets, progress)
         if bound and sum(r.packets for r in results) == 0:
@@ -212,16 +222,18 @@ def generate_on_cluster(s: Scenario, opt: GenerateOptions, client, *, tokens=Non
             raise InputError(f"--time-window: got {w[0]:,}..{w[1]:,} ns, which keeps no packet; "
                              "expected a window inside the run")
         res, sources = _merge(results, plan_, plan, opt, sched.engine.n_nics)
-        for src, (dst, _, _) in zip(sources, res.files):     # every shard is complete: publish
-            os.replace(src, dst)
+        for src, (dst, _, _) in zip(sources, res.files):   # every shard is complete: into
+            os.replace(src, outset.path(dst.name))          # the stage, then the set in place
+        for d in outset.stage.glob(".shard-*"):
+            shutil.rmtree(d)
+        outset.commit()
     except BaseException:
         cancel.set()
         client.cancel(futures)
-        shutil.rmtree(stage, ignore_errors=True)
+        _wait_stopped(client, run_id)       # before the stage is removed under their feet
         raise
     finally:
         _release(queue, cancel)
-    shutil.rmtree(stage, ignore_errors=True)
     res.seconds = time.perf_counter() - t0
     return res
 
@@ -286,6 +298,21 @@ def _merge(results: list[GenerateResult], plan_: list[Shard], plan, opt: Generat
     files.sort(key=lambda item: item[0])
     res.files = [(Path(opt.out_dir) / Path(p).name, pk, b) for _, (p, pk, b) in files]
     return res, [Path(p) for _, (p, _, _) in files]
+
+
+def _wait_stopped(client, run_id: str, timeout_s: float = 10.0) -> None:
+    """Wait (at most ``timeout_s``) until no task of this run is processing on a worker: the
+    running ones see the cancel event within ``_REPORT_S`` and drop their files."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            busy = [k for keys in client.processing().values() for k in keys
+                    if str(k).startswith(run_id)]
+        except Exception:  # noqa: BLE001 - the scheduler is gone: nothing runs any more
+            return
+        if not busy:
+            return
+        time.sleep(0.1)
 
 
 def _release(queue, cancel) -> None:

@@ -217,7 +217,7 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
     outset = OutputSet(opt.out_dir, what="generate")   # locked before any work: a second
     try:                                              # run into the directory is refused now
         return _generate(s, opt, outset, t0, tokens, progress, announce, gen, seed, n_nics,
-                         sel, n_iter)
+                         sel, n_iter, shard_nics is not None)
     except BaseException as err:
         outset.abort()                      # nothing of this run is left (unless committed)
         err.output_committed = outset.committed    # for the CLI's message after a signal
@@ -226,7 +226,7 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
 
 def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, tokens,
               progress, announce, gen, seed: int, n_nics: int, sel: Selection,
-              n_iter: int) -> GenerateResult:
+              n_iter: int, shard: bool = False) -> GenerateResult:
     free = shutil.disk_usage(opt.out_dir).free
 
     def refuse_early(plan: Plan) -> None:
@@ -298,7 +298,7 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
                 progress(done, expected_packets)
         # a window known to be empty only now: refused as other empty selections, before the
         # (empty) files replace any; not in a shard (other NICs may keep packets)
-        if done == 0 and bound and shard_nics is None:
+        if done == 0 and bound and not shard:
             w = sel.window_ns
             raise InputError(f"--time-window: got {w[0]:,}..{w[1]:,} ns, which keeps no packet; "
                              f"expected a window inside the run, whose packets (all NICs and "
