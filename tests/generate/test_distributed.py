@@ -96,12 +96,17 @@ def test_ctrl_c_cancels_the_tasks_and_leaves_nothing(client, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         generate_on_cluster(load_scenario(DANTE), GenerateOptions(out_dir=tmp_path, scale=64),
                             client, progress=interrupt)
-    assert list(tmp_path.iterdir()) == []
+    # nothing that looks finished: at most the hidden stage of a task that outlived the wait
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == []
     deadline = time.monotonic() + 30           # the cancelled tasks stop, nothing is processing
     while client.processing() and any(client.processing().values()):
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == []
+    # the next run into the directory removes what is left and lands its whole set
+    res = generate_on_cluster(load_scenario(DANTE), GenerateOptions(out_dir=tmp_path, scale=64),
+                              client)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f.name for f, _, _ in res.files)
 
 
 @pytest.mark.slow

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import sys
 
-import click
-
-from tokenpcap.cli.common import (EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated,
-                                  terminate_like_interrupt)
-from tokenpcap.cli.generate_cmd import _console, output_directory
+from tokenpcap.cli.common import Terminated, terminate_like_interrupt
+from tokenpcap.cli.generate_cmd import _console, output_directory, stopped
 from tokenpcap.config.profiles import Scenario
 from tokenpcap.generate.distributed import dask_client, generate_on_cluster
 from tokenpcap.generate.run import GenerateOptions, GenerateResult
@@ -49,15 +46,7 @@ def generate_on_dask(s: Scenario, opt: GenerateOptions, address: str) -> Generat
                 dask_client(address) as client:
             return generate_on_cluster(s, opt, client, progress=progress, announce=announce)
     except (Terminated, KeyboardInterrupt) as err:
-        name, code = (("SIGTERM", EXIT_TERMINATED) if isinstance(err, Terminated)
-                      else ("SIGINT", EXIT_INTERRUPTED))
-        if getattr(err, "output_committed", False):
-            click.echo(f"error: stopped ({name}) after the run had finished: its files are "
-                       f"complete in {opt.out_dir}", err=True)
-        else:
-            click.echo(f"error: stopped ({name}): tasks cancelled, no file of this run kept; "
-                       f"{opt.out_dir} holds what it held before", err=True)
-        sys.exit(code)
+        stopped(err, opt.out_dir, "tasks cancelled")
     finally:
         if "p" in bar:
             bar["p"].stop()

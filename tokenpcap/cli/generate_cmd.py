@@ -87,15 +87,22 @@ def generate_into(s: Scenario, opt: GenerateOptions, tokens=None) -> GenerateRes
         with output_directory(opt.out_dir):
             return run_generation(s, opt, tokens=tokens)
     except (Terminated, KeyboardInterrupt) as err:
-        name, code = (("SIGTERM", EXIT_TERMINATED) if isinstance(err, Terminated)
-                      else ("SIGINT", EXIT_INTERRUPTED))
-        if getattr(err, "output_committed", False):
-            click.echo(f"error: stopped ({name}) after the run had finished: its files are "
-                       f"complete in {opt.out_dir}", err=True)
-        else:
-            click.echo(f"error: stopped ({name}): writers killed, no file of this run kept; "
-                       f"{opt.out_dir} holds what it held before", err=True)
-        sys.exit(code)
+        stopped(err, opt.out_dir, "writers killed")
+
+
+def stopped(err: BaseException, out_dir: Path, how: str) -> None:
+    """Say in one line that a run was stopped by SIGINT/SIGTERM (``err``) and what ``out_dir``
+    holds now (the complete new set when the signal came after it landed, else what it held
+    before), then exit 130 (SIGINT) or 143 (SIGTERM). ``how``: what was stopped."""
+    name, code = (("SIGTERM", EXIT_TERMINATED) if isinstance(err, Terminated)
+                  else ("SIGINT", EXIT_INTERRUPTED))
+    if getattr(err, "output_committed", False):
+        click.echo(f"error: stopped ({name}) after the run had finished: its files are "
+                   f"complete in {out_dir}", err=True)
+    else:
+        click.echo(f"error: stopped ({name}): {how}, no file of this run kept; "
+                   f"{out_dir} holds what it held before", err=True)
+    sys.exit(code)
 
 
 def print_summary(res: GenerateResult, tokens=None) -> None:
