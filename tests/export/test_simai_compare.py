@@ -138,3 +138,27 @@ def test_the_workload_keeps_the_calls_it_was_made_from():
             if cid >= 0:
                 assert calls[cid].message_bytes == getattr(r, f"{k}_bytes")
                 assert calls[cid].microbatch in (0, -1)
+
+
+def test_nvlink_calls_timed_as_a_whole_take_their_alpha_beta_time():
+    """With NVLink-only calls timed as a whole (large jobs: Mixtral with EP), a TP call's span
+    is the schedule's α–β time: ceil(B·8/nvlink_gbps) + steps·NVLINK_LATENCY_NS, B the bytes one
+    rank sends (Thakur, Rabenseifner & Gropp 2005; ring AllGather: n−1 steps of S/n)."""
+    from tokenpcap.plan.build import build_plan
+    from tokenpcap.schedule.runner import Schedule
+
+    s = load_scenario(DANTE)
+    plan = build_plan(s)
+    sched = Schedule(plan, iterations=1, nics=(), nvlink_copies=0)
+    for _ in sched.run():
+        pass
+    assert sched.nvlink_mode == "collectives"
+    whole = sched.whole_call_ns
+    wl = simai_workload(plan)
+    ag = [r for r in wl.records if r.fwd_type == "ALLGATHER"]
+    assert len(ag) == 12
+    for r in ag:
+        n = s.parallelism.tp
+        b = r.fwd_bytes // n * (n - 1)
+        assert whole[r.fwd_call] == -(-b * 8 // int(s.cluster.nvlink_gbps)) + \
+            (n - 1) * NVLINK_LATENCY_NS

@@ -4,13 +4,13 @@ in one line, and a Hypothesis round trip through a writer that formats as ``Laye
 The fixtures are real runs of SimAI's analytical backend, built from the public source of
 aliyun/SimAI at commit f5efb5a93ea9be7db25a8843f9f7ff54044f6062 (SimAI 1.6, 2026-04-24: the
 last commit whose ``astra-sim-alibabacloud`` builds alone; later ones take their MockNccl sources
-from the SimCCL submodule, whose public repository holds no sources; ``Layer::report`` and
-``Workload::report`` differ from today's head only by an ``&& EndToEnd`` guard) with g++ 12.2
-and cmake 3.25 on Debian 12::
+from the SimCCL submodule, and the SimCCL snapshot we had, aliyun/SimCCL at 403610a, holds none;
+``Layer::report`` and ``Workload::report`` differ from head cef83f9d only by an ``&& EndToEnd``
+guard) with g++ 12.2 and cmake 3.25 on Debian 12::
 
     git archive f5efb5a9 astra-sim-alibabacloud | tar -x
     cd astra-sim-alibabacloud/build/simai_analytical && mkdir build && cd build
-    cmake -DUSE_ANALYTICAL=TRUE .. && make        # 4 minutes on one core
+    cmake -DUSE_ANALYTICAL=TRUE .. && make        # 6 minutes, make -j1 under nice at load 5
     SIMAI=$PWD/simai_analytical/SimAI_analytical
 
 and run from the directory holding ``astra-sim-alibabacloud`` (SimAI opens

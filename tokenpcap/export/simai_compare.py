@@ -14,7 +14,10 @@ Per collective (record and column: forward, input gradient, weight gradient):
   transfers (RDMA messages, from the time each may leave the NIC, ``ready_ns``; NVLink copies,
   from their start) to the last bit of the last one at its receiver (``arrival_ns``), over every
   rank of the group instance; the schedule runs the whole iteration, so the span includes any
-  wait behind other traffic on the same NIC or NVLink port;
+  wait behind other traffic on the same NIC or NVLink port. When the schedule times NVLink-only
+  calls as a whole (``Schedule.nvlink_mode == "collectives"``, past
+  ``NVLINK_COPIES_PER_COPY`` copies an iteration) such a call's span is its α–β time
+  (``Schedule.whole_call_ns``);
 * SimAI's: the row's total communication time of that column (one collective of the record's
   type, group and size in its busbw model) and the exposed part of it.
 
@@ -209,7 +212,7 @@ def compare_simai(scenario: str | os.PathLike, csv_path: str | os.PathLike, *,
     calls = {c.call_id: c for c in plan.calls(0, ranks={plan.layout.rank(0, 0, 0)})}
     ids = [getattr(r, f"{k}_call") for r in wl.records for k in _COLUMNS]
     msgs, nv = sched.messages, sched.nvlink
-    spans = call_spans(msgs, nv, [i for i in ids if i >= 0])
+    spans = {**sched.whole_call_ns, **call_spans(msgs, nv, [i for i in ids if i >= 0])}
     entries = []
     for rec, j in zip(wl.records, rows):
         row = csv.rows[j] if j >= 0 else None
