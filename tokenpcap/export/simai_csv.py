@@ -165,7 +165,7 @@ def read_end_to_end(path: str | os.PathLike) -> EndToEnd:
         if not f[0] or any(c.isspace() for c in f[0]):
             raise fail(n, "layer_name", f[0], "a layer id of the workload (one word)")
         if f[1] != run_name:
-            raise fail(n, run_name, f[1], f"the run name of the header, {run_name!r}")
+            raise fail(n, "run name", f[1], f"the header's, {run_name!r}")
         vals_row: list = []
         for name, tok in zip(ROW_COLUMNS, f[2:]):
             if name.endswith("_ns"):
