@@ -27,3 +27,22 @@ def test_pictures_with_a_flow_not_completed(tmp_path):
     with pytest.raises(OutputError, match="x.png: cannot write"):
         plot_nic_completion(c, tmp_path / "x.png")
     assert not list(tmp_path.glob(".x.png*"))
+
+
+def test_simai_pictures_with_a_record_not_reported(tmp_path):
+    from tokenpcap.analysis.plot_compare import plot_simai_calls, plot_simai_comparison
+    from tokenpcap.export.simai_compare import compare_simai
+
+    csv = ROOT / "tests" / "cases" / "simai" / "dante-EndToEnd.csv"
+    keep = [ln for ln in csv.read_text().splitlines(keepends=True)
+            if not ln.startswith("dense_grad_bucket0,")]
+    (tmp_path / "e.csv").write_text("".join(keep))
+    c = compare_simai(DANTE, tmp_path / "e.csv")
+    assert c.not_reported == ["dense_grad_bucket0"]
+    paths = plot_simai_comparison(c, tmp_path / "pics", stem="dante")
+    assert [p.name for p in paths] == ["dante-simai-phases.png", "dante-simai-calls.png"]
+    assert all(p.stat().st_size > 10_000 for p in paths)
+    (tmp_path / "y.png").mkdir()
+    with pytest.raises(OutputError, match="y.png: cannot write"):
+        plot_simai_calls(c, tmp_path / "y.png")
+    assert not list(tmp_path.glob(".y.png*"))

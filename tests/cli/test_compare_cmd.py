@@ -58,3 +58,35 @@ def test_errors_are_one_line(tmp_path):
     assert "bad.txt: line 1: got 5 fields, expected 8" in r.output
     r = run("--scale", "64")
     assert r.exit_code == 2 and "--hpcc-fct" in r.output
+
+
+SIMAI = ROOT / "tests" / "cases" / "simai" / "dante-EndToEnd.csv"
+
+
+def test_simai_report_and_plots(tmp_path):
+    r = run("--simai-csv", str(SIMAI), "--plot", str(tmp_path / "pics"))
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0].split()[:6] == ["group", "calls", "rows", "MB", "ours", "µs"]
+    total = [ln.split() for ln in lines if ln.startswith("all ")][0]
+    assert total[1:3] == ["63", "63"] and total[5] == "945.000"     # SimAI's 63 calls, µs
+    assert any(ln.startswith("SimAI summary µs: DP 635") for ln in lines)
+    assert lines[-2:] == [str(tmp_path / "pics" / "dante-simai-phases.png"),
+                          str(tmp_path / "pics" / "dante-simai-calls.png")]
+    assert all((tmp_path / "pics" / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+               for n in ("dante-simai-phases.png", "dante-simai-calls.png"))
+
+
+def test_simai_errors_are_one_line_and_usage_exits_2(tmp_path):
+    r = run("--simai-csv", str(SIMAI), "--scale", "64")               # not the export's scale
+    assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
+    assert "dante-EndToEnd.csv: line 5: fwd compute: got 10 µs, expected 0 µs" in r.output
+    lines = SIMAI.read_text().splitlines()
+    (tmp_path / "bad.csv").write_text("\n".join(lines[:5] + [lines[5] + ",1"]) + "\n")
+    r = run("--simai-csv", str(tmp_path / "bad.csv"))
+    assert r.exit_code == 1 and r.output.count("\n") == 1
+    assert "bad.csv: line 6: row: got" in r.output and "expected 17 comma-separated" in r.output
+    r = run("--simai-csv", str(SIMAI), "--hpcc-fct", str(FCT))
+    assert r.exit_code == 2 and "give one of --hpcc-fct FCT or --simai-csv CSV" in r.output
+    r = run("--simai-csv", str(SIMAI), "--iterations", "2")
+    assert r.exit_code == 2 and "expected 1 with --simai-csv" in r.output

@@ -9,6 +9,14 @@ They take a comparison by its attributes (``flows`` with ``src``, ``size_bytes``
 ``labels``; ``ours_fct_ns``; ``sim_fct_ns`` with -1 for flows the simulator did not complete;
 ``slowdown``), e.g. :class:`tokenpcap.export.hpcc_fct.Comparison`. Times are integer ns until the
 axis, where they become µs from the first flow's start.
+
+For a SimAI run (:class:`tokenpcap.export.simai_compare.SimaiComparison`: ``groups()`` with
+``group``, ``ours_ns``, ``sim_ns``, ``exposed_ns``; ``entries`` with ``label``, ``ours_ns``,
+``sim_total_ns``, None where missing):
+
+* :func:`plot_simai_phases`: per phase label, our summed call spans beside SimAI's total and
+  exposed communication (bars);
+* :func:`plot_simai_calls`: every collective of the workload in order, ours beside SimAI's.
 """
 from __future__ import annotations
 
@@ -19,7 +27,8 @@ import numpy as np
 
 from tokenpcap.analysis.plot import _COLORS, _pyplot, _save
 
-__all__ = ["plot_slowdown_cdf", "plot_nic_completion", "plot_comparison"]
+__all__ = ["plot_slowdown_cdf", "plot_nic_completion", "plot_comparison", "plot_simai_phases",
+           "plot_simai_calls", "plot_simai_comparison"]
 
 
 def plot_slowdown_cdf(comparison, out: str | os.PathLike, *, title: str | None = None) -> Path:
@@ -103,3 +112,71 @@ def plot_comparison(comparison, outdir: str | os.PathLike, *, stem: str = "compa
     with make_directory(outdir) as d:
         return [plot_slowdown_cdf(comparison, Path(d) / f"{stem}-slowdown-cdf.png"),
                 plot_nic_completion(comparison, Path(d) / f"{stem}-nic-completion.png")]
+
+
+def plot_simai_phases(comparison, out: str | os.PathLike, *, title: str | None = None) -> Path:
+    """Per phase label (and all), bars of our summed call spans, SimAI's total and its exposed
+    communication, µs. Returns ``out``.
+
+    Raises:
+        OutputError: ``out`` cannot be written.
+    """
+    plt = _pyplot()
+    groups = comparison.groups()
+    names = [g["group"] for g in groups]
+    series = (("ours (ideal fabric)", "ours_ns"), ("SimAI total", "sim_ns"),
+              ("SimAI exposed", "exposed_ns"))
+    y = np.arange(len(groups), dtype=np.float64)
+    h = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.55 * len(groups)))
+    for k, (name, key) in enumerate(series):
+        v = np.array([np.nan if g[key] is None else g[key] / 1e3 for g in groups])
+        ax.barh(y + (k - 1) * h, v, height=h, color=_COLORS[k % len(_COLORS)], label=name)
+    ax.set_yticks(y, names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("communication time, sum over the workload's calls (µs)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(title or "Per phase: our ideal fabric beside SimAI")
+    return _save(fig, out)
+
+
+def plot_simai_calls(comparison, out: str | os.PathLike, *, title: str | None = None) -> Path:
+    """Every collective of the workload in workload order: our span and SimAI's total time
+    (µs, log scale), one marker colour per side; calls SimAI did not report are left out of
+    its series. Returns ``out``.
+
+    Raises:
+        OutputError: ``out`` cannot be written.
+    """
+    plt = _pyplot()
+    es = list(comparison.entries)
+    x = np.arange(len(es))
+    ours = np.array([np.nan if e.ours_ns is None else e.ours_ns / 1e3 for e in es])
+    sim = np.array([np.nan if e.sim_total_ns is None else e.sim_total_ns / 1e3 for e in es])
+    fig, ax = plt.subplots(figsize=(12, 5))
+    ax.plot(x, ours, "o", ms=3, color=_COLORS[0], label="ours (ideal fabric): call span")
+    ax.plot(x, sim, "x", ms=4, color=_COLORS[1], label="SimAI: total communication")
+    if np.isfinite(np.r_[ours, sim]).any() and np.nanmin(np.r_[ours, sim]) > 0:
+        ax.set_yscale("log")
+    ax.set_xlabel(f"collective of the workload, in workload order ({len(es)})")
+    ax.set_ylabel("time (µs)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "Per collective: our ideal fabric beside SimAI")
+    return _save(fig, out)
+
+
+def plot_simai_comparison(comparison, outdir: str | os.PathLike, *,
+                          stem: str = "compare") -> list[Path]:
+    """Both SimAI pictures in ``outdir`` (created with its parents; removed again if nothing is
+    written): ``<stem>-simai-phases.png`` and ``<stem>-simai-calls.png``.
+
+    Raises:
+        OutputError: the directory or a file cannot be written.
+    """
+    from tokenpcap.pcap.output import make_directory
+
+    with make_directory(outdir) as d:
+        return [plot_simai_phases(comparison, Path(d) / f"{stem}-simai-phases.png"),
+                plot_simai_calls(comparison, Path(d) / f"{stem}-simai-calls.png")]

@@ -1,5 +1,8 @@
-"""``tokenpcap compare SCENARIO --hpcc-fct FCT``: a simulator's run beside our schedule."""
+"""``tokenpcap compare SCENARIO --hpcc-fct FCT | --simai-csv CSV``: a simulator's run beside our
+schedule."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -9,31 +12,59 @@ from tokenpcap.cli.common import library_errors
 
 @main.command("compare")
 @click.argument("scenario", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--hpcc-fct", "fct", required=True, type=click.Path(dir_okay=False, path_type=str),
+@click.option("--hpcc-fct", "fct", type=click.Path(dir_okay=False, path_type=str),
               help="The HPCC ns-3 simulator's FCT_OUTPUT_FILE from a run of "
                    "'export SCENARIO --to hpcc' (same --scale and --iterations).")
+@click.option("--simai-csv", "simai_csv", type=click.Path(dir_okay=False, path_type=str),
+              help="SimAI_analytical's results/PREFIX-EndToEnd.csv from a run of "
+                   "'export SCENARIO --to simai' (same --scale).")
 @click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
               help="As given to export: message sizes and compute time divided by this.")
 @click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True,
-              help="As given to export.")
+              help="As given to export --to hpcc (the SimAI workload is one iteration).")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=str),
-              help="Also draw the slowdown CDF per phase and the per-NIC completion over time "
-                   "into this directory (created with its parents).")
+              help="Also draw the comparison into this directory (created with its parents): "
+                   "HPCC, the slowdown CDF per phase and the per-NIC completion over time; "
+                   "SimAI, ours beside its times per phase and per collective.")
 @library_errors
-def compare_cmd(scenario: str, fct: str, scale: int, iterations: int,
-                plot_dir: str | None) -> None:
-    """Match every flow the simulator completed to our message (src, dst, port, size, start) and
-    report per phase our ideal-fabric completion against the simulator's, slowdown percentiles
-    and the flows it did not complete."""
-    from tokenpcap.export.hpcc_fct import compare_hpcc, report_lines
+def compare_cmd(scenario: str, fct: str | None, simai_csv: str | None, scale: int,
+                iterations: int, plot_dir: str | None) -> None:
+    """Set a simulator's run of our export beside our schedule.
 
-    c = compare_hpcc(scenario, fct, scale=scale, iterations=iterations)
-    for line in report_lines(c):
+    --hpcc-fct: match every flow the simulator completed to our message (src, dst, port, size,
+    start) and report per phase our ideal-fabric completion against the simulator's, slowdown
+    percentiles and the flows it did not complete.
+
+    --simai-csv: match every EndToEnd.csv row to the workload record (layer id) and so to the
+    plan's call, and report per phase and collective our span of each call on the ideal fabric
+    against SimAI's total and exposed communication time, and the records SimAI did not report."""
+    if (fct is None) == (simai_csv is None):
+        raise click.UsageError("give one of --hpcc-fct FCT or --simai-csv CSV")
+    if simai_csv is not None and iterations != 1:
+        raise click.UsageError("--iterations: got "
+                               f"{iterations}, expected 1 with --simai-csv (the SimAI workload "
+                               "is one iteration)")
+    stem = Path(scenario).stem
+    if fct is not None:
+        from tokenpcap.export.hpcc_fct import compare_hpcc, report_lines
+
+        c = compare_hpcc(scenario, fct, scale=scale, iterations=iterations)
+        for line in report_lines(c):
+            click.echo(line)
+        if plot_dir is not None:
+            from tokenpcap.analysis.plot_compare import plot_comparison
+
+            for path in plot_comparison(c, plot_dir, stem=stem):
+                click.echo(str(path))
+        return
+    from tokenpcap.export.simai_compare import compare_simai
+    from tokenpcap.export.simai_compare import report_lines as simai_lines
+
+    s = compare_simai(scenario, simai_csv, scale=scale)
+    for line in simai_lines(s):
         click.echo(line)
     if plot_dir is not None:
-        from pathlib import Path
+        from tokenpcap.analysis.plot_compare import plot_simai_comparison
 
-        from tokenpcap.analysis.plot_compare import plot_comparison
-
-        for path in plot_comparison(c, plot_dir, stem=Path(scenario).stem):
+        for path in plot_simai_comparison(s, plot_dir, stem=stem):
             click.echo(str(path))

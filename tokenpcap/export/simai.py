@@ -17,7 +17,9 @@ unknown type as ``NONE`` without a word, so :func:`simai_workload` only writes t
 What the records hold (the calls of one rank of pipeline stage 0, TP index 0, DP index 0, in
 the plan's order; SimAI runs every rank alike and models PP by ``pp_comm``):
 
-* per microbatch (SimAI repeats forward and backward ``ga`` times): ``embedding_layer`` with
+* per microbatch (microbatch 0's calls: SimAI walks the records once forward and once backward,
+  ``Workload::iterate_hybrid_parallel_Transformer_fwd_in_bckwd``, and uses ``ga`` only in its
+  PP bubble and PP communication estimates, ``Layer::report``): ``embedding_layer`` with
   the embedding's TP collective; per transformer layer ``layer<L>`` carrying its compute (the
   schedule's attention + MLP forward and backward ns), then one record per TP or EP collective of
   that layer, forward ones in the forward column, backward ones (and the forward collectives
@@ -31,9 +33,9 @@ the plan's order; SimAI runs every rank alike and models PP by ``pp_comm``):
 Left out (the format has no type or group for them; :class:`SimaiWorkload.left_out` lists them,
 with bytes): PP SendRecv (in ``pp_comm``), Broadcasts, collectives over groups other than TP, EP,
 DP and DP-within-EP (tied-embedding AllReduce, gradient statistics over the model-parallel group,
-MoE token counts over TP x EP), iteration-level TP collectives (SimAI would repeat them ``ga``
-times), ZeRO-3's per-layer DP gathers (the forward column has no DP group), and the calls of the
-other pipeline stages.
+MoE token counts over TP x EP), iteration-level TP collectives (the forward and input-gradient
+columns hold one microbatch's), ZeRO-3's per-layer DP gathers (the forward column has no DP
+group), and the calls of the other pipeline stages.
 """
 from __future__ import annotations
 
@@ -60,7 +62,9 @@ TYPES = frozenset({"NONE"} | {b + sfx for b in list(_BASE.values()) + ["ALLREDUC
 
 @dataclass
 class SimaiRecord:
-    """One layer record (:data:`FIELDS`)."""
+    """One layer record (:data:`FIELDS`). ``fwd_call``, ``ig_call``, ``wg_call``: the plan's
+    ``call_id`` of the collective in that column (-1: none); not written, they let a SimAI run's
+    results be set beside the same calls of our schedule (:mod:`tokenpcap.export.simai_compare`)."""
 
     id: str
     fwd_compute_ns: int = 0
@@ -73,6 +77,9 @@ class SimaiRecord:
     wg_type: str = "NONE"
     wg_bytes: int = 0
     wg_update_ns: int = 0
+    fwd_call: int = -1
+    ig_call: int = -1
+    wg_call: int = -1
 
     def line(self) -> str:
         for t in (self.fwd_type, self.ig_type, self.wg_type):
@@ -138,24 +145,26 @@ def simai_workload(plan) -> SimaiWorkload:  # type: ignore[no-untyped-def]
             continue
         if c.bucket >= 0:
             wg.append(SimaiRecord(f"{c.op}{c.bucket}", wg_type=base + sfx,
-                                  wg_bytes=c.message_bytes))
+                                  wg_bytes=c.message_bytes, wg_call=c.call_id))
             continue
-        if c.microbatch != 0:               # SimAI repeats microbatch 0's records ga times
+        if c.microbatch != 0:               # the records hold one microbatch's calls
             continue
         name = f"layer{c.layer}_{c.op}{'_recompute' if c.recompute else ''}" if c.layer >= 0 \
             else f"{c.op}"
         if c.phase == "forward" and not c.recompute:
             per_layer[c.layer].append(SimaiRecord(name, fwd_type=base + sfx,
-                                                  fwd_bytes=c.message_bytes))
+                                                  fwd_bytes=c.message_bytes, fwd_call=c.call_id))
         else:
             per_layer[c.layer].append(SimaiRecord(name, ig_type=base + sfx,
-                                                  ig_bytes=c.message_bytes))
+                                                  ig_bytes=c.message_bytes, ig_call=c.call_id))
     records = [SimaiRecord("embedding_layer")]
     for r in per_layer.get(-1, []):
         if r.id == "embedding":
             records[0].fwd_type, records[0].fwd_bytes = r.fwd_type, r.fwd_bytes
+            records[0].fwd_call = r.fwd_call
         elif r.id == "embedding_grad":
             records[0].ig_type, records[0].ig_bytes = r.ig_type, r.ig_bytes
+            records[0].ig_call = r.ig_call
         else:
             records.append(r)
     for L in sorted(k for k in per_layer if k >= 0):

@@ -343,6 +343,15 @@ class Schedule:
         out["microbatch"], out["start_ns"], out["end_ns"] = tl[:, 3], tl[:, 4], tl[:, 5]
         return out
 
+    @property
+    def whole_call_ns(self) -> dict[int, int]:
+        """``{call_id: ns}`` of the NVLink-only calls timed as a whole (``nvlink_mode ==
+        "collectives"``, module docstring): each one's α–β time, from the moment it starts (every
+        rank of it started, its GPUs' NVLink free) to its end. Empty in ``"copies"`` mode."""
+        ab = self._eng.S.call_ab
+        x = np.flatnonzero(ab >= 0)
+        return dict(zip(self._call_attr[x, 3].tolist(), ab[x].tolist()))
+
     def call(self, call_id: int) -> CollectiveCall:
         """The call with this id (sizes at the plan's scale).
 
