@@ -29,11 +29,14 @@ MAX_MICROBATCH_LAYERS = 1 << 17
 def check_feasible(s: Scenario) -> None:
     """Check that a scenario's model, cluster and parallelism can be combined (Megatron-LM rules).
 
-    Rules: ``dp*tp*pp == nodes*gpus_per_node``; ``attention_heads % tp == 0``; ``kv_heads % tp
+    Rules: ``dp*cp*tp*pp == nodes*gpus_per_node`` (``cp``: ``context_parallel_size``); ``attention_heads % tp == 0``; ``kv_heads % tp
     == 0`` when ``kv_heads >= tp`` else ``tp % kv_heads == 0`` (KV heads replicated);
     ``layers % pp == 0``; ``global_batch_size % (micro_batch_size*dp) == 0``; with sequence
-    parallelism ``seq_length % tp == 0``; ``ep > 1`` needs an MoE model, ``experts % ep == 0`` and
-    ``dp % ep == 0`` (expert-parallel groups are carved out of the DP dimension); a ``bpe``
+    parallelism ``seq_length % tp == 0``; with context parallelism ``seq_length % (2*cp) == 0``
+    (Megatron-LM ``arguments.py``: two chunks per CP rank for load balancing of causal attention)
+    and with SP also ``(seq_length/cp) % tp == 0``; ``ep > 1`` needs an MoE model, ``experts %
+    ep == 0`` and ``(dp*cp) % ep == 0`` (expert-parallel groups are carved out of the dp-cp
+    dimension); a ``bpe``
     tokenizer vocabulary no larger than the model's.
 
     Size limits (``docs/plan.md``), so that every plan accepted here is built in bounded time
@@ -53,9 +56,20 @@ def check_feasible(s: Scenario) -> None:
         raise InfeasiblePlanError(f"{where}: {key}: got {got}, expected {expected}")
 
     gpus = c.nodes * c.gpus_per_node
-    if p.dp * p.tp * p.pp != gpus:
+    if p.cp == 1 and p.dp * p.tp * p.pp != gpus:
         fail("parallelism", f"dp*tp*pp = {p.dp}*{p.tp}*{p.pp} = {p.dp * p.tp * p.pp}",
              f"the cluster's GPU count nodes*gpus_per_node = {c.nodes}*{c.gpus_per_node} = {gpus}")
+    if p.cp > 1 and p.dp * p.cp * p.tp * p.pp != gpus:
+        fail("parallelism", f"dp*context_parallel_size*tp*pp = {p.dp}*{p.cp}*{p.tp}*{p.pp} = "
+             f"{p.dp * p.cp * p.tp * p.pp}",
+             f"the cluster's GPU count nodes*gpus_per_node = {c.nodes}*{c.gpus_per_node} = {gpus}")
+    if p.cp > 1 and m.seq_length % (2 * p.cp):
+        fail("parallelism.context_parallel_size", f"{p.cp} with model seq_length {m.seq_length}",
+             f"a seq_length divisible by 2*context_parallel_size = {2 * p.cp}")
+    if p.cp > 1 and p.sequence_parallel and (m.seq_length // p.cp) % p.tp:
+        fail("parallelism.context_parallel_size",
+             f"{p.cp} with seq_length {m.seq_length} and tp {p.tp} (sequence parallel)",
+             "seq_length/context_parallel_size divisible by tp")
     if m.attention_heads % p.tp:
         fail("parallelism.tp", f"{p.tp} with model attention_heads {m.attention_heads}",
              "a tp that divides attention_heads")
@@ -79,8 +93,9 @@ def check_feasible(s: Scenario) -> None:
         elif m.moe.experts % p.ep:
             fail("parallelism.ep", f"{p.ep} with moe.experts {m.moe.experts}",
                  "an ep that divides the number of experts")
-        if p.dp % p.ep:
-            fail("parallelism.ep", f"{p.ep} with dp {p.dp}", "an ep that divides dp")
+        if (p.dp * p.cp) % p.ep:
+            fail("parallelism.ep", f"{p.ep} with dp*context_parallel_size {p.dp * p.cp}",
+                 "an ep that divides dp*context_parallel_size")
     if s.tokenizer.kind == "bpe" and s.tokenizer.vocab_size > m.vocab_size:
         fail("tokenizer.vocab_size", str(s.tokenizer.vocab_size),
              f"at most the model's vocab_size {m.vocab_size}")

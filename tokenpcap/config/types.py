@@ -116,12 +116,22 @@ class TokenizerSpec:
 
 @dataclass(frozen=True)
 class Parallelism:
+    """Megatron-LM's parallel sizes. ``dp`` is the data-parallel size without context
+    parallelism (samples are split over it); the world is ``dp * cp * tp * pp`` ranks."""
+
     dp: int = 1
     tp: int = 1
     pp: int = 1
     sequence_parallel: bool = False
     zero_stage: int = 0                    # 0 | 1 | 2 | 3
     ep: int = 1
+    #: Megatron-LM ``--context-parallel-size`` (ring attention, ``cp_comm_type p2p``).
+    context_parallel_size: int = 1
+
+    @property
+    def cp(self) -> int:
+        """``context_parallel_size``."""
+        return self.context_parallel_size
 
 
 @dataclass(frozen=True)
