@@ -266,6 +266,7 @@ class Plan:
             "model": m.name,
             "cluster": s.cluster.name,
             "parallelism": {"dp": p.dp, "tp": p.tp, "pp": p.pp, "ep": p.ep,
+                            "context_parallel_size": p.cp,
                             "sequence_parallel": p.sequence_parallel, "zero_stage": p.zero_stage},
             "algorithm": self.algorithm,
             "scale": self.scale,
@@ -297,7 +298,7 @@ def rank_layout(scenario: Scenario) -> RankLayout:
     """The scenario's :class:`~tokenpcap.collectives.layout.RankLayout` (its parallelism on its
     cluster's nodes and NICs). Raises: InputError: the sizes do not fit (see RankLayout)."""
     p, c = scenario.parallelism, scenario.cluster
-    return RankLayout(dp=p.dp, tp=p.tp, pp=p.pp, ep=p.ep, gpus_per_node=c.gpus_per_node,
+    return RankLayout(dp=p.dp, tp=p.tp, pp=p.pp, ep=p.ep, cp=p.cp, gpus_per_node=c.gpus_per_node,
                       nics_per_node=c.nics_per_node)
 
 

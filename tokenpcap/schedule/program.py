@@ -9,10 +9,13 @@ first starts by receiving its input activation (blocking), a forward before the 
 sending it on (asynchronous), and likewise backwards in the other direction.
 
 Inside a forward (stage 0: embedding and its TP collective first), per layer: ZeRO-3 parameter
-gathers, the attention part (SP: AllGather before it), its TP collective (AllReduce, SP:
-ReduceScatter), the MLP part likewise (with MoE the expert dispatch and combine AllToAll around
+gathers, (SP: AllGather), with context parallelism the ring-attention steps of the layer
+(:mod:`tokenpcap.plan.context`: at each step the rank starts its send to the next CP rank and
+waits for the chunk from the previous one, since the next partial attention needs it), the
+attention part, its TP collective (AllReduce, SP: ReduceScatter), the MLP part likewise (with MoE the expert dispatch and combine AllToAll around
 the experts); the last stage then runs the output layer and the three cross-entropy AllReduces.
-A backward mirrors it, layers last to first; with full recomputation each layer's forward
+A backward mirrors it, layers last to first (the CP steps, sends to the previous CP rank,
+right before the attention's backward compute); with full recomputation each layer's forward
 (``recompute=True`` calls) is replayed right before its backward. TP, EP and ZeRO-3 gathers block
 the rank (the next compute needs their result).
 
@@ -86,7 +89,8 @@ Instruction = Union[Compute, Call, Wait, Mark]
 _WAIT = Wait()
 BLOCK, ASYNC, SEND, RECV = CallMode.BLOCK, CallMode.ASYNC, CallMode.SEND, CallMode.RECV
 
-_FWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "attn_in"), ("t", "attn_fwd"),
+_FWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "attn_in"), ("r", "cp_kv"),
+              ("t", "attn_fwd"),
               ("c", "attn_out"), ("c", "mlp_in"), ("c", "moe_counts"), ("c", "dispatch"),
               ("c", "dispatch_probs"), ("c", "moe_gather"), ("c", "moe_gather_probs"),
               ("t", "mlp_fwd"), ("c", "moe_scatter"), ("c", "combine"), ("c", "mlp_out"))
@@ -95,7 +99,8 @@ _BWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "mlp_out_grad
               ("t", "mlp_bwd"), ("c", "moe_gather_grad"), ("c", "moe_gather_probs_grad"),
               ("c", "dispatch_grad"), ("c", "dispatch_probs_grad"), ("c", "mlp_in_grad"),
               ("c", "attn_out_grad"),
-              ("c", "attn_in_regather"), ("t", "attn_bwd"), ("c", "attn_in_grad"),
+              ("c", "attn_in_regather"), ("r", "cp_kv_grad"), ("t", "attn_bwd"),
+              ("c", "attn_in_grad"),
               ("a", "dense_grads"), ("a", "expert_grads"))
 
 
@@ -123,6 +128,9 @@ def one_f_one_b(pp: int, stage: int, microbatches: int) -> list[tuple[str, int]]
 
 
 def _slot_key(c: CollectiveCall, rank: int) -> tuple:
+    if c.dim == "cp":                                # a ring-attention step
+        return ("cp", "send" if rank == c.src else "recv", c.phase, c.recompute, c.microbatch,
+                c.layer, c.op)
     if c.dim == "pp":
         return ("send" if rank == c.src else "recv", c.phase, c.microbatch)
     if c.bucket >= 0 and c.phase == "backward":      # a DP gradient bucket
@@ -227,6 +235,13 @@ class _Builder:
         for typ, name in template:
             if typ == "t":
                 self.compute(getattr(self.t, name))
+            elif typ == "r":                        # ring attention: steps 0, 1, ... in order
+                i = 0
+                while ("cp", "recv", phase, rec, j, L, f"{name}_{i}") in self.s:
+                    op = f"{name}_{i}"
+                    self.take(("cp", "send", phase, rec, j, L, op), SEND)
+                    self.take(("cp", "recv", phase, rec, j, L, op), RECV)
+                    i += 1
             else:
                 self.take((phase, rec, j, L, name), ASYNC if typ == "a" else BLOCK)
 
