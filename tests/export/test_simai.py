@@ -43,7 +43,8 @@ def parse(text: str) -> tuple[dict[str, int], list[list[str]]]:
 
 
 @pytest.mark.parametrize("name", ["gpt3-175b-megatron", "mixtral-8x7b-ep", "dante",
-                                  "llama2-7b-a100-ib", "llama3-8b-zero3"])
+                                  "llama2-7b-a100-ib", "llama3-8b-zero3",
+                                  "llama3-70b-64k-cp4"])
 def test_simai_file_parses_back_to_the_plan(tmp_path, name):
     s = load_scenario(SCEN / f"{name}.yaml")
     plan = build_plan(s)

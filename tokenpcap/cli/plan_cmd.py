@@ -52,7 +52,8 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int) -
     out.print(f"[bold]{data['scenario']}[/bold]: {data['model']} ({par['total']:,} parameters"
               f"{pad}) on "
               f"{data['cluster']} ({data['layout']['world_size']} GPUs, {data['layout']['nodes']}"
-              f" nodes); dp {p['dp']} tp {p['tp']} pp {p['pp']} ep {p['ep']}, "
+              f" nodes); dp {p['dp']} tp {p['tp']} pp {p['pp']} ep {p['ep']}"
+              f"{' cp ' + str(p['context_parallel_size']) if p['context_parallel_size'] > 1 else ''}, "
               f"SP {'on' if p['sequence_parallel'] else 'off'}, ZeRO-{p['zero_stage']}, "
               f"{data['algorithm']}; {data['microbatches']} microbatches, 1F1B bubble "
               f"{data['bubble_fraction']:.3f}")
