@@ -125,6 +125,10 @@ KEYS: dict[str, tuple[str, str]] = {
                                          "samples are split over it)"),
     "scenario.parallelism.tp": ("ranks", "tensor-parallel size"),
     "scenario.parallelism.pp": ("stages", "pipeline-parallel size (1F1B)"),
+    "scenario.parallelism.virtual_pipeline_model_parallel_size": (
+        "chunks", "Megatron's interleaved 1F1B: model chunks per pipeline stage (`null` or 1: "
+                  "none); needs pp > 1, `layers` a multiple of `pp * chunks` and microbatches a "
+                  "multiple of pp"),
     "scenario.parallelism.sequence_parallel": ("", "Megatron sequence parallelism (TP "
                                                    "AllReduce becomes ReduceScatter + "
                                                    "AllGather)"),

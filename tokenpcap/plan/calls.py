@@ -20,7 +20,13 @@ global_batch / (b*dp)`` microbatches; per stage ``l/pp`` layers):
   With SP, the gradients of TP-replicated parameters (norms, row-parallel biases) are AllReduced
   over TP once per iteration.
 * **PP** (Narayanan et al. 2021, Sec. 2.2): per microbatch per stage boundary a SendRecv of ``A``
-  forward (activations) and backward (their gradients); ``A/tp`` per TP rank with SP.
+  forward (activations) and backward (their gradients); ``A/tp`` per TP rank with SP. With the
+  interleaved schedule (``virtual_pipeline_model_parallel_size v``, Sec. 2.2.2;
+  :mod:`tokenpcap.plan.pipeline`) a stage holds ``v`` model chunks and every chunk boundary is
+  one: stage ``p-1`` chunk ``c`` sends to stage 0 chunk ``c+1``, so an interior stage sends
+  ``v*m`` activations and ``v*m`` gradients; each chunk is its own DDP gradient buffer (bucketed
+  only for chunk 0 of stage 0, Megatron-LM ``training.py``: ``disable_bucketing`` for
+  ``chunk_idx > 0``), ``op`` ``<kind>_grad_bucket_chunk<c>``.
 * **EP** (Megatron-core ``MoEAlltoAllTokenDispatcher``): per MoE layer per microbatch, an
   AllGather of the per-expert token counts (int64 ``[experts]`` per rank) over the TP x EP group;
   dispatch and combine AllToAll of the routed tokens forward and their gradients backward, each
@@ -75,6 +81,7 @@ from tokenpcap.model import (ShardParameters, Tensor, activation_bytes, rank_ten
                              shard_parameters)
 from tokenpcap.config.profiles import DTYPE_BYTES, Scenario
 from tokenpcap.plan.context import cp_families
+from tokenpcap.plan.pipeline import chunk_layers, next_chunk, stage_layers
 
 __all__ = ["CollectiveCall", "Family", "build_families", "dp_bucket_size", "expand", "scaled_bytes",
            "scale_families"]
@@ -251,7 +258,7 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
             fams.append(Family(dim, phase, coll, size, e, st, list(groups), list(insts), tokens))
 
     for st, sh in enumerate(shards):
-        layers = range(sh.first_layer, sh.last_layer + 1)
+        layers = stage_layers(s, st)
         first, last = st == 0, st == pp - 1
         tpg = layout.stage_groups("tp", st)
         epg = [g for g in layout.groups("ep") if layout.coords(g[0]).pp == st] if p.ep > 1 else []
@@ -321,16 +328,20 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
                 _moe_insts(layers, n_mb, False, (), ("dispatch_probs_grad",)))
         cp_families(s, layout, st, layers, n_mb, fam,
                     lambda L, j, rec, op: Inst(L, j, recompute=rec, op=op))
-        if not last:
-            pp_size = act // tp if sp else act
-            fwd_g = [(a, b_) for g, g1 in zip(tpg, layout.stage_groups("tp", st + 1))
+        pp_size = act // tp if sp else act
+        for c, chunk in enumerate(chunk_layers(s, st)):   # interleaving: a SendRecv per chunk
+            nxt = next_chunk(pp, p.vpp, st, c)
+            if nxt is None:
+                continue
+            fwd_g = [(a, b_) for g, g1 in zip(tpg, layout.stage_groups("tp", nxt[0]))
                      for a, b_ in zip(g, g1)]
             fam("pp", "forward", "SendRecv", pp_size, e_act, st, fwd_g,
-                [Inst(sh.last_layer, j, op="activation") for j in range(n_mb)],
+                [Inst(chunk[-1], j, op="activation") for j in range(n_mb)],
                 tok_sp if sp else tok_mb)
-            nxt = shards[st + 1]
-            fam("pp", "backward", "SendRecv", pp_size, e_act, st + 1, [(d_, s_) for s_, d_ in fwd_g],
-                [Inst(nxt.first_layer, j, op="activation_grad") for j in range(n_mb)],
+            nfirst = chunk_layers(s, nxt[0])[nxt[1]][0]
+            fam("pp", "backward", "SendRecv", pp_size, e_act, nxt[0],
+                [(d_, s_) for s_, d_ in fwd_g],
+                [Inst(nfirst, j, op="activation_grad") for j in range(n_mb)],
                 tok_sp if sp else tok_mb)
     for st, sh in enumerate(shards):
         _dp_families(s, layout, st, sh, n_mb, fam)
@@ -437,6 +448,7 @@ def _dp_families(s: Scenario, layout: RankLayout, st: int, sh: ShardParameters, 
         kinds.append(("expert", [g for g in layout.groups("edp")
                                  if layout.coords(g[0]).pp == st]))
     tensors = rank_tensors(s.model, p.tp, p.pp, st, p.ep)
+    chunks = _chunk_tensors(s, st, tensors)
     for kind, groups in kinds:
         if len(groups[0]) < 2:
             continue
@@ -458,17 +470,48 @@ def _dp_families(s: Scenario, layout: RankLayout, st: int, sh: ShardParameters, 
                     [Inst(L, j, op=f"{kind}_grads") for j in range(n_mb)])
             continue
         shared = s.model.tied_embeddings and p.pp > 1
-        buckets = _buckets(mine, dp_bucket_size(s, st), len(groups[0]), p.zero_stage in (1, 2),
-                           shared)
-        for k, (n, low) in enumerate(buckets):
-            if p.zero_stage == 0:
-                fam("dp", "backward", "AllReduce", n * e_grad, e_grad, st, groups,
-                    [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket")])
-            else:
-                fam("dp", "backward", "ReduceScatter", n * e_grad, e_grad, st, groups,
-                    [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket")])
-                fam("dp", "optimizer", "AllGather", n * e_act, e_act, st, groups,
-                    [Inst(low, -1, bucket=k, op=f"{kind}_param_bucket")])
+        k = 0
+        for c in reversed(range(len(chunks))):     # the last chunk's backward ends first
+            mine = [x for x in chunks[c] if x.expert == (kind == "expert")]
+            if not mine:
+                continue
+            buckets = _buckets(mine, dp_bucket_size(s, st) if c == 0 else None, len(groups[0]),
+                               p.zero_stage in (1, 2), shared)
+            tag = f"_chunk{c}" if len(chunks) > 1 else ""
+            for n, low in buckets:
+                if p.zero_stage == 0:
+                    fam("dp", "backward", "AllReduce", n * e_grad, e_grad, st, groups,
+                        [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket{tag}")])
+                else:
+                    fam("dp", "backward", "ReduceScatter", n * e_grad, e_grad, st, groups,
+                        [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket{tag}")])
+                    fam("dp", "optimizer", "AllGather", n * e_act, e_act, st, groups,
+                        [Inst(low, -1, bucket=k, op=f"{kind}_param_bucket{tag}")])
+                k += 1
+
+
+def _chunk_tensors(s: Scenario, st: int, tensors: list[Tensor]) -> list[list[Tensor]]:
+    """``tensors`` of pipeline ``st`` (:func:`tokenpcap.model.rank_tensors`) split into the
+    gradient buffers of its model chunks (:mod:`tokenpcap.plan.pipeline`: one DDP per chunk with
+    interleaving), each in registration order with its layers' global indices: the embeddings
+    in chunk 0, the final norm and output layer in the last chunk; one list without
+    interleaving."""
+    chunks = chunk_layers(s, st)
+    if len(chunks) == 1:
+        return [tensors]
+    flat = [L for r in chunks for L in r]
+    first = min(x.layer for x in tensors if x.layer >= 0)
+    per = len(chunks[0])
+    out: list[list[Tensor]] = [[] for _ in chunks]
+    seen_layer = False
+    for x in tensors:
+        if x.layer < 0:
+            out[-1 if seen_layer else 0].append(x)
+            continue
+        seen_layer = True
+        i = x.layer - first
+        out[i // per].append(x._replace(layer=flat[i]))
+    return out
 
 
 def scaled_bytes(message_bytes: int, elem_bytes: int, scale: int) -> int:

@@ -4,8 +4,10 @@ the order Megatron-LM issues them.
 Pipeline order per stage: 1F1B without interleaving (Narayanan et al. 2021, Sec. 2.2.1, Fig. 4;
 Megatron-LM ``forward_backward_pipelining_without_interleaving``): stage ``st`` of ``p`` runs
 ``w = min(p - st - 1, m)`` warm-up forwards, then ``m - w`` pairs (forward ``w + i``, backward
-``i``), then the ``w`` remaining backwards (:func:`one_f_one_b`). A forward on a stage after the
-first starts by receiving its input activation (blocking), a forward before the last ends by
+``i``), then the ``w`` remaining backwards (:func:`one_f_one_b`); with model chunks the
+interleaved order (:func:`tokenpcap.schedule.interleave.interleaved_one_f_one_b`), every forward
+and backward being one chunk's. A forward of a chunk that does not hold the model's first layer
+starts by receiving its input activation (blocking), one that does not hold the last ends by
 sending it on (asynchronous), and likewise backwards in the other direction.
 
 Inside a forward (stage 0: embedding and its TP collective first), per layer: ZeRO-3 parameter
@@ -39,6 +41,7 @@ from tokenpcap.errors import InputError
 from tokenpcap.model import ShardParameters
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.schedule.compute import StageTimes
+from tokenpcap.schedule.interleave import interleaved_one_f_one_b
 
 __all__ = ["one_f_one_b", "build_programs", "CallMode", "Compute", "Call", "Wait", "Mark",
            "Instruction"]
@@ -131,8 +134,8 @@ def _slot_key(c: CollectiveCall, rank: int) -> tuple:
     if c.dim == "cp":                                # a ring-attention step
         return ("cp", "send" if rank == c.src else "recv", c.phase, c.recompute, c.microbatch,
                 c.layer, c.op)
-    if c.dim == "pp":
-        return ("send" if rank == c.src else "recv", c.phase, c.microbatch)
+    if c.dim == "pp":       # layer: the sender's last (forward) or first (backward) layer
+        return ("send" if rank == c.src else "recv", c.phase, c.microbatch, c.layer)
     if c.bucket >= 0 and c.phase == "backward":      # a DP gradient bucket
         return ("bucket", c.op, c.bucket)
     if c.bucket >= 0 and c.phase == "optimizer":     # a ZeRO-1/2 parameter AllGather bucket
@@ -142,7 +145,8 @@ def _slot_key(c: CollectiveCall, rank: int) -> tuple:
 
 def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: list[ShardParameters],
                    times: list[StageTimes], microbatches: int, iteration: int,
-                   recompute: str) -> dict[int, list[Instruction]]:
+                   recompute: str, *, chunks: list[list[range]] | None = None
+                   ) -> dict[int, list[Instruction]]:
     """Instructions of every rank for one iteration.
 
     Args:
@@ -154,6 +158,8 @@ def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: li
         microbatches: ``m``.
         iteration: the iteration (for timeline marks).
         recompute: ``none`` | ``selective`` | ``full``.
+        chunks: per stage, the layers of each model chunk (:func:`tokenpcap.plan.pipeline.
+            chunk_layers`); default one chunk, the shard's layers (no interleaving).
 
     Returns ``{rank: [instruction, ...]}`` of :data:`Instruction` (:class:`Compute`,
     :class:`Call`, :class:`Wait`, :class:`Mark`).
@@ -169,11 +175,13 @@ def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: li
             slots[r][key].append(c.call_id)
             if key[0] == "bucket":
                 lows[r][key] = c.layer
+    if chunks is None:
+        chunks = [[range(sh.first_layer, sh.last_layer + 1)] for sh in shards]
     progs = {}
     for r in ranks:
         st = coords(r).pp
         progs[r] = _Builder(slots[r], lows[r], shards[st], times[st], st, len(shards),
-                            microbatches, iteration, recompute).build()
+                            microbatches, iteration, recompute, chunks[st]).build()
         left = {k: v for k, v in slots[r].items() if v}
         if left:
             raise RuntimeError(f"internal: rank {r}: calls not placed in its program: {left}")
@@ -182,9 +190,10 @@ def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: li
 
 class _Builder:
     def __init__(self, slots, lows: dict, shard: ShardParameters, times: StageTimes, stage: int,
-                 pp: int, m: int, iteration: int, recompute: str):
+                 pp: int, m: int, iteration: int, recompute: str, chunks: list[range]):
         self.s, self.lows, self.sh, self.t = slots, lows, shard, times
         self.st, self.pp, self.m, self.it, self.rc = stage, pp, m, iteration, recompute
+        self.chunks = chunks
         self.p: list[Instruction] = []
         self.bucket_keys = sorted((k for k in slots if k[0] == "bucket"), key=lambda k: (k[2], k[1]))
         self.launched: set = set()
@@ -199,24 +208,23 @@ class _Builder:
             self.p.append(Compute(ns))
 
     def build(self) -> list[Instruction]:
-        first, last = self.st == 0, self.st == self.pp - 1
-        for kind, j in one_f_one_b(self.pp, self.st, self.m):
-            if kind == "F":
-                if not first:
-                    self.take(("recv", "forward", j), RECV)
+        v = len(self.chunks)
+        order = [(k, j, 0) for k, j in one_f_one_b(self.pp, self.st, self.m)] if v == 1 else \
+            interleaved_one_f_one_b(self.pp, self.st, self.m, v)
+        for kind, j, c in order:
+            lo, hi = self.chunks[c][0], self.chunks[c][-1]
+            if kind == "F":           # (absent calls, e.g. the first stage's receive, are skipped)
+                self.take(("recv", "forward", j, lo - 1), RECV)
                 self.p.append(Mark(True, "F", j, self.it))
-                self.forward(j, False)
+                self.forward(j, c)
                 self.p.append(Mark(False, "F", j, self.it))
-                if not last:
-                    self.take(("send", "forward", j), SEND)
+                self.take(("send", "forward", j, hi), SEND)
             else:
-                if not last:
-                    self.take(("recv", "backward", j), RECV)
+                self.take(("recv", "backward", j, hi + 1), RECV)
                 self.p.append(Mark(True, "B", j, self.it))
-                self.backward(j)
+                self.backward(j, c)
                 self.p.append(Mark(False, "B", j, self.it))
-                if not first:
-                    self.take(("send", "backward", j), SEND)
+                self.take(("send", "backward", j, lo), SEND)
         self.p.append(_WAIT)
         self.take(("backward", False, -1, -1, "tp_replicated_grads"), BLOCK)
         self.take(("backward", False, -1, -1, "tied_embedding_grads"), BLOCK)
@@ -245,14 +253,15 @@ class _Builder:
             else:
                 self.take((phase, rec, j, L, name), ASYNC if typ == "a" else BLOCK)
 
-    def forward(self, j: int, rec: bool) -> None:
-        first, last = self.st == 0, self.st == self.pp - 1
+    def forward(self, j: int, c: int) -> None:
+        first = self.st == 0 and c == 0
+        last = self.st == self.pp - 1 and c == len(self.chunks) - 1
         for op in _BATCH_OPS:                       # get_batch: TP rank 0 broadcasts the batch
             self.take(("forward", False, j, -1, op), BLOCK)
         if first:
             self.take(("forward", False, j, -1, "dense_params"), BLOCK)      # ZeRO-3: embedding
             self.take(("forward", False, j, -1, "embedding"), BLOCK)
-        for L in range(self.sh.first_layer, self.sh.last_layer + 1):
+        for L in self.chunks[c]:
             self.layer(_FWD_LAYER, "forward", False, j, L)
         if last:
             self.take(("forward", False, j, -1, "dense_params"), BLOCK)      # ZeRO-3: output layer
@@ -261,9 +270,14 @@ class _Builder:
             for op in ("xent_max", "xent_logit", "xent_sum_exp"):
                 self.take(("forward", False, j, -1, op), BLOCK)
 
-    def backward(self, j: int) -> None:
-        first, last = self.st == 0, self.st == self.pp - 1
-        final = j == self.m - 1
+    def backward(self, j: int, c: int) -> None:
+        first = self.st == 0 and c == 0
+        last = self.st == self.pp - 1 and c == len(self.chunks) - 1
+        final = j == self.m - 1                    # the chunk's gradients are final after it
+
+        def mine(k: tuple) -> bool:
+            return self.chunk_of(k) == c
+
         if last:
             self.take(("backward", False, j, -1, "dense_params"), BLOCK)
             self.compute(self.t.logits_bwd)
@@ -271,24 +285,32 @@ class _Builder:
             self.take(("backward", False, j, -1, "lm_head_in_regather"), BLOCK)
             self.take(("backward", False, j, -1, "dense_grads"), ASYNC)
             if final:
-                self.buckets(lambda k: k[2] == 0 and self.low(k) == -1 and self.sh.post > 0)
-        for L in range(self.sh.last_layer, self.sh.first_layer - 1, -1):
+                self.buckets(lambda k: mine(k) and k[2] == 0 and self.low(k) == -1
+                             and self.sh.post > 0)
+        for L in reversed(self.chunks[c]):
             if self.rc == "full":
                 self.p.append(Mark(True, "R", j, self.it))
                 self.layer(_FWD_LAYER, "forward", True, j, L)
                 self.p.append(Mark(False, "R", j, self.it))
             self.layer(_BWD_LAYER, "backward", False, j, L)
             if final:
-                self.buckets(lambda k, L=L: self.low(k) == L and not self.holds_pre(k))
+                self.buckets(lambda k, L=L: mine(k) and self.low(k) == L
+                             and not self.holds_pre(k))
         if first:
             self.take(("backward", False, j, -1, "embedding_grad"), BLOCK)
             self.take(("backward", False, j, -1, "dense_params"), BLOCK)
             self.take(("backward", False, j, -1, "dense_grads"), ASYNC)
         if final:
-            self.buckets(lambda k: True)
+            self.buckets(mine)
 
     def low(self, key: tuple) -> int:
         return self.lows[key]
+
+    @staticmethod
+    def chunk_of(key: tuple) -> int:
+        """Model chunk of a bucket key (op ``..._chunk<c>`` with interleaving, else 0)."""
+        head, _, tail = key[1].rpartition("_chunk")
+        return int(tail) if head and tail.isdigit() else 0
 
     def holds_pre(self, key: tuple) -> bool:
         """The dense bucket holding the embeddings (the last one) is final only at the end."""
