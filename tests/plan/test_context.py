@@ -99,7 +99,8 @@ def test_every_rank_sends_te_ring_steps_per_layer_and_microbatch(cp: int, recomp
     assert rows["cp/forward/SendRecv"].calls == fwd_calls
     assert rows["cp/backward/SendRecv"].calls == ranks * per_rank_layers * n_mb * cp
     # single-GPU nodes: every byte is on a NIC
-    assert rows["cp/backward/SendRecv"].nic_bytes == ranks * per_rank_layers * n_mb * 2 * (cp - 1) * kv
+    assert rows["cp/backward/SendRecv"].nic_bytes == \
+        ranks * per_rank_layers * n_mb * 2 * (cp - 1) * kv
 
 
 def test_cp_shrinks_per_token_buffers_and_widens_the_dp_group():
@@ -148,7 +149,7 @@ def test_infeasible_context_parallel_sizes_are_one_line_errors(change, key, text
     s = load_scenario(SCEN / "gpt2-all-cross.yaml")
     m = dataclasses.replace(s.model, seq_length=1028) if change["cp"] == 3 else s.model
     s = dataclasses.replace(s, model=m)
-    s = with_cp(s, change["cp"], dp=change.get("dp", 1), tp=1 if change["cp"] == 2 else 1)
+    s = with_cp(s, change["cp"], dp=change.get("dp", 1), tp=1)
     if change["cp"] == 3:
         s = dataclasses.replace(s, cluster=dataclasses.replace(s.cluster, nodes=6))
     with pytest.raises(InfeasiblePlanError) as e:
@@ -187,6 +188,7 @@ def test_cp_plan_pcap_estimate_equals_the_messages_generate_posts():
         pred = predict_messages(sched)
         npk, nb, nak, ab = record_bytes(pred, "pcap", 262144, False, None)
         pc = plan.pcap
-        assert pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"] == int(npk.sum() + nak.sum())
+        assert pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"] == \
+            int(npk.sum() + nak.sum())
         assert pc["file_bytes"] == 24 + int(nb.sum() + ab.sum())
         assert {r.name for r in plan.rows} >= {"cp/forward/SendRecv", "cp/backward/SendRecv"}

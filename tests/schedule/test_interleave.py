@@ -172,3 +172,29 @@ def test_infeasible_interleaving_is_a_one_line_error(tmp_path):
     path = vpp_scenario(tmp_path, 2, p=4, m=6, layers=32)      # 6 microbatches, pp 4
     with pytest.raises(InfeasiblePlanError, match="a multiple of pp 4"):
         load_scenario(path)
+
+
+def test_without_overlap_every_chunk_is_reduced_after_the_backward(tmp_path):
+    """Without overlap_grad_reduce Megatron reduces the gradients in finalize_model_grads after
+    the whole backward, model chunk by model chunk (chunk 0 first)."""
+    v, p, m = 2, 4, 8
+    s = load_scenario(vpp_scenario(tmp_path, v, p=p, m=m, layers=16))
+    assert not s.training.overlap_grad_reduce
+    sched = Schedule(build_plan(s))
+    for _ in sched.run():
+        pass
+    calls = sched._calls
+    d = sched.messages[(sched.messages["kind"] == KIND_DATA)
+                       & (sched.messages["dim"] == DIMS.index("dp"))]
+    tl = sched.timeline
+    for r in range(sched.layout.world_size):
+        mine = d[d["rank_src"] == r]
+        b_end = tl[(tl["rank"] == r) & (tl["what"] == b"B")]["end_ns"].max()
+        starts = defaultdict(list)
+        for row in mine:
+            c = calls[int(row["call_id"])]
+            if c.phase == "backward":
+                starts[int(c.op.rsplit("chunk", 1)[1])].append(int(row["start_ns"]))
+        assert set(starts) == {0, 1}
+        assert min(starts[0]) >= b_end and min(starts[1]) >= b_end
+        assert min(starts[0]) < min(starts[1])          # chunk 0's buffer first

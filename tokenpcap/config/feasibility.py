@@ -29,13 +29,13 @@ MAX_MICROBATCH_LAYERS = 1 << 17
 def check_feasible(s: Scenario) -> None:
     """Check that a scenario's model, cluster and parallelism can be combined (Megatron-LM rules).
 
-    Rules: ``dp*cp*tp*pp == nodes*gpus_per_node`` (``cp``: ``context_parallel_size``); ``attention_heads % tp == 0``; ``kv_heads % tp
-    == 0`` when ``kv_heads >= tp`` else ``tp % kv_heads == 0`` (KV heads replicated);
-    ``layers % pp == 0``; ``global_batch_size % (micro_batch_size*dp) == 0``; with sequence
-    parallelism ``seq_length % tp == 0``; the interleaving rules of :func:`_check_interleaving`;
-    with context parallelism ``seq_length % (2*cp) == 0``
-    (Megatron-LM ``arguments.py``: two chunks per CP rank for load balancing of causal attention)
-    and with SP also ``(seq_length/cp) % tp == 0``; ``ep > 1`` needs an MoE model, ``experts %
+    Rules: ``dp*cp*tp*pp == nodes*gpus_per_node`` (``cp``: ``context_parallel_size``);
+    ``attention_heads % tp == 0``; ``kv_heads % tp == 0`` when ``kv_heads >= tp`` else ``tp %
+    kv_heads == 0`` (KV heads replicated); ``layers % pp == 0``; ``global_batch_size %
+    (micro_batch_size*dp) == 0``; with sequence parallelism ``seq_length % tp == 0``; the
+    interleaving rules of :func:`_check_interleaving`; with context parallelism ``seq_length %
+    (2*cp) == 0`` (Megatron-LM ``arguments.py``: two chunks per CP rank for load balancing of
+    causal attention) and with SP also ``(seq_length/cp) % tp == 0``; ``ep > 1`` needs an MoE model, ``experts %
     ep == 0`` and ``(dp*cp) % ep == 0`` (expert-parallel groups are carved out of the dp-cp
     dimension); a ``bpe``
     tokenizer vocabulary no larger than the model's.

@@ -216,7 +216,8 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0) ->
     W = lay.world_size
     progs = build_programs(calls, range(W), lay.coords, shards, times, plan.microbatches, iteration,
                            plan.scenario.training.recompute,
-                           chunks=[chunk_layers(plan.scenario, st) for st in range(lay.pp)])
+                           chunks=[chunk_layers(plan.scenario, st) for st in range(lay.pp)],
+                           overlap_grad_reduce=plan.scenario.training.overlap_grad_reduce)
     local = {c.call_id: i for i, c in enumerate(calls)}
     kinds: list[int] = []
     a_col: list[int] = []

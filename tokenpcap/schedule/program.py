@@ -11,11 +11,12 @@ starts by receiving its input activation (blocking), one that does not hold the 
 sending it on (asynchronous), and likewise backwards in the other direction.
 
 Inside a forward (stage 0: embedding and its TP collective first), per layer: ZeRO-3 parameter
-gathers, (SP: AllGather), with context parallelism the ring-attention steps of the layer
+gathers, the SP AllGather, with context parallelism the ring-attention steps of the layer
 (:mod:`tokenpcap.plan.context`: at each step the rank starts its send to the next CP rank and
 waits for the chunk from the previous one, since the next partial attention needs it), the
-attention part, its TP collective (AllReduce, SP: ReduceScatter), the MLP part likewise (with MoE the expert dispatch and combine AllToAll around
-the experts); the last stage then runs the output layer and the three cross-entropy AllReduces.
+attention part, its TP collective (AllReduce, SP: ReduceScatter), the MLP part likewise (with
+MoE the expert dispatch and combine AllToAll around the experts); the last stage then runs the
+output layer and the three cross-entropy AllReduces.
 A backward mirrors it, layers last to first (the CP steps, sends to the previous CP rank,
 right before the attention's backward compute); with full recomputation each layer's forward
 (``recompute=True`` calls) is replayed right before its backward. TP, EP and ZeRO-3 gathers block
@@ -26,7 +27,11 @@ microbatch, DP bucket ``k`` is launched asynchronously as soon as its gradients 
 the backward of its lowest layer (a bucket holding only the output layer right after the output
 layer's backward, the bucket holding the embeddings at the end). The buckets of one rank run one
 after another on one stream (NCCL serialises a communicator's kernels). ZeRO-3 gradient
-ReduceScatters go on the same stream. After the last backward the rank waits for its stream,
+ReduceScatters go on the same stream. With model chunks (interleaving) each chunk's buckets are
+launched during that chunk's backward of the last microbatch. Without ``overlap_grad_reduce``
+nothing is launched during the backward: after the last one every bucket goes out, chunk 0's first
+(``finalize_model_grads``: ``finish_grad_sync`` of each model chunk in order). After the last
+backward the rank waits for its stream,
 then (SP) AllReduces the TP-replicated gradients, then the tied-embedding gradients, steps the
 optimizer, and (ZeRO-1/2) gathers the updated parameters bucket by bucket.
 """
@@ -145,8 +150,8 @@ def _slot_key(c: CollectiveCall, rank: int) -> tuple:
 
 def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: list[ShardParameters],
                    times: list[StageTimes], microbatches: int, iteration: int,
-                   recompute: str, *, chunks: list[list[range]] | None = None
-                   ) -> dict[int, list[Instruction]]:
+                   recompute: str, *, chunks: list[list[range]] | None = None,
+                   overlap_grad_reduce: bool = True) -> dict[int, list[Instruction]]:
     """Instructions of every rank for one iteration.
 
     Args:
@@ -160,6 +165,7 @@ def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: li
         recompute: ``none`` | ``selective`` | ``full``.
         chunks: per stage, the layers of each model chunk (:func:`tokenpcap.plan.pipeline.
             chunk_layers`); default one chunk, the shard's layers (no interleaving).
+        overlap_grad_reduce: DP buckets launched during the last backward (module docstring).
 
     Returns ``{rank: [instruction, ...]}`` of :data:`Instruction` (:class:`Compute`,
     :class:`Call`, :class:`Wait`, :class:`Mark`).
@@ -181,7 +187,8 @@ def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: li
     for r in ranks:
         st = coords(r).pp
         progs[r] = _Builder(slots[r], lows[r], shards[st], times[st], st, len(shards),
-                            microbatches, iteration, recompute, chunks[st]).build()
+                            microbatches, iteration, recompute, chunks[st],
+                            overlap_grad_reduce).build()
         left = {k: v for k, v in slots[r].items() if v}
         if left:
             raise RuntimeError(f"internal: rank {r}: calls not placed in its program: {left}")
@@ -190,10 +197,11 @@ def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: li
 
 class _Builder:
     def __init__(self, slots, lows: dict, shard: ShardParameters, times: StageTimes, stage: int,
-                 pp: int, m: int, iteration: int, recompute: str, chunks: list[range]):
+                 pp: int, m: int, iteration: int, recompute: str, chunks: list[range],
+                 overlap: bool = True):
         self.s, self.lows, self.sh, self.t = slots, lows, shard, times
         self.st, self.pp, self.m, self.it, self.rc = stage, pp, m, iteration, recompute
-        self.chunks = chunks
+        self.chunks, self.overlap = chunks, overlap
         self.p: list[Instruction] = []
         self.bucket_keys = sorted((k for k in slots if k[0] == "bucket"), key=lambda k: (k[2], k[1]))
         self.launched: set = set()
@@ -225,6 +233,9 @@ class _Builder:
                 self.backward(j, c)
                 self.p.append(Mark(False, "B", j, self.it))
                 self.take(("send", "backward", j, lo), SEND)
+        if not self.overlap:                       # finalize_model_grads: chunk by chunk
+            for c in range(v):
+                self.buckets(lambda k, c=c: self.chunk_of(k) == c)
         self.p.append(_WAIT)
         self.take(("backward", False, -1, -1, "tp_replicated_grads"), BLOCK)
         self.take(("backward", False, -1, -1, "tied_embedding_grads"), BLOCK)
@@ -273,7 +284,7 @@ class _Builder:
     def backward(self, j: int, c: int) -> None:
         first = self.st == 0 and c == 0
         last = self.st == self.pp - 1 and c == len(self.chunks) - 1
-        final = j == self.m - 1                    # the chunk's gradients are final after it
+        final = j == self.m - 1 and self.overlap   # the chunk's gradients are final after it
 
         def mine(k: tuple) -> bool:
             return self.chunk_of(k) == c

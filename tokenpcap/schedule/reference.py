@@ -161,7 +161,8 @@ class ReferenceSchedule:
             progs = self._progs[it] = build_programs(
                 calls, range(lay.world_size), lay.coords, self._shards, self._times,
                 self.plan.microbatches, it, self.scenario.training.recompute,
-                chunks=[chunk_layers(self.scenario, st) for st in range(lay.pp)])
+                chunks=[chunk_layers(self.scenario, st) for st in range(lay.pp)],
+                overlap_grad_reduce=self.scenario.training.overlap_grad_reduce)
         prog = progs.pop(rank)
         if not progs:
             del self._progs[it]
