@@ -276,6 +276,12 @@ VARIANTS = {
     # cp 4 (the backward's middle steps carry K,V and dK,dV) with MoE: EP carved out of dp x cp
     "cp-moe": dict(dp=1, tp=1, pp=2, gbs=2, par=", context_parallel_size: 4, ep: 2",
                    model="  moe: {experts: 4, top_k: 2}\n"),
+    # everything at once: interleaved 1F1B (2 chunks per stage), ring attention over 4 CP
+    # ranks, experts over ep 2 of the dp x cp ranks, ZeRO-1 buckets per chunk, full recompute
+    "vpp-cp-moe": dict(dp=1, tp=1, pp=2, gbs=4, model="  moe: {experts: 4, top_k: 2}\n",
+                       par=", context_parallel_size: 4, ep: 2, zero_stage: 1, "
+                           "virtual_pipeline_model_parallel_size: 2",
+                       extra=", recompute: full, overlap_grad_reduce: true, bucket_size: 50000"),
     # hierarchical AllReduce: DP groups with 2 ranks on each of 2 nodes
     "hier": dict(dp=4, tp=4, pp=2, gbs=8, cluster="h100-rocev2-400g", algorithm="hierarchical",
                  par=", sequence_parallel: true"),
