@@ -228,3 +228,23 @@ def test_plan_and_tokens_say_once_that_the_bpe_vocabulary_is_smaller_than_asked(
                          f"({ep['iterations_exact']:,.3f} by tokens; the last incomplete global "
                          f"batch, 1 sequence / {ep['dropped_tokens']:,} tokens, is dropped as "
                          "Megatron does)")
+
+
+def test_plan_names_context_parallelism_and_model_chunks(run, tmp_path: Path):  # type: ignore[no-untyped-def]
+    res = run("plan", str(PROFILES / "scenarios" / "llama3-70b-64k-cp4.yaml"), "--no-tokens")
+    assert res.exit_code == 0, res.output
+    assert "pp 4 ep 1 cp 4," in " ".join(res.output.split())
+    assert "cp/forward/SendRecv" in res.output and "cp/backward/SendRecv" in res.output
+    src = (PROFILES / "scenarios" / "gpt2-all-cross.yaml").read_text()
+    src = src.replace("../../", str(ROOT) + "/").replace("../", str(PROFILES) + "/")
+    src = src.replace("parallelism: {dp: 2, tp: 2, pp: 2,",
+                      "parallelism: {dp: 2, tp: 2, pp: 2, virtual_pipeline_model_parallel_size: 2,")
+    f = tmp_path / "vpp.yaml"
+    f.write_text(src)
+    res = run("plan", str(f), "--no-tokens", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["parallelism"]["virtual_pipeline_model_parallel_size"] == 2
+    assert data["bubble_fraction"] == pytest.approx((2 - 1) / (2 * data["microbatches"]))
+    assert [s["chunks"] for s in data["parameters"]["per_stage"]] == [[[0, 2], [6, 8]],
+                                                                      [[3, 5], [9, 11]]]

@@ -43,7 +43,8 @@ def parse(text: str) -> tuple[dict[str, int], list[list[str]]]:
 
 
 @pytest.mark.parametrize("name", ["gpt3-175b-megatron", "mixtral-8x7b-ep", "dante",
-                                  "llama2-7b-a100-ib", "llama3-8b-zero3"])
+                                  "llama2-7b-a100-ib", "llama3-8b-zero3",
+                                  "llama3-70b-64k-cp4"])
 def test_simai_file_parses_back_to_the_plan(tmp_path, name):
     s = load_scenario(SCEN / f"{name}.yaml")
     plan = build_plan(s)
@@ -102,3 +103,21 @@ def test_expert_gradients_go_to_the_dp_within_ep_group():
     want = sum(c.message_bytes for c in plan.calls(0, ranks={rank})
                if c.dim == "dp" and c.op.startswith("expert") and c.bucket >= 0)
     assert dpep == want > 0
+
+
+def test_vpp_is_the_number_of_model_chunks():
+    """With Megatron's interleaved schedule the header's vpp is the chunks per stage (SimAI's
+    workload generators write Megatron's virtual_pipeline_model_parallel_size there), and the
+    file still parses back to the plan's TP and DP bytes."""
+    import dataclasses
+
+    s = load_scenario(SCEN / "gpt3-175b-megatron.yaml")
+    s = dataclasses.replace(s, parallelism=dataclasses.replace(
+        s.parallelism, virtual_pipeline_model_parallel_size=2))
+    plan = build_plan(s)
+    header, records = parse(simai_workload(plan).text())
+    assert header["vpp"] == 2 and header["pp"] == s.parallelism.pp
+    rank = plan.layout.rank(0, 0, 0)
+    want = sum(c.message_bytes for c in plan.calls(0, ranks={rank}) if c.dim == "dp"
+               and c.bucket >= 0 and c.phase == "backward")
+    assert sum(int(r[10]) for r in records if r[9] != "NONE") == want > 0

@@ -467,3 +467,19 @@ def test_a_time_window_that_keeps_nothing_is_refused_like_other_empty_selections
         generate(load_scenario(path), GenerateOptions(
             out_dir=out, split="none", selection=Selection(window_ns=(10 ** 10, 2 * 10 ** 10))))
     assert list(out.iterdir()) == [earlier] and earlier.read_bytes() == b"earlier run"
+
+
+def test_context_parallel_payload_equals_the_plan_per_phase_and_nic(tmp_path):
+    """Ring attention across single-GPU nodes (cp 2, tp 2 with sequence parallelism, pp 2, full
+    recomputation): the RDMA payload of the written packets per phase and per NIC equals the
+    plan's bytes, the CP K,V sends included."""
+    path = tiny_scenario(tmp_path, "cp", dp=1, tp=2, pp=2, gbs=2,
+                         par=", context_parallel_size: 2, sequence_parallel: true",
+                         extra=", recompute: full")
+    out = tmp_path / "out"
+    out.mkdir()
+    res = generate(load_scenario(path), GenerateOptions(out_dir=out, fmt="pcapng", split="nic"))
+    files = {p: decode(p) for p, _, _ in res.files}
+    check_payload_against_plan(res, files, 1)
+    rows = {r.name: r for r in res.plan.rows}
+    assert rows["cp/forward/SendRecv"].nic_bytes == rows["cp/backward/SendRecv"].nic_bytes > 0

@@ -269,6 +269,19 @@ VARIANTS = {
     # ReduceScatter, the counts AllGather over TP x EP), EP across nodes
     "moe-tp": dict(dp=2, tp=2, pp=2, gbs=4, par=", ep: 2, sequence_parallel: true",
                    model="  moe: {experts: 4, top_k: 2}\n"),
+    # context parallelism across nodes: ring-attention K,V sends forward, K,V + dK,dV backward,
+    # replayed by the full recomputation; sequence parallelism over s/cp tokens
+    "cp": dict(dp=1, tp=2, pp=2, gbs=2, par=", context_parallel_size: 2, sequence_parallel: true",
+               extra=", recompute: full"),
+    # cp 4 (the backward's middle steps carry K,V and dK,dV) with MoE: EP carved out of dp x cp
+    "cp-moe": dict(dp=1, tp=1, pp=2, gbs=2, par=", context_parallel_size: 4, ep: 2",
+                   model="  moe: {experts: 4, top_k: 2}\n"),
+    # everything at once: interleaved 1F1B (2 chunks per stage), ring attention over 4 CP
+    # ranks, experts over ep 2 of the dp x cp ranks, ZeRO-1 buckets per chunk, full recompute
+    "vpp-cp-moe": dict(dp=1, tp=1, pp=2, gbs=4, model="  moe: {experts: 4, top_k: 2}\n",
+                       par=", context_parallel_size: 4, ep: 2, zero_stage: 1, "
+                           "virtual_pipeline_model_parallel_size: 2",
+                       extra=", recompute: full, overlap_grad_reduce: true, bucket_size: 50000"),
     # hierarchical AllReduce: DP groups with 2 ranks on each of 2 nodes
     "hier": dict(dp=4, tp=4, pp=2, gbs=8, cluster="h100-rocev2-400g", algorithm="hierarchical",
                  par=", sequence_parallel: true"),
@@ -435,3 +448,34 @@ def test_nvlink_only_calls_timed_as_a_whole_keep_the_nic_traffic():
         tp = sched.nvlink[sched.nvlink["dim"] == DIMS.index("tp")]
         assert (len(tp) > 0) == bool(limit)
     assert 0 < ends[0] - ends[10 ** 12] <= 0.02 * ends[10 ** 12]
+
+
+def test_ring_attention_step_i_plus_1_leaves_after_step_i_arrived(tmp_path):
+    """Transformer Engine's AttnFuncWithCPAndKVP2P: step i + 1 sends what step i received (the
+    K,V chunk of the previous CP rank), and the partial attention needs it, so a rank's send of
+    step i + 1 of a layer starts only after its receive of step i has arrived; backward sends go
+    to the previous ring position."""
+    path = tiny_scenario(tmp_path, "cp4", dp=1, tp=1, pp=2, gbs=2,
+                         par=", context_parallel_size: 4")
+    sched, _ = run(path)
+    calls = sched._calls
+    m = sched.messages
+    d = m[(m["kind"] == KIND_DATA) & (m["dim"] == DIMS.index("cp"))]
+    by = defaultdict(list)       # (rank_src or rank_dst, phase, layer, mb, step) -> rows
+    for row in d:
+        c = calls[int(row["call_id"])]
+        step = int(c.op.rsplit("_", 1)[1])
+        by["out", c.src, c.phase, c.layer, c.microbatch, step].append(row)
+        by["in", c.dst, c.phase, c.layer, c.microbatch, step].append(row)
+        ring = sched.layout.group_of("cp", c.src)
+        k = ring.index(c.src)
+        assert c.dst == ring[(k + 1) % 4 if c.phase == "forward" else (k - 1) % 4]
+    checked = 0
+    for (kind, r, phase, L, j, step), rows in list(by.items()):
+        if kind != "out" or step == 0:
+            continue
+        before = by["in", r, phase, L, j, step - 1]
+        assert before
+        assert min(x["start_ns"] for x in rows) >= max(x["arrival_ns"] for x in before)
+        checked += 1
+    assert checked == 8 * 2 * 2 * (2 + 3)      # ranks x layers x microbatches x (fwd + bwd steps)

@@ -49,10 +49,13 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int) -
     out = console()
     pad = "" if par["padded_vocab_size"] == par["vocab_size"] else (
         f"; {par['total_padded']:,} with the vocabulary padded to {par['padded_vocab_size']:,}")
+    extra = "".join(f" {name} {p[key]}" for name, key in (
+        ("cp", "context_parallel_size"), ("vpp", "virtual_pipeline_model_parallel_size"))
+        if p[key] > 1)
     out.print(f"[bold]{data['scenario']}[/bold]: {data['model']} ({par['total']:,} parameters"
               f"{pad}) on "
               f"{data['cluster']} ({data['layout']['world_size']} GPUs, {data['layout']['nodes']}"
-              f" nodes); dp {p['dp']} tp {p['tp']} pp {p['pp']} ep {p['ep']}, "
+              f" nodes); dp {p['dp']} tp {p['tp']} pp {p['pp']} ep {p['ep']}{extra}, "
               f"SP {'on' if p['sequence_parallel'] else 'off'}, ZeRO-{p['zero_stage']}, "
               f"{data['algorithm']}; {data['microbatches']} microbatches, 1F1B bubble "
               f"{data['bubble_fraction']:.3f}")

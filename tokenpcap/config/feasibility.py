@@ -29,11 +29,15 @@ MAX_MICROBATCH_LAYERS = 1 << 17
 def check_feasible(s: Scenario) -> None:
     """Check that a scenario's model, cluster and parallelism can be combined (Megatron-LM rules).
 
-    Rules: ``dp*tp*pp == nodes*gpus_per_node``; ``attention_heads % tp == 0``; ``kv_heads % tp
-    == 0`` when ``kv_heads >= tp`` else ``tp % kv_heads == 0`` (KV heads replicated);
-    ``layers % pp == 0``; ``global_batch_size % (micro_batch_size*dp) == 0``; with sequence
-    parallelism ``seq_length % tp == 0``; ``ep > 1`` needs an MoE model, ``experts % ep == 0`` and
-    ``dp % ep == 0`` (expert-parallel groups are carved out of the DP dimension); a ``bpe``
+    Rules: ``dp*cp*tp*pp == nodes*gpus_per_node`` (``cp``: ``context_parallel_size``);
+    ``attention_heads % tp == 0``; ``kv_heads % tp == 0`` when ``kv_heads >= tp`` else ``tp %
+    kv_heads == 0`` (KV heads replicated); ``layers % pp == 0``; ``global_batch_size %
+    (micro_batch_size*dp) == 0``; with sequence parallelism ``seq_length % tp == 0``; the
+    interleaving rules of :func:`_check_interleaving`; with context parallelism ``seq_length %
+    (2*cp) == 0`` (Megatron-LM ``arguments.py``: two chunks per CP rank for load balancing of
+    causal attention) and with SP also ``(seq_length/cp) % tp == 0``; ``ep > 1`` needs an MoE model, ``experts %
+    ep == 0`` and ``(dp*cp) % ep == 0`` (expert-parallel groups are carved out of the dp-cp
+    dimension); a ``bpe``
     tokenizer vocabulary no larger than the model's.
 
     Size limits (``docs/plan.md``), so that every plan accepted here is built in bounded time
@@ -53,9 +57,20 @@ def check_feasible(s: Scenario) -> None:
         raise InfeasiblePlanError(f"{where}: {key}: got {got}, expected {expected}")
 
     gpus = c.nodes * c.gpus_per_node
-    if p.dp * p.tp * p.pp != gpus:
+    if p.cp == 1 and p.dp * p.tp * p.pp != gpus:
         fail("parallelism", f"dp*tp*pp = {p.dp}*{p.tp}*{p.pp} = {p.dp * p.tp * p.pp}",
              f"the cluster's GPU count nodes*gpus_per_node = {c.nodes}*{c.gpus_per_node} = {gpus}")
+    if p.cp > 1 and p.dp * p.cp * p.tp * p.pp != gpus:
+        fail("parallelism", f"dp*context_parallel_size*tp*pp = {p.dp}*{p.cp}*{p.tp}*{p.pp} = "
+             f"{p.dp * p.cp * p.tp * p.pp}",
+             f"the cluster's GPU count nodes*gpus_per_node = {c.nodes}*{c.gpus_per_node} = {gpus}")
+    if p.cp > 1 and m.seq_length % (2 * p.cp):
+        fail("parallelism.context_parallel_size", f"{p.cp} with model seq_length {m.seq_length}",
+             f"a seq_length divisible by 2*context_parallel_size = {2 * p.cp}")
+    if p.cp > 1 and p.sequence_parallel and (m.seq_length // p.cp) % p.tp:
+        fail("parallelism.context_parallel_size",
+             f"{p.cp} with seq_length {m.seq_length} and tp {p.tp} (sequence parallel)",
+             "seq_length/context_parallel_size divisible by tp")
     if m.attention_heads % p.tp:
         fail("parallelism.tp", f"{p.tp} with model attention_heads {m.attention_heads}",
              "a tp that divides attention_heads")
@@ -79,8 +94,11 @@ def check_feasible(s: Scenario) -> None:
         elif m.moe.experts % p.ep:
             fail("parallelism.ep", f"{p.ep} with moe.experts {m.moe.experts}",
                  "an ep that divides the number of experts")
-        if p.dp % p.ep:
-            fail("parallelism.ep", f"{p.ep} with dp {p.dp}", "an ep that divides dp")
+        if (p.dp * p.cp) % p.ep:
+            fail("parallelism.ep", f"{p.ep} with dp*context_parallel_size {p.dp * p.cp}",
+                 "an ep that divides dp*context_parallel_size")
+    if p.vpp > 1:
+        _check_interleaving(s, fail)
     if s.tokenizer.kind == "bpe" and s.tokenizer.vocab_size > m.vocab_size:
         fail("tokenizer.vocab_size", str(s.tokenizer.vocab_size),
              f"at most the model's vocab_size {m.vocab_size}")
@@ -97,3 +115,26 @@ def check_feasible(s: Scenario) -> None:
              f"{mb * m.layers:,}",
              f"microbatches x layers <= {MAX_MICROBATCH_LAYERS:,} (Megatron-LM's 1T run: 512 x "
              "128 = 65,536)")
+
+
+def _check_interleaving(s: Scenario, fail) -> None:  # type: ignore[no-untyped-def]
+    """Megatron-LM's rules for the interleaved 1F1B schedule with ``v =
+    virtual_pipeline_model_parallel_size > 1``: ``pp > 1`` (``arguments.py``, with the default
+    ``--overlap-p2p-communication``), ``layers % (pp*v) == 0`` (``get_transformer_layer_offset``:
+    equal chunks), and with the default ``microbatch_group_size_per_vp_stage = pp`` the
+    microbatches a multiple of pp (``forward_backward_pipelining_with_interleaving``: the last
+    group of microbatches must not be smaller than pp). ZeRO-3 (per-layer parameter gathers) is
+    not modelled with chunks."""
+    p, m, t = s.parallelism, s.model, s.training
+    key = "parallelism.virtual_pipeline_model_parallel_size"
+    if p.pp == 1:
+        fail(key, f"{p.vpp} with pp 1", "null or 1 without pipeline parallelism")
+    if m.layers % (p.pp * p.vpp):
+        fail(key, f"{p.vpp} with pp {p.pp} and model layers {m.layers}",
+             f"layers divisible by pp*virtual_pipeline_model_parallel_size = {p.pp * p.vpp}")
+    mb = t.global_batch_size // (t.micro_batch_size * p.dp)
+    if mb % p.pp:
+        fail(key, f"{p.vpp} with {mb} microbatches",
+             f"microbatches (global_batch_size/(micro_batch_size*dp)) a multiple of pp {p.pp}")
+    if p.zero_stage == 3:
+        fail(key, f"{p.vpp} with zero_stage 3", "zero_stage 0, 1 or 2 with interleaving")

@@ -293,6 +293,8 @@ _PARALLELISM_SPEC = {
     "sequence_parallel": (yc.boolean, False),
     "zero_stage": (yc.enum(0, 1, 2, 3), 0),
     "ep": (yc.integer(1), 1),
+    "context_parallel_size": (yc.integer(1), 1),
+    "virtual_pipeline_model_parallel_size": (yc.optional(yc.integer(1)), None),
 }
 _DTYPES = tuple(DTYPE_BYTES)
 _TRAINING_SPEC = {

@@ -110,7 +110,8 @@ KEYS: dict[str, tuple[str, str]] = {
     "scenario.tokenizer": ("", "the tokenizer, the keys below, or a string"),
     "scenario.model": ("", "model profile: a path relative to the scenario file, or inline"),
     "scenario.cluster": ("", "cluster profile: a path relative to the scenario file, or inline"),
-    "scenario.parallelism": ("", "the keys below; `dp * tp * pp` = the cluster's GPUs"),
+    "scenario.parallelism": ("", "the keys below; `dp * context_parallel_size * tp * pp` = "
+                                 "the cluster's GPUs"),
     "scenario.training": ("", "the keys below"),
     "scenario.collectives": ("", "the keys below"),
     "scenario.generation": ("", "the keys below"),
@@ -120,15 +121,26 @@ KEYS: dict[str, tuple[str, str]] = {
                                                  "the corpus has no more merges); bpe only"),
     "scenario.tokenizer.name": ("", "tiktoken encoding name, or the path of an hf "
                                     "`tokenizer.json` (relative to the scenario file)"),
-    "scenario.parallelism.dp": ("ranks", "data-parallel size"),
+    "scenario.parallelism.dp": ("ranks", "data-parallel size (without context parallelism: "
+                                         "samples are split over it)"),
     "scenario.parallelism.tp": ("ranks", "tensor-parallel size"),
     "scenario.parallelism.pp": ("stages", "pipeline-parallel size (1F1B)"),
+    "scenario.parallelism.virtual_pipeline_model_parallel_size": (
+        "chunks", "Megatron's interleaved 1F1B: model chunks per pipeline stage (`null` or 1: "
+                  "none); needs pp > 1, `layers` a multiple of `pp * chunks` and microbatches a "
+                  "multiple of pp"),
     "scenario.parallelism.sequence_parallel": ("", "Megatron sequence parallelism (TP "
                                                    "AllReduce becomes ReduceScatter + "
                                                    "AllGather)"),
     "scenario.parallelism.zero_stage": ("", "ZeRO stage of the DP group (0: replicated "
                                             "optimizer)"),
-    "scenario.parallelism.ep": ("ranks", "expert-parallel size (MoE models)"),
+    "scenario.parallelism.ep": ("ranks", "expert-parallel size (MoE models; divides "
+                                         "`dp * context_parallel_size`)"),
+    "scenario.parallelism.context_parallel_size": ("ranks", "Megatron's "
+                                                   "`--context-parallel-size`: ring attention "
+                                                   "(Transformer Engine, `cp_comm_type p2p`) over "
+                                                   "`cp` ranks holding `seq_length / cp` tokens "
+                                                   "each; `seq_length` a multiple of `2 * cp`"),
     "scenario.training.micro_batch_size": ("sequences", "micro batch `b`"),
     "scenario.training.global_batch_size": ("sequences", "global batch; a multiple of "
                                                          "`micro_batch_size * dp`"),

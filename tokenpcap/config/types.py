@@ -116,12 +116,31 @@ class TokenizerSpec:
 
 @dataclass(frozen=True)
 class Parallelism:
+    """Megatron-LM's parallel sizes. ``dp`` is the data-parallel size without context
+    parallelism (samples are split over it); the world is ``dp * cp * tp * pp`` ranks."""
+
     dp: int = 1
     tp: int = 1
     pp: int = 1
     sequence_parallel: bool = False
     zero_stage: int = 0                    # 0 | 1 | 2 | 3
     ep: int = 1
+    #: Megatron-LM ``--context-parallel-size`` (ring attention, ``cp_comm_type p2p``).
+    context_parallel_size: int = 1
+    #: Megatron-LM ``virtual_pipeline_model_parallel_size`` (``--num-virtual-stages-per-pipeline-
+    #: rank``): model chunks per pipeline stage of the interleaved 1F1B schedule; None (Megatron's
+    #: default) or 1: no interleaving.
+    virtual_pipeline_model_parallel_size: int | None = None
+
+    @property
+    def cp(self) -> int:
+        """``context_parallel_size``."""
+        return self.context_parallel_size
+
+    @property
+    def vpp(self) -> int:
+        """Model chunks per pipeline stage: ``virtual_pipeline_model_parallel_size`` or 1."""
+        return self.virtual_pipeline_model_parallel_size or 1
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,10 @@ with bytes): PP SendRecv (in ``pp_comm``), Broadcasts, collectives over groups o
 DP and DP-within-EP (tied-embedding AllReduce, gradient statistics over the model-parallel group,
 MoE token counts over TP x EP), iteration-level TP collectives (the forward and input-gradient
 columns hold one microbatch's), ZeRO-3's per-layer DP gathers (the forward column has no DP
-group), and the calls of the other pipeline stages.
+group), and the calls of the other pipeline stages. With context parallelism the ring-attention
+sends (dim ``cp``) are left out too (the format has no CP group); the compute and the TP/EP sizes
+are those of one CP rank (``s/cp`` tokens), and the weight-gradient records are the reductions
+over Megatron's data-parallel group with context parallelism (``dp * cp`` ranks).
 """
 from __future__ import annotations
 
@@ -119,7 +122,7 @@ def simai_workload(plan) -> SimaiWorkload:  # type: ignore[no-untyped-def]
     p = s.parallelism
     rank = lay.rank(0, 0, 0)
     times = stage_times(s, 0, plan.scale)
-    header = {"model_parallel_NPU_group": p.tp, "ep": p.ep, "pp": p.pp, "vpp": 1,
+    header = {"model_parallel_NPU_group": p.tp, "ep": p.ep, "pp": p.pp, "vpp": p.vpp,
               "ga": plan.microbatches, "all_gpus": lay.world_size, "checkpoints": 0,
               "checkpoint_initiates": 0, "pp_comm": 0}
     left: dict[str, int] = defaultdict(int)

@@ -48,6 +48,7 @@ from tokenpcap.model import (activation_bytes, narayanan_eq2, padded_vocab_size,
                              shard_parameters)
 from tokenpcap.config.profiles import DTYPE_BYTES, Scenario, check_feasible
 from tokenpcap.plan.feasibility import check_plan_size
+from tokenpcap.plan.pipeline import chunk_layers
 from tokenpcap.tokens import TokenizedCorpus
 from tokenpcap.collectives.rails import rank_nic_bytes
 from tokenpcap.collectives.traffic import CallShape, nic_hop_sizes, per_rank_bytes
@@ -257,6 +258,7 @@ class Plan:
             sh = shard_parameters(m, p.tp, p.pp, st, p.ep)
             stages.append({
                 "stage": st, "first_layer": sh.first_layer, "last_layer": sh.last_layer,
+                "chunks": [[r[0], r[-1]] for r in chunk_layers(s, st)],
                 "parameters_per_rank": sh.total, "dense_per_rank": sh.dense,
                 "expert_per_rank": sh.expert,
                 "gradient_bytes_per_rank": sh.total * DTYPE_BYTES[t.grad_reduce_dtype],
@@ -266,6 +268,8 @@ class Plan:
             "model": m.name,
             "cluster": s.cluster.name,
             "parallelism": {"dp": p.dp, "tp": p.tp, "pp": p.pp, "ep": p.ep,
+                            "context_parallel_size": p.cp,
+                            "virtual_pipeline_model_parallel_size": p.vpp,
                             "sequence_parallel": p.sequence_parallel, "zero_stage": p.zero_stage},
             "algorithm": self.algorithm,
             "scale": self.scale,
@@ -282,7 +286,7 @@ class Plan:
             "layout": {"world_size": self.layout.world_size, "nodes": self.layout.nodes,
                        "groups": self.layout.intra_node_summary()},
             "microbatches": self.microbatches,
-            "bubble_fraction": float(pipeline_bubble_fraction(p.pp, self.microbatches)),
+            "bubble_fraction": float(pipeline_bubble_fraction(p.pp, self.microbatches, p.vpp)),
             "activation_bytes": activation_bytes(t.micro_batch_size, m.seq_length,
                                                  m.hidden_size, DTYPE_BYTES[t.precision]),
             "phases": [r.to_json() for r in self.rows],
@@ -297,7 +301,7 @@ def rank_layout(scenario: Scenario) -> RankLayout:
     """The scenario's :class:`~tokenpcap.collectives.layout.RankLayout` (its parallelism on its
     cluster's nodes and NICs). Raises: InputError: the sizes do not fit (see RankLayout)."""
     p, c = scenario.parallelism, scenario.cluster
-    return RankLayout(dp=p.dp, tp=p.tp, pp=p.pp, ep=p.ep, gpus_per_node=c.gpus_per_node,
+    return RankLayout(dp=p.dp, tp=p.tp, pp=p.pp, ep=p.ep, cp=p.cp, gpus_per_node=c.gpus_per_node,
                       nics_per_node=c.nics_per_node)
 
 

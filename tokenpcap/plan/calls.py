@@ -20,7 +20,13 @@ global_batch / (b*dp)`` microbatches; per stage ``l/pp`` layers):
   With SP, the gradients of TP-replicated parameters (norms, row-parallel biases) are AllReduced
   over TP once per iteration.
 * **PP** (Narayanan et al. 2021, Sec. 2.2): per microbatch per stage boundary a SendRecv of ``A``
-  forward (activations) and backward (their gradients); ``A/tp`` per TP rank with SP.
+  forward (activations) and backward (their gradients); ``A/tp`` per TP rank with SP. With the
+  interleaved schedule (``virtual_pipeline_model_parallel_size v``, Sec. 2.2.2;
+  :mod:`tokenpcap.plan.pipeline`) a stage holds ``v`` model chunks and every chunk boundary is
+  one: stage ``p-1`` chunk ``c`` sends to stage 0 chunk ``c+1``, so an interior stage sends
+  ``v*m`` activations and ``v*m`` gradients; each chunk is its own DDP gradient buffer (bucketed
+  only for chunk 0 of stage 0, Megatron-LM ``training.py``: ``disable_bucketing`` for
+  ``chunk_idx > 0``), ``op`` ``<kind>_grad_bucket_chunk<c>``.
 * **EP** (Megatron-core ``MoEAlltoAllTokenDispatcher``): per MoE layer per microbatch, an
   AllGather of the per-expert token counts (int64 ``[experts]`` per rank) over the TP x EP group;
   dispatch and combine AllToAll of the routed tokens forward and their gradients backward, each
@@ -39,9 +45,20 @@ global_batch / (b*dp)`` microbatches; per stage ``l/pp`` layers):
   per bucket in the optimizer phase. ZeRO-3: per microbatch an AllGather of each layer's
   parameters in forward and again in backward, and a ReduceScatter of its gradients in backward
   (as DeepSpeed stage 3, every micro-step): 1.5x the bytes of plain DP with one microbatch. Expert
-  parameters are reduced over the expert-data-parallel group (``dp/ep`` ranks).
+  parameters are reduced over the expert-data-parallel group (``dp*cp/ep`` ranks).
 * **emb** (Megatron-LM ``_allreduce_embedding_grads``): with tied embeddings and ``pp > 1`` the word
   embedding gradient shard is AllReduced between the first and the last stage.
+* **CP** (``context_parallel_size`` ``cp > 1``; :mod:`tokenpcap.plan.context`): the ring-attention
+  K,V (and dK,dV) sends of every layer and microbatch. A CP rank holds ``s/cp`` tokens of each
+  sample, so every per-token buffer above (TP, PP, EP, cross entropy) has ``s/cp`` in place of
+  ``s`` (Megatron-core ``schedules.py``: ``tensor_shape[0] // cp_group.size()``; Transformer
+  Engine and ``get_batch_on_this_cp_rank``); the batch broadcasts within TP still carry whole
+  samples (``get_batch_on_this_tp_rank`` runs before the CP split). DP gradients, the distributed
+  optimizer's gathers and the loss go over the data-parallel group *with* context parallelism
+  (``dp * cp`` ranks: DDP's ``dp_cp_group``, ``training.py``'s ``dp_cp`` group), and the default
+  bucket size counts its ranks (``resolve_ddp_bucket_size``: ``max(40,000,000, 1,000,000 *
+  dp_cp)``). The two ``s/(2*cp)`` chunks a CP rank holds are not one span of positions, so
+  CP-split buffers carry no token range (``token_start = -1``).
 
 Tokens: sample ``k`` of the corpus holds tokens ``[k*s, (k+1)*s)``; iteration ``it``, microbatch
 ``j``, DP replica ``d`` hold samples ``it*G + j*b*dp + d*b`` ... ``+ b - 1`` (Megatron-LM
@@ -63,6 +80,8 @@ from tokenpcap.records import phase_label
 from tokenpcap.model import (ShardParameters, Tensor, activation_bytes, rank_tensors,
                              shard_parameters)
 from tokenpcap.config.profiles import DTYPE_BYTES, Scenario
+from tokenpcap.plan.context import cp_families
+from tokenpcap.plan.pipeline import chunk_layers, next_chunk, stage_layers
 
 __all__ = ["CollectiveCall", "Family", "build_families", "dp_bucket_size", "expand", "scaled_bytes",
            "scale_families"]
@@ -159,14 +178,15 @@ class Family:
 def dp_bucket_size(s: Scenario, stage: int) -> int | None:
     """Parameters per DP gradient bucket on pipeline ``stage``, or None for one bucket per
     buffer (Megatron-core ``DistributedDataParallel.__init__``): ``training.bucket_size``, by
-    default ``max(40,000,000, 1,000,000 * dp)``; None without ``overlap_grad_reduce`` and on every
+    default ``max(40,000,000, 1,000,000 * dp * cp)`` (the dp-cp group's ranks); None without
+    ``overlap_grad_reduce`` and on every
     stage but the first ("data-parallel communication on these stages is not on the critical
     path")."""
     t = s.training
     if not t.overlap_grad_reduce or stage > 0:
         return None
-    return t.bucket_size if t.bucket_size is not None else max(40_000_000,
-                                                               1_000_000 * s.parallelism.dp)
+    dp_cp = s.parallelism.dp * s.parallelism.cp
+    return t.bucket_size if t.bucket_size is not None else max(40_000_000, 1_000_000 * dp_cp)
 
 
 def _pad(n: int, divisor: int) -> int:
@@ -223,7 +243,10 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
     sp = p.sequence_parallel and tp > 1
     e_act, e_grad = DTYPE_BYTES[t.precision], DTYPE_BYTES[t.grad_reduce_dtype]
     b, seq, h = t.micro_batch_size, m.seq_length, m.hidden_size
-    act = activation_bytes(b, seq, h, e_act)
+    cp = p.cp
+    seq_cp = seq // cp                     # tokens of a sample on one CP rank
+    act = activation_bytes(b, seq_cp, h, e_act)
+    tok_mb, tok_sp = ("mb", "sp") if cp == 1 else ("", "")
     n_mb = t.global_batch_size // (b * dp)
     full = t.recompute == "full"
     fams: list[Family] = []
@@ -235,11 +258,11 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
             fams.append(Family(dim, phase, coll, size, e, st, list(groups), list(insts), tokens))
 
     for st, sh in enumerate(shards):
-        layers = range(sh.first_layer, sh.last_layer + 1)
+        layers = stage_layers(s, st)
         first, last = st == 0, st == pp - 1
-        tpg = [tuple(layout.rank(st, d, k) for k in range(tp)) for d in range(dp)]
+        tpg = layout.stage_groups("tp", st)
         epg = [g for g in layout.groups("ep") if layout.coords(g[0]).pp == st] if p.ep > 1 else []
-        a2a = (b * seq // (tp if sp else 1)) * m.moe.top_k * h * e_act if m.moe else 0
+        a2a = (b * seq_cp // (tp if sp else 1)) * m.moe.top_k * h * e_act if m.moe else 0
         if tp > 1:
             fwd_ops = [("AllGather", "attn_in"), ("ReduceScatter", "attn_out"),
                        ("AllGather", "mlp_in"), ("ReduceScatter", "mlp_out")] if sp else \
@@ -274,12 +297,12 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
                             for c, o in bwd_ops if c == coll]
                     if first and sp and coll == "AllGather":
                         bwd.append(Inst(-1, j, op="embedding_grad"))
-                fam("tp", "forward", coll, act, e_act, st, tpg, fwd, "mb")
-                fam("tp", "backward", coll, act, e_act, st, tpg, bwd, "mb")
+                fam("tp", "forward", coll, act, e_act, st, tpg, fwd, tok_mb)
+                fam("tp", "backward", coll, act, e_act, st, tpg, bwd, tok_mb)
             if last:
-                fam("tp", "forward", "AllReduce", b * seq * 4, 4, st, tpg,
+                fam("tp", "forward", "AllReduce", b * seq_cp * 4, 4, st, tpg,
                     [Inst(-1, j, op=o) for j in range(n_mb)
-                     for o in ("xent_max", "xent_logit", "xent_sum_exp")], "mb")
+                     for o in ("xent_max", "xent_logit", "xent_sum_exp")], tok_mb)
             if sp:
                 fam("tp", "backward", "AllReduce", sh.tp_replicated * e_grad, e_grad, st, tpg,
                     [Inst(-1, -1, op="tp_replicated_grads")])
@@ -303,17 +326,23 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
                 _moe_insts(layers, n_mb, full, ("dispatch_probs",), ()))
             fam("ep", "backward", "AllToAll", probs, e_act, st, epg,
                 _moe_insts(layers, n_mb, False, (), ("dispatch_probs_grad",)))
-        if not last:
-            pp_size = act // tp if sp else act
-            fwd_g = [(layout.rank(st, d, k), layout.rank(st + 1, d, k))
-                     for d in range(dp) for k in range(tp)]
+        cp_families(s, layout, st, layers, n_mb, fam,
+                    lambda L, j, rec, op: Inst(L, j, recompute=rec, op=op))
+        pp_size = act // tp if sp else act
+        for c, chunk in enumerate(chunk_layers(s, st)):   # interleaving: a SendRecv per chunk
+            nxt = next_chunk(pp, p.vpp, st, c)
+            if nxt is None:
+                continue
+            fwd_g = [(a, b_) for g, g1 in zip(tpg, layout.stage_groups("tp", nxt[0]))
+                     for a, b_ in zip(g, g1)]
             fam("pp", "forward", "SendRecv", pp_size, e_act, st, fwd_g,
-                [Inst(sh.last_layer, j, op="activation") for j in range(n_mb)],
-                "sp" if sp else "mb")
-            nxt = shards[st + 1]
-            fam("pp", "backward", "SendRecv", pp_size, e_act, st + 1, [(d_, s_) for s_, d_ in fwd_g],
-                [Inst(nxt.first_layer, j, op="activation_grad") for j in range(n_mb)],
-                "sp" if sp else "mb")
+                [Inst(chunk[-1], j, op="activation") for j in range(n_mb)],
+                tok_sp if sp else tok_mb)
+            nfirst = chunk_layers(s, nxt[0])[nxt[1]][0]
+            fam("pp", "backward", "SendRecv", pp_size, e_act, nxt[0],
+                [(d_, s_) for s_, d_ in fwd_g],
+                [Inst(nfirst, j, op="activation_grad") for j in range(n_mb)],
+                tok_sp if sp else tok_mb)
     for st, sh in enumerate(shards):
         _dp_families(s, layout, st, sh, n_mb, fam)
     _small_families(s, layout, n_mb, fam)
@@ -345,15 +374,16 @@ def _small_families(s: Scenario, layout: RankLayout, n_mb: int, fam) -> None:  #
       norm (one fp32) over the same group (``clip_grads.get_grad_norm_fp32``); that group is the
       model-parallel group, every rank with the distributed optimizer
       (``get_grad_stats_parallel_group``);
-    * the loss AllReduce over DP on the last stage after the step: the summed loss and token
-      count, two fp32 (``training.py train_step``: ``all_reduce(val, group=dp_cp_group)``).
+    * the loss AllReduce over DP (with CP: the dp-cp group) on the last stage after the step:
+      the summed loss and token count, two fp32 (``training.py train_step``: ``all_reduce(val,
+      group=dp_cp_group)``).
     """
     p, t, m = s.parallelism, s.training, s.model
     b, seq = t.micro_batch_size, m.seq_length
     if p.tp > 1:
         for st in sorted({0, p.pp - 1}):
             where = "one" if p.pp == 1 else ("first" if st == 0 else "last")
-            tpg = [tuple(layout.rank(st, d, k) for k in range(p.tp)) for d in range(p.dp)]
+            tpg = layout.stage_groups("tp", st)
             for name, e, stages in _BATCH:
                 if where in stages:
                     fam("tp", "forward", "Broadcast", b * seq * e, e, st, tpg,
@@ -368,7 +398,7 @@ def _small_families(s: Scenario, layout: RankLayout, n_mb: int, fam) -> None:  #
             fam("mp", "optimizer", "AllReduce", 4, 4, 0, stats, [Inst(-1, -1, op="found_inf")])
         if t.clip_grad > 0:
             fam("mp", "optimizer", "AllReduce", 4, 4, 0, stats, [Inst(-1, -1, op="grad_norm")])
-    if p.dp > 1:
+    if p.dp * p.cp > 1:
         dpg = [g for g in layout.groups("dp") if layout.coords(g[0]).pp == p.pp - 1]
         fam("dp", "optimizer", "AllReduce", 8, 4, p.pp - 1, dpg, [Inst(-1, -1, op="loss")])
 
@@ -418,6 +448,7 @@ def _dp_families(s: Scenario, layout: RankLayout, st: int, sh: ShardParameters, 
         kinds.append(("expert", [g for g in layout.groups("edp")
                                  if layout.coords(g[0]).pp == st]))
     tensors = rank_tensors(s.model, p.tp, p.pp, st, p.ep)
+    chunks = _chunk_tensors(s, st, tensors)
     for kind, groups in kinds:
         if len(groups[0]) < 2:
             continue
@@ -439,17 +470,48 @@ def _dp_families(s: Scenario, layout: RankLayout, st: int, sh: ShardParameters, 
                     [Inst(L, j, op=f"{kind}_grads") for j in range(n_mb)])
             continue
         shared = s.model.tied_embeddings and p.pp > 1
-        buckets = _buckets(mine, dp_bucket_size(s, st), len(groups[0]), p.zero_stage in (1, 2),
-                           shared)
-        for k, (n, low) in enumerate(buckets):
-            if p.zero_stage == 0:
-                fam("dp", "backward", "AllReduce", n * e_grad, e_grad, st, groups,
-                    [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket")])
-            else:
-                fam("dp", "backward", "ReduceScatter", n * e_grad, e_grad, st, groups,
-                    [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket")])
-                fam("dp", "optimizer", "AllGather", n * e_act, e_act, st, groups,
-                    [Inst(low, -1, bucket=k, op=f"{kind}_param_bucket")])
+        k = 0
+        for c in reversed(range(len(chunks))):     # the last chunk's backward ends first
+            mine = [x for x in chunks[c] if x.expert == (kind == "expert")]
+            if not mine:
+                continue
+            buckets = _buckets(mine, dp_bucket_size(s, st) if c == 0 else None, len(groups[0]),
+                               p.zero_stage in (1, 2), shared)
+            tag = f"_chunk{c}" if len(chunks) > 1 else ""
+            for n, low in buckets:
+                if p.zero_stage == 0:
+                    fam("dp", "backward", "AllReduce", n * e_grad, e_grad, st, groups,
+                        [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket{tag}")])
+                else:
+                    fam("dp", "backward", "ReduceScatter", n * e_grad, e_grad, st, groups,
+                        [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket{tag}")])
+                    fam("dp", "optimizer", "AllGather", n * e_act, e_act, st, groups,
+                        [Inst(low, -1, bucket=k, op=f"{kind}_param_bucket{tag}")])
+                k += 1
+
+
+def _chunk_tensors(s: Scenario, st: int, tensors: list[Tensor]) -> list[list[Tensor]]:
+    """``tensors`` of pipeline ``st`` (:func:`tokenpcap.model.rank_tensors`) split into the
+    gradient buffers of its model chunks (:mod:`tokenpcap.plan.pipeline`: one DDP per chunk with
+    interleaving), each in registration order with its layers' global indices: the embeddings
+    in chunk 0, the final norm and output layer in the last chunk; one list without
+    interleaving."""
+    chunks = chunk_layers(s, st)
+    if len(chunks) == 1:
+        return [tensors]
+    flat = [L for r in chunks for L in r]
+    first = min(x.layer for x in tensors if x.layer >= 0)
+    per = len(chunks[0])
+    out: list[list[Tensor]] = [[] for _ in chunks]
+    seen_layer = False
+    for x in tensors:
+        if x.layer < 0:
+            out[-1 if seen_layer else 0].append(x)
+            continue
+        seen_layer = True
+        i = x.layer - first
+        out[i // per].append(x._replace(layer=flat[i]))
+    return out
 
 
 def scaled_bytes(message_bytes: int, elem_bytes: int, scale: int) -> int:

@@ -35,8 +35,9 @@ PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
 
 #: Parallel dimensions a collective belongs to. ``emb`` is the tied-embedding AllReduce between
 #: the first and last pipeline stage (Megatron-LM); ``mp`` the model-parallel group (TP x PP, or
-#: every rank with the distributed optimizer) that reduces gradient statistics (norm, inf/NaN).
-DIMS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "emb", "mp")
+#: every rank with the distributed optimizer) that reduces gradient statistics (norm, inf/NaN);
+#: ``cp`` the context-parallel ring of ring attention (K,V sends, Transformer Engine).
+DIMS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "emb", "mp", "cp")
 
 #: Collective kinds, spelled as NCCL and the literature spell them.
 COLLECTIVES: tuple[str, ...] = (

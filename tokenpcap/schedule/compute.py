@@ -9,7 +9,9 @@ recomputation (forward ×1, backward ×2, recomputed forward ×1; the output lay
 recomputed). We split a layer into its attention part (QKV and output projections
 ``2·b·s·(2h² + 2h·kv_dim)`` plus scores and values ``4·b·s²·h``) and its MLP part (the rest), so
 that TP collectives fall between the right pieces of work. A TP rank does ``1/tp`` of the
-work (Megatron's column/row split of every matmul). Backward is twice the forward (Eq. 3);
+work (Megatron's column/row split of every matmul), and with context parallelism a CP rank
+``1/cp`` of that (it holds ``s/cp`` tokens; causal attention is balanced over the CP ranks by
+the two-chunk split, so each computes ``1/cp`` of the attention scores too). Backward is twice the forward (Eq. 3);
 ``recompute: selective`` adds the attention core ``4·b·s²·h`` again in backward (Korthikanti et
 al. 2022, Sec. 5); ``recompute: full`` replays the layer's forward before its backward (the
 schedule does that as its own compute step).
@@ -73,7 +75,7 @@ def attention_forward_flops(s: Scenario) -> int:
 
 @dataclass(frozen=True)
 class StageTimes:
-    """Compute times (ns) of one TP rank of one pipeline stage for one microbatch.
+    """Compute times (ns) of one TP (and CP) rank of one pipeline stage for one microbatch.
 
     ``attn_fwd``/``mlp_fwd``: one layer's attention and MLP forward; ``attn_bwd``/``mlp_bwd``: their
     backward (×2, plus the selective recomputation in ``attn_bwd``); ``logits_fwd``/``logits_bwd``:
@@ -107,10 +109,10 @@ def stage_times(s: Scenario, stage: int, scale: int = 1) -> StageTimes:
     logits = logits_forward_flops(m, b) if last else 0
 
     def ns(flops: int) -> int:
-        return flops_time_ns(-(-flops // tp), g.peak_tflops, t.mfu, scale)
+        return flops_time_ns(-(-flops // (tp * p.cp)), g.peak_tflops, t.mfu, scale)
 
     sh = shard_parameters(m, tp, p.pp, stage, p.ep)
-    params = sh.total if p.zero_stage == 0 else -(-sh.total // p.dp)
+    params = sh.total if p.zero_stage == 0 else -(-sh.total // (p.dp * p.cp))
     opt = -(-params * OPTIMIZER_BYTES_PER_PARAM // (HBM_BYTES_PER_NS * scale))
     return StageTimes(attn_fwd=ns(attn), mlp_fwd=ns(mlp), attn_bwd=ns(2 * attn + selective),
                       mlp_bwd=ns(2 * mlp), logits_fwd=ns(logits), logits_bwd=ns(2 * logits),

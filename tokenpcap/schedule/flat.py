@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tokenpcap.collectives.transfers import transfers
+from tokenpcap.plan.pipeline import chunk_layers
 from tokenpcap.records import COLLECTIVES, DIMS, PHASES
 from tokenpcap.schedule.program import Call, Compute, Mark, build_programs
 
@@ -214,7 +215,9 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0) ->
     # programs
     W = lay.world_size
     progs = build_programs(calls, range(W), lay.coords, shards, times, plan.microbatches, iteration,
-                           plan.scenario.training.recompute)
+                           plan.scenario.training.recompute,
+                           chunks=[chunk_layers(plan.scenario, st) for st in range(lay.pp)],
+                           overlap_grad_reduce=plan.scenario.training.overlap_grad_reduce)
     local = {c.call_id: i for i, c in enumerate(calls)}
     kinds: list[int] = []
     a_col: list[int] = []

@@ -4,15 +4,21 @@ the order Megatron-LM issues them.
 Pipeline order per stage: 1F1B without interleaving (Narayanan et al. 2021, Sec. 2.2.1, Fig. 4;
 Megatron-LM ``forward_backward_pipelining_without_interleaving``): stage ``st`` of ``p`` runs
 ``w = min(p - st - 1, m)`` warm-up forwards, then ``m - w`` pairs (forward ``w + i``, backward
-``i``), then the ``w`` remaining backwards (:func:`one_f_one_b`). A forward on a stage after the
-first starts by receiving its input activation (blocking), a forward before the last ends by
+``i``), then the ``w`` remaining backwards (:func:`one_f_one_b`); with model chunks the
+interleaved order (:func:`tokenpcap.schedule.interleave.interleaved_one_f_one_b`), every forward
+and backward being one chunk's. A forward of a chunk that does not hold the model's first layer
+starts by receiving its input activation (blocking), one that does not hold the last ends by
 sending it on (asynchronous), and likewise backwards in the other direction.
 
 Inside a forward (stage 0: embedding and its TP collective first), per layer: ZeRO-3 parameter
-gathers, the attention part (SP: AllGather before it), its TP collective (AllReduce, SP:
-ReduceScatter), the MLP part likewise (with MoE the expert dispatch and combine AllToAll around
-the experts); the last stage then runs the output layer and the three cross-entropy AllReduces.
-A backward mirrors it, layers last to first; with full recomputation each layer's forward
+gathers, the SP AllGather, with context parallelism the ring-attention steps of the layer
+(:mod:`tokenpcap.plan.context`: at each step the rank starts its send to the next CP rank and
+waits for the chunk from the previous one, since the next partial attention needs it), the
+attention part, its TP collective (AllReduce, SP: ReduceScatter), the MLP part likewise (with
+MoE the expert dispatch and combine AllToAll around the experts); the last stage then runs the
+output layer and the three cross-entropy AllReduces.
+A backward mirrors it, layers last to first (the CP steps, sends to the previous CP rank,
+right before the attention's backward compute); with full recomputation each layer's forward
 (``recompute=True`` calls) is replayed right before its backward. TP, EP and ZeRO-3 gathers block
 the rank (the next compute needs their result).
 
@@ -21,7 +27,11 @@ microbatch, DP bucket ``k`` is launched asynchronously as soon as its gradients 
 the backward of its lowest layer (a bucket holding only the output layer right after the output
 layer's backward, the bucket holding the embeddings at the end). The buckets of one rank run one
 after another on one stream (NCCL serialises a communicator's kernels). ZeRO-3 gradient
-ReduceScatters go on the same stream. After the last backward the rank waits for its stream,
+ReduceScatters go on the same stream. With model chunks (interleaving) each chunk's buckets are
+launched during that chunk's backward of the last microbatch. Without ``overlap_grad_reduce``
+nothing is launched during the backward: after the last one every bucket goes out, chunk 0's first
+(``finalize_model_grads``: ``finish_grad_sync`` of each model chunk in order). After the last
+backward the rank waits for its stream,
 then (SP) AllReduces the TP-replicated gradients, then the tied-embedding gradients, steps the
 optimizer, and (ZeRO-1/2) gathers the updated parameters bucket by bucket.
 """
@@ -36,6 +46,7 @@ from tokenpcap.errors import InputError
 from tokenpcap.model import ShardParameters
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.schedule.compute import StageTimes
+from tokenpcap.schedule.interleave import interleaved_one_f_one_b
 
 __all__ = ["one_f_one_b", "build_programs", "CallMode", "Compute", "Call", "Wait", "Mark",
            "Instruction"]
@@ -86,7 +97,8 @@ Instruction = Union[Compute, Call, Wait, Mark]
 _WAIT = Wait()
 BLOCK, ASYNC, SEND, RECV = CallMode.BLOCK, CallMode.ASYNC, CallMode.SEND, CallMode.RECV
 
-_FWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "attn_in"), ("t", "attn_fwd"),
+_FWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "attn_in"), ("r", "cp_kv"),
+              ("t", "attn_fwd"),
               ("c", "attn_out"), ("c", "mlp_in"), ("c", "moe_counts"), ("c", "dispatch"),
               ("c", "dispatch_probs"), ("c", "moe_gather"), ("c", "moe_gather_probs"),
               ("t", "mlp_fwd"), ("c", "moe_scatter"), ("c", "combine"), ("c", "mlp_out"))
@@ -95,7 +107,8 @@ _BWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "mlp_out_grad
               ("t", "mlp_bwd"), ("c", "moe_gather_grad"), ("c", "moe_gather_probs_grad"),
               ("c", "dispatch_grad"), ("c", "dispatch_probs_grad"), ("c", "mlp_in_grad"),
               ("c", "attn_out_grad"),
-              ("c", "attn_in_regather"), ("t", "attn_bwd"), ("c", "attn_in_grad"),
+              ("c", "attn_in_regather"), ("r", "cp_kv_grad"), ("t", "attn_bwd"),
+              ("c", "attn_in_grad"),
               ("a", "dense_grads"), ("a", "expert_grads"))
 
 
@@ -123,8 +136,11 @@ def one_f_one_b(pp: int, stage: int, microbatches: int) -> list[tuple[str, int]]
 
 
 def _slot_key(c: CollectiveCall, rank: int) -> tuple:
-    if c.dim == "pp":
-        return ("send" if rank == c.src else "recv", c.phase, c.microbatch)
+    if c.dim == "cp":                                # a ring-attention step
+        return ("cp", "send" if rank == c.src else "recv", c.phase, c.recompute, c.microbatch,
+                c.layer, c.op)
+    if c.dim == "pp":       # layer: the sender's last (forward) or first (backward) layer
+        return ("send" if rank == c.src else "recv", c.phase, c.microbatch, c.layer)
     if c.bucket >= 0 and c.phase == "backward":      # a DP gradient bucket
         return ("bucket", c.op, c.bucket)
     if c.bucket >= 0 and c.phase == "optimizer":     # a ZeRO-1/2 parameter AllGather bucket
@@ -134,7 +150,8 @@ def _slot_key(c: CollectiveCall, rank: int) -> tuple:
 
 def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: list[ShardParameters],
                    times: list[StageTimes], microbatches: int, iteration: int,
-                   recompute: str) -> dict[int, list[Instruction]]:
+                   recompute: str, *, chunks: list[list[range]] | None = None,
+                   overlap_grad_reduce: bool = True) -> dict[int, list[Instruction]]:
     """Instructions of every rank for one iteration.
 
     Args:
@@ -146,6 +163,9 @@ def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: li
         microbatches: ``m``.
         iteration: the iteration (for timeline marks).
         recompute: ``none`` | ``selective`` | ``full``.
+        chunks: per stage, the layers of each model chunk (:func:`tokenpcap.plan.pipeline.
+            chunk_layers`); default one chunk, the shard's layers (no interleaving).
+        overlap_grad_reduce: DP buckets launched during the last backward (module docstring).
 
     Returns ``{rank: [instruction, ...]}`` of :data:`Instruction` (:class:`Compute`,
     :class:`Call`, :class:`Wait`, :class:`Mark`).
@@ -161,11 +181,14 @@ def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: li
             slots[r][key].append(c.call_id)
             if key[0] == "bucket":
                 lows[r][key] = c.layer
+    if chunks is None:
+        chunks = [[range(sh.first_layer, sh.last_layer + 1)] for sh in shards]
     progs = {}
     for r in ranks:
         st = coords(r).pp
         progs[r] = _Builder(slots[r], lows[r], shards[st], times[st], st, len(shards),
-                            microbatches, iteration, recompute).build()
+                            microbatches, iteration, recompute, chunks[st],
+                            overlap_grad_reduce).build()
         left = {k: v for k, v in slots[r].items() if v}
         if left:
             raise RuntimeError(f"internal: rank {r}: calls not placed in its program: {left}")
@@ -174,9 +197,11 @@ def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: li
 
 class _Builder:
     def __init__(self, slots, lows: dict, shard: ShardParameters, times: StageTimes, stage: int,
-                 pp: int, m: int, iteration: int, recompute: str):
+                 pp: int, m: int, iteration: int, recompute: str, chunks: list[range],
+                 overlap: bool = True):
         self.s, self.lows, self.sh, self.t = slots, lows, shard, times
         self.st, self.pp, self.m, self.it, self.rc = stage, pp, m, iteration, recompute
+        self.chunks, self.overlap = chunks, overlap
         self.p: list[Instruction] = []
         self.bucket_keys = sorted((k for k in slots if k[0] == "bucket"), key=lambda k: (k[2], k[1]))
         self.launched: set = set()
@@ -191,24 +216,26 @@ class _Builder:
             self.p.append(Compute(ns))
 
     def build(self) -> list[Instruction]:
-        first, last = self.st == 0, self.st == self.pp - 1
-        for kind, j in one_f_one_b(self.pp, self.st, self.m):
-            if kind == "F":
-                if not first:
-                    self.take(("recv", "forward", j), RECV)
+        v = len(self.chunks)
+        order = [(k, j, 0) for k, j in one_f_one_b(self.pp, self.st, self.m)] if v == 1 else \
+            interleaved_one_f_one_b(self.pp, self.st, self.m, v)
+        for kind, j, c in order:
+            lo, hi = self.chunks[c][0], self.chunks[c][-1]
+            if kind == "F":           # (absent calls, e.g. the first stage's receive, are skipped)
+                self.take(("recv", "forward", j, lo - 1), RECV)
                 self.p.append(Mark(True, "F", j, self.it))
-                self.forward(j, False)
+                self.forward(j, c)
                 self.p.append(Mark(False, "F", j, self.it))
-                if not last:
-                    self.take(("send", "forward", j), SEND)
+                self.take(("send", "forward", j, hi), SEND)
             else:
-                if not last:
-                    self.take(("recv", "backward", j), RECV)
+                self.take(("recv", "backward", j, hi + 1), RECV)
                 self.p.append(Mark(True, "B", j, self.it))
-                self.backward(j)
+                self.backward(j, c)
                 self.p.append(Mark(False, "B", j, self.it))
-                if not first:
-                    self.take(("send", "backward", j), SEND)
+                self.take(("send", "backward", j, lo), SEND)
+        if not self.overlap:                       # finalize_model_grads: chunk by chunk
+            for c in range(v):
+                self.buckets(lambda k, c=c: self.chunk_of(k) == c)
         self.p.append(_WAIT)
         self.take(("backward", False, -1, -1, "tp_replicated_grads"), BLOCK)
         self.take(("backward", False, -1, -1, "tied_embedding_grads"), BLOCK)
@@ -227,17 +254,25 @@ class _Builder:
         for typ, name in template:
             if typ == "t":
                 self.compute(getattr(self.t, name))
+            elif typ == "r":                        # ring attention: steps 0, 1, ... in order
+                i = 0
+                while ("cp", "recv", phase, rec, j, L, f"{name}_{i}") in self.s:
+                    op = f"{name}_{i}"
+                    self.take(("cp", "send", phase, rec, j, L, op), SEND)
+                    self.take(("cp", "recv", phase, rec, j, L, op), RECV)
+                    i += 1
             else:
                 self.take((phase, rec, j, L, name), ASYNC if typ == "a" else BLOCK)
 
-    def forward(self, j: int, rec: bool) -> None:
-        first, last = self.st == 0, self.st == self.pp - 1
+    def forward(self, j: int, c: int) -> None:
+        first = self.st == 0 and c == 0
+        last = self.st == self.pp - 1 and c == len(self.chunks) - 1
         for op in _BATCH_OPS:                       # get_batch: TP rank 0 broadcasts the batch
             self.take(("forward", False, j, -1, op), BLOCK)
         if first:
             self.take(("forward", False, j, -1, "dense_params"), BLOCK)      # ZeRO-3: embedding
             self.take(("forward", False, j, -1, "embedding"), BLOCK)
-        for L in range(self.sh.first_layer, self.sh.last_layer + 1):
+        for L in self.chunks[c]:
             self.layer(_FWD_LAYER, "forward", False, j, L)
         if last:
             self.take(("forward", False, j, -1, "dense_params"), BLOCK)      # ZeRO-3: output layer
@@ -246,9 +281,14 @@ class _Builder:
             for op in ("xent_max", "xent_logit", "xent_sum_exp"):
                 self.take(("forward", False, j, -1, op), BLOCK)
 
-    def backward(self, j: int) -> None:
-        first, last = self.st == 0, self.st == self.pp - 1
-        final = j == self.m - 1
+    def backward(self, j: int, c: int) -> None:
+        first = self.st == 0 and c == 0
+        last = self.st == self.pp - 1 and c == len(self.chunks) - 1
+        final = j == self.m - 1 and self.overlap   # the chunk's gradients are final after it
+
+        def mine(k: tuple) -> bool:
+            return self.chunk_of(k) == c
+
         if last:
             self.take(("backward", False, j, -1, "dense_params"), BLOCK)
             self.compute(self.t.logits_bwd)
@@ -256,24 +296,32 @@ class _Builder:
             self.take(("backward", False, j, -1, "lm_head_in_regather"), BLOCK)
             self.take(("backward", False, j, -1, "dense_grads"), ASYNC)
             if final:
-                self.buckets(lambda k: k[2] == 0 and self.low(k) == -1 and self.sh.post > 0)
-        for L in range(self.sh.last_layer, self.sh.first_layer - 1, -1):
+                self.buckets(lambda k: mine(k) and k[2] == 0 and self.low(k) == -1
+                             and self.sh.post > 0)
+        for L in reversed(self.chunks[c]):
             if self.rc == "full":
                 self.p.append(Mark(True, "R", j, self.it))
                 self.layer(_FWD_LAYER, "forward", True, j, L)
                 self.p.append(Mark(False, "R", j, self.it))
             self.layer(_BWD_LAYER, "backward", False, j, L)
             if final:
-                self.buckets(lambda k, L=L: self.low(k) == L and not self.holds_pre(k))
+                self.buckets(lambda k, L=L: mine(k) and self.low(k) == L
+                             and not self.holds_pre(k))
         if first:
             self.take(("backward", False, j, -1, "embedding_grad"), BLOCK)
             self.take(("backward", False, j, -1, "dense_params"), BLOCK)
             self.take(("backward", False, j, -1, "dense_grads"), ASYNC)
         if final:
-            self.buckets(lambda k: True)
+            self.buckets(mine)
 
     def low(self, key: tuple) -> int:
         return self.lows[key]
+
+    @staticmethod
+    def chunk_of(key: tuple) -> int:
+        """Model chunk of a bucket key (op ``..._chunk<c>`` with interleaving, else 0)."""
+        head, _, tail = key[1].rpartition("_chunk")
+        return int(tail) if head and tail.isdigit() else 0
 
     def holds_pre(self, key: tuple) -> bool:
         """The dense bucket holding the embeddings (the last one) is final only at the end."""

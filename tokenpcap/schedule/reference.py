@@ -47,6 +47,7 @@ from tokenpcap.schedule.runner import NVLINK_DTYPE, NVLINK_LATENCY_NS, TIMELINE_
 from tokenpcap.errors import InputError
 from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.schedule.program import CallMode, Compute, Mark, Wait, build_programs
+from tokenpcap.plan.pipeline import chunk_layers
 
 __all__ = ["ReferenceSchedule"]
 
@@ -159,7 +160,9 @@ class ReferenceSchedule:
             self._iter_left[it] = lay.world_size
             progs = self._progs[it] = build_programs(
                 calls, range(lay.world_size), lay.coords, self._shards, self._times,
-                self.plan.microbatches, it, self.scenario.training.recompute)
+                self.plan.microbatches, it, self.scenario.training.recompute,
+                chunks=[chunk_layers(self.scenario, st) for st in range(lay.pp)],
+                overlap_grad_reduce=self.scenario.training.overlap_grad_reduce)
         prog = progs.pop(rank)
         if not progs:
             del self._progs[it]
