@@ -28,18 +28,11 @@ global_batch / (b*dp)`` microbatches; per stage ``l/pp`` layers):
   the dispatch AllToAll of their probs (``(b*s/tp_sp)*top_k`` values), over the EP group. With
   tp > 1 the dispatcher replaces the MLP's TP collectives: an AllGather of the dispatched tokens
   and probs over TP and a ReduceScatter before the combine, gradients the other way
-  (:func:`_moe_tp_families`).
-* **DP** (Megatron-core DDP; Rajbhandari et al. 2020 for ZeRO): gradients in
-  ``grad_reduce_dtype``; dense and expert parameters are separate buffers, reduced over the DP
-  and the expert-data-parallel group. With ``overlap_grad_reduce`` a buffer is cut into buckets
-  of about ``bucket_size`` parameters in the order backward produces them (output layer, layers
-  last to first, embeddings; :func:`dp_bucket_size`, :func:`_buckets`), else one bucket per
-  buffer after backward; one AllReduce per bucket (ZeRO-0). ZeRO-1/2 (Megatron distributed
-  optimizer): ReduceScatter per bucket, then AllGather of the updated parameters (precision dtype)
-  per bucket in the optimizer phase. ZeRO-3: per microbatch an AllGather of each layer's
-  parameters in forward and again in backward, and a ReduceScatter of its gradients in backward
-  (as DeepSpeed stage 3, every micro-step): 1.5x the bytes of plain DP with one microbatch. Expert
-  parameters are reduced over the expert-data-parallel group (``dp/ep`` ranks).
+  (:func:`tokenpcap.plan.moe.moe_tp_families`).
+* **DP** (Megatron-core DDP; Rajbhandari et al. 2020 for ZeRO): the gradient buckets of each
+  stage's dense and expert buffers, reduced over the DP and the expert-data-parallel group
+  (``dp/ep`` ranks): :mod:`tokenpcap.plan.grads`. The small collectives of every iteration (batch
+  broadcasts, gradient statistics, the loss): :mod:`tokenpcap.plan.small`.
 * **emb** (Megatron-LM ``_allreduce_embedding_grads``): with tied embeddings and ``pp > 1`` the word
   embedding gradient shard is AllReduced between the first and the last stage.
 
@@ -53,16 +46,18 @@ interleave the samples. Token index ``i`` means corpus token ``i % tokens`` (epo
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 from tokenpcap.errors import InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.records import phase_label
-from tokenpcap.model import (ShardParameters, Tensor, activation_bytes, rank_tensors,
-                             shard_parameters)
+from tokenpcap.model import activation_bytes, shard_parameters
 from tokenpcap.config.profiles import DTYPE_BYTES, Scenario
+from tokenpcap.plan.family import Family, Inst
+from tokenpcap.plan.grads import dp_bucket_size, dp_families
+from tokenpcap.plan.moe import moe_insts, moe_tp_families
+from tokenpcap.plan.small import small_families
 
 __all__ = ["CollectiveCall", "Family", "build_families", "dp_bucket_size", "expand", "scaled_bytes",
            "scale_families"]
@@ -116,104 +111,6 @@ class CollectiveCall:
             return []
         return [(k + self.seq_start, k + self.seq_end)
                 for k in range(self.token_start, self.token_end, seq_length)]
-
-
-@dataclass
-class Inst:
-    """One repetition of a family on every one of its groups."""
-
-    layer: int = -1
-    microbatch: int = -1
-    bucket: int = -1
-    recompute: bool = False
-    op: str = ""
-
-
-@dataclass
-class Family:
-    """Calls sharing dim, phase, collective, size and stage over a list of group instances.
-
-    ``tokens``: ``""`` (no per-token data), ``"mb"`` (the microbatch's samples, all positions) or
-    ``"sp"`` (positions ``[t*s/tp, (t+1)*s/tp)`` of the sending rank's TP index ``t``).
-    """
-
-    dim: str
-    phase: str
-    collective: str
-    message_bytes: int
-    elem_bytes: int
-    stage: int
-    groups: list[tuple[int, ...]]
-    insts: list[Inst] = field(default_factory=list)
-    tokens: str = ""
-
-    @property
-    def label(self) -> str:
-        return phase_label(self.dim, self.phase, self.collective)
-
-    @property
-    def n_calls(self) -> int:
-        return len(self.groups) * len(self.insts)
-
-
-def dp_bucket_size(s: Scenario, stage: int) -> int | None:
-    """Parameters per DP gradient bucket on pipeline ``stage``, or None for one bucket per
-    buffer (Megatron-core ``DistributedDataParallel.__init__``): ``training.bucket_size``, by
-    default ``max(40,000,000, 1,000,000 * dp)``; None without ``overlap_grad_reduce`` and on every
-    stage but the first ("data-parallel communication on these stages is not on the critical
-    path")."""
-    t = s.training
-    if not t.overlap_grad_reduce or stage > 0:
-        return None
-    return t.bucket_size if t.bucket_size is not None else max(40_000_000,
-                                                               1_000_000 * s.parallelism.dp)
-
-
-def _pad(n: int, divisor: int) -> int:
-    return -(-n // divisor) * divisor
-
-
-def _buckets(tensors: list[Tensor], bucket_size: int | None, dp: int, distributed: bool,
-             shared_embedding: bool) -> list[tuple[int, int]]:
-    """Megatron-core's gradient buckets of one DDP buffer: ``(elements, lowest layer or -1)``
-    per bucket, in the order backward fills them.
-
-    Tensors are taken in reverse registration order (backward order); a bucket closes after the
-    tensor that brings it to ``bucket_size`` elements or more (tensors are never split;
-    ``None``: one bucket). With the distributed optimizer (ZeRO-1/2) every tensor starts on a
-    multiple of 64 elements and every bucket ends on a multiple of ``lcm(dp, 128)``
-    (``megatron/core/optimizer/param_layout.py``: ``pad_param_start``, ``pad_bucket_end``), and a
-    shared (tied) word embedding gets a bucket of its own
-    (``DistributedOptimizer._compute_per_buffer_param_layout``); without it nothing is padded
-    (``param_and_grad_buffer._compute_default_per_buffer_param_layout``).
-    """
-    out: list[tuple[int, int]] = []
-    divisor = math.lcm(dp, 128)
-    start = end = 0          # bucket start, param end (element indices in the buffer)
-    low, open_ = -1, False
-
-    def close(at: int) -> int:
-        nonlocal low, open_
-        stop = _pad(at, divisor) if distributed else at
-        out.append((stop - start, low))
-        low, open_ = -1, False
-        return stop
-
-    for t in reversed(tensors):
-        pstart = _pad(end, 64) if distributed else end
-        shared = distributed and shared_embedding and t.name == "embedding.word_embeddings.weight"
-        if shared and open_:
-            start = close(pstart)
-            pstart = start
-        end = pstart + t.elements
-        open_ = True
-        if t.layer >= 0:
-            low = t.layer if low < 0 else min(low, t.layer)
-        if (bucket_size is not None and end - start >= bucket_size) or shared:
-            start = end = close(end)
-    if open_:
-        close(end)
-    return out
 
 
 def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
@@ -284,25 +181,25 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
                 fam("tp", "backward", "AllReduce", sh.tp_replicated * e_grad, e_grad, st, tpg,
                     [Inst(-1, -1, op="tp_replicated_grads")])
             if m.moe is not None:
-                _moe_tp_families(fam, st, tpg, layers, n_mb, full, tp * a2a, tp * a2a // h,
+                moe_tp_families(fam, st, tpg, layers, n_mb, full, tp * a2a, tp * a2a // h,
                                  e_act)
         if m.moe is not None and (p.ep > 1 or tp > 1):
             # MoEAlltoAllTokenDispatcher.preprocess: the tokens each rank routes to each expert
             # (int64 [experts]) are AllGathered over the TP x EP group
             tpep = [g for g in layout.groups("tpep") if layout.coords(g[0]).pp == st]
             fam("ep", "forward", "AllGather", tp * p.ep * m.moe.experts * 8, 8, st, tpep,
-                _moe_insts(layers, n_mb, full, ("moe_counts",), ()))
+                moe_insts(layers, n_mb, full, ("moe_counts",), ()))
         if epg and m.moe is not None:
             # token_dispatch / token_combine: AllToAll of the routed tokens and of their probs
             fam("ep", "forward", "AllToAll", a2a, e_act, st, epg,
-                _moe_insts(layers, n_mb, full, ("dispatch", "combine"), ()))
+                moe_insts(layers, n_mb, full, ("dispatch", "combine"), ()))
             fam("ep", "backward", "AllToAll", a2a, e_act, st, epg,
-                _moe_insts(layers, n_mb, False, (), ("combine_grad", "dispatch_grad")))
+                moe_insts(layers, n_mb, False, (), ("combine_grad", "dispatch_grad")))
             probs = a2a // h
             fam("ep", "forward", "AllToAll", probs, e_act, st, epg,
-                _moe_insts(layers, n_mb, full, ("dispatch_probs",), ()))
+                moe_insts(layers, n_mb, full, ("dispatch_probs",), ()))
             fam("ep", "backward", "AllToAll", probs, e_act, st, epg,
-                _moe_insts(layers, n_mb, False, (), ("dispatch_probs_grad",)))
+                moe_insts(layers, n_mb, False, (), ("dispatch_probs_grad",)))
         if not last:
             pp_size = act // tp if sp else act
             fwd_g = [(layout.rank(st, d, k), layout.rank(st + 1, d, k))
@@ -315,141 +212,14 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
                 [Inst(nxt.first_layer, j, op="activation_grad") for j in range(n_mb)],
                 "sp" if sp else "mb")
     for st, sh in enumerate(shards):
-        _dp_families(s, layout, st, sh, n_mb, fam)
-    _small_families(s, layout, n_mb, fam)
+        dp_families(s, layout, st, sh, n_mb, fam)
+    small_families(s, layout, n_mb, fam)
     if layout.pp > 1 and m.tied_embeddings:
         emb = shards[0].embedding * e_grad
         groups = layout.groups("emb")
         fam("emb", "backward", "AllReduce", emb, e_grad, 0, groups,
             [Inst(-1, -1, op="tied_embedding_grads")])
     return fams
-
-
-#: What TP rank 0 broadcasts to its TP group per microbatch (Megatron-core
-#: ``get_batch_on_this_tp_rank``, ``megatron/core/utils.py``): name, bytes per token, stages
-#: (``one`` without PP, ``first``/``last`` stage with PP). tokens, labels and position_ids are
-#: int64, loss_mask float32; the attention mask (bool ``[b, 1, s, s]``) is added apart.
-_BATCH = (("tokens", 8, ("one", "first")), ("labels", 8, ("one", "last")),
-          ("loss_mask", 4, ("one", "last")), ("position_ids", 8, ("one", "first")))
-
-
-def _small_families(s: Scenario, layout: RankLayout, n_mb: int, fam) -> None:  # type: ignore[no-untyped-def]
-    """The small collectives of every iteration (Megatron-LM):
-
-    * batch broadcasts from TP rank 0 within each TP group, per microbatch at the start of its
-      forward, on the first and the last stage (every stage holds them without PP):
-      :data:`_BATCH` and, with ``create_attention_mask_in_dataloader``, the ``b*s*s`` bool mask;
-    * with fp16 (loss scaling), the found-inf/NaN flag (one fp32) AllReduced (MAX) over the
-      gradient-statistics group before the step (``MixedPrecisionOptimizer.
-      _unscale_main_grads_and_check_for_nan``), and with ``clip_grad > 0`` the squared gradient
-      norm (one fp32) over the same group (``clip_grads.get_grad_norm_fp32``); that group is the
-      model-parallel group, every rank with the distributed optimizer
-      (``get_grad_stats_parallel_group``);
-    * the loss AllReduce over DP on the last stage after the step: the summed loss and token
-      count, two fp32 (``training.py train_step``: ``all_reduce(val, group=dp_cp_group)``).
-    """
-    p, t, m = s.parallelism, s.training, s.model
-    b, seq = t.micro_batch_size, m.seq_length
-    if p.tp > 1:
-        for st in sorted({0, p.pp - 1}):
-            where = "one" if p.pp == 1 else ("first" if st == 0 else "last")
-            tpg = [tuple(layout.rank(st, d, k) for k in range(p.tp)) for d in range(p.dp)]
-            for name, e, stages in _BATCH:
-                if where in stages:
-                    fam("tp", "forward", "Broadcast", b * seq * e, e, st, tpg,
-                        [Inst(-1, j, op=f"batch_{name}") for j in range(n_mb)], "mb")
-            if t.create_attention_mask_in_dataloader:
-                fam("tp", "forward", "Broadcast", b * seq * seq, 1, st, tpg,
-                    [Inst(-1, j, op="batch_attention_mask") for j in range(n_mb)], "mb")
-    stats = [tuple(range(layout.world_size))] if p.zero_stage in (1, 2, 3) else \
-        layout.groups("mp")
-    if len(stats[0]) > 1:
-        if t.precision == "fp16":
-            fam("mp", "optimizer", "AllReduce", 4, 4, 0, stats, [Inst(-1, -1, op="found_inf")])
-        if t.clip_grad > 0:
-            fam("mp", "optimizer", "AllReduce", 4, 4, 0, stats, [Inst(-1, -1, op="grad_norm")])
-    if p.dp > 1:
-        dpg = [g for g in layout.groups("dp") if layout.coords(g[0]).pp == p.pp - 1]
-        fam("dp", "optimizer", "AllReduce", 8, 4, p.pp - 1, dpg, [Inst(-1, -1, op="loss")])
-
-
-def _moe_insts(layers: range, n_mb: int, full: bool, fwd_ops: tuple[str, ...],
-               bwd_ops: tuple[str, ...]) -> list[Inst]:
-    """Instances of MoE-layer operations: forward ``fwd_ops`` per microbatch and layer (and
-    again before the backward with full recomputation), or backward ``bwd_ops``."""
-    out = [Inst(L, j, op=o) for j in range(n_mb) for L in layers for o in fwd_ops]
-    if full:
-        out += [Inst(L, j, recompute=True, op=o) for j in range(n_mb) for L in reversed(layers)
-                for o in fwd_ops]
-    out += [Inst(L, j, op=o) for j in range(n_mb) for L in reversed(layers) for o in bwd_ops]
-    return out
-
-
-def _moe_tp_families(fam, st: int, tpg, layers: range, n_mb: int, full: bool,  # type: ignore[no-untyped-def]
-                     tokens_bytes: int, probs_bytes: int, e: int) -> None:
-    """Megatron-core ``MoEAlltoAllTokenDispatcher`` with tp > 1, per MoE layer and microbatch
-    (``megatron/core/transformer/moe/token_dispatcher.py``): ``dispatch_postprocess``
-    AllGathers the tokens the dispatch AllToAll brought (and their probs) over the TP group,
-    ``combine_preprocess`` ReduceScatters the expert output over it before the combine
-    AllToAll; backward the gradients go the other way (ReduceScatter, AllGather). With ``T``
-    tokens per rank (``b*s/tp`` with sequence parallelism) each buffer is ``tp * T * top_k``
-    tokens of ``h`` elements: ``top_k`` times the dense MLP's AllGather / ReduceScatter.
-    """
-    fam("tp", "forward", "AllGather", tokens_bytes, e, st, tpg,
-        _moe_insts(layers, n_mb, full, ("moe_gather",), ()))
-    fam("tp", "forward", "AllGather", probs_bytes, e, st, tpg,
-        _moe_insts(layers, n_mb, full, ("moe_gather_probs",), ()))
-    fam("tp", "forward", "ReduceScatter", tokens_bytes, e, st, tpg,
-        _moe_insts(layers, n_mb, full, ("moe_scatter",), ()))
-    fam("tp", "backward", "AllGather", tokens_bytes, e, st, tpg,
-        _moe_insts(layers, n_mb, False, (), ("moe_scatter_grad",)))
-    fam("tp", "backward", "ReduceScatter", tokens_bytes, e, st, tpg,
-        _moe_insts(layers, n_mb, False, (), ("moe_gather_grad",)))
-    fam("tp", "backward", "ReduceScatter", probs_bytes, e, st, tpg,
-        _moe_insts(layers, n_mb, False, (), ("moe_gather_probs_grad",)))
-
-
-def _dp_families(s: Scenario, layout: RankLayout, st: int, sh: ShardParameters, n_mb: int,
-                 fam) -> None:  # type: ignore[no-untyped-def]
-    p, t = s.parallelism, s.training
-    e_act, e_grad = DTYPE_BYTES[t.precision], DTYPE_BYTES[t.grad_reduce_dtype]
-    kinds = [("dense", [g for g in layout.groups("dp") if layout.coords(g[0]).pp == st])]
-    if sh.per_layer_expert:
-        kinds.append(("expert", [g for g in layout.groups("edp")
-                                 if layout.coords(g[0]).pp == st]))
-    tensors = rank_tensors(s.model, p.tp, p.pp, st, p.ep)
-    for kind, groups in kinds:
-        if len(groups[0]) < 2:
-            continue
-        mine = [x for x in tensors if x.expert == (kind == "expert")]
-        if p.zero_stage == 3:
-            layers = range(sh.last_layer, sh.first_layer - 1, -1)      # backward order
-            if kind == "dense":
-                units = [(-1, sh.post)] + [(L, sh.per_layer) for L in layers] + [(-1, sh.pre)]
-            else:
-                units = [(L, sh.per_layer_expert) for L in layers]
-            units = [u for u in units if u[1] > 0]
-            for L, n in reversed(units):
-                fam("dp", "forward", "AllGather", n * e_act, e_act, st, groups,
-                    [Inst(L, j, op=f"{kind}_params") for j in range(n_mb)])
-            for L, n in units:
-                fam("dp", "backward", "AllGather", n * e_act, e_act, st, groups,
-                    [Inst(L, j, op=f"{kind}_params") for j in range(n_mb)])
-                fam("dp", "backward", "ReduceScatter", n * e_grad, e_grad, st, groups,
-                    [Inst(L, j, op=f"{kind}_grads") for j in range(n_mb)])
-            continue
-        shared = s.model.tied_embeddings and p.pp > 1
-        buckets = _buckets(mine, dp_bucket_size(s, st), len(groups[0]), p.zero_stage in (1, 2),
-                           shared)
-        for k, (n, low) in enumerate(buckets):
-            if p.zero_stage == 0:
-                fam("dp", "backward", "AllReduce", n * e_grad, e_grad, st, groups,
-                    [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket")])
-            else:
-                fam("dp", "backward", "ReduceScatter", n * e_grad, e_grad, st, groups,
-                    [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket")])
-                fam("dp", "optimizer", "AllGather", n * e_act, e_act, st, groups,
-                    [Inst(low, -1, bucket=k, op=f"{kind}_param_bucket")])
 
 
 def scaled_bytes(message_bytes: int, elem_bytes: int, scale: int) -> int:

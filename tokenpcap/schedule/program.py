@@ -102,7 +102,7 @@ _BWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "mlp_out_grad
 #: The collectives of one layer in the order a rank makes them, forward and backward.
 FORWARD_LAYER_OPS = tuple(n for t, n in _FWD_LAYER if t == "c")
 BACKWARD_LAYER_OPS = tuple(n for t, n in _BWD_LAYER if t == "c")
-#: The batch broadcasts of a microbatch's forward (plan: ``calls._small_families``).
+#: The batch broadcasts of a microbatch's forward (plan: ``small.small_families``).
 _BATCH_OPS = ("batch_tokens", "batch_labels", "batch_loss_mask", "batch_position_ids",
               "batch_attention_mask")
 

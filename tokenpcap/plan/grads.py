@@ -1,0 +1,124 @@
+"""Stage 3 (part): the data-parallel gradient collectives of one pipeline stage (Megatron-core
+DDP and distributed optimizer; Rajbhandari et al. 2020 for ZeRO).
+
+Gradients are reduced in ``grad_reduce_dtype``; dense and expert parameters are separate DDP
+buffers, reduced over the DP and the expert-data-parallel group. With ``overlap_grad_reduce`` a
+buffer is cut into buckets of about ``bucket_size`` parameters in the order backward produces
+them (:func:`dp_bucket_size`, :func:`buckets`), else one bucket per buffer after backward; one
+AllReduce per bucket (ZeRO-0). ZeRO-1/2: ReduceScatter per bucket, then AllGather of the updated
+parameters (precision dtype) per bucket in the optimizer phase. ZeRO-3: per microbatch an
+AllGather of each layer's parameters in forward and again in backward, and a ReduceScatter of
+its gradients in backward (as DeepSpeed stage 3, every micro-step).
+"""
+from __future__ import annotations
+
+import math
+
+from tokenpcap.collectives.layout import RankLayout
+from tokenpcap.config.profiles import DTYPE_BYTES, Scenario
+from tokenpcap.model import ShardParameters, Tensor, rank_tensors
+from tokenpcap.plan.family import Inst
+
+__all__ = ["dp_bucket_size", "buckets", "dp_families"]
+
+
+def dp_bucket_size(s: Scenario, stage: int) -> int | None:
+    """Parameters per DP gradient bucket on pipeline ``stage``, or None for one bucket per
+    buffer (Megatron-core ``DistributedDataParallel.__init__``): ``training.bucket_size``, by
+    default ``max(40,000,000, 1,000,000 * dp)``; None without ``overlap_grad_reduce`` and on every
+    stage but the first ("data-parallel communication on these stages is not on the critical
+    path")."""
+    t = s.training
+    if not t.overlap_grad_reduce or stage > 0:
+        return None
+    return t.bucket_size if t.bucket_size is not None else max(40_000_000,
+                                                               1_000_000 * s.parallelism.dp)
+
+
+def _pad(n: int, divisor: int) -> int:
+    return -(-n // divisor) * divisor
+
+
+def buckets(tensors: list[Tensor], bucket_size: int | None, dp: int, distributed: bool,
+             shared_embedding: bool) -> list[tuple[int, int]]:
+    """Megatron-core's gradient buckets of one DDP buffer: ``(elements, lowest layer or -1)``
+    per bucket, in the order backward fills them.
+
+    Tensors are taken in reverse registration order (backward order); a bucket closes after the
+    tensor that brings it to ``bucket_size`` elements or more (tensors are never split;
+    ``None``: one bucket). With the distributed optimizer (ZeRO-1/2) every tensor starts on a
+    multiple of 64 elements and every bucket ends on a multiple of ``lcm(dp, 128)``
+    (``megatron/core/optimizer/param_layout.py``: ``pad_param_start``, ``pad_bucket_end``), and a
+    shared (tied) word embedding gets a bucket of its own
+    (``DistributedOptimizer._compute_per_buffer_param_layout``); without it nothing is padded
+    (``param_and_grad_buffer._compute_default_per_buffer_param_layout``).
+    """
+    out: list[tuple[int, int]] = []
+    divisor = math.lcm(dp, 128)
+    start = end = 0          # bucket start, param end (element indices in the buffer)
+    low, open_ = -1, False
+
+    def close(at: int) -> int:
+        nonlocal low, open_
+        stop = _pad(at, divisor) if distributed else at
+        out.append((stop - start, low))
+        low, open_ = -1, False
+        return stop
+
+    for t in reversed(tensors):
+        pstart = _pad(end, 64) if distributed else end
+        shared = distributed and shared_embedding and t.name == "embedding.word_embeddings.weight"
+        if shared and open_:
+            start = close(pstart)
+            pstart = start
+        end = pstart + t.elements
+        open_ = True
+        if t.layer >= 0:
+            low = t.layer if low < 0 else min(low, t.layer)
+        if (bucket_size is not None and end - start >= bucket_size) or shared:
+            start = end = close(end)
+    if open_:
+        close(end)
+    return out
+
+
+def dp_families(s: Scenario, layout: RankLayout, st: int, sh: ShardParameters, n_mb: int,
+                 fam) -> None:  # type: ignore[no-untyped-def]
+    p, t = s.parallelism, s.training
+    e_act, e_grad = DTYPE_BYTES[t.precision], DTYPE_BYTES[t.grad_reduce_dtype]
+    kinds = [("dense", [g for g in layout.groups("dp") if layout.coords(g[0]).pp == st])]
+    if sh.per_layer_expert:
+        kinds.append(("expert", [g for g in layout.groups("edp")
+                                 if layout.coords(g[0]).pp == st]))
+    tensors = rank_tensors(s.model, p.tp, p.pp, st, p.ep)
+    for kind, groups in kinds:
+        if len(groups[0]) < 2:
+            continue
+        mine = [x for x in tensors if x.expert == (kind == "expert")]
+        if p.zero_stage == 3:
+            layers = range(sh.last_layer, sh.first_layer - 1, -1)      # backward order
+            if kind == "dense":
+                units = [(-1, sh.post)] + [(L, sh.per_layer) for L in layers] + [(-1, sh.pre)]
+            else:
+                units = [(L, sh.per_layer_expert) for L in layers]
+            units = [u for u in units if u[1] > 0]
+            for L, n in reversed(units):
+                fam("dp", "forward", "AllGather", n * e_act, e_act, st, groups,
+                    [Inst(L, j, op=f"{kind}_params") for j in range(n_mb)])
+            for L, n in units:
+                fam("dp", "backward", "AllGather", n * e_act, e_act, st, groups,
+                    [Inst(L, j, op=f"{kind}_params") for j in range(n_mb)])
+                fam("dp", "backward", "ReduceScatter", n * e_grad, e_grad, st, groups,
+                    [Inst(L, j, op=f"{kind}_grads") for j in range(n_mb)])
+            continue
+        shared = s.model.tied_embeddings and p.pp > 1
+        cut = buckets(mine, dp_bucket_size(s, st), len(groups[0]), p.zero_stage in (1, 2), shared)
+        for k, (n, low) in enumerate(cut):
+            if p.zero_stage == 0:
+                fam("dp", "backward", "AllReduce", n * e_grad, e_grad, st, groups,
+                    [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket")])
+            else:
+                fam("dp", "backward", "ReduceScatter", n * e_grad, e_grad, st, groups,
+                    [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket")])
+                fam("dp", "optimizer", "AllGather", n * e_act, e_act, st, groups,
+                    [Inst(low, -1, bucket=k, op=f"{kind}_param_bucket")])
