@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tokenpcap.config.pipeline import PipelineSplitError
 from tokenpcap.errors import InfeasiblePlanError
 
 if TYPE_CHECKING:
@@ -31,7 +32,9 @@ def check_feasible(s: Scenario) -> None:
 
     Rules: ``dp*tp*pp == nodes*gpus_per_node``; ``attention_heads % tp == 0``; ``kv_heads % tp
     == 0`` when ``kv_heads >= tp`` else ``tp % kv_heads == 0`` (KV heads replicated);
-    ``layers % pp == 0``; ``global_batch_size % (micro_batch_size*dp) == 0``; with sequence
+    the pipeline split of ``layers`` over ``pp`` (:mod:`tokenpcap.config.pipeline`, Megatron-core's
+    rule); multi-latent attention only at ``tp == 1``; ``mtp_num_layers == 0``;
+    ``global_batch_size % (micro_batch_size*dp) == 0``; with sequence
     parallelism ``seq_length % tp == 0``; ``ep > 1`` needs an MoE model, ``experts % ep == 0`` and
     ``dp % ep == 0`` (expert-parallel groups are carved out of the DP dimension); a ``bpe``
     tokenizer vocabulary no larger than the model's.
@@ -65,8 +68,16 @@ def check_feasible(s: Scenario) -> None:
     if m.kv_heads < p.tp and p.tp % m.kv_heads:
         fail("parallelism.tp", f"{p.tp} with model kv_heads {m.kv_heads}",
              "a multiple of kv_heads when tp > kv_heads")
-    if m.layers % p.pp:
-        fail("parallelism.pp", f"{p.pp} with model layers {m.layers}", "a pp that divides layers")
+    try:
+        p.stage_layer_counts(m.layers)
+    except PipelineSplitError as err:
+        fail(f"parallelism.{err.key}", err.got, err.expected)
+    if m.mla is not None and p.tp > 1:
+        fail("parallelism.tp", f"{p.tp} with multi_latent_attention",
+             "tp 1 (the TP collectives of MLA's latents are not modelled)")
+    if m.mtp_num_layers:
+        fail("model.mtp_num_layers", str(m.mtp_num_layers),
+             "0 (multi-token prediction is not modelled; its parameters are counted)")
     if t.global_batch_size % (t.micro_batch_size * p.dp):
         fail("training.global_batch_size", str(t.global_batch_size),
              f"a multiple of micro_batch_size*dp = {t.micro_batch_size}*{p.dp}")
