@@ -307,7 +307,8 @@ def test_every_scenario_plans(path: Path):
 
 
 def auto_parallel(model: ModelProfile, gpus: int, gpn: int) -> tuple[int, int, int]:
-    tp = max(t for t in (1, 2, 4, 8) if t <= gpn and model.attention_heads % t == 0
+    tp = max(t for t in ((1,) if model.mla else (1, 2, 4, 8))   # MLA plans at tp 1
+             if t <= gpn and model.attention_heads % t == 0
              and (model.kv_heads % t == 0 or t % model.kv_heads == 0))
     pp = max(p for p in (1, 2, 4, 8) if model.layers % p == 0 and gpus % (tp * p) == 0)
     return gpus // (tp * pp), tp, pp
@@ -406,3 +407,33 @@ def test_pcap_estimate_of_dante_is_the_written_capture():
     pc = build_plan(load_scenario(PROFILES / "scenarios" / "dante.yaml")).pcap
     assert pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"] == 331_680
     assert pc["file_bytes"] == 1_362_821_592
+
+
+def test_deepseek_v3_2048_bytes_per_phase_are_the_closed_forms():
+    """DeepSeek-V3 on 2,048 H800 (report arXiv 2412.19437 Sec. 3.2: PP 16, EP 64 over 8 nodes,
+    ZeRO-1 DP 128, no TP; 61 layers split 3 | 4 x 14 | 2; 120 microbatches of one 4K sequence).
+    NIC bytes of one iteration against closed forms: PP b*s*h*2 per microbatch, boundary and DP
+    replica each way; the uniform AllToAll of a 64-rank EP group puts 56/64 of each rank's
+    buffer on NICs (7 of its 63 peers share its node), on the 58 MoE layers only; the ring
+    ReduceScatter of 128 ranks on 16 nodes crosses 16 node boundaries per step, (n-1) steps of
+    S/n; the expert-data-parallel pairs (ranks 8 nodes apart) send half their buffer each."""
+    s = load_scenario(PROFILES / "scenarios" / "deepseek-v3-2048.yaml")
+    plan = build_plan(s)
+    r = rows(plan)
+    mb, act = 120, 4096 * 7168 * 2
+    assert plan.microbatches == mb
+    assert r["pp/forward/SendRecv"].nic_bytes == r["pp/backward/SendRecv"].nic_bytes == \
+        15 * 128 * mb * act
+    tokens = 4096 * 8 * 7168 * 2                     # b*s*top_k*h*B: dispatch and combine
+    probs = 4096 * 8 * 2
+    a2a = 58 * mb * 2 * 56 * (2 * tokens + probs)    # layers x mb x 2 groups x NIC share
+    assert r["ep/forward/AllToAll"].nic_bytes == r["ep/backward/AllToAll"].nic_bytes == a2a
+    assert a2a == 732_428_909_936_640
+    layers = {c.layer for c in plan.calls() if c.dim == "ep"}
+    assert layers == set(range(3, 61))
+    dense = [926_679_040 + 3 * 583_483_392] + [4 * 232_996_864] * 14 + [1_392_679_936]
+    expert = [0] + [4 * 4 * 44_040_192] * 14 + [2 * 4 * 44_040_192]
+    rs = 16 * 127 * sum(4 * n for n in dense) // 128 + 64 * sum(4 * n for n in expert)
+    assert r["dp/backward/ReduceScatter"].nic_bytes == rs == 3_702_604_812_800
+    assert r["dp/optimizer/AllGather"].nic_bytes == rs // 2          # bf16 parameters
+    assert "tp/forward/AllReduce" not in r and "emb/backward/AllReduce" not in r

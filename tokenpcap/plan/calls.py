@@ -2,7 +2,8 @@
 
 Which collectives a Megatron-LM iteration makes (``b`` micro batch, ``s`` sequence length, ``h``
 hidden size, ``B`` bytes per element of ``training.precision``, ``A = b*s*h*B``; ``m =
-global_batch / (b*dp)`` microbatches; per stage ``l/pp`` layers):
+global_batch / (b*dp)`` microbatches; per stage the layers of Megatron's pipeline split,
+:mod:`tokenpcap.config.pipeline`):
 
 * **TP** (Shoeybi et al. 2019, Sec. 3; Narayanan et al. 2021, Sec. 2.3), per layer per microbatch:
   forward 2 AllReduce of ``A`` (after attention, after the MLP), backward 2 AllReduce of ``A`` (the
@@ -28,7 +29,9 @@ global_batch / (b*dp)`` microbatches; per stage ``l/pp`` layers):
   the dispatch AllToAll of their probs (``(b*s/tp_sp)*top_k`` values), over the EP group. With
   tp > 1 the dispatcher replaces the MLP's TP collectives: an AllGather of the dispatched tokens
   and probs over TP and a ReduceScatter before the combine, gradients the other way
-  (:func:`tokenpcap.plan.moe.moe_tp_families`).
+  (:func:`tokenpcap.plan.moe.moe_tp_families`). In a model of dense and MoE layers
+  (``moe.layer_freq``, e.g. DeepSeek-V3's first 3 dense layers) the dense layers keep the MLP's
+  TP collectives and make no EP call.
 * **DP** (Megatron-core DDP; Rajbhandari et al. 2020 for ZeRO): the gradient buckets of each
   stage's dense and expert buffers, reduced over the DP and the expert-data-parallel group
   (``dp/ep`` ranks): :mod:`tokenpcap.plan.grads`. The small collectives of every iteration (batch
@@ -52,7 +55,7 @@ from typing import Iterator
 from tokenpcap.errors import InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.records import phase_label
-from tokenpcap.model import activation_bytes, shard_parameters
+from tokenpcap.model import activation_bytes, scenario_shards
 from tokenpcap.config.profiles import DTYPE_BYTES, Scenario
 from tokenpcap.plan.family import Family, Inst
 from tokenpcap.plan.grads import dp_bucket_size, dp_families
@@ -124,7 +127,7 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
     n_mb = t.global_batch_size // (b * dp)
     full = t.recompute == "full"
     fams: list[Family] = []
-    shards = [shard_parameters(m, tp, pp, st, p.ep) for st in range(pp)]
+    shards = scenario_shards(s)
 
     def fam(dim: str, phase: str, coll: str, size: int, e: int, st: int, groups, insts,
             tokens: str = "") -> None:
@@ -133,6 +136,7 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
 
     for st, sh in enumerate(shards):
         layers = range(sh.first_layer, sh.last_layer + 1)
+        moe_layers = [L for L in layers if sh.moe[L - sh.first_layer]]
         first, last = st == 0, st == pp - 1
         tpg = [tuple(layout.rank(st, d, k) for k in range(tp)) for d in range(dp)]
         epg = [g for g in layout.groups("ep") if layout.coords(g[0]).pp == st] if p.ep > 1 else []
@@ -145,9 +149,10 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
                        ("AllGather", "mlp_in_regather"), ("ReduceScatter", "attn_in_grad"),
                        ("AllGather", "attn_out_grad"), ("AllGather", "attn_in_regather")] if sp \
                 else [("AllReduce", "mlp_in_grad"), ("AllReduce", "attn_in_grad")]
-            if m.moe is not None:           # the token dispatcher replaces the MLP's TP ops
-                fwd_ops = [x for x in fwd_ops if not x[1].startswith("mlp_")]
-                bwd_ops = [x for x in bwd_ops if not x[1].startswith("mlp_")]
+            # on MoE layers the token dispatcher replaces the MLP's TP ops
+            fwd_of = {False: fwd_ops, True: [x for x in fwd_ops if not x[1].startswith("mlp_")]}
+            bwd_of = {False: bwd_ops, True: [x for x in bwd_ops if not x[1].startswith("mlp_")]}
+            kind = {L: sh.moe[L - sh.first_layer] for L in layers}
             # LanguageModelEmbedding: with SP the vocabulary-parallel output is ReduceScattered,
             # unless the model adds learned positions: then AllReduced and scattered (no comm.)
             emb_coll = "ReduceScatter" if sp and m.position_embedding != "learned" else "AllReduce"
@@ -156,19 +161,20 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
                 for j in range(n_mb):
                     if first and coll == emb_coll:
                         fwd.append(Inst(-1, j, op="embedding"))
-                    fwd += [Inst(L, j, op=o) for L in layers for c, o in fwd_ops if c == coll]
+                    fwd += [Inst(L, j, op=o) for L in layers for c, o in fwd_of[kind[L]]
+                            if c == coll]
                     if last and sp and coll == "AllGather":
                         fwd.append(Inst(-1, j, op="lm_head_in"))
                     if full:
-                        fwd += [Inst(L, j, recompute=True, op=o)
-                                for L in reversed(layers) for c, o in fwd_ops if c == coll]
+                        fwd += [Inst(L, j, recompute=True, op=o) for L in reversed(layers)
+                                for c, o in fwd_of[kind[L]] if c == coll]
                     if last:
                         if coll == ("ReduceScatter" if sp else "AllReduce"):
                             bwd.append(Inst(-1, j, op="lm_head_in_grad"))
                         if sp and coll == "AllGather":
                             bwd.append(Inst(-1, j, op="lm_head_in_regather"))
                     bwd += [Inst(L, j, op=o) for L in reversed(layers)
-                            for c, o in bwd_ops if c == coll]
+                            for c, o in bwd_of[kind[L]] if c == coll]
                     if first and sp and coll == "AllGather":
                         bwd.append(Inst(-1, j, op="embedding_grad"))
                 fam("tp", "forward", coll, act, e_act, st, tpg, fwd, "mb")
@@ -180,26 +186,26 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
             if sp:
                 fam("tp", "backward", "AllReduce", sh.tp_replicated * e_grad, e_grad, st, tpg,
                     [Inst(-1, -1, op="tp_replicated_grads")])
-            if m.moe is not None:
-                moe_tp_families(fam, st, tpg, layers, n_mb, full, tp * a2a, tp * a2a // h,
-                                 e_act)
-        if m.moe is not None and (p.ep > 1 or tp > 1):
+            if moe_layers:
+                moe_tp_families(fam, st, tpg, moe_layers, n_mb, full, tp * a2a, tp * a2a // h,
+                                e_act)
+        if moe_layers and m.moe is not None and (p.ep > 1 or tp > 1):
             # MoEAlltoAllTokenDispatcher.preprocess: the tokens each rank routes to each expert
             # (int64 [experts]) are AllGathered over the TP x EP group
             tpep = [g for g in layout.groups("tpep") if layout.coords(g[0]).pp == st]
             fam("ep", "forward", "AllGather", tp * p.ep * m.moe.experts * 8, 8, st, tpep,
-                moe_insts(layers, n_mb, full, ("moe_counts",), ()))
-        if epg and m.moe is not None:
+                moe_insts(moe_layers, n_mb, full, ("moe_counts",), ()))
+        if epg and moe_layers and m.moe is not None:
             # token_dispatch / token_combine: AllToAll of the routed tokens and of their probs
             fam("ep", "forward", "AllToAll", a2a, e_act, st, epg,
-                moe_insts(layers, n_mb, full, ("dispatch", "combine"), ()))
+                moe_insts(moe_layers, n_mb, full, ("dispatch", "combine"), ()))
             fam("ep", "backward", "AllToAll", a2a, e_act, st, epg,
-                moe_insts(layers, n_mb, False, (), ("combine_grad", "dispatch_grad")))
+                moe_insts(moe_layers, n_mb, False, (), ("combine_grad", "dispatch_grad")))
             probs = a2a // h
             fam("ep", "forward", "AllToAll", probs, e_act, st, epg,
-                moe_insts(layers, n_mb, full, ("dispatch_probs",), ()))
+                moe_insts(moe_layers, n_mb, full, ("dispatch_probs",), ()))
             fam("ep", "backward", "AllToAll", probs, e_act, st, epg,
-                moe_insts(layers, n_mb, False, (), ("dispatch_probs_grad",)))
+                moe_insts(moe_layers, n_mb, False, (), ("dispatch_probs_grad",)))
         if not last:
             pp_size = act // tp if sp else act
             fwd_g = [(layout.rank(st, d, k), layout.rank(st + 1, d, k))

@@ -87,10 +87,10 @@ def dp_families(s: Scenario, layout: RankLayout, st: int, sh: ShardParameters, n
     p, t = s.parallelism, s.training
     e_act, e_grad = DTYPE_BYTES[t.precision], DTYPE_BYTES[t.grad_reduce_dtype]
     kinds = [("dense", [g for g in layout.groups("dp") if layout.coords(g[0]).pp == st])]
-    if sh.per_layer_expert:
+    if sh.expert:
         kinds.append(("expert", [g for g in layout.groups("edp")
                                  if layout.coords(g[0]).pp == st]))
-    tensors = rank_tensors(s.model, p.tp, p.pp, st, p.ep)
+    tensors = rank_tensors(s.model, p.tp, p.pp, st, p.ep, p.stage_layer_counts(s.model.layers))
     for kind, groups in kinds:
         if len(groups[0]) < 2:
             continue
@@ -98,9 +98,9 @@ def dp_families(s: Scenario, layout: RankLayout, st: int, sh: ShardParameters, n
         if p.zero_stage == 3:
             layers = range(sh.last_layer, sh.first_layer - 1, -1)      # backward order
             if kind == "dense":
-                units = [(-1, sh.post)] + [(L, sh.per_layer) for L in layers] + [(-1, sh.pre)]
+                units = [(-1, sh.post)] + [(L, sh.dense_of(L)) for L in layers] + [(-1, sh.pre)]
             else:
-                units = [(L, sh.per_layer_expert) for L in layers]
+                units = [(L, sh.expert_of(L)) for L in layers]
             units = [u for u in units if u[1] > 0]
             for L, n in reversed(units):
                 fam("dp", "forward", "AllGather", n * e_act, e_act, st, groups,

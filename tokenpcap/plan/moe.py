@@ -2,12 +2,14 @@
 ``MoEAlltoAllTokenDispatcher``)."""
 from __future__ import annotations
 
+from typing import Sequence
+
 from tokenpcap.plan.family import Inst
 
 __all__ = ["moe_insts", "moe_tp_families"]
 
 
-def moe_insts(layers: range, n_mb: int, full: bool, fwd_ops: tuple[str, ...],
+def moe_insts(layers: Sequence[int], n_mb: int, full: bool, fwd_ops: tuple[str, ...],
                bwd_ops: tuple[str, ...]) -> list[Inst]:
     """Instances of MoE-layer operations: forward ``fwd_ops`` per microbatch and layer (and
     again before the backward with full recomputation), or backward ``bwd_ops``."""
@@ -19,7 +21,7 @@ def moe_insts(layers: range, n_mb: int, full: bool, fwd_ops: tuple[str, ...],
     return out
 
 
-def moe_tp_families(fam, st: int, tpg, layers: range, n_mb: int, full: bool,  # type: ignore[no-untyped-def]
+def moe_tp_families(fam, st: int, tpg, layers: Sequence[int], n_mb: int, full: bool,  # type: ignore[no-untyped-def]
                      tokens_bytes: int, probs_bytes: int, e: int) -> None:
     """Megatron-core ``MoEAlltoAllTokenDispatcher`` with tp > 1, per MoE layer and microbatch
     (``megatron/core/transformer/moe/token_dispatcher.py``): ``dispatch_postprocess``

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from tokenpcap.errors import InputError
-from tokenpcap.model import layer_forward_flops, logits_forward_flops, shard_parameters
+from tokenpcap.model import (attention_forward_flops as _attention_flops, layer_forward_flops,
+                             logits_forward_flops, scenario_shards)
 from tokenpcap.config.profiles import Scenario
 
 __all__ = ["StageTimes", "stage_times", "flops_time_ns", "iteration_flops",
@@ -64,11 +65,9 @@ def flops_time_ns(flops: int, peak_tflops: float, mfu: float, scale: int = 1) ->
 
 def attention_forward_flops(s: Scenario) -> int:
     """Attention part of one layer's forward FLOPs for one microbatch (all TP ranks together):
-    ``2·b·s·(2h² + 2h·kv_dim) + 4·b·s²·h``."""
-    m, b = s.model, s.training.micro_batch_size
-    h, seq = m.hidden_size, m.seq_length
-    kv_dim = m.kv_heads * (h // m.attention_heads)
-    return 2 * b * seq * (2 * h * h + 2 * h * kv_dim) + 4 * b * seq * seq * h
+    ``2·b·s·(2h² + 2h·kv_dim) + 4·b·s²·h`` (MLA: :func:`tokenpcap.model.
+    attention_forward_flops`)."""
+    return _attention_flops(s.model, s.training.micro_batch_size)
 
 
 @dataclass(frozen=True)
@@ -76,7 +75,10 @@ class StageTimes:
     """Compute times (ns) of one TP rank of one pipeline stage for one microbatch.
 
     ``attn_fwd``/``mlp_fwd``: one layer's attention and MLP forward; ``attn_bwd``/``mlp_bwd``: their
-    backward (×2, plus the selective recomputation in ``attn_bwd``); ``logits_fwd``/``logits_bwd``:
+    backward (×2, plus the selective recomputation in ``attn_bwd``); the MLP is an MoE layer's
+    when the model has experts; ``dense_mlp_fwd``/``dense_mlp_bwd``: the dense MLP of the
+    dense layers of a model that mixes both (``moe.layer_freq``; equal to ``mlp_*`` for a dense
+    model); ``logits_fwd``/``logits_bwd``:
     the output layer on the last stage (0 elsewhere); ``optimizer``: the optimizer step of the
     rank's parameters (once per iteration).
     """
@@ -88,6 +90,8 @@ class StageTimes:
     logits_fwd: int
     logits_bwd: int
     optimizer: int
+    dense_mlp_fwd: int = 0
+    dense_mlp_bwd: int = 0
 
 
 def stage_times(s: Scenario, stage: int, scale: int = 1) -> StageTimes:
@@ -102,6 +106,7 @@ def stage_times(s: Scenario, stage: int, scale: int = 1) -> StageTimes:
     layer = layer_forward_flops(m, b)
     attn = attention_forward_flops(s)
     mlp = layer - attn
+    dense_mlp = layer_forward_flops(m, b, moe=False) - attn
     selective = 4 * b * m.seq_length * m.seq_length * m.hidden_size if t.recompute == "selective" else 0
     last = stage == p.pp - 1
     logits = logits_forward_flops(m, b) if last else 0
@@ -109,12 +114,12 @@ def stage_times(s: Scenario, stage: int, scale: int = 1) -> StageTimes:
     def ns(flops: int) -> int:
         return flops_time_ns(-(-flops // tp), g.peak_tflops, t.mfu, scale)
 
-    sh = shard_parameters(m, tp, p.pp, stage, p.ep)
+    sh = scenario_shards(s)[stage]
     params = sh.total if p.zero_stage == 0 else -(-sh.total // p.dp)
     opt = -(-params * OPTIMIZER_BYTES_PER_PARAM // (HBM_BYTES_PER_NS * scale))
     return StageTimes(attn_fwd=ns(attn), mlp_fwd=ns(mlp), attn_bwd=ns(2 * attn + selective),
                       mlp_bwd=ns(2 * mlp), logits_fwd=ns(logits), logits_bwd=ns(2 * logits),
-                      optimizer=opt)
+                      optimizer=opt, dense_mlp_fwd=ns(dense_mlp), dense_mlp_bwd=ns(2 * dense_mlp))
 
 
 def iteration_flops(s: Scenario) -> int:
@@ -125,8 +130,10 @@ def iteration_flops(s: Scenario) -> int:
     m, t = s.model, s.training
     b = t.micro_batch_size
     mbs = t.global_batch_size // b
-    layer = layer_forward_flops(m, b)
-    per_layer = 3 * layer + (layer if t.recompute == "full" else 0)
-    if t.recompute == "selective":
-        per_layer += 4 * b * m.seq_length * m.seq_length * m.hidden_size
-    return mbs * (m.layers * per_layer + 3 * logits_forward_flops(m, b))
+    total = 0
+    for moe in m.moe_layers:
+        layer = layer_forward_flops(m, b, moe)
+        total += 3 * layer + (layer if t.recompute == "full" else 0)
+        if t.recompute == "selective":
+            total += 4 * b * m.seq_length * m.seq_length * m.hidden_size
+    return mbs * (total + 3 * logits_forward_flops(m, b))

@@ -224,9 +224,12 @@ class _Builder:
         return self.p
 
     def layer(self, template, phase: str, rec: bool, j: int, L: int) -> None:
+        dense = not self.sh.moe[L - self.sh.first_layer]
         for typ, name in template:
             if typ == "t":
-                self.compute(getattr(self.t, name))
+                # the dense layers of a model that mixes dense and MoE layers: their own MLP time
+                self.compute(getattr(self.t, f"dense_{name}" if dense and name.startswith("mlp")
+                                     else name))
             else:
                 self.take((phase, rec, j, L, name), ASYNC if typ == "a" else BLOCK)
 
