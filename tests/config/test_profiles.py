@@ -275,6 +275,11 @@ def test_deepseek_features_a_scenario_cannot_use(tmp_path: Path):
     write(tmp_path / "mtp.yaml", model_dict(mtp_num_layers=1))
     expect_infeasible(tmp_path, {"model": "mtp.yaml"},
                       r"model.mtp_num_layers: got 1, expected 0 \(multi-token prediction")
+    write(tmp_path / "shared.yaml", model_dict(moe={"experts": 4, "top_k": 2,
+                                                     "shared_expert_intermediate_size": 512}))
+    expect_infeasible(tmp_path, {"model": "shared.yaml"},
+                      r"parallelism.tp: got 4 with moe.shared_expert_intermediate_size 512, "
+                      r"expected tp 1")
     ok = scenario_dict(tmp_path, model="mla.yaml", parallelism={"dp": 16, "tp": 1, "pp": 2})
     s = load_scenario(write(tmp_path / "ok.yaml", ok))
     assert s.model.mla is not None and s.model.mla.q_lora_rank is None

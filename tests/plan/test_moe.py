@@ -32,3 +32,29 @@ def test_mixtral_moe_tp_collectives_carry_top_k_times_the_dense_bytes():
     assert (counts.dim, counts.collective, len(counts.group)) == ("ep", "AllGather", 16)
     assert counts.message_bytes == 2 * 8 * 8 * 8         # tp * ep ranks x 8 experts x int64
     assert plan.rows and rows(plan)["ep/forward/AllToAll"].nic_bytes > 0
+
+
+def test_dense_layers_of_a_mixed_model_keep_the_mlp_tp_collectives_and_make_no_ep_call():
+    """Megatron-core moe_layer_freq 2 (gpt_layer_specs.py: layer i is MoE when i % 2 == 0):
+    Mixtral at tp 2, ep 4 with every other layer dense (the SP ReduceScatter/AllGather pair of
+    the dense MLP, b*s*h*B) and the others routed by MoEAlltoAllTokenDispatcher."""
+    import dataclasses
+    s = load_scenario(PROFILES / "scenarios" / "mixtral-8x7b-ep.yaml")
+    moe = dataclasses.replace(s.model.moe, layer_freq=2)
+    s = dataclasses.replace(s, model=dataclasses.replace(s.model, moe=moe))
+    plan = build_plan(s)
+    ops: dict[int, set] = {}
+    for c in plan.calls():
+        if c.dim in ("tp", "ep") and c.layer >= 0 and 0 in c.group and c.microbatch == 0 \
+                and not c.recompute:
+            ops.setdefault(c.layer, set()).add(c.op)
+    assert ops and all(L % 2 == 0 for L in ops if "dispatch" in ops[L])
+    for L, o in ops.items():
+        if L % 2:
+            assert {"mlp_in", "mlp_out", "mlp_in_regather"} <= o
+            assert not o & {"moe_counts", "dispatch", "moe_gather", "combine"}
+        else:
+            assert {"moe_counts", "dispatch", "combine", "moe_gather"} <= o
+            assert not o & {"mlp_in", "mlp_out"}
+    dense = 1 * s.model.seq_length * s.model.hidden_size * 2
+    assert {c.message_bytes for c in plan.calls() if c.op == "mlp_in"} == {dense}

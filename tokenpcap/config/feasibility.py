@@ -33,7 +33,7 @@ def check_feasible(s: Scenario) -> None:
     Rules: ``dp*tp*pp == nodes*gpus_per_node``; ``attention_heads % tp == 0``; ``kv_heads % tp
     == 0`` when ``kv_heads >= tp`` else ``tp % kv_heads == 0`` (KV heads replicated);
     the pipeline split of ``layers`` over ``pp`` (:mod:`tokenpcap.config.pipeline`, Megatron-core's
-    rule); multi-latent attention only at ``tp == 1``; ``mtp_num_layers == 0``;
+    rule); multi-latent attention and shared experts only at ``tp == 1``; ``mtp_num_layers == 0``;
     ``global_batch_size % (micro_batch_size*dp) == 0``; with sequence
     parallelism ``seq_length % tp == 0``; ``ep > 1`` needs an MoE model, ``experts % ep == 0`` and
     ``dp % ep == 0`` (expert-parallel groups are carved out of the DP dimension); a ``bpe``
@@ -75,6 +75,10 @@ def check_feasible(s: Scenario) -> None:
     if m.mla is not None and p.tp > 1:
         fail("parallelism.tp", f"{p.tp} with multi_latent_attention",
              "tp 1 (the TP collectives of MLA's latents are not modelled)")
+    if m.moe is not None and m.moe.shared_expert_intermediate_size and p.tp > 1:
+        fail("parallelism.tp", f"{p.tp} with moe.shared_expert_intermediate_size "
+             f"{m.moe.shared_expert_intermediate_size}",
+             "tp 1 (the shared experts' TP collectives are not modelled)")
     if m.mtp_num_layers:
         fail("model.mtp_num_layers", str(m.mtp_num_layers),
              "0 (multi-token prediction is not modelled; its parameters are counted)")

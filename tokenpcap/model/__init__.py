@@ -8,7 +8,8 @@ and expert parallelism, and their sums per stage.
 from __future__ import annotations
 
 from tokenpcap.model.counts import (LayerParameters, ParameterCount, activation_bytes,
-                                    attention_forward_flops, attention_parameters,
+                                    attention_core_flops, attention_forward_flops,
+                                    attention_parameters,
                                     layer_forward_flops, layer_parameters, logits_forward_flops,
                                     narayanan_eq2, padded_vocab_size, parameter_count)
 from tokenpcap.model.shards import (ShardParameters, Tensor, rank_tensors, scenario_shards,
@@ -28,6 +29,7 @@ __all__ = [
     "shard_parameters",
     "scenario_shards",
     "activation_bytes",
+    "attention_core_flops",
     "attention_forward_flops",
     "layer_forward_flops",
     "logits_forward_flops",

@@ -29,7 +29,7 @@ Counts are exact element counts of the weight tensors (not approximations) for t
   token (8 routed + 1 shared expert per MoE layer: 585,318,400) ``37,552,282,624`` (published:
   37 B). The router's ``e_score_correction_bias`` (256 per MoE layer) is a buffer in
   Megatron-core (``moe_router_enable_expert_bias``), not a parameter, and is not counted. The
-  one MTP module (``mtp_num_layers: 1``, off by default) would add 11,610,068,000 (its layer,
+  one MTP module (``mtp_num_layers: 1``, off by default) would add 11,610,067,968 (its layer,
   ``eh_proj`` 2h x h and three norms; Hugging Face's 685 B also stores a copy of the embedding
   and output layer with it).
 
@@ -54,6 +54,7 @@ __all__ = [
     "parameter_count",
     "activation_bytes",
     "attention_forward_flops",
+    "attention_core_flops",
     "layer_forward_flops",
     "logits_forward_flops",
 ]
@@ -234,6 +235,17 @@ def activation_bytes(micro_batch: int, seq_length: int, hidden_size: int, elem_b
     return micro_batch * seq_length * hidden_size * elem_bytes
 
 
+def attention_core_flops(m: ModelProfile, micro_batch: int) -> int:
+    """Scores and values of one layer's attention for one microbatch: ``2 b s^2 (n d_qk) + 2 b
+    s^2 (n d_v)``, ``4 b s^2 h`` for MHA/GQA (what selective recomputation repeats, Korthikanti
+    et al. 2022, Sec. 5)."""
+    b, s, a = micro_batch, m.seq_length, m.mla
+    if a is None:
+        return 4 * b * s * s * m.hidden_size
+    return 2 * b * s * s * m.attention_heads * (a.qk_head_dim + a.qk_pos_emb_head_dim
+                                                + a.v_head_dim)
+
+
 def attention_forward_flops(m: ModelProfile, micro_batch: int) -> int:
     """Forward FLOPs of one layer's attention block for one microbatch (all TP ranks together):
     ``2 b s`` times its weights (:func:`attention_parameters`, norms and biases aside) plus the
@@ -242,12 +254,11 @@ def attention_forward_flops(m: ModelProfile, micro_batch: int) -> int:
     a = m.mla
     if a is None:
         kv_dim = m.kv_heads * _head_dim(m)
-        return 2 * b * s * (2 * h * h + 2 * h * kv_dim) + 4 * b * s * s * h
-    n = m.attention_heads
-    d_q = a.qk_head_dim + a.qk_pos_emb_head_dim
-    weights = attention_parameters(m) - (_norm_params(m, a.q_lora_rank) if a.q_lora_rank else 0) \
-        - _norm_params(m, a.kv_lora_rank)
-    return 2 * b * s * weights + 2 * b * s * s * n * (d_q + a.v_head_dim)
+        weights = 2 * h * h + 2 * h * kv_dim
+    else:
+        weights = (attention_parameters(m) - _norm_params(m, a.kv_lora_rank)
+                   - (_norm_params(m, a.q_lora_rank) if a.q_lora_rank else 0))
+    return 2 * b * s * weights + attention_core_flops(m, b)
 
 
 def layer_forward_flops(m: ModelProfile, micro_batch: int, moe: bool | None = None) -> int:

@@ -10,7 +10,8 @@ recomputed). We split a layer into its attention part (QKV and output projection
 ``2·b·s·(2h² + 2h·kv_dim)`` plus scores and values ``4·b·s²·h``) and its MLP part (the rest), so
 that TP collectives fall between the right pieces of work. A TP rank does ``1/tp`` of the
 work (Megatron's column/row split of every matmul). Backward is twice the forward (Eq. 3);
-``recompute: selective`` adds the attention core ``4·b·s²·h`` again in backward (Korthikanti et
+``recompute: selective`` adds the attention core ``4·b·s²·h`` (MLA: over its query/key and value
+head dims, :func:`tokenpcap.model.attention_core_flops`) again in backward (Korthikanti et
 al. 2022, Sec. 5); ``recompute: full`` replays the layer's forward before its backward (the
 schedule does that as its own compute step).
 
@@ -29,8 +30,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from tokenpcap.errors import InputError
-from tokenpcap.model import (attention_forward_flops as _attention_flops, layer_forward_flops,
-                             logits_forward_flops, scenario_shards)
+from tokenpcap.model import (attention_core_flops, attention_forward_flops as _attention_flops,
+                             layer_forward_flops, logits_forward_flops, scenario_shards)
 from tokenpcap.config.profiles import Scenario
 
 __all__ = ["StageTimes", "stage_times", "flops_time_ns", "iteration_flops",
@@ -107,7 +108,7 @@ def stage_times(s: Scenario, stage: int, scale: int = 1) -> StageTimes:
     attn = attention_forward_flops(s)
     mlp = layer - attn
     dense_mlp = layer_forward_flops(m, b, moe=False) - attn
-    selective = 4 * b * m.seq_length * m.seq_length * m.hidden_size if t.recompute == "selective" else 0
+    selective = attention_core_flops(m, b) if t.recompute == "selective" else 0
     last = stage == p.pp - 1
     logits = logits_forward_flops(m, b) if last else 0
 
@@ -135,5 +136,5 @@ def iteration_flops(s: Scenario) -> int:
         layer = layer_forward_flops(m, b, moe)
         total += 3 * layer + (layer if t.recompute == "full" else 0)
         if t.recompute == "selective":
-            total += 4 * b * m.seq_length * m.seq_length * m.hidden_size
+            total += attention_core_flops(m, b)
     return mbs * (total + 3 * logits_forward_flops(m, b))
