@@ -2,9 +2,11 @@
 model's counts, published sizes, and Megatron-core's layer split."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from tokenpcap.errors import InputError
 from tokenpcap.model import (
@@ -13,7 +15,7 @@ from tokenpcap.model import (
     rank_tensors,
     shard_parameters,
 )
-from tokenpcap.config.profiles import load_model
+from tokenpcap.config.profiles import MlaProfile, MoeProfile, load_model
 
 MODELS = Path(__file__).resolve().parents[2] / "profiles" / "models"
 
@@ -113,3 +115,31 @@ def test_mla_tp_shards_split_the_heads_and_replicate_the_down_projections():
     per_rank = sum(x.elements for x in t.values())
     rep = sum(x.elements for x in t.values() if x.sp_grad)
     assert whole == 187_107_328 and 4 * per_rank == whole + 3 * rep
+
+
+@settings(max_examples=40, deadline=None)
+@given(pattern=st.lists(st.booleans(), min_size=2, max_size=12),
+       pp=st.integers(1, 4), ep=st.sampled_from([1, 2, 4]), q_lora=st.booleans())
+def test_shards_hold_every_layer_once_whatever_the_layer_kinds_and_split(pattern, pp, ep, q_lora):
+    """At tp 1 the stages' shards hold each parameter once per DP replica (routed experts once
+    per EP group): sum(dense) + ep * sum(expert) is the model's total, for any dense/MoE
+    pattern, any uneven first stage and MLA with or without a query latent."""
+    layers = len(pattern)
+    if pp > layers:
+        return
+    first = layers - (pp - 1) * ((layers - 1) // max(1, pp - 1)) if pp > 1 else None
+    counts = (first,) + ((layers - first) // (pp - 1),) * (pp - 1) if pp > 1 else (layers,)
+    if min(counts) < 1 or sum(counts) != layers:
+        return
+    m = dataclasses.replace(
+        load_model(MODELS / "deepseek-v3.yaml"), layers=layers, hidden_size=64,
+        attention_heads=4, ffn_hidden_size=96, vocab_size=100,
+        mla=MlaProfile(16 if q_lora else None, 8, 8, 4, 8),
+        moe=MoeProfile(experts=4, top_k=2, ffn_hidden_size=32,
+                       shared_expert_intermediate_size=32 * (1 - q_lora),
+                       layer_freq=tuple(int(x) for x in pattern)))
+    shards = [shard_parameters(m, 1, pp, s, ep, counts) for s in range(pp)]
+    assert sum(sh.dense + ep * sh.expert for sh in shards) == parameter_count(m, tp=1).total
+    assert [x for sh in shards for x in sh.moe] == pattern
+    assert all((sh.expert_of(L) > 0) == sh.moe[L - sh.first_layer]
+               for sh in shards for L in range(sh.first_layer, sh.last_layer + 1))

@@ -11,7 +11,8 @@ sending it on (asynchronous), and likewise backwards in the other direction.
 Inside a forward (stage 0: embedding and its TP collective first), per layer: ZeRO-3 parameter
 gathers, the attention part (SP: AllGather before it), its TP collective (AllReduce, SP:
 ReduceScatter), the MLP part likewise (with MoE the expert dispatch and combine AllToAll around
-the experts); the last stage then runs the output layer and the three cross-entropy AllReduces.
+the experts; the dense layers of a model that mixes both compute for their own dense MLP's time,
+:class:`~tokenpcap.schedule.compute.StageTimes` ``dense_mlp_*``); the last stage then runs the output layer and the three cross-entropy AllReduces.
 A backward mirrors it, layers last to first; with full recomputation each layer's forward
 (``recompute=True`` calls) is replayed right before its backward. TP, EP and ZeRO-3 gathers block
 the rank (the next compute needs their result).
