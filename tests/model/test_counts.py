@@ -122,6 +122,10 @@ def test_deepseek_v3_mtp_module_is_counted_apart():
     h = 7168
     assert pc.mtp == 3 * h + 2 * h * h + 11_507_286_016 == 11_610_067_968
     assert pc.total == 671_026_404_352
+    # the model card's 685 B "= 671 B + 14 B of MTP weights" stores the module with its own
+    # embedding and output copies: 13.46 B, in all 684.49 B
+    assert pc.mtp + pc.word_embedding + pc.output_layer == 13_463_426_048
+    assert pc.total + 13_463_426_048 == 684_489_830_400
 
 
 def test_mla_layer_flops_count_the_latent_projections_and_the_192_wide_scores():

@@ -30,8 +30,9 @@ Counts are exact element counts of the weight tensors (not approximations) for t
   37 B). The router's ``e_score_correction_bias`` (256 per MoE layer) is a buffer in
   Megatron-core (``moe_router_enable_expert_bias``), not a parameter, and is not counted. The
   one MTP module (``mtp_num_layers: 1``, off by default) would add 11,610,067,968 (its layer,
-  ``eh_proj`` 2h x h and three norms; Hugging Face's 685 B also stores a copy of the embedding
-  and output layer with it).
+  ``eh_proj`` 2h x h and three norms); the model card's "685B = 671B + 14B of MTP weights"
+  counts the module with its own copy of the embedding and output layer (13,463,426,048; in all
+  684,489,830,400).
 
 Multi-layer kinds: :attr:`ModelProfile.moe_layers` says which layers are MoE
 (``moe.layer_freq``); :class:`ParameterCount` holds one :class:`LayerParameters` per layer.
