@@ -129,6 +129,17 @@ def test_dp_tp_pp_not_the_gpu_count(run, tmp_path: Path):  # type: ignore[no-unt
                    "expected the cluster's GPU count nodes*gpus_per_node = 4*8 = 32")
 
 
+def test_pipeline_split_megatron_refuses(run, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """12 layers on pp 2 with 5 on the first stage and 5 on the last leave 2 layers and no
+    middle stage: Megatron-core's 'Mismatch' (TransformerConfig.__post_init__)."""
+    f = bad_scenario(tmp_path, parallelism={"dp": 4, "tp": 4, "pp": 2,
+                                            "decoder_first_pipeline_num_layers": 5,
+                                            "decoder_last_pipeline_num_layers": 5})
+    one_line_error(run("plan", str(f)), str(f), "parallelism.pp",
+                   "got 2 with 2 layers left for 0 middle stages",
+                   "expected middle layers exactly when there are middle stages")
+
+
 def test_missing_corpus(run, tmp_path: Path):  # type: ignore[no-untyped-def]
     f = bad_scenario(tmp_path, corpus="nowhere.txt")
     one_line_error(run("plan", str(f)), f"{f}: corpus: {tmp_path / 'nowhere.txt'}: got a path",

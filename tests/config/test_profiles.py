@@ -123,6 +123,15 @@ def expect_profile_error(fn, file: Path, key: str, got: str, expected: str) -> N
     ({"kv_heads": 5}, "kv_heads", "5", "a divisor of attention_heads 12"),
     ({"moe": {"experts": 2, "top_k": 3}}, "moe.top_k", "3", "<= moe.experts 2"),
     ({"moe": {"experts": 2}}, "moe.top_k", "missing", "required key"),
+    ({"moe": {"experts": 2, "top_k": 1, "layer_freq": [0, 1]}}, "moe.layer_freq", "[0, 1]",
+     "a list of 12 entries, one per layer"),
+    ({"moe": {"experts": 2, "top_k": 1, "layer_freq": [2] * 12}}, "moe.layer_freq",
+     str([2] * 12), "or a list of 0/1"),
+    ({"kv_heads": 4, "multi_latent_attention": {"kv_lora_rank": 64, "qk_head_dim": 64,
+                                                "qk_pos_emb_head_dim": 32, "v_head_dim": 64}},
+     "kv_heads", "4", "no kv_heads with multi_latent_attention"),
+    ({"multi_latent_attention": {"kv_lora_rank": 64}}, "multi_latent_attention.qk_head_dim",
+     "missing", "required key"),
 ])
 def test_model_errors(tmp_path: Path, over, key, got, expected):  # type: ignore[no-untyped-def]
     f = write(tmp_path / "m.yaml", model_dict(**over))
@@ -207,7 +216,16 @@ def test_errors_inside_referenced_files_name_that_file(tmp_path: Path):
     ({"parallelism": {"dp": 2, "tp": 8, "pp": 2}},
      r"parallelism.tp: got 8 with model attention_heads 12, expected a tp that divides"),
     ({"parallelism": {"dp": 2, "tp": 2, "pp": 8}},
-     r"parallelism.pp: got 8 with model layers 12, expected a pp that divides layers"),
+     r"parallelism.pp: got 8 with 12 layers, expected a pp that divides them"),
+    ({"parallelism": {"dp": 2, "tp": 2, "pp": 8, "decoder_first_pipeline_num_layers": 4}},
+     r"parallelism.pp: got 8: 8 middle layers on 7 middle stages, expected middle stages "
+     r"that divide the middle layers"),
+    ({"parallelism": {"dp": 4, "tp": 4, "pp": 2, "decoder_last_pipeline_num_layers": 12}},
+     r"parallelism.pp: got 2 with 0 layers left for 1 middle stages, expected middle layers "
+     r"exactly when there are middle stages"),
+    ({"parallelism": {"dp": 4, "tp": 4, "pp": 2, "decoder_last_pipeline_num_layers": 5,
+                      "account_for_loss_in_pipeline_split": True}},
+     r"parallelism.decoder_last_pipeline_num_layers: got 5, expected unset with account_for"),
     ({"training": {"micro_batch_size": 3, "global_batch_size": 16}},
      r"training.global_batch_size: got 16, expected a multiple of micro_batch_size\*dp = 3\*4"),
     ({"parallelism": {"dp": 4, "tp": 4, "pp": 2, "ep": 2}},
@@ -245,6 +263,37 @@ def test_kv_heads_rules(tmp_path: Path):
     bad = scenario_dict(tmp_path, model="gqa6.yaml", parallelism={"dp": 4, "tp": 4, "pp": 2})
     with pytest.raises(InfeasiblePlanError, match="a tp that divides kv_heads"):
         load_scenario(write(tmp_path / "bad2.yaml", bad))
+
+
+def test_deepseek_features_a_scenario_cannot_use(tmp_path: Path):
+    """Multi-latent attention plans only at tp 1 (its TP collectives on the latents are not
+    modelled); multi-token prediction not at all (its parameters are counted)."""
+    mla = {"kv_lora_rank": 64, "qk_head_dim": 64, "qk_pos_emb_head_dim": 32, "v_head_dim": 64}
+    write(tmp_path / "mla.yaml", model_dict(multi_latent_attention=mla))
+    expect_infeasible(tmp_path, {"model": "mla.yaml"},
+                      r"parallelism.tp: got 4 with multi_latent_attention, expected tp 1")
+    write(tmp_path / "mtp.yaml", model_dict(mtp_num_layers=1))
+    expect_infeasible(tmp_path, {"model": "mtp.yaml"},
+                      r"model.mtp_num_layers: got 1, expected 0 \(multi-token prediction")
+    write(tmp_path / "shared.yaml", model_dict(moe={"experts": 4, "top_k": 2,
+                                                     "shared_expert_intermediate_size": 512}))
+    expect_infeasible(tmp_path, {"model": "shared.yaml"},
+                      r"parallelism.tp: got 4 with moe.shared_expert_intermediate_size 512, "
+                      r"expected tp 1")
+    ok = scenario_dict(tmp_path, model="mla.yaml", parallelism={"dp": 16, "tp": 1, "pp": 2})
+    s = load_scenario(write(tmp_path / "ok.yaml", ok))
+    assert s.model.mla is not None and s.model.mla.q_lora_rank is None
+
+
+def test_moe_layer_freq_names_the_moe_layers(tmp_path: Path):
+    """Megatron-core moe_layer_freq (gpt_layer_specs.py): N -> layer i is MoE when i % N == 0;
+    a list names each layer."""
+    write(tmp_path / "f2.yaml", model_dict(moe={"experts": 4, "top_k": 2, "layer_freq": 2}))
+    assert load_model(tmp_path / "f2.yaml").moe_layers == (True, False) * 6
+    write(tmp_path / "l.yaml", model_dict(moe={"experts": 4, "top_k": 2,
+                                                "layer_freq": [0] * 3 + [1] * 9}))
+    assert load_model(tmp_path / "l.yaml").moe_layers == (False,) * 3 + (True,) * 9
+    assert load_model(PROFILES / "models" / "gpt2-small.yaml").moe_layers == (False,) * 12
 
 
 def test_moe_ep_rules(tmp_path: Path):

@@ -162,6 +162,69 @@ def test_cross_node_scenario_payload_equals_the_plan_split_by_phase(cross):
         assert all(c.split(" ")[0] == label or c.split(" ")[1] == label for c in info["comment"])
 
 
+#: A small DeepSeek-V3-like model: multi-latent attention, 2 dense layers then 3 MoE layers
+#: (4 routed experts, top 2, one shared expert), untied embeddings.
+TINY_DEEPSEEK = """  name: tiny-deepseek
+  source: "a small DeepSeek-V3-like decoder for tests"
+  layers: 5
+  hidden_size: 256
+  attention_heads: 4
+  ffn_hidden_size: 512
+  vocab_size: 512
+  seq_length: 128
+  mlp: swiglu
+  norm: rmsnorm
+  tied_embeddings: false
+  position_embedding: rope
+  bias: false
+  multi_latent_attention: {q_lora_rank: 64, kv_lora_rank: 32, qk_head_dim: 32,
+                           qk_pos_emb_head_dim: 16, v_head_dim: 32}
+  moe: {experts: 4, top_k: 2, ffn_hidden_size: 128, shared_expert_intermediate_size: 128,
+        layer_freq: [0, 0, 1, 1, 1]}
+"""
+
+
+def test_dense_and_moe_layers_on_uneven_stages_payload_equals_the_plan(tmp_path):
+    """DeepSeek-like layers (2 dense, 3 MoE) split 2 | 3 over pp 2 (Megatron's
+    --decoder-first-pipeline-num-layers 2), dp 4, ep 2, ZeRO-1, on 8 single-GPU nodes: every
+    packet's payload adds up to the plan per phase and per NIC; EP calls only on the MoE
+    layers (stage 1), and each stage's DP buffers hold its own shard's gradients."""
+    path = tmp_path / "ds.yaml"
+    path.write_text(
+        f"name: ds\ncorpus: {ROOT / 'samples' / 'divina_commedia.txt'}\ntokenizer: utf8\n"
+        f"model:\n{TINY_DEEPSEEK}cluster: {ROOT / 'profiles' / 'clusters' / 'h100-rocev2-8x1.yaml'}\n"
+        "parallelism: {dp: 4, tp: 1, pp: 2, ep: 2, zero_stage: 1, "
+        "decoder_first_pipeline_num_layers: 2}\n"
+        "training: {micro_batch_size: 1, global_batch_size: 8, precision: bf16, "
+        "grad_reduce_dtype: fp32}\ncollectives: {algorithm: ring, channels: 2}\n")
+    s = load_scenario(path)
+    res = generate(s, GenerateOptions(out_dir=tmp_path, fmt="pcapng", jobs=1))
+    files = {p: decode(p) for p, _, _ in res.files}
+    plan = res.plan
+    assert {r.name for r in plan.rows} >= {"ep/forward/AllToAll", "ep/backward/AllToAll",
+                                           "pp/forward/SendRecv", "dp/backward/ReduceScatter",
+                                           "dp/optimizer/AllGather"}
+    check_payload_against_plan(res, files, 1)
+    calls = list(plan.calls())
+    ep = [c for c in calls if c.dim == "ep"]
+    assert {c.layer for c in ep} == {2, 3, 4} and {c.stage for c in ep} == {1}
+    # dispatch: b*s*top_k*h*B = 128 * 2 * 256 * 2 bytes per MoE layer and microbatch
+    assert {c.message_bytes for c in ep if c.op == "dispatch"} == {128 * 2 * 256 * 2}
+    assert len([c for c in ep if c.op == "dispatch"]) == 3 * 2 * 2     # layers x mb x groups
+    from tokenpcap.model import scenario_shards
+    first, second = scenario_shards(s)
+    assert (first.first_layer, first.last_layer, second.first_layer) == (0, 1, 2)
+    grads = {}
+    for c in calls:
+        if c.op.endswith("grad_bucket") and plan.layout.rank(c.stage, 0, 0) in c.group:
+            grads[(c.stage, c.op)] = grads.get((c.stage, c.op), 0) + c.message_bytes // 4
+    assert set(grads) == {(0, "dense_grad_bucket"), (1, "dense_grad_bucket"),
+                          (1, "expert_grad_bucket")}
+    for (st, op), n in grads.items():       # padded to a multiple of lcm(dp, 128) (ZeRO-1)
+        want = (first, second)[st].dense if op.startswith("dense") else second.expert
+        assert want <= n < want + 64 * 100 + 128
+
+
 def test_ring_allreduce_one_rank_per_node_puts_2_n_minus_1_over_n_s_on_each_nic(tmp_path):
     # dp 8 on 8 single-GPU nodes, one bucket holding every gradient: S = 2 bytes x parameters
     path = tiny_scenario(tmp_path, "ring8", dp=8, tp=1, pp=1, gbs=8)

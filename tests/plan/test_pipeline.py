@@ -9,7 +9,7 @@ import pytest
 
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.model import rank_tensors, shard_parameters
-from tokenpcap.plan.calls import _chunk_tensors
+from tokenpcap.plan.grads import chunk_tensors
 from tokenpcap.plan.pipeline import chunk_layers, next_chunk, stage_layers
 
 SCEN = Path(__file__).resolve().parents[2] / "profiles" / "scenarios"
@@ -57,7 +57,7 @@ def test_every_chunk_has_its_own_gradient_buffer(stage):
     s = gpt3(2)
     p = s.parallelism
     tensors = rank_tensors(s.model, p.tp, p.pp, stage, p.ep)
-    chunks = _chunk_tensors(s, stage, tensors)
+    chunks = chunk_tensors(s, stage, tensors)
     assert len(chunks) == 2
     assert sum(x.elements for c in chunks for x in c) == sum(x.elements for x in tensors)
     for c, buf in enumerate(chunks):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tokenpcap.config.pipeline import PipelineSplitError
 from tokenpcap.errors import InfeasiblePlanError
 
 if TYPE_CHECKING:
@@ -31,13 +32,15 @@ def check_feasible(s: Scenario) -> None:
 
     Rules: ``dp*cp*tp*pp == nodes*gpus_per_node`` (``cp``: ``context_parallel_size``);
     ``attention_heads % tp == 0``; ``kv_heads % tp == 0`` when ``kv_heads >= tp`` else ``tp %
-    kv_heads == 0`` (KV heads replicated); ``layers % pp == 0``; ``global_batch_size %
+    kv_heads == 0`` (KV heads replicated); the pipeline split of ``layers`` over ``pp``
+    (:mod:`tokenpcap.config.pipeline`, Megatron-core's rule); multi-latent attention and shared
+    experts only at ``tp == 1``; ``mtp_num_layers == 0``; ``global_batch_size %
     (micro_batch_size*dp) == 0``; with sequence parallelism ``seq_length % tp == 0``; the
-    interleaving rules of :func:`_check_interleaving`; with context parallelism ``seq_length %
-    (2*cp) == 0`` (Megatron-LM ``arguments.py``: two chunks per CP rank for load balancing of
-    causal attention) and with SP also ``(seq_length/cp) % tp == 0``; ``ep > 1`` needs an MoE model, ``experts %
-    ep == 0`` and ``(dp*cp) % ep == 0`` (expert-parallel groups are carved out of the dp-cp
-    dimension); a ``bpe``
+    interleaving rules of :func:`_check_interleaving` (not combined with an uneven pipeline
+    split); multi-latent attention only without context parallelism; with context parallelism ``seq_length % (2*cp) == 0`` (Megatron-LM ``arguments.py``:
+    two chunks per CP rank for load balancing of causal attention) and with SP also
+    ``(seq_length/cp) % tp == 0``; ``ep > 1`` needs an MoE model, ``experts % ep == 0`` and
+    ``(dp*cp) % ep == 0`` (expert-parallel groups are carved out of the dp-cp dimension); a ``bpe``
     tokenizer vocabulary no larger than the model's.
 
     Size limits (``docs/plan.md``), so that every plan accepted here is built in bounded time
@@ -80,8 +83,23 @@ def check_feasible(s: Scenario) -> None:
     if m.kv_heads < p.tp and p.tp % m.kv_heads:
         fail("parallelism.tp", f"{p.tp} with model kv_heads {m.kv_heads}",
              "a multiple of kv_heads when tp > kv_heads")
-    if m.layers % p.pp:
-        fail("parallelism.pp", f"{p.pp} with model layers {m.layers}", "a pp that divides layers")
+    try:
+        p.stage_layer_counts(m.layers)
+    except PipelineSplitError as err:
+        fail(f"parallelism.{err.key}", err.got, err.expected)
+    if m.mla is not None and p.tp > 1:
+        fail("parallelism.tp", f"{p.tp} with multi_latent_attention",
+             "tp 1 (the TP collectives of MLA's latents are not modelled)")
+    if m.moe is not None and m.moe.shared_expert_intermediate_size and p.tp > 1:
+        fail("parallelism.tp", f"{p.tp} with moe.shared_expert_intermediate_size "
+             f"{m.moe.shared_expert_intermediate_size}",
+             "tp 1 (the shared experts' TP collectives are not modelled)")
+    if m.mla is not None and p.cp > 1:
+        fail("parallelism.context_parallel_size", f"{p.cp} with multi_latent_attention",
+             "1 (ring attention over MLA's latents is not modelled)")
+    if m.mtp_num_layers:
+        fail("model.mtp_num_layers", str(m.mtp_num_layers),
+             "0 (multi-token prediction is not modelled; its parameters are counted)")
     if t.global_batch_size % (t.micro_batch_size * p.dp):
         fail("training.global_batch_size", str(t.global_batch_size),
              f"a multiple of micro_batch_size*dp = {t.micro_batch_size}*{p.dp}")
@@ -123,8 +141,9 @@ def _check_interleaving(s: Scenario, fail) -> None:  # type: ignore[no-untyped-d
     ``--overlap-p2p-communication``), ``layers % (pp*v) == 0`` (``get_transformer_layer_offset``:
     equal chunks), and with the default ``microbatch_group_size_per_vp_stage = pp`` the
     microbatches a multiple of pp (``forward_backward_pipelining_with_interleaving``: the last
-    group of microbatches must not be smaller than pp). ZeRO-3 (per-layer parameter gathers) is
-    not modelled with chunks."""
+    group of microbatches must not be smaller than pp). Not modelled with chunks, so refused:
+    ZeRO-3 (per-layer parameter gathers), an uneven pipeline split, a model of dense and MoE
+    layers."""
     p, m, t = s.parallelism, s.model, s.training
     key = "parallelism.virtual_pipeline_model_parallel_size"
     if p.pp == 1:
@@ -138,3 +157,12 @@ def _check_interleaving(s: Scenario, fail) -> None:  # type: ignore[no-untyped-d
              f"microbatches (global_batch_size/(micro_batch_size*dp)) a multiple of pp {p.pp}")
     if p.zero_stage == 3:
         fail(key, f"{p.vpp} with zero_stage 3", "zero_stage 0, 1 or 2 with interleaving")
+    uneven = [k for k in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+                          "account_for_embedding_in_pipeline_split",
+                          "account_for_loss_in_pipeline_split") if getattr(p, k)]
+    if uneven:
+        fail(key, f"{p.vpp} with parallelism.{uneven[0]} {getattr(p, uneven[0])}",
+             "an even pipeline split with interleaving (uneven chunks are not modelled)")
+    if len(set(m.moe_layers)) > 1:
+        fail(key, f"{p.vpp} with a model of dense and MoE layers (moe.layer_freq)",
+             "null or 1: interleaving a model of mixed layers is not modelled")

@@ -18,12 +18,14 @@ from tokenpcap.collectives.algorithms import selectable_algorithms
 from tokenpcap.config import yamlcheck as yc
 from tokenpcap.errors import ProfileError, TokenizerError
 from tokenpcap.config.types import (DTYPE_BYTES, ClusterProfile, CollectivesConfig,
-                                     GenerationConfig, GpuProfile, ModelProfile, MoeProfile,
+                                     GenerationConfig, GpuProfile, MlaProfile, ModelProfile,
+                                     MoeProfile,
                                      NetworkProfile, Parallelism, Scenario, TokenizerSpec,
                                      Training)
 
 __all__ = [
     "MoeProfile",
+    "MlaProfile",
     "ModelProfile",
     "GpuProfile",
     "NetworkProfile",
@@ -127,10 +129,32 @@ def default_scenario_path() -> Path:
 # --------------------------------------------------------------------------------------------
 # model
 
+def _layer_freq(file: Path | None, key: str, value: Any) -> Any:
+    """``moe.layer_freq``: an integer >= 1 or a list of 0/1 (one per layer; its length is
+    checked against ``layers`` by the loader)."""
+    if isinstance(value, list) and value and all(type(x) is int and x in (0, 1) for x in value):
+        return tuple(value)
+    try:
+        return yc.integer(1, MAX_LAYERS)(file, key, value)
+    except ProfileError:
+        raise ProfileError(file, key, value, f"an integer in [1, {MAX_LAYERS}] or a list of 0/1, "
+                           "one per layer (Megatron-core moe_layer_freq)") from None
+
+
 _MOE_SPEC = {
     "experts": (yc.integer(1, MAX_EXPERTS), yc.REQUIRED),
     "top_k": (yc.integer(1, MAX_EXPERTS), yc.REQUIRED),
     "ffn_hidden_size": (yc.integer(1, MAX_FFN_HIDDEN_SIZE), None),
+    "shared_expert_intermediate_size": (yc.integer(0, MAX_FFN_HIDDEN_SIZE), 0),
+    "layer_freq": (_layer_freq, 1),
+}
+
+_MLA_SPEC = {
+    "q_lora_rank": (yc.optional(yc.integer(1, MAX_HIDDEN_SIZE)), None),
+    "kv_lora_rank": (yc.integer(1, MAX_HIDDEN_SIZE), yc.REQUIRED),
+    "qk_head_dim": (yc.integer(1, MAX_HIDDEN_SIZE), yc.REQUIRED),
+    "qk_pos_emb_head_dim": (yc.integer(1, MAX_HIDDEN_SIZE), yc.REQUIRED),
+    "v_head_dim": (yc.integer(1, MAX_HIDDEN_SIZE), yc.REQUIRED),
 }
 
 _MODEL_SPEC = {
@@ -150,6 +174,8 @@ _MODEL_SPEC = {
     "position_embedding": (yc.enum("learned", "rope"), "learned"),
     "bias": (yc.boolean, True),
     "moe": (yc.optional(yc.mapping), None),
+    "multi_latent_attention": (yc.optional(yc.mapping), None),
+    "mtp_num_layers": (yc.integer(0, MAX_LAYERS), 0),
     "make_vocab_size_divisible_by": (yc.integer(1, MAX_VOCAB_SIZE), 128),
 }
 
@@ -163,7 +189,8 @@ def load_model(path: str | Path) -> ModelProfile:
     Raises:
         ProfileError: unknown or missing key, wrong type, value out of range, ``hidden_size`` not a
             multiple of ``attention_heads``, ``attention_heads`` not a multiple of ``kv_heads``,
-            MoE ``top_k`` larger than ``experts``.
+            MoE ``top_k`` larger than ``experts``, a ``moe.layer_freq`` list not of one entry
+            per layer, ``kv_heads`` given with ``multi_latent_attention``.
     """
     path = Path(path)
     return _model_from(path, "", yc.load_yaml(path), path)
@@ -186,8 +213,22 @@ def _model_from(file: Path, prefix: str, data: Any, model_path: Path | None) -> 
         if m["top_k"] > m["experts"]:
             raise ProfileError(file, key("moe.top_k"), m["top_k"],
                                f"an integer <= moe.experts {m['experts']}")
+        f = m["layer_freq"]
+        if isinstance(f, tuple) and len(f) != v["layers"]:
+            raise ProfileError(file, key("moe.layer_freq"), list(f),
+                               f"a list of {v['layers']} entries, one per layer")
         moe = MoeProfile(experts=m["experts"], top_k=m["top_k"],
-                         ffn_hidden_size=m["ffn_hidden_size"] or ffn)
+                         ffn_hidden_size=m["ffn_hidden_size"] or ffn,
+                         shared_expert_intermediate_size=m["shared_expert_intermediate_size"],
+                         layer_freq=f)
+    mla = None
+    if v["multi_latent_attention"] is not None:
+        if v["kv_heads"] is not None:
+            raise ProfileError(file, key("kv_heads"), v["kv_heads"],
+                               "no kv_heads with multi_latent_attention (its keys and values "
+                               "come from one latent)")
+        mla = MlaProfile(**yc.read_mapping(file, key("multi_latent_attention"),
+                                           v["multi_latent_attention"], _MLA_SPEC))
     name = v["name"] if v["name"] is not None else (model_path.stem if model_path else "model")
     return ModelProfile(
         name=name, source=v["source"], layers=v["layers"], hidden_size=v["hidden_size"],
@@ -195,7 +236,8 @@ def _model_from(file: Path, prefix: str, data: Any, model_path: Path | None) -> 
         vocab_size=v["vocab_size"], seq_length=v["seq_length"], mlp=v["mlp"], norm=v["norm"],
         tied_embeddings=v["tied_embeddings"], position_embedding=v["position_embedding"],
         bias=v["bias"], moe=moe, path=model_path, description=v["description"],
-        make_vocab_size_divisible_by=v["make_vocab_size_divisible_by"],
+        make_vocab_size_divisible_by=v["make_vocab_size_divisible_by"], mla=mla,
+        mtp_num_layers=v["mtp_num_layers"],
     )
 
 
@@ -295,6 +337,10 @@ _PARALLELISM_SPEC = {
     "ep": (yc.integer(1), 1),
     "context_parallel_size": (yc.integer(1), 1),
     "virtual_pipeline_model_parallel_size": (yc.optional(yc.integer(1)), None),
+    "decoder_first_pipeline_num_layers": (yc.optional(yc.integer(1, MAX_LAYERS)), None),
+    "decoder_last_pipeline_num_layers": (yc.optional(yc.integer(1, MAX_LAYERS)), None),
+    "account_for_embedding_in_pipeline_split": (yc.boolean, False),
+    "account_for_loss_in_pipeline_split": (yc.boolean, False),
 }
 _DTYPES = tuple(DTYPE_BYTES)
 _TRAINING_SPEC = {

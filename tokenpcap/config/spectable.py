@@ -27,6 +27,8 @@ SECTIONS: tuple[tuple[str, str, dict], ...] = (
     ("Model profile (`profiles/models/*.yaml`, or inline as a scenario's `model:`)", "model",
      p._MODEL_SPEC),
     ("`moe:` (mixture of experts; absent: a dense model)", "model.moe", p._MOE_SPEC),
+    ("`multi_latent_attention:` (DeepSeek's MLA; absent: MHA/GQA of `kv_heads`)",
+     "model.multi_latent_attention", p._MLA_SPEC),
     ("Cluster profile (`profiles/clusters/*.yaml`, or inline as a scenario's `cluster:`)",
      "cluster", p._CLUSTER_SPEC),
     ("`gpu:`", "cluster.gpu", p._GPU_SPEC),
@@ -66,6 +68,29 @@ KEYS: dict[str, tuple[str, str]] = {
     "model.make_vocab_size_divisible_by": ("tokens", "Megatron pads the vocabulary to a "
                                                      "multiple of this x tp "
                                                      "(`vocab_size_with_padding`)"),
+    "model.multi_latent_attention": ("", "multi-latent attention, the keys below; only at tp 1 "
+                                         "in a scenario"),
+    "model.mtp_num_layers": ("modules", "multi-token prediction modules (Megatron-core "
+                                        "`mtp_num_layers`): counted in the parameters, not "
+                                        "modelled in a plan (a scenario needs 0)"),
+    "model.multi_latent_attention.q_lora_rank": ("elements", "query latent (down-projection) "
+                                                             "size; absent: no query "
+                                                             "compression"),
+    "model.multi_latent_attention.kv_lora_rank": ("elements", "key/value latent size"),
+    "model.multi_latent_attention.qk_head_dim": ("elements", "per-head query/key dims without "
+                                                             "rotary position"),
+    "model.multi_latent_attention.qk_pos_emb_head_dim": ("elements", "per-head rotary "
+                                                                     "query/key dims (the "
+                                                                     "rotary key is shared)"),
+    "model.multi_latent_attention.v_head_dim": ("elements", "per-head value dims"),
+    "model.moe.shared_expert_intermediate_size": ("elements", "hidden size of the shared "
+                                                              "experts together (always "
+                                                              "active; Megatron-core "
+                                                              "`moe_shared_expert_intermediate_"
+                                                              "size`); 0: none"),
+    "model.moe.layer_freq": ("", "which layers are MoE (Megatron-core `moe_layer_freq`): N "
+                                 "makes layer i MoE when i % N == 0; a list of 0/1 names each "
+                                 "layer; the others have the dense MLP of `ffn_hidden_size`"),
     "model.moe.experts": ("experts", "experts per MoE layer"),
     "model.moe.top_k": ("experts", "experts each token is routed to; at most `experts`"),
     "model.moe.ffn_hidden_size": ("elements", "hidden size of one expert's MLP; default: the "
@@ -141,6 +166,16 @@ KEYS: dict[str, tuple[str, str]] = {
                                                    "(Transformer Engine, `cp_comm_type p2p`) over "
                                                    "`cp` ranks holding `seq_length / cp` tokens "
                                                    "each; `seq_length` a multiple of `2 * cp`"),
+    "scenario.parallelism.ep": ("ranks", "expert-parallel size (MoE models)"),
+    "scenario.parallelism.decoder_first_pipeline_num_layers": (
+        "layers", "layers on the first stage (Megatron `--decoder-first-pipeline-num-layers`); "
+                  "the middle stages share the rest evenly; absent: an even split"),
+    "scenario.parallelism.decoder_last_pipeline_num_layers": (
+        "layers", "layers on the last stage (Megatron `--decoder-last-pipeline-num-layers`)"),
+    "scenario.parallelism.account_for_embedding_in_pipeline_split": (
+        "", "the embedding counts as one layer of the first stage in the split (Megatron)"),
+    "scenario.parallelism.account_for_loss_in_pipeline_split": (
+        "", "the loss counts as one layer of the last stage in the split (Megatron)"),
     "scenario.training.micro_batch_size": ("sequences", "micro batch `b`"),
     "scenario.training.global_batch_size": ("sequences", "global batch; a multiple of "
                                                          "`micro_batch_size * dp`"),

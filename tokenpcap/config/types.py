@@ -9,18 +9,43 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["MoeProfile", "ModelProfile", "GpuProfile", "NetworkProfile", "ClusterProfile",
+from tokenpcap.config.pipeline import stage_layer_counts
+
+__all__ = ["MoeProfile", "MlaProfile", "ModelProfile", "GpuProfile", "NetworkProfile", "ClusterProfile",
            "TokenizerSpec", "Parallelism", "Training", "CollectivesConfig", "GenerationConfig",
            "Scenario", "DTYPE_BYTES"]
 
 
 @dataclass(frozen=True)
 class MoeProfile:
-    """Mixture-of-experts feed-forward: ``experts`` experts of ``ffn_hidden_size``, ``top_k`` active."""
+    """Mixture-of-experts feed-forward: ``experts`` routed experts of ``ffn_hidden_size``,
+    ``top_k`` active per token, plus shared experts (always active) of
+    ``shared_expert_intermediate_size`` together (Megatron-core
+    ``moe_shared_expert_intermediate_size``; 0: none). ``layer_freq`` says which layers are MoE
+    (Megatron-core ``moe_layer_freq``, ``gpt_layer_specs.get_gpt_decoder_block_spec``): an
+    integer ``N`` makes layer ``i`` an MoE layer when ``i % N == 0``, a tuple of 0/1 (one per
+    layer) names them; the other layers have the dense MLP of the model's ``ffn_hidden_size``."""
 
     experts: int
     top_k: int
     ffn_hidden_size: int
+    shared_expert_intermediate_size: int = 0
+    layer_freq: int | tuple[int, ...] = 1
+
+
+@dataclass(frozen=True)
+class MlaProfile:
+    """Multi-latent attention (DeepSeek-V2/V3; Megatron-core ``MLATransformerConfig``): queries
+    through a ``q_lora_rank`` bottleneck (None: a plain query projection), keys and values
+    through a shared ``kv_lora_rank`` latent plus one ``qk_pos_emb_head_dim`` rotary key shared
+    by all heads; per head ``qk_head_dim + qk_pos_emb_head_dim`` query/key dims and
+    ``v_head_dim`` value dims."""
+
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_head_dim: int
+    qk_pos_emb_head_dim: int
+    v_head_dim: int
 
 
 @dataclass(frozen=True)
@@ -47,6 +72,21 @@ class ModelProfile:
     #: Megatron-LM pads the vocabulary to a multiple of this times tp (``--make-vocab-size-
     #: divisible-by``, default 128).
     make_vocab_size_divisible_by: int = 128
+    #: Multi-latent attention instead of MHA/GQA (None: MHA/GQA of ``kv_heads``).
+    mla: MlaProfile | None = None
+    #: Multi-token prediction modules (Megatron-core ``mtp_num_layers``); 0: off.
+    mtp_num_layers: int = 0
+
+    @property
+    def moe_layers(self) -> tuple[bool, ...]:
+        """Per transformer layer, whether it is an MoE layer (:class:`MoeProfile`
+        ``layer_freq``); all False for a dense model."""
+        if self.moe is None:
+            return (False,) * self.layers
+        f = self.moe.layer_freq
+        if isinstance(f, int):
+            return tuple(i % f == 0 for i in range(self.layers))
+        return tuple(bool(x) for x in f)
 
 
 @dataclass(frozen=True)
@@ -132,6 +172,15 @@ class Parallelism:
     #: default) or 1: no interleaving.
     virtual_pipeline_model_parallel_size: int | None = None
 
+    #: Megatron-LM's uneven pipeline split (``--decoder-first-pipeline-num-layers``,
+    #: ``--decoder-last-pipeline-num-layers``; None: even) and the embedding/loss counted as a
+    #: layer (``--account-for-embedding-in-pipeline-split``, ``--account-for-loss-...``):
+    #: :mod:`tokenpcap.config.pipeline`.
+    decoder_first_pipeline_num_layers: int | None = None
+    decoder_last_pipeline_num_layers: int | None = None
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+
     @property
     def cp(self) -> int:
         """``context_parallel_size``."""
@@ -141,6 +190,14 @@ class Parallelism:
     def vpp(self) -> int:
         """Model chunks per pipeline stage: ``virtual_pipeline_model_parallel_size`` or 1."""
         return self.virtual_pipeline_model_parallel_size or 1
+
+    def stage_layer_counts(self, layers: int) -> tuple[int, ...]:
+        """Transformer layers per stage of a model of ``layers`` layers
+        (:func:`tokenpcap.config.pipeline.stage_layer_counts`). Raises: PipelineSplitError."""
+        return stage_layer_counts(layers, self.pp, self.decoder_first_pipeline_num_layers,
+                                  self.decoder_last_pipeline_num_layers,
+                                  self.account_for_embedding_in_pipeline_split,
+                                  self.account_for_loss_in_pipeline_split)
 
 
 @dataclass(frozen=True)

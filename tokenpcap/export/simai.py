@@ -171,8 +171,11 @@ def simai_workload(plan) -> SimaiWorkload:  # type: ignore[no-untyped-def]
         else:
             records.append(r)
     for L in sorted(k for k in per_layer if k >= 0):
-        records.append(SimaiRecord(f"layer{L}", fwd_compute_ns=times.attn_fwd + times.mlp_fwd,
-                                   ig_compute_ns=times.attn_bwd + times.mlp_bwd))
+        moe = s.model.moe_layers[L]          # dense layers of a mixed model: the dense MLP
+        mlp_fwd, mlp_bwd = (times.mlp_fwd, times.mlp_bwd) if moe else \
+            (times.dense_mlp_fwd, times.dense_mlp_bwd)
+        records.append(SimaiRecord(f"layer{L}", fwd_compute_ns=times.attn_fwd + mlp_fwd,
+                                   ig_compute_ns=times.attn_bwd + mlp_bwd))
         fwd = [r for r in per_layer[L] if r.fwd_type != "NONE"]
         bwd = [r for r in per_layer[L] if r.fwd_type == "NONE"]
         # SimAI walks the records backward in the backward pass: the input-gradient records

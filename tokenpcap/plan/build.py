@@ -45,7 +45,7 @@ from tokenpcap.errors import InfeasiblePlanError, InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.records import COLLECTIVES, DIMS, PHASES
 from tokenpcap.model import (activation_bytes, narayanan_eq2, padded_vocab_size, parameter_count,
-                             shard_parameters)
+                             scenario_shards)
 from tokenpcap.config.profiles import DTYPE_BYTES, Scenario, check_feasible
 from tokenpcap.plan.feasibility import check_plan_size
 from tokenpcap.plan.pipeline import chunk_layers
@@ -254,8 +254,7 @@ class Plan:
         gpt_like = (m.mlp == "gelu" and m.norm == "layernorm" and m.bias and m.tied_embeddings
                     and m.position_embedding == "learned" and m.moe is None)
         stages = []
-        for st in range(p.pp):
-            sh = shard_parameters(m, p.tp, p.pp, st, p.ep)
+        for st, sh in enumerate(scenario_shards(s)):
             stages.append({
                 "stage": st, "first_layer": sh.first_layer, "last_layer": sh.last_layer,
                 "chunks": [[r[0], r[-1]] for r in chunk_layers(s, st)],
@@ -279,7 +278,13 @@ class Plan:
                 "total_padded": parameter_count(m, p.tp).total,
                 "narayanan_eq2": (narayanan_eq2(m.layers, m.hidden_size, m.vocab_size,
                                                 m.seq_length) if gpt_like else None),
-                "per_layer": pc.per_layer.total,
+                "per_layer": (pc.per_layer[0].total if len(set(pc.per_layer)) == 1 else None),
+                "layer_kinds": [{"kind": "moe" if moe else "dense",
+                                 "layers": sum(1 for x in m.moe_layers if x == moe),
+                                 "parameters": pc.per_layer[m.moe_layers.index(moe)].total,
+                                 "active": pc.per_layer[m.moe_layers.index(moe)].active}
+                                for moe in sorted(set(m.moe_layers))],
+                "mtp": pc.mtp,
                 "embedding": pc.word_embedding + pc.position_embedding,
                 "per_stage": stages,
             },

@@ -2,7 +2,8 @@
 
 Which collectives a Megatron-LM iteration makes (``b`` micro batch, ``s`` sequence length, ``h``
 hidden size, ``B`` bytes per element of ``training.precision``, ``A = b*s*h*B``; ``m =
-global_batch / (b*dp)`` microbatches; per stage ``l/pp`` layers):
+global_batch / (b*dp)`` microbatches; per stage the layers of Megatron's pipeline split,
+:mod:`tokenpcap.config.pipeline`):
 
 * **TP** (Shoeybi et al. 2019, Sec. 3; Narayanan et al. 2021, Sec. 2.3), per layer per microbatch:
   forward 2 AllReduce of ``A`` (after attention, after the MLP), backward 2 AllReduce of ``A`` (the
@@ -24,9 +25,8 @@ global_batch / (b*dp)`` microbatches; per stage ``l/pp`` layers):
   interleaved schedule (``virtual_pipeline_model_parallel_size v``, Sec. 2.2.2;
   :mod:`tokenpcap.plan.pipeline`) a stage holds ``v`` model chunks and every chunk boundary is
   one: stage ``p-1`` chunk ``c`` sends to stage 0 chunk ``c+1``, so an interior stage sends
-  ``v*m`` activations and ``v*m`` gradients; each chunk is its own DDP gradient buffer (bucketed
-  only for chunk 0 of stage 0, Megatron-LM ``training.py``: ``disable_bucketing`` for
-  ``chunk_idx > 0``), ``op`` ``<kind>_grad_bucket_chunk<c>``.
+  ``v*m`` activations and ``v*m`` gradients; each chunk is its own DDP gradient buffer
+  (:mod:`tokenpcap.plan.grads`).
 * **EP** (Megatron-core ``MoEAlltoAllTokenDispatcher``): per MoE layer per microbatch, an
   AllGather of the per-expert token counts (int64 ``[experts]`` per rank) over the TP x EP group;
   dispatch and combine AllToAll of the routed tokens forward and their gradients backward, each
@@ -34,18 +34,13 @@ global_batch / (b*dp)`` microbatches; per stage ``l/pp`` layers):
   the dispatch AllToAll of their probs (``(b*s/tp_sp)*top_k`` values), over the EP group. With
   tp > 1 the dispatcher replaces the MLP's TP collectives: an AllGather of the dispatched tokens
   and probs over TP and a ReduceScatter before the combine, gradients the other way
-  (:func:`_moe_tp_families`).
-* **DP** (Megatron-core DDP; Rajbhandari et al. 2020 for ZeRO): gradients in
-  ``grad_reduce_dtype``; dense and expert parameters are separate buffers, reduced over the DP
-  and the expert-data-parallel group. With ``overlap_grad_reduce`` a buffer is cut into buckets
-  of about ``bucket_size`` parameters in the order backward produces them (output layer, layers
-  last to first, embeddings; :func:`dp_bucket_size`, :func:`_buckets`), else one bucket per
-  buffer after backward; one AllReduce per bucket (ZeRO-0). ZeRO-1/2 (Megatron distributed
-  optimizer): ReduceScatter per bucket, then AllGather of the updated parameters (precision dtype)
-  per bucket in the optimizer phase. ZeRO-3: per microbatch an AllGather of each layer's
-  parameters in forward and again in backward, and a ReduceScatter of its gradients in backward
-  (as DeepSpeed stage 3, every micro-step): 1.5x the bytes of plain DP with one microbatch. Expert
-  parameters are reduced over the expert-data-parallel group (``dp*cp/ep`` ranks).
+  (:func:`tokenpcap.plan.moe.moe_tp_families`). In a model of dense and MoE layers
+  (``moe.layer_freq``, e.g. DeepSeek-V3's first 3 dense layers) the dense layers keep the MLP's
+  TP collectives and make no EP call.
+* **DP** (Megatron-core DDP; Rajbhandari et al. 2020 for ZeRO): the gradient buckets of each
+  stage's dense and expert buffers, reduced over the DP and the expert-data-parallel group
+  (``dp*cp/ep`` ranks): :mod:`tokenpcap.plan.grads`. The small collectives of every iteration (batch
+  broadcasts, gradient statistics, the loss): :mod:`tokenpcap.plan.small`.
 * **emb** (Megatron-LM ``_allreduce_embedding_grads``): with tied embeddings and ``pp > 1`` the word
   embedding gradient shard is AllReduced between the first and the last stage.
 * **CP** (``context_parallel_size`` ``cp > 1``; :mod:`tokenpcap.plan.context`): the ring-attention
@@ -70,16 +65,18 @@ interleave the samples. Token index ``i`` means corpus token ``i % tokens`` (epo
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 from tokenpcap.errors import InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.records import phase_label
-from tokenpcap.model import (ShardParameters, Tensor, activation_bytes, rank_tensors,
-                             shard_parameters)
+from tokenpcap.model import activation_bytes, scenario_shards
 from tokenpcap.config.profiles import DTYPE_BYTES, Scenario
+from tokenpcap.plan.family import Family, Inst
+from tokenpcap.plan.grads import dp_bucket_size, dp_families
+from tokenpcap.plan.moe import moe_insts, moe_tp_families
+from tokenpcap.plan.small import small_families
 from tokenpcap.plan.context import cp_families
 from tokenpcap.plan.pipeline import chunk_layers, next_chunk, stage_layers
 
@@ -137,105 +134,6 @@ class CollectiveCall:
                 for k in range(self.token_start, self.token_end, seq_length)]
 
 
-@dataclass
-class Inst:
-    """One repetition of a family on every one of its groups."""
-
-    layer: int = -1
-    microbatch: int = -1
-    bucket: int = -1
-    recompute: bool = False
-    op: str = ""
-
-
-@dataclass
-class Family:
-    """Calls sharing dim, phase, collective, size and stage over a list of group instances.
-
-    ``tokens``: ``""`` (no per-token data), ``"mb"`` (the microbatch's samples, all positions) or
-    ``"sp"`` (positions ``[t*s/tp, (t+1)*s/tp)`` of the sending rank's TP index ``t``).
-    """
-
-    dim: str
-    phase: str
-    collective: str
-    message_bytes: int
-    elem_bytes: int
-    stage: int
-    groups: list[tuple[int, ...]]
-    insts: list[Inst] = field(default_factory=list)
-    tokens: str = ""
-
-    @property
-    def label(self) -> str:
-        return phase_label(self.dim, self.phase, self.collective)
-
-    @property
-    def n_calls(self) -> int:
-        return len(self.groups) * len(self.insts)
-
-
-def dp_bucket_size(s: Scenario, stage: int) -> int | None:
-    """Parameters per DP gradient bucket on pipeline ``stage``, or None for one bucket per
-    buffer (Megatron-core ``DistributedDataParallel.__init__``): ``training.bucket_size``, by
-    default ``max(40,000,000, 1,000,000 * dp * cp)`` (the dp-cp group's ranks); None without
-    ``overlap_grad_reduce`` and on every
-    stage but the first ("data-parallel communication on these stages is not on the critical
-    path")."""
-    t = s.training
-    if not t.overlap_grad_reduce or stage > 0:
-        return None
-    dp_cp = s.parallelism.dp * s.parallelism.cp
-    return t.bucket_size if t.bucket_size is not None else max(40_000_000, 1_000_000 * dp_cp)
-
-
-def _pad(n: int, divisor: int) -> int:
-    return -(-n // divisor) * divisor
-
-
-def _buckets(tensors: list[Tensor], bucket_size: int | None, dp: int, distributed: bool,
-             shared_embedding: bool) -> list[tuple[int, int]]:
-    """Megatron-core's gradient buckets of one DDP buffer: ``(elements, lowest layer or -1)``
-    per bucket, in the order backward fills them.
-
-    Tensors are taken in reverse registration order (backward order); a bucket closes after the
-    tensor that brings it to ``bucket_size`` elements or more (tensors are never split;
-    ``None``: one bucket). With the distributed optimizer (ZeRO-1/2) every tensor starts on a
-    multiple of 64 elements and every bucket ends on a multiple of ``lcm(dp, 128)``
-    (``megatron/core/optimizer/param_layout.py``: ``pad_param_start``, ``pad_bucket_end``), and a
-    shared (tied) word embedding gets a bucket of its own
-    (``DistributedOptimizer._compute_per_buffer_param_layout``); without it nothing is padded
-    (``param_and_grad_buffer._compute_default_per_buffer_param_layout``).
-    """
-    out: list[tuple[int, int]] = []
-    divisor = math.lcm(dp, 128)
-    start = end = 0          # bucket start, param end (element indices in the buffer)
-    low, open_ = -1, False
-
-    def close(at: int) -> int:
-        nonlocal low, open_
-        stop = _pad(at, divisor) if distributed else at
-        out.append((stop - start, low))
-        low, open_ = -1, False
-        return stop
-
-    for t in reversed(tensors):
-        pstart = _pad(end, 64) if distributed else end
-        shared = distributed and shared_embedding and t.name == "embedding.word_embeddings.weight"
-        if shared and open_:
-            start = close(pstart)
-            pstart = start
-        end = pstart + t.elements
-        open_ = True
-        if t.layer >= 0:
-            low = t.layer if low < 0 else min(low, t.layer)
-        if (bucket_size is not None and end - start >= bucket_size) or shared:
-            start = end = close(end)
-    if open_:
-        close(end)
-    return out
-
-
 def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
     """All call families of one iteration, in the plan's fixed enumeration order."""
     p, t, m = s.parallelism, s.training, s.model
@@ -250,7 +148,7 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
     n_mb = t.global_batch_size // (b * dp)
     full = t.recompute == "full"
     fams: list[Family] = []
-    shards = [shard_parameters(m, tp, pp, st, p.ep) for st in range(pp)]
+    shards = scenario_shards(s)
 
     def fam(dim: str, phase: str, coll: str, size: int, e: int, st: int, groups, insts,
             tokens: str = "") -> None:
@@ -259,6 +157,7 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
 
     for st, sh in enumerate(shards):
         layers = stage_layers(s, st)
+        moe_layers = [L for L in layers if m.moe_layers[L]]
         first, last = st == 0, st == pp - 1
         tpg = layout.stage_groups("tp", st)
         epg = [g for g in layout.groups("ep") if layout.coords(g[0]).pp == st] if p.ep > 1 else []
@@ -271,9 +170,10 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
                        ("AllGather", "mlp_in_regather"), ("ReduceScatter", "attn_in_grad"),
                        ("AllGather", "attn_out_grad"), ("AllGather", "attn_in_regather")] if sp \
                 else [("AllReduce", "mlp_in_grad"), ("AllReduce", "attn_in_grad")]
-            if m.moe is not None:           # the token dispatcher replaces the MLP's TP ops
-                fwd_ops = [x for x in fwd_ops if not x[1].startswith("mlp_")]
-                bwd_ops = [x for x in bwd_ops if not x[1].startswith("mlp_")]
+            # on MoE layers the token dispatcher replaces the MLP's TP ops
+            fwd_of = {False: fwd_ops, True: [x for x in fwd_ops if not x[1].startswith("mlp_")]}
+            bwd_of = {False: bwd_ops, True: [x for x in bwd_ops if not x[1].startswith("mlp_")]}
+            kind = {L: m.moe_layers[L] for L in layers}
             # LanguageModelEmbedding: with SP the vocabulary-parallel output is ReduceScattered,
             # unless the model adds learned positions: then AllReduced and scattered (no comm.)
             emb_coll = "ReduceScatter" if sp and m.position_embedding != "learned" else "AllReduce"
@@ -282,19 +182,20 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
                 for j in range(n_mb):
                     if first and coll == emb_coll:
                         fwd.append(Inst(-1, j, op="embedding"))
-                    fwd += [Inst(L, j, op=o) for L in layers for c, o in fwd_ops if c == coll]
+                    fwd += [Inst(L, j, op=o) for L in layers for c, o in fwd_of[kind[L]]
+                            if c == coll]
                     if last and sp and coll == "AllGather":
                         fwd.append(Inst(-1, j, op="lm_head_in"))
                     if full:
-                        fwd += [Inst(L, j, recompute=True, op=o)
-                                for L in reversed(layers) for c, o in fwd_ops if c == coll]
+                        fwd += [Inst(L, j, recompute=True, op=o) for L in reversed(layers)
+                                for c, o in fwd_of[kind[L]] if c == coll]
                     if last:
                         if coll == ("ReduceScatter" if sp else "AllReduce"):
                             bwd.append(Inst(-1, j, op="lm_head_in_grad"))
                         if sp and coll == "AllGather":
                             bwd.append(Inst(-1, j, op="lm_head_in_regather"))
                     bwd += [Inst(L, j, op=o) for L in reversed(layers)
-                            for c, o in bwd_ops if c == coll]
+                            for c, o in bwd_of[kind[L]] if c == coll]
                     if first and sp and coll == "AllGather":
                         bwd.append(Inst(-1, j, op="embedding_grad"))
                 fam("tp", "forward", coll, act, e_act, st, tpg, fwd, tok_mb)
@@ -306,26 +207,26 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
             if sp:
                 fam("tp", "backward", "AllReduce", sh.tp_replicated * e_grad, e_grad, st, tpg,
                     [Inst(-1, -1, op="tp_replicated_grads")])
-            if m.moe is not None:
-                _moe_tp_families(fam, st, tpg, layers, n_mb, full, tp * a2a, tp * a2a // h,
-                                 e_act)
-        if m.moe is not None and (p.ep > 1 or tp > 1):
+            if moe_layers:
+                moe_tp_families(fam, st, tpg, moe_layers, n_mb, full, tp * a2a, tp * a2a // h,
+                                e_act)
+        if moe_layers and m.moe is not None and (p.ep > 1 or tp > 1):
             # MoEAlltoAllTokenDispatcher.preprocess: the tokens each rank routes to each expert
             # (int64 [experts]) are AllGathered over the TP x EP group
             tpep = [g for g in layout.groups("tpep") if layout.coords(g[0]).pp == st]
             fam("ep", "forward", "AllGather", tp * p.ep * m.moe.experts * 8, 8, st, tpep,
-                _moe_insts(layers, n_mb, full, ("moe_counts",), ()))
-        if epg and m.moe is not None:
+                moe_insts(moe_layers, n_mb, full, ("moe_counts",), ()))
+        if epg and moe_layers and m.moe is not None:
             # token_dispatch / token_combine: AllToAll of the routed tokens and of their probs
             fam("ep", "forward", "AllToAll", a2a, e_act, st, epg,
-                _moe_insts(layers, n_mb, full, ("dispatch", "combine"), ()))
+                moe_insts(moe_layers, n_mb, full, ("dispatch", "combine"), ()))
             fam("ep", "backward", "AllToAll", a2a, e_act, st, epg,
-                _moe_insts(layers, n_mb, False, (), ("combine_grad", "dispatch_grad")))
+                moe_insts(moe_layers, n_mb, False, (), ("combine_grad", "dispatch_grad")))
             probs = a2a // h
             fam("ep", "forward", "AllToAll", probs, e_act, st, epg,
-                _moe_insts(layers, n_mb, full, ("dispatch_probs",), ()))
+                moe_insts(moe_layers, n_mb, full, ("dispatch_probs",), ()))
             fam("ep", "backward", "AllToAll", probs, e_act, st, epg,
-                _moe_insts(layers, n_mb, False, (), ("dispatch_probs_grad",)))
+                moe_insts(moe_layers, n_mb, False, (), ("dispatch_probs_grad",)))
         cp_families(s, layout, st, layers, n_mb, fam,
                     lambda L, j, rec, op: Inst(L, j, recompute=rec, op=op))
         pp_size = act // tp if sp else act
@@ -344,174 +245,14 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
                 [Inst(nfirst, j, op="activation_grad") for j in range(n_mb)],
                 tok_sp if sp else tok_mb)
     for st, sh in enumerate(shards):
-        _dp_families(s, layout, st, sh, n_mb, fam)
-    _small_families(s, layout, n_mb, fam)
+        dp_families(s, layout, st, sh, n_mb, fam)
+    small_families(s, layout, n_mb, fam)
     if layout.pp > 1 and m.tied_embeddings:
         emb = shards[0].embedding * e_grad
         groups = layout.groups("emb")
         fam("emb", "backward", "AllReduce", emb, e_grad, 0, groups,
             [Inst(-1, -1, op="tied_embedding_grads")])
     return fams
-
-
-#: What TP rank 0 broadcasts to its TP group per microbatch (Megatron-core
-#: ``get_batch_on_this_tp_rank``, ``megatron/core/utils.py``): name, bytes per token, stages
-#: (``one`` without PP, ``first``/``last`` stage with PP). tokens, labels and position_ids are
-#: int64, loss_mask float32; the attention mask (bool ``[b, 1, s, s]``) is added apart.
-_BATCH = (("tokens", 8, ("one", "first")), ("labels", 8, ("one", "last")),
-          ("loss_mask", 4, ("one", "last")), ("position_ids", 8, ("one", "first")))
-
-
-def _small_families(s: Scenario, layout: RankLayout, n_mb: int, fam) -> None:  # type: ignore[no-untyped-def]
-    """The small collectives of every iteration (Megatron-LM):
-
-    * batch broadcasts from TP rank 0 within each TP group, per microbatch at the start of its
-      forward, on the first and the last stage (every stage holds them without PP):
-      :data:`_BATCH` and, with ``create_attention_mask_in_dataloader``, the ``b*s*s`` bool mask;
-    * with fp16 (loss scaling), the found-inf/NaN flag (one fp32) AllReduced (MAX) over the
-      gradient-statistics group before the step (``MixedPrecisionOptimizer.
-      _unscale_main_grads_and_check_for_nan``), and with ``clip_grad > 0`` the squared gradient
-      norm (one fp32) over the same group (``clip_grads.get_grad_norm_fp32``); that group is the
-      model-parallel group, every rank with the distributed optimizer
-      (``get_grad_stats_parallel_group``);
-    * the loss AllReduce over DP (with CP: the dp-cp group) on the last stage after the step:
-      the summed loss and token count, two fp32 (``training.py train_step``: ``all_reduce(val,
-      group=dp_cp_group)``).
-    """
-    p, t, m = s.parallelism, s.training, s.model
-    b, seq = t.micro_batch_size, m.seq_length
-    if p.tp > 1:
-        for st in sorted({0, p.pp - 1}):
-            where = "one" if p.pp == 1 else ("first" if st == 0 else "last")
-            tpg = layout.stage_groups("tp", st)
-            for name, e, stages in _BATCH:
-                if where in stages:
-                    fam("tp", "forward", "Broadcast", b * seq * e, e, st, tpg,
-                        [Inst(-1, j, op=f"batch_{name}") for j in range(n_mb)], "mb")
-            if t.create_attention_mask_in_dataloader:
-                fam("tp", "forward", "Broadcast", b * seq * seq, 1, st, tpg,
-                    [Inst(-1, j, op="batch_attention_mask") for j in range(n_mb)], "mb")
-    stats = [tuple(range(layout.world_size))] if p.zero_stage in (1, 2, 3) else \
-        layout.groups("mp")
-    if len(stats[0]) > 1:
-        if t.precision == "fp16":
-            fam("mp", "optimizer", "AllReduce", 4, 4, 0, stats, [Inst(-1, -1, op="found_inf")])
-        if t.clip_grad > 0:
-            fam("mp", "optimizer", "AllReduce", 4, 4, 0, stats, [Inst(-1, -1, op="grad_norm")])
-    if p.dp * p.cp > 1:
-        dpg = [g for g in layout.groups("dp") if layout.coords(g[0]).pp == p.pp - 1]
-        fam("dp", "optimizer", "AllReduce", 8, 4, p.pp - 1, dpg, [Inst(-1, -1, op="loss")])
-
-
-def _moe_insts(layers: range, n_mb: int, full: bool, fwd_ops: tuple[str, ...],
-               bwd_ops: tuple[str, ...]) -> list[Inst]:
-    """Instances of MoE-layer operations: forward ``fwd_ops`` per microbatch and layer (and
-    again before the backward with full recomputation), or backward ``bwd_ops``."""
-    out = [Inst(L, j, op=o) for j in range(n_mb) for L in layers for o in fwd_ops]
-    if full:
-        out += [Inst(L, j, recompute=True, op=o) for j in range(n_mb) for L in reversed(layers)
-                for o in fwd_ops]
-    out += [Inst(L, j, op=o) for j in range(n_mb) for L in reversed(layers) for o in bwd_ops]
-    return out
-
-
-def _moe_tp_families(fam, st: int, tpg, layers: range, n_mb: int, full: bool,  # type: ignore[no-untyped-def]
-                     tokens_bytes: int, probs_bytes: int, e: int) -> None:
-    """Megatron-core ``MoEAlltoAllTokenDispatcher`` with tp > 1, per MoE layer and microbatch
-    (``megatron/core/transformer/moe/token_dispatcher.py``): ``dispatch_postprocess``
-    AllGathers the tokens the dispatch AllToAll brought (and their probs) over the TP group,
-    ``combine_preprocess`` ReduceScatters the expert output over it before the combine
-    AllToAll; backward the gradients go the other way (ReduceScatter, AllGather). With ``T``
-    tokens per rank (``b*s/tp`` with sequence parallelism) each buffer is ``tp * T * top_k``
-    tokens of ``h`` elements: ``top_k`` times the dense MLP's AllGather / ReduceScatter.
-    """
-    fam("tp", "forward", "AllGather", tokens_bytes, e, st, tpg,
-        _moe_insts(layers, n_mb, full, ("moe_gather",), ()))
-    fam("tp", "forward", "AllGather", probs_bytes, e, st, tpg,
-        _moe_insts(layers, n_mb, full, ("moe_gather_probs",), ()))
-    fam("tp", "forward", "ReduceScatter", tokens_bytes, e, st, tpg,
-        _moe_insts(layers, n_mb, full, ("moe_scatter",), ()))
-    fam("tp", "backward", "AllGather", tokens_bytes, e, st, tpg,
-        _moe_insts(layers, n_mb, False, (), ("moe_scatter_grad",)))
-    fam("tp", "backward", "ReduceScatter", tokens_bytes, e, st, tpg,
-        _moe_insts(layers, n_mb, False, (), ("moe_gather_grad",)))
-    fam("tp", "backward", "ReduceScatter", probs_bytes, e, st, tpg,
-        _moe_insts(layers, n_mb, False, (), ("moe_gather_probs_grad",)))
-
-
-def _dp_families(s: Scenario, layout: RankLayout, st: int, sh: ShardParameters, n_mb: int,
-                 fam) -> None:  # type: ignore[no-untyped-def]
-    p, t = s.parallelism, s.training
-    e_act, e_grad = DTYPE_BYTES[t.precision], DTYPE_BYTES[t.grad_reduce_dtype]
-    kinds = [("dense", [g for g in layout.groups("dp") if layout.coords(g[0]).pp == st])]
-    if sh.per_layer_expert:
-        kinds.append(("expert", [g for g in layout.groups("edp")
-                                 if layout.coords(g[0]).pp == st]))
-    tensors = rank_tensors(s.model, p.tp, p.pp, st, p.ep)
-    chunks = _chunk_tensors(s, st, tensors)
-    for kind, groups in kinds:
-        if len(groups[0]) < 2:
-            continue
-        mine = [x for x in tensors if x.expert == (kind == "expert")]
-        if p.zero_stage == 3:
-            layers = range(sh.last_layer, sh.first_layer - 1, -1)      # backward order
-            if kind == "dense":
-                units = [(-1, sh.post)] + [(L, sh.per_layer) for L in layers] + [(-1, sh.pre)]
-            else:
-                units = [(L, sh.per_layer_expert) for L in layers]
-            units = [u for u in units if u[1] > 0]
-            for L, n in reversed(units):
-                fam("dp", "forward", "AllGather", n * e_act, e_act, st, groups,
-                    [Inst(L, j, op=f"{kind}_params") for j in range(n_mb)])
-            for L, n in units:
-                fam("dp", "backward", "AllGather", n * e_act, e_act, st, groups,
-                    [Inst(L, j, op=f"{kind}_params") for j in range(n_mb)])
-                fam("dp", "backward", "ReduceScatter", n * e_grad, e_grad, st, groups,
-                    [Inst(L, j, op=f"{kind}_grads") for j in range(n_mb)])
-            continue
-        shared = s.model.tied_embeddings and p.pp > 1
-        k = 0
-        for c in reversed(range(len(chunks))):     # the last chunk's backward ends first
-            mine = [x for x in chunks[c] if x.expert == (kind == "expert")]
-            if not mine:
-                continue
-            buckets = _buckets(mine, dp_bucket_size(s, st) if c == 0 else None, len(groups[0]),
-                               p.zero_stage in (1, 2), shared)
-            tag = f"_chunk{c}" if len(chunks) > 1 else ""
-            for n, low in buckets:
-                if p.zero_stage == 0:
-                    fam("dp", "backward", "AllReduce", n * e_grad, e_grad, st, groups,
-                        [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket{tag}")])
-                else:
-                    fam("dp", "backward", "ReduceScatter", n * e_grad, e_grad, st, groups,
-                        [Inst(low, -1, bucket=k, op=f"{kind}_grad_bucket{tag}")])
-                    fam("dp", "optimizer", "AllGather", n * e_act, e_act, st, groups,
-                        [Inst(low, -1, bucket=k, op=f"{kind}_param_bucket{tag}")])
-                k += 1
-
-
-def _chunk_tensors(s: Scenario, st: int, tensors: list[Tensor]) -> list[list[Tensor]]:
-    """``tensors`` of pipeline ``st`` (:func:`tokenpcap.model.rank_tensors`) split into the
-    gradient buffers of its model chunks (:mod:`tokenpcap.plan.pipeline`: one DDP per chunk with
-    interleaving), each in registration order with its layers' global indices: the embeddings
-    in chunk 0, the final norm and output layer in the last chunk; one list without
-    interleaving."""
-    chunks = chunk_layers(s, st)
-    if len(chunks) == 1:
-        return [tensors]
-    flat = [L for r in chunks for L in r]
-    first = min(x.layer for x in tensors if x.layer >= 0)
-    per = len(chunks[0])
-    out: list[list[Tensor]] = [[] for _ in chunks]
-    seen_layer = False
-    for x in tensors:
-        if x.layer < 0:
-            out[-1 if seen_layer else 0].append(x)
-            continue
-        seen_layer = True
-        i = x.layer - first
-        out[i // per].append(x._replace(layer=flat[i]))
-    return out
 
 
 def scaled_bytes(message_bytes: int, elem_bytes: int, scale: int) -> int:

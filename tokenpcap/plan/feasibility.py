@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tokenpcap.config.types import Scenario
 from tokenpcap.errors import InfeasiblePlanError
-from tokenpcap.model import shard_parameters
+from tokenpcap.model import scenario_shards
 
 __all__ = ["check_plan_size", "MAX_DP_BUCKET_GROUPS"]
 
@@ -28,11 +28,11 @@ def check_plan_size(s: Scenario) -> None:
         InfeasiblePlanError: too many buckets, naming the file, the key, the value got and the
             smallest ``bucket_size`` that fits.
     """
-    p, m, t = s.parallelism, s.model, s.training
+    p, t = s.parallelism, s.training
     if p.dp <= 1 or not t.overlap_grad_reduce or t.bucket_size is None:
         return                     # one bucket per buffer, or Megatron's default (>= 40M)
     where = str(s.path) if s.path is not None else "<scenario>"
-    most = max(shard_parameters(m, p.tp, p.pp, st, p.ep).total for st in range(p.pp))
+    most = max(sh.total for sh in scenario_shards(s))
     buckets = -(-most // t.bucket_size)
     groups = p.tp * p.pp
     if buckets * groups > MAX_DP_BUCKET_GROUPS:

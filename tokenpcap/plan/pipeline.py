@@ -1,7 +1,8 @@
 """Stage 3 (part): which layers a pipeline stage holds, in model chunks (interleaved 1F1B).
 
-Without interleaving a stage holds one contiguous block of layers (:func:`tokenpcap.model.
-shard_parameters`). With Megatron-LM's interleaved schedule (``virtual_pipeline_model_parallel_size
+Without interleaving a stage holds one contiguous block of layers (Megatron-core's split, even
+or with ``decoder_first/last_pipeline_num_layers``: :mod:`tokenpcap.config.pipeline`). With
+Megatron-LM's interleaved schedule (``virtual_pipeline_model_parallel_size
 v``; Narayanan et al. 2021, Sec. 2.2.2) each stage holds ``v`` chunks of ``l/(p*v)`` layers, chunk
 ``c`` of stage ``st`` being layers ``[(c*p + st) * l/(p*v), (c*p + st + 1) * l/(p*v))``
 (Megatron-core ``get_transformer_layer_offset``: ``vp_stage * (l/v) + pp_rank * (l/(p*v))``). The
@@ -12,7 +13,7 @@ stage keeps one gradient buffer per chunk (Megatron wraps every chunk in its own
 from __future__ import annotations
 
 from tokenpcap.config.profiles import Scenario
-from tokenpcap.model import shard_parameters
+from tokenpcap.config.pipeline import stage_first_layers
 
 __all__ = ["chunk_layers", "stage_layers", "next_chunk"]
 
@@ -22,8 +23,9 @@ def chunk_layers(s: Scenario, stage: int) -> list[range]:
     docstring); one chunk, the shard's layers, without interleaving."""
     p = s.parallelism
     if p.vpp == 1:
-        sh = shard_parameters(s.model, p.tp, p.pp, stage, p.ep)
-        return [range(sh.first_layer, sh.last_layer + 1)]
+        counts = p.stage_layer_counts(s.model.layers)
+        first = stage_first_layers(counts)[stage]
+        return [range(first, first + counts[stage])]
     per = s.model.layers // (p.pp * p.vpp)
     return [range((c * p.pp + stage) * per, (c * p.pp + stage + 1) * per) for c in range(p.vpp)]
 

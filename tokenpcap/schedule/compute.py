@@ -11,8 +11,10 @@ recomputed). We split a layer into its attention part (QKV and output projection
 that TP collectives fall between the right pieces of work. A TP rank does ``1/tp`` of the
 work (Megatron's column/row split of every matmul), and with context parallelism a CP rank
 ``1/cp`` of that (it holds ``s/cp`` tokens; causal attention is balanced over the CP ranks by
-the two-chunk split, so each computes ``1/cp`` of the attention scores too). Backward is twice the forward (Eq. 3);
-``recompute: selective`` adds the attention core ``4·b·s²·h`` again in backward (Korthikanti et
+the two-chunk split, so each computes ``1/cp`` of the attention scores too). Backward is twice
+the forward (Eq. 3); ``recompute: selective`` adds the attention core ``4·b·s²·h`` (MLA: over its
+query/key and value head dims, :func:`tokenpcap.model.attention_core_flops`) again in backward
+(Korthikanti et
 al. 2022, Sec. 5); ``recompute: full`` replays the layer's forward before its backward (the
 schedule does that as its own compute step).
 
@@ -31,7 +33,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from tokenpcap.errors import InputError
-from tokenpcap.model import layer_forward_flops, logits_forward_flops, shard_parameters
+from tokenpcap.model import (attention_core_flops, attention_forward_flops as _attention_flops,
+                             layer_forward_flops, logits_forward_flops, scenario_shards)
 from tokenpcap.config.profiles import Scenario
 
 __all__ = ["StageTimes", "stage_times", "flops_time_ns", "iteration_flops",
@@ -66,11 +69,9 @@ def flops_time_ns(flops: int, peak_tflops: float, mfu: float, scale: int = 1) ->
 
 def attention_forward_flops(s: Scenario) -> int:
     """Attention part of one layer's forward FLOPs for one microbatch (all TP ranks together):
-    ``2·b·s·(2h² + 2h·kv_dim) + 4·b·s²·h``."""
-    m, b = s.model, s.training.micro_batch_size
-    h, seq = m.hidden_size, m.seq_length
-    kv_dim = m.kv_heads * (h // m.attention_heads)
-    return 2 * b * seq * (2 * h * h + 2 * h * kv_dim) + 4 * b * seq * seq * h
+    ``2·b·s·(2h² + 2h·kv_dim) + 4·b·s²·h`` (MLA: :func:`tokenpcap.model.
+    attention_forward_flops`)."""
+    return _attention_flops(s.model, s.training.micro_batch_size)
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,10 @@ class StageTimes:
     """Compute times (ns) of one TP (and CP) rank of one pipeline stage for one microbatch.
 
     ``attn_fwd``/``mlp_fwd``: one layer's attention and MLP forward; ``attn_bwd``/``mlp_bwd``: their
-    backward (×2, plus the selective recomputation in ``attn_bwd``); ``logits_fwd``/``logits_bwd``:
+    backward (×2, plus the selective recomputation in ``attn_bwd``); the MLP is an MoE layer's
+    when the model has experts; ``dense_mlp_fwd``/``dense_mlp_bwd``: the dense MLP of the
+    dense layers of a model that mixes both (``moe.layer_freq``; equal to ``mlp_*`` for a dense
+    model); ``logits_fwd``/``logits_bwd``:
     the output layer on the last stage (0 elsewhere); ``optimizer``: the optimizer step of the
     rank's parameters (once per iteration).
     """
@@ -90,6 +94,8 @@ class StageTimes:
     logits_fwd: int
     logits_bwd: int
     optimizer: int
+    dense_mlp_fwd: int = 0
+    dense_mlp_bwd: int = 0
 
 
 def stage_times(s: Scenario, stage: int, scale: int = 1) -> StageTimes:
@@ -104,19 +110,20 @@ def stage_times(s: Scenario, stage: int, scale: int = 1) -> StageTimes:
     layer = layer_forward_flops(m, b)
     attn = attention_forward_flops(s)
     mlp = layer - attn
-    selective = 4 * b * m.seq_length * m.seq_length * m.hidden_size if t.recompute == "selective" else 0
+    dense_mlp = layer_forward_flops(m, b, moe=False) - attn
+    selective = attention_core_flops(m, b) if t.recompute == "selective" else 0
     last = stage == p.pp - 1
     logits = logits_forward_flops(m, b) if last else 0
 
     def ns(flops: int) -> int:
         return flops_time_ns(-(-flops // (tp * p.cp)), g.peak_tflops, t.mfu, scale)
 
-    sh = shard_parameters(m, tp, p.pp, stage, p.ep)
+    sh = scenario_shards(s)[stage]
     params = sh.total if p.zero_stage == 0 else -(-sh.total // (p.dp * p.cp))
     opt = -(-params * OPTIMIZER_BYTES_PER_PARAM // (HBM_BYTES_PER_NS * scale))
     return StageTimes(attn_fwd=ns(attn), mlp_fwd=ns(mlp), attn_bwd=ns(2 * attn + selective),
                       mlp_bwd=ns(2 * mlp), logits_fwd=ns(logits), logits_bwd=ns(2 * logits),
-                      optimizer=opt)
+                      optimizer=opt, dense_mlp_fwd=ns(dense_mlp), dense_mlp_bwd=ns(2 * dense_mlp))
 
 
 def iteration_flops(s: Scenario) -> int:
@@ -127,8 +134,10 @@ def iteration_flops(s: Scenario) -> int:
     m, t = s.model, s.training
     b = t.micro_batch_size
     mbs = t.global_batch_size // b
-    layer = layer_forward_flops(m, b)
-    per_layer = 3 * layer + (layer if t.recompute == "full" else 0)
-    if t.recompute == "selective":
-        per_layer += 4 * b * m.seq_length * m.seq_length * m.hidden_size
-    return mbs * (m.layers * per_layer + 3 * logits_forward_flops(m, b))
+    total = 0
+    for moe in m.moe_layers:
+        layer = layer_forward_flops(m, b, moe)
+        total += 3 * layer + (layer if t.recompute == "full" else 0)
+        if t.recompute == "selective":
+            total += attention_core_flops(m, b)
+    return mbs * (total + 3 * logits_forward_flops(m, b))

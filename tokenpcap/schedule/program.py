@@ -15,8 +15,10 @@ gathers, the SP AllGather, with context parallelism the ring-attention steps of 
 (:mod:`tokenpcap.plan.context`: at each step the rank starts its send to the next CP rank and
 waits for the chunk from the previous one, since the next partial attention needs it), the
 attention part, its TP collective (AllReduce, SP: ReduceScatter), the MLP part likewise (with
-MoE the expert dispatch and combine AllToAll around the experts); the last stage then runs the
-output layer and the three cross-entropy AllReduces.
+MoE the expert dispatch and combine AllToAll around the experts; the dense layers of a model that
+mixes both compute for their own dense MLP's time, :class:`~tokenpcap.schedule.compute.StageTimes`
+``dense_mlp_*``); the last stage then runs the output layer and the three cross-entropy
+AllReduces.
 A backward mirrors it, layers last to first (the CP steps, sends to the previous CP rank,
 right before the attention's backward compute); with full recomputation each layer's forward
 (``recompute=True`` calls) is replayed right before its backward. TP, EP and ZeRO-3 gathers block
@@ -115,7 +117,7 @@ _BWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "mlp_out_grad
 #: The collectives of one layer in the order a rank makes them, forward and backward.
 FORWARD_LAYER_OPS = tuple(n for t, n in _FWD_LAYER if t == "c")
 BACKWARD_LAYER_OPS = tuple(n for t, n in _BWD_LAYER if t == "c")
-#: The batch broadcasts of a microbatch's forward (plan: ``calls._small_families``).
+#: The batch broadcasts of a microbatch's forward (plan: ``small.small_families``).
 _BATCH_OPS = ("batch_tokens", "batch_labels", "batch_loss_mask", "batch_position_ids",
               "batch_attention_mask")
 
@@ -202,6 +204,8 @@ class _Builder:
         self.s, self.lows, self.sh, self.t = slots, lows, shard, times
         self.st, self.pp, self.m, self.it, self.rc = stage, pp, m, iteration, recompute
         self.chunks, self.overlap = chunks, overlap
+        # whether each of the stage's layers is an MoE layer, by global index (chunk by chunk)
+        self.moe_of = dict(zip((L for r in chunks for L in r), shard.moe))
         self.p: list[Instruction] = []
         self.bucket_keys = sorted((k for k in slots if k[0] == "bucket"), key=lambda k: (k[2], k[1]))
         self.launched: set = set()
@@ -251,9 +255,12 @@ class _Builder:
         return self.p
 
     def layer(self, template, phase: str, rec: bool, j: int, L: int) -> None:
+        dense = not self.moe_of[L]
         for typ, name in template:
             if typ == "t":
-                self.compute(getattr(self.t, name))
+                # the dense layers of a model that mixes dense and MoE layers: their own MLP time
+                self.compute(getattr(self.t, f"dense_{name}" if dense and name.startswith("mlp")
+                                     else name))
             elif typ == "r":                        # ring attention: steps 0, 1, ... in order
                 i = 0
                 while ("cp", "recv", phase, rec, j, L, f"{name}_{i}") in self.s:

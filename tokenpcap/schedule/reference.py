@@ -41,7 +41,7 @@ from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.collectives.transfers import Transfers, transfers
 from tokenpcap.schedule.compute import stage_times
 from tokenpcap.records import COLLECTIVES, DIMS, KIND_DATA, MESSAGE_DTYPE, PHASES, VERB_WRITE
-from tokenpcap.model import shard_parameters
+from tokenpcap.model import scenario_shards
 from tokenpcap.schedule.engine.nic import Engine
 from tokenpcap.schedule.runner import NVLINK_DTYPE, NVLINK_LATENCY_NS, TIMELINE_DTYPE, token_range
 from tokenpcap.errors import InputError
@@ -142,8 +142,7 @@ class ReferenceSchedule:
         s = self.scenario
         pp = s.parallelism.pp
         self._times = [stage_times(s, st, self.scale) for st in range(pp)]
-        self._shards = [shard_parameters(s.model, s.parallelism.tp, pp, st, s.parallelism.ep)
-                        for st in range(pp)]
+        self._shards = scenario_shards(s)
         self._ranks = [_Rank(r, self._program(0, r)) for r in range(self.layout.world_size)]
 
     # ------------------------------------------------------------------ programs

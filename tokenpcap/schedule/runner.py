@@ -56,7 +56,7 @@ from typing import Iterator
 import numpy as np
 
 from tokenpcap.errors import InputError
-from tokenpcap.model import shard_parameters
+from tokenpcap.model import scenario_shards
 from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.records import KIND_CTS, VERB_WRITE, VERB_WRITE_IMM
@@ -185,7 +185,7 @@ class Schedule:
         self._chunk = int(chunk_rows)
         pp = s.parallelism.pp
         times = [stage_times(s, st, self.scale) for st in range(pp)]
-        shards = [shard_parameters(s.model, s.parallelism.tp, pp, st, s.parallelism.ep) for st in range(pp)]
+        shards = scenario_shards(s)
         rate = Fraction(repr(float(s.cluster.nvlink_gbps)))
         nvl = ((rate.numerator, rate.denominator), NVLINK_LATENCY_NS)
         flats = [flatten(plan, it, shards, times, nvl, int(nvlink_copies)) for it in range(self.iterations)]

@@ -1,23 +1,21 @@
 """Parameter counts and message sizes against published numbers (sources cited per test)."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from tokenpcap.errors import InputError
 from tokenpcap.model import (
-    padded_vocab_size,
     activation_bytes,
     layer_forward_flops,
     logits_forward_flops,
     narayanan_eq2,
     parameter_count,
-    shard_parameters,
 )
 from tokenpcap.config.profiles import ModelProfile, load_model
 
-MODELS = Path(__file__).resolve().parent.parent / "profiles" / "models"
+MODELS = Path(__file__).resolve().parents[2] / "profiles" / "models"
 
 
 def gpt(layers: int, hidden: int, heads: int, vocab: int, seq: int) -> ModelProfile:
@@ -32,7 +30,7 @@ def test_gpt3_175b_is_narayanan_eq2_term_by_term():
     m = load_model(MODELS / "gpt3-175b.yaml")
     pc = parameter_count(m)
     h, l = 12288, 96
-    assert pc.layers * pc.per_layer.total == 12 * l * h * h + 13 * l * h
+    assert sum(lp.total for lp in pc.per_layer) == 12 * l * h * h + 13 * l * h
     assert pc.word_embedding + pc.position_embedding == (50257 + 2048) * h
     # Eq. 2 leaves out the final LayerNorm (weight + bias), which the model has.
     assert pc.final_norm == 2 * h
@@ -95,52 +93,48 @@ def test_gpt_layer_flops_is_eq3_forward_term():
     assert logits_forward_flops(m, b) == 2 * b * s * h * 50257
 
 
-@pytest.mark.parametrize("name,tp,pp", [
-    ("gpt3-175b", 8, 8), ("gpt2-small", 4, 2), ("llama2-70b", 8, 4), ("llama3-8b", 8, 1),
-    ("mixtral-8x7b", 2, 4), ("llama3.1-405b", 8, 2),
-])
-def test_shards_add_up_to_the_model(name: str, tp: int, pp: int):
-    """Summed over TP ranks and stages, the shards hold the model once, plus what Megatron
-    replicates across TP (norms, row-parallel biases, position embedding, MoE router), the tied
-    copy on the last stage, and Megatron's vocabulary padding to a multiple of 128·tp."""
-    m = load_model(MODELS / f"{name}.yaml")
+def test_deepseek_v3_is_671b_total_37b_active():
+    """DeepSeek-V3 technical report (arXiv 2412.19437), abstract: 671 B total parameters, 37 B
+    activated per token; here exactly, term by term from the Hugging Face config.json (the
+    breakdown is in tokenpcap/model/counts.py)."""
+    m = load_model(MODELS / "deepseek-v3.yaml")
     pc = parameter_count(m)
-    shards = [shard_parameters(m, tp, pp, st) for st in range(pp)]
-    held = tp * sum(sh.total for sh in shards)
-    replicated = sum(sh.tp_replicated for sh in shards) + pc.position_embedding
-    if m.moe is not None:
-        replicated += m.layers * pc.per_layer.router
-    if m.kv_heads < tp:
-        hd = m.hidden_size // m.attention_heads
-        replicated += m.layers * 2 * m.hidden_size * hd * (tp - m.kv_heads) // tp
-    pad = (padded_vocab_size(m, tp) - m.vocab_size) * m.hidden_size
-    tied_copy = pc.word_embedding if (m.tied_embeddings and pp > 1) else 0
-    n_vocab_tensors = (1 if m.tied_embeddings else 2) + (1 if tied_copy else 0)
-    assert held == pc.total + (tp - 1) * replicated + tied_copy + n_vocab_tensors * pad
+    h = 7168
+    attention = (h * 1536 + 1536 + 1536 * 128 * (128 + 64) + h * (512 + 64) + 512
+                 + 512 * 128 * (128 + 128) + 128 * 128 * h)
+    assert attention == 187_107_328
+    expert = 3 * h * 2048
+    dense = attention + 2 * h + 3 * h * 18432
+    moe = attention + 2 * h + 257 * expert + 256 * h
+    assert (dense, moe) == (583_483_392, 11_507_286_016)
+    assert [lp.total for lp in pc.per_layer] == [dense] * 3 + [moe] * 58
+    assert pc.total == 3 * dense + 58 * moe + 2 * 129_280 * h + h == 671_026_404_352
+    assert pc.active == 37_552_282_624
+    assert round(pc.total / 1e9) == 671 and int(pc.active / 1e9) == 37
+    assert pc.mtp == 0 and pc.word_embedding == pc.output_layer == 926_679_040
 
 
-def test_shard_layers_and_embedding_stages():
-    m = load_model(MODELS / "gpt3-175b.yaml")
-    first, mid, last = (shard_parameters(m, 8, 8, st) for st in (0, 3, 7))
-    assert (first.first_layer, first.last_layer, last.first_layer, last.last_layer) == \
-        (0, 11, 84, 95)
-    assert first.pre > 0 and first.post == 0 and mid.pre == mid.post == 0 and last.pre == 0
-    assert first.embedding == last.embedding == 51_200 // 8 * 12288 and mid.embedding == 0
-    with pytest.raises(InputError):
-        shard_parameters(m, 8, 8, 8)
+def test_deepseek_v3_mtp_module_is_counted_apart():
+    """One MTP module (report Sec. 2.2, Megatron-core MultiTokenPredictionLayer): enorm, hnorm,
+    eh_proj 2h x h, one MoE layer and its final norm; embedding and output layer shared."""
+    m = dataclasses.replace(load_model(MODELS / "deepseek-v3.yaml"), mtp_num_layers=1)
+    pc = parameter_count(m)
+    h = 7168
+    assert pc.mtp == 3 * h + 2 * h * h + 11_507_286_016 == 11_610_067_968
+    assert pc.total == 671_026_404_352
+    # the model card's 685 B "= 671 B + 14 B of MTP weights" stores the module with its own
+    # embedding and output copies: 13.46 B, in all 684.49 B
+    assert pc.mtp + pc.word_embedding + pc.output_layer == 13_463_426_048
+    assert pc.total + 13_463_426_048 == 684_489_830_400
 
 
-def test_megatron_vocabulary_padding_of_gpt3_175b():
-    """Megatron-LM ``vocab_size_with_padding`` (megatron/core/tokenizers/utils/build_tokenizer.py):
-    V rounded up to a multiple of make_vocab_size_divisible_by (128) x tp. GPT-3's 50,257 at tp 8
-    -> 51,200 (multiple 1,024: 50 x 1,024); the stage-0 embedding shard has 6,400 rows, the
-    tied-embedding AllReduce of fp32 gradients carries 6,400 x 12,288 x 4 bytes."""
-    m = load_model(MODELS / "gpt3-175b.yaml")
-    assert (m.vocab_size, m.make_vocab_size_divisible_by) == (50_257, 128)
-    assert padded_vocab_size(m, 8) == 51_200
-    assert padded_vocab_size(m, 1) == 50_304          # 393 x 128, nanoGPT's padded GPT-2 vocabulary
-    sh = shard_parameters(m, 8, 8, 0)
-    assert sh.embedding == 6_400 * 12_288
-    assert sh.pre == 6_400 * 12_288 + 2_048 * 12_288  # + the replicated position embedding
-    assert parameter_count(m).word_embedding == 50_257 * 12_288        # published: unpadded
-    assert parameter_count(m, tp=8).word_embedding == 51_200 * 12_288  # as trained
+def test_mla_layer_flops_count_the_latent_projections_and_the_192_wide_scores():
+    """2 b s x (weights a token uses) + 2 b s^2 n (d_qk + d_v): MLA's scores run over 128 heads of
+    192 query/key dims and 128 value dims, not over h."""
+    m = load_model(MODELS / "deepseek-v3.yaml")
+    s, h = 4096, 7168
+    attn = 187_107_328 - 1536 - 512
+    assert layer_forward_flops(m, 1, moe=False) == \
+        2 * s * (attn + 3 * h * 18432) + 2 * s * s * 128 * (192 + 128)
+    assert layer_forward_flops(m, 1) == \
+        2 * s * (attn + 9 * 3 * h * 2048 + 256 * h) + 2 * s * s * 128 * (192 + 128)

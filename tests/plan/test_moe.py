@@ -1,0 +1,60 @@
+"""The MoE layers' TP and EP collectives (plan/moe.py, plan/calls.py)."""
+from __future__ import annotations
+
+from tokenpcap.plan.build import build_plan
+from tokenpcap.config.profiles import load_scenario
+from tests.plan.test_plan import PROFILES, rows
+
+def test_mixtral_moe_tp_collectives_carry_top_k_times_the_dense_bytes():
+    """Megatron-core MoEAlltoAllTokenDispatcher (token_dispatcher.py) at tp 2: after the dispatch
+    AllToAll the routed tokens (and probs) are AllGathered over TP (dispatch_postprocess), the
+    expert output is ReduceScattered over TP before the combine (combine_preprocess), gradients
+    the other way; each carries top_k (2) x the bytes of a dense MLP's SP AllGather of b*s*h*B.
+    The per-expert token counts (int64 [8]) are AllGathered over the TP x EP group (preprocess)."""
+    s = load_scenario(PROFILES / "scenarios" / "mixtral-8x7b-ep.yaml")
+    plan = build_plan(s)
+    m = s.model
+    dense = 1 * m.seq_length * m.hidden_size * 2           # b*s*h*B: the attention's AllGather
+    calls = [c for c in plan.calls() if c.layer == 0 and 0 in c.group and c.microbatch == 0
+             and not c.recompute]
+    by_op = {c.op: c for c in calls}
+    assert by_op["attn_in"].message_bytes == dense
+    assert "mlp_in" not in by_op and "mlp_out" not in by_op and "mlp_in_regather" not in by_op
+    for op, coll, phase in [("moe_gather", "AllGather", "forward"),
+                            ("moe_scatter", "ReduceScatter", "forward"),
+                            ("moe_scatter_grad", "AllGather", "backward"),
+                            ("moe_gather_grad", "ReduceScatter", "backward")]:
+        c = by_op[op]
+        assert (c.dim, c.collective, c.phase, len(c.group)) == ("tp", coll, phase, 2)
+        assert c.message_bytes == m.moe.top_k * dense
+    assert by_op["moe_gather_probs"].message_bytes == m.moe.top_k * m.seq_length * 2
+    counts = by_op["moe_counts"]
+    assert (counts.dim, counts.collective, len(counts.group)) == ("ep", "AllGather", 16)
+    assert counts.message_bytes == 2 * 8 * 8 * 8         # tp * ep ranks x 8 experts x int64
+    assert plan.rows and rows(plan)["ep/forward/AllToAll"].nic_bytes > 0
+
+
+def test_dense_layers_of_a_mixed_model_keep_the_mlp_tp_collectives_and_make_no_ep_call():
+    """Megatron-core moe_layer_freq 2 (gpt_layer_specs.py: layer i is MoE when i % 2 == 0):
+    Mixtral at tp 2, ep 4 with every other layer dense (the SP ReduceScatter/AllGather pair of
+    the dense MLP, b*s*h*B) and the others routed by MoEAlltoAllTokenDispatcher."""
+    import dataclasses
+    s = load_scenario(PROFILES / "scenarios" / "mixtral-8x7b-ep.yaml")
+    moe = dataclasses.replace(s.model.moe, layer_freq=2)
+    s = dataclasses.replace(s, model=dataclasses.replace(s.model, moe=moe))
+    plan = build_plan(s)
+    ops: dict[int, set] = {}
+    for c in plan.calls():
+        if c.dim in ("tp", "ep") and c.layer >= 0 and 0 in c.group and c.microbatch == 0 \
+                and not c.recompute:
+            ops.setdefault(c.layer, set()).add(c.op)
+    assert ops and all(L % 2 == 0 for L in ops if "dispatch" in ops[L])
+    for L, o in ops.items():
+        if L % 2:
+            assert {"mlp_in", "mlp_out", "mlp_in_regather"} <= o
+            assert not o & {"moe_counts", "dispatch", "moe_gather", "combine"}
+        else:
+            assert {"moe_counts", "dispatch", "combine", "moe_gather"} <= o
+            assert not o & {"mlp_in", "mlp_out"}
+    dense = 1 * s.model.seq_length * s.model.hidden_size * 2
+    assert {c.message_bytes for c in plan.calls() if c.op == "mlp_in"} == {dense}

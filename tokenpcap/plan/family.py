@@ -1,0 +1,51 @@
+"""Stage 3 (part): a family of collective calls, the unit the plan enumerates.
+
+A :class:`Family` is one operation repeated (:class:`Inst`: layer, microbatch, bucket) on every
+one of its group instances; :func:`tokenpcap.plan.calls.expand` turns it into
+:class:`~tokenpcap.plan.calls.CollectiveCall` objects.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tokenpcap.records import phase_label
+
+__all__ = ["Inst", "Family"]
+
+
+@dataclass
+class Inst:
+    """One repetition of a family on every one of its groups."""
+
+    layer: int = -1
+    microbatch: int = -1
+    bucket: int = -1
+    recompute: bool = False
+    op: str = ""
+
+
+@dataclass
+class Family:
+    """Calls sharing dim, phase, collective, size and stage over a list of group instances.
+
+    ``tokens``: ``""`` (no per-token data), ``"mb"`` (the microbatch's samples, all positions) or
+    ``"sp"`` (positions ``[t*s/tp, (t+1)*s/tp)`` of the sending rank's TP index ``t``).
+    """
+
+    dim: str
+    phase: str
+    collective: str
+    message_bytes: int
+    elem_bytes: int
+    stage: int
+    groups: list[tuple[int, ...]]
+    insts: list[Inst] = field(default_factory=list)
+    tokens: str = ""
+
+    @property
+    def label(self) -> str:
+        return phase_label(self.dim, self.phase, self.collective)
+
+    @property
+    def n_calls(self) -> int:
+        return len(self.groups) * len(self.insts)
