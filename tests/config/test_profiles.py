@@ -285,6 +285,30 @@ def test_deepseek_features_a_scenario_cannot_use(tmp_path: Path):
     assert s.model.mla is not None and s.model.mla.q_lora_rank is None
 
 
+def test_combinations_of_pipeline_features_not_modelled_together(tmp_path: Path):
+    """Interleaving needs equal chunks of one layer kind here (Megatron-core's
+    get_transformer_layer_offset for equal chunks), so an uneven split or a model of dense and
+    MoE layers is refused with it; ring attention is modelled over MHA/GQA K,V only, so
+    multi-latent attention is refused with context parallelism."""
+    vpp = {"dp": 4, "tp": 4, "pp": 2, "virtual_pipeline_model_parallel_size": 2}
+    load_scenario(write(tmp_path / "ok.yaml", scenario_dict(tmp_path, parallelism=vpp)))
+    expect_infeasible(tmp_path, {"parallelism": {**vpp, "decoder_first_pipeline_num_layers": 4}},
+                      r"parallelism.virtual_pipeline_model_parallel_size: got 2 with "
+                      r"parallelism.decoder_first_pipeline_num_layers 4, expected an even "
+                      r"pipeline split with interleaving")
+    write(tmp_path / "mixed.yaml", model_dict(moe={"experts": 4, "top_k": 2, "layer_freq": 2}))
+    expect_infeasible(tmp_path, {"model": "mixed.yaml", "parallelism": vpp},
+                      r"parallelism.virtual_pipeline_model_parallel_size: got 2 with a model of "
+                      r"dense and MoE layers")
+    mla = {"kv_lora_rank": 64, "qk_head_dim": 64, "qk_pos_emb_head_dim": 32, "v_head_dim": 64}
+    write(tmp_path / "mla.yaml", model_dict(multi_latent_attention=mla))
+    expect_infeasible(tmp_path, {"model": "mla.yaml",
+                                 "parallelism": {"dp": 8, "tp": 1, "pp": 2,
+                                                 "context_parallel_size": 2}},
+                      r"parallelism.context_parallel_size: got 2 with multi_latent_attention, "
+                      r"expected 1")
+
+
 def test_moe_layer_freq_names_the_moe_layers(tmp_path: Path):
     """Megatron-core moe_layer_freq (gpt_layer_specs.py): N -> layer i is MoE when i % N == 0;
     a list names each layer."""
