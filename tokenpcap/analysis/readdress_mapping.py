@@ -152,8 +152,8 @@ def load_mapping(path: str | os.PathLike) -> Mapping:
     """
     import yaml
 
-    from tokenpcap.config.yamlcheck import (PROFILE_MAX_BYTES, FileRefused, check_node,
-                                            read_limited)
+    from tokenpcap.config.yamlfile import (PROFILE_MAX_BYTES, FileRefused, check_node,
+                                           read_limited)
 
     p = Path(path)
     try:
