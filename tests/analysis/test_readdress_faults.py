@@ -195,3 +195,23 @@ def test_what_a_killed_readdress_leaves_is_removed_by_the_next(tmp_path):
     assert not out.exists() and len(list(tmp_path.glob(".o.pcap.*.part"))) == 1
     readdress(src, out, Mapping())
     assert out.exists() and not list(tmp_path.glob(".o.pcap.*.part"))
+
+
+def test_a_device_or_fifo_is_neither_read_nor_replaced(tmp_path):
+    """``-o`` naming a device (here a link to /dev/null) is refused before writing, so the
+    final rename cannot replace the device; a FIFO as input is refused instead of blocking."""
+    import os
+
+    src = tmp_path / "in.pcap"
+    write_trace(src, 4)
+    os.symlink("/dev/null", tmp_path / "null.pcap")
+    r = _cli("readdress", src, "-o", tmp_path / "null.pcap", "--map", "198.18.0.1=10.0.0.1")
+    assert r.exit_code == 1 and r.output == (
+        f"error: {tmp_path / 'null.pcap'}: got a character device, expected a regular file or a "
+        "new path (the output replaces it)\n"), r.output
+    assert os.path.islink(tmp_path / "null.pcap") and not os.path.isfile("/dev/null")
+    os.mkfifo(tmp_path / "fifo.pcap")
+    r = _cli("readdress", tmp_path / "fifo.pcap", "-o", tmp_path / "o.pcap", "--map",
+             "198.18.0.1=10.0.0.1")
+    assert r.exit_code == 1 and "got a FIFO (named pipe), expected a regular capture file" in \
+        r.output and not (tmp_path / "o.pcap").exists()

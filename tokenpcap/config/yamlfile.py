@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from tokenpcap.errors import ProfileError
+from tokenpcap.pcap.filekind import file_kind
 
 __all__ = ["PROFILE_MAX_BYTES", "PROFILE_MAX_VALUES", "FileRefused", "Raw", "read_limited",
            "load_yaml", "check_node", "join_key"]
@@ -47,7 +48,7 @@ def read_limited(path: Path, limit: int, what: str) -> bytes:
     """
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):
-        raise FileRefused(_file_kind(st.st_mode), f"a regular {what} file")
+        raise FileRefused(file_kind(st.st_mode), f"a regular {what} file")
     size_text = f"a {what} file of at most {limit:,} bytes"
     if st.st_size > limit:
         raise FileRefused(f"a file of {st.st_size:,} bytes", size_text)
@@ -65,15 +66,6 @@ class FileRefused(ValueError):
     def __init__(self, got: str, expected: str):
         super().__init__(f"got {got}, expected {expected}")
         self.got, self.expected = got, expected
-
-
-def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "a special file"
 
 
 def load_yaml(path: Path) -> Any:
