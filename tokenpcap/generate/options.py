@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenpcap.config.profiles import Scenario
+from tokenpcap.config.profiles import MAX_SEED, Scenario
 from tokenpcap.errors import InputError, OutputError
 from tokenpcap.generate.select import OPEN_END_NS, Selection
 from tokenpcap.pcap.registry import CAPTURE_FORMATS, capture_format
@@ -21,8 +21,6 @@ from tokenpcap.schedule.runner import Schedule
 __all__ = ["EPOCH_NS", "MAX_SEED", "FORMATS", "SPLITS", "GenerateOptions", "GenerateResult",
            "check_options", "provenance_comment"]
 
-#: Largest seed (QPNs, PSNs, R_Keys, addresses and the payload pattern use a signed 64-bit seed).
-MAX_SEED = (1 << 63) - 1
 #: Time of the first event of a run: 2024-01-01T00:00:00Z in ns since the epoch.
 EPOCH_NS = 1_704_067_200 * 1_000_000_000
 #: The ``--format`` choices: the registered capture formats.
