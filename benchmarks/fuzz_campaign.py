@@ -1,5 +1,6 @@
-"""A long fuzz campaign: mutated captures through the capture reader, readdress and plot's
-capture series, mutated YAML through the profile loaders (tests/fuzzing.py: seeds, mutations,
+"""A long fuzz campaign: mutated captures through the capture reader, readdress, plot's
+capture series and pictures and inspect's report, mutated YAML through the profile loaders and
+readdress's mapping loader (tests/fuzzing.py: seeds, mutations,
 targets and what counts as a crash).
 
     nice python3 benchmarks/fuzz_campaign.py --cases 1000000 --workers 2 --out /tmp/fuzz
@@ -28,11 +29,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.fuzzing import (TARGETS, WrongOutput, capture_seeds, mutate,  # noqa: E402
-                           mutate_text, profile_seeds, run_target)
+from tests.fuzzing import (TARGETS, WrongOutput, capture_seeds,  # noqa: E402
+                           mapping_seeds, mutate, mutate_text, profile_seeds, run_target)
 
-#: Share of the cases per target (the reader is the cheapest and the most exposed).
-WEIGHTS = {"read": 0.45, "readdress": 0.2, "plot": 0.2, "profile": 0.15}
+#: Share of the cases per target (the reader is the cheapest and the most exposed; drawing the
+#: PNGs costs about a second a case).
+WEIGHTS = {"read": 0.4, "readdress": 0.15, "plot": 0.15, "inspect": 0.1, "draw": 0.01,
+           "profile": 0.12, "mapping": 0.07}
 
 
 class Hang(BaseException):
@@ -47,9 +50,10 @@ def case_input(i: int, seed: int, caps: dict, profs: dict) -> tuple[str, str, by
     """Target, seed name and mutated bytes of case ``i``."""
     rng = random.Random(seed * 1_000_003 + i)
     target = rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
-    if target == "profile":
-        name = rng.choice(sorted(profs))
-        return target, name, mutate_text(profs[name], rng)
+    if target in ("profile", "mapping"):
+        texts = profs if target == "profile" else mapping_seeds()
+        name = rng.choice(sorted(texts))
+        return target, name, mutate_text(texts[name], rng)
     names = sorted(caps)
     name = rng.choice(names)
     other = caps[rng.choice(names)]

@@ -13,6 +13,7 @@ not a readable capture of as many packets (a wrong file with exit 0).
 """
 from __future__ import annotations
 
+import json
 import random
 import struct
 from pathlib import Path
@@ -23,7 +24,7 @@ from tests.analysis.trace import write_trace
 from tests.pcap.helpers import block, epb, erf_record, hand_pcap, idb, option, pad4, shb
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = ("read", "readdress", "plot", "profile")
+TARGETS = ("read", "readdress", "plot", "draw", "inspect", "profile", "mapping")
 
 _INTERESTING_32 = (0, 1, 2, 3, 4, 0x7F, 0x80, 0xFF, 0x100, 0xFFFF, 0x10000, 0x7FFFFFFF,
                    0x80000000, 0xFFFFFFFE, 0xFFFFFFFF, 16, 24, 28, 32, 0x0A0D0D0A, 0x1A2B3C4D)
@@ -110,6 +111,19 @@ def profile_seeds() -> dict[str, bytes]:
     return seeds
 
 
+def mapping_seeds() -> dict[str, bytes]:
+    """name -> bytes of readdress mapping files: docs/analysis.md's lab.yaml and one with every
+    key."""
+    import re
+
+    text = (ROOT / "docs" / "analysis.md").read_text(encoding="utf-8")
+    lab = re.search(r"```yaml\n# lab.yaml\n(.*?)```", text, re.S).group(1)
+    every = ("addresses:\n  198.18.0.1: 10.10.1.1\n  \"02:00:00:00:00:00\": \"b8:ce:f6:12:34:00\"\n"
+             "  fd00::1: fd99::1\nvlan: 100\npcp: 3\ndscp: 26\necn: 2\nttl: 64\n"
+             "udp_sport: {0xC000: 0xD000}\nudp_sport_offset: 4096\n")
+    return {"lab.yaml": lab.encode(), "every.yaml": every.encode()}
+
+
 def mutate(data: bytes, rng: random.Random, other: bytes | None = None, rounds: int = 0) -> bytes:
     """Apply 1-4 random mutations: bit flips, interesting bytes and 32-bit words (both byte
     orders; lengths and magics), truncation, insertion, deletion, duplication of a chunk, a
@@ -183,6 +197,13 @@ class WrongOutput(AssertionError):
 def _run(target: str, data: bytes, work: Path) -> str:
     from tokenpcap.errors import TokenpcapError
 
+    if target == "mapping":
+        from tokenpcap.analysis.readdress_mapping import load_mapping
+
+        p = work / "mapping.yaml"
+        p.write_bytes(data)
+        load_mapping(p)
+        return "ok"
     if target == "profile":
         from tokenpcap.config.profiles import load_cluster, load_model, load_scenario
 
@@ -205,6 +226,25 @@ def _run(target: str, data: bytes, work: Path) -> str:
             if rec.size and (int(rec["offset"].min()) < 0 or int(end.max()) > cap.size):
                 raise WrongOutput(f"a record outside the file: offsets {rec['offset'][:4]}")
             decode_batch(cap.data, rec, cap.views)
+        return "ok"
+    if target == "inspect":
+        from tokenpcap.analysis.inspect import inspect_captures
+        from tokenpcap.analysis.report import render_text
+
+        rep = inspect_captures([src])
+        render_text(rep)
+        json.dumps(rep.to_json())
+        return "ok"
+    if target == "draw":
+        from tokenpcap.analysis.plot import plot_all
+
+        pics = work / "pics"
+        drawn = plot_all(src, pics)
+        if [p.name for p in drawn] != ["in-throughput.png", "in-sizes.png"] or any(
+                p.read_bytes()[:8] != b"\x89PNG\r\n\x1a\n" for p in drawn):
+            raise WrongOutput(f"plot drew {[p.name for p in drawn]}, expected two PNGs")
+        for p in drawn:
+            p.unlink()
         return "ok"
     if target == "plot":
         from tokenpcap.analysis.plot import capture_series

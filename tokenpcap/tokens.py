@@ -68,7 +68,7 @@ def read_corpus(path: str | Path, limit: int = CORPUS_MAX_BYTES) -> tuple[bytes,
             than ``limit``, is empty, or is not valid UTF-8 (the message names the byte offset
             of the first invalid byte).
     """
-    from tokenpcap.config.yamlcheck import FileRefused, read_limited
+    from tokenpcap.config.yamlfile import FileRefused, read_limited
 
     p = Path(path)
     try:

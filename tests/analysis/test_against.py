@@ -315,3 +315,35 @@ def test_nics_without_data_are_named_as_the_plan_has_them(tmp_path):
     data = {e["address"]: e["data_payload_bytes"] for e in rep.nics}
     for n in np.flatnonzero(per_nic).tolist():
         assert data[nic_address(s, n)] == per_nic[n]
+
+
+def _with_provenance(path: Path, comment: str) -> Path:
+    """16 RoCE packets of tests/analysis/trace.py in a pcapng whose section comment is
+    ``comment``."""
+    from tests.analysis.trace import context, packets
+    from tokenpcap.pcap import Interface, PcapngWriter
+    from tokenpcap.wire.builder import FrameBuilder
+
+    b, p = FrameBuilder(context()), packets(16)
+    with PcapngWriter(path, [Interface(name=f"node0/nic{g}") for g in range(8)],
+                      section_comment=comment) as w:
+        w.write_batch(p["time_ns"], b.frame_bytes(p), lambda o, off, c: b.fill(p, o, off, c),
+                      interface=p["nic"])
+    return path
+
+
+def test_more_iterations_than_a_capture_holds_are_one_line_not_an_overflow(tmp_path):
+    """A provenance comment (or --iterations) claiming 10^18 iterations overflowed int64 in the
+    plan cells (a traceback); now one line naming where the number came from."""
+    from tokenpcap.config.profiles import MAX_ITERATIONS
+    from tokenpcap.records.provenance import provenance_comment
+
+    line = provenance_comment(scenario="dante", scale=64, iterations=(0, 10**18), split="none",
+                              snaplen=128, seed=1, clear_to_send=True)
+    f = _with_provenance(tmp_path / "p.pcapng", line)
+    r = run("inspect", f, "--against", DANTE)
+    assert r.exit_code == 1 and r.output == (
+        f"error: {f}: provenance iterations: got 1,000,000,000,000,000,000 iterations, expected "
+        f"at most {MAX_ITERATIONS:,} (the most one capture holds)\n"), r.output
+    r = run("inspect", f, "--against", DANTE, "--iterations", str(10**20))
+    assert r.exit_code == 1 and r.output.startswith("error: --iterations: got 100,000,000,000")

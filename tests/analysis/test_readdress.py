@@ -396,48 +396,6 @@ def test_cut_records_rewrite_alone_as_in_a_batch(scapy_vectors, tmp_path_factory
     assert (got["caplen"] <= np.minimum(got["orig_len"], cut + grow)).all()
 
 
-def test_docs_lab_yaml_maps_each_nic_ip_with_its_own_mac(tmp_path):
-    """docs/analysis.md's lab.yaml (and its command line) map an IPv4
-    address and a MAC together only when generate gives both to one NIC (addresses.py)."""
-    import ipaddress
-    import re
-    from pathlib import Path
-
-    from tokenpcap.config.addresses import nic_addresses
-    from tokenpcap.config.profiles import load_scenario
-    text = (Path(ROOT_DANTE).parents[2] / "docs" / "analysis.md").read_text(encoding="utf-8")
-    block = re.search(r"```yaml\n# lab.yaml\n(.*?)```", text, re.S).group(1)
-    (tmp_path / "lab.yaml").write_text(block, encoding="utf-8")
-    m = load_mapping(tmp_path / "lab.yaml")
-    line = re.search(r"tokenpcap readdress dante.pcap .*?\n```", text, re.S).group(0)
-    for old, new in re.findall(r"--map (\S+)=(\S+)", line):
-        m.add_address(old, new)
-    a = nic_addresses(load_scenario(ROOT_DANTE).cluster)
-    ip_to_mac = {int(ipaddress.IPv4Address(bytes(ip))): int.from_bytes(bytes(mac), "big")
-                 for ip, mac in zip(a.ipv4, a.mac)}
-    assert m.ipv4 and m.mac
-    assert {ip_to_mac[ip] for ip in m.ipv4} == set(m.mac)
-
-
-def test_mapping_file_errors_are_one_line_and_say_what_is_wrong(tmp_path):
-    """A broken YAML map is one line (file, line, column, the parser's reason), a missing map
-    file is a usage error saying it does not exist (not a malformed pair), and mixed address
-    kinds read 'got an IPv4 and an IPv6 address'."""
-    write_trace(tmp_path / "in.pcap", 4)
-    broken = tmp_path / "broken.yaml"
-    broken.write_text("addresses:\n  10.0.0.1: [192.168.1.1\n")
-    r = _cli("readdress", tmp_path / "in.pcap", "-o", tmp_path / "o.pcap", "--map", broken)
-    assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
-    assert r.output.startswith(f"error: {broken}: line ") and "got invalid YAML" in r.output
-    r = _cli("readdress", tmp_path / "in.pcap", "-o", tmp_path / "o.pcap", "--map",
-             tmp_path / "missing.yaml")
-    assert r.exit_code == 2 and "a file that does not exist" in " ".join(r.output.split())
-    r = _cli("readdress", tmp_path / "in.pcap", "-o", tmp_path / "o.pcap", "--map",
-             "10.0.0.1=fd00::1")
-    assert "got an IPv4 and an IPv6 address" in " ".join(r.output.split())
-    assert not (tmp_path / "o.pcap").exists()
-
-
 def test_pcapng_interface_descriptions_name_the_new_addresses(tmp_path):
     """Each pcapng interface description names the lab's addresses the rewritten frames carry,
     not the generated ones (docs/analysis.md: it names both)."""

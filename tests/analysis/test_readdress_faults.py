@@ -18,10 +18,10 @@ from tests.analysis.test_inspect import write
 from tests.analysis.trace import write_trace
 from tests.pcap.helpers import block, erf_record, hand_pcap, idb, pad4, shb
 from tokenpcap.analysis.plot import capture_series, plot_all
-from tokenpcap.analysis.readdress import Mapping, load_mapping, readdress
+from tokenpcap.analysis.readdress import Mapping, readdress
 from tokenpcap.cli import main
 from tokenpcap.errors import CaptureError, InputError, OutputError
-from tokenpcap.pcap import ErfWriter, Interface, PcapngWriter, PcapWriter
+from tokenpcap.pcap import ErfWriter, Interface, PcapngWriter
 from tokenpcap.pcap.reader import open_capture
 
 
@@ -154,48 +154,6 @@ def _cli(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def test_mapping_duplicates_many_to_one_and_special_files(tmp_path):
-    src = tmp_path / "in.pcap"
-    write_trace(src, 4)
-    out = tmp_path / "o.pcap"
-    dup = tmp_path / "dup.yaml"
-    dup.write_text("addresses:\n  198.18.0.1: 10.0.0.1\n  198.18.0.1: 10.0.0.2\n")
-    with pytest.raises(InputError, match=r"addresses\.198\.18\.0\.1: got the key twice, at line "
-                                         "2 and at line 3"):
-        load_mapping(dup)
-    r = _cli("readdress", src, "-o", out, "--map", dup)
-    assert r.exit_code == 1 and r.output.count("\n") == 1 and "twice" in r.output
-    many = tmp_path / "many.yaml"
-    many.write_text("addresses:\n  198.18.0.1: 10.0.0.1\n  198.18.0.2: 10.0.0.1\n")
-    with pytest.raises(InputError, match="10.0.0.1: got it as the new address of both "
-                                         "198.18.0.1 and 198.18.0.2"):
-        load_mapping(many)
-    ok = tmp_path / "ok.yaml"
-    ok.write_text("addresses:\n  198.18.0.1: 10.0.0.1\n")
-    for args in (("--map", "198.18.0.1=10.0.0.1", "--map", "198.18.0.2=10.0.0.1"),
-                 ("--map", ok, "--map", "198.18.0.2=10.0.0.1"),
-                 ("--map", ok, "--map", "198.18.0.1=10.0.0.7")):
-        r = _cli("readdress", src, "-o", out, *args)
-        assert r.exit_code in (1, 2) and "Traceback" not in r.output, r.output
-        assert "10.0.0." in r.output and not out.exists()
-    m = Mapping()                       # a swap is one-to-one; the same pair twice is harmless
-    m.add_address("198.18.0.1", "198.18.0.2")
-    m.add_address("198.18.0.2", "198.18.0.1")
-    m.add_address("198.18.0.2", "198.18.0.1")
-    assert len(m.ipv4) == 2
-    for special, kind in (("/dev/null", "a character device"), (tmp_path, "a directory")):
-        r = _cli("readdress", src, "-o", out, "--map", special)
-        assert r.exit_code == 1 and r.output == (
-            f"error: {special}: cannot read the mapping: got {kind}, expected a regular YAML "
-            "mapping file\n"), r.output
-    bomb = tmp_path / "bomb.yaml"
-    names = "abcdefghi"
-    bomb.write_text(f"a: &a [{', '.join(['1'] * 10)}]\n" + "".join(
-        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip(names, names[1:])))
-    with pytest.raises(InputError, match="aliases expanded"):
-        load_mapping(bomb)
-
-
 def test_an_output_that_cannot_fit_is_refused_before_writing(tmp_path, monkeypatch):
     import shutil
 
@@ -237,3 +195,23 @@ def test_what_a_killed_readdress_leaves_is_removed_by_the_next(tmp_path):
     assert not out.exists() and len(list(tmp_path.glob(".o.pcap.*.part"))) == 1
     readdress(src, out, Mapping())
     assert out.exists() and not list(tmp_path.glob(".o.pcap.*.part"))
+
+
+def test_a_device_or_fifo_is_neither_read_nor_replaced(tmp_path):
+    """``-o`` naming a device (here a link to /dev/null) is refused before writing, so the
+    final rename cannot replace the device; a FIFO as input is refused instead of blocking."""
+    import os
+
+    src = tmp_path / "in.pcap"
+    write_trace(src, 4)
+    os.symlink("/dev/null", tmp_path / "null.pcap")
+    r = _cli("readdress", src, "-o", tmp_path / "null.pcap", "--map", "198.18.0.1=10.0.0.1")
+    assert r.exit_code == 1 and r.output == (
+        f"error: {tmp_path / 'null.pcap'}: got a character device, expected a regular file or a "
+        "new path (the output replaces it)\n"), r.output
+    assert os.path.islink(tmp_path / "null.pcap") and not os.path.isfile("/dev/null")
+    os.mkfifo(tmp_path / "fifo.pcap")
+    r = _cli("readdress", tmp_path / "fifo.pcap", "-o", tmp_path / "o.pcap", "--map",
+             "198.18.0.1=10.0.0.1")
+    assert r.exit_code == 1 and "got a FIFO (named pipe), expected a regular capture file" in \
+        r.output and not (tmp_path / "o.pcap").exists()

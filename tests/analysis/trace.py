@@ -70,3 +70,14 @@ def write_trace(path, n: int, *, snaplen: int = 262144, fmt: str = "pcap", qps: 
             w.write_batch(c["time_ns"], b.frame_bytes(c),
                           lambda out, off, cap, c=c: b.fill(c, out, off, cap), **kw)
     return p
+
+
+def write_phase_trace(directory, n: int = 4000):
+    """A pcapng of ``n`` packets of the trace whose first half is commented as
+    ``dp/backward/AllReduce`` and second half as ``tp/forward/AllReduce`` (the phase labels the
+    pictures stack by). Returns ``(path, packet table)``."""
+    labels = ["dp/backward/AllReduce step 0" if i < n // 2 else "tp/forward/AllReduce mb 1"
+              for i in range(n)]
+    path = directory / "t.pcapng"
+    write_trace(path, n, fmt="pcapng", comments=labels)
+    return path, packets(n)

@@ -458,7 +458,7 @@ def test_duplicate_keys_name_the_file_the_key_and_both_lines(tmp_path: Path):
     expect_profile_error(lambda: load_scenario(s), s, "training.micro_batch_size",
                          f"the key twice, at line {n - 1} and at line {n}", "each key once")
     # a merge key (<<) overridden by an explicit key is not a duplicate
-    from tokenpcap.config.yamlcheck import load_yaml
+    from tokenpcap.config.yamlfile import load_yaml
 
     ok = tmp_path / "merge.yaml"
     ok.write_text("a: &b {x: 1, y: 2}\nc:\n  <<: *b\n  x: 3\n", encoding="utf-8")
@@ -468,7 +468,7 @@ def test_duplicate_keys_name_the_file_the_key_and_both_lines(tmp_path: Path):
 def test_huge_binary_and_special_files_are_refused_before_parsing(tmp_path: Path):
     import os
 
-    from tokenpcap.config.yamlcheck import PROFILE_MAX_BYTES
+    from tokenpcap.config.yamlfile import PROFILE_MAX_BYTES
 
     big = tmp_path / "big.yaml"
     with open(big, "wb") as fh:                  # sparse: 2 GB that cost nothing to make
@@ -603,7 +603,7 @@ def test_an_alias_bomb_is_refused_at_once_with_work_linear_in_the_file(tmp_path:
     (an anchor reused a few times) still loads."""
     import time
 
-    from tokenpcap.config.yamlcheck import PROFILE_MAX_VALUES, load_yaml
+    from tokenpcap.config.yamlfile import PROFILE_MAX_VALUES, load_yaml
 
     f = tmp_path / "bomb.yaml"
     bomb = _alias_bomb(9, 10)
@@ -641,7 +641,7 @@ def test_a_nul_character_in_a_path_value_is_one_profile_error(tmp_path: Path, ke
         load_scenario(s)
     assert str(err.value).startswith(f"{s}: {key}") or "tokenizer" in str(err.value)
     assert "NUL" in str(err.value)
-    from tokenpcap.config.yamlcheck import load_yaml
+    from tokenpcap.config.yamlfile import load_yaml
 
     with pytest.raises(ProfileError, match="NUL"):
         load_yaml(tmp_path / "a\0b.yaml")

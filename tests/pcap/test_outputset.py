@@ -110,3 +110,27 @@ def test_atomic_output_removes_the_parts_of_killed_writers_only(tmp_path):
     w.close()
     assert (tmp_path / "x.pcap").read_bytes() == b"whole"
     assert remove_stale_parts(tmp_path / "y.pcap") == [other]
+
+
+def test_stopped_commits_lists_marked_stages_only_and_the_files_they_still_hold(tmp_path):
+    """A marked stage (stopped while renaming) is listed with the files not yet moved; an
+    unmarked one (stopped while writing, or writing now) is not; none once the next set ran."""
+    from tokenpcap.pcap.outputset import stopped_commit_text, stopped_commits
+
+    d = tmp_path / "out"
+    _earlier(d)
+    assert stopped_commits(d) == [] and stopped_commit_text(d) is None
+    unmarked = d / f"{STAGE_PREFIX}222.bbbb"
+    unmarked.mkdir()
+    (unmarked / "a.pcap").write_bytes(b"half")
+    assert stopped_commits(d) == []
+    marked = d / f"{STAGE_PREFIX}111.aaaa"
+    marked.mkdir()
+    (marked / "b.pcap").write_bytes(b"new b")
+    (d / "a.pcap").write_bytes(b"new a")
+    (marked / COMMIT_MARK).write_text("a.pcap\nb.pcap\n")
+    assert stopped_commits(d) == [(marked, ["b.pcap"])]
+    assert stopped_commit_text(d).startswith(f"{d}: got a run stopped while moving its files "
+                                             f"into place (1 of them still in {marked.name})")
+    OutputSet(d).abort()
+    assert stopped_commits(d) == [] and stopped_commits(tmp_path / "missing") == []

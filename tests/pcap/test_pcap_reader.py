@@ -1,6 +1,7 @@
 """Readers against files spelled out by hand from the specs, hostile files and fuzzing."""
 from __future__ import annotations
 
+import os
 import struct
 
 import numpy as np
@@ -255,7 +256,7 @@ def test_truncated_pcapng_can_stop_cleanly_and_close_releases(tmp_path):
 def test_unopenable_paths_raise_capture_error(tmp_path):
     with pytest.raises(CaptureError, match="cannot open: No such file"):
         open_capture(tmp_path / "missing.pcap")
-    with pytest.raises(CaptureError, match="cannot open: Is a directory"):
+    with pytest.raises(CaptureError, match="got a directory, expected a regular capture file"):
         open_capture(tmp_path)
 
 
@@ -264,3 +265,21 @@ def test_package_exports_the_reader_and_writers():
     assert set(P.__all__) == {"PcapWriter", "PcapngWriter", "ErfWriter", "Interface", "Comments",
                               "open_capture", "Capture", "InterfaceInfo", "RECORD_DTYPE", "NO_TIME"}
     assert all(hasattr(P, name) for name in P.__all__)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs")
+def test_a_fifo_or_device_is_refused_without_blocking(tmp_path):
+    """Opening a FIFO for reading blocks until a writer comes; a device reads as empty or
+    endless bytes: both are refused from their stat, in one line naming what they are."""
+    import signal
+
+    os.mkfifo(tmp_path / "fifo.pcap")
+    signal.alarm(20)                                     # a blocked open fails the test
+    try:
+        with pytest.raises(CaptureError, match=r"fifo\.pcap: got a FIFO \(named pipe\), "
+                                               "expected a regular capture file"):
+            open_capture(tmp_path / "fifo.pcap")
+    finally:
+        signal.alarm(0)
+    with pytest.raises(CaptureError, match="^/dev/zero: got a character device"):
+        open_capture("/dev/zero")

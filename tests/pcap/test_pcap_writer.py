@@ -260,3 +260,19 @@ def test_finished_file_has_umask_permissions_not_tempfile_0600(tmp_path):
     mask = os.umask(0o022)
     os.umask(mask)
     assert (tmp_path / "p.pcap").stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs")
+def test_a_device_or_fifo_is_never_replaced_by_an_output(tmp_path):
+    """Renaming the finished file over ``/dev/null`` (here through a link to it) or a FIFO would
+    replace it for every program: refused before anything is written, the node left as it was."""
+    os.symlink("/dev/null", tmp_path / "null.pcap")
+    os.mkfifo(tmp_path / "fifo.pcapng")
+    for name, kind in (("null.pcap", "a character device"), ("fifo.pcapng", "a FIFO")):
+        with pytest.raises(OutputError, match=rf"{name}: got {kind}.*, expected a regular file "
+                                              "or a new path"):
+            (PcapWriter if name.endswith(".pcap") else
+             lambda p: PcapngWriter(p, [Interface(name="eth0")]))(tmp_path / name)
+    assert os.path.realpath(tmp_path / "null.pcap") == "/dev/null"
+    assert os.stat("/dev/null").st_rdev == os.makedev(1, 3) or not os.path.isfile("/dev/null")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.pcapng", "null.pcap"]

@@ -142,3 +142,30 @@ def test_classic_pcap_has_no_place_for_it_and_is_unchanged(tmp_path):
                                                         scale=8, jobs=1))
     assert res.files[0][0].read_bytes()[:4] == bytes.fromhex("4d3cb2a1")   # ns pcap, LE
     assert res.expected_bytes == res.file_bytes
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("nics", "0-99999999999", "nics: got index 99,999,999,999, expected at most 1,048,576"),
+    ("ranks", "5,0-1048577", "ranks: got index 1,048,577"),
+    ("scale", "9" * 5000, "scale: got"),
+    ("seed", "9" * 20, "seed: got"),
+    ("iterations", "0:" + "9" * 5000, "iterations: got"),
+    ("time_window", "1:" + "9" * 5000, "time_window: got"),
+])
+def test_hostile_numbers_are_refused_not_expanded_or_converted(key, value, match):
+    """A range is expanded only up to MAX_INDEX (before: nics=0-99999999999 filled memory until
+    the kernel killed inspect); a number has at most 19 digits (Python refuses to convert more
+    than 4,300 with a ValueError that escaped as a traceback)."""
+    import re
+
+    line = provenance_comment(scenario="d", scale=1, iterations=(0, 1), split="nic",
+                              snaplen=64, seed=1, clear_to_send=True)
+    line = re.sub(rf"\b{key}=\S*", f"{key}={value}", line)
+    with pytest.raises(DecodeError, match=match) as err:
+        parse_provenance(line)
+    assert "\n" not in str(err.value)
+    assert parse_provenance(re.sub(r"nics=\S*", f"nics=0-{1 << 20}", line.replace(
+        f"{key}={value}", "seed=1") if key == "seed" else line.replace(f"{key}={value}", {
+            "nics": "nics=all", "ranks": "ranks=all", "scale": "scale=1",
+            "iterations": "iterations=0:1", "time_window": "time_window=all"}[key])))["nics"][-1] \
+        == 1 << 20

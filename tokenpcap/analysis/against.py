@@ -35,6 +35,7 @@ import numpy as np
 
 from tokenpcap.analysis.plancells import nic_index_by_address, phase_patterns, plan_cells
 from tokenpcap.analysis.result import Report
+from tokenpcap.config.profiles import MAX_ITERATIONS
 from tokenpcap.errors import InputError
 from tokenpcap.records.text import counted
 
@@ -46,7 +47,12 @@ _NO_PHASE = "(no phase)"
 
 
 def _run_params(rep: Report, scale, iterations) -> tuple[int, int, str, dict | None]:
-    """(scale, iteration count, where they came from, a provenance dict or None)."""
+    """(scale, iteration count, where they came from, a provenance dict or None).
+
+    Raises:
+        InputError: files of different runs, or more iterations than one capture holds
+            (:data:`tokenpcap.config.profiles.MAX_ITERATIONS`).
+    """
     provs = [(e["path"], e["provenance"]) for e in rep.files if e.get("provenance")]
     for key in ("scale", "iterations"):
         values = {p[key] for _, p in provs}
@@ -66,6 +72,11 @@ def _run_params(rep: Report, scale, iterations) -> tuple[int, int, str, dict | N
     if isinstance(iterations, int):
         iterations = (0, iterations)
     n_iter = int(iterations[1]) - int(iterations[0])
+    if n_iter > MAX_ITERATIONS:
+        what = (f"{provs[0][0]}: provenance iterations" if "iterations" in src else
+                "--iterations")
+        raise InputError(f"{what}: got {n_iter:,} iterations, expected at most "
+                         f"{MAX_ITERATIONS:,} (the most one capture holds)")
     return int(scale), n_iter, src_text if src else "", prov
 
 
@@ -181,7 +192,8 @@ def compare_with_plan(rep: Report, scenario_path: str, *, scale: int | None = No
 
     Raises:
         ProfileError, InfeasiblePlanError: the scenario cannot be loaded or planned.
-        InputError: files of different runs (provenance scale/iterations differ).
+        InputError: files of different runs (provenance scale/iterations differ), or more
+            iterations (given or from the provenance comment) than one capture holds.
     """
     from tokenpcap.records import CTS_BYTES
     from tokenpcap.config.profiles import load_scenario

@@ -92,12 +92,19 @@ def capture_files(path: str | Path) -> list[Path]:
     """The capture files of ``path``: itself, or a directory's ``*.pcapng`` files (sorted).
 
     Raises:
-        TraceError: no such file, or a directory without pcapng files.
+        TraceError: no such file, a directory without pcapng files, or one where a run was
+            stopped while moving its files into place
+            (:func:`tokenpcap.pcap.outputset.stopped_commit_text`).
     """
     from tokenpcap.analysis.trace_text import TraceError
 
+    from tokenpcap.pcap.outputset import stopped_commit_text
+
     p = Path(path)
     if p.is_dir():
+        stopped = stopped_commit_text(p)
+        if stopped:
+            raise TraceError(f"--capture: {stopped}")
         files = sorted(p.glob("*.pcapng"))
         if not files:
             raise TraceError(f"{p}: --capture: got a directory without *.pcapng files, expected "

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from tokenpcap.errors import InputError
 from tokenpcap.generate.run import FORMATS
+from tokenpcap.pcap.outputset import stopped_commit_text
 
 #: file name endings read as captures in a directory: one per format generate writes
 CAPTURE_SUFFIXES = tuple(f".{fmt}" for fmt in FORMATS)
@@ -19,7 +20,9 @@ def capture_paths(paths: tuple[str, ...] | list[str]) -> list[str]:
 
     Raises:
         InputError: a directory holds no capture (``DIR: got a directory without .pcap,
-            .pcapng or .erf files, expected captures``).
+            .pcapng or .erf files, expected captures``), or a run into it was stopped while
+            moving its files into place (part of its set beside part of the earlier one;
+            :func:`~tokenpcap.pcap.outputset.stopped_commit_text`).
     """
     out: list[str] = []
     for p in paths:
@@ -27,6 +30,9 @@ def capture_paths(paths: tuple[str, ...] | list[str]) -> list[str]:
         if not d.is_dir():
             out.append(p)
             continue
+        stopped = stopped_commit_text(d)
+        if stopped:
+            raise InputError(stopped)
         found = sorted(str(q) for q in d.iterdir()
                        if q.suffix in CAPTURE_SUFFIXES and not q.name.startswith(".")
                        and q.is_file())

@@ -17,13 +17,11 @@ from tokenpcap.pcap.output import make_directory
 from tokenpcap.records.text import counted
 from tokenpcap.generate.run import (FORMATS, SPLITS, GenerateOptions, GenerateResult, Selection,
                                 generate, parse_index_set, parse_iterations, parse_window)
-from tokenpcap.config.profiles import Scenario, load_scenario
+from tokenpcap.config.profiles import MAX_SEED, Scenario, load_scenario
 
 __all__ = ["generate_cmd", "run_generation", "print_summary", "other_captures", "default_jobs",
            "Terminated", "output_directory", "terminate_like_interrupt", "MAX_SEED"]
 
-#: Largest seed: QPNs, PSNs, keys and the payload pattern derive from a signed 64-bit seed.
-MAX_SEED = (1 << 63) - 1
 #: Create the output directory (and missing parents) for a run; removed again if the run fails.
 output_directory = make_directory
 

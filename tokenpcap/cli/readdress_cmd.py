@@ -35,7 +35,7 @@ def _is_file_item(item: str) -> bool:
 def _pairs(ctx, param, values):
     """``--map``: each value a mapping file or an OLD=NEW address pair; a malformed pair or
     address is a usage error (the file's contents are checked when it is read)."""
-    from tokenpcap.analysis.readdress import Mapping, parse_pair
+    from tokenpcap.analysis.readdress_mapping import Mapping, parse_pair
 
     probe = Mapping()
     for item in values:
@@ -74,7 +74,8 @@ def readdress_cmd(file, output, maps, vlan, pcp, dscp, ecn, ttl, sport_offset, u
     if usec and Path(output).suffix.lower() == ".pcapng":
         raise click.UsageError(f"--usec writes a classic microsecond pcap: got -o {output}, "
                                "expected a .pcap name (pcapng output keeps nanoseconds)")
-    from tokenpcap.analysis.readdress import Mapping, load_mapping, parse_pair, readdress, set_option
+    from tokenpcap.analysis.readdress import readdress
+    from tokenpcap.analysis.readdress_mapping import Mapping, load_mapping, parse_pair, set_option
 
     m = Mapping()
     for item in maps:

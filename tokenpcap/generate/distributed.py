@@ -47,7 +47,8 @@ import numpy as np
 
 from tokenpcap.config.profiles import Scenario
 from tokenpcap.errors import InputError, OutputError, TokenpcapError
-from tokenpcap.generate.run import GenerateOptions, GenerateResult, _check, generate
+from tokenpcap.generate.options import GenerateOptions, GenerateResult, check_options
+from tokenpcap.generate.run import generate
 from tokenpcap.generate.shards import Shard, plan_shards
 from tokenpcap.generate.size import predict_capture
 from tokenpcap.pcap.outputset import OutputSet
@@ -176,7 +177,7 @@ def generate_on_cluster(s: Scenario, opt: GenerateOptions, client, *, tokens=Non
     if opt.split != "nic":
         raise InputError(f"--split: got {opt.split!r} with --dask, expected 'nic' (shards are "
                          "sets of NICs, one file each)")
-    _check(s, opt)
+    check_options(s, opt)
     outset = OutputSet(opt.out_dir, what="generate")    # locked before any work, as generate
     try:
         return _run(s, opt, client, outset, t0, tokens, shards, progress, announce)

@@ -4,6 +4,9 @@
 (stages 4–5, :class:`tokenpcap.schedule.runner.Schedule`), lowers every transmitted frame to a packet row
 (stage 6, :class:`tokenpcap.lower.Lowering`), keeps the selected ones and streams them to capture
 files (stage 7, :mod:`tokenpcap.generate.output`), chunk by chunk with flat memory.
+Its options, result and constants are :mod:`tokenpcap.generate.options`; the files of a split and
+the routing of each chunk to them are :mod:`tokenpcap.generate.route`. The names of the options
+module and the selection parsers are importable from here too.
 
 * **Files** hold the frames their NICs *send* (an egress capture per NIC port: data, clear-to-send
   writes and the ACKs the NIC returns). ``split="nic"``: one file per NIC
@@ -47,129 +50,31 @@ files (stage 7, :mod:`tokenpcap.generate.output`), chunk by chunk with flat memo
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
 
 from tokenpcap.config.addresses import nic_addresses
+from tokenpcap.config.profiles import Scenario
 from tokenpcap.errors import InputError, OutputError
-from tokenpcap.generate.output import Dispatcher, FileSpec, WriterConfig, interfaces
+from tokenpcap.generate.options import (EPOCH_NS, FORMATS, MAX_SEED, SPLITS, GenerateOptions,
+                                        GenerateResult, check_options, provenance_comment)
+from tokenpcap.generate.output import Dispatcher, WriterConfig
+from tokenpcap.generate.route import describe_nic, file_header_bytes, file_specs, route_chunk
 from tokenpcap.generate.select import (Selection, parse_index_set, parse_iterations,
                                        parse_time_ns, parse_window)
 from tokenpcap.generate.size import predict_capture
 from tokenpcap.lower import Lowering
-from tokenpcap.records import LABELS, PKT_ACK, PKT_CTS, PKT_DATA, label_codes
-from tokenpcap.records.comments import comment_text
-from tokenpcap.pcap import PcapngWriter
 from tokenpcap.pcap.outputset import OutputSet
-from tokenpcap.pcap.registry import CAPTURE_FORMATS, capture_format
-from tokenpcap.config.profiles import Scenario
-from tokenpcap.records.provenance import provenance_comment as _provenance_line
+from tokenpcap.pcap.registry import capture_format
 from tokenpcap.pipeline import prepare
 from tokenpcap.plan.build import Plan
-from tokenpcap.schedule.runner import Schedule
 
-__all__ = ["EPOCH_NS", "MAX_SEED", "FORMATS", "SPLITS", "Selection", "GenerateOptions", "GenerateResult",
-           "generate", "provenance_comment", "parse_index_set", "parse_time_ns", "parse_window", "parse_iterations"]
-
-#: Largest seed (QPNs, PSNs, R_Keys, addresses and the payload pattern use a signed 64-bit seed).
-MAX_SEED = (1 << 63) - 1
-#: Time of the first event of a run: 2024-01-01T00:00:00Z in ns since the epoch.
-EPOCH_NS = 1_704_067_200 * 1_000_000_000
-#: The ``--format`` choices: the registered capture formats.
-FORMATS = tuple(CAPTURE_FORMATS)
-SPLITS = ("nic", "phase", "none")
-@dataclass(frozen=True)
-class GenerateOptions:
-    """Options of :func:`generate` (module docstring; the CLI options of the same names)."""
-
-    out_dir: Path
-    fmt: str = "pcapng"
-    split: str = "nic"
-    snaplen: int = 262144
-    scale: int = 1
-    seed: int | None = None
-    iterations: int | None = None
-    selection: Selection = field(default_factory=Selection)
-    jobs: int = 1
-    force: bool = False
-
-
-@dataclass
-class GenerateResult:
-    """What was written: ``files`` ``[(path, packets, bytes)]``, totals, per-phase payload of data
-    packets ``{label: bytes}``, per-NIC data payload (int64 per NIC), control traffic, span;
-    ``plan`` is the plan at the run's scale (one iteration), ``iterations`` the kept iterations
-    ``(A, B)``, so a full capture's payload is ``plan`` totals × ``B − A``."""
-
-    files: list[tuple[Path, int, int]]
-    packets: int = 0
-    file_bytes: int = 0
-    expected_bytes: int = 0
-    phase_payload: dict[str, int] = field(default_factory=dict)
-    phase_packets: dict[str, int] = field(default_factory=dict)
-    nic_payload: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    cts_packets: int = 0
-    cts_payload: int = 0
-    ack_packets: int = 0
-    first_ns: int = -1
-    last_ns: int = -1
-    seconds: float = 0.0
-    plan: Plan | None = None
-    schedule: Schedule | None = None
-    iterations: tuple[int, int] = (0, 1)
-    scale: int = 1
-    selection: Selection | None = None
-
-
-def _file_specs(s: Scenario, opt: GenerateOptions, pred_keys: np.ndarray, n_nics: int,
-                ext: str, outset: OutputSet) -> tuple[list[FileSpec], np.ndarray]:
-    """Output files (staged in ``outset``) and a map from routing key (NIC, label or 0) to
-    file index (-1: none)."""
-    name = s.name
-    per = s.cluster.nics_per_node
-    sel_nics = sorted(set(pred_keys.tolist())) if opt.split == "nic" else None
-    all_nics = tuple(sorted(opt.selection.nics)) if opt.selection.nics else tuple(range(n_nics))
-    if opt.split == "nic":
-        keys = sel_nics
-        specs = [FileSpec(outset.path(f"{name}_node{k // per:02d}_nic{k % per}.{ext}"), (k,))
-                 for k in keys]
-        size = n_nics
-    elif opt.split == "phase":
-        keys = sorted(set(pred_keys.tolist()))
-        specs = [FileSpec(outset.path(f"{name}_{LABELS[k].replace('/', '-')}.{ext}"), all_nics)
-                 for k in keys]
-        size = len(LABELS)
-    else:
-        keys = [0]
-        specs = [FileSpec(outset.path(f"{name}.{ext}"), all_nics)]
-        size = 1
-    route = np.full(size, -1, np.int64)
-    route[list(keys)] = np.arange(len(keys))
-    return specs, route
-
-
-def _check(s: Scenario, opt: GenerateOptions) -> None:
-    capture_format(opt.fmt, s.cluster.transport)
-    if opt.split not in SPLITS:
-        raise InputError(f"--split: got {opt.split!r}, expected one of {', '.join(SPLITS)}")
-    if not 1 <= opt.snaplen <= 262144:
-        raise InputError(f"--snaplen: got {opt.snaplen}, expected 1..262144")
-    if opt.scale < 1 or opt.jobs < 1:
-        raise InputError(f"--scale/--jobs: got {opt.scale}/{opt.jobs}, expected integers >= 1")
-    if opt.iterations is not None and opt.iterations < 1:
-        raise InputError(f"--iterations: got {opt.iterations}, expected an integer >= 1")
-    if opt.seed is not None and not 0 <= opt.seed <= MAX_SEED:
-        raise InputError(f"--seed: got {opt.seed}, expected 0..{MAX_SEED}")
-    if opt.seed is None and not 0 <= s.generation.seed <= MAX_SEED:
-        raise InputError(f"{s.path or '<scenario>'}: generation.seed: got {s.generation.seed}, "
-                         f"expected 0..{MAX_SEED}")
-    if not Path(opt.out_dir).is_dir():
-        raise OutputError(f"{opt.out_dir}: got no such directory, expected an existing directory")
+__all__ = ["EPOCH_NS", "MAX_SEED", "FORMATS", "SPLITS", "Selection", "GenerateOptions",
+           "GenerateResult", "generate", "provenance_comment", "parse_index_set", "parse_time_ns",
+           "parse_window", "parse_iterations"]
 
 
 def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
@@ -199,7 +104,7 @@ def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
         it arrived after the whole set was in place).
     """
     t0 = time.perf_counter()
-    _check(s, opt)
+    check_options(s, opt)
     seed = s.generation.seed if opt.seed is None else int(opt.seed)
     gen = replace(s.generation, seed=seed)
     s = replace(s, generation=gen)
@@ -261,16 +166,16 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
         raise InputError(f"{got}: keeps no packet, expected a selection that meets the NIC "
                          f"traffic (phases on the NICs: {on_nics}; check --nics/--ranks/"
                          "--iterations too)")
-    specs, route = _file_specs(s, opt, keys, n_nics, ext, outset)
+    specs, route = file_specs(s, opt, keys, n_nics, ext, outset)
     expected_packets = size.packets
     addr = nic_addresses(s.cluster)
     names = {n: (f"node{n // s.cluster.nics_per_node}/nic{n % s.cluster.nics_per_node}",
-                 _describe(addr, n, ib)) for n in range(n_nics)}
+                 describe_nic(addr, n, ib)) for n in range(n_nics)}
     comments = capture_format(opt.fmt).comments
     cfg = WriterConfig(s.cluster, opt.fmt, opt.snaplen, seed, names,
                        provenance_comment(s, opt, sched.iterations) if comments else None)
     expected = size.record_bytes + sum(
-        _file_header_bytes(opt, cfg, sp) for sp in specs)
+        file_header_bytes(opt, cfg, sp) for sp in specs)
     bound = sel.window_ns is not None       # a time window: the size is an upper bound
     if announce is not None:
         announce({"files": len(specs), "packets": expected_packets, "bytes": expected,
@@ -293,7 +198,7 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
         for tx in sched.run():
             if tx.size:
                 span = [min(span[0], int(tx["time_ns"].min())), max(span[1], int(tx["time_ns"].max()))]
-            done += _chunk(tx, sched, lower, sel, lab_ok, opt, route, disp, res)
+            done += route_chunk(tx, sched, lower, sel, lab_ok, opt, route, disp, res)
             if progress is not None:
                 progress(done, expected_packets)
         # a window known to be empty only now: refused as other empty selections, before the
@@ -317,123 +222,3 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
     res.file_bytes = sum(b for _, _, b in res.files)
     res.seconds = time.perf_counter() - t0
     return res
-
-
-def provenance_comment(s: Scenario, opt: GenerateOptions, iterations_run: int | None = None
-                       ) -> str:
-    """The SHB comment of every pcapng file :func:`generate` writes for ``s`` with ``opt``
-    (format and parser: :mod:`tokenpcap.records.provenance`). ``iterations_run``: iterations simulated
-    (default ``opt.iterations`` or the scenario's ``generation.iterations``); the kept ones are
-    ``opt.selection.iterations`` or all of them. The seed is ``opt.seed`` or the scenario's.
-
-    Raises:
-        InputError: values out of range (see :func:`tokenpcap.records.provenance.provenance_comment`).
-    """
-    n = iterations_run or opt.iterations or s.generation.iterations
-    kept = opt.selection.iterations
-    its = (kept.start, kept.stop) if kept is not None else (0, n)
-    w = opt.selection.window_ns
-    return _provenance_line(
-        scenario=s.name, scale=opt.scale, iterations=its, split=opt.split,
-        nics=opt.selection.nics, ranks=opt.selection.ranks, phases=opt.selection.phases or None,
-        time_window=None if w is None else (w[0], None if w[1] >= _OPEN_END_NS else w[1]),
-        snaplen=opt.snaplen, seed=s.generation.seed if opt.seed is None else opt.seed,
-        clear_to_send=s.generation.clear_to_send)
-
-
-_OPEN_END_NS = 1 << 62      # parse_window's end of an open window ("1ms:")
-
-
-def _chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, route, disp,
-           res: GenerateResult) -> int:
-    msgs = sched.message_index
-    m = msgs[tx["msg"]]
-    kind = tx["kind"]
-    kc = kind.astype(np.int64)                      # PKT_DATA, PKT_CTS or PKT_ACK
-    label = label_codes(m)
-    keep = lab_ok[label]
-    if sel.iterations is not None:
-        keep &= np.isin(m["iteration"], np.asarray(sel.iterations))
-    if sel.nics is not None:
-        keep &= np.isin(tx["nic"], np.asarray(sorted(sel.nics)))
-    if sel.ranks is not None:
-        who = np.where(kc == PKT_ACK, m["rank_dst"], m["rank_src"])
-        keep &= np.isin(who, np.asarray(sorted(sel.ranks)))
-    if sel.window_ns is not None:
-        keep &= (tx["time_ns"] >= sel.window_ns[0]) & (tx["time_ns"] < sel.window_ns[1])
-    idx = np.flatnonzero(keep)
-    if idx.size == 0:
-        return 0
-    tx, m, kc, label = tx[idx], m[idx], kc[idx], label[idx]
-    pk = lower(tx, msgs)
-    pk["time_ns"] += EPOCH_NS
-    _account(res, tx, pk, kc, label)
-    key = tx["nic"] if opt.split == "nic" else label if opt.split == "phase" else np.zeros(len(tx), np.int64)
-    fid = route[key]
-    labels_all, codes_all = None, None
-    if capture_format(opt.fmt).comments:
-        pair = tx["msg"].astype(np.int64) * 3 + kc
-        _, first, inv = np.unique(pair, return_index=True, return_inverse=True)
-        mu, ku = m[first], kc[first]
-        cols = [ku.tolist(), label_codes(mu).tolist()] + [
-            mu[f].tolist() for f in ("iteration", "call_id", "step", "layer", "microbatch",
-                                     "token_start", "token_end")]
-        sc = sched.scenario
-        lay = dict(samples=sc.training.micro_batch_size, seq_length=sc.model.seq_length)
-        labels_all = [comment_text(*args, **lay) for args in zip(*cols)]
-        codes_all = inv.reshape(-1)
-    order = np.argsort(fid, kind="stable")
-    bounds = np.flatnonzero(np.diff(fid[order])) + 1
-    for part in np.split(order, bounds):
-        f = int(fid[part[0]])
-        if f < 0:
-            continue
-        if labels_all is not None:
-            used, local = np.unique(codes_all[part], return_inverse=True)
-            disp.send(f, pk[part], [labels_all[u] for u in used.tolist()], local.reshape(-1))
-        else:
-            disp.send(f, pk[part], None, None)
-    return int(idx.size)
-
-
-def _account(res: GenerateResult, tx, pk, kc, label) -> None:
-    data = kc == PKT_DATA
-    pay = pk["payload_bytes"].astype(np.int64)
-    if data.any():
-        per = np.bincount(label[data], weights=pay[data], minlength=len(LABELS))
-        cnt = np.bincount(label[data], minlength=len(LABELS))
-        for i in np.flatnonzero(cnt).tolist():
-            res.phase_payload[LABELS[i]] = res.phase_payload.get(LABELS[i], 0) + int(per[i])
-            res.phase_packets[LABELS[i]] = res.phase_packets.get(LABELS[i], 0) + int(cnt[i])
-        np.add.at(res.nic_payload, tx["nic"][data], pay[data])
-    cts = kc == PKT_CTS
-    res.cts_packets += int(cts.sum())
-    res.cts_payload += int(pay[cts].sum())
-    res.ack_packets += int((kc == PKT_ACK).sum())
-    t = tx["time_ns"]
-    res.first_ns = int(t[0]) if res.first_ns < 0 else min(res.first_ns, int(t[0]))
-    res.last_ns = max(res.last_ns, int(t[-1]))
-
-
-def _file_header_bytes(opt: GenerateOptions, cfg: WriterConfig, spec: FileSpec) -> int:
-    """Bytes of one file's header: the format's fixed header (pcap 24, raw ERF 0) or, for a format
-    with interfaces (pcapng), its section header and interface blocks, measured by opening a
-    throwaway writer with the same interfaces."""
-    fmt = capture_format(opt.fmt)
-    if not fmt.comments:
-        return fmt.file_header
-    with tempfile.TemporaryDirectory() as tmp:
-        w = PcapngWriter(Path(tmp) / "header.pcapng", interfaces(spec, cfg), snaplen=opt.snaplen,
-                         threaded=False, section_comment=cfg.section_comment)
-        n = w.bytes_written
-        w.abort()
-    return n
-
-
-def _describe(addr, n: int, ib: bool) -> str:
-    import ipaddress
-
-    mac = ":".join(f"{b:02x}" for b in addr.mac[n].tolist())
-    if ib:
-        return f"LID 0x{int(addr.lid[n]):04x} GID {ipaddress.IPv6Address(bytes(addr.gid[n]))}"
-    return f"{ipaddress.IPv4Address(bytes(addr.ipv4[n]))} {mac}"

@@ -16,7 +16,11 @@ import numpy as np
 from tokenpcap.errors import InputError
 from tokenpcap.records import LABELS
 
-__all__ = ["Selection", "parse_index_set", "parse_time_ns", "parse_window", "parse_iterations"]
+__all__ = ["Selection", "OPEN_END_NS", "parse_index_set", "parse_time_ns", "parse_window",
+           "parse_iterations"]
+
+#: the end of an open time window (``"1ms:"``): later than any simulated time
+OPEN_END_NS = 1 << 62
 
 _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
@@ -53,7 +57,7 @@ def parse_window(text: str) -> tuple[int, int]:
         raise InputError(f"--time-window: got {text!r}, expected START:END such as 0:2ms")
     a, b = text.split(":", 1)
     start = parse_time_ns(a, "--time-window start") if a.strip() else 0
-    end = parse_time_ns(b, "--time-window end") if b.strip() else 1 << 62
+    end = parse_time_ns(b, "--time-window end") if b.strip() else OPEN_END_NS
     if end <= start:
         raise InputError(f"--time-window: got {text!r}, expected END > START")
     return start, end

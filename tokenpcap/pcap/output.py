@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.errors import EncodeError, OutputError
+from tokenpcap.pcap.filekind import special_kind
 from tokenpcap.pcap.gather import writev_all
 
 __all__ = ["AtomicOutput", "remove_stale_parts", "Scratch", "scatter", "check_batch", "check_caplen", "LINKS",
@@ -137,7 +138,8 @@ class AtomicOutput:
 
     Raises:
         OutputError: the directory does not exist, the destination exists and ``overwrite`` is
-            false, or the file system refuses (the message names the path and the OS error).
+            false or is not a regular file (a device, a FIFO, a socket: renaming over it would
+            replace it), or the file system refuses (the message names the path and the OS error).
     """
 
     def __init__(self, path: str | os.PathLike, *, overwrite: bool = True, threaded: bool = True):
@@ -148,6 +150,10 @@ class AtomicOutput:
                               "expected an existing directory")
         if self.path.is_dir():
             raise OutputError(f"{self.path}: got a directory, expected a file path")
+        kind = special_kind(self.path)
+        if kind is not None:        # the rename at close would replace the device or FIFO
+            raise OutputError(f"{self.path}: got {kind}, expected a regular file or a new path "
+                              "(the output replaces it)")
         if not overwrite and self.path.exists():
             raise OutputError(f"{self.path}: got an existing file, expected a new path (overwrite=False)")
         remove_stale_parts(self.path)

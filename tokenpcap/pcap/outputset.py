@@ -36,7 +36,8 @@ from pathlib import Path
 
 from tokenpcap.errors import OutputError
 
-__all__ = ["OutputSet", "recover", "STAGE_PREFIX", "COMMIT_MARK"]
+__all__ = ["OutputSet", "recover", "stopped_commits", "stopped_commit_text", "STAGE_PREFIX",
+           "COMMIT_MARK"]
 
 STAGE_PREFIX = ".tokenpcap-stage."
 COMMIT_MARK = ".commit"
@@ -164,6 +165,46 @@ def recover(directory: str | os.PathLike) -> list[Path]:
                     placed.append(d / n)
         shutil.rmtree(stage, ignore_errors=True)
     return placed
+
+
+def stopped_commits(directory: str | os.PathLike) -> list[tuple[Path, list[str]]]:
+    """The sets in ``directory`` that were stopped while their files were being moved into place
+    (SIGKILL, a crash, a power loss during :meth:`OutputSet.commit`): stages holding the commit
+    marker, each with the names of the files it still holds. While one is there the directory
+    holds part of the new set beside what is left of the earlier one, so a reader must not take
+    its files as one run's; the next set into the directory completes it (:func:`recover`).
+    Stages without the marker (a run stopped while writing, or writing now) are not listed: the
+    directory's own files are still the earlier set, whole. Reads only; raises nothing (a
+    stage that cannot be read is skipped).
+
+    Returns:
+        ``[(stage, [file name, ...]), ...]`` sorted by stage name.
+    """
+    out: list[tuple[Path, list[str]]] = []
+    try:
+        stages = sorted(Path(directory).glob(STAGE_PREFIX + "*"))
+    except OSError:
+        return out
+    for stage in stages:
+        try:
+            names = (stage / COMMIT_MARK).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        out.append((stage, [n for n in names if n and (stage / n).exists()]))
+    return out
+
+
+def stopped_commit_text(directory: str | os.PathLike) -> str | None:
+    """``None`` when the files of ``directory`` can be read as whole sets, otherwise the one-line
+    reason (file, what was found, what was expected) a reader of the directory refuses it with:
+    a set was stopped while moving into place (:func:`stopped_commits`). Raises nothing."""
+    stopped = stopped_commits(directory)
+    if not stopped:
+        return None
+    stage, left = stopped[0]
+    return (f"{directory}: got a run stopped while moving its files into place ({len(left)} of "
+            f"them still in {stage.name}), expected one run's complete set of files (the next "
+            "tokenpcap run into the directory completes it, e.g. the same command again)")
 
 
 def _write_marker(stage: Path, names: list[str]) -> None:

@@ -28,6 +28,7 @@ from tokenpcap.errors import BadMagic, CaptureError, TruncatedFile
 from tokenpcap.pcap.capture import CHUNK, RECORD_DTYPE, Capture, InterfaceInfo, located_error
 from tokenpcap.pcap.chain import Chain
 from tokenpcap.pcap.erf import ErfCapture, looks_like_erf, unwrap_erf
+from tokenpcap.pcap.filekind import special_kind
 from tokenpcap.pcap.formats import (
     BT_SHB, LINKTYPE_ERF, MAX_SNAPLEN, PCAP_FILE_HEADER, PCAP_MAGIC_NSEC, PCAP_MAGIC_USEC,
     PCAP_RECORD)
@@ -166,7 +167,8 @@ def open_capture(path: str | os.PathLike, *, on_truncation: str = "error",
         comments: decode pcapng EPB comments into ``comment`` codes (default True).
 
     Raises:
-        CaptureError: the file cannot be opened or read (names the path).
+        CaptureError: the file cannot be opened or read, or is not a regular file (a FIFO, a
+            device, a directory; names the path).
         BadMagic: not a format we know (names the first four bytes).
     """
     from tokenpcap.pcap.pcapng_reader import PcapngCapture
@@ -174,6 +176,9 @@ def open_capture(path: str | os.PathLike, *, on_truncation: str = "error",
     path = Path(path)
     if on_truncation not in ("error", "stop"):
         raise CaptureError(f"{path}: on_truncation: got {on_truncation!r}, expected 'error' or 'stop'")
+    kind = special_kind(path)
+    if kind is not None:        # a FIFO would block the open, a device reads as empty or endless
+        raise CaptureError(f"{path}: got {kind}, expected a regular capture file")
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size

@@ -32,7 +32,7 @@ from urllib.parse import quote, unquote
 
 from tokenpcap.errors import InputError, DecodeError
 
-__all__ = ["PREFIX", "KEYS", "SPLITS", "provenance_comment", "parse_provenance",
+__all__ = ["PREFIX", "KEYS", "SPLITS", "MAX_INDEX", "provenance_comment", "parse_provenance",
            "is_provenance"]
 
 #: First word of the comment.
@@ -43,6 +43,12 @@ KEYS = ("scenario", "scale", "iterations", "split", "nics", "ranks", "phases", "
 #: Values of ``split``.
 SPLITS = ("nic", "phase", "none")
 _SAFE = "/:-_.~+*()!$&';@"        # kept as is by quote() besides letters and digits
+#: Largest NIC or rank index read back: far above any cluster a scenario can describe, so that a
+#: hostile ``nics=0-99999999999`` is refused instead of expanded into memory.
+MAX_INDEX = 1 << 20
+#: A number in a provenance comment: at most 19 digits (every value fits a signed 64-bit
+#: integer or is refused; Python refuses to convert more than 4,300 digits at all).
+_NUM = r"\d{1,19}"
 
 
 def _enc(text: str) -> str:
@@ -101,7 +107,7 @@ def is_provenance(text: str | None) -> bool:
 
 
 def _int(key: str, value: str, text: str, minimum: int = 0) -> int:
-    if not re.fullmatch(r"\d+", value) or int(value) < minimum:
+    if not re.fullmatch(_NUM, value) or int(value) < minimum:
         raise DecodeError(f"provenance comment: {key}: got {value!r}, expected an integer >= "
                           f"{minimum} (in {text!r})")
     return int(value)
@@ -112,11 +118,15 @@ def _indices(key: str, value: str, text: str) -> tuple[int, ...] | None:
         return None
     out: set[int] = set()
     for part in value.split(","):
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        m = re.fullmatch(rf"({_NUM})(?:-({_NUM}))?", part)
         if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
-            raise DecodeError(f"provenance comment: {key}: got {value!r}, expected 'all' or "
-                              f"comma-separated indices (in {text!r})")
-        out.update(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1))
+            raise DecodeError(f"provenance comment: {key}: got {value[:80]!r}, expected 'all' or "
+                              f"comma-separated indices (in {text[:200]!r})")
+        last = int(m.group(2) or m.group(1))
+        if last > MAX_INDEX:
+            raise DecodeError(f"provenance comment: {key}: got index {last:,}, expected at most "
+                              f"{MAX_INDEX:,} (in {text[:200]!r})")
+        out.update(range(int(m.group(1)), last + 1))
     return tuple(sorted(out))
 
 
@@ -152,7 +162,7 @@ def parse_provenance(text: str) -> dict:
     if missing:
         raise DecodeError(f"provenance comment: {missing[0]}: got missing, expected "
                           f"{missing[0]}=<value> (in {line!r})")
-    m = re.fullmatch(r"(\d+):(\d+)", raw["iterations"])
+    m = re.fullmatch(rf"({_NUM}):({_NUM})", raw["iterations"])
     if not m or int(m.group(2)) <= int(m.group(1)):
         raise DecodeError(f"provenance comment: iterations: got {raw['iterations']!r}, expected "
                           f"A:B with B > A (in {line!r})")
@@ -162,7 +172,7 @@ def parse_provenance(text: str) -> dict:
     tw_text = raw["time_window"]
     tw: tuple[int, int | None] | None = None
     if tw_text != "all":
-        w = re.fullmatch(r"(\d+):(\d*)", tw_text)
+        w = re.fullmatch(rf"({_NUM}):({_NUM})?", tw_text)
         if not w or (w.group(2) and int(w.group(2)) <= int(w.group(1))):
             raise DecodeError(f"provenance comment: time_window: got {tw_text!r}, expected "
                               f"'all' or START:END in ns with END > START (in {line!r})")

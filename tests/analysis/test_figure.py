@@ -1,0 +1,52 @@
+"""figure: the time-axis unit, and that a PNG lands whole or not at all."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tokenpcap.analysis.figure import pyplot, save_figure, time_axis
+from tokenpcap.errors import OutputError
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("span_ns, want", [(0, ("ns", 1)), (9_999, ("ns", 1)),
+                                           (10_000, ("µs", 1_000)), (9_999_999, ("µs", 1_000)),
+                                           (10_000_000, ("ms", 1_000_000))])
+def test_time_axis_unit_keeps_ticks_short(span_ns, want):
+    assert time_axis(span_ns) == want
+
+
+def _figure():
+    fig, ax = pyplot().subplots()
+    ax.plot([0, 1], [1, 0])
+    return fig
+
+
+def test_save_figure_writes_a_png_and_closes_the_figure(tmp_path):
+    plt = pyplot()
+    fig = _figure()
+    out = save_figure(fig, tmp_path / "a.png")
+    assert out.read_bytes()[:8] == PNG
+    assert not plt.fignum_exists(fig.number)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png"]
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
+                    reason="root writes into a read-only directory")
+def test_save_figure_refused_leaves_nothing(tmp_path):
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o500)
+    try:
+        with pytest.raises(OutputError, match=r"a\.png: cannot write"):
+            save_figure(_figure(), d / "a.png")
+        assert list(d.iterdir()) == []
+    finally:
+        d.chmod(0o700)
+
+
+def test_save_figure_into_a_missing_directory_is_one_error(tmp_path):
+    with pytest.raises(OutputError, match=r"a\.png: cannot write: No such file or directory"):
+        save_figure(_figure(), tmp_path / "missing" / "a.png")

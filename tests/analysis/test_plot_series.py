@@ -1,0 +1,52 @@
+"""plot_series: the numbers behind the capture pictures, against the trace's own construction
+and capinfos' totals."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from tests.analysis.trace import write_phase_trace
+from tokenpcap.analysis.plot_series import capture_series, count_values
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    return write_phase_trace(tmp_path_factory.mktemp("series"))
+
+
+def test_series_matches_capinfos_and_construction(trace):
+    """Binned bytes, NICs, phases and size counts against the packet table the trace was built
+    from and against capinfos' totals."""
+    from tokenpcap.wire.builder import FrameBuilder
+
+    from tests.analysis.trace import context
+    path, p = trace
+    s = capture_series(path, bins=50)
+    assert sorted(s["nics"]) == [f"198.18.0.{g + 1}" for g in range(4)]
+    assert sorted(s["phases"]) == ["dp/backward/AllReduce", "tp/forward/AllReduce"]
+    flen = FrameBuilder(context()).frame_bytes(p)
+    sizes, counts = np.unique(flen, return_counts=True)
+    assert s["frame_sizes"] == dict(zip(sizes.tolist(), counts.tolist()))
+    first = p["opcode"] == 6
+    assert s["message_sizes"] == {int(p["reth_len"][0]): int(first.sum())}
+    slot = (p["time_ns"] - p["time_ns"].min()) // s["bin_ns"]
+    total = sum(int(v.sum()) for v in s["throughput"].values())
+    assert total == int(flen.sum())
+    nic0 = s["nics"].index("198.18.0.1")
+    dp = s["phases"].index("dp/backward/AllReduce")
+    mine = (p["nic"] == 0) & (np.arange(p.size) < p.size // 2)
+    want = np.bincount(slot[mine], flen[mine], minlength=s["bins"]).astype(np.int64)
+    assert s["throughput"][(nic0, dp)].tolist() == want.tolist()
+    if shutil.which("capinfos"):
+        out = subprocess.run(["capinfos", "-M", "-T", "-r", "-c", "-d", str(path)],
+                             capture_output=True, text=True, check=True).stdout.split("\t")
+        assert int(out[1]) == sum(s["frame_sizes"].values()) and int(out[2]) == total
+
+
+def test_count_values_adds_to_what_is_there():
+    into = {7: 2}
+    count_values(into, np.array([[7, 3], [3, 3]], np.int64))
+    assert into == {7: 3, 3: 3}

@@ -1,0 +1,61 @@
+"""What every picture of :mod:`tokenpcap.analysis` shares: matplotlib with the Agg backend (no
+display needed), one palette, the unit of a time axis, and a PNG that lands whole or not at all.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tokenpcap.errors import OutputError
+
+__all__ = ["COLORS", "pyplot", "time_axis", "save_figure"]
+
+#: the palette of every figure, in order of use (phases, dimensions, series)
+COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3",
+          "#8C8C8C", "#CCB974", "#64B5CD"]
+
+
+def pyplot():
+    """``matplotlib.pyplot`` with the Agg backend (PNG only, no display), imported on first use
+    so that the commands that draw nothing do not pay for matplotlib."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def time_axis(span_ns: int) -> tuple[str, int]:
+    """``(unit, ns per unit)`` of a time axis spanning ``span_ns``: ms from 10 ms, µs from 10 µs,
+    otherwise ns, so that the tick labels stay short."""
+    if span_ns >= 10_000_000:
+        return "ms", 1_000_000
+    if span_ns >= 10_000:
+        return "µs", 1_000
+    return "ns", 1
+
+
+def save_figure(fig, out: str | os.PathLike) -> Path:
+    """Lay out ``fig``, write it as a PNG (110 dpi) to a temporary name beside ``out`` and rename
+    it to ``out``; the figure is closed in every case.
+
+    Raises:
+        OutputError: the file system refuses (read-only, no space, no permission); nothing is
+            left behind.
+    """
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.part.png")
+    fig.tight_layout()
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.replace(tmp, out)
+    except OSError as err:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise OutputError(f"{out}: cannot write: {err.strerror or err}") from None
+    finally:
+        plt.close(fig)
+    return out

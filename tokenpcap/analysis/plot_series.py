@@ -1,0 +1,119 @@
+"""The numbers behind a capture's pictures, aggregated while the capture streams by (memory flat
+in the file size): bytes per time bin, sending NIC and phase, and the frame- and message-size
+distributions. Pure numpy, no matplotlib: :mod:`tokenpcap.analysis.plot` draws them.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from tokenpcap.analysis.decode import decode_batch
+from tokenpcap.analysis.flows import is_rdma
+from tokenpcap.analysis.inspect import address_text
+from tokenpcap.errors import DecodeError
+from tokenpcap.pcap.reader import open_capture
+from tokenpcap.pcap.timestamps import NO_TIME
+from tokenpcap.records import parse_phase_label
+from tokenpcap.records.comments import CONTROL_PREFIXES
+
+__all__ = ["CONTROL_LABEL", "capture_series", "count_values"]
+
+#: the phase category of the control packets (clear-to-send writes and ACKs)
+CONTROL_LABEL = "control (CTS, ACK)"
+
+
+def capture_series(path: str | os.PathLike, *, bins: int = 200) -> dict:
+    """What the capture pictures need, aggregated while streaming (memory flat in the file size).
+
+    Two passes over the records: the first finds the time span (record headers only), the
+    second decodes every batch and adds it up.
+
+    Returns:
+        dict: ``t0_ns`` (first time), ``bin_ns`` (bin width, ns), ``bins`` (bins + 1 slots);
+        ``nics`` (sending addresses) and ``phases`` (labels, plus control packets as one
+        category); ``throughput``: ``{(nic index, phase index or -1): int64 (bins + 1,)}`` wire
+        bytes of the RDMA frames starting in each bin; ``frame_sizes`` and ``message_sizes``:
+        ``{bytes: count}`` of every frame's wire length and of every RETH DMA length;
+        ``untimed``: RDMA frames without a time (pcapng Simple Packet Blocks carry none), counted
+        in the size distributions but in no bin.
+
+    Raises:
+        CaptureError: as :func:`tokenpcap.pcap.reader.open_capture`.
+    """
+    cap = open_capture(path, on_truncation="stop")
+    t0, t1 = None, None
+    for rec in cap.batches():
+        t = rec["time_ns"][rec["time_ns"] != NO_TIME]
+        if t.size:
+            t0 = int(t.min()) if t0 is None else min(t0, int(t.min()))
+            t1 = int(t.max()) if t1 is None else max(t1, int(t.max()))
+    t0 = t0 or 0
+    width = max(((t1 or 0) - t0) // bins + 1, 1)
+    nic_index: dict[tuple, int] = {}
+    nics: list[str] = []
+    labels: list[str] = []
+    label_index: dict[str, int] = {}
+    thr: dict[tuple[int, int], np.ndarray] = {}
+    frame_sizes: dict[int, int] = {}
+    message_sizes: dict[int, int] = {}
+    untimed = 0
+    for rec in cap.batches():
+        d = decode_batch(cap.data, rec, cap.views)
+        count_values(frame_sizes, d["orig_len"])
+        rd = np.flatnonzero(is_rdma(d["kind"]))
+        if rd.size == 0:
+            continue
+        d = d[rd]
+        count_values(message_sizes, d["dmalen"][d["dmalen"] >= 0])
+        key = (d["kind"].astype(np.uint64) << np.uint64(60)) ^ d["src_hi"] * np.uint64(
+            0x9E3779B97F4A7C15) ^ d["src_lo"]
+        u, rep, inv = np.unique(key, return_index=True, return_inverse=True)
+        table = np.empty(u.size, np.int64)
+        for j, r in enumerate(rep.tolist()):
+            k = (int(d["kind"][r]), int(d["src_hi"][r]), int(d["src_lo"][r]))
+            if k not in nic_index:
+                nic_index[k] = len(nics)
+                nics.append(address_text(*k))
+            table[j] = nic_index[k]
+        nic = table[inv.ravel()]
+        codes = np.full(len(cap.comments) + 1, -1, np.int64)
+        for i, text in enumerate(cap.comments):
+            if text.startswith(CONTROL_PREFIXES):
+                label = CONTROL_LABEL                   # clear-to-send writes and ACKs
+            else:
+                try:
+                    label = "/".join(parse_phase_label(text))
+                except DecodeError:
+                    continue
+            codes[i] = label_index.setdefault(label, len(labels))
+            if codes[i] == len(labels):
+                labels.append(label)
+        phase = codes[d["comment"]]
+        timed = d["time_ns"] != NO_TIME
+        if not timed.all():
+            untimed += int((~timed).sum())
+            d, nic, phase = d[timed], nic[timed], phase[timed]
+            if d.size == 0:
+                continue
+        # in uint64: the span of arbitrary int64 times may exceed int64 (wraps right here)
+        slot = ((d["time_ns"].astype(np.uint64) - np.uint64(t0 % (1 << 64)))
+                // np.uint64(width)).astype(np.int64)
+        pair = (nic * (len(labels) + 1) + phase + 1)
+        uniq, pinv = np.unique(pair, return_inverse=True)
+        sums = np.bincount(pinv.ravel() * (bins + 1) + slot, d["orig_len"],
+                           minlength=uniq.size * (bins + 1)).reshape(uniq.size, bins + 1)
+        for p, row in zip(uniq.tolist(), np.rint(sums).astype(np.int64)):
+            k = (p // (len(labels) + 1), p % (len(labels) + 1) - 1)
+            thr[k] = thr[k] + row if k in thr else row
+    return {"t0_ns": t0, "bin_ns": width, "bins": bins + 1, "nics": nics, "phases": labels,
+            "throughput": thr, "frame_sizes": frame_sizes, "message_sizes": message_sizes,
+            "untimed": untimed}
+
+
+def count_values(into: dict[int, int], values: np.ndarray) -> None:
+    """Add the occurrences of each value of ``values`` (an integer array of any shape) to
+    ``into`` (``{value: count}``), in place."""
+    u, c = np.unique(values, return_counts=True)
+    for v, k in zip(u.tolist(), c.tolist()):
+        into[v] = into.get(v, 0) + k
