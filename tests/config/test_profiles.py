@@ -236,6 +236,31 @@ def test_combinations_of_pipeline_features_not_modelled_together(tmp_path: Path)
                       r"expected 1")
 
 
+def test_moe_with_tensor_parallelism_needs_sequence_parallelism(tmp_path: Path):
+    """Megatron-core's MoELayer.forward (megatron/core/transformer/moe/moe_layer.py) raises
+    ValueError in training when the tensor-parallel group is larger than 1 and
+    sequence_parallel is off; at tp 1, or for a model whose layers are all dense, it never
+    runs."""
+    moe = {"experts": 8, "top_k": 2}
+    write(tmp_path / "moe.yaml", model_dict(moe=moe))
+    expect_infeasible(tmp_path, {"model": "moe.yaml",
+                                 "parallelism": {"dp": 4, "tp": 4, "pp": 2}},
+                      r"parallelism.sequence_parallel: got false with tp 4 and a model with MoE "
+                      r"layers, expected true")
+    write(tmp_path / "some.yaml", model_dict(moe={**moe, "layer_freq": [0] * 11 + [1]}))
+    expect_infeasible(tmp_path, {"model": "some.yaml",
+                                 "parallelism": {"dp": 8, "tp": 2, "pp": 2,
+                                                 "sequence_parallel": False}},
+                      r"parallelism.sequence_parallel: got false with tp 2")
+    for name, model, par in [
+            ("sp", "moe.yaml", {"dp": 4, "tp": 4, "pp": 2, "sequence_parallel": True}),
+            ("tp1", "moe.yaml", {"dp": 16, "tp": 1, "pp": 2}),
+            ("dense", "m.yaml", {"dp": 4, "tp": 4, "pp": 2})]:
+        s = load_scenario(write(tmp_path / f"{name}.yaml",
+                                scenario_dict(tmp_path, model=model, parallelism=par)))
+        assert s.parallelism.tp * s.parallelism.dp * s.parallelism.pp == 32
+
+
 def test_moe_ep_rules(tmp_path: Path):
     write(tmp_path / "moe.yaml", model_dict(moe={"experts": 6, "top_k": 2}))
     bad = scenario_dict(tmp_path, model="moe.yaml", parallelism={"dp": 4, "tp": 4, "pp": 2,

@@ -160,7 +160,8 @@ KEYS: dict[str, tuple[str, str]] = {
                   "multiple of pp"),
     "scenario.parallelism.sequence_parallel": ("", "Megatron sequence parallelism (TP "
                                                    "AllReduce becomes ReduceScatter + "
-                                                   "AllGather)"),
+                                                   "AllGather); required at tp > 1 for a model "
+                                                   "with MoE layers (Megatron-core MoELayer)"),
     "scenario.parallelism.zero_stage": ("", "ZeRO stage of the DP group (0: replicated "
                                             "optimizer)"),
     "scenario.parallelism.ep": ("ranks", "expert-parallel size (MoE models; divides "
