@@ -171,7 +171,6 @@ KEYS: dict[str, tuple[str, str]] = {
                                                    "(Transformer Engine, `cp_comm_type p2p`) over "
                                                    "`cp` ranks holding `seq_length / cp` tokens "
                                                    "each; `seq_length` a multiple of `2 * cp`"),
-    "scenario.parallelism.ep": ("ranks", "expert-parallel size (MoE models)"),
     "scenario.parallelism.decoder_first_pipeline_num_layers": (
         "layers", "layers on the first stage (Megatron `--decoder-first-pipeline-num-layers`); "
                   "the middle stages share the rest evenly; absent: an even split"),
