@@ -3,10 +3,11 @@ width of the message table (``MESSAGE_DTYPE``: iteration, layer and microbatch a
 whichever is smaller.
 
 They keep every accepted input within bounded plan time and memory (the plan grows with
-microbatches x layers and with the number of GPUs; measured figures in ``docs/plan.md``). Each
-bound's ``#:`` comment gives its source; ``docs/profiles.md``'s "Upper bounds" table is generated
-from these comments (:func:`tokenpcap.config.spectable.bounds_table`), so a bound is named here
-with the ``MAX_`` prefix or the ``_RANGE`` suffix and a ``#:`` comment.
+microbatches x layers and with the number of GPUs; measured figures in ``docs/plan.md``).
+Each bound's ``#:`` comment gives its source; the "Upper bounds" table of
+``docs/profiles.md`` is generated from these comments
+(:func:`tokenpcap.config.spectable.bounds_table`), so a bound is named here with the ``MAX_``
+prefix or the ``_RANGE`` suffix and has a ``#:`` comment.
 """
 from __future__ import annotations
 

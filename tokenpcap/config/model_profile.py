@@ -73,7 +73,7 @@ _MODEL_SPEC = {
 
 
 def load_model(path: str | Path) -> ModelProfile:
-    """Load a model profile (YAML; the keys are in docs/plan.md).
+    """Load a model profile (YAML; the keys are in docs/profiles.md).
 
     ``kv_heads`` defaults to ``attention_heads`` (multi-head attention), ``ffn_hidden_size`` to
     ``4 * hidden_size`` (GPT), ``name`` to the file's stem.
