@@ -50,3 +50,21 @@ def test_save_figure_refused_leaves_nothing(tmp_path):
 def test_save_figure_into_a_missing_directory_is_one_error(tmp_path):
     with pytest.raises(OutputError, match=r"a\.png: cannot write: No such file or directory"):
         save_figure(_figure(), tmp_path / "missing" / "a.png")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs")
+def test_save_figure_never_renames_over_a_fifo(tmp_path):
+    """The rename into place would replace a device (``/dev/null``) or FIFO named as the output:
+    refused in one line, the figure closed, the FIFO left as it was."""
+    import stat
+
+    plt = pyplot()
+    fifo = tmp_path / "a.png"
+    os.mkfifo(fifo)
+    fig = _figure()
+    with pytest.raises(OutputError, match=r"a.png: got a FIFO \(named pipe\), expected a regular "
+                                          r"file or a new path"):
+        save_figure(fig, fifo)
+    assert not plt.fignum_exists(fig.number)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png"]

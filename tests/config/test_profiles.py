@@ -53,18 +53,6 @@ def scenario_dict(tmp_path: Path, **over):  # type: ignore[no-untyped-def]
     return d
 
 
-@pytest.mark.parametrize("path", sorted((PROFILES / "models").glob("*.yaml")), ids=lambda p: p.stem)
-def test_every_model_loads_and_cites_a_source(path: Path):
-    m = load_model(path)
-    assert m.name == path.stem and len(m.source) > 20 and m.path == path
-
-
-@pytest.mark.parametrize("path", sorted((PROFILES / "clusters").glob("*.yaml")), ids=lambda p: p.stem)
-def test_every_cluster_loads(path: Path):
-    c = load_cluster(path)
-    assert c.name == path.stem and c.nodes * c.gpus_per_node >= 8
-
-
 @pytest.mark.parametrize("path", sorted((PROFILES / "scenarios").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_scenario_loads(path: Path):
     s = load_scenario(path)
@@ -109,67 +97,6 @@ def expect_profile_error(fn, file: Path, key: str, got: str, expected: str) -> N
     msg = str(info.value)
     assert msg.startswith(f"{file}: {key}: got {got}"), msg
     assert expected in msg and "\n" not in msg
-
-
-@pytest.mark.parametrize("over,key,got,expected", [
-    ({"layerz": 3}, "layerz", "'layerz'", "a known key"),
-    ({"layers": 0}, "layers", "0", "an integer in [1, 1024]"),
-    ({"hidden_size": -768}, "hidden_size", "-768", "an integer in [1, 131,072]"),
-    ({"layers": "12"}, "layers", "'12'", "an integer in [1, 1024]"),
-    ({"layers": True}, "layers", "True", "an integer in [1, 1024]"),
-    ({"mlp": "relu"}, "mlp", "'relu'", "one of 'gelu', 'swiglu'"),
-    ({"tied_embeddings": "yes"}, "tied_embeddings", "'yes'", "true or false"),
-    ({"attention_heads": 7}, "attention_heads", "7", "a divisor of hidden_size 768"),
-    ({"kv_heads": 5}, "kv_heads", "5", "a divisor of attention_heads 12"),
-    ({"moe": {"experts": 2, "top_k": 3}}, "moe.top_k", "3", "<= moe.experts 2"),
-    ({"moe": {"experts": 2}}, "moe.top_k", "missing", "required key"),
-    ({"moe": {"experts": 2, "top_k": 1, "layer_freq": [0, 1]}}, "moe.layer_freq", "[0, 1]",
-     "a list of 12 entries, one per layer"),
-    ({"moe": {"experts": 2, "top_k": 1, "layer_freq": [2] * 12}}, "moe.layer_freq",
-     str([2] * 12), "or a list of 0/1"),
-    ({"kv_heads": 4, "multi_latent_attention": {"kv_lora_rank": 64, "qk_head_dim": 64,
-                                                "qk_pos_emb_head_dim": 32, "v_head_dim": 64}},
-     "kv_heads", "4", "no kv_heads with multi_latent_attention"),
-    ({"multi_latent_attention": {"kv_lora_rank": 64}}, "multi_latent_attention.qk_head_dim",
-     "missing", "required key"),
-])
-def test_model_errors(tmp_path: Path, over, key, got, expected):  # type: ignore[no-untyped-def]
-    f = write(tmp_path / "m.yaml", model_dict(**over))
-    expect_profile_error(lambda: load_model(f), f, key, got, expected)
-
-
-def test_missing_key_and_bad_files(tmp_path: Path):
-    d = model_dict()
-    del d["vocab_size"]
-    f = write(tmp_path / "m.yaml", d)
-    expect_profile_error(lambda: load_model(f), f, "vocab_size", "missing", "required key")
-    g = tmp_path / "nope.yaml"
-    expect_profile_error(lambda: load_model(g), g, "<file>", "missing", "an existing YAML file")
-    h = tmp_path / "bad.yaml"
-    h.write_text("layers: [1,\n", encoding="utf-8")
-    expect_profile_error(lambda: load_model(h), h, "<file>", "invalid YAML at line 2, column 1", "valid YAML")
-    k = write(tmp_path / "list.yaml", [1, 2])
-    expect_profile_error(lambda: load_model(k), k, "<document>", "[1, 2]", "a mapping")
-
-
-@pytest.mark.parametrize("over,key,got,expected", [
-    ({"nodes": 0}, "nodes", "0", "an integer in [1, 32,768]"),
-    ({"link_gbps": 0}, "link_gbps", "0", "a finite number >= 1 and <= 1,000,000"),
-    ({"link_gbps": -400}, "link_gbps", "-400", "a finite number >= 1 and <= 1,000,000"),
-    ({"transport": "iwarp"}, "transport", "'iwarp'", "one of 'rocev2', 'infiniband'"),
-    ({"pmtu_bytes": 9000}, "pmtu_bytes", "9000", "one of 256, 512, 1024, 2048, 4096"),
-    ({"nics_per_node": 16}, "nics_per_node", "16", "<= gpus_per_node 8"),
-    ({"gpu": {"name": "H100"}}, "gpu.peak_tflops", "missing", "required key"),
-    ({"network": {"dscp": 64}}, "network.dscp", "64", "an integer in [0, 63]"),
-    ({"network": {"ipv4_base": "1.2.3"}}, "network.ipv4_base", "'1.2.3'", "an IPv4 address"),
-    ({"network": {"mac_prefix": "02:00:00:00:00:00"}}, "network.mac_prefix",
-     "'02:00:00:00:00:00'", "1 to 5 hex octets"),
-    ({"network": {"ip_version": 5}}, "network.ip_version", "5", "one of 4, 6"),
-    ({"network": {"qos": 1}}, "network.qos", "'qos'", "a known key"),
-])
-def test_cluster_errors(tmp_path: Path, over, key, got, expected):  # type: ignore[no-untyped-def]
-    f = write(tmp_path / "c.yaml", cluster_dict(**over))
-    expect_profile_error(lambda: load_cluster(f), f, key, got, expected)
 
 
 @pytest.mark.parametrize("over,key,got,expected", [
@@ -309,15 +236,29 @@ def test_combinations_of_pipeline_features_not_modelled_together(tmp_path: Path)
                       r"expected 1")
 
 
-def test_moe_layer_freq_names_the_moe_layers(tmp_path: Path):
-    """Megatron-core moe_layer_freq (gpt_layer_specs.py): N -> layer i is MoE when i % N == 0;
-    a list names each layer."""
-    write(tmp_path / "f2.yaml", model_dict(moe={"experts": 4, "top_k": 2, "layer_freq": 2}))
-    assert load_model(tmp_path / "f2.yaml").moe_layers == (True, False) * 6
-    write(tmp_path / "l.yaml", model_dict(moe={"experts": 4, "top_k": 2,
-                                                "layer_freq": [0] * 3 + [1] * 9}))
-    assert load_model(tmp_path / "l.yaml").moe_layers == (False,) * 3 + (True,) * 9
-    assert load_model(PROFILES / "models" / "gpt2-small.yaml").moe_layers == (False,) * 12
+def test_moe_with_tensor_parallelism_needs_sequence_parallelism(tmp_path: Path):
+    """Megatron-core's MoELayer.forward (megatron/core/transformer/moe/moe_layer.py) raises
+    ValueError in training when the tensor-parallel group is larger than 1 and
+    sequence_parallel is off; at tp 1, or for a model whose layers are all dense, it never
+    runs."""
+    moe = {"experts": 8, "top_k": 2}
+    write(tmp_path / "moe.yaml", model_dict(moe=moe))
+    expect_infeasible(tmp_path, {"model": "moe.yaml",
+                                 "parallelism": {"dp": 4, "tp": 4, "pp": 2}},
+                      r"parallelism.sequence_parallel: got false with tp 4 and a model with MoE "
+                      r"layers, expected true")
+    write(tmp_path / "some.yaml", model_dict(moe={**moe, "layer_freq": [0] * 11 + [1]}))
+    expect_infeasible(tmp_path, {"model": "some.yaml",
+                                 "parallelism": {"dp": 8, "tp": 2, "pp": 2,
+                                                 "sequence_parallel": False}},
+                      r"parallelism.sequence_parallel: got false with tp 2")
+    for name, model, par in [
+            ("sp", "moe.yaml", {"dp": 4, "tp": 4, "pp": 2, "sequence_parallel": True}),
+            ("tp1", "moe.yaml", {"dp": 16, "tp": 1, "pp": 2}),
+            ("dense", "m.yaml", {"dp": 4, "tp": 4, "pp": 2})]:
+        s = load_scenario(write(tmp_path / f"{name}.yaml",
+                                scenario_dict(tmp_path, model=model, parallelism=par)))
+        assert s.parallelism.tp * s.parallelism.dp * s.parallelism.pp == 32
 
 
 def test_moe_ep_rules(tmp_path: Path):
@@ -417,27 +358,6 @@ def test_network_errors_of_an_inline_cluster_name_the_scenario_and_full_key(tmp_
     assert s.cluster.where("network.ipv4_base") == (str(tmp_path / "ok.yaml"),
                                                      "cluster.network.ipv4_base")
     assert load_cluster(tmp_path / "c.yaml").where("nodes") == (str(tmp_path / "c.yaml"), "nodes")
-
-
-@pytest.mark.parametrize("prefix", ["02", "02:00:00", "0a:bc:de:f0", "02:00:00:00:00"])
-def test_mac_prefix_of_one_to_five_octets_as_docs_lower_md_says(tmp_path: Path, prefix: str):
-    """docs/lower.md and tokenpcap.config.addresses take 1-5 octets; the loader used to insist on 3."""
-    from tokenpcap.config.addresses import nic_addresses
-
-    c = load_cluster(write(tmp_path / "c.yaml", cluster_dict(nodes=1, network={
-        "mac_prefix": prefix.upper()})))
-    assert c.network.mac_prefix == prefix
-    mac = nic_addresses(c).mac
-    octets = bytes(int(x, 16) for x in prefix.split(":"))
-    assert bytes(mac[0, : len(octets)]) == octets and not mac[0, 0] & 1
-
-
-@pytest.mark.parametrize("bad", ["", "02:00:00:00:00:00", "2:00:00", "02:0g:00", "02-00-00",
-                                 "+2:00", "03:00:00"])
-def test_mac_prefix_errors(tmp_path: Path, bad: str):
-    f = write(tmp_path / "c.yaml", cluster_dict(network={"mac_prefix": bad}))
-    expect_profile_error(lambda: load_cluster(f), f, "network.mac_prefix", repr(bad),
-                         "unicast" if bad == "03:00:00" else "1 to 5 hex octets")
 
 
 def test_duplicate_keys_name_the_file_the_key_and_both_lines(tmp_path: Path):
@@ -558,26 +478,6 @@ def test_too_many_dp_buckets_are_refused_when_the_plan_is_built(tmp_path: Path):
                              r"bucket_size >= ") as info:
         build_plan(load_scenario(f))
     assert str(info.value).startswith(f"{f}: ")
-
-
-def test_the_limits_admit_the_largest_published_setups():
-    """Llama 3.1 405B (Llama 3 report, Table 4): 16,384 GPUs, tp 8, pp 16, dp 128, seq 8,192
-    and 131,072, global batch 16M tokens; GPT-3 175B as Narayanan et al. 2021 ran it."""
-    from tokenpcap.config import feasibility as fe
-    from tokenpcap.config import profiles as pr
-    from tokenpcap.plan.feasibility import check_plan_size
-
-    assert pr.MAX_WORLD_SIZE >= 16_384 and pr.MAX_SEQ_LENGTH >= 131_072
-    assert pr.MAX_GLOBAL_BATCH_SIZE * 8192 >= 16 * 2**20 and pr.MAX_LAYERS >= 128
-    s = load_scenario(PROFILES / "scenarios" / "gpt3-175b-megatron.yaml")
-    big = dataclasses.replace(
-        s, cluster=dataclasses.replace(s.cluster, nodes=2048),
-        model=dataclasses.replace(load_model(PROFILES / "models" / "llama3.1-405b.yaml"),
-                                  seq_length=8192, layers=128),   # 126 over 16 stages is uneven
-        parallelism=dataclasses.replace(s.parallelism, dp=128, tp=8, pp=16),
-        training=dataclasses.replace(s.training, global_batch_size=2048, precision="bf16"))
-    fe.check_feasible(big)          # 16 microbatches x 128 layers
-    check_plan_size(big)            # ~320 buckets x 128 groups
 
 
 def test_a_scenario_file_stem_that_is_no_safe_name_is_refused(tmp_path: Path):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import stat
 from collections import Counter
 from pathlib import Path
 
@@ -101,3 +103,37 @@ def test_hpcc_flows_and_topology_land_together_or_not_at_all(tmp_path, monkeypat
         with pytest.raises(OutputError, match="another tokenpcap run writing into it"):
             export_scenario(DANTE, "csv", out.parent / "t.csv", scale=64)
     assert {p.name: p.read_bytes() for p in out.parent.iterdir()} == before
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs")
+def test_a_fifo_given_as_output_is_refused_and_left_in_place(tmp_path, dante):
+    """Renaming an export over a device or FIFO given as ``-o`` (``/dev/null``) would replace
+    it for every program: each writer, the export and the command refuse it in one line (exit
+    1), before writing anything, and the FIFO stays a FIFO. No real device is touched here."""
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+    from tokenpcap.export.hpcc import write_hpcc
+    from tokenpcap.export.registry import atomic_text
+
+    s, _, m, tl = dante
+    fifo = tmp_path / "out.txt"
+    os.mkfifo(fifo)
+    refused = rf"{fifo}: got a FIFO \(named pipe\), expected a regular file or a new path"
+    for write in (lambda p: write_table(m, p, "csv"), lambda p: write_table(m, p, "parquet"),
+                  lambda p: write_chrome(tl, m, p), lambda p: atomic_text(p, ["x\n"]),
+                  lambda p: write_hpcc(m, s.cluster, p)):
+        with pytest.raises(OutputError, match=refused):
+            write(fifo)
+    os.rename(fifo, tmp_path / "flows-topology.txt")          # a FIFO beside the flow file
+    with pytest.raises(OutputError, match=r"flows-topology.txt: got a FIFO"):
+        write_hpcc(m, s.cluster, tmp_path / "flows.txt")
+    os.rename(tmp_path / "flows-topology.txt", fifo)
+    with pytest.raises(OutputError, match=refused):
+        export_scenario(DANTE, "simai", fifo)
+    r = CliRunner().invoke(main, ["export", str(DANTE), "--to", "csv", "-o", str(fifo),
+                                  "--scale", "64"])
+    assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
+    assert "got a FIFO (named pipe), expected a regular file or a new path" in r.output
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]     # no file, no stage

@@ -37,3 +37,20 @@ def test_special_kind_of_real_paths(tmp_path):
     assert special_kind(tmp_path / "fifo") == "a FIFO (named pipe)"
     assert special_kind(tmp_path / "null-link") == "a character device"
     assert special_kind(tmp_path) == "a directory"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs")
+def test_refuse_special_output_refuses_all_but_a_regular_file_or_a_new_path(tmp_path):
+    from tokenpcap.errors import OutputError
+    from tokenpcap.pcap.filekind import refuse_special_output
+
+    (tmp_path / "f").write_bytes(b"x")
+    os.mkfifo(tmp_path / "fifo")
+    refuse_special_output(tmp_path / "f")
+    refuse_special_output(tmp_path / "new")
+    for name, kind in (("fifo", r"a FIFO \(named pipe\)"), (".", "a directory")):
+        with pytest.raises(OutputError, match=rf"^{tmp_path / name}: got {kind}, expected a "
+                                              r"regular file or a new path \(the output "
+                                              r"replaces it\)$"):
+            refuse_special_output(tmp_path / name)
+    assert stat.S_ISFIFO(os.stat(tmp_path / "fifo").st_mode)

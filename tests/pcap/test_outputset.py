@@ -134,3 +134,28 @@ def test_stopped_commits_lists_marked_stages_only_and_the_files_they_still_hold(
                                              f"into place (1 of them still in {marked.name})")
     OutputSet(d).abort()
     assert stopped_commits(d) == [] and stopped_commits(tmp_path / "missing") == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs")
+def test_a_fifo_in_the_set_is_refused_and_never_replaced(tmp_path):
+    """The commit renames over each destination: a FIFO (or a device such as ``/dev/null``)
+    there would be replaced. path() refuses it before any work; one made after path() is
+    refused by the commit, which then moves nothing and removes the stage."""
+    import stat
+
+    os.mkfifo(tmp_path / "a.pcap")
+    with OutputSet(tmp_path) as s:
+        with pytest.raises(OutputError, match=r"a.pcap: got a FIFO \(named pipe\), expected a "
+                                              r"regular file or a new path"):
+            s.path("a.pcap")
+    with pytest.raises(OutputError, match=r"b.pcap: got a FIFO"):
+        with OutputSet(tmp_path) as s:
+            s.path("c.pcap").write_bytes(b"c")
+            s.path("b.pcap").write_bytes(b"b")
+            os.mkfifo(tmp_path / "b.pcap")
+            s.commit()
+    assert all(stat.S_ISFIFO(os.stat(tmp_path / n).st_mode) for n in ("a.pcap", "b.pcap"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pcap", "b.pcap"]
+    with OutputSet(tmp_path) as s:                  # the directory was released
+        s.path("c.pcap").write_bytes(b"c")
+        assert s.commit() == [tmp_path / "c.pcap"]

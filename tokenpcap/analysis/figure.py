@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from tokenpcap.errors import OutputError
+from tokenpcap.pcap.filekind import refuse_special_output
 
 __all__ = ["COLORS", "pyplot", "time_axis", "save_figure"]
 
@@ -39,13 +40,18 @@ def save_figure(fig, out: str | os.PathLike) -> Path:
     it to ``out``; the figure is closed in every case.
 
     Raises:
-        OutputError: the file system refuses (read-only, no space, no permission); nothing is
-            left behind.
+        OutputError: ``out`` is a device, a FIFO or a socket (never replaced), or the file
+            system refuses (read-only, no space, no permission); nothing is left behind.
     """
     import matplotlib.pyplot as plt
 
     out = Path(out)
     tmp = out.with_name(f".{out.name}.part.png")
+    try:
+        refuse_special_output(out)
+    except OutputError:
+        plt.close(fig)
+        raise
     fig.tight_layout()
     try:
         fig.savefig(tmp, dpi=110)

@@ -35,9 +35,14 @@ def check_feasible(s: Scenario) -> None:
     kv_heads == 0`` (KV heads replicated); the pipeline split of ``layers`` over ``pp``
     (:mod:`tokenpcap.config.pipeline`, Megatron-core's rule); multi-latent attention and shared
     experts only at ``tp == 1``; ``mtp_num_layers == 0``; ``global_batch_size %
-    (micro_batch_size*dp) == 0``; with sequence parallelism ``seq_length % tp == 0``; the
+    (micro_batch_size*dp) == 0``; with sequence parallelism ``seq_length % tp == 0``; a model
+    with MoE layers at ``tp > 1`` only with sequence parallelism (Megatron-core
+    ``megatron/core/transformer/moe/moe_layer.py``, ``MoELayer.forward``: in training, a
+    tensor-parallel group larger than 1 without ``config.sequence_parallel`` raises
+    ValueError); the
     interleaving rules of :func:`_check_interleaving` (not combined with an uneven pipeline
-    split); multi-latent attention only without context parallelism; with context parallelism ``seq_length % (2*cp) == 0`` (Megatron-LM ``arguments.py``:
+    split); multi-latent attention only without context parallelism; with context parallelism
+    ``seq_length % (2*cp) == 0`` (Megatron-LM ``arguments.py``:
     two chunks per CP rank for load balancing of causal attention) and with SP also
     ``(seq_length/cp) % tp == 0``; ``ep > 1`` needs an MoE model, ``experts % ep == 0`` and
     ``(dp*cp) % ep == 0`` (expert-parallel groups are carved out of the dp-cp dimension); a ``bpe``
@@ -117,6 +122,10 @@ def check_feasible(s: Scenario) -> None:
                  "an ep that divides dp*context_parallel_size")
     if p.vpp > 1:
         _check_interleaving(s, fail)
+    if p.tp > 1 and not p.sequence_parallel and any(m.moe_layers):
+        fail("parallelism.sequence_parallel", f"false with tp {p.tp} and a model with MoE layers",
+             "true: Megatron-core's MoE layer refuses to train with tensor parallelism without "
+             "sequence parallelism")
     if s.tokenizer.kind == "bpe" and s.tokenizer.vocab_size > m.vocab_size:
         fail("tokenizer.vocab_size", str(s.tokenizer.vocab_size),
              f"at most the model's vocab_size {m.vocab_size}")

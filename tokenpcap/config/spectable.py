@@ -1,12 +1,13 @@
 """The reference of every profile key, generated from the loaders' own specs.
 
 :func:`spec_table` renders the key tables of ``docs/profiles.md`` (Markdown) from the spec
-mappings :mod:`tokenpcap.config.profiles` reads YAML with (``_MODEL_SPEC``, ``_CLUSTER_SPEC``,
-``_SCENARIO_SPEC`` and the mappings nested in them): the keys, their defaults, and the range in
-the words of the error a value outside it gets (each checker is asked with a value no checker
-accepts, and the ``expected`` of its :class:`~tokenpcap.errors.ProfileError` is printed). Only
-the meaning and unit of a key are written here, in :data:`KEYS`; a key without one, or one
-that no loader reads, raises, so the reference cannot miss or invent a key.
+mappings the loaders read YAML with (``_MODEL_SPEC`` of :mod:`~tokenpcap.config.model_profile`,
+``_CLUSTER_SPEC`` of :mod:`~tokenpcap.config.cluster_profile`, ``_SCENARIO_SPEC`` of
+:mod:`~tokenpcap.config.profiles`, and the mappings nested in them): the keys, their defaults,
+and the range in the words of the error a value outside it gets (each checker is asked with a
+value no checker accepts, and the ``expected`` of its :class:`~tokenpcap.errors.ProfileError`
+is printed). Only the meaning and unit of a key are written here, in :data:`KEYS`; a key
+without one, or one that no loader reads, raises, so the reference cannot miss or invent a key.
 
 Regenerate the doc with ``python3 -m tokenpcap.config.spectable > docs/profiles.md``.
 """
@@ -16,6 +17,9 @@ import inspect
 import re
 from typing import Any, Callable
 
+from tokenpcap.config import bounds
+from tokenpcap.config import cluster_profile as cp
+from tokenpcap.config import model_profile as mp
 from tokenpcap.config import profiles as p
 from tokenpcap.config import yamlcheck as yc
 from tokenpcap.errors import ProfileError
@@ -25,15 +29,15 @@ __all__ = ["SECTIONS", "KEYS", "spec_table", "bounds_table", "profiles_doc"]
 #: (title, dotted prefix, spec) of every mapping a loader reads, in document order
 SECTIONS: tuple[tuple[str, str, dict], ...] = (
     ("Model profile (`profiles/models/*.yaml`, or inline as a scenario's `model:`)", "model",
-     p._MODEL_SPEC),
-    ("`moe:` (mixture of experts; absent: a dense model)", "model.moe", p._MOE_SPEC),
+     mp._MODEL_SPEC),
+    ("`moe:` (mixture of experts; absent: a dense model)", "model.moe", mp._MOE_SPEC),
     ("`multi_latent_attention:` (DeepSeek's MLA; absent: MHA/GQA of `kv_heads`)",
-     "model.multi_latent_attention", p._MLA_SPEC),
+     "model.multi_latent_attention", mp._MLA_SPEC),
     ("Cluster profile (`profiles/clusters/*.yaml`, or inline as a scenario's `cluster:`)",
-     "cluster", p._CLUSTER_SPEC),
-    ("`gpu:`", "cluster.gpu", p._GPU_SPEC),
+     "cluster", cp._CLUSTER_SPEC),
+    ("`gpu:`", "cluster.gpu", cp._GPU_SPEC),
     ("`network:` (addressing and marking of the frames; absent keys take their defaults)",
-     "cluster.network", p._NETWORK_SPEC),
+     "cluster.network", cp._NETWORK_SPEC),
     ("Scenario (`profiles/scenarios/*.yaml`)", "scenario", p._SCENARIO_SPEC),
     ("`tokenizer:` (a mapping, or one of the strings `utf8`, `bpe`, `tiktoken:NAME`, `hf:PATH`)",
      "scenario.tokenizer", p._TOKENIZER_SPEC),
@@ -98,7 +102,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "cluster.name": ("", "names the cluster in reports; default: the file's stem"),
     "cluster.description": ("", "free text"),
     "cluster.nodes": ("nodes", "nodes; `nodes * gpus_per_node` at most "
-                               f"{p.MAX_WORLD_SIZE:,} GPUs"),
+                               f"{bounds.MAX_WORLD_SIZE:,} GPUs"),
     "cluster.gpus_per_node": ("GPUs", "GPUs per node (one NVLink domain)"),
     "cluster.nics_per_node": ("NICs", "RDMA NICs per node, at most `gpus_per_node`; GPU g uses "
                                       "NIC `g * nics_per_node // gpus_per_node` (rail-optimised)"),
@@ -156,7 +160,8 @@ KEYS: dict[str, tuple[str, str]] = {
                   "multiple of pp"),
     "scenario.parallelism.sequence_parallel": ("", "Megatron sequence parallelism (TP "
                                                    "AllReduce becomes ReduceScatter + "
-                                                   "AllGather)"),
+                                                   "AllGather); required at tp > 1 for a model "
+                                                   "with MoE layers (Megatron-core MoELayer)"),
     "scenario.parallelism.zero_stage": ("", "ZeRO stage of the DP group (0: replicated "
                                             "optimizer)"),
     "scenario.parallelism.ep": ("ranks", "expert-parallel size (MoE models; divides "
@@ -166,7 +171,6 @@ KEYS: dict[str, tuple[str, str]] = {
                                                    "(Transformer Engine, `cp_comm_type p2p`) over "
                                                    "`cp` ranks holding `seq_length / cp` tokens "
                                                    "each; `seq_length` a multiple of `2 * cp`"),
-    "scenario.parallelism.ep": ("ranks", "expert-parallel size (MoE models)"),
     "scenario.parallelism.decoder_first_pipeline_num_layers": (
         "layers", "layers on the first stage (Megatron `--decoder-first-pipeline-num-layers`); "
                   "the middle stages share the rest evenly; absent: an even split"),
@@ -286,12 +290,12 @@ def spec_table() -> str:
 
 def bounds_table() -> str:
     """The Markdown table of the upper bounds (``MAX_*`` and ``*_RANGE`` of
-    :mod:`tokenpcap.config.profiles`): name, value and the source comment written above it."""
+    :mod:`tokenpcap.config.bounds`): name, value and the source comment written above it."""
     out = ["| bound | value | why |", "|---|---|---|"]
-    for m in re.finditer(r"((?:^#: .*\n)+)^([A-Z_]+) = ", inspect.getsource(p), re.M):
+    for m in re.finditer(r"((?:^#: .*\n)+)^([A-Z_]+) = ", inspect.getsource(bounds), re.M):
         name = m.group(2)
         why = " ".join(line[3:].strip() for line in m.group(1).splitlines()).replace("``", "`")
-        value = getattr(p, name)
+        value = getattr(bounds, name)
         text = " .. ".join(map(_number, value)) if isinstance(value, tuple) else _number(value)
         out.append(f"| `{name}` | {text} | {why} |")
     return "\n".join(out) + "\n"
@@ -309,7 +313,8 @@ error a value outside them gets. A key not listed is an error naming the file an
 upper bounds are the largest published setups with a margin, or the widths of the message table
 ([below](#upper-bounds), with their sources). Paths are relative to the file that names them.
 
-Generated from the loaders' specs (`tokenpcap/config/profiles.py`) by
+Generated from the loaders' specs (`tokenpcap/config/model_profile.py`,
+`cluster_profile.py`, `profiles.py`; the bounds: `bounds.py`) by
 `python3 -m tokenpcap.config.spectable > docs/profiles.md`; a test fails when this file and the
 loaders disagree.
 

@@ -51,7 +51,8 @@ def export_scenario(scenario: str | os.PathLike, to: str, out: str | os.PathLike
         InputError: an unknown format or option value. OutputError: the directory of ``out``
             (created with its parents; removed again if nothing is written) cannot be made: a
             path component is a file, or the file system refuses; another run is writing into
-            it. As :func:`~tokenpcap.pipeline.schedule_scenario` otherwise. The files land
+            it; ``out`` or a file written beside it is a device, a FIFO or a socket (never
+            replaced). As :func:`~tokenpcap.pipeline.schedule_scenario` otherwise. The files land
             together or not at all (:class:`tokenpcap.pcap.outputset.OutputSet`).
     """
     from tokenpcap.pcap.output import make_directory
@@ -62,10 +63,11 @@ def export_scenario(scenario: str | os.PathLike, to: str, out: str | os.PathLike
         raise InputError(f"export --to: got {to!r}, expected one of {', '.join(EXPORTS)}")
     out = Path(out)
     with make_directory(out.parent), OutputSet(out.parent, what="export") as outset:
+        staged = outset.path(out.name)      # refuses a device or FIFO before any work
         if fmt.plan_only:                   # the plan alone (SimAI times the iteration itself)
             source = build_plan(load_scenario(scenario), scale=scale)
         else:
             source = schedule_scenario(scenario, scale=scale, iterations=iterations)
-        written = fmt.write(source, outset.path(out.name), **options)   # staged: lands whole
+        written = fmt.write(source, staged, **options)   # staged: lands whole
         outset.commit()
         return [outset.final(p) for p in written]

@@ -46,6 +46,7 @@ import numpy as np
 
 from tokenpcap.errors import InputError, OutputError
 from tokenpcap.export.registry import register_export
+from tokenpcap.pcap.filekind import refuse_special_output
 from tokenpcap.pipeline import Prepared
 from tokenpcap.records import KIND_DATA
 
@@ -273,6 +274,7 @@ def _write_all(files: dict[Path, list[str]]) -> None:
     for path in files:          # the renames below must not fail half-way: all in one folder
         if path.is_dir():
             raise OutputError(f"{path}: cannot write: got a directory, expected a file")
+        refuse_special_output(path)
     parts = {path: path.with_name(f".{path.name}.part") for path in files}
     current = next(iter(files))
     try:

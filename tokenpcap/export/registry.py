@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from tokenpcap.errors import OutputError
+from tokenpcap.pcap.filekind import refuse_special_output
 
 __all__ = ["ExportFormat", "EXPORTS", "register_export", "atomic_text", "discard"]
 
@@ -66,8 +67,10 @@ def atomic_text(path: Path, lines) -> None:  # type: ignore[no-untyped-def]
     """Write ``lines`` (str) to ``path`` through a hidden temporary file renamed when complete.
 
     Raises:
-        OutputError: the file cannot be written (the temporary file is removed).
+        OutputError: ``path`` is a device, a FIFO or a socket (never replaced), or the file
+            cannot be written (the temporary file is removed).
     """
+    refuse_special_output(path)
     tmp = path.with_name(f".{path.name}.part")
     try:
         with open(tmp, "w", encoding="utf-8", newline="") as f:

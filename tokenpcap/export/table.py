@@ -15,6 +15,7 @@ import numpy as np
 
 from tokenpcap.errors import InputError, OutputError
 from tokenpcap.export.registry import discard, register_export
+from tokenpcap.pcap.filekind import refuse_special_output
 from tokenpcap.pipeline import Prepared
 from tokenpcap.records import COLLECTIVES, DIMS, KIND_DATA, phase_label
 
@@ -56,9 +57,11 @@ def write_table(messages: np.ndarray, out: str | os.PathLike, fmt: str = "csv") 
     """Write the message table as CSV or Parquet (pyarrow).
 
     Raises:
-        InputError: Parquet without pyarrow installed. OutputError: cannot write.
+        InputError: Parquet without pyarrow installed. OutputError: ``out`` is a device, a
+            FIFO or a socket (never replaced), or cannot be written.
     """
     out = Path(out)
+    refuse_special_output(out)
     cols = table_columns(messages)
     if fmt == "parquet":
         try:

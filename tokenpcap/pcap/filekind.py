@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 import stat
 
-__all__ = ["file_kind", "special_kind"]
+from tokenpcap.errors import OutputError
+
+__all__ = ["file_kind", "special_kind", "refuse_special_output"]
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
@@ -33,3 +35,18 @@ def special_kind(path: str | os.PathLike) -> str | None:
     except (OSError, ValueError):
         return None
     return None if stat.S_ISREG(mode) else file_kind(mode)
+
+
+def refuse_special_output(path: str | os.PathLike) -> None:
+    """Refuse an output destination that exists and is not a regular file (symbolic links
+    followed), before an output is renamed over it: the rename would replace the device, FIFO
+    or socket itself, e.g. ``/dev/null`` for every program on the machine.
+
+    Raises:
+        OutputError: ``path`` names a device, a FIFO, a socket or a directory (one line: the
+            path, what it is, what was expected).
+    """
+    kind = special_kind(path)
+    if kind is not None:
+        raise OutputError(f"{path}: got {kind}, expected a regular file or a new path "
+                          "(the output replaces it)")

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.errors import EncodeError, OutputError
-from tokenpcap.pcap.filekind import special_kind
+from tokenpcap.pcap.filekind import refuse_special_output
 from tokenpcap.pcap.gather import writev_all
 
 __all__ = ["AtomicOutput", "remove_stale_parts", "Scratch", "scatter", "check_batch", "check_caplen", "LINKS",
@@ -150,10 +150,7 @@ class AtomicOutput:
                               "expected an existing directory")
         if self.path.is_dir():
             raise OutputError(f"{self.path}: got a directory, expected a file path")
-        kind = special_kind(self.path)
-        if kind is not None:        # the rename at close would replace the device or FIFO
-            raise OutputError(f"{self.path}: got {kind}, expected a regular file or a new path "
-                              "(the output replaces it)")
+        refuse_special_output(self.path)    # the rename at close would replace the device
         if not overwrite and self.path.exists():
             raise OutputError(f"{self.path}: got an existing file, expected a new path (overwrite=False)")
         remove_stale_parts(self.path)

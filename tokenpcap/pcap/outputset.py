@@ -35,6 +35,7 @@ import threading
 from pathlib import Path
 
 from tokenpcap.errors import OutputError
+from tokenpcap.pcap.filekind import refuse_special_output
 
 __all__ = ["OutputSet", "recover", "stopped_commits", "stopped_commit_text", "STAGE_PREFIX",
            "COMMIT_MARK"]
@@ -86,9 +87,15 @@ class OutputSet:
                               f"{err.strerror}") from None
 
     def path(self, name: str) -> Path:
-        """Where to write the file that will be ``directory/name``."""
+        """Where to write the file that will be ``directory/name``.
+
+        Raises:
+            OutputError: ``name`` is not a plain file name, or ``directory/name`` exists and is
+                not a regular file (a device, a FIFO: the commit would rename over it).
+        """
         if "/" in name or name in ("", ".", "..") or name.startswith("."):
             raise OutputError(f"{name!r}: got a path, expected a plain file name")
+        refuse_special_output(self.directory / name)
         return self.stage / name
 
     def final(self, path: str | os.PathLike) -> Path:
@@ -100,12 +107,20 @@ class OutputSet:
         """Move every staged file into place (module docstring); returns their final paths.
 
         Raises:
-            OutputError: the file system refuses the marker or a rename; the stage is then
-                left for the next run to finish (if marked) or remove.
+            OutputError: a destination is no longer a regular file or a new path (a device or
+                FIFO made there since :meth:`path`, or a file staged without it): nothing is
+                moved and the stage is removed. The file system refuses the marker or a rename;
+                the stage is then left for the next run to finish (if marked) or remove.
         """
         if self.committed:
             return []
         names = sorted(p.name for p in self.stage.iterdir() if not p.name.startswith("."))
+        try:
+            for n in names:
+                refuse_special_output(self.directory / n)
+        except OutputError:
+            self.abort()
+            raise
         with _signals_held():
             try:
                 _write_marker(self.stage, names)

@@ -1,0 +1,56 @@
+"""Upper bounds of profile values: the largest published training setup times a margin, or a
+width of the message table (``MESSAGE_DTYPE``: iteration, layer and microbatch are int16),
+whichever is smaller.
+
+They keep every accepted input within bounded plan time and memory (the plan grows with
+microbatches x layers and with the number of GPUs; measured figures in ``docs/plan.md``).
+Each bound's ``#:`` comment gives its source; the "Upper bounds" table of
+``docs/profiles.md`` is generated from these comments
+(:func:`tokenpcap.config.spectable.bounds_table`), so a bound is named here with the ``MAX_``
+prefix or the ``_RANGE`` suffix and has a ``#:`` comment.
+"""
+from __future__ import annotations
+
+__all__ = [
+    "MAX_LAYERS", "MAX_HIDDEN_SIZE", "MAX_ATTENTION_HEADS", "MAX_FFN_HIDDEN_SIZE",
+    "MAX_VOCAB_SIZE", "MAX_SEQ_LENGTH", "MAX_EXPERTS", "MAX_GPUS_PER_NODE", "MAX_WORLD_SIZE",
+    "LINK_GBPS_RANGE", "MAX_PEAK_TFLOPS", "MAX_LATENCY_NS", "MAX_MICRO_BATCH_SIZE",
+    "MAX_GLOBAL_BATCH_SIZE", "MAX_CHANNELS", "MAX_ITERATIONS", "MAX_SEED",
+]
+
+#: Transformer layers: Megatron-LM's 1T model has 128 (Narayanan et al. 2021, Table 1),
+#: Llama 3.1 405B 126, PaLM 540B 118; 8x margin.
+MAX_LAYERS = 1024
+#: Hidden size: 25,600 for the 1T model (ibid.), 16,384 for Llama 3.1 405B; ~5x margin.
+MAX_HIDDEN_SIZE = 131_072
+#: Attention heads: 160 for the 1T model (ibid.); 128 for Llama 3.1 405B.
+MAX_ATTENTION_HEADS = 4096
+#: FFN hidden size: 102,400 (4h of the 1T model), 53,248 for Llama 3.1 405B; 10x margin.
+MAX_FFN_HIDDEN_SIZE = 1_048_576
+#: Vocabulary: 256,000 (Gemma) is the largest published; 2**24 keeps ids far inside int32.
+MAX_VOCAB_SIZE = 1 << 24
+#: Sequence length: 131,072 in Llama 3.1's long-context stage (Llama 3 report, Sec. 3.4.2); 8x.
+MAX_SEQ_LENGTH = 1 << 20
+#: MoE experts: DeepSeek-V3 routes over 256 per layer; 16x.
+MAX_EXPERTS = 4096
+#: GPUs per node (one NVLink domain with its NICs): 72 in a GB200 NVL72 rack; NVL576 announced.
+MAX_GPUS_PER_NODE = 1024
+#: GPUs in the cluster: Llama 3.1 405B trained on 16,384 H100 (the largest published run with
+#: its parallel layout); 2x margin. The plan's time and memory grow with this (docs/plan.md).
+MAX_WORLD_SIZE = 32_768
+#: Link rates (Gb/s): 1 GbE is the slowest link carrying RoCE; NVLink 5 is 14,400 Gb/s per GPU.
+LINK_GBPS_RANGE = (1.0, 1_000_000.0)
+#: GPU peak (TFLOP/s): B200 dense FP8 is ~4,500.
+MAX_PEAK_TFLOPS = 1_000_000.0
+#: One-way NIC-to-NIC latency (ns): one second.
+MAX_LATENCY_NS = 1_000_000_000
+#: Micro batch (sequences): published runs use 1-16.
+MAX_MICRO_BATCH_SIZE = 65_536
+#: Global batch (sequences): Llama 3.1 405B 16M tokens = 2,048 x 8,192; DeepSeek-V3 15,360.
+MAX_GLOBAL_BATCH_SIZE = 1 << 24
+#: NCCL channels: NCCL's ``MAXCHANNELS`` (``src/include/device.h``: 64; 32 in older releases).
+MAX_CHANNELS = 64
+#: Iterations of one capture: MESSAGE_DTYPE.iteration is int16.
+MAX_ITERATIONS = 32_767
+#: Seed: the range ``WireContext.payload_seed`` accepts (a non-negative int64).
+MAX_SEED = (1 << 63) - 1
