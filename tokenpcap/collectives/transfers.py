@@ -112,60 +112,86 @@ def slice_elements_bytes(slice_bytes: int, elem_bytes: int) -> int:
 @functools.lru_cache(maxsize=8192)
 def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
                       layout: RankLayout, channels: int, slice_bytes: int) -> Transfers:
-    call = CallShape(collective, group, s, e)
-    h = hops(call, algorithm, layout)
+    h = hops(CallShape(collective, group, s, e), algorithm, layout)
     alg = effective_algorithm(collective, algorithm)
     preds = ALGORITHMS[alg].predecessors(h)
-    offsets = ALGORITHMS[alg].chunk_offsets(h, collective, group, s, e, layout)
+    offsets = np.asarray(ALGORITHMS[alg].chunk_offsets(h, collective, group, s, e, layout), np.int64)
     sl = slice_elements_bytes(slice_bytes, e)
-    cross = (layout.node_array(h["src"]) != layout.node_array(h["dst"])).tolist()
-    order = np.lexsort((np.arange(len(h)), h["step"])).tolist()   # by step, then hop index
-    rows: list[tuple] = []
-    index: dict[tuple[int, int, int], int] = {}     # (hop, channel, slice) -> transfer index
-    per_hop: dict[int, list[int]] = {}
-    hb = h["bytes"].tolist()
-    for i in order:
-        parts = ring_chunk_bytes(hb[i], channels, e).tolist()
-        off = int(offsets[i])
-        for ch, part in enumerate(parts):
-            j = 0
-            while part > 0:
-                size = min(sl, part)
-                index[(i, ch, j)] = len(rows)
-                per_hop.setdefault(i, []).append(len(rows))
-                rows.append((i, int(h["step"][i]), int(h["src"][i]), int(h["dst"][i]),
-                             int(h["chunk"][i]), ch, j, size, off, cross[i]))
-                off += size
-                part -= size
-                j += 1
-    nics = [hop_channel_nics(collective, algorithm, group, r[2], r[3], r[5], layout) if r[9]
-            else (-1, -1) for r in rows]
-    table = np.array([r + n for r, n in zip(rows, nics)], dtype=TRANSFER_DTYPE) if rows else \
-        np.zeros(0, TRANSFER_DTYPE)
-    deps: list[tuple[int, ...]] = []
-    for t, (i, _, _, _, _, ch, j, _, _, _) in enumerate(rows):
-        d: list[int] = []
-        for g in preds[i]:
-            if hb[g] == hb[i]:
-                x = index.get((g, ch, j))
-                if x is not None:
-                    d.append(x)
-            else:
-                d.extend(per_hop.get(g, ()))
-        deps.append(tuple(d))
-    rev: list[list[int]] = [[] for _ in rows]
-    for t, d in enumerate(deps):
-        for x in d:
-            rev[x].append(t)
-    by_src: dict[int, list[int]] = {r: [] for r in group}
-    by_dst: dict[int, list[int]] = {r: [] for r in group}
-    for t, row in enumerate(rows):
-        by_src[row[2]].append(t)
-        by_dst[row[3]].append(t)
+    nh = len(h)
+    hb = h["bytes"].astype(np.int64)
+    # channel parts of every hop (one split per distinct size), rows by step, hop, channel, slice
+    sizes, inv = np.unique(hb, return_inverse=True)
+    parts = (np.stack([ring_chunk_bytes(int(b), channels, e) for b in sizes.tolist()])[inv]
+             if nh else np.zeros((0, channels), np.int64))
+    order = np.lexsort((np.arange(nh), h["step"]))
+    po = parts[order]
+    count = -(-po // sl)                                        # slices per (hop, channel)
+    first_off = offsets[order][:, None] + np.cumsum(po, axis=1) - po
+    pair = np.repeat(np.arange(nh * channels), count.ravel())
+    n = pair.size
+    j = np.arange(n) - (np.cumsum(count.ravel()) - count.ravel())[pair]
+    hop = order[pair // channels]
+    ch = pair % channels
+    table = np.zeros(n, TRANSFER_DTYPE)
+    table["hop"], table["channel"], table["slice"] = hop, ch, j
+    for f in ("step", "src", "dst", "chunk"):
+        table[f] = h[f][hop]
+    table["bytes"] = np.minimum(sl, po.ravel()[pair] - j * sl)
+    table["byte_offset"] = first_off.ravel()[pair] + j * sl
+    cross = layout.node_array(table["src"]) != layout.node_array(table["dst"])
+    table["nic"] = cross
+    table["src_nic"] = table["dst_nic"] = -1
+    if cross.any():                       # the NICs of each distinct (src, dst, channel) between nodes
+        x = np.flatnonzero(cross)
+        key = np.stack([table["src"][x], table["dst"][x], ch[x]], axis=1)
+        uk, ui = np.unique(key, axis=0, return_inverse=True)
+        nics = np.array([hop_channel_nics(collective, algorithm, group, a, b, c, layout)
+                         for a, b, c in uk.tolist()], np.int64).reshape(-1, 2)[ui.ravel()]
+        table["src_nic"][x], table["dst_nic"][x] = nics[:, 0], nics[:, 1]
+    # dependencies: slice j of channel ch of a same-size predecessor hop (the same position in
+    # its rows), else every row of the predecessor hop
+    per_hop = np.bincount(hop, minlength=nh)
+    first = np.zeros(nh, np.int64)
+    first[order] = np.cumsum(per_hop[order]) - per_hop[order]
+    deps: list[tuple[int, ...]] = [()] * n
+    pairs_t: list[np.ndarray] = []
+    pairs_x: list[np.ndarray] = []
+    for i in order.tolist():
+        k = int(per_hop[i])
+        if not k or not preds[i]:
+            continue
+        mine = first[i] + np.arange(k)
+        cols = [mine[:, None] + (first[g] - first[i]) if hb[g] == hb[i] else
+                np.broadcast_to(first[g] + np.arange(per_hop[g]), (k, int(per_hop[g])))
+                for g in preds[i]]
+        d = np.concatenate(cols, axis=1)
+        deps[first[i]:first[i] + k] = map(tuple, d.tolist())
+        pairs_t.append(np.repeat(mine, d.shape[1]))
+        pairs_x.append(d.ravel())
+    rev: list[tuple[int, ...]] = [()] * n
+    if pairs_t:
+        t_all, x_all = np.concatenate(pairs_t), np.concatenate(pairs_x)
+        by = np.argsort(x_all, kind="stable")
+        tl, xs = t_all[by].tolist(), np.unique(x_all[by], return_index=True)
+        ends = xs[1][1:].tolist() + [len(tl)]
+        for x, a, b in zip(xs[0].tolist(), xs[1].tolist(), ends):
+            rev[x] = tuple(tl[a:b])
+    by_src = _rows_by(table["src"], group)
+    by_dst = _rows_by(table["dst"], group)
     table.setflags(write=False)
-    return Transfers(table, tuple(deps), tuple(tuple(x) for x in rev),
-                     {r: tuple(v) for r, v in by_src.items()},
-                     {r: tuple(v) for r, v in by_dst.items()}, tuple(rows), tuple(nics))
+    cols10 = [table[f].tolist() for f in TRANSFER_DTYPE.names[:10]]
+    return Transfers(table, tuple(deps), tuple(rev), by_src, by_dst, tuple(zip(*cols10)),
+                     tuple(zip(table["src_nic"].tolist(), table["dst_nic"].tolist())))
+
+
+def _rows_by(rank: np.ndarray, group: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
+    """Per rank of ``group``, the rows (ascending) whose ``rank`` column is that rank."""
+    by = np.argsort(rank, kind="stable")
+    ranks, at = np.unique(rank[by], return_index=True)
+    ends = at[1:].tolist() + [len(by)]
+    rows = by.tolist()
+    got = {r: tuple(rows[a:b]) for r, a, b in zip(ranks.tolist(), at.tolist(), ends)}
+    return {r: got.get(r, ()) for r in group}
 
 
 def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,
