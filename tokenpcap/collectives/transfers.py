@@ -77,31 +77,72 @@ TRANSFER_DTYPE = np.dtype([
 ])
 
 
+def _lists(ptr: np.ndarray, flat: np.ndarray) -> list[tuple[int, ...]]:
+    """The rows of a CSR pair as tuples of Python ints."""
+    v, p = flat.tolist(), ptr.tolist()
+    return [tuple(v[a:b]) for a, b in zip(p[:-1], p[1:])]
+
+
 @dataclass(frozen=True)
 class Transfers:
     """The transfers of one collective call and their dependencies (read-only, cached).
 
+    Stored as arrays; the tuple forms are made on first use (for the Python reference engine's
+    per-event code, which must not pay numpy's per-element access).
+
     Attributes:
         table: :data:`TRANSFER_DTYPE` ``(n,)``, ordered by (step, hop, channel, slice).
-        deps: per transfer, the indices (into ``table``) of the transfers that must have arrived
-            before it may start (tuple of tuples of int).
-        dependents: the reverse relation of ``deps``.
-        by_src, by_dst: per rank of the group, the transfers it sends / receives.
-        rows: ``table`` as tuples of Python ints in TRANSFER_DTYPE field order up to ``nic``
-            (for the schedule's per-event code, which must not pay numpy's per-element access).
-        nics: per transfer ``(src_nic, dst_nic)`` as Python ints (``(-1, -1)`` on NVLink).
+        group: the call's group (ring order).
+        dep_ptr, dep_list: int64 CSR ``(n + 1,)``/``(d,)``: per transfer, the indices (into
+            ``table``) of the transfers that must have arrived before it may start.
+        rev_ptr, rev_list: the reverse relation (per transfer, the transfers that wait for it,
+            ascending).
+        src_ptr, src_list / dst_ptr, dst_list: int64 CSR ``(len(group) + 1,)``/``(n,)``: per
+            position in ``group``, the transfers that rank sends / receives, ascending.
+
+    Derived (tuples of Python ints, made once): ``deps``, ``dependents`` (per transfer),
+    ``by_src``, ``by_dst`` (``{rank: transfers}`` in group order), ``rows`` (``table`` in
+    TRANSFER_DTYPE field order up to ``nic``), ``nics`` (per transfer ``(src_nic, dst_nic)``,
+    ``(-1, -1)`` on NVLink).
     """
 
     table: np.ndarray
-    deps: tuple[tuple[int, ...], ...]
-    dependents: tuple[tuple[int, ...], ...]
-    by_src: dict[int, tuple[int, ...]]
-    by_dst: dict[int, tuple[int, ...]]
-    rows: tuple[tuple, ...] = ()
-    nics: tuple[tuple[int, int], ...] = ()
+    group: tuple[int, ...]
+    dep_ptr: np.ndarray
+    dep_list: np.ndarray
+    rev_ptr: np.ndarray
+    rev_list: np.ndarray
+    src_ptr: np.ndarray
+    src_list: np.ndarray
+    dst_ptr: np.ndarray
+    dst_list: np.ndarray
 
     def __len__(self) -> int:
         return len(self.table)
+
+    @functools.cached_property
+    def deps(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(_lists(self.dep_ptr, self.dep_list))
+
+    @functools.cached_property
+    def dependents(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(_lists(self.rev_ptr, self.rev_list))
+
+    @functools.cached_property
+    def by_src(self) -> dict[int, tuple[int, ...]]:
+        return dict(zip(self.group, _lists(self.src_ptr, self.src_list)))
+
+    @functools.cached_property
+    def by_dst(self) -> dict[int, tuple[int, ...]]:
+        return dict(zip(self.group, _lists(self.dst_ptr, self.dst_list)))
+
+    @functools.cached_property
+    def rows(self) -> tuple[tuple, ...]:
+        return tuple(zip(*(self.table[f].tolist() for f in TRANSFER_DTYPE.names[:10])))
+
+    @functools.cached_property
+    def nics(self) -> tuple[tuple[int, int], ...]:
+        return tuple(zip(self.table["src_nic"].tolist(), self.table["dst_nic"].tolist()))
 
 
 def slice_elements_bytes(slice_bytes: int, elem_bytes: int) -> int:
@@ -153,7 +194,7 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
     per_hop = np.bincount(hop, minlength=nh)
     first = np.zeros(nh, np.int64)
     first[order] = np.cumsum(per_hop[order]) - per_hop[order]
-    deps: list[tuple[int, ...]] = [()] * n
+    dep_len = np.zeros(n, np.int64)
     pairs_t: list[np.ndarray] = []
     pairs_x: list[np.ndarray] = []
     for i in order.tolist():
@@ -165,33 +206,31 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
                 np.broadcast_to(first[g] + np.arange(per_hop[g]), (k, int(per_hop[g])))
                 for g in preds[i]]
         d = np.concatenate(cols, axis=1)
-        deps[first[i]:first[i] + k] = map(tuple, d.tolist())
+        dep_len[mine] = d.shape[1]
         pairs_t.append(np.repeat(mine, d.shape[1]))
         pairs_x.append(d.ravel())
-    rev: list[tuple[int, ...]] = [()] * n
-    if pairs_t:
-        t_all, x_all = np.concatenate(pairs_t), np.concatenate(pairs_x)
-        by = np.argsort(x_all, kind="stable")
-        tl, xs = t_all[by].tolist(), np.unique(x_all[by], return_index=True)
-        ends = xs[1][1:].tolist() + [len(tl)]
-        for x, a, b in zip(xs[0].tolist(), xs[1].tolist(), ends):
-            rev[x] = tuple(tl[a:b])
-    by_src = _rows_by(table["src"], group)
-    by_dst = _rows_by(table["dst"], group)
-    table.setflags(write=False)
-    cols10 = [table[f].tolist() for f in TRANSFER_DTYPE.names[:10]]
-    return Transfers(table, tuple(deps), tuple(rev), by_src, by_dst, tuple(zip(*cols10)),
-                     tuple(zip(table["src_nic"].tolist(), table["dst_nic"].tolist())))
+    t_all = np.concatenate(pairs_t) if pairs_t else np.zeros(0, np.int64)
+    x_all = np.concatenate(pairs_x) if pairs_x else np.zeros(0, np.int64)
+    by = np.argsort(x_all, kind="stable")
+    arrays = (_ptr(dep_len), x_all, _ptr(np.bincount(x_all, minlength=n)), t_all[by],
+              *_rows_by(table["src"], group), *_rows_by(table["dst"], group))
+    for x in (table, *arrays):
+        x.setflags(write=False)
+    return Transfers(table, tuple(group), *arrays)
 
 
-def _rows_by(rank: np.ndarray, group: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
-    """Per rank of ``group``, the rows (ascending) whose ``rank`` column is that rank."""
-    by = np.argsort(rank, kind="stable")
-    ranks, at = np.unique(rank[by], return_index=True)
-    ends = at[1:].tolist() + [len(by)]
-    rows = by.tolist()
-    got = {r: tuple(rows[a:b]) for r, a, b in zip(ranks.tolist(), at.tolist(), ends)}
-    return {r: got.get(r, ()) for r in group}
+def _ptr(lengths: np.ndarray) -> np.ndarray:
+    out = np.zeros(lengths.size + 1, np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def _rows_by(rank: np.ndarray, group: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """CSR over the positions of ``group``: the rows (ascending) whose ``rank`` is that rank."""
+    g = np.asarray(group, np.int64)
+    sort = np.argsort(g, kind="stable")
+    pos = sort[np.searchsorted(g, rank, sorter=sort)] if rank.size else np.zeros(0, np.int64)
+    return _ptr(np.bincount(pos, minlength=len(group))), np.argsort(pos, kind="stable")
 
 
 def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,

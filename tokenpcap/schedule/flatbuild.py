@@ -83,14 +83,6 @@ def encode_program(prog, part_of: Callable[[int], int]) -> tuple[list[int], list
     return kinds, a_col, b_col
 
 
-def _csr(lists) -> tuple[np.ndarray, np.ndarray]:
-    lens = np.array([len(x) for x in lists], np.int64)
-    ptr = np.zeros(len(lens) + 1, np.int64)
-    np.cumsum(lens, out=ptr[1:])
-    flat = np.fromiter((v for x in lists for v in x), np.int64, count=int(ptr[-1]))
-    return ptr, flat
-
-
 class CallShapeArrays:
     """numpy view of one cached :class:`~tokenpcap.collectives.transfers.Transfers` of ``group``.
 
@@ -111,15 +103,23 @@ class CallShapeArrays:
         t = tr.table
         self.ab = -1
         self.copies = int((~t["nic"]).sum())
+        self.group = group
+        self.n = len(t)
+        g = len(group)
+        self.wait = np.diff(tr.dep_ptr) + 2
+        self.dep_ptr, self.dep_list = tr.rev_ptr, tr.rev_list
+        self.send_ptr, self.send_list = tr.src_ptr, tr.src_list
+        self.recv_ptr, self.recv_list = tr.dst_ptr, tr.dst_list
         if nvlink is not None and len(t) and not t["nic"].any():
             # every hop on NVLink: one alpha-beta time for the call, no transfers
             (num, den), latency = nvlink
             sent = np.bincount(t["src"] - min(group), weights=t["bytes"]).max()
             self.ab = -(-int(sent) * 8 * den // num) + latency * len(np.unique(t["step"]))
             t = t[:0]
-            tr = type(tr)(t, (), (), {r: () for r in group}, {r: () for r in group})
-        self.n = len(t)
-        self.group = group
+            self.n = 0
+            self.wait = self.dep_list = self.send_list = self.recv_list = np.zeros(0, np.int64)
+            self.dep_ptr = np.zeros(1, np.int64)
+            self.send_ptr = self.recv_ptr = np.zeros(g + 1, np.int64)
         self.src, self.dst = t["src"].astype(np.int64), t["dst"].astype(np.int64)
         self.nic = t["nic"].astype(np.bool_)
         # the NICs each transfer between nodes leaves and enters on (collectives.rails)
@@ -128,13 +128,11 @@ class CallShapeArrays:
         self.step = t["step"].astype(np.int64)
         self.channel = t["channel"].astype(np.int64)
         self.offset = t["byte_offset"].astype(np.int64)
-        self.wait = np.array([len(d) + 2 for d in tr.deps], np.int64)
-        self.dep_ptr, self.dep_list = _csr(tr.dependents)
         self.pos = {r: i for i, r in enumerate(group)}
-        self.spos = np.array([self.pos[r] for r in self.src.tolist()], np.int64)
-        self.dpos = np.array([self.pos[r] for r in self.dst.tolist()], np.int64)
-        self.send_ptr, self.send_list = _csr([tr.by_src[r] for r in group])
-        self.recv_ptr, self.recv_list = _csr([tr.by_dst[r] for r in group])
+        sort = np.argsort(np.asarray(group, np.int64), kind="stable")
+        at = np.asarray(group, np.int64)[sort]
+        self.spos = sort[np.searchsorted(at, self.src)] if self.n else np.zeros(0, np.int64)
+        self.dpos = sort[np.searchsorted(at, self.dst)] if self.n else np.zeros(0, np.int64)
 
 
 def canonical_shape(collective: str, group: tuple[int, ...], message_bytes: int, elem_bytes: int,
