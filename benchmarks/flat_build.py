@@ -67,30 +67,39 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenario", action="append", help="bundled scenario (repeatable)")
     ap.add_argument("--scale", type=int, default=1)
-    ap.add_argument("--against", default="main", help="git revision to compare with (default main)")
+    ap.add_argument("--against", default="main",
+                    help="git revision to compare with (default main; 'none': this tree alone)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     names = a.scenario or ["llama3-70b-64n", "gpt3-175b-megatron"]
     if a.child:
         child(a.child, names[0], a.scale)
         return
-    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", a.against],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    alone = a.against == "none"
+    rev = "" if alone else subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", a.against],
+                                          capture_output=True, text=True, check=True).stdout.strip()
     here = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True, check=True).stdout.strip()
+    if subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "tokenpcap"],
+                      capture_output=True, text=True, check=True).stdout.strip():
+        here += "+changes"
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine()}; load {loadavg()}")
     with tempfile.TemporaryDirectory() as tmp:
-        arc = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "tokenpcap"],
-                             capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=arc, check=True)
+        if not alone:
+            arc = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "tokenpcap"],
+                                 capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", tmp], input=arc, check=True)
         for name in names:
             print(f"{name} --scale {a.scale}: flatten of iteration 0")
-            before = run_case(Path(tmp), name, a.scale)
-            after = run_case(ROOT, name, a.scale)
-            for label, r in ((f"{a.against} ({rev})", before), (f"this tree ({here})", after)):
+            cases = [] if alone else [(f"{a.against} ({rev})", run_case(Path(tmp), name, a.scale))]
+            cases.append((f"this tree ({here})", run_case(ROOT, name, a.scale)))
+            for label, r in cases:
                 print(f"  {label:<22} {r['cpu']:8.1f} s cpu {r['wall']:8.1f} s wall  peak "
                       f"{r['rss'] / 2**30:5.2f} GiB  {r['calls']:>10,} calls {r['transfers']:>12,} "
                       f"transfers {r['instructions']:>12,} instructions")
+            if alone:
+                continue
+            before, after = cases[0][1], cases[1][1]
             same = all(before[k] == after[k] for k in ("calls", "transfers", "instructions"))
             print(f"  ratio {before['cpu'] / after['cpu']:.1f}x cpu"
                   f"{'' if same else '  (DIFFERENT array sizes)'}; load {loadavg()}")
