@@ -2,7 +2,7 @@
 disk, with the timing of the whole job done first.
 
     python benchmarks/generate_nic.py [--scenario NAME] [--scale K] [--nic N] [--dir PATH]
-                                      [--snaplen N] [--jobs J]
+                                      [--snaplen N]
 
 Three phases, each timed on its own (CPU seconds of this process and wall seconds):
 
@@ -11,9 +11,9 @@ Three phases, each timed on its own (CPU seconds of this process and wall second
    --nics N`` does, the same work limits), and those frames lowered to packet rows
    (``tokenpcap.lower.Lowering``, times moved to ``generate``'s epoch). The rows are kept in memory.
 2. **frames**: the rows sent chunk by chunk to the sink ``generate`` writes through
-   (``generate.output.Dispatcher`` with one classic pcap file, ``--jobs`` writer processes, 0 in
-   this process): frames built (headers, ICRC) and written; timed until the file is closed and
-   until ``os.fsync`` returned.
+   (``generate.output.Dispatcher`` with one classic pcap file: one file has its writer in this
+   process, as in ``generate``): frames built (headers, ICRC) and written; timed until the file
+   is closed and until ``os.fsync`` returned.
 3. **plain write**: the same number of bytes from one prepared buffer (``common.plain_write``) to
    the same directory, timed the same way.
 
@@ -70,12 +70,12 @@ def timing(s, scale: int, nic: int) -> tuple[list[np.ndarray], tuple[float, floa
     return rows, _since(c), sched.n_messages
 
 
-def write_frames(path: Path, rows: list[np.ndarray], s, snaplen: int, jobs: int
+def write_frames(path: Path, rows: list[np.ndarray], s, snaplen: int
                  ) -> tuple[int, int, float, float, float]:
     """Phase 2: ``(records, bytes, s until close, s until fsync, cpu s)``."""
     cfg = WriterConfig(cluster=s.cluster, fmt="pcap", snaplen=snaplen, payload_seed=s.generation.seed)
     c0, t0 = time.process_time(), time.perf_counter()
-    disp = Dispatcher([FileSpec(path, (int(rows[0]["nic"][0]),))], cfg, jobs=jobs)
+    disp = Dispatcher([FileSpec(path, (int(rows[0]["nic"][0]),))], cfg, jobs=1)
     try:
         for pk in rows:
             disp.send(0, pk, None, None)
@@ -95,7 +95,6 @@ def main(argv=None) -> None:
     ap.add_argument("--nic", type=int, default=0)
     ap.add_argument("--dir", type=Path, default=Path("/work/tmp") / "generate_nic")
     ap.add_argument("--snaplen", type=int, default=262144, help="262144 keeps every frame whole")
-    ap.add_argument("--jobs", type=int, default=0, help="writer processes (0: this process)")
     a = ap.parse_args(argv)
     p = Path(a.scenario)
     s = load_scenario(p if p.suffix else ROOT / "profiles" / "scenarios" / f"{a.scenario}.yaml")
@@ -112,7 +111,7 @@ def main(argv=None) -> None:
           f"wall  {msgs:,} messages, {n:,} frames of NIC {a.nic} ({held / 2**20:,.0f} MiB of rows)")
     path = a.dir / f"{s.name}_nic{a.nic}.pcap"
     try:
-        records, nbytes, w_close, w_sync, w_cpu = write_frames(path, rows, s, a.snaplen, a.jobs)
+        records, nbytes, w_close, w_sync, w_cpu = write_frames(path, rows, s, a.snaplen)
         kept = np.minimum(np.concatenate([r["frame_bytes"] for r in rows]).astype(np.int64), a.snaplen)
         want = _PCAP_HEADER_BYTES + n * _RECORD_HEADER_BYTES + int(kept.sum())
         ok = records == n and nbytes == want == path.stat().st_size
