@@ -53,8 +53,8 @@ def child(tree: str, name: str, scale: int) -> None:
     f = flatten(plan, 0, shards, times, nvl, NVLINK_COPIES_PER_COPY)
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps(dict(cpu=cpu, wall=wall, rss=rss, calls=f.n_calls, transfers=int(f.tr_bytes.size),
-                          instructions=int(f.ins_kind.size))))
+    print(json.dumps({"cpu": cpu, "wall": wall, "rss": rss, "calls": f.n_calls,
+                      "transfers": int(f.tr_bytes.size), "instructions": int(f.ins_kind.size)}))
 
 
 def run_case(tree: Path, name: str, scale: int) -> dict:
