@@ -184,10 +184,12 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
     table["src_nic"] = table["dst_nic"] = -1
     if cross.any():                       # the NICs of each distinct (src, dst, channel) between nodes
         x = np.flatnonzero(cross)
-        key = np.stack([table["src"][x], table["dst"][x], ch[x]], axis=1)
-        uk, ui = np.unique(key, axis=0, return_inverse=True)
-        nics = np.array([hop_channel_nics(collective, algorithm, group, a, b, c, layout)
-                         for a, b, c in uk.tolist()], np.int64).reshape(-1, 2)[ui.ravel()]
+        w = layout.world_size
+        key = (table["src"][x].astype(np.int64) * w + table["dst"][x]) * channels + ch[x]
+        uk, ui = np.unique(key, return_inverse=True)
+        nics = np.array([hop_channel_nics(collective, algorithm, group, k // channels // w,
+                                          k // channels % w, k % channels, layout)
+                         for k in uk.tolist()], np.int64).reshape(-1, 2)[ui.ravel()]
         table["src_nic"][x], table["dst_nic"][x] = nics[:, 0], nics[:, 1]
     # dependencies: slice j of channel ch of a same-size predecessor hop (the same position in
     # its rows), else every row of the predecessor hop
