@@ -230,3 +230,22 @@ def test_vectorized_transfers_equal_the_row_by_row_rules(coll, alg, group, n, el
     assert list(tr.by_src) == list(g) == list(tr.by_dst)
     assert all(tr.by_src[r] == tuple(t for t, row in enumerate(rows) if row[2] == r) for r in g)
     assert all(tr.by_dst[r] == tuple(t for t, row in enumerate(rows) if row[3] == r) for r in g)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 5), st.integers(0, 5),
+                          st.integers(-1, 3)), min_size=0, max_size=40))
+def test_default_predecessors_are_the_last_earlier_carriers(rows):
+    """The ring rule, hop by hop: a hop from x with chunk c waits for every hop into x with
+    chunk c at the largest step below its own (ties in hop order)."""
+    from tokenpcap.collectives.algorithms import ALGORITHMS
+    from tokenpcap.collectives.hops import hop_table
+    step, src, dst, chunk = (list(c) for c in zip(*rows)) if rows else ([], [], [], [])
+    h = hop_table(step, src, dst, chunk, [8] * len(rows))
+    want = []
+    for i in range(len(rows)):
+        earlier = [g for g in range(len(rows)) if dst[g] == src[i] and chunk[g] == chunk[i]
+                   and step[g] < step[i]]
+        best = max((step[g] for g in earlier), default=None)
+        want.append([g for g in earlier if step[g] == best])
+    assert ALGORITHMS["ring"].predecessors(h) == want
