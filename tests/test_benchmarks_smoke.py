@@ -27,7 +27,8 @@ def run(script: str, *args: str, timeout: float = 300) -> str:
 
 
 TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "inspect_read.py",
-          "engine_timing.py", "fuzz_campaign.py", "dask_generate.py"}
+          "engine_timing.py", "fuzz_campaign.py", "dask_generate.py", "flat_build.py",
+          "generate_nic.py"}
 HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
 
@@ -133,3 +134,19 @@ def test_dask_generate_finds_the_cluster_files_identical_and_projects(tmp_path):
     assert "per shard: scheduler round trip" in out and "ship the timing instead" in out
     assert re.search(r"^projection: gpt3-175b-megatron .* on 64 workers: .* h wall", out, re.M)
     assert not [p for p in (tmp_path / "scratch").rglob("*") if p.is_file()], "files left behind"
+
+
+def test_flat_build_compares_this_tree_with_a_revision():
+    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode:
+        pytest.skip("not a git checkout: flat_build.py compares with a git revision")
+    out = run("flat_build.py", "--scenario", "gpt2-all-cross", "--against", "HEAD")
+    assert len(re.findall(r"^  \S.* [\d.]+ s cpu +[\d.]+ s wall  peak", out, re.M)) == 2
+    assert re.search(r"^  ratio [\d.]+x cpu; load", out, re.M)      # same array sizes
+
+
+def test_generate_nic_writes_frames_and_the_plain_write(tmp_path):
+    out = run("generate_nic.py", "--scenario", "dante", "--scale", "64", "--dir", str(tmp_path))
+    assert re.search(r"^  timing .* [\d,]+ frames of NIC 0", out, re.M)
+    assert re.search(r"^  frames \(build \+ write\) .* bytes \(as the rows say\)", out, re.M)
+    assert re.search(r"^  ratio frames / plain write: [\d.]+x to close, [\d.]+x to fsync", out, re.M)
+    assert not list(tmp_path.iterdir()), "benchmark files left behind"

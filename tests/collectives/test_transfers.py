@@ -169,3 +169,83 @@ def test_bad_channels_or_slice_raise():
         transfers(Call("AllReduce", (0, 1), 8, 2), "ring", layout(1, 2), 0, 1 << 20)
     with pytest.raises(InputError):
         transfers(Call("AllReduce", (0, 1), 8, 2), "ring", layout(1, 2), 1, 0)
+
+
+def _row_by_row(collective, group, s, e, algorithm, layout, channels, slice_bytes):
+    """The transfers built one row at a time, as the module docstring states the rules: hops in
+    step order, each cut into channel parts and slices, a same-size predecessor's slice of the
+    same channel, else all of the predecessor's rows; the test oracle of the vectorized build."""
+    from tokenpcap.collectives.algorithms import ALGORITHMS
+    from tokenpcap.collectives.rails import hop_channel_nics
+    from tokenpcap.collectives.traffic import effective_algorithm, ring_chunk_bytes
+    h = hops(Call(collective, group, s, e), algorithm, layout)
+    alg = ALGORITHMS[effective_algorithm(collective, algorithm)]
+    preds = alg.predecessors(h)
+    offsets = alg.chunk_offsets(h, collective, group, s, e, layout)
+    sl = slice_elements_bytes(slice_bytes, e)
+    rows, index, per_hop = [], {}, {}
+    for i in sorted(range(len(h)), key=lambda i: (int(h["step"][i]), i)):
+        off = int(offsets[i])
+        for ch, part in enumerate(ring_chunk_bytes(int(h["bytes"][i]), channels, e).tolist()):
+            j = 0
+            while part > 0:
+                size = min(sl, part)
+                index[(i, ch, j)] = len(rows)
+                per_hop.setdefault(i, []).append(len(rows))
+                src, dst = int(h["src"][i]), int(h["dst"][i])
+                rows.append((i, int(h["step"][i]), src, dst, int(h["chunk"][i]), ch, j, size, off,
+                             src // layout.gpus_per_node != dst // layout.gpus_per_node))
+                off, part, j = off + size, part - size, j + 1
+    nics = [hop_channel_nics(collective, algorithm, group, r[2], r[3], r[5], layout) if r[9]
+            else (-1, -1) for r in rows]
+    deps = []
+    for i, _, _, _, _, ch, j, *_ in rows:
+        d = []
+        for g in preds[i]:
+            d += [index[(g, ch, j)]] if h["bytes"][g] == h["bytes"][i] else per_hop.get(g, [])
+        deps.append(tuple(d))
+    return rows, nics, deps
+
+
+@settings(max_examples=80, deadline=None)
+@given(coll=st.sampled_from(["AllReduce", "ReduceScatter", "AllGather", "AllToAll", "Broadcast",
+                             "SendRecv"]),
+       alg=st.sampled_from(selectable_algorithms()), group=st.permutations(range(12)),
+       n=st.integers(2, 9), elems=st.integers(0, 300), e=st.sampled_from([1, 2, 4]),
+       channels=st.integers(1, 4), slice_elems=st.integers(1, 40))
+def test_vectorized_transfers_equal_the_row_by_row_rules(coll, alg, group, n, elems, e, channels,
+                                                         slice_elems):
+    lay = RankLayout(dp=12, tp=1, pp=1, gpus_per_node=4, nics_per_node=2)
+    g = tuple(group[:2 if coll == "SendRecv" else n])
+    s = elems * e
+    tr = transfers(Call(coll, g, s, e), alg, lay, channels, slice_elems * e)
+    rows, nics, deps = _row_by_row(coll, g, s, e, alg, lay, channels, slice_elems * e)
+    assert tr.rows == tuple(rows) and tr.nics == tuple(nics) and tr.deps == tuple(deps)
+    assert [tuple(r) for r in tr.table.tolist()] == [r + n for r, n in zip(rows, nics)]
+    rev = [[] for _ in rows]
+    for t, d in enumerate(deps):
+        for x in d:
+            rev[x].append(t)
+    assert tr.dependents == tuple(tuple(x) for x in rev)
+    assert list(tr.by_src) == list(g) == list(tr.by_dst)
+    assert all(tr.by_src[r] == tuple(t for t, row in enumerate(rows) if row[2] == r) for r in g)
+    assert all(tr.by_dst[r] == tuple(t for t, row in enumerate(rows) if row[3] == r) for r in g)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 5), st.integers(0, 5),
+                          st.integers(-1, 3)), min_size=0, max_size=40))
+def test_default_predecessors_are_the_last_earlier_carriers(rows):
+    """The ring rule, hop by hop: a hop from x with chunk c waits for every hop into x with
+    chunk c at the largest step below its own (ties in hop order)."""
+    from tokenpcap.collectives.algorithms import ALGORITHMS
+    from tokenpcap.collectives.hops import hop_table
+    step, src, dst, chunk = (list(c) for c in zip(*rows)) if rows else ([], [], [], [])
+    h = hop_table(step, src, dst, chunk, [8] * len(rows))
+    want = []
+    for i in range(len(rows)):
+        earlier = [g for g in range(len(rows)) if dst[g] == src[i] and chunk[g] == chunk[i]
+                   and step[g] < step[i]]
+        best = max((step[g] for g in earlier), default=None)
+        want.append([g for g in earlier if step[g] == best])
+    assert ALGORITHMS["ring"].predecessors(h) == want

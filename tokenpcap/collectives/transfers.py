@@ -77,31 +77,72 @@ TRANSFER_DTYPE = np.dtype([
 ])
 
 
+def _lists(ptr: np.ndarray, flat: np.ndarray) -> list[tuple[int, ...]]:
+    """The rows of a CSR pair as tuples of Python ints."""
+    v, p = flat.tolist(), ptr.tolist()
+    return [tuple(v[a:b]) for a, b in zip(p[:-1], p[1:])]
+
+
 @dataclass(frozen=True)
 class Transfers:
     """The transfers of one collective call and their dependencies (read-only, cached).
 
+    Stored as arrays; the tuple forms are made on first use (for the Python reference engine's
+    per-event code, which must not pay numpy's per-element access).
+
     Attributes:
         table: :data:`TRANSFER_DTYPE` ``(n,)``, ordered by (step, hop, channel, slice).
-        deps: per transfer, the indices (into ``table``) of the transfers that must have arrived
-            before it may start (tuple of tuples of int).
-        dependents: the reverse relation of ``deps``.
-        by_src, by_dst: per rank of the group, the transfers it sends / receives.
-        rows: ``table`` as tuples of Python ints in TRANSFER_DTYPE field order up to ``nic``
-            (for the schedule's per-event code, which must not pay numpy's per-element access).
-        nics: per transfer ``(src_nic, dst_nic)`` as Python ints (``(-1, -1)`` on NVLink).
+        group: the call's group (ring order).
+        dep_ptr, dep_list: int64 CSR ``(n + 1,)``/``(d,)``: per transfer, the indices (into
+            ``table``) of the transfers that must have arrived before it may start.
+        rev_ptr, rev_list: the reverse relation (per transfer, the transfers that wait for it,
+            ascending).
+        src_ptr, src_list / dst_ptr, dst_list: int64 CSR ``(len(group) + 1,)``/``(n,)``: per
+            position in ``group``, the transfers that rank sends / receives, ascending.
+
+    Derived (tuples of Python ints, made once): ``deps``, ``dependents`` (per transfer),
+    ``by_src``, ``by_dst`` (``{rank: transfers}`` in group order), ``rows`` (``table`` in
+    TRANSFER_DTYPE field order up to ``nic``), ``nics`` (per transfer ``(src_nic, dst_nic)``,
+    ``(-1, -1)`` on NVLink).
     """
 
     table: np.ndarray
-    deps: tuple[tuple[int, ...], ...]
-    dependents: tuple[tuple[int, ...], ...]
-    by_src: dict[int, tuple[int, ...]]
-    by_dst: dict[int, tuple[int, ...]]
-    rows: tuple[tuple, ...] = ()
-    nics: tuple[tuple[int, int], ...] = ()
+    group: tuple[int, ...]
+    dep_ptr: np.ndarray
+    dep_list: np.ndarray
+    rev_ptr: np.ndarray
+    rev_list: np.ndarray
+    src_ptr: np.ndarray
+    src_list: np.ndarray
+    dst_ptr: np.ndarray
+    dst_list: np.ndarray
 
     def __len__(self) -> int:
         return len(self.table)
+
+    @functools.cached_property
+    def deps(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(_lists(self.dep_ptr, self.dep_list))
+
+    @functools.cached_property
+    def dependents(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(_lists(self.rev_ptr, self.rev_list))
+
+    @functools.cached_property
+    def by_src(self) -> dict[int, tuple[int, ...]]:
+        return dict(zip(self.group, _lists(self.src_ptr, self.src_list)))
+
+    @functools.cached_property
+    def by_dst(self) -> dict[int, tuple[int, ...]]:
+        return dict(zip(self.group, _lists(self.dst_ptr, self.dst_list)))
+
+    @functools.cached_property
+    def rows(self) -> tuple[tuple, ...]:
+        return tuple(zip(*(self.table[f].tolist() for f in TRANSFER_DTYPE.names[:10])))
+
+    @functools.cached_property
+    def nics(self) -> tuple[tuple[int, int], ...]:
+        return tuple(zip(self.table["src_nic"].tolist(), self.table["dst_nic"].tolist()))
 
 
 def slice_elements_bytes(slice_bytes: int, elem_bytes: int) -> int:
@@ -112,60 +153,86 @@ def slice_elements_bytes(slice_bytes: int, elem_bytes: int) -> int:
 @functools.lru_cache(maxsize=8192)
 def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
                       layout: RankLayout, channels: int, slice_bytes: int) -> Transfers:
-    call = CallShape(collective, group, s, e)
-    h = hops(call, algorithm, layout)
+    h = hops(CallShape(collective, group, s, e), algorithm, layout)
     alg = effective_algorithm(collective, algorithm)
     preds = ALGORITHMS[alg].predecessors(h)
-    offsets = ALGORITHMS[alg].chunk_offsets(h, collective, group, s, e, layout)
+    offsets = np.asarray(ALGORITHMS[alg].chunk_offsets(h, collective, group, s, e, layout), np.int64)
     sl = slice_elements_bytes(slice_bytes, e)
-    cross = (layout.node_array(h["src"]) != layout.node_array(h["dst"])).tolist()
-    order = np.lexsort((np.arange(len(h)), h["step"])).tolist()   # by step, then hop index
-    rows: list[tuple] = []
-    index: dict[tuple[int, int, int], int] = {}     # (hop, channel, slice) -> transfer index
-    per_hop: dict[int, list[int]] = {}
-    hb = h["bytes"].tolist()
-    for i in order:
-        parts = ring_chunk_bytes(hb[i], channels, e).tolist()
-        off = int(offsets[i])
-        for ch, part in enumerate(parts):
-            j = 0
-            while part > 0:
-                size = min(sl, part)
-                index[(i, ch, j)] = len(rows)
-                per_hop.setdefault(i, []).append(len(rows))
-                rows.append((i, int(h["step"][i]), int(h["src"][i]), int(h["dst"][i]),
-                             int(h["chunk"][i]), ch, j, size, off, cross[i]))
-                off += size
-                part -= size
-                j += 1
-    nics = [hop_channel_nics(collective, algorithm, group, r[2], r[3], r[5], layout) if r[9]
-            else (-1, -1) for r in rows]
-    table = np.array([r + n for r, n in zip(rows, nics)], dtype=TRANSFER_DTYPE) if rows else \
-        np.zeros(0, TRANSFER_DTYPE)
-    deps: list[tuple[int, ...]] = []
-    for t, (i, _, _, _, _, ch, j, _, _, _) in enumerate(rows):
-        d: list[int] = []
-        for g in preds[i]:
-            if hb[g] == hb[i]:
-                x = index.get((g, ch, j))
-                if x is not None:
-                    d.append(x)
-            else:
-                d.extend(per_hop.get(g, ()))
-        deps.append(tuple(d))
-    rev: list[list[int]] = [[] for _ in rows]
-    for t, d in enumerate(deps):
-        for x in d:
-            rev[x].append(t)
-    by_src: dict[int, list[int]] = {r: [] for r in group}
-    by_dst: dict[int, list[int]] = {r: [] for r in group}
-    for t, row in enumerate(rows):
-        by_src[row[2]].append(t)
-        by_dst[row[3]].append(t)
-    table.setflags(write=False)
-    return Transfers(table, tuple(deps), tuple(tuple(x) for x in rev),
-                     {r: tuple(v) for r, v in by_src.items()},
-                     {r: tuple(v) for r, v in by_dst.items()}, tuple(rows), tuple(nics))
+    nh = len(h)
+    hb = h["bytes"].astype(np.int64)
+    # channel parts of every hop (one split per distinct size), rows by step, hop, channel, slice
+    sizes, inv = np.unique(hb, return_inverse=True)
+    parts = (np.stack([ring_chunk_bytes(int(b), channels, e) for b in sizes.tolist()])[inv]
+             if nh else np.zeros((0, channels), np.int64))
+    order = np.lexsort((np.arange(nh), h["step"]))
+    po = parts[order]
+    count = -(-po // sl)                                        # slices per (hop, channel)
+    first_off = offsets[order][:, None] + np.cumsum(po, axis=1) - po
+    pair = np.repeat(np.arange(nh * channels), count.ravel())
+    n = pair.size
+    j = np.arange(n) - (np.cumsum(count.ravel()) - count.ravel())[pair]
+    hop = order[pair // channels]
+    ch = pair % channels
+    table = np.zeros(n, TRANSFER_DTYPE)
+    table["hop"], table["channel"], table["slice"] = hop, ch, j
+    for f in ("step", "src", "dst", "chunk"):
+        table[f] = h[f][hop]
+    table["bytes"] = np.minimum(sl, po.ravel()[pair] - j * sl)
+    table["byte_offset"] = first_off.ravel()[pair] + j * sl
+    cross = layout.node_array(table["src"]) != layout.node_array(table["dst"])
+    table["nic"] = cross
+    table["src_nic"] = table["dst_nic"] = -1
+    if cross.any():                       # the NICs of each distinct (src, dst, channel) between nodes
+        x = np.flatnonzero(cross)
+        w = layout.world_size
+        key = (table["src"][x].astype(np.int64) * w + table["dst"][x]) * channels + ch[x]
+        uk, ui = np.unique(key, return_inverse=True)
+        nics = np.array([hop_channel_nics(collective, algorithm, group, k // channels // w,
+                                          k // channels % w, k % channels, layout)
+                         for k in uk.tolist()], np.int64).reshape(-1, 2)[ui.ravel()]
+        table["src_nic"][x], table["dst_nic"][x] = nics[:, 0], nics[:, 1]
+    # dependencies: slice j of channel ch of a same-size predecessor hop (the same position in
+    # its rows), else every row of the predecessor hop
+    per_hop = np.bincount(hop, minlength=nh)
+    first = np.zeros(nh, np.int64)
+    first[order] = np.cumsum(per_hop[order]) - per_hop[order]
+    dep_len = np.zeros(n, np.int64)
+    pairs_t: list[np.ndarray] = []
+    pairs_x: list[np.ndarray] = []
+    for i in order.tolist():
+        k = int(per_hop[i])
+        if not k or not preds[i]:
+            continue
+        mine = first[i] + np.arange(k)
+        cols = [mine[:, None] + (first[g] - first[i]) if hb[g] == hb[i] else
+                np.broadcast_to(first[g] + np.arange(per_hop[g]), (k, int(per_hop[g])))
+                for g in preds[i]]
+        d = np.concatenate(cols, axis=1)
+        dep_len[mine] = d.shape[1]
+        pairs_t.append(np.repeat(mine, d.shape[1]))
+        pairs_x.append(d.ravel())
+    t_all = np.concatenate(pairs_t) if pairs_t else np.zeros(0, np.int64)
+    x_all = np.concatenate(pairs_x) if pairs_x else np.zeros(0, np.int64)
+    by = np.argsort(x_all, kind="stable")
+    arrays = (_ptr(dep_len), x_all, _ptr(np.bincount(x_all, minlength=n)), t_all[by],
+              *_rows_by(table["src"], group), *_rows_by(table["dst"], group))
+    for x in (table, *arrays):
+        x.setflags(write=False)
+    return Transfers(table, tuple(group), *arrays)
+
+
+def _ptr(lengths: np.ndarray) -> np.ndarray:
+    out = np.zeros(lengths.size + 1, np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def _rows_by(rank: np.ndarray, group: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """CSR over the positions of ``group``: the rows (ascending) whose ``rank`` is that rank."""
+    g = np.asarray(group, np.int64)
+    sort = np.argsort(g, kind="stable")
+    pos = sort[np.searchsorted(g, rank, sorter=sort)] if rank.size else np.zeros(0, np.int64)
+    return _ptr(np.bincount(pos, minlength=len(group))), np.argsort(pos, kind="stable")
 
 
 def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,

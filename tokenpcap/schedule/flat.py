@@ -4,9 +4,11 @@ dependencies, QPs (what the compiled event loop of :mod:`tokenpcap.schedule.engi
 Built once per iteration from the same sources the schedule has always used: the plan's calls
 (:meth:`tokenpcap.plan.build.Plan.calls`), every rank's program
 (:func:`tokenpcap.schedule.program.build_programs`) and every call's transfers
-(:func:`tokenpcap.collectives.transfers.transfers`, cached per call shape). Per call shape the
-transfer tables become numpy arrays once; the calls of that shape are then laid out together with
-``arange`` arithmetic, so the work per transfer is vectorized.
+(:func:`tokenpcap.collectives.transfers.transfers`). Past one pass over the call objects (a
+dictionary look-up of each call's shape), the Python work is per distinct call shape up to a
+shift by whole nodes and per program template (a class of ranks whose programs differ only in the
+calls they name), not per call and rank (:mod:`tokenpcap.schedule.flatbuild`); ``flatten(..., direct=True)`` builds the same arrays call
+by call and rank by rank, which the tests compare.
 
 Index spaces (all int64 unless said):
 
@@ -30,59 +32,22 @@ import numpy as np
 from tokenpcap.collectives.transfers import transfers
 from tokenpcap.plan.pipeline import chunk_layers
 from tokenpcap.records import COLLECTIVES, DIMS, PHASES
-from tokenpcap.schedule.program import Call, Compute, Mark, build_programs
+from tokenpcap.schedule.flatbuild import (
+    CALL,
+    COMPUTE,
+    MARK,
+    MARK_CODES,
+    WAIT,
+    CallShapeArrays,
+    canonical_shape,
+    encode_program,
+    place_transfers,
+    shape_transfers,
+    template_programs,
+)
+from tokenpcap.schedule.program import build_programs
 
 __all__ = ["Flat", "flatten", "MARK_CODES", "COMPUTE", "CALL", "WAIT", "MARK"]
-
-#: Instruction kinds of ``ins_kind`` (the kernel's ``I_*``).
-COMPUTE, CALL, WAIT, MARK = range(4)
-
-#: MARK ``what`` letters in code order (``ins_b // 2``).
-MARK_CODES = (b"F", b"B", b"R", b"O")
-_MARK = {c.decode(): i for i, c in enumerate(MARK_CODES)}
-
-
-class _Shape:
-    """numpy view of one cached :class:`~tokenpcap.collectives.transfers.Transfers`."""
-
-    __slots__ = ("n", "src", "dst", "nic", "snic", "dnic", "bytes", "step", "channel", "offset",
-                 "wait",
-                 "dep_ptr", "dep_list", "pos", "send_ptr", "send_list", "recv_ptr", "recv_list",
-                 "group", "ab")
-
-    def __init__(self, tr, group: tuple[int, ...], nvlink=None):
-        t = tr.table
-        self.ab = -1
-        if nvlink is not None and len(t) and not t["nic"].any():
-            # every hop on NVLink: one alpha-beta time for the call, no transfers
-            (num, den), latency = nvlink
-            sent = np.bincount(t["src"] - min(group), weights=t["bytes"]).max()
-            self.ab = -(-int(sent) * 8 * den // num) + latency * len(np.unique(t["step"]))
-            t = t[:0]
-            tr = type(tr)(t, (), (), {r: () for r in group}, {r: () for r in group})
-        self.n = len(t)
-        self.group = group
-        self.src, self.dst = t["src"].astype(np.int64), t["dst"].astype(np.int64)
-        self.nic = t["nic"].astype(np.bool_)
-        # the NICs each transfer between nodes leaves and enters on (collectives.rails)
-        self.snic, self.dnic = t["src_nic"].astype(np.int64), t["dst_nic"].astype(np.int64)
-        self.bytes = t["bytes"].astype(np.int64)
-        self.step = t["step"].astype(np.int64)
-        self.channel = t["channel"].astype(np.int64)
-        self.offset = t["byte_offset"].astype(np.int64)
-        self.wait = np.array([len(d) + 2 for d in tr.deps], np.int64)
-        self.dep_ptr, self.dep_list = _csr(tr.dependents)
-        self.pos = {r: i for i, r in enumerate(group)}
-        self.send_ptr, self.send_list = _csr([tr.by_src[r] for r in group])
-        self.recv_ptr, self.recv_list = _csr([tr.by_dst[r] for r in group])
-
-
-def _csr(lists) -> tuple[np.ndarray, np.ndarray]:
-    lens = np.array([len(x) for x in lists], np.int64)
-    ptr = np.zeros(len(lens) + 1, np.int64)
-    np.cumsum(lens, out=ptr[1:])
-    flat = np.fromiter((v for x in lists for v in x), np.int64, count=int(ptr[-1]))
-    return ptr, flat
 
 
 @dataclass
@@ -125,16 +90,8 @@ class Flat:
     tr_dnic: np.ndarray | None = None   # (T,) receiving NIC, else -1
 
 
-def _concat_csr(ptrs: list[np.ndarray], lists: list[np.ndarray], shift: list[int]):
-    lens = [p[1:] - p[:-1] for p in ptrs]
-    allen = np.concatenate(lens) if lens else np.zeros(0, np.int64)
-    ptr = np.zeros(allen.size + 1, np.int64)
-    np.cumsum(allen, out=ptr[1:])
-    flat = np.concatenate([lst + s for lst, s in zip(lists, shift)]) if lists else np.zeros(0, np.int64)
-    return ptr, flat
-
-
-def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0) -> Flat:
+def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0, *,
+            direct: bool = False) -> Flat:
     """Arrays of ``iteration`` of ``plan`` (:class:`tokenpcap.plan.build.Plan`, sizes at its
     scale), indices local to the iteration; ``shards`` and ``times`` per pipeline stage as
     :func:`tokenpcap.schedule.program.build_programs` takes them.
@@ -145,9 +102,80 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0) ->
     sends and ``num/den`` the NVLink rate in bits per ns (``call_ab``; such calls have no
     transfers), when the iteration has more than ``above`` NVLink copies.
 
+    The build works per canonical call shape and per program template
+    (:mod:`tokenpcap.schedule.flatbuild`); ``direct=True`` builds the same arrays the
+    straightforward way instead (transfers per call, one program per rank), at a cost per call
+    and per rank: the check of the fast build.
+
     Raises:
         RuntimeError: a call the programs do not place (as :func:`build_programs`).
     """
+    if direct:
+        return _flatten_direct(plan, iteration, shards, times, nvlink, above)
+    lay = plan.layout
+    gpn, npn = lay.gpus_per_node, lay.nics_per_node
+    calls = list(plan.calls(iteration))
+    C = len(calls)
+    keys: dict[tuple, int] = {}           # exact shape -> index into `exact`
+    exact: list[tuple[int, int]] = []     # (canonical index, shift)
+    canon: dict[tuple, int] = {}
+    canon_tr: list = []
+    codes_of: dict[tuple, int] = {}
+    shape_ids = np.empty(C, np.int64)
+    code_ids = np.empty(C, np.int64)
+    for i, c in enumerate(calls):
+        k = (c.collective, c.group, c.message_bytes, c.elem_bytes)
+        e = keys.get(k)
+        if e is None:
+            ck, shift = canonical_shape(*k, gpn)
+            j = canon.get(ck)
+            if j is None:
+                j = canon[ck] = len(canon_tr)
+                canon_tr.append(shape_transfers(ck, plan))
+            e = keys[k] = len(exact)
+            exact.append((j, shift))
+        shape_ids[i] = e
+        code_ids[i] = codes_of.setdefault((c.phase, c.dim, c.collective), len(codes_of))
+    ex = np.asarray(exact, np.int64).reshape(-1, 2)
+    shape_of, shift = ex[shape_ids, 0], ex[shape_ids, 1]
+    if nvlink is not None:
+        copies = np.array([int((~tr.table["nic"]).sum()) for tr in canon_tr], np.int64)
+        if int(np.bincount(shape_of, minlength=len(canon_tr)) @ copies) <= above:
+            nvlink = None
+    shapes = [CallShapeArrays(tr, ck[1], nvlink) for tr, ck in zip(canon_tr, canon)]
+    ntr = np.array([sh.n for sh in shapes], np.int64)[shape_of]
+    npart = np.array([len(sh.group) for sh in shapes], np.int64)[shape_of]
+    tr_base = np.zeros(C + 1, np.int64)
+    np.cumsum(ntr, out=tr_base[1:])
+    part_base = np.zeros(C + 1, np.int64)
+    np.cumsum(npart, out=part_base[1:])
+    cols = place_transfers(shapes, shape_of, shift, tr_base, part_base, npn, gpn)
+    table = np.array([(PHASES.index(p), DIMS.index(d), COLLECTIVES.index(k)) for p, d, k in codes_of],
+                     np.int64).reshape(-1, 3)
+    part_call = np.repeat(np.arange(C, dtype=np.int64), npart)
+    prog_ptr, ins_kind, ins_a, ins_b = template_programs(
+        calls, part_call, cols["part_rank"], lay.world_size, lay.coords, shards, times,
+        plan.microbatches, iteration, plan.scenario.training.recompute)
+    call_ab = np.array([sh.ab for sh in shapes], np.int64)[shape_of]
+    return Flat(C, calls, call_ab, part_call, table[code_ids], tr_base, part_base,
+                cols["call"], cols["src"], cols["dst"], cols["srcp"], cols["dstp"], cols["nic"],
+                cols["bytes"], cols["step"], cols["channel"], cols["offset"], cols["wait"],
+                cols["dep_ptr"], cols["dep_list"], cols["part_rank"], cols["send_ptr"],
+                cols["send_list"], cols["recv_ptr"], cols["recv_list"], prog_ptr, ins_kind, ins_a,
+                ins_b, tr_snic=cols["snic"], tr_dnic=cols["dnic"])
+
+
+def _concat_csr(ptrs: list[np.ndarray], lists: list[np.ndarray], shift: list[int]):
+    lens = [p[1:] - p[:-1] for p in ptrs]
+    allen = np.concatenate(lens) if lens else np.zeros(0, np.int64)
+    ptr = np.zeros(allen.size + 1, np.int64)
+    np.cumsum(allen, out=ptr[1:])
+    flat = np.concatenate([lst + s for lst, s in zip(lists, shift)]) if lists else np.zeros(0, np.int64)
+    return ptr, flat
+
+
+def _flatten_direct(plan, iteration: int, shards, times, nvlink=None, above: int = 0) -> Flat:
+    """:func:`flatten` the straightforward way: transfers per call, one program per rank."""
     lay = plan.layout
     coll = plan.scenario.collectives
     calls = list(plan.calls(iteration))
@@ -159,12 +187,12 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0) ->
                 copies[id(tr)] = int((~tr.table["nic"]).sum())
         if sum(copies[id(tr)] for tr in trs) <= above:
             nvlink = None
-    shapes: dict[int, _Shape] = {}
-    per_call: list[_Shape] = []
+    shapes: dict[int, CallShapeArrays] = {}
+    per_call: list[CallShapeArrays] = []
     for c, tr in zip(calls, trs):
         sh = shapes.get(id(tr))
         if sh is None:
-            sh = shapes[id(tr)] = _Shape(tr, tuple(c.group), nvlink)
+            sh = shapes[id(tr)] = CallShapeArrays(tr, tuple(c.group), nvlink)
         per_call.append(sh)
     C = len(calls)
     ntr = np.array([sh.n for sh in per_call], np.int64)
@@ -173,7 +201,6 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0) ->
     np.cumsum(ntr, out=tr_base[1:])
     part_base = np.zeros(C + 1, np.int64)
     np.cumsum(npart, out=part_base[1:])
-    # per transfer / participation columns, shape by shape (vectorized over its calls)
     T, P = int(tr_base[-1]), int(part_base[-1])
     cols = {k: np.zeros(T, np.int64) for k in ("call", "src", "dst", "srcp", "dstp", "bytes", "step",
                                                 "channel", "offset", "wait", "snic", "dnic")}
@@ -189,30 +216,24 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0) ->
             idx = (tr_base[ca][:, None] + np.arange(sh.n)[None, :]).ravel()
             pb = np.repeat(part_base[ca], sh.n)
             cols["call"][idx] = np.repeat(ca, sh.n)
-            cols["src"][idx] = np.tile(sh.src, ca.size)
-            cols["dst"][idx] = np.tile(sh.dst, ca.size)
-            spos = np.array([sh.pos[int(r)] for r in sh.src], np.int64)
-            dpos = np.array([sh.pos[int(r)] for r in sh.dst], np.int64)
-            cols["srcp"][idx] = pb + np.tile(spos, ca.size)
-            cols["dstp"][idx] = pb + np.tile(dpos, ca.size)
-            for name, arr in (("bytes", sh.bytes), ("step", sh.step), ("channel", sh.channel),
-                              ("offset", sh.offset), ("wait", sh.wait), ("snic", sh.snic),
-                              ("dnic", sh.dnic)):
+            cols["srcp"][idx] = pb + np.tile([sh.pos[int(r)] for r in sh.src], ca.size)
+            cols["dstp"][idx] = pb + np.tile([sh.pos[int(r)] for r in sh.dst], ca.size)
+            for name, arr in (("src", sh.src), ("dst", sh.dst), ("bytes", sh.bytes),
+                              ("step", sh.step), ("channel", sh.channel), ("offset", sh.offset),
+                              ("wait", sh.wait), ("snic", sh.snic), ("dnic", sh.dnic)):
                 cols[name][idx] = np.tile(arr, ca.size)
             tr_nic[idx] = np.tile(sh.nic, ca.size)
-        g = len(sh.group)
-        pidx = (part_base[ca][:, None] + np.arange(g)[None, :]).ravel()
+        pidx = (part_base[ca][:, None] + np.arange(len(sh.group))[None, :]).ravel()
         part_rank[pidx] = np.tile(np.asarray(sh.group, np.int64), ca.size)
-    # CSR lists in call order (dependents and send/recv lists hold transfer indices of the call)
+    base = tr_base[:-1].tolist()
     dep_ptr, dep_list = _concat_csr([sh.dep_ptr for sh in per_call], [sh.dep_list for sh in per_call],
-                                    tr_base[:-1].tolist())
-    send_ptr, send_list = _concat_csr([sh.send_ptr for sh in per_call], [sh.send_list for sh in per_call],
-                                      tr_base[:-1].tolist())
-    recv_ptr, recv_list = _concat_csr([sh.recv_ptr for sh in per_call], [sh.recv_list for sh in per_call],
-                                      tr_base[:-1].tolist())
+                                    base)
+    send_ptr, send_list = _concat_csr([sh.send_ptr for sh in per_call],
+                                      [sh.send_list for sh in per_call], base)
+    recv_ptr, recv_list = _concat_csr([sh.recv_ptr for sh in per_call],
+                                      [sh.recv_list for sh in per_call], base)
     codes = np.array([(PHASES.index(c.phase), DIMS.index(c.dim), COLLECTIVES.index(c.collective))
                       for c in calls], np.int64).reshape(-1, 3)
-    # programs
     W = lay.world_size
     progs = build_programs(calls, range(W), lay.coords, shards, times, plan.microbatches, iteration,
                            plan.scenario.training.recompute,
@@ -224,24 +245,11 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0) ->
     b_col: list[int] = []
     prog_ptr = np.zeros(W + 1, np.int64)
     for r in range(W):
-        for ins in progs[r]:
-            if isinstance(ins, Compute):
-                kinds.append(COMPUTE)
-                a_col.append(ins.ns)
-                b_col.append(0)
-            elif isinstance(ins, Call):
-                ci = local[ins.call_id]
-                kinds.append(CALL)
-                a_col.append(int(part_base[ci]) + per_call[ci].pos[r])
-                b_col.append(int(ins.mode))
-            elif isinstance(ins, Mark):
-                kinds.append(MARK)
-                a_col.append(ins.microbatch)
-                b_col.append(_MARK[ins.what] * 2 + int(bool(ins.begin)))
-            else:
-                kinds.append(WAIT)
-                a_col.append(0)
-                b_col.append(0)
+        k, a, b = encode_program(progs[r], lambda cid, r=r: int(part_base[local[cid]])
+                                 + per_call[local[cid]].pos[r])
+        kinds += k
+        a_col += a
+        b_col += b
         prog_ptr[r + 1] = len(kinds)
     call_ab = np.array([sh.ab for sh in per_call], np.int64)
     part_call = np.repeat(np.arange(C, dtype=np.int64), npart)

@@ -79,18 +79,18 @@ class Work:
 
 
 def _nvlink_copies_per_iteration(plan) -> int:  # type: ignore[no-untyped-def]
-    from tokenpcap.collectives.transfers import transfers
-    from tokenpcap.collectives.traffic import CallShape
-
+    from tokenpcap.schedule.flatbuild import canonical_shape, shape_transfers
     from tokenpcap.schedule.runner import NVLINK_COPIES_PER_COPY
 
-    c = plan.scenario.collectives
     n = mixed = 0
     for f in plan.families:
         per = per_mixed = 0
         for g in f.groups:
-            tr = transfers(CallShape(f.collective, g, f.message_bytes, f.elem_bytes),
-                           plan.algorithm, plan.layout, c.channels, c.slice_bytes)
+            # a group moved by whole nodes has as many copies (flatbuild); the schedule's flat
+            # build then finds these transfers cached
+            key, _ = canonical_shape(f.collective, g, f.message_bytes, f.elem_bytes,
+                                     plan.layout.gpus_per_node)
+            tr = shape_transfers(key, plan)
             copies = int((~tr.table["nic"]).sum())
             per += copies
             per_mixed += copies if tr.table["nic"].any() else 0

@@ -58,16 +58,24 @@ class Algorithm:
         rank ``x`` carrying chunk ``c`` waits for the hop(s) that last brought chunk ``c`` to
         ``x`` (the largest earlier step)."""
         n = len(h)
-        preds: list[list[int]] = [[] for _ in range(n)]
         if n == 0:
-            return preds
-        step = h["step"].tolist()
-        for i, cand in enumerate(carriers(h)):
-            earlier = [g for g in cand if step[g] < step[i]]
-            if earlier:
-                best = max(step[g] for g in earlier)
-                preds[i] = [g for g in earlier if step[g] == best]
-        return preds
+            return []
+        step = h["step"].astype(np.int64)
+        # the hops into (rank, chunk), sorted by step then hop index; a hop's candidates are
+        # those into (its src, its chunk); the last step before its own, all hops of that step
+        into = _pair_key(h["dst"], h["chunk"], h)
+        frm = _pair_key(h["src"], h["chunk"], h)
+        s0 = step - step.min()
+        span = int(s0.max()) + 1
+        order = np.lexsort((np.arange(n), s0, into))
+        key_sorted = into[order] * span + s0[order]
+        below = np.searchsorted(key_sorted, frm * span + s0, side="left")   # first >= own step
+        has = (below > 0) & (into[order][np.maximum(below - 1, 0)] == frm)
+        best = s0[order][np.maximum(below - 1, 0)]
+        start = np.searchsorted(key_sorted, frm * span + best, side="left")
+        idx = order.tolist()
+        return [idx[a:b] if ok else [] for a, b, ok in
+                zip(start.tolist(), below.tolist(), has.tolist())]
 
     def chunk_offsets(self, h: np.ndarray, collective: str, group: tuple[int, ...], s: int,
                       e: int, layout: RankLayout) -> np.ndarray:
@@ -76,6 +84,13 @@ class Algorithm:
         if collective == "Broadcast" or len(h) == 0:
             return np.zeros(len(h), np.int64)
         return chunk_starts(s, len(group), e)[h["chunk"] % len(group)]
+
+
+def _pair_key(rank: np.ndarray, chunk: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """One int64 per (rank, chunk) pair, equal for equal pairs across the hops of ``h``."""
+    c0 = min(int(h["chunk"].min()), 0)
+    width = int(h["chunk"].max()) - c0 + 1
+    return rank.astype(np.int64) * width + (chunk.astype(np.int64) - c0)
 
 
 def carriers(h: np.ndarray) -> list[list[int]]:

@@ -1,0 +1,74 @@
+"""The building blocks of the fast flat build: the shift-by-whole-nodes property its transfer
+cache rests on, checked against :func:`tokenpcap.collectives.transfers.transfers` itself for
+every algorithm and collective, and the instruction encoding."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenpcap.collectives.algorithms import selectable_algorithms
+from tokenpcap.collectives.layout import RankLayout
+from tokenpcap.collectives.traffic import CallShape
+from tokenpcap.collectives.transfers import transfers
+from tokenpcap.schedule.flatbuild import (
+    CALL,
+    COMPUTE,
+    MARK,
+    MARK_CODES,
+    WAIT,
+    canonical_shape,
+    encode_program,
+)
+from tokenpcap.schedule.program import Call, CallMode, Compute, Mark, Wait
+
+GPN, NPN, NODES = 4, 2, 6
+LAYOUT = RankLayout(dp=GPN * NODES, tp=1, pp=1, gpus_per_node=GPN, nics_per_node=NPN)
+
+
+@st.composite
+def shapes(draw):
+    coll = draw(st.sampled_from(["AllReduce", "AllGather", "ReduceScatter", "AllToAll",
+                                 "Broadcast", "SendRecv"]))
+    n = 2 if coll == "SendRecv" else draw(st.integers(2, 8))
+    # a group inside the first NODES - 2 nodes, then moved up by 1 or 2 whole nodes
+    group = tuple(draw(st.permutations(range(GPN * (NODES - 2))))[:n])
+    return coll, group, draw(st.integers(1, 3)), draw(st.sampled_from(selectable_algorithms()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes(), st.integers(1, 4), st.integers(1, 2))
+def test_a_group_moved_by_whole_nodes_has_the_moved_transfers(shape, chunks, nodes_up):
+    coll, group, elems, alg = shape
+    e = 2
+    size = chunks * 3 * len(group) * elems * e + e * (chunks % 2)
+    moved = tuple(r + nodes_up * GPN for r in group)
+    key, shift = canonical_shape(coll, moved, size, e, GPN)
+    assert shift % GPN == 0 and min(key[1]) < GPN and key[1] == tuple(r - shift for r in moved)
+    a = transfers(CallShape(*key), alg, LAYOUT, 3, 5 * e)
+    b = transfers(CallShape(coll, moved, size, e), alg, LAYOUT, 3, 5 * e)
+    ta, tb = a.table, b.table
+    up = shift // GPN * NPN
+    for f in ta.dtype.names:
+        want = ta[f]
+        if f in ("src", "dst"):
+            want = want + shift
+        elif f in ("src_nic", "dst_nic"):
+            want = np.where(want >= 0, want + up, -1)
+        assert np.array_equal(want, tb[f]), f
+    assert a.deps == b.deps and a.dependents == b.dependents
+    assert {r + shift: v for r, v in a.by_src.items()} == b.by_src
+    assert {r + shift: v for r, v in a.by_dst.items()} == b.by_dst
+
+
+def test_a_group_already_on_node_0_is_its_own_canonical_shape():
+    key, shift = canonical_shape("AllReduce", (3, 1, 6), 64, 2, GPN)
+    assert shift == 0 and key == ("AllReduce", (3, 1, 6), 64, 2)
+
+
+def test_encoding_of_each_instruction():
+    prog = [Mark(True, "B", 3, 0), Compute(17), Call(42, CallMode.RECV), Wait(), Mark(False, "O", -1, 0)]
+    kind, a, b = encode_program(prog, {42: 9}.__getitem__)
+    assert kind == [MARK, COMPUTE, CALL, WAIT, MARK]
+    assert a == [3, 17, 9, 0, -1]
+    assert b == [MARK_CODES.index(b"B") * 2 + 1, 0, int(CallMode.RECV), 0, MARK_CODES.index(b"O") * 2]
