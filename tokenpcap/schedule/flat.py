@@ -155,7 +155,9 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0, *,
     part_call = np.repeat(np.arange(C, dtype=np.int64), npart)
     prog_ptr, ins_kind, ins_a, ins_b = template_programs(
         calls, part_call, cols["part_rank"], lay.world_size, lay.coords, shards, times,
-        plan.microbatches, iteration, plan.scenario.training.recompute)
+        plan.microbatches, iteration, plan.scenario.training.recompute,
+        chunks=[chunk_layers(plan.scenario, st) for st in range(lay.pp)],
+        overlap_grad_reduce=plan.scenario.training.overlap_grad_reduce)
     call_ab = np.array([sh.ab for sh in shapes], np.int64)[shape_of]
     return Flat(C, calls, call_ab, part_call, table[code_ids], tr_base, part_base,
                 cols["call"], cols["src"], cols["dst"], cols["srcp"], cols["dstp"], cols["nic"],

@@ -219,7 +219,8 @@ def place_transfers(shapes: list[CallShapeArrays], shape_of: np.ndarray, shift: 
 
 
 def template_programs(calls: list, part_call: np.ndarray, part_rank: np.ndarray, world: int,
-                      coords, shards, times, microbatches: int, iteration: int, recompute: str
+                      coords, shards, times, microbatches: int, iteration: int, recompute: str,
+                      *, chunks: list[list[range]] | None = None, overlap_grad_reduce: bool = True
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(prog_ptr (W + 1,), ins_kind int8, ins_a, ins_b)`` of every rank's program, one
     :func:`~tokenpcap.schedule.program.build_programs` per class of ranks (module docstring).
@@ -227,7 +228,8 @@ def template_programs(calls: list, part_call: np.ndarray, part_rank: np.ndarray,
     Args:
         calls: the iteration's calls in call order; ``part_call``/``part_rank``: int64 ``(P,)``
             call and rank of each participation (participations in call order).
-        world: ranks; ``coords``: ``rank -> RankCoords``; the rest as ``build_programs``.
+        world: ranks; ``coords``: ``rank -> RankCoords``; the rest (``chunks``: the layers of
+            each stage's model chunks, ``overlap_grad_reduce``) as ``build_programs``.
 
     Raises:
         RuntimeError: a call the programs do not place (as :func:`build_programs`).
@@ -254,7 +256,8 @@ def template_programs(calls: list, part_call: np.ndarray, part_rank: np.ndarray,
         mine = by_rank[start[r0]:start[r0 + 1]]
         nth = {calls[int(c)].call_id: n for n, c in enumerate(part_call[mine].tolist())}
         prog = build_programs([calls[int(c)] for c in part_call[mine]], range(r0, r0 + 1), coords,
-                              shards, times, microbatches, iteration, recompute)[r0]
+                              shards, times, microbatches, iteration, recompute, chunks=chunks,
+                              overlap_grad_reduce=overlap_grad_reduce)[r0]
         kind, a, b = (np.asarray(x, np.int64) for x in encode_program(prog, nth.__getitem__))
         templates.append((np.asarray(members, np.int64), kind, a, b))
         lengths[members] = kind.size
