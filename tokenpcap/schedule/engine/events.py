@@ -28,8 +28,8 @@ __all__ = [
     "A_STARTED", "A_WAITER", "A_SNEXT", "A_CALL", "R_PC", "R_END", "R_IT", "R_BLOCKED", "R_SBUSY",
     "R_SWAIT", "R_SHEAD", "R_STAIL", "Q_PORT", "Q_ORDER", "Q_HEAD", "Q_FHEAD", "Q_FTAIL",
     "Q_PSN", "Q_COUNT", "Q_BYTES", "P_CLOCK", "P_CREATED", "P_ACT_LO", "P_NACT", "P_PTR", "P_AHEAD",
-    "P_ATAIL", "P_NACK", "P_WAKE", "P_SEL", "P_STOP", "P_ROUND", "X_Q", "X_ORDER", "X_HEAD",
-    "X_N", "X_NEXT", "X_D0", "X_D1", "X_D2", "R_NVL", "R_MARK", "State", "push", "pop", "emit"
+    "P_ATAIL", "P_NACK", "P_WAKE", "P_SEL", "P_STOP", "P_ROUND", "P_CUR", "X_Q", "X_HEAD",
+    "X_N", "X_NEXT", "X_D0", "X_D1", "X_D2", "X_SUCC", "X_PRED", "X_ON", "R_NVL", "R_MARK", "State", "push", "pop", "emit"
 ]
 
 
@@ -53,8 +53,8 @@ T_WAIT, T_SRCP, T_DSTP, T_SRC, T_NIC, T_BYTES, T_QPID0, T_QPID1, T_SHAPE, T_SNIC
 A_RANK, A_PENDING, A_STARTED, A_WAITER, A_SNEXT, A_CALL = range(6)
 R_PC, R_END, R_IT, R_BLOCKED, R_SBUSY, R_SWAIT, R_SHEAD, R_STAIL = range(8)
 Q_PORT, Q_ORDER, Q_HEAD, Q_FHEAD, Q_FTAIL, Q_PSN, Q_COUNT, Q_BYTES = range(8)
-P_CLOCK, P_CREATED, P_ACT_LO, P_NACT, P_PTR, P_AHEAD, P_ATAIL, P_NACK, P_WAKE, P_SEL, P_STOP, P_ROUND = range(12)
-X_Q, X_ORDER, X_HEAD, X_N, X_NEXT, X_D0, X_D1, X_D2 = range(8)
+P_CLOCK, P_CREATED, P_ACT_LO, P_NACT, P_PTR, P_AHEAD, P_ATAIL, P_NACK, P_WAKE, P_SEL, P_STOP, P_ROUND, P_CUR = range(13)
+X_Q, X_HEAD, X_N, X_NEXT, X_D0, X_D1, X_D2, X_SUCC, X_PRED, X_ON = range(10)
 R_NVL, R_MARK = 8, 9   # rk columns after the stream state (R_MARK .. R_MARK + 3: mark starts)
 
 
@@ -67,11 +67,11 @@ class State(NamedTuple):
     ``dep_list`` a transfer's dependents (CSR), ``part (P, 5)`` participations of ranks in calls
     (``A_*``), ``send_*``/``recv_*`` their transfers (CSR), ``prog_ptr (iterations·W + 1,)`` and
     ``ins (I, 3)`` the programs (kind, a, b), ``rk (W, 13)`` ranks (``R_*``, NVLink free time,
-    mark starts), ``qp (Q, 8)`` QPs (``Q_*``), ``pt (N, 12)`` NIC ports (``P_*``), ``ax (Q, 8)``
-    each port's eligible QPs sorted by creation (a region of rows per port, ``X_*``: the QP, its
-    creation order, its head message, that message's packets, its next packet and its FIRST,
-    MIDDLE and LAST layer-1 ns, kept together so that a port's rotation is read from one
-    contiguous block), ``sh_n (S,)``, ``sh_d (S, 3)``,
+    mark starts), ``qp (Q, 8)`` QPs (``Q_*``), ``pt (N, 13)`` NIC ports (``P_*``), ``ax (Q, 10)``
+    the QPs of each port in creation order (a region of rows per port, row ``P_ACT_LO + order``;
+    ``X_*``: the QP, its head message, that message's packets, its next packet, its FIRST, MIDDLE
+    and LAST layer-1 ns, and while it is eligible its successor and predecessor in the rotation,
+    a circular list), ``sh_n (S,)``, ``sh_d (S, 3)``,
     ``sh_fb (S, 3)`` packets, layer-1 ns and frame bytes (FIRST, MIDDLE, LAST) per message shape,
     ``tl (L, 6)`` timeline rows out, ``nv (V, 3)`` NVLink copies out (transfer, start, arrival);
     per call ``call_ab`` (alpha-beta ns of an NVLink-only call timed as a whole, -1 otherwise),

@@ -2,17 +2,21 @@
 posting a message on its QP, the ACK queue, committing the frames that start before a time
 (the round-robin epochs) and predicting the next frame with consequences (the wake).
 
-A port's eligible QPs are the rows ``P_ACT_LO .. P_ACT_LO + P_NACT - 1`` of ``S.ax``, in creation
-order, each carrying what the rotation reads (``X_*``: QP, order, head message, its packets, next
-packet, FIRST/MIDDLE/LAST layer-1 ns), so one epoch reads one contiguous block and never the
-message table. Two per-port values are kept between events instead of being recomputed:
+A port's QPs have the rows ``P_ACT_LO + order`` of ``S.ax`` (``order``: creation order on the
+port), each carrying what the rotation reads (``X_*``: QP, head message, its packets, next packet,
+FIRST/MIDDLE/LAST layer-1 ns), so an epoch never reads the message table. The eligible ones form
+a circular list in creation order (``X_SUCC``/``X_PRED``), ``P_CUR`` is the row served next (the
+first eligible QP created after the one served last, ``P_PTR``): joining and leaving the rotation
+cost ``O(1)`` plus the walk to the next eligible row. Two per-port values are kept between events
+instead of being recomputed:
 
 * ``P_ROUND``: the sum of the MIDDLE durations of the eligible QPs (one round of the rotation),
   updated when a QP joins or leaves the rotation or its head message changes;
 * ``P_STOP``: the stop slot counted from the port's next slot, or -1 when unknown. Committing
   ``c`` slots before it leaves the same QP's same packet as the stop, ``c`` slots nearer
   (``P_STOP - c``); it is recomputed (``O(k)`` for ``k`` eligible QPs) only after the stop slot
-  itself was sent, or when a QP joined or left the rotation.
+  itself was sent, or when a QP joined or left the rotation; the recomputation walks the rotation
+  only while the slot index is below the best stop found.
 """
 from __future__ import annotations
 
@@ -35,23 +39,7 @@ def _dur(ax, e, idx):
 
 
 @njit(cache=True, _nrt=False)
-def _first(S, port, lo, k):
-    """Row offset (0 .. k-1) of the first eligible QP created after the one served last."""
-    ax = S.ax
-    pt = S.pt
-    ptr = pt[port, P_PTR]
-    a, b = 0, k
-    while a < b:
-        mid = (a + b) >> 1
-        if ax[lo + mid, X_ORDER] <= ptr:
-            a = mid + 1
-        else:
-            b = mid
-    return a if a < k else 0
-
-
-@njit(cache=True, _nrt=False)
-def _stop(S, cf, port, lo, k, a):
+def _stop(S, cf, port, k):
     """The stop slot (first slot whose packet is the last of its message or carries AckReq),
     counted from the port's next slot; cached in ``P_STOP``."""
     ax = S.ax
@@ -61,8 +49,10 @@ def _stop(S, cf, port, lo, k, a):
         return s
     every = cf[EVERY]
     s = NEVER
-    e = lo + a
+    e = pt[port, P_CUR]
     for i in range(k):
+        if i >= s:
+            break                       # slot i·k + i' >= i for every later QP
         last = ax[e, X_N] - ax[e, X_NEXT] - 1
         if every > 0:
             j = (every - (ax[e, X_NEXT] + 1) % every) % every
@@ -71,9 +61,7 @@ def _stop(S, cf, port, lo, k, a):
         v = last * k + i
         if v < s:
             s = v
-        e += 1
-        if e == lo + k:
-            e = lo
+        e = ax[e, X_SUCC]
     pt[port, P_STOP] = s
     return s
 
@@ -96,22 +84,44 @@ def _load(S, e, mid):
 
 @njit(cache=True, _nrt=False)
 def _act_insert(S, port, q, mid):
+    """QP ``q`` joins its port's rotation with head ``mid``: linked in creation order, and the
+    port's next QP when it comes before the current one after the last served."""
     ax = S.ax
     pt = S.pt
     qp = S.qp
     lo = pt[port, P_ACT_LO]
     k = pt[port, P_NACT]
     o = qp[q, Q_ORDER]
-    i = k
-    while i > 0 and ax[lo + i - 1, X_ORDER] > o:
-        for c in range(8):
-            ax[lo + i, c] = ax[lo + i - 1, c]
-        i -= 1
-    ax[lo + i, X_Q] = q
-    ax[lo + i, X_ORDER] = o
-    _load(S, lo + i, mid)
+    r = lo + o
+    ax[r, X_Q] = q
+    ax[r, X_ON] = 1
+    _load(S, r, mid)
+    if k == 0:
+        ax[r, X_SUCC] = r
+        ax[r, X_PRED] = r
+        pt[port, P_CUR] = r
+    else:
+        n = pt[port, P_CREATED]
+        j = r + 1
+        while True:
+            if j == lo + n:
+                j = lo
+            if ax[j, X_ON] and j != r:
+                break
+            j += 1
+        p = ax[j, X_PRED]
+        ax[r, X_SUCC] = j
+        ax[r, X_PRED] = p
+        ax[p, X_SUCC] = r
+        ax[j, X_PRED] = r
+        ptr = pt[port, P_PTR]
+        co = pt[port, P_CUR] - lo
+        rank_new = o - ptr - 1 if o > ptr else o - ptr - 1 + n
+        rank_cur = co - ptr - 1 if co > ptr else co - ptr - 1 + n
+        if rank_new < rank_cur:
+            pt[port, P_CUR] = r
     pt[port, P_NACT] = k + 1
-    pt[port, P_ROUND] += ax[lo + i, X_D1]
+    pt[port, P_ROUND] += ax[r, X_D1]
     pt[port, P_STOP] = -1
 
 
@@ -119,12 +129,18 @@ def _act_insert(S, port, q, mid):
 def _act_remove(S, port, e):
     ax = S.ax
     pt = S.pt
-    lo = pt[port, P_ACT_LO]
     k = pt[port, P_NACT]
     pt[port, P_ROUND] -= ax[e, X_D1]
-    for j in range(e, lo + k - 1):
-        for c in range(8):
-            ax[j, c] = ax[j + 1, c]
+    ax[e, X_ON] = 0
+    if k == 1:
+        pt[port, P_CUR] = -1
+    else:
+        sn = ax[e, X_SUCC]
+        p = ax[e, X_PRED]
+        ax[p, X_SUCC] = sn
+        ax[sn, X_PRED] = p
+        if pt[port, P_CUR] == e:
+            pt[port, P_CUR] = sn
     pt[port, P_NACT] = k - 1
     pt[port, P_STOP] = -1
 
@@ -137,17 +153,16 @@ def _epoch(S, cf, sc, h, o, port, limit):
     pt = S.pt
     qp = S.qp
     sh_fb = S.sh_fb
-    lo = pt[port, P_ACT_LO]
     k = pt[port, P_NACT]
-    end = lo + k
-    a = _first(S, port, lo, k)
-    s = _stop(S, cf, port, lo, k, a)
+    start = pt[port, P_CUR]
+    s = _stop(S, cf, port, k)
     R = pt[port, P_ROUND]
     clock = pt[port, P_CLOCK]
     t = clock
     j = 0
     rnd = 0                             # j // k
-    e = lo + a                          # rotation row of slot j
+    e = start                           # rotation row of slot j
+    el = start                          # rotation row of slot j - 1
     while j <= s and t < limit:
         if j == k:
             # every slot from here to s - 1 is a MIDDLE packet: skip whole rounds at once
@@ -165,42 +180,35 @@ def _epoch(S, cf, sc, h, o, port, limit):
             ms[ax[e, X_HEAD], M_FIRST] = t
         t += _dur(ax, e, idx)
         j += 1
-        e += 1
-        if e == end:
-            e = lo
-        if e == lo + a:
+        el = e
+        e = ax[e, X_SUCC]
+        if e == start:
             rnd += 1
     c = j
     if pt[port, P_SEL]:
         tt = clock
-        e = lo + a
+        e2 = start
         rnd = 0
         for jj in range(c):
-            idx = ax[e, X_NEXT] + rnd
-            hm = ax[e, X_HEAD]
+            idx = ax[e2, X_NEXT] + rnd
+            hm = ax[e2, X_HEAD]
             sh = ms[hm, M_SHAPE]
-            n = ax[e, X_N]
+            n = ax[e2, X_N]
             fb = sh_fb[sh, 2] if idx == n - 1 else (sh_fb[sh, 0] if idx == 0 else sh_fb[sh, 1])
             emit(o, sc, tt, port, ms[hm, M_DST], hm, idx, ms[hm, M_KIND], fb)
-            tt += _dur(ax, e, idx)
-            e += 1
-            if e == end:
-                e = lo
-            if e == lo + a:
+            tt += _dur(ax, e2, idx)
+            e2 = ax[e2, X_SUCC]
+            if e2 == start:
                 rnd += 1
     full = c // k
     rem = c - full * k
-    e = lo + a
+    e2 = start
     for i in range(k if full > 0 else rem):
-        ax[e, X_NEXT] += full + (1 if i < rem else 0)
-        e += 1
-        if e == end:
-            e = lo
+        ax[e2, X_NEXT] += full + (1 if i < rem else 0)
+        e2 = ax[e2, X_SUCC]
     pt[port, P_CLOCK] = t
-    el = lo + a + (c - 1) % k
-    if el >= end:
-        el -= k
-    pt[port, P_PTR] = ax[el, X_ORDER]
+    pt[port, P_PTR] = el - pt[port, P_ACT_LO]
+    pt[port, P_CUR] = e
     if c <= s:
         pt[port, P_STOP] = s - c
         return
@@ -274,29 +282,27 @@ def rewake(S, cf, sc, h, port):
     k = pt[port, P_NACT]
     if k == 0:
         return
-    lo = pt[port, P_ACT_LO]
-    a = _first(S, port, lo, k)
-    s = _stop(S, cf, port, lo, k, a)
+    s = _stop(S, cf, port, k)
     base = pt[port, P_CLOCK] + pt[port, P_NACK] * cf[ACK_NS]
     full = s // k
     rem = s - full * k
     t = base + full * pt[port, P_ROUND]
     m = k if k < s else s
-    e = lo + a
+    e = pt[port, P_CUR]
     for i in range(m):
         if i < rem:
             t += ax[e, X_D1]
         if ax[e, X_NEXT] == 0:
             t += ax[e, X_D0] - ax[e, X_D1]
-        e += 1
-        if e == lo + k:
-            e = lo
+        e = ax[e, X_SUCC]
     if pt[port, P_SEL]:
         dmin = NEVER
-        for e in range(lo, lo + k):
+        e = pt[port, P_CUR]
+        for i in range(k):
             for c in range(X_D0, X_D2 + 1):
                 if ax[e, c] < dmin:
                     dmin = ax[e, c]
+            e = ax[e, X_SUCC]
         cap = base + cf[GAP] * dmin
         if cap < t:
             t = cap

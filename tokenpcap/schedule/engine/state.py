@@ -192,7 +192,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     qp = np.full((nq, 8), -1, np.int64)
     qp[:, K.Q_PORT] = q_port
     qp[:, [K.Q_PSN, K.Q_COUNT, K.Q_BYTES]] = 0
-    pt = np.full((N, 12), -1, np.int64)
+    pt = np.full((N, 13), -1, np.int64)
     pt[:, [K.P_CREATED, K.P_NACT, K.P_NACK, K.P_SEL, K.P_ROUND]] = 0
     pt[:, K.P_ACT_LO] = act_lo
     pt[:, K.P_WAKE] = K.NEVER
@@ -200,12 +200,14 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         pt[:, K.P_SEL] = 1
     else:
         pt[np.asarray(sorted(nics), np.int64), K.P_SEL] = 1
+    ax = np.full((max(1, nq), 10), -1, np.int64)
+    ax[:, K.X_ON] = 0
     M = nx.size * (2 if cts else 1)
     ms = np.full((M, 17), -1, np.int64)
     n_marks = int(((ins[:, 0] == K.I_MARK) & (ins[:, 2] % 2 == 0)).sum()) if keep_history else 0
     S = K.State(ms=ms, trs=trs, dep_ptr=dep_ptr, dep_list=dep_list, part=part, send_ptr=send_ptr,
                 send_list=send_list, recv_ptr=recv_ptr, recv_list=recv_list, prog_ptr=prog_ptr, ins=ins,
-                rk=rk, qp=qp, pt=pt, ax=np.full((max(1, nq), 8), -1, np.int64), sh_n=sh_n,
+                rk=rk, qp=qp, pt=pt, ax=ax, sh_n=sh_n,
                 sh_d=np.ascontiguousarray(sh_d), sh_fb=np.ascontiguousarray(sh_fb),
                 tl=np.zeros((n_marks, 6), np.int64),
                 nv=np.zeros((int((tr_nic == 0).sum()) if keep_nvlink else 0, 3), np.int64),
