@@ -120,23 +120,24 @@ def push(h, sc, t, typ, key2, a, b):
     if n == h.shape[0]:
         sc[ERR] = 3                     # the caller keeps headroom (run returns 3 to grow)
         return
-    h[n, 0] = t * 8 + typ
-    h[n, 1] = key2
-    h[n, 2] = sc[SEQ]
-    h[n, 3] = a
-    h[n, 4] = b
-    sc[SEQ] += 1
+    k0 = t * 8 + typ
+    k2 = sc[SEQ]
+    sc[SEQ] = k2 + 1
+    # sift the hole up from the end, then write the new row once
     i = n
     while i > 0:
         par = (i - 1) >> 1
-        if _less(h, i, par):
-            for c in range(5):
-                tmp = h[i, c]
-                h[i, c] = h[par, c]
-                h[par, c] = tmp
-            i = par
-        else:
+        p0 = h[par, 0]
+        if p0 < k0 or (p0 == k0 and (h[par, 1] < key2 or (h[par, 1] == key2 and h[par, 2] < k2))):
             break
+        for c in range(5):
+            h[i, c] = h[par, c]
+        i = par
+    h[i, 0] = k0
+    h[i, 1] = key2
+    h[i, 2] = k2
+    h[i, 3] = a
+    h[i, 4] = b
     sc[HN] = n + 1
 
 
@@ -145,24 +146,33 @@ def pop(h, sc, row):
     n = sc[HN] - 1
     for c in range(5):
         row[c] = h[0, c]
-        h[0, c] = h[n, c]
     sc[HN] = n
+    if n == 0:
+        return
+    # the last row fills the hole at the root, sifted down without swapping
+    x0 = h[n, 0]
+    x1 = h[n, 1]
+    x2 = h[n, 2]
+    x3 = h[n, 3]
+    x4 = h[n, 4]
     i = 0
     while True:
-        lft = 2 * i + 1
-        if lft >= n:
+        m = 2 * i + 1
+        if m >= n:
             break
-        m = lft
-        if lft + 1 < n and _less(h, lft + 1, lft):
-            m = lft + 1
-        if _less(h, m, i):
-            for c in range(5):
-                tmp = h[i, c]
-                h[i, c] = h[m, c]
-                h[m, c] = tmp
-            i = m
-        else:
+        if m + 1 < n and _less(h, m + 1, m):
+            m += 1
+        m0 = h[m, 0]
+        if m0 > x0 or (m0 == x0 and (h[m, 1] > x1 or (h[m, 1] == x1 and h[m, 2] > x2))):
             break
+        for c in range(5):
+            h[i, c] = h[m, c]
+        i = m
+    h[i, 0] = x0
+    h[i, 1] = x1
+    h[i, 2] = x2
+    h[i, 3] = x3
+    h[i, 4] = x4
 
 
 # ---------------------------------------------------------------- output rows
