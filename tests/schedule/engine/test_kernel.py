@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.plan.build import build_plan
 from tokenpcap.records import PHASES, DIMS, KIND_DATA
+from tokenpcap.schedule.engine.port import TX_DTYPE
 from tokenpcap.schedule.reference import ReferenceSchedule
 from tokenpcap.schedule.runner import Schedule
 from tests.schedule.test_schedule import VARIANTS, tiny_scenario
@@ -77,18 +78,12 @@ def test_many_qps_joining_and_leaving_a_nic_time_as_the_reference_engine(tmp_pat
     plan = build_plan(load_scenario(path), scale=scale)
     new = Schedule(plan, iterations=1, chunk_rows=1 << 10, nics=sel)
     old = ReferenceSchedule(plan, iterations=1)
-    tx_new = np.concatenate(list(new.run()) or [np.zeros(0, old_tx_dtype())])
+    tx_new = np.concatenate(list(new.run()) or [np.zeros(0, TX_DTYPE)])
     tx_old = np.concatenate(list(old.run()))
     if sel is not None:
         tx_old = tx_old[np.isin(tx_old["nic"], list(sel))]
     assert new.messages.tobytes() == old.messages.tobytes()
     assert tx_new.tobytes() == tx_old.tobytes()
-
-
-def old_tx_dtype():
-    from tokenpcap.schedule.engine.port import TX_DTYPE
-
-    return TX_DTYPE
 
 
 @pytest.mark.parametrize("name,scale", [("dante", 64), ("gpt2-all-cross", 1)])
