@@ -16,10 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.plan.build import build_plan
 from tokenpcap.records import PHASES, DIMS, KIND_DATA
+from tokenpcap.schedule.engine.port import TX_DTYPE
 from tokenpcap.schedule.reference import ReferenceSchedule
 from tokenpcap.schedule.runner import Schedule
 from tests.schedule.test_schedule import VARIANTS, tiny_scenario
@@ -56,6 +59,31 @@ def test_acks_and_clear_to_send_settings_time_as_the_reference_engine(tmp_path, 
     path = tiny_scenario(tmp_path, "acks", dp=2, tp=2, pp=2, gbs=4, extra=", overlap_grad_reduce: true, bucket_size: 150000")
     path.write_text(path.read_text() + f"generation: {gen}\n")
     assert_same(build_plan(load_scenario(path), scale=4))
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ep=st.sampled_from([(4, 1, 2, 2), (8, 1, 1, 4), (2, 2, 2, 2)]), channels=st.integers(1, 3),
+       every=st.sampled_from([0, 1, 2, 5]), cts=st.booleans(), scale=st.sampled_from([1, 16, 4096]),
+       sel=st.sampled_from([None, (0,), (1, 3)]))
+def test_many_qps_joining_and_leaving_a_nic_time_as_the_reference_engine(tmp_path, ep, channels, every, cts,
+                                                                         scale, sel):
+    """Expert-parallel AllToAlls put many QPs on each NIC that join and leave the rotation at
+    every message (the cached rotation, round and stop slot of the compiled engine), with
+    one-packet to many-packet messages, ACK requests inside messages and a partial selection of
+    NICs (whose wakes are capped): message table and frames equal to the reference's."""
+    dp, tp, pp, e = ep
+    path = tiny_scenario(tmp_path, "ep", dp, tp, pp, gbs=dp * 2, channels=channels, par=f", ep: {e}",
+                         model="  moe: {experts: 8, top_k: 2}\n")
+    path.write_text(path.read_text() + f"generation: {{ack_every_packets: {every}, clear_to_send: {str(cts).lower()}}}\n")
+    plan = build_plan(load_scenario(path), scale=scale)
+    new = Schedule(plan, iterations=1, chunk_rows=1 << 10, nics=sel)
+    old = ReferenceSchedule(plan, iterations=1)
+    tx_new = np.concatenate(list(new.run()) or [np.zeros(0, TX_DTYPE)])
+    tx_old = np.concatenate(list(old.run()))
+    if sel is not None:
+        tx_old = tx_old[np.isin(tx_old["nic"], list(sel))]
+    assert new.messages.tobytes() == old.messages.tobytes()
+    assert tx_new.tobytes() == tx_old.tobytes()
 
 
 @pytest.mark.parametrize("name,scale", [("dante", 64), ("gpt2-all-cross", 1)])

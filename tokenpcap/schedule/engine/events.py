@@ -16,7 +16,8 @@ from numba import njit
 
 __all__ = [
     "EV_READY", "EV_ACK", "EV_ARRIVE", "EV_TIMER", "EV_WAKE", "NEVER", "MASK24", "HN", "SEQ",
-    "NMSG", "NOW", "NOUT", "NLAUNCH", "ACKFREE", "ACKTOP", "NTL", "NNV", "ERR", "FRONT", "LAT",
+    "NMSG", "NOW", "NOUT", "NLAUNCH", "ACKFREE", "ACKTOP", "NTL", "NNV", "ERR", "FRONT", "RDY_NEXT",
+    "RDY_END", "LAT",
     "ACKDELAY", "ACK_NS", "ACK_FB", "EVERY", "CTS", "CTS_BYTES", "CTS_SHAPE", "ITERS", "WORLD",
     "NVL_NUM", "NVL_DEN", "NVL_LAT", "GAP", "CHUNK", "KEEP_HIST", "KEEP_NV", "NPORTS", "HEAD",
     "I_COMPUTE", "I_CALL", "I_WAIT", "I_MARK", "M_BLOCK", "M_ASYNC", "M_SEND", "M_RECV", "W_NONE",
@@ -25,9 +26,10 @@ __all__ = [
     "M_QSEQ", "M_BOFF", "M_PEER", "M_LINK", "T_WAIT", "T_SRCP", "T_DSTP", "T_SRC", "T_NIC",
     "T_BYTES", "T_QPID0", "T_QPID1", "T_SHAPE", "T_SNIC", "T_DNIC", "T_MSG", "A_RANK", "A_PENDING",
     "A_STARTED", "A_WAITER", "A_SNEXT", "A_CALL", "R_PC", "R_END", "R_IT", "R_BLOCKED", "R_SBUSY",
-    "R_SWAIT", "R_SHEAD", "R_STAIL", "Q_PORT", "Q_ORDER", "Q_HEAD", "Q_NEXT", "Q_FHEAD", "Q_FTAIL",
+    "R_SWAIT", "R_SHEAD", "R_STAIL", "Q_PORT", "Q_ORDER", "Q_HEAD", "Q_FHEAD", "Q_FTAIL",
     "Q_PSN", "Q_COUNT", "Q_BYTES", "P_CLOCK", "P_CREATED", "P_ACT_LO", "P_NACT", "P_PTR", "P_AHEAD",
-    "P_ATAIL", "P_NACK", "P_WAKE", "P_SEL", "R_NVL", "R_MARK", "State", "push", "pop", "emit"
+    "P_ATAIL", "P_NACK", "P_WAKE", "P_SEL", "P_STOP", "P_ROUND", "P_CUR", "X_Q", "X_HEAD",
+    "X_N", "X_NEXT", "X_D0", "X_D1", "X_D2", "X_SUCC", "X_PRED", "X_ON", "R_NVL", "R_MARK", "State", "push", "pop", "emit"
 ]
 
 
@@ -36,7 +38,7 @@ EV_READY, EV_ACK, EV_ARRIVE, EV_TIMER, EV_WAKE = 0, 1, 2, 3, 4
 NEVER = 1 << 62
 MASK24 = (1 << 24) - 1
 # scalar slots of sc
-HN, SEQ, NMSG, NOW, NOUT, NLAUNCH, ACKFREE, ACKTOP, NTL, NNV, ERR, FRONT = range(12)
+HN, SEQ, NMSG, NOW, NOUT, NLAUNCH, ACKFREE, ACKTOP, NTL, NNV, ERR, FRONT, RDY_NEXT, RDY_END = range(14)
 # config slots of cf
 (LAT, ACKDELAY, ACK_NS, ACK_FB, EVERY, CTS, CTS_BYTES, CTS_SHAPE, ITERS, WORLD, NVL_NUM, NVL_DEN,
  NVL_LAT, GAP, CHUNK, KEEP_HIST, KEEP_NV, NPORTS, HEAD) = range(19)
@@ -50,8 +52,9 @@ M_TR, M_KIND, M_SRC, M_DST, M_QPID, M_SHAPE, M_SIZE, M_START, M_READY, M_FIRST, 
 T_WAIT, T_SRCP, T_DSTP, T_SRC, T_NIC, T_BYTES, T_QPID0, T_QPID1, T_SHAPE, T_SNIC, T_DNIC, T_MSG = range(12)
 A_RANK, A_PENDING, A_STARTED, A_WAITER, A_SNEXT, A_CALL = range(6)
 R_PC, R_END, R_IT, R_BLOCKED, R_SBUSY, R_SWAIT, R_SHEAD, R_STAIL = range(8)
-Q_PORT, Q_ORDER, Q_HEAD, Q_NEXT, Q_FHEAD, Q_FTAIL, Q_PSN, Q_COUNT, Q_BYTES = range(9)
-P_CLOCK, P_CREATED, P_ACT_LO, P_NACT, P_PTR, P_AHEAD, P_ATAIL, P_NACK, P_WAKE, P_SEL = range(10)
+Q_PORT, Q_ORDER, Q_HEAD, Q_FHEAD, Q_FTAIL, Q_PSN, Q_COUNT, Q_BYTES = range(8)
+P_CLOCK, P_CREATED, P_ACT_LO, P_NACT, P_PTR, P_AHEAD, P_ATAIL, P_NACK, P_WAKE, P_SEL, P_STOP, P_ROUND, P_CUR = range(13)
+X_Q, X_HEAD, X_N, X_NEXT, X_D0, X_D1, X_D2, X_SUCC, X_PRED, X_ON = range(10)
 R_NVL, R_MARK = 8, 9   # rk columns after the stream state (R_MARK .. R_MARK + 3: mark starts)
 
 
@@ -64,8 +67,11 @@ class State(NamedTuple):
     ``dep_list`` a transfer's dependents (CSR), ``part (P, 5)`` participations of ranks in calls
     (``A_*``), ``send_*``/``recv_*`` their transfers (CSR), ``prog_ptr (iterations·W + 1,)`` and
     ``ins (I, 3)`` the programs (kind, a, b), ``rk (W, 13)`` ranks (``R_*``, NVLink free time,
-    mark starts), ``qp (Q, 9)`` QPs (``Q_*``), ``pt (N, 10)`` NIC ports (``P_*``), ``act (Q,)``
-    each port's eligible QPs sorted by creation (a region per port), ``sh_n (S,)``, ``sh_d (S, 3)``,
+    mark starts), ``qp (Q, 8)`` QPs (``Q_*``), ``pt (N, 13)`` NIC ports (``P_*``), ``ax (Q, 10)``
+    the QPs of each port in creation order (a region of rows per port, row ``P_ACT_LO + order``;
+    ``X_*``: the QP, its head message, that message's packets, its next packet, its FIRST, MIDDLE
+    and LAST layer-1 ns, and while it is eligible its successor and predecessor in the rotation,
+    a circular list), ``sh_n (S,)``, ``sh_d (S, 3)``,
     ``sh_fb (S, 3)`` packets, layer-1 ns and frame bytes (FIRST, MIDDLE, LAST) per message shape,
     ``tl (L, 6)`` timeline rows out, ``nv (V, 3)`` NVLink copies out (transfer, start, arrival);
     per call ``call_ab`` (alpha-beta ns of an NVLink-only call timed as a whole, -1 otherwise),
@@ -86,7 +92,7 @@ class State(NamedTuple):
     rk: np.ndarray
     qp: np.ndarray
     pt: np.ndarray
-    act: np.ndarray
+    ax: np.ndarray
     sh_n: np.ndarray
     sh_d: np.ndarray
     sh_fb: np.ndarray
@@ -99,7 +105,7 @@ class State(NamedTuple):
 
 # ---------------------------------------------------------------- heap
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _less(h, i, j):
     if h[i, 0] != h[j, 0]:
         return h[i, 0] < h[j, 0]
@@ -108,60 +114,70 @@ def _less(h, i, j):
     return h[i, 2] < h[j, 2]
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def push(h, sc, t, typ, key2, a, b):
     n = sc[HN]
     if n == h.shape[0]:
         sc[ERR] = 3                     # the caller keeps headroom (run returns 3 to grow)
         return
-    h[n, 0] = t * 8 + typ
-    h[n, 1] = key2
-    h[n, 2] = sc[SEQ]
-    h[n, 3] = a
-    h[n, 4] = b
-    sc[SEQ] += 1
+    k0 = t * 8 + typ
+    k2 = sc[SEQ]
+    sc[SEQ] = k2 + 1
+    # sift the hole up from the end, then write the new row once
     i = n
     while i > 0:
         par = (i - 1) >> 1
-        if _less(h, i, par):
-            for c in range(5):
-                tmp = h[i, c]
-                h[i, c] = h[par, c]
-                h[par, c] = tmp
-            i = par
-        else:
+        p0 = h[par, 0]
+        if p0 < k0 or (p0 == k0 and (h[par, 1] < key2 or (h[par, 1] == key2 and h[par, 2] < k2))):
             break
+        for c in range(5):
+            h[i, c] = h[par, c]
+        i = par
+    h[i, 0] = k0
+    h[i, 1] = key2
+    h[i, 2] = k2
+    h[i, 3] = a
+    h[i, 4] = b
     sc[HN] = n + 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def pop(h, sc, row):
     n = sc[HN] - 1
     for c in range(5):
         row[c] = h[0, c]
-        h[0, c] = h[n, c]
     sc[HN] = n
+    if n == 0:
+        return
+    # the last row fills the hole at the root, sifted down without swapping
+    x0 = h[n, 0]
+    x1 = h[n, 1]
+    x2 = h[n, 2]
+    x3 = h[n, 3]
+    x4 = h[n, 4]
     i = 0
     while True:
-        lft = 2 * i + 1
-        if lft >= n:
+        m = 2 * i + 1
+        if m >= n:
             break
-        m = lft
-        if lft + 1 < n and _less(h, lft + 1, lft):
-            m = lft + 1
-        if _less(h, m, i):
-            for c in range(5):
-                tmp = h[i, c]
-                h[i, c] = h[m, c]
-                h[m, c] = tmp
-            i = m
-        else:
+        if m + 1 < n and _less(h, m + 1, m):
+            m += 1
+        m0 = h[m, 0]
+        if m0 > x0 or (m0 == x0 and (h[m, 1] > x1 or (h[m, 1] == x1 and h[m, 2] > x2))):
             break
+        for c in range(5):
+            h[i, c] = h[m, c]
+        i = m
+    h[i, 0] = x0
+    h[i, 1] = x1
+    h[i, 2] = x2
+    h[i, 3] = x3
+    h[i, 4] = x4
 
 
 # ---------------------------------------------------------------- output rows
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def emit(o, sc, t, nic, peer, msg, idx, kind, fb):
     n = sc[NOUT]
     if n == o.shape[0]:

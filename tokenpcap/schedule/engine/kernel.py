@@ -20,6 +20,8 @@ overhead), computed so that the cost of a message does not depend on its packet 
 * **Events** are those of the discrete-event engine, in the same total order: a binary heap keyed
   by ``(time, type, key, insertion)`` with types READY < ACK < ARRIVE < TIMER < WAKE, READY keyed
   by message id, ACK by (message, packet), ARRIVE by message, WAKE by NIC, timers by insertion.
+  The READYs an event creates at its own instant sort before everything left at that instant and
+  in id order, so they are handled right after it without the heap.
   A WAKE comes at the start of a NIC's predicted stop slot; arrivals and ACKs are pushed when
   their packet is committed. The same inputs therefore give the same message times, ids, QP
   rotation orders and packets as the Python engine.
@@ -27,6 +29,11 @@ overhead), computed so that the cost of a message does not depend on its packet 
   output buffer as its slots are committed (the slots of an epoch are walked one by one there);
   the others only advance their clocks. A selected NIC's wake is also capped at ``gap`` shortest
   frames after its clock, so its rows are committed (and handed out) in bounded batches.
+
+The parts are compiled without numba's reference counting (``@njit(_nrt=False)``): they never
+allocate, and every call that passes the :class:`State` would otherwise pay two atomic operations
+per array of it (most of the engine's time before). Numba's on-disk cache does not follow calls
+across modules: after editing a part, delete ``tokenpcap/schedule/engine/__pycache__/*.nb[ic]``.
 
 The buffers that grow with what is in progress (event heap, ACK queues, output rows, the
 transfers launched by one event) are plain arrays: :func:`run` returns to Python before an event
@@ -48,29 +55,41 @@ __all__ = ["State", "run", "commit", "push", "NEVER"]
 
 
 @njit(cache=True)
-def commit(S, cf, sc, h, a, o, port, limit, qs, st):
+def commit(S, cf, sc, h, a, o, port, limit):
     """Commit ``port``'s frames that start before ``limit`` (and queue its next wake)."""
-    advance(S, cf, sc, h, a, o, port, limit, qs, st)
+    advance(S, cf, sc, h, a, o, port, limit)
     if limit < NEVER:
-        rewake(S, cf, sc, h, port, qs)
+        rewake(S, cf, sc, h, port)
 
 
 @njit(cache=True)
-def run(S, cf, sc, h, a, o, lst, qs, st):
+def run(S, cf, sc, h, a, o, lst):
     """Process events in order. Returns 1 when the output holds ``cf[CHUNK]`` rows (``sc[FRONT]``
     is then the time of the next event: the caller commits the selected NICs up to it with
     :func:`commit` and hands out the rows before it), 3 when a buffer needs to grow before the
     next event (heap or launch list within ``cf[HEAD]`` of full, ACK pool, output rows within
-    ``cf[GAP]`` + 64 of full), 2 on an internal error (``sc[ERR]``), 0 when every event is done."""
+    ``cf[GAP]`` + 64 of full), 2 on an internal error (``sc[ERR]``), 0 when every event is done.
+
+    The messages an event posts (``sc[RDY_NEXT] .. sc[RDY_END] - 1``, in id order) are the next
+    events in the heap's order; they are posted here one by one, before the next pop, without
+    going through the heap."""
     row = np.empty(5, np.int64)
-    while sc[HN] > 0:
+    while sc[HN] > 0 or sc[RDY_NEXT] < sc[RDY_END]:
+        pending = sc[RDY_NEXT] < sc[RDY_END]
         if sc[NOUT] >= cf[CHUNK]:
-            sc[FRONT] = h[0, 0] >> 3
+            sc[FRONT] = sc[NOW] if pending else h[0, 0] >> 3
             return 1
         if (sc[HN] + cf[HEAD] > h.shape[0] or cf[HEAD] > lst.shape[0]
                 or (sc[ACKFREE] < 0 and sc[ACKTOP] + 64 > a.shape[0])
                 or sc[NOUT] + cf[GAP] + 64 > o.shape[0]):
             return 3
+        if pending:
+            mid = sc[RDY_NEXT]
+            sc[RDY_NEXT] = mid + 1
+            ready(S, cf, sc, h, a, o, mid, sc[NOW])
+            if sc[ERR]:
+                return 2
+            continue
         pop(h, sc, row)
         t = row[0] >> 3
         typ = row[0] & 7
@@ -79,19 +98,17 @@ def run(S, cf, sc, h, a, o, lst, qs, st):
             port = row[3]
             if t == S.pt[port, P_WAKE]:
                 S.pt[port, P_WAKE] = NEVER
-                advance(S, cf, sc, h, a, o, port, t + 1, qs, st)
-                rewake(S, cf, sc, h, port, qs)
-        elif typ == EV_READY:
-            ready(S, cf, sc, h, a, o, row[1] >> 24, t, qs, st)
+                advance(S, cf, sc, h, a, o, port, t + 1)
+                rewake(S, cf, sc, h, port)
         elif typ == EV_ACK:
             port = row[3]
-            advance(S, cf, sc, h, a, o, port, t, qs, st)
+            advance(S, cf, sc, h, a, o, port, t)
             queue_ack(S, sc, a, port, row[1] >> 24, row[1] & MASK24, t)
         elif typ == EV_ARRIVE:
             mid = row[1] >> 24
             S.ms[mid, M_ARR] = t
             if S.ms[mid, M_KIND] == 1:
-                ready(S, cf, sc, h, a, o, S.ms[mid, M_PEER], t, qs, st)
+                ready(S, cf, sc, h, a, o, S.ms[mid, M_PEER], t)
             else:
                 arrived(S, cf, sc, h, lst, S.ms[mid, M_TR], t)
                 flush_out(S, cf, sc, h, lst, t)
@@ -107,4 +124,3 @@ def run(S, cf, sc, h, a, o, lst, qs, st):
             return 2
     sc[FRONT] = NEVER
     return 0
-

@@ -1,10 +1,25 @@
 """One NIC's transmit side in closed form (part of :mod:`tokenpcap.schedule.engine.kernel`):
 posting a message on its QP, the ACK queue, committing the frames that start before a time
 (the round-robin epochs) and predicting the next frame with consequences (the wake).
+
+A port's QPs have the rows ``P_ACT_LO + order`` of ``S.ax`` (``order``: creation order on the
+port), each carrying what the rotation reads (``X_*``: QP, head message, its packets, next packet,
+FIRST/MIDDLE/LAST layer-1 ns), so an epoch never reads the message table. The eligible ones form
+a circular list in creation order (``X_SUCC``/``X_PRED``), ``P_CUR`` is the row served next (the
+first eligible QP created after the one served last, ``P_PTR``): joining and leaving the rotation
+cost ``O(1)`` plus the walk to the next eligible row. Two per-port values are kept between events
+instead of being recomputed:
+
+* ``P_ROUND``: the sum of the MIDDLE durations of the eligible QPs (one round of the rotation),
+  updated when a QP joins or leaves the rotation or its head message changes;
+* ``P_STOP``: the stop slot counted from the port's next slot, or -1 when unknown. Committing
+  ``c`` slots before it leaves the same QP's same packet as the stop, ``c`` slots nearer
+  (``P_STOP - c``); it is recomputed (``O(k)`` for ``k`` eligible QPs) only after the stop slot
+  itself was sent, or when a QP joined or left the rotation; the recomputation walks the rotation
+  only while the slot index is below the best stop found.
 """
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
@@ -13,98 +28,144 @@ from tokenpcap.schedule.engine.events import emit, push
 __all__ = ["advance", "rewake", "ready", "queue_ack"]
 
 
-@njit(cache=True)
-def _dur(S, q, idx, col_d):
-    """Duration (col_d = S.sh_d) or frame bytes (S.sh_fb) of packet ``idx`` of QP q's head."""
-    sh = S.ms[S.qp[q, Q_HEAD], M_SHAPE]
-    n = S.sh_n[sh]
-    if idx == n - 1:
-        return col_d[sh, 2]
+@njit(cache=True, _nrt=False)
+def _dur(ax, e, idx):
+    """Layer-1 ns of packet ``idx`` of the head message of rotation row ``e``."""
+    if idx == ax[e, X_N] - 1:
+        return ax[e, X_D2]
     if idx == 0:
-        return col_d[sh, 0]
-    return col_d[sh, 1]
+        return ax[e, X_D0]
+    return ax[e, X_D1]
 
 
-@njit(cache=True)
-def _rotation(S, port, qs):
-    """Fill qs[:k] with the eligible QPs in service order; returns k."""
-    k = S.pt[port, P_NACT]
-    lo = S.pt[port, P_ACT_LO]
-    ptr = S.pt[port, P_PTR]
-    # first active QP whose creation order is after the pointer (binary search: act is sorted)
-    a, b = 0, k
-    while a < b:
-        mid = (a + b) >> 1
-        if S.qp[S.act[lo + mid], Q_ORDER] <= ptr:
-            a = mid + 1
-        else:
-            b = mid
-    for i in range(k):
-        j = a + i
-        if j >= k:
-            j -= k
-        qs[i] = S.act[lo + j]
-    return k
-
-
-@njit(cache=True)
-def _stop_slot(S, cf, qs, k):
+@njit(cache=True, _nrt=False)
+def _stop(S, cf, port, k):
+    """The stop slot (first slot whose packet is the last of its message or carries AckReq),
+    counted from the port's next slot; cached in ``P_STOP``."""
+    ax = S.ax
+    pt = S.pt
+    s = pt[port, P_STOP]
+    if s >= 0:
+        return s
     every = cf[EVERY]
     s = NEVER
+    e = pt[port, P_CUR]
     for i in range(k):
-        q = qs[i]
-        n = S.sh_n[S.ms[S.qp[q, Q_HEAD], M_SHAPE]]
-        nx = S.qp[q, Q_NEXT]
-        last = n - nx - 1
+        if i >= s:
+            break                       # slot i·k + i' >= i for every later QP
+        last = ax[e, X_N] - ax[e, X_NEXT] - 1
         if every > 0:
-            j = (every - (nx + 1) % every) % every
+            j = (every - (ax[e, X_NEXT] + 1) % every) % every
             if j < last:
                 last = j
         v = last * k + i
         if v < s:
             s = v
+        e = ax[e, X_SUCC]
+    pt[port, P_STOP] = s
     return s
 
 
-@njit(cache=True)
-def _act_insert(S, port, q):
-    lo = S.pt[port, P_ACT_LO]
-    k = S.pt[port, P_NACT]
-    o = S.qp[q, Q_ORDER]
-    i = k
-    while i > 0 and S.qp[S.act[lo + i - 1], Q_ORDER] > o:
-        S.act[lo + i] = S.act[lo + i - 1]
-        i -= 1
-    S.act[lo + i] = q
-    S.pt[port, P_NACT] = k + 1
+@njit(cache=True, _nrt=False)
+def _load(S, e, mid):
+    """Rotation row ``e`` takes message ``mid`` as its head (next packet 0)."""
+    ax = S.ax
+    ms = S.ms
+    sh_d = S.sh_d
+    sh_n = S.sh_n
+    sh = ms[mid, M_SHAPE]
+    ax[e, X_HEAD] = mid
+    ax[e, X_N] = sh_n[sh]
+    ax[e, X_NEXT] = 0
+    ax[e, X_D0] = sh_d[sh, 0]
+    ax[e, X_D1] = sh_d[sh, 1]
+    ax[e, X_D2] = sh_d[sh, 2]
 
 
-@njit(cache=True)
-def _act_remove(S, port, q):
-    lo = S.pt[port, P_ACT_LO]
-    k = S.pt[port, P_NACT]
-    i = 0
-    while S.act[lo + i] != q:
-        i += 1
-    for j in range(i, k - 1):
-        S.act[lo + j] = S.act[lo + j + 1]
-    S.pt[port, P_NACT] = k - 1
+@njit(cache=True, _nrt=False)
+def _act_insert(S, port, q, mid):
+    """QP ``q`` joins its port's rotation with head ``mid``: linked in creation order, and the
+    port's next QP when it comes before the current one after the last served."""
+    ax = S.ax
+    pt = S.pt
+    qp = S.qp
+    lo = pt[port, P_ACT_LO]
+    k = pt[port, P_NACT]
+    o = qp[q, Q_ORDER]
+    r = lo + o
+    ax[r, X_Q] = q
+    ax[r, X_ON] = 1
+    _load(S, r, mid)
+    if k == 0:
+        ax[r, X_SUCC] = r
+        ax[r, X_PRED] = r
+        pt[port, P_CUR] = r
+    else:
+        n = pt[port, P_CREATED]
+        j = r + 1
+        while True:
+            if j == lo + n:
+                j = lo
+            if ax[j, X_ON] and j != r:
+                break
+            j += 1
+        p = ax[j, X_PRED]
+        ax[r, X_SUCC] = j
+        ax[r, X_PRED] = p
+        ax[p, X_SUCC] = r
+        ax[j, X_PRED] = r
+        ptr = pt[port, P_PTR]
+        co = pt[port, P_CUR] - lo
+        rank_new = o - ptr - 1 if o > ptr else o - ptr - 1 + n
+        rank_cur = co - ptr - 1 if co > ptr else co - ptr - 1 + n
+        if rank_new < rank_cur:
+            pt[port, P_CUR] = r
+    pt[port, P_NACT] = k + 1
+    pt[port, P_ROUND] += ax[r, X_D1]
+    pt[port, P_STOP] = -1
 
 
-@njit(cache=True)
-def _epoch(S, cf, sc, h, o, port, limit, qs, st):
+@njit(cache=True, _nrt=False)
+def _act_remove(S, port, e):
+    ax = S.ax
+    pt = S.pt
+    k = pt[port, P_NACT]
+    pt[port, P_ROUND] -= ax[e, X_D1]
+    ax[e, X_ON] = 0
+    if k == 1:
+        pt[port, P_CUR] = -1
+    else:
+        sn = ax[e, X_SUCC]
+        p = ax[e, X_PRED]
+        ax[p, X_SUCC] = sn
+        ax[sn, X_PRED] = p
+        if pt[port, P_CUR] == e:
+            pt[port, P_CUR] = sn
+    pt[port, P_NACT] = k - 1
+    pt[port, P_STOP] = -1
+
+
+@njit(cache=True, _nrt=False)
+def _epoch(S, cf, sc, h, o, port, limit):
     """Commit the slots of the rotation that start before ``limit``, up to the stop slot."""
-    k = _rotation(S, port, qs)
-    s = _stop_slot(S, cf, qs, k)
-    clock = S.pt[port, P_CLOCK]
+    ax = S.ax
+    ms = S.ms
+    pt = S.pt
+    qp = S.qp
+    sh_fb = S.sh_fb
+    k = pt[port, P_NACT]
+    start = pt[port, P_CUR]
+    s = _stop(S, cf, port, k)
+    R = pt[port, P_ROUND]
+    clock = pt[port, P_CLOCK]
     t = clock
     j = 0
+    rnd = 0                             # j // k
+    e = start                           # rotation row of slot j
+    el = start                          # rotation row of slot j - 1
     while j <= s and t < limit:
         if j == k:
             # every slot from here to s - 1 is a MIDDLE packet: skip whole rounds at once
-            R = 0
-            for i in range(k):
-                R += S.sh_d[S.ms[S.qp[qs[i], Q_HEAD], M_SHAPE], 1]
             r = (s - k) // k
             lim = (limit - t) // R
             if lim < r:
@@ -112,147 +173,178 @@ def _epoch(S, cf, sc, h, o, port, limit, qs, st):
             if r > 0:
                 t += r * R
                 j += r * k
+                rnd += r
                 continue
-        q = qs[j % k]
-        if j < k:
-            st[j] = t
-        t += _dur(S, q, S.qp[q, Q_NEXT] + j // k, S.sh_d)
+        idx = ax[e, X_NEXT] + rnd
+        if idx == 0:
+            ms[ax[e, X_HEAD], M_FIRST] = t
+        t += _dur(ax, e, idx)
         j += 1
+        el = e
+        e = ax[e, X_SUCC]
+        if e == start:
+            rnd += 1
     c = j
-    if S.pt[port, P_SEL]:
+    if pt[port, P_SEL]:
         tt = clock
+        e2 = start
+        rnd = 0
         for jj in range(c):
-            q = qs[jj % k]
-            idx = S.qp[q, Q_NEXT] + jj // k
-            hm = S.qp[q, Q_HEAD]
-            emit(o, sc, tt, port, S.ms[hm, M_DST], hm, idx, S.ms[hm, M_KIND], _dur(S, q, idx, S.sh_fb))
-            tt += _dur(S, q, idx, S.sh_d)
-    for i in range(min(k, c)):
-        q = qs[i]
-        if S.qp[q, Q_NEXT] == 0:
-            S.ms[S.qp[q, Q_HEAD], M_FIRST] = st[i]
-    for i in range(k):
-        if c > i:
-            S.qp[qs[i], Q_NEXT] += (c - i + k - 1) // k
-    S.pt[port, P_CLOCK] = t
-    S.pt[port, P_PTR] = S.qp[qs[(c - 1) % k], Q_ORDER]
-    if c == s + 1:
-        q = qs[s % k]
-        hm = S.qp[q, Q_HEAD]
-        push(h, sc, t + cf[LAT] + cf[ACKDELAY], EV_ACK, hm * (MASK24 + 1) + S.qp[q, Q_NEXT] - 1,
-             S.ms[hm, M_DST], 0)
-        if S.qp[q, Q_NEXT] == S.sh_n[S.ms[hm, M_SHAPE]]:
-            S.ms[hm, M_LAST] = t
-            push(h, sc, t + cf[LAT], EV_ARRIVE, hm * (MASK24 + 1), 0, 0)
-            nxt = S.qp[q, Q_FHEAD]
-            if nxt >= 0:
-                S.qp[q, Q_FHEAD] = S.ms[nxt, M_LINK]
-                if S.qp[q, Q_FHEAD] < 0:
-                    S.qp[q, Q_FTAIL] = -1
-                S.qp[q, Q_HEAD] = nxt
-                S.qp[q, Q_NEXT] = 0
-            else:
-                S.qp[q, Q_HEAD] = -1
-                _act_remove(S, port, q)
-
-
-@njit(cache=True)
-def advance(S, cf, sc, h, a, o, port, limit, qs, st):
-    """Commit every frame of ``port`` that starts before ``limit`` (ns)."""
-    if S.pt[port, P_CLOCK] < 0 or S.pt[port, P_CLOCK] >= limit:
+            idx = ax[e2, X_NEXT] + rnd
+            hm = ax[e2, X_HEAD]
+            sh = ms[hm, M_SHAPE]
+            n = ax[e2, X_N]
+            fb = sh_fb[sh, 2] if idx == n - 1 else (sh_fb[sh, 0] if idx == 0 else sh_fb[sh, 1])
+            emit(o, sc, tt, port, ms[hm, M_DST], hm, idx, ms[hm, M_KIND], fb)
+            tt += _dur(ax, e2, idx)
+            e2 = ax[e2, X_SUCC]
+            if e2 == start:
+                rnd += 1
+    full = c // k
+    rem = c - full * k
+    e2 = start
+    for i in range(k if full > 0 else rem):
+        ax[e2, X_NEXT] += full + (1 if i < rem else 0)
+        e2 = ax[e2, X_SUCC]
+    pt[port, P_CLOCK] = t
+    pt[port, P_PTR] = el - pt[port, P_ACT_LO]
+    pt[port, P_CUR] = e
+    if c <= s:
+        pt[port, P_STOP] = s - c
         return
-    while S.pt[port, P_CLOCK] < limit:
-        if S.pt[port, P_NACK] > 0:
+    # the stop slot was sent (it is the last committed slot, row el)
+    pt[port, P_STOP] = -1
+    hm = ax[el, X_HEAD]
+    nxt_pkt = ax[el, X_NEXT]
+    push(h, sc, t + cf[LAT] + cf[ACKDELAY], EV_ACK, hm * (MASK24 + 1) + nxt_pkt - 1, ms[hm, M_DST], 0)
+    if nxt_pkt == ax[el, X_N]:
+        ms[hm, M_LAST] = t
+        push(h, sc, t + cf[LAT], EV_ARRIVE, hm * (MASK24 + 1), 0, 0)
+        q = ax[el, X_Q]
+        nxt = qp[q, Q_FHEAD]
+        if nxt >= 0:
+            qp[q, Q_FHEAD] = ms[nxt, M_LINK]
+            if qp[q, Q_FHEAD] < 0:
+                qp[q, Q_FTAIL] = -1
+            qp[q, Q_HEAD] = nxt
+            pt[port, P_ROUND] -= ax[el, X_D1]
+            _load(S, el, nxt)
+            pt[port, P_ROUND] += ax[el, X_D1]
+        else:
+            qp[q, Q_HEAD] = -1
+            _act_remove(S, port, el)
+
+
+@njit(cache=True, _nrt=False)
+def advance(S, cf, sc, h, a, o, port, limit):
+    """Commit every frame of ``port`` that starts before ``limit`` (ns)."""
+    ms = S.ms
+    pt = S.pt
+    if pt[port, P_CLOCK] < 0 or pt[port, P_CLOCK] >= limit:
+        return
+    while pt[port, P_CLOCK] < limit:
+        if pt[port, P_NACK] > 0:
             d = cf[ACK_NS]
-            t = S.pt[port, P_CLOCK]
+            t = pt[port, P_CLOCK]
             fit = (limit - 1 - t) // d + 1
-            if fit > S.pt[port, P_NACK]:
-                fit = S.pt[port, P_NACK]
+            if fit > pt[port, P_NACK]:
+                fit = pt[port, P_NACK]
             for j in range(fit):
-                e = S.pt[port, P_AHEAD]
-                if S.pt[port, P_SEL]:
+                e = pt[port, P_AHEAD]
+                if pt[port, P_SEL]:
                     msg = a[e, 0]
-                    emit(o, sc, t + j * d, port, S.ms[msg, M_SRC], msg, a[e, 1], PKT_ACK, cf[ACK_FB])
-                S.pt[port, P_AHEAD] = a[e, 2]
+                    emit(o, sc, t + j * d, port, ms[msg, M_SRC], msg, a[e, 1], PKT_ACK, cf[ACK_FB])
+                pt[port, P_AHEAD] = a[e, 2]
                 a[e, 2] = sc[ACKFREE]
                 sc[ACKFREE] = e
-            if S.pt[port, P_AHEAD] < 0:
-                S.pt[port, P_ATAIL] = -1
-            S.pt[port, P_NACK] -= fit
-            S.pt[port, P_CLOCK] = t + fit * d
-        elif S.pt[port, P_NACT] > 0:
-            _epoch(S, cf, sc, h, o, port, limit, qs, st)
+            if pt[port, P_AHEAD] < 0:
+                pt[port, P_ATAIL] = -1
+            pt[port, P_NACK] -= fit
+            pt[port, P_CLOCK] = t + fit * d
+        elif pt[port, P_NACT] > 0:
+            _epoch(S, cf, sc, h, o, port, limit)
         else:
             break
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _touch(S, port, t):
-    if S.pt[port, P_CLOCK] < t:
-        S.pt[port, P_CLOCK] = t
+    pt = S.pt
+    if pt[port, P_CLOCK] < t:
+        pt[port, P_CLOCK] = t
 
 
-@njit(cache=True)
-def rewake(S, cf, sc, h, port, qs):
+@njit(cache=True, _nrt=False)
+def rewake(S, cf, sc, h, port):
     """Queue a wake at the predicted start of ``port``'s stop slot unless one is queued earlier."""
-    if S.pt[port, P_NACT] == 0:
+    ax = S.ax
+    pt = S.pt
+    k = pt[port, P_NACT]
+    if k == 0:
         return
-    k = _rotation(S, port, qs)
-    s = _stop_slot(S, cf, qs, k)
-    base = S.pt[port, P_CLOCK] + S.pt[port, P_NACK] * cf[ACK_NS]
-    t = base
-    dmin = NEVER
+    s = _stop(S, cf, port, k)
+    base = pt[port, P_CLOCK] + pt[port, P_NACK] * cf[ACK_NS]
+    full = s // k
+    rem = s - full * k
+    t = base + full * pt[port, P_ROUND]
     m = k if k < s else s
-    for i in range(k):
-        q = qs[i]
-        sh = S.ms[S.qp[q, Q_HEAD], M_SHAPE]
-        if i < m:
-            t += (s - i + k - 1) // k * S.sh_d[sh, 1]
-            if S.qp[q, Q_NEXT] == 0:
-                t += S.sh_d[sh, 0] - S.sh_d[sh, 1]
-        for c in range(3):
-            if S.sh_d[sh, c] < dmin:
-                dmin = S.sh_d[sh, c]
-    if S.pt[port, P_SEL]:
+    e = pt[port, P_CUR]
+    for i in range(m):
+        if i < rem:
+            t += ax[e, X_D1]
+        if ax[e, X_NEXT] == 0:
+            t += ax[e, X_D0] - ax[e, X_D1]
+        e = ax[e, X_SUCC]
+    if pt[port, P_SEL]:
+        dmin = NEVER
+        e = pt[port, P_CUR]
+        for i in range(k):
+            for c in range(X_D0, X_D2 + 1):
+                if ax[e, c] < dmin:
+                    dmin = ax[e, c]
+            e = ax[e, X_SUCC]
         cap = base + cf[GAP] * dmin
         if cap < t:
             t = cap
-    if t < S.pt[port, P_WAKE]:
-        S.pt[port, P_WAKE] = t
+    if t < pt[port, P_WAKE]:
+        pt[port, P_WAKE] = t
         push(h, sc, t, EV_WAKE, port * (MASK24 + 1), port, 0)
 
 
-@njit(cache=True)
-def ready(S, cf, sc, h, a, o, mid, t, qs, st):
+@njit(cache=True, _nrt=False)
+def ready(S, cf, sc, h, a, o, mid, t):
     """Message ``mid`` is posted on its QP at ``t`` (FIFO behind the QP's earlier messages)."""
-    port = S.ms[mid, M_SRC]
-    advance(S, cf, sc, h, a, o, port, t, qs, st)
-    q = S.ms[mid, M_QPID]
-    sh = S.ms[mid, M_SHAPE]
-    S.ms[mid, M_PSN] = S.qp[q, Q_PSN]
-    S.ms[mid, M_QSEQ] = S.qp[q, Q_COUNT]
-    S.ms[mid, M_BOFF] = S.qp[q, Q_BYTES]
-    S.ms[mid, M_READY] = t
-    S.qp[q, Q_PSN] += S.sh_n[sh]
-    S.qp[q, Q_COUNT] += 1
-    S.qp[q, Q_BYTES] += S.ms[mid, M_SIZE]
-    if S.qp[q, Q_HEAD] < 0:
-        S.qp[q, Q_HEAD] = mid
-        S.qp[q, Q_NEXT] = 0
-        _act_insert(S, port, q)
+    ms = S.ms
+    qp = S.qp
+    sh_n = S.sh_n
+    port = ms[mid, M_SRC]
+    advance(S, cf, sc, h, a, o, port, t)
+    q = ms[mid, M_QPID]
+    sh = ms[mid, M_SHAPE]
+    ms[mid, M_PSN] = qp[q, Q_PSN]
+    ms[mid, M_QSEQ] = qp[q, Q_COUNT]
+    ms[mid, M_BOFF] = qp[q, Q_BYTES]
+    ms[mid, M_READY] = t
+    qp[q, Q_PSN] += sh_n[sh]
+    qp[q, Q_COUNT] += 1
+    qp[q, Q_BYTES] += ms[mid, M_SIZE]
+    if qp[q, Q_HEAD] < 0:
+        qp[q, Q_HEAD] = mid
+        _act_insert(S, port, q, mid)
         _touch(S, port, t)
-        rewake(S, cf, sc, h, port, qs)
+        rewake(S, cf, sc, h, port)
     else:
-        S.ms[mid, M_LINK] = -1
-        if S.qp[q, Q_FTAIL] >= 0:
-            S.ms[S.qp[q, Q_FTAIL], M_LINK] = mid
+        ms[mid, M_LINK] = -1
+        if qp[q, Q_FTAIL] >= 0:
+            ms[qp[q, Q_FTAIL], M_LINK] = mid
         else:
-            S.qp[q, Q_FHEAD] = mid
-        S.qp[q, Q_FTAIL] = mid
+            qp[q, Q_FHEAD] = mid
+        qp[q, Q_FTAIL] = mid
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def queue_ack(S, sc, a, port, msg, idx, t):
+    pt = S.pt
     e = sc[ACKFREE]
     if e < 0:
         e = sc[ACKTOP]
@@ -265,12 +357,10 @@ def queue_ack(S, sc, a, port, msg, idx, t):
     a[e, 0] = msg
     a[e, 1] = idx
     a[e, 2] = -1
-    if S.pt[port, P_ATAIL] >= 0:
-        a[S.pt[port, P_ATAIL], 2] = e
+    if pt[port, P_ATAIL] >= 0:
+        a[pt[port, P_ATAIL], 2] = e
     else:
-        S.pt[port, P_AHEAD] = e
-    S.pt[port, P_ATAIL] = e
-    S.pt[port, P_NACK] += 1
+        pt[port, P_AHEAD] = e
+    pt[port, P_ATAIL] = e
+    pt[port, P_NACK] += 1
     _touch(S, port, t)
-
-

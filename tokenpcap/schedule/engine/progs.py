@@ -14,17 +14,22 @@ from tokenpcap.schedule.engine.events import push
 __all__ = ["flush_out", "step", "arrived", "ab_done"]
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _create_qp(S, q):
-    if S.qp[q, Q_ORDER] < 0:
-        port = S.qp[q, Q_PORT]
-        S.qp[q, Q_ORDER] = S.pt[port, P_CREATED]
-        S.pt[port, P_CREATED] += 1
+    pt = S.pt
+    qp = S.qp
+    if qp[q, Q_ORDER] < 0:
+        port = qp[q, Q_PORT]
+        qp[q, Q_ORDER] = pt[port, P_CREATED]
+        pt[port, P_CREATED] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def flush_out(S, cf, sc, h, lst, t):
-    """Turn the transfers launched during this event into messages (data ids, then their CTS)."""
+    """Turn the transfers launched during this event into messages (data ids, then their CTS);
+    the ids to post at ``t`` are left in ``sc[RDY_NEXT] .. sc[RDY_END] - 1``."""
+    ms = S.ms
+    trs = S.trs
     m = sc[NLAUNCH]
     if m == 0:
         return
@@ -33,44 +38,47 @@ def flush_out(S, cf, sc, h, lst, t):
     for i in range(m):
         x = lst[i]
         mid = n0 + i
-        S.trs[x, T_MSG] = mid
-        S.ms[mid, M_TR] = x
-        S.ms[mid, M_KIND] = 0
-        S.ms[mid, M_SRC] = S.trs[x, T_SNIC]
-        S.ms[mid, M_DST] = S.trs[x, T_DNIC]
-        S.ms[mid, M_QPID] = S.trs[x, T_QPID0]
-        S.ms[mid, M_SHAPE] = S.trs[x, T_SHAPE]
-        S.ms[mid, M_SIZE] = S.trs[x, T_BYTES]
-        S.ms[mid, M_START] = t
-        S.ms[mid, M_PEER] = -1
+        trs[x, T_MSG] = mid
+        ms[mid, M_TR] = x
+        ms[mid, M_KIND] = 0
+        ms[mid, M_SRC] = trs[x, T_SNIC]
+        ms[mid, M_DST] = trs[x, T_DNIC]
+        ms[mid, M_QPID] = trs[x, T_QPID0]
+        ms[mid, M_SHAPE] = trs[x, T_SHAPE]
+        ms[mid, M_SIZE] = trs[x, T_BYTES]
+        ms[mid, M_START] = t
+        ms[mid, M_PEER] = -1
         if cts:
             cid = n0 + m + i
-            S.ms[mid, M_PEER] = cid
-            S.ms[cid, M_TR] = x
-            S.ms[cid, M_KIND] = 1
-            S.ms[cid, M_SRC] = S.trs[x, T_DNIC]
-            S.ms[cid, M_DST] = S.trs[x, T_SNIC]
-            S.ms[cid, M_QPID] = S.trs[x, T_QPID1]
-            S.ms[cid, M_SHAPE] = cf[CTS_SHAPE]
-            S.ms[cid, M_SIZE] = cf[CTS_BYTES]
-            S.ms[cid, M_START] = t
-            S.ms[cid, M_PEER] = mid
+            ms[mid, M_PEER] = cid
+            ms[cid, M_TR] = x
+            ms[cid, M_KIND] = 1
+            ms[cid, M_SRC] = trs[x, T_DNIC]
+            ms[cid, M_DST] = trs[x, T_SNIC]
+            ms[cid, M_QPID] = trs[x, T_QPID1]
+            ms[cid, M_SHAPE] = cf[CTS_SHAPE]
+            ms[cid, M_SIZE] = cf[CTS_BYTES]
+            ms[cid, M_START] = t
+            ms[cid, M_PEER] = mid
     for i in range(m):
         x = lst[i]
-        mid = n0 + i
-        _create_qp(S, S.trs[x, T_QPID0])
+        _create_qp(S, trs[x, T_QPID0])
         if cts:
-            _create_qp(S, S.trs[x, T_QPID1])
-            push(h, sc, t, EV_READY, (n0 + m + i) * (MASK24 + 1), 0, 0)
-        else:
-            push(h, sc, t, EV_READY, mid * (MASK24 + 1), 0, 0)
+            _create_qp(S, trs[x, T_QPID1])
+    # the messages posted now (the clear-to-send writes, or the data without them) are the next
+    # events: READY sorts first at an instant, keyed by message id, and no READY at t is queued
+    sc[RDY_NEXT] = n0 + m if cts else n0
+    sc[RDY_END] = sc[RDY_NEXT] + m
     sc[NMSG] = n0 + (2 * m if cts else m)
     sc[NLAUNCH] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _launch(S, cf, sc, h, lst, x, t):
-    if S.trs[x, T_NIC]:
+    nv = S.nv
+    rk = S.rk
+    trs = S.trs
+    if trs[x, T_NIC]:
         n = sc[NLAUNCH]
         if n == lst.shape[0]:
             sc[ERR] = 3
@@ -78,190 +86,217 @@ def _launch(S, cf, sc, h, lst, x, t):
         lst[n] = x
         sc[NLAUNCH] = n + 1
         return
-    src = S.trs[x, T_SRC]
-    start = t if t > S.rk[src, R_NVL] else S.rk[src, R_NVL]
+    src = trs[x, T_SRC]
+    start = t if t > rk[src, R_NVL] else rk[src, R_NVL]
     num = cf[NVL_NUM]
-    end = start + (S.trs[x, T_BYTES] * 8 * cf[NVL_DEN] + num - 1) // num
-    S.rk[src, R_NVL] = end
+    end = start + (trs[x, T_BYTES] * 8 * cf[NVL_DEN] + num - 1) // num
+    rk[src, R_NVL] = end
     arrive = end + cf[NVL_LAT]
     if cf[KEEP_NV]:
         k = sc[NNV]
-        S.nv[k, 0] = x
-        S.nv[k, 1] = start
-        S.nv[k, 2] = arrive
+        nv[k, 0] = x
+        nv[k, 1] = start
+        nv[k, 2] = arrive
         sc[NNV] = k + 1
     push(h, sc, arrive, EV_TIMER, 0, 1, x)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _release(S, cf, sc, h, lst, x, t):
-    S.trs[x, T_WAIT] -= 1
-    if S.trs[x, T_WAIT] == 0:
+    trs = S.trs
+    trs[x, T_WAIT] -= 1
+    if trs[x, T_WAIT] == 0:
         _launch(S, cf, sc, h, lst, x, t)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _start(S, cf, sc, h, lst, p, t, waiter):
     """Rank of participation p starts its call at t; True when its part is already finished."""
-    S.part[p, A_STARTED] = 1
-    c = S.part[p, A_CALL]
-    if S.call_ab[c] >= 0:
+    call_ab = S.call_ab
+    call_nst = S.call_nst
+    call_pbase = S.call_pbase
+    part = S.part
+    recv_list = S.recv_list
+    recv_ptr = S.recv_ptr
+    rk = S.rk
+    send_list = S.send_list
+    send_ptr = S.send_ptr
+    part[p, A_STARTED] = 1
+    c = part[p, A_CALL]
+    if call_ab[c] >= 0:
         # an NVLink-only call timed as a whole: it runs once every rank of it has started, on
         # the NVLink of all of them, and every rank's part ends with it
-        S.call_nst[c] += 1
-        if S.call_nst[c] == S.call_pbase[c + 1] - S.call_pbase[c]:
+        call_nst[c] += 1
+        if call_nst[c] == call_pbase[c + 1] - call_pbase[c]:
             start = t
-            for q in range(S.call_pbase[c], S.call_pbase[c + 1]):
-                if S.rk[S.part[q, A_RANK], R_NVL] > start:
-                    start = S.rk[S.part[q, A_RANK], R_NVL]
-            end = start + S.call_ab[c]
-            for q in range(S.call_pbase[c], S.call_pbase[c + 1]):
-                S.rk[S.part[q, A_RANK], R_NVL] = end
+            for q in range(call_pbase[c], call_pbase[c + 1]):
+                if rk[part[q, A_RANK], R_NVL] > start:
+                    start = rk[part[q, A_RANK], R_NVL]
+            end = start + call_ab[c]
+            for q in range(call_pbase[c], call_pbase[c + 1]):
+                rk[part[q, A_RANK], R_NVL] = end
             push(h, sc, end, EV_TIMER, 0, 2, c)
         if waiter >= 0:
-            S.part[p, A_WAITER] = waiter
+            part[p, A_WAITER] = waiter
         return False
-    for i in range(S.send_ptr[p], S.send_ptr[p + 1]):
-        _release(S, cf, sc, h, lst, S.send_list[i], t)
-    for i in range(S.recv_ptr[p], S.recv_ptr[p + 1]):
-        _release(S, cf, sc, h, lst, S.recv_list[i], t)
-    if S.part[p, A_PENDING] == 0:
+    for i in range(send_ptr[p], send_ptr[p + 1]):
+        _release(S, cf, sc, h, lst, send_list[i], t)
+    for i in range(recv_ptr[p], recv_ptr[p + 1]):
+        _release(S, cf, sc, h, lst, recv_list[i], t)
+    if part[p, A_PENDING] == 0:
         return True
     if waiter >= 0:
-        S.part[p, A_WAITER] = waiter
+        part[p, A_WAITER] = waiter
     return False
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _stream_pop(S, r):
-    p = S.rk[r, R_SHEAD]
-    S.rk[r, R_SHEAD] = S.part[p, A_SNEXT]
-    if S.rk[r, R_SHEAD] < 0:
-        S.rk[r, R_STAIL] = -1
+    part = S.part
+    rk = S.rk
+    p = rk[r, R_SHEAD]
+    rk[r, R_SHEAD] = part[p, A_SNEXT]
+    if rk[r, R_SHEAD] < 0:
+        rk[r, R_STAIL] = -1
     return p
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _stream_inner(S, cf, sc, h, lst, r, t):
     """The rank's stream starts its queued calls until one has to wait (the rank runs meanwhile)."""
-    while S.rk[r, R_SHEAD] >= 0:
+    rk = S.rk
+    while rk[r, R_SHEAD] >= 0:
         p = _stream_pop(S, r)
-        S.rk[r, R_SBUSY] = 1
+        rk[r, R_SBUSY] = 1
         if not _start(S, cf, sc, h, lst, p, t, W_STREAM):
             return
-    S.rk[r, R_SBUSY] = 0
-    if S.rk[r, R_SWAIT]:
+    rk[r, R_SBUSY] = 0
+    if rk[r, R_SWAIT]:
         sc[ERR] = 1                      # a waiting rank cannot be running: internal error
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _next_iteration(S, cf, r):
-    if S.rk[r, R_IT] >= cf[ITERS]:
+    prog_ptr = S.prog_ptr
+    rk = S.rk
+    if rk[r, R_IT] >= cf[ITERS]:
         return False
-    S.rk[r, R_IT] += 1
-    if S.rk[r, R_IT] >= cf[ITERS]:
-        S.rk[r, R_PC] = 0
-        S.rk[r, R_END] = 0
+    rk[r, R_IT] += 1
+    if rk[r, R_IT] >= cf[ITERS]:
+        rk[r, R_PC] = 0
+        rk[r, R_END] = 0
         return False
-    j = S.rk[r, R_IT] * cf[WORLD] + r
-    S.rk[r, R_PC] = S.prog_ptr[j]
-    S.rk[r, R_END] = S.prog_ptr[j + 1]
+    j = rk[r, R_IT] * cf[WORLD] + r
+    rk[r, R_PC] = prog_ptr[j]
+    rk[r, R_END] = prog_ptr[j + 1]
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def step(S, cf, sc, h, lst, r, t):
     """Run rank r's program from its pc at t until it blocks or ends."""
-    S.rk[r, R_BLOCKED] = 0
-    while S.rk[r, R_PC] < S.rk[r, R_END] or _next_iteration(S, cf, r):
-        pc = S.rk[r, R_PC]
-        S.rk[r, R_PC] = pc + 1
-        kind = S.ins[pc, 0]
+    ins = S.ins
+    part = S.part
+    rk = S.rk
+    tl = S.tl
+    rk[r, R_BLOCKED] = 0
+    while rk[r, R_PC] < rk[r, R_END] or _next_iteration(S, cf, r):
+        pc = rk[r, R_PC]
+        rk[r, R_PC] = pc + 1
+        kind = ins[pc, 0]
         if kind == I_COMPUTE:
-            S.rk[r, R_BLOCKED] = 1
-            push(h, sc, t + S.ins[pc, 1], EV_TIMER, 0, 0, r)
+            rk[r, R_BLOCKED] = 1
+            push(h, sc, t + ins[pc, 1], EV_TIMER, 0, 0, r)
             return
         if kind == I_MARK:
-            what = S.ins[pc, 2] >> 1
-            if S.ins[pc, 2] & 1:
-                S.rk[r, R_MARK + what] = t
+            what = ins[pc, 2] >> 1
+            if ins[pc, 2] & 1:
+                rk[r, R_MARK + what] = t
             elif cf[KEEP_HIST]:
                 k = sc[NTL]
-                S.tl[k, 0] = r
-                S.tl[k, 1] = S.rk[r, R_IT]
-                S.tl[k, 2] = what
-                S.tl[k, 3] = S.ins[pc, 1]
-                S.tl[k, 4] = S.rk[r, R_MARK + what]
-                S.tl[k, 5] = t
+                tl[k, 0] = r
+                tl[k, 1] = rk[r, R_IT]
+                tl[k, 2] = what
+                tl[k, 3] = ins[pc, 1]
+                tl[k, 4] = rk[r, R_MARK + what]
+                tl[k, 5] = t
                 sc[NTL] = k + 1
             continue
         if kind == I_WAIT:
-            if S.rk[r, R_SHEAD] >= 0 or S.rk[r, R_SBUSY]:
-                S.rk[r, R_SWAIT] = 1
-                S.rk[r, R_BLOCKED] = 1
+            if rk[r, R_SHEAD] >= 0 or rk[r, R_SBUSY]:
+                rk[r, R_SWAIT] = 1
+                rk[r, R_BLOCKED] = 1
                 return
             continue
-        p = S.ins[pc, 1]
-        mode = S.ins[pc, 2]
+        p = ins[pc, 1]
+        mode = ins[pc, 2]
         if mode == M_ASYNC:
-            S.part[p, A_SNEXT] = -1
-            if S.rk[r, R_STAIL] >= 0:
-                S.part[S.rk[r, R_STAIL], A_SNEXT] = p
+            part[p, A_SNEXT] = -1
+            if rk[r, R_STAIL] >= 0:
+                part[rk[r, R_STAIL], A_SNEXT] = p
             else:
-                S.rk[r, R_SHEAD] = p
-            S.rk[r, R_STAIL] = p
-            if not S.rk[r, R_SBUSY]:
+                rk[r, R_SHEAD] = p
+            rk[r, R_STAIL] = p
+            if not rk[r, R_SBUSY]:
                 _stream_inner(S, cf, sc, h, lst, r, t)
             continue
         if mode == M_SEND:
             _start(S, cf, sc, h, lst, p, t, W_NONE)
             continue
-        S.rk[r, R_BLOCKED] = 1
+        rk[r, R_BLOCKED] = 1
         if not _start(S, cf, sc, h, lst, p, t, W_STEP):
             return
-        S.rk[r, R_BLOCKED] = 0
+        rk[r, R_BLOCKED] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _stream_outer(S, cf, sc, h, lst, r, t):
-    while S.rk[r, R_SHEAD] >= 0:
+    rk = S.rk
+    while rk[r, R_SHEAD] >= 0:
         p = _stream_pop(S, r)
-        S.rk[r, R_SBUSY] = 1
+        rk[r, R_SBUSY] = 1
         if not _start(S, cf, sc, h, lst, p, t, W_STREAM):
             return
-    S.rk[r, R_SBUSY] = 0
-    if S.rk[r, R_SWAIT]:
-        S.rk[r, R_SWAIT] = 0
+    rk[r, R_SBUSY] = 0
+    if rk[r, R_SWAIT]:
+        rk[r, R_SWAIT] = 0
         step(S, cf, sc, h, lst, r, t)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _finish(S, cf, sc, h, lst, p, t):
-    w = S.part[p, A_WAITER]
-    S.part[p, A_WAITER] = W_NONE
+    part = S.part
+    w = part[p, A_WAITER]
+    part[p, A_WAITER] = W_NONE
     if w == W_STREAM:
-        _stream_outer(S, cf, sc, h, lst, S.part[p, A_RANK], t)
+        _stream_outer(S, cf, sc, h, lst, part[p, A_RANK], t)
     elif w == W_STEP:
-        step(S, cf, sc, h, lst, S.part[p, A_RANK], t)
+        step(S, cf, sc, h, lst, part[p, A_RANK], t)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def arrived(S, cf, sc, h, lst, x, t):
     """Transfer x has arrived: release its dependents, finish its ranks' parts of the call."""
-    for i in range(S.dep_ptr[x], S.dep_ptr[x + 1]):
-        _release(S, cf, sc, h, lst, S.dep_list[i], t)
-    for p in (S.trs[x, T_SRCP], S.trs[x, T_DSTP]):
-        S.part[p, A_PENDING] -= 1
-        if S.part[p, A_PENDING] == 0 and S.part[p, A_STARTED]:
+    dep_list = S.dep_list
+    dep_ptr = S.dep_ptr
+    part = S.part
+    trs = S.trs
+    for i in range(dep_ptr[x], dep_ptr[x + 1]):
+        _release(S, cf, sc, h, lst, dep_list[i], t)
+    for p in (trs[x, T_SRCP], trs[x, T_DSTP]):
+        part[p, A_PENDING] -= 1
+        if part[p, A_PENDING] == 0 and part[p, A_STARTED]:
             _finish(S, cf, sc, h, lst, p, t)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def ab_done(S, cf, sc, h, lst, c, t):
     """An NVLink-only call timed as a whole is over: every rank's part of it is finished."""
-    for p in range(S.call_pbase[c], S.call_pbase[c + 1]):
-        S.part[p, A_PENDING] -= 1
-        if S.part[p, A_PENDING] == 0 and S.part[p, A_STARTED]:
+    call_pbase = S.call_pbase
+    part = S.part
+    for p in range(call_pbase[c], call_pbase[c + 1]):
+        part[p, A_PENDING] -= 1
+        if part[p, A_PENDING] == 0 and part[p, A_STARTED]:
             _finish(S, cf, sc, h, lst, p, t)
 
 

@@ -40,8 +40,6 @@ class Engine:
     acks: np.ndarray
     out: np.ndarray
     launch: np.ndarray
-    qs: np.ndarray
-    st: np.ndarray
     tr: dict
     nic: NicModel
     selected: np.ndarray
@@ -54,8 +52,7 @@ class Engine:
             RuntimeError: an internal error of the kernel.
         """
         while True:
-            status = int(K.run(self.S, self.cf, self.sc, self.heap, self.acks, self.out, self.launch,
-                               self.qs, self.st))
+            status = int(K.run(self.S, self.cf, self.sc, self.heap, self.acks, self.out, self.launch))
             if status == 3:
                 self._grow()
                 continue
@@ -80,7 +77,7 @@ class Engine:
         for port in self.selected.tolist():
             if self.sc[K.NOUT] + room > self.out.shape[0]:
                 self.out = _bigger(self.out, int(self.sc[K.NOUT]) + room)
-            K.commit(self.S, self.cf, self.sc, self.heap, self.acks, self.out, port, limit, self.qs, self.st)
+            K.commit(self.S, self.cf, self.sc, self.heap, self.acks, self.out, port, limit)
         if self.sc[K.ERR]:
             raise RuntimeError(f"internal: engine error {int(self.sc[K.ERR])}")
 
@@ -192,23 +189,25 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     rk[:, K.R_PC], rk[:, K.R_END] = prog_ptr[:W], prog_ptr[1:W + 1]
     rk[:, [K.R_IT, K.R_BLOCKED, K.R_SBUSY, K.R_SWAIT, K.R_NVL]] = 0
     rk[:, K.R_MARK:] = 0
-    qp = np.full((nq, 9), -1, np.int64)
+    qp = np.full((nq, 8), -1, np.int64)
     qp[:, K.Q_PORT] = q_port
-    qp[:, [K.Q_NEXT, K.Q_PSN, K.Q_COUNT, K.Q_BYTES]] = 0
-    pt = np.full((N, 10), -1, np.int64)
-    pt[:, [K.P_CREATED, K.P_NACT, K.P_NACK, K.P_SEL]] = 0
+    qp[:, [K.Q_PSN, K.Q_COUNT, K.Q_BYTES]] = 0
+    pt = np.full((N, 13), -1, np.int64)
+    pt[:, [K.P_CREATED, K.P_NACT, K.P_NACK, K.P_SEL, K.P_ROUND]] = 0
     pt[:, K.P_ACT_LO] = act_lo
     pt[:, K.P_WAKE] = K.NEVER
     if nics is None:
         pt[:, K.P_SEL] = 1
     else:
         pt[np.asarray(sorted(nics), np.int64), K.P_SEL] = 1
+    ax = np.full((max(1, nq), 10), -1, np.int64)
+    ax[:, K.X_ON] = 0
     M = nx.size * (2 if cts else 1)
     ms = np.full((M, 17), -1, np.int64)
     n_marks = int(((ins[:, 0] == K.I_MARK) & (ins[:, 2] % 2 == 0)).sum()) if keep_history else 0
     S = K.State(ms=ms, trs=trs, dep_ptr=dep_ptr, dep_list=dep_list, part=part, send_ptr=send_ptr,
                 send_list=send_list, recv_ptr=recv_ptr, recv_list=recv_list, prog_ptr=prog_ptr, ins=ins,
-                rk=rk, qp=qp, pt=pt, act=np.full(max(1, nq), -1, np.int64), sh_n=sh_n,
+                rk=rk, qp=qp, pt=pt, ax=ax, sh_n=sh_n,
                 sh_d=np.ascontiguousarray(sh_d), sh_fb=np.ascontiguousarray(sh_fb),
                 tl=np.zeros((n_marks, 6), np.int64),
                 nv=np.zeros((int((tr_nic == 0).sum()) if keep_nvlink else 0, 3), np.int64),
@@ -226,12 +225,10 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         nic.latency_ns, nic.ack_delay_ns, nic.ack_ns, nic.ack_bytes, nic.ack_every, int(cts),
         nic.cts_bytes, sizes.size, len(flats), W, rate.numerator, rate.denominator,
         nvlink_latency_ns, gap, chunk_rows, int(keep_history), int(keep_nvlink), N, head)
-    sc = np.zeros(12, np.int64)
+    sc = np.zeros(14, np.int64)
     sc[K.ACKFREE] = -1
-    mq = max(1, int(per_port.max()) if N else 1)
     eng = Engine(S, cf, sc, np.zeros((2 * head, 5), np.int64), np.zeros((1024, 3), np.int64),
                  np.zeros((chunk_rows + 4 * gap + 1024, 7), np.int64), np.zeros(head, np.int64),
-                 np.zeros(mq, np.int64), np.zeros(mq, np.int64),
                  dict(call=tr_call, src=tr_src, dst=tr_dst, step=_cat(flats, "tr_step"), conn=conn,
                       tok0=tok[0], tok1=tok[1], bytes=tr_bytes, codes=codes), nic,
                  np.flatnonzero(pt[:, K.P_SEL]))
