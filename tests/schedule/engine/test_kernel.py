@@ -72,8 +72,10 @@ def test_many_qps_joining_and_leaving_a_nic_time_as_the_reference_engine(tmp_pat
     one-packet to many-packet messages, ACK requests inside messages and a partial selection of
     NICs (whose wakes are capped): message table and frames equal to the reference's."""
     dp, tp, pp, e = ep
-    path = tiny_scenario(tmp_path, "ep", dp, tp, pp, gbs=dp * 2, channels=channels, par=f", ep: {e}",
-                         model="  moe: {experts: 8, top_k: 2}\n")
+    # Megatron's MoE layer needs sequence parallelism with tp > 1
+    sp = ", sequence_parallel: true" if tp > 1 else ""
+    path = tiny_scenario(tmp_path, "ep", dp, tp, pp, gbs=dp * 2, channels=channels,
+                         par=f", ep: {e}{sp}", model="  moe: {experts: 8, top_k: 2}\n")
     path.write_text(path.read_text() + f"generation: {{ack_every_packets: {every}, clear_to_send: {str(cts).lower()}}}\n")
     plan = build_plan(load_scenario(path), scale=scale)
     new = Schedule(plan, iterations=1, chunk_rows=1 << 10, nics=sel)
