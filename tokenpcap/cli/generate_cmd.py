@@ -205,7 +205,7 @@ def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, ti
             outside the world / the NICs, a malformed or empty time window or iteration range,
             ``--format erf`` on RoCEv2.
     """
-    world = s.parallelism.dp * s.parallelism.tp * s.parallelism.pp
+    world = s.parallelism.world
     n_nics = s.cluster.nodes * s.cluster.nics_per_node
     why = transport_mismatch(fmt, s.cluster.transport)
     if why:

@@ -142,6 +142,11 @@ class Parallelism:
         """Model chunks per pipeline stage: ``virtual_pipeline_model_parallel_size`` or 1."""
         return self.virtual_pipeline_model_parallel_size or 1
 
+    @property
+    def world(self) -> int:
+        """Ranks of the job: ``dp * cp * tp * pp`` (Megatron-LM's world size)."""
+        return self.dp * self.cp * self.tp * self.pp
+
 
 @dataclass(frozen=True)
 class Training:
