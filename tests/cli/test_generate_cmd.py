@@ -27,3 +27,26 @@ def test_ranks_span_the_context_parallel_world():
     assert sorted(_options(s, "32,127").selection.ranks) == [32, 127]
     with pytest.raises(click.BadParameter, match=r"0\.\.127"):
         _options(s, "128")
+
+
+@pytest.mark.parametrize("text", ["", ",", " , "])
+def test_phases_without_a_pattern_are_a_usage_error(tmp_path, text):
+    # `--phases ''` (an empty shell variable) used to keep every phase and exit 0: exit 2 now,
+    # naming the option, before anything is created.
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+
+    out = tmp_path / "new"
+    r = CliRunner().invoke(main, ["generate", str(SCENARIOS / "dante.yaml"), "-o", str(out),
+                                  "--phases", text])
+    assert r.exit_code == 2 and "'--phases'" in r.output, r.output
+    assert not out.exists()
+
+
+def test_phases_patterns_are_kept_in_order():
+    s = load_scenario(SCENARIOS / "dante.yaml")
+    opt = build_options(s, "unused", ranks=None, nics=None, phases=" pp/forward, ,dp ",
+                        iterations=None, time_window=None, fmt="pcapng", split="nic",
+                        snaplen=262144, scale=1, seed=None, jobs=1, force=False)
+    assert opt.selection.phases == ("pp/forward", "dp")
