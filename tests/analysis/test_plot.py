@@ -102,3 +102,26 @@ def test_the_pictures_land_together_or_not_at_all(tmp_path, trace, monkeypatch):
     with OutputSet(tmp_path / "png"):
         with pytest.raises(OutputError, match="another tokenpcap run writing into it"):
             plot_all(path, tmp_path / "png")
+
+
+def test_an_interleaved_timeline_says_so_in_its_title(tmp_path, monkeypatch):
+    """Dante with virtual_pipeline_model_parallel_size 3 runs Megatron's interleaved 1F1B (three
+    model chunks per stage); the title names that schedule, not plain 1F1B."""
+    import yaml
+
+    import tokenpcap.analysis.plot as plot
+
+    src = ROOT / "profiles/scenarios/dante.yaml"
+    d = yaml.safe_load(src.read_text())
+    for key in ("corpus", "model", "cluster"):
+        d[key] = str((src.parent / d[key]).resolve())
+    d["parallelism"]["virtual_pipeline_model_parallel_size"] = 3
+    scen = tmp_path / "dante-vpp3.yaml"
+    scen.write_text(yaml.safe_dump(d))
+    titles: list[str] = []
+    monkeypatch.setattr(plot, "plot_timeline",
+                        lambda t, m, out, *, title="", **k: titles.append(title) or out)
+    monkeypatch.setattr(plot, "plot_sizes", lambda series, out, **k: out)
+    plot_all(scen, tmp_path / "pics", scale=64)
+    assert titles[0].startswith("dante-vpp3: compute and RDMA messages per rank (interleaved 1F1B, "
+                                "3 model chunks per stage)\n"), titles[0]

@@ -6,6 +6,7 @@ the microsecond output follows case C9.
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import struct
@@ -428,3 +429,29 @@ def test_pcapng_interface_descriptions_name_the_new_addresses(tmp_path):
     assert after[1:] == descriptions(src)[1:] and len(after) > 1
     rep = inspect_capture(tmp_path / "lab.pcapng")
     assert "10.9.8.7" in {n["address"] for n in rep.nics} and rep.roce["icrc_bad"] == 0
+
+
+def test_mapped_addresses_no_frame_carries_are_named(tmp_path, scapy_vectors):
+    """A --map address that no frame carries (a typo, another host) is reported, not silently
+    left alone; the addresses frames do carry are found by scapy's own decode."""
+    raw = [bytes.fromhex(v["hex"]) for v in scapy_vectors["vectors"]]
+    src = write(tmp_path / "in.pcap", raw)
+    present = set()
+    for b in raw:
+        p = Ether(b)
+        present |= {p.src, p.dst}
+        for layer in (IP, IPv6):
+            if layer in p:
+                present |= {str(ipaddress.ip_address(p[layer].src)),
+                            str(ipaddress.ip_address(p[layer].dst))}
+    m = lab_mapping()
+    m.add_address("02:00:00:00:00:77", "02:00:00:00:00:78")    # absent: a typo
+    m.add_address("10.9.9.9", "10.0.0.9")
+    stats = readdress(src, tmp_path / "out.pcap", m)
+    olds = ["02:00:00:00:00:0b", "02:00:00:00:00:77", "10.0.0.1", "10.0.0.2", "10.9.9.9",
+            "fd00::1"]
+    assert stats["unmatched"] == [a for a in olds if a not in present]
+    assert {"02:00:00:00:00:77", "10.9.9.9"} <= set(stats["unmatched"])
+    assert "10.0.0.1" in present and "10.0.0.1" not in stats["unmatched"]
+    r = _cli("readdress", src, "-o", tmp_path / "o.pcap", "--map", "10.9.9.9=10.0.0.9")
+    assert r.exit_code == 0 and "no frame" in r.output and "10.9.9.9" in r.output, r.output

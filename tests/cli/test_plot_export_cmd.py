@@ -178,3 +178,11 @@ def test_a_signal_stops_plot_with_one_line_and_keeps_the_earlier_pictures(tmp_pa
     assert proc.returncode == 128 + getattr(signal, sig), err
     assert err == f"error: stopped ({sig}): nothing half-written was kept\n"
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_plot_ranks_span_the_context_parallel_world(tmp_path):
+    # dp 1 x cp 4 x tp 8 x pp 4 = 128 ranks: --ranks is checked against all of them (exit 2
+    # before anything is scheduled), not against dp * tp * pp = 32.
+    scen = Path(__file__).resolve().parents[2] / "profiles/scenarios/llama3-70b-64k-cp4.yaml"
+    r = CliRunner().invoke(main, ["plot", str(scen), "-o", str(tmp_path / "p"), "--ranks", "128"])
+    assert r.exit_code == 2 and "0..127" in r.output, r.output

@@ -148,6 +148,12 @@ def plot_sizes(series: dict, out: str | os.PathLike, *, title: str = "") -> Path
     return save_figure(fig, out)
 
 
+def _schedule_name(vpp: int) -> str:
+    """The pipeline schedule's name: Megatron-LM's 1F1B, or with ``vpp`` > 1 model chunks per
+    stage its interleaved 1F1B (megatron/core/pipeline_parallel/schedules.py)."""
+    return "1F1B" if vpp <= 1 else f"interleaved 1F1B, {vpp} model chunks per stage"
+
+
 def plot_all(source: str | os.PathLike, outdir: str | os.PathLike, *, scale: int = 1,
              iterations: int = 1, ranks: list[int] | None = None) -> list[Path]:
     """Every picture ``source`` allows: a capture → throughput + sizes; a scenario (YAML) →
@@ -196,7 +202,8 @@ def _plot_all(source, outset, *, scale: int, iterations: int,
         series = {"frame_sizes": {}, "message_sizes": sizes}
         return [plot_timeline(sched.timeline, m, outset.path(f"{src.stem}-timeline.png"),
                               ranks=ranks, stage_of=stage_of,
-                              title=f"{src.stem}: compute and RDMA messages per rank (1F1B)\n"
+                              title=f"{src.stem}: compute and RDMA messages per rank "
+                                    f"({_schedule_name(plan.scenario.parallelism.vpp)})\n"
                                     f"{which}"),
                 plot_sizes(series, outset.path(f"{src.stem}-message-sizes.png"),
                            title=f"{src.stem}: message sizes of one iteration")]

@@ -162,7 +162,9 @@ def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, 
 
     Returns:
         ``{"packets", "icrc_updated", "ipv4_checksums", "truncated"}`` counts; ``truncated``
-        records are kept cut (their ICRC is not in the capture and is not recomputed).
+        records are kept cut (their ICRC is not in the capture and is not recomputed);
+        ``"unmatched"``: the mapped old addresses (MAC, IPv4, IPv6, as text, in the mapping's
+        order) that no frame carries, so a mistyped address does not pass unnoticed.
 
     Raises:
         CaptureError: the input cannot be read, or a record contradicts its header.
@@ -218,4 +220,7 @@ def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, 
             writer.abort()
         raise
     writer.close()
+    seen = stats.pop("mapped", set())
+    stats["unmatched"] = [_text(kind, a) for kind in ("mac", "ipv4", "ipv6")
+                          for a in getattr(mapping, kind) if (kind, a) not in seen]
     return stats

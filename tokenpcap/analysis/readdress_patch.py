@@ -107,6 +107,12 @@ def _lookup128(table, hi, lo):
     return nhi, nlo, hit
 
 
+def _seen(stats: dict, kind: str, old: np.ndarray) -> None:
+    """Note in ``stats["mapped"]`` (a set of ``(kind, address)``) the mapped addresses ``old``
+    (uint64, the hits of a lookup) that frames carried."""
+    stats.setdefault("mapped", set()).update((kind, int(v)) for v in np.unique(old))
+
+
 def _words(v: np.ndarray, nbytes: int) -> list[np.ndarray]:
     return [(v >> np.uint64(8 * (nbytes - 2 - 2 * k))) & np.uint64(0xFFFF)
             for k in range(nbytes // 2)]
@@ -164,8 +170,10 @@ def _patch(out, o, caplen, data, src, cap, dec, shift, m, stats) -> None:
     o_e = o[full]
     if m.mac:
         for name in ("Destination", "Source"):
-            new, hit = _lookup(m.mac, field_at(views, o_e, E, name))
+            old = field_at(views, o_e, E, name)
+            new, hit = _lookup(m.mac, old)
             put(out, o_e[hit], E, name, new[hit])
+            _seen(stats, "mac", old[hit])
     ins = np.flatnonzero(shift > 0)
     if ins.size:                                       # a new tag: TPID, TCI, inner EtherType
         inner = field_at(ByteViews(data), src[ins], E, "EtherType")
@@ -212,6 +220,7 @@ def _patch(out, o, caplen, data, src, cap, dec, shift, m, stats) -> None:
             old = field_at(views, p, H.IPV4, name)
             new, hit = _lookup(table, old)
             put(out, p[hit], H.IPV4, name, new[hit])
+            _seen(stats, "ipv4", old[hit])
             udp_sum.setdefault("v4", []).append((v4, _words(old, 4), _words(new, 4)))
         for name, value in (("DSCP", m.dscp), ("ECN", m.ecn), ("TTL", m.ttl)):
             if value is not None:
@@ -232,6 +241,8 @@ def _patch(out, o, caplen, data, src, cap, dec, shift, m, stats) -> None:
             hi, lo = u8[at], u8[at + 8]
             nhi, nlo, hit = _lookup128(m.ipv6, hi, lo)
             _put128(out, p[hit], H.IPV6, name, nhi[hit], nlo[hit])
+            stats.setdefault("mapped", set()).update(
+                ("ipv6", (int(a) << 64) | int(b)) for a, b in set(zip(hi[hit], lo[hit])))
             udp_sum.setdefault("v6", []).append(
                 (v6, _words(hi, 8) + _words(lo, 8), _words(nhi, 8) + _words(nlo, 8)))
         if m.dscp is not None or m.ecn is not None:

@@ -194,6 +194,19 @@ def _option(hint: str, parse, *args):  # type: ignore[no-untyped-def]
         raise click.BadParameter(str(err).split(": ", 1)[-1], param_hint=f"'{hint}'") from None
 
 
+def parse_phases(text: str) -> tuple[str, ...]:
+    """``--phases`` text → its comma-separated patterns, blanks dropped.
+
+    Raises:
+        InputError: no pattern at all (``''``, ``','``): an empty selection would otherwise
+            keep every phase, the opposite of what was typed."""
+    pats = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not pats:
+        raise InputError(f"--phases: got {text!r}, expected phase patterns like "
+                         "'dp/backward/AllReduce,pp/forward,backward'")
+    return pats
+
+
 def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, time_window, fmt,
                   split, snaplen, scale, seed, jobs, force) -> GenerateOptions:
     """Options of the command line → :class:`GenerateOptions`.
@@ -203,7 +216,7 @@ def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, ti
             outside the world / the NICs, a malformed or empty time window or iteration range,
             ``--format erf`` on RoCEv2.
     """
-    world = s.parallelism.dp * s.parallelism.tp * s.parallelism.pp
+    world = s.parallelism.world
     n_nics = s.cluster.nodes * s.cluster.nics_per_node
     why = transport_mismatch(fmt, s.cluster.transport)
     if why:
@@ -213,7 +226,7 @@ def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, ti
     sel = Selection(
         nics=_option("--nics", parse_index_set, nics, "--nics", n_nics) if nics else None,
         ranks=_option("--ranks", parse_index_set, ranks, "--ranks", world) if ranks else None,
-        phases=tuple(p.strip() for p in phases.split(",") if p.strip()) if phases else None,
+        phases=_option("--phases", parse_phases, phases) if phases is not None else None,
         iterations=keep_it,
         window_ns=_option("--time-window", parse_window, time_window) if time_window else None)
     return GenerateOptions(out_dir=Path(out_dir), fmt=fmt, split=split, snaplen=snaplen,

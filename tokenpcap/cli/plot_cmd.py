@@ -39,7 +39,7 @@ def plot_cmd(source: str, outdir: str, scale: int, iterations: int, ranks: str |
 
         p = load_scenario(source).parallelism
         try:
-            rank_list = sorted(parse_index_set(ranks, "--ranks", p.dp * p.tp * p.pp))
+            rank_list = sorted(parse_index_set(ranks, "--ranks", p.world))
         except InputError as err:
             raise click.BadParameter(str(err).split(": ", 1)[-1], param_hint="'--ranks'") from None
     from tokenpcap.cli.captures import capture_paths

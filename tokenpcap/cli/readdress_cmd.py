@@ -92,6 +92,9 @@ def readdress_cmd(file, output, maps, vlan, pcp, dscp, ecn, ttl, sport_offset, u
     s = readdress(file, output, m, usec=usec)
     click.echo(f"{output}: {s['packets']:,} packets, {s['icrc_updated']:,} ICRCs updated, "
                f"{s['ipv4_checksums']:,} IPv4 checksums recomputed")
+    if s["unmatched"]:
+        click.echo(f"note: no frame of {file} carries {', '.join(s['unmatched'])}: left "
+                   "unmapped (check the --map addresses against `tokenpcap inspect`)", err=True)
     if s["truncated"]:
         click.echo(f"{s['truncated']:,} frames are truncated (snaplen) and kept so: their headers "
                    "are rewritten, but their ICRC lies beyond the cut, is not in the capture, "

@@ -191,6 +191,11 @@ class Parallelism:
         """Model chunks per pipeline stage: ``virtual_pipeline_model_parallel_size`` or 1."""
         return self.virtual_pipeline_model_parallel_size or 1
 
+    @property
+    def world(self) -> int:
+        """Ranks of the job: ``dp * cp * tp * pp`` (Megatron-LM's world size)."""
+        return self.dp * self.cp * self.tp * self.pp
+
     def stage_layer_counts(self, layers: int) -> tuple[int, ...]:
         """Transformer layers per stage of a model of ``layers`` layers
         (:func:`tokenpcap.config.pipeline.stage_layer_counts`). Raises: PipelineSplitError."""

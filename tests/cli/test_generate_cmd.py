@@ -1,0 +1,52 @@
+"""generate's option parsing (tokenpcap/cli/generate_cmd.py) on the real scenarios."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pytest
+
+from tokenpcap.cli.generate_cmd import build_options
+from tokenpcap.config.profiles import load_scenario
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "profiles" / "scenarios"
+
+
+def _options(s, ranks):  # type: ignore[no-untyped-def]
+    return build_options(s, "unused", ranks=ranks, nics=None, phases=None, iterations=None,
+                         time_window=None, fmt="pcapng", split="nic", snaplen=262144, scale=1,
+                         seed=None, jobs=1, force=False)
+
+
+def test_ranks_span_the_context_parallel_world():
+    # llama3-70b-64k-cp4: dp 1 x cp 4 x tp 8 x pp 4 = 128 ranks, one per GPU of its 16 x 8
+    # cluster (Megatron's world size); dp * tp * pp alone is 32.
+    s = load_scenario(SCENARIOS / "llama3-70b-64k-cp4.yaml")
+    gpus = s.cluster.nodes * s.cluster.gpus_per_node
+    assert gpus == 128 and s.parallelism.world == gpus
+    assert sorted(_options(s, "32,127").selection.ranks) == [32, 127]
+    with pytest.raises(click.BadParameter, match=r"0\.\.127"):
+        _options(s, "128")
+
+
+@pytest.mark.parametrize("text", ["", ",", " , "])
+def test_phases_without_a_pattern_are_a_usage_error(tmp_path, text):
+    # `--phases ''` (an empty shell variable) used to keep every phase and exit 0: exit 2 now,
+    # naming the option, before anything is created.
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+
+    out = tmp_path / "new"
+    r = CliRunner().invoke(main, ["generate", str(SCENARIOS / "dante.yaml"), "-o", str(out),
+                                  "--phases", text])
+    assert r.exit_code == 2 and "'--phases'" in r.output, r.output
+    assert not out.exists()
+
+
+def test_phases_patterns_are_kept_in_order():
+    s = load_scenario(SCENARIOS / "dante.yaml")
+    opt = build_options(s, "unused", ranks=None, nics=None, phases=" pp/forward, ,dp ",
+                        iterations=None, time_window=None, fmt="pcapng", split="nic",
+                        snaplen=262144, scale=1, seed=None, jobs=1, force=False)
+    assert opt.selection.phases == ("pp/forward", "dp")
