@@ -4,6 +4,7 @@ bundled GPT-3 175B scenario (84 M messages per iteration) before any simulation 
 that works (the scale it names is accepted), and accept the scenarios that run."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from tests.schedule.test_schedule import tiny_scenario
 from tokenpcap.errors import InfeasiblePlanError
 from tokenpcap.generate.run import GenerateOptions, generate
-from tokenpcap.schedule.limits import MAX_MESSAGES, check_work, estimate_work
+from tokenpcap.schedule.limits import MAX_MESSAGES, MAX_STATE_BYTES, check_work, estimate_work
 from tokenpcap.records import KIND_DATA
 from tokenpcap.plan.build import build_plan
 from tokenpcap.config.profiles import load_scenario
@@ -36,17 +37,70 @@ def test_estimate_counts_what_the_schedule_simulates(scale, iterations):
     assert w.memory_bytes > 0 and w.seconds > 0
 
 
-def test_gpt3_175b_is_refused_before_simulating():
-    plan = build_plan(load_scenario(SCEN / "gpt3-175b-megatron.yaml"))
+def _follow(s, advice: str, iterations: int):  # type: ignore[no-untyped-def]
+    """The plan and iterations a user gets by doing what the refusal ``advice`` says."""
+    import dataclasses
+    import re
+
+    if "clear_to_send: false fits" in advice:
+        gen = dataclasses.replace(s.generation, clear_to_send=False)
+        return build_plan(dataclasses.replace(s, generation=gen)), iterations
+    if m := re.search(r"--scale (\d+) fits", advice):
+        return build_plan(s, scale=int(m.group(1))), iterations
+    if m := re.search(r"at most --iterations (\d+) fit", advice):
+        return build_plan(s), int(m.group(1))
+    raise AssertionError(f"no advice to follow in {advice!r}")
+
+
+def test_gpt3_175b_is_refused_before_simulating_with_advice_that_is_accepted():
+    """The refusal names what fits, and doing that is accepted: the iteration without
+    clear-to-send writes (28,464,576 messages) still needs more than the engine's state limit
+    with its 1.07 M calls, so the advice is a --scale, and that scale passes."""
+    s = load_scenario(SCEN / "gpt3-175b-megatron.yaml")
+    plan = build_plan(s)
     with pytest.raises(InfeasiblePlanError) as info:
         check_work(plan, 1)
     msg = str(info.value)
     assert "\n" not in msg
     assert msg.startswith("gpt3-175b-megatron: too large for the timing engine: "
                           "56,929,152 RDMA messages need about ")
-    # what fits, as the refusal says: the same iteration without clear-to-send writes
-    assert "the scenario with generation.clear_to_send: false fits (28,464,576 messages" in msg
-    assert 28_464_576 <= MAX_MESSAGES
+    assert "clear_to_send: false fits" not in msg      # 28.5 M messages + calls: over 8 GB
+    followed, its = _follow(s, msg, 1)
+    check_work(followed, its)                                       # accepted
+    work = estimate_work(followed, its, nvlink=False)
+    assert work.messages <= MAX_MESSAGES and work.memory_bytes <= MAX_STATE_BYTES
+
+
+def test_advice_to_drop_clear_to_send_is_given_only_when_that_fits(monkeypatch):
+    """With the state limit raised so that the iteration without clear-to-send writes fits
+    (but not with them), that is the advice, and following it is accepted."""
+    from tokenpcap.schedule import limits
+
+    s = load_scenario(SCEN / "dante.yaml")
+    full = estimate_work(build_plan(s), 1, nvlink=False)
+    half = dataclasses.replace(full, messages=full.messages // 2)
+    monkeypatch.setattr(limits, "MAX_STATE_BYTES", (half.memory_bytes + full.memory_bytes) // 2)
+    with pytest.raises(InfeasiblePlanError, match="clear_to_send: false fits") as info:
+        check_work(build_plan(s), 1)
+    followed, its = _follow(s, str(info.value), 1)
+    check_work(followed, its)                                       # accepted
+    assert estimate_work(followed, its, nvlink=False).memory_bytes <= limits.MAX_STATE_BYTES
+
+
+def test_advice_of_fewer_iterations_counts_the_calls_state_too(monkeypatch):
+    """Over many iterations the advised count must fit both the messages and the state the
+    calls hold."""
+    from tokenpcap.schedule import limits
+
+    s = load_scenario(SCEN / "dante.yaml")
+    one = estimate_work(build_plan(s), 1, nvlink=False)
+    monkeypatch.setattr(limits, "MAX_STATE_BYTES", 3 * one.memory_bytes + 1)
+    with pytest.raises(InfeasiblePlanError, match="at most --iterations 3 fit") as info:
+        check_work(build_plan(s), 10)
+    followed, its = _follow(s, str(info.value), 10)
+    assert its == 3
+    check_work(followed, its)                                       # accepted
+    assert estimate_work(followed, its, nvlink=False).memory_bytes <= limits.MAX_STATE_BYTES
 
 
 def test_many_iterations_of_a_small_scenario_hit_the_call_limit():
@@ -84,5 +138,5 @@ def test_the_floor_of_messages_does_not_depend_on_the_scale_asked_for():
     floors = {k: _messages_at_any_scale(build_plan(s, scale=k), 1) for k in (1, 1000, 100_000)}
     assert len(set(floors.values())) == 1
     assert floors[1] <= estimate_work(build_plan(s, scale=10 ** 9), 1, nvlink=False).messages
-    with pytest.raises(InfeasiblePlanError, match="the scenario with generation.clear_to_send: false fits"):
+    with pytest.raises(InfeasiblePlanError, match=r"--scale \d+ fits"):
         check_work(build_plan(s, scale=1), 1)

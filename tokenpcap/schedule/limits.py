@@ -32,6 +32,7 @@ fewer iterations, no clear-to-send writes, or the smallest ``--scale`` that fits
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from tokenpcap.errors import InfeasiblePlanError
@@ -136,10 +137,15 @@ def _smallest_scale(plan, iterations: int) -> tuple[int, int] | None:  # type: i
     while k <= 10 ** 10:
         if k > plan.scale:
             w = estimate_work(build_plan(plan.scenario, scale=k), iterations, nvlink=False)
-            if w.messages <= MAX_MESSAGES and w.memory_bytes <= MAX_STATE_BYTES:
+            if _fits(w):
                 return k, w.messages
         k *= 10
     return None
+
+
+def _fits(w: Work) -> bool:
+    """Whether the engine holds ``w``: messages and estimated state within the limits."""
+    return w.messages <= MAX_MESSAGES and w.memory_bytes <= MAX_STATE_BYTES
 
 
 def check_work(plan, iterations: int) -> Work:  # type: ignore[no-untyped-def]
@@ -167,12 +173,16 @@ def check_work(plan, iterations: int) -> Work:  # type: ignore[no-untyped-def]
             f"{name}: too large for the timing engine: {quick.calls:,} collective calls"
             f"{its} (limit {MAX_CALLS:,}; --scale does not reduce calls); use {fewer}a "
             "smaller scenario; `tokenpcap plan` reports its traffic")
-    if quick.messages > MAX_MESSAGES or quick.memory_bytes > MAX_STATE_BYTES:
-        per = quick.messages // max(1, iterations)
-        if iterations > 1 and per <= MAX_MESSAGES:
-            fits = f"at most --iterations {max(1, MAX_MESSAGES // max(1, per))} fit"
-        elif s.generation.clear_to_send and quick.messages // 2 <= MAX_MESSAGES:
-            fits = (f"the scenario with generation.clear_to_send: false fits ({quick.messages // 2:,} "
+    if not _fits(quick):
+        one = Work(1, quick.calls // max(1, iterations), quick.messages // max(1, iterations), 0,
+                   quick.packets // max(1, iterations))
+        no_cts = dataclasses.replace(quick, messages=quick.messages // 2)
+        if iterations > 1 and _fits(one):
+            most = min(MAX_MESSAGES // max(1, one.messages),
+                       MAX_STATE_BYTES // max(1, one.memory_bytes))
+            fits = f"at most --iterations {max(1, most)} fit"
+        elif s.generation.clear_to_send and _fits(no_cts):
+            fits = (f"the scenario with generation.clear_to_send: false fits ({no_cts.messages:,} "
                     "messages, no clear-to-send writes)")
         else:
             floor = _messages_at_any_scale(plan, iterations)
