@@ -24,7 +24,7 @@ def test_pictures_with_a_flow_not_completed(tmp_path):
     assert [p.name for p in paths] == ["dante-slowdown-cdf.png", "dante-nic-completion.png"]
     assert all(p.stat().st_size > 10_000 for p in paths)
     (tmp_path / "x.png").mkdir()
-    with pytest.raises(OutputError, match="x.png: cannot write"):
+    with pytest.raises(OutputError, match="x.png: got a directory, expected a regular file"):
         plot_nic_completion(c, tmp_path / "x.png")
     assert not list(tmp_path.glob(".x.png*"))
 
@@ -43,6 +43,6 @@ def test_simai_pictures_with_a_record_not_reported(tmp_path):
     assert [p.name for p in paths] == ["dante-simai-phases.png", "dante-simai-calls.png"]
     assert all(p.stat().st_size > 10_000 for p in paths)
     (tmp_path / "y.png").mkdir()
-    with pytest.raises(OutputError, match="y.png: cannot write"):
+    with pytest.raises(OutputError, match="y.png: got a directory, expected a regular file"):
         plot_simai_calls(c, tmp_path / "y.png")
     assert not list(tmp_path.glob(".y.png*"))
