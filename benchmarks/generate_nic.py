@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -93,7 +94,7 @@ def main(argv=None) -> None:
     ap.add_argument("--scenario", default="llama3-70b-64n", help="bundled scenario or a path")
     ap.add_argument("--scale", type=int, default=1)
     ap.add_argument("--nic", type=int, default=0)
-    ap.add_argument("--dir", type=Path, default=Path("/work/tmp") / "generate_nic")
+    ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "generate_nic")
     ap.add_argument("--snaplen", type=int, default=262144, help="262144 keeps every frame whole")
     a = ap.parse_args(argv)
     p = Path(a.scenario)
