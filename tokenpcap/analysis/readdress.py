@@ -45,8 +45,8 @@ from tokenpcap.pcap import Comments, Interface, PcapngWriter, PcapWriter
 from tokenpcap.pcap.formats import MAX_SNAPLEN
 from tokenpcap.pcap.reader import open_capture
 from tokenpcap.pcap.timestamps import NO_TIME
-from tokenpcap.analysis.readdress_mapping import (Mapping, load_mapping, parse_pair,
-                                                  retarget_text, set_option)
+from tokenpcap.analysis.readdress_mapping import (Mapping, load_mapping, mapped_address_text,
+                                                  parse_pair, retarget_text, set_option)
 from tokenpcap.analysis.readdress_patch import patch_batch
 
 __all__ = ["Mapping", "load_mapping", "parse_pair", "set_option", "readdress", "output_format",
@@ -221,6 +221,6 @@ def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, 
         raise
     writer.close()
     seen = stats.pop("mapped", set())
-    stats["unmatched"] = [_text(kind, a) for kind in ("mac", "ipv4", "ipv6")
+    stats["unmatched"] = [mapped_address_text(kind, a) for kind in ("mac", "ipv4", "ipv6")
                           for a in getattr(mapping, kind) if (kind, a) not in seen]
     return stats

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from tokenpcap.errors import InputError
 
-__all__ = ["Mapping", "load_mapping", "set_option", "parse_pair", "retarget_text"]
+__all__ = ["Mapping", "load_mapping", "set_option", "parse_pair", "retarget_text",
+           "mapped_address_text"]
 
 
 @dataclass
@@ -56,13 +57,17 @@ class Mapping:
                 and the capture would no longer be a trace of a job).
         """
         table = getattr(self, kind)
+
+        def text(a: int) -> str:
+            return mapped_address_text(kind, a)
+
         if table.get(old, new) != new:
-            raise InputError(f"{where}: {_text(kind, old)}: got two new addresses "
-                             f"({_text(kind, table[old])} and {_text(kind, new)}), expected one")
+            raise InputError(f"{where}: {text(old)}: got two new addresses "
+                             f"({text(table[old])} and {text(new)}), expected one")
         other = next((k for k, v in table.items() if v == new and k != old), None)
         if other is not None:
-            raise InputError(f"{where}: {_text(kind, new)}: got it as the new address of both "
-                             f"{_text(kind, other)} and {_text(kind, old)}, expected one old "
+            raise InputError(f"{where}: {text(new)}: got it as the new address of both "
+                             f"{text(other)} and {text(old)}, expected one old "
                              "address per new one (two NICs would become one)")
         table[old] = new
 
@@ -81,7 +86,7 @@ class Mapping:
                 setattr(self, name, getattr(other, name))
 
 
-def _text(kind: str, value: int) -> str:
+def mapped_address_text(kind: str, value: int) -> str:
     """An address of table ``kind`` as people write it."""
     if kind == "mac":
         return ":".join(f"{b:02x}" for b in value.to_bytes(6, "big"))
@@ -118,7 +123,7 @@ def retarget_text(text: str | None, m: Mapping) -> str | None:
             continue
         new = getattr(m, kind).get(old)
         if new is not None:
-            words[i] = _text(kind, new)
+            words[i] = mapped_address_text(kind, new)
     return " ".join(words)
 
 
