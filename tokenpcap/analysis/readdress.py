@@ -215,12 +215,13 @@ def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, 
         if writer is None:                          # a pcapng without packets
             writer = PcapngWriter(dst, [Interface(name=i.name or f"if{i.index}")
                                         for i in cap.interfaces] or [Interface(name="if0")])
+        # the report is made before the output lands: nothing can fail after it did
+        seen = stats.pop("mapped", set())
+        stats["unmatched"] = [mapped_address_text(kind, a) for kind in ("mac", "ipv4", "ipv6")
+                              for a in getattr(mapping, kind) if (kind, a) not in seen]
     except BaseException:
         if writer is not None:
             writer.abort()
         raise
     writer.close()
-    seen = stats.pop("mapped", set())
-    stats["unmatched"] = [mapped_address_text(kind, a) for kind in ("mac", "ipv4", "ipv6")
-                          for a in getattr(mapping, kind) if (kind, a) not in seen]
     return stats
