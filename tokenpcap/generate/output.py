@@ -206,14 +206,16 @@ def _signal_when_parent_dies() -> None:
         pass
 
 
-def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results) -> None:
+def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent: int) -> None:
     """Worker process ``w``: write the files ``specs`` from ``(index, packets, labels, codes)``
     items; ``None`` closes them, ``"abort"`` drops them. Reports ``("ok", w, [(packets, bytes)])``
     or ``("error", w, message)`` on ``results``. When the parent dies (SIGKILL) the worker drops
     its files and exits, reporting nothing: at once on Linux, even in the middle of reading a
-    batch (:func:`_signal_when_parent_dies`), otherwise within a second between batches."""
+    batch (:func:`_signal_when_parent_dies`), otherwise within a second between batches.
+    ``parent`` is the pid of the process that started the worker, taken there: a parent killed
+    before the worker first runs is then noticed too (the worker's own first ``getppid`` would
+    already name the process that adopted it)."""
     sinks: list[Sink] = []
-    parent = os.getppid()
     _signal_when_parent_dies()
     try:
         if os.getppid() != parent:              # died before the signal was asked for
@@ -278,7 +280,8 @@ class Dispatcher:
         self.where = [(i % self.jobs, i // self.jobs) for i in range(len(specs))]
         for w in range(self.jobs):
             mine = [s for i, s in enumerate(specs) if i % self.jobs == w]
-            p = ctx.Process(target=_worker, args=(w, mine, cfg, self.queues[w], self.results),
+            p = ctx.Process(target=_worker,
+                            args=(w, mine, cfg, self.queues[w], self.results, os.getpid()),
                             daemon=True, name=f"tokenpcap-writer-{w}")
             p.start()
             self.procs.append(p)
