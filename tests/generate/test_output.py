@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.generate.test_faults import _alive
 from tokenpcap.pcap.outputset import OutputSet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +26,7 @@ import os, signal, struct, sys
 from pathlib import Path
 from tokenpcap.config.profiles import load_cluster
 from tokenpcap.generate.output import Dispatcher, FileSpec, WriterConfig
+from tests.generate.test_faults import _alive
 from tokenpcap.pcap.outputset import OutputSet
 out = Path(sys.argv[1])
 c = load_cluster(sys.argv[2])
@@ -36,14 +38,6 @@ os.write(d.queues[0]._writer.fileno(), struct.pack("!i", 1 << 20) + b"\\x80\\x04
 print(" ".join(str(p.pid) for p in d.procs), flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux prctl and /proc")
