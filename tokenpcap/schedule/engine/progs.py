@@ -10,6 +10,7 @@ from numba import njit
 
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import push
+from tokenpcap.schedule.engine import access as A
 
 __all__ = ["flush_out", "step", "arrived", "ab_done"]
 
@@ -29,7 +30,6 @@ def flush_out(S, cf, sc, h, lst, t):
     """Turn the transfers launched during this event into messages (data ids, then their CTS);
     the ids to post at ``t`` are left in ``sc[RDY_NEXT] .. sc[RDY_END] - 1``."""
     ms = S.ms
-    trs = S.trs
     m = sc[NLAUNCH]
     if m == 0:
         return
@@ -38,14 +38,13 @@ def flush_out(S, cf, sc, h, lst, t):
     for i in range(m):
         x = lst[i]
         mid = n0 + i
-        trs[x, T_MSG] = mid
         ms[mid, M_TR] = x
         ms[mid, M_KIND] = 0
-        ms[mid, M_SRC] = trs[x, T_SNIC]
-        ms[mid, M_DST] = trs[x, T_DNIC]
-        ms[mid, M_QPID] = trs[x, T_QPID0]
-        ms[mid, M_SHAPE] = trs[x, T_SHAPE]
-        ms[mid, M_SIZE] = trs[x, T_BYTES]
+        ms[mid, M_SRC] = A.src_nic(S, x)
+        ms[mid, M_DST] = A.dst_nic(S, x)
+        ms[mid, M_QPID] = A.qp_data(S, x)
+        ms[mid, M_SHAPE] = A.msg_shape(S, x)
+        ms[mid, M_SIZE] = A.size_bytes(S, x)
         ms[mid, M_START] = t
         ms[mid, M_PEER] = -1
         if cts:
@@ -53,18 +52,18 @@ def flush_out(S, cf, sc, h, lst, t):
             ms[mid, M_PEER] = cid
             ms[cid, M_TR] = x
             ms[cid, M_KIND] = 1
-            ms[cid, M_SRC] = trs[x, T_DNIC]
-            ms[cid, M_DST] = trs[x, T_SNIC]
-            ms[cid, M_QPID] = trs[x, T_QPID1]
+            ms[cid, M_SRC] = A.dst_nic(S, x)
+            ms[cid, M_DST] = A.src_nic(S, x)
+            ms[cid, M_QPID] = A.qp_cts(S, x)
             ms[cid, M_SHAPE] = cf[CTS_SHAPE]
             ms[cid, M_SIZE] = cf[CTS_BYTES]
             ms[cid, M_START] = t
             ms[cid, M_PEER] = mid
     for i in range(m):
         x = lst[i]
-        _create_qp(S, trs[x, T_QPID0])
+        _create_qp(S, A.qp_data(S, x))
         if cts:
-            _create_qp(S, trs[x, T_QPID1])
+            _create_qp(S, A.qp_cts(S, x))
     # the messages posted now (the clear-to-send writes, or the data without them) are the next
     # events: READY sorts first at an instant, keyed by message id, and no READY at t is queued
     sc[RDY_NEXT] = n0 + m if cts else n0
@@ -77,8 +76,7 @@ def flush_out(S, cf, sc, h, lst, t):
 def _launch(S, cf, sc, h, lst, x, t):
     nv = S.nv
     rk = S.rk
-    trs = S.trs
-    if trs[x, T_NIC]:
+    if A.is_nic(S, x):
         n = sc[NLAUNCH]
         if n == lst.shape[0]:
             sc[ERR] = 3
@@ -86,10 +84,10 @@ def _launch(S, cf, sc, h, lst, x, t):
         lst[n] = x
         sc[NLAUNCH] = n + 1
         return
-    src = trs[x, T_SRC]
+    src = A.src_rank(S, x)
     start = t if t > rk[src, R_NVL] else rk[src, R_NVL]
     num = cf[NVL_NUM]
-    end = start + (trs[x, T_BYTES] * 8 * cf[NVL_DEN] + num - 1) // num
+    end = start + (A.size_bytes(S, x) * 8 * cf[NVL_DEN] + num - 1) // num
     rk[src, R_NVL] = end
     arrive = end + cf[NVL_LAT]
     if cf[KEEP_NV]:
@@ -103,9 +101,7 @@ def _launch(S, cf, sc, h, lst, x, t):
 
 @njit(cache=True, _nrt=False)
 def _release(S, cf, sc, h, lst, x, t):
-    trs = S.trs
-    trs[x, T_WAIT] -= 1
-    if trs[x, T_WAIT] == 0:
+    if A.release_one(S, x):
         _launch(S, cf, sc, h, lst, x, t)
 
 
@@ -116,11 +112,7 @@ def _start(S, cf, sc, h, lst, p, t, waiter):
     call_nst = S.call_nst
     call_pbase = S.call_pbase
     part = S.part
-    recv_list = S.recv_list
-    recv_ptr = S.recv_ptr
     rk = S.rk
-    send_list = S.send_list
-    send_ptr = S.send_ptr
     part[p, A_STARTED] = 1
     c = part[p, A_CALL]
     if call_ab[c] >= 0:
@@ -139,10 +131,12 @@ def _start(S, cf, sc, h, lst, p, t, waiter):
         if waiter >= 0:
             part[p, A_WAITER] = waiter
         return False
-    for i in range(send_ptr[p], send_ptr[p + 1]):
-        _release(S, cf, sc, h, lst, send_list[i], t)
-    for i in range(recv_ptr[p], recv_ptr[p + 1]):
-        _release(S, cf, sc, h, lst, recv_list[i], t)
+    lo, hi = A.sends(S, p)
+    for i in range(lo, hi):
+        _release(S, cf, sc, h, lst, A.send_at(S, p, i), t)
+    lo, hi = A.recvs(S, p)
+    for i in range(lo, hi):
+        _release(S, cf, sc, h, lst, A.recv_at(S, p, i), t)
     if part[p, A_PENDING] == 0:
         return True
     if waiter >= 0:
@@ -277,13 +271,11 @@ def _finish(S, cf, sc, h, lst, p, t):
 @njit(cache=True, _nrt=False)
 def arrived(S, cf, sc, h, lst, x, t):
     """Transfer x has arrived: release its dependents, finish its ranks' parts of the call."""
-    dep_list = S.dep_list
-    dep_ptr = S.dep_ptr
     part = S.part
-    trs = S.trs
-    for i in range(dep_ptr[x], dep_ptr[x + 1]):
-        _release(S, cf, sc, h, lst, dep_list[i], t)
-    for p in (trs[x, T_SRCP], trs[x, T_DSTP]):
+    lo, hi = A.deps(S, x)
+    for i in range(lo, hi):
+        _release(S, cf, sc, h, lst, A.dep_at(S, x, i), t)
+    for p in (A.src_part(S, x), A.dst_part(S, x)):
         part[p, A_PENDING] -= 1
         if part[p, A_PENDING] == 0 and part[p, A_STARTED]:
             _finish(S, cf, sc, h, lst, p, t)
