@@ -13,9 +13,13 @@ by call and rank by rank, which the tests compare.
 Index spaces (all int64 unless said):
 
 * transfer ``x``: the transfers of call ``c`` are ``tr_base[c] + j`` for ``j`` in its table order;
+  they are not stored one by one: call ``c`` is its canonical shape ``call_shape[c]`` (a
+  :class:`~tokenpcap.schedule.flatbuild.ShapeTable` row range) moved up by ``call_shift[c]``
+  ranks, and :meth:`Flat.expand` / :meth:`Flat.transfers` give the per-transfer columns;
 * participation ``p``: rank ``group[i]`` of call ``c`` is ``part_base[c] + i``; its sends and
-  receives are CSR lists (``send_ptr``/``send_list``, ``recv_ptr``/``recv_list``) in the order of
-  ``Transfers.by_src`` / ``by_dst``; a transfer's dependents likewise (``dep_ptr``/``dep_list``);
+  receives are CSR lists (``send_ptr``/``send_list``, ``recv_ptr``/``recv_list`` of
+  :class:`FlatTransfers`) in the order of ``Transfers.by_src`` / ``by_dst``; a transfer's
+  dependents likewise (``dep_ptr``/``dep_list``);
 * instruction: the program of rank ``r`` in iteration ``i`` is ``prog_ptr[i·W + r] ..
   prog_ptr[i·W + r + 1] - 1`` with ``ins_kind`` (COMPUTE, CALL, WAIT, MARK of
   :mod:`tokenpcap.schedule.program`), ``ins_a`` (ns, participation, or the MARK's microbatch) and
@@ -39,20 +43,56 @@ from tokenpcap.schedule.flatbuild import (
     MARK_CODES,
     WAIT,
     CallShapeArrays,
+    ShapeTable,
     canonical_shape,
     encode_program,
-    place_transfers,
+    expand_transfers,
     shape_transfers,
     template_programs,
 )
 from tokenpcap.schedule.program import build_programs
 
-__all__ = ["Flat", "flatten", "MARK_CODES", "COMPUTE", "CALL", "WAIT", "MARK"]
+__all__ = ["Flat", "FlatTransfers", "flatten", "MARK_CODES", "COMPUTE", "CALL", "WAIT", "MARK"]
+
+
+@dataclass
+class FlatTransfers:
+    """The transfers of a :class:`Flat` one by one (int64 ``(T,)`` unless said), in transfer
+    order: ``tr_call``, ``tr_src``/``tr_dst`` (global ranks), ``tr_srcp``/``tr_dstp``
+    (participations), ``tr_nic`` (bool), ``tr_bytes``, ``tr_step``, ``tr_channel``,
+    ``tr_offset``, ``tr_wait`` (dependencies + 2), ``tr_snic``/``tr_dnic`` (NICs of a transfer
+    between nodes, else -1); CSR lists of global transfer indices: ``dep_ptr (T + 1,)``/
+    ``dep_list`` (dependents), ``send_ptr``/``send_list`` and ``recv_ptr``/``recv_list``
+    ``(P + 1,)``/... (each participation's sends and receives)."""
+
+    tr_call: np.ndarray
+    tr_src: np.ndarray
+    tr_dst: np.ndarray
+    tr_srcp: np.ndarray
+    tr_dstp: np.ndarray
+    tr_nic: np.ndarray
+    tr_bytes: np.ndarray
+    tr_step: np.ndarray
+    tr_channel: np.ndarray
+    tr_offset: np.ndarray
+    tr_wait: np.ndarray
+    tr_snic: np.ndarray
+    tr_dnic: np.ndarray
+    dep_ptr: np.ndarray
+    dep_list: np.ndarray
+    send_ptr: np.ndarray
+    send_list: np.ndarray
+    recv_ptr: np.ndarray
+    recv_list: np.ndarray
 
 
 @dataclass
 class Flat:
-    """One iteration's arrays (module docstring); indices are local to the iteration."""
+    """One iteration's arrays (module docstring); indices are local to the iteration.
+
+    ``direct``: the straightforward build's own per-transfer columns (``flatten(...,
+    direct=True)``), which :meth:`expand` returns as they are; None for the fast build.
+    """
 
     n_calls: int
     calls: list                      # CollectiveCall per local call index
@@ -61,33 +101,53 @@ class Flat:
     call_codes: np.ndarray           # (C, 3) phase, dim, collective codes
     tr_base: np.ndarray              # (C + 1,)
     part_base: np.ndarray            # (C + 1,)
-    # transfers
-    tr_call: np.ndarray
-    tr_src: np.ndarray               # global ranks
-    tr_dst: np.ndarray
-    tr_srcp: np.ndarray              # participations
-    tr_dstp: np.ndarray
-    tr_nic: np.ndarray               # bool
-    tr_bytes: np.ndarray
-    tr_step: np.ndarray
-    tr_channel: np.ndarray
-    tr_offset: np.ndarray
-    tr_wait: np.ndarray
-    dep_ptr: np.ndarray
-    dep_list: np.ndarray
+    call_shape: np.ndarray           # (C,) canonical shape (row range of `shapes`)
+    call_shift: np.ndarray           # (C,) ranks the call's group lies above its shape's
+    shapes: ShapeTable
+    gpus_per_node: int
+    nics_per_node: int
     # participations
     part_rank: np.ndarray
-    send_ptr: np.ndarray
-    send_list: np.ndarray
-    recv_ptr: np.ndarray
-    recv_list: np.ndarray
     # programs
     prog_ptr: np.ndarray             # (W + 1,)
     ins_kind: np.ndarray             # int8
     ins_a: np.ndarray
     ins_b: np.ndarray
-    tr_snic: np.ndarray | None = None   # (T,) sending NIC of a transfer between nodes, else -1
-    tr_dnic: np.ndarray | None = None   # (T,) receiving NIC, else -1
+    direct: FlatTransfers | None = None
+
+    @property
+    def n_transfers(self) -> int:
+        return int(self.tr_base[-1])
+
+    def transfers(self, x, names=None) -> dict[str, np.ndarray]:
+        """Columns of the transfers ``x`` (:func:`~tokenpcap.schedule.flatbuild.expand_transfers`:
+        ``call src dst srcp dstp nic snic dnic bytes step channel offset wait``)."""
+        return expand_transfers(self.shapes, self.call_shape, self.call_shift, self.tr_base,
+                                self.part_base, x, self.gpus_per_node, self.nics_per_node, names)
+
+    def expand(self) -> FlatTransfers:
+        """Every transfer one by one (memory per transfer: for tests and small runs)."""
+        if self.direct is not None:
+            return self.direct
+        t = self.transfers(np.arange(self.n_transfers, dtype=np.int64))
+        sh = self.shapes
+        first = sh.tr_ptr[self.call_shape] - self.tr_base[:-1]   # row of transfer x: x + first[c]
+        prow = (np.arange(self.part_call.size, dtype=np.int64)
+                + (sh.pos_ptr[self.call_shape] - self.part_base[:-1])[self.part_call])
+        trow = np.arange(self.n_transfers, dtype=np.int64) + first[t["call"]]
+        csr = {}
+        for k, rows, call in (("dep", trow, t["call"]), ("send", prow, self.part_call),
+                              ("recv", prow, self.part_call)):
+            ptr, lst = getattr(sh, f"{k}_ptr"), getattr(sh, f"{k}_list")
+            n = ptr[rows + 1] - ptr[rows]
+            out = np.zeros(n.size + 1, np.int64)
+            np.cumsum(n, out=out[1:])
+            owner = np.repeat(np.arange(n.size), n)
+            at = ptr[rows][owner] + np.arange(int(out[-1])) - out[:-1][owner]
+            csr[f"{k}_ptr"], csr[f"{k}_list"] = out, lst[at] - first[call[owner]]
+        return FlatTransfers(t["call"], t["src"], t["dst"], t["srcp"], t["dstp"], t["nic"],
+                             t["bytes"], t["step"], t["channel"], t["offset"], t["wait"],
+                             t["snic"], t["dnic"], **csr)
 
 
 def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0, *,
@@ -143,28 +203,28 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0, *,
         if int(np.bincount(shape_of, minlength=len(canon_tr)) @ copies) <= above:
             nvlink = None
     shapes = [CallShapeArrays(tr, ck[1], nvlink) for tr, ck in zip(canon_tr, canon)]
-    ntr = np.array([sh.n for sh in shapes], np.int64)[shape_of]
-    npart = np.array([len(sh.group) for sh in shapes], np.int64)[shape_of]
-    tr_base = np.zeros(C + 1, np.int64)
-    np.cumsum(ntr, out=tr_base[1:])
-    part_base = np.zeros(C + 1, np.int64)
-    np.cumsum(npart, out=part_base[1:])
-    cols = place_transfers(shapes, shape_of, shift, tr_base, part_base, npn, gpn)
-    table = np.array([(PHASES.index(p), DIMS.index(d), COLLECTIVES.index(k)) for p, d, k in codes_of],
-                     np.int64).reshape(-1, 3)
+    table = ShapeTable.of(shapes)
+    tr_base = _ptr(np.diff(table.tr_ptr)[shape_of])
+    npart = np.diff(table.pos_ptr)[shape_of]
+    part_base = _ptr(npart)
     part_call = np.repeat(np.arange(C, dtype=np.int64), npart)
+    prow = np.arange(part_call.size, dtype=np.int64) + (table.pos_ptr[shape_of] - part_base[:-1])[part_call]
+    part_rank = table.rank[prow] + shift[part_call]
+    codes = np.array([(PHASES.index(p), DIMS.index(d), COLLECTIVES.index(k)) for p, d, k in codes_of],
+                     np.int64).reshape(-1, 3)
     prog_ptr, ins_kind, ins_a, ins_b = template_programs(
-        calls, part_call, cols["part_rank"], lay.world_size, lay.coords, shards, times,
+        calls, part_call, part_rank, lay.world_size, lay.coords, shards, times,
         plan.microbatches, iteration, plan.scenario.training.recompute,
         chunks=[chunk_layers(plan.scenario, st) for st in range(lay.pp)],
         overlap_grad_reduce=plan.scenario.training.overlap_grad_reduce)
-    call_ab = np.array([sh.ab for sh in shapes], np.int64)[shape_of]
-    return Flat(C, calls, call_ab, part_call, table[code_ids], tr_base, part_base,
-                cols["call"], cols["src"], cols["dst"], cols["srcp"], cols["dstp"], cols["nic"],
-                cols["bytes"], cols["step"], cols["channel"], cols["offset"], cols["wait"],
-                cols["dep_ptr"], cols["dep_list"], cols["part_rank"], cols["send_ptr"],
-                cols["send_list"], cols["recv_ptr"], cols["recv_list"], prog_ptr, ins_kind, ins_a,
-                ins_b, tr_snic=cols["snic"], tr_dnic=cols["dnic"])
+    return Flat(C, calls, table.ab[shape_of], part_call, codes[code_ids], tr_base, part_base,
+                shape_of, shift, table, gpn, npn, part_rank, prog_ptr, ins_kind, ins_a, ins_b)
+
+
+def _ptr(lengths: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
 
 
 def _concat_csr(ptrs: list[np.ndarray], lists: list[np.ndarray], shift: list[int]):
@@ -189,13 +249,17 @@ def _flatten_direct(plan, iteration: int, shards, times, nvlink=None, above: int
                 copies[id(tr)] = int((~tr.table["nic"]).sum())
         if sum(copies[id(tr)] for tr in trs) <= above:
             nvlink = None
-    shapes: dict[int, CallShapeArrays] = {}
+    shapes: dict[tuple, int] = {}
     per_call: list[CallShapeArrays] = []
-    for c, tr in zip(calls, trs):
-        sh = shapes.get(id(tr))
-        if sh is None:
-            sh = shapes[id(tr)] = CallShapeArrays(tr, tuple(c.group), nvlink)
-        per_call.append(sh)
+    uniq: list[CallShapeArrays] = []
+    call_shape = np.zeros(len(calls), np.int64)
+    for i, (c, tr) in enumerate(zip(calls, trs)):
+        s = shapes.get((id(tr), tuple(c.group)))
+        if s is None:
+            s = shapes[(id(tr), tuple(c.group))] = len(uniq)
+            uniq.append(CallShapeArrays(tr, tuple(c.group), nvlink))
+        call_shape[i] = s
+        per_call.append(uniq[s])
     C = len(calls)
     ntr = np.array([sh.n for sh in per_call], np.int64)
     npart = np.array([len(sh.group) for sh in per_call], np.int64)
@@ -255,9 +319,12 @@ def _flatten_direct(plan, iteration: int, shards, times, nvlink=None, above: int
         prog_ptr[r + 1] = len(kinds)
     call_ab = np.array([sh.ab for sh in per_call], np.int64)
     part_call = np.repeat(np.arange(C, dtype=np.int64), npart)
-    return Flat(C, calls, call_ab, part_call, codes, tr_base, part_base,
-                cols["call"], cols["src"], cols["dst"], cols["srcp"], cols["dstp"], tr_nic,
-                cols["bytes"], cols["step"], cols["channel"], cols["offset"], cols["wait"],
-                dep_ptr, dep_list, part_rank, send_ptr, send_list, recv_ptr, recv_list,
-                prog_ptr, np.asarray(kinds, np.int8), np.asarray(a_col, np.int64),
-                np.asarray(b_col, np.int64), tr_snic=cols["snic"], tr_dnic=cols["dnic"])
+    direct = FlatTransfers(cols["call"], cols["src"], cols["dst"], cols["srcp"], cols["dstp"],
+                           tr_nic, cols["bytes"], cols["step"], cols["channel"], cols["offset"],
+                           cols["wait"], cols["snic"], cols["dnic"], dep_ptr, dep_list, send_ptr,
+                           send_list, recv_ptr, recv_list)
+    # the templates of this build: one shape per distinct group and transfers, not moved
+    return Flat(C, calls, call_ab, part_call, codes, tr_base, part_base, call_shape,
+                np.zeros(C, np.int64), ShapeTable.of(uniq), lay.gpus_per_node, lay.nics_per_node,
+                part_rank, prog_ptr, np.asarray(kinds, np.int8), np.asarray(a_col, np.int64),
+                np.asarray(b_col, np.int64), direct)

@@ -11,8 +11,9 @@ number of distinct shapes and program templates instead of calls × ranks.
   Moving every rank of the group by ``k · gpus_per_node`` therefore moves every transfer's ranks
   by the same amount and its NICs by ``k · nics_per_node``, and changes nothing else. So the
   transfers are computed once per *canonical* group (the group moved down so that its lowest
-  rank is on node 0, :func:`canonical_shape`) and laid out for every call of that shape with
-  numpy arithmetic (:func:`place_transfers`).
+  rank is on node 0, :func:`canonical_shape`) and kept once (:class:`ShapeTable`); a call is its
+  shape and its shift, and a transfer's columns are read from its shape's row when needed
+  (:func:`expand_transfers`; the engine likewise).
 * **Program templates.** :func:`tokenpcap.schedule.program.build_programs` reads a rank's calls
   only through their slot keys (phase, microbatch, layer, op, bucket, ...; whether the rank is a
   pipeline send's source) and the rank's coordinates; it never looks at call ids. Two ranks with
@@ -30,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,7 +41,8 @@ from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.schedule.program import Call, Compute, Mark, build_programs
 
 __all__ = ["COMPUTE", "CALL", "WAIT", "MARK", "MARK_CODES", "GROUP_FIELDS", "CallShapeArrays",
-           "encode_program", "canonical_shape", "place_transfers", "template_programs"]
+           "encode_program", "canonical_shape", "ShapeTable", "ROW_FIELDS", "expand_transfers",
+           "template_programs"]
 
 #: Instruction kinds of ``ins_kind`` (the kernel's ``I_*``).
 COMPUTE, CALL, WAIT, MARK = range(4)
@@ -151,70 +154,136 @@ def shape_transfers(key: tuple, plan):
     return transfers(CallShape(*key), plan.algorithm, plan.layout, coll.channels, coll.slice_bytes)
 
 
-def place_transfers(shapes: list[CallShapeArrays], shape_of: np.ndarray, shift: np.ndarray,
-                    tr_base: np.ndarray, part_base: np.ndarray, nics_per_node: int,
-                    gpus_per_node: int) -> dict[str, np.ndarray]:
-    """Every call's transfers, participations and CSR lists laid out in call order, shape by
-    shape.
+#: Per-row columns of a :class:`ShapeTable` (int64; ``nic`` bool).
+ROW_FIELDS = ("src", "dst", "spos", "dpos", "nic", "snic", "dnic", "bytes", "step", "channel",
+              "offset", "wait")
+
+
+@dataclass
+class ShapeTable:
+    """The canonical call shapes' transfers, one table for all (concatenated shape after shape).
+
+    Shape ``s`` has the rows ``tr_ptr[s] .. tr_ptr[s + 1] - 1`` (its transfers in table order)
+    and the positions ``pos_ptr[s] .. pos_ptr[s + 1] - 1`` (its group's ranks in group order).
+    Rows (int64 ``(R,)``, ``nic`` bool): the :class:`CallShapeArrays` columns ``src``, ``dst``
+    (canonical ranks), ``spos``, ``dpos`` (positions in the group, local to the shape), ``nic``,
+    ``snic``, ``dnic`` (canonical NICs, -1 on NVLink), ``bytes``, ``step``, ``channel``,
+    ``offset``, ``wait``; ``dep_ptr (R + 1,)``/``dep_list``: a row's dependents as rows of the
+    table. Positions: ``rank (G,)`` canonical ranks, ``send_ptr (G + 1,)``/``send_list`` and
+    ``recv_ptr``/``recv_list`` the rows a position sends and receives. Per shape: ``ab (S,)``
+    (:attr:`CallShapeArrays.ab`).
+
+    A call of shape ``s`` whose group lies ``shift`` ranks (whole nodes) above the canonical one
+    has for its transfer ``j`` the row ``tr_ptr[s] + j`` with ranks ``+ shift`` and NICs
+    ``+ shift // gpus_per_node · nics_per_node`` (module docstring), and for its rank ``i`` the
+    position ``pos_ptr[s] + i``.
+    """
+
+    tr_ptr: np.ndarray
+    pos_ptr: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    spos: np.ndarray
+    dpos: np.ndarray
+    nic: np.ndarray
+    snic: np.ndarray
+    dnic: np.ndarray
+    bytes: np.ndarray
+    step: np.ndarray
+    channel: np.ndarray
+    offset: np.ndarray
+    wait: np.ndarray
+    dep_ptr: np.ndarray
+    dep_list: np.ndarray
+    rank: np.ndarray
+    send_ptr: np.ndarray
+    send_list: np.ndarray
+    recv_ptr: np.ndarray
+    recv_list: np.ndarray
+    ab: np.ndarray
+
+    @classmethod
+    def of(cls, shapes: list[CallShapeArrays]) -> "ShapeTable":
+        """The table of ``shapes`` (shape ``s`` is ``shapes[s]``)."""
+        tr_ptr = _ptr([sh.n for sh in shapes])
+        pos_ptr = _ptr([len(sh.group) for sh in shapes])
+        rows = {k: _cat([getattr(sh, k) for sh in shapes], np.bool_ if k == "nic" else np.int64)
+                for k in ROW_FIELDS}
+        csr = {}
+        for k, first in (("dep", tr_ptr), ("send", pos_ptr), ("recv", pos_ptr)):
+            ptrs = [getattr(sh, f"{k}_ptr") for sh in shapes]
+            csr[f"{k}_ptr"] = _ptr(np.concatenate([np.diff(q) for q in ptrs]) if ptrs else [])
+            csr[f"{k}_list"] = _cat([getattr(sh, f"{k}_list") + tr_ptr[s]
+                                     for s, sh in enumerate(shapes)], np.int64)
+        rank = _cat([np.asarray(sh.group, np.int64) for sh in shapes], np.int64)
+        return cls(tr_ptr, pos_ptr, **rows, **csr, rank=rank,
+                   ab=np.array([sh.ab for sh in shapes], np.int64))
+
+    @classmethod
+    def join(cls, tables: list["ShapeTable"]) -> tuple["ShapeTable", np.ndarray]:
+        """``(table, first)``: the tables one after another, shape ``s`` of ``tables[i]`` being
+        shape ``first[i] + s`` of the result."""
+        first = np.cumsum([0] + [t.ab.size for t in tables])[:-1].astype(np.int64)
+        rows = np.cumsum([0] + [int(t.tr_ptr[-1]) for t in tables])
+        pos = np.cumsum([0] + [int(t.pos_ptr[-1]) for t in tables])
+
+        def ptr(name, base):
+            return np.concatenate([getattr(t, name)[:-1] + base[i] for i, t in enumerate(tables)]
+                                  + [[base[-1]]]).astype(np.int64)
+
+        kw = {k: np.concatenate([getattr(t, k) for t in tables]) for k in ROW_FIELDS + ("rank", "ab")}
+        kw["tr_ptr"], kw["pos_ptr"] = ptr("tr_ptr", rows), ptr("pos_ptr", pos)
+        for k in ("dep", "send", "recv"):
+            lens = np.concatenate([np.diff(getattr(t, f"{k}_ptr")) for t in tables])
+            kw[f"{k}_ptr"] = _ptr(lens)
+            kw[f"{k}_list"] = np.concatenate([getattr(t, f"{k}_list") + rows[i]
+                                              for i, t in enumerate(tables)])
+        return cls(**kw), first
+
+
+def _ptr(lengths) -> np.ndarray:
+    lens = np.asarray(lengths, np.int64)
+    out = np.zeros(lens.size + 1, np.int64)
+    np.cumsum(lens, out=out[1:])
+    return out
+
+
+def _cat(arrays: list[np.ndarray], dtype) -> np.ndarray:
+    return np.concatenate(arrays).astype(dtype) if arrays else np.zeros(0, dtype)
+
+
+def expand_transfers(table: ShapeTable, call_shape: np.ndarray, call_shift: np.ndarray,
+                     tr_base: np.ndarray, part_base: np.ndarray, x: np.ndarray,
+                     gpus_per_node: int, nics_per_node: int, names=None) -> dict[str, np.ndarray]:
+    """Columns of the transfers ``x`` (int64 array, indices below ``tr_base[-1]``) of calls laid
+    out as :class:`ShapeTable` says: ``call`` and the :data:`ROW_FIELDS` moved to each call
+    (``src``/``dst`` global ranks, ``snic``/``dnic`` global NICs or -1, ``spos``/``dpos`` become
+    ``srcp``/``dstp``: global participations), each of the shape of ``x``; ``names``: the
+    columns wanted (default all).
 
     Args:
-        shapes: the canonical shapes.
-        shape_of: int64 ``(C,)`` shape index of each call; ``shift``: int64 ``(C,)`` ranks its
-            group lies above its canonical group (a multiple of ``gpus_per_node``).
-        tr_base, part_base: int64 ``(C + 1,)`` first transfer / participation of each call.
-
-    Returns the int64 columns ``call src dst srcp dstp bytes step channel offset wait snic dnic``
-    ``(T,)``, ``nic`` (bool ``(T,)``), ``part_rank`` ``(P,)``, and the CSR pairs ``dep_ptr``
-    ``(T + 1,)``/``dep_list``, ``send_ptr``/``send_list`` and ``recv_ptr``/``recv_list``
-    ``(P + 1,)``/..., whose lists hold call-global transfer indices.
+        call_shape, call_shift: int64 ``(C,)`` each call's shape and shift (ranks, a multiple of
+            ``gpus_per_node``); tr_base, part_base: int64 ``(C + 1,)`` first transfer and
+            participation of each call.
     """
-    T, P = int(tr_base[-1]), int(part_base[-1])
-    names = ("call", "src", "dst", "srcp", "dstp", "bytes", "step", "channel", "offset", "wait",
-             "snic", "dnic")
-    out = {k: np.zeros(T, np.int64) for k in names}
-    out["nic"] = np.zeros(T, np.bool_)
-    out["part_rank"] = np.zeros(P, np.int64)
-    lens = {k: np.zeros(n, np.int64) for k, n in (("dep", T), ("send", P), ("recv", P))}
-    order = np.argsort(shape_of, kind="stable")
-    cuts = np.flatnonzero(np.diff(shape_of[order])) + 1
-    members = np.split(order, cuts) if order.size else []
-    for ca in members:
-        sh = shapes[int(shape_of[ca[0]])]
-        d = shift[ca][:, None]
-        pb = part_base[ca][:, None]
-        g = len(sh.group)
-        pidx = (pb + np.arange(g)).ravel()
-        out["part_rank"][pidx] = (np.asarray(sh.group, np.int64) + d).ravel()
-        lens["send"][pidx] = np.tile(np.diff(sh.send_ptr), ca.size)
-        lens["recv"][pidx] = np.tile(np.diff(sh.recv_ptr), ca.size)
-        if not sh.n:
-            continue
-        idx = (tr_base[ca][:, None] + np.arange(sh.n)).ravel()
-        out["call"][idx] = np.repeat(ca, sh.n)
-        out["src"][idx] = (sh.src + d).ravel()
-        out["dst"][idx] = (sh.dst + d).ravel()
-        out["srcp"][idx] = (sh.spos + pb).ravel()
-        out["dstp"][idx] = (sh.dpos + pb).ravel()
-        dn = d // gpus_per_node * nics_per_node
-        out["snic"][idx] = np.where(sh.snic >= 0, sh.snic + dn, -1).ravel()
-        out["dnic"][idx] = np.where(sh.dnic >= 0, sh.dnic + dn, -1).ravel()
-        for name, arr in (("bytes", sh.bytes), ("step", sh.step), ("channel", sh.channel),
-                          ("offset", sh.offset), ("wait", sh.wait), ("nic", sh.nic)):
-            out[name][idx] = np.tile(arr, ca.size)
-        lens["dep"][idx] = np.tile(np.diff(sh.dep_ptr), ca.size)
-    for k, n in lens.items():
-        ptr = np.zeros(n.size + 1, np.int64)
-        np.cumsum(n, out=ptr[1:])
-        out[f"{k}_ptr"], out[f"{k}_list"] = ptr, np.zeros(int(ptr[-1]), np.int64)
-    # a call's list segments are contiguous: the shape's list moved to the call's transfers
-    for ca in members:
-        sh = shapes[int(shape_of[ca[0]])]
-        tb = tr_base[ca][:, None]
-        for k, first, lst in (("dep", tr_base, sh.dep_list), ("send", part_base, sh.send_list),
-                              ("recv", part_base, sh.recv_list)):
-            if lst.size:
-                at = out[f"{k}_ptr"][first[ca]][:, None] + np.arange(lst.size)
-                out[f"{k}_list"][at.ravel()] = (lst + tb).ravel()
+    want = ("call",) + tuple(n for n in ROW_FIELDS if n not in ("spos", "dpos")) + ("srcp", "dstp")
+    want = want if names is None else tuple(names)
+    x = np.asarray(x, np.int64)
+    c = np.searchsorted(tr_base, x, side="right") - 1
+    row = table.tr_ptr[call_shape[c]] + x - tr_base[c]
+    out = {}
+    for n in want:
+        if n == "call":
+            out[n] = c
+        elif n in ("src", "dst"):
+            out[n] = getattr(table, n)[row] + call_shift[c]
+        elif n in ("snic", "dnic"):
+            v = getattr(table, n)[row]
+            out[n] = np.where(v >= 0, v + call_shift[c] // gpus_per_node * nics_per_node, -1)
+        elif n in ("srcp", "dstp"):
+            out[n] = getattr(table, "spos" if n == "srcp" else "dpos")[row] + part_base[c]
+        else:
+            out[n] = getattr(table, n)[row]
     return out
 
 

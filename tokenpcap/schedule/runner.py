@@ -195,13 +195,9 @@ class Schedule:
         self._call_attr = np.array([(c.iteration, c.layer, c.microbatch, c.call_id, c.token_start, c.token_end,
                                      c.seq_start, c.seq_end, c.message_bytes) for c in self._calls_list],
                                    np.int64).reshape(-1, 9)
-        C = np.cumsum([0] + [f.n_calls for f in flats])
-        tr_call = np.concatenate([f.tr_call + C[i] for i, f in enumerate(flats)])
-        tok = token_ranges(self._call_attr[tr_call, 4:9], np.concatenate([f.tr_offset for f in flats]),
-                           np.concatenate([f.tr_bytes for f in flats]), s.model.seq_length)
         self._eng = build_state(flats, self.layout, self.engine, channels=s.collectives.channels,
                                 nvlink_gbps=s.cluster.nvlink_gbps, nvlink_latency_ns=NVLINK_LATENCY_NS,
-                                tok=tok, nics=self.nics, chunk_rows=self._chunk,
+                                nics=self.nics, chunk_rows=self._chunk,
                                 keep_history=keep_history, keep_nvlink=keep_nvlink)
         self._done = False
 
@@ -250,28 +246,29 @@ class Schedule:
         ids = np.asarray(ids, np.int64)
         eng = self._eng
         ms = eng.S.ms[ids]
-        tr = eng.tr
         x = ms[..., K.M_TR]
         cts = ms[..., K.M_KIND] == KIND_CTS
-        c = tr["call"][x]
+        tr = eng.tr.columns(x, ("call", "src", "dst", "step", "conn", "bytes", "offset"))
+        c = tr["call"]
         ca = self._call_attr[c]
-        codes = tr["codes"][c]
+        codes = eng.codes[c]
+        tok0, tok1 = self._tokens(c, tr["offset"], tr["bytes"])
         out = np.zeros(ids.shape, MSG_STATE_DTYPE)
         out["msg_id"] = ids
         out["start_ns"] = ms[..., K.M_START]
         out["src_nic"], out["dst_nic"] = ms[..., K.M_SRC], ms[..., K.M_DST]
-        out["qp"] = tr["conn"][x]
+        out["qp"] = tr["conn"]
         out["size_bytes"] = ms[..., K.M_SIZE]
         data_verb = VERB_WRITE_IMM if self.engine.clear_to_send else VERB_WRITE
         out["verb"] = np.where(cts, VERB_WRITE, data_verb)
         out["kind"] = ms[..., K.M_KIND]
         out["phase"], out["dim"], out["collective"] = codes[..., 0], codes[..., 1], codes[..., 2]
         out["iteration"], out["layer"], out["microbatch"] = ca[..., 0], ca[..., 1], ca[..., 2]
-        out["step"] = tr["step"][x]
+        out["step"] = tr["step"]
         out["call_id"] = ca[..., 3]
-        rs, rd = tr["src"][x], tr["dst"][x]
+        rs, rd = tr["src"], tr["dst"]
         out["rank_src"], out["rank_dst"] = np.where(cts, rd, rs), np.where(cts, rs, rd)
-        out["token_start"], out["token_end"] = tr["tok0"][x], tr["tok1"][x]
+        out["token_start"], out["token_end"] = tok0, tok1
         out["n_packets"] = eng.S.sh_n[ms[..., K.M_SHAPE]]
         out["psn_offset"], out["qp_seq"] = ms[..., K.M_PSN], ms[..., K.M_QSEQ]
         out["byte_offset"], out["peer_msg"] = ms[..., K.M_BOFF], ms[..., K.M_PEER]
@@ -285,22 +282,52 @@ class Schedule:
         (``index[ids]`` is :meth:`message_rows`), what the lowering reads per chunk."""
         return MessageIndex(self)
 
+    def _tokens(self, c: np.ndarray, offset: np.ndarray, nbytes: np.ndarray):
+        """Token ranges of transfers of calls ``c`` (run-global) at ``offset`` of ``nbytes``."""
+        t0, t1 = token_ranges(self._call_attr[c.reshape(-1), 4:9], offset.reshape(-1),
+                              nbytes.reshape(-1), self.scenario.model.seq_length)
+        return t0.reshape(c.shape), t1.reshape(c.shape)
+
+    def nic_transfer_chunks(self, iterations, rows: int = 1 << 20) -> Iterator[dict[str, np.ndarray]]:
+        """:meth:`nic_transfers` in pieces of whole calls of about ``rows`` transfers each (one
+        call's transfers may be more), in the same order: what a caller aggregates without holding
+        a row per message of an iteration."""
+        eng = self._eng
+        ca = self._call_attr
+        calls = np.flatnonzero(np.isin(ca[:, 0], np.asarray(list(iterations), np.int64)))
+        calls = calls[np.argsort(ca[calls, 3], kind="stable")]
+        first = eng.tr.tr_base[calls]
+        n = eng.tr.tr_base[calls + 1] - first
+        piece = (np.cumsum(n) - 1) // max(1, int(rows))
+        for part in np.split(np.arange(calls.size), np.flatnonzero(np.diff(piece)) + 1):
+            k = n[part]
+            at = np.repeat(first[part] - np.cumsum(k) + k, k) + np.arange(int(k.sum()))
+            x = at[eng.tr.columns(at, ("nic",))["nic"] == 1]
+            if not x.size:
+                continue
+            tr = eng.tr.columns(x, ("call", "src", "dst", "step", "bytes", "offset", "snic", "dnic"))
+            c = tr["call"]
+            codes = eng.codes[c]
+            tok0, tok1 = self._tokens(c, tr["offset"], tr["bytes"])
+            yield dict(rank_src=tr["src"], rank_dst=tr["dst"], phase=codes[:, 0], dim=codes[:, 1],
+                       collective=codes[:, 2], iteration=ca[c, 0], call_id=ca[c, 3],
+                       step=tr["step"], layer=ca[c, 1], microbatch=ca[c, 2], token_start=tok0,
+                       token_end=tok1, size_bytes=tr["bytes"], src_nic=tr["snic"],
+                       dst_nic=tr["dnic"])
+
     def nic_transfers(self, iterations) -> dict[str, np.ndarray]:
         """The data messages the run posts in ``iterations`` (ints), known before it runs: int64
         ``(n,)`` columns ``rank_src``, ``rank_dst``, ``phase``, ``dim``, ``collective``,
         ``iteration``, ``call_id``, ``step``, ``layer``, ``microbatch``, ``token_start``,
         ``token_end``, ``size_bytes``, ``src_nic``, ``dst_nic`` (the NICs the transfer's channel
-        uses, :mod:`tokenpcap.collectives.rails`), in order of call id, then transfer."""
-        tr = self._eng.tr
-        ca = self._call_attr[tr["call"]]
-        x = np.flatnonzero((self._eng.S.trs[:, K.T_NIC] == 1) & np.isin(ca[:, 0], np.asarray(list(iterations))))
-        x = x[np.argsort(ca[x, 3], kind="stable")]
-        codes = tr["codes"][tr["call"][x]]
-        return dict(rank_src=tr["src"][x], rank_dst=tr["dst"][x], phase=codes[:, 0], dim=codes[:, 1],
-                    collective=codes[:, 2], iteration=ca[x, 0], call_id=ca[x, 3], step=tr["step"][x],
-                    layer=ca[x, 1], microbatch=ca[x, 2], token_start=tr["tok0"][x],
-                    token_end=tr["tok1"][x], size_bytes=tr["bytes"][x],
-                    src_nic=self._eng.S.trs[x, K.T_SNIC], dst_nic=self._eng.S.trs[x, K.T_DNIC])
+        uses, :mod:`tokenpcap.collectives.rails`), in order of call id, then transfer. A row per
+        message: :meth:`nic_transfer_chunks` gives them in pieces."""
+        parts = list(self.nic_transfer_chunks(iterations))
+        names = ("rank_src", "rank_dst", "phase", "dim", "collective", "iteration", "call_id",
+                 "step", "layer", "microbatch", "token_start", "token_end", "size_bytes",
+                 "src_nic", "dst_nic")
+        return {k: np.concatenate([p[k] for p in parts]).astype(np.int64) if parts
+                else np.zeros(0, np.int64) for k in names}
 
     @property
     def n_messages(self) -> int:
@@ -319,16 +346,16 @@ class Schedule:
         """NVLink copies so far, :data:`NVLINK_DTYPE` ``(n,)`` (none with ``keep_nvlink=False``)."""
         eng = self._eng
         nv = eng.S.nv[: int(eng.sc[K.NNV])]
-        x = nv[:, 0]
-        c = eng.tr["call"][x]
+        tr = eng.tr.columns(nv[:, 0], ("call", "src", "dst", "bytes", "step"))
+        c = tr["call"]
         out = np.zeros(len(nv), NVLINK_DTYPE)
-        out["rank_src"], out["rank_dst"] = eng.tr["src"][x], eng.tr["dst"][x]
-        out["size_bytes"] = eng.tr["bytes"][x]
+        out["rank_src"], out["rank_dst"] = tr["src"], tr["dst"]
+        out["size_bytes"] = tr["bytes"]
         out["start_ns"], out["arrival_ns"] = nv[:, 1], nv[:, 2]
-        codes = eng.tr["codes"][c]
+        codes = eng.codes[c]
         out["phase"], out["dim"], out["collective"] = codes[:, 0], codes[:, 1], codes[:, 2]
         out["call_id"] = self._call_attr[c, 3]
-        out["step"] = eng.tr["step"][x]
+        out["step"] = tr["step"]
         return out
 
     @property

@@ -1,122 +1,183 @@
-"""How the compiled engine reads a transfer and a participation (part of
-:mod:`tokenpcap.schedule.engine.kernel`): every read of a transfer's fields, its dependents and a
-participation's sends and receives goes through these functions, so the layout of the transfer
-tables (:class:`~tokenpcap.schedule.engine.events.State`) is known here only.
+"""How the engine reads a transfer and a participation: every read of a transfer's fields, its
+dependents and a participation's sends and receives goes through these functions (compiled, for
+:mod:`tokenpcap.schedule.engine.kernel`) or :class:`TransferView` (numpy, for the message rows of
+:mod:`tokenpcap.schedule.runner`), so the layout of the transfer tables is known here only.
 
-Transfer ``x`` is an index into the run's transfers (:mod:`tokenpcap.schedule.flat`), ``p`` a
-participation. A list walk is ``lo, hi = deps(S, x)`` then ``dep_at(S, x, i)`` for ``i`` in
-``lo .. hi - 1`` (likewise :func:`sends`/:func:`send_at`, :func:`recvs`/:func:`recv_at`).
+Layout (:func:`tokenpcap.schedule.engine.state.build_state` fills it; the templates are those of
+:mod:`tokenpcap.schedule.flatbuild`): a call ``c`` is a canonical call shape moved up by whole
+nodes. Its transfer ``x`` is the canonical row ``x + c_row[c]`` of ``ct`` with ranks
+``+ c_shift[c]`` and NICs ``+ c_nshift[c]``; its participation ``p`` is the canonical position
+``p + c_pos[c]``; the dependents of a row and the sends and receives of a position are CSR lists
+of rows (a row ``r`` of call ``c`` is its transfer ``r - c_row[c]``); the QP of local index ``q``
+(numbered per shape) is ``qglob[c_qbase[c] + q]``. Per transfer only ``tw`` (dependencies not yet
+arrived, int32) and ``tcall`` (its call, int32) are stored.
+
+A list walk is ``lo, hi = deps(S, x)`` then ``dep_at(S, x, i)`` for ``i`` in ``lo .. hi - 1``
+(likewise :func:`sends`/:func:`send_at`, :func:`recvs`/:func:`recv_at` of a participation).
 """
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
-from tokenpcap.schedule.engine.events import (
-    T_BYTES,
-    T_DNIC,
-    T_DSTP,
-    T_NIC,
-    T_QPID0,
-    T_QPID1,
-    T_SHAPE,
-    T_SNIC,
-    T_SRC,
-    T_SRCP,
-    T_WAIT,
-)
+from tokenpcap.schedule.engine.events import A_CALL
 
-__all__ = ["is_nic", "src_rank", "size_bytes", "src_nic", "dst_nic", "qp_data", "qp_cts",
-           "msg_shape", "src_part", "dst_part", "release_one", "deps", "dep_at", "sends",
-           "send_at", "recvs", "recv_at"]
+__all__ = ["CT_SPOS", "CT_DPOS", "CT_SRC", "CT_NIC", "CT_BYTES", "CT_QP0", "CT_QP1", "CT_SHAPE",
+           "CT_SNIC", "CT_DNIC", "CT_COLUMNS", "is_nic", "src_rank", "size_bytes", "src_nic",
+           "dst_nic", "qp_data", "qp_cts", "msg_shape", "src_part", "dst_part", "release_one",
+           "deps", "dep_at", "sends", "send_at", "recvs", "recv_at", "TransferView"]
+
+#: Columns of ``ct`` (int64 per canonical row): sender's and receiver's canonical position
+#: (rows of ``send_ptr``), canonical source rank, on a NIC (1) or NVLink (0), bytes, local QP of
+#: the data and of the clear-to-send write (-1 on NVLink), message shape (-1 on NVLink),
+#: canonical sending and receiving NIC (an NVLink copy's: its ranks' own).
+CT_SPOS, CT_DPOS, CT_SRC, CT_NIC, CT_BYTES, CT_QP0, CT_QP1, CT_SHAPE, CT_SNIC, CT_DNIC = range(10)
+CT_COLUMNS = 10
+
+
+@njit(cache=True, _nrt=False)
+def _row(S, x):
+    return x + S.c_row[S.tcall[x]]
 
 
 @njit(cache=True, _nrt=False)
 def is_nic(S, x):
     """True when transfer x crosses nodes (an RDMA message), False for an NVLink copy."""
-    return S.trs[x, T_NIC] != 0
+    return S.ct[_row(S, x), CT_NIC] != 0
 
 
 @njit(cache=True, _nrt=False)
 def src_rank(S, x):
-    return S.trs[x, T_SRC]
+    return S.ct[_row(S, x), CT_SRC] + S.c_shift[S.tcall[x]]
 
 
 @njit(cache=True, _nrt=False)
 def size_bytes(S, x):
-    return S.trs[x, T_BYTES]
+    return S.ct[_row(S, x), CT_BYTES]
 
 
 @njit(cache=True, _nrt=False)
 def src_nic(S, x):
-    return S.trs[x, T_SNIC]
+    return S.ct[_row(S, x), CT_SNIC] + S.c_nshift[S.tcall[x]]
 
 
 @njit(cache=True, _nrt=False)
 def dst_nic(S, x):
-    return S.trs[x, T_DNIC]
+    return S.ct[_row(S, x), CT_DNIC] + S.c_nshift[S.tcall[x]]
 
 
 @njit(cache=True, _nrt=False)
 def qp_data(S, x):
     """QP id of x's data message (sender's NIC to receiver's)."""
-    return S.trs[x, T_QPID0]
+    return S.qglob[S.c_qbase[S.tcall[x]] + S.ct[_row(S, x), CT_QP0]]
 
 
 @njit(cache=True, _nrt=False)
 def qp_cts(S, x):
     """QP id of x's clear-to-send write (receiver's NIC to sender's)."""
-    return S.trs[x, T_QPID1]
+    return S.qglob[S.c_qbase[S.tcall[x]] + S.ct[_row(S, x), CT_QP1]]
 
 
 @njit(cache=True, _nrt=False)
 def msg_shape(S, x):
     """Message shape index of x (row of ``sh_n``/``sh_d``/``sh_fb``)."""
-    return S.trs[x, T_SHAPE]
+    return S.ct[_row(S, x), CT_SHAPE]
 
 
 @njit(cache=True, _nrt=False)
 def src_part(S, x):
-    return S.trs[x, T_SRCP]
+    return S.ct[_row(S, x), CT_SPOS] - S.c_pos[S.tcall[x]]
 
 
 @njit(cache=True, _nrt=False)
 def dst_part(S, x):
-    return S.trs[x, T_DSTP]
+    return S.ct[_row(S, x), CT_DPOS] - S.c_pos[S.tcall[x]]
 
 
 @njit(cache=True, _nrt=False)
 def release_one(S, x):
     """One of x's dependencies is met; True when it was the last one."""
-    S.trs[x, T_WAIT] -= 1
-    return S.trs[x, T_WAIT] == 0
+    S.tw[x] -= 1
+    return S.tw[x] == 0
 
 
 @njit(cache=True, _nrt=False)
 def deps(S, x):
     """``(lo, hi)``: x's dependents are ``dep_at(S, x, i)`` for ``lo <= i < hi``."""
-    return S.dep_ptr[x], S.dep_ptr[x + 1]
+    r = _row(S, x)
+    return S.dep_ptr[r], S.dep_ptr[r + 1]
 
 
 @njit(cache=True, _nrt=False)
 def dep_at(S, x, i):
-    return S.dep_list[i]
+    return S.dep_list[i] - S.c_row[S.tcall[x]]
 
 
 @njit(cache=True, _nrt=False)
 def sends(S, p):
-    return S.send_ptr[p], S.send_ptr[p + 1]
+    q = p + S.c_pos[S.part[p, A_CALL]]
+    return S.send_ptr[q], S.send_ptr[q + 1]
 
 
 @njit(cache=True, _nrt=False)
 def send_at(S, p, i):
-    return S.send_list[i]
+    return S.send_list[i] - S.c_row[S.part[p, A_CALL]]
 
 
 @njit(cache=True, _nrt=False)
 def recvs(S, p):
-    return S.recv_ptr[p], S.recv_ptr[p + 1]
+    q = p + S.c_pos[S.part[p, A_CALL]]
+    return S.recv_ptr[q], S.recv_ptr[q + 1]
 
 
 @njit(cache=True, _nrt=False)
 def recv_at(S, p, i):
-    return S.recv_list[i]
+    return S.recv_list[i] - S.c_row[S.part[p, A_CALL]]
+
+
+class TransferView:
+    """The transfers' provenance read from the templates (module docstring), for any rows.
+
+    Args:
+        S: the kernel's :class:`~tokenpcap.schedule.engine.events.State`.
+        table: the joined :class:`~tokenpcap.schedule.flatbuild.ShapeTable` whose rows ``ct``
+            was made from (``dst``, ``step``, ``channel``, ``offset`` are read from it).
+        dim: int64 ``(C,)`` each call's dimension index; channels: connections per dimension.
+        tr_base: int64 ``(C + 1,)`` each call's first transfer.
+    """
+
+    def __init__(self, S, table, dim: np.ndarray, channels: int, tr_base: np.ndarray):
+        self.S, self.table, self.dim, self.channels = S, table, dim, channels
+        self.tr_base = tr_base
+
+    def columns(self, x, names) -> dict[str, np.ndarray]:
+        """int64 columns of the transfers ``x`` (int array, any shape; result of the same
+        shape): any of ``call``, ``src``, ``dst`` (global ranks), ``step``, ``conn``
+        (``dim·channels + channel``), ``bytes``, ``offset`` (byte offset in the call's buffer),
+        ``nic`` (1 between nodes), ``snic``, ``dnic`` (global NICs)."""
+        S, t = self.S, self.table
+        x = np.asarray(x, np.int64)
+        c = S.tcall[x].astype(np.int64)
+        row = x + S.c_row[c]
+        out = {}
+        for n in names:
+            if n == "call":
+                v = c
+            elif n == "src":
+                v = S.ct[row, CT_SRC] + S.c_shift[c]
+            elif n == "dst":
+                v = t.dst[row] + S.c_shift[c]
+            elif n == "conn":
+                v = self.dim[c] * self.channels + t.channel[row]
+            elif n in ("snic", "dnic"):
+                v = S.ct[row, CT_SNIC if n == "snic" else CT_DNIC] + S.c_nshift[c]
+            elif n == "nic":
+                v = S.ct[row, CT_NIC]
+            elif n == "bytes":
+                v = S.ct[row, CT_BYTES]
+            elif n in ("step", "offset"):
+                v = getattr(t, n)[row]
+            else:
+                raise KeyError(n)
+            out[n] = v
+        return out

@@ -23,8 +23,7 @@ __all__ = [
     "I_COMPUTE", "I_CALL", "I_WAIT", "I_MARK", "M_BLOCK", "M_ASYNC", "M_SEND", "M_RECV", "W_NONE",
     "W_STEP", "W_STREAM", "PKT_DATA", "PKT_CTS", "PKT_ACK", "M_TR", "M_KIND", "M_SRC", "M_DST",
     "M_QPID", "M_SHAPE", "M_SIZE", "M_START", "M_READY", "M_FIRST", "M_LAST", "M_ARR", "M_PSN",
-    "M_QSEQ", "M_BOFF", "M_PEER", "M_LINK", "T_WAIT", "T_SRCP", "T_DSTP", "T_SRC", "T_NIC",
-    "T_BYTES", "T_QPID0", "T_QPID1", "T_SHAPE", "T_SNIC", "T_DNIC", "T_MSG", "A_RANK", "A_PENDING",
+    "M_QSEQ", "M_BOFF", "M_PEER", "M_LINK", "A_RANK", "A_PENDING",
     "A_STARTED", "A_WAITER", "A_SNEXT", "A_CALL", "R_PC", "R_END", "R_IT", "R_BLOCKED", "R_SBUSY",
     "R_SWAIT", "R_SHEAD", "R_STAIL", "Q_PORT", "Q_ORDER", "Q_HEAD", "Q_FHEAD", "Q_FTAIL",
     "Q_PSN", "Q_COUNT", "Q_BYTES", "P_CLOCK", "P_CREATED", "P_ACT_LO", "P_NACT", "P_PTR", "P_AHEAD",
@@ -49,7 +48,6 @@ W_NONE, W_STEP, W_STREAM = -1, 1, 2
 PKT_DATA, PKT_CTS, PKT_ACK = 0, 1, 2
 # columns of the state tables
 M_TR, M_KIND, M_SRC, M_DST, M_QPID, M_SHAPE, M_SIZE, M_START, M_READY, M_FIRST, M_LAST, M_ARR, M_PSN, M_QSEQ, M_BOFF, M_PEER, M_LINK = range(17)
-T_WAIT, T_SRCP, T_DSTP, T_SRC, T_NIC, T_BYTES, T_QPID0, T_QPID1, T_SHAPE, T_SNIC, T_DNIC, T_MSG = range(12)
 A_RANK, A_PENDING, A_STARTED, A_WAITER, A_SNEXT, A_CALL = range(6)
 R_PC, R_END, R_IT, R_BLOCKED, R_SBUSY, R_SWAIT, R_SHEAD, R_STAIL = range(8)
 Q_PORT, Q_ORDER, Q_HEAD, Q_FHEAD, Q_FTAIL, Q_PSN, Q_COUNT, Q_BYTES = range(8)
@@ -63,9 +61,13 @@ R_NVL, R_MARK = 8, 9   # rk columns after the stream state (R_MARK .. R_MARK + 3
 class State(NamedTuple):
     """Arrays of the kernel (int64 unless said; built by :mod:`tokenpcap.schedule.engine.state`).
 
-    ``ms (M, 17)`` messages (``M_*`` columns), ``trs (T, 12)`` transfers (``T_*``), ``dep_ptr``/
-    ``dep_list`` a transfer's dependents (CSR), ``part (P, 5)`` participations of ranks in calls
-    (``A_*``), ``send_*``/``recv_*`` their transfers (CSR), ``prog_ptr (iterations·W + 1,)`` and
+    ``ms (M, 17)`` messages (``M_*`` columns); the transfers as templates
+    (:mod:`tokenpcap.schedule.engine.access` reads them): per transfer only ``tw (T,)`` int32
+    (dependencies not yet arrived) and ``tcall (T,)`` int32 (its call), per call ``c_row``,
+    ``c_pos``, ``c_shift``, ``c_nshift``, ``c_qbase (C,)``, per canonical transfer row
+    ``ct (R, 10)`` (``CT_*``) and ``dep_ptr``/``dep_list`` (its dependents, rows), per canonical
+    position ``send_*``/``recv_*`` (CSR of rows), ``qglob`` the global QP ids of the local QPs;
+    ``part (P, 6)`` participations of ranks in calls (``A_*``), ``prog_ptr (iterations·W + 1,)`` and
     ``ins (I, 3)`` the programs (kind, a, b), ``rk (W, 13)`` ranks (``R_*``, NVLink free time,
     mark starts), ``qp (Q, 8)`` QPs (``Q_*``), ``pt (N, 13)`` NIC ports (``P_*``), ``ax (Q, 10)``
     the QPs of each port in creation order (a region of rows per port, row ``P_ACT_LO + order``;
@@ -79,7 +81,15 @@ class State(NamedTuple):
     """
 
     ms: np.ndarray
-    trs: np.ndarray
+    tw: np.ndarray
+    tcall: np.ndarray
+    ct: np.ndarray
+    c_row: np.ndarray
+    c_pos: np.ndarray
+    c_shift: np.ndarray
+    c_nshift: np.ndarray
+    c_qbase: np.ndarray
+    qglob: np.ndarray
     dep_ptr: np.ndarray
     dep_list: np.ndarray
     part: np.ndarray

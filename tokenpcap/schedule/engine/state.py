@@ -5,9 +5,10 @@
 1 the clear-to-send writes of the same connection, as :mod:`tokenpcap.lower` numbers them),
 reserves a region of the eligible-QP array per NIC, computes the packets, frame lengths and
 layer-1 times of each distinct message size, and allocates the message table: one row per data
-message and, with clear-to-send, one per CTS write. Memory is about 136 B per message
-(``ms``), 96 B per transfer (``trs`` and its lists) and 40 B per participation, for the
-iterations of the run.
+message and, with clear-to-send, one per CTS write. The transfers stay templates
+(:mod:`tokenpcap.schedule.engine.access`): 8 B per transfer (its call and its dependency
+countdown), 40 B per call, about 100 B per canonical transfer row; then 48 B per participation
+and 136 B per message (``ms``), for the iterations of the run.
 """
 from __future__ import annotations
 
@@ -19,7 +20,22 @@ import numpy as np
 from tokenpcap.errors import InputError
 from tokenpcap.records import VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.schedule.engine import kernel as K
+from tokenpcap.schedule.engine.access import (
+    CT_BYTES,
+    CT_COLUMNS,
+    CT_DNIC,
+    CT_DPOS,
+    CT_NIC,
+    CT_QP0,
+    CT_QP1,
+    CT_SHAPE,
+    CT_SNIC,
+    CT_SPOS,
+    CT_SRC,
+    TransferView,
+)
 from tokenpcap.schedule.engine.frames import NicModel
+from tokenpcap.schedule.flatbuild import ShapeTable
 
 __all__ = ["Engine", "build_state", "QP_STRIDE"]
 
@@ -29,9 +45,10 @@ QP_STRIDE = 256
 
 @dataclass
 class Engine:
-    """Everything :func:`tokenpcap.schedule.engine.kernel.run` takes, plus the per-transfer
-    provenance the message rows are made from (``tr``: call, src, dst, step, conn, tok0, tok1,
-    bytes; int64 ``(T,)`` each)."""
+    """Everything :func:`tokenpcap.schedule.engine.kernel.run` takes, plus what the message rows
+    are made from: ``tr`` the transfers' provenance read from the templates
+    (:class:`~tokenpcap.schedule.engine.access.TransferView`), ``codes`` int64 ``(C, 3)`` phase,
+    dim, collective of each call of the run."""
 
     S: K.State
     cf: np.ndarray
@@ -40,7 +57,8 @@ class Engine:
     acks: np.ndarray
     out: np.ndarray
     launch: np.ndarray
-    tr: dict
+    tr: TransferView
+    codes: np.ndarray
     nic: NicModel
     selected: np.ndarray
 
@@ -93,15 +111,51 @@ def _cat(flats, name, shift=None) -> np.ndarray:
                            for i, f in enumerate(flats)])
 
 
-def _csr(flats, pname, lname, shift) -> tuple[np.ndarray, np.ndarray]:
-    lens = np.concatenate([np.diff(getattr(f, pname)) for f in flats])
-    ptr = np.zeros(lens.size + 1, np.int64)
-    np.cumsum(lens, out=ptr[1:])
-    return ptr, _cat(flats, lname, shift)
+def _number_qps(table, row_shape, snic, dnic, shape, shift, dim, channels: int, N: int,
+                gpn: int, npn: int):
+    """QP ids without a pass over every transfer: the distinct (sending NIC, peer NIC, channel,
+    role) of each canonical shape are numbered locally, then each distinct (shape, shift,
+    dimension) of the calls maps its shape's local QPs to the global codes
+    ``((nic·N + peer)·QP_STRIDE + dim·channels + channel)·2 + role``, whose rank among all the
+    codes is the QP id.
+
+    Returns ``(qp0 (R,), qp1 (R,), c_qbase (C,), qglob, qcodes)``: each row's local QP of the
+    data and of the clear-to-send write (-1 on NVLink), each call's first entry of ``qglob``,
+    the global id of each (distinct triple, local QP), and the sorted global codes.
+
+    """
+    S = int(table.ab.size)
+    nx = np.flatnonzero(table.nic)
+    k = nx.size
+    desc = np.empty((2 * k, 5), np.int64)
+    desc[:, 0] = np.tile(row_shape[nx], 2)
+    desc[:k, 1], desc[:k, 2] = snic[nx], dnic[nx]
+    desc[k:, 1], desc[k:, 2] = dnic[nx], snic[nx]
+    desc[:, 3] = np.tile(table.channel[nx], 2)
+    desc[:, 4] = np.repeat([0, 1], k)
+    lq, inv = np.unique(desc, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    lq_ptr = np.searchsorted(lq[:, 0], np.arange(S + 1))
+    local = inv - lq_ptr[desc[:, 0]]
+    qp0 = np.full(table.src.size, -1, np.int64)
+    qp1 = np.full(table.src.size, -1, np.int64)
+    qp0[nx], qp1[nx] = local[:k], local[k:]
+    trip, tinv = np.unique(np.stack([shape, shift, dim], axis=1).reshape(-1, 3), axis=0,
+                           return_inverse=True)
+    count = np.diff(lq_ptr)[trip[:, 0]]
+    qbase = np.zeros(trip.shape[0] + 1, np.int64)
+    np.cumsum(count, out=qbase[1:])
+    e = np.repeat(np.arange(trip.shape[0]), count)
+    q = lq[lq_ptr[trip[e, 0]] + np.arange(int(qbase[-1])) - qbase[e]]
+    ns = trip[e, 1] // gpn * npn
+    conn = trip[e, 2] * channels + q[:, 3]
+    qcodes, qglob = np.unique((((q[:, 1] + ns) * N + q[:, 2] + ns) * QP_STRIDE + conn) * 2 + q[:, 4],
+                              return_inverse=True)
+    return qp0, qp1, qbase[tinv.reshape(-1)], qglob.reshape(-1).astype(np.int64), qcodes
 
 
 def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: float,
-                nvlink_latency_ns: int, tok: tuple[np.ndarray, np.ndarray], nics=None,
+                nvlink_latency_ns: int, nics=None,
                 chunk_rows: int = 1 << 16, keep_history: bool = True,
                 keep_nvlink: bool = True) -> Engine:
     """The engine of the iterations ``flats`` (:class:`tokenpcap.schedule.flat.Flat` per
@@ -111,7 +165,6 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         channels: NCCL-like channels (connection index ``dim·channels + channel``).
         nvlink_gbps, nvlink_latency_ns: NVLink copies take ``ceil(bytes·8/nvlink_gbps)`` ns each,
             one after another per GPU, and arrive ``nvlink_latency_ns`` after their last byte.
-        tok: token range (start, end) per transfer of the joined iterations.
         nics: NICs whose frames are materialized (None: all).
         chunk_rows: rows of frames handed out at a time.
         keep_history, keep_nvlink: record the timeline / NVLink copies.
@@ -121,64 +174,80 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     """
     W = layout.world_size
     N = nic.n_nics
-    T = np.cumsum([0] + [len(f.tr_call) for f in flats])
+    gpn, npn = layout.gpus_per_node, layout.nics_per_node
+    T = np.cumsum([0] + [f.n_transfers for f in flats])
     P = np.cumsum([0] + [len(f.part_rank) for f in flats])
     Ic = np.cumsum([0] + [len(f.ins_kind) for f in flats])
-    C = np.cumsum([0] + [f.n_calls for f in flats])
-    tr_call = _cat(flats, "tr_call", C)
-    tr_src, tr_dst = _cat(flats, "tr_src"), _cat(flats, "tr_dst")
-    tr_nic = _cat(flats, "tr_nic")
-    tr_bytes = _cat(flats, "tr_bytes")
+    if T[-1] >= 1 << 31:
+        raise InputError(f"transfers: got {int(T[-1]):,}, expected fewer than 2**31")
+    table, first = ShapeTable.join([f.shapes for f in flats])
+    shape = np.concatenate([f.call_shape + first[i] for i, f in enumerate(flats)])
+    shift = np.concatenate([f.call_shift for f in flats])
+    tr_base = np.concatenate([f.tr_base[:-1] + T[i] for i, f in enumerate(flats)])
+    call_pbase = np.concatenate([f.part_base[:-1] + P[i] for i, f in enumerate(flats)] + [[P[-1]]])
     codes = np.concatenate([f.call_codes for f in flats])
-    conn = codes[tr_call, 1] * channels + _cat(flats, "tr_channel")
-    if conn.size and conn.max() >= QP_STRIDE:
-        raise InputError(f"message qp: got {int(conn.max())}, expected 0 .. {QP_STRIDE - 1}")
+    nshift = shift // gpn * npn
+    c_row = table.tr_ptr[shape] - tr_base
+    c_pos = table.pos_ptr[shape] - call_pbase[:-1]
+    ntr = np.diff(table.tr_ptr)[shape]
+    row_shape = np.repeat(np.arange(table.ab.size, dtype=np.int64), np.diff(table.tr_ptr))
+    # every canonical row is used by some call: the set of messages' sizes and QPs is the run's
+    calls_of = np.bincount(shape, minlength=table.ab.size)
+    nic_rows = table.nic.astype(bool)
     # a transfer between nodes leaves and enters on the NICs its channel uses
     # (collectives.rails); an NVLink copy keeps its ranks' own NICs
-    snic = np.where(tr_nic, _cat(flats, "tr_snic"), layout.nic_array(tr_src)).astype(np.int64)
-    dnic = np.where(tr_nic, _cat(flats, "tr_dnic"), layout.nic_array(tr_dst)).astype(np.int64)
-    nx = np.flatnonzero(tr_nic)
-    code0 = ((snic[nx] * N + dnic[nx]) * QP_STRIDE + conn[nx]) * 2
-    code1 = ((dnic[nx] * N + snic[nx]) * QP_STRIDE + conn[nx]) * 2 + 1
-    qcodes, inv = np.unique(np.concatenate([code0, code1]), return_inverse=True)
-    inv = inv.reshape(-1)
+    snic = np.where(nic_rows, table.snic, layout.nic_array(table.src)).astype(np.int64)
+    dnic = np.where(nic_rows, table.dnic, layout.nic_array(table.dst)).astype(np.int64)
+    # the connection index of every transfer, NVLink copies included, is below QP_STRIDE
+    top = np.full(table.ab.size, -1, np.int64)
+    np.maximum.at(top, row_shape, table.channel)
+    conn = np.where(top[shape] >= 0, codes[:, 1] * channels + top[shape], -1)
+    if conn.size and conn.max() >= QP_STRIDE:
+        raise InputError(f"message qp: got {int(conn.max())}, expected 0 .. {QP_STRIDE - 1}")
+    qp0, qp1, c_qbase, qglob, qcodes = _number_qps(table, row_shape, snic, dnic, shape, shift,
+                                                  codes[:, 1], channels, N, gpn, npn)
     nq = qcodes.size
     q_port = qcodes // (2 * QP_STRIDE * N)
     per_port = np.bincount(q_port, minlength=N).astype(np.int64)
     act_lo = np.zeros(N, np.int64)
     act_lo[1:] = np.cumsum(per_port)[:-1]
     cts = nic.clear_to_send
-    sizes = np.unique(tr_bytes[nx])
+    sizes = np.unique(table.bytes[nic_rows])
     sh_n, sh_d, sh_fb = nic.shapes(np.concatenate([sizes, [nic.cts_bytes]]),
                                    np.concatenate([np.full(sizes.size, VERB_WRITE_IMM if cts else VERB_WRITE),
                                                    [VERB_WRITE]]))
     if (sh_n >= (1 << 24)).any():
         raise InputError(f"collectives.slice_bytes: got messages of {int(sh_n.max()):,} packets, "
                          "expected fewer than 2**24 (smaller slices)")
-    T_ = tr_call.size
-    trs = np.full((T_, 12), -1, np.int64)
-    trs[:, K.T_WAIT] = _cat(flats, "tr_wait")
-    trs[:, K.T_SRCP] = _cat(flats, "tr_srcp", P)
-    trs[:, K.T_DSTP] = _cat(flats, "tr_dstp", P)
-    trs[:, K.T_SRC] = tr_src
-    trs[:, K.T_NIC] = tr_nic
-    trs[:, K.T_BYTES] = tr_bytes
-    trs[nx, K.T_QPID0] = inv[: nx.size]
-    trs[nx, K.T_QPID1] = inv[nx.size:]
-    trs[nx, K.T_SHAPE] = np.searchsorted(sizes, tr_bytes[nx])
-    trs[:, K.T_SNIC], trs[:, K.T_DNIC] = snic, dnic
-    dep_ptr, dep_list = _csr(flats, "dep_ptr", "dep_list", T)
-    send_ptr, send_list = _csr(flats, "send_ptr", "send_list", T)
-    recv_ptr, recv_list = _csr(flats, "recv_ptr", "recv_list", T)
+    ct = np.full((table.src.size, CT_COLUMNS), -1, np.int64)
+    ct[:, CT_SPOS] = table.spos + table.pos_ptr[row_shape]
+    ct[:, CT_DPOS] = table.dpos + table.pos_ptr[row_shape]
+    ct[:, CT_SRC] = table.src
+    ct[:, CT_NIC] = nic_rows
+    ct[:, CT_BYTES] = table.bytes
+    ct[:, CT_QP0], ct[:, CT_QP1] = qp0, qp1
+    ct[nic_rows, CT_SHAPE] = np.searchsorted(sizes, table.bytes[nic_rows])
+    ct[:, CT_SNIC], ct[:, CT_DNIC] = snic, dnic
+    # the per-transfer state: its call and its dependency countdown
+    T_ = int(T[-1])
+    tcall = np.repeat(np.arange(shape.size, dtype=np.int32), ntr)
+    tw = np.empty(T_, np.int32)
+    step_ = 1 << 22
+    for lo in range(0, T_, step_):
+        x = np.arange(lo, min(T_, lo + step_), dtype=np.int64)
+        tw[lo: lo + x.size] = table.wait[x + c_row[tcall[x]]]
+    n_nic = int(calls_of @ np.bincount(row_shape[nic_rows], minlength=table.ab.size))
     part_rank = _cat(flats, "part_rank")
     call_ab = np.concatenate([f.call_ab for f in flats])
+    C = np.cumsum([0] + [f.n_calls for f in flats])
     part_call = _cat(flats, "part_call", C)
+    prow = np.arange(part_rank.size, dtype=np.int64) + c_pos[part_call]
+    moves = (np.diff(table.send_ptr) + np.diff(table.recv_ptr))[prow]
     part = np.full((part_rank.size, 6), -1, np.int64)
     part[:, K.A_RANK] = part_rank
-    part[:, K.A_PENDING] = np.diff(send_ptr) + np.diff(recv_ptr) + (call_ab[part_call] >= 0)
+    part[:, K.A_PENDING] = moves + (call_ab[part_call] >= 0)
     part[:, K.A_STARTED] = 0
     part[:, K.A_CALL] = part_call
-    call_pbase = np.concatenate([f.part_base[:-1] + P[i] for i, f in enumerate(flats)] + [[P[-1]]])
     ins = np.zeros((int(Ic[-1]), 3), np.int64)
     ins[:, 0] = _cat(flats, "ins_kind")
     ins[:, 1] = np.concatenate([np.where(f.ins_kind == K.I_CALL, f.ins_a + P[i], f.ins_a)
@@ -202,21 +271,24 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         pt[np.asarray(sorted(nics), np.int64), K.P_SEL] = 1
     ax = np.full((max(1, nq), 10), -1, np.int64)
     ax[:, K.X_ON] = 0
-    M = nx.size * (2 if cts else 1)
+    M = n_nic * (2 if cts else 1)
     ms = np.full((M, 17), -1, np.int64)
     n_marks = int(((ins[:, 0] == K.I_MARK) & (ins[:, 2] % 2 == 0)).sum()) if keep_history else 0
-    S = K.State(ms=ms, trs=trs, dep_ptr=dep_ptr, dep_list=dep_list, part=part, send_ptr=send_ptr,
-                send_list=send_list, recv_ptr=recv_ptr, recv_list=recv_list, prog_ptr=prog_ptr, ins=ins,
+    S = K.State(ms=ms, tw=tw, tcall=tcall, ct=ct, c_row=c_row, c_pos=c_pos, c_shift=shift,
+                c_nshift=nshift, c_qbase=c_qbase, qglob=qglob, dep_ptr=table.dep_ptr,
+                dep_list=table.dep_list, part=part, send_ptr=table.send_ptr,
+                send_list=table.send_list, recv_ptr=table.recv_ptr, recv_list=table.recv_list,
+                prog_ptr=prog_ptr, ins=ins,
                 rk=rk, qp=qp, pt=pt, ax=ax, sh_n=sh_n,
                 sh_d=np.ascontiguousarray(sh_d), sh_fb=np.ascontiguousarray(sh_fb),
                 tl=np.zeros((n_marks, 6), np.int64),
-                nv=np.zeros((int((tr_nic == 0).sum()) if keep_nvlink else 0, 3), np.int64),
+                nv=np.zeros((T_ - n_nic if keep_nvlink else 0, 3), np.int64),
                 call_ab=call_ab, call_nst=np.zeros(call_ab.size, np.int64), call_pbase=call_pbase)
     rate = Fraction(repr(float(nvlink_gbps)))
     # most events one event can push: every transfer a rank sends or receives in an iteration
     # (a program step may start several calls), a transfer's dependents, twice over
-    per_rank = np.bincount(part_rank, weights=np.diff(send_ptr) + np.diff(recv_ptr), minlength=W)
-    head = 2 * int(per_rank.max(initial=0)) + 2 * int(np.diff(dep_ptr).max(initial=0)) + 2 * W + 1024
+    per_rank = np.bincount(part_rank, weights=moves, minlength=W)
+    head = 2 * int(per_rank.max(initial=0)) + 2 * int(np.diff(table.dep_ptr).max(initial=0)) + 2 * W + 1024
     gap = min(4096, max(64, chunk_rows // 2))
     cf = np.zeros(19, np.int64)
     cf[[K.LAT, K.ACKDELAY, K.ACK_NS, K.ACK_FB, K.EVERY, K.CTS, K.CTS_BYTES, K.CTS_SHAPE, K.ITERS,
@@ -229,8 +301,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     sc[K.ACKFREE] = -1
     eng = Engine(S, cf, sc, np.zeros((2 * head, 5), np.int64), np.zeros((1024, 3), np.int64),
                  np.zeros((chunk_rows + 4 * gap + 1024, 7), np.int64), np.zeros(head, np.int64),
-                 dict(call=tr_call, src=tr_src, dst=tr_dst, step=_cat(flats, "tr_step"), conn=conn,
-                      tok0=tok[0], tok1=tok[1], bytes=tr_bytes, codes=codes), nic,
+                 TransferView(S, table, codes[:, 1], channels, np.append(tr_base, T[-1])), codes, nic,
                  np.flatnonzero(pt[:, K.P_SEL]))
     for r in range(W):
         K.push(eng.heap, sc, 0, K.EV_TIMER, 0, 0, r)
