@@ -12,7 +12,8 @@ blocks plus 32 + pad-to-4 + the comment option per Enhanced Packet Block.
 
 The prediction is exact for a full run and for selections by NIC, rank, phase and iteration; a
 time window only makes the capture smaller. It can be made one iteration at a time
-(``iterations=[i]``), so that a long run never holds a row per message of the whole run.
+(``iterations=[i]``) and, with the compiled schedule, in pieces of whole calls
+(:func:`predict_message_chunks`), so that it never holds a row per message of an iteration.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from tokenpcap.records import COLLECTIVES, DIMS, PHASES, VERB_WRITE, VERB_WRITE_
 from tokenpcap.pcap.registry import capture_format
 from tokenpcap.wire import rdma
 
-__all__ = ["PREDICTED_DTYPE", "Predicted", "CaptureSize", "predict_messages", "predict_capture",
+__all__ = ["PREDICTED_DTYPE", "Predicted", "CaptureSize", "predict_messages",
+           "predict_message_chunks", "predict_capture",
            "record_bytes", "comment_bytes"]
 
 #: One row per predicted message (data and clear-to-send), with its packets and its ACKs.
@@ -63,6 +65,40 @@ def predict_messages(schedule, iterations=None) -> Predicted:
     Raises:
         InputError: as :func:`tokenpcap.collectives.transfers.transfers`; an iteration outside the run.
     """
+    ncoll, nph = len(COLLECTIVES), len(PHASES)
+    cts = schedule.engine.clear_to_send
+    its = range(schedule.iterations) if iterations is None else [int(i) for i in iterations]
+    bad = [i for i in its if not 0 <= i < schedule.iterations]
+    if bad:
+        raise InputError(f"iterations: got {bad[0]}, expected 0 .. {schedule.iterations - 1}")
+    if hasattr(schedule, "nic_transfers"):          # the compiled schedule: vectorized
+        return _predicted(schedule, _from_transfers(schedule.nic_transfers(its), nph, ncoll), cts)
+    return _predict_each_call(schedule, its)
+
+
+def predict_message_chunks(schedule, iterations=None):
+    """:func:`predict_messages` in pieces (an iterator of :class:`Predicted`): with the compiled
+    schedule, pieces of whole calls of about 2**20 transfers (each piece's data messages, then
+    their clear-to-send ones), so that what is summed over them needs no row per message of
+    the run; otherwise one piece.
+
+    Raises:
+        InputError: as :func:`predict_messages`.
+    """
+    if not hasattr(schedule, "nic_transfer_chunks"):
+        yield predict_messages(schedule, iterations)
+        return
+    its = range(schedule.iterations) if iterations is None else [int(i) for i in iterations]
+    bad = [i for i in its if not 0 <= i < schedule.iterations]
+    if bad:
+        raise InputError(f"iterations: got {bad[0]}, expected 0 .. {schedule.iterations - 1}")
+    ncoll, nph = len(COLLECTIVES), len(PHASES)
+    for cols in schedule.nic_transfer_chunks(its):
+        yield _predicted(schedule, _from_transfers(cols, nph, ncoll), schedule.engine.clear_to_send)
+
+
+def _predict_each_call(schedule, its) -> Predicted:
+    """:func:`predict_messages` from every call's transfers (a schedule without ``nic_transfers``)."""
     from tokenpcap.collectives.transfers import transfers
     from tokenpcap.schedule.runner import token_range
 
@@ -72,12 +108,6 @@ def predict_messages(schedule, iterations=None) -> Predicted:
     lay = schedule.layout
     ncoll, nph = len(COLLECTIVES), len(PHASES)
     cts = eng.clear_to_send
-    its = range(schedule.iterations) if iterations is None else [int(i) for i in iterations]
-    bad = [i for i in its if not 0 <= i < schedule.iterations]
-    if bad:
-        raise InputError(f"iterations: got {bad[0]}, expected 0 .. {schedule.iterations - 1}")
-    if hasattr(schedule, "nic_transfers"):          # the compiled schedule: vectorized
-        return _predicted(schedule, _from_transfers(schedule.nic_transfers(its), nph, ncoll), cts)
     calls = sorted((c for i in its for c in schedule.plan.calls(i)), key=lambda c: c.call_id)
     rows = []
     for c in calls:
@@ -205,8 +235,7 @@ def predict_capture(schedule, selection, fmt: str, snaplen: int, split: str) -> 
     packets = nbytes = 0
     seen = np.zeros(max(schedule.engine.n_nics, len(LABELS), 1), bool)
     per_nic = np.zeros(schedule.engine.n_nics, np.int64)
-    for it in its:
-        pred = predict_messages(schedule, [it])
+    for pred in (p for it in its for p in predict_message_chunks(schedule, [it])):
         pm = pred.messages
         own, ack = lab_ok[pm["label"]], lab_ok[pm["label"]]
         if nics is not None:
