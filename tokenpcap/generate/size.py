@@ -76,9 +76,9 @@ def predict_messages(schedule, iterations=None) -> Predicted:
     return _predict_each_call(schedule, its)
 
 
-def predict_message_chunks(schedule, iterations=None):
+def predict_message_chunks(schedule, iterations=None, rows: int = 1 << 20):
     """:func:`predict_messages` in pieces (an iterator of :class:`Predicted`): with the compiled
-    schedule, pieces of whole calls of about 2**20 transfers (each piece's data messages, then
+    schedule, pieces of whole calls of about ``rows`` transfers (each piece's data messages, then
     their clear-to-send ones), so that what is summed over them needs no row per message of
     the run; otherwise one piece.
 
@@ -93,7 +93,7 @@ def predict_message_chunks(schedule, iterations=None):
     if bad:
         raise InputError(f"iterations: got {bad[0]}, expected 0 .. {schedule.iterations - 1}")
     ncoll, nph = len(COLLECTIVES), len(PHASES)
-    for cols in schedule.nic_transfer_chunks(its):
+    for cols in schedule.nic_transfer_chunks(its, rows):
         yield _predicted(schedule, _from_transfers(cols, nph, ncoll), schedule.engine.clear_to_send)
 
 
