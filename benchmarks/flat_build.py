@@ -9,8 +9,9 @@ plan is built first (not counted), then ``flatten(plan, 0, ...)`` is timed as th
 it (NVLink-only calls as one alpha-beta term above 2 M NVLink copies). The other revision's
 ``tokenpcap`` package is extracted with ``git archive`` into a temporary directory. Columns: CPU
 seconds of the child (``time.process_time``; other jobs on the machine disturb it less than the
-wall clock), wall seconds, the child's peak RSS (plan included), transfers and instructions made,
-and the ratio of CPU seconds. The two trees' arrays are not compared here (the tests compare the
+wall clock), wall seconds, the child's peak RSS (plan included), transfers and instructions made
+(and, for a tree that keeps call-shape templates, the rows of its shape table), and the ratio of
+CPU seconds. The two trees' arrays are not compared here (the tests compare the
 fast build with the straightforward one).
 """
 from __future__ import annotations
@@ -53,8 +54,11 @@ def child(tree: str, name: str, scale: int) -> None:
     f = flatten(plan, 0, shards, times, nvl, NVLINK_COPIES_PER_COPY)
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    templates = hasattr(f, "shapes")                # trees whose Flat keeps call-shape templates
     print(json.dumps({"cpu": cpu, "wall": wall, "rss": rss, "calls": f.n_calls,
-                      "transfers": int(f.tr_bytes.size), "instructions": int(f.ins_kind.size)}))
+                      "transfers": f.n_transfers if templates else int(f.tr_bytes.size),
+                      "instructions": int(f.ins_kind.size),
+                      "rows": int(f.shapes.tr_ptr[-1]) if templates else -1}))
 
 
 def run_case(tree: Path, name: str, scale: int) -> dict:
@@ -96,7 +100,8 @@ def main(argv=None) -> None:
             for label, r in cases:
                 print(f"  {label:<22} {r['cpu']:8.1f} s cpu {r['wall']:8.1f} s wall  peak "
                       f"{r['rss'] / 2**30:5.2f} GiB  {r['calls']:>10,} calls {r['transfers']:>12,} "
-                      f"transfers {r['instructions']:>12,} instructions")
+                      f"transfers {r['instructions']:>12,} instructions"
+                      + (f" {r['rows']:>10,} canonical rows" if r.get("rows", -1) >= 0 else ""))
             if alone:
                 continue
             before, after = cases[0][1], cases[1][1]

@@ -222,7 +222,9 @@ class ShapeTable:
     @classmethod
     def join(cls, tables: list["ShapeTable"]) -> tuple["ShapeTable", np.ndarray]:
         """``(table, first)``: the tables one after another, shape ``s`` of ``tables[i]`` being
-        shape ``first[i] + s`` of the result."""
+        shape ``first[i] + s`` of the result (one table is returned as it is)."""
+        if len(tables) == 1:
+            return tables[0], np.zeros(1, np.int64)
         first = np.cumsum([0] + [t.ab.size for t in tables])[:-1].astype(np.int64)
         rows = np.cumsum([0] + [int(t.tr_ptr[-1]) for t in tables])
         pos = np.cumsum([0] + [int(t.pos_ptr[-1]) for t in tables])

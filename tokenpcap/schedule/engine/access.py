@@ -140,22 +140,24 @@ class TransferView:
 
     Args:
         S: the kernel's :class:`~tokenpcap.schedule.engine.events.State`.
-        table: the joined :class:`~tokenpcap.schedule.flatbuild.ShapeTable` whose rows ``ct``
-            was made from (``dst``, ``step``, ``channel``, ``offset`` are read from it).
+        dst, step, channel, offset: int64 ``(R,)`` columns of the canonical rows ``ct`` was made
+            from (:class:`~tokenpcap.schedule.flatbuild.ShapeTable`), which the kernel does not
+            read: canonical receiving rank, algorithm step, channel, byte offset in the buffer.
         dim: int64 ``(C,)`` each call's dimension index; channels: connections per dimension.
         tr_base: int64 ``(C + 1,)`` each call's first transfer.
     """
 
-    def __init__(self, S, table, dim: np.ndarray, channels: int, tr_base: np.ndarray):
-        self.S, self.table, self.dim, self.channels = S, table, dim, channels
-        self.tr_base = tr_base
+    def __init__(self, S, dst: np.ndarray, step: np.ndarray, channel: np.ndarray,
+                 offset: np.ndarray, dim: np.ndarray, channels: int, tr_base: np.ndarray):
+        self.S, self.dim, self.channels, self.tr_base = S, dim, channels, tr_base
+        self.dst, self.step, self.channel, self.offset = dst, step, channel, offset
 
     def columns(self, x, names) -> dict[str, np.ndarray]:
         """int64 columns of the transfers ``x`` (int array, any shape; result of the same
         shape): any of ``call``, ``src``, ``dst`` (global ranks), ``step``, ``conn``
         (``dim·channels + channel``), ``bytes``, ``offset`` (byte offset in the call's buffer),
         ``nic`` (1 between nodes), ``snic``, ``dnic`` (global NICs)."""
-        S, t = self.S, self.table
+        S = self.S
         x = np.asarray(x, np.int64)
         c = S.tcall[x].astype(np.int64)
         row = x + S.c_row[c]
@@ -166,17 +168,19 @@ class TransferView:
             elif n == "src":
                 v = S.ct[row, CT_SRC] + S.c_shift[c]
             elif n == "dst":
-                v = t.dst[row] + S.c_shift[c]
+                v = self.dst[row] + S.c_shift[c]
             elif n == "conn":
-                v = self.dim[c] * self.channels + t.channel[row]
+                v = self.dim[c] * self.channels + self.channel[row]
             elif n in ("snic", "dnic"):
                 v = S.ct[row, CT_SNIC if n == "snic" else CT_DNIC] + S.c_nshift[c]
             elif n == "nic":
                 v = S.ct[row, CT_NIC]
             elif n == "bytes":
                 v = S.ct[row, CT_BYTES]
-            elif n in ("step", "offset"):
-                v = getattr(t, n)[row]
+            elif n == "step":
+                v = self.step[row]
+            elif n == "offset":
+                v = self.offset[row]
             else:
                 raise KeyError(n)
             out[n] = v

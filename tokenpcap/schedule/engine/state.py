@@ -125,31 +125,38 @@ def _number_qps(table, row_shape, snic, dnic, shape, shift, dim, channels: int, 
 
     """
     S = int(table.ab.size)
+    if S * N * N * QP_STRIDE * 2 >= 1 << 63:
+        raise RuntimeError(f"internal: {S} call shapes and {N} NICs overflow the QP codes")
     nx = np.flatnonzero(table.nic)
     k = nx.size
-    desc = np.empty((2 * k, 5), np.int64)
-    desc[:, 0] = np.tile(row_shape[nx], 2)
-    desc[:k, 1], desc[:k, 2] = snic[nx], dnic[nx]
-    desc[k:, 1], desc[k:, 2] = dnic[nx], snic[nx]
-    desc[:, 3] = np.tile(table.channel[nx], 2)
-    desc[:, 4] = np.repeat([0, 1], k)
-    lq, inv = np.unique(desc, axis=0, return_inverse=True)
+    # local code (shape, nic, peer, channel, role) of each row's two QPs, as one int64
+    sh, ch = row_shape[nx], table.channel[nx]
+    both = np.concatenate([((((sh * N + snic[nx]) * N + dnic[nx]) * QP_STRIDE + ch) * 2),
+                           ((((sh * N + dnic[nx]) * N + snic[nx]) * QP_STRIDE + ch) * 2 + 1)])
+    lq, inv = np.unique(both, return_inverse=True)
     inv = inv.reshape(-1)
-    lq_ptr = np.searchsorted(lq[:, 0], np.arange(S + 1))
-    local = inv - lq_ptr[desc[:, 0]]
+    role, rest = lq % 2, lq // 2
+    lch, rest = rest % QP_STRIDE, rest // QP_STRIDE
+    lb, rest = rest % N, rest // N
+    la, lsh = rest % N, rest // N
+    lq_ptr = np.searchsorted(lsh, np.arange(S + 1))
+    local = inv - lq_ptr[np.concatenate([sh, sh])]
     qp0 = np.full(table.src.size, -1, np.int64)
     qp1 = np.full(table.src.size, -1, np.int64)
     qp0[nx], qp1[nx] = local[:k], local[k:]
-    trip, tinv = np.unique(np.stack([shape, shift, dim], axis=1).reshape(-1, 3), axis=0,
-                           return_inverse=True)
-    count = np.diff(lq_ptr)[trip[:, 0]]
-    qbase = np.zeros(trip.shape[0] + 1, np.int64)
+    # each distinct (shape, shift, dim) of the calls: its shape's local QPs moved to global codes
+    span = int(shift.max(initial=0)) + 1
+    nd = int(dim.max(initial=0)) + 1
+    trip, tinv = np.unique((shape * span + shift) * nd + dim, return_inverse=True)
+    t_shape, t_shift, t_dim = trip // nd // span, trip // nd % span, trip % nd
+    count = np.diff(lq_ptr)[t_shape]
+    qbase = np.zeros(trip.size + 1, np.int64)
     np.cumsum(count, out=qbase[1:])
-    e = np.repeat(np.arange(trip.shape[0]), count)
-    q = lq[lq_ptr[trip[e, 0]] + np.arange(int(qbase[-1])) - qbase[e]]
-    ns = trip[e, 1] // gpn * npn
-    conn = trip[e, 2] * channels + q[:, 3]
-    qcodes, qglob = np.unique((((q[:, 1] + ns) * N + q[:, 2] + ns) * QP_STRIDE + conn) * 2 + q[:, 4],
+    e = np.repeat(np.arange(trip.size), count)
+    q = lq_ptr[t_shape[e]] + np.arange(int(qbase[-1])) - qbase[e]
+    ns = t_shift[e] // gpn * npn
+    conn = t_dim[e] * channels + lch[q]
+    qcodes, qglob = np.unique((((la[q] + ns) * N + lb[q] + ns) * QP_STRIDE + conn) * 2 + role[q],
                               return_inverse=True)
     return qp0, qp1, qbase[tinv.reshape(-1)], qglob.reshape(-1).astype(np.int64), qcodes
 
@@ -301,7 +308,8 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     sc[K.ACKFREE] = -1
     eng = Engine(S, cf, sc, np.zeros((2 * head, 5), np.int64), np.zeros((1024, 3), np.int64),
                  np.zeros((chunk_rows + 4 * gap + 1024, 7), np.int64), np.zeros(head, np.int64),
-                 TransferView(S, table, codes[:, 1], channels, np.append(tr_base, T[-1])), codes, nic,
+                 TransferView(S, table.dst, table.step, table.channel, table.offset, codes[:, 1], channels,
+                              np.append(tr_base, T[-1])), codes, nic,
                  np.flatnonzero(pt[:, K.P_SEL]))
     for r in range(W):
         K.push(eng.heap, sc, 0, K.EV_TIMER, 0, 0, r)
