@@ -27,7 +27,7 @@ __all__ = ["CT_SPOS", "CT_DPOS", "CT_SRC", "CT_NIC", "CT_BYTES", "CT_QP0", "CT_Q
            "dst_nic", "qp_data", "qp_cts", "msg_shape", "src_part", "dst_part", "release_one",
            "deps", "dep_at", "sends", "send_at", "recvs", "recv_at", "TransferView"]
 
-#: Columns of ``ct`` (int64 per canonical row): sender's and receiver's canonical position
+#: Columns of ``ct`` (int32 per canonical row, int64 when a value needs it): sender's and receiver's canonical position
 #: (rows of ``send_ptr``), canonical source rank, on a NIC (1) or NVLink (0), bytes, local QP of
 #: the data and of the clear-to-send write (-1 on NVLink), message shape (-1 on NVLink),
 #: canonical sending and receiving NIC (an NVLink copy's: its ranks' own).
@@ -172,11 +172,11 @@ class TransferView:
             elif n == "conn":
                 v = self.dim[c] * self.channels + self.channel[row]
             elif n in ("snic", "dnic"):
-                v = S.ct[row, CT_SNIC if n == "snic" else CT_DNIC] + S.c_nshift[c]
+                v = S.ct[row, CT_SNIC if n == "snic" else CT_DNIC] + S.c_nshift[c]   # int64
             elif n == "nic":
-                v = S.ct[row, CT_NIC]
+                v = S.ct[row, CT_NIC].astype(np.int64)
             elif n == "bytes":
-                v = S.ct[row, CT_BYTES]
+                v = S.ct[row, CT_BYTES].astype(np.int64)
             elif n == "step":
                 v = self.step[row]
             elif n == "offset":

@@ -65,7 +65,7 @@ class State(NamedTuple):
     (:mod:`tokenpcap.schedule.engine.access` reads them): per transfer only ``tw (T,)`` int32
     (dependencies not yet arrived) and ``tcall (T,)`` int32 (its call), per call ``c_row``,
     ``c_pos``, ``c_shift``, ``c_nshift``, ``c_qbase (C,)``, per canonical transfer row
-    ``ct (R, 10)`` (``CT_*``) and ``dep_ptr``/``dep_list`` (its dependents, rows), per canonical
+    ``ct (R, 10)`` int32 or int64 (``CT_*``) and ``dep_ptr``/``dep_list`` (its dependents, rows), per canonical
     position ``send_*``/``recv_*`` (CSR of rows), ``qglob`` the global QP ids of the local QPs;
     ``part (P, 6)`` participations of ranks in calls (``A_*``), ``prog_ptr (iterations·W + 1,)`` and
     ``ins (I, 3)`` the programs (kind, a, b), ``rk (W, 13)`` ranks (``R_*``, NVLink free time,

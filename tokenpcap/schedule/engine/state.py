@@ -7,7 +7,8 @@ reserves a region of the eligible-QP array per NIC, computes the packets, frame 
 layer-1 times of each distinct message size, and allocates the message table: one row per data
 message and, with clear-to-send, one per CTS write. The transfers stay templates
 (:mod:`tokenpcap.schedule.engine.access`): 8 B per transfer (its call and its dependency
-countdown), 40 B per call, about 100 B per canonical transfer row; then 48 B per participation
+countdown), 40 B per call, about 90 B per canonical transfer row (``ct`` int32, its
+dependency list, the four provenance columns); then 48 B per participation
 and 136 B per message (``ms``), for the iterations of the run.
 """
 from __future__ import annotations
@@ -226,7 +227,11 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     if (sh_n >= (1 << 24)).any():
         raise InputError(f"collectives.slice_bytes: got messages of {int(sh_n.max()):,} packets, "
                          "expected fewer than 2**24 (smaller slices)")
-    ct = np.full((table.src.size, CT_COLUMNS), -1, np.int64)
+    # int32 when every value fits (a transfer's bytes are at most a slice: they do at any sane
+    # slice_bytes), halving the template rows
+    top = max(int(table.pos_ptr[-1]), int(table.src.max(initial=0)), int(table.bytes.max(initial=0)),
+              int(qp0.max(initial=0)), int(qp1.max(initial=0)), sizes.size, N)
+    ct = np.full((table.src.size, CT_COLUMNS), -1, np.int32 if top < 1 << 31 else np.int64)
     ct[:, CT_SPOS] = table.spos + table.pos_ptr[row_shape]
     ct[:, CT_DPOS] = table.dpos + table.pos_ptr[row_shape]
     ct[:, CT_SRC] = table.src
