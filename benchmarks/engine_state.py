@@ -3,7 +3,7 @@
 a fresh child process; optionally the event loop too, on a job small enough for both.
 
     python benchmarks/engine_state.py [--scenario NAME] [--scale K] [--iterations N]
-                                      [--against REV|none] [--run]
+                                      [--against REV|none] [--run] [--predict]
 
 The message table ``ms`` (one int64 row of 17 columns per RDMA message, data and clear-to-send:
 7.7 GB for one iteration of GPT-3 175B) is not this benchmark's subject: without ``--run`` it is
@@ -15,7 +15,9 @@ built as the schedule builds it. The other revision's ``tokenpcap`` is extracted
 arrays apart from ``ms``, of ``ms``, and of the per-transfer provenance kept for the message
 rows; with ``--run``, the CPU seconds of timing every message with no NIC's frames made
 (``nics=()``; the kernel is compiled on a small job first, not counted) and the message count
-(the two trees must agree).
+(the two trees must agree); with ``--predict``, the CPU seconds and the RSS growth of predicting
+the whole capture's size (``generate.size.predict_capture``, every NIC, classic pcap, split per
+NIC) after the construction, and the packets it predicts.
 """
 from __future__ import annotations
 
@@ -52,7 +54,12 @@ def _nbytes(obj) -> int:
     return total
 
 
-def child(tree: str, name: str, scale: int, iterations: int, run: bool) -> None:
+def _cur_rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def child(tree: str, name: str, scale: int, iterations: int, run: bool, predict: bool) -> None:
     sys.path.insert(0, tree)
     import numpy as np
 
@@ -91,6 +98,15 @@ def child(tree: str, name: str, scale: int, iterations: int, run: bool) -> None:
     prov = _nbytes(eng.tr)
     out = {"cpu": cpu, "wall": wall, "rss": _rss(), "plan_rss": after_plan, "arrays": arrays,
            "ms": ms, "prov": prov, "messages": int(S.ms.shape[0])}
+    if predict:
+        from tokenpcap.generate.select import Selection
+        from tokenpcap.generate.size import predict_capture
+
+        before, c0 = _cur_rss(), time.process_time()
+        size = predict_capture(sched, Selection(), "pcap", 262144, "nic")
+        out["predict_cpu"] = time.process_time() - c0
+        out["predict_growth"] = _rss() - max(before, out["rss"])
+        out["packets"] = size.packets
     if run:
         c0 = time.process_time()
         for _ in sched.run():
@@ -102,7 +118,8 @@ def child(tree: str, name: str, scale: int, iterations: int, run: bool) -> None:
 
 def run_case(tree: Path, a) -> dict:
     cmd = [sys.executable, __file__, "--child", str(tree), "--scenario", a.scenario, "--scale",
-           str(a.scale), "--iterations", str(a.iterations)] + (["--run"] if a.run else [])
+           str(a.scale), "--iterations", str(a.iterations)] + (["--run"] if a.run else []) \
+        + (["--predict"] if a.predict else [])
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -114,10 +131,11 @@ def main(argv=None) -> None:
     ap.add_argument("--iterations", type=int, default=1)
     ap.add_argument("--against", default="none", help="git revision to compare with ('none': alone)")
     ap.add_argument("--run", action="store_true", help="also time the event loop (nics=())")
+    ap.add_argument("--predict", action="store_true", help="also predict the capture's size")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
-        child(a.child, a.scenario, a.scale, a.iterations, a.run)
+        child(a.child, a.scenario, a.scale, a.iterations, a.run, a.predict)
         return
     here = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True, check=True).stdout.strip()
@@ -141,6 +159,9 @@ def main(argv=None) -> None:
                     f"{r['rss'] / gib:5.2f} GiB (plan {r['plan_rss'] / gib:4.2f})  arrays "
                     f"{r['arrays'] / gib:5.2f} GiB + ms {r['ms'] / gib:5.2f} GiB + provenance "
                     f"{r['prov'] / gib:5.2f} GiB")
+            if a.predict:
+                line += (f"  predict {r['predict_cpu']:6.1f} s cpu, peak +{r['predict_growth'] / gib:4.2f}"
+                         f" GiB, {r['packets']:,} packets")
             if a.run:
                 line += f"  run {r['run_cpu']:6.2f} s cpu {r['messages']:,} messages"
             print(line + f"; load {loadavg()}")
