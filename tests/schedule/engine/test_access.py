@@ -154,3 +154,32 @@ def _dante():
     sched = Schedule(build_plan(load_scenario(root / "profiles" / "scenarios" / "dante.yaml"), scale=64),
                      iterations=2)
     return sched, _expanded(sched)
+
+
+@functools.cache
+def _dante_run():
+    sched, e = _dante()
+    for _ in sched.run():
+        pass
+    return sched, e
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_message_rows_of_any_ids_are_the_table_rows(data):
+    """Rows read per id array (any shape, any order, repeats) from the templates equal the rows of
+    the whole table, whose data messages carry the expanded NIC transfers' ranks, bytes and steps."""
+    sched, e = _dante_run()
+    n = sched.n_messages
+    shape = data.draw(st.sampled_from([(7,), (3, 4), (1,), (0,)]))
+    ids = np.asarray(data.draw(st.lists(st.integers(0, n - 1), min_size=int(np.prod(shape)),
+                                        max_size=int(np.prod(shape)))), np.int64).reshape(shape)
+    whole = sched.messages
+    rows = sched.message_rows(ids)
+    assert rows.shape == ids.shape and rows.tobytes() == whole[ids].tobytes()
+    # every data message is one NIC transfer of the expanded columns, each once
+    d = whole[whole["kind"] == 0]
+    nic = np.flatnonzero(e["tr_nic"])
+    want = np.stack([e["tr_src"][nic], e["tr_dst"][nic], e["tr_bytes"][nic], e["tr_step"][nic]])
+    got = np.stack([d["rank_src"], d["rank_dst"], d["size_bytes"], d["step"]]).astype(np.int64)
+    assert np.array_equal(got[:, np.lexsort(got)], want[:, np.lexsort(want)])
