@@ -72,3 +72,35 @@ def test_encoding_of_each_instruction():
     assert kind == [MARK, COMPUTE, CALL, WAIT, MARK]
     assert a == [3, 17, 9, 0, -1]
     assert b == [MARK_CODES.index(b"B") * 2 + 1, 0, int(CallMode.RECV), 0, MARK_CODES.index(b"O") * 2]
+
+
+def test_joined_shape_tables_hold_each_table_moved():
+    """The engine joins the iterations' shape tables: shape ``s`` of table ``i`` is shape
+    ``first[i] + s`` of the join, with the same rows, positions and lists (lists moved by the
+    rows before it)."""
+    from tests.schedule.test_flat import _inputs
+    from tokenpcap.schedule.flat import flatten
+    from tokenpcap.schedule.flatbuild import ROW_FIELDS, ShapeTable
+
+    plan, shards, times, nvl = _inputs("dante", 1)
+    tables = [flatten(plan, it, shards, times, nvl, above).shapes for it, above in ((0, 2_000_000), (1, 0))]
+    joined, first = ShapeTable.join(tables)
+    assert joined.ab.size == sum(t.ab.size for t in tables)
+    for i, t in enumerate(tables):
+        for s in range(t.ab.size):
+            j = int(first[i]) + s
+            a, b = slice(t.tr_ptr[s], t.tr_ptr[s + 1]), slice(joined.tr_ptr[j], joined.tr_ptr[j + 1])
+            for f in ROW_FIELDS:
+                assert np.array_equal(getattr(t, f)[a], getattr(joined, f)[b]), f
+            moved = joined.tr_ptr[j] - t.tr_ptr[s]
+            for r0, r1 in zip(range(a.start, a.stop), range(b.start, b.stop)):
+                assert np.array_equal(t.dep_list[t.dep_ptr[r0]:t.dep_ptr[r0 + 1]] + moved,
+                                      joined.dep_list[joined.dep_ptr[r1]:joined.dep_ptr[r1 + 1]])
+            pa, pb = range(t.pos_ptr[s], t.pos_ptr[s + 1]), range(joined.pos_ptr[j], joined.pos_ptr[j + 1])
+            assert np.array_equal(t.rank[pa.start:pa.stop], joined.rank[pb.start:pb.stop])
+            for k in ("send", "recv"):
+                ptr, lst = getattr(t, f"{k}_ptr"), getattr(t, f"{k}_list")
+                jptr, jlst = getattr(joined, f"{k}_ptr"), getattr(joined, f"{k}_list")
+                for q0, q1 in zip(pa, pb):
+                    assert np.array_equal(lst[ptr[q0]:ptr[q0 + 1]] + moved, jlst[jptr[q1]:jptr[q1 + 1]])
+    assert ShapeTable.join(tables[:1])[0] is tables[0]
