@@ -53,7 +53,9 @@ W_NONE, W_STEP, W_STREAM = -1, 1, 2
 PKT_DATA, PKT_CTS, PKT_ACK = 0, 1, 2
 # columns of the state tables
 M_TR, M_KIND, M_SRC, M_DST, M_QPID, M_SHAPE, M_SIZE, M_START, M_READY, M_FIRST, M_LAST, M_ARR, M_PSN, M_QSEQ, M_BOFF, M_PEER, M_LINK = range(17)
-M_ID, M_NACK, M_TLAST = 17, 18, 19   # the row's message id, its ACKs in flight, its last frame (ns)
+# a ring's rows only (tokenpcap.schedule.engine.ring): the row's message id, its ACKs not
+# settled, the start of its last frame made (ns); a table of one row per message has 17 columns
+M_ID, M_NACK, M_TLAST = 17, 18, 19
 M_COLS = 20
 T_WAIT, T_SRCP, T_DSTP, T_SRC, T_NIC, T_BYTES, T_QPID0, T_QPID1, T_SHAPE, T_SNIC, T_DNIC, T_MSG = range(12)
 A_RANK, A_PENDING, A_STARTED, A_WAITER, A_SNEXT, A_CALL = range(6)
@@ -70,7 +72,8 @@ class State(NamedTuple):
     """Arrays of the kernel (int64 unless said; built by :mod:`tokenpcap.schedule.engine.state`).
 
     ``ms (R, 20)`` messages (``M_*`` columns), message ``id`` at row ``id & sc[MMASK]`` (a ring
-    of rows, :mod:`tokenpcap.schedule.engine.ring`), ``trs (T, 12)`` transfers (``T_*``), ``dep_ptr``/
+    of rows, :mod:`tokenpcap.schedule.engine.ring`; with ``sc[MMASK] == -1`` ``(M, 17)``, row
+    ``id``, the ring's columns ``M_ID``, ``M_NACK``, ``M_TLAST`` absent), ``trs (T, 12)`` transfers (``T_*``), ``dep_ptr``/
     ``dep_list`` a transfer's dependents (CSR), ``part (P, 5)`` participations of ranks in calls
     (``A_*``), ``send_*``/``recv_*`` their transfers (CSR), ``prog_ptr (iterations·W + 1,)`` and
     ``ins (I, 3)`` the programs (kind, a, b), ``rk (W, 13)`` ranks (``R_*``, NVLink free time,

@@ -198,7 +198,7 @@ def _epoch(S, cf, sc, h, o, port, limit):
             n = ax[e2, X_N]
             fb = sh_fb[sh, 2] if idx == n - 1 else (sh_fb[sh, 0] if idx == 0 else sh_fb[sh, 1])
             emit(o, sc, tt, port, ms[r, M_DST], hm, idx, ms[r, M_KIND], fb)
-            if ms[r, M_TLAST] < tt:
+            if mk >= 0 and ms[r, M_TLAST] < tt:
                 ms[r, M_TLAST] = tt
             tt += _dur(ax, e2, idx)
             e2 = ax[e2, X_SUCC]
@@ -222,7 +222,8 @@ def _epoch(S, cf, sc, h, o, port, limit):
     r = hm & mk
     nxt_pkt = ax[el, X_NEXT]
     push(h, sc, t + cf[LAT] + cf[ACKDELAY], EV_ACK, hm * (MASK24 + 1) + nxt_pkt - 1, ms[r, M_DST], 0)
-    ms[r, M_NACK] += 1
+    if mk >= 0:
+        ms[r, M_NACK] += 1
     if nxt_pkt == ax[el, X_N]:
         ms[r, M_LAST] = t
         push(h, sc, t + cf[LAT], EV_ARRIVE, hm * (MASK24 + 1), 0, 0)
@@ -263,9 +264,10 @@ def advance(S, cf, sc, h, a, o, port, limit):
                     msg = a[e, 0]
                     r = msg & mk
                     emit(o, sc, t + j * d, port, ms[r, M_SRC], msg, a[e, 1], PKT_ACK, cf[ACK_FB])
-                    if ms[r, M_TLAST] < t + j * d:
-                        ms[r, M_TLAST] = t + j * d
-                    ms[r, M_NACK] -= 1
+                    if mk >= 0:
+                        if ms[r, M_TLAST] < t + j * d:
+                            ms[r, M_TLAST] = t + j * d
+                        ms[r, M_NACK] -= 1
                 pt[port, P_AHEAD] = a[e, 2]
                 a[e, 2] = sc[ACKFREE]
                 sc[ACKFREE] = e
@@ -371,7 +373,7 @@ def queue_ack(S, sc, a, port, msg, idx, t):
     a[e, 0] = msg
     a[e, 1] = idx
     a[e, 2] = -1
-    if not pt[port, P_SEL]:
+    if not pt[port, P_SEL] and sc[MMASK] >= 0:
         S.ms[msg & sc[MMASK], M_NACK] -= 1     # never read for its message again (module ring)
     if pt[port, P_ATAIL] >= 0:
         a[pt[port, P_ATAIL], 2] = e

@@ -7,8 +7,9 @@ reserves a region of the eligible-QP array per NIC, computes the packets, frame 
 layer-1 times of each distinct message size, and allocates the message table: one row per data
 message and, with clear-to-send, one per CTS write, for the whole run (``keep_messages``), or a
 ring of rows reused once a message is done and its frames handed out
-(:mod:`tokenpcap.schedule.engine.ring`). Memory is about 160 B per message row (``ms``), 96 B
-per transfer (``trs`` and its lists) and 40 B per participation, for the iterations of the run.
+(:mod:`tokenpcap.schedule.engine.ring`). Memory is about 136 B per message (``ms``; 160 B per
+row of a ring), 96 B per transfer (``trs`` and its lists) and 40 B per participation, for the
+iterations of the run.
 """
 from __future__ import annotations
 
@@ -222,7 +223,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     ax = np.full((max(1, nq), 10), -1, np.int64)
     ax[:, K.X_ON] = 0
     M = nx.size * (2 if cts else 1)
-    ms = ring.table(M, ids=True) if keep_messages else ring.table(int(ring_rows))
+    ms = ring.table(M, ring=False) if keep_messages else ring.table(int(ring_rows))
     n_marks = int(((ins[:, 0] == K.I_MARK) & (ins[:, 2] % 2 == 0)).sum()) if keep_history else 0
     S = K.State(ms=ms, trs=trs, dep_ptr=dep_ptr, dep_list=dep_list, part=part, send_ptr=send_ptr,
                 send_list=send_list, recv_ptr=recv_ptr, recv_list=recv_list, prog_ptr=prog_ptr, ins=ins,
