@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenpcap.config.profiles import load_scenario
-from tokenpcap.errors import InputError
 from tokenpcap.plan.build import build_plan
 from tokenpcap.schedule.engine import kernel as K
 from tokenpcap.schedule.engine import ring
@@ -128,22 +127,6 @@ def test_the_ring_holds_what_is_in_progress_not_the_job(nics):
     assert ringed.n_messages == kept.n_messages > 500_000
     assert rows <= 4 * span and rows * 32 < ringed.n_messages, (rows, span)
     assert (n > 0) == (nics is None)
-
-
-def test_streaming_refuses_the_whole_table_and_rows_no_longer_held(tmp_path):
-    plan = build_plan(_scenario("dante"), scale=64)
-    sched = Schedule(plan, iterations=1, nics=(0,), keep_messages=False, ring_rows=4)
-    with pytest.raises(RuntimeError, match="keep_messages=False"):
-        sched.messages
-    it = sched.run()
-    first = next(it)
-    assert (sched.message_rows(first["msg"])["msg_id"] == first["msg"]).all()
-    for _ in it:
-        pass
-    with pytest.raises(ValueError, match="message id 0: not held"):
-        sched.message_rows([0])
-    with pytest.raises(InputError, match="ring_rows: got 12"):
-        Schedule(plan, iterations=1, keep_messages=False, ring_rows=12)
 
 
 def test_grow_puts_every_row_at_its_id_under_the_new_mask():
