@@ -479,3 +479,23 @@ def test_ring_attention_step_i_plus_1_leaves_after_step_i_arrived(tmp_path):
         assert min(x["start_ns"] for x in rows) >= max(x["arrival_ns"] for x in before)
         checked += 1
     assert checked == 8 * 2 * 2 * (2 + 3)      # ranks x layers x microbatches x (fwd + bwd steps)
+
+
+def test_streaming_refuses_the_whole_table_and_rows_no_longer_held():
+    """keep_messages=False: the rows of a chunk's messages while it is handed out, a clear error
+    for the whole table and for a message no longer held (the ring: tests/schedule/engine/test_ring.py)."""
+    plan = build_plan(load_scenario(ROOT / "profiles" / "scenarios" / "dante.yaml"), scale=64)
+    sched = Schedule(plan, iterations=1, nics=(0,), keep_messages=False, ring_rows=4)
+    with pytest.raises(RuntimeError, match="keep_messages=False"):
+        sched.messages
+    it = sched.run()
+    first = next(it)
+    assert (sched.message_rows(first["msg"])["msg_id"] == first["msg"]).all()
+    for _ in it:
+        pass
+    with pytest.raises(ValueError, match="message id 0: not held"):
+        sched.message_rows([0])
+    from tokenpcap.errors import InputError
+
+    with pytest.raises(InputError, match="ring_rows: got 12"):
+        Schedule(plan, iterations=1, keep_messages=False, ring_rows=12)

@@ -155,16 +155,23 @@ class Schedule:
         ib_grh: native InfiniBand frames carry a GRH (frame lengths).
         nvlink_copies: NVLink copies per iteration up to which each copy is timed (module
             docstring; 0 times every NVLink-only call as a whole).
+        keep_messages: keep every message's row for :attr:`messages` after the run (default).
+            False streams: the engine holds only the messages in progress (a ring of rows,
+            :mod:`tokenpcap.schedule.engine.ring`), :meth:`message_rows` answers for the
+            messages the frames of the chunk just handed out name, and :attr:`messages` raises.
+        ring_rows: the ring's first size in rows (a power of two; it grows as needed).
 
     Raises:
         InputError: ``iterations`` or ``scale`` < 1; NICs out of range; settings the engine
-            cannot take (:class:`~tokenpcap.schedule.engine.frames.NicModel`).
+            cannot take (:class:`~tokenpcap.schedule.engine.frames.NicModel`); ``ring_rows``
+            not a power of two.
     """
 
     def __init__(self, plan: Plan, *, iterations: int | None = None, scale: int | None = None,
                  nics=None, chunk_rows: int = 1 << 16, keep_nvlink: bool = True,
                  keep_history: bool = True, ib_grh: bool = False,
-                 nvlink_copies: int = NVLINK_COPIES_PER_COPY):
+                 nvlink_copies: int = NVLINK_COPIES_PER_COPY, keep_messages: bool = True,
+                 ring_rows: int = 1 << 16):
         s = plan.scenario
         self.iterations = s.generation.iterations if iterations is None else int(iterations)
         if self.iterations < 1 or (scale is not None and scale < 1):
@@ -202,7 +209,9 @@ class Schedule:
         self._eng = build_state(flats, self.layout, self.engine, channels=s.collectives.channels,
                                 nvlink_gbps=s.cluster.nvlink_gbps, nvlink_latency_ns=NVLINK_LATENCY_NS,
                                 tok=tok, nics=self.nics, chunk_rows=self._chunk,
-                                keep_history=keep_history, keep_nvlink=keep_nvlink)
+                                keep_history=keep_history, keep_nvlink=keep_nvlink,
+                                keep_messages=keep_messages, ring_rows=ring_rows)
+        self.keep_messages = bool(keep_messages)
         self._done = False
 
     # ------------------------------------------------------------------ running
@@ -233,6 +242,7 @@ class Schedule:
                     yield tx[i: i + self._chunk]
             if status == 0:
                 break
+            eng.handed_out(int(eng.sc[K.FRONT]))
         rk = eng.S.rk
         stuck = np.flatnonzero((rk[:, K.R_PC] < rk[:, K.R_END]) | (rk[:, K.R_BLOCKED] != 0)
                                | (rk[:, K.R_IT] < self.iterations))
@@ -246,10 +256,21 @@ class Schedule:
     def message_rows(self, ids) -> np.ndarray:
         """``MSG_STATE_DTYPE`` rows of the message ids ``ids`` (int array; ids are dense, in order
         of creation: each event's data messages, then their clear-to-send writes). Times not yet
-        reached are -1."""
+        reached are -1. With ``keep_messages=False`` only the messages the engine still holds:
+        those named by the frames :meth:`run` just yielded (until it resumes), those in progress.
+
+        Raises:
+            ValueError: (``keep_messages=False``) an id whose row was reused or not yet made.
+        """
         ids = np.asarray(ids, np.int64)
         eng = self._eng
-        ms = eng.S.ms[ids]
+        mask = int(eng.sc[K.MMASK])
+        ms = eng.S.ms[ids & mask]
+        if mask >= 0 and (ms[..., K.M_ID] != ids).any():
+            bad = ids[ms[..., K.M_ID] != ids].reshape(-1)[0]
+            raise ValueError(f"message id {int(bad)}: not held by the engine any more (keep_messages"
+                             "=False keeps the messages in progress and those of the chunk just "
+                             "handed out)")
         tr = eng.tr
         x = ms[..., K.M_TR]
         cts = ms[..., K.M_KIND] == KIND_CTS
@@ -311,7 +332,15 @@ class Schedule:
     def messages(self) -> np.ndarray:
         """The RDMA message table so far (``MSG_STATE_DTYPE (n,)``, indexed by message id:
         MESSAGE_DTYPE plus the engine's times; clear-to-send messages have ``kind == KIND_CTS``).
-        A new array at each access: use :meth:`message_rows` for a few ids."""
+        A new array at each access: use :meth:`message_rows` for a few ids.
+
+        Raises:
+            RuntimeError: the schedule was made with ``keep_messages=False``.
+        """
+        if not self.keep_messages:
+            raise RuntimeError("Schedule.messages: the schedule was made with keep_messages=False "
+                               "(it holds only the messages in progress); expected "
+                               "keep_messages=True to read the whole table")
         return self.message_rows(np.arange(self.n_messages, dtype=np.int64))
 
     @property

@@ -17,13 +17,13 @@ from numba import njit
 __all__ = [
     "EV_READY", "EV_ACK", "EV_ARRIVE", "EV_TIMER", "EV_WAKE", "NEVER", "MASK24", "HN", "SEQ",
     "NMSG", "NOW", "NOUT", "NLAUNCH", "ACKFREE", "ACKTOP", "NTL", "NNV", "ERR", "FRONT", "RDY_NEXT",
-    "RDY_END", "LAT",
+    "RDY_END", "MMASK", "HANDED", "HAND_ID", "MNEED", "NSC", "LAT",
     "ACKDELAY", "ACK_NS", "ACK_FB", "EVERY", "CTS", "CTS_BYTES", "CTS_SHAPE", "ITERS", "WORLD",
     "NVL_NUM", "NVL_DEN", "NVL_LAT", "GAP", "CHUNK", "KEEP_HIST", "KEEP_NV", "NPORTS", "HEAD",
     "I_COMPUTE", "I_CALL", "I_WAIT", "I_MARK", "M_BLOCK", "M_ASYNC", "M_SEND", "M_RECV", "W_NONE",
     "W_STEP", "W_STREAM", "PKT_DATA", "PKT_CTS", "PKT_ACK", "M_TR", "M_KIND", "M_SRC", "M_DST",
     "M_QPID", "M_SHAPE", "M_SIZE", "M_START", "M_READY", "M_FIRST", "M_LAST", "M_ARR", "M_PSN",
-    "M_QSEQ", "M_BOFF", "M_PEER", "M_LINK", "T_WAIT", "T_SRCP", "T_DSTP", "T_SRC", "T_NIC",
+    "M_QSEQ", "M_BOFF", "M_PEER", "M_LINK", "M_ID", "M_NACK", "M_TLAST", "M_COLS", "T_WAIT", "T_SRCP", "T_DSTP", "T_SRC", "T_NIC",
     "T_BYTES", "T_QPID0", "T_QPID1", "T_SHAPE", "T_SNIC", "T_DNIC", "T_MSG", "A_RANK", "A_PENDING",
     "A_STARTED", "A_WAITER", "A_SNEXT", "A_CALL", "R_PC", "R_END", "R_IT", "R_BLOCKED", "R_SBUSY",
     "R_SWAIT", "R_SHEAD", "R_STAIL", "Q_PORT", "Q_ORDER", "Q_HEAD", "Q_FHEAD", "Q_FTAIL",
@@ -39,6 +39,10 @@ NEVER = 1 << 62
 MASK24 = (1 << 24) - 1
 # scalar slots of sc
 HN, SEQ, NMSG, NOW, NOUT, NLAUNCH, ACKFREE, ACKTOP, NTL, NNV, ERR, FRONT, RDY_NEXT, RDY_END = range(14)
+# the message ring (tokenpcap.schedule.engine.ring): row mask (-1: one row per message, no ring),
+# the front and the message count of the last hand-out, rows wanted when the ring was full
+MMASK, HANDED, HAND_ID, MNEED = range(14, 18)
+NSC = 18
 # config slots of cf
 (LAT, ACKDELAY, ACK_NS, ACK_FB, EVERY, CTS, CTS_BYTES, CTS_SHAPE, ITERS, WORLD, NVL_NUM, NVL_DEN,
  NVL_LAT, GAP, CHUNK, KEEP_HIST, KEEP_NV, NPORTS, HEAD) = range(19)
@@ -49,6 +53,10 @@ W_NONE, W_STEP, W_STREAM = -1, 1, 2
 PKT_DATA, PKT_CTS, PKT_ACK = 0, 1, 2
 # columns of the state tables
 M_TR, M_KIND, M_SRC, M_DST, M_QPID, M_SHAPE, M_SIZE, M_START, M_READY, M_FIRST, M_LAST, M_ARR, M_PSN, M_QSEQ, M_BOFF, M_PEER, M_LINK = range(17)
+# a ring's rows only (tokenpcap.schedule.engine.ring): the row's message id, its ACKs not
+# settled, the start of its last frame made (ns); a table of one row per message has 17 columns
+M_ID, M_NACK, M_TLAST = 17, 18, 19
+M_COLS = 20
 T_WAIT, T_SRCP, T_DSTP, T_SRC, T_NIC, T_BYTES, T_QPID0, T_QPID1, T_SHAPE, T_SNIC, T_DNIC, T_MSG = range(12)
 A_RANK, A_PENDING, A_STARTED, A_WAITER, A_SNEXT, A_CALL = range(6)
 R_PC, R_END, R_IT, R_BLOCKED, R_SBUSY, R_SWAIT, R_SHEAD, R_STAIL = range(8)
@@ -63,7 +71,9 @@ R_NVL, R_MARK = 8, 9   # rk columns after the stream state (R_MARK .. R_MARK + 3
 class State(NamedTuple):
     """Arrays of the kernel (int64 unless said; built by :mod:`tokenpcap.schedule.engine.state`).
 
-    ``ms (M, 17)`` messages (``M_*`` columns), ``trs (T, 12)`` transfers (``T_*``), ``dep_ptr``/
+    ``ms (R, 20)`` messages (``M_*`` columns), message ``id`` at row ``id & sc[MMASK]`` (a ring
+    of rows, :mod:`tokenpcap.schedule.engine.ring`; with ``sc[MMASK] == -1`` ``(M, 17)``, row
+    ``id``, the ring's columns ``M_ID``, ``M_NACK``, ``M_TLAST`` absent), ``trs (T, 12)`` transfers (``T_*``), ``dep_ptr``/
     ``dep_list`` a transfer's dependents (CSR), ``part (P, 5)`` participations of ranks in calls
     (``A_*``), ``send_*``/``recv_*`` their transfers (CSR), ``prog_ptr (iterations·W + 1,)`` and
     ``ins (I, 3)`` the programs (kind, a, b), ``rk (W, 13)`` ranks (``R_*``, NVLink free time,

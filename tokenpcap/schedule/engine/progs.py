@@ -29,6 +29,7 @@ def flush_out(S, cf, sc, h, lst, t):
     """Turn the transfers launched during this event into messages (data ids, then their CTS);
     the ids to post at ``t`` are left in ``sc[RDY_NEXT] .. sc[RDY_END] - 1``."""
     ms = S.ms
+    mk = sc[MMASK]                      # message id -> row (module ring)
     trs = S.trs
     m = sc[NLAUNCH]
     if m == 0:
@@ -39,27 +40,27 @@ def flush_out(S, cf, sc, h, lst, t):
         x = lst[i]
         mid = n0 + i
         trs[x, T_MSG] = mid
-        ms[mid, M_TR] = x
-        ms[mid, M_KIND] = 0
-        ms[mid, M_SRC] = trs[x, T_SNIC]
-        ms[mid, M_DST] = trs[x, T_DNIC]
-        ms[mid, M_QPID] = trs[x, T_QPID0]
-        ms[mid, M_SHAPE] = trs[x, T_SHAPE]
-        ms[mid, M_SIZE] = trs[x, T_BYTES]
-        ms[mid, M_START] = t
-        ms[mid, M_PEER] = -1
+        ms[mid & mk, M_TR] = x
+        ms[mid & mk, M_KIND] = 0
+        ms[mid & mk, M_SRC] = trs[x, T_SNIC]
+        ms[mid & mk, M_DST] = trs[x, T_DNIC]
+        ms[mid & mk, M_QPID] = trs[x, T_QPID0]
+        ms[mid & mk, M_SHAPE] = trs[x, T_SHAPE]
+        ms[mid & mk, M_SIZE] = trs[x, T_BYTES]
+        ms[mid & mk, M_START] = t
+        ms[mid & mk, M_PEER] = -1
         if cts:
             cid = n0 + m + i
-            ms[mid, M_PEER] = cid
-            ms[cid, M_TR] = x
-            ms[cid, M_KIND] = 1
-            ms[cid, M_SRC] = trs[x, T_DNIC]
-            ms[cid, M_DST] = trs[x, T_SNIC]
-            ms[cid, M_QPID] = trs[x, T_QPID1]
-            ms[cid, M_SHAPE] = cf[CTS_SHAPE]
-            ms[cid, M_SIZE] = cf[CTS_BYTES]
-            ms[cid, M_START] = t
-            ms[cid, M_PEER] = mid
+            ms[mid & mk, M_PEER] = cid
+            ms[cid & mk, M_TR] = x
+            ms[cid & mk, M_KIND] = 1
+            ms[cid & mk, M_SRC] = trs[x, T_DNIC]
+            ms[cid & mk, M_DST] = trs[x, T_SNIC]
+            ms[cid & mk, M_QPID] = trs[x, T_QPID1]
+            ms[cid & mk, M_SHAPE] = cf[CTS_SHAPE]
+            ms[cid & mk, M_SIZE] = cf[CTS_BYTES]
+            ms[cid & mk, M_START] = t
+            ms[cid & mk, M_PEER] = mid
     for i in range(m):
         x = lst[i]
         _create_qp(S, trs[x, T_QPID0])

@@ -5,8 +5,10 @@
 1 the clear-to-send writes of the same connection, as :mod:`tokenpcap.lower` numbers them),
 reserves a region of the eligible-QP array per NIC, computes the packets, frame lengths and
 layer-1 times of each distinct message size, and allocates the message table: one row per data
-message and, with clear-to-send, one per CTS write. Memory is about 136 B per message
-(``ms``), 96 B per transfer (``trs`` and its lists) and 40 B per participation, for the
+message and, with clear-to-send, one per CTS write, for the whole run (``keep_messages``), or a
+ring of rows reused once a message is done and its frames handed out
+(:mod:`tokenpcap.schedule.engine.ring`). Memory is about 136 B per message (``ms``; 160 B per
+row of a ring), 96 B per transfer (``trs`` and its lists) and 40 B per participation, for the
 iterations of the run.
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 from tokenpcap.errors import InputError
 from tokenpcap.records import VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.schedule.engine import kernel as K
+from tokenpcap.schedule.engine import ring
 from tokenpcap.schedule.engine.frames import NicModel
 
 __all__ = ["Engine", "build_state", "QP_STRIDE"]
@@ -70,6 +73,17 @@ class Engine:
             self.acks = _bigger(self.acks, sc[K.ACKTOP] + 64)
         if sc[K.NOUT] + cf[K.GAP] + 64 > self.out.shape[0]:
             self.out = _bigger(self.out, sc[K.NOUT] + cf[K.GAP] + 64)
+        if sc[K.MNEED] > 0:
+            ms = ring.grow(self.S.ms, int(sc[K.MNEED]))
+            self.S = self.S._replace(ms=ms)
+            sc[K.MMASK] = ms.shape[0] - 1
+            sc[K.MNEED] = 0
+
+    def handed_out(self, front: int) -> None:
+        """Every frame before ``front`` (ns) has been handed out and read: the message rows
+        only those frames needed may be reused (:mod:`tokenpcap.schedule.engine.ring`)."""
+        self.sc[K.HANDED] = front
+        self.sc[K.HAND_ID] = self.sc[K.NMSG]
 
     def commit(self, limit: int) -> None:
         """Commit every selected NIC's frames that start before ``limit`` (ns)."""
@@ -103,7 +117,8 @@ def _csr(flats, pname, lname, shift) -> tuple[np.ndarray, np.ndarray]:
 def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: float,
                 nvlink_latency_ns: int, tok: tuple[np.ndarray, np.ndarray], nics=None,
                 chunk_rows: int = 1 << 16, keep_history: bool = True,
-                keep_nvlink: bool = True) -> Engine:
+                keep_nvlink: bool = True, keep_messages: bool = True,
+                ring_rows: int = 1 << 16) -> Engine:
     """The engine of the iterations ``flats`` (:class:`tokenpcap.schedule.flat.Flat` per
     iteration, in order) on ``layout`` and ``nic``.
 
@@ -115,10 +130,15 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         nics: NICs whose frames are materialized (None: all).
         chunk_rows: rows of frames handed out at a time.
         keep_history, keep_nvlink: record the timeline / NVLink copies.
+        keep_messages: one row per message of the run, kept (else a ring of rows, first
+            ``ring_rows``, a power of two, grown as the messages in progress need).
 
     Raises:
-        InputError: a connection index >= :data:`QP_STRIDE`; a message of 2**24 packets or more.
+        InputError: a connection index >= :data:`QP_STRIDE`; a message of 2**24 packets or more;
+            ``ring_rows`` not a power of two.
     """
+    if ring_rows < 1 or ring_rows & (ring_rows - 1):
+        raise InputError(f"ring_rows: got {ring_rows}, expected a power of two")
     W = layout.world_size
     N = nic.n_nics
     T = np.cumsum([0] + [len(f.tr_call) for f in flats])
@@ -203,7 +223,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     ax = np.full((max(1, nq), 10), -1, np.int64)
     ax[:, K.X_ON] = 0
     M = nx.size * (2 if cts else 1)
-    ms = np.full((M, 17), -1, np.int64)
+    ms = ring.table(M, ring=False) if keep_messages else ring.table(int(ring_rows))
     n_marks = int(((ins[:, 0] == K.I_MARK) & (ins[:, 2] % 2 == 0)).sum()) if keep_history else 0
     S = K.State(ms=ms, trs=trs, dep_ptr=dep_ptr, dep_list=dep_list, part=part, send_ptr=send_ptr,
                 send_list=send_list, recv_ptr=recv_ptr, recv_list=recv_list, prog_ptr=prog_ptr, ins=ins,
@@ -225,8 +245,9 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         nic.latency_ns, nic.ack_delay_ns, nic.ack_ns, nic.ack_bytes, nic.ack_every, int(cts),
         nic.cts_bytes, sizes.size, len(flats), W, rate.numerator, rate.denominator,
         nvlink_latency_ns, gap, chunk_rows, int(keep_history), int(keep_nvlink), N, head)
-    sc = np.zeros(14, np.int64)
+    sc = np.zeros(K.NSC, np.int64)
     sc[K.ACKFREE] = -1
+    sc[K.MMASK] = -1 if keep_messages else ms.shape[0] - 1
     eng = Engine(S, cf, sc, np.zeros((2 * head, 5), np.int64), np.zeros((1024, 3), np.int64),
                  np.zeros((chunk_rows + 4 * gap + 1024, 7), np.int64), np.zeros(head, np.int64),
                  dict(call=tr_call, src=tr_src, dst=tr_dst, step=_cat(flats, "tr_step"), conn=conn,
