@@ -6,7 +6,8 @@
 reserves a region of the eligible-QP array per NIC, computes the packets, frame lengths and
 layer-1 times of each distinct message size, and allocates the message table: one row per data
 message and, with clear-to-send, one per CTS write. Memory is about 136 B per message
-(``ms``), 96 B per transfer (``trs`` and its lists) and 40 B per participation, for the
+(``ms``), 96 B per transfer (``trs`` and its lists), 40 B per participation (``part`` int32 and
+its CSR pointers), 12 B per program instruction (``ins`` int32) and 16 B per call, for the
 iterations of the run.
 """
 from __future__ import annotations
@@ -117,7 +118,8 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         keep_history, keep_nvlink: record the timeline / NVLink copies.
 
     Raises:
-        InputError: a connection index >= :data:`QP_STRIDE`; a message of 2**24 packets or more.
+        InputError: a connection index >= :data:`QP_STRIDE`; a message of 2**24 packets or more;
+            2**31 participations or instructions or more (the int32 columns of ``part``, ``ins``).
     """
     W = layout.world_size
     N = nic.n_nics
@@ -173,17 +175,24 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     part_rank = _cat(flats, "part_rank")
     call_ab = np.concatenate([f.call_ab for f in flats])
     part_call = _cat(flats, "part_call", C)
-    part = np.full((part_rank.size, 6), -1, np.int64)
+    if max(int(P[-1]), int(Ic[-1])) >= 1 << 31:
+        raise InputError(f"participations, instructions: got {int(P[-1]):,}, {int(Ic[-1]):,}, "
+                         "expected fewer than 2**31 (fewer iterations or a smaller job)")
+    part = np.full((part_rank.size, 6), -1, np.int32)
     part[:, K.A_RANK] = part_rank
     part[:, K.A_PENDING] = np.diff(send_ptr) + np.diff(recv_ptr) + (call_ab[part_call] >= 0)
     part[:, K.A_STARTED] = 0
     part[:, K.A_CALL] = part_call
-    call_pbase = np.concatenate([f.part_base[:-1] + P[i] for i, f in enumerate(flats)] + [[P[-1]]])
-    ins = np.zeros((int(Ic[-1]), 3), np.int64)
-    ins[:, 0] = _cat(flats, "ins_kind")
-    ins[:, 1] = np.concatenate([np.where(f.ins_kind == K.I_CALL, f.ins_a + P[i], f.ins_a)
-                                for i, f in enumerate(flats)])
-    ins[:, 2] = _cat(flats, "ins_b")
+    call_pbase = np.concatenate([f.part_base[:-1] + P[i] for i, f in enumerate(flats)]
+                                + [[P[-1]]]).astype(np.int32)
+    ins = np.zeros((int(Ic[-1]), 3), np.int32)
+    for i, f in enumerate(flats):                   # a COMPUTE's ns as a + b * NS_HIGH
+        at = slice(int(Ic[i]), int(Ic[i + 1]))
+        comp = f.ins_kind == K.I_COMPUTE
+        ins[at, 0] = f.ins_kind
+        ins[at, 1] = np.where(f.ins_kind == K.I_CALL, f.ins_a + P[i],
+                              np.where(comp, f.ins_a % K.NS_HIGH, f.ins_a))
+        ins[at, 2] = np.where(comp, f.ins_a // K.NS_HIGH, f.ins_b)
     prog_ptr = np.concatenate([f.prog_ptr[:-1] + Ic[i] for i, f in enumerate(flats)] + [[Ic[-1]]])
     rk = np.full((W, 13), -1, np.int64)
     rk[:, K.R_PC], rk[:, K.R_END] = prog_ptr[:W], prog_ptr[1:W + 1]
@@ -211,7 +220,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
                 sh_d=np.ascontiguousarray(sh_d), sh_fb=np.ascontiguousarray(sh_fb),
                 tl=np.zeros((n_marks, 6), np.int64),
                 nv=np.zeros((int((tr_nic == 0).sum()) if keep_nvlink else 0, 3), np.int64),
-                call_ab=call_ab, call_nst=np.zeros(call_ab.size, np.int64), call_pbase=call_pbase)
+                call_ab=call_ab, call_nst=np.zeros(call_ab.size, np.int32), call_pbase=call_pbase)
     rate = Fraction(repr(float(nvlink_gbps)))
     # most events one event can push: every transfer a rank sends or receives in an iteration
     # (a program step may start several calls), a transfer's dependents, twice over
