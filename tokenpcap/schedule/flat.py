@@ -18,9 +18,10 @@ Index spaces (all int64 unless said):
   receives are CSR lists (``send_ptr``/``send_list``, ``recv_ptr``/``recv_list``) in the order of
   ``Transfers.by_src`` / ``by_dst``; a transfer's dependents likewise (``dep_ptr``/``dep_list``);
 * instruction: the program of rank ``r`` in iteration ``i`` is ``prog_ptr[i·W + r] ..
-  prog_ptr[i·W + r + 1] - 1`` with ``ins_kind`` (COMPUTE, CALL, WAIT, MARK of
-  :mod:`tokenpcap.schedule.program`), ``ins_a`` (ns, participation, or the MARK's microbatch) and
-  ``ins_b`` (call mode, or MARK ``what·2 + begin``);
+  prog_ptr[i·W + r + 1] - 1`` with ``ins_kind`` (int8: COMPUTE, CALL, WAIT, MARK of
+  :mod:`tokenpcap.schedule.program`), ``ins_a`` (int32: participation, the MARK's microbatch, or
+  a COMPUTE's ns modulo ``NS_HIGH = 2**31``) and ``ins_b`` (int32: call mode, MARK ``what·2 +
+  begin``, or a COMPUTE's ns divided by ``NS_HIGH``);
 * QP: one id per (sending NIC, peer NIC, connection index, role), role 0 carrying data and 1 the
   clear-to-send writes of the same connection (the pair of :mod:`tokenpcap.lower`).
 """
@@ -86,8 +87,8 @@ class Flat:
     # programs
     prog_ptr: np.ndarray             # (W + 1,)
     ins_kind: np.ndarray             # int8
-    ins_a: np.ndarray
-    ins_b: np.ndarray
+    ins_a: np.ndarray                # int32
+    ins_b: np.ndarray                # int32
     tr_snic: np.ndarray | None = None   # (T,) sending NIC of a transfer between nodes, else -1
     tr_dnic: np.ndarray | None = None   # (T,) receiving NIC, else -1
 
@@ -264,5 +265,5 @@ def _flatten_direct(plan, iteration: int, shards, times, nvlink=None, above: int
                 cols["call"], cols["src"], cols["dst"], cols["srcp"], cols["dstp"], tr_nic,
                 cols["bytes"], cols["step"], cols["channel"], cols["offset"], cols["wait"],
                 dep_ptr, dep_list, part_rank, send_ptr, send_list, recv_ptr, recv_list,
-                prog_ptr, np.asarray(kinds, np.int8), np.asarray(a_col, np.int64),
-                np.asarray(b_col, np.int64), tr_snic=cols["snic"], tr_dnic=cols["dnic"])
+                prog_ptr, np.asarray(kinds, np.int8), np.asarray(a_col, np.int32),
+                np.asarray(b_col, np.int32), tr_snic=cols["snic"], tr_dnic=cols["dnic"])

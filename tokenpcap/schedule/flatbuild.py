@@ -37,6 +37,7 @@ from tokenpcap.collectives.traffic import CallShape
 from tokenpcap.collectives.transfers import transfers
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.plan.calltable import CallTable
+from tokenpcap.schedule.engine.events import NS_HIGH
 from tokenpcap.schedule.program import Call, Compute, Mark, build_programs
 
 __all__ = ["COMPUTE", "CALL", "WAIT", "MARK", "MARK_CODES", "GROUP_FIELDS", "CallShapeArrays",
@@ -59,16 +60,17 @@ _PROGRAM_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(Colle
 
 def encode_program(prog, part_of: Callable[[int], int]) -> tuple[list[int], list[int], list[int]]:
     """``(kind, a, b)`` lists of one rank's program (``ins_kind``/``ins_a``/``ins_b`` of
-    :class:`tokenpcap.schedule.flat.Flat`); ``part_of(call_id)`` gives the participation id a
-    CALL names."""
+    :class:`tokenpcap.schedule.flat.Flat`: a COMPUTE's ns is ``a + b·NS_HIGH``, both in
+    ``[0, 2**31)``); ``part_of(call_id)`` gives the participation id a CALL names."""
     kinds: list[int] = []
     a_col: list[int] = []
     b_col: list[int] = []
     for ins in prog:
         if isinstance(ins, Compute):
             kinds.append(COMPUTE)
-            a_col.append(ins.ns)
-            b_col.append(0)
+            b_, a_ = divmod(ins.ns, NS_HIGH)
+            a_col.append(a_)
+            b_col.append(b_)
         elif isinstance(ins, Call):
             kinds.append(CALL)
             a_col.append(part_of(ins.call_id))
@@ -223,7 +225,8 @@ def template_programs(calls: CallTable, part_call: np.ndarray, part_rank: np.nda
                       coords, shards, times, microbatches: int, iteration: int, recompute: str,
                       *, chunks: list[list[range]] | None = None, overlap_grad_reduce: bool = True
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(prog_ptr (W + 1,), ins_kind int8, ins_a, ins_b)`` of every rank's program, one
+    """``(prog_ptr (W + 1,), ins_kind int8, ins_a int32, ins_b int32)`` of every rank's program
+    (:func:`encode_program`), one
     :func:`~tokenpcap.schedule.program.build_programs` per class of ranks (module docstring).
 
     Args:
@@ -270,7 +273,7 @@ def template_programs(calls: CallTable, part_call: np.ndarray, part_rank: np.nda
     prog_ptr = np.zeros(world + 1, np.int64)
     np.cumsum(lengths, out=prog_ptr[1:])
     n = int(prog_ptr[-1])
-    ins_kind, ins_a, ins_b = np.zeros(n, np.int8), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    ins_kind, ins_a, ins_b = np.zeros(n, np.int8), np.zeros(n, np.int32), np.zeros(n, np.int32)
     for members, kind, a, b in templates:
         at = prog_ptr[members][:, None] + np.arange(kind.size)
         ins_kind[at] = kind

@@ -186,13 +186,12 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     call_pbase = np.concatenate([f.part_base[:-1] + P[i] for i, f in enumerate(flats)]
                                 + [[P[-1]]]).astype(np.int32)
     ins = np.zeros((int(Ic[-1]), 3), np.int32)
-    for i, f in enumerate(flats):                   # a COMPUTE's ns as a + b * NS_HIGH
+    for i, f in enumerate(flats):
         at = slice(int(Ic[i]), int(Ic[i + 1]))
-        comp = f.ins_kind == K.I_COMPUTE
         ins[at, 0] = f.ins_kind
-        ins[at, 1] = np.where(f.ins_kind == K.I_CALL, f.ins_a + P[i],
-                              np.where(comp, f.ins_a % K.NS_HIGH, f.ins_a))
-        ins[at, 2] = np.where(comp, f.ins_a // K.NS_HIGH, f.ins_b)
+        ins[at, 1] = f.ins_a
+        ins[at, 1][f.ins_kind == K.I_CALL] += P[i]
+        ins[at, 2] = f.ins_b
     prog_ptr = np.concatenate([f.prog_ptr[:-1] + Ic[i] for i, f in enumerate(flats)] + [[Ic[-1]]])
     rk = np.full((W, 13), -1, np.int64)
     rk[:, K.R_PC], rk[:, K.R_END] = prog_ptr[:W], prog_ptr[1:W + 1]
