@@ -11,7 +11,8 @@ not per call and rank (:mod:`tokenpcap.schedule.flatbuild`); ``flatten(..., dire
 builds the same arrays from the call objects, call by call and rank by rank, which the tests
 compare.
 
-Index spaces (all int64 unless said):
+Index spaces (all int64 unless said; a call index is < 2**31: the call table of the iteration,
+12 B a call, would not fit in memory otherwise):
 
 * transfer ``x``: the transfers of call ``c`` are ``tr_base[c] + j`` for ``j`` in its table order;
 * participation ``p``: rank ``group[i]`` of call ``c`` is ``part_base[c] + i``; its sends and
@@ -60,8 +61,8 @@ class Flat:
     n_calls: int
     calls: CallTable                 # the iteration's calls (local call index = row)
     call_ab: np.ndarray              # (C,) alpha-beta ns of an NVLink-only call, -1 otherwise
-    part_call: np.ndarray            # (P,) local call of each participation
-    call_codes: np.ndarray           # (C, 3) phase, dim, collective codes
+    part_call: np.ndarray            # (P,) int32 local call of each participation
+    call_codes: np.ndarray           # (C, 3) uint8 phase, dim, collective codes
     tr_base: np.ndarray              # (C + 1,)
     part_base: np.ndarray            # (C + 1,)
     # transfers
@@ -157,8 +158,8 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0, *,
     np.cumsum(npart, out=part_base[1:])
     cols = place_transfers(shapes, shape_of, shift, tr_base, part_base, npn, gpn)
     codes = np.array([(PHASES.index(p), DIMS.index(d), COLLECTIVES.index(k)) for p, d, k in codes_of],
-                     np.int64).reshape(-1, 3)
-    part_call = np.repeat(np.arange(C, dtype=np.int64), npart)
+                     np.uint8).reshape(-1, 3)
+    part_call = np.repeat(np.arange(C, dtype=np.int32), npart)
     prog_ptr, ins_kind, ins_a, ins_b = template_programs(
         table, part_call, cols["part_rank"], lay.world_size, lay.coords, shards, times,
         plan.microbatches, iteration, plan.scenario.training.recompute,
@@ -241,7 +242,7 @@ def _flatten_direct(plan, iteration: int, shards, times, nvlink=None, above: int
     recv_ptr, recv_list = _concat_csr([sh.recv_ptr for sh in per_call],
                                       [sh.recv_list for sh in per_call], base)
     codes = np.array([(PHASES.index(c.phase), DIMS.index(c.dim), COLLECTIVES.index(c.collective))
-                      for c in calls], np.int64).reshape(-1, 3)
+                      for c in calls], np.uint8).reshape(-1, 3)
     W = lay.world_size
     progs = build_programs(calls, range(W), lay.coords, shards, times, plan.microbatches, iteration,
                            plan.scenario.training.recompute,
@@ -260,7 +261,7 @@ def _flatten_direct(plan, iteration: int, shards, times, nvlink=None, above: int
         b_col += b
         prog_ptr[r + 1] = len(kinds)
     call_ab = np.array([sh.ab for sh in per_call], np.int64)
-    part_call = np.repeat(np.arange(C, dtype=np.int64), npart)
+    part_call = np.repeat(np.arange(C, dtype=np.int32), npart)
     return Flat(C, plan.call_table(iteration), call_ab, part_call, codes, tr_base, part_base,
                 cols["call"], cols["src"], cols["dst"], cols["srcp"], cols["dstp"], tr_nic,
                 cols["bytes"], cols["step"], cols["channel"], cols["offset"], cols["wait"],

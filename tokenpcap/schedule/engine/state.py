@@ -131,7 +131,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     tr_src, tr_dst = _cat(flats, "tr_src"), _cat(flats, "tr_dst")
     tr_nic = _cat(flats, "tr_nic")
     tr_bytes = _cat(flats, "tr_bytes")
-    codes = np.concatenate([f.call_codes for f in flats])
+    codes = np.concatenate([f.call_codes for f in flats]).astype(np.int64)
     conn = codes[tr_call, 1] * channels + _cat(flats, "tr_channel")
     if conn.size and conn.max() >= QP_STRIDE:
         raise InputError(f"message qp: got {int(conn.max())}, expected 0 .. {QP_STRIDE - 1}")
