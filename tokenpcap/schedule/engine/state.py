@@ -172,17 +172,19 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     dep_ptr, dep_list = _csr(flats, "dep_ptr", "dep_list", T)
     send_ptr, send_list = _csr(flats, "send_ptr", "send_list", T)
     recv_ptr, recv_list = _csr(flats, "recv_ptr", "recv_list", T)
-    part_rank = _cat(flats, "part_rank")
     call_ab = np.concatenate([f.call_ab for f in flats])
-    part_call = _cat(flats, "part_call", C)
     if max(int(P[-1]), int(Ic[-1])) >= 1 << 31:
         raise InputError(f"participations, instructions: got {int(P[-1]):,}, {int(Ic[-1]):,}, "
                          "expected fewer than 2**31 (fewer iterations or a smaller job)")
-    part = np.full((part_rank.size, 6), -1, np.int32)
-    part[:, K.A_RANK] = part_rank
-    part[:, K.A_PENDING] = np.diff(send_ptr) + np.diff(recv_ptr) + (call_ab[part_call] >= 0)
+    part = np.full((int(P[-1]), 6), -1, np.int32)
     part[:, K.A_STARTED] = 0
-    part[:, K.A_CALL] = part_call
+    for i, f in enumerate(flats):                   # iteration by iteration: no (P,) int64 copies
+        at = slice(int(P[i]), int(P[i + 1]))
+        part[at, K.A_RANK] = f.part_rank
+        part[at, K.A_PENDING] = (np.diff(f.send_ptr) + np.diff(f.recv_ptr)
+                                 + (f.call_ab[f.part_call] >= 0))
+        part[at, K.A_CALL] = f.part_call
+        part[at, K.A_CALL] += C[i]
     call_pbase = np.concatenate([f.part_base[:-1] + P[i] for i, f in enumerate(flats)]
                                 + [[P[-1]]]).astype(np.int32)
     ins = np.zeros((int(Ic[-1]), 3), np.int32)
@@ -223,7 +225,8 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     rate = Fraction(repr(float(nvlink_gbps)))
     # most events one event can push: every transfer a rank sends or receives in an iteration
     # (a program step may start several calls), a transfer's dependents, twice over
-    per_rank = np.bincount(part_rank, weights=np.diff(send_ptr) + np.diff(recv_ptr), minlength=W)
+    per_rank = np.bincount(part[:, K.A_RANK], weights=np.diff(send_ptr) + np.diff(recv_ptr),
+                           minlength=W)
     head = 2 * int(per_rank.max(initial=0)) + 2 * int(np.diff(dep_ptr).max(initial=0)) + 2 * W + 1024
     gap = min(4096, max(64, chunk_rows // 2))
     cf = np.zeros(19, np.int64)
