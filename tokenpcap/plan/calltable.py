@@ -66,8 +66,9 @@ class CallTable:
         self.fam_groups = np.concatenate([[0], np.cumsum(ng)]).astype(np.int64)
         self.fam_insts = np.concatenate([[0], np.cumsum(ni)]).astype(np.int64)
         base = iteration * int(ng @ ni) if call_base is None else call_base
-        self._first_call = base + np.concatenate([[0], np.cumsum(ng * ni)[:-1]]
-                                                              ).astype(np.int64)
+        first = np.zeros(len(fams), np.int64)           # each family's first call id
+        first[1:] = np.cumsum(ng * ni)[:-1]
+        self._first_call = base + first
         self._cache: dict = {}
 
     @classmethod
