@@ -28,7 +28,7 @@ def run(script: str, *args: str, timeout: float = 300) -> str:
 
 TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "inspect_read.py",
           "engine_timing.py", "fuzz_campaign.py", "dask_generate.py", "flat_build.py",
-          "generate_nic.py", "message_ring.py"}
+          "generate_nic.py", "message_ring.py", "call_state.py"}
 HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
 
@@ -142,6 +142,13 @@ def test_flat_build_compares_this_tree_with_a_revision():
     out = run("flat_build.py", "--scenario", "gpt2-all-cross", "--against", "HEAD")
     assert len(re.findall(r"^  \S.* [\d.]+ s cpu +[\d.]+ s wall  peak", out, re.M)) == 2
     assert re.search(r"^  ratio [\d.]+x cpu; load", out, re.M)      # same array sizes
+
+
+def test_call_state_measures_one_and_two_iterations():
+    out = run("call_state.py", "--scenario", "dante", "--scale", "1", "--against", "none")
+    line = re.findall(r"^  this tree .* build +[\d.]+ / +[\d.]+ s cpu .* per call: +-?\d+ B peak, "
+                      r"+-?\d+ B held \(2,312 calls, 3,248 messages per iteration", out, re.M)
+    assert len(line) == 1, out
 
 
 def test_generate_nic_writes_frames_and_the_plain_write(tmp_path):

@@ -478,7 +478,7 @@ def test_several_iterations_same_bytes_as_keeping_every_message_and_call(cross, 
     out = tmp / "keep-all"
     out.mkdir()
     full = generate(s, GenerateOptions(out_dir=out, iterations=3, jobs=1))
-    assert isinstance(full.schedule.messages, np.ndarray) and full.schedule._calls
+    assert isinstance(full.schedule.messages, np.ndarray) and full.schedule.n_calls
     assert [p.name for p, _, _ in full.files] == [p.name for p, _, _ in lean["all"].files]
     assert not lean["all"].schedule.keep_messages
     assert all(a.read_bytes() == b.read_bytes()

@@ -326,7 +326,7 @@ def test_random_small_scenarios_conserve_payload(tmp_path, shape, alg, channels,
     # and with scale, the bytes are the plan's calls scaled, summed by the stage-3 accounting
     from tokenpcap.collectives.traffic import per_rank_bytes
     want = np.zeros(sched.layout.world_size, np.int64)
-    for c in sched._calls.values():
+    for c in sched.calls():
         want[list(c.group)] += per_rank_bytes(c, sched.plan.algorithm, sched.layout).nic_bytes
     got = np.bincount(d["rank_src"], weights=d["size_bytes"], minlength=len(want)).astype(np.int64)
     assert (got == want).all()
@@ -458,12 +458,12 @@ def test_ring_attention_step_i_plus_1_leaves_after_step_i_arrived(tmp_path):
     path = tiny_scenario(tmp_path, "cp4", dp=1, tp=1, pp=2, gbs=2,
                          par=", context_parallel_size: 4")
     sched, _ = run(path)
-    calls = sched._calls
+    call = sched.call
     m = sched.messages
     d = m[(m["kind"] == KIND_DATA) & (m["dim"] == DIMS.index("cp"))]
     by = defaultdict(list)       # (rank_src or rank_dst, phase, layer, mb, step) -> rows
     for row in d:
-        c = calls[int(row["call_id"])]
+        c = call(int(row["call_id"]))
         step = int(c.op.rsplit("_", 1)[1])
         by["out", c.src, c.phase, c.layer, c.microbatch, step].append(row)
         by["in", c.dst, c.phase, c.layer, c.microbatch, step].append(row)

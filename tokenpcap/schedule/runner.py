@@ -59,6 +59,7 @@ from tokenpcap.errors import InputError
 from tokenpcap.model import scenario_shards
 from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.plan.calls import CollectiveCall
+from tokenpcap.plan.calltable import CallTable
 from tokenpcap.records import KIND_CTS, VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.records.tokenspans import piece_bounds
 from tokenpcap.schedule.compute import stage_times
@@ -197,11 +198,9 @@ class Schedule:
         nvl = ((rate.numerator, rate.denominator), NVLINK_LATENCY_NS)
         flats = [flatten(plan, it, shards, times, nvl, int(nvlink_copies)) for it in range(self.iterations)]
         self.nvlink_mode = "collectives" if any((f.call_ab >= 0).any() for f in flats) else "copies"
-        self._calls_list = [c for f in flats for c in f.calls]
-        self._calls = {c.call_id: c for c in self._calls_list}
-        self._call_attr = np.array([(c.iteration, c.layer, c.microbatch, c.call_id, c.token_start, c.token_end,
-                                     c.seq_start, c.seq_end, c.message_bytes) for c in self._calls_list],
-                                   np.int64).reshape(-1, 9)
+        # int64 (C, 9) per call of the run: iteration, layer, microbatch, call_id, token_start,
+        # token_end, seq_start, seq_end, message_bytes (no call objects are kept: :meth:`call`)
+        self._call_attr = np.concatenate([_call_columns(f.calls) for f in flats])
         C = np.cumsum([0] + [f.n_calls for f in flats])
         tr_call = np.concatenate([f.tr_call + C[i] for i, f in enumerate(flats)])
         tok = token_ranges(self._call_attr[tr_call, 4:9], np.concatenate([f.tr_offset for f in flats]),
@@ -324,6 +323,11 @@ class Schedule:
                     src_nic=self._eng.S.trs[x, K.T_SNIC], dst_nic=self._eng.S.trs[x, K.T_DNIC])
 
     @property
+    def n_calls(self) -> int:
+        """Collective calls of the run (every iteration's; ids ``0 .. n_calls - 1``)."""
+        return int(self._call_attr.shape[0])
+
+    @property
     def n_messages(self) -> int:
         """RDMA messages created so far (data and clear-to-send)."""
         return int(self._eng.sc[K.NMSG])
@@ -381,10 +385,27 @@ class Schedule:
         x = np.flatnonzero(ab >= 0)
         return dict(zip(self._call_attr[x, 3].tolist(), ab[x].tolist()))
 
+    def calls(self) -> Iterator[CollectiveCall]:
+        """Every call of the run in call id order, made from the plan a chunk at a time
+        (:meth:`tokenpcap.plan.build.Plan.calls` of each iteration)."""
+        for it in range(self.iterations):
+            yield from self.plan.calls(it)
+
     def call(self, call_id: int) -> CollectiveCall:
-        """The call with this id (sizes at the plan's scale).
+        """The call with this id (sizes at the plan's scale), made from the plan
+        (:meth:`tokenpcap.plan.build.Plan.call`).
 
         Raises:
             KeyError: a call id not in the run.
         """
-        return self._calls[call_id]
+        if not 0 <= call_id < self.n_calls:
+            raise KeyError(call_id)
+        return self.plan.call(call_id)
+
+
+def _call_columns(table: CallTable) -> np.ndarray:
+    """int64 ``(C, 9)`` columns of ``Schedule._call_attr`` of one iteration's calls."""
+    ts, te, s0, s1 = table.tokens()
+    return np.stack([np.full(len(table), table.iteration, np.int64), table.layer(),
+                     table.microbatch(), table.call_id(), ts, te, s0, s1, table.message_bytes()],
+                    axis=1).reshape(-1, 9)

@@ -20,7 +20,7 @@ __all__ = [
     "RDY_END", "MMASK", "HANDED", "HAND_ID", "MNEED", "NSC", "LAT",
     "ACKDELAY", "ACK_NS", "ACK_FB", "EVERY", "CTS", "CTS_BYTES", "CTS_SHAPE", "ITERS", "WORLD",
     "NVL_NUM", "NVL_DEN", "NVL_LAT", "GAP", "CHUNK", "KEEP_HIST", "KEEP_NV", "NPORTS", "HEAD",
-    "I_COMPUTE", "I_CALL", "I_WAIT", "I_MARK", "M_BLOCK", "M_ASYNC", "M_SEND", "M_RECV", "W_NONE",
+    "I_COMPUTE", "I_CALL", "I_WAIT", "I_MARK", "NS_HIGH", "M_BLOCK", "M_ASYNC", "M_SEND", "M_RECV", "W_NONE",
     "W_STEP", "W_STREAM", "PKT_DATA", "PKT_CTS", "PKT_ACK", "M_TR", "M_KIND", "M_SRC", "M_DST",
     "M_QPID", "M_SHAPE", "M_SIZE", "M_START", "M_READY", "M_FIRST", "M_LAST", "M_ARR", "M_PSN",
     "M_QSEQ", "M_BOFF", "M_PEER", "M_LINK", "M_ID", "M_NACK", "M_TLAST", "M_COLS", "T_WAIT", "T_SRCP", "T_DSTP", "T_SRC", "T_NIC",
@@ -48,6 +48,8 @@ NSC = 18
  NVL_LAT, GAP, CHUNK, KEEP_HIST, KEEP_NV, NPORTS, HEAD) = range(19)
 # instruction kinds and call modes (tokenpcap.schedule.program)
 I_COMPUTE, I_CALL, I_WAIT, I_MARK = 0, 1, 2, 3
+#: A COMPUTE instruction's ns is ``a + b * NS_HIGH`` (``ins`` is int32: ``a, b`` in [0, 2**31)).
+NS_HIGH = 1 << 31
 M_BLOCK, M_ASYNC, M_SEND, M_RECV = 0, 1, 2, 3
 W_NONE, W_STEP, W_STREAM = -1, 1, 2
 PKT_DATA, PKT_CTS, PKT_ACK = 0, 1, 2
@@ -74,9 +76,10 @@ class State(NamedTuple):
     ``ms (R, 20)`` messages (``M_*`` columns), message ``id`` at row ``id & sc[MMASK]`` (a ring
     of rows, :mod:`tokenpcap.schedule.engine.ring`; with ``sc[MMASK] == -1`` ``(M, 17)``, row
     ``id``, the ring's columns ``M_ID``, ``M_NACK``, ``M_TLAST`` absent), ``trs (T, 12)`` transfers (``T_*``), ``dep_ptr``/
-    ``dep_list`` a transfer's dependents (CSR), ``part (P, 5)`` participations of ranks in calls
-    (``A_*``), ``send_*``/``recv_*`` their transfers (CSR), ``prog_ptr (iterations·W + 1,)`` and
-    ``ins (I, 3)`` the programs (kind, a, b), ``rk (W, 13)`` ranks (``R_*``, NVLink free time,
+    ``dep_list`` a transfer's dependents (CSR), ``part (P, 6)`` int32 participations of ranks in
+    calls (``A_*``), ``send_*``/``recv_*`` their transfers (CSR), ``prog_ptr (iterations·W + 1,)``
+    and ``ins (I, 3)`` int32 the programs (kind, a, b; a COMPUTE's ns is ``a + b·NS_HIGH``),
+    ``rk (W, 13)`` ranks (``R_*``, NVLink free time,
     mark starts), ``qp (Q, 8)`` QPs (``Q_*``), ``pt (N, 13)`` NIC ports (``P_*``), ``ax (Q, 10)``
     the QPs of each port in creation order (a region of rows per port, row ``P_ACT_LO + order``;
     ``X_*``: the QP, its head message, that message's packets, its next packet, its FIRST, MIDDLE
@@ -85,7 +88,8 @@ class State(NamedTuple):
     ``sh_fb (S, 3)`` packets, layer-1 ns and frame bytes (FIRST, MIDDLE, LAST) per message shape,
     ``tl (L, 6)`` timeline rows out, ``nv (V, 3)`` NVLink copies out (transfer, start, arrival);
     per call ``call_ab`` (alpha-beta ns of an NVLink-only call timed as a whole, -1 otherwise),
-    ``call_nst`` (ranks that started it) and ``call_pbase (C + 1,)`` (its participations).
+    ``call_nst`` int32 (ranks that started it) and ``call_pbase (C + 1,)`` int32 (its
+    participations).
     """
 
     ms: np.ndarray

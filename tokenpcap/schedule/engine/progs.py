@@ -207,7 +207,7 @@ def step(S, cf, sc, h, lst, r, t):
         kind = ins[pc, 0]
         if kind == I_COMPUTE:
             rk[r, R_BLOCKED] = 1
-            push(h, sc, t + ins[pc, 1], EV_TIMER, 0, 0, r)
+            push(h, sc, t + ins[pc, 1] + ins[pc, 2] * NS_HIGH, EV_TIMER, 0, 0, r)
             return
         if kind == I_MARK:
             what = ins[pc, 2] >> 1

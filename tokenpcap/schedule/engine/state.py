@@ -8,7 +8,8 @@ layer-1 times of each distinct message size, and allocates the message table: on
 message and, with clear-to-send, one per CTS write, for the whole run (``keep_messages``), or a
 ring of rows reused once a message is done and its frames handed out
 (:mod:`tokenpcap.schedule.engine.ring`). Memory is about 136 B per message (``ms``; 160 B per
-row of a ring), 96 B per transfer (``trs`` and its lists) and 40 B per participation, for the
+row of a ring), 96 B per transfer (``trs`` and its lists), 40 B per participation (``part``
+int32 and its CSR pointers), 12 B per program instruction (``ins`` int32) and 16 B per call, for the
 iterations of the run.
 """
 from __future__ import annotations
@@ -135,7 +136,8 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
 
     Raises:
         InputError: a connection index >= :data:`QP_STRIDE`; a message of 2**24 packets or more;
-            ``ring_rows`` not a power of two.
+            ``ring_rows`` not a power of two; 2**31 participations or instructions or more (the
+            int32 columns of ``part``, ``ins``).
     """
     if ring_rows < 1 or ring_rows & (ring_rows - 1):
         raise InputError(f"ring_rows: got {ring_rows}, expected a power of two")
@@ -149,7 +151,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     tr_src, tr_dst = _cat(flats, "tr_src"), _cat(flats, "tr_dst")
     tr_nic = _cat(flats, "tr_nic")
     tr_bytes = _cat(flats, "tr_bytes")
-    codes = np.concatenate([f.call_codes for f in flats])
+    codes = np.concatenate([f.call_codes for f in flats]).astype(np.int64)
     conn = codes[tr_call, 1] * channels + _cat(flats, "tr_channel")
     if conn.size and conn.max() >= QP_STRIDE:
         raise InputError(f"message qp: got {int(conn.max())}, expected 0 .. {QP_STRIDE - 1}")
@@ -190,20 +192,28 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     dep_ptr, dep_list = _csr(flats, "dep_ptr", "dep_list", T)
     send_ptr, send_list = _csr(flats, "send_ptr", "send_list", T)
     recv_ptr, recv_list = _csr(flats, "recv_ptr", "recv_list", T)
-    part_rank = _cat(flats, "part_rank")
     call_ab = np.concatenate([f.call_ab for f in flats])
-    part_call = _cat(flats, "part_call", C)
-    part = np.full((part_rank.size, 6), -1, np.int64)
-    part[:, K.A_RANK] = part_rank
-    part[:, K.A_PENDING] = np.diff(send_ptr) + np.diff(recv_ptr) + (call_ab[part_call] >= 0)
+    if max(int(P[-1]), int(Ic[-1])) >= 1 << 31:
+        raise InputError(f"participations, instructions: got {int(P[-1]):,}, {int(Ic[-1]):,}, "
+                         "expected fewer than 2**31 (fewer iterations or a smaller job)")
+    part = np.full((int(P[-1]), 6), -1, np.int32)
     part[:, K.A_STARTED] = 0
-    part[:, K.A_CALL] = part_call
-    call_pbase = np.concatenate([f.part_base[:-1] + P[i] for i, f in enumerate(flats)] + [[P[-1]]])
-    ins = np.zeros((int(Ic[-1]), 3), np.int64)
-    ins[:, 0] = _cat(flats, "ins_kind")
-    ins[:, 1] = np.concatenate([np.where(f.ins_kind == K.I_CALL, f.ins_a + P[i], f.ins_a)
-                                for i, f in enumerate(flats)])
-    ins[:, 2] = _cat(flats, "ins_b")
+    for i, f in enumerate(flats):                   # iteration by iteration: no (P,) int64 copies
+        at = slice(int(P[i]), int(P[i + 1]))
+        part[at, K.A_RANK] = f.part_rank
+        part[at, K.A_PENDING] = (np.diff(f.send_ptr) + np.diff(f.recv_ptr)
+                                 + (f.call_ab[f.part_call] >= 0))
+        part[at, K.A_CALL] = f.part_call
+        part[at, K.A_CALL] += C[i]
+    call_pbase = np.concatenate([f.part_base[:-1] + P[i] for i, f in enumerate(flats)]
+                                + [[P[-1]]]).astype(np.int32)
+    ins = np.zeros((int(Ic[-1]), 3), np.int32)
+    for i, f in enumerate(flats):
+        at = slice(int(Ic[i]), int(Ic[i + 1]))
+        ins[at, 0] = f.ins_kind
+        ins[at, 1] = f.ins_a
+        ins[at, 1][f.ins_kind == K.I_CALL] += P[i]
+        ins[at, 2] = f.ins_b
     prog_ptr = np.concatenate([f.prog_ptr[:-1] + Ic[i] for i, f in enumerate(flats)] + [[Ic[-1]]])
     rk = np.full((W, 13), -1, np.int64)
     rk[:, K.R_PC], rk[:, K.R_END] = prog_ptr[:W], prog_ptr[1:W + 1]
@@ -231,11 +241,12 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
                 sh_d=np.ascontiguousarray(sh_d), sh_fb=np.ascontiguousarray(sh_fb),
                 tl=np.zeros((n_marks, 6), np.int64),
                 nv=np.zeros((int((tr_nic == 0).sum()) if keep_nvlink else 0, 3), np.int64),
-                call_ab=call_ab, call_nst=np.zeros(call_ab.size, np.int64), call_pbase=call_pbase)
+                call_ab=call_ab, call_nst=np.zeros(call_ab.size, np.int32), call_pbase=call_pbase)
     rate = Fraction(repr(float(nvlink_gbps)))
     # most events one event can push: every transfer a rank sends or receives in an iteration
     # (a program step may start several calls), a transfer's dependents, twice over
-    per_rank = np.bincount(part_rank, weights=np.diff(send_ptr) + np.diff(recv_ptr), minlength=W)
+    per_rank = np.bincount(part[:, K.A_RANK], weights=np.diff(send_ptr) + np.diff(recv_ptr),
+                           minlength=W)
     head = 2 * int(per_rank.max(initial=0)) + 2 * int(np.diff(dep_ptr).max(initial=0)) + 2 * W + 1024
     gap = min(4096, max(64, chunk_rows // 2))
     cf = np.zeros(19, np.int64)
