@@ -59,7 +59,7 @@ def timing(s, scale: int, nic: int) -> tuple[list[np.ndarray], tuple[float, floa
     """Phase 1: the packet rows of ``nic`` (list of PACKET_DTYPE chunks), (cpu, wall) s, messages."""
     c = _clock()
     _, _, sched = prepare(s, scale=scale, iterations=1, nics={nic}, keep_nvlink=False,
-                          keep_history=False, chunk_rows=1 << 16)
+                          keep_history=False, keep_messages=False, chunk_rows=1 << 16)   # as generate
     lower = Lowering(s.cluster, s.generation.seed, s.generation.ack_every_packets)
     rows = []
     for tx in sched.run():

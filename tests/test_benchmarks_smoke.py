@@ -28,7 +28,7 @@ def run(script: str, *args: str, timeout: float = 300) -> str:
 
 TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "inspect_read.py",
           "engine_timing.py", "fuzz_campaign.py", "dask_generate.py", "flat_build.py",
-          "generate_nic.py"}
+          "generate_nic.py", "message_ring.py", "call_state.py"}
 HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
 
@@ -144,9 +144,23 @@ def test_flat_build_compares_this_tree_with_a_revision():
     assert re.search(r"^  ratio [\d.]+x cpu; load", out, re.M)      # same array sizes
 
 
+def test_call_state_measures_one_and_two_iterations():
+    out = run("call_state.py", "--scenario", "dante", "--scale", "1", "--against", "none")
+    line = re.findall(r"^  this tree .* build +[\d.]+ / +[\d.]+ s cpu .* per call: +-?\d+ B peak, "
+                      r"+-?\d+ B held \(2,312 calls, 3,248 messages per iteration", out, re.M)
+    assert len(line) == 1, out
+
+
 def test_generate_nic_writes_frames_and_the_plain_write(tmp_path):
     out = run("generate_nic.py", "--scenario", "dante", "--scale", "64", "--dir", str(tmp_path))
     assert re.search(r"^  timing .* [\d,]+ frames of NIC 0", out, re.M)
     assert re.search(r"^  frames \(build \+ write\) .* bytes \(as the rows say\)", out, re.M)
     assert re.search(r"^  ratio frames / plain write: [\d.]+x to close, [\d.]+x to fsync", out, re.M)
     assert not list(tmp_path.iterdir()), "benchmark files left behind"
+
+
+def test_message_ring_compares_the_kept_table_with_the_ring():
+    out = run("message_ring.py", "--scenario", "dante", "--scale", "64", "--iterations", "2")
+    for label in ("kept table", "ring (in progress)"):
+        assert re.search(rf"^  {re.escape(label)} +2,112 msgs .* peak +[\d.]+ GiB", out, re.M), label
+    assert re.search(r"^  ring / kept: peak RSS [\d.]+x, table [\d.]+x, run CPU [\d.]+x", out, re.M)

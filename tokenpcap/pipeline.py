@@ -34,7 +34,7 @@ class Prepared(NamedTuple):
 
 def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale: int = 1,
             iterations: int = 1, nics=None, ranks=None, chunk_rows: int = 1 << 16,
-            keep_nvlink: bool = True, keep_history: bool = True,
+            keep_nvlink: bool = True, keep_history: bool = True, keep_messages: bool = True,
             check: Callable[[Plan], None] | None = None) -> Prepared:
     """Plan ``scenario`` and build its schedule of ``iterations`` iterations, not yet run.
 
@@ -42,8 +42,10 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
         scenario: a loaded scenario. tokens: its stage-1 result (per-epoch totals in the plan).
         scale: divide every message size and compute time by this (>= 1).
         iterations: iterations the schedule runs (>= 1).
-        nics, chunk_rows, keep_nvlink, keep_history: as :class:`~tokenpcap.schedule.runner.Schedule`
-            (the NICs whose frames are materialized; every NIC is timed). ``ranks``: materialize
+        nics, chunk_rows, keep_nvlink, keep_history, keep_messages: as
+            :class:`~tokenpcap.schedule.runner.Schedule` (the NICs whose frames are
+            materialized, every NIC timed; ``keep_messages=False``: only the messages in
+            progress are held, read per handed-out chunk). ``ranks``: materialize
             only the NICs of these ranks (and of ``nics`` when both are given).
         check: called with the plan before the schedule is built (a caller's refusal, e.g.
             generate's disk space from the plan's size estimate); what it raises propagates.
@@ -63,7 +65,8 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
         of_ranks = set(plan.layout.nic_array(np.asarray(sorted(ranks), np.int64)).tolist())
         nics = of_ranks if nics is None else of_ranks & set(nics)
     sched = Schedule(plan, iterations=iterations, nics=nics, chunk_rows=chunk_rows,
-                     keep_nvlink=keep_nvlink, keep_history=keep_history)
+                     keep_nvlink=keep_nvlink, keep_history=keep_history,
+                     keep_messages=keep_messages)
     return Prepared(scenario, plan, sched)
 
 

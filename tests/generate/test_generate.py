@@ -454,9 +454,10 @@ def test_running_out_of_space_inside_a_window_fails_cleanly(cross, monkeypatch):
 
 
 def test_several_iterations_same_bytes_as_keeping_every_message_and_call(cross, monkeypatch):
-    """generate records no history and predicts its size one iteration at a time: the files of a
-    3-iteration run are byte for byte those of the same run keeping the timeline and NVLink
-    copies, and their size is the one stated before writing, with and without a selection."""
+    """generate records no history, holds only the messages in progress and predicts its size one
+    iteration at a time: the files of a 3-iteration run are byte for byte those of the same run
+    keeping the timeline, NVLink copies and every message, and their size is the one stated
+    before writing, with and without a selection."""
     import tokenpcap.pipeline as pipeline_mod
     from tokenpcap.schedule.runner import Schedule
 
@@ -473,12 +474,13 @@ def test_several_iterations_same_bytes_as_keeping_every_message_and_call(cross, 
         assert sum(p.stat().st_size for p, _, _ in lean[name].files) == lean[name].expected_bytes
     assert 0 < lean["sel"].file_bytes < lean["all"].file_bytes
     monkeypatch.setattr(pipeline_mod, "Schedule",
-                        lambda *a, **k: Schedule(*a, **{**k, "keep_history": True}))
+                        lambda *a, **k: Schedule(*a, **{**k, "keep_history": True, "keep_messages": True}))
     out = tmp / "keep-all"
     out.mkdir()
     full = generate(s, GenerateOptions(out_dir=out, iterations=3, jobs=1))
-    assert isinstance(full.schedule.messages, np.ndarray) and full.schedule._calls
+    assert isinstance(full.schedule.messages, np.ndarray) and full.schedule.n_calls
     assert [p.name for p, _, _ in full.files] == [p.name for p, _, _ in lean["all"].files]
+    assert not lean["all"].schedule.keep_messages
     assert all(a.read_bytes() == b.read_bytes()
                for (a, _, _), (b, _, _) in zip(full.files, lean["all"].files))
     assert full.expected_bytes == lean["all"].expected_bytes

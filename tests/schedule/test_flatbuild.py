@@ -67,11 +67,13 @@ def test_a_group_already_on_node_0_is_its_own_canonical_shape():
 
 
 def test_encoding_of_each_instruction():
-    prog = [Mark(True, "B", 3, 0), Compute(17), Call(42, CallMode.RECV), Wait(), Mark(False, "O", -1, 0)]
+    prog = [Mark(True, "B", 3, 0), Compute(17), Call(42, CallMode.RECV), Wait(), Mark(False, "O", -1, 0),
+            Compute(5 * 2**31 + 3)]
     kind, a, b = encode_program(prog, {42: 9}.__getitem__)
-    assert kind == [MARK, COMPUTE, CALL, WAIT, MARK]
-    assert a == [3, 17, 9, 0, -1]
-    assert b == [MARK_CODES.index(b"B") * 2 + 1, 0, int(CallMode.RECV), 0, MARK_CODES.index(b"O") * 2]
+    assert kind == [MARK, COMPUTE, CALL, WAIT, MARK, COMPUTE]
+    assert a == [3, 17, 9, 0, -1, 3]             # a COMPUTE's ns: a + b * 2**31 (int32 halves)
+    assert b == [MARK_CODES.index(b"B") * 2 + 1, 0, int(CallMode.RECV), 0, MARK_CODES.index(b"O") * 2,
+                 5]
 
 
 def test_joined_shape_tables_hold_each_table_moved():

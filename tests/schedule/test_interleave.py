@@ -134,7 +134,7 @@ def test_dp_buckets_of_each_chunk_follow_its_last_backward(tmp_path):
     sched = Schedule(build_plan(s))
     for _ in sched.run():
         pass
-    calls = sched._calls
+    call = sched.call
     d = sched.messages[(sched.messages["kind"] == KIND_DATA)
                        & (sched.messages["dim"] == DIMS.index("dp"))]
     tl = sched.timeline
@@ -145,7 +145,7 @@ def test_dp_buckets_of_each_chunk_follow_its_last_backward(tmp_path):
         mine = d[d["rank_src"] == r]
         by_chunk = defaultdict(list)
         for row in mine:
-            c = calls[int(row["call_id"])]
+            c = call(int(row["call_id"]))
             if c.op.startswith("dense_grad_bucket"):
                 by_chunk[int(c.op.rsplit("chunk", 1)[1])].append(int(row["start_ns"]))
         assert set(by_chunk) == {0, 1}
@@ -158,8 +158,8 @@ def test_dp_buckets_of_each_chunk_follow_its_last_backward(tmp_path):
         assert min(by_chunk[1]) >= first_end and min(by_chunk[1]) < second_end
         assert min(by_chunk[0]) >= (second_end if stage > 0 else last["start_ns"].max())
         # stage 0, chunk 0: several buckets (bucketing only there), the others one per buffer
-        n0 = len({calls[int(x["call_id"])].bucket for x in mine
-                  if calls[int(x["call_id"])].op.endswith("chunk0")})
+        n0 = len({call(int(x["call_id"])).bucket for x in mine
+                  if call(int(x["call_id"])).op.endswith("chunk0")})
         assert (n0 > 1) == (stage == 0)
 
 
@@ -183,7 +183,7 @@ def test_without_overlap_every_chunk_is_reduced_after_the_backward(tmp_path):
     sched = Schedule(build_plan(s))
     for _ in sched.run():
         pass
-    calls = sched._calls
+    call = sched.call
     d = sched.messages[(sched.messages["kind"] == KIND_DATA)
                        & (sched.messages["dim"] == DIMS.index("dp"))]
     tl = sched.timeline
@@ -192,7 +192,7 @@ def test_without_overlap_every_chunk_is_reduced_after_the_backward(tmp_path):
         b_end = tl[(tl["rank"] == r) & (tl["what"] == b"B")]["end_ns"].max()
         starts = defaultdict(list)
         for row in mine:
-            c = calls[int(row["call_id"])]
+            c = call(int(row["call_id"]))
             if c.phase == "backward":
                 starts[int(c.op.rsplit("chunk", 1)[1])].append(int(row["start_ns"]))
         assert set(starts) == {0, 1}

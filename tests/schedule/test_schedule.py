@@ -326,7 +326,7 @@ def test_random_small_scenarios_conserve_payload(tmp_path, shape, alg, channels,
     # and with scale, the bytes are the plan's calls scaled, summed by the stage-3 accounting
     from tokenpcap.collectives.traffic import per_rank_bytes
     want = np.zeros(sched.layout.world_size, np.int64)
-    for c in sched._calls.values():
+    for c in sched.calls():
         want[list(c.group)] += per_rank_bytes(c, sched.plan.algorithm, sched.layout).nic_bytes
     got = np.bincount(d["rank_src"], weights=d["size_bytes"], minlength=len(want)).astype(np.int64)
     assert (got == want).all()
@@ -458,12 +458,12 @@ def test_ring_attention_step_i_plus_1_leaves_after_step_i_arrived(tmp_path):
     path = tiny_scenario(tmp_path, "cp4", dp=1, tp=1, pp=2, gbs=2,
                          par=", context_parallel_size: 4")
     sched, _ = run(path)
-    calls = sched._calls
+    call = sched.call
     m = sched.messages
     d = m[(m["kind"] == KIND_DATA) & (m["dim"] == DIMS.index("cp"))]
     by = defaultdict(list)       # (rank_src or rank_dst, phase, layer, mb, step) -> rows
     for row in d:
-        c = calls[int(row["call_id"])]
+        c = call(int(row["call_id"]))
         step = int(c.op.rsplit("_", 1)[1])
         by["out", c.src, c.phase, c.layer, c.microbatch, step].append(row)
         by["in", c.dst, c.phase, c.layer, c.microbatch, step].append(row)
@@ -479,3 +479,23 @@ def test_ring_attention_step_i_plus_1_leaves_after_step_i_arrived(tmp_path):
         assert min(x["start_ns"] for x in rows) >= max(x["arrival_ns"] for x in before)
         checked += 1
     assert checked == 8 * 2 * 2 * (2 + 3)      # ranks x layers x microbatches x (fwd + bwd steps)
+
+
+def test_streaming_refuses_the_whole_table_and_rows_no_longer_held():
+    """keep_messages=False: the rows of a chunk's messages while it is handed out, a clear error
+    for the whole table and for a message no longer held (the ring: tests/schedule/engine/test_ring.py)."""
+    plan = build_plan(load_scenario(ROOT / "profiles" / "scenarios" / "dante.yaml"), scale=64)
+    sched = Schedule(plan, iterations=1, nics=(0,), keep_messages=False, ring_rows=4)
+    with pytest.raises(RuntimeError, match="keep_messages=False"):
+        sched.messages
+    it = sched.run()
+    first = next(it)
+    assert (sched.message_rows(first["msg"])["msg_id"] == first["msg"]).all()
+    for _ in it:
+        pass
+    with pytest.raises(ValueError, match="message id 0: not held"):
+        sched.message_rows([0])
+    from tokenpcap.errors import InputError
+
+    with pytest.raises(InputError, match="ring_rows: got 12"):
+        Schedule(plan, iterations=1, keep_messages=False, ring_rows=12)

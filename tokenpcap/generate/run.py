@@ -36,9 +36,12 @@ module and the selection parsers are importable from here too.
 * **Time and memory**: every NIC of the job is timed, message by message (cost independent of
   packet counts); frames are materialized only for the NICs the selection can keep (``--nics``,
   the NICs of ``--ranks``), and the other filters apply to those frames. The engine holds its
-  arrays for the iterations of the run (:mod:`tokenpcap.schedule.engine.state`); no timeline and
-  no NVLink copies are recorded (``keep_history=False``, ``keep_nvlink=False``), and the size is
-  predicted one iteration at a time.
+  arrays for the iterations of the run (:mod:`tokenpcap.schedule.engine.state`) except the
+  messages: only those in progress and those of the chunk being written
+  (``keep_messages=False``, :mod:`tokenpcap.schedule.engine.ring`; the result's ``schedule`` has
+  no whole message table); no timeline and no NVLink copies are recorded
+  (``keep_history=False``, ``keep_nvlink=False``), and the size is predicted one iteration at a
+  time.
 * **A run is one unit** (:class:`tokenpcap.pcap.outputset.OutputSet`): the directory is locked
   (a second run into it is refused), the files are written into a hidden stage inside it and
   renamed into place only when every one is complete. On any exception, including
@@ -149,7 +152,8 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
                               "before simulating; use --force to write anyway)")
 
     _, plan, sched = prepare(s, tokens=tokens, scale=opt.scale, iterations=n_iter,
-                             keep_nvlink=False, keep_history=False, chunk_rows=1 << 16,
+                             keep_nvlink=False, keep_history=False, keep_messages=False,
+                             chunk_rows=1 << 16,
                              nics=sel.nics, ranks=sel.ranks, check=refuse_early)
     ib = s.cluster.transport == "infiniband"
     ext = capture_format(opt.fmt).extension.lstrip(".")

@@ -23,6 +23,8 @@ Per-call API for the schedule (stage 4/5), stable::
     plan.calls(iteration=0)                  # Iterator[CollectiveCall], every call of every group
     plan.calls(iteration=0, ranks={0, 8})    # only calls whose group contains one of the ranks
     plan.calls_per_iteration                 # int; call_id = iteration * this + index
+    plan.call_table(iteration=0)             # CallTable: the same calls as columns
+    plan.call(call_id)                       # CollectiveCall: one call, made alone
     plan.algorithm                           # scenario collectives.algorithm
     tokenpcap.collectives.traffic.hops(call, plan.algorithm, plan.layout)            # point-to-point hops
     tokenpcap.collectives.traffic.per_rank_bytes(call, plan.algorithm, plan.layout)  # (nic, nvlink) per rank
@@ -40,7 +42,8 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from tokenpcap.plan.calls import CollectiveCall, Family, build_families, expand, scale_families
+from tokenpcap.plan.calls import CollectiveCall, Family, build_families, scale_families
+from tokenpcap.plan.calltable import CallTable, call_by_id, expand
 from tokenpcap.errors import InfeasiblePlanError, InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.records import COLLECTIVES, DIMS, PHASES
@@ -191,6 +194,25 @@ class Plan:
             if bad:
                 raise InputError(f"ranks {sorted(bad)} outside [0, {self.layout.world_size})")
         return expand(self.families, self.scenario, self.layout, iteration, sel)
+
+    def call_table(self, iteration: int = 0) -> CallTable:
+        """Every call of ``iteration`` as columns (:class:`~tokenpcap.plan.calltable.CallTable`:
+        12 bytes a call; its rows are :meth:`calls` in order).
+
+        Raises:
+            InputError: a negative iteration.
+        """
+        if iteration < 0:
+            raise InputError(f"iteration {iteration} < 0")
+        return CallTable.of_iteration(self.families, self.scenario, self.layout, iteration)
+
+    def call(self, call_id: int) -> CollectiveCall:
+        """The call ``call_id`` (of any iteration), equal to the one :meth:`calls` yields.
+
+        Raises:
+            KeyError: a negative ``call_id`` (or a plan without calls).
+        """
+        return call_by_id(self.families, self.scenario, self.layout, call_id)
 
     def nic_bytes_per_nic(self) -> np.ndarray:
         """Bytes each NIC sends in one iteration: int64 ``(nodes * nics_per_node,)``."""

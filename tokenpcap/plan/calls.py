@@ -66,8 +66,6 @@ interleave the samples. Token index ``i`` means corpus token ``i % tokens`` (epo
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterator
-
 from tokenpcap.errors import InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.records import phase_label
@@ -80,11 +78,11 @@ from tokenpcap.plan.small import small_families
 from tokenpcap.plan.context import cp_families
 from tokenpcap.plan.pipeline import chunk_layers, next_chunk, stage_layers
 
-__all__ = ["CollectiveCall", "Family", "build_families", "dp_bucket_size", "expand", "scaled_bytes",
+__all__ = ["CollectiveCall", "Family", "build_families", "dp_bucket_size", "scaled_bytes",
            "scale_families"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CollectiveCall:
     """One collective call on one group instance (see the module docstring for what exists).
 
@@ -282,34 +280,3 @@ def scale_families(fams: list[Family], scale: int) -> list[Family]:
         return fams
     return [replace(f, message_bytes=scaled_bytes(f.message_bytes, f.elem_bytes, scale))
             for f in fams]
-
-
-def expand(fams: list[Family], s: Scenario, layout: RankLayout, iteration: int,
-           ranks: frozenset[int] | None = None) -> Iterator[CollectiveCall]:
-    """Yield the calls of ``fams`` for ``iteration`` (only groups touching ``ranks`` if given)."""
-    t, seq = s.training, s.model.seq_length
-    b, dp, tp = t.micro_batch_size, s.parallelism.dp, s.parallelism.tp
-    total = sum(f.n_calls for f in fams)
-    base = iteration * total
-    for f in fams:
-        gsel = [(gi, g) for gi, g in enumerate(f.groups) if ranks is None or not ranks.isdisjoint(g)]
-        if gsel:
-            coords = {g[0]: layout.coords(g[0]) for _, g in gsel}
-            for ii, inst in enumerate(f.insts):
-                for gi, g in gsel:
-                    tok0 = tok1 = s0 = s1 = -1
-                    if f.tokens and inst.microbatch >= 0:
-                        c = coords[g[0]]
-                        sample = iteration * t.global_batch_size + inst.microbatch * b * dp + c.dp * b
-                        tok0, tok1 = sample * seq, (sample + b) * seq
-                        s0, s1 = (0, seq) if f.tokens == "mb" else \
-                            (c.tp * seq // tp, (c.tp + 1) * seq // tp)
-                    p2p = f.collective == "SendRecv"
-                    yield CollectiveCall(
-                        call_id=base + ii * len(f.groups) + gi, iteration=iteration, dim=f.dim,
-                        phase=f.phase, collective=f.collective, group=g,
-                        message_bytes=f.message_bytes, elem_bytes=f.elem_bytes, layer=inst.layer,
-                        microbatch=inst.microbatch, stage=f.stage, src=g[0] if p2p else -1,
-                        dst=g[1] if p2p else -1, token_start=tok0, token_end=tok1, seq_start=s0,
-                        seq_end=s1, bucket=inst.bucket, recompute=inst.recompute, op=inst.op)
-        base += f.n_calls

@@ -1,8 +1,8 @@
 """Stage 3 (part): a family of collective calls, the unit the plan enumerates.
 
 A :class:`Family` is one operation repeated (:class:`Inst`: layer, microbatch, bucket) on every
-one of its group instances; :func:`tokenpcap.plan.calls.expand` turns it into
-:class:`~tokenpcap.plan.calls.CollectiveCall` objects.
+one of its group instances; :class:`tokenpcap.plan.calltable.CallTable` lists its calls as
+columns and makes the :class:`~tokenpcap.plan.calls.CollectiveCall` objects.
 """
 from __future__ import annotations
 

@@ -2,15 +2,17 @@
 dependencies, QPs (what the compiled event loop of :mod:`tokenpcap.schedule.engine.kernel` reads).
 
 Built once per iteration from the same sources the schedule has always used: the plan's calls
-(:meth:`tokenpcap.plan.build.Plan.calls`), every rank's program
+(:meth:`tokenpcap.plan.build.Plan.call_table`: columns, no call objects), every rank's program
 (:func:`tokenpcap.schedule.program.build_programs`) and every call's transfers
-(:func:`tokenpcap.collectives.transfers.transfers`). Past one pass over the call objects (a
-dictionary look-up of each call's shape), the Python work is per distinct call shape up to a
-shift by whole nodes and per program template (a class of ranks whose programs differ only in the
-calls they name), not per call and rank (:mod:`tokenpcap.schedule.flatbuild`); ``flatten(..., direct=True)`` builds the same arrays call
-by call and rank by rank, which the tests compare.
+(:func:`tokenpcap.collectives.transfers.transfers`). The Python work is per group of each call
+family (a dictionary look-up of its shape), per distinct call shape up to a shift by whole nodes
+and per program template (a class of ranks whose programs differ only in the calls they name),
+not per call and rank (:mod:`tokenpcap.schedule.flatbuild`); ``flatten(..., direct=True)``
+builds the same arrays from the call objects, call by call and rank by rank, which the tests
+compare.
 
-Index spaces (all int64 unless said):
+Index spaces (all int64 unless said; a call index is < 2**31: the call table of the iteration,
+12 B a call, would not fit in memory otherwise):
 
 * transfer ``x``: the transfers of call ``c`` are ``tr_base[c] + j`` for ``j`` in its table order;
   they are not stored one by one: call ``c`` is its canonical shape ``call_shape[c]`` (a
@@ -21,9 +23,10 @@ Index spaces (all int64 unless said):
   :class:`FlatTransfers`) in the order of ``Transfers.by_src`` / ``by_dst``; a transfer's
   dependents likewise (``dep_ptr``/``dep_list``);
 * instruction: the program of rank ``r`` in iteration ``i`` is ``prog_ptr[i·W + r] ..
-  prog_ptr[i·W + r + 1] - 1`` with ``ins_kind`` (COMPUTE, CALL, WAIT, MARK of
-  :mod:`tokenpcap.schedule.program`), ``ins_a`` (ns, participation, or the MARK's microbatch) and
-  ``ins_b`` (call mode, or MARK ``what·2 + begin``);
+  prog_ptr[i·W + r + 1] - 1`` with ``ins_kind`` (int8: COMPUTE, CALL, WAIT, MARK of
+  :mod:`tokenpcap.schedule.program`), ``ins_a`` (int32: participation, the MARK's microbatch, or
+  a COMPUTE's ns modulo ``NS_HIGH = 2**31``) and ``ins_b`` (int32: call mode, MARK ``what·2 +
+  begin``, or a COMPUTE's ns divided by ``NS_HIGH``);
 * QP: one id per (sending NIC, peer NIC, connection index, role), role 0 carrying data and 1 the
   clear-to-send writes of the same connection (the pair of :mod:`tokenpcap.lower`).
 """
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tokenpcap.collectives.transfers import transfers
+from tokenpcap.plan.calltable import CallTable
 from tokenpcap.plan.pipeline import chunk_layers
 from tokenpcap.records import COLLECTIVES, DIMS, PHASES
 from tokenpcap.schedule.flatbuild import (
@@ -95,10 +99,10 @@ class Flat:
     """
 
     n_calls: int
-    calls: list                      # CollectiveCall per local call index
+    calls: CallTable                 # the iteration's calls (local call index = row)
     call_ab: np.ndarray              # (C,) alpha-beta ns of an NVLink-only call, -1 otherwise
-    part_call: np.ndarray            # (P,) local call of each participation
-    call_codes: np.ndarray           # (C, 3) phase, dim, collective codes
+    part_call: np.ndarray            # (P,) int32 local call of each participation
+    call_codes: np.ndarray           # (C, 3) uint8 phase, dim, collective codes
     tr_base: np.ndarray              # (C + 1,)
     part_base: np.ndarray            # (C + 1,)
     call_shape: np.ndarray           # (C,) canonical shape (row range of `shapes`)
@@ -111,8 +115,8 @@ class Flat:
     # programs
     prog_ptr: np.ndarray             # (W + 1,)
     ins_kind: np.ndarray             # int8
-    ins_a: np.ndarray
-    ins_b: np.ndarray
+    ins_a: np.ndarray                # int32
+    ins_b: np.ndarray                # int32
     direct: FlatTransfers | None = None
 
     @property
@@ -174,28 +178,31 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0, *,
         return _flatten_direct(plan, iteration, shards, times, nvlink, above)
     lay = plan.layout
     gpn, npn = lay.gpus_per_node, lay.nics_per_node
-    calls = list(plan.calls(iteration))
-    C = len(calls)
+    table = plan.call_table(iteration)
+    C = len(table)
     keys: dict[tuple, int] = {}           # exact shape -> index into `exact`
     exact: list[tuple[int, int]] = []     # (canonical index, shift)
     canon: dict[tuple, int] = {}
     canon_tr: list = []
     codes_of: dict[tuple, int] = {}
-    shape_ids = np.empty(C, np.int64)
-    code_ids = np.empty(C, np.int64)
-    for i, c in enumerate(calls):
-        k = (c.collective, c.group, c.message_bytes, c.elem_bytes)
-        e = keys.get(k)
-        if e is None:
-            ck, shift = canonical_shape(*k, gpn)
-            j = canon.get(ck)
-            if j is None:
-                j = canon[ck] = len(canon_tr)
-                canon_tr.append(shape_transfers(ck, plan))
-            e = keys[k] = len(exact)
-            exact.append((j, shift))
-        shape_ids[i] = e
-        code_ids[i] = codes_of.setdefault((c.phase, c.dim, c.collective), len(codes_of))
+    group_shape: list[int] = []           # exact shape of each family's each group
+    family_code: list[int] = []
+    for f in table.families:              # a call's shape and codes are its family's and group's
+        family_code.append(codes_of.setdefault((f.phase, f.dim, f.collective), len(codes_of)))
+        for g in f.groups:
+            k = (f.collective, g, f.message_bytes, f.elem_bytes)
+            e = keys.get(k)
+            if e is None:
+                ck, sh = canonical_shape(*k, gpn)
+                j = canon.get(ck)
+                if j is None:
+                    j = canon[ck] = len(canon_tr)
+                    canon_tr.append(shape_transfers(ck, plan))
+                e = keys[k] = len(exact)
+                exact.append((j, sh))
+            group_shape.append(e)
+    shape_ids = np.asarray(group_shape, np.int64)[table.family_group()]
+    code_ids = np.asarray(family_code, np.int64)[table.family]
     ex = np.asarray(exact, np.int64).reshape(-1, 2)
     shape_of, shift = ex[shape_ids, 0], ex[shape_ids, 1]
     if nvlink is not None:
@@ -203,22 +210,22 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0, *,
         if int(np.bincount(shape_of, minlength=len(canon_tr)) @ copies) <= above:
             nvlink = None
     shapes = [CallShapeArrays(tr, ck[1], nvlink) for tr, ck in zip(canon_tr, canon)]
-    table = ShapeTable.of(shapes)
-    tr_base = _ptr(np.diff(table.tr_ptr)[shape_of])
-    npart = np.diff(table.pos_ptr)[shape_of]
+    tab = ShapeTable.of(shapes)
+    tr_base = _ptr(np.diff(tab.tr_ptr)[shape_of])
+    npart = np.diff(tab.pos_ptr)[shape_of]
     part_base = _ptr(npart)
-    part_call = np.repeat(np.arange(C, dtype=np.int64), npart)
-    prow = np.arange(part_call.size, dtype=np.int64) + (table.pos_ptr[shape_of] - part_base[:-1])[part_call]
-    part_rank = table.rank[prow] + shift[part_call]
+    part_call = np.repeat(np.arange(C, dtype=np.int32), npart)
+    prow = np.arange(part_call.size, dtype=np.int64) + (tab.pos_ptr[shape_of] - part_base[:-1])[part_call]
+    part_rank = tab.rank[prow] + shift[part_call]
     codes = np.array([(PHASES.index(p), DIMS.index(d), COLLECTIVES.index(k)) for p, d, k in codes_of],
-                     np.int64).reshape(-1, 3)
+                     np.uint8).reshape(-1, 3)
     prog_ptr, ins_kind, ins_a, ins_b = template_programs(
-        calls, part_call, part_rank, lay.world_size, lay.coords, shards, times,
+        table, part_call, part_rank, lay.world_size, lay.coords, shards, times,
         plan.microbatches, iteration, plan.scenario.training.recompute,
         chunks=[chunk_layers(plan.scenario, st) for st in range(lay.pp)],
         overlap_grad_reduce=plan.scenario.training.overlap_grad_reduce)
-    return Flat(C, calls, table.ab[shape_of], part_call, codes[code_ids], tr_base, part_base,
-                shape_of, shift, table, gpn, npn, part_rank, prog_ptr, ins_kind, ins_a, ins_b)
+    return Flat(C, table, tab.ab[shape_of], part_call, codes[code_ids], tr_base, part_base,
+                shape_of, shift, tab, gpn, npn, part_rank, prog_ptr, ins_kind, ins_a, ins_b)
 
 
 def _ptr(lengths: np.ndarray) -> np.ndarray:
@@ -299,7 +306,7 @@ def _flatten_direct(plan, iteration: int, shards, times, nvlink=None, above: int
     recv_ptr, recv_list = _concat_csr([sh.recv_ptr for sh in per_call],
                                       [sh.recv_list for sh in per_call], base)
     codes = np.array([(PHASES.index(c.phase), DIMS.index(c.dim), COLLECTIVES.index(c.collective))
-                      for c in calls], np.int64).reshape(-1, 3)
+                      for c in calls], np.uint8).reshape(-1, 3)
     W = lay.world_size
     progs = build_programs(calls, range(W), lay.coords, shards, times, plan.microbatches, iteration,
                            plan.scenario.training.recompute,
@@ -318,13 +325,13 @@ def _flatten_direct(plan, iteration: int, shards, times, nvlink=None, above: int
         b_col += b
         prog_ptr[r + 1] = len(kinds)
     call_ab = np.array([sh.ab for sh in per_call], np.int64)
-    part_call = np.repeat(np.arange(C, dtype=np.int64), npart)
+    part_call = np.repeat(np.arange(C, dtype=np.int32), npart)
     direct = FlatTransfers(cols["call"], cols["src"], cols["dst"], cols["srcp"], cols["dstp"],
                            tr_nic, cols["bytes"], cols["step"], cols["channel"], cols["offset"],
                            cols["wait"], cols["snic"], cols["dnic"], dep_ptr, dep_list, send_ptr,
                            send_list, recv_ptr, recv_list)
     # the templates of this build: one shape per distinct group and transfers, not moved
-    return Flat(C, calls, call_ab, part_call, codes, tr_base, part_base, call_shape,
+    return Flat(C, plan.call_table(iteration), call_ab, part_call, codes, tr_base, part_base, call_shape,
                 np.zeros(C, np.int64), ShapeTable.of(uniq), lay.gpus_per_node, lay.nics_per_node,
-                part_rank, prog_ptr, np.asarray(kinds, np.int8), np.asarray(a_col, np.int64),
-                np.asarray(b_col, np.int64), direct)
+                part_rank, prog_ptr, np.asarray(kinds, np.int8), np.asarray(a_col, np.int32),
+                np.asarray(b_col, np.int32), direct)

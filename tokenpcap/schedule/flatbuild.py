@@ -38,6 +38,8 @@ import numpy as np
 from tokenpcap.collectives.traffic import CallShape
 from tokenpcap.collectives.transfers import transfers
 from tokenpcap.plan.calls import CollectiveCall
+from tokenpcap.plan.calltable import CallTable
+from tokenpcap.schedule.engine.events import NS_HIGH
 from tokenpcap.schedule.program import Call, Compute, Mark, build_programs
 
 __all__ = ["COMPUTE", "CALL", "WAIT", "MARK", "MARK_CODES", "GROUP_FIELDS", "CallShapeArrays",
@@ -61,16 +63,17 @@ _PROGRAM_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(Colle
 
 def encode_program(prog, part_of: Callable[[int], int]) -> tuple[list[int], list[int], list[int]]:
     """``(kind, a, b)`` lists of one rank's program (``ins_kind``/``ins_a``/``ins_b`` of
-    :class:`tokenpcap.schedule.flat.Flat`); ``part_of(call_id)`` gives the participation id a
-    CALL names."""
+    :class:`tokenpcap.schedule.flat.Flat`: a COMPUTE's ns is ``a + b·NS_HIGH``, both in
+    ``[0, 2**31)``); ``part_of(call_id)`` gives the participation id a CALL names."""
     kinds: list[int] = []
     a_col: list[int] = []
     b_col: list[int] = []
     for ins in prog:
         if isinstance(ins, Compute):
             kinds.append(COMPUTE)
-            a_col.append(ins.ns)
-            b_col.append(0)
+            b_, a_ = divmod(ins.ns, NS_HIGH)
+            a_col.append(a_)
+            b_col.append(b_)
         elif isinstance(ins, Call):
             kinds.append(CALL)
             a_col.append(part_of(ins.call_id))
@@ -289,27 +292,32 @@ def expand_transfers(table: ShapeTable, call_shape: np.ndarray, call_shift: np.n
     return out
 
 
-def template_programs(calls: list, part_call: np.ndarray, part_rank: np.ndarray, world: int,
+def template_programs(calls: CallTable, part_call: np.ndarray, part_rank: np.ndarray, world: int,
                       coords, shards, times, microbatches: int, iteration: int, recompute: str,
                       *, chunks: list[list[range]] | None = None, overlap_grad_reduce: bool = True
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(prog_ptr (W + 1,), ins_kind int8, ins_a, ins_b)`` of every rank's program, one
+    """``(prog_ptr (W + 1,), ins_kind int8, ins_a int32, ins_b int32)`` of every rank's program
+    (:func:`encode_program`), one
     :func:`~tokenpcap.schedule.program.build_programs` per class of ranks (module docstring).
 
     Args:
-        calls: the iteration's calls in call order; ``part_call``/``part_rank``: int64 ``(P,)``
-            call and rank of each participation (participations in call order).
+        calls: the iteration's calls (rows in call order); ``part_call``/``part_rank``: int64
+            ``(P,)`` call and rank of each participation (participations in call order).
         world: ranks; ``coords``: ``rank -> RankCoords``; the rest (``chunks``: the layers of
             each stage's model chunks, ``overlap_grad_reduce``) as ``build_programs``.
+
+    Call objects are made only for the calls of one rank of each class.
 
     Raises:
         RuntimeError: a call the programs do not place (as :func:`build_programs`).
     """
+    # the fields outside GROUP_FIELDS are a family's and an instance's: one object per pair
+    pairs = calls.first_groups()
     attr_ids: dict[tuple, int] = {}
-    call_attr = np.fromiter((attr_ids.setdefault(_PROGRAM_FIELDS(c), len(attr_ids)) for c in calls),
-                            np.int64, count=len(calls))
-    src = np.fromiter((c.src for c in calls), np.int64, count=len(calls))
-    dst = np.fromiter((c.dst for c in calls), np.int64, count=len(calls))
+    pair_attr = np.fromiter((attr_ids.setdefault(_PROGRAM_FIELDS(c), len(attr_ids))
+                             for c in pairs.objects()), np.int64, count=len(pairs))
+    call_attr = pair_attr[calls.family_inst()]
+    src, dst = calls.src_dst()
     role = (part_rank == src[part_call]) * 1 + (part_rank == dst[part_call]) * 2
     key = call_attr[part_call] * 4 + role
     by_rank = np.argsort(part_rank, kind="stable")            # each rank's participations in call order
@@ -325,8 +333,9 @@ def template_programs(calls: list, part_call: np.ndarray, part_rank: np.ndarray,
     for members in classes.values():
         r0 = members[0]
         mine = by_rank[start[r0]:start[r0 + 1]]
-        nth = {calls[int(c)].call_id: n for n, c in enumerate(part_call[mine].tolist())}
-        prog = build_programs([calls[int(c)] for c in part_call[mine]], range(r0, r0 + 1), coords,
+        objs = list(calls.objects(part_call[mine]))
+        nth = {c.call_id: n for n, c in enumerate(objs)}
+        prog = build_programs(objs, range(r0, r0 + 1), coords,
                               shards, times, microbatches, iteration, recompute, chunks=chunks,
                               overlap_grad_reduce=overlap_grad_reduce)[r0]
         kind, a, b = (np.asarray(x, np.int64) for x in encode_program(prog, nth.__getitem__))
@@ -335,7 +344,7 @@ def template_programs(calls: list, part_call: np.ndarray, part_rank: np.ndarray,
     prog_ptr = np.zeros(world + 1, np.int64)
     np.cumsum(lengths, out=prog_ptr[1:])
     n = int(prog_ptr[-1])
-    ins_kind, ins_a, ins_b = np.zeros(n, np.int8), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    ins_kind, ins_a, ins_b = np.zeros(n, np.int8), np.zeros(n, np.int32), np.zeros(n, np.int32)
     for members, kind, a, b in templates:
         at = prog_ptr[members][:, None] + np.arange(kind.size)
         ins_kind[at] = kind

@@ -22,7 +22,13 @@ Measured on the project's reference machine (2 cores, 23 GB, Python 3.11, numba 
 load average 9-11; benchmarks/README.md, "engine_timing.py"; docs/generate.md, "Limits"): about
 :data:`MESSAGE_STATE_BYTES` bytes of engine state per RDMA message (its row, 136 B, and its share
 of its transfer's), :data:`COPY_STATE_BYTES` per NVLink copy timed, :data:`CALL_STATE_BYTES` per
-call (the call, its ranks' participations and program steps); :data:`MESSAGES_PER_S` messages
+call (its ranks' participations and program steps in the engine and, at the peak while the
+engine's arrays are made, in every iteration's flat arrays too; no call objects are kept).
+``benchmarks/call_state.py`` measures it as the peak RSS a second iteration adds to building
+the Schedule, less that iteration's messages at :data:`MESSAGE_STATE_BYTES`, per call of it, on
+jobs whose calls outweigh their messages (GPT-3 175B and Llama-3 70B at ``--scale 1000``); the
+constant is the largest measured, rounded up (benchmarks/README.md, "call_state.py");
+:data:`MESSAGES_PER_S` messages
 per CPU second with every NIC timed (a job whose messages dominate its events, e.g.
 mixtral-8x7b-ep: 404,000-464,000 at load 4-6; a job of many compute steps and NVLink-only calls
 per message is slower per message: llama3-70b-64n at ``--scale 1000``, 158,000). :func:`check_work` refuses a run whose state would pass
@@ -46,13 +52,13 @@ MAX_STATE_BYTES = 8_000_000_000
 #: Measured costs (module docstring).
 MESSAGE_STATE_BYTES = 240
 COPY_STATE_BYTES = 200
-CALL_STATE_BYTES = 3300
+CALL_STATE_BYTES = 1300
 MESSAGES_PER_S = 400_000
 NVLINK_COPIES_PER_S = 600_000
 PACKETS_PER_S = 2_000_000
 #: RDMA messages (data + clear-to-send) one run may time: what MAX_STATE_BYTES holds.
 MAX_MESSAGES = MAX_STATE_BYTES // MESSAGE_STATE_BYTES
-#: Collective calls one run may simulate (Python objects and program steps for every iteration).
+#: Collective calls one run may simulate (participations and program steps for every iteration).
 MAX_CALLS = 2_000_000
 #: NVLink copies one run may time one by one.
 MAX_NVLINK_COPIES = 50_000_000

@@ -59,6 +59,7 @@ from tokenpcap.errors import InputError
 from tokenpcap.model import scenario_shards
 from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.plan.calls import CollectiveCall
+from tokenpcap.plan.calltable import CallTable
 from tokenpcap.records import KIND_CTS, VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.records.tokenspans import piece_bounds
 from tokenpcap.schedule.compute import stage_times
@@ -155,16 +156,23 @@ class Schedule:
         ib_grh: native InfiniBand frames carry a GRH (frame lengths).
         nvlink_copies: NVLink copies per iteration up to which each copy is timed (module
             docstring; 0 times every NVLink-only call as a whole).
+        keep_messages: keep every message's row for :attr:`messages` after the run (default).
+            False streams: the engine holds only the messages in progress (a ring of rows,
+            :mod:`tokenpcap.schedule.engine.ring`), :meth:`message_rows` answers for the
+            messages the frames of the chunk just handed out name, and :attr:`messages` raises.
+        ring_rows: the ring's first size in rows (a power of two; it grows as needed).
 
     Raises:
         InputError: ``iterations`` or ``scale`` < 1; NICs out of range; settings the engine
-            cannot take (:class:`~tokenpcap.schedule.engine.frames.NicModel`).
+            cannot take (:class:`~tokenpcap.schedule.engine.frames.NicModel`); ``ring_rows``
+            not a power of two.
     """
 
     def __init__(self, plan: Plan, *, iterations: int | None = None, scale: int | None = None,
                  nics=None, chunk_rows: int = 1 << 16, keep_nvlink: bool = True,
                  keep_history: bool = True, ib_grh: bool = False,
-                 nvlink_copies: int = NVLINK_COPIES_PER_COPY):
+                 nvlink_copies: int = NVLINK_COPIES_PER_COPY, keep_messages: bool = True,
+                 ring_rows: int = 1 << 16):
         s = plan.scenario
         self.iterations = s.generation.iterations if iterations is None else int(iterations)
         if self.iterations < 1 or (scale is not None and scale < 1):
@@ -190,15 +198,15 @@ class Schedule:
         nvl = ((rate.numerator, rate.denominator), NVLINK_LATENCY_NS)
         flats = [flatten(plan, it, shards, times, nvl, int(nvlink_copies)) for it in range(self.iterations)]
         self.nvlink_mode = "collectives" if any((f.call_ab >= 0).any() for f in flats) else "copies"
-        self._calls_list = [c for f in flats for c in f.calls]
-        self._calls = {c.call_id: c for c in self._calls_list}
-        self._call_attr = np.array([(c.iteration, c.layer, c.microbatch, c.call_id, c.token_start, c.token_end,
-                                     c.seq_start, c.seq_end, c.message_bytes) for c in self._calls_list],
-                                   np.int64).reshape(-1, 9)
+        # int64 (C, 9) per call of the run: iteration, layer, microbatch, call_id, token_start,
+        # token_end, seq_start, seq_end, message_bytes (no call objects are kept: :meth:`call`)
+        self._call_attr = np.concatenate([_call_columns(f.calls) for f in flats])
         self._eng = build_state(flats, self.layout, self.engine, channels=s.collectives.channels,
                                 nvlink_gbps=s.cluster.nvlink_gbps, nvlink_latency_ns=NVLINK_LATENCY_NS,
                                 nics=self.nics, chunk_rows=self._chunk,
-                                keep_history=keep_history, keep_nvlink=keep_nvlink)
+                                keep_history=keep_history, keep_nvlink=keep_nvlink,
+                                keep_messages=keep_messages, ring_rows=ring_rows)
+        self.keep_messages = bool(keep_messages)
         self._done = False
 
     # ------------------------------------------------------------------ running
@@ -229,6 +237,7 @@ class Schedule:
                     yield tx[i: i + self._chunk]
             if status == 0:
                 break
+            eng.handed_out(int(eng.sc[K.FRONT]))
         rk = eng.S.rk
         stuck = np.flatnonzero((rk[:, K.R_PC] < rk[:, K.R_END]) | (rk[:, K.R_BLOCKED] != 0)
                                | (rk[:, K.R_IT] < self.iterations))
@@ -242,10 +251,21 @@ class Schedule:
     def message_rows(self, ids) -> np.ndarray:
         """``MSG_STATE_DTYPE`` rows of the message ids ``ids`` (int array; ids are dense, in order
         of creation: each event's data messages, then their clear-to-send writes). Times not yet
-        reached are -1."""
+        reached are -1. With ``keep_messages=False`` only the messages the engine still holds:
+        those named by the frames :meth:`run` just yielded (until it resumes), those in progress.
+
+        Raises:
+            ValueError: (``keep_messages=False``) an id whose row was reused or not yet made.
+        """
         ids = np.asarray(ids, np.int64)
         eng = self._eng
-        ms = eng.S.ms[ids]
+        mask = int(eng.sc[K.MMASK])
+        ms = eng.S.ms[ids & mask]
+        if mask >= 0 and (ms[..., K.M_ID] != ids).any():
+            bad = ids[ms[..., K.M_ID] != ids].reshape(-1)[0]
+            raise ValueError(f"message id {int(bad)}: not held by the engine any more (keep_messages"
+                             "=False keeps the messages in progress and those of the chunk just "
+                             "handed out)")
         x = ms[..., K.M_TR]
         cts = ms[..., K.M_KIND] == KIND_CTS
         tr = eng.tr.columns(x, ("call", "src", "dst", "step", "conn", "bytes", "offset"))
@@ -330,6 +350,11 @@ class Schedule:
                 else np.zeros(0, np.int64) for k in names}
 
     @property
+    def n_calls(self) -> int:
+        """Collective calls of the run (every iteration's; ids ``0 .. n_calls - 1``)."""
+        return int(self._call_attr.shape[0])
+
+    @property
     def n_messages(self) -> int:
         """RDMA messages created so far (data and clear-to-send)."""
         return int(self._eng.sc[K.NMSG])
@@ -338,7 +363,15 @@ class Schedule:
     def messages(self) -> np.ndarray:
         """The RDMA message table so far (``MSG_STATE_DTYPE (n,)``, indexed by message id:
         MESSAGE_DTYPE plus the engine's times; clear-to-send messages have ``kind == KIND_CTS``).
-        A new array at each access: use :meth:`message_rows` for a few ids."""
+        A new array at each access: use :meth:`message_rows` for a few ids.
+
+        Raises:
+            RuntimeError: the schedule was made with ``keep_messages=False``.
+        """
+        if not self.keep_messages:
+            raise RuntimeError("Schedule.messages: the schedule was made with keep_messages=False "
+                               "(it holds only the messages in progress); expected "
+                               "keep_messages=True to read the whole table")
         return self.message_rows(np.arange(self.n_messages, dtype=np.int64))
 
     @property
@@ -379,10 +412,27 @@ class Schedule:
         x = np.flatnonzero(ab >= 0)
         return dict(zip(self._call_attr[x, 3].tolist(), ab[x].tolist()))
 
+    def calls(self) -> Iterator[CollectiveCall]:
+        """Every call of the run in call id order, made from the plan a chunk at a time
+        (:meth:`tokenpcap.plan.build.Plan.calls` of each iteration)."""
+        for it in range(self.iterations):
+            yield from self.plan.calls(it)
+
     def call(self, call_id: int) -> CollectiveCall:
-        """The call with this id (sizes at the plan's scale).
+        """The call with this id (sizes at the plan's scale), made from the plan
+        (:meth:`tokenpcap.plan.build.Plan.call`).
 
         Raises:
             KeyError: a call id not in the run.
         """
-        return self._calls[call_id]
+        if not 0 <= call_id < self.n_calls:
+            raise KeyError(call_id)
+        return self.plan.call(call_id)
+
+
+def _call_columns(table: CallTable) -> np.ndarray:
+    """int64 ``(C, 9)`` columns of ``Schedule._call_attr`` of one iteration's calls."""
+    ts, te, s0, s1 = table.tokens()
+    return np.stack([np.full(len(table), table.iteration, np.int64), table.layer(),
+                     table.microbatch(), table.call_id(), ts, te, s0, s1, table.message_bytes()],
+                    axis=1).reshape(-1, 9)

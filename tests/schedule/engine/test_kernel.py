@@ -53,6 +53,16 @@ def test_every_kind_of_call_times_as_the_reference_engine(tmp_path, variant):
     assert_same(build_plan(load_scenario(path), scale=8), iterations=2)
 
 
+def test_compute_blocks_beyond_int32_nanoseconds_time_as_the_reference_engine(tmp_path):
+    # a GPU at 1e-9 of its peak: every layer's compute takes seconds, more than the 2**31 ns
+    # one int32 column of the engine's instructions holds
+    path = tiny_scenario(tmp_path, "slow", dp=2, tp=2, pp=2, gbs=4, extra=", mfu: 0.000000001")
+    plan = build_plan(load_scenario(path), scale=8)
+    (new, _), _ = both(plan)
+    assert (new.timeline["end_ns"] - new.timeline["start_ns"]).max() > 2 ** 32
+    assert_same(plan, iterations=2)
+
+
 @pytest.mark.parametrize("gen", ["{clear_to_send: false}", "{ack_every_packets: 3}",
                                  "{ack_every_packets: 1, clear_to_send: false}"])
 def test_acks_and_clear_to_send_settings_time_as_the_reference_engine(tmp_path, gen):

@@ -17,13 +17,14 @@ from numba import njit
 __all__ = [
     "EV_READY", "EV_ACK", "EV_ARRIVE", "EV_TIMER", "EV_WAKE", "NEVER", "MASK24", "HN", "SEQ",
     "NMSG", "NOW", "NOUT", "NLAUNCH", "ACKFREE", "ACKTOP", "NTL", "NNV", "ERR", "FRONT", "RDY_NEXT",
-    "RDY_END", "LAT",
+    "RDY_END", "MMASK", "HANDED", "HAND_ID", "MNEED", "NSC", "LAT",
     "ACKDELAY", "ACK_NS", "ACK_FB", "EVERY", "CTS", "CTS_BYTES", "CTS_SHAPE", "ITERS", "WORLD",
     "NVL_NUM", "NVL_DEN", "NVL_LAT", "GAP", "CHUNK", "KEEP_HIST", "KEEP_NV", "NPORTS", "HEAD",
-    "I_COMPUTE", "I_CALL", "I_WAIT", "I_MARK", "M_BLOCK", "M_ASYNC", "M_SEND", "M_RECV", "W_NONE",
+    "I_COMPUTE", "I_CALL", "I_WAIT", "I_MARK", "NS_HIGH", "M_BLOCK", "M_ASYNC", "M_SEND", "M_RECV", "W_NONE",
     "W_STEP", "W_STREAM", "PKT_DATA", "PKT_CTS", "PKT_ACK", "M_TR", "M_KIND", "M_SRC", "M_DST",
     "M_QPID", "M_SHAPE", "M_SIZE", "M_START", "M_READY", "M_FIRST", "M_LAST", "M_ARR", "M_PSN",
-    "M_QSEQ", "M_BOFF", "M_PEER", "M_LINK", "A_RANK", "A_PENDING",
+    "M_QSEQ", "M_BOFF", "M_PEER", "M_LINK", "M_ID", "M_NACK", "M_TLAST", "M_COLS", "A_RANK",
+    "A_PENDING",
     "A_STARTED", "A_WAITER", "A_SNEXT", "A_CALL", "R_PC", "R_END", "R_IT", "R_BLOCKED", "R_SBUSY",
     "R_SWAIT", "R_SHEAD", "R_STAIL", "Q_PORT", "Q_ORDER", "Q_HEAD", "Q_FHEAD", "Q_FTAIL",
     "Q_PSN", "Q_COUNT", "Q_BYTES", "P_CLOCK", "P_CREATED", "P_ACT_LO", "P_NACT", "P_PTR", "P_AHEAD",
@@ -38,16 +39,26 @@ NEVER = 1 << 62
 MASK24 = (1 << 24) - 1
 # scalar slots of sc
 HN, SEQ, NMSG, NOW, NOUT, NLAUNCH, ACKFREE, ACKTOP, NTL, NNV, ERR, FRONT, RDY_NEXT, RDY_END = range(14)
+# the message ring (tokenpcap.schedule.engine.ring): row mask (-1: one row per message, no ring),
+# the front and the message count of the last hand-out, rows wanted when the ring was full
+MMASK, HANDED, HAND_ID, MNEED = range(14, 18)
+NSC = 18
 # config slots of cf
 (LAT, ACKDELAY, ACK_NS, ACK_FB, EVERY, CTS, CTS_BYTES, CTS_SHAPE, ITERS, WORLD, NVL_NUM, NVL_DEN,
  NVL_LAT, GAP, CHUNK, KEEP_HIST, KEEP_NV, NPORTS, HEAD) = range(19)
 # instruction kinds and call modes (tokenpcap.schedule.program)
 I_COMPUTE, I_CALL, I_WAIT, I_MARK = 0, 1, 2, 3
+#: A COMPUTE instruction's ns is ``a + b * NS_HIGH`` (``ins`` is int32: ``a, b`` in [0, 2**31)).
+NS_HIGH = 1 << 31
 M_BLOCK, M_ASYNC, M_SEND, M_RECV = 0, 1, 2, 3
 W_NONE, W_STEP, W_STREAM = -1, 1, 2
 PKT_DATA, PKT_CTS, PKT_ACK = 0, 1, 2
 # columns of the state tables
 M_TR, M_KIND, M_SRC, M_DST, M_QPID, M_SHAPE, M_SIZE, M_START, M_READY, M_FIRST, M_LAST, M_ARR, M_PSN, M_QSEQ, M_BOFF, M_PEER, M_LINK = range(17)
+# a ring's rows only (tokenpcap.schedule.engine.ring): the row's message id, its ACKs not
+# settled, the start of its last frame made (ns); a table of one row per message has 17 columns
+M_ID, M_NACK, M_TLAST = 17, 18, 19
+M_COLS = 20
 A_RANK, A_PENDING, A_STARTED, A_WAITER, A_SNEXT, A_CALL = range(6)
 R_PC, R_END, R_IT, R_BLOCKED, R_SBUSY, R_SWAIT, R_SHEAD, R_STAIL = range(8)
 Q_PORT, Q_ORDER, Q_HEAD, Q_FHEAD, Q_FTAIL, Q_PSN, Q_COUNT, Q_BYTES = range(8)
@@ -61,14 +72,17 @@ R_NVL, R_MARK = 8, 9   # rk columns after the stream state (R_MARK .. R_MARK + 3
 class State(NamedTuple):
     """Arrays of the kernel (int64 unless said; built by :mod:`tokenpcap.schedule.engine.state`).
 
-    ``ms (M, 17)`` messages (``M_*`` columns); the transfers as templates
-    (:mod:`tokenpcap.schedule.engine.access` reads them): per transfer only ``tw (T,)`` int32
-    (dependencies not yet arrived) and ``tcall (T,)`` int32 (its call), per call ``c_row``,
-    ``c_pos``, ``c_shift``, ``c_nshift``, ``c_qbase (C,)``, per canonical transfer row
-    ``ct (R, 10)`` int32 or int64 (``CT_*``) and ``dep_ptr``/``dep_list`` (its dependents, rows), per canonical
-    position ``send_*``/``recv_*`` (CSR of rows), ``qglob`` the global QP ids of the local QPs;
-    ``part (P, 6)`` participations of ranks in calls (``A_*``), ``prog_ptr (iterations·W + 1,)`` and
-    ``ins (I, 3)`` the programs (kind, a, b), ``rk (W, 13)`` ranks (``R_*``, NVLink free time,
+    ``ms (R, 20)`` messages (``M_*`` columns), message ``id`` at row ``id & sc[MMASK]`` (a ring
+    of rows, :mod:`tokenpcap.schedule.engine.ring`; with ``sc[MMASK] == -1`` ``(M, 17)``, row
+    ``id``, the ring's columns ``M_ID``, ``M_NACK``, ``M_TLAST`` absent); the transfers as
+    templates (:mod:`tokenpcap.schedule.engine.access` reads them): per transfer only
+    ``tw (T,)`` int32 (dependencies not yet arrived) and ``tcall (T,)`` int32 (its call), per
+    call ``c_row``, ``c_pos``, ``c_shift``, ``c_nshift``, ``c_qbase (C,)``, per canonical
+    transfer row ``ct (R, 10)`` int32 or int64 (``CT_*``) and ``dep_ptr``/``dep_list`` (its
+    dependents, rows), per canonical position ``send_*``/``recv_*`` (CSR of rows), ``qglob`` the
+    global QP ids of the local QPs; ``part (P, 6)`` int32 participations of ranks in calls
+    (``A_*``), ``prog_ptr (iterations·W + 1,)`` and ``ins (I, 3)`` int32 the programs (kind, a,
+    b; a COMPUTE's ns is ``a + b·NS_HIGH``), ``rk (W, 13)`` ranks (``R_*``, NVLink free time,
     mark starts), ``qp (Q, 8)`` QPs (``Q_*``), ``pt (N, 13)`` NIC ports (``P_*``), ``ax (Q, 10)``
     the QPs of each port in creation order (a region of rows per port, row ``P_ACT_LO + order``;
     ``X_*``: the QP, its head message, that message's packets, its next packet, its FIRST, MIDDLE
@@ -77,7 +91,8 @@ class State(NamedTuple):
     ``sh_fb (S, 3)`` packets, layer-1 ns and frame bytes (FIRST, MIDDLE, LAST) per message shape,
     ``tl (L, 6)`` timeline rows out, ``nv (V, 3)`` NVLink copies out (transfer, start, arrival);
     per call ``call_ab`` (alpha-beta ns of an NVLink-only call timed as a whole, -1 otherwise),
-    ``call_nst`` (ranks that started it) and ``call_pbase (C + 1,)`` (its participations).
+    ``call_nst`` int32 (ranks that started it) and ``call_pbase (C + 1,)`` int32 (its
+    participations).
     """
 
     ms: np.ndarray

@@ -3,7 +3,8 @@ per message (numba; no Python work per message or per packet).
 
 Parts: :mod:`~tokenpcap.schedule.engine.events` (event types, state columns, :class:`State`, the
 heap), :mod:`~tokenpcap.schedule.engine.link` (one NIC's transmit side),
-:mod:`~tokenpcap.schedule.engine.progs` (programs, calls, transfers); this module is the loop.
+:mod:`~tokenpcap.schedule.engine.progs` (programs, calls, transfers),
+:mod:`~tokenpcap.schedule.engine.ring` (the message table's rows); this module is the loop.
 
 Semantics are those of the schedule and NIC model documented in :mod:`tokenpcap.schedule.runner`
 and :mod:`tokenpcap.schedule.engine.port` (1F1B programs, blocking TP, DP buckets on a stream,
@@ -36,7 +37,8 @@ per array of it (most of the engine's time before). Numba's on-disk cache does n
 across modules: after editing a part, delete ``tokenpcap/schedule/engine/__pycache__/*.nb[ic]``.
 
 The buffers that grow with what is in progress (event heap, ACK queues, output rows, the
-transfers launched by one event) are plain arrays: :func:`run` returns to Python before an event
+transfers launched by one event, the message table when it is a ring:
+:mod:`~tokenpcap.schedule.engine.ring`) are plain arrays: :func:`run` returns to Python before an event
 when one of them is near full (the caller grows it and calls again), when the output holds
 ``chunk`` rows (the caller commits the selected NICs up to the next event's time with
 :func:`commit` and hands out every row before it: no later event can add an earlier frame), and
@@ -50,6 +52,7 @@ from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - the kernel's
 from tokenpcap.schedule.engine.events import State, pop, push
 from tokenpcap.schedule.engine.link import advance, queue_ack, ready, rewake
 from tokenpcap.schedule.engine.progs import ab_done, arrived, flush_out, step
+from tokenpcap.schedule.engine.ring import room
 
 __all__ = ["State", "run", "commit", "push", "NEVER"]
 
@@ -68,13 +71,26 @@ def run(S, cf, sc, h, a, o, lst):
     is then the time of the next event: the caller commits the selected NICs up to it with
     :func:`commit` and hands out the rows before it), 3 when a buffer needs to grow before the
     next event (heap or launch list within ``cf[HEAD]`` of full, ACK pool, output rows within
-    ``cf[GAP]`` + 64 of full), 2 on an internal error (``sc[ERR]``), 0 when every event is done.
+    ``cf[GAP]`` + 64 of full, or the message ring: :func:`~tokenpcap.schedule.engine.ring.room`,
+    which may also return 1 with ``sc[FRONT] = sc[NOW]``), 2 on an internal error (``sc[ERR]``),
+    0 when every event is done.
 
     The messages an event posts (``sc[RDY_NEXT] .. sc[RDY_END] - 1``, in id order) are the next
     events in the heap's order; they are posted here one by one, before the next pop, without
-    going through the heap."""
+    going through the heap. The messages of the transfers an event launches are created after
+    it, before anything else (the launch list keeps them across a return)."""
     row = np.empty(5, np.int64)
-    while sc[HN] > 0 or sc[RDY_NEXT] < sc[RDY_END]:
+    while sc[HN] > 0 or sc[RDY_NEXT] < sc[RDY_END] or sc[NLAUNCH] > 0:
+        if sc[NLAUNCH] > 0:
+            # the messages of the transfers the last event launched, at its instant, once their
+            # rows are free (module ring)
+            got = room(S, sc, sc[NLAUNCH] * (2 if cf[CTS] else 1))
+            if got == 1:
+                sc[FRONT] = sc[NOW]
+                return 1
+            if got:
+                return 3
+            flush_out(S, cf, sc, h, lst, sc[NOW])
         pending = sc[RDY_NEXT] < sc[RDY_END]
         if sc[NOUT] >= cf[CHUNK]:
             sc[FRONT] = sc[NOW] if pending else h[0, 0] >> 3
@@ -105,13 +121,12 @@ def run(S, cf, sc, h, a, o, lst):
             advance(S, cf, sc, h, a, o, port, t)
             queue_ack(S, sc, a, port, row[1] >> 24, row[1] & MASK24, t)
         elif typ == EV_ARRIVE:
-            mid = row[1] >> 24
-            S.ms[mid, M_ARR] = t
-            if S.ms[mid, M_KIND] == 1:
-                ready(S, cf, sc, h, a, o, S.ms[mid, M_PEER], t)
+            r = (row[1] >> 24) & sc[MMASK]
+            S.ms[r, M_ARR] = t
+            if S.ms[r, M_KIND] == 1:
+                ready(S, cf, sc, h, a, o, S.ms[r, M_PEER], t)
             else:
-                arrived(S, cf, sc, h, lst, S.ms[mid, M_TR], t)
-                flush_out(S, cf, sc, h, lst, t)
+                arrived(S, cf, sc, h, lst, S.ms[r, M_TR], t)
         else:
             if row[3] == 0:
                 step(S, cf, sc, h, lst, row[4], t)
@@ -119,7 +134,6 @@ def run(S, cf, sc, h, a, o, lst):
                 arrived(S, cf, sc, h, lst, row[4], t)
             else:
                 ab_done(S, cf, sc, h, lst, row[4], t)
-            flush_out(S, cf, sc, h, lst, t)
         if sc[ERR]:
             return 2
     sc[FRONT] = NEVER

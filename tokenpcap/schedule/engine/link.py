@@ -67,13 +67,13 @@ def _stop(S, cf, port, k):
 
 
 @njit(cache=True, _nrt=False)
-def _load(S, e, mid):
+def _load(S, sc, e, mid):
     """Rotation row ``e`` takes message ``mid`` as its head (next packet 0)."""
     ax = S.ax
     ms = S.ms
     sh_d = S.sh_d
     sh_n = S.sh_n
-    sh = ms[mid, M_SHAPE]
+    sh = ms[mid & sc[MMASK], M_SHAPE]
     ax[e, X_HEAD] = mid
     ax[e, X_N] = sh_n[sh]
     ax[e, X_NEXT] = 0
@@ -83,7 +83,7 @@ def _load(S, e, mid):
 
 
 @njit(cache=True, _nrt=False)
-def _act_insert(S, port, q, mid):
+def _act_insert(S, sc, port, q, mid):
     """QP ``q`` joins its port's rotation with head ``mid``: linked in creation order, and the
     port's next QP when it comes before the current one after the last served."""
     ax = S.ax
@@ -95,7 +95,7 @@ def _act_insert(S, port, q, mid):
     r = lo + o
     ax[r, X_Q] = q
     ax[r, X_ON] = 1
-    _load(S, r, mid)
+    _load(S, sc, r, mid)
     if k == 0:
         ax[r, X_SUCC] = r
         ax[r, X_PRED] = r
@@ -150,6 +150,7 @@ def _epoch(S, cf, sc, h, o, port, limit):
     """Commit the slots of the rotation that start before ``limit``, up to the stop slot."""
     ax = S.ax
     ms = S.ms
+    mk = sc[MMASK]
     pt = S.pt
     qp = S.qp
     sh_fb = S.sh_fb
@@ -177,7 +178,7 @@ def _epoch(S, cf, sc, h, o, port, limit):
                 continue
         idx = ax[e, X_NEXT] + rnd
         if idx == 0:
-            ms[ax[e, X_HEAD], M_FIRST] = t
+            ms[ax[e, X_HEAD] & mk, M_FIRST] = t
         t += _dur(ax, e, idx)
         j += 1
         el = e
@@ -192,10 +193,13 @@ def _epoch(S, cf, sc, h, o, port, limit):
         for jj in range(c):
             idx = ax[e2, X_NEXT] + rnd
             hm = ax[e2, X_HEAD]
-            sh = ms[hm, M_SHAPE]
+            r = hm & mk
+            sh = ms[r, M_SHAPE]
             n = ax[e2, X_N]
             fb = sh_fb[sh, 2] if idx == n - 1 else (sh_fb[sh, 0] if idx == 0 else sh_fb[sh, 1])
-            emit(o, sc, tt, port, ms[hm, M_DST], hm, idx, ms[hm, M_KIND], fb)
+            emit(o, sc, tt, port, ms[r, M_DST], hm, idx, ms[r, M_KIND], fb)
+            if mk >= 0 and ms[r, M_TLAST] < tt:
+                ms[r, M_TLAST] = tt
             tt += _dur(ax, e2, idx)
             e2 = ax[e2, X_SUCC]
             if e2 == start:
@@ -215,20 +219,23 @@ def _epoch(S, cf, sc, h, o, port, limit):
     # the stop slot was sent (it is the last committed slot, row el)
     pt[port, P_STOP] = -1
     hm = ax[el, X_HEAD]
+    r = hm & mk
     nxt_pkt = ax[el, X_NEXT]
-    push(h, sc, t + cf[LAT] + cf[ACKDELAY], EV_ACK, hm * (MASK24 + 1) + nxt_pkt - 1, ms[hm, M_DST], 0)
+    push(h, sc, t + cf[LAT] + cf[ACKDELAY], EV_ACK, hm * (MASK24 + 1) + nxt_pkt - 1, ms[r, M_DST], 0)
+    if mk >= 0:
+        ms[r, M_NACK] += 1
     if nxt_pkt == ax[el, X_N]:
-        ms[hm, M_LAST] = t
+        ms[r, M_LAST] = t
         push(h, sc, t + cf[LAT], EV_ARRIVE, hm * (MASK24 + 1), 0, 0)
         q = ax[el, X_Q]
         nxt = qp[q, Q_FHEAD]
         if nxt >= 0:
-            qp[q, Q_FHEAD] = ms[nxt, M_LINK]
+            qp[q, Q_FHEAD] = ms[nxt & mk, M_LINK]
             if qp[q, Q_FHEAD] < 0:
                 qp[q, Q_FTAIL] = -1
             qp[q, Q_HEAD] = nxt
             pt[port, P_ROUND] -= ax[el, X_D1]
-            _load(S, el, nxt)
+            _load(S, sc, el, nxt)
             pt[port, P_ROUND] += ax[el, X_D1]
         else:
             qp[q, Q_HEAD] = -1
@@ -239,6 +246,7 @@ def _epoch(S, cf, sc, h, o, port, limit):
 def advance(S, cf, sc, h, a, o, port, limit):
     """Commit every frame of ``port`` that starts before ``limit`` (ns)."""
     ms = S.ms
+    mk = sc[MMASK]
     pt = S.pt
     if pt[port, P_CLOCK] < 0 or pt[port, P_CLOCK] >= limit:
         return
@@ -252,8 +260,14 @@ def advance(S, cf, sc, h, a, o, port, limit):
             for j in range(fit):
                 e = pt[port, P_AHEAD]
                 if pt[port, P_SEL]:
+                    # the ACK's frame names its message: settled here (module ring)
                     msg = a[e, 0]
-                    emit(o, sc, t + j * d, port, ms[msg, M_SRC], msg, a[e, 1], PKT_ACK, cf[ACK_FB])
+                    r = msg & mk
+                    emit(o, sc, t + j * d, port, ms[r, M_SRC], msg, a[e, 1], PKT_ACK, cf[ACK_FB])
+                    if mk >= 0:
+                        if ms[r, M_TLAST] < t + j * d:
+                            ms[r, M_TLAST] = t + j * d
+                        ms[r, M_NACK] -= 1
                 pt[port, P_AHEAD] = a[e, 2]
                 a[e, 2] = sc[ACKFREE]
                 sc[ACKFREE] = e
@@ -315,28 +329,30 @@ def rewake(S, cf, sc, h, port):
 def ready(S, cf, sc, h, a, o, mid, t):
     """Message ``mid`` is posted on its QP at ``t`` (FIFO behind the QP's earlier messages)."""
     ms = S.ms
+    mk = sc[MMASK]
     qp = S.qp
     sh_n = S.sh_n
-    port = ms[mid, M_SRC]
+    r = mid & mk
+    port = ms[r, M_SRC]
     advance(S, cf, sc, h, a, o, port, t)
-    q = ms[mid, M_QPID]
-    sh = ms[mid, M_SHAPE]
-    ms[mid, M_PSN] = qp[q, Q_PSN]
-    ms[mid, M_QSEQ] = qp[q, Q_COUNT]
-    ms[mid, M_BOFF] = qp[q, Q_BYTES]
-    ms[mid, M_READY] = t
+    q = ms[r, M_QPID]
+    sh = ms[r, M_SHAPE]
+    ms[r, M_PSN] = qp[q, Q_PSN]
+    ms[r, M_QSEQ] = qp[q, Q_COUNT]
+    ms[r, M_BOFF] = qp[q, Q_BYTES]
+    ms[r, M_READY] = t
     qp[q, Q_PSN] += sh_n[sh]
     qp[q, Q_COUNT] += 1
-    qp[q, Q_BYTES] += ms[mid, M_SIZE]
+    qp[q, Q_BYTES] += ms[r, M_SIZE]
     if qp[q, Q_HEAD] < 0:
         qp[q, Q_HEAD] = mid
-        _act_insert(S, port, q, mid)
+        _act_insert(S, sc, port, q, mid)
         _touch(S, port, t)
         rewake(S, cf, sc, h, port)
     else:
-        ms[mid, M_LINK] = -1
+        ms[r, M_LINK] = -1
         if qp[q, Q_FTAIL] >= 0:
-            ms[qp[q, Q_FTAIL], M_LINK] = mid
+            ms[qp[q, Q_FTAIL] & mk, M_LINK] = mid
         else:
             qp[q, Q_FHEAD] = mid
         qp[q, Q_FTAIL] = mid
@@ -357,6 +373,8 @@ def queue_ack(S, sc, a, port, msg, idx, t):
     a[e, 0] = msg
     a[e, 1] = idx
     a[e, 2] = -1
+    if not pt[port, P_SEL] and sc[MMASK] >= 0:
+        S.ms[msg & sc[MMASK], M_NACK] -= 1     # never read for its message again (module ring)
     if pt[port, P_ATAIL] >= 0:
         a[pt[port, P_ATAIL], 2] = e
     else:

@@ -30,6 +30,7 @@ def flush_out(S, cf, sc, h, lst, t):
     """Turn the transfers launched during this event into messages (data ids, then their CTS);
     the ids to post at ``t`` are left in ``sc[RDY_NEXT] .. sc[RDY_END] - 1``."""
     ms = S.ms
+    mk = sc[MMASK]                      # message id -> row (module ring)
     m = sc[NLAUNCH]
     if m == 0:
         return
@@ -38,27 +39,27 @@ def flush_out(S, cf, sc, h, lst, t):
     for i in range(m):
         x = lst[i]
         mid = n0 + i
-        ms[mid, M_TR] = x
-        ms[mid, M_KIND] = 0
-        ms[mid, M_SRC] = A.src_nic(S, x)
-        ms[mid, M_DST] = A.dst_nic(S, x)
-        ms[mid, M_QPID] = A.qp_data(S, x)
-        ms[mid, M_SHAPE] = A.msg_shape(S, x)
-        ms[mid, M_SIZE] = A.size_bytes(S, x)
-        ms[mid, M_START] = t
-        ms[mid, M_PEER] = -1
+        ms[mid & mk, M_TR] = x
+        ms[mid & mk, M_KIND] = 0
+        ms[mid & mk, M_SRC] = A.src_nic(S, x)
+        ms[mid & mk, M_DST] = A.dst_nic(S, x)
+        ms[mid & mk, M_QPID] = A.qp_data(S, x)
+        ms[mid & mk, M_SHAPE] = A.msg_shape(S, x)
+        ms[mid & mk, M_SIZE] = A.size_bytes(S, x)
+        ms[mid & mk, M_START] = t
+        ms[mid & mk, M_PEER] = -1
         if cts:
             cid = n0 + m + i
-            ms[mid, M_PEER] = cid
-            ms[cid, M_TR] = x
-            ms[cid, M_KIND] = 1
-            ms[cid, M_SRC] = A.dst_nic(S, x)
-            ms[cid, M_DST] = A.src_nic(S, x)
-            ms[cid, M_QPID] = A.qp_cts(S, x)
-            ms[cid, M_SHAPE] = cf[CTS_SHAPE]
-            ms[cid, M_SIZE] = cf[CTS_BYTES]
-            ms[cid, M_START] = t
-            ms[cid, M_PEER] = mid
+            ms[mid & mk, M_PEER] = cid
+            ms[cid & mk, M_TR] = x
+            ms[cid & mk, M_KIND] = 1
+            ms[cid & mk, M_SRC] = A.dst_nic(S, x)
+            ms[cid & mk, M_DST] = A.src_nic(S, x)
+            ms[cid & mk, M_QPID] = A.qp_cts(S, x)
+            ms[cid & mk, M_SHAPE] = cf[CTS_SHAPE]
+            ms[cid & mk, M_SIZE] = cf[CTS_BYTES]
+            ms[cid & mk, M_START] = t
+            ms[cid & mk, M_PEER] = mid
     for i in range(m):
         x = lst[i]
         _create_qp(S, A.qp_data(S, x))
@@ -200,7 +201,7 @@ def step(S, cf, sc, h, lst, r, t):
         kind = ins[pc, 0]
         if kind == I_COMPUTE:
             rk[r, R_BLOCKED] = 1
-            push(h, sc, t + ins[pc, 1], EV_TIMER, 0, 0, r)
+            push(h, sc, t + ins[pc, 1] + ins[pc, 2] * NS_HIGH, EV_TIMER, 0, 0, r)
             return
         if kind == I_MARK:
             what = ins[pc, 2] >> 1

@@ -5,11 +5,14 @@
 1 the clear-to-send writes of the same connection, as :mod:`tokenpcap.lower` numbers them),
 reserves a region of the eligible-QP array per NIC, computes the packets, frame lengths and
 layer-1 times of each distinct message size, and allocates the message table: one row per data
-message and, with clear-to-send, one per CTS write. The transfers stay templates
+message and, with clear-to-send, one per CTS write, for the whole run (``keep_messages``), or a
+ring of rows reused once a message is done and its frames handed out
+(:mod:`tokenpcap.schedule.engine.ring`). The transfers stay templates
 (:mod:`tokenpcap.schedule.engine.access`): 8 B per transfer (its call and its dependency
-countdown), 40 B per call, about 90 B per canonical transfer row (``ct`` int32, its
-dependency list, the four provenance columns); then 48 B per participation
-and 136 B per message (``ms``), for the iterations of the run.
+countdown), 40 B per call, about 90 B per canonical transfer row (``ct`` int32, its dependency
+list, the four provenance columns). Memory is then about 136 B per message (``ms``; 160 B per
+row of a ring), 24 B per participation (``part`` int32) and 12 B per program instruction
+(``ins`` int32), for the iterations of the run.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import numpy as np
 from tokenpcap.errors import InputError
 from tokenpcap.records import VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.schedule.engine import kernel as K
+from tokenpcap.schedule.engine import ring
 from tokenpcap.schedule.engine.access import (
     CT_BYTES,
     CT_COLUMNS,
@@ -89,6 +93,17 @@ class Engine:
             self.acks = _bigger(self.acks, sc[K.ACKTOP] + 64)
         if sc[K.NOUT] + cf[K.GAP] + 64 > self.out.shape[0]:
             self.out = _bigger(self.out, sc[K.NOUT] + cf[K.GAP] + 64)
+        if sc[K.MNEED] > 0:
+            ms = ring.grow(self.S.ms, int(sc[K.MNEED]))
+            self.S = self.S._replace(ms=ms)
+            sc[K.MMASK] = ms.shape[0] - 1
+            sc[K.MNEED] = 0
+
+    def handed_out(self, front: int) -> None:
+        """Every frame before ``front`` (ns) has been handed out and read: the message rows
+        only those frames needed may be reused (:mod:`tokenpcap.schedule.engine.ring`)."""
+        self.sc[K.HANDED] = front
+        self.sc[K.HAND_ID] = self.sc[K.NMSG]
 
     def commit(self, limit: int) -> None:
         """Commit every selected NIC's frames that start before ``limit`` (ns)."""
@@ -105,11 +120,6 @@ def _bigger(a: np.ndarray, need: int) -> np.ndarray:
     g = np.empty((max(int(need), 2 * a.shape[0]),) + a.shape[1:], a.dtype)
     g[: a.shape[0]] = a
     return g
-
-
-def _cat(flats, name, shift=None) -> np.ndarray:
-    return np.concatenate([getattr(f, name) if shift is None else getattr(f, name) + shift[i]
-                           for i, f in enumerate(flats)])
 
 
 def _number_qps(table, row_shape, snic, dnic, shape, shift, dim, channels: int, N: int,
@@ -165,7 +175,8 @@ def _number_qps(table, row_shape, snic, dnic, shape, shift, dim, channels: int, 
 def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: float,
                 nvlink_latency_ns: int, nics=None,
                 chunk_rows: int = 1 << 16, keep_history: bool = True,
-                keep_nvlink: bool = True) -> Engine:
+                keep_nvlink: bool = True, keep_messages: bool = True,
+                ring_rows: int = 1 << 16) -> Engine:
     """The engine of the iterations ``flats`` (:class:`tokenpcap.schedule.flat.Flat` per
     iteration, in order) on ``layout`` and ``nic``.
 
@@ -176,10 +187,16 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         nics: NICs whose frames are materialized (None: all).
         chunk_rows: rows of frames handed out at a time.
         keep_history, keep_nvlink: record the timeline / NVLink copies.
+        keep_messages: one row per message of the run, kept (else a ring of rows, first
+            ``ring_rows``, a power of two, grown as the messages in progress need).
 
     Raises:
-        InputError: a connection index >= :data:`QP_STRIDE`; a message of 2**24 packets or more.
+        InputError: a connection index >= :data:`QP_STRIDE`; a message of 2**24 packets or more;
+            ``ring_rows`` not a power of two; 2**31 participations or instructions or more (the
+            int32 columns of ``part``, ``ins``).
     """
+    if ring_rows < 1 or ring_rows & (ring_rows - 1):
+        raise InputError(f"ring_rows: got {ring_rows}, expected a power of two")
     W = layout.world_size
     N = nic.n_nics
     gpn, npn = layout.gpus_per_node, layout.nics_per_node
@@ -193,7 +210,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     shift = np.concatenate([f.call_shift for f in flats])
     tr_base = np.concatenate([f.tr_base[:-1] + T[i] for i, f in enumerate(flats)])
     call_pbase = np.concatenate([f.part_base[:-1] + P[i] for i, f in enumerate(flats)] + [[P[-1]]])
-    codes = np.concatenate([f.call_codes for f in flats])
+    codes = np.concatenate([f.call_codes for f in flats]).astype(np.int64)
     nshift = shift // gpn * npn
     c_row = table.tr_ptr[shape] - tr_base
     c_pos = table.pos_ptr[shape] - call_pbase[:-1]
@@ -249,22 +266,28 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         x = np.arange(lo, min(T_, lo + step_), dtype=np.int64)
         tw[lo: lo + x.size] = table.wait[x + c_row[tcall[x]]]
     n_nic = int(calls_of @ np.bincount(row_shape[nic_rows], minlength=table.ab.size))
-    part_rank = _cat(flats, "part_rank")
     call_ab = np.concatenate([f.call_ab for f in flats])
     C = np.cumsum([0] + [f.n_calls for f in flats])
-    part_call = _cat(flats, "part_call", C)
-    prow = np.arange(part_rank.size, dtype=np.int64) + c_pos[part_call]
-    moves = (np.diff(table.send_ptr) + np.diff(table.recv_ptr))[prow]
-    part = np.full((part_rank.size, 6), -1, np.int64)
-    part[:, K.A_RANK] = part_rank
-    part[:, K.A_PENDING] = moves + (call_ab[part_call] >= 0)
+    if max(int(P[-1]), int(Ic[-1])) >= 1 << 31:
+        raise InputError(f"participations, instructions: got {int(P[-1]):,}, {int(Ic[-1]):,}, "
+                         "expected fewer than 2**31 (fewer iterations or a smaller job)")
+    moves = np.diff(table.send_ptr) + np.diff(table.recv_ptr)     # per canonical position
+    part = np.full((int(P[-1]), 6), -1, np.int32)
     part[:, K.A_STARTED] = 0
-    part[:, K.A_CALL] = part_call
-    ins = np.zeros((int(Ic[-1]), 3), np.int64)
-    ins[:, 0] = _cat(flats, "ins_kind")
-    ins[:, 1] = np.concatenate([np.where(f.ins_kind == K.I_CALL, f.ins_a + P[i], f.ins_a)
-                                for i, f in enumerate(flats)])
-    ins[:, 2] = _cat(flats, "ins_b")
+    for i, f in enumerate(flats):                   # iteration by iteration: no (P,) int64 copies
+        at = slice(int(P[i]), int(P[i + 1]))
+        part[at, K.A_RANK] = f.part_rank
+        part[at, K.A_CALL] = f.part_call
+        part[at, K.A_CALL] += C[i]
+        prow = np.arange(int(P[i]), int(P[i + 1]), dtype=np.int64) + c_pos[part[at, K.A_CALL]]
+        part[at, K.A_PENDING] = moves[prow] + (f.call_ab[f.part_call] >= 0)
+    ins = np.zeros((int(Ic[-1]), 3), np.int32)
+    for i, f in enumerate(flats):
+        at = slice(int(Ic[i]), int(Ic[i + 1]))
+        ins[at, 0] = f.ins_kind
+        ins[at, 1] = f.ins_a
+        ins[at, 1][f.ins_kind == K.I_CALL] += P[i]
+        ins[at, 2] = f.ins_b
     prog_ptr = np.concatenate([f.prog_ptr[:-1] + Ic[i] for i, f in enumerate(flats)] + [[Ic[-1]]])
     rk = np.full((W, 13), -1, np.int64)
     rk[:, K.R_PC], rk[:, K.R_END] = prog_ptr[:W], prog_ptr[1:W + 1]
@@ -284,7 +307,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     ax = np.full((max(1, nq), 10), -1, np.int64)
     ax[:, K.X_ON] = 0
     M = n_nic * (2 if cts else 1)
-    ms = np.full((M, 17), -1, np.int64)
+    ms = ring.table(M, ring=False) if keep_messages else ring.table(int(ring_rows))
     n_marks = int(((ins[:, 0] == K.I_MARK) & (ins[:, 2] % 2 == 0)).sum()) if keep_history else 0
     S = K.State(ms=ms, tw=tw, tcall=tcall, ct=ct, c_row=c_row, c_pos=c_pos, c_shift=shift,
                 c_nshift=nshift, c_qbase=c_qbase, qglob=qglob, dep_ptr=table.dep_ptr,
@@ -295,11 +318,14 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
                 sh_d=np.ascontiguousarray(sh_d), sh_fb=np.ascontiguousarray(sh_fb),
                 tl=np.zeros((n_marks, 6), np.int64),
                 nv=np.zeros((T_ - n_nic if keep_nvlink else 0, 3), np.int64),
-                call_ab=call_ab, call_nst=np.zeros(call_ab.size, np.int64), call_pbase=call_pbase)
+                call_ab=call_ab, call_nst=np.zeros(call_ab.size, np.int32),
+                call_pbase=call_pbase.astype(np.int32))
     rate = Fraction(repr(float(nvlink_gbps)))
     # most events one event can push: every transfer a rank sends or receives in an iteration
     # (a program step may start several calls), a transfer's dependents, twice over
-    per_rank = np.bincount(part_rank, weights=moves, minlength=W)
+    per_rank = np.bincount(part[:, K.A_RANK],
+                           weights=part[:, K.A_PENDING] - (call_ab[part[:, K.A_CALL]] >= 0),
+                           minlength=W)
     head = 2 * int(per_rank.max(initial=0)) + 2 * int(np.diff(table.dep_ptr).max(initial=0)) + 2 * W + 1024
     gap = min(4096, max(64, chunk_rows // 2))
     cf = np.zeros(19, np.int64)
@@ -309,8 +335,9 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         nic.latency_ns, nic.ack_delay_ns, nic.ack_ns, nic.ack_bytes, nic.ack_every, int(cts),
         nic.cts_bytes, sizes.size, len(flats), W, rate.numerator, rate.denominator,
         nvlink_latency_ns, gap, chunk_rows, int(keep_history), int(keep_nvlink), N, head)
-    sc = np.zeros(14, np.int64)
+    sc = np.zeros(K.NSC, np.int64)
     sc[K.ACKFREE] = -1
+    sc[K.MMASK] = -1 if keep_messages else ms.shape[0] - 1
     eng = Engine(S, cf, sc, np.zeros((2 * head, 5), np.int64), np.zeros((1024, 3), np.int64),
                  np.zeros((chunk_rows + 4 * gap + 1024, 7), np.int64), np.zeros(head, np.int64),
                  TransferView(S, table.dst, table.step, table.channel, table.offset, codes[:, 1], channels,
