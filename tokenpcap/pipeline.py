@@ -58,7 +58,8 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
     if scale < 1 or iterations < 1:
         raise InputError(f"scale {scale} / iterations {iterations}: expected >= 1")
     plan = build_plan(scenario, tokens, scale=scale)
-    check_work(plan, iterations)        # InfeasiblePlanError before simulating the impossible
+    # InfeasiblePlanError before simulating the impossible
+    check_work(plan, iterations, keep_messages=keep_messages)
     if check is not None:
         check(plan)
     if ranks is not None:

@@ -18,23 +18,33 @@ run is counted in calls, messages and NVLink copies, all known from the plan:
 * ``packets``: data packets + ACKs (+ one packet per clear-to-send write) of the whole job; only
   the selected NICs' are made.
 
-Measured on the project's reference machine (2 cores, 23 GB, Python 3.11, numba 0.68, shared:
-load average 9-11; benchmarks/README.md, "engine_timing.py"; docs/generate.md, "Limits"): about
-:data:`MESSAGE_STATE_BYTES` bytes of engine state per RDMA message (its row, 136 B, and its share
-of its transfer's), :data:`COPY_STATE_BYTES` per NVLink copy timed, :data:`CALL_STATE_BYTES` per
-call (its ranks' participations and program steps in the engine and, at the peak while the
-engine's arrays are made, in every iteration's flat arrays too; no call objects are kept).
-``benchmarks/call_state.py`` measures it as the peak RSS a second iteration adds to building
-the Schedule, less that iteration's messages at :data:`MESSAGE_STATE_BYTES`, per call of it, on
-jobs whose calls outweigh their messages (GPT-3 175B and Llama-3 70B at ``--scale 1000``); the
-constant is the largest measured, rounded up (benchmarks/README.md, "call_state.py");
-:data:`MESSAGES_PER_S` messages
-per CPU second with every NIC timed (a job whose messages dominate its events, e.g.
-mixtral-8x7b-ep: 404,000-464,000 at load 4-6; a job of many compute steps and NVLink-only calls
-per message is slower per message: llama3-70b-64n at ``--scale 1000``, 158,000). :func:`check_work` refuses a run whose state would pass
-:data:`MAX_STATE_BYTES` (or whose calls pass :data:`MAX_CALLS`) with
-:class:`~tokenpcap.errors.InfeasiblePlanError` before anything is simulated, and says what fits:
-fewer iterations, no clear-to-send writes, or the smallest ``--scale`` that fits.
+What a run holds (measured on the project's reference machine, 2 cores, 23 GB, Python 3.11,
+numba 0.68, shared; benchmarks/README.md, "engine_state.py", "call_state.py", "message_ring.py";
+docs/generate.md, "Limits"):
+
+* per data message's transfer, :data:`TRANSFER_STATE_BYTES`: its call and its dependency
+  countdown (int32 each) and its share of the call-shape templates and of their build
+  (:mod:`tokenpcap.schedule.engine.access`), fitted with :data:`CALL_STATE_BYTES` to the peak RSS
+  of building and timing whole unscaled iterations (GPT-3 175B: 28.5 M transfers, 1.07 M calls;
+  Llama-3 70B on 64 nodes: 4.9 M, 0.88 M) and rounded up;
+* per call, :data:`CALL_STATE_BYTES`: its ranks' participations and program steps in the engine
+  and, at the peak while the engine's arrays are made, in the iteration's flat arrays too (no
+  call objects are kept); ``benchmarks/call_state.py`` measures it as the peak RSS a second
+  iteration adds, per call, on jobs whose calls outweigh their messages;
+* per NVLink copy timed one by one, :data:`COPY_STATE_BYTES`;
+* per RDMA message, :data:`MESSAGE_ROW_BYTES` (its row of the message table) only when the run
+  keeps every message (``keep_messages``: exports, plots, traces, comparisons read the whole table
+  after the run). ``generate`` keeps only the messages in progress (a ring of rows,
+  :mod:`tokenpcap.schedule.engine.ring`: GPT-3 175B's 56.9 M messages in 2 M rows), which the
+  per-transfer constant covers.
+
+Time: :data:`MESSAGES_PER_S` messages per CPU second with every NIC timed (GPT-3 175B's whole
+iteration: 56.9 M messages in about 115 s, about 500,000 per second; a job of many compute steps
+and NVLink-only calls per message is slower per message: llama3-70b-64n at ``--scale 1000``,
+158,000). :func:`check_work` refuses a run whose state would pass :data:`MAX_STATE_BYTES` (or
+whose calls pass :data:`MAX_CALLS`) with :class:`~tokenpcap.errors.InfeasiblePlanError` before
+anything is simulated, and says what fits: fewer iterations, no clear-to-send writes, or the
+smallest ``--scale`` that fits.
 """
 from __future__ import annotations
 
@@ -44,19 +54,24 @@ from dataclasses import dataclass
 from tokenpcap.errors import InfeasiblePlanError
 
 __all__ = ["Work", "estimate_work", "check_work", "MAX_STATE_BYTES", "MAX_MESSAGES", "MAX_CALLS",
-           "MAX_NVLINK_COPIES", "MESSAGE_STATE_BYTES", "COPY_STATE_BYTES", "CALL_STATE_BYTES",
-           "MESSAGES_PER_S", "NVLINK_COPIES_PER_S", "PACKETS_PER_S"]
+           "MAX_NVLINK_COPIES", "MESSAGE_ROW_BYTES", "MESSAGE_STATE_BYTES", "TRANSFER_STATE_BYTES",
+           "COPY_STATE_BYTES", "CALL_STATE_BYTES", "MESSAGES_PER_S", "NVLINK_COPIES_PER_S",
+           "PACKETS_PER_S"]
 
 #: Engine state one run may hold (bytes; the reference machine has 23 GB, shared).
 MAX_STATE_BYTES = 8_000_000_000
 #: Measured costs (module docstring).
-MESSAGE_STATE_BYTES = 240
+MESSAGE_ROW_BYTES = 136
+TRANSFER_STATE_BYTES = 80
 COPY_STATE_BYTES = 200
 CALL_STATE_BYTES = 1300
-MESSAGES_PER_S = 400_000
+MESSAGES_PER_S = 450_000
+#: A kept RDMA message with clear-to-send writes: its row and half its transfer's state.
+MESSAGE_STATE_BYTES = MESSAGE_ROW_BYTES + TRANSFER_STATE_BYTES // 2
 NVLINK_COPIES_PER_S = 600_000
 PACKETS_PER_S = 2_000_000
-#: RDMA messages (data + clear-to-send) one run may time: what MAX_STATE_BYTES holds.
+#: RDMA messages (data + clear-to-send) a run that keeps every message may time: what
+#: MAX_STATE_BYTES holds.
 MAX_MESSAGES = MAX_STATE_BYTES // MESSAGE_STATE_BYTES
 #: Collective calls one run may simulate (participations and program steps for every iteration).
 MAX_CALLS = 2_000_000
@@ -73,12 +88,16 @@ class Work:
     messages: int
     nvlink_copies: int
     packets: int
+    transfers: int = 0              # data messages (the transfers between nodes)
+    keep_messages: bool = True      # every message row kept (else only those in progress)
 
     @property
     def memory_bytes(self) -> int:
-        """Engine state of the run (estimate, bytes: the engine holds every iteration's)."""
-        return (self.messages * MESSAGE_STATE_BYTES + self.nvlink_copies * COPY_STATE_BYTES
-                + self.calls * CALL_STATE_BYTES)
+        """Engine state of the run (estimate, bytes: the engine holds every iteration's calls
+        and transfers, and every message's row only with ``keep_messages``)."""
+        rows = self.messages * MESSAGE_ROW_BYTES if self.keep_messages else 0
+        return (rows + self.transfers * TRANSFER_STATE_BYTES
+                + self.nvlink_copies * COPY_STATE_BYTES + self.calls * CALL_STATE_BYTES)
 
     @property
     def seconds(self) -> float:
@@ -108,8 +127,8 @@ def _nvlink_copies_per_iteration(plan) -> int:  # type: ignore[no-untyped-def]
     return n if n <= NVLINK_COPIES_PER_COPY else mixed
 
 
-def _messages_at_any_scale(plan, iterations: int) -> int:  # type: ignore[no-untyped-def]
-    """A lower bound of the messages at any ``--scale``: the plan with every call one element
+def _work_at_any_scale(plan, iterations: int, keep_messages: bool) -> Work:  # type: ignore[no-untyped-def]
+    """A lower bound of the work at any ``--scale``: the plan with every call one element
     (chunks of zero bytes send nothing, so the true minimum is at least this)."""
     from tokenpcap.plan.build import build_plan
 
@@ -117,11 +136,18 @@ def _messages_at_any_scale(plan, iterations: int) -> int:  # type: ignore[no-unt
     # makes every call its smallest, whatever --scale the plan was built at.
     big = max((f.message_bytes for f in plan.families), default=1) * plan.scale
     low = build_plan(plan.scenario, scale=max(plan.scale, big))
-    return estimate_work(low, iterations, nvlink=False).messages
+    return estimate_work(low, iterations, nvlink=False, keep_messages=keep_messages)
 
 
-def estimate_work(plan, iterations: int, *, nvlink: bool = True) -> Work:  # type: ignore[no-untyped-def]
-    """The work of simulating ``iterations`` iterations of ``plan`` (at ``plan.scale``).
+def _messages_at_any_scale(plan, iterations: int) -> int:  # type: ignore[no-untyped-def]
+    """The messages of :func:`_work_at_any_scale`."""
+    return _work_at_any_scale(plan, iterations, True).messages
+
+
+def estimate_work(plan, iterations: int, *, nvlink: bool = True,  # type: ignore[no-untyped-def]
+                  keep_messages: bool = True) -> Work:
+    """The work of simulating ``iterations`` iterations of ``plan`` (at ``plan.scale``), keeping
+    every message row (``keep_messages``) or only those in progress.
 
     ``nvlink=False`` skips counting NVLink copies (a loop over every group of every call family:
     cheap, but not free on plans with very many groups). Raises nothing."""
@@ -131,18 +157,21 @@ def estimate_work(plan, iterations: int, *, nvlink: bool = True) -> Work:  # typ
     msgs = pc["messages"] * cts * iterations
     packets = (pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"]) * iterations
     nvl = _nvlink_copies_per_iteration(plan) * iterations if nvlink else 0
-    return Work(iterations, plan.calls_per_iteration * iterations, msgs, nvl, packets)
+    return Work(iterations, plan.calls_per_iteration * iterations, msgs, nvl, packets,
+                pc["messages"] * iterations, keep_messages)
 
 
-def _smallest_scale(plan, iterations: int) -> tuple[int, int] | None:  # type: ignore[no-untyped-def]
-    """``(scale, messages)`` of the smallest power of ten above ``plan.scale`` whose plan is
-    within :data:`MAX_MESSAGES`, or None."""
+def _smallest_scale(plan, iterations: int, keep_messages: bool = True
+                    ) -> tuple[int, int] | None:  # type: ignore[no-untyped-def]
+    """``(scale, messages)`` of the smallest power of ten above ``plan.scale`` whose plan the
+    engine holds (:func:`_fits`), or None."""
     from tokenpcap.plan.build import build_plan
 
     k = 10
     while k <= 10 ** 10:
         if k > plan.scale:
-            w = estimate_work(build_plan(plan.scenario, scale=k), iterations, nvlink=False)
+            w = estimate_work(build_plan(plan.scenario, scale=k), iterations, nvlink=False,
+                              keep_messages=keep_messages)
             if _fits(w):
                 return k, w.messages
         k *= 10
@@ -150,26 +179,35 @@ def _smallest_scale(plan, iterations: int) -> tuple[int, int] | None:  # type: i
 
 
 def _fits(w: Work) -> bool:
-    """Whether the engine holds ``w``: messages and estimated state within the limits."""
-    return w.messages <= MAX_MESSAGES and w.memory_bytes <= MAX_STATE_BYTES
+    """Whether the engine holds ``w``: its estimated state within :data:`MAX_STATE_BYTES` and,
+    when it keeps every message, its messages within :data:`MAX_MESSAGES`."""
+    return (not w.keep_messages or w.messages <= MAX_MESSAGES) and w.memory_bytes <= MAX_STATE_BYTES
 
 
-def check_work(plan, iterations: int) -> Work:  # type: ignore[no-untyped-def]
-    """Estimate the work (:func:`estimate_work`) and refuse what the engine cannot hold.
+def _per_iteration(w: Work, iterations: int) -> Work:
+    n = max(1, iterations)
+    return dataclasses.replace(w, iterations=1, calls=w.calls // n, messages=w.messages // n,
+                               nvlink_copies=0, packets=w.packets // n, transfers=w.transfers // n)
+
+
+def check_work(plan, iterations: int, *, keep_messages: bool = True) -> Work:  # type: ignore[no-untyped-def]
+    """Estimate the work (:func:`estimate_work`) and refuse what the engine cannot hold, for a
+    run that keeps every message row (``keep_messages``: exports, plots, traces) or only the
+    messages in progress (``generate``).
 
     Returns:
-        the :class:`Work` when it is within :data:`MAX_CALLS`, :data:`MAX_MESSAGES`,
-        :data:`MAX_NVLINK_COPIES` and :data:`MAX_STATE_BYTES`.
+        the :class:`Work` when it is within :data:`MAX_CALLS`, :data:`MAX_NVLINK_COPIES`,
+        :data:`MAX_STATE_BYTES` and (keeping every message) :data:`MAX_MESSAGES`.
 
     Raises:
         InfeasiblePlanError: one line naming the scenario, the estimate, the limit and what
             fits: at most so many iterations, the scenario without clear-to-send writes, the
-            smallest ``--scale`` that fits, or (when none does) a job of at most so many
-            messages per iteration; ``tokenpcap plan`` reports the traffic of any size.
+            smallest ``--scale`` that fits, or (when none does) a smaller job; ``tokenpcap
+            plan`` reports the traffic of any size.
     """
     s = plan.scenario
     name = s.name
-    quick = estimate_work(plan, iterations, nvlink=False)
+    quick = estimate_work(plan, iterations, nvlink=False, keep_messages=keep_messages)
     scale = f" at --scale {plan.scale}" if plan.scale > 1 else ""
     its = f" over {iterations} iterations" if iterations > 1 else ""
     fewer = "fewer --iterations or " if iterations > 1 else ""
@@ -180,30 +218,31 @@ def check_work(plan, iterations: int) -> Work:  # type: ignore[no-untyped-def]
             f"{its} (limit {MAX_CALLS:,}; --scale does not reduce calls); use {fewer}a "
             "smaller scenario; `tokenpcap plan` reports its traffic")
     if not _fits(quick):
-        one = Work(1, quick.calls // max(1, iterations), quick.messages // max(1, iterations), 0,
-                   quick.packets // max(1, iterations))
+        one = _per_iteration(quick, iterations)
         no_cts = dataclasses.replace(quick, messages=quick.messages // 2)
         if iterations > 1 and _fits(one):
-            most = min(MAX_MESSAGES // max(1, one.messages),
-                       MAX_STATE_BYTES // max(1, one.memory_bytes))
+            most = MAX_STATE_BYTES // max(1, one.memory_bytes)
+            if keep_messages:
+                most = min(most, MAX_MESSAGES // max(1, one.messages))
             fits = f"at most --iterations {max(1, most)} fit"
         elif s.generation.clear_to_send and _fits(no_cts):
             fits = (f"the scenario with generation.clear_to_send: false fits ({no_cts.messages:,} "
                     "messages, no clear-to-send writes)")
         else:
-            floor = _messages_at_any_scale(plan, iterations)
-            found = _smallest_scale(plan, iterations) if floor <= MAX_MESSAGES else None
+            floor = _work_at_any_scale(plan, iterations, keep_messages)
+            found = _smallest_scale(plan, iterations, keep_messages) if _fits(floor) else None
             if found is not None:
                 fits = f"--scale {found[0]} fits ({found[1]:,} messages)"
             else:
-                fits = (f"--scale cannot help (at least {floor:,} messages at any scale): a job of at "
-                        f"most {MAX_MESSAGES:,} messages per iteration fits, e.g. with fewer "
-                        "data-parallel replicas on a matching cluster")
+                fits = (f"--scale cannot help (at least {floor.messages:,} messages and "
+                        f"{floor.memory_bytes / 1e9:,.1f} GB at any scale): a smaller job fits, e.g. "
+                        "with fewer data-parallel replicas on a matching cluster")
+        limit = (f"limit {MAX_MESSAGES:,} messages kept, " if keep_messages else "limit ")
         raise InfeasiblePlanError(
             f"{name}: too large for the timing engine: {quick.messages:,} RDMA messages"
-            f"{scale}{its} need about {quick.memory_bytes / 1e9:,.1f} GB of engine state (limit "
-            f"{MAX_MESSAGES:,} messages, {MAX_STATE_BYTES / 1e9:,.0f} GB); {fits}; {plan_hint}")
-    work = estimate_work(plan, iterations)
+            f"{scale}{its} need about {quick.memory_bytes / 1e9:,.1f} GB of engine state ("
+            f"{limit}{MAX_STATE_BYTES / 1e9:,.0f} GB); {fits}; {plan_hint}")
+    work = estimate_work(plan, iterations, keep_messages=keep_messages)
     if work.nvlink_copies > MAX_NVLINK_COPIES:
         raise InfeasiblePlanError(
             f"{name}: too large for the timing engine: {work.nvlink_copies:,} NVLink "
