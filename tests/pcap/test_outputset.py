@@ -3,6 +3,7 @@ leftovers of killed processes are removed by the next writer."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -159,3 +160,44 @@ def test_a_fifo_in_the_set_is_refused_and_never_replaced(tmp_path):
     with OutputSet(tmp_path) as s:                  # the directory was released
         s.path("c.pcap").write_bytes(b"c")
         assert s.commit() == [tmp_path / "c.pcap"]
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="needs POSIX signal masks")
+def test_a_signal_taken_by_another_thread_during_the_renames_waits_for_the_whole_set(
+        tmp_path, monkeypatch):
+    """SIGINT sent to the process while the files are renamed: with another thread alive (a
+    writer queue's feeder thread) the kernel may hand the signal to that thread, and Python then
+    runs the handler in the main thread between two renames. The set still lands whole and the
+    interrupt comes right after (before, one file of the new set beside the earlier ones)."""
+    import threading
+    import time
+
+    out = tmp_path / "out"
+    _earlier(out)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)   # started before any mask
+    other.start()
+    real = os.replace
+    sent = []
+
+    def replace(src, dst):
+        real(src, dst)
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)                                     # delivered to `other` meanwhile
+            for _ in range(1000):                              # bytecode boundaries
+                pass
+
+    monkeypatch.setattr("tokenpcap.pcap.outputset.os.replace", replace)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with OutputSet(out) as s:
+                for n in ("a.pcap", "b.pcap", "c.pcap"):
+                    s.path(n).write_bytes(b"new " + n.encode())
+                s.commit()
+    finally:
+        stop.set()
+    assert sent
+    assert _files(out) == {"a.pcap": b"new a.pcap", "b.pcap": b"new b.pcap",
+                           "c.pcap": b"new c.pcap", "notes.txt": b"mine"}

@@ -243,13 +243,25 @@ def _holder(directory: Path) -> int | None:
 @contextlib.contextmanager
 def _signals_held():
     """Hold SIGINT and SIGTERM back for the block (main thread only; elsewhere a no-op): they
-    are delivered, and their handlers run, as soon as it ends."""
+    are delivered, and their handlers run, as soon as it ends.
+
+    Masking the main thread is not enough: a signal sent to the process is delivered to any
+    thread that does not block it (a writer queue's feeder thread), whose C-level handler then
+    has the main thread run the Python handler between two renames. So for the block the
+    Python handlers are replaced by one that only records the signal, and what it recorded is
+    raised again, in order, once the old handlers are back."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    held = (signal.SIGINT, signal.SIGTERM)
+    got: list[int] = []
+    old_handlers = {s: signal.signal(s, lambda sig, frame: got.append(sig)) for s in held}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, set(held))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)     # pending ones run the recorder
+        for s, h in old_handlers.items():
+            signal.signal(s, h)
+        for s in dict.fromkeys(got):
+            signal.raise_signal(s)
