@@ -6,8 +6,9 @@ Per case (one iteration):
 
 * ``build``: flattening the plan's calls, programs and transfers into the engine's arrays
   (Python, vectorized per call shape), and for the reference its programs;
-* ``timing only``: the compiled engine with no NIC materialized (``Schedule(nics=())``: every
-  message of every NIC timed, no frame made);
+* ``timing only``: the compiled engine with no NIC materialized (``Schedule(nics=(),
+  keep_messages=False)``: every message of every NIC timed, no frame made, only the messages in
+  progress held, as ``generate`` does);
 * ``all frames``: every NIC's frames made too, and lowered to packet rows (``tokenpcap.lower``):
   what ``generate`` does before building and writing bytes;
 * ``reference``: the discrete-event Python engine (``tokenpcap.schedule.reference``), which always
@@ -59,7 +60,10 @@ def _since(c):
 
 def run_new(plan, nics, lower: bool):
     c = _clock()
-    sched = Schedule(plan, iterations=1, nics=nics, keep_history=False, keep_nvlink=False)
+    # timing only holds the messages in progress, as generate does; all frames keeps every
+    # message row (compared with the reference's)
+    sched = Schedule(plan, iterations=1, nics=nics, keep_history=False, keep_nvlink=False,
+                     keep_messages=lower)
     build = _since(c)
     c = _clock()
     frames = 0
