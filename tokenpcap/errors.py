@@ -22,6 +22,14 @@ from file-format problems when encoding or decoding packets and captures::
     └── OutputError                 an output cannot be written (disk full, refused to overwrite ...)
 
 Messages always carry both numbers: what we got and what we expected.
+
+Stopping: SIGINT raises ``KeyboardInterrupt`` and, while a command runs, SIGTERM raises
+:class:`Terminated` (both ``BaseException``: they unwind the command, whose outputs are aborted).
+Such an exception can be lost: raised inside a callback from C (numba's compiler, any ctypes
+callback) it is printed as "Exception ignored" and the code goes on. So the command's signal
+handlers also note the signal (:func:`note_stop`), and the places that make a run's result
+final (a set of files about to land, each chunk of the timing engine) call
+:func:`raise_if_stopped`, which raises a noted stop once more.
 """
 from __future__ import annotations
 
@@ -41,6 +49,10 @@ __all__ = [
     "BadMagic",
     "TruncatedFile",
     "OutputError",
+    "Terminated",
+    "note_stop",
+    "clear_stops",
+    "raise_if_stopped",
 ]
 
 
@@ -121,3 +133,31 @@ class TruncatedFile(CaptureError):
 
 class OutputError(TokenpcapError):
     """An output file cannot be written (no space, exists without --force, unwritable ...)."""
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived while a command ran (raised in the main thread, like KeyboardInterrupt)."""
+
+
+_STOPS: list[int] = []          # signals noted by the command's handlers, not yet handled
+
+
+def note_stop(signum: int) -> None:
+    """Note that signal ``signum`` (SIGINT or SIGTERM) is stopping the command (module docstring)."""
+    _STOPS.append(int(signum))
+
+
+def clear_stops() -> None:
+    """Forget the noted stops (the command handled its stop, or a command starts or ends)."""
+    _STOPS.clear()
+
+
+def raise_if_stopped() -> None:
+    """Raise a noted stop again (once): :class:`Terminated` for SIGTERM, ``KeyboardInterrupt``
+    otherwise; nothing when none is noted."""
+    if _STOPS:
+        import signal
+
+        signum = _STOPS[0]
+        _STOPS.clear()
+        raise Terminated(signum) if signum == signal.SIGTERM else KeyboardInterrupt()

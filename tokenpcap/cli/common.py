@@ -10,7 +10,7 @@ from typing import Callable, Iterator, TypeVar
 
 import click
 
-from tokenpcap.errors import TokenpcapError, one_line
+from tokenpcap.errors import Terminated, TokenpcapError, clear_stops, note_stop, one_line
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -20,27 +20,34 @@ EXIT_TERMINATED = 128 + signal.SIGTERM
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 
-class Terminated(BaseException):
-    """SIGTERM arrived while a command ran (raised in the main thread, like KeyboardInterrupt)."""
-
-
 @contextlib.contextmanager
 def terminate_like_interrupt() -> Iterator[None]:
     """While the block runs, SIGTERM raises :class:`Terminated` in the main thread, so a
     command unwinds as after Ctrl-C: its outputs are aborted (temporary files and stages
-    removed, earlier files kept). Outside the main thread it does nothing."""
+    removed, earlier files kept); SIGINT raises ``KeyboardInterrupt`` as by default. Both are
+    noted too (:func:`tokenpcap.errors.note_stop`), so one swallowed by a callback from C is
+    raised again where a result is made final. Outside the main thread it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def handler(signum, frame):  # type: ignore[no-untyped-def]
+    def on_term(signum, frame):  # type: ignore[no-untyped-def]
+        note_stop(signum)
         raise Terminated(signum)
 
-    old = signal.signal(signal.SIGTERM, handler)
+    def on_int(signum, frame):  # type: ignore[no-untyped-def]
+        note_stop(signum)
+        raise KeyboardInterrupt
+
+    clear_stops()
+    old_term = signal.signal(signal.SIGTERM, on_term)
+    old_int = signal.signal(signal.SIGINT, on_int)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGTERM, old_term)
+        signal.signal(signal.SIGINT, old_int)
+        clear_stops()
 
 
 def library_errors(func: F) -> F:
@@ -57,6 +64,7 @@ def library_errors(func: F) -> F:
             click.echo(f"error: {one_line(str(err))}", err=True)     # never more than one line
             sys.exit(1)
         except (KeyboardInterrupt, Terminated) as err:
+            clear_stops()
             term = isinstance(err, Terminated)
             click.echo(f"error: stopped ({'SIGTERM' if term else 'SIGINT'}): nothing "
                        "half-written was kept", err=True)

@@ -34,7 +34,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from tokenpcap.errors import OutputError
+from tokenpcap.errors import OutputError, raise_if_stopped
 from tokenpcap.pcap.filekind import refuse_special_output
 
 __all__ = ["OutputSet", "recover", "stopped_commits", "stopped_commit_text", "STAGE_PREFIX",
@@ -111,9 +111,12 @@ class OutputSet:
                 FIFO made there since :meth:`path`, or a file staged without it): nothing is
                 moved and the stage is removed. The file system refuses the marker or a rename;
                 the stage is then left for the next run to finish (if marked) or remove.
+            KeyboardInterrupt, Terminated: a stop noted while the command ran and lost on the
+                way (:func:`tokenpcap.errors.raise_if_stopped`): nothing is moved.
         """
         if self.committed:
             return []
+        raise_if_stopped()          # a stop lost in a callback from C: the set does not land
         names = sorted(p.name for p in self.stage.iterdir() if not p.name.startswith("."))
         try:
             for n in names:

@@ -55,7 +55,7 @@ from typing import Iterator
 
 import numpy as np
 
-from tokenpcap.errors import InputError
+from tokenpcap.errors import InputError, raise_if_stopped
 from tokenpcap.model import scenario_shards
 from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.plan.calls import CollectiveCall
@@ -221,6 +221,7 @@ class Schedule:
         eng = self._eng
         while True:
             status = eng.run()
+            raise_if_stopped()      # a stop lost in numba's compiler callbacks stops the run here
             eng.commit(int(eng.sc[K.FRONT]))
             out = eng.out
             rows = out[: int(eng.sc[K.NOUT])]
