@@ -44,6 +44,21 @@ def test_phases_without_a_pattern_are_a_usage_error(tmp_path, text):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("option", ["--nics", "--ranks", "--iterations", "--time-window"])
+def test_empty_selections_are_a_usage_error(tmp_path, option):
+    # An empty value (`--nics "$NICS"` with the variable unset) selects nothing that was typed;
+    # taken as "not given" it would keep every NIC of the cluster (512 files for llama3-70b-64n).
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+
+    out = tmp_path / "new"
+    r = CliRunner().invoke(main, ["generate", str(SCENARIOS / "dante.yaml"), "-o", str(out),
+                                  option, ""])
+    assert r.exit_code == 2 and f"'{option}'" in r.output, r.output
+    assert not out.exists()
+
+
 def test_phases_patterns_are_kept_in_order():
     s = load_scenario(SCENARIOS / "dante.yaml")
     opt = build_options(s, "unused", ranks=None, nics=None, phases=" pp/forward, ,dp ",

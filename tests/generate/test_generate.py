@@ -354,6 +354,20 @@ def test_refuses_to_outgrow_the_free_disk_without_force(cross, monkeypatch):
     assert res.packets > 0
 
 
+def test_nics_and_ranks_that_keep_nothing_are_refused(cross):
+    """--nics 0 --ranks 7: NIC 0 sends nothing for rank 7 (another node's GPU), so the
+    selection keeps no packet: refused like an unmatched --phases (InputError, exit 1), no
+    empty capture written with exit 0."""
+    path, tmp = cross
+    s = load_scenario(path)
+    out = tmp / "nothing"
+    out.mkdir()
+    with pytest.raises(InputError, match=r"^the selection: keeps no packet"):
+        generate(s, GenerateOptions(out_dir=out, selection=Selection(nics=frozenset({0}),
+                                                                     ranks=frozenset({7}))))
+    assert not list(out.iterdir())
+
+
 def test_bad_options(cross):
     path, tmp = cross
     s = load_scenario(path)

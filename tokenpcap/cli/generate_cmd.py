@@ -213,22 +213,26 @@ def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, ti
 
     Raises:
         click.BadParameter: an option value out of range for this scenario (exit 2): indices
-            outside the world / the NICs, a malformed or empty time window or iteration range,
-            ``--format erf`` on RoCEv2.
+            outside the world / the NICs, an empty or malformed selection (``--nics ''`` names
+            no NIC: it does not keep every NIC), time window or iteration range, ``--format erf``
+            on RoCEv2.
     """
     world = s.parallelism.world
     n_nics = s.cluster.nodes * s.cluster.nics_per_node
     why = transport_mismatch(fmt, s.cluster.transport)
     if why:
         raise click.BadParameter(why, param_hint="'--format'")
-    n_it, keep_it = _option("--iterations", parse_iterations, iterations) if iterations \
-        else (None, None)
+    n_it, keep_it = _option("--iterations", parse_iterations, iterations) \
+        if iterations is not None else (None, None)
     sel = Selection(
-        nics=_option("--nics", parse_index_set, nics, "--nics", n_nics) if nics else None,
-        ranks=_option("--ranks", parse_index_set, ranks, "--ranks", world) if ranks else None,
+        nics=_option("--nics", parse_index_set, nics, "--nics", n_nics)
+        if nics is not None else None,
+        ranks=_option("--ranks", parse_index_set, ranks, "--ranks", world)
+        if ranks is not None else None,
         phases=_option("--phases", parse_phases, phases) if phases is not None else None,
         iterations=keep_it,
-        window_ns=_option("--time-window", parse_window, time_window) if time_window else None)
+        window_ns=_option("--time-window", parse_window, time_window)
+        if time_window is not None else None)
     return GenerateOptions(out_dir=Path(out_dir), fmt=fmt, split=split, snaplen=snaplen,
                            scale=scale, seed=seed, iterations=n_it, selection=sel,
                            jobs=jobs or default_jobs(), force=force)

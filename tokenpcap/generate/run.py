@@ -162,9 +162,12 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
     size = predict_capture(sched, sel, opt.fmt, opt.snaplen, opt.split)
     lab_ok = sel.labels()
     keys = size.keys
+    kept_none = keys.size == 0        # (the named NICs below get their file, empty or not)
     if opt.split == "nic" and sel.nics is not None:
         keys = np.concatenate([keys, np.asarray(sorted(sel.nics))])
-    if keys.size == 0:
+    # nothing kept at all (--nics 0 --ranks 31: NIC 0 sends nothing for rank 31) is refused
+    # like an unmatched --phases, not written as empty files; a shard may keep nothing
+    if keys.size == 0 or (kept_none and not shard):
         on_nics = ", ".join(sorted(r.name for r in plan.rows if r.nic_bytes)) or "none"
         got = f"--phases {','.join(sel.phases)}" if sel.phases else "the selection"
         raise InputError(f"{got}: keeps no packet, expected a selection that meets the NIC "
