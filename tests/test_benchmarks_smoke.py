@@ -28,7 +28,7 @@ def run(script: str, *args: str, timeout: float = 300) -> str:
 
 TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "inspect_read.py",
           "engine_timing.py", "fuzz_campaign.py", "dask_generate.py", "flat_build.py",
-          "generate_nic.py", "message_ring.py", "call_state.py"}
+          "generate_nic.py", "message_ring.py", "call_state.py", "engine_state.py"}
 HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
 
@@ -164,3 +164,9 @@ def test_message_ring_compares_the_kept_table_with_the_ring():
     for label in ("kept table", "ring (in progress)"):
         assert re.search(rf"^  {re.escape(label)} +2,112 msgs .* peak +[\d.]+ GiB", out, re.M), label
     assert re.search(r"^  ring / kept: peak RSS [\d.]+x, table [\d.]+x, run CPU [\d.]+x", out, re.M)
+
+
+def test_engine_state_measures_the_state_and_the_run():
+    out = run("engine_state.py", "--scenario", "dante", "--scale", "64", "--run")
+    assert re.search(r"^  this tree \(\w+\) +build .* peak +[\d.]+ GiB .* arrays +[\d.]+ GiB .*"
+                     r"run +[\d.]+ s cpu 1,056 messages", out, re.M), out

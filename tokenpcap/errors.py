@@ -50,6 +50,7 @@ __all__ = [
     "TruncatedFile",
     "OutputError",
     "Terminated",
+    "Interrupted",
     "note_stop",
     "clear_stops",
     "raise_if_stopped",
@@ -139,6 +140,13 @@ class Terminated(BaseException):
     """SIGTERM arrived while a command ran (raised in the main thread, like KeyboardInterrupt)."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT arrived while a command ran. A subclass, not ``KeyboardInterrupt`` itself: when
+    the exact ``KeyboardInterrupt`` is left pending by code run from C (numba compiling the
+    engine), CPython marks it unhandled and, at exit, kills the process with SIGINT whatever
+    exit status the command chose (exit -2 instead of 130)."""
+
+
 _STOPS: list[int] = []          # signals noted by the command's handlers, not yet handled
 
 
@@ -153,11 +161,11 @@ def clear_stops() -> None:
 
 
 def raise_if_stopped() -> None:
-    """Raise a noted stop again (once): :class:`Terminated` for SIGTERM, ``KeyboardInterrupt``
+    """Raise a noted stop again (once): :class:`Terminated` for SIGTERM, :class:`Interrupted`
     otherwise; nothing when none is noted."""
     if _STOPS:
         import signal
 
         signum = _STOPS[0]
         _STOPS.clear()
-        raise Terminated(signum) if signum == signal.SIGTERM else KeyboardInterrupt()
+        raise Terminated(signum) if signum == signal.SIGTERM else Interrupted()

@@ -186,17 +186,18 @@ def test_a_refused_run_leaves_no_directory_it_created(tmp_path, monkeypatch):
     assert r.exit_code == 1 and (tmp_path / "kept").is_dir()
 
 
-def test_gpt3_175b_is_refused_at_once_as_plan_only(tmp_path):
-    """The bundled GPT-3 175B scenario fails fast with one line (README: plan-only)
-    instead of being OOM-killed after minutes (refused from the plan's counts: check_work runs
-    before the schedule is built; tests/schedule/test_limits.py)."""
+def test_gpt3_175b_every_nic_is_refused_at_once_for_its_size_on_disk(tmp_path):
+    """The bundled GPT-3 175B scenario is within the timing engine's limits for a run that
+    holds only the messages in progress (tests/schedule/test_limits.py), but `run` writes every
+    NIC's frames: 30 TB, refused at once with one line from the plan's estimate, before the
+    schedule is built, and nothing is left behind."""
     g3 = ROOT / "profiles" / "scenarios" / "gpt3-175b-megatron.yaml"
     out = str(tmp_path / "new" / "x")
     r = CliRunner().invoke(main, ["run", str(g3), "-o", out])
     assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
-    assert r.output.startswith("error: gpt3-175b-megatron: too large for the timing engine")
-    assert "RDMA messages" in r.output and "limit 33,333,333 messages" in r.output
-    assert "--scale 10 fits" in r.output          # the advice that the limits accept
+    assert r.output.startswith(f"error: {out}: free space got ")
+    assert "30,343,384,005,144 bytes of the capture (estimated from the plan before simulating" \
+        in r.output
     assert not (tmp_path / "new").exists()
 
 

@@ -190,6 +190,9 @@ def test_a_signal_taken_by_another_thread_during_the_renames_waits_for_the_whole
                 pass
 
     monkeypatch.setattr("tokenpcap.pcap.outputset.os.replace", replace)
+    # Python's own SIGINT handler, whatever the test runner inherited (a background job starts
+    # with SIGINT ignored)
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
             with OutputSet(out) as s:
@@ -198,6 +201,7 @@ def test_a_signal_taken_by_another_thread_during_the_renames_waits_for_the_whole
                 s.commit()
     finally:
         stop.set()
+        signal.signal(signal.SIGINT, old_int)
     assert sent
     assert _files(out) == {"a.pcap": b"new a.pcap", "b.pcap": b"new b.pcap",
                            "c.pcap": b"new c.pcap", "notes.txt": b"mine"}

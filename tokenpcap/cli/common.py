@@ -10,7 +10,8 @@ from typing import Callable, Iterator, TypeVar
 
 import click
 
-from tokenpcap.errors import Terminated, TokenpcapError, clear_stops, note_stop, one_line
+from tokenpcap.errors import (Interrupted, Terminated, TokenpcapError, clear_stops, note_stop,
+                              one_line)
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -24,9 +25,12 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT
 def terminate_like_interrupt() -> Iterator[None]:
     """While the block runs, SIGTERM raises :class:`Terminated` in the main thread, so a
     command unwinds as after Ctrl-C: its outputs are aborted (temporary files and stages
-    removed, earlier files kept); SIGINT raises ``KeyboardInterrupt`` as by default. Both are
+    removed, earlier files kept); SIGINT raises :class:`~tokenpcap.errors.Interrupted` (a
+    ``KeyboardInterrupt``). Both are
     noted too (:func:`tokenpcap.errors.note_stop`), so one swallowed by a callback from C is
-    raised again where a result is made final. Outside the main thread it does nothing."""
+    raised again where a result is made final (and Python's "Exception ignored" report of it
+    is not printed: the command's one line says it stopped). Outside the main thread it does
+    nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -37,14 +41,23 @@ def terminate_like_interrupt() -> Iterator[None]:
 
     def on_int(signum, frame):  # type: ignore[no-untyped-def]
         note_stop(signum)
-        raise KeyboardInterrupt
+        raise Interrupted
+
+    def unraisable(u):  # type: ignore[no-untyped-def]
+        # a stop lost in a callback from C is noted and raised again later: no traceback
+        if not (isinstance(u.exc_type, type) and issubclass(u.exc_type, (KeyboardInterrupt,
+                                                                          Terminated))):
+            old_hook(u)
 
     clear_stops()
     old_term = signal.signal(signal.SIGTERM, on_term)
     old_int = signal.signal(signal.SIGINT, on_int)
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = unraisable
     try:
         yield
     finally:
+        sys.unraisablehook = old_hook
         signal.signal(signal.SIGTERM, old_term)
         signal.signal(signal.SIGINT, old_int)
         clear_stops()
