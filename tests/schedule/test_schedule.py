@@ -20,7 +20,7 @@ from tokenpcap.records import DIMS, KIND_DATA, PHASES, phase_label
 from tokenpcap.plan.build import build_plan
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.schedule.program import one_f_one_b
-from tokenpcap.schedule.runner import NVLINK_LATENCY_NS, Schedule, token_range
+from tokenpcap.schedule.runner import NVLINK_LATENCY_NS, Schedule
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -330,23 +330,6 @@ def test_random_small_scenarios_conserve_payload(tmp_path, shape, alg, channels,
         want[list(c.group)] += per_rank_bytes(c, sched.plan.algorithm, sched.layout).nic_bytes
     got = np.bincount(d["rank_src"], weights=d["size_bytes"], minlength=len(want)).astype(np.int64)
     assert (got == want).all()
-
-
-def test_token_range_of_pipeline_messages():
-    class C:
-        token_start, token_end, seq_start, seq_end = 4096, 5120, 0, 1024
-
-    # [s, b, h] with b = 1: a message of the first quarter of the bytes holds positions 0..255
-    assert token_range(C, 0, 1 << 20, 4 << 20, 1024) == (4096, 4096 + 256)
-    assert token_range(C, 3 << 20, 1 << 20, 4 << 20, 1024) == (4096 + 768, 5120)
-
-    class SP(C):
-        seq_start, seq_end = 256, 512              # TP rank 1 of 4 with sequence parallelism
-    assert token_range(SP, 0, 1 << 19, 1 << 20, 1024) == (4096 + 256, 4096 + 384)
-
-    class G:
-        token_start = token_end = seq_start = seq_end = -1
-    assert token_range(G, 0, 100, 1000, 1024) == (-1, -1)
 
 
 def test_the_schedule_takes_the_plans_scale_and_never_scales_twice(tmp_path):

@@ -100,7 +100,7 @@ def predict_message_chunks(schedule, iterations=None, rows: int = 1 << 20):
 def _predict_each_call(schedule, its) -> Predicted:
     """:func:`predict_messages` from every call's transfers (a schedule without ``nic_transfers``)."""
     from tokenpcap.collectives.transfers import transfers
-    from tokenpcap.schedule.runner import token_range
+    from tokenpcap.schedule.spans import token_range
 
     s = schedule.scenario
     eng = schedule.engine

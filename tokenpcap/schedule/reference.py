@@ -43,7 +43,8 @@ from tokenpcap.schedule.compute import stage_times
 from tokenpcap.records import COLLECTIVES, DIMS, KIND_DATA, MESSAGE_DTYPE, PHASES, VERB_WRITE
 from tokenpcap.model import scenario_shards
 from tokenpcap.schedule.engine.nic import Engine
-from tokenpcap.schedule.runner import NVLINK_DTYPE, NVLINK_LATENCY_NS, TIMELINE_DTYPE, token_range
+from tokenpcap.schedule.runner import NVLINK_DTYPE, NVLINK_LATENCY_NS, TIMELINE_DTYPE
+from tokenpcap.schedule.spans import token_range
 from tokenpcap.errors import InputError
 from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.schedule.program import CallMode, Compute, Mark, Wait, build_programs

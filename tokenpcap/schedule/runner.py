@@ -61,13 +61,13 @@ from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.plan.calltable import CallTable
 from tokenpcap.records import KIND_CTS, VERB_WRITE, VERB_WRITE_IMM
-from tokenpcap.records.tokenspans import piece_bounds
 from tokenpcap.schedule.compute import stage_times
 from tokenpcap.schedule.engine import kernel as K
 from tokenpcap.schedule.engine.frames import NicModel
 from tokenpcap.schedule.engine.port import TX_DTYPE
 from tokenpcap.schedule.engine.state import build_state
 from tokenpcap.schedule.engine.table import MSG_STATE_DTYPE
+from tokenpcap.schedule.spans import token_range, token_ranges
 from tokenpcap.schedule.flat import MARK_CODES, flatten
 
 __all__ = ["Schedule", "MessageIndex", "NVLINK_LATENCY_NS", "NVLINK_COPIES_PER_COPY", "TIMELINE_DTYPE", "NVLINK_DTYPE", "token_range",
@@ -88,38 +88,6 @@ NVLINK_DTYPE = np.dtype([("rank_src", "<i4"), ("rank_dst", "<i4"), ("size_bytes"
 #: NVLink copies per iteration up to which every copy is timed (above: per collective).
 NVLINK_COPIES_PER_COPY = 2_000_000
 _TX = ("time_ns", "nic", "peer_nic", "msg", "index", "kind", "frame_bytes")
-
-
-def token_range(call: CollectiveCall, offset: int, nbytes: int, message_bytes: int,
-                seq_length: int) -> tuple[int, int]:
-    """Corpus tokens whose data bytes ``[offset, offset + nbytes)`` of ``call``'s buffer of
-    ``message_bytes`` carry, as :func:`tokenpcap.records.tokenspans.piece_bounds` (module
-    docstring); ``(-1, -1)`` for calls without per-token data."""
-    if call.token_start < 0:
-        return -1, -1
-    samples = max(1, (call.token_end - call.token_start) // seq_length)
-    return piece_bounds(call.token_start, call.seq_start, call.seq_end, samples, seq_length,
-                        offset, nbytes, message_bytes)
-
-
-def token_ranges(call_attr: np.ndarray, offset: np.ndarray, nbytes: np.ndarray,
-                 seq_length: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`token_range` of many transfers at once (the rows of
-    :func:`tokenpcap.records.tokenspans.piece_bounds`, vectorized). ``call_attr``: int64
-    ``(n, 5)`` token_start, token_end, seq_start, seq_end, message_bytes of each transfer's call;
-    returns int64 ``(n,)`` firsts and ends."""
-    ts, te, s0, s1, size = (call_attr[:, i] for i in range(5))
-    ok = (ts >= 0) & (s1 > s0) & (size > 0)
-    safe = np.where(size > 0, size, 1)
-    samples = np.maximum(1, (te - ts) // seq_length)
-    rows = (s1 - s0) * samples
-    r0 = offset * rows // safe
-    r1 = np.minimum(rows, -(-(offset + nbytes) * rows // safe))
-
-    def token(r):
-        return ts + (r % samples) * seq_length + s0 + r // samples
-
-    return np.where(ok, token(r0), -1), np.where(ok, token(r1 - 1) + 1, -1)
 
 
 class MessageIndex:
