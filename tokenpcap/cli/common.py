@@ -58,8 +58,9 @@ def terminate_like_interrupt() -> Iterator[None]:
         yield
     finally:
         sys.unraisablehook = old_hook
-        signal.signal(signal.SIGTERM, old_term)
-        signal.signal(signal.SIGINT, old_int)
+        for sig, old in ((signal.SIGTERM, old_term), (signal.SIGINT, old_int)):
+            if old is not None:             # None: installed from C, cannot be put back
+                signal.signal(sig, old)
         clear_stops()
 
 

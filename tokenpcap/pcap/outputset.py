@@ -256,10 +256,11 @@ def _signals_held():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = (signal.SIGINT, signal.SIGTERM)
+    # a handler installed from C (getsignal None) cannot be put back from Python: keep it
+    held = tuple(s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not None)
     got: list[int] = []
     old_handlers = {s: signal.signal(s, lambda sig, frame: got.append(sig)) for s in held}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, set(held))
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         yield
     finally:
