@@ -205,3 +205,40 @@ def test_a_signal_taken_by_another_thread_during_the_renames_waits_for_the_whole
     assert sent
     assert _files(out) == {"a.pcap": b"new a.pcap", "b.pcap": b"new b.pcap",
                            "c.pcap": b"new c.pcap", "notes.txt": b"mine"}
+
+
+@pytest.mark.parametrize("rounds", range(5))
+def test_abort_under_a_writer_still_creating_files_leaves_nothing(tmp_path, rounds):
+    """A cancelled cluster task stops only at its next progress report: until then it keeps
+    making directories and files under the stage's path. The abort removes the stage whole
+    anyway, and the writer's next create fails instead of landing beside the earlier files."""
+    import threading
+    before = _earlier(tmp_path / "out")
+    s = OutputSet(tmp_path / "out")
+    started, stop, errors = threading.Event(), threading.Event(), []
+
+    def writer():
+        shard = s.stage / ".shard-00000"
+        try:
+            shard.mkdir()
+            for i in range(100_000):
+                if stop.is_set():
+                    return
+                d = shard / f"d{i}"
+                d.mkdir()
+                (d / "x.pcap").write_bytes(b"x" * 100)
+                started.set()
+        except OSError as err:
+            errors.append(err)
+        finally:
+            started.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    started.wait()
+    s.abort()
+    t.join(timeout=10)
+    stop.set()
+    t.join()
+    assert errors and all(isinstance(e, FileNotFoundError) for e in errors)
+    assert _files(tmp_path / "out") == before

@@ -122,9 +122,13 @@ class _Reporter:
         if self.run_id is None or now - self.last < _REPORT_S:
             return
         self.last = now
-        if self.cancel.is_set():
-            raise OutputError(f"{self.shard.name()}: cancelled")
+        self.raise_if_cancelled()
         self.queue.put((self.shard.index, int(done)))
+
+    def raise_if_cancelled(self) -> None:
+        """Raises OutputError naming the shard if the run's cancel event is set."""
+        if self.run_id is not None and self.cancel.is_set():
+            raise OutputError(f"{self.shard.name()}: cancelled")
 
 
 def write_shard(s: Scenario, opt: GenerateOptions, shard: Shard, stage: str,
@@ -136,10 +140,16 @@ def write_shard(s: Scenario, opt: GenerateOptions, shard: Shard, stage: str,
     name, or OutputError naming the shard for anything else.
     """
     out = Path(stage) / f".shard-{shard.index:05d}"   # hidden: not a file of the set
-    out.mkdir(exist_ok=True)
     try:
+        reporter = _Reporter(run_id, shard)
+        reporter.raise_if_cancelled()       # a task started after the run was cancelled
+        try:
+            out.mkdir(exist_ok=True)        # not parents: a removed stage stays removed
+        except OSError as err:
+            raise OutputError(f"{shard.name()}: {stage}: cannot write into the run's stage: "
+                              f"{err.strerror}") from None
         res = generate(s, replace(opt, out_dir=out, jobs=1), tokens=tokens,
-                       progress=_Reporter(run_id, shard), shard_nics=frozenset(shard.nics))
+                       progress=reporter, shard_nics=frozenset(shard.nics))
     except TokenpcapError as err:
         if str(err).startswith(shard.name()):
             raise

@@ -14,7 +14,9 @@ topology). :class:`OutputSet` makes them one unit:
   rename), then each file is renamed over its destination, then the stage is removed. SIGINT
   and SIGTERM are held back during these few renames (delivered right after).
 * **Abort** (any error, an interrupt): the stage is removed; the directory holds exactly what
-  it held before.
+  it held before. It is first renamed to a fresh hidden name, so a writer still running (a
+  cancelled task on a cluster worker, which stops only at its next progress report) can no
+  longer create anything under the paths it was given while the tree is deleted.
 * **Recovery**: a later set in the same directory, under the lock, first finishes a stage that
   carries the marker (a run killed during its renames: its set is completed) and removes every
   other stage (a run killed while writing), so what a kill leaves is temporary and the next run
@@ -144,7 +146,7 @@ class OutputSet:
         if self._fd is None:
             return
         if not self.committed:
-            shutil.rmtree(self.stage, ignore_errors=True)
+            _remove_stage(self.stage)
         self._unlock()
 
     def _unlock(self) -> None:
@@ -181,7 +183,7 @@ def recover(directory: str | os.PathLike) -> list[Path]:
                 if n and (stage / n).exists():
                     os.replace(stage / n, d / n)
                     placed.append(d / n)
-        shutil.rmtree(stage, ignore_errors=True)
+        _remove_stage(stage)
     return placed
 
 
@@ -223,6 +225,20 @@ def stopped_commit_text(directory: str | os.PathLike) -> str | None:
     return (f"{directory}: got a run stopped while moving its files into place ({len(left)} of "
             f"them still in {stage.name}), expected one run's complete set of files (the next "
             "tokenpcap run into the directory completes it, e.g. the same command again)")
+
+
+def _remove_stage(stage: Path) -> None:
+    """Delete ``stage`` and everything in it, raising nothing: renamed first (to a new
+    ``STAGE_PREFIX`` name, which a later run's :func:`recover` removes if this one cannot), so
+    that a writer still creating files under ``stage``'s path gets ENOENT instead of putting a
+    new entry behind the deletion and leaving the tree half removed. If the rename fails
+    (the stage is gone already, the file system refuses) it is deleted where it is."""
+    doomed = stage.with_name(f"{STAGE_PREFIX}{os.getpid()}.removed.{os.urandom(6).hex()}")
+    try:
+        os.rename(stage, doomed)
+    except OSError:
+        doomed = stage
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _write_marker(stage: Path, names: list[str]) -> None:
