@@ -41,8 +41,8 @@ docs/generate.md, "Limits"):
 Time: :data:`MESSAGES_PER_S` messages per CPU second with every NIC timed (GPT-3 175B's whole
 iteration: 56.9 M messages in about 115 s, about 500,000 per second; a job of many compute steps
 and NVLink-only calls per message is slower per message: llama3-70b-64n at ``--scale 1000``,
-158,000). :func:`check_work` refuses a run whose state would pass :data:`MAX_STATE_BYTES` (or
-whose calls pass :data:`MAX_CALLS`) with :class:`~tokenpcap.errors.InfeasiblePlanError` before
+158,000). :func:`check_work` refuses a run whose state would pass :data:`MAX_STATE_BYTES` (the calls of every
+iteration counted in it, :data:`CALL_STATE_BYTES` each) with :class:`~tokenpcap.errors.InfeasiblePlanError` before
 anything is simulated, and says what fits: fewer iterations, no clear-to-send writes, or the
 smallest ``--scale`` that fits.
 """
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 from tokenpcap.errors import InfeasiblePlanError
 
-__all__ = ["Work", "estimate_work", "check_work", "MAX_STATE_BYTES", "MAX_MESSAGES", "MAX_CALLS",
+__all__ = ["Work", "estimate_work", "check_work", "MAX_STATE_BYTES", "MAX_MESSAGES",
            "MAX_NVLINK_COPIES", "MESSAGE_ROW_BYTES", "MESSAGE_STATE_BYTES", "TRANSFER_STATE_BYTES",
            "COPY_STATE_BYTES", "CALL_STATE_BYTES", "MESSAGES_PER_S", "NVLINK_COPIES_PER_S",
            "PACKETS_PER_S"]
@@ -73,8 +73,6 @@ PACKETS_PER_S = 2_000_000
 #: RDMA messages (data + clear-to-send) a run that keeps every message may time: what
 #: MAX_STATE_BYTES holds.
 MAX_MESSAGES = MAX_STATE_BYTES // MESSAGE_STATE_BYTES
-#: Collective calls one run may simulate (participations and program steps for every iteration).
-MAX_CALLS = 2_000_000
 #: NVLink copies one run may time one by one.
 MAX_NVLINK_COPIES = 50_000_000
 
@@ -187,7 +185,8 @@ def _fits(w: Work) -> bool:
 def _per_iteration(w: Work, iterations: int) -> Work:
     n = max(1, iterations)
     return dataclasses.replace(w, iterations=1, calls=w.calls // n, messages=w.messages // n,
-                               nvlink_copies=0, packets=w.packets // n, transfers=w.transfers // n)
+                               nvlink_copies=w.nvlink_copies // n, packets=w.packets // n,
+                               transfers=w.transfers // n)
 
 
 def check_work(plan, iterations: int, *, keep_messages: bool = True) -> Work:  # type: ignore[no-untyped-def]
@@ -196,7 +195,7 @@ def check_work(plan, iterations: int, *, keep_messages: bool = True) -> Work:  #
     messages in progress (``generate``).
 
     Returns:
-        the :class:`Work` when it is within :data:`MAX_CALLS`, :data:`MAX_NVLINK_COPIES`,
+        the :class:`Work` when it is within :data:`MAX_NVLINK_COPIES`,
         :data:`MAX_STATE_BYTES` and (keeping every message) :data:`MAX_MESSAGES`.
 
     Raises:
@@ -212,16 +211,12 @@ def check_work(plan, iterations: int, *, keep_messages: bool = True) -> Work:  #
     its = f" over {iterations} iterations" if iterations > 1 else ""
     fewer = "fewer --iterations or " if iterations > 1 else ""
     plan_hint = "`tokenpcap plan` reports its traffic at any size"
-    if quick.calls > MAX_CALLS:
-        raise InfeasiblePlanError(
-            f"{name}: too large for the timing engine: {quick.calls:,} collective calls"
-            f"{its} (limit {MAX_CALLS:,}; --scale does not reduce calls); use {fewer}a "
-            "smaller scenario; `tokenpcap plan` reports its traffic")
     if not _fits(quick):
         one = _per_iteration(quick, iterations)
         no_cts = dataclasses.replace(quick, messages=quick.messages // 2)
         if iterations > 1 and _fits(one):
-            most = MAX_STATE_BYTES // max(1, one.memory_bytes)
+            most = min(MAX_STATE_BYTES // max(1, one.memory_bytes),
+                       MAX_NVLINK_COPIES // max(1, _nvlink_copies_per_iteration(plan)))
             if keep_messages:
                 most = min(most, MAX_MESSAGES // max(1, one.messages))
             fits = f"at most --iterations {max(1, most)} fit"
@@ -244,8 +239,15 @@ def check_work(plan, iterations: int, *, keep_messages: bool = True) -> Work:  #
             f"{limit}{MAX_STATE_BYTES / 1e9:,.0f} GB); {fits}; {plan_hint}")
     work = estimate_work(plan, iterations, keep_messages=keep_messages)
     if work.nvlink_copies > MAX_NVLINK_COPIES:
+        one = _per_iteration(work, iterations)
+        most = min(MAX_NVLINK_COPIES // max(1, one.nvlink_copies),
+                   MAX_STATE_BYTES // max(1, one.memory_bytes - one.nvlink_copies * COPY_STATE_BYTES))
+        if keep_messages:
+            most = min(most, MAX_MESSAGES // max(1, one.messages))
+        fits = (f"at most --iterations {most} fit" if iterations > 1 and most >= 1 else
+                "use a larger --scale (fewer slices to copy) or a smaller scenario")
         raise InfeasiblePlanError(
             f"{name}: too large for the timing engine: {work.nvlink_copies:,} NVLink "
-            f"copies{scale}{its} timed one by one (limit {MAX_NVLINK_COPIES:,}); use "
-            f"{fewer}a larger --scale or a smaller scenario; {plan_hint}")
+            f"copies{scale}{its} timed one by one (limit {MAX_NVLINK_COPIES:,}); {fits}; "
+            f"{plan_hint}")
     return work
