@@ -65,3 +65,19 @@ def test_phases_patterns_are_kept_in_order():
                         iterations=None, time_window=None, fmt="pcapng", split="nic",
                         snaplen=262144, scale=1, seed=None, jobs=1, force=False)
     assert opt.selection.phases == ("pp/forward", "dp")
+
+
+def test_a_phase_pattern_that_names_no_phase_is_a_usage_error_before_planning(tmp_path):
+    # `--phases nosuch` (a typo) used to plan and time the whole job before it was refused,
+    # exit 1; no scenario has such a phase, so it is a usage error at once, naming each typo.
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+
+    out = tmp_path / "new"
+    r = CliRunner().invoke(main, ["generate", str(SCENARIOS / "gpt3-175b-megatron.yaml"), "-o",
+                                  str(out), "--phases", "dp/,nosuch,pp/forwad,backward"])
+    assert r.exit_code == 2, r.output
+    assert "got 'nosuch', 'pp/forwad', expected a phase label DIM/PASS/COLLECTIVE" in r.output
+    assert "collectives AllReduce ReduceScatter AllGather AllToAll SendRecv Broadcast" in r.output
+    assert not out.exists()

@@ -14,7 +14,9 @@ from tokenpcap.cli.common import (EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated,
 from tokenpcap.errors import InputError
 from tokenpcap.pcap.registry import transport_mismatch
 from tokenpcap.pcap.output import make_directory
+from tokenpcap.records import LABELS
 from tokenpcap.records.text import counted
+from tokenpcap.generate.select import unknown_phase_patterns
 from tokenpcap.generate.run import (FORMATS, SPLITS, GenerateOptions, GenerateResult, Selection,
                                 generate, parse_index_set, parse_iterations, parse_window)
 from tokenpcap.config.profiles import MAX_SEED, Scenario, load_scenario
@@ -199,11 +201,18 @@ def parse_phases(text: str) -> tuple[str, ...]:
 
     Raises:
         InputError: no pattern at all (``''``, ``','``): an empty selection would otherwise
-            keep every phase, the opposite of what was typed."""
+            keep every phase, the opposite of what was typed; a pattern that selects no phase
+            label of any scenario (a typo: refused before anything is planned or timed)."""
     pats = tuple(p.strip() for p in text.split(",") if p.strip())
     if not pats:
         raise InputError(f"--phases: got {text!r}, expected phase patterns like "
                          "'dp/backward/AllReduce,pp/forward,backward'")
+    bad = unknown_phase_patterns(pats)
+    if bad:
+        parts = [" ".join(dict.fromkeys(lab.split("/")[k] for lab in LABELS)) for k in range(3)]
+        raise InputError(f"--phases: got {', '.join(map(repr, bad))}, expected a phase label "
+                         "DIM/PASS/COLLECTIVE, a prefix of one ending at '/' or one of its parts "
+                         f"(dims {parts[0]}; passes {parts[1]}; collectives {parts[2]})")
     return pats
 
 

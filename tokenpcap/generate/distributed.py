@@ -49,6 +49,7 @@ from tokenpcap.config.profiles import Scenario
 from tokenpcap.errors import InputError, OutputError, TokenpcapError
 from tokenpcap.generate.options import GenerateOptions, GenerateResult, check_options
 from tokenpcap.generate.run import generate
+from tokenpcap.generate.select import window_text
 from tokenpcap.generate.shards import Shard, plan_shards
 from tokenpcap.generate.size import predict_capture
 from tokenpcap.pcap.outputset import OutputSet
@@ -231,7 +232,7 @@ def _run(s: Scenario, opt: GenerateOptions, client, outset: OutputSet, t0: float
         results = _collect(futures, plan_, queue, size.packets, progress)
         if bound and sum(r.packets for r in results) == 0:
             w = sel.window_ns
-            raise InputError(f"--time-window: got {w[0]:,}..{w[1]:,} ns, which keeps no packet; "
+            raise InputError(f"--time-window: got {window_text(w)}, which keeps no packet; "
                              "expected a window inside the run")
         res, sources = _merge(results, plan_, plan, opt, sched.engine.n_nics)
         for src, (dst, _, _) in zip(sources, res.files):   # every shard is complete: into

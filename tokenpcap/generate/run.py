@@ -66,7 +66,7 @@ from tokenpcap.generate.options import (EPOCH_NS, FORMATS, MAX_SEED, SPLITS, Gen
                                         GenerateResult, check_options, provenance_comment)
 from tokenpcap.generate.output import Dispatcher, WriterConfig
 from tokenpcap.generate.route import describe_nic, file_header_bytes, file_specs, route_chunk
-from tokenpcap.generate.select import (Selection, parse_index_set, parse_iterations,
+from tokenpcap.generate.select import (Selection, parse_index_set, parse_iterations, window_text,
                                        parse_time_ns, parse_window)
 from tokenpcap.generate.size import predict_capture
 from tokenpcap.lower import Lowering
@@ -212,7 +212,7 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
         # (empty) files replace any; not in a shard (other NICs may keep packets)
         if done == 0 and bound and not shard:
             w = sel.window_ns
-            raise InputError(f"--time-window: got {w[0]:,}..{w[1]:,} ns, which keeps no packet; "
+            raise InputError(f"--time-window: got {window_text(w)}, which keeps no packet; "
                              f"expected a window inside the run, whose packets (all NICs and "
                              f"phases) span {span[0]:,}..{span[1]:,} ns")
         sizes = disp.close()

@@ -17,7 +17,7 @@ from tokenpcap.errors import InputError
 from tokenpcap.records import LABELS
 
 __all__ = ["Selection", "OPEN_END_NS", "parse_index_set", "parse_time_ns", "parse_window",
-           "parse_iterations"]
+           "parse_iterations", "phase_matches", "unknown_phase_patterns", "window_text"]
 
 #: the end of an open time window (``"1ms:"``): later than any simulated time
 OPEN_END_NS = 1 << 62
@@ -63,6 +63,26 @@ def parse_window(text: str) -> tuple[int, int]:
     return start, end
 
 
+def window_text(window_ns: tuple[int, int]) -> str:
+    """A time window for messages: ``"1,000..2,000 ns"``, ``"1,000 ns.. (open end)"``."""
+    a, b = window_ns
+    return f"{a:,} ns.. (open end)" if b >= OPEN_END_NS else f"{a:,}..{b:,} ns"
+
+
+def phase_matches(pattern: str, label: str) -> bool:
+    """Whether a ``--phases`` pattern selects ``label`` (``"dim/pass/collective"``): the whole
+    label, a prefix ending at ``/`` (``"dp/"``, ``"pp/forward"``) or one component
+    (``"backward"``, ``"AllToAll"``)."""
+    return (pattern == label or label.startswith(pattern.rstrip("/") + "/")
+            or pattern in label.split("/"))
+
+
+def unknown_phase_patterns(patterns) -> list[str]:
+    """The patterns of ``patterns`` that select no phase label of any scenario
+    (:data:`tokenpcap.records.LABELS`): typos, knowable before anything is planned."""
+    return [p for p in patterns if not any(phase_matches(p, lab) for lab in LABELS)]
+
+
 def parse_iterations(text: str) -> tuple[int, range | None]:
     """``"N"`` → run N iterations, keep all; ``"A:B"`` → run B, keep ``[A, B)``. Raises: InputError."""
     m = re.fullmatch(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?", text)
@@ -95,7 +115,5 @@ class Selection:
             return np.ones(len(LABELS), bool)
         keep = np.zeros(len(LABELS), bool)
         for i, lab in enumerate(LABELS):
-            parts = lab.split("/")
-            keep[i] = any(p == lab or lab.startswith(p.rstrip("/") + "/") or p in parts
-                          for p in self.phases)
+            keep[i] = any(phase_matches(p, lab) for p in self.phases)
         return keep
