@@ -79,10 +79,18 @@ def test_gpt3_175b_kept_whole_is_refused_before_simulating_with_advice_that_is_a
 ])
 def test_production_jobs_are_accepted_when_only_messages_in_progress_are_held(name, calls, messages):
     """generate holds the messages in progress only: the whole iteration of each bundled
-    production job is accepted, its state estimated under the 4 GB the engine is built for."""
-    work = check_work(build_plan(load_scenario(SCEN / f"{name}.yaml")), 1, keep_messages=False)
+    production job is accepted, and two iterations are refused exactly where their estimate
+    passes the state limit (GPT-3 175B's: 8.6 GB, 8.43 GB measured), naming the one that fits."""
+    plan = build_plan(load_scenario(SCEN / f"{name}.yaml"))
+    work = check_work(plan, 1, keep_messages=False)
     assert (work.calls, work.messages) == (calls, messages)
-    assert not work.keep_messages and work.memory_bytes <= 4_000_000_000
+    assert not work.keep_messages and work.memory_bytes <= MAX_STATE_BYTES
+    two = estimate_work(plan, 2, nvlink=False, keep_messages=False)
+    if two.memory_bytes <= MAX_STATE_BYTES:
+        assert check_work(plan, 2, keep_messages=False).calls == 2 * calls
+    else:
+        with pytest.raises(InfeasiblePlanError, match=r"; at most --iterations 1 fit;"):
+            check_work(plan, 2, keep_messages=False)
 
 
 def test_advice_to_drop_clear_to_send_is_given_only_when_that_fits(monkeypatch):

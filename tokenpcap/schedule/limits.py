@@ -24,9 +24,11 @@ docs/generate.md, "Limits"):
 
 * per data message's transfer, :data:`TRANSFER_STATE_BYTES`: its call and its dependency
   countdown (int32 each) and its share of the call-shape templates and of their build
-  (:mod:`tokenpcap.schedule.engine.access`), fitted with :data:`CALL_STATE_BYTES` to the peak RSS
-  of building and timing whole unscaled iterations (GPT-3 175B: 28.5 M transfers, 1.07 M calls;
-  Llama-3 70B on 64 nodes: 4.9 M, 0.88 M) and rounded up;
+  (:mod:`tokenpcap.schedule.engine.access`), fitted with :data:`CALL_STATE_BYTES` so that the
+  estimate bounds from above the peak RSS of building and timing whole unscaled runs of one
+  and two iterations of the production scenarios (the measurements: docs/generate.md,
+  "Limits"); the peak is while the engine's arrays are made, every iteration's flat arrays
+  still held;
 * per call, :data:`CALL_STATE_BYTES`: its ranks' participations and program steps in the engine
   and, at the peak while the engine's arrays are made, in the iteration's flat arrays too (no
   call objects are kept); ``benchmarks/call_state.py`` measures it as the peak RSS a second
@@ -62,9 +64,9 @@ __all__ = ["Work", "estimate_work", "check_work", "MAX_STATE_BYTES", "MAX_MESSAG
 MAX_STATE_BYTES = 8_000_000_000
 #: Measured costs (module docstring).
 MESSAGE_ROW_BYTES = 136
-TRANSFER_STATE_BYTES = 80
+TRANSFER_STATE_BYTES = 95
 COPY_STATE_BYTES = 200
-CALL_STATE_BYTES = 1300
+CALL_STATE_BYTES = 1500
 MESSAGES_PER_S = 450_000
 #: A kept RDMA message with clear-to-send writes: its row and half its transfer's state.
 MESSAGE_STATE_BYTES = MESSAGE_ROW_BYTES + TRANSFER_STATE_BYTES // 2
