@@ -106,3 +106,27 @@ def test_joined_shape_tables_hold_each_table_moved():
                 for q0, q1 in zip(pa, pb):
                     assert np.array_equal(lst[ptr[q0]:ptr[q0 + 1]] + moved, jlst[jptr[q1]:jptr[q1 + 1]])
     assert ShapeTable.join(tables[:1])[0] is tables[0]
+
+
+def test_iterations_of_one_run_share_their_shape_table_and_the_join_holds_it_once():
+    """The iterations of a run have the same canonical shapes: flatten with a shared ``tables``
+    dict gives every iteration the first one's table object (and still the arrays of the
+    straightforward build), and the join keeps one copy of it (every iteration's calls point into it), while a table
+    of another NVLink timing is joined after it."""
+    from tests.schedule.test_flat import _assert_same, _inputs
+    from tokenpcap.schedule.flat import flatten
+    from tokenpcap.schedule.flatbuild import ShapeTable
+
+    plan, shards, times, nvl = _inputs("dante", 1)
+    shared: dict = {}
+    flats = [flatten(plan, it, shards, times, nvl, 2_000_000, tables=shared) for it in range(3)]
+    assert flats[1].shapes is flats[0].shapes and flats[2].shapes is flats[0].shapes
+    for it in (1, 2):
+        _assert_same(flats[it], flatten(plan, it, shards, times, nvl, 2_000_000, direct=True))
+    joined, first = ShapeTable.join([f.shapes for f in flats])
+    assert joined is flats[0].shapes and first.tolist() == [0, 0, 0]
+    other = flatten(plan, 0, shards, times, nvl, 0, tables=shared).shapes    # NVLink as a whole
+    assert other is not flats[0].shapes
+    joined, first = ShapeTable.join([flats[0].shapes, other, flats[1].shapes])
+    n = flats[0].shapes.ab.size
+    assert first.tolist() == [0, n, 0] and joined.ab.size == n + other.ab.size

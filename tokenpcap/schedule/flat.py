@@ -155,7 +155,7 @@ class Flat:
 
 
 def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0, *,
-            direct: bool = False) -> Flat:
+            direct: bool = False, tables: dict | None = None) -> Flat:
     """Arrays of ``iteration`` of ``plan`` (:class:`tokenpcap.plan.build.Plan`, sizes at its
     scale), indices local to the iteration; ``shards`` and ``times`` per pipeline stage as
     :func:`tokenpcap.schedule.program.build_programs` takes them.
@@ -170,6 +170,12 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0, *,
     (:mod:`tokenpcap.schedule.flatbuild`); ``direct=True`` builds the same arrays the
     straightforward way instead (transfers per call, one program per rank), at a cost per call
     and per rank: the check of the fast build.
+
+    ``tables``: a dict shared by the iterations of one run; an iteration whose canonical shapes
+    (in order) and NVLink timing are those of an earlier one takes that iteration's
+    :class:`~tokenpcap.schedule.flatbuild.ShapeTable` object instead of building its own, so the
+    templates are held once for the run (:meth:`ShapeTable.join` keeps one copy of a table
+    given several times).
 
     Raises:
         RuntimeError: a call the programs do not place (as :func:`build_programs`).
@@ -209,8 +215,12 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0, *,
         copies = np.array([int((~tr.table["nic"]).sum()) for tr in canon_tr], np.int64)
         if int(np.bincount(shape_of, minlength=len(canon_tr)) @ copies) <= above:
             nvlink = None
-    shapes = [CallShapeArrays(tr, ck[1], nvlink) for tr, ck in zip(canon_tr, canon)]
-    tab = ShapeTable.of(shapes)
+    key = (tuple(canon), nvlink)
+    tab = None if tables is None else tables.get(key)
+    if tab is None:
+        tab = ShapeTable.of([CallShapeArrays(tr, ck[1], nvlink) for tr, ck in zip(canon_tr, canon)])
+        if tables is not None:
+            tables[key] = tab
     tr_base = _ptr(np.diff(tab.tr_ptr)[shape_of])
     npart = np.diff(tab.pos_ptr)[shape_of]
     part_base = _ptr(npart)

@@ -225,10 +225,19 @@ class ShapeTable:
     @classmethod
     def join(cls, tables: list["ShapeTable"]) -> tuple["ShapeTable", np.ndarray]:
         """``(table, first)``: the tables one after another, shape ``s`` of ``tables[i]`` being
-        shape ``first[i] + s`` of the result (one table is returned as it is)."""
-        if len(tables) == 1:
-            return tables[0], np.zeros(1, np.int64)
-        first = np.cumsum([0] + [t.ab.size for t in tables])[:-1].astype(np.int64)
+        shape ``first[i] + s`` of the result; a table given several times (the same object) is
+        in the result once, and one distinct table is returned as it is."""
+        distinct: list[ShapeTable] = []
+        at: dict[int, int] = {}
+        for t in tables:
+            if id(t) not in at:
+                at[id(t)] = len(distinct)
+                distinct.append(t)
+        own = np.cumsum([0] + [t.ab.size for t in distinct])[:-1].astype(np.int64)
+        first = own[[at[id(t)] for t in tables]]
+        if len(distinct) == 1:
+            return distinct[0], first
+        tables = distinct
         rows = np.cumsum([0] + [int(t.tr_ptr[-1]) for t in tables])
         pos = np.cumsum([0] + [int(t.pos_ptr[-1]) for t in tables])
 

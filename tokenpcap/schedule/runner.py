@@ -164,7 +164,9 @@ class Schedule:
         shards = scenario_shards(s)
         rate = Fraction(repr(float(s.cluster.nvlink_gbps)))
         nvl = ((rate.numerator, rate.denominator), NVLINK_LATENCY_NS)
-        flats = [flatten(plan, it, shards, times, nvl, int(nvlink_copies)) for it in range(self.iterations)]
+        tables: dict = {}                   # one ShapeTable for the iterations that share it
+        flats = [flatten(plan, it, shards, times, nvl, int(nvlink_copies), tables=tables)
+                 for it in range(self.iterations)]
         self.nvlink_mode = "collectives" if any((f.call_ab >= 0).any() for f in flats) else "copies"
         # int64 (C, 9) per call of the run: iteration, layer, microbatch, call_id, token_start,
         # token_end, seq_start, seq_end, message_bytes (no call objects are kept: :meth:`call`)
