@@ -25,10 +25,12 @@ docs/generate.md, "Limits"):
 * per data message's transfer, :data:`TRANSFER_STATE_BYTES`: its call and its dependency
   countdown (int32 each) and its share of the call-shape templates and of their build
   (:mod:`tokenpcap.schedule.engine.access`), fitted with :data:`CALL_STATE_BYTES` so that the
-  estimate bounds from above the peak RSS of building and timing whole unscaled runs of one
-  and two iterations of the production scenarios (the measurements: docs/generate.md,
-  "Limits"); the peak is while the engine's arrays are made, every iteration's flat arrays
-  still held;
+  estimate bounds from above the peak RSS of building and timing a whole unscaled iteration of
+  the production scenarios (the measurements: docs/generate.md, "Limits"); the peak is while
+  the engine's arrays are made, the iteration's flat arrays still held. The iterations of a
+  run share their templates (:meth:`tokenpcap.schedule.flatbuild.ShapeTable.join`): each one
+  after the first adds :data:`TRANSFER_NEXT_BYTES` per transfer and :data:`CALL_NEXT_BYTES`
+  per call, fitted the same way on two iterations;
 * per call, :data:`CALL_STATE_BYTES`: its ranks' participations and program steps in the engine
   and, at the peak while the engine's arrays are made, in the iteration's flat arrays too (no
   call objects are kept); ``benchmarks/call_state.py`` measures it as the peak RSS a second
@@ -57,16 +59,20 @@ from tokenpcap.errors import InfeasiblePlanError
 
 __all__ = ["Work", "estimate_work", "check_work", "MAX_STATE_BYTES", "MAX_MESSAGES",
            "MAX_NVLINK_COPIES", "MESSAGE_ROW_BYTES", "MESSAGE_STATE_BYTES", "TRANSFER_STATE_BYTES",
-           "COPY_STATE_BYTES", "CALL_STATE_BYTES", "MESSAGES_PER_S", "NVLINK_COPIES_PER_S",
+           "COPY_STATE_BYTES", "CALL_STATE_BYTES", "TRANSFER_NEXT_BYTES", "CALL_NEXT_BYTES",
+           "MESSAGES_PER_S", "NVLINK_COPIES_PER_S",
            "PACKETS_PER_S"]
 
 #: Engine state one run may hold (bytes; the reference machine has 23 GB, shared).
 MAX_STATE_BYTES = 8_000_000_000
 #: Measured costs (module docstring).
 MESSAGE_ROW_BYTES = 136
-TRANSFER_STATE_BYTES = 95
+TRANSFER_STATE_BYTES = 82
 COPY_STATE_BYTES = 200
-CALL_STATE_BYTES = 1500
+CALL_STATE_BYTES = 1550
+#: What each iteration after the first adds (its templates are the first one's).
+TRANSFER_NEXT_BYTES = 12
+CALL_NEXT_BYTES = 950
 MESSAGES_PER_S = 450_000
 #: A kept RDMA message with clear-to-send writes: its row and half its transfer's state.
 MESSAGE_STATE_BYTES = MESSAGE_ROW_BYTES + TRANSFER_STATE_BYTES // 2
@@ -94,10 +100,15 @@ class Work:
     @property
     def memory_bytes(self) -> int:
         """Engine state of the run (estimate, bytes: the engine holds every iteration's calls
-        and transfers, and every message's row only with ``keep_messages``)."""
+        and transfers, the call-shape templates once, and every message's row only with
+        ``keep_messages``; the iterations are alike, so each has ``1/iterations`` of the
+        counts)."""
         rows = self.messages * MESSAGE_ROW_BYTES if self.keep_messages else 0
-        return (rows + self.transfers * TRANSFER_STATE_BYTES
-                + self.nvlink_copies * COPY_STATE_BYTES + self.calls * CALL_STATE_BYTES)
+        n = max(1, self.iterations)
+        t, c = self.transfers // n, self.calls // n
+        first = t * TRANSFER_STATE_BYTES + c * CALL_STATE_BYTES
+        later = (n - 1) * (t * TRANSFER_NEXT_BYTES + c * CALL_NEXT_BYTES)
+        return rows + first + later + self.nvlink_copies * COPY_STATE_BYTES
 
     @property
     def seconds(self) -> float:
@@ -191,6 +202,26 @@ def _per_iteration(w: Work, iterations: int) -> Work:
                                transfers=w.transfers // n)
 
 
+def _most_iterations(one: Work, copies: int) -> int:
+    """The most iterations of a run whose one iteration is ``one`` (NVLink copies not counted in
+    it) that the engine holds (:func:`_fits`, the state of later iterations smaller than the
+    first's) with ``copies`` NVLink copies timed one by one per iteration within
+    :data:`MAX_NVLINK_COPIES`; 0 when not even one fits."""
+    def fits(n: int) -> bool:
+        w = dataclasses.replace(one, iterations=n, calls=one.calls * n, messages=one.messages * n,
+                                transfers=one.transfers * n, packets=one.packets * n,
+                                nvlink_copies=0)
+        return _fits(w) and n * copies <= MAX_NVLINK_COPIES
+
+    lo, hi = 0, 1
+    while fits(hi) and hi < 1 << 40:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:                      # fits(lo), not fits(hi): the state grows with n
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
 def check_work(plan, iterations: int, *, keep_messages: bool = True) -> Work:  # type: ignore[no-untyped-def]
     """Estimate the work (:func:`estimate_work`) and refuse what the engine cannot hold, for a
     run that keeps every message row (``keep_messages``: exports, plots, traces) or only the
@@ -217,10 +248,7 @@ def check_work(plan, iterations: int, *, keep_messages: bool = True) -> Work:  #
         one = _per_iteration(quick, iterations)
         no_cts = dataclasses.replace(quick, messages=quick.messages // 2)
         if iterations > 1 and _fits(one):
-            most = min(MAX_STATE_BYTES // max(1, one.memory_bytes),
-                       MAX_NVLINK_COPIES // max(1, _nvlink_copies_per_iteration(plan)))
-            if keep_messages:
-                most = min(most, MAX_MESSAGES // max(1, one.messages))
+            most = _most_iterations(one, _nvlink_copies_per_iteration(plan))
             fits = f"at most --iterations {max(1, most)} fit"
         elif s.generation.clear_to_send and _fits(no_cts):
             fits = (f"the scenario with generation.clear_to_send: false fits ({no_cts.messages:,} "
@@ -242,10 +270,7 @@ def check_work(plan, iterations: int, *, keep_messages: bool = True) -> Work:  #
     work = estimate_work(plan, iterations, keep_messages=keep_messages)
     if work.nvlink_copies > MAX_NVLINK_COPIES:
         one = _per_iteration(work, iterations)
-        most = min(MAX_NVLINK_COPIES // max(1, one.nvlink_copies),
-                   MAX_STATE_BYTES // max(1, one.memory_bytes - one.nvlink_copies * COPY_STATE_BYTES))
-        if keep_messages:
-            most = min(most, MAX_MESSAGES // max(1, one.messages))
+        most = _most_iterations(one, one.nvlink_copies)
         fits = (f"at most --iterations {most} fit" if iterations > 1 and most >= 1 else
                 "use a larger --scale (fewer slices to copy) or a smaller scenario")
         raise InfeasiblePlanError(
