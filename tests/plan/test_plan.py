@@ -22,6 +22,7 @@ from tokenpcap.config.profiles import (
 )
 from tokenpcap.tokens import tokenize
 from tokenpcap.collectives.traffic import per_rank_bytes, total_traffic_bytes
+from tokenpcap.collectives.transfers import smallest_message_elements
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "profiles"
@@ -333,24 +334,30 @@ def test_every_model_on_every_cluster_plans(mpath: Path, cpath: Path):
 # ------------------------------------------------------------------ the scaled plan
 
 
-@pytest.mark.parametrize("scale", [1, 16, 1000])
+@pytest.mark.parametrize("scale", [1, 16, 1000, 10 ** 9])
 def test_scaled_plan_sizes_are_whole_elements_of_s_over_k(scale):
-    """build_plan(scale=K): every call carries floor(S/K) rounded down to whole elements (at least
-    one), and the rows sum per_rank_bytes over exactly those calls (fails before: no scale)."""
+    """build_plan(scale=K): every call carries floor(S/K) rounded down to whole elements, at
+    least one element per piece (its algorithm's pieces times the channels), at most S; the rows
+    sum per_rank_bytes over exactly those calls (fails before: no scale)."""
     s = dante()
     base, plan = build_plan(s), build_plan(s, scale=scale)
     assert plan.scale == scale and plan.to_json()["scale"] == scale
     nic = Counter()
     for c0, c in zip(base.calls(), plan.calls(), strict=True):
-        want = c0.message_bytes if scale == 1 else max(
-            c0.elem_bytes, (c0.message_bytes // scale) // c0.elem_bytes * c0.elem_bytes)
+        e, elems = c0.elem_bytes, c0.message_bytes // c0.elem_bytes
+        floor = smallest_message_elements(c0.collective, c0.group, plan.algorithm, plan.layout,
+                                          s.collectives.channels)
+        want = c0.message_bytes if scale == 1 else max(min(elems, floor), elems // scale) * e
         assert (c.call_id, c.message_bytes) == (c0.call_id, want)
         nic[c.label] += int(per_rank_bytes(c, plan.algorithm, plan.layout).nic_bytes.sum())
     assert {r.name: r.nic_bytes for r in plan.rows} == dict(nic)
     assert plan.totals()["nic_bytes"] == sum(nic.values())
     # the DP AllReduce buckets of Dante (bf16 gradients): 40,000,000-byte buckets -> S/K
     dp = rows(plan)["dp/backward/AllReduce"]
-    assert rows(base)["dp/backward/AllReduce"].message_bytes // scale // 2 * 2 == dp.message_bytes
+    if scale < 10 ** 9:
+        assert rows(base)["dp/backward/AllReduce"].message_bytes // scale // 2 * 2 == dp.message_bytes
+    else:   # the floor: hierarchical over the 4 DP ranks (4 sub-chunks) x 2 channels, bf16
+        assert dp.message_bytes == 4 * 2 * 2
     if scale > 1:
         assert plan.pcap["payload_bytes"] < base.pcap["payload_bytes"]
 

@@ -353,8 +353,9 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
             f"{scenario.path or '<scenario>'}: tokens.seq_length: got {tokens.seq_length}, "
             f"expected the model's seq_length {scenario.model.seq_length}")
     layout = rank_layout(scenario)
-    fams = scale_families(build_families(scenario, layout), scale)
     alg = scenario.collectives.algorithm
+    fams = scale_families(build_families(scenario, layout), scale, alg, layout,
+                          scenario.collectives.channels)
     world = layout.world_size
     acc: dict[str, dict] = {}
     nic_all = np.zeros(world, dtype=np.int64)
