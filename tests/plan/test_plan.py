@@ -362,6 +362,53 @@ def test_scaled_plan_sizes_are_whole_elements_of_s_over_k(scale):
         assert plan.pcap["payload_bytes"] < base.pcap["payload_bytes"]
 
 
+def test_deepseek_v3_at_scale_1e8_keeps_every_peer_of_its_expert_alltoall():
+    """DeepSeek-V3 (arXiv 2412.19437: 4K sequences, hidden 7,168, top-8 routing, EP 64 over 8
+    nodes of 8 H800 with 8 NICs: NCCL's 16 channels) at --scale 100000000: each dispatch of
+    4,096 x 8 x 7,168 bf16 values (469,762,048 bytes; its probs 65,536) would be 4 bytes (2
+    elements for 64 peers); the floor keeps 64 peers x 16 channels = 1,024 elements, so every
+    rank still sends 32 bytes to each of its 63 peers, as unscaled, and the plan's NIC bytes are
+    what those transfers carry: 3 AllToAlls (dispatch, probs, combine) x 58 MoE layers x 120
+    microbatches x 2 EP groups a stage, each 64 ranks x 56 peers on other nodes x 32 bytes."""
+    from tokenpcap.collectives.traffic import CallShape, hops
+    from tokenpcap.collectives.transfers import transfers
+
+    s = load_scenario(PROFILES / "scenarios" / "deepseek-v3-2048.yaml")
+    assert s.collectives.channels == 16
+    plan = build_plan(s, scale=10 ** 8)
+    lay, ch = plan.layout, s.collectives.channels
+    for label in ("ep/forward/AllToAll", "ep/backward/AllToAll"):
+        row = rows(plan)[label]
+        assert row.sizes == {1024 * 2: 3 * 58 * 120 * 2}
+        assert row.nic_bytes == 3 * 58 * 120 * 2 * 64 * 56 * 32 == 4_789_370_880
+        for f in (f for f in plan.families if f.label == label):
+            for g in f.groups:
+                for size in (469_762_048, 65_536, f.message_bytes):     # unscaled, scaled
+                    h = hops(CallShape("AllToAll", g, size, 2), plan.algorithm, lay)
+                    sent = h[h["bytes"] > 0]
+                    assert len(set(zip(sent["src"].tolist(), sent["dst"].tolist()))) == 64 * 63
+                assert (h["bytes"] == 32).all()                # 16 channels of one element each
+        # one group's transfers: every peer on every channel, its NICs' bytes as the plan counts
+        f = next(f for f in plan.families if f.label == label)
+        t = transfers(CallShape("AllToAll", f.groups[0], f.message_bytes, 2), plan.algorithm,
+                      lay, ch, s.collectives.slice_bytes).table
+        assert len(set(zip(t["src"].tolist(), t["dst"].tolist(), t["channel"].tolist()))) \
+            == 64 * 63 * ch == len(t)
+        nic = t[t["nic"]]
+        assert int(nic["bytes"].sum()) == 64 * 56 * 32
+        # a node's NICs carry one EP group's AllToAlls (2 groups of 8 nodes a stage), so the
+        # plan's bytes on that group's NICs are its transfers times its calls: 3 x 4 MoE layers
+        # x 120 microbatches on stage 1
+        calls = sum(len(x.insts) for x in plan.families
+                    if x.label == label and f.groups[0] in x.groups)
+        assert f.stage == 1 and calls == 3 * 4 * 120
+        per_nic = np.bincount(nic["src_nic"], weights=nic["bytes"],
+                              minlength=lay.nodes * lay.nics_per_node).astype(np.int64)
+        mine = np.unique(nic["src_nic"])
+        assert mine.size == 8 * 8
+        assert (row.nic_bytes_by_nic(lay)[mine] == per_nic[mine] * calls).all()
+
+
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])
 def test_scaled_plan_rejects_a_bad_scale(bad):
     from tokenpcap.errors import InputError
