@@ -3,9 +3,9 @@
 ``build_plan(scenario, tokens=None, *, scale=1) -> Plan``. A :class:`Plan` holds:
 
 * ``scale``: every call's ``message_bytes`` is the scenario's divided by it
-  (:func:`tokenpcap.plan.calls.scaled_bytes`: whole elements, at least one), so rows, totals and the
-  pcap estimate describe the iteration that ``generate --scale`` writes (one iteration; a capture
-  of N iterations holds N times the per-iteration totals);
+  (:func:`tokenpcap.plan.calls.scaled_bytes`: whole elements, at least one per piece of the call),
+  so rows, totals and the pcap estimate describe the iteration that ``generate --scale`` writes
+  (one iteration; a capture of N iterations holds N times the per-iteration totals);
 
 * ``layout``: the :class:`tokenpcap.collectives.layout.RankLayout` (rank ↔ (pp, dp, tp), groups, node, NIC);
 * ``rows``: one :class:`PhaseRow` per phase label (``tokenpcap.records.phase_label``, e.g.
