@@ -262,8 +262,8 @@ def scaled_bytes(message_bytes: int, elem_bytes: int, scale: int, min_elements: 
     ``min_elements`` is the call's floor,
     :func:`tokenpcap.collectives.transfers.smallest_message_elements` (one element per piece of
     the call's algorithm, group and channels); a message of fewer elements than that already
-    leaves some piece empty unscaled and keeps its size. A message shorter than one element
-    becomes one element (as before any floor).
+    leaves some piece empty unscaled and keeps its whole elements. A message shorter than one
+    element becomes one element.
 
     The one place a message size is scaled: :func:`tokenpcap.plan.build.build_plan` applies it to every
     call family once (``Plan.scale``, :func:`scale_families`); the schedule and the generator
@@ -285,7 +285,7 @@ def scaled_bytes(message_bytes: int, elem_bytes: int, scale: int, min_elements: 
 def scale_families(fams: list[Family], scale: int, algorithm: str, layout: RankLayout,
                    channels: int) -> list[Family]:
     """``fams`` with every ``message_bytes`` divided by ``scale`` (:func:`scaled_bytes`), each
-    family no smaller than the floor of its largest group
+    family no smaller than the largest floor among its groups
     (:func:`tokenpcap.collectives.transfers.smallest_message_elements` with the scenario's
     ``algorithm`` and ``channels``); the same list when ``scale == 1``.
 
