@@ -162,11 +162,11 @@ def test_generate_nic_writes_frames_and_the_plain_write(tmp_path):
 def test_message_ring_compares_the_kept_table_with_the_ring():
     out = run("message_ring.py", "--scenario", "dante", "--scale", "64", "--iterations", "2")
     for label in ("kept table", "ring (in progress)"):
-        assert re.search(rf"^  {re.escape(label)} +2,112 msgs .* peak +[\d.]+ GiB", out, re.M), label
+        assert re.search(rf"^  {re.escape(label)} +2,144 msgs .* peak +[\d.]+ GiB", out, re.M), label
     assert re.search(r"^  ring / kept: peak RSS [\d.]+x, table [\d.]+x, run CPU [\d.]+x", out, re.M)
 
 
 def test_engine_state_measures_the_state_and_the_run():
     out = run("engine_state.py", "--scenario", "dante", "--scale", "64", "--run")
     assert re.search(r"^  this tree \(\w+\) +build .* peak +[\d.]+ GiB .* arrays +[\d.]+ GiB .*"
-                     r"run +[\d.]+ s cpu 1,056 messages", out, re.M), out
+                     r"run +[\d.]+ s cpu 1,072 messages", out, re.M), out

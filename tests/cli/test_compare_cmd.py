@@ -27,12 +27,12 @@ def test_report_per_phase_and_plots(tmp_path):
     assert set(rows) == {"pp/forward/SendRecv", "pp/backward/SendRecv", "dp/backward/AllReduce",
                          "emb/backward/AllReduce", "mp/optimizer/AllReduce",
                          "dp/optimizer/AllReduce", "all"}
-    assert rows["all"][1:3] == ["528", "528"]
-    assert sum(int(v[1]) for k, v in rows.items() if k != "all") == 528
+    assert rows["all"][1:3] == ["536", "536"]
+    assert sum(int(v[1]) for k, v in rows.items() if k != "all") == 536
     for k, v in rows.items():               # percentiles ordered, slowdowns >= 1 alone or not
         p50, p90, p99, mx = map(float, v[6:10])
         assert 1.0 <= p50 <= p90 <= p99 <= mx, k
-    assert "every one of the 528 flows completed in the simulator" in r.output
+    assert "every one of the 536 flows completed in the simulator" in r.output
     pngs = sorted((tmp_path / "p" / "q").iterdir())
     assert [p.name for p in pngs] == ["dante-nic-completion.png", "dante-slowdown-cdf.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
@@ -45,7 +45,7 @@ def test_not_completed_flows_are_listed(tmp_path):
     assert r.exit_code == 0, r.output
     assert "not completed by the simulator: 2 flows, flow-file lines" in r.output
     total = [line.split() for line in r.output.splitlines() if line.startswith("all ")][0]
-    assert total[1:3] == ["528", "526"]
+    assert total[1:3] == ["536", "534"]
 
 
 def test_errors_are_one_line(tmp_path):

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from tokenpcap.errors import InputError
 from tokenpcap.collectives.algorithms import selectable_algorithms
-from tokenpcap.collectives.transfers import slice_elements_bytes, transfers
+from tokenpcap.collectives.transfers import (slice_elements_bytes, smallest_message_elements,
+                                             transfers)
 from tokenpcap.plan.calls import scaled_bytes
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.config.profiles import CollectivesConfig
@@ -162,6 +163,75 @@ def test_scaled_bytes_keeps_whole_elements():
     assert scaled_bytes(0, 4, 64) == 0
     with pytest.raises(InputError):
         scaled_bytes(8, 2, 0)
+    with pytest.raises(InputError):
+        scaled_bytes(8, 2, 2, 0)
+
+
+def test_scaled_bytes_stops_at_the_floor_and_never_grows_a_call():
+    # 469,762,048 bf16 bytes (DeepSeek-V3's dispatch) / 10^8 = 4 bytes, but 64 peers x 16
+    # channels need 1,024 elements: 2,048 bytes
+    assert scaled_bytes(469_762_048, 2, 10 ** 8) == 4
+    assert scaled_bytes(469_762_048, 2, 10 ** 8, 64 * 16) == 2048
+    assert scaled_bytes(469_762_048, 2, 10 ** 4, 64 * 16) == 46_976     # above the floor
+    # 128 int64 counts over 256 pieces: fewer than the floor already, kept as they are
+    assert scaled_bytes(1024, 8, 10 ** 9, 256) == 1024
+
+
+def _pieces_with_data(call, alg, lay, channels) -> set[tuple[int, int]]:
+    """The (hop, channel) pairs of ``call`` that carry bytes."""
+    t = transfers(call, alg, lay, channels, 1 << 20).table
+    return set(zip(t["hop"].tolist(), t["channel"].tolist()))
+
+
+@settings(max_examples=150, deadline=None)
+@given(coll=st.sampled_from(["AllReduce", "ReduceScatter", "AllGather", "AllToAll", "Broadcast",
+                             "SendRecv"]),
+       alg=st.sampled_from(selectable_algorithms()), group=st.permutations(range(12)),
+       n=st.integers(1, 12), gpn=st.sampled_from([1, 2, 3, 4, 6]), e=st.sampled_from([1, 2, 4, 8]),
+       channels=st.integers(1, 5), more=st.integers(0, 500))
+def test_smallest_message_is_exactly_one_element_per_piece(coll, alg, group, n, gpn, e, channels,
+                                                          more):
+    """With smallest_message_elements elements every (hop, channel) of the call carries data,
+    as with any more; with one element fewer some (hop, channel) is empty. Found from the
+    transfers themselves, not from the algorithm's pieces."""
+    lay = RankLayout(dp=12, tp=1, pp=1, gpus_per_node=gpn, nics_per_node=gpn)
+    g = tuple(group[:2 if coll == "SendRecv" else n])
+    k = smallest_message_elements(coll, g, alg, lay, channels)
+    every = {(i, c) for i in range(len(hops(Call(coll, g, k * e, e), alg, lay)))
+             for c in range(channels)}
+    assert _pieces_with_data(Call(coll, g, k * e, e), alg, lay, channels) == every
+    assert _pieces_with_data(Call(coll, g, (k + more) * e, e), alg, lay, channels) == every
+    if not every:
+        assert k == 1                                  # nothing to keep: the old floor
+    elif k > 1:
+        assert _pieces_with_data(Call(coll, g, (k - 1) * e, e), alg, lay, channels) < every
+
+
+@settings(max_examples=100, deadline=None)
+@given(coll=st.sampled_from(["AllReduce", "ReduceScatter", "AllGather", "AllToAll", "Broadcast",
+                             "SendRecv"]),
+       alg=st.sampled_from(selectable_algorithms()), n=st.integers(2, 12),
+       gpn=st.sampled_from([1, 2, 4]), e=st.sampled_from([1, 2, 4, 8]), channels=st.integers(1, 16),
+       elems=st.integers(1, 1 << 24), scale=st.integers(1, 10 ** 9))
+def test_a_scaled_call_keeps_every_piece_of_the_unscaled_one(coll, alg, n, gpn, e, channels,
+                                                             elems, scale):
+    """At any scale 1 .. 10^9 the call sends on the same (hop, channel) pairs as unscaled (every
+    peer, chunk and channel it had), each no larger."""
+    lay = RankLayout(dp=12, tp=1, pp=1, gpus_per_node=gpn, nics_per_node=gpn)
+    g = tuple(range(2 if coll == "SendRecv" else n))
+    floor = smallest_message_elements(coll, g, alg, lay, channels)
+    s0 = elems * e
+    s = scaled_bytes(s0, e, scale, floor)
+    assert e <= s <= s0 and s % e == 0
+    full, small = (transfers(Call(coll, g, b, e), alg, lay, channels, 1 << 20).table
+                   for b in (s0, s))
+    assert (set(zip(small["hop"].tolist(), small["channel"].tolist()))
+            == set(zip(full["hop"].tolist(), full["channel"].tolist())))
+    def per_piece(t: np.ndarray) -> np.ndarray:
+        return np.bincount(t["hop"] * channels + t["channel"], weights=t["bytes"],
+                           minlength=int(t["hop"].max(initial=-1) + 1) * channels)
+
+    assert (per_piece(small) <= per_piece(full)).all()
 
 
 def test_bad_channels_or_slice_raise():

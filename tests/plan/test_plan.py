@@ -22,6 +22,7 @@ from tokenpcap.config.profiles import (
 )
 from tokenpcap.tokens import tokenize
 from tokenpcap.collectives.traffic import per_rank_bytes, total_traffic_bytes
+from tokenpcap.collectives.transfers import smallest_message_elements
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "profiles"
@@ -333,26 +334,79 @@ def test_every_model_on_every_cluster_plans(mpath: Path, cpath: Path):
 # ------------------------------------------------------------------ the scaled plan
 
 
-@pytest.mark.parametrize("scale", [1, 16, 1000])
+@pytest.mark.parametrize("scale", [1, 16, 1000, 10 ** 9])
 def test_scaled_plan_sizes_are_whole_elements_of_s_over_k(scale):
-    """build_plan(scale=K): every call carries floor(S/K) rounded down to whole elements (at least
-    one), and the rows sum per_rank_bytes over exactly those calls (fails before: no scale)."""
+    """build_plan(scale=K): every call carries floor(S/K) rounded down to whole elements, at
+    least one element per piece (its algorithm's pieces times the channels), at most S; the rows
+    sum per_rank_bytes over exactly those calls (fails before: no scale)."""
     s = dante()
     base, plan = build_plan(s), build_plan(s, scale=scale)
     assert plan.scale == scale and plan.to_json()["scale"] == scale
     nic = Counter()
     for c0, c in zip(base.calls(), plan.calls(), strict=True):
-        want = c0.message_bytes if scale == 1 else max(
-            c0.elem_bytes, (c0.message_bytes // scale) // c0.elem_bytes * c0.elem_bytes)
+        e, elems = c0.elem_bytes, c0.message_bytes // c0.elem_bytes
+        floor = smallest_message_elements(c0.collective, c0.group, plan.algorithm, plan.layout,
+                                          s.collectives.channels)
+        want = c0.message_bytes if scale == 1 else max(min(elems, floor), elems // scale) * e
         assert (c.call_id, c.message_bytes) == (c0.call_id, want)
         nic[c.label] += int(per_rank_bytes(c, plan.algorithm, plan.layout).nic_bytes.sum())
     assert {r.name: r.nic_bytes for r in plan.rows} == dict(nic)
     assert plan.totals()["nic_bytes"] == sum(nic.values())
     # the DP AllReduce buckets of Dante (bf16 gradients): 40,000,000-byte buckets -> S/K
     dp = rows(plan)["dp/backward/AllReduce"]
-    assert rows(base)["dp/backward/AllReduce"].message_bytes // scale // 2 * 2 == dp.message_bytes
+    if scale < 10 ** 9:
+        assert rows(base)["dp/backward/AllReduce"].message_bytes // scale // 2 * 2 == dp.message_bytes
+    else:   # the floor: hierarchical over the 4 DP ranks (4 sub-chunks) x 2 channels, bf16
+        assert dp.message_bytes == 4 * 2 * 2
     if scale > 1:
         assert plan.pcap["payload_bytes"] < base.pcap["payload_bytes"]
+
+
+def test_deepseek_v3_at_scale_1e8_keeps_every_peer_of_its_expert_alltoall():
+    """DeepSeek-V3 (arXiv 2412.19437: 4K sequences, hidden 7,168, top-8 routing, EP 64 over 8
+    nodes of 8 H800 with 8 NICs: NCCL's 16 channels) at --scale 100000000: each dispatch of
+    4,096 x 8 x 7,168 bf16 values (469,762,048 bytes; its probs 65,536) would be 4 bytes (2
+    elements for 64 peers); the floor keeps 64 peers x 16 channels = 1,024 elements, so every
+    rank still sends 32 bytes to each of its 63 peers, as unscaled, and the plan's NIC bytes are
+    what those transfers carry: 3 AllToAlls (dispatch, probs, combine) x 58 MoE layers x 120
+    microbatches x 2 EP groups a stage, each 64 ranks x 56 peers on other nodes x 32 bytes."""
+    from tokenpcap.collectives.traffic import CallShape, hops
+    from tokenpcap.collectives.transfers import transfers
+
+    s = load_scenario(PROFILES / "scenarios" / "deepseek-v3-2048.yaml")
+    assert s.collectives.channels == 16
+    plan = build_plan(s, scale=10 ** 8)
+    lay, ch = plan.layout, s.collectives.channels
+    for label in ("ep/forward/AllToAll", "ep/backward/AllToAll"):
+        row = rows(plan)[label]
+        assert row.sizes == {1024 * 2: 3 * 58 * 120 * 2}
+        assert row.nic_bytes == 3 * 58 * 120 * 2 * 64 * 56 * 32 == 4_789_370_880
+        for f in (f for f in plan.families if f.label == label):
+            for g in f.groups:
+                for size in (469_762_048, 65_536, f.message_bytes):     # unscaled, scaled
+                    h = hops(CallShape("AllToAll", g, size, 2), plan.algorithm, lay)
+                    sent = h[h["bytes"] > 0]
+                    assert len(set(zip(sent["src"].tolist(), sent["dst"].tolist()))) == 64 * 63
+                assert (h["bytes"] == 32).all()                # 16 channels of one element each
+        # one group's transfers: every peer on every channel, its NICs' bytes as the plan counts
+        f = next(f for f in plan.families if f.label == label)
+        t = transfers(CallShape("AllToAll", f.groups[0], f.message_bytes, 2), plan.algorithm,
+                      lay, ch, s.collectives.slice_bytes).table
+        assert len(set(zip(t["src"].tolist(), t["dst"].tolist(), t["channel"].tolist()))) \
+            == 64 * 63 * ch == len(t)
+        nic = t[t["nic"]]
+        assert int(nic["bytes"].sum()) == 64 * 56 * 32
+        # a node's NICs carry one EP group's AllToAlls (2 groups of 8 nodes a stage), so the
+        # plan's bytes on that group's NICs are its transfers times its calls: 3 x 4 MoE layers
+        # x 120 microbatches on stage 1
+        calls = sum(len(x.insts) for x in plan.families
+                    if x.label == label and f.groups[0] in x.groups)
+        assert f.stage == 1 and calls == 3 * 4 * 120
+        per_nic = np.bincount(nic["src_nic"], weights=nic["bytes"],
+                              minlength=lay.nodes * lay.nics_per_node).astype(np.int64)
+        mine = np.unique(nic["src_nic"])
+        assert mine.size == 8 * 8
+        assert (row.nic_bytes_by_nic(lay)[mine] == per_nic[mine] * calls).all()
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tokenpcap.collectives.algorithms import selectable_algorithms
 from tokenpcap.schedule.compute import flops_time_ns, iteration_flops, stage_times
-from tokenpcap.records import DIMS, KIND_DATA, PHASES, phase_label
+from tokenpcap.records import COLLECTIVES, DIMS, KIND_DATA, PHASES, phase_label
 from tokenpcap.plan.build import build_plan
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.schedule.program import one_f_one_b
@@ -253,6 +253,49 @@ def test_message_bytes_equal_the_plan_per_phase_and_nic(tmp_path, name, dp, tp, 
     assert_data_bytes_equal_the_plan(m, plan)
     # and what the NICs actually sent (data packets of the engine) adds up to the same
     assert (m["arrival_ns"] >= 0).all()
+
+
+#: Bundled scenarios whose plan and schedule build in about a second at any scale.
+SMALL_SCENARIOS = ("dante", "gpt2-all-cross", "llama2-7b-a100-ib", "llama3-8b-zero3",
+                   "mixtral-8x7b-ep", "mixtral-8x7b-ep-64")
+
+
+@settings(max_examples=20, deadline=None)
+@given(name=st.sampled_from(SMALL_SCENARIOS),
+       scale=st.one_of(st.sampled_from([1, 10 ** 7, 10 ** 8, 10 ** 9]), st.integers(1, 10 ** 9)))
+def test_the_transfers_carry_the_plans_nic_bytes_per_phase_and_nic_at_any_scale(name, scale):
+    """The data messages the schedule posts (known before it runs) sum, per phase label and
+    sending NIC, to the plan's rows at any --scale up to 10^9; every AllToAll call of an EP
+    scenario sends to every peer of its group on another node (none drops out however small
+    the scale makes it)."""
+    plan = build_plan(load_scenario(ROOT / "profiles" / "scenarios" / f"{name}.yaml"), scale=scale)
+    sched = Schedule(plan, keep_messages=False)
+    tr = sched.nic_transfers([0])
+    codes = np.stack([tr["dim"], tr["phase"], tr["collective"]], axis=1)
+    keys, inv = np.unique(codes, axis=0, return_inverse=True)
+    got = {}
+    for k, key in enumerate(keys.tolist()):
+        at = inv.ravel() == k
+        got[phase_label(*key)] = np.bincount(tr["src_nic"][at], weights=tr["size_bytes"][at],
+                                             minlength=plan.layout.nodes * plan.layout.nics_per_node)
+    want = {r.name: r.nic_bytes_by_nic(plan.layout) for r in plan.rows if r.nic_bytes}
+    assert sorted(got) == sorted(want)
+    for label, per_nic in want.items():
+        assert (got[label].astype(np.int64) == per_nic).all(), label
+    a2a = np.flatnonzero((tr["dim"] == DIMS.index("ep"))
+                         & (tr["collective"] == COLLECTIVES.index("AllToAll")))
+    peers: dict[int, set] = defaultdict(set)
+    for c, a, b in zip(*(tr[k][a2a].tolist() for k in ("call_id", "rank_src", "rank_dst"))):
+        peers[c].add((a, b))
+    gpn = plan.layout.gpus_per_node
+    for c, pairs in peers.items():
+        g = plan.call(c).group
+        assert pairs == {(a, b) for a in g for b in g if a // gpn != b // gpn}, c
+    across = sum(len(f.insts) for f in plan.families if f.dim == "ep" and f.collective == "AllToAll"
+                 for g in f.groups if len({r // gpn for r in g}) > 1)
+    assert len(peers) == across
+    if name == "mixtral-8x7b-ep":
+        assert across == 768 + 384                     # its expert AllToAlls cross nodes
 
 
 VARIANTS = {

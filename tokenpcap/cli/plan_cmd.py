@@ -87,7 +87,8 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int) -
         out.print(_epoch_note(ep, tot["tokens"], data["microbatches"]))
     if data.get("scale", 1) > 1:
         out.print(f"message sizes divided by --scale {data['scale']} (whole elements, at least "
-                  "one): the iteration `generate --scale` writes")
+                  "one per piece: every peer, chunk and channel of a call kept): the iteration "
+                  "`generate --scale` writes")
 
 
 def _epoch_note(ep: dict, per_iteration: int, microbatches: int) -> str:

@@ -53,7 +53,8 @@ from tokenpcap.collectives.algorithms import ALGORITHMS
 from tokenpcap.collectives.rails import hop_channel_nics
 from tokenpcap.collectives.traffic import CallLike, CallShape, effective_algorithm, hops, ring_chunk_bytes
 
-__all__ = ["TRANSFER_DTYPE", "Transfers", "transfers", "slice_elements_bytes"]
+__all__ = ["TRANSFER_DTYPE", "Transfers", "transfers", "slice_elements_bytes",
+           "smallest_message_elements"]
 
 #: One row per RDMA message (or NVLink copy) of one collective call. Shape ``(n,)``.
 #:
@@ -143,6 +144,27 @@ class Transfers:
     @functools.cached_property
     def nics(self) -> tuple[tuple[int, int], ...]:
         return tuple(zip(self.table["src_nic"].tolist(), self.table["dst_nic"].tolist()))
+
+
+def smallest_message_elements(collective: str, group: tuple[int, ...], algorithm: str,
+                              layout: RankLayout, channels: int) -> int:
+    """Fewest elements of ``S`` with which every piece of the call carries data: ``pieces *
+    channels`` (at least 1), where ``pieces`` is the algorithm's
+    (:meth:`~tokenpcap.collectives.algorithms.Algorithm.pieces`: the parts its hops deal ``S``
+    into) and every hop is split over ``channels`` in whole elements, as :func:`transfers` splits
+    it. With fewer elements some channel part of some hop is empty and sends nothing (a peer,
+    a chunk, a QP or a NIC of the call drops out of the capture); with at least this many every
+    ``(hop, channel)`` of the call carries at least one element.
+
+    Raises:
+        InputError: ``channels < 1``; an unknown algorithm.
+    """
+    if channels < 1:
+        raise InputError(f"channels: got {channels}, expected an integer >= 1")
+    if algorithm not in ALGORITHMS:
+        raise InputError(f"algorithm {algorithm!r}, expected one of {', '.join(ALGORITHMS)}")
+    alg = ALGORITHMS[effective_algorithm(collective, algorithm)]
+    return max(1, alg.pieces(collective, tuple(group), layout) * channels)
 
 
 def slice_elements_bytes(slice_bytes: int, elem_bytes: int) -> int:

@@ -23,7 +23,8 @@ module and the selection parsers are importable from here too.
   (2024-01-01T00:00:00Z), so that the same inputs give byte-identical files.
 * **Seed**: QPNs, initial PSNs, R_Keys, buffer addresses and the payload pattern.
 * **Scale**: every message size and compute time divided by ``scale`` (whole elements, at least
-  one): the structure of the iteration stays, the bytes shrink.
+  one per piece of the call: :func:`tokenpcap.plan.calls.scaled_bytes`): the structure of the
+  iteration stays, every peer, chunk and channel of every call included; the bytes shrink.
 * **Work**: :func:`tokenpcap.schedule.limits.check_work` refuses a run the packet simulator cannot
   do in reasonable memory and time (counted from the plan, before simulating).
 * **Size**: :func:`tokenpcap.generate.size.predict_capture` gives the exact size before anything

@@ -3,9 +3,9 @@
 ``build_plan(scenario, tokens=None, *, scale=1) -> Plan``. A :class:`Plan` holds:
 
 * ``scale``: every call's ``message_bytes`` is the scenario's divided by it
-  (:func:`tokenpcap.plan.calls.scaled_bytes`: whole elements, at least one), so rows, totals and the
-  pcap estimate describe the iteration that ``generate --scale`` writes (one iteration; a capture
-  of N iterations holds N times the per-iteration totals);
+  (:func:`tokenpcap.plan.calls.scaled_bytes`: whole elements, at least one per piece of the call),
+  so rows, totals and the pcap estimate describe the iteration that ``generate --scale`` writes
+  (one iteration; a capture of N iterations holds N times the per-iteration totals);
 
 * ``layout``: the :class:`tokenpcap.collectives.layout.RankLayout` (rank ↔ (pp, dp, tp), groups, node, NIC);
 * ``rows``: one :class:`PhaseRow` per phase label (``tokenpcap.records.phase_label``, e.g.
@@ -353,8 +353,9 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
             f"{scenario.path or '<scenario>'}: tokens.seq_length: got {tokens.seq_length}, "
             f"expected the model's seq_length {scenario.model.seq_length}")
     layout = rank_layout(scenario)
-    fams = scale_families(build_families(scenario, layout), scale)
     alg = scenario.collectives.algorithm
+    fams = scale_families(build_families(scenario, layout), scale, alg, layout,
+                          scenario.collectives.channels)
     world = layout.world_size
     acc: dict[str, dict] = {}
     nic_all = np.zeros(world, dtype=np.int64)

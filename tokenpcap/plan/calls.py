@@ -68,6 +68,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from tokenpcap.errors import InputError
 from tokenpcap.collectives.layout import RankLayout
+from tokenpcap.collectives.transfers import smallest_message_elements
 from tokenpcap.records import phase_label
 from tokenpcap.model import activation_bytes, scenario_shards
 from tokenpcap.config.profiles import DTYPE_BYTES, Scenario
@@ -253,30 +254,52 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
     return fams
 
 
-def scaled_bytes(message_bytes: int, elem_bytes: int, scale: int) -> int:
-    """``message_bytes / scale`` in whole elements, at least one element when the call has bytes
-    (``--scale`` keeps every call, only smaller). ``scale == 1`` returns ``message_bytes``.
+def scaled_bytes(message_bytes: int, elem_bytes: int, scale: int, min_elements: int = 1) -> int:
+    """``message_bytes / scale`` in whole elements, at least ``min_elements`` elements, or the
+    whole message when it has fewer (``--scale`` keeps every call and every piece of it, only
+    smaller, and never makes a call larger). ``scale == 1`` returns ``message_bytes``.
+
+    ``min_elements`` is the call's floor,
+    :func:`tokenpcap.collectives.transfers.smallest_message_elements` (one element per piece of
+    the call's algorithm, group and channels); a message of fewer elements than that already
+    leaves some piece empty unscaled and keeps its whole elements. A message shorter than one
+    element becomes one element.
 
     The one place a message size is scaled: :func:`tokenpcap.plan.build.build_plan` applies it to every
-    call family once (``Plan.scale``); the schedule and the generator take the plan's sizes as
-    they are, so bytes are never scaled twice.
+    call family once (``Plan.scale``, :func:`scale_families`); the schedule and the generator
+    take the plan's sizes as they are, so bytes are never scaled twice.
 
     Raises:
-        InputError: ``scale < 1``.
+        InputError: ``scale < 1`` or ``min_elements < 1``.
     """
     if scale < 1:
         raise InputError(f"scale: got {scale}, expected an integer >= 1")
+    if min_elements < 1:
+        raise InputError(f"min_elements: got {min_elements}, expected an integer >= 1")
     if scale == 1 or message_bytes == 0:
         return message_bytes
-    return max(elem_bytes, message_bytes // scale // elem_bytes * elem_bytes)
+    elems = message_bytes // elem_bytes
+    return max(1, min(elems, min_elements), elems // scale) * elem_bytes
 
 
-def scale_families(fams: list[Family], scale: int) -> list[Family]:
-    """``fams`` with every ``message_bytes`` divided by ``scale`` (:func:`scaled_bytes`); the
-    same list when ``scale == 1``. Raises: InputError: ``scale < 1``."""
+def scale_families(fams: list[Family], scale: int, algorithm: str, layout: RankLayout,
+                   channels: int) -> list[Family]:
+    """``fams`` with every ``message_bytes`` divided by ``scale`` (:func:`scaled_bytes`), each
+    family no smaller than the largest floor among its groups
+    (:func:`tokenpcap.collectives.transfers.smallest_message_elements` with the scenario's
+    ``algorithm`` and ``channels``); the same list when ``scale == 1``.
+
+    Raises:
+        InputError: ``scale < 1``; as :func:`~tokenpcap.collectives.transfers.smallest_message_elements`.
+    """
     if scale < 1:
         raise InputError(f"scale: got {scale}, expected an integer >= 1")
     if scale == 1:
         return fams
-    return [replace(f, message_bytes=scaled_bytes(f.message_bytes, f.elem_bytes, scale))
-            for f in fams]
+    out = []
+    for f in fams:
+        floor = max(smallest_message_elements(f.collective, g, algorithm, layout, channels)
+                    for g in f.groups)
+        out.append(replace(f, message_bytes=scaled_bytes(f.message_bytes, f.elem_bytes, scale,
+                                                         floor)))
+    return out

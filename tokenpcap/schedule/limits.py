@@ -139,12 +139,14 @@ def _nvlink_copies_per_iteration(plan) -> int:  # type: ignore[no-untyped-def]
 
 
 def _work_at_any_scale(plan, iterations: int, keep_messages: bool) -> Work:  # type: ignore[no-untyped-def]
-    """A lower bound of the work at any ``--scale``: the plan with every call one element
-    (chunks of zero bytes send nothing, so the true minimum is at least this)."""
+    """The least work at any ``--scale``: the plan with every call at its floor
+    (:func:`tokenpcap.plan.calls.scaled_bytes`: one element per piece, so every (hop, channel)
+    that carries data unscaled carries one message; a call's messages never grow with the
+    scale)."""
     from tokenpcap.plan.build import build_plan
 
     # A scale at least the largest unscaled call (scaled bytes * scale bounds it from above)
-    # makes every call its smallest, whatever --scale the plan was built at.
+    # makes every call its floor, whatever --scale the plan was built at.
     big = max((f.message_bytes for f in plan.families), default=1) * plan.scale
     low = build_plan(plan.scenario, scale=max(plan.scale, big))
     return estimate_work(low, iterations, nvlink=False, keep_messages=keep_messages)

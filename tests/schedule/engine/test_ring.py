@@ -72,7 +72,7 @@ def assert_streams_as_kept(plan, nics, ring_rows: int, chunk_rows: int = 1 << 10
 @pytest.mark.parametrize("cts", [True, False])
 @pytest.mark.parametrize("nics", [None, (0, 5), (3,), ()])
 def test_a_tiny_ring_reused_and_grown_all_the_time_gives_the_frames_and_rows_of_the_kept_table(cts, nics):
-    """Dante at --scale 64 (1,056 messages with clear-to-send, 8 NICs) on a ring of 4 rows: it
+    """Dante at --scale 64 (1,072 messages with clear-to-send, 8 NICs) on a ring of 4 rows: it
     grows and its rows are reused at every turn; frames and the rows read per chunk are those of
     the run that keeps every row."""
     plan = build_plan(_scenario("dante", clear_to_send=cts), scale=64)

@@ -27,7 +27,7 @@ DEFAULT = "ring"
 
 class Algorithm:
     """A collective algorithm (module docstring). Subclasses set :attr:`name` and :attr:`runs`
-    and implement :meth:`hops` and :meth:`total_bytes`.
+    and implement :meth:`hops`, :meth:`pieces` and :meth:`total_bytes`.
 
     Attributes:
         name: the scenario's ``collectives.algorithm`` value.
@@ -46,6 +46,16 @@ class Algorithm:
              layout: RankLayout) -> np.ndarray:
         """:data:`~tokenpcap.collectives.hops.HOP_DTYPE` rows of one call of ``collective`` on
         ``group`` with ``S = s`` bytes of ``e``-byte elements."""
+        raise NotImplementedError
+
+    def pieces(self, collective: str, group: tuple[int, ...], layout: RankLayout) -> int:
+        """Into how many parts :meth:`hops` deals ``S``'s elements for one call of
+        ``collective`` on ``group`` (ring: ``N`` chunks; tree: 2 halves; direct AllToAll: one
+        chunk per destination; point to point: 1), 0 when the call has no hops. Exact: every
+        hop carries at least ``k`` whole elements iff ``S`` holds at least ``k * pieces``
+        elements (the parts are dealt as evenly as
+        :func:`~tokenpcap.collectives.hops.ring_chunk_bytes` deals them, the smallest holding
+        ``elements // pieces``)."""
         raise NotImplementedError
 
     def total_bytes(self, collective: str, group: tuple[int, ...], s: int,

@@ -29,6 +29,9 @@ class Direct(Algorithm):
         i, j = i[mask], j[mask]
         return hop_table((j - i) % n, g[i], g[j], j, c[j])
 
+    def pieces(self, collective: str, group: tuple[int, ...], layout: RankLayout) -> int:
+        return len(group) if len(group) > 1 else 0    # chunk j of every rank's buffer to rank j
+
     def total_bytes(self, collective: str, group: tuple[int, ...], s: int,
                     layout: RankLayout) -> int:
         return (len(group) - 1) * s

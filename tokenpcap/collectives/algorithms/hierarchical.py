@@ -47,6 +47,11 @@ class Hierarchical(Algorithm):
             parts.append(h)
         return np.concatenate(parts) if parts else np.zeros(0, HOP_DTYPE)
 
+    def pieces(self, collective: str, group: tuple[int, ...], layout: RankLayout) -> int:
+        # k intra-node chunks, each cut into M by the inter-node ring: k * M = N sub-chunks,
+        # the smallest of (elements // k) // M = elements // N elements; N ring chunks otherwise
+        return len(group) if len(group) > 1 else 0
+
     def total_bytes(self, collective: str, group: tuple[int, ...], s: int,
                     layout: RankLayout) -> int:
         nodes = nodes_in_order(group, layout)

@@ -26,6 +26,9 @@ class P2P(Algorithm):
         return hop_table(np.zeros(1), np.array([group[0]]), np.array([group[1]]), np.zeros(1),
                          np.array([s]))
 
+    def pieces(self, collective: str, group: tuple[int, ...], layout: RankLayout) -> int:
+        return 1                                      # S whole from src to dst
+
     def total_bytes(self, collective: str, group: tuple[int, ...], s: int,
                     layout: RankLayout) -> int:
         return s

@@ -56,6 +56,12 @@ class Ring(Algorithm):
              layout: RankLayout) -> np.ndarray:
         return ring_hops(collective, group, s, e)
 
+    def pieces(self, collective: str, group: tuple[int, ...], layout: RankLayout) -> int:
+        n = len(group)
+        if n == 1:
+            return 0
+        return 1 if collective == "Broadcast" else n   # Broadcast sends S whole at every hop
+
     def total_bytes(self, collective: str, group: tuple[int, ...], s: int,
                     layout: RankLayout) -> int:
         n = len(group)

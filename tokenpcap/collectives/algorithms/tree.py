@@ -72,6 +72,9 @@ class Tree(Algorithm):
         a = np.array(rows, dtype=np.int64)
         return hop_table(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4])
 
+    def pieces(self, collective: str, group: tuple[int, ...], layout: RankLayout) -> int:
+        return 2 if len(group) > 1 else 0             # each tree carries its half whole
+
     def total_bytes(self, collective: str, group: tuple[int, ...], s: int,
                     layout: RankLayout) -> int:
         return 2 * (len(group) - 1) * s
