@@ -123,6 +123,9 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
             if t.size:
                 first, last = min(first, int(t.min())), max(last, int(t.max()))
             add_batch(acc, cap, rec)
+            if rec.size:                 # the frames read again after the reader released them
+                cap.release(int(rec["record"].min()),
+                            int((rec["offset"] + rec["caplen"]).max()))
         if cap.truncated_at is not None:
             truncated.append(cap.truncated_at)
         declared += [(i.name, i.description) for i in cap.interfaces if i.name and i.description]
