@@ -46,3 +46,46 @@ def test_small_writes_are_write_only_without_immediate_whatever_the_size(
     assert got == want
     assert sum(f["imm_messages"] for f in rep.flows) == int((op == WRITE_ONLY_IMM).sum())
     assert rep.roce["icrc_bad"] == 0 and rep.roce["psn_gaps"] == 0
+
+
+@given(caplen=st.lists(st.integers(0, 9000), min_size=0, max_size=200),
+       frame_bytes=st.integers(1, 40000))
+def test_pieces_cut_the_rows_in_order_into_pieces_of_about_frame_bytes(caplen, frame_bytes):
+    """The pieces are the rows 0..n-1 in order, none empty; a piece's bytes after its first row
+    stay below ``frame_bytes`` (so a piece holds at most that much plus one frame)."""
+    from tokenpcap.analysis.batch import pieces
+    from tokenpcap.pcap.capture import RECORD_DTYPE
+    rec = np.zeros(len(caplen), RECORD_DTYPE)
+    rec["caplen"] = caplen
+    got = pieces(rec, frame_bytes)
+    assert [i for a, b in got for i in range(a, b)] == list(range(len(caplen)))
+    assert all(b > a for a, b in got)
+    assert all(sum(caplen[a + 1:b]) < frame_bytes for a, b in got)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 300), frame_bytes=st.sampled_from([1, 5000, 100_000, 1 << 26]),
+       snaplen=st.sampled_from([74, 262144]))
+def test_decode_and_crc_piece_by_piece_equal_the_whole_batch(tmp_path, n, frame_bytes, snaplen):
+    """Decoding and checking the CRCs of a batch piece by piece, releasing each piece, gives the
+    rows :func:`decode_batch` and :func:`check_crcs` give for the whole batch at once."""
+    from tokenpcap.analysis import batch as batch_mod
+    from tokenpcap.analysis.crc import check_crcs
+    from tokenpcap.analysis.decode import decode_batch
+    from tokenpcap.pcap.reader import open_capture
+    path = tmp_path / f"d{n}_{snaplen}.pcap"
+    write_trace(path, n, snaplen=snaplen)
+    cap = open_capture(path)
+    rec = cap.read()
+    whole = decode_batch(cap.data, rec, cap.views)
+    want = check_crcs(cap.data, rec["offset"], whole)
+    real = batch_mod.pieces
+    try:
+        batch_mod.pieces = lambda r: real(r, frame_bytes)
+        dec = batch_mod._decoded(cap, rec)
+        got = batch_mod._crcs(cap, rec, dec)
+    finally:
+        batch_mod.pieces = real
+    assert (dec.to_records() == whole.to_records()).all()
+    assert all((g == w).all() for g, w in zip(got, want))
+    assert snaplen < 262144 or (got[0] == 1).all()

@@ -555,29 +555,38 @@ def test_a_nic_that_sends_only_control_packets_is_named_with_the_reason(tmp_path
 
 def test_every_batch_is_released_after_it_is_read(tmp_path, monkeypatch):
     """The frames of a batch are read (decode, CRC) after the reader has walked on and released
-    their region, so inspect releases every batch's bytes itself once it is folded in; without
-    that, resident memory grows with the file (docs/analysis.md). Small batches and regions
-    make a file of several of each."""
+    their region, so add_batch releases every byte of the batch itself, piece by piece, before
+    it returns; without that, resident memory grows with the file (docs/analysis.md). Small
+    batches, regions and pieces make a file of several of each."""
     from tests.analysis.trace import write_trace
+    from tokenpcap.analysis import batch as batch_mod
     from tokenpcap.analysis import inspect as inspect_mod
     from tokenpcap.pcap import capture as capture_mod
     path = tmp_path / "t.pcap"
     write_trace(path, 600)
     monkeypatch.setattr(capture_mod, "REGION", 1 << 16)
     monkeypatch.setattr(inspect_mod, "CHUNK", 64)
-    events = []
-    add = inspect_mod.add_batch
-    monkeypatch.setattr(inspect_mod, "add_batch",
-                        lambda acc, cap, rec: (add(acc, cap, rec), events.append(("read", rec)))[0])
+    real_pieces = batch_mod.pieces
+    monkeypatch.setattr(batch_mod, "pieces", lambda rec: real_pieces(rec, 1 << 15))
+    released = []
     release = capture_mod.Capture.release
     monkeypatch.setattr(capture_mod.Capture, "release",
-                        lambda self, lo, hi: (release(self, lo, hi), events.append(("release", (lo, hi))))[0])
+                        lambda self, lo, hi: (release(self, lo, hi), released.append((lo, hi)))[0])
+    spans = []
+    add = inspect_mod.add_batch
+
+    def add_batch(acc, cap, rec):
+        first = len(released)
+        add(acc, cap, rec)
+        spans.append((rec, sorted(released[first:])))
+    monkeypatch.setattr(inspect_mod, "add_batch", add_batch)
     rep = inspect_capture(path, max_records=64)
-    assert rep.packets == 600
-    reads = [k for k, (what, _) in enumerate(events) if what == "read"]
-    assert len(reads) > 2
-    for k in reads:
-        rec = events[k][1]
+    assert rep.packets == 600 and len(spans) > 2
+    for rec, done in spans:
         lo, hi = int(rec["record"].min()), int((rec["offset"] + rec["caplen"]).max())
-        later = [span for what, span in events[k + 1:] if what == "release"]
-        assert later and later[0][0] <= lo and later[0][1] >= hi, (k, lo, hi, later[:1])
+        assert len(done) > 1                              # piece by piece
+        reach = lo
+        for a, b in done:                                 # the pieces cover [lo, hi) whole
+            assert a <= reach
+            reach = max(reach, b)
+        assert done[0][0] <= lo and reach >= hi

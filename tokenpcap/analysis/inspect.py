@@ -122,10 +122,7 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
             t = rec["time_ns"][rec["time_ns"] != NO_TIME]
             if t.size:
                 first, last = min(first, int(t.min())), max(last, int(t.max()))
-            add_batch(acc, cap, rec)
-            if rec.size:                 # the frames read again after the reader released them
-                cap.release(int(rec["record"].min()),
-                            int((rec["offset"] + rec["caplen"]).max()))
+            add_batch(acc, cap, rec)          # releases the batch's frames when done
         if cap.truncated_at is not None:
             truncated.append(cap.truncated_at)
         declared += [(i.name, i.description) for i in cap.interfaces if i.name and i.description]
