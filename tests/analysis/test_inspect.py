@@ -590,3 +590,31 @@ def test_every_batch_is_released_after_it_is_read(tmp_path, monkeypatch):
             assert a <= reach
             reach = max(reach, b)
         assert done[0][0] <= lo and reach >= hi
+
+
+def test_comment_table_is_bounded_by_a_batch_not_the_file(tmp_path, monkeypatch):
+    """pcapng comments are distinct per call and step: inspect starts the capture's comment
+    table afresh after every batch, so it holds about one batch's comments, and the phases
+    are the same as when the whole file is one batch (where nothing is forgotten before the
+    end)."""
+    from tests.analysis.trace import write_trace
+    from tokenpcap.pcap import capture as capture_mod
+    n = 2000
+    labels = [("cts " if i % 5 == 0 else "") +
+              f"{'dp/backward' if i % 2 else 'tp/forward'}/AllReduce it 0 call {i // 4} step 0"
+              for i in range(n)]
+    path = tmp_path / "c.pcapng"
+    write_trace(path, n, fmt="pcapng", comments=labels)
+    held = []
+    forget = capture_mod.Capture.forget_comments
+    monkeypatch.setattr(capture_mod.Capture, "forget_comments",
+                        lambda self: (held.append(len(self.comments)), forget(self))[1])
+    whole = inspect_capture(path).to_json()
+    assert held == [len(set(labels))]
+    held.clear()
+    small = inspect_capture(path, max_records=100).to_json()
+    assert len(held) >= n // 100 and 0 < max(held) <= 200 < len(set(labels))
+    assert small["phases"] == whole["phases"] and len(whole["phases"]) == 4
+    assert {p["name"]: p["packets"] for p in whole["phases"]} == {
+        "dp/backward/AllReduce": 800, "dp/backward/AllReduce [cts]": 200,
+        "tp/forward/AllReduce": 800, "tp/forward/AllReduce [cts]": 200}

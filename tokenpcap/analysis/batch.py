@@ -112,6 +112,11 @@ class Acc:
             for k, a in self.f.items():
                 self.f[k] = np.concatenate([a, np.full(n - old, _FILL.get(k, 0), np.int64)])
 
+    def forget_comments(self) -> None:
+        """The capture's comment list starts afresh (:meth:`Capture.forget_comments`): the
+        label codes cached for its comments are dropped with it (the labels stay)."""
+        self._codes = np.full(1, -1, np.int64)
+
     def label_codes(self, comments: list[str]) -> np.ndarray:
         """Global label index for every comment code of the capture (-1: no phase label), int64
         ``(len(comments) + 1,)``, the last entry for code -1. The capture's comment list only

@@ -123,6 +123,8 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
             if t.size:
                 first, last = min(first, int(t.min())), max(last, int(t.max()))
             add_batch(acc, cap, rec)          # releases the batch's frames when done
+            cap.forget_comments()             # the comments of rows already folded in
+            acc.forget_comments()
         if cap.truncated_at is not None:
             truncated.append(cap.truncated_at)
         declared += [(i.name, i.description) for i in cap.interfaces if i.name and i.description]

@@ -152,6 +152,14 @@ class Capture:
             if stopped:
                 return
 
+    def forget_comments(self) -> None:
+        """Start :attr:`comments` afresh: rows of later batches get codes from 0 in a new list,
+        and the codes of rows already handed out no longer resolve. For a consumer done with
+        every earlier row: pcapng comments are distinct per collective call and step, so the
+        table otherwise grows with the file."""
+        self.comments = []
+        self._comment_index = {}
+
     def release(self, start: int, stop: int) -> None:
         """Drop the whole pages of ``data[start:stop]`` from this process's resident memory
         (MADV_DONTNEED on the read-only mapping; byte offsets, int). The pages stay in the page
