@@ -347,3 +347,42 @@ def test_more_iterations_than_a_capture_holds_are_one_line_not_an_overflow(tmp_p
         f"at most {MAX_ITERATIONS:,} (the most one capture holds)\n"), r.output
     r = run("inspect", f, "--against", DANTE, "--iterations", str(10**20))
     assert r.exit_code == 1 and r.output.startswith("error: --iterations: got 100,000,000,000")
+
+
+@pytest.mark.parametrize("name, scale, fmt", [
+    ("gpt2-all-cross", 16384, "pcap"), ("gpt2-all-cross", 16384, "pcapng"),
+    ("llama2-7b-a100-ib", 32768, "erf")])
+def test_data_messages_of_the_cts_size_are_not_counted_as_cts(tmp_path, name, scale, fmt):
+    """At these scales some data messages are exactly ``CTS_BYTES`` long, one packet each. On
+    the wire a clear-to-send is an RDMA WRITE ONLY without immediate (0x0A) while every data
+    message of a clear-to-send run ends with immediate (its ONLY is 0x0B): the opcode, not the
+    size, tells them apart, in pcap, pcapng and ERF alike. Oracles: the generator's own count
+    of the CTS packets it wrote (``GenerateResult.cts_packets``/``cts_payload``) and, in
+    pcapng, the ``cts`` comments of those packets."""
+    g = pytest.importorskip("tokenpcap.generate.run")
+    from tokenpcap.analysis.decode import decode_batch
+    from tokenpcap.analysis.inspect import inspect_capture
+    from tokenpcap.config.profiles import load_scenario
+    from tokenpcap.pcap.reader import open_capture
+    from tokenpcap.records import CTS_BYTES
+    from tokenpcap.wire.rdma import WRITE_ONLY, WRITE_ONLY_IMM
+    path = ROOT / "profiles" / "scenarios" / f"{name}.yaml"
+    res = g.generate(load_scenario(path), g.GenerateOptions(
+        out_dir=tmp_path, fmt=fmt, split="none", scale=scale))
+    capture = res.files[0][0]
+    cap = open_capture(capture)
+    dec = decode_batch(cap.data, cap.read(), cap.views)
+    cts_sized = dec["payload"] == CTS_BYTES
+    assert ((dec["opcode"] == WRITE_ONLY_IMM) & cts_sized).sum() > 0      # the trap is there
+    assert ((dec["opcode"] == WRITE_ONLY) & cts_sized).sum() == res.cts_packets > 0
+    rep = inspect_capture(capture)
+    counted = sum(n for (_, _, _, size), n in rep.small_writes.items() if size == CTS_BYTES)
+    assert counted == res.cts_packets
+    if fmt == "pcapng":                 # the comments name every CTS packet
+        assert sum(e["packets"] for e in rep.phases if e["name"].endswith("[cts]")) == \
+            res.cts_packets
+        assert {k: n for k, n in rep.small_writes.items() if not k[0].endswith("[cts]")} == {}
+    r = run("inspect", "--json", "--no-crc", capture, "--against", path, "--scale", scale)
+    a = json.loads(r.output)["against"]
+    assert a["control_bytes"] == res.cts_payload == CTS_BYTES * res.cts_packets
+    assert a["differences"] == [] and a["compared"] > 0

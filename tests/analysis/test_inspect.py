@@ -551,3 +551,70 @@ def test_a_nic_that_sends_only_control_packets_is_named_with_the_reason(tmp_path
     assert data["198.18.0.2"][0] == 0 < data["198.18.0.2"][1]           # CTS payload only
     assert data["198.18.0.1"][0] == data["198.18.0.1"][1] > 0           # all of it data
     assert any(n.startswith("why a NIC carries no data") for n in rep.notes)
+
+
+def test_every_batch_is_released_after_it_is_read(tmp_path, monkeypatch):
+    """The frames of a batch are read (decode, CRC) after the reader has walked on and released
+    their region, so add_batch releases every byte of the batch itself, piece by piece, before
+    it returns; without that, resident memory grows with the file (docs/analysis.md). Small
+    batches, regions and pieces make a file of several of each."""
+    from tests.analysis.trace import write_trace
+    from tokenpcap.analysis import batch as batch_mod
+    from tokenpcap.analysis import inspect as inspect_mod
+    from tokenpcap.pcap import capture as capture_mod
+    path = tmp_path / "t.pcap"
+    write_trace(path, 600)
+    monkeypatch.setattr(capture_mod, "REGION", 1 << 16)
+    monkeypatch.setattr(inspect_mod, "CHUNK", 64)
+    real_pieces = batch_mod.pieces
+    monkeypatch.setattr(batch_mod, "pieces", lambda rec: real_pieces(rec, 1 << 15))
+    released = []
+    release = capture_mod.Capture.release
+    monkeypatch.setattr(capture_mod.Capture, "release",
+                        lambda self, lo, hi: (release(self, lo, hi), released.append((lo, hi)))[0])
+    spans = []
+    add = inspect_mod.add_batch
+
+    def add_batch(acc, cap, rec):
+        first = len(released)
+        add(acc, cap, rec)
+        spans.append((rec, sorted(released[first:])))
+    monkeypatch.setattr(inspect_mod, "add_batch", add_batch)
+    rep = inspect_capture(path, max_records=64)
+    assert rep.packets == 600 and len(spans) > 2
+    for rec, done in spans:
+        lo, hi = int(rec["record"].min()), int((rec["offset"] + rec["caplen"]).max())
+        assert len(done) > 1                              # piece by piece
+        reach = lo
+        for a, b in done:                                 # the pieces cover [lo, hi) whole
+            assert a <= reach
+            reach = max(reach, b)
+        assert done[0][0] <= lo and reach >= hi
+
+
+def test_comment_table_is_bounded_by_a_batch_not_the_file(tmp_path, monkeypatch):
+    """pcapng comments are distinct per call and step: inspect starts the capture's comment
+    table afresh after every batch, so it holds about one batch's comments, and the phases
+    are the same as when the whole file is one batch (where nothing is forgotten before the
+    end)."""
+    from tests.analysis.trace import write_trace
+    from tokenpcap.pcap import capture as capture_mod
+    n = 2000
+    labels = [("cts " if i % 5 == 0 else "") +
+              f"{'dp/backward' if i % 2 else 'tp/forward'}/AllReduce it 0 call {i // 4} step 0"
+              for i in range(n)]
+    path = tmp_path / "c.pcapng"
+    write_trace(path, n, fmt="pcapng", comments=labels)
+    held = []
+    forget = capture_mod.Capture.forget_comments
+    monkeypatch.setattr(capture_mod.Capture, "forget_comments",
+                        lambda self: (held.append(len(self.comments)), forget(self))[1])
+    whole = inspect_capture(path).to_json()
+    assert held == [len(set(labels))]
+    held.clear()
+    small = inspect_capture(path, max_records=100).to_json()
+    assert len(held) >= n // 100 and 0 < max(held) <= 200 < len(set(labels))
+    assert small["phases"] == whole["phases"] and len(whole["phases"]) == 4
+    assert {p["name"]: p["packets"] for p in whole["phases"]} == {
+        "dp/backward/AllReduce": 800, "dp/backward/AllReduce [cts]": 200,
+        "tp/forward/AllReduce": 800, "tp/forward/AllReduce [cts]": 200}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tokenpcap.analysis.columns import Decoded
 from tokenpcap.analysis.crc import check_crcs
 from tokenpcap.errors import DecodeError
 from tokenpcap.analysis.decode import KIND_NAMES, KIND_PFC, MALFORMED_REASONS, decode_batch, \
@@ -33,6 +34,7 @@ from tokenpcap.analysis.decode import KIND_NAMES, KIND_PFC, MALFORMED_REASONS, d
 from tokenpcap.analysis.flows import SEQUENCED, FlowTable, PsnTracker, is_rdma
 from tokenpcap.records.comments import CONTROL_PREFIXES
 from tokenpcap.records import parse_phase_label
+from tokenpcap.pcap.capture import REGION
 from tokenpcap.wire.rdma import CNP
 
 __all__ = ["Acc", "add_batch", "SMALL_WRITE_BYTES", "WRITE_ONLY", "WRITE_IMM_END",
@@ -110,6 +112,11 @@ class Acc:
             for k, a in self.f.items():
                 self.f[k] = np.concatenate([a, np.full(n - old, _FILL.get(k, 0), np.int64)])
 
+    def forget_comments(self) -> None:
+        """The capture's comment list starts afresh (:meth:`Capture.forget_comments`): the
+        label codes cached for its comments are dropped with it (the labels stay)."""
+        self._codes = np.full(1, -1, np.int64)
+
     def label_codes(self, comments: list[str]) -> np.ndarray:
         """Global label index for every comment code of the capture (-1: no phase label), int64
         ``(len(comments) + 1,)``, the last entry for code -1. The capture's comment list only
@@ -162,10 +169,50 @@ def _first_last(fid: np.ndarray, nf: int, t: np.ndarray):
     return fid[order][starts], order[starts], order[ends]
 
 
+def pieces(rec: np.ndarray, frame_bytes: int = REGION) -> list[tuple[int, int]]:
+    """Row ranges ``[a, b)`` of ``rec`` (:data:`~tokenpcap.pcap.capture.RECORD_DTYPE`) in file
+    order, each holding about ``frame_bytes`` captured bytes (at least one row)."""
+    if rec.size == 0:
+        return []
+    step = np.cumsum(rec["caplen"], dtype=np.int64) // max(int(frame_bytes), 1)
+    cuts = np.flatnonzero(step[1:] != step[:-1]) + 1
+    edges = [0, *cuts.tolist(), rec.size]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def _release(cap, rec: np.ndarray) -> None:
+    """Drop the pages of the frames of ``rec`` from resident memory (:meth:`Capture.release`)."""
+    if rec.size:
+        cap.release(int(rec["record"].min()), int((rec["offset"] + rec["caplen"]).max()))
+
+
+def _decoded(cap, rec: np.ndarray) -> Decoded:
+    """:func:`decode_batch` of ``rec`` piece by piece (:func:`pieces`), each piece's frames
+    released once decoded: the pages mapped at once stay about one reader region, whatever
+    the frame size and the batch's row count."""
+    parts = []
+    for a, b in pieces(rec):
+        parts.append(decode_batch(cap.data, rec[a:b], cap.views))
+        _release(cap, rec[a:b])
+    return Decoded.concat(parts)
+
+
+def _crcs(cap, rec: np.ndarray, d: Decoded) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`check_crcs` of the rows ``rec``/``d`` piece by piece, each piece's frames released
+    once checked (as :func:`_decoded`)."""
+    icrc, vcrc = np.empty(rec.size, np.int8), np.empty(rec.size, np.int8)
+    for a, b in pieces(rec):
+        icrc[a:b], vcrc[a:b] = check_crcs(cap.data, rec["offset"][a:b], d[a:b])
+        _release(cap, rec[a:b])
+    return icrc, vcrc
+
+
 def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     """Fold one record batch of ``cap`` (:data:`~tokenpcap.pcap.capture.RECORD_DTYPE` rows)
-    into ``acc``."""
-    dec = decode_batch(cap.data, rec, cap.views)
+    into ``acc``. The batch's frames are read (headers, ICRC) piece by piece and released from
+    resident memory as they are done with: a batch joined from several reader regions is read
+    after the reader released them, and would otherwise stay mapped whole."""
+    dec = _decoded(cap, rec)
     acc.kinds += np.bincount(dec["kind"], minlength=len(KIND_NAMES))
     _pfc(acc, dec)
     rd = np.flatnonzero(is_rdma(dec["kind"]))
@@ -175,7 +222,7 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     bad = d["malformed"]
     good = ~bad
     if acc.crc:
-        icrc, vcrc = check_crcs(cap.data, rec["offset"][rd], d)
+        icrc, vcrc = _crcs(cap, rec if rd.size == dec.size else rec[rd], d)
     else:
         icrc = vcrc = np.full(rd.size, -1, np.int8)
     n = acc.n

@@ -74,6 +74,14 @@ class Decoded:
     def zeros(cls, n: int) -> "Decoded":
         return cls({k: np.zeros(n, DECODED_DTYPE[k]) for k in DECODED_DTYPE.names}, n)
 
+    @classmethod
+    def concat(cls, parts: list["Decoded"]) -> "Decoded":
+        """The rows of ``parts`` one after the other (a new :class:`Decoded`)."""
+        if len(parts) == 1:
+            return parts[0]
+        return cls({k: np.concatenate([p.cols[k] for p in parts]) for k in parts[0].cols},
+                   sum(p.size for p in parts))
+
     def __getitem__(self, key):
         if isinstance(key, str):
             return self.cols[key]

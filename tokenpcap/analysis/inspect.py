@@ -122,7 +122,9 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
             t = rec["time_ns"][rec["time_ns"] != NO_TIME]
             if t.size:
                 first, last = min(first, int(t.min())), max(last, int(t.max()))
-            add_batch(acc, cap, rec)
+            add_batch(acc, cap, rec)          # releases the batch's frames when done
+            cap.forget_comments()             # the comments of rows already folded in
+            acc.forget_comments()
         if cap.truncated_at is not None:
             truncated.append(cap.truncated_at)
         declared += [(i.name, i.description) for i in cap.interfaces if i.name and i.description]

@@ -148,14 +148,27 @@ class Capture:
                 yield starts, err.offset, True
                 return
             yield starts, p, stopped
-            self._release(region, p)
+            self.release(region, p)
             if stopped:
                 return
 
-    def _release(self, start: int, stop: int) -> None:
-        """Unmap the pages of a region already handed out (MADV_DONTNEED): resident memory
-        stays flat on huge files; the pages stay in the page cache and a later access to
-        ``data`` there maps them again."""
+    def forget_comments(self) -> None:
+        """Start :attr:`comments` afresh: rows of later batches get codes from 0 in a new list,
+        and the codes of rows already handed out no longer resolve. For a consumer done with
+        every earlier row: pcapng comments are distinct per collective call and step, so the
+        table otherwise grows with the file."""
+        self.comments = []
+        self._comment_index = {}
+
+    def release(self, start: int, stop: int) -> None:
+        """Drop the whole pages of ``data[start:stop]`` from this process's resident memory
+        (MADV_DONTNEED on the read-only mapping; byte offsets, int). The pages stay in the page
+        cache and a later access to ``data`` there maps them again, so nothing read changes.
+
+        The reader calls it for every region it has walked; a consumer that reads the frames
+        of a batch after the reader has moved on (batches joined across regions, frames read
+        by the CRC check) calls it for the batch's bytes when done, or every page it touched
+        stays resident and memory grows with the file."""
         if self._mm is not None and hasattr(mmap, "MADV_DONTNEED"):
             lo = start // mmap.PAGESIZE * mmap.PAGESIZE
             hi = stop // mmap.PAGESIZE * mmap.PAGESIZE
