@@ -455,3 +455,24 @@ def test_mapped_addresses_no_frame_carries_are_named(tmp_path, scapy_vectors):
     assert "10.0.0.1" in present and "10.0.0.1" not in stats["unmatched"]
     r = _cli("readdress", src, "-o", tmp_path / "o.pcap", "--map", "10.9.9.9=10.0.0.9")
     assert r.exit_code == 0 and "no frame" in r.output and "10.9.9.9" in r.output, r.output
+
+
+def test_the_provenance_comment_is_kept_so_inspect_against_still_reads_the_run(tmp_path):
+    """A generated pcapng names its run in its section's comment (scenario, scale, iterations,
+    selection); readdressing it into a ``.pcapng`` keeps that comment, so ``inspect --against``
+    of the lab's copy compares it with the plan of the run that made it, as of the original."""
+    from tokenpcap.pcap.reader import open_capture as oc
+    r = _cli("generate", ROOT_DANTE, "-o", tmp_path / "g", "--scale", 64, "--iterations", 2,
+             "--nics", 0, "--snaplen", 96, "--jobs", 1)
+    assert r.exit_code == 0, r.output
+    src = sorted((tmp_path / "g").glob("*.pcapng"))[0]
+    r = _cli("readdress", src, "-o", tmp_path / "lab.pcapng", "--dscp", 10)
+    assert r.exit_code == 0, r.output
+    before = [s["options"].get("opt_comment") for s in oc(src).sections]
+    assert before[0].startswith("tokenpcap ")
+    cap = oc(tmp_path / "lab.pcapng")
+    cap.read()
+    assert [s["options"].get("opt_comment") for s in cap.sections] == before
+    r = _cli("inspect", tmp_path / "lab.pcapng", "--against", ROOT_DANTE, "--strict")
+    assert r.exit_code == 0, r.output
+    assert "scale 64, 2 iterations; scale and iterations from the provenance comment" in r.output

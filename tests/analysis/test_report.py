@@ -100,3 +100,18 @@ def test_infiniband_erf_report(tmp_path, hw_frames, scapy_vectors):
     roce = render_text(inspect_capture(write(tmp_path / "r.pcap", [
         _scapy_frame(0xC001, 5, 1, 0x04, b"x" * 8)])))
     assert "replay needs MTU >= 52" in roce and "ECN:" in roce and "IFG" in roce
+
+
+def test_an_against_note_holding_a_semicolon_stays_one_line():
+    """The time-slice note lists its reasons with '; ' (a window in the provenance; flows cut at
+    the edges): the report prints each note whole, one line, not split at its semicolons."""
+    from tokenpcap.analysis.report import _against
+    note = ("a time slice (its provenance names a time window; 8 flows have messages cut at "
+            "its edges): compared as upper bounds")
+    a = {"scenario": "s.yaml", "scale": 1, "iterations": 1, "source": None, "mismatch": None,
+         "mode": "nic_phase", "bound": True, "compared": 8, "control_bytes": 0,
+         "differences": [], "not_compared": ["28 NICs not covered by the capture: 4-31"],
+         "notes": [note], "note": "; ".join([note, "28 NICs not covered by the capture: 4-31"])}
+    lines = _against(a)
+    assert f"  note:          {note}" in lines
+    assert sum(x.startswith("  note:") for x in lines) == 1

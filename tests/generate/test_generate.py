@@ -562,3 +562,25 @@ def test_context_parallel_payload_equals_the_plan_per_phase_and_nic(tmp_path):
     check_payload_against_plan(res, files, 1)
     rows = {r.name: r for r in res.plan.rows}
     assert rows["cp/forward/SendRecv"].nic_bytes == rows["cp/backward/SendRecv"].nic_bytes > 0
+
+
+def test_an_empty_window_names_the_span_of_the_kept_iterations_so_its_advice_is_followed(cross):
+    """--iterations 1:2 with a window over iteration 0's time keeps no packet; the refusal names
+    the span of iteration 1's packets (not the whole run's, which holds the window), and a window
+    inside that span, as advised, is accepted."""
+    import re
+    path, tmp = cross
+    out = tmp / "window-iterations"
+    out.mkdir()
+    with pytest.raises(InputError) as e:
+        generate(load_scenario(path), GenerateOptions(
+            out_dir=out, split="none", iterations=2,
+            selection=Selection(iterations=range(1, 2), window_ns=(0, 1000))))
+    m = re.search(r"iteration 1\) span ([\d,]+)\.\.([\d,]+) ns$", str(e.value))
+    assert m, str(e.value)
+    a, b = (int(x.replace(",", "")) for x in m.groups())
+    assert a > 1000
+    res = generate(load_scenario(path), GenerateOptions(
+        out_dir=out, split="none", iterations=2,
+        selection=Selection(iterations=range(1, 2), window_ns=(a, b + 1))))
+    assert sum(f[1] for f in res.files) > 0

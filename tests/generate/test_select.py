@@ -30,3 +30,15 @@ def test_a_window_is_written_with_its_open_end_in_words():
     assert window_text(parse_window("1ms:")) == "1,000,000 ns.. (open end)"
     assert window_text(parse_window("1ms:2ms")) == "1,000,000..2,000,000 ns"
     assert parse_window(":5")[1] == 5 and parse_window("5:")[1] == OPEN_END_NS
+
+
+def test_a_reversed_range_is_named_as_such_not_as_out_of_range():
+    import pytest
+    from tokenpcap.errors import InputError
+    from tokenpcap.generate.select import parse_index_set
+    with pytest.raises(InputError) as e:
+        parse_index_set("3-1", "--ranks", 512)
+    assert str(e.value) == "--ranks: got '3-1', expected a range A-B with A <= B"
+    with pytest.raises(InputError) as e:
+        parse_index_set("0-512", "--ranks", 512)
+    assert str(e.value) == "--ranks: got '0-512', expected indices in 0..511"

@@ -185,7 +185,9 @@ def compare_with_plan(rep: Report, scenario_path: str, *, scale: int | None = No
         bounds only), "compared" (int), "cells": [{nic, phase, capture_bytes, plan_bytes}],
         "phases": [{name, capture_bytes, plan_bytes}], "nics": [{nic, capture_bytes,
         plan_bytes}], "control_bytes", "differences": [{what, key, capture_bytes, plan_bytes}],
-        "not_compared": [str], "note", "mismatch"}``; ``phase`` is None in ``nic`` mode;
+        "not_compared": [str], "notes": [str], "note", "mismatch"}``; ``notes`` are the remarks
+        on how the comparison was made, each whole (one may hold '; '); ``note`` joins mismatch,
+        notes and not_compared with '; ' into one text; ``phase`` is None in ``nic`` mode;
         ``differences`` holds one entry per compared cell that differs, then one per capture
         address the plan has no NIC for (``what`` "address"); ``mismatch`` (str or None) says
         that the provenance comment names another scenario, first in ``note``.
@@ -350,7 +352,7 @@ def compare_with_plan(rep: Report, scenario_path: str, *, scale: int | None = No
         "cells": out_cells,
         "phases": phases, "nics": sorted(nics.values(), key=lambda e: e["nic"]),
         "control_bytes": sum(control.values()), "differences": diffs,
-        "not_compared": not_compared,
+        "not_compared": not_compared, "notes": notes,
         "note": "; ".join(([mismatch] if mismatch else []) + notes + not_compared) or None}
     return rep.against
 

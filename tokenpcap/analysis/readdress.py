@@ -152,12 +152,20 @@ def _check_records(src, cap, rec: np.ndarray) -> None:
     cap._readdress_done = done + rec.size
 
 
+def _section_comment(cap) -> str | None:
+    """The ``opt_comment`` of the input's latest pcapng section (tokenpcap's provenance, which
+    ``inspect --against`` and ``trace --capture`` read), or None (no comment, or not pcapng)."""
+    sections = getattr(cap, "sections", None)
+    text = sections[-1]["options"].get("opt_comment") if sections else None
+    return None if text is None else str(text)
+
+
 def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, *,
               usec: bool = False, batch: int = 1 << 16) -> dict:
     """Rewrite ``src`` into ``dst`` (written to a temporary file, renamed at the end).
 
-    Output format (:func:`output_format`): pcapng for a ``.pcapng`` name (interfaces and packet
-    comments kept, ns resolution), a nanosecond pcap for a ``.pcap`` name, otherwise the
+    Output format (:func:`output_format`): pcapng for a ``.pcapng`` name (interfaces, packet
+    comments and each section's comment, the run's provenance, kept; ns resolution), a nanosecond pcap for a ``.pcap`` name, otherwise the
     input's format; ``usec=True`` writes a microsecond pcap and refuses a ``.pcapng`` name.
 
     Returns:
@@ -199,9 +207,10 @@ def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, 
                                   speed_bps=i.speed_bps, snaplen=int(lim))
                         for i, lim in zip(cap.interfaces, limits)]
                 if ng and writer is None:
-                    writer = PcapngWriter(dst, itfs, snaplen=snaplen)
+                    writer = PcapngWriter(dst, itfs, snaplen=snaplen,
+                                          section_comment=_section_comment(cap))
                 elif ng:
-                    writer.new_section(itfs)
+                    writer.new_section(itfs, section_comment=_section_comment(cap))
             _check_records(src, cap, rec)
             dec = decode_batch(cap.data, rec, cap.views)
             plan = patch_batch(cap.data, rec, dec, mapping, stats,
@@ -214,7 +223,8 @@ def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, 
             stats["packets"] += rec.size
         if writer is None:                          # a pcapng without packets
             writer = PcapngWriter(dst, [Interface(name=i.name or f"if{i.index}")
-                                        for i in cap.interfaces] or [Interface(name="if0")])
+                                        for i in cap.interfaces] or [Interface(name="if0")],
+                                  section_comment=_section_comment(cap))
         # the report is made before the output lands: nothing can fail after it did
         seen = stats.pop("mapped", set())
         stats["unmatched"] = [mapped_address_text(kind, a) for kind in ("mac", "ipv4", "ipv6")

@@ -70,9 +70,7 @@ def _against(a: dict) -> list[str]:
         lines.append(f"  left out:      {a['control_bytes']:,} payload bytes of control "
                      "traffic (clear-to-send)")
     lines += [f"  not compared:  {x}" for x in a.get("not_compared", [])]
-    notes = [x for x in (a.get("note") or "").split("; ") if x and x not in
-             a.get("not_compared", []) + [a.get("mismatch")]]
-    lines += [f"  note:          {x}" for x in notes]
+    lines += [f"  note:          {x}" for x in a.get("notes", [])]
     diffs = a["differences"]
     lines += [f"  {d['what']} {d['key']}: capture {d['capture_bytes']:,} B, plan "
               f"{d['plan_bytes']:,} B" for d in diffs[:MAX_DIFFERENCES]]

@@ -9,13 +9,24 @@ from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
 from tokenpcap.cli.plan_cmd import console
 from tokenpcap.config.profiles import parse_tokenizer
+from tokenpcap.errors import TokenizerError
 from tokenpcap.tokens import tokenize
+
+
+def _tokenizer_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A malformed ``--tokenizer`` is a usage error (exit 2), before the corpus is read; an
+    ``hf:`` path or ``tiktoken`` encoding that is missing stays a library error (exit 1)."""
+    try:
+        parse_tokenizer(value)
+    except TokenizerError as err:
+        raise click.BadParameter(str(err).removeprefix("tokenizer: ")) from None
+    return value
 
 
 @main.command("tokens")
 @click.argument("corpus", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--tokenizer", "tokenizer", default="bpe", show_default=True,
-              help="utf8 | bpe | tiktoken:NAME | hf:PATH")
+              callback=_tokenizer_option, help="utf8 | bpe | tiktoken:NAME | hf:PATH")
 @click.option("--vocab-size", type=click.IntRange(min=1), default=32000, show_default=True,
               help="BPE vocabulary size to train.")
 @click.option("--seq-length", type=click.IntRange(min=1), default=1024, show_default=True,

@@ -202,10 +202,14 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
     try:
         disp = Dispatcher(specs, cfg, opt.jobs)
         done = 0
-        span = [1 << 62, -1]              # simulation times of every packet, selected or not
+        span = [1 << 62, -1]        # simulation times of the kept iterations' packets, any NIC
         for tx in sched.run():
-            if tx.size:
-                span = [min(span[0], int(tx["time_ns"].min())), max(span[1], int(tx["time_ns"].max()))]
+            t = tx["time_ns"]
+            if bound and sel.iterations is not None and tx.size:
+                its = sched.message_index[tx["msg"]]["iteration"]
+                t = t[np.isin(its, np.asarray(sel.iterations))]
+            if t.size:
+                span = [min(span[0], int(t.min())), max(span[1], int(t.max()))]
             done += route_chunk(tx, sched, lower, sel, lab_ok, opt, route, disp, res)
             if progress is not None:
                 progress(done, expected_packets)
@@ -213,9 +217,12 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
         # (empty) files replace any; not in a shard (other NICs may keep packets)
         if done == 0 and bound and not shard:
             w = sel.window_ns
+            which = ("all NICs and phases" if sel.iterations is None else
+                     f"all NICs and phases of iteration{'s' if len(kept) > 1 else ''} "
+                     f"{kept.start}{f'..{kept.stop - 1}' if len(kept) > 1 else ''}")
             raise InputError(f"--time-window: got {window_text(w)}, which keeps no packet; "
-                             f"expected a window inside the run, whose packets (all NICs and "
-                             f"phases) span {span[0]:,}..{span[1]:,} ns")
+                             f"expected a window inside the run, whose packets ({which}) span "
+                             f"{span[0]:,}..{span[1]:,} ns")
         sizes = disp.close()
         outset.commit()
     except BaseException as err:

@@ -34,7 +34,9 @@ def parse_index_set(text: str, what: str, limit: int) -> frozenset[int]:
         if not m:
             raise InputError(f"{what}: got {text!r}, expected indices like '0-3,8'")
         a, b = int(m.group(1)), int(m.group(2) or m.group(1))
-        if b < a or b >= limit:
+        if b < a:
+            raise InputError(f"{what}: got {part.strip()!r}, expected a range A-B with A <= B")
+        if b >= limit:
             raise InputError(f"{what}: got {part.strip()!r}, expected indices in 0..{limit - 1}")
         out.update(range(a, b + 1))
     return frozenset(out)
