@@ -45,9 +45,9 @@ docs/generate.md, "Limits"):
 Time: :data:`MESSAGES_PER_S` messages per CPU second with every NIC timed (GPT-3 175B's whole
 iteration: 56.9 M messages in about 115 s, about 500,000 per second; a job of many compute steps
 and NVLink-only calls per message is slower per message: llama3-70b-64n at ``--scale 1000``,
-158,000). :func:`check_work` refuses a run whose state would pass :data:`MAX_STATE_BYTES` (the calls of every
-iteration counted in it, :data:`CALL_STATE_BYTES` each) with :class:`~tokenpcap.errors.InfeasiblePlanError` before
-anything is simulated, and says what fits: fewer iterations, no clear-to-send writes, or the
+158,000). :func:`check_work` refuses a run whose state would pass :data:`MAX_STATE_BYTES` (the
+calls of every iteration counted in it) with :class:`~tokenpcap.errors.InfeasiblePlanError`
+before anything is simulated, and says what fits: fewer iterations, no clear-to-send writes, or the
 smallest ``--scale`` that fits.
 """
 from __future__ import annotations
@@ -244,7 +244,6 @@ def check_work(plan, iterations: int, *, keep_messages: bool = True) -> Work:  #
     quick = estimate_work(plan, iterations, nvlink=False, keep_messages=keep_messages)
     scale = f" at --scale {plan.scale}" if plan.scale > 1 else ""
     its = f" over {iterations} iterations" if iterations > 1 else ""
-    fewer = "fewer --iterations or " if iterations > 1 else ""
     plan_hint = "`tokenpcap plan` reports its traffic at any size"
     if not _fits(quick):
         one = _per_iteration(quick, iterations)
