@@ -212,3 +212,18 @@ def test_a_capture_without_the_iteration_or_at_another_scale_is_refused(tmp_path
     # the second iteration's first sequence (16 sequences of 128 tokens per iteration) is there
     j = trace(s, s.corpus.read_text()[2048 + 10:2048 + 30], capture=str(out))
     assert j.held[0].iteration == 1 and j.frames
+
+
+def test_a_corpus_that_does_not_fill_a_global_batch_is_traced_at_its_first_read():
+    """mixtral-8x7b-ep trains 16 sequences of 32,768 tokens an iteration, more than Dante's
+    tokens: training reads the corpus over and over within one iteration (the plan's token
+    rule, token index i is corpus token i mod tokens), so the opening verse is in sample 0 of
+    iteration 0, and packets on the NICs carry exactly its token indices."""
+    s = load_scenario(ROOT / "profiles" / "scenarios" / "mixtral-8x7b-ep.yaml")
+    assert s.training.global_batch_size * s.model.seq_length > 149_182
+    j = trace(s, "Nel mezzo del cammin", scale=1000)
+    assert [(h.sample, h.iteration, h.microbatch, h.replica) for h in j.held] == [(0, 0, 0, 0)]
+    assert (j.located.token_start, j.located.token_end) == (3, 7)
+    on_nic = [c for c in j.carriers if c.on_nic]
+    assert on_nic and all(c.iteration == 0 for c in j.carriers)
+    assert all(a < 7 and b > 3 for c in on_nic for a, b in c.tokens)

@@ -10,7 +10,10 @@
    the global batch of ``G`` samples microbatch ``(j mod G) // (b·dp)``, DP replica ``(j mod G)
    mod (b·dp) // b`` and position ``j mod b`` in the microbatch (Megatron-LM's
    ``MegatronPretrainingSampler``, as :mod:`tokenpcap.plan.calls`). An epoch trains ``(sequences
-   // G)·G`` samples and drops the rest (``drop_last``): text there is never trained on. The
+   // G)·G`` samples and drops the rest (``drop_last``): text there is never trained on. A
+   corpus that does not fill one global batch is read over and over within each iteration (the
+   plan's token rule: token index ``i`` is corpus token ``i mod tokens``); the text is placed at
+   its first read, its own token indices in iteration 0. The
    replica's ranks of every stage hold the tokens; with sequence parallelism TP rank ``t`` holds
    positions ``[t·s/tp, (t+1)·s/tp)`` outside the TP regions.
 """
@@ -138,12 +141,13 @@ def place(s: Scenario, layout, token_start: int, token_end: int, corpus_tokens: 
 
     Raises:
         TraceError: the tokens lie in the tail an epoch drops (the message says which tokens an
-            epoch trains).
+            epoch trains); never when the corpus does not fill one global batch (then every
+            iteration reads it whole, module docstring).
     """
     t, p = s.training, s.parallelism
     seq, G, b, dp, tp = s.model.seq_length, t.global_batch_size, t.micro_batch_size, p.dp, p.tp
     trained = corpus_tokens // seq // G * G * seq
-    if token_end > trained:
+    if token_end > trained and trained > 0:
         iters = corpus_tokens // seq // G
         raise TraceError(f"tokens {token_start}-{token_end}: in the dropped tail of an epoch: "
                          f"an epoch trains tokens 0-{trained} ({iters} iteration(s) of {G} "
