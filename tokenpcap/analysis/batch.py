@@ -222,7 +222,7 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     bad = d["malformed"]
     good = ~bad
     if acc.crc:
-        icrc, vcrc = _crcs(cap, rec if rd.size == dec.size else rec[rd], d)
+        icrc, vcrc = _crcs(cap, rec[rd], d)
     else:
         icrc = vcrc = np.full(rd.size, -1, np.int8)
     n = acc.n

@@ -75,7 +75,7 @@ def phase_matches(pattern: str, label: str) -> bool:
     """Whether a ``--phases`` pattern selects ``label`` (``"dim/pass/collective"``): the whole
     label, a prefix ending at ``/`` (``"dp/"``, ``"pp/forward"``) or one component
     (``"backward"``, ``"AllToAll"``)."""
-    return (pattern == label or label.startswith(pattern.rstrip("/") + "/")
+    return (pattern == label or label.startswith(pattern.removesuffix("/") + "/")
             or pattern in label.split("/"))
 
 
