@@ -67,13 +67,19 @@ def predict_messages(schedule, iterations=None) -> Predicted:
     """
     ncoll, nph = len(COLLECTIVES), len(PHASES)
     cts = schedule.engine.clear_to_send
+    its = _iterations(schedule, iterations)
+    if hasattr(schedule, "nic_transfers"):          # the compiled schedule: vectorized
+        return _predicted(schedule, _from_transfers(schedule.nic_transfers(its), nph, ncoll), cts)
+    return _predict_each_call(schedule, its)
+
+
+def _iterations(schedule, iterations) -> list[int] | range:
+    """The iterations asked for (all by default). Raises: InputError: one outside the run."""
     its = range(schedule.iterations) if iterations is None else [int(i) for i in iterations]
     bad = [i for i in its if not 0 <= i < schedule.iterations]
     if bad:
         raise InputError(f"iterations: got {bad[0]}, expected 0 .. {schedule.iterations - 1}")
-    if hasattr(schedule, "nic_transfers"):          # the compiled schedule: vectorized
-        return _predicted(schedule, _from_transfers(schedule.nic_transfers(its), nph, ncoll), cts)
-    return _predict_each_call(schedule, its)
+    return its
 
 
 def predict_message_chunks(schedule, iterations=None, rows: int = 1 << 20):
@@ -88,10 +94,7 @@ def predict_message_chunks(schedule, iterations=None, rows: int = 1 << 20):
     if not hasattr(schedule, "nic_transfer_chunks"):
         yield predict_messages(schedule, iterations)
         return
-    its = range(schedule.iterations) if iterations is None else [int(i) for i in iterations]
-    bad = [i for i in its if not 0 <= i < schedule.iterations]
-    if bad:
-        raise InputError(f"iterations: got {bad[0]}, expected 0 .. {schedule.iterations - 1}")
+    its = _iterations(schedule, iterations)
     ncoll, nph = len(COLLECTIVES), len(PHASES)
     for cols in schedule.nic_transfer_chunks(its, rows):
         yield _predicted(schedule, _from_transfers(cols, nph, ncoll), schedule.engine.clear_to_send)
