@@ -140,7 +140,7 @@ class Schedule:
                  nics=None, chunk_rows: int = 1 << 16, keep_nvlink: bool = True,
                  keep_history: bool = True, ib_grh: bool = False,
                  nvlink_copies: int = NVLINK_COPIES_PER_COPY, keep_messages: bool = True,
-                 ring_rows: int = 1 << 16):
+                 ring_rows: int = 1 << 16, point: str = "nic-tx", topology=None):
         s = plan.scenario
         self.iterations = s.generation.iterations if iterations is None else int(iterations)
         if self.iterations < 1 or (scale is not None and scale < 1):
@@ -175,9 +175,29 @@ class Schedule:
                                 nvlink_gbps=s.cluster.nvlink_gbps, nvlink_latency_ns=NVLINK_LATENCY_NS,
                                 nics=self.nics, chunk_rows=self._chunk,
                                 keep_history=keep_history, keep_nvlink=keep_nvlink,
-                                keep_messages=keep_messages, ring_rows=ring_rows)
+                                keep_messages=keep_messages, ring_rows=ring_rows,
+                                **self._fabric(s, point, topology))
         self.keep_messages = bool(keep_messages)
         self._done = False
+
+    def _fabric(self, s, point: str, topology) -> dict:
+        """The fabric arguments of :func:`~tokenpcap.schedule.engine.state.build_state`: none for
+        an ideal fabric; the topology, capture point and QP flow keys for a queued one."""
+        fab = getattr(s.cluster, "fabric", None)
+        queued = topology is not None or (fab is not None and fab.model == "queued")
+        self.fabric_queued = queued
+        self.topology = None
+        if not queued:
+            if point != "nic-tx":
+                raise InputError(f"--point: got {point!r}, expected nic-tx with an ideal fabric "
+                                 "(fabric.model: queued gives nic-rx and switch ports)")
+            return {}
+        if topology is None:
+            from tokenpcap.schedule.engine.topology import build_topology
+            topology = build_topology(s.cluster)
+        self.topology = topology
+        return dict(topology=topology, point=point,
+                    flow_keys=_flow_keys(int(s.generation.seed)))
 
     # ------------------------------------------------------------------ running
     def run(self) -> Iterator[np.ndarray]:
@@ -399,6 +419,19 @@ class Schedule:
         if not 0 <= call_id < self.n_calls:
             raise KeyError(call_id)
         return self.plan.call(call_id)
+
+
+def _flow_keys(seed: int):
+    """``f(nic, peer, conn, role) -> (udp_sport, dest_qpn)`` of QPs (int64 arrays), as the lowering
+    numbers them (:mod:`tokenpcap.wire.qpn`)."""
+    from tokenpcap.wire.qpn import qpn
+    from tokenpcap.wire.rdma import rocev2_udp_sport
+
+    def keys(nic, peer, conn, role):
+        mine = qpn(seed, nic, peer, conn, role)
+        other = qpn(seed, peer, nic, conn, 1 - role)
+        return (np.asarray(rocev2_udp_sport(mine, other), np.int64), other.astype(np.int64))
+    return keys
 
 
 def _call_columns(table: CallTable) -> np.ndarray:

@@ -4,7 +4,10 @@
 
 The heap is ordered by ``(time·8 + type, key, insertion)``: types READY < ACK < ARRIVE < TIMER <
 WAKE at equal times, READY and ARRIVE keyed by message id, ACK by (message, packet), WAKE by NIC,
-timers by insertion. A full heap or output buffer sets ``sc[ERR] = 3``: the caller keeps
+timers by insertion; with a queued fabric (:mod:`tokenpcap.schedule.engine.fabric`) then HOP (a
+packet's last bit reaches the far end of a link, keyed by the link), FREE (a switch port's
+transmitter is free, keyed by the port) and PFC (a pause ends or an XOFF is refreshed, keyed by
+(port, priority)). A full heap or output buffer sets ``sc[ERR] = 3``: the caller keeps
 headroom (``kernel.run`` returns before an event when a buffer is near full).
 """
 from __future__ import annotations
@@ -34,7 +37,7 @@ __all__ = [
 
 
 # event types (total order at equal times)
-EV_READY, EV_ACK, EV_ARRIVE, EV_TIMER, EV_WAKE = 0, 1, 2, 3, 4
+EV_READY, EV_ACK, EV_ARRIVE, EV_TIMER, EV_WAKE, EV_HOP, EV_FREE, EV_PFC = 0, 1, 2, 3, 4, 5, 6, 7
 NEVER = 1 << 62
 MASK24 = (1 << 24) - 1
 # scalar slots of sc
@@ -42,17 +45,29 @@ HN, SEQ, NMSG, NOW, NOUT, NLAUNCH, ACKFREE, ACKTOP, NTL, NNV, ERR, FRONT, RDY_NE
 # the message ring (tokenpcap.schedule.engine.ring): row mask (-1: one row per message, no ring),
 # the front and the message count of the last hand-out, rows wanted when the ring was full
 MMASK, HANDED, HAND_ID, MNEED = range(14, 18)
-NSC = 18
+# the queued fabric: free list of packet descriptors, descriptors in use, rows of the PFC and
+# queue-depth logs, packet-hops, headroom overflows, drops, PFC frames sent
+PKFREE, PKUSED, NLGP, NLGQ, HOPS, HDRM_OVER, DROPS, NPFC = range(18, 26)
+NSC = 26
 # config slots of cf
 (LAT, ACKDELAY, ACK_NS, ACK_FB, EVERY, CTS, CTS_BYTES, CTS_SHAPE, ITERS, WORLD, NVL_NUM, NVL_DEN,
  NVL_LAT, GAP, CHUNK, KEEP_HIST, KEEP_NV, NPORTS, HEAD) = range(19)
+# the queued fabric (module fabric): on, wake cap of a NIC (ns), timing bytes of an ACK and of a
+# PFC frame, buffer bytes = timing bytes - F_BBOFF, serialization rounded down (ns-3) or up, the
+# data and control priorities, bitmask of lossless priorities, PFC on, reserve, resume offset,
+# pause quanta, pause until resume, cut-through, pipeline ns, ECMP mode and hash, queue sample ns,
+# capture point (0 nic-tx, 1 nic-rx, 2 switch port) and its port, switches
+(FAB, F_CAP, F_ACK_TB, F_PFC_TB, F_BBOFF, F_FLOOR, F_DPRIO, F_CPRIO, F_LOSSLESS, F_PFC, F_RESERVE,
+ F_RESUME, F_QUANTA, F_UNTIL, F_CUT, F_PIPE, F_EMODE, F_EHASH, F_QLEN, F_POINT, F_PPORT,
+ F_NSW) = range(19, 41)
+NCF = 41
 # instruction kinds and call modes (tokenpcap.schedule.program)
 I_COMPUTE, I_CALL, I_WAIT, I_MARK = 0, 1, 2, 3
 #: A COMPUTE instruction's ns is ``a + b * NS_HIGH`` (``ins`` is int32: ``a, b`` in [0, 2**31)).
 NS_HIGH = 1 << 31
 M_BLOCK, M_ASYNC, M_SEND, M_RECV = 0, 1, 2, 3
 W_NONE, W_STEP, W_STREAM = -1, 1, 2
-PKT_DATA, PKT_CTS, PKT_ACK = 0, 1, 2
+PKT_DATA, PKT_CTS, PKT_ACK, PKT_PFC = 0, 1, 2, 3
 # columns of the state tables
 M_TR, M_KIND, M_SRC, M_DST, M_QPID, M_SHAPE, M_SIZE, M_START, M_READY, M_FIRST, M_LAST, M_ARR, M_PSN, M_QSEQ, M_BOFF, M_PEER, M_LINK = range(17)
 # a ring's rows only (tokenpcap.schedule.engine.ring): the row's message id, its ACKs not
@@ -63,8 +78,42 @@ A_RANK, A_PENDING, A_STARTED, A_WAITER, A_SNEXT, A_CALL = range(6)
 R_PC, R_END, R_IT, R_BLOCKED, R_SBUSY, R_SWAIT, R_SHEAD, R_STAIL = range(8)
 Q_PORT, Q_ORDER, Q_HEAD, Q_FHEAD, Q_FTAIL, Q_PSN, Q_COUNT, Q_BYTES = range(8)
 P_CLOCK, P_CREATED, P_ACT_LO, P_NACT, P_PTR, P_AHEAD, P_ATAIL, P_NACK, P_WAKE, P_SEL, P_STOP, P_ROUND, P_CUR = range(13)
+# a NIC port's data class is paused until P_PUNTIL (NEVER: until an XON), by PFC from its ToR
+P_PUNTIL = 13
+P_COLS = 14
 X_Q, X_HEAD, X_N, X_NEXT, X_D0, X_D1, X_D2, X_SUCC, X_PRED, X_ON = range(10)
 R_NVL, R_MARK = 8, 9   # rk columns after the stream state (R_MARK .. R_MARK + 3: mark starts)
+# the queued fabric (module fabric). Switch ports ``fp (P, FP_COLS)``: owner switch, port number,
+# the NIC or switch port at the other end (-1), link rate as bits per ns NUM/DEN, propagation ns,
+# transmitter busy until, its wire (packets on the link, FIFO of descriptors), pending FREE event
+# time, round-robin pointer among data priorities, headroom and PFC threshold shift, counters
+(FP_SW, FP_NUM_ON_SW, FP_PEER_NIC, FP_PEER_PORT, FP_RNUM, FP_RDEN, FP_PROP, FP_BUSY, FP_WHEAD,
+ FP_WTAIL, FP_FREE, FP_RR, FP_HDRM, FP_SHIFT, FP_TXF, FP_TXB, FP_PFCS, FP_PFCR, FP_PAUSED_NS,
+ FP_MAXQ, FP_QBYTES) = range(21)
+FP_COLS = 21
+# NICs ``fn (N, FN_COLS)``: the switch port its link enters, propagation, rate NUM/DEN, its wire,
+# rx capture selected, IPv4 address, counters (frames and bytes in, PFC frames in, ns paused,
+# start of the current pause)
+(FN_PORT, FN_PROP, FN_RNUM, FN_RDEN, FN_WHEAD, FN_WTAIL, FN_RXSEL, FN_IP, FN_RXF, FN_RXB,
+ FN_PFCR, FN_PAUSED_NS, FN_PAUSE_T0) = range(13)
+FN_COLS = 13
+# switches ``fsw (S, FS_COLS)``: buffer bytes, sum of headroom and of reserve over its ports,
+# shared bytes in use, ECMP seed, bytes queued
+FS_BUF, FS_HDRM, FS_RSRV, FS_SHARED, FS_SEED, FS_QUEUED = range(6)
+FS_COLS = 6
+# packet descriptors ``pk (K, PK_COLS)``: message, packet index, kind (PKT_*; PFC: index = the
+# class-enable vector, msg = quanta), frame bytes, timing bytes, source and destination NIC, QP,
+# priority, flags (PK_LAST, PK_ACKREQ), ingress switch port, next in its list, arrival time (last
+# bit) at the end of its current link, start of its transmission on that link
+(PK_MSG, PK_IDX, PK_KIND, PK_FB, PK_TB, PK_SRC, PK_DST, PK_QP, PK_PRIO, PK_FLAGS, PK_IN, PK_NEXT,
+ PK_ARR, PK_T0) = range(14)
+PK_COLS = 14
+PK_LAST, PK_ACKREQ = 1, 2
+# egress queues ``fq (P * 8, 4)`` per (port, priority): head, tail, bytes, packets; ingress
+# accounting ``fi (P * 8, 4)``: bytes, headroom bytes, XOFF sent, and the start of the pause the
+# (port, priority)'s egress is in
+Q8_HEAD, Q8_TAIL, Q8_BYTES, Q8_PKTS = range(4)
+I8_BYTES, I8_HDRM, I8_PAUSED, I8_PT0 = range(4)
 
 
 
@@ -93,6 +142,20 @@ class State(NamedTuple):
     per call ``call_ab`` (alpha-beta ns of an NVLink-only call timed as a whole, -1 otherwise),
     ``call_nst`` int32 (ranks that started it) and ``call_pbase (C + 1,)`` int32 (its
     participations).
+
+    The queued fabric (:mod:`tokenpcap.schedule.engine.fabric`; one-row placeholders with an
+    ideal fabric): ``fp (P, FP_COLS)`` switch ports, ``fq (8P, 4)`` egress queues and ``fi (8P, 4)``
+    ingress accounting per (port, priority) (and the start of its egress pause), ``fpu (8P,)`` the time each (port, priority) is
+    paused until by PFC from downstream, ``fpv (8P,)`` the PFC frame waiting to leave the port for
+    that priority (-1 none, 0 XON, else XOFF quanta), ``fsw (S, FS_COLS)`` switches,
+    ``fn (N, FN_COLS)`` NICs, ``pk (K, PK_COLS)`` packet descriptors, routes ``rt_ptr (S·S + 1,)``
+    and ``rt_port`` (candidate egress ports of switch s towards leaf L:
+    ``rt_port[rt_ptr[s·S + L]: rt_ptr[s·S + L + 1]]``), per QP its pair's UDP source port
+    ``q_sport`` and the destination QPN ``q_dqpn``, per message shape the timing bytes of its
+    FIRST, MIDDLE, LAST packets ``sh_tb (S, 3)``, the PFC log ``lgp (L, 6)`` (time, switch, port
+    number, priority, XOFF, quanta), the queue-depth log ``lgq (L, 5)`` (interval start, switch,
+    port number, priority, most bytes) and ``qsamp (8P, 2)`` each queue's current interval and
+    its most bytes.
     """
 
     ms: np.ndarray
@@ -126,6 +189,23 @@ class State(NamedTuple):
     call_ab: np.ndarray
     call_nst: np.ndarray
     call_pbase: np.ndarray
+    # the queued fabric (module fabric; empty with an ideal one)
+    fp: np.ndarray
+    fq: np.ndarray
+    fi: np.ndarray
+    fpu: np.ndarray
+    fpv: np.ndarray
+    fsw: np.ndarray
+    fn: np.ndarray
+    pk: np.ndarray
+    rt_ptr: np.ndarray
+    rt_port: np.ndarray
+    q_sport: np.ndarray
+    q_dqpn: np.ndarray
+    sh_tb: np.ndarray
+    lgp: np.ndarray
+    lgq: np.ndarray
+    qsamp: np.ndarray
 
 
 # ---------------------------------------------------------------- heap
@@ -218,3 +298,18 @@ def emit(o, sc, t, nic, peer, msg, idx, kind, fb):
     sc[NOUT] = n + 1
 
 
+__all__ += [
+    "EV_HOP", "EV_FREE", "EV_PFC", "PKFREE", "PKUSED", "NLGP", "NLGQ", "HOPS", "HDRM_OVER",
+    "DROPS", "NPFC", "FAB", "F_CAP", "F_ACK_TB", "F_PFC_TB", "F_BBOFF", "F_FLOOR", "F_DPRIO",
+    "F_CPRIO", "F_LOSSLESS", "F_PFC", "F_RESERVE", "F_RESUME", "F_QUANTA", "F_UNTIL", "F_CUT",
+    "F_PIPE", "F_EMODE", "F_EHASH", "F_QLEN", "F_POINT", "F_PPORT", "F_NSW", "NCF", "PKT_PFC",
+    "P_PUNTIL", "P_COLS", "FP_SW", "FP_NUM_ON_SW", "FP_PEER_NIC", "FP_PEER_PORT", "FP_RNUM",
+    "FP_RDEN", "FP_PROP", "FP_BUSY", "FP_WHEAD", "FP_WTAIL", "FP_FREE", "FP_RR", "FP_HDRM",
+    "FP_SHIFT", "FP_TXF", "FP_TXB", "FP_PFCS", "FP_PFCR", "FP_PAUSED_NS", "FP_MAXQ", "FP_QBYTES",
+    "FP_COLS", "FN_PORT", "FN_PROP", "FN_RNUM", "FN_RDEN", "FN_WHEAD", "FN_WTAIL", "FN_RXSEL",
+    "FN_IP", "FN_RXF", "FN_RXB", "FN_PFCR", "FN_PAUSED_NS", "FN_PAUSE_T0", "FN_COLS", "FS_BUF",
+    "FS_HDRM", "FS_RSRV", "FS_SHARED", "FS_SEED", "FS_QUEUED", "FS_COLS", "PK_MSG", "PK_IDX",
+    "PK_KIND", "PK_FB", "PK_TB", "PK_SRC", "PK_DST", "PK_QP", "PK_PRIO", "PK_FLAGS", "PK_IN",
+    "PK_NEXT", "PK_ARR", "PK_T0", "PK_COLS", "PK_LAST", "PK_ACKREQ", "Q8_HEAD", "Q8_TAIL",
+    "Q8_BYTES", "Q8_PKTS", "I8_BYTES", "I8_HDRM", "I8_PAUSED", "I8_PT0",
+]

@@ -50,7 +50,8 @@ from numba import njit
 
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - the kernel's vocabulary, re-exported
 from tokenpcap.schedule.engine.events import State, pop, push
-from tokenpcap.schedule.engine.link import advance, queue_ack, ready, rewake
+from tokenpcap.schedule.engine.fabric import free_event, hop, pfc_event
+from tokenpcap.schedule.engine.link import advance, nic_pause_end, nic_pfc, queue_ack, ready, rewake
 from tokenpcap.schedule.engine.progs import ab_done, arrived, flush_out, step
 from tokenpcap.schedule.engine.ring import room
 
@@ -99,6 +100,9 @@ def run(S, cf, sc, h, a, o, lst):
                 or (sc[ACKFREE] < 0 and sc[ACKTOP] + 64 > a.shape[0])
                 or sc[NOUT] + cf[GAP] + 64 > o.shape[0]):
             return 3
+        if cf[FAB] and (sc[PKUSED] + cf[HEAD] > S.pk.shape[0] or sc[NLGP] + 1024 > S.lgp.shape[0]
+                        or sc[NLGQ] + 1024 > S.lgq.shape[0]):
+            return 3
         if pending:
             mid = sc[RDY_NEXT]
             sc[RDY_NEXT] = mid + 1
@@ -116,10 +120,23 @@ def run(S, cf, sc, h, a, o, lst):
                 S.pt[port, P_WAKE] = NEVER
                 advance(S, cf, sc, h, a, o, port, t + 1)
                 rewake(S, cf, sc, h, port)
+        elif typ == EV_HOP:
+            nic, k = hop(S, cf, sc, h, o, row[3], t)
+            if nic >= 0:
+                nic_pfc(S, cf, sc, h, a, o, nic, k, t)
+        elif typ == EV_FREE:
+            free_event(S, cf, sc, h, o, row[3], t)
+        elif typ == EV_PFC:
+            if row[3] == 2:
+                nic_pause_end(S, cf, sc, h, a, o, row[4], t)
+            else:
+                pfc_event(S, cf, sc, h, o, row[3], row[4], t)
         elif typ == EV_ACK:
             port = row[3]
             advance(S, cf, sc, h, a, o, port, t)
-            queue_ack(S, sc, a, port, row[1] >> 24, row[1] & MASK24, t)
+            queue_ack(S, cf, sc, a, port, row[1] >> 24, row[1] & MASK24, t)
+            if cf[FAB]:
+                rewake(S, cf, sc, h, port)
         elif typ == EV_ARRIVE:
             r = (row[1] >> 24) & sc[MMASK]
             S.ms[r, M_ARR] = t

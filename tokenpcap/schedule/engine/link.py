@@ -24,8 +24,9 @@ from numba import njit
 
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import emit, push
+from tokenpcap.schedule.engine.fabric import inject, pk_free
 
-__all__ = ["advance", "rewake", "ready", "queue_ack"]
+__all__ = ["advance", "rewake", "ready", "queue_ack", "nic_pfc", "nic_pause_end"]
 
 
 @njit(cache=True, _nrt=False)
@@ -186,7 +187,10 @@ def _epoch(S, cf, sc, h, o, port, limit):
         if e == start:
             rnd += 1
     c = j
-    if pt[port, P_SEL]:
+    fab = cf[FAB]
+    sel = pt[port, P_SEL]
+    if sel or fab:
+        every = cf[EVERY]
         tt = clock
         e2 = start
         rnd = 0
@@ -196,11 +200,19 @@ def _epoch(S, cf, sc, h, o, port, limit):
             r = hm & mk
             sh = ms[r, M_SHAPE]
             n = ax[e2, X_N]
-            fb = sh_fb[sh, 2] if idx == n - 1 else (sh_fb[sh, 0] if idx == 0 else sh_fb[sh, 1])
-            emit(o, sc, tt, port, ms[r, M_DST], hm, idx, ms[r, M_KIND], fb)
-            if mk >= 0 and ms[r, M_TLAST] < tt:
-                ms[r, M_TLAST] = tt
-            tt += _dur(ax, e2, idx)
+            col = 2 if idx == n - 1 else (0 if idx == 0 else 1)
+            fb = sh_fb[sh, col]
+            d = _dur(ax, e2, idx)
+            if sel:
+                emit(o, sc, tt, port, ms[r, M_DST], hm, idx, ms[r, M_KIND], fb)
+                if mk >= 0 and ms[r, M_TLAST] < tt:
+                    ms[r, M_TLAST] = tt
+            if fab:
+                fl = PK_LAST | PK_ACKREQ if idx == n - 1 else (
+                    PK_ACKREQ if every > 0 and (idx + 1) % every == 0 else 0)
+                inject(S, cf, sc, h, port, tt, d, hm, idx, ms[r, M_KIND], fb, S.sh_tb[sh, col], fl,
+                       ax[e2, X_Q])
+            tt += d
             e2 = ax[e2, X_SUCC]
             if e2 == start:
                 rnd += 1
@@ -221,12 +233,14 @@ def _epoch(S, cf, sc, h, o, port, limit):
     hm = ax[el, X_HEAD]
     r = hm & mk
     nxt_pkt = ax[el, X_NEXT]
-    push(h, sc, t + cf[LAT] + cf[ACKDELAY], EV_ACK, hm * (MASK24 + 1) + nxt_pkt - 1, ms[r, M_DST], 0)
+    if not fab:
+        push(h, sc, t + cf[LAT] + cf[ACKDELAY], EV_ACK, hm * (MASK24 + 1) + nxt_pkt - 1, ms[r, M_DST], 0)
     if mk >= 0:
         ms[r, M_NACK] += 1
     if nxt_pkt == ax[el, X_N]:
         ms[r, M_LAST] = t
-        push(h, sc, t + cf[LAT], EV_ARRIVE, hm * (MASK24 + 1), 0, 0)
+        if not fab:
+            push(h, sc, t + cf[LAT], EV_ARRIVE, hm * (MASK24 + 1), 0, 0)
         q = ax[el, X_Q]
         nxt = qp[q, Q_FHEAD]
         if nxt >= 0:
@@ -268,6 +282,13 @@ def advance(S, cf, sc, h, a, o, port, limit):
                         if ms[r, M_TLAST] < t + j * d:
                             ms[r, M_TLAST] = t + j * d
                         ms[r, M_NACK] -= 1
+                elif cf[FAB] and mk >= 0:
+                    ms[a[e, 0] & mk, M_NACK] -= 1
+                if cf[FAB]:
+                    # the ACK enters the fabric (it holds its message's row while in flight)
+                    msg = a[e, 0]
+                    inject(S, cf, sc, h, port, t + j * d, d, msg, a[e, 1], PKT_ACK, cf[ACK_FB],
+                           cf[F_ACK_TB], 0, ms[msg & mk, M_QPID])
                 pt[port, P_AHEAD] = a[e, 2]
                 a[e, 2] = sc[ACKFREE]
                 sc[ACKFREE] = e
@@ -276,6 +297,13 @@ def advance(S, cf, sc, h, a, o, port, limit):
             pt[port, P_NACK] -= fit
             pt[port, P_CLOCK] = t + fit * d
         elif pt[port, P_NACT] > 0:
+            u = pt[port, P_PUNTIL]
+            if cf[FAB] and u > pt[port, P_CLOCK]:
+                # the data priority is paused by PFC from the ToR (module fabric)
+                if u >= limit:
+                    break
+                pt[port, P_CLOCK] = u
+                continue
             _epoch(S, cf, sc, h, o, port, limit)
         else:
             break
@@ -294,6 +322,9 @@ def rewake(S, cf, sc, h, port):
     ax = S.ax
     pt = S.pt
     k = pt[port, P_NACT]
+    if cf[FAB]:
+        _rewake_fab(S, cf, sc, h, port, k)
+        return
     if k == 0:
         return
     s = _stop(S, cf, port, k)
@@ -323,6 +354,52 @@ def rewake(S, cf, sc, h, port):
     if t < pt[port, P_WAKE]:
         pt[port, P_WAKE] = t
         push(h, sc, t, EV_WAKE, port * (MASK24 + 1), port, 0)
+
+
+@njit(cache=True, _nrt=False)
+def _wake_at(S, sc, h, port, t):
+    pt = S.pt
+    if t < pt[port, P_WAKE]:
+        pt[port, P_WAKE] = t
+        push(h, sc, t, EV_WAKE, port * (MASK24 + 1), port, 0)
+
+
+@njit(cache=True, _nrt=False)
+def _rewake_fab(S, cf, sc, h, port, k):
+    """:func:`rewake` with a queued fabric: the predicted stop slot, a pause, and the cap that
+    commits every frame before it reaches the ToR (``cf[F_CAP]``: the shortest frame plus the
+    shortest NIC link's propagation; module fabric)."""
+    ax = S.ax
+    pt = S.pt
+    clock = pt[port, P_CLOCK]
+    t = NEVER
+    first = NEVER
+    if pt[port, P_NACK] > 0:
+        first = clock
+    if k > 0:
+        base = clock + pt[port, P_NACK] * cf[ACK_NS]
+        u = pt[port, P_PUNTIL]
+        if u > base:
+            base = u                    # NEVER: paused until an XON
+        if base < NEVER:
+            if base < first:
+                first = base
+            s = _stop(S, cf, port, k)
+            full = s // k
+            rem = s - full * k
+            t = base + full * pt[port, P_ROUND]
+            m = k if k < s else s
+            e = pt[port, P_CUR]
+            for i in range(m):
+                if i < rem:
+                    t += ax[e, X_D1]
+                if ax[e, X_NEXT] == 0:
+                    t += ax[e, X_D0] - ax[e, X_D1]
+                e = ax[e, X_SUCC]
+    if first < NEVER and first + cf[F_CAP] < t:
+        t = first + cf[F_CAP]
+    if t < NEVER:
+        _wake_at(S, sc, h, port, t)
 
 
 @njit(cache=True, _nrt=False)
@@ -359,7 +436,7 @@ def ready(S, cf, sc, h, a, o, mid, t):
 
 
 @njit(cache=True, _nrt=False)
-def queue_ack(S, sc, a, port, msg, idx, t):
+def queue_ack(S, cf, sc, a, port, msg, idx, t):
     pt = S.pt
     e = sc[ACKFREE]
     if e < 0:
@@ -373,7 +450,7 @@ def queue_ack(S, sc, a, port, msg, idx, t):
     a[e, 0] = msg
     a[e, 1] = idx
     a[e, 2] = -1
-    if not pt[port, P_SEL] and sc[MMASK] >= 0:
+    if not pt[port, P_SEL] and sc[MMASK] >= 0 and not cf[FAB]:
         S.ms[msg & sc[MMASK], M_NACK] -= 1     # never read for its message again (module ring)
     if pt[port, P_ATAIL] >= 0:
         a[pt[port, P_ATAIL], 2] = e
@@ -382,3 +459,46 @@ def queue_ack(S, sc, a, port, msg, idx, t):
     pt[port, P_ATAIL] = e
     pt[port, P_NACK] += 1
     _touch(S, port, t)
+
+
+@njit(cache=True, _nrt=False)
+def nic_pfc(S, cf, sc, h, a, o, nic, k, t):
+    """A PFC frame (descriptor ``k``, freed here) from its ToR reaches NIC ``nic`` at ``t``: its
+    data priority stops after the frame in progress, for the frame's pause time (or until an XON
+    with ``cf[F_UNTIL]``), or resumes on an XON; ACKs (the control priority) go on."""
+    pt = S.pt
+    fn = S.fn
+    pk = S.pk
+    fn[nic, FN_PFCR] += 1
+    vec = pk[k, PK_IDX]
+    quanta = pk[k, PK_MSG]
+    pk_free(S, sc, k)
+    if not (vec >> cf[F_DPRIO]) & 1:
+        return
+    advance(S, cf, sc, h, a, o, nic, t)
+    paused = pt[nic, P_PUNTIL] > t
+    if quanta == 0:
+        if paused:
+            fn[nic, FN_PAUSED_NS] += t - fn[nic, FN_PAUSE_T0]
+        pt[nic, P_PUNTIL] = t
+        _touch(S, nic, t)
+    else:
+        if not paused:
+            fn[nic, FN_PAUSE_T0] = t
+        if cf[F_UNTIL]:
+            pt[nic, P_PUNTIL] = NEVER
+        else:
+            u = t + (quanta * 512 * fn[nic, FN_RDEN] + fn[nic, FN_RNUM] - 1) // fn[nic, FN_RNUM]
+            pt[nic, P_PUNTIL] = u
+            push(h, sc, u, EV_PFC, (1 << 40) + nic, 2, nic)
+    rewake(S, cf, sc, h, nic)
+
+
+@njit(cache=True, _nrt=False)
+def nic_pause_end(S, cf, sc, h, a, o, nic, t):
+    """A NIC's pause time ran out at ``t`` (unless a later XOFF extended it or an XON ended it)."""
+    pt = S.pt
+    if pt[nic, P_PUNTIL] == t:
+        S.fn[nic, FN_PAUSED_NS] += t - S.fn[nic, FN_PAUSE_T0]
+        _touch(S, nic, t)
+        rewake(S, cf, sc, h, nic)

@@ -24,7 +24,7 @@ import numpy as np
 from tokenpcap.errors import InputError
 from tokenpcap.records import VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.schedule.engine import kernel as K
-from tokenpcap.schedule.engine import ring
+from tokenpcap.schedule.engine import fabstate, ring
 from tokenpcap.schedule.engine.access import (
     CT_BYTES,
     CT_COLUMNS,
@@ -98,6 +98,15 @@ class Engine:
             self.S = self.S._replace(ms=ms)
             sc[K.MMASK] = ms.shape[0] - 1
             sc[K.MNEED] = 0
+        if cf[K.FAB]:
+            S = self.S
+            if sc[K.PKUSED] + cf[K.HEAD] > S.pk.shape[0]:
+                S = S._replace(pk=fabstate.grow_pool(S.pk, sc, int(sc[K.PKUSED] + cf[K.HEAD])))
+            if sc[K.NLGP] + 1024 > S.lgp.shape[0]:
+                S = S._replace(lgp=_bigger(S.lgp, int(sc[K.NLGP]) + 1024))
+            if sc[K.NLGQ] + 1024 > S.lgq.shape[0]:
+                S = S._replace(lgq=_bigger(S.lgq, int(sc[K.NLGQ]) + 1024))
+            self.S = S
 
     def handed_out(self, front: int) -> None:
         """Every frame before ``front`` (ns) has been handed out and read: the message rows
@@ -108,6 +117,8 @@ class Engine:
     def commit(self, limit: int) -> None:
         """Commit every selected NIC's frames that start before ``limit`` (ns)."""
         room = int(self.cf[K.GAP]) + int(self.sc[K.ACKTOP]) + 64
+        if self.cf[K.FAB] and self.sc[K.PKUSED] + self.cf[K.HEAD] > self.S.pk.shape[0]:
+            self._grow()
         for port in self.selected.tolist():
             if self.sc[K.NOUT] + room > self.out.shape[0]:
                 self.out = _bigger(self.out, int(self.sc[K.NOUT]) + room)
@@ -176,7 +187,8 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
                 nvlink_latency_ns: int, nics=None,
                 chunk_rows: int = 1 << 16, keep_history: bool = True,
                 keep_nvlink: bool = True, keep_messages: bool = True,
-                ring_rows: int = 1 << 16) -> Engine:
+                ring_rows: int = 1 << 16, topology=None, point: str = "nic-tx",
+                flow_keys=None) -> Engine:
     """The engine of the iterations ``flats`` (:class:`tokenpcap.schedule.flat.Flat` per
     iteration, in order) on ``layout`` and ``nic``.
 
@@ -189,6 +201,12 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         keep_history, keep_nvlink: record the timeline / NVLink copies.
         keep_messages: one row per message of the run, kept (else a ring of rows, first
             ``ring_rows``, a power of two, grown as the messages in progress need).
+        topology: the fabric's :class:`~tokenpcap.schedule.engine.topology.Topology` when the
+            cluster's fabric is queued (None: an ideal fabric, as before).
+        point: capture point with a queued fabric (``nic-tx``, ``nic-rx``, ``switch:NAME:PORT``):
+            which frames ``nics`` selects (:mod:`tokenpcap.schedule.engine.fabric`).
+        flow_keys: ``flow_keys(nic, peer, conn, role) -> (udp_sport, dest_qpn)`` of QPs, for
+            ECMP (:mod:`tokenpcap.schedule.engine.fabstate`).
 
     Raises:
         InputError: a connection index >= :data:`QP_STRIDE`; a message of 2**24 packets or more;
@@ -241,6 +259,15 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     sh_n, sh_d, sh_fb = nic.shapes(np.concatenate([sizes, [nic.cts_bytes]]),
                                    np.concatenate([np.full(sizes.size, VERB_WRITE_IMM if cts else VERB_WRITE),
                                                    [VERB_WRITE]]))
+    if topology is not None:
+        fab = fabstate.build_fabric(nic.cluster, topology, nic,
+                                    sizes=np.concatenate([sizes, [nic.cts_bytes]]), sh_n=sh_n,
+                                    sh_fb=sh_fb, qcodes=qcodes, qp_stride=QP_STRIDE,
+                                    flow_keys=flow_keys, point=point, nics=nics)
+        if fab.sh_d is not None:
+            sh_d = fab.sh_d
+    else:
+        fab = fabstate.placeholder()
     if (sh_n >= (1 << 24)).any():
         raise InputError(f"collectives.slice_bytes: got messages of {int(sh_n.max()):,} packets, "
                          "expected fewer than 2**24 (smaller slices)")
@@ -296,11 +323,13 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     qp = np.full((nq, 8), -1, np.int64)
     qp[:, K.Q_PORT] = q_port
     qp[:, [K.Q_PSN, K.Q_COUNT, K.Q_BYTES]] = 0
-    pt = np.full((N, 13), -1, np.int64)
+    pt = np.full((N, K.P_COLS), -1, np.int64)
     pt[:, [K.P_CREATED, K.P_NACT, K.P_NACK, K.P_SEL, K.P_ROUND]] = 0
     pt[:, K.P_ACT_LO] = act_lo
     pt[:, K.P_WAKE] = K.NEVER
-    if nics is None:
+    if fab.settings.get(K.F_POINT, 0) != 0:
+        pass                        # frames are taken inside the fabric (module fabric)
+    elif nics is None:
         pt[:, K.P_SEL] = 1
     else:
         pt[np.asarray(sorted(nics), np.int64), K.P_SEL] = 1
@@ -319,7 +348,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
                 tl=np.zeros((n_marks, 6), np.int64),
                 nv=np.zeros((T_ - n_nic if keep_nvlink else 0, 3), np.int64),
                 call_ab=call_ab, call_nst=np.zeros(call_ab.size, np.int32),
-                call_pbase=call_pbase.astype(np.int32))
+                call_pbase=call_pbase.astype(np.int32), **fab.arrays)
     rate = Fraction(repr(float(nvlink_gbps)))
     # most events one event can push: every transfer a rank sends or receives in an iteration
     # (a program step may start several calls), a transfer's dependents, twice over
@@ -328,13 +357,17 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
                            minlength=W)
     head = 2 * int(per_rank.max(initial=0)) + 2 * int(np.diff(table.dep_ptr).max(initial=0)) + 2 * W + 1024
     gap = min(4096, max(64, chunk_rows // 2))
-    cf = np.zeros(19, np.int64)
+    cf = np.zeros(K.NCF, np.int64)
     cf[[K.LAT, K.ACKDELAY, K.ACK_NS, K.ACK_FB, K.EVERY, K.CTS, K.CTS_BYTES, K.CTS_SHAPE, K.ITERS,
         K.WORLD, K.NVL_NUM, K.NVL_DEN, K.NVL_LAT, K.GAP, K.CHUNK, K.KEEP_HIST, K.KEEP_NV, K.NPORTS,
         K.HEAD]] = (
         nic.latency_ns, nic.ack_delay_ns, nic.ack_ns, nic.ack_bytes, nic.ack_every, int(cts),
         nic.cts_bytes, sizes.size, len(flats), W, rate.numerator, rate.denominator,
         nvlink_latency_ns, gap, chunk_rows, int(keep_history), int(keep_nvlink), N, head)
+    for slot, value in fab.settings.items():
+        cf[slot] = value
+    if fab.ack_ns is not None:
+        cf[K.ACK_NS] = fab.ack_ns
     sc = np.zeros(K.NSC, np.int64)
     sc[K.ACKFREE] = -1
     sc[K.MMASK] = -1 if keep_messages else ms.shape[0] - 1
