@@ -65,6 +65,12 @@ def _scenario() -> dict:
     return d
 
 
+def _fabric_cluster() -> dict:
+    d = _yaml(PROFILES / "clusters" / "h100-rocev2-400g.yaml")
+    d["fabric"] = {"model": "queued", "topology": {}, "switch": {}, "pfc": {}, "ecmp": {}}
+    return d
+
+
 @pytest.mark.parametrize("prefix,load,base,where", [
     ("model", load_model, lambda: _yaml(PROFILES / "models" / "gpt2-small.yaml"), []),
     ("model.moe", load_model, lambda: _yaml(PROFILES / "models" / "mixtral-8x7b.yaml"), ["moe"]),
@@ -73,6 +79,11 @@ def _scenario() -> dict:
      ["gpu"]),
     ("cluster.network", load_cluster,
      lambda: _yaml(PROFILES / "clusters" / "h100-rocev2-400g.yaml"), ["network"]),
+    ("cluster.fabric", load_cluster, _fabric_cluster, ["fabric"]),
+    ("cluster.fabric.topology", load_cluster, _fabric_cluster, ["fabric", "topology"]),
+    ("cluster.fabric.switch", load_cluster, _fabric_cluster, ["fabric", "switch"]),
+    ("cluster.fabric.pfc", load_cluster, _fabric_cluster, ["fabric", "pfc"]),
+    ("cluster.fabric.ecmp", load_cluster, _fabric_cluster, ["fabric", "ecmp"]),
     ("scenario", load_scenario, _scenario, []),
     ("scenario.tokenizer", load_scenario, _scenario, ["tokenizer"]),
     ("scenario.parallelism", load_scenario, _scenario, ["parallelism"]),
@@ -87,7 +98,7 @@ def test_each_table_lists_exactly_the_keys_the_loader_accepts(tmp_path, prefix, 
 
 
 def test_every_section_of_the_doc_is_checked():
-    assert list(_doc_keys()) == [t for t, _, _ in SECTIONS] and len(SECTIONS) == 12
+    assert list(_doc_keys()) == [t for t, _, _ in SECTIONS] and len(SECTIONS) == 17
 
 
 def test_a_key_without_a_meaning_is_refused(monkeypatch):

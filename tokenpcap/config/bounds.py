@@ -16,6 +16,7 @@ __all__ = [
     "MAX_VOCAB_SIZE", "MAX_SEQ_LENGTH", "MAX_EXPERTS", "MAX_GPUS_PER_NODE", "MAX_WORLD_SIZE",
     "LINK_GBPS_RANGE", "MAX_PEAK_TFLOPS", "MAX_LATENCY_NS", "MAX_MICRO_BATCH_SIZE",
     "MAX_GLOBAL_BATCH_SIZE", "MAX_CHANNELS", "MAX_ITERATIONS", "MAX_SEED",
+    "MAX_SWITCH_PORTS", "MAX_SWITCH_BUFFER_BYTES", "MAX_ECMP_SEED",
 ]
 
 #: Transformer layers: Megatron-LM's 1T model has 128 (Narayanan et al. 2021, Table 1),
@@ -54,3 +55,12 @@ MAX_CHANNELS = 64
 MAX_ITERATIONS = 32_767
 #: Seed: the range ``WireContext.payload_seed`` accepts (a non-negative int64).
 MAX_SEED = (1 << 63) - 1
+#: Ports of one switch of a queued fabric: Broadcom Tomahawk 5 (51.2 Tb/s) has 512 SerDes lanes
+#: of 100 Gb/s, so at most 512 ports of one lane each; 2x margin.
+MAX_SWITCH_PORTS = 1024
+#: Shared buffer of one switch: deep-buffer switches (on-chip plus HBM, VOQ) hold up to 32 GB per
+#: system (Arista 7280R architecture white paper, "up to 32GB per system"); 2x margin.
+MAX_SWITCH_BUFFER_BYTES = 1 << 36
+#: ECMP seed (``fabric.ecmp.seed``): a 32-bit value, as the hash functions take it (HPCC ns-3
+#: ``SwitchNode::EcmpHash`` ``uint32_t seed``; zlib's ``crc32`` start value).
+MAX_ECMP_SEED = (1 << 32) - 1

@@ -12,6 +12,7 @@ from typing import Any
 from tokenpcap.config import yamlcheck as yc
 from tokenpcap.config.bounds import (LINK_GBPS_RANGE, MAX_GPUS_PER_NODE, MAX_LATENCY_NS,
                                      MAX_PEAK_TFLOPS, MAX_WORLD_SIZE)
+from tokenpcap.config.fabric import FabricContext, fabric_from
 from tokenpcap.config.types import ClusterProfile, GpuProfile, NetworkProfile
 from tokenpcap.errors import ProfileError
 
@@ -49,6 +50,7 @@ _CLUSTER_SPEC = {
     "transport": (yc.enum("rocev2", "infiniband"), "rocev2"),
     "pmtu_bytes": (yc.enum(256, 512, 1024, 2048, 4096), 4096),
     "network": (yc.optional(yc.mapping), None),
+    "fabric": (yc.optional(yc.mapping), None),
 }
 
 
@@ -56,11 +58,14 @@ def load_cluster(path: str | Path) -> ClusterProfile:
     """Load a cluster profile (YAML): nodes, GPUs and NICs per node, link rates, transport, PMTU.
 
     The optional ``network:`` mapping fills :class:`NetworkProfile` (addressing and marking);
-    absent keys take its defaults.
+    absent keys take its defaults. The optional ``fabric:`` mapping fills
+    :class:`~tokenpcap.config.types.FabricProfile` (:mod:`tokenpcap.config.fabric`); absent, the
+    fabric is ideal.
 
     Raises:
         ProfileError: unknown or missing key, wrong type, value out of range, or more NICs than
-            GPUs per node (NIC of local GPU g is ``g * nics_per_node // gpus_per_node``).
+            GPUs per node (NIC of local GPU g is ``g * nics_per_node // gpus_per_node``), or a
+            ``fabric:`` the cluster cannot be built with (:func:`~tokenpcap.config.fabric.fabric_from`).
     """
     path = Path(path)
     return cluster_from(path, "", yc.load_yaml(path), path)
@@ -92,10 +97,14 @@ def cluster_from(file: Path, prefix: str, data: Any,
         raise ProfileError(file, key("network.ipv4_base"), net.ipv4_base,
                            "an IPv4 address whose last octet is 0, e.g. '198.18.0.0' (NIC i of "
                            "node n gets base + 256*n + i + 1)")
+    fabric = fabric_from(file, key("fabric"), v["fabric"], FabricContext(
+        nodes=v["nodes"], nics_per_node=v["nics_per_node"], link_gbps=v["link_gbps"],
+        latency_ns=net.latency_ns, pcp=net.pcp))
     name = v["name"] if v["name"] is not None else (cluster_path.stem if cluster_path else "cluster")
     return ClusterProfile(
         name=name, nodes=v["nodes"], gpus_per_node=v["gpus_per_node"],
         nics_per_node=v["nics_per_node"], link_gbps=v["link_gbps"], nvlink_gbps=v["nvlink_gbps"],
         gpu=GpuProfile(**g), transport=v["transport"], pmtu_bytes=v["pmtu_bytes"], network=net,
         path=cluster_path, description=v["description"], source=file, source_key=prefix,
+        fabric=fabric,
     )

@@ -28,9 +28,10 @@ from tokenpcap.config.bounds import (MAX_CHANNELS, MAX_GLOBAL_BATCH_SIZE, MAX_IT
 from tokenpcap.config.cluster_profile import cluster_from, load_cluster
 from tokenpcap.config.model_profile import load_model, model_from
 from tokenpcap.config.types import (DTYPE_BYTES, ClusterProfile, CollectivesConfig,
-                                     GenerationConfig, GpuProfile, MlaProfile, ModelProfile,
-                                     MoeProfile, NetworkProfile, Parallelism, Scenario,
-                                     TokenizerSpec, Training)
+                                     EcmpConfig, FabricProfile, GenerationConfig, GpuProfile,
+                                     MlaProfile, ModelProfile, MoeProfile, NetworkProfile,
+                                     Parallelism, PfcConfig, Scenario, SwitchConfig,
+                                     TokenizerSpec, TopologyConfig, Training)
 from tokenpcap.errors import ProfileError, TokenizerError
 
 __all__ = [
@@ -40,6 +41,11 @@ __all__ = [
     "GpuProfile",
     "NetworkProfile",
     "ClusterProfile",
+    "FabricProfile",
+    "TopologyConfig",
+    "SwitchConfig",
+    "PfcConfig",
+    "EcmpConfig",
     "TokenizerSpec",
     "Parallelism",
     "Training",

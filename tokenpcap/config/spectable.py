@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from tokenpcap.config import bounds
 from tokenpcap.config import cluster_profile as cp
+from tokenpcap.config import fabric as fab
 from tokenpcap.config import model_profile as mp
 from tokenpcap.config import profiles as p
 from tokenpcap.config import yamlcheck as yc
@@ -38,6 +39,15 @@ SECTIONS: tuple[tuple[str, str, dict], ...] = (
     ("`gpu:`", "cluster.gpu", cp._GPU_SPEC),
     ("`network:` (addressing and marking of the frames; absent keys take their defaults)",
      "cluster.network", cp._NETWORK_SPEC),
+    ("`fabric:` (the switches between the NICs; absent or `model: ideal`: none, and no output "
+     "changes; a key absent takes the preset's value, else the default below)",
+     "cluster.fabric", fab._FABRIC_SPEC),
+    ("`fabric.topology:`", "cluster.fabric.topology", fab._TOPOLOGY_SPEC),
+    ("`fabric.switch:`", "cluster.fabric.switch", fab._SWITCH_SPEC),
+    ("`fabric.pfc:` (IEEE 802.1Qbb priority flow control and the ingress buffer accounting)",
+     "cluster.fabric.pfc", fab._PFC_SPEC),
+    ("`fabric.ecmp:` (the choice among equal-cost next hops)", "cluster.fabric.ecmp",
+     fab._ECMP_SPEC),
     ("Scenario (`profiles/scenarios/*.yaml`)", "scenario", p._SCENARIO_SPEC),
     ("`tokenizer:` (a mapping, or one of the strings `utf8`, `bpe`, `tiktoken:NAME`, `hf:PATH`)",
      "scenario.tokenizer", p._TOKENIZER_SPEC),
@@ -114,6 +124,88 @@ KEYS: dict[str, tuple[str, str]] = {
                               "no Ethernet)"),
     "cluster.pmtu_bytes": ("bytes", "path MTU: RDMA payload per packet"),
     "cluster.network": ("", "addressing and marking, the keys below"),
+    "cluster.fabric": ("", "the fabric, the keys below; absent: ideal"),
+    "cluster.fabric.model": ("", "`ideal`: no switch (a message arrives `network.latency_ns` "
+                                 "after its last bit); `queued`: switches with queues and PFC "
+                                 "in the engine"),
+    "cluster.fabric.preset": ("", "fills every key not given: `hpcc-ns3` (HPCC ns-3 `third.cc` "
+                                  "as `export --to hpcc` feeds it), `th5-400g` (Broadcom "
+                                  "Tomahawk 5, SONiC Arista-7060X6-64PE), `spectrum4-400g` "
+                                  "(NVIDIA SN5600, SONiC); sources in "
+                                  "`tokenpcap/config/fabric_presets.py`"),
+    "cluster.fabric.topology": ("", "the cabling, the keys below"),
+    "cluster.fabric.switch": ("", "the switches, the keys below"),
+    "cluster.fabric.pfc": ("", "PFC, the keys below"),
+    "cluster.fabric.ecmp": ("", "ECMP, the keys below"),
+    "cluster.fabric.timing": ("", "`rocev2`: our frames with layer-1 overhead, serialization "
+                                  "rounded up to whole ns; `hpcc-ns3`: frame = payload + 48 B, "
+                                  "no layer-1 overhead, serialization truncated to whole ns, an "
+                                  "ACK per packet (HPCC ns-3 `qbb-net-device.cc`)"),
+    "cluster.fabric.qlen_sample_ns": ("ns", "queue-depth sampling interval of the side files "
+                                            "(HPCC ns-3 `third.cc` `monitor_buffer` samples every 100 ns)"),
+    "cluster.fabric.topology.kind": ("", "`single-switch` (every NIC on one switch), "
+                                         "`rail-optimized` (one leaf per rail per unit, every "
+                                         "leaf to every spine: `export --to hpcc`'s topology), "
+                                         "`leaf-spine` (all NICs of a node on one leaf), "
+                                         "`clos3` (rail-optimized pods, cores above)"),
+    "cluster.fabric.topology.nodes_per_leaf": ("nodes", "nodes under one leaf (leaf-spine) or "
+                                                        "per scalable unit, one leaf per rail "
+                                                        "(rail-optimized, clos3; NVIDIA DGX "
+                                                        "SuperPOD SU: 32); divides the nodes "
+                                                        "(of a pod); absent: all"),
+    "cluster.fabric.topology.spines": ("switches", "spines (per pod for clos3; clos3 has as "
+                                                   "many cores); absent: `nics_per_node`"),
+    "cluster.fabric.topology.oversubscription": ("ratio", "leaf down:up bandwidth (1: "
+                                                          "non-blocking); sizes a null "
+                                                          "`uplink_gbps`"),
+    "cluster.fabric.topology.pods": ("nodes", "clos3: nodes per pod (Meta's 24K RoCE "
+                                              "cluster: 3,072 GPUs = 384 nodes of 8, Llama 3 "
+                                              "paper Sec. 3.3.1); divides the nodes; absent: all"),
+    "cluster.fabric.topology.core_oversubscription": ("ratio", "clos3: pod-spine down:up "
+                                                               "bandwidth (Meta: 7)"),
+    "cluster.fabric.topology.nic_link_gbps": ("Gb/s", "NIC-to-leaf link rate; absent: "
+                                                      "`link_gbps`"),
+    "cluster.fabric.topology.uplink_gbps": ("Gb/s", "leaf-spine and spine-core link rate; "
+                                                    "absent: the NIC rate x ceil(down links / "
+                                                    "(ratio x up links)), as `export --to "
+                                                    "hpcc`"),
+    "cluster.fabric.topology.propagation_ns": ("ns", "link propagation per tier (NIC-leaf, "
+                                                     "leaf-spine, spine-core), one integer for "
+                                                     "all; absent: `network.latency_ns // 2` "
+                                                     "(>= 1), as `export --to hpcc`"),
+    "cluster.fabric.switch.forwarding": ("", "store-and-forward (HPCC ns-3) or cut-through"),
+    "cluster.fabric.switch.pipeline_ns": ("ns", "added per switch hop (0 in HPCC ns-3; 700 for "
+                                                "th5-400g is a modelling choice)"),
+    "cluster.fabric.switch.buffer_bytes": ("bytes", "shared buffer of one switch (TH5 "
+                                                    "ingress_lossless_pool 165,660,324; "
+                                                    "hpcc-ns3: 16 x link_gbps // 50 MiB)"),
+    "cluster.fabric.switch.control_priority": ("", "strict-priority class of ACKs and CNPs "
+                                                   "(NVIDIA CNP_802P_PRIO 6; ns-3 queue 0); "
+                                                   "not a lossless priority"),
+    "cluster.fabric.pfc.enabled": ("", "PFC on the lossless priorities"),
+    "cluster.fabric.pfc.priorities": ("", "lossless 802.1p priorities; absent: "
+                                          "`[network.pcp]`"),
+    "cluster.fabric.pfc.reserve_bytes": ("bytes", "guaranteed per (ingress port, priority) "
+                                                  "(TH5 18,796; ns-3 4,096)"),
+    "cluster.fabric.pfc.headroom_bytes": ("bytes", "per (ingress port, priority) after XOFF "
+                                                   "(TH5 612,140); null: 3 x port rate x "
+                                                   "propagation (HPCC ns-3 `third.cc`)"),
+    "cluster.fabric.pfc.dynamic_th": ("", "alpha = 2**dynamic_th of the free shared buffer "
+                                          "(SONiC; TH5 0; ns-3 pfc_a_shift 3: -3)"),
+    "cluster.fabric.pfc.dynamic_th_rate_scaled": ("", "+1 per doubling of the port rate above "
+                                                      "the NIC rate, up to 0 (ns-3 `third.cc`)"),
+    "cluster.fabric.pfc.resume_offset_bytes": ("bytes", "XON at threshold - offset (TH5 "
+                                                        "xon_offset 3,556; ns-3 3,072)"),
+    "cluster.fabric.pfc.pause_quanta": ("quanta", "XOFF pause time in 512 bit times (IEEE "
+                                                  "802.1Qbb; 65,535 = 83.9 us at 400G)"),
+    "cluster.fabric.pfc.pause_until_resume": ("", "paused until the XON, no timer (HPCC ns-3); "
+                                                  "false: the pause expires, refreshed while "
+                                                  "congested"),
+    "cluster.fabric.ecmp.mode": ("", "`five-tuple` hash, `dest-qp` (hash of the destination "
+                                     "QPN: Meta's E-ECMP) or `spray` (per packet)"),
+    "cluster.fabric.ecmp.hash": ("", "`crc32` (zlib CRC-32) or `hpcc-murmur3` (HPCC ns-3 "
+                                     "`SwitchNode::EcmpHash`, seeded by the ns-3 node id)"),
+    "cluster.fabric.ecmp.seed": ("", "combined with the switch index into each switch's seed"),
     "cluster.gpu.name": ("", "GPU model, for reports"),
     "cluster.gpu.peak_tflops": ("TFLOP/s", "dense peak at the training precision; compute time "
                                            "= FLOPs / (peak * `training.mfu`)"),

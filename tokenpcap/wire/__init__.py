@@ -1,7 +1,8 @@
 """The frame layer: header declarations, RC opcodes and segmentation, CRCs, frame building.
 
 Modules: :mod:`~tokenpcap.wire.fields` (declaration machinery), :mod:`~tokenpcap.wire.headers`
-(every header, once), :mod:`~tokenpcap.wire.rdma` (opcodes, segmentation at PMTU, frame lengths).
+(every header, once), :mod:`~tokenpcap.wire.rdma` (opcodes, segmentation at PMTU, frame lengths),
+:mod:`~tokenpcap.wire.qpn` (the seeded QPNs, PSNs and UDP source ports of a run's QP pairs).
 See docs/wire.md.
 """
 from __future__ import annotations
