@@ -161,9 +161,14 @@ def _shared_used(cf, fi, i):
 @njit(cache=True, _nrt=False)
 def _request_pfc(S, cf, sc, h, o, q, p, quanta, t):
     """Queue a PFC frame for priority ``p`` on switch port ``q`` (it leaves at the next frame
-    boundary, ahead of any data)."""
+    boundary, ahead of any data: a FREE event of the port at ``t`` or when it is free; no call
+    back into the transmit path, which is where the request comes from)."""
     S.fpv[q * 8 + p] = quanta
-    _kick(S, cf, sc, h, o, q, t)
+    fp = S.fp
+    if fp[q, FP_FREE] < 0:
+        w = fp[q, FP_BUSY] if fp[q, FP_BUSY] > t else t
+        fp[q, FP_FREE] = w
+        push(h, sc, w, EV_FREE, q, q, 0)
 
 
 @njit(cache=True, _nrt=False)
@@ -329,9 +334,14 @@ def _kick(S, cf, sc, h, o, e, t):
 @njit(cache=True, _nrt=False)
 def free_event(S, cf, sc, h, o, e, t):
     """FREE: port ``e``'s transmitter is free at ``t``."""
-    S.fp[e, FP_FREE] = -1
-    if S.fp[e, FP_BUSY] <= t:
+    fp = S.fp
+    fp[e, FP_FREE] = -1
+    if fp[e, FP_BUSY] <= t:
         _port_start(S, cf, sc, h, o, e, t)
+    else:
+        # another event at this instant started a frame first: wait for that one
+        fp[e, FP_FREE] = fp[e, FP_BUSY]
+        push(h, sc, fp[e, FP_BUSY], EV_FREE, e, e, 0)
 
 
 @njit(cache=True, _nrt=False)
