@@ -11,10 +11,12 @@ frame is there, so the last ACK reaches its sender at
 
 (one serialization at a sender, the S·P frames back to back at the bottleneck, propagation out
 and back over two links, the ACK's serialization on both), with ``t = floor(bytes·8 / rate)``
-in ns: ``DataRate::CalculateTxTime`` (src/network/utils/data-rate.cc) gives seconds as a double
-and ns-3.17's ``Seconds`` truncates to whole ns; frames are payload + 48 B (third.cc ``qp_finish``:
-``CustomHeader::GetStaticWholeHeaderSize() - IntHeader::GetStaticSize()`` per packet, 4,144 B:
-82 ns), ACKs 60 B (trace_reader shows ``60`` for every ACK: 1 ns).
+in ns: ``QbbNetDevice::TransmitStart`` (src/point-to-point/model/qbb-net-device.cc) waits
+``Seconds(m_bps.CalculateTxTime(p->GetSize()))``, ``CalculateTxTime`` (src/network/utils/
+data-rate.cc) is ``bytes * 8 / bps`` as a double and ns-3.17's ``Seconds`` truncates to whole ns.
+Frames are payload + 48 B (third.cc ``qp_finish`` counts ``CustomHeader::GetStaticWholeHeaderSize()
+- IntHeader::GetStaticSize()`` per packet; trace_reader prints every data frame of these runs as
+``4144(4096)``: 82 ns), ACKs 60 B (trace_reader: ``60``; 1 ns).
 """
 from __future__ import annotations
 
