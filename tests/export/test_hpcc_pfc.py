@@ -166,6 +166,40 @@ def test_mixtral_summaries_are_consistent_and_the_two_modes_agree():
     assert docs["pfc"]["groups"] == docs["dcqcn"]["groups"]
 
 
+def _qlen(cc: str) -> np.ndarray:
+    text = gzip.decompress((CASES / f"incast63x16m-{cc}-qlen-port1.txt.gz").read_bytes()).decode()
+    return np.array([[int(x) for x in line.split()] for line in text.splitlines()
+                     if not line.startswith("#")], np.int64)
+
+
+def test_the_bottleneck_queue_fills_at_the_senders_excess_rate_and_stays_in_the_buffer():
+    """PFC only: until the first pause, 63 senders at line rate into one port at line rate grow
+    its queue by 62 frames per frame time; the first frame reaches the switch after one
+    serialization and one propagation (82 + 500 ns). Never above the 128 MiB buffer."""
+    buffer_bytes = int(_config("incast63x16m-pfc-config.txt")["BUFFER_SIZE"]) << 20
+    for cc in ("pfc", "dcqcn"):
+        q = _qlen(cc)
+        # buckets with no event (the port idle, DCQCN) are left out
+        assert (np.diff(q[:, 0]) > 0).all() and not (q[:, 0] % 10_000).any()
+        assert q[0, 0] == 2_000_000_000
+        assert (q[:, 1] >= q[:, 2]).all() and q[:, 1].max() < buffer_bytes
+        assert q[-1, 2] == 0                                  # drained at the end
+    q = _qlen("pfc")
+    assert (np.diff(q[:, 0]) == 10_000).all()                 # PFC only: busy all along
+    grow = 62 * (4096 + HEADER_BYTES) / 82 * (10_000 - 582)
+    assert abs(q[0, 1] / grow - 1) < 0.005
+    first_pause = int(read_pfc(CASES / "incast63x16m-pfc-pfc.txt.gz")["time_ns"][0])
+    peak = int(q[np.argmax(q[:, 1]), 0])
+    assert peak <= first_pause < peak + 10_000                # the queue peaks as PFC begins
+
+
+def test_ce_marks_at_the_receiver_add_up():
+    rows = np.loadtxt(CASES / "incast63x4m-dcqcn-ce-at-host0.txt", dtype=np.int64, comments="#")
+    assert rows[:, 0].tolist() == list(range(1, 64))
+    assert (rows[:, 1] == (4 << 20) // 4096).all() and (rows[:, 2] <= rows[:, 1]).all()
+    assert (int(rows[:, 1].sum()), int(rows[:, 2].sum())) == (64_512, 57_606)
+
+
 @pytest.mark.parametrize("text, message", [
     ("2000037736 4 0 1\n", "line 1: got 4 fields, expected 5"),
     ("\n2000037736 4 0 1 2\n", "line 2: type: got 2, expected 0 (resume) or 1 (pause)"),
