@@ -16,7 +16,8 @@ in ns: ``QbbNetDevice::TransmitStart`` (src/point-to-point/model/qbb-net-device.
 data-rate.cc) is ``bytes * 8 / bps`` as a double and ns-3.17's ``Seconds`` truncates to whole ns.
 Frames are payload + 48 B (third.cc ``qp_finish`` counts ``CustomHeader::GetStaticWholeHeaderSize()
 - IntHeader::GetStaticSize()`` per packet; trace_reader prints every data frame of these runs as
-``4144(4096)``: 82 ns), ACKs 60 B (trace_reader: ``60``; 1 ns).
+``4144(4096)``: 82 ns), ACKs 60 B (rdma-hw.cc ``ReceiveUdp`` pads the ACK to
+``60-14-20`` bytes before its IPv4 and Ethernet headers; trace_reader: ``60``; 1 ns).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from tokenpcap.export.hpcc_pfc import PFC_DTYPE, PFC_PAUSE, PFC_RESUME, pause_co
 
 CASES = Path(__file__).resolve().parents[2] / "tests" / "cases" / "hpcc"
 HEADER_BYTES = 48          # third.cc qp_finish: whole header less INT, per packet
-ACK_BYTES = 60             # every ACK frame in trace_reader's output of these runs
+ACK_BYTES = 60             # rdma-hw.cc ReceiveUdp: Create<Packet>(max(60-14-20-hdr, 0))
 
 
 def _config(name: str) -> dict[str, str]:
