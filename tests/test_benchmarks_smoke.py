@@ -6,6 +6,7 @@ assert a speed: timings on a shared two-core machine say nothing in a test.
 """
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -28,7 +29,8 @@ def run(script: str, *args: str, timeout: float = 300) -> str:
 
 TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "inspect_read.py",
           "engine_timing.py", "fuzz_campaign.py", "dask_generate.py", "flat_build.py",
-          "generate_nic.py", "message_ring.py", "call_state.py", "engine_state.py"}
+          "generate_nic.py", "message_ring.py", "call_state.py", "engine_state.py",
+          "fabric_ns3.py"}
 HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
 
@@ -170,3 +172,20 @@ def test_engine_state_measures_the_state_and_the_run():
     out = run("engine_state.py", "--scenario", "dante", "--scale", "64", "--run")
     assert re.search(r"^  this tree \(\w+\) +build .* peak +[\d.]+ GiB .* arrays +[\d.]+ GiB .*"
                      r"run +[\d.]+ s cpu 1,072 messages", out, re.M), out
+
+
+def test_fabric_ns3_without_the_simulator_says_so(tmp_path):
+    out = run("fabric_ns3.py")
+    assert "HPCC ns-3 simulator not available (no --sim given)" in out and "Nothing run." in out
+    out = run("fabric_ns3.py", "--sim", str(tmp_path / "third"))
+    assert "third: no such file" in out
+
+
+@pytest.mark.skipif(not os.path.isfile(os.environ.get("HPCC_NS3_SIM", "")),
+                    reason="HPCC_NS3_SIM (HPCC ns-3's build/scratch/third) not set: "
+                           "benchmarks/build_hpcc_ns3.sh builds it")
+def test_fabric_ns3_runs_a_small_incast():
+    out = run("fabric_ns3.py", "--sim", os.environ["HPCC_NS3_SIM"], "--senders", "8",
+              "--size-mib", "1", "--cc", "none")
+    # tests/cases/hpcc/incast8x1m-pfc-fct.txt: the same run, 170,020 ns
+    assert "flows 8/8  span 170,020 ns" in out and re.search(r"hops per CPU-s", out)

@@ -10,6 +10,7 @@ reads (copied below from its source).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from fractions import Fraction
@@ -22,15 +23,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenpcap.cli import main
-from tokenpcap.config.profiles import load_cluster
+from tokenpcap.config.profiles import load_cluster, load_scenario
 from tokenpcap.errors import InputError, OutputError
-from tokenpcap.export.hpcc import (CC_MODES, SIBLINGS, START_OFFSET_NS, hpcc_flows, link_delay_ns,
-                                   ns3_seconds_to_ns, path_links, start_seconds_text, write_hpcc)
+from tokenpcap.export.hpcc import (CC_MODES, SIBLINGS, START_OFFSET_NS, TOPOLOGIES, hpcc_flows,
+                                   link_delay_ns, ns3_seconds_to_ns, path_links,
+                                   start_seconds_text, write_hpcc)
 from tokenpcap.pipeline import schedule_scenario
 from tokenpcap.records import MESSAGE_DTYPE
 
 ROOT = Path(__file__).resolve().parents[2]
 DANTE = ROOT / "profiles" / "scenarios" / "dante.yaml"
+CASES = ROOT / "tests" / "cases" / "hpcc"
 #: every key scratch/third.cc compares against while reading its config (its source, in order)
 THIRD_CC_KEYS = (
     "ENABLE_QCN USE_DYNAMIC_PFC_THRESHOLD CLAMP_TARGET_RATE PAUSE_TIME DATA_RATE LINK_DELAY "
@@ -225,3 +228,59 @@ def test_cli_hpcc_cc_flag(tmp_path):
                                   "-o", str(tmp_path / "m.csv")])
     assert r.exit_code == 2 and "expected it only with --to hpcc" in r.output
     assert not (tmp_path / "m.csv").exists()
+
+
+def load_scenario_cluster():
+    return load_scenario(DANTE).cluster
+
+
+def _incast(senders: int, size_bytes: int) -> np.ndarray:
+    m = np.zeros(senders, MESSAGE_DTYPE)
+    m["src_nic"], m["dst_nic"], m["size_bytes"] = np.arange(1, senders + 1), 0, size_bytes
+    return m
+
+
+@pytest.mark.parametrize("cc, fixture", [("none", "pfc"), ("dcqcn", "dcqcn")])
+def test_single_switch_writes_the_incast_fixtures_inputs(tmp_path, cc, fixture):
+    """The 63 -> 1 incast that the HPCC fixtures ran (tests/cases/hpcc/README.md): 64 hosts of
+    Dante's 400 Gb/s cluster on one switch. The topology is the fixture's byte for byte, the
+    config key for key but for the file names and the stop time, the flows the same numbers
+    (the fixture writes its start as 2.0, the export 2 s plus half a ns: the same ns)."""
+    cluster = dataclasses.replace(load_scenario_cluster(), nodes=8)
+    paths = write_hpcc(_incast(63, 16 << 20), cluster, tmp_path / "incast.txt", cc=cc,
+                       topology="single-switch", buffer_mb=128)
+    assert paths[1].read_text() == (CASES / "incast63x16m-topology.txt").read_text()
+    got, want = read_config(paths[2]), read_config(CASES / f"incast63x16m-{fixture}-config.txt")
+    assert list(got) == list(want)                                  # same keys, same order
+    names = set(SIBLINGS) | {"FLOW_FILE", "SIMULATOR_STOP_TIME"}
+    assert {k for k in got if got[k] != want[k]} <= names
+    assert float(got["SIMULATOR_STOP_TIME"][0]) >= 3
+    ours = [line.split() for line in paths[0].read_text().splitlines()]
+    theirs = [line.split() for line in (CASES / "incast63x16m-flows.txt").read_text().splitlines()]
+    assert ours[0] == theirs[0] == ["63"]
+    assert [r[:5] for r in ours[1:]] == [r[:5] for r in theirs[1:]]
+    assert {simulator_ns(r[5]) for r in ours[1:]} == {simulator_ns(r[5]) for r in theirs[1:]} \
+        == {START_OFFSET_NS}
+    assert paths[3].read_text() == "0\n"
+
+
+def test_pfc_settings_and_traced_nodes_are_written_as_given(tmp_path):
+    cluster = load_scenario_cluster()
+    m = _incast(3, 4096)
+    default = read_config(write_hpcc(m, cluster, tmp_path / "a.txt")[2])
+    assert default["BUFFER_SIZE"] == ["128"] and default["USE_DYNAMIC_PFC_THRESHOLD"] == ["1"]
+    assert "PAUSE_TIME" not in default and default["ENABLE_TRACE"] == ["0"]
+    paths = write_hpcc(m, cluster, tmp_path / "b.txt", buffer_mb=32, dynamic_pfc_threshold=False,
+                       pause_time=10, trace_nodes=(0, 32))
+    cfg = read_config(paths[2])
+    assert cfg["BUFFER_SIZE"] == ["32"] and cfg["USE_DYNAMIC_PFC_THRESHOLD"] == ["0"]
+    assert cfg["PAUSE_TIME"] == ["10"] and cfg["ENABLE_TRACE"] == ["1"]
+    assert set(cfg) == set(THIRD_CC_KEYS) - UNUSED_KEYS | {"PAUSE_TIME"}
+    assert paths[3].read_text() == "2\n0\n32\n"
+    with pytest.raises(InputError, match="topology: got 'torus', expected one of "
+                                         "rail-leaf-spine, single-switch"):
+        write_hpcc(m, cluster, tmp_path / "c.txt", topology="torus")
+    with pytest.raises(InputError, match="buffer_mb: got 0, expected >= 1"):
+        write_hpcc(m, cluster, tmp_path / "c.txt", buffer_mb=0)
+    assert not list(tmp_path.glob("c*"))
+    assert set(TOPOLOGIES) == {"rail-leaf-spine", "single-switch"}

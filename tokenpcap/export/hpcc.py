@@ -15,12 +15,15 @@ each other, named after the flow file ``OUT`` (stem ``S``):
   2,000,039,135 ns; each start is written as its nanosecond plus half a nanosecond
   (``2.0000391365``), and the export checks that every start survives that parse.
 * ``S-topology.txt`` (``TOPOLOGY_FILE``): ``node_num switch_num link_num``, the switch ids, then
-  ``a b rate delay error_rate`` per link: one leaf per rail (NIC index within a node, the
+  ``a b rate delay error_rate`` per link (:data:`TOPOLOGIES`). ``rail-leaf-spine`` (the
+  default): one leaf per rail (NIC index within a node, the
   rail-optimised cabling of the cluster profiles) and ``nics_per_node`` spines, every leaf to
   every spine at ``ceil(nodes / nics_per_node)`` times the NIC rate (non-blocking). Every link's
   delay is half the profile's one-way ``network.latency_ns`` (:func:`link_delay_ns`), so the
   rail-aligned path host-leaf-host, which carries all of NCCL's rail-optimised traffic, has
   exactly our one-way latency; a cross-rail path (host-leaf-spine-leaf-host) has twice it.
+  ``single-switch``: every host on one switch, node ``H`` (H = the number of hosts), at the NIC
+  rate and the same delay: the microbenchmarks' fabric (incasts in tests/cases/hpcc/).
 * ``S-config.txt``: every key ``third.cc`` reads, paths relative to the directory of the files
   (the simulator opens them relative to its working directory: run it there). The congestion
   control (``CC_MODE``) is chosen by ``cc`` (:data:`CC_MODES`); its parameters are those the
@@ -30,7 +33,13 @@ each other, named after the flow file ``OUT`` (stem ``S``):
   the topology (run.py's rule per speed r in Gb/s: KMIN 4·r KB, KMAX 16·r KB, PMAX 0.2; DCTCP
   KMIN = KMAX 3·r KB, PMAX 1.0; a debug build of the simulator stops on a speed without one).
   ``SIMULATOR_STOP_TIME`` leaves ten times our iteration's span after the first start, plus 1 s.
-* ``S-trace.txt`` (``TRACE_FILE``): ``0``, no node traced (``ENABLE_TRACE 0``); the simulator's
+  ``BUFFER_SIZE`` (MB per switch) is run.py's 16·bw/50 unless given; ``USE_DYNAMIC_PFC_THRESHOLD``
+  1 unless turned off; ``PAUSE_TIME`` (third.cc's default 5, the ``PauseHeader`` time of an
+  XOFF; the receiving QbbNetDevice stays paused until the XON whatever it says) only when given.
+  ``--hpcc-cc none`` (``CC_MODE`` 0, which rdma-hw.cc acts on nowhere): no congestion control,
+  PFC only, with DCQCN's other settings (no window, ACKs high priority).
+* ``S-trace.txt`` (``TRACE_FILE``): the traced node ids (``0``, none, by default: ``ENABLE_TRACE
+  0``; with ``trace_nodes``, their count then one id a line, and ``ENABLE_TRACE 1``); the simulator's
   outputs are ``S-fct.txt`` (read back by :mod:`tokenpcap.export.hpcc_fct`), ``S-pfc.txt``,
   ``S-mix.tr`` and ``S-qlen.txt``.
 
@@ -50,7 +59,8 @@ from tokenpcap.pcap.filekind import refuse_special_output
 from tokenpcap.pipeline import Prepared
 from tokenpcap.records import KIND_DATA
 
-__all__ = ["HPCC_PG", "HPCC_DPORT_BASE", "START_OFFSET_NS", "CC_MODES", "FLOW_DTYPE", "hpcc_flows",
+__all__ = ["HPCC_PG", "HPCC_DPORT_BASE", "START_OFFSET_NS", "CC_MODES", "TOPOLOGIES",
+           "FLOW_DTYPE", "hpcc_flows",
            "ns3_seconds_to_ns", "start_seconds_text", "link_delay_ns", "path_links",
            "write_hpcc", "sibling", "SIBLINGS"]
 
@@ -59,8 +69,8 @@ HPCC_DPORT_BASE = 100
 #: HPCC's examples start their flows at 2 s, after the simulator's set-up.
 START_OFFSET_NS = 2_000_000_000
 #: ``--hpcc-cc`` names and third.cc's ``CC_MODE`` values (rdma-hw.cc: 1 DCQCN (Mellanox's),
-#: 3 HPCC, 7 TIMELY, 8 DCTCP, 10 HPCC-PINT).
-CC_MODES = {"hpcc": 3, "dcqcn": 1, "timely": 7, "dctcp": 8, "hpcc-pint": 10}
+#: 3 HPCC, 7 TIMELY, 8 DCTCP, 10 HPCC-PINT; any other value, here 0, no congestion control).
+CC_MODES = {"hpcc": 3, "dcqcn": 1, "timely": 7, "dctcp": 8, "hpcc-pint": 10, "none": 0}
 #: One row per exported flow; ``msg`` is the row of the message table it came from.
 FLOW_DTYPE = np.dtype([("src", "<i8"), ("dst", "<i8"), ("dport", "<i8"), ("size_bytes", "<i8"),
                        ("start_ns", "<i8"), ("msg", "<i8")])
@@ -153,7 +163,7 @@ def _rate_bps(gbps: float) -> int:
     return int(gbps) * 10**9 if float(gbps).is_integer() else int(round(gbps * 1000)) * 10**6
 
 
-def _topology(cluster) -> tuple[list[str], list[float]]:
+def _rail_leaf_spine(cluster) -> tuple[list[str], list[float]]:
     hosts = cluster.nodes * cluster.nics_per_node
     rails = spines = cluster.nics_per_node
     leaf0, spine0 = hosts, hosts + rails
@@ -166,6 +176,17 @@ def _topology(cluster) -> tuple[list[str], list[float]]:
     switches = " ".join(str(i) for i in range(leaf0, spine0 + spines))
     return ([f"{hosts + rails + spines} {rails + spines} {len(links)}\n", f"{switches}\n", *links],
             sorted({float(cluster.link_gbps), float(up_gbps)}))
+
+
+def _single_switch(cluster) -> tuple[list[str], list[float]]:
+    hosts = cluster.nodes * cluster.nics_per_node
+    rate, delay = _rate_text(cluster.link_gbps), f"{link_delay_ns(cluster)}ns"
+    links = [f"{h} {hosts} {rate} {delay} 0\n" for h in range(hosts)]
+    return [f"{hosts + 1} 1 {hosts}\n", f"{hosts}\n", *links], [float(cluster.link_gbps)]
+
+
+#: ``topology`` of :func:`write_hpcc`: cluster -> (topology file lines, link speeds in Gb/s).
+TOPOLOGIES = {"rail-leaf-spine": _rail_leaf_spine, "single-switch": _single_switch}
 
 
 def _ecn_maps(cc: str, speeds_gbps: list[float]) -> list[str]:
@@ -194,7 +215,7 @@ def _cc_settings(cc: str, bw: float) -> dict[str, str]:
         ai = f"{10 * b // 25}Mb/s"
         mode = {"RATE_AI": ai, "RATE_HAI": ai, "HAS_WIN": "1", "VAR_WIN": "1", "FAST_REACT": "1",
                 "INT_MULTI": str(max(1, b // 25)), "ACK_HIGH_PRIO": "0"}
-    elif cc == "dcqcn":
+    elif cc in ("dcqcn", "none"):
         mode = {"RATE_AI": f"{5 * b // 25}Mb/s", "RATE_HAI": f"{50 * b // 25}Mb/s", "HAS_WIN": "0",
                 "VAR_WIN": "0", "FAST_REACT": "0", "ACK_HIGH_PRIO": "1"}
     elif cc == "timely":
@@ -207,9 +228,10 @@ def _cc_settings(cc: str, bw: float) -> dict[str, str]:
     return {**common, **mode}
 
 
-def _config(out: Path, cluster, cc: str, speeds: list[float], stop_s: int, qlen_ns: int) -> list[str]:
+def _config(out: Path, cluster, cc: str, speeds: list[float], stop_s: int, qlen_ns: int,
+            pfc: dict[str, str], trace: bool) -> list[str]:
     names = {k: sibling(out, suffix).name for k, suffix in SIBLINGS.items()}
-    cfg = {"ENABLE_QCN": "1", "USE_DYNAMIC_PFC_THRESHOLD": "1",
+    cfg = {"ENABLE_QCN": "1", "USE_DYNAMIC_PFC_THRESHOLD": pfc["USE_DYNAMIC_PFC_THRESHOLD"],
            "PACKET_PAYLOAD_SIZE": str(int(cluster.pmtu_bytes)),
            "TOPOLOGY_FILE": names["TOPOLOGY_FILE"], "FLOW_FILE": out.name,
            "TRACE_FILE": names["TRACE_FILE"], "TRACE_OUTPUT_FILE": names["TRACE_OUTPUT_FILE"],
@@ -218,15 +240,19 @@ def _config(out: Path, cluster, cc: str, speeds: list[float], stop_s: int, qlen_
            "CLAMP_TARGET_RATE": "0", "FAST_RECOVERY_TIMES": "1", "MIN_RATE": "1000Mb/s",
            "ERROR_RATE_PER_LINK": "0.0000", "L2_CHUNK_SIZE": "4000", "L2_ACK_INTERVAL": "1",
            "L2_BACK_TO_ZERO": "0", "GLOBAL_T": "1", "MULTI_RATE": "0", "SAMPLE_FEEDBACK": "0",
-           "RATE_BOUND": "1", "LINK_DOWN": "0 0 0", "ENABLE_TRACE": "0",
-           "BUFFER_SIZE": str(max(1, 16 * int(cluster.link_gbps) // 50)),
+           "RATE_BOUND": "1", "LINK_DOWN": "0 0 0", "ENABLE_TRACE": str(int(trace)),
+           "BUFFER_SIZE": pfc["BUFFER_SIZE"],
            "QLEN_MON_FILE": names["QLEN_MON_FILE"], "QLEN_MON_START": str(qlen_ns),
            "QLEN_MON_END": str(qlen_ns), **_cc_settings(cc, cluster.link_gbps)}
+    if "PAUSE_TIME" in pfc:
+        cfg["PAUSE_TIME"] = pfc["PAUSE_TIME"]
     return [f"{k} {v}\n" for k, v in cfg.items()] + _ecn_maps(cc, speeds)
 
 
 def write_hpcc(messages: np.ndarray, cluster, out: str | os.PathLike, *, cc: str = "hpcc",
-               start_offset_ns: int = START_OFFSET_NS) -> list[Path]:
+               start_offset_ns: int = START_OFFSET_NS, topology: str = "rail-leaf-spine",
+               buffer_mb: int | None = None, dynamic_pfc_threshold: bool = True,
+               pause_time: int | None = None, trace_nodes: tuple[int, ...] = ()) -> list[Path]:
     """Write the flow file ``out`` and its topology, config and trace files (module docstring).
 
     Args:
@@ -234,17 +260,37 @@ def write_hpcc(messages: np.ndarray, cluster, out: str | os.PathLike, *, cc: str
             ``start_ns``).
         cluster: the scenario's ``ClusterProfile`` (nodes, NICs, link rate, PMTU, latency).
         cc: a key of :data:`CC_MODES`.
+        topology: a key of :data:`TOPOLOGIES`.
+        buffer_mb: ``BUFFER_SIZE``, each switch's shared buffer in MiB (third.cc multiplies by
+            1024 · 1024); None: run.py's 16·bw/50 at the NIC rate bw in Gb/s.
+        dynamic_pfc_threshold: ``USE_DYNAMIC_PFC_THRESHOLD`` (switch-mmu.cc's ``CheckShouldPause``:
+            the free buffer shifted by ``pfc_a_shift`` instead of a static threshold).
+        pause_time: ``PAUSE_TIME`` (QbbNetDevice's ``PauseTime``, the XOFF's time field), written
+            only when given.
+        trace_nodes: node ids the simulator traces into ``TRACE_OUTPUT_FILE`` (``ENABLE_TRACE``
+            1 when any).
 
     Returns:
         [flow file, topology, config, trace]: all four written, or none (temporary files
         renamed once every one is complete).
 
     Raises:
-        InputError: an unknown ``cc``; a start the simulator would not read back exactly.
+        InputError: an unknown ``cc`` or ``topology``, a ``buffer_mb`` below 1; a start the
+            simulator would not read back exactly.
         OutputError: a file cannot be written.
     """
     if cc not in CC_MODES:
         raise InputError(f"export --hpcc-cc: got {cc!r}, expected one of {', '.join(CC_MODES)}")
+    if topology not in TOPOLOGIES:
+        raise InputError(f"export --to hpcc: topology: got {topology!r}, expected one of "
+                         f"{', '.join(TOPOLOGIES)}")
+    if buffer_mb is not None and int(buffer_mb) < 1:
+        raise InputError(f"export --to hpcc: buffer_mb: got {buffer_mb}, expected >= 1")
+    pfc = {"BUFFER_SIZE": str(max(1, 16 * int(cluster.link_gbps) // 50) if buffer_mb is None
+                              else int(buffer_mb)),
+           "USE_DYNAMIC_PFC_THRESHOLD": str(int(bool(dynamic_pfc_threshold)))}
+    if pause_time is not None:
+        pfc["PAUSE_TIME"] = str(int(pause_time))
     out = Path(out)
     f = hpcc_flows(messages, start_offset_ns)
     text = start_seconds_text(f["start_ns"])
@@ -256,14 +302,15 @@ def write_hpcc(messages: np.ndarray, cluster, out: str | os.PathLike, *, cc: str
                          f"simulator reads as {int(back[i])} ns, expected {int(f['start_ns'][i])}")
     rows = [f"{a} {b} {HPCC_PG} {p} {n} {t}\n" for a, b, p, n, t in zip(
         f["src"].tolist(), f["dst"].tolist(), f["dport"].tolist(), f["size_bytes"].tolist(), text)]
-    topo_lines, speeds = _topology(cluster)
+    topo_lines, speeds = TOPOLOGIES[topology](cluster)
     end = messages["arrival_ns"] if "arrival_ns" in (messages.dtype.names or ()) else f["start_ns"]
     span = int(end.max()) if end.size else 0
     stop_s = math.ceil((start_offset_ns + 10 * max(span, 0)) / _NS_PER_S) + 1
     files = {out: [f"{len(rows)}\n", *rows], sibling(out, "-topology.txt"): topo_lines,
              sibling(out, "-config.txt"): _config(out, cluster, cc, speeds, stop_s,
-                                                  start_offset_ns),
-             sibling(out, "-trace.txt"): ["0\n"]}
+                                                  start_offset_ns, pfc, bool(trace_nodes)),
+             sibling(out, "-trace.txt"): [f"{len(trace_nodes)}\n",
+                                          *(f"{int(n)}\n" for n in trace_nodes)]}
     _write_all(files)
     return list(files)
 
