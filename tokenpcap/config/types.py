@@ -266,6 +266,15 @@ class Scenario:
     description: str = ""
     workload: Workload | None = None
 
+    @property
+    def token_layout(self) -> tuple[int, int]:
+        """``(samples, seq_length)`` of the per-token buffers (``training.micro_batch_size``,
+        the model's ``seq_length``) that token ranges and packet comments are read with;
+        ``(1, 1)`` for a workload scenario, whose messages carry no tokens (ranges -1)."""
+        if self.model is None:
+            return 1, 1
+        return self.training.micro_batch_size, self.model.seq_length
+
     def require_model(self, what: str) -> ModelProfile:
         """The model, or :class:`~tokenpcap.errors.InputError` in one line for a workload
         scenario: ``what`` names what needs it (``"trace"``, ``"the simai export"``)."""

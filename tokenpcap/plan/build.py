@@ -56,7 +56,7 @@ from tokenpcap.tokens import TokenizedCorpus
 from tokenpcap.collectives.rails import rank_nic_bytes
 from tokenpcap.collectives.traffic import CallShape, nic_hop_sizes, per_rank_bytes
 from tokenpcap.plan.sizing import pcap_estimate
-from tokenpcap.plan.workload import workload_families
+from tokenpcap.plan.workload import workload_families, workload_json
 
 __all__ = ["CollectiveCall", "PhaseRow", "Plan", "build_plan", "bytes_per_nic", "rank_layout",
            "pipeline_bubble_fraction",
@@ -280,7 +280,7 @@ class Plan:
         workload scenario has no model section: ``model``, ``parameters``, ``microbatches``
         ... are absent, ``workload`` is its mapping (:meth:`Workload.to_json`)."""
         if self.scenario.workload is not None:
-            return self._workload_json()
+            return workload_json(self, wire_time_ns)
         s, m = self.scenario, self.scenario.model
         t, p = s.training, s.parallelism
         pc = parameter_count(m)
@@ -332,17 +332,6 @@ class Plan:
             "epoch": self.epoch(),
             "pcap": self.pcap,
             "tokens": self.tokens.to_json() if self.tokens is not None else None,
-        }
-
-    def _workload_json(self) -> dict:
-        s = self.scenario
-        return {
-            "scenario": s.name, "model": None, "cluster": s.cluster.name,
-            "workload": s.workload.to_json(), "algorithm": self.algorithm, "scale": self.scale,
-            "layout": {"world_size": self.layout.world_size, "nodes": self.layout.nodes,
-                       "groups": self.layout.intra_node_summary()},
-            "phases": [r.to_json() for r in self.rows], "totals": self.totals(), "epoch": None,
-            "pcap": self.pcap, "tokens": None,
         }
 
 

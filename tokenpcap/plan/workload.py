@@ -29,7 +29,8 @@ from tokenpcap.config.profiles import Scenario
 from tokenpcap.config.workload import Workload
 from tokenpcap.plan.family import Family, Inst
 
-__all__ = ["WORKLOAD_PLANNERS", "register_planner", "workload_families", "DIM", "PHASE"]
+__all__ = ["WORKLOAD_PLANNERS", "register_planner", "workload_families", "workload_json", "DIM",
+           "PHASE"]
 
 #: The dim and phase of every workload call (:func:`tokenpcap.records.phase_label`).
 DIM, PHASE = "wl", "run"
@@ -79,3 +80,26 @@ def workload_families(s: Scenario) -> list[Family]:
     """
     assert s.workload is not None
     return WORKLOAD_PLANNERS[s.workload.kind](s.workload)
+
+
+def workload_json(plan, wire_time_ns: Callable[[int, float], int]) -> dict:  # type: ignore[no-untyped-def]
+    """``plan.to_json()`` of a workload scenario's :class:`~tokenpcap.plan.build.Plan`: the
+    training plan's keys without the model's (``model`` None; no ``parameters``,
+    ``parallelism``, ``microbatches``), ``workload`` its mapping
+    (:meth:`~tokenpcap.config.workload.Workload.to_json`) and, for an incast,
+    ``receiver_bytes`` (what the receiver's NIC takes: every sender's bytes at the plan's
+    scale) and ``receiver_wire_time_ns`` (that at link rate, ``wire_time_ns``)."""
+    s = plan.scenario
+    w = s.workload.to_json()
+    if s.workload.kind == "incast":
+        into = sum(f.message_bytes * f.n_calls for f in plan.families)
+        w["receiver_bytes"] = into
+        w["receiver_wire_time_ns"] = wire_time_ns(into, s.cluster.link_gbps)
+    return {
+        "scenario": s.name, "model": None, "cluster": s.cluster.name,
+        "workload": w, "algorithm": plan.algorithm, "scale": plan.scale,
+        "layout": {"world_size": plan.layout.world_size, "nodes": plan.layout.nodes,
+                   "groups": plan.layout.intra_node_summary()},
+        "phases": [r.to_json() for r in plan.rows], "totals": plan.totals(), "epoch": None,
+        "pcap": plan.pcap, "tokens": None,
+    }

@@ -145,7 +145,7 @@ class ReferenceSchedule:
         pp = s.parallelism.pp
         self._times = [stage_times(s, st, self.scale) for st in range(pp)] if s.model else []
         self._shards = scenario_shards(s) if s.model else []
-        self._seq_length = s.model.seq_length if s.model is not None else 1
+        self._seq_length = s.token_layout[1]       # a workload's: 1 (it carries no tokens)
         self._ranks = [_Rank(r, self._program(0, r)) for r in range(self.layout.world_size)]
 
     # ------------------------------------------------------------------ programs

@@ -149,8 +149,7 @@ class Schedule:
         if scale is not None and int(scale) != plan.scale:
             plan = build_plan(s, plan.tokens, scale=int(scale))
         self.plan, self.scenario, self.scale = plan, s, plan.scale
-        # token ranges: a workload's calls carry none (token_start -1), any length serves
-        self._seq_length = s.model.seq_length if s.model is not None else 1
+        self._seq_length = s.token_layout[1]       # a workload's: 1 (it carries no tokens)
         self.layout = plan.layout
         self.engine = NicModel(s.cluster, s.generation, ib_grh=ib_grh)
         if chunk_rows < 1:
