@@ -12,7 +12,10 @@ then its calls, repetition after repetition (the calls' ``microbatch``):
   repetition.
 
 Every call is started by every rank of its group, so the engine's rendezvous rule is the only
-synchronisation, as in a training iteration.
+synchronisation, as in a training iteration. A rank without a call (outside the workload's
+ranks) runs one :class:`~tokenpcap.schedule.program.Wait` on its empty stream, a no-op: the
+engines step from one iteration's program into the next's first instruction, so no program of
+an iteration is empty (training programs never are).
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import numpy as np
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.plan.calltable import CallTable
 from tokenpcap.schedule.flatbuild import encode_program
-from tokenpcap.schedule.program import Call, CallMode, Compute, Instruction
+from tokenpcap.schedule.program import Call, CallMode, Compute, Instruction, Wait
 
 __all__ = ["workload_programs", "workload_program_arrays"]
 
@@ -51,7 +54,8 @@ def workload_programs(calls: list[CollectiveCall], ranks, start_offsets_ns, scal
             p += [Call(c.call_id, CallMode.SEND) for c in sends[:-1]]
             p += [Call(c.call_id, CallMode.BLOCK) for c in sends[-1:]]
             p += [Call(c.call_id, CallMode.BLOCK) for c in mine if c.collective != "SendRecv"]
-        progs[r] = p
+        progs[r] = p or [Wait()]       # a rank outside the workload: one no-op instruction
+
     return progs
 
 
