@@ -16,6 +16,7 @@ __all__ = [
     "MAX_VOCAB_SIZE", "MAX_SEQ_LENGTH", "MAX_EXPERTS", "MAX_GPUS_PER_NODE", "MAX_WORLD_SIZE",
     "LINK_GBPS_RANGE", "MAX_PEAK_TFLOPS", "MAX_LATENCY_NS", "MAX_MICRO_BATCH_SIZE",
     "MAX_GLOBAL_BATCH_SIZE", "MAX_CHANNELS", "MAX_ITERATIONS", "MAX_SEED",
+    "MAX_WORKLOAD_BYTES", "MAX_REPEAT", "MAX_START_OFFSET_NS",
 ]
 
 #: Transformer layers: Megatron-LM's 1T model has 128 (Narayanan et al. 2021, Table 1),
@@ -54,3 +55,10 @@ MAX_CHANNELS = 64
 MAX_ITERATIONS = 32_767
 #: Seed: the range ``WireContext.payload_seed`` accepts (a non-negative int64).
 MAX_SEED = (1 << 63) - 1
+#: Bytes of a workload call (``workload.bytes``): 64 GiB, several times an H100's 80 GB of
+#: memory split over a send and a receive buffer (nccl-tests' ``-e`` sweeps end below it).
+MAX_WORKLOAD_BYTES = 1 << 36
+#: Repetitions of a workload's calls: the repetition is the message table's microbatch (int16).
+MAX_REPEAT = 32_767
+#: Start offset of a workload rank: 1000 s in ns (a staggered start, not a schedule).
+MAX_START_OFFSET_NS = 10 ** 12

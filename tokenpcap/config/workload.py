@@ -33,19 +33,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tokenpcap.config import yamlcheck as yc
+from tokenpcap.config.bounds import MAX_REPEAT, MAX_START_OFFSET_NS, MAX_WORKLOAD_BYTES
 from tokenpcap.config.types import DTYPE_BYTES
 from tokenpcap.errors import ProfileError
 
-__all__ = ["Workload", "WORKLOAD_KINDS", "register_workload_kind", "workload_from",
-           "MAX_WORKLOAD_BYTES", "MAX_REPEAT", "MAX_START_OFFSET_NS"]
-
-#: Largest ``bytes`` of a workload: 64 GiB (nccl-tests' ``-e`` runs reach a few GiB per GPU).
-MAX_WORKLOAD_BYTES = 1 << 36
-#: Largest ``repeat``: a repetition is stored in ``MESSAGE_DTYPE.microbatch`` (int16).
-MAX_REPEAT = 32_767
-#: Largest start offset: 1000 s in ns.
-MAX_START_OFFSET_NS = 10 ** 12
-
+__all__ = ["Workload", "WORKLOAD_KINDS", "register_workload_kind", "workload_from"]
 
 @dataclass(frozen=True)
 class Workload:
@@ -89,8 +81,16 @@ class _Kind:
 #: kind name -> its keys and checker (:func:`register_workload_kind`).
 WORKLOAD_KINDS: dict[str, _Kind] = {}
 
+def _kind(file: Path | None, key: str, value: Any) -> str:
+    """``kind``: the name of a registered kind (:data:`WORKLOAD_KINDS`)."""
+    if isinstance(value, str) and value in WORKLOAD_KINDS:
+        return value
+    raise ProfileError(file, key, value, f"one of: {', '.join(sorted(WORKLOAD_KINDS))}")
+
+
+#: The keys of every kind (each kind adds its own: :func:`register_workload_kind`).
 _COMMON = {
-    "kind": (yc.string, yc.REQUIRED),
+    "kind": (_kind, yc.REQUIRED),
     "bytes": (yc.integer(1, MAX_WORKLOAD_BYTES), yc.REQUIRED),
     "dtype": (yc.enum(*DTYPE_BYTES), "fp32"),
     "repeat": (yc.integer(1, MAX_REPEAT), 1),
@@ -219,11 +219,8 @@ def workload_from(file: Path | None, prefix: str, data: Any, world: int) -> Work
     d = yc.mapping(file, prefix, data)
     if "kind" not in d:
         raise ProfileError(file, f"{prefix}.kind", "missing", "a value for required key 'kind'")
-    kind = d["kind"]
-    k = WORKLOAD_KINDS.get(kind) if isinstance(kind, str) else None
-    if k is None:
-        raise ProfileError(file, f"{prefix}.kind", kind,
-                           f"one of: {', '.join(sorted(WORKLOAD_KINDS))}")
+    kind = _kind(file, f"{prefix}.kind", d["kind"])
+    k = WORKLOAD_KINDS[kind]
     v = yc.read_mapping(file, prefix, d, {**_COMMON, **k.spec})
     elem = DTYPE_BYTES[v["dtype"]]
     if v["bytes"] % elem:
