@@ -236,9 +236,11 @@ def tokenize_scenario(scenario: Scenario, cache: Path | None = None) -> Tokenize
     Raises:
         CorpusError: ``<scenario file>: corpus: <corpus path>: got ..., expected ...``.
         TokenizerError: as :func:`tokenize`.
+        InputError: a workload scenario (no corpus, no model).
     """
+    model = scenario.require_model("tokenizing a corpus")
     try:
-        return tokenize(scenario.corpus, scenario.tokenizer, scenario.model.seq_length, cache)
+        return tokenize(scenario.corpus, scenario.tokenizer, model.seq_length, cache)
     except CorpusError as err:
         where = str(scenario.path) if scenario.path is not None else f"<scenario {scenario.name!r}>"
         text = str(err)

@@ -259,3 +259,33 @@ def test_plan_names_context_parallelism_and_model_chunks(run, tmp_path: Path):  
     assert data["bubble_fraction"] == pytest.approx((2 - 1) / (2 * data["microbatches"]))
     assert [s["chunks"] for s in data["parameters"]["per_stage"]] == [[[0, 2], [6, 8]],
                                                                       [[3, 5], [9, 11]]]
+
+
+# ------------------------------------------------------------------ workload scenarios
+
+def test_plan_of_a_workload_scenario_has_no_model_section(run):  # type: ignore[no-untyped-def]
+    path = str(PROFILES / "scenarios" / "incast-63x16m.yaml")
+    res = run("plan", path)
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith("incast-63x16m: workload incast (63 senders -> rank 0, "
+                                 "16,777,216 B, x1) on h100-rocev2-64x1 (64 GPUs, 64 nodes)")
+    assert "the receiver's NIC takes 1,056,964,608 B: at least 21,139.3 µs" in res.stdout
+    assert "wl/run/SendRecv" in res.stdout and "microbatches" not in res.stdout
+    data = json.loads(run("plan", path, "--json", "--scale", "16").stdout)
+    assert data["model"] is None and data["epoch"] is None and "parameters" not in data
+    assert data["workload"]["kind"] == "incast" and data["scale"] == 16
+    assert data["totals"]["nic_bytes"] == 63 * (16 << 20) // 16 and data["totals"]["tokens"] == 0
+    res = run("plan", str(PROFILES / "scenarios" / "alltoall-64.yaml"))
+    assert res.exit_code == 0 and "1,048,576 B per pair" in res.stdout
+
+
+@pytest.mark.parametrize("args,what", [
+    (["trace", "{s}", "ciao"], "trace (following a corpus's tokens)"),
+    (["export", "{s}", "--to", "simai", "-o", "{o}/w.txt"],
+     "the SimAI export (a workload file of a model's layers)")])
+def test_what_needs_a_model_refuses_a_workload_in_one_line(run, tmp_path, args, what):  # type: ignore[no-untyped-def]
+    path = str(PROFILES / "scenarios" / "incast-63x16m.yaml")
+    res = CliRunner().invoke(main, [a.format(s=path, o=tmp_path) for a in args])
+    assert res.exit_code == 1 and not list(tmp_path.iterdir())
+    assert res.output == (f"error: {path}: a workload scenario has no model: {what} needs a "
+                          "training scenario (model, parallelism, training)\n")

@@ -71,6 +71,13 @@ def _fabric_cluster() -> dict:
     return d
 
 
+def _workload_scenario(**workload) -> dict:
+    d = _yaml(PROFILES / "scenarios" / "incast-63x16m.yaml")
+    d["cluster"] = str((PROFILES / "scenarios" / d["cluster"]).resolve())
+    d["workload"] = workload or d["workload"]
+    return d
+
+
 @pytest.mark.parametrize("prefix,load,base,where", [
     ("model", load_model, lambda: _yaml(PROFILES / "models" / "gpt2-small.yaml"), []),
     ("model.moe", load_model, lambda: _yaml(PROFILES / "models" / "mixtral-8x7b.yaml"), ["moe"]),
@@ -90,6 +97,7 @@ def _fabric_cluster() -> dict:
     ("scenario.training", load_scenario, _scenario, ["training"]),
     ("scenario.collectives", load_scenario, _scenario, ["collectives"]),
     ("scenario.generation", load_scenario, _scenario, ["generation"]),
+    ("workload_scenario", load_scenario, _workload_scenario, []),
 ])
 def test_each_table_lists_exactly_the_keys_the_loader_accepts(tmp_path, prefix, load, base, where):
     title = next(t for t, p, _ in SECTIONS if p == prefix)
@@ -97,8 +105,21 @@ def test_each_table_lists_exactly_the_keys_the_loader_accepts(tmp_path, prefix, 
     assert sorted(_doc_keys()[title]) == sorted(accepted)
 
 
+@pytest.mark.parametrize("prefix,workload", [
+    ("workload.incast", {"kind": "incast", "senders": 3, "bytes": 8}),
+    ("workload.group", {"kind": "allreduce", "bytes": 8}),
+    ("workload.group", {"kind": "alltoall", "bytes": 8}),
+    ("workload.sendrecv", {"kind": "sendrecv", "pairs": [[0, 1]], "bytes": 8})])
+def test_a_workload_kind_accepts_the_common_keys_and_its_own(tmp_path, prefix, workload):
+    title = {p: t for t, p, _ in SECTIONS}
+    accepted = _accepted_keys(load_scenario, tmp_path / "p.yaml", _workload_scenario(**workload),
+                              ["workload"])
+    doc = _doc_keys()
+    assert sorted(doc[title["workload"]] + doc[title[prefix]]) == sorted(accepted)
+
+
 def test_every_section_of_the_doc_is_checked():
-    assert list(_doc_keys()) == [t for t, _, _ in SECTIONS] and len(SECTIONS) == 17
+    assert list(_doc_keys()) == [t for t, _, _ in SECTIONS] and len(SECTIONS) == 22
 
 
 def test_a_key_without_a_meaning_is_refused(monkeypatch):

@@ -148,6 +148,13 @@ def plot_sizes(series: dict, out: str | os.PathLike, *, title: str = "") -> Path
     return save_figure(fig, out)
 
 
+def _run_name(s) -> str:  # type: ignore[no-untyped-def]
+    """What the timeline shows: the pipeline schedule, or a workload's kind (no compute)."""
+    if s.workload is not None:
+        return f"workload {s.workload.kind}, no compute"
+    return _schedule_name(s.parallelism.vpp)
+
+
 def _schedule_name(vpp: int) -> str:
     """The pipeline schedule's name: Megatron-LM's 1F1B, or with ``vpp`` > 1 model chunks per
     stage its interleaved 1F1B (megatron/core/pipeline_parallel/schedules.py)."""
@@ -203,7 +210,7 @@ def _plot_all(source, outset, *, scale: int, iterations: int,
         return [plot_timeline(sched.timeline, m, outset.path(f"{src.stem}-timeline.png"),
                               ranks=ranks, stage_of=stage_of,
                               title=f"{src.stem}: compute and RDMA messages per rank "
-                                    f"({_schedule_name(plan.scenario.parallelism.vpp)})\n"
+                                    f"({_run_name(plan.scenario)})\n"
                                     f"{which}"),
                 plot_sizes(series, outset.path(f"{src.stem}-message-sizes.png"),
                            title=f"{src.stem}: message sizes of one iteration")]

@@ -276,7 +276,9 @@ def trace(s: Scenario, text: str, *, occurrence: int = 1, scale: int | None = No
         TraceError: the text is absent or in the dropped tail of an epoch; the capture is not of
             this scenario, another scale, or lacks the iteration.
         CorpusError, TokenizerError, InfeasiblePlanError, CaptureError: from the stages.
+        InputError: a workload scenario (no corpus, no model: no token to follow).
     """
+    s.require_model("trace (following a corpus's tokens)")
     from tokenpcap.analysis import trace_frames as tf
     from tokenpcap.plan.build import rank_layout
     from tokenpcap.generate.run import EPOCH_NS

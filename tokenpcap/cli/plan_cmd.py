@@ -37,7 +37,7 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int) -
     """Bytes per phase on NVLink and on the NICs for one iteration of SCENARIO (default: the
     bundled Divine Comedy scenario), per epoch of its corpus, and the expected pcap size."""
     s = load_scenario(scenario or default_scenario_path())
-    toks = None if no_tokens else tokenize_scenario(s)
+    toks = None if no_tokens or s.workload is not None else tokenize_scenario(s)
     plan = build_plan(s, toks, scale=scale)
     data = plan.to_json()
     if as_json:
@@ -45,8 +45,12 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int) -
         return
     from rich.table import Table
 
-    p, par = data["parallelism"], data["parameters"]
     out = console()
+    if s.workload is not None:
+        _workload_head(out, data)
+        _tables(out, data, toks)
+        return
+    p, par = data["parallelism"], data["parameters"]
     pad = "" if par["padded_vocab_size"] == par["vocab_size"] else (
         f"; {par['total_padded']:,} with the vocabulary padded to {par['padded_vocab_size']:,}")
     extra = "".join(f" {name} {p[key]}" for name, key in (
@@ -59,6 +63,27 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int) -
               f"SP {'on' if p['sequence_parallel'] else 'off'}, ZeRO-{p['zero_stage']}, "
               f"{data['algorithm']}; {data['microbatches']} microbatches, 1F1B bubble "
               f"{data['bubble_fraction']:.3f}")
+    _tables(out, data, toks)
+
+
+def _workload_head(out, data: dict) -> None:  # type: ignore[no-untyped-def]
+    """The first line of a workload scenario's report (it has no model)."""
+    w = data["workload"]
+    who = (f"{len(w['pairs'])} senders -> rank {w['receiver']}" if w["kind"] == "incast" else
+           f"{len(w['pairs'])} pairs" if w["kind"] == "sendrecv" else f"{len(w['ranks'])} ranks")
+    out.print(f"[bold]{data['scenario']}[/bold]: workload {w['kind']} ({who}, {w['bytes']:,} B"
+              f"{' per pair' if w['kind'] == 'alltoall' else ''}, x{w['repeat']}) on "
+              f"{data['cluster']} ({data['layout']['world_size']} GPUs, "
+              f"{data['layout']['nodes']} nodes); {data['algorithm']}; no model: no compute, "
+              "no tokens")
+    if "receiver_bytes" in w:
+        out.print(f"the receiver's NIC takes {w['receiver_bytes']:,} B: at least "
+                  f"{w['receiver_wire_time_ns'] / 1000:,.1f} µs at link rate")
+
+
+def _tables(out, data: dict, toks) -> None:  # type: ignore[no-untyped-def]
+    from rich.table import Table
+
     t = Table(title="one iteration, per phase (per rank = busiest participating rank)")
     for col in ("phase", "collective", "group", "message B", "count", "NIC B/rank",
                 "NVLink B/rank", "NIC B total", "wire µs"):
@@ -85,6 +110,8 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int) -
         out.print(toks.vocabulary_note)
     if ep:
         out.print(_epoch_note(ep, tot["tokens"], data["microbatches"]))
+    if data["model"] is None:
+        out.print("a workload's one iteration is one pass of its calls (`repeat` repetitions)")
     if data.get("scale", 1) > 1:
         out.print(f"message sizes divided by --scale {data['scale']} (whole elements, at least "
                   "one per piece: every peer, chunk and channel of a call kept): the iteration "

@@ -29,7 +29,7 @@ def run_cmd(scenario: str | None, out_dir: str | None, fmt: str, scale: int, job
     """Tokenize SCENARIO's corpus, plan one training iteration, and write the pcaps its NICs
     send, one file per NIC (default scenario: GPT-2 small on the Divine Comedy, 32 H100s)."""
     s = load_scenario(scenario or default_scenario_path())
-    toks = tokenize_scenario(s)
+    toks = tokenize_scenario(s) if s.workload is None else None    # a workload: no corpus
     out = Path(out_dir) if out_dir else Path("tokenpcap-out") / s.name
     opt = build_options(s, str(out), None, None, None, None, None, fmt, "nic", 262144, scale,
                         None, jobs, force)

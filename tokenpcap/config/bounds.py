@@ -17,6 +17,7 @@ __all__ = [
     "LINK_GBPS_RANGE", "MAX_PEAK_TFLOPS", "MAX_LATENCY_NS", "MAX_MICRO_BATCH_SIZE",
     "MAX_GLOBAL_BATCH_SIZE", "MAX_CHANNELS", "MAX_ITERATIONS", "MAX_SEED",
     "MAX_SWITCH_PORTS", "MAX_SWITCH_BUFFER_BYTES", "MAX_ECMP_SEED",
+    "MAX_WORKLOAD_BYTES", "MAX_REPEAT", "MAX_START_OFFSET_NS",
 ]
 
 #: Transformer layers: Megatron-LM's 1T model has 128 (Narayanan et al. 2021, Table 1),
@@ -64,3 +65,10 @@ MAX_SWITCH_BUFFER_BYTES = 1 << 36
 #: ECMP seed (``fabric.ecmp.seed``): a 32-bit value, as the hash functions take it (HPCC ns-3
 #: ``SwitchNode::EcmpHash`` ``uint32_t seed``; zlib's ``crc32`` start value).
 MAX_ECMP_SEED = (1 << 32) - 1
+#: Bytes of a workload call (``workload.bytes``): 64 GiB, several times an H100's 80 GB of
+#: memory split over a send and a receive buffer (nccl-tests' ``-e`` sweeps end below it).
+MAX_WORKLOAD_BYTES = 1 << 36
+#: Repetitions of a workload's calls: the repetition is the message table's microbatch (int16).
+MAX_REPEAT = 32_767
+#: Start offset of a workload rank: 1000 s in ns (a staggered start, not a schedule).
+MAX_START_OFFSET_NS = 10 ** 12

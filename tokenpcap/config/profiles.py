@@ -32,6 +32,7 @@ from tokenpcap.config.types import (DTYPE_BYTES, ClusterProfile, CollectivesConf
                                      MlaProfile, ModelProfile, MoeProfile, NetworkProfile,
                                      Parallelism, PfcConfig, Scenario, SwitchConfig,
                                      TokenizerSpec, TopologyConfig, Training)
+from tokenpcap.config.workload import Workload, workload_from
 from tokenpcap.errors import ProfileError, TokenizerError
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "CollectivesConfig",
     "GenerationConfig",
     "Scenario",
+    "Workload",
     "DTYPE_BYTES",
     "MAX_ITERATIONS",
     "MAX_SEED",
@@ -158,6 +160,18 @@ _SCENARIO_SPEC = {
     "generation": (yc.mapping, {}),
 }
 
+#: A workload scenario (:mod:`tokenpcap.config.workload`): a cluster and a workload, no model.
+_WORKLOAD_SCENARIO_SPEC = {
+    "name": (yc.file_name, None),
+    "description": (yc.string, ""),
+    "cluster": (lambda f, k, v: v, yc.REQUIRED),
+    "workload": (yc.mapping, yc.REQUIRED),
+    "collectives": (yc.mapping, {}),
+    "generation": (yc.mapping, {}),
+}
+#: The keys of a training scenario a workload scenario has none of.
+_TRAINING_ONLY = ("corpus", "tokenizer", "model", "parallelism", "training")
+
 
 def parse_tokenizer(text: str, vocab_size: int = 32000, base_dir: Path | None = None) -> TokenizerSpec:
     """Parse ``utf8``, ``bpe``, ``tiktoken:NAME`` or ``hf:PATH`` into a :class:`TokenizerSpec`.
@@ -195,7 +209,10 @@ def load_scenario(path: str | Path) -> Scenario:
         InfeasiblePlanError: the values cannot be combined (see :func:`check_feasible`).
     """
     path = Path(path)
-    v = yc.read_mapping(path, "", yc.load_yaml(path), _SCENARIO_SPEC)
+    data = yc.load_yaml(path)
+    if isinstance(data, dict) and "workload" in data:
+        return _load_workload_scenario(path, data)
+    v = yc.read_mapping(path, "", data, _SCENARIO_SPEC)
     base = path.resolve().parent
     model = _sub_profile(path, base, "model", v["model"], model_from)
     cluster = _sub_profile(path, base, "cluster", v["cluster"], cluster_from)
@@ -236,6 +253,29 @@ def load_scenario(path: str | Path) -> Scenario:
     )
     check_feasible(scenario)
     return scenario
+
+
+def _load_workload_scenario(path: Path, data: dict) -> Scenario:
+    """A scenario with a ``workload:`` mapping (:mod:`tokenpcap.config.workload`): cluster,
+    workload, collectives, generation; a key of a training scenario is refused in one line."""
+    for k in _TRAINING_ONLY:
+        if k in data:
+            raise ProfileError(path, k, data[k], "no corpus, tokenizer, model, parallelism or "
+                               "training in a workload scenario (it has `workload:` instead)")
+    v = yc.read_mapping(path, "", data, _WORKLOAD_SCENARIO_SPEC)
+    cluster = _sub_profile(path, path.resolve().parent, "cluster", v["cluster"], cluster_from)
+    world = cluster.nodes * cluster.gpus_per_node
+    if v["name"] is None:
+        yc.file_name(path, "name", path.stem)
+    return Scenario(
+        name=v["name"] if v["name"] is not None else path.stem, corpus=None,
+        tokenizer=TokenizerSpec(), model=None, cluster=cluster,
+        parallelism=Parallelism(dp=world), training=Training(),
+        collectives=_collectives(path, v["collectives"], cluster),
+        generation=GenerationConfig(**yc.read_mapping(path, "generation", v["generation"],
+                                                      _GENERATION_SPEC)),
+        path=path, description=v["description"],
+        workload=workload_from(path, "workload", v["workload"], world))
 
 
 def _collectives(path: Path, data: Any, cluster: ClusterProfile) -> CollectivesConfig:

@@ -2,8 +2,9 @@
 
 :func:`spec_table` renders the key tables of ``docs/profiles.md`` (Markdown) from the spec
 mappings the loaders read YAML with (``_MODEL_SPEC`` of :mod:`~tokenpcap.config.model_profile`,
-``_CLUSTER_SPEC`` of :mod:`~tokenpcap.config.cluster_profile`, ``_SCENARIO_SPEC`` of
-:mod:`~tokenpcap.config.profiles`, and the mappings nested in them): the keys, their defaults,
+``_CLUSTER_SPEC`` of :mod:`~tokenpcap.config.cluster_profile`, ``_SCENARIO_SPEC`` and
+``_WORKLOAD_SCENARIO_SPEC`` of :mod:`~tokenpcap.config.profiles`, the workload kinds' keys of
+:mod:`~tokenpcap.config.workload`, and the mappings nested in them): the keys, their defaults,
 and the range in the words of the error a value outside it gets (each checker is asked with a
 value no checker accepts, and the ``expected`` of its :class:`~tokenpcap.errors.ProfileError`
 is printed). Only the meaning and unit of a key are written here, in :data:`KEYS`; a key
@@ -22,6 +23,7 @@ from tokenpcap.config import cluster_profile as cp
 from tokenpcap.config import fabric as fab
 from tokenpcap.config import model_profile as mp
 from tokenpcap.config import profiles as p
+from tokenpcap.config import workload as wl
 from tokenpcap.config import yamlcheck as yc
 from tokenpcap.errors import ProfileError
 
@@ -57,6 +59,14 @@ SECTIONS: tuple[tuple[str, str, dict], ...] = (
     ("`collectives:` (NCCL-like)", "scenario.collectives", p._COLLECTIVES_SPEC),
     ("`generation:` (what `generate` and `run` write)", "scenario.generation",
      p._GENERATION_SPEC),
+    ("Workload scenario (`profiles/scenarios/*.yaml` with `workload:` in place of a corpus, "
+     "tokenizer, model, parallelism and training; `collectives:` and `generation:` as above)",
+     "workload_scenario", p._WORKLOAD_SCENARIO_SPEC),
+    ("`workload:` (every kind)", "workload", wl._COMMON),
+    ("`workload:` of kind `incast`", "workload.incast", wl.WORKLOAD_KINDS["incast"].spec),
+    ("`workload:` of kinds `alltoall`, `allreduce`, `allgather`, `reducescatter`",
+     "workload.group", wl._GROUP_SPEC),
+    ("`workload:` of kind `sendrecv`", "workload.sendrecv", wl.WORKLOAD_KINDS["sendrecv"].spec),
 )
 
 #: dotted key -> (unit, meaning); the unit is "" where the key has none (names, switches)
@@ -306,6 +316,28 @@ KEYS: dict[str, tuple[str, str]] = {
                                                          "message; 0: one ACK per message"),
     "scenario.generation.clear_to_send": ("", "an NCCL-like 64-byte clear-to-send write before "
                                               "each data message"),
+    "workload_scenario.name": ("", "names the output files; default: the file's stem"),
+    "workload_scenario.description": ("", "free text"),
+    "workload_scenario.cluster": ("", "cluster profile: a path relative to the scenario file, "
+                                      "or inline; rank r is GPU r (node r // gpus_per_node)"),
+    "workload_scenario.workload": ("", "the microbenchmark: the keys below"),
+    "workload_scenario.collectives": ("", "as a training scenario's `collectives:`"),
+    "workload_scenario.generation": ("", "as a training scenario's `generation:`; an iteration "
+                                         "is one pass of the workload's calls"),
+    "workload.kind": ("", "what the ranks do: the kinds' own keys are below"),
+    "workload.bytes": ("bytes", "incast, sendrecv: per transfer; alltoall: per rank pair (the "
+                                "buffer is bytes x ranks); allreduce, allgather, reducescatter: "
+                                "S, the whole buffer (nccl-tests' size)"),
+    "workload.dtype": ("", "element type (nccl-tests `-d`); `bytes` is whole elements"),
+    "workload.repeat": ("calls", "back-to-back repetitions of the calls (nccl-tests `-n`)"),
+    "workload.start_offsets_ns": ("ns", "when each rank starts: a list aligned with `senders` "
+                                        "(incast), `ranks` or `pairs` (their senders), or "
+                                        "`{rank: ns}`; default all 0"),
+    "workload.incast.senders": ("ranks", "a count n (the first n ranks other than the "
+                                         "receiver) or a list of ranks"),
+    "workload.incast.receiver": ("", "the rank every sender sends to"),
+    "workload.group.ranks": ("", "the group in ring order; default every rank"),
+    "workload.sendrecv.pairs": ("", "`[[src, dst], ...]`, each pair sending `bytes`"),
 }
 
 
@@ -321,6 +353,12 @@ _NESTED = {
     "scenario.tokenizer": "a mapping, or 'utf8', 'bpe', 'tiktoken:NAME', 'hf:PATH'",
     "scenario.model": "a path to a YAML profile or an inline mapping",
     "scenario.cluster": "a path to a YAML profile or an inline mapping",
+    "workload_scenario.cluster": "a path to a YAML profile or an inline mapping",
+    "workload.start_offsets_ns": "a list of integers in [0, 1e12], or a mapping {rank: ns}",
+    "workload.incast.senders": "an integer in [1, world - 1], or a list of distinct ranks",
+    "workload.incast.receiver": "a rank in [0, world - 1]",
+    "workload.group.ranks": "a list of at least 2 distinct ranks in [0, world - 1]",
+    "workload.sendrecv.pairs": "a non-empty list of distinct [src, dst], src != dst",
 }
 
 
@@ -406,7 +444,7 @@ upper bounds are the largest published setups with a margin, or the widths of th
 ([below](#upper-bounds), with their sources). Paths are relative to the file that names them.
 
 Generated from the loaders' specs (`tokenpcap/config/model_profile.py`,
-`cluster_profile.py`, `profiles.py`; the bounds: `bounds.py`) by
+`cluster_profile.py`, `profiles.py`, `workload.py`; the bounds: `bounds.py`) by
 `python3 -m tokenpcap.config.spectable > docs/profiles.md`; a test fails when this file and the
 loaders disagree.
 

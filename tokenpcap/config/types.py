@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokenpcap.config.pipeline import stage_layer_counts
+from tokenpcap.errors import InputError
+
+if TYPE_CHECKING:
+    from tokenpcap.config.workload import Workload
 
 __all__ = ["MoeProfile", "MlaProfile", "ModelProfile", "GpuProfile", "NetworkProfile", "ClusterProfile",
            "TopologyConfig", "SwitchConfig", "PfcConfig", "EcmpConfig", "FabricProfile",
@@ -336,10 +341,15 @@ class GenerationConfig:
 
 @dataclass(frozen=True)
 class Scenario:
+    """A training scenario (corpus, tokenizer, model, parallelism, training), or a
+    microbenchmark: ``workload`` set (:class:`tokenpcap.config.workload.Workload`), ``corpus``
+    and ``model`` None, ``parallelism`` the trivial layout ``dp`` = every GPU (rank = GPU) and
+    ``training`` the defaults (read by nothing of a workload's plan and schedule)."""
+
     name: str
-    corpus: Path
+    corpus: Path | None
     tokenizer: TokenizerSpec
-    model: ModelProfile
+    model: ModelProfile | None
     cluster: ClusterProfile
     parallelism: Parallelism
     training: Training
@@ -347,6 +357,24 @@ class Scenario:
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     path: Path | None = None
     description: str = ""
+    workload: Workload | None = None
+
+    @property
+    def token_layout(self) -> tuple[int, int]:
+        """``(samples, seq_length)`` of the per-token buffers (``training.micro_batch_size``,
+        the model's ``seq_length``) that token ranges and packet comments are read with;
+        ``(1, 1)`` for a workload scenario, whose messages carry no tokens (ranges -1)."""
+        if self.model is None:
+            return 1, 1
+        return self.training.micro_batch_size, self.model.seq_length
+
+    def require_model(self, what: str) -> ModelProfile:
+        """The model, or :class:`~tokenpcap.errors.InputError` in one line for a workload
+        scenario: ``what`` names what needs it (``"trace"``, ``"the simai export"``)."""
+        if self.model is None:
+            raise InputError(f"{self.path or self.name}: a workload scenario has no model: "
+                             f"{what} needs a training scenario (model, parallelism, training)")
+        return self.model
 
 
 #: Bytes per element of the dtypes a profile may name (``training.precision``, ``grad_reduce_dtype``).

@@ -114,10 +114,12 @@ def simai_workload(plan) -> SimaiWorkload:  # type: ignore[no-untyped-def]
     """The SimAI workload of ``plan`` (a :class:`tokenpcap.plan.build.Plan`; module docstring).
 
     Raises:
-        InputError: bad compute settings (:func:`tokenpcap.schedule.compute.stage_times`).
+        InputError: bad compute settings (:func:`tokenpcap.schedule.compute.stage_times`); a
+            workload scenario (no model: SimAI's workload file is a model's layers).
     """
     from tokenpcap.schedule.compute import stage_times
 
+    plan.scenario.require_model("the SimAI export (a workload file of a model's layers)")
     s, lay = plan.scenario, plan.layout
     p = s.parallelism
     rank = lay.rank(0, 0, 0)

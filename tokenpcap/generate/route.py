@@ -86,7 +86,8 @@ def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, 
             mu[f].tolist() for f in ("iteration", "call_id", "step", "layer", "microbatch",
                                      "token_start", "token_end")]
         sc = sched.scenario
-        lay = dict(samples=sc.training.micro_batch_size, seq_length=sc.model.seq_length)
+        samples, seq_length = sc.token_layout
+        lay = dict(samples=samples, seq_length=seq_length)
         labels_all = [comment_text(*args, **lay) for args in zip(*cols)]
         codes_all = inv.reshape(-1)
     order = np.argsort(fid, kind="stable")

@@ -107,7 +107,7 @@ def _predict_each_call(schedule, its) -> Predicted:
 
     s = schedule.scenario
     eng = schedule.engine
-    seq = s.model.seq_length
+    seq = s.token_layout[1]
     lay = schedule.layout
     ncoll, nph = len(COLLECTIVES), len(PHASES)
     cts = eng.clear_to_send
@@ -247,8 +247,7 @@ def predict_capture(schedule, selection, fmt: str, snaplen: int, split: str) -> 
         if ranks is not None:
             own &= np.isin(pm["rank_src"], ranks)
             ack &= np.isin(pm["rank_dst"], ranks)
-        cb = comment_bytes(pm, schedule.scenario.training.micro_batch_size,
-                           schedule.scenario.model.seq_length) \
+        cb = comment_bytes(pm, *schedule.scenario.token_layout) \
             if capture_format(fmt).comments else None
         npk, nb, nak, ab = record_bytes(pred, fmt, snaplen, erf, cb)
         packets += int(npk[own].sum() + nak[ack].sum())

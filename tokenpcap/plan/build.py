@@ -56,6 +56,7 @@ from tokenpcap.tokens import TokenizedCorpus
 from tokenpcap.collectives.rails import rank_nic_bytes
 from tokenpcap.collectives.traffic import CallShape, nic_hop_sizes, per_rank_bytes
 from tokenpcap.plan.sizing import pcap_estimate
+from tokenpcap.plan.workload import workload_families, workload_json
 
 __all__ = ["CollectiveCall", "PhaseRow", "Plan", "build_plan", "bytes_per_nic", "rank_layout",
            "pipeline_bubble_fraction",
@@ -165,6 +166,9 @@ class Plan:
 
     @property
     def microbatches(self) -> int:
+        """Microbatches of an iteration (a workload scenario: 1, its calls' one pass)."""
+        if self.scenario.workload is not None:
+            return 1
         t = self.scenario.training
         return t.global_batch_size // (t.micro_batch_size * self.layout.dp)
 
@@ -174,6 +178,9 @@ class Plan:
 
     @property
     def tokens_per_iteration(self) -> int:
+        """Tokens one iteration trains on (0 for a workload scenario: it has no model)."""
+        if self.scenario.model is None:
+            return 0
         return self.scenario.training.global_batch_size * self.scenario.model.seq_length
 
     def calls(self, iteration: int = 0, ranks: Iterable[int] | None = None
@@ -269,7 +276,11 @@ class Plan:
         }
 
     def to_json(self) -> dict:
-        """Everything above as plain JSON types (``docs/plan.md`` documents every key)."""
+        """Everything above as plain JSON types (``docs/plan.md`` documents every key). A
+        workload scenario has no model section: ``model``, ``parameters``, ``microbatches``
+        ... are absent, ``workload`` is its mapping (:meth:`Workload.to_json`)."""
+        if self.scenario.workload is not None:
+            return workload_json(self, wire_time_ns)
         s, m = self.scenario, self.scenario.model
         t, p = s.training, s.parallelism
         pc = parameter_count(m)
@@ -335,10 +346,11 @@ def rank_layout(scenario: Scenario) -> RankLayout:
 def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
                scale: int = 1) -> Plan:
     """Plan one training iteration of ``scenario`` (``tokens`` adds per-epoch totals), every
-    message size divided by ``scale`` (module docstring; ``Plan.scale``).
+    message size divided by ``scale`` (module docstring; ``Plan.scale``). A workload scenario's
+    plan is its calls' one pass (:mod:`tokenpcap.plan.workload`), on the same path.
 
     Raises:
-        InputError: ``scale`` is not an integer >= 1.
+        InputError: ``scale`` is not an integer >= 1; ``tokens`` for a workload scenario.
         InfeasiblePlanError: the scenario's values cannot be combined
             (:func:`tokenpcap.config.profiles.check_feasible`), or ``tokens`` were made with another
             sequence length than the model's.
@@ -347,15 +359,22 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
         raise InputError(f"scale: got {scale!r}, expected an integer >= 1")
     scale = int(scale)
     check_feasible(scenario)
-    check_plan_size(scenario)
-    if tokens is not None and tokens.seq_length != scenario.model.seq_length:
-        raise InfeasiblePlanError(
-            f"{scenario.path or '<scenario>'}: tokens.seq_length: got {tokens.seq_length}, "
-            f"expected the model's seq_length {scenario.model.seq_length}")
-    layout = rank_layout(scenario)
+    if scenario.workload is not None:
+        if tokens is not None:
+            raise InputError(f"{scenario.path or '<scenario>'}: a workload scenario has no "
+                             "model: it takes no tokens")
+        layout = rank_layout(scenario)
+        fams = workload_families(scenario)
+    else:
+        check_plan_size(scenario)
+        if tokens is not None and tokens.seq_length != scenario.model.seq_length:
+            raise InfeasiblePlanError(
+                f"{scenario.path or '<scenario>'}: tokens.seq_length: got {tokens.seq_length}, "
+                f"expected the model's seq_length {scenario.model.seq_length}")
+        layout = rank_layout(scenario)
+        fams = build_families(scenario, layout)
     alg = scenario.collectives.algorithm
-    fams = scale_families(build_families(scenario, layout), scale, alg, layout,
-                          scenario.collectives.channels)
+    fams = scale_families(fams, scale, alg, layout, scenario.collectives.channels)
     world = layout.world_size
     acc: dict[str, dict] = {}
     nic_all = np.zeros(world, dtype=np.int64)

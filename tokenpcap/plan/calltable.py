@@ -168,6 +168,9 @@ class CallTable:
         """int64 ``token_start``, ``token_end``, ``seq_start``, ``seq_end`` of each call (the
         module docstring's rule)."""
         s, lay = self._s, self._layout
+        if s.model is None:                 # a workload scenario: no per-token data
+            none = np.full(self.family[rows].size, -1, np.int64)
+            return none, none, none, none
         t, seq = s.training, s.model.seq_length
         b, dp, tp = t.micro_batch_size, s.parallelism.dp, s.parallelism.tp
         f = self.family[rows]

@@ -30,14 +30,16 @@ __all__ = [
     "parse_phase_label",
 ]
 
-#: Phases of one training iteration, in order. Index = code stored in tables.
-PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+#: Phases of one training iteration, in order, then ``run``: the calls of a microbenchmark
+#: workload (no training iteration). Index = code stored in tables.
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "run")
 
 #: Parallel dimensions a collective belongs to. ``emb`` is the tied-embedding AllReduce between
 #: the first and last pipeline stage (Megatron-LM); ``mp`` the model-parallel group (TP x PP, or
 #: every rank with the distributed optimizer) that reduces gradient statistics (norm, inf/NaN);
-#: ``cp`` the context-parallel ring of ring attention (K,V sends, Transformer Engine).
-DIMS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "emb", "mp", "cp")
+#: ``cp`` the context-parallel ring of ring attention (K,V sends, Transformer Engine); ``wl`` the
+#: calls of a microbenchmark workload (incast, AllToAll, ... of a ``workload:`` scenario).
+DIMS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "emb", "mp", "cp", "wl")
 
 #: Collective kinds, spelled as NCCL and the literature spell them.
 COLLECTIVES: tuple[str, ...] = (

@@ -55,6 +55,7 @@ from tokenpcap.schedule.flatbuild import (
     template_programs,
 )
 from tokenpcap.schedule.program import build_programs
+from tokenpcap.schedule.workload import workload_program_arrays, workload_programs
 
 __all__ = ["Flat", "FlatTransfers", "flatten", "MARK_CODES", "COMPUTE", "CALL", "WAIT", "MARK"]
 
@@ -229,11 +230,16 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0, *,
     part_rank = tab.rank[prow] + shift[part_call]
     codes = np.array([(PHASES.index(p), DIMS.index(d), COLLECTIVES.index(k)) for p, d, k in codes_of],
                      np.uint8).reshape(-1, 3)
-    prog_ptr, ins_kind, ins_a, ins_b = template_programs(
-        table, part_call, part_rank, lay.world_size, lay.coords, shards, times,
-        plan.microbatches, iteration, plan.scenario.training.recompute,
-        chunks=[chunk_layers(plan.scenario, st) for st in range(lay.pp)],
-        overlap_grad_reduce=plan.scenario.training.overlap_grad_reduce)
+    wl = plan.scenario.workload
+    if wl is not None:                    # a microbenchmark: its calls, no compute
+        prog_ptr, ins_kind, ins_a, ins_b = workload_program_arrays(
+            table, part_call, part_rank, lay.world_size, wl.start_offsets_ns, plan.scale)
+    else:
+        prog_ptr, ins_kind, ins_a, ins_b = template_programs(
+            table, part_call, part_rank, lay.world_size, lay.coords, shards, times,
+            plan.microbatches, iteration, plan.scenario.training.recompute,
+            chunks=[chunk_layers(plan.scenario, st) for st in range(lay.pp)],
+            overlap_grad_reduce=plan.scenario.training.overlap_grad_reduce)
     return Flat(C, table, tab.ab[shape_of], part_call, codes[code_ids], tr_base, part_base,
                 shape_of, shift, tab, gpn, npn, part_rank, prog_ptr, ins_kind, ins_a, ins_b)
 
@@ -318,10 +324,13 @@ def _flatten_direct(plan, iteration: int, shards, times, nvlink=None, above: int
     codes = np.array([(PHASES.index(c.phase), DIMS.index(c.dim), COLLECTIVES.index(c.collective))
                       for c in calls], np.uint8).reshape(-1, 3)
     W = lay.world_size
-    progs = build_programs(calls, range(W), lay.coords, shards, times, plan.microbatches, iteration,
-                           plan.scenario.training.recompute,
-                           chunks=[chunk_layers(plan.scenario, st) for st in range(lay.pp)],
-                           overlap_grad_reduce=plan.scenario.training.overlap_grad_reduce)
+    wl = plan.scenario.workload
+    progs = workload_programs(calls, range(W), wl.start_offsets_ns, plan.scale) \
+        if wl is not None else \
+        build_programs(calls, range(W), lay.coords, shards, times, plan.microbatches, iteration,
+                       plan.scenario.training.recompute,
+                       chunks=[chunk_layers(plan.scenario, st) for st in range(lay.pp)],
+                       overlap_grad_reduce=plan.scenario.training.overlap_grad_reduce)
     local = {c.call_id: i for i, c in enumerate(calls)}
     kinds: list[int] = []
     a_col: list[int] = []

@@ -48,6 +48,7 @@ from tokenpcap.schedule.spans import token_range
 from tokenpcap.errors import InputError
 from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.schedule.program import CallMode, Compute, Mark, Wait, build_programs
+from tokenpcap.schedule.workload import workload_programs
 from tokenpcap.plan.pipeline import chunk_layers
 
 __all__ = ["ReferenceSchedule"]
@@ -142,8 +143,9 @@ class ReferenceSchedule:
         self._iter_left: dict[int, int] = {}            # iteration -> ranks not done with it
         s = self.scenario
         pp = s.parallelism.pp
-        self._times = [stage_times(s, st, self.scale) for st in range(pp)]
-        self._shards = scenario_shards(s)
+        self._times = [stage_times(s, st, self.scale) for st in range(pp)] if s.model else []
+        self._shards = scenario_shards(s) if s.model else []
+        self._seq_length = s.token_layout[1]       # a workload's: 1 (it carries no tokens)
         self._ranks = [_Rank(r, self._program(0, r)) for r in range(self.layout.world_size)]
 
     # ------------------------------------------------------------------ programs
@@ -158,7 +160,10 @@ class ReferenceSchedule:
                 self._calls[c.call_id] = c
             self._iter_calls[it] = [c.call_id for c in calls]
             self._iter_left[it] = lay.world_size
-            progs = self._progs[it] = build_programs(
+            wl = self.scenario.workload
+            progs = self._progs[it] = workload_programs(
+                calls, range(lay.world_size), wl.start_offsets_ns, self.plan.scale) \
+                if wl is not None else build_programs(
                 calls, range(lay.world_size), lay.coords, self._shards, self._times,
                 self.plan.microbatches, it, self.scenario.training.recompute,
                 chunks=[chunk_layers(self.scenario, st) for st in range(lay.pp)],
@@ -315,7 +320,7 @@ class ReferenceSchedule:
         _, step, src, dst, _, channel, _, nbytes, offset, nic = run.tr.rows[x]
         c = run.call
         if nic:
-            tok = token_range(c, offset, nbytes, run.size, self.scenario.model.seq_length)
+            tok = token_range(c, offset, nbytes, run.size, self._seq_length)
             src_nic, dst_nic = run.tr.nics[x]           # the channel's NICs (rails)
             self._out.append((run, x, t, src_nic, dst_nic,
                               run.qp_base + channel, nbytes, step, src, dst, tok))

@@ -149,6 +149,7 @@ class Schedule:
         if scale is not None and int(scale) != plan.scale:
             plan = build_plan(s, plan.tokens, scale=int(scale))
         self.plan, self.scenario, self.scale = plan, s, plan.scale
+        self._seq_length = s.token_layout[1]       # a workload's: 1 (it carries no tokens)
         self.layout = plan.layout
         self.engine = NicModel(s.cluster, s.generation, ib_grh=ib_grh)
         if chunk_rows < 1:
@@ -160,8 +161,9 @@ class Schedule:
         self.nics = None if nics is None else frozenset(int(n) for n in nics)
         self._chunk = int(chunk_rows)
         pp = s.parallelism.pp
-        times = [stage_times(s, st, self.scale) for st in range(pp)]
-        shards = scenario_shards(s)
+        # a workload scenario has no model: no compute, no shards (schedule.workload)
+        times = [stage_times(s, st, self.scale) for st in range(pp)] if s.model else []
+        shards = scenario_shards(s) if s.model else []
         rate = Fraction(repr(float(s.cluster.nvlink_gbps)))
         nvl = ((rate.numerator, rate.denominator), NVLINK_LATENCY_NS)
         tables: dict = {}                   # one ShapeTable for the iterations that share it
@@ -296,7 +298,7 @@ class Schedule:
     def _tokens(self, c: np.ndarray, offset: np.ndarray, nbytes: np.ndarray):
         """Token ranges of transfers of calls ``c`` (run-global) at ``offset`` of ``nbytes``."""
         t0, t1 = token_ranges(self._call_attr[c.reshape(-1), 4:9], offset.reshape(-1),
-                              nbytes.reshape(-1), self.scenario.model.seq_length)
+                              nbytes.reshape(-1), self._seq_length)
         return t0.reshape(c.shape), t1.reshape(c.shape)
 
     def nic_transfer_chunks(self, iterations, rows: int = 1 << 20) -> Iterator[dict[str, np.ndarray]]:
