@@ -39,7 +39,7 @@ from typing import Iterator
 
 import numpy as np
 
-from tokenpcap.config.addresses import nic_addresses
+from tokenpcap.config.addresses import nic_addresses, switch_port_macs
 from tokenpcap.errors import InputError
 from tokenpcap.records import KIND_CTS, PACKET_DTYPE
 from tokenpcap.schedule.engine.nic import PKT_ACK, Engine
@@ -257,8 +257,9 @@ def lower_messages(messages: np.ndarray, cluster: ClusterProfile, generation: Ge
 
 
 def wire_context(cluster: ClusterProfile, *, payload_seed: int = 0, ib_grh: bool = False) -> WireContext:
-    """The :class:`tokenpcap.wire.context.WireContext` of ``cluster``: its network marking and the
-    addresses of :func:`tokenpcap.config.addresses.nic_addresses` (GIDs as the IB GRH addresses).
+    """The :class:`tokenpcap.wire.context.WireContext` of ``cluster``: its network marking, the
+    addresses of :func:`tokenpcap.config.addresses.nic_addresses` (GIDs as the IB GRH addresses)
+    and, for the PFC frames of switch ports, :func:`tokenpcap.config.addresses.switch_port_macs`.
 
     Raises:
         ProfileError, InfeasiblePlanError: from the address rules; EncodeError: out-of-range marking.
@@ -270,4 +271,4 @@ def wire_context(cluster: ClusterProfile, *, payload_seed: int = 0, ib_grh: bool
                        pcp=int(net.pcp), dscp=int(net.dscp), ecn=int(net.ecn), ttl=int(net.ttl),
                        p_key=int(net.pkey), ib_grh=ib_grh, sl=int(net.ib_sl), vl=int(net.ib_vl),
                        mac=addr.mac, ipv4=addr.ipv4, ipv6=addr.gid if ib else addr.ipv6, lid=addr.lid,
-                       payload_seed=int(payload_seed))
+                       payload_seed=int(payload_seed), switch_port_macs=switch_port_macs)
