@@ -234,3 +234,34 @@ def test_tshark_decodes_every_pfc_frame_we_write(run, tmp_path):
                              capture_output=True, text=True, check=True, timeout=120).stdout
         assert bad.strip() == ""
     assert n == 24
+
+
+@pytest.mark.parametrize("point", ["nic-rx", "switch:leaf0-3:2"])
+def test_the_size_prediction_at_a_point_counts_its_roce_frames(run, tmp_path, point):
+    """At nic-rx, the prediction keyed by receiver equals the written files' records exactly when
+    no PFC frame is added (the PFC frames are what it leaves out); at a switch port it counts
+    every RoCE frame into one file (key 0)."""
+    from tokenpcap.generate.route import file_header_bytes
+
+    s, sched, tx = run
+    pt = parse_point(point)
+    size = predict_capture(sched, Selection(), "pcapng", 262144, "nic", pt)
+    tx_size = predict_capture(sched, Selection(), "pcapng", 262144, "nic")
+    assert size.packets == tx_size.packets == len(tx) and size.record_bytes == tx_size.record_bytes
+    if pt.at_switch:
+        assert size.keys.tolist() == [0]
+        return
+    assert size.keys.tolist() == sorted(set(tx["peer_nic"].tolist()))
+    paths, _ = write(s, sched, merged(tx, pfc_rows(tx, 0)), tmp_path / "rx")
+    opt = GenerateOptions(out_dir=tmp_path, point=pt)
+    n_nics = s.cluster.nodes * s.cluster.nics_per_node
+    addr = nic_addresses(s.cluster)
+    names = {n: (f"node{n}/nic0/rx", describe_nic(addr, n, False)) for n in range(n_nics)}
+    cfg = WriterConfig(s.cluster, "pcapng", 262144, s.generation.seed, names,
+                       provenance_comment(s, opt, 1))
+    from tokenpcap.generate.output import FileSpec
+    for k, p in enumerate(sorted(paths)):
+        header = file_header_bytes(opt, cfg, FileSpec(p, (k,), pt))
+        assert p.stat().st_size - header == size.nic_record_bytes[k]
+    rx_by_sender = predict_capture(sched, Selection(nics=frozenset({3})), "pcapng", 262144, "nic", pt)
+    assert rx_by_sender.packets == int((tx["peer_nic"] == 3).sum())
