@@ -93,12 +93,13 @@ def write(s, sched, rows: np.ndarray, out: Path, *, point=NIC_RX, fmt="pcapng", 
     return paths, res
 
 
-def test_nic_rx_files_hold_the_received_frames_and_the_pfc_frames(run, tmp_path):
+@pytest.mark.parametrize("fmt", ["pcapng", "pcap"])
+def test_nic_rx_files_hold_the_received_frames_and_the_pfc_frames(run, tmp_path, fmt):
     s, sched, tx = run
     pfc = pfc_rows(tx, 40)
     rows = merged(tx, pfc)
-    paths, res = write(s, sched, rows, tmp_path / "rx")
-    assert sorted(p.name for p in paths) == [f"tiny_node{k:02d}_nic0_rx.pcapng" for k in range(8)]
+    paths, res = write(s, sched, rows, tmp_path / "rx", fmt=fmt)
+    assert sorted(p.name for p in paths) == [f"tiny_node{k:02d}_nic0_rx.{fmt}" for k in range(8)]
     assert res.pfc_packets == 40 and res.packets == len(rows)
     rep = inspect_captures([str(p) for p in paths])
     assert rep.pfc["frames"] == 40 and rep.pfc["xoff"] == 20 and rep.pfc["xon"] == 20
@@ -112,19 +113,23 @@ def test_nic_rx_files_hold_the_received_frames_and_the_pfc_frames(run, tmp_path)
         assert (np.diff(rec["time_ns"]) >= 0).all()               # time order, PFC in place
         mine = rows[rows["peer_nic"] == k]
         assert rec["time_ns"].tolist() == (mine["time_ns"] + EPOCH_NS).tolist()
+        is_pfc = mine["kind"] == PKT_PFC
+        for rr, row in zip(rec[is_pfc], mine[is_pfc]):
+            f = cap.frame(rr)
+            assert f[:6] == bytes.fromhex("0180c2000001") and f[12:16] == bytes.fromhex("88080101")
+            assert f[6:12] == switch_port_macs([-1 - int(row["nic"])])[0].tobytes()
+            assert rr["caplen"] == rr["orig_len"] == 60
+        if fmt == "pcap":
+            cap.close()
+            continue
         assert [i.name for i in cap.interfaces] == [f"node{k}/nic0/rx"]
         texts = [cap.comments[c] for c in rec["comment"]]
-        is_pfc = mine["kind"] == PKT_PFC
         for t, r in zip(np.asarray(texts, object)[is_pfc], mine[is_pfc]):
             d = parse_comment(t)
             assert d == {"kind": PKT_PFC, "xoff": bool(r["msg"]), "quanta": int(r["msg"]),
                          "priorities": [p for p in range(8) if int(r["index"]) >> p & 1]}
             assert t in ("pfc xoff prio 3 quanta 65535", "pfc xon prio 3",
                          "pfc xoff prio 3,4 quanta 65535", "pfc xon prio 3,4")
-        for rr, row in zip(rec[is_pfc], mine[is_pfc]):
-            f = cap.frame(rr)
-            assert f[:6] == bytes.fromhex("0180c2000001") and f[12:16] == bytes.fromhex("88080101")
-            assert f[6:12] == switch_port_macs([-1 - int(row["nic"])])[0].tobytes()
         assert all(parse_comment(t)["kind"] != PKT_PFC for t in np.asarray(texts, object)[~is_pfc])
         cap.close()
 

@@ -25,7 +25,7 @@ from collections import deque
 
 import numpy as np
 
-from tokenpcap.records import PKT_ACK, PKT_PFC  # noqa: F401 - PKT_PFC: re-exported by nic.py
+from tokenpcap.records import PKT_ACK
 
 __all__ = ["TX_DTYPE", "QP", "Port"]
 
