@@ -33,6 +33,10 @@
   packet, ``qp_seq`` before it.
 * IPv4 Identification: the low 16 bits of the PSN. With DF set the ID has no meaning (RFC 6864
   4.1); deriving it from the PSN keeps it a pure function of the packet.
+* PFC frames (``kind == PKT_PFC``, a switch port's IEEE 802.1Qbb pause of the queued fabric) are
+  not RDMA: their row becomes ``opcode = OPCODE_PFC``, ``nic`` (``-1 - P``), ``peer_nic``,
+  ``msg`` (pause quanta) and ``imm`` (class-enable vector, from ``index``), everything else 0
+  (:data:`tokenpcap.records.PACKET_DTYPE`); they never touch the message table.
 """
 from __future__ import annotations
 
@@ -40,18 +44,19 @@ from typing import Iterator
 
 import numpy as np
 
-from tokenpcap.config.addresses import nic_addresses
+from tokenpcap.config.addresses import nic_addresses, switch_port_macs
 from tokenpcap.errors import InputError
-from tokenpcap.records import KIND_CTS, PACKET_DTYPE
+from tokenpcap.records import KIND_CTS, OPCODE_PFC, PACKET_DTYPE, PKT_PFC
 from tokenpcap.schedule.engine.nic import PKT_ACK, Engine
 from tokenpcap.config.profiles import ClusterProfile, GenerationConfig
 from tokenpcap.wire import rdma
 from tokenpcap.wire.context import WireContext
 from tokenpcap.wire.qpn import (_PSN_MASK, _QPN_SPACE, _ROLE_OFFSET, _U64, QP_STRIDE,  # noqa: F401
                                 _mix, _rkey_va, initial_psn, qpn)
+from tokenpcap.wire.pfc import PFC_FRAME_BYTES
 
 __all__ = ["Lowering", "MessageLowering", "lower_messages", "qpn", "initial_psn", "wire_context",
-           "AETH_ACK_SYNDROME", "QP_STRIDE"]
+           "AETH_ACK_SYNDROME", "QP_STRIDE", "pfc_packets"]
 
 #: AETH syndrome of an ACK without end-to-end credits (IBTA vol.1 9.3.5, Table 47).
 AETH_ACK_SYNDROME = 0x1F
@@ -73,6 +78,7 @@ class Lowering:
         self.pmtu = int(cluster.pmtu_bytes)
         self.seed = int(seed)
         self.ack_every = int(ack_every_packets)
+        self.transport = cluster.transport
         n = int(cluster.nodes) * int(cluster.nics_per_node)
         if n * QP_STRIDE > _ROLE_OFFSET:
             raise InputError(f"nodes * nics_per_node: got {n}, expected at most {_ROLE_OFFSET // QP_STRIDE} "
@@ -89,8 +95,25 @@ class Lowering:
             ``PACKET_DTYPE (n,)``, in the order of ``tx``.
 
         Raises:
-            InputError: a message whose ``qp`` is >= QP_STRIDE.
+            InputError: a message whose ``qp`` is >= QP_STRIDE; a PFC row that is malformed or
+                under transport infiniband (:func:`pfc_packets`).
         """
+        pfc = tx["kind"] == PKT_PFC
+        if not pfc.any():
+            return self._rdma(tx, messages)
+        if self.transport != "rocev2":
+            raise InputError(f"tx rows: got {int(pfc.sum())} PFC rows under transport "
+                             f"{self.transport!r}, expected none (InfiniBand has credit-based link "
+                             f"flow control, IBTA vol.1 7.9, and no PFC frame)")
+        out = np.zeros(tx.size, PACKET_DTYPE)
+        rd = ~pfc
+        if rd.any():
+            out[rd] = self._rdma(tx[rd], messages)
+        out[pfc] = pfc_packets(tx[pfc])
+        return out
+
+    def _rdma(self, tx: np.ndarray, messages: np.ndarray) -> np.ndarray:
+        """The RDMA rows (data, CTS, ACK) of a chunk (module docstring)."""
         u, inv = _distinct(tx["msg"])
         m = messages[u]                                      # per message of the chunk, then expand
         src, dst, qp = m["src_nic"].astype(np.int64), m["dst_nic"].astype(np.int64), m["qp"].astype(np.int64)
@@ -139,6 +162,30 @@ class Lowering:
         msn = (m["qp_seq"][inv] + last) & _PSN_MASK
         out["aeth"] = np.where(ack, (AETH_ACK_SYNDROME << 24) | msn, 0)
         return out
+
+
+def pfc_packets(tx: np.ndarray) -> np.ndarray:
+    """``PACKET_DTYPE`` rows of PFC ``TX_DTYPE`` rows (``kind == PKT_PFC``), in their order.
+
+    Raises:
+        InputError: a row whose ``nic`` is not a switch port (``-1 - P``), whose pause quanta
+            (``msg``) is outside 0..65535, class-enable vector (``index``) outside 0..255, or
+            ``frame_bytes`` not 60 (IEEE 802.1Qbb 36.1.3: the 64-byte minimum with FCS).
+    """
+    for name, bad, expected in (
+            ("nic", tx["nic"] >= 0, "-1 - P (the switch port P that sends the PFC frame)"),
+            ("msg", (tx["msg"] < 0) | (tx["msg"] > 0xFFFF), "pause quanta 0..65535"),
+            ("index", (tx["index"] < 0) | (tx["index"] > 0xFF), "a class-enable vector 0..255"),
+            ("frame_bytes", tx["frame_bytes"] != PFC_FRAME_BYTES, f"{PFC_FRAME_BYTES}")):
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InputError(f"PFC tx row {i}: {name}: got {tx[name][i]}, expected {expected}")
+    out = np.zeros(tx.size, PACKET_DTYPE)
+    for name in ("time_ns", "nic", "peer_nic", "msg", "frame_bytes"):
+        out[name] = tx[name]
+    out["opcode"] = OPCODE_PFC
+    out["imm"] = tx["index"]
+    return out
 
 
 def _distinct(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -205,8 +252,9 @@ def lower_messages(messages: np.ndarray, cluster: ClusterProfile, generation: Ge
 
 
 def wire_context(cluster: ClusterProfile, *, payload_seed: int = 0, ib_grh: bool = False) -> WireContext:
-    """The :class:`tokenpcap.wire.context.WireContext` of ``cluster``: its network marking and the
-    addresses of :func:`tokenpcap.config.addresses.nic_addresses` (GIDs as the IB GRH addresses).
+    """The :class:`tokenpcap.wire.context.WireContext` of ``cluster``: its network marking, the
+    addresses of :func:`tokenpcap.config.addresses.nic_addresses` (GIDs as the IB GRH addresses)
+    and, for the PFC frames of switch ports, :func:`tokenpcap.config.addresses.switch_port_macs`.
 
     Raises:
         ProfileError, InfeasiblePlanError: from the address rules; EncodeError: out-of-range marking.
@@ -218,4 +266,4 @@ def wire_context(cluster: ClusterProfile, *, payload_seed: int = 0, ib_grh: bool
                        pcp=int(net.pcp), dscp=int(net.dscp), ecn=int(net.ecn), ttl=int(net.ttl),
                        p_key=int(net.pkey), ib_grh=ib_grh, sl=int(net.ib_sl), vl=int(net.ib_vl),
                        mac=addr.mac, ipv4=addr.ipv4, ipv6=addr.gid if ib else addr.ipv6, lid=addr.lid,
-                       payload_seed=int(payload_seed))
+                       payload_seed=int(payload_seed), switch_port_macs=switch_port_macs)

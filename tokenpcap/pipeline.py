@@ -35,7 +35,7 @@ class Prepared(NamedTuple):
 def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale: int = 1,
             iterations: int = 1, nics=None, ranks=None, chunk_rows: int = 1 << 16,
             keep_nvlink: bool = True, keep_history: bool = True, keep_messages: bool = True,
-            check: Callable[[Plan], None] | None = None) -> Prepared:
+            check: Callable[[Plan], None] | None = None, point=None) -> Prepared:
     """Plan ``scenario`` and build its schedule of ``iterations`` iterations, not yet run.
 
     Args:
@@ -49,6 +49,8 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
             only the NICs of these ranks (and of ``nics`` when both are given).
         check: called with the plan before the schedule is built (a caller's refusal, e.g.
             generate's disk space from the plan's size estimate); what it raises propagates.
+        point: the capture point (:class:`tokenpcap.records.points.CapturePoint`) the
+            schedule's frames are seen at; None: the schedule's default (``nic-tx``).
 
     Raises:
         InputError: ``scale`` or ``iterations`` < 1.
@@ -67,7 +69,7 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
         nics = of_ranks if nics is None else of_ranks & set(nics)
     sched = Schedule(plan, iterations=iterations, nics=nics, chunk_rows=chunk_rows,
                      keep_nvlink=keep_nvlink, keep_history=keep_history,
-                     keep_messages=keep_messages)
+                     keep_messages=keep_messages, **({} if point is None else {"point": point}))
     return Prepared(scenario, plan, sched)
 
 

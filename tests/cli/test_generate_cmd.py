@@ -81,3 +81,46 @@ def test_a_phase_pattern_that_names_no_phase_is_a_usage_error_before_planning(tm
     assert "got 'nosuch', 'pp/forwad', expected a phase label DIM/PASS/COLLECTIVE" in r.output
     assert "collectives AllReduce ReduceScatter AllGather AllToAll SendRecv Broadcast" in r.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("text", ["nic", "nic-txx", "switch", "switch:leaf0-3", "switch:leaf0-3:x",
+                                  "switch::2", "switch:leaf0-3:-1", ""])
+def test_a_bad_point_is_a_usage_error_naming_the_option(tmp_path, text):
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+
+    out = tmp_path / "new"
+    r = CliRunner().invoke(main, ["generate", str(SCENARIOS / "dante.yaml"), "-o", str(out),
+                                  "--point", text])
+    assert r.exit_code == 2 and "'--point'" in r.output and "switch:NAME:PORT" in r.output, r.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text", ["nic-tx", "nic-rx", "switch:leaf0-3:2", " switch:spine1-0:0 "])
+def test_points_are_parsed_into_the_options(text):
+    from tokenpcap.records.points import parse_point
+
+    s = load_scenario(SCENARIOS / "dante.yaml")
+    opt = build_options(s, "unused", ranks=None, nics=None, phases=None, iterations=None,
+                        time_window=None, fmt="pcapng", split="nic", snaplen=262144, scale=1,
+                        seed=None, jobs=1, force=False, point=text)
+    assert opt.point == parse_point(text) and str(opt.point) == text.strip()
+    assert _options(s, None).point == parse_point("nic-tx")        # the default
+
+
+def test_a_point_the_engine_does_not_model_yet_is_refused_with_exit_1(tmp_path):
+    """Until the queued fabric's engine yields rows at nic-rx, the schedule refuses the point
+    (one line, exit 1) and the output directory is removed again."""
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+
+    out = tmp_path / "new"
+    r = CliRunner().invoke(main, ["generate", str(SCENARIOS / "dante.yaml"), "-o", str(out),
+                                  "--point", "nic-rx", "--scale", "64"])
+    assert r.exit_code == 1 and "--point" in r.output and "nic-rx" in r.output, r.output
+    assert "Traceback" not in r.output and not out.exists()
+    r = CliRunner().invoke(main, ["generate", str(SCENARIOS / "dante.yaml"), "-o", str(out),
+                                  "--point", "nic-rx", "--dask", "local:1"])
+    assert r.exit_code == 2 and "'--dask'" in r.output and "nic-tx" in r.output, r.output

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenpcap.config.addresses import IB_UNICAST_LID_MAX, nic_addresses
-from tokenpcap.errors import InfeasiblePlanError, ProfileError
+from tokenpcap.config.addresses import IB_UNICAST_LID_MAX, nic_addresses, switch_port_macs
+from tokenpcap.errors import InfeasiblePlanError, InputError, ProfileError
 from tokenpcap.config.profiles import ClusterProfile, GpuProfile, NetworkProfile
 
 
@@ -91,3 +91,36 @@ def test_range_limits():
 def test_malformed_bases(key, value):
     with pytest.raises(ProfileError, match=f"network.{key}"):
         nic_addresses(cluster(**{key: value}))
+
+
+def test_switch_port_macs_rule():
+    """06:00 + the port id, 32 bits big-endian (module docstring), spelled out by hand."""
+    got = switch_port_macs([0, 5, 0x01020304, 0xFFFFFFFF])
+    assert [":".join(f"{b:02x}" for b in m) for m in got] == [
+        "06:00:00:00:00:00", "06:00:00:00:00:05", "06:00:01:02:03:04", "06:00:ff:ff:ff:ff"]
+    assert got.dtype == np.uint8 and got.shape == (4, 6)
+    first = int(got[0, 0])
+    assert first & 1 == 0 and first & 2 == 2          # unicast, locally administered (IEEE 802 8.2)
+    with pytest.raises(InputError, match="switch port id: got -1"):
+        switch_port_macs([3, -1])
+    with pytest.raises(InputError, match="switch port id: got 4294967296"):
+        switch_port_macs([1 << 32])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 255), min_size=1, max_size=5).filter(lambda p: p[0] % 2 == 0),
+       st.integers(1, 6), st.integers(1, 8))
+def test_no_nic_mac_is_a_switch_port_mac(prefix, nodes, per):
+    """Every prefix nic_addresses accepts gives MACs that never start 06:00; the others are refused."""
+    text = ":".join(f"{b:02x}" for b in prefix)
+    c = cluster(nodes=nodes, per=per, mac_prefix=text)
+    could_collide = prefix[0] == 6 and (len(prefix) == 1 or prefix[1] == 0)
+    if could_collide:
+        with pytest.raises(ProfileError, match="cannot start with 06:00"):
+            nic_addresses(c)
+        return
+    try:
+        mac = nic_addresses(c).mac
+    except InfeasiblePlanError:
+        return
+    assert not ((mac[:, 0] == 6) & (mac[:, 1] == 0)).any()

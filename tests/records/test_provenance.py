@@ -18,6 +18,7 @@ from tokenpcap.errors import DecodeError
 from tokenpcap.generate.run import GenerateOptions, Selection, generate
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.records.provenance import KEYS, is_provenance, parse_provenance, provenance_comment
+from tokenpcap.records.points import parse_point
 
 
 def shb_comments(path: Path) -> list[str]:
@@ -51,7 +52,7 @@ def test_the_exact_documented_line():
     assert d == {"scenario": "dante", "scale": 16, "iterations": (0, 2), "split": "nic",
                  "nics": None, "ranks": (1, 2, 3), "phases": ("dp", "pp/forward"),
                  "time_window": (0, 500_000), "snaplen": 262144, "seed": 7,
-                 "clear_to_send": True, "selection": True}
+                 "clear_to_send": True, "point": "nic-tx", "selection": True}
     assert is_provenance(line) and not is_provenance("dp/backward/AllReduce it 0")
 
 
@@ -91,7 +92,29 @@ def test_round_trip(name, scale, a, n, split, nics, ranks, phases, tw, snap, see
     assert d["clear_to_send"] is cts and d["split"] == split
 
 
+@pytest.mark.parametrize("point", ["nic-tx", "nic-rx", "switch:leaf0-3:2", "switch:spine1-0:17",
+                                   "switch:switch0:0"])
+def test_point_is_written_only_when_not_nic_tx_and_reads_back(point):
+    """nic-tx leaves the line as it was before points (the documented line above has none); the
+    others append point=... after clear_to_send, and the parser accepts both."""
+    base = dict(scenario="x", scale=1, iterations=(0, 1), split="nic", snaplen=64, seed=0,
+                clear_to_send=False)
+    plain = provenance_comment(**base)
+    line = provenance_comment(**base, point=parse_point(point))
+    if point == "nic-tx":
+        assert line == plain and "point=" not in line
+    else:
+        assert line == plain + f" point={point}"
+        assert [w.split("=")[0] for w in line.split(" ")[1:]] == list(KEYS) + ["point"]
+    d = parse_provenance(line)
+    assert d["point"] == point and parse_point(d["point"]) == parse_point(point)
+    assert "extra" not in d
+    assert d["selection"] is point.startswith("switch:")       # a port carries only some frames
+
+
 @pytest.mark.parametrize("text,key", [
+    ("tokenpcap scenario=x scale=1 iterations=0:1 split=nic nics=all ranks=all phases=all "
+     "time_window=all snaplen=1 seed=0 clear_to_send=1 point=nic", "point: got 'nic'"),
     ("hello", "expected a line starting with 'tokenpcap'"),
     ("tokenpcap scenario=x", "scale: got missing"),
     ("tokenpcap scenario=x scale=0 iterations=0:1 split=nic nics=all ranks=all phases=all "

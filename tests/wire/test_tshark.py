@@ -209,3 +209,41 @@ def test_our_tshark_names_exist():
     known = {line.split("\t")[2] for line in out.splitlines() if line.startswith("F\t")}
     ours = {name for h in H.HEADERS.values() for name in h.tshark_fields().values()}
     assert ours <= known, sorted(ours - known)
+
+
+def test_tshark_reads_the_builders_pfc_rows_among_roce_frames(tmp_path):
+    """Every PFC row the vectorized builder turns into a frame, mixed with RoCE rows: TShark
+    decodes it as MAC control opcode 0x0101 with our vector and pause times, and nothing is
+    malformed or flagged."""
+    from tokenpcap.config.addresses import switch_port_macs
+    from tokenpcap.records import OPCODE_PFC
+
+    rng = np.random.default_rng(31)
+    base = context("ipv4", rng)
+    ctx = WireContext(mac=base.mac, ipv4=base.ipv4, payload_seed=base.payload_seed,
+                      switch_port_macs=switch_port_macs)
+    n = 40
+    pfc = np.zeros(n, PACKET_DTYPE)
+    pfc["opcode"] = OPCODE_PFC
+    pfc["nic"] = -1 - rng.integers(0, 5000, n)
+    pfc["imm"] = rng.integers(1, 256, n)
+    pfc["imm"][0] = 1 << 3
+    pfc["msg"] = np.where(np.arange(n) % 3 == 0, 0, rng.integers(1, 1 << 16, n))
+    pfc["msg"][0] = 0xFFFF
+    mixed = np.concatenate([packets(rng, 60), pfc])
+    frames = FrameBuilder(ctx).frames(mixed)
+    path = tmp_path / "mixed.pcap"
+    write_pcap(path, frames, 1)
+    assert_clean(path, len(mixed))
+    fields = ["macc.opcode", "macc.cbfc.enbv", "eth.src", "eth.dst"] + \
+        [f"macc.cbfc.pause_time.c{p}" for p in range(8)]
+    got = [g for g in tshark_fields(path, fields) if g["macc.opcode"]]
+    assert len(got) == n
+    for g, r in zip(got, pfc):
+        v, q = int(r["imm"]), int(r["msg"])
+        assert _num(g["macc.opcode"]) == 0x0101 and _num(g["macc.cbfc.enbv"]) == v
+        assert g["eth.dst"] == "01:80:c2:00:00:01"
+        assert g["eth.src"] == ":".join(f"{b:02x}" for b in switch_port_macs([-1 - int(r["nic"])])[0])
+        assert [_num(g[f"macc.cbfc.pause_time.c{p}"]) for p in range(8)] == \
+            [q if v >> p & 1 else 0 for p in range(8)]
+    assert _num(got[0]["macc.cbfc.pause_time.c3"]) == 0xFFFF

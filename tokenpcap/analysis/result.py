@@ -155,6 +155,8 @@ class Report:
                 parts.append(f"time_window={a}:{'' if b is None else b} ns")
             if p["iterations"][0] > 0:
                 parts.append(f"iterations={p['iterations'][0]}:{p['iterations'][1]}")
+            if p.get("point", "nic-tx").startswith("switch:"):
+                parts.append(f"point={p['point']}")
         return " ".join(dict.fromkeys(parts)) or None
 
     def checks(self) -> list[dict]:

@@ -15,6 +15,7 @@ from tokenpcap.errors import InputError
 from tokenpcap.pcap.registry import transport_mismatch
 from tokenpcap.pcap.output import make_directory
 from tokenpcap.records import LABELS
+from tokenpcap.records.points import NIC_TX, parse_point
 from tokenpcap.records.text import counted
 from tokenpcap.generate.select import unknown_phase_patterns
 from tokenpcap.generate.run import (FORMATS, SPLITS, GenerateOptions, GenerateResult, Selection,
@@ -52,6 +53,12 @@ def run_generation(s: Scenario, opt: GenerateOptions, tokens=None) -> GenerateRe
     bar: dict = {}
 
     def announce(info: dict) -> None:
+        if info.get("fabric_dependent"):
+            out.print(f"writing {counted(info['files'], opt.fmt + ' file')} to {opt.out_dir}: "
+                      f"{info['packets']:,} packets, {info['bytes']:,} bytes predicted for the "
+                      f"RoCE frames at --point {opt.point} (PFC frames come with the fabric's "
+                      f"timing, known only once simulated; {info['free_bytes']:,} bytes free)")
+            return
         if info.get("upper_bound"):
             out.print(f"writing {counted(info['files'], opt.fmt + ' file')} to {opt.out_dir}: at most "
                       f"{info['packets']:,} packets, {info['bytes']:,} bytes (upper bound: the "
@@ -182,6 +189,11 @@ def selection_options(f):  # type: ignore[no-untyped-def]
         click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
                      help="Writer processes (default: the cores available)."),
         click.option("--force", is_flag=True, help="Write even if the disk looks too small."),
+        click.option("--point", default="nic-tx", show_default=True,
+                     metavar="nic-tx|nic-rx|switch:NAME:PORT",
+                     help="Capture point: what each NIC sends, what each NIC receives (PFC "
+                          "frames of its ToR included), or the egress of one switch port "
+                          "(e.g. switch:leaf0-3:2)."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -217,14 +229,15 @@ def parse_phases(text: str) -> tuple[str, ...]:
 
 
 def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, time_window, fmt,
-                  split, snaplen, scale, seed, jobs, force) -> GenerateOptions:
+                  split, snaplen, scale, seed, jobs, force, point: str = "nic-tx"
+                  ) -> GenerateOptions:
     """Options of the command line → :class:`GenerateOptions`.
 
     Raises:
         click.BadParameter: an option value out of range for this scenario (exit 2): indices
             outside the world / the NICs, an empty or malformed selection (``--nics ''`` names
             no NIC: it does not keep every NIC), time window or iteration range, ``--format erf``
-            on RoCEv2.
+            on RoCEv2, a ``--point`` that is not nic-tx, nic-rx or switch:NAME:PORT.
     """
     world = s.parallelism.world
     n_nics = s.cluster.nodes * s.cluster.nics_per_node
@@ -244,7 +257,8 @@ def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, ti
         if time_window is not None else None)
     return GenerateOptions(out_dir=Path(out_dir), fmt=fmt, split=split, snaplen=snaplen,
                            scale=scale, seed=seed, iterations=n_it, selection=sel,
-                           jobs=jobs or default_jobs(), force=force)
+                           jobs=jobs or default_jobs(), force=force,
+                           point=_option("--point", parse_point, point))
 
 
 @main.command("generate")
@@ -267,6 +281,10 @@ def generate_cmd(scenario: str, out_dir: str, dask_address: str | None = None, *
         if opt.split != "nic":
             raise click.BadParameter(f"got --split {opt.split}, expected --split nic with "
                                      "--dask (shards are sets of NICs)", param_hint="'--dask'")
+        if opt.point != NIC_TX:
+            raise click.BadParameter(f"got --point {opt.point}, expected --point nic-tx with "
+                                     "--dask (shards are sets of sending NICs)",
+                                     param_hint="'--dask'")
         res = generate_on_dask(s, opt, dask_address)
     else:
         res = generate_into(s, opt)

@@ -19,6 +19,12 @@ LID        ``1 + g``; unicast LIDs are 0x0001..0xBFFF (IBTA vol.1   ``0x001e`` w
 GID        ``fe80::/64`` + modified EUI-64 of the MAC (RFC 4291     ``fe80::ff:fe00:305``
            2.5.1, appendix A); the IB default subnet prefix
 ========== ====================================================== ==================================
+
+Switch ports (the source MAC of the 802.1Qbb PFC frames a switch port sends) have their own rule,
+:func:`switch_port_macs`: ``06:00`` + the global port id as 32 bits big-endian (port 5 ->
+``06:00:00:00:00:05``). ``06:`` is locally administered unicast (IEEE 802 clause 8.2: I/G bit 0,
+U/L bit 1). A ``network.mac_prefix`` whose NIC MACs could start with ``06:00`` is refused, so the
+two never collide.
 """
 from __future__ import annotations
 
@@ -27,10 +33,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenpcap.errors import InfeasiblePlanError, ProfileError
+from tokenpcap.errors import InfeasiblePlanError, InputError, ProfileError
 from tokenpcap.config.profiles import ClusterProfile
 
-__all__ = ["NicAddresses", "nic_addresses", "IB_UNICAST_LID_MAX"]
+__all__ = ["NicAddresses", "nic_addresses", "switch_port_macs", "IB_UNICAST_LID_MAX",
+           "SWITCH_MAC_PREFIX"]
+
+#: First two octets of every switch port's MAC (:func:`switch_port_macs`).
+SWITCH_MAC_PREFIX = b"\x06\x00"
 
 #: Highest unicast LID (IBTA vol.1 4.1.3: 0x0001-0xBFFF unicast, 0xC000-0xFFFE multicast).
 IB_UNICAST_LID_MAX = 0xBFFF
@@ -79,7 +89,37 @@ def _mac_prefix(cluster: ClusterProfile) -> bytes:
     if raw[0] & 1:
         raise ProfileError(cluster.path, "network.mac_prefix", text,
                            "a unicast prefix (first octet even; '02:...' is locally administered)")
+    if raw[:len(SWITCH_MAC_PREFIX)] == SWITCH_MAC_PREFIX[:len(raw)]:
+        raise ProfileError(cluster.path, "network.mac_prefix", text,
+                           "a prefix whose MACs cannot start with 06:00 (switch ports' MACs, "
+                           "tokenpcap.config.addresses.switch_port_macs)")
     return raw
+
+
+def switch_port_macs(port_ids) -> np.ndarray:
+    """MAC of each switch port: ``06:00`` + the global port id, 32 bits big-endian.
+
+    A pure rule (module docstring): the same port always gets the same MAC, whatever the cluster,
+    and no NIC MAC equals one (:func:`nic_addresses` refuses a prefix that could).
+
+    Args:
+        port_ids: int array ``(n,)`` of global switch port ids (the topology numbers its switch
+            ports 0..P-1), each in 0..2**32-1.
+
+    Returns:
+        uint8 ``(n, 6)``.
+
+    Raises:
+        InputError: a port id outside 0..2**32-1.
+    """
+    ids = np.asarray(port_ids, dtype=np.int64).reshape(-1)
+    if ids.size and (ids.min() < 0 or ids.max() > 0xFFFFFFFF):
+        bad = int(ids[(ids < 0) | (ids > 0xFFFFFFFF)][0])
+        raise InputError(f"switch port id: got {bad}, expected 0..{0xFFFFFFFF} (32 bits of the MAC)")
+    mac = np.empty((ids.size, 6), np.uint8)
+    mac[:, :2] = np.frombuffer(SWITCH_MAC_PREFIX, np.uint8)
+    mac[:, 2:] = (ids[:, None] >> np.array([24, 16, 8, 0])) & 0xFF
+    return mac
 
 
 def _base(cluster: ClusterProfile, key: str, version: int) -> int:

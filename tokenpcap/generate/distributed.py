@@ -181,13 +181,17 @@ def generate_on_cluster(s: Scenario, opt: GenerateOptions, client, *, tokens=Non
 
     Raises:
         InputError, InfeasiblePlanError, OutputError: as :func:`generate` (bad options, an
-        empty selection, not enough disk), ``--split`` other than ``nic``; a task's error
+        empty selection, not enough disk), ``--split`` other than ``nic``, ``--point`` other
+        than ``nic-tx``; a task's error
         prefixed with its shard; OutputError naming the shard whose worker died.
     """
     t0 = time.perf_counter()
     if opt.split != "nic":
         raise InputError(f"--split: got {opt.split!r} with --dask, expected 'nic' (shards are "
                          "sets of NICs, one file each)")
+    if opt.point.kind != "nic-tx":
+        raise InputError(f"--point: got {str(opt.point)!r} with --dask, expected 'nic-tx' (shards "
+                         "are sets of sending NICs)")
     check_options(s, opt)
     outset = OutputSet(opt.out_dir, what="generate")    # locked before any work, as generate
     try:

@@ -15,6 +15,7 @@ from tokenpcap.errors import InputError, OutputError
 from tokenpcap.generate.select import OPEN_END_NS, Selection
 from tokenpcap.pcap.registry import CAPTURE_FORMATS, capture_format
 from tokenpcap.plan.build import Plan
+from tokenpcap.records.points import NIC_TX, CapturePoint
 from tokenpcap.records.provenance import provenance_comment as _provenance_line
 from tokenpcap.schedule.runner import Schedule
 
@@ -31,7 +32,8 @@ SPLITS = ("nic", "phase", "none")
 
 @dataclass(frozen=True)
 class GenerateOptions:
-    """Options of :func:`generate` (module docstring; the CLI options of the same names)."""
+    """Options of :func:`generate` (module docstring; the CLI options of the same names).
+    ``point``: where the frames are captured (:mod:`tokenpcap.records.points`; ``--point``)."""
 
     out_dir: Path
     fmt: str = "pcapng"
@@ -43,12 +45,14 @@ class GenerateOptions:
     selection: Selection = field(default_factory=Selection)
     jobs: int = 1
     force: bool = False
+    point: CapturePoint = NIC_TX
 
 
 @dataclass
 class GenerateResult:
     """What was written: ``files`` ``[(path, packets, bytes)]``, totals, per-phase payload of data
-    packets ``{label: bytes}``, per-NIC data payload (int64 per NIC), control traffic, span;
+    packets ``{label: bytes}``, per-NIC data payload (int64 per sending NIC), control traffic
+    (CTS, ACKs, and the PFC frames of switch ports at an ``nic-rx`` or switch point), span;
     ``plan`` is the plan at the run's scale (one iteration), ``iterations`` the kept iterations
     ``(A, B)``, so a full capture's payload is ``plan`` totals × ``B − A``."""
 
@@ -62,6 +66,7 @@ class GenerateResult:
     cts_packets: int = 0
     cts_payload: int = 0
     ack_packets: int = 0
+    pfc_packets: int = 0
     first_ns: int = -1
     last_ns: int = -1
     seconds: float = 0.0
@@ -96,6 +101,9 @@ def check_options(s: Scenario, opt: GenerateOptions) -> None:
     if opt.seed is None and not 0 <= s.generation.seed <= MAX_SEED:
         raise InputError(f"{s.path or '<scenario>'}: generation.seed: got {s.generation.seed}, "
                          f"expected 0..{MAX_SEED}")
+    if not isinstance(opt.point, CapturePoint):
+        raise InputError(f"--point: got {opt.point!r}, expected a CapturePoint "
+                         f"(tokenpcap.records.points.parse_point)")
     if not Path(opt.out_dir).is_dir():
         raise OutputError(f"{opt.out_dir}: got no such directory, expected an existing directory")
 
@@ -119,4 +127,4 @@ def provenance_comment(s: Scenario, opt: GenerateOptions, iterations_run: int | 
         nics=opt.selection.nics, ranks=opt.selection.ranks, phases=opt.selection.phases or None,
         time_window=None if w is None else (w[0], None if w[1] >= OPEN_END_NS else w[1]),
         snaplen=opt.snaplen, seed=s.generation.seed if opt.seed is None else opt.seed,
-        clear_to_send=s.generation.clear_to_send)
+        clear_to_send=s.generation.clear_to_send, point=opt.point)

@@ -28,6 +28,7 @@ from tokenpcap.lower import wire_context
 from tokenpcap.pcap import Comments, Interface, gather
 from tokenpcap.pcap.registry import capture_format
 from tokenpcap.config.profiles import ClusterProfile
+from tokenpcap.records.points import NIC_TX, CapturePoint
 from tokenpcap.wire.builder import FrameBuilder
 from tokenpcap.wire.gather import BatchFill
 
@@ -55,10 +56,12 @@ _RECORD_OVERHEAD_BYTES = 16
 
 @dataclass(frozen=True)
 class FileSpec:
-    """One output file: its path and the NICs it holds (pcapng interfaces, in this order)."""
+    """One output file: its path, the NICs it holds (pcapng interfaces, in this order) and the
+    capture point (at a switch point the file has one interface, the switch port)."""
 
     path: Path
     nics: tuple[int, ...]
+    point: CapturePoint = NIC_TX
 
 
 @dataclass
@@ -74,11 +77,17 @@ class WriterConfig:
 
 
 def interfaces(spec: FileSpec, cfg: WriterConfig) -> list[Interface]:
-    """pcapng interfaces of a file: one per NIC of ``spec``, named ``node<N>/nic<I>``, with its
-    addresses as description and the link rate as ``if_speed``."""
+    """pcapng interfaces of a file: one per NIC of ``spec``, named ``node<N>/nic<I>`` (at nic-rx
+    ``node<N>/nic<I>/rx``; ``cfg.interface_names``), with its addresses as description and the
+    link rate as ``if_speed``; at a switch point one interface ``<switch>/port<P>`` described as
+    the port's egress mirror."""
     c = cfg.cluster
     link = "infiniband" if c.transport == "infiniband" else "ethernet"
     speed = int(round(c.link_gbps * 1e9))
+    pt = spec.point
+    if pt.at_switch:
+        return [Interface(name=f"{pt.switch}/port{pt.port}", speed_bps=speed, link=link,
+                          description=f"egress of port {pt.port} of switch {pt.switch} (port mirror)")]
     return [Interface(name=cfg.interface_names[n][0], description=cfg.interface_names[n][1],
                       speed_bps=speed, link=link) for n in spec.nics]
 
@@ -101,7 +110,8 @@ class Sink:
         self.w = fmt.open(spec.path, link=link, snaplen=cfg.snaplen,
                           interfaces=interfaces(spec, cfg) if fmt.comments else None,
                           section_comment=cfg.section_comment)
-        if fmt.comments:
+        self.point = spec.point
+        if fmt.comments and not spec.point.at_switch:
             self.iface = np.full(max(spec.nics) + 1, -1, np.int64)
             self.iface[list(spec.nics)] = np.arange(len(spec.nics))
         self.snaplen = cfg.snaplen
@@ -151,7 +161,10 @@ class Sink:
     def _write(self, pk: np.ndarray, fb: np.ndarray, labels, codes) -> None:
         # a gather fill: the writers take full payloads from the builder's pattern with writev
         comments = Comments(labels, codes) if self.pcapng else None
-        iface = self.iface[pk["nic"]] if self.pcapng else 0
+        if not self.pcapng or self.point.at_switch:
+            iface = 0
+        else:                           # the interface of the NIC whose port the frame is seen at
+            iface = self.iface[pk["peer_nic"] if self.point.receive else pk["nic"]]
         self.w.write_batch(pk["time_ns"], fb, BatchFill(self.builder, pk), iface, comments)
 
     def close(self) -> tuple[int, int]:

@@ -1,8 +1,29 @@
 """Where a run's frames go: the files of a split (:func:`file_specs`: names, the NICs each holds,
 and a map from routing key to file), the bytes of each file's header, the interface description
-of each NIC, and :func:`route_chunk`, which filters one chunk of transmitted frames by the
-selection, lowers the kept ones to packets, adds them to the run's totals and sends each file's
-share, with its packet comments, to the writers.
+of each NIC, and :func:`route_chunk`, which filters one chunk of frames at the capture point by
+the selection, lowers the kept ones to packets, adds them to the run's totals and sends each
+file's share, with its packet comments, to the writers.
+
+Capture points (``GenerateOptions.point``, :mod:`tokenpcap.records.points`) decide the files:
+
+============ ========================================= =========================================
+split        nic-tx / nic-rx                            switch:NAME:PORT
+============ ========================================= =========================================
+``nic``      ``<s>_node<NN>_nic<I>.<ext>`` per sending  ``<s>_<NAME>_port<P>.<ext>``, one file
+             NIC; ``..._nic<I>_rx.<ext>`` per receiving
+             NIC (routing key: ``peer_nic``)
+``phase``    ``<s>_<label>.<ext>`` (``_rx`` before the  ``<s>_<NAME>_port<P>_<label>.<ext>``
+             extension at nic-rx)
+``none``     ``<s>.<ext>`` / ``<s>_rx.<ext>``            ``<s>_<NAME>_port<P>.<ext>``
+============ ========================================= =========================================
+
+PFC frames (``kind == PKT_PFC``, sent by switch ports) belong to no message: with
+``split="phase"`` at a point other than nic-tx they go to one more file whose label is ``pfc``
+(``<s>_pfc_rx.<ext>``, ``<s>_<NAME>_port<P>_pfc.<ext>``), written even when empty. The
+selections that pick messages (``--phases``, ``--ranks``, ``--iterations``) keep no PFC frame;
+the time window keeps those inside it, and ``--nics`` at nic-rx those sent to the named NICs (at
+a switch point ``--nics`` names the NICs whose RoCE frames are kept and PFC frames stay). A NIC's
+egress (nic-tx) carries no switch PFC frame: such rows are dropped there.
 """
 from __future__ import annotations
 
@@ -18,70 +39,138 @@ from tokenpcap.generate.select import Selection
 from tokenpcap.pcap import PcapngWriter
 from tokenpcap.pcap.outputset import OutputSet
 from tokenpcap.pcap.registry import capture_format
-from tokenpcap.records import LABELS, PKT_ACK, PKT_CTS, PKT_DATA, label_codes
-from tokenpcap.records.comments import comment_text
+from tokenpcap.records import LABELS, PKT_ACK, PKT_CTS, PKT_DATA, PKT_PFC, label_codes
+from tokenpcap.records.comments import comment_text, pfc_comment_text
+from tokenpcap.records.points import CapturePoint
 
-__all__ = ["file_specs", "route_chunk", "file_header_bytes", "describe_nic"]
+__all__ = ["file_specs", "route_chunk", "file_header_bytes", "describe_nic", "PFC_KEY",
+           "file_base"]
+
+#: Routing key of PFC frames under ``split="phase"``: the index after the phase labels.
+PFC_KEY = len(LABELS)
+
+
+def file_base(name: str, point: CapturePoint) -> tuple[str, str]:
+    """``(stem, suffix)`` of a run's file names at ``point`` (module docstring): the stem
+    starts every name, the suffix comes before the extension."""
+    if point.at_switch:
+        return f"{name}_{point.switch}_port{point.port}", ""
+    return name, "_rx" if point.receive else ""
 
 
 def file_specs(s: Scenario, opt: GenerateOptions, pred_keys: np.ndarray, n_nics: int,
                 ext: str, outset: OutputSet) -> tuple[list[FileSpec], np.ndarray]:
     """Output files (staged in ``outset``) and a map from routing key (NIC, label or 0) to
     file index (-1: none)."""
-    name = s.name
+    point = opt.point
+    name, sfx = file_base(s.name, point)
     per = s.cluster.nics_per_node
-    sel_nics = sorted(set(pred_keys.tolist())) if opt.split == "nic" else None
     all_nics = tuple(sorted(opt.selection.nics)) if opt.selection.nics else tuple(range(n_nics))
-    if opt.split == "nic":
-        keys = sel_nics
-        specs = [FileSpec(outset.path(f"{name}_node{k // per:02d}_nic{k % per}.{ext}"), (k,))
-                 for k in keys]
+    if opt.split == "nic" and not point.at_switch:
+        keys = sorted(set(pred_keys.tolist()))
+        specs = [FileSpec(outset.path(f"{name}_node{k // per:02d}_nic{k % per}{sfx}.{ext}"), (k,),
+                          point) for k in keys]
         size = n_nics
     elif opt.split == "phase":
         keys = sorted(set(pred_keys.tolist()))
-        specs = [FileSpec(outset.path(f"{name}_{LABELS[k].replace('/', '-')}.{ext}"), all_nics)
+        if point.kind != "nic-tx":
+            keys.append(PFC_KEY)
+        specs = [FileSpec(outset.path(f"{name}_{_label_name(k)}{sfx}.{ext}"), all_nics, point)
                  for k in keys]
-        size = len(LABELS)
+        size = len(LABELS) + (point.kind != "nic-tx")       # + PFC_KEY
     else:
         keys = [0]
-        specs = [FileSpec(outset.path(f"{name}.{ext}"), all_nics)]
+        specs = [FileSpec(outset.path(f"{name}{sfx}.{ext}"), all_nics, point)]
         size = 1
     route = np.full(size, -1, np.int64)
     route[list(keys)] = np.arange(len(keys))
     return specs, route
 
 
-def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, route, disp,
-           res: GenerateResult) -> int:
-    msgs = sched.message_index
-    m = msgs[tx["msg"]]
-    kind = tx["kind"]
-    kc = kind.astype(np.int64)                      # PKT_DATA, PKT_CTS or PKT_ACK
-    label = label_codes(m)
+def _label_name(key: int) -> str:
+    return "pfc" if key == PFC_KEY else LABELS[key].replace("/", "-")
+
+
+def _keep_rdma(tx, m, label, sel: Selection, lab_ok, point: CapturePoint) -> np.ndarray:
+    """bool ``(n,)``: the RDMA rows (data, CTS, ACK; messages ``m``) the selection keeps."""
+    kc = tx["kind"]
     keep = lab_ok[label]
     if sel.iterations is not None:
         keep &= np.isin(m["iteration"], np.asarray(sel.iterations))
     if sel.nics is not None:
-        keep &= np.isin(tx["nic"], np.asarray(sorted(sel.nics)))
+        keep &= np.isin(tx["peer_nic"] if point.receive else tx["nic"], np.asarray(sorted(sel.nics)))
     if sel.ranks is not None:
-        who = np.where(kc == PKT_ACK, m["rank_dst"], m["rank_src"])
+        ack = kc == PKT_ACK               # an ACK goes from the data's receiver to its sender
+        who = (np.where(ack, m["rank_src"], m["rank_dst"]) if point.receive
+               else np.where(ack, m["rank_dst"], m["rank_src"]))
         keep &= np.isin(who, np.asarray(sorted(sel.ranks)))
     if sel.window_ns is not None:
         keep &= (tx["time_ns"] >= sel.window_ns[0]) & (tx["time_ns"] < sel.window_ns[1])
-    idx = np.flatnonzero(keep)
+    return keep
+
+
+def _keep_pfc(tx, sel: Selection, point: CapturePoint) -> np.ndarray:
+    """bool ``(n,)``: the PFC rows the selection keeps (module docstring)."""
+    if point.kind == "nic-tx" or sel.phases or sel.iterations is not None or sel.ranks is not None:
+        return np.zeros(tx.size, bool)
+    keep = np.ones(tx.size, bool)
+    if point.receive:
+        keep &= tx["peer_nic"] >= 0
+        if sel.nics is not None:
+            keep &= np.isin(tx["peer_nic"], np.asarray(sorted(sel.nics)))
+    if sel.window_ns is not None:
+        keep &= (tx["time_ns"] >= sel.window_ns[0]) & (tx["time_ns"] < sel.window_ns[1])
+    return keep
+
+
+def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, route, disp,
+           res: GenerateResult) -> int:
+    """Filter, lower, account and route one chunk of frames at the capture point (``TX_DTYPE``,
+    time-ordered; module docstring); returns the rows kept. PFC rows keep their place in time
+    among the RoCE rows."""
+    msgs = sched.message_index
+    point = opt.point
+    pfc = tx["kind"] == PKT_PFC
+    has_pfc = bool(pfc.any())
+    rd = np.flatnonzero(~pfc) if has_pfc else None
+    trd = tx[rd] if has_pfc else tx
+    m = msgs[trd["msg"]]                   # PFC rows name no message: never looked up
+    label = label_codes(m)
+    keep = _keep_rdma(trd, m, label, sel, lab_ok, point)
+    if has_pfc:
+        full = np.zeros(tx.size, bool)
+        full[rd] = keep
+        full[pfc] = _keep_pfc(tx[pfc], sel, point)
+        idx = np.flatnonzero(full)
+        kept_rd = np.flatnonzero(keep)
+        m, label = m[kept_rd], label[kept_rd]
+    else:
+        idx = np.flatnonzero(keep)
+        m, label = m[idx], label[idx]
     if idx.size == 0:
         return 0
-    tx, m, kc, label = tx[idx], m[idx], kc[idx], label[idx]
+    tx = tx[idx]
+    kc = tx["kind"].astype(np.int64)                # PKT_DATA, PKT_CTS, PKT_ACK or PKT_PFC
+    pfc = kc == PKT_PFC if has_pfc else None
     pk = lower(tx, msgs)
     pk["time_ns"] += EPOCH_NS
+    if has_pfc:                 # label per row: the message's; PFC rows none (PFC_KEY)
+        lab = np.full(len(tx), PFC_KEY, np.int64)
+        lab[~pfc] = label
+        label = lab
     _account(res, tx, pk, kc, label)
-    key = tx["nic"] if opt.split == "nic" else label if opt.split == "phase" else np.zeros(len(tx), np.int64)
-    fid = route[key]
+    if opt.split == "nic":
+        key = (np.zeros(len(tx), np.int64) if point.at_switch
+               else tx["peer_nic"] if point.receive else tx["nic"])
+    else:
+        key = label if opt.split == "phase" else np.zeros(len(tx), np.int64)
+    fid = route[key] if not has_pfc else np.where(key >= 0, route[np.maximum(key, 0)], -1)
     labels_all, codes_all = None, None
     if capture_format(opt.fmt).comments:
-        pair = tx["msg"].astype(np.int64) * 3 + kc
+        trows = np.flatnonzero(~pfc) if has_pfc else slice(None)
+        pair = tx["msg"][trows].astype(np.int64) * 3 + kc[trows]
         _, first, inv = np.unique(pair, return_index=True, return_inverse=True)
-        mu, ku = m[first], kc[first]
+        mu, ku = m[first], kc[trows][first]
         cols = [ku.tolist(), label_codes(mu).tolist()] + [
             mu[f].tolist() for f in ("iteration", "call_id", "step", "layer", "microbatch",
                                      "token_start", "token_end")]
@@ -90,6 +179,8 @@ def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, 
         lay = dict(samples=samples, seq_length=seq_length)
         labels_all = [comment_text(*args, **lay) for args in zip(*cols)]
         codes_all = inv.reshape(-1)
+        if has_pfc:
+            codes_all = _pfc_comments(tx, pfc, codes_all, labels_all)
     order = np.argsort(fid, kind="stable")
     bounds = np.flatnonzero(np.diff(fid[order])) + 1
     for part in np.split(order, bounds):
@@ -102,6 +193,18 @@ def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, 
         else:
             disp.send(f, pk[part], None, None)
     return int(idx.size)
+
+
+def _pfc_comments(tx, pfc: np.ndarray, codes_rd: np.ndarray, labels: list[str]) -> np.ndarray:
+    """Comment codes of every row: the RDMA rows' ``codes_rd``, then one comment per distinct
+    (vector, quanta) of the PFC rows appended to ``labels`` (:func:`pfc_comment_text`)."""
+    codes = np.empty(len(tx), np.int64)
+    codes[~pfc] = codes_rd
+    pair = tx["index"][pfc].astype(np.int64) * 0x10000 + tx["msg"][pfc]
+    u, inv = np.unique(pair, return_inverse=True)
+    codes[pfc] = len(labels) + inv.reshape(-1)
+    labels.extend(pfc_comment_text(int(p) >> 16, int(p) & 0xFFFF) for p in u.tolist())
+    return codes
 
 
 def _account(res: GenerateResult, tx, pk, kc, label) -> None:
@@ -118,6 +221,7 @@ def _account(res: GenerateResult, tx, pk, kc, label) -> None:
     res.cts_packets += int(cts.sum())
     res.cts_payload += int(pay[cts].sum())
     res.ack_packets += int((kc == PKT_ACK).sum())
+    res.pfc_packets += int((kc == PKT_PFC).sum())
     t = tx["time_ns"]
     res.first_ns = int(t[0]) if res.first_ns < 0 else min(res.first_ns, int(t[0]))
     res.last_ns = max(res.last_ns, int(t[-1]))

@@ -8,8 +8,13 @@ Its options, result and constants are :mod:`tokenpcap.generate.options`; the fil
 the routing of each chunk to them are :mod:`tokenpcap.generate.route`. The names of the options
 module and the selection parsers are importable from here too.
 
-* **Files** hold the frames their NICs *send* (an egress capture per NIC port: data, clear-to-send
-  writes and the ACKs the NIC returns). ``split="nic"``: one file per NIC
+* **Files** hold the frames seen at the capture point (``opt.point``,
+  :mod:`tokenpcap.records.points`; file names in :mod:`tokenpcap.generate.route`). By default
+  (``nic-tx``) the frames their NICs *send* (an egress capture per NIC port: data, clear-to-send
+  writes and the ACKs the NIC returns); ``nic-rx``: what each NIC receives, PFC frames of its ToR
+  included (``..._nic<I>_rx.<ext>``); ``switch:NAME:PORT``: the egress of one switch port
+  (``<scenario>_<NAME>_port<P>.<ext>``). The point is passed to the schedule
+  (``Schedule(point=...)``), whose engine decides which rows exist there. ``split="nic"``: one file per NIC
   (``<scenario>_node<NN>_nic<I>.<ext>``); ``"phase"``: one per phase label
   (``<scenario>_<dim>-<phase>-<Collective>.<ext>``, control packets with their message's phase);
   ``"none"``: one file. pcapng files have one interface per NIC and a comment per packet
@@ -33,7 +38,9 @@ module and the selection parsers are importable from here too.
   packet whole is refused earlier still, before simulating, from the plan's estimate
   (:mod:`tokenpcap.plan.sizing`, seconds for hundreds of GB). With a time window the
   prediction is an upper bound: the disk is not checked up front, and a write that runs out of
-  space fails cleanly (OutputError, no file left).
+  space fails cleanly (OutputError, no file left). At points other than ``nic-tx`` the PFC
+  frames are not predicted (:mod:`tokenpcap.generate.size`): the disk is not checked up front
+  either, in the same way.
 * **Time and memory**: every NIC of the job is timed, message by message (cost independent of
   packet counts); frames are materialized only for the NICs the selection can keep (``--nics``,
   the NICs of ``--ranks``), and the other filters apply to those frames. The engine holds its
@@ -75,6 +82,8 @@ from tokenpcap.pcap.outputset import OutputSet
 from tokenpcap.pcap.registry import capture_format
 from tokenpcap.pipeline import prepare
 from tokenpcap.plan.build import Plan
+from tokenpcap.records import PKT_PFC
+from tokenpcap.records.points import NIC_TX
 
 __all__ = ["EPOCH_NS", "MAX_SEED", "FORMATS", "SPLITS", "Selection", "GenerateOptions",
            "GenerateResult", "generate", "provenance_comment", "parse_index_set", "parse_time_ns",
@@ -143,7 +152,7 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
         run of hundreds of GB) against the free space, before anything is simulated. Only
         for a run that keeps every packet whole (no selection, no snaplen), where the pcap
         estimate is a lower bound of every format's size."""
-        if opt.force or opt.snaplen < 262144 or any(
+        if opt.force or opt.snaplen < 262144 or opt.point.at_switch or any(
                 getattr(sel, k) for k in ("nics", "ranks", "phases", "iterations", "window_ns")):
             return
         need = int(plan.pcap["file_bytes"]) * n_iter
@@ -155,16 +164,17 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
     _, plan, sched = prepare(s, tokens=tokens, scale=opt.scale, iterations=n_iter,
                              keep_nvlink=False, keep_history=False, keep_messages=False,
                              chunk_rows=1 << 16,
-                             nics=sel.nics, ranks=sel.ranks, check=refuse_early)
+                             nics=sel.nics, ranks=sel.ranks, check=refuse_early,
+                             point=opt.point)
     ib = s.cluster.transport == "infiniband"
     ext = capture_format(opt.fmt).extension.lstrip(".")
 
     # --- what will be written: exact prediction (iteration by iteration), selection applied ---
-    size = predict_capture(sched, sel, opt.fmt, opt.snaplen, opt.split)
+    size = predict_capture(sched, sel, opt.fmt, opt.snaplen, opt.split, opt.point)
     lab_ok = sel.labels()
     keys = size.keys
     kept_none = keys.size == 0        # (the named NICs below get their file, empty or not)
-    if opt.split == "nic" and sel.nics is not None:
+    if opt.split == "nic" and sel.nics is not None and not opt.point.at_switch:
         keys = np.concatenate([keys, np.asarray(sorted(sel.nics))])
     # nothing kept at all (--nics 0 --ranks 31: NIC 0 sends nothing for rank 31) is refused
     # like an unmatched --phases, not written as empty files; a shard may keep nothing
@@ -177,18 +187,23 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
     specs, route = file_specs(s, opt, keys, n_nics, ext, outset)
     expected_packets = size.packets
     addr = nic_addresses(s.cluster)
-    names = {n: (f"node{n // s.cluster.nics_per_node}/nic{n % s.cluster.nics_per_node}",
-                 describe_nic(addr, n, ib)) for n in range(n_nics)}
+    rx = opt.point.receive                  # interfaces of the receiving NICs: ".../rx"
+    names = {n: (f"node{n // s.cluster.nics_per_node}/nic{n % s.cluster.nics_per_node}"
+                 + ("/rx" if rx else ""),
+                 describe_nic(addr, n, ib) + (" (frames received)" if rx else ""))
+             for n in range(n_nics)}
     comments = capture_format(opt.fmt).comments
     cfg = WriterConfig(s.cluster, opt.fmt, opt.snaplen, seed, names,
                        provenance_comment(s, opt, sched.iterations) if comments else None)
     expected = size.record_bytes + sum(
         file_header_bytes(opt, cfg, sp) for sp in specs)
     bound = sel.window_ns is not None       # a time window: the size is an upper bound
+    fabric = opt.point != NIC_TX            # PFC frames not predicted: neither exact nor a bound
     if announce is not None:
         announce({"files": len(specs), "packets": expected_packets, "bytes": expected,
-                  "free_bytes": free, "upper_bound": bound})
-    if expected > free and not opt.force and not bound:
+                  "free_bytes": free, "upper_bound": bound and not fabric,
+                  "fabric_dependent": fabric})
+    if expected > free and not opt.force and not bound and not fabric:
         raise OutputError(f"{opt.out_dir}: free space got {free:,} bytes, expected at least the "
                           f"{expected:,} bytes of the capture (use --force to write anyway)")
 
@@ -206,8 +221,9 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
         for tx in sched.run():
             t = tx["time_ns"]
             if bound and sel.iterations is not None and tx.size:
-                its = sched.message_index[tx["msg"]]["iteration"]
-                t = t[np.isin(its, np.asarray(sel.iterations))]
+                rd = tx["kind"] != PKT_PFC          # PFC rows name no message
+                its = sched.message_index[tx["msg"][rd]]["iteration"]
+                t = t[rd][np.isin(its, np.asarray(sel.iterations))]
             if t.size:
                 span = [min(span[0], int(t.min())), max(span[1], int(t.max()))]
             done += route_chunk(tx, sched, lower, sel, lab_ok, opt, route, disp, res)
@@ -228,9 +244,13 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
     except BaseException as err:
         if disp is not None:
             disp.abort()
-        if bound and isinstance(err, OutputError) and "No space left" in str(err):
+        if bound and not fabric and isinstance(err, OutputError) and "No space left" in str(err):
             raise OutputError(f"{err} (the time window's capture, at most {expected:,} bytes, "
                               f"outgrew the {free:,} bytes free; nothing was left)") from None
+        if fabric and isinstance(err, OutputError) and "No space left" in str(err):
+            raise OutputError(f"{err} (the capture at --point {opt.point}, {expected:,} bytes "
+                              f"predicted without its PFC frames, outgrew the {free:,} bytes "
+                              f"free; nothing was left)") from None
         raise
     res.files = [(outset.final(sp.path), p, b) for sp, (p, b) in zip(specs, sizes)]
     res.packets = sum(p for _, p, _ in res.files)

@@ -11,7 +11,15 @@ and every ``ack_every_packets``-th). Record overhead per format: classic pcap 24
 blocks plus 32 + pad-to-4 + the comment option per Enhanced Packet Block.
 
 The prediction is exact for a full run and for selections by NIC, rank, phase and iteration; a
-time window only makes the capture smaller. It can be made one iteration at a time
+time window only makes the capture smaller. At capture points other than ``nic-tx``
+(:mod:`tokenpcap.records.points`) the frame set depends on the fabric's timing: the PFC frames
+switch ports send are not predicted, so at ``nic-rx`` the prediction is exact for the RoCE
+frames (a lossless fabric delivers every frame once: a message's packets are received by
+``dst_nic``, its ACKs by ``src_nic``) and short by the PFC frames; at a switch port it counts
+every selected RoCE frame of the run (which of them cross the port is the fabric's routing), into
+one file, short by the PFC frames as well. Neither is a bound of the file size, so
+:func:`tokenpcap.generate.run.generate` checks the disk up front only at ``nic-tx`` and lets a
+write that runs out of space fail cleanly otherwise, as with a time window. It can be made one iteration at a time
 (``iterations=[i]``) and, with the compiled schedule, in pieces of whole calls
 (:func:`predict_message_chunks`), so that it never holds a row per message of an iteration.
 """
@@ -23,6 +31,7 @@ import numpy as np
 
 from tokenpcap.errors import InputError
 from tokenpcap.records import COLLECTIVES, DIMS, PHASES, VERB_WRITE, VERB_WRITE_IMM
+from tokenpcap.records.points import NIC_TX, CapturePoint
 from tokenpcap.pcap.registry import capture_format
 from tokenpcap.wire import rdma
 
@@ -218,12 +227,17 @@ class CaptureSize:
     nic_record_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
-def predict_capture(schedule, selection, fmt: str, snaplen: int, split: str) -> CaptureSize:
+def predict_capture(schedule, selection, fmt: str, snaplen: int, split: str,
+                    point: CapturePoint = NIC_TX) -> CaptureSize:
     """The exact size of what ``tokenpcap generate`` writes for ``selection`` (a
     :class:`tokenpcap.generate.select.Selection`; its time window is not applied: an upper bound
     then), predicted one iteration at a time so that memory does not grow with the run: a
     message's own packets are kept when its label and iteration are selected and its sender NIC
-    and rank are (``src_nic``, ``rank_src``), its ACKs when its receiver's are.
+    and rank are (``src_nic``, ``rank_src``), its ACKs when its receiver's are. At ``nic-rx``
+    the NICs and ranks are the receiving ones (``dst_nic``/``rank_dst`` for the message's
+    packets, ``src_nic``/``rank_src`` for its ACKs) and so are the keys and
+    ``nic_record_bytes``; at a switch point every selected frame counts, key 0. PFC frames are
+    not counted (module docstring).
 
     Raises:
         InputError: as :func:`predict_messages`.
@@ -238,26 +252,31 @@ def predict_capture(schedule, selection, fmt: str, snaplen: int, split: str) -> 
     packets = nbytes = 0
     seen = np.zeros(max(schedule.engine.n_nics, len(LABELS), 1), bool)
     per_nic = np.zeros(schedule.engine.n_nics, np.int64)
+    rx = point.receive
+    own_at, ack_at = ("dst_nic", "src_nic") if rx else ("src_nic", "dst_nic")  # where seen
+    own_rank, ack_rank = ("rank_dst", "rank_src") if rx else ("rank_src", "rank_dst")
     for pred in (p for it in its for p in predict_message_chunks(schedule, [it])):
         pm = pred.messages
         own, ack = lab_ok[pm["label"]], lab_ok[pm["label"]]
         if nics is not None:
-            own &= np.isin(pm["src_nic"], nics)
-            ack &= np.isin(pm["dst_nic"], nics)
+            own &= np.isin(pm[own_at], nics)
+            ack &= np.isin(pm[ack_at], nics)
         if ranks is not None:
-            own &= np.isin(pm["rank_src"], ranks)
-            ack &= np.isin(pm["rank_dst"], ranks)
+            own &= np.isin(pm[own_rank], ranks)
+            ack &= np.isin(pm[ack_rank], ranks)
         cb = comment_bytes(pm, *schedule.scenario.token_layout) \
             if capture_format(fmt).comments else None
         npk, nb, nak, ab = record_bytes(pred, fmt, snaplen, erf, cb)
         packets += int(npk[own].sum() + nak[ack].sum())
         nbytes += int(nb[own].sum() + ab[ack].sum())
-        per_nic += np.bincount(pm["src_nic"][own], weights=nb[own], minlength=per_nic.size
+        per_nic += np.bincount(pm[own_at][own], weights=nb[own], minlength=per_nic.size
                                ).astype(np.int64)
-        per_nic += np.bincount(pm["dst_nic"][ack], weights=ab[ack], minlength=per_nic.size
+        per_nic += np.bincount(pm[ack_at][ack], weights=ab[ack], minlength=per_nic.size
                                ).astype(np.int64)
-        if split == "nic":
-            seen[pm["src_nic"][own]] = seen[pm["dst_nic"][ack]] = True
+        if split == "nic" and point.at_switch:
+            seen[0] |= bool((own | ack).any())
+        elif split == "nic":
+            seen[pm[own_at][own]] = seen[pm[ack_at][ack]] = True
         elif split == "phase":
             seen[pm["label"][own | ack]] = True
         elif (own | ack).any():

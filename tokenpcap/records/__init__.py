@@ -62,10 +62,18 @@ KIND_CTS = 1
 
 #: Packet kinds of what a NIC transmits: a packet of a :data:`KIND_DATA` message, of a
 #: :data:`KIND_CTS` message, or an RC ACK (AETH) answering a packet with AckReq. The first two
-#: equal the message kinds they carry.
+#: equal the message kinds they carry. :data:`PKT_PFC` is an IEEE 802.1Qbb priority flow control
+#: frame a switch port sends (a row of the queued fabric: ``nic`` = ``-1 - P`` for global switch
+#: port ``P``, ``msg`` = pause time in quanta, 0 = XON, ``index`` = class-enable vector).
 PKT_DATA = KIND_DATA
 PKT_CTS = KIND_CTS
 PKT_ACK = 2
+PKT_PFC = 3
+
+#: ``PACKET_DTYPE.opcode`` of a PFC row (not a BTH opcode: a PFC frame has no BTH). 0xFF lies in
+#: the manufacturer-specific BTH range 0xC0-0xFF (IBTA vol.1 Table 38) that no generated RoCE or
+#: InfiniBand packet uses, so the frame builder can group PFC rows by opcode like the others.
+OPCODE_PFC = 0xFF
 
 #: Payload of an NCCL-like clear-to-send RDMA WRITE: NCCL's ``ncclIbSendFifo`` entry is 64 bytes
 #: (``src/transport/net_ib.cc``).
@@ -143,7 +151,7 @@ MESSAGE_DTYPE = np.dtype(
 #: nic            int32  global index of the sending NIC (source MAC/IP/LID come from it)
 #: peer_nic       int32  global index of the receiving NIC (destination MAC/IP/LID)
 #: msg            int64  msg_id of the message the packet belongs to (ACKs: the acknowledged one)
-#: opcode         uint8  BTH opcode, full 8 bits (RC 0x00-0x1F, CNP 0x81)
+#: opcode         uint8  BTH opcode, full 8 bits (RC 0x00-0x1F, CNP 0x81), or OPCODE_PFC
 #: psn            uint32 BTH PSN (24 bits)
 #: dest_qp        uint32 BTH DestQP (24 bits)
 #: src_qp         uint32 the sender's own QPN (not on the wire in RC; keys the UDP source port)
@@ -162,6 +170,13 @@ MESSAGE_DTYPE = np.dtype(
 #: ip_id          uint16 IPv4 identification
 #: frame_bytes    uint32 frame length on the wire without FCS (filled by the lowering)
 #: ============== ====== =================================================================
+#:
+#: A PFC row (``opcode == OPCODE_PFC``, 802.1Qbb MAC control frame of 60 bytes) uses three
+#: fields: ``nic`` = ``-1 - P``, P the global id of the switch port that sends it (source MAC
+#: :func:`tokenpcap.config.addresses.switch_port_macs`); ``msg`` = pause time in quanta of 512 bit
+#: times (0 = XON, 1..65535 = XOFF), the same for every enabled priority; ``imm`` = class-enable
+#: vector (bit p for priority p, 0..255). ``peer_nic`` is the receiver (a NIC, or ``-1 - P2``
+#: for another switch's port); the frame's destination is the MAC control group address.
 PACKET_DTYPE = np.dtype(
     [
         ("time_ns", "<i8"),

@@ -19,19 +19,31 @@ Grammar (one line, fields separated by one space, optional fields left out when 
   rows of one position).
 
 Example: ``pp/forward/SendRecv it 0 call 996 step 0 layer 5 mb 0 tokens 0-128``.
+
+A PFC frame (IEEE 802.1Qbb, sent by a switch port; it belongs to no message) has its own form::
+
+    pfc xoff prio P[,P...] quanta Q        pause priorities P for Q quanta (1..65535)
+    pfc xon prio P[,P...]                  resume them (pause time 0)
+
+``P`` are the priorities of the class-enable vector in increasing order (``none`` for an empty
+vector), e.g. ``pfc xoff prio 3 quanta 65535``, ``pfc xon prio 3``. Its prefix ``pfc `` is not a
+control prefix: ``inspect`` gives such a packet no phase label.
 """
 from __future__ import annotations
 
-from tokenpcap.records import LABELS, PKT_ACK, PKT_CTS, PKT_DATA
+from tokenpcap.records import LABELS, PKT_ACK, PKT_CTS, PKT_DATA, PKT_PFC
 from tokenpcap.records.tokenspans import held_spans, parse_spans, spans_text
 
-__all__ = ["PACKET_PREFIXES", "CONTROL_PREFIXES", "comment_text", "parse_comment"]
+__all__ = ["PACKET_PREFIXES", "CONTROL_PREFIXES", "PFC_PREFIX", "comment_text", "pfc_comment_text",
+           "parse_comment"]
 
 #: Comment prefix of each packet kind, indexed by ``PKT_DATA``, ``PKT_CTS``, ``PKT_ACK``.
 PACKET_PREFIXES: tuple[str, ...] = tuple(
     {PKT_DATA: "", PKT_CTS: "cts ", PKT_ACK: "ack "}[k] for k in range(3))
 #: The prefixes of control packets (clear-to-send and ACK), as ``inspect`` tells them apart.
 CONTROL_PREFIXES: tuple[str, ...] = tuple(x for x in PACKET_PREFIXES if x)
+#: The first word of a PFC frame's comment (module docstring).
+PFC_PREFIX = "pfc "
 
 
 def comment_text(kind: int, label: int, iteration: int, call_id: int, step: int, layer: int,
@@ -61,14 +73,44 @@ def comment_text(kind: int, label: int, iteration: int, call_id: int, step: int,
     return " ".join(parts)
 
 
+def pfc_comment_text(class_enable: int, quanta: int) -> str:
+    """The comment of a PFC frame that pauses (``quanta`` 1..65535) or resumes (0) the priorities
+    of ``class_enable`` (bit p = priority p, 0..255); module docstring."""
+    prios = [str(p) for p in range(8) if int(class_enable) >> p & 1] or ["none"]
+    if int(quanta) == 0:
+        return f"{PFC_PREFIX}xon prio {','.join(prios)}"
+    return f"{PFC_PREFIX}xoff prio {','.join(prios)} quanta {int(quanta)}"
+
+
+def _parse_pfc(text: str) -> dict | None:
+    words = text.split(" ")
+    if len(words) not in (4, 6) or words[2] != "prio" or words[1] not in ("xon", "xoff"):
+        return None
+    xoff = words[1] == "xoff"
+    if xoff != (len(words) == 6) or (xoff and words[4] != "quanta"):
+        return None
+    try:
+        prios = [] if words[3] == "none" else [int(p) for p in words[3].split(",")]
+        quanta = int(words[5]) if xoff else 0
+    except ValueError:
+        return None
+    if prios != sorted(set(prios)) or not all(0 <= p < 8 for p in prios) \
+            or not (1 <= quanta <= 0xFFFF if xoff else True):
+        return None
+    return {"kind": PKT_PFC, "xoff": xoff, "priorities": prios, "quanta": quanta}
+
+
 _INT_FIELDS = ("it", "call", "step", "layer", "mb")
 
 
 def parse_comment(text: str) -> dict | None:
     """Read a packet comment back (module docstring): ``{"kind": PKT_*, "label": str, "it":
     int, "call", "step", "layer", "mb": int or -1 when left out, "tokens": [(A, B), ...]}``
-    (``[]`` without a ``tokens`` field); ``None`` for text that does not follow the grammar
-    (another tool's comment)."""
+    (``[]`` without a ``tokens`` field); for a PFC frame ``{"kind": PKT_PFC, "xoff": bool,
+    "priorities": [int, ...], "quanta": int}``; ``None`` for text that does not follow the
+    grammar (another tool's comment)."""
+    if text.startswith(PFC_PREFIX):
+        return _parse_pfc(text)
     kind = PKT_DATA
     for k, prefix in enumerate(PACKET_PREFIXES):
         if prefix and text.startswith(prefix):

@@ -7,7 +7,7 @@ definition for both sides, so writer and reader cannot drift apart::
 
     tokenpcap scenario=<name> scale=<K> iterations=<A>:<B> split=<nic|phase|none> nics=<list|all>
     ranks=<list|all> phases=<list|all> time_window=<a:b ns|all> snaplen=<N> seed=<S>
-    clear_to_send=<0|1>
+    clear_to_send=<0|1> [point=<nic-rx|switch:NAME:PORT>]
 
 (on one line; keys in this order, separated by one space). Values never contain spaces:
 
@@ -17,13 +17,18 @@ definition for both sides, so writer and reader cannot drift apart::
 * ``phases``: the comma-separated phase patterns of ``--phases`` as given, or ``all``;
 * ``time_window``: ``START:END`` in integer ns of simulated time (``END`` empty when the window
   is open-ended), or ``all``;
+* ``point``: the capture point (:mod:`tokenpcap.records.points`), written only when it is not
+  the default ``nic-tx`` (a ``nic-tx`` capture's line is the same as before points existed);
+  a line without it reads back as ``nic-tx``;
 * ``scenario`` and ``phases`` are percent-encoded (RFC 3986 Sec. 2.1) where they hold a space,
   ``%``, ``=`` or ``,`` inside one value (a scenario name ``my run`` is written ``my%20run``).
 
 A capture is a *selection* (``parse_provenance(...)["selection"]``) when ``phases``, ``ranks``
 or ``time_window`` is not ``all`` or the kept iterations do not start at 0: it then lacks some
 packets of the QPs it shows, so PSN gaps are expected. ``nics`` alone is not a selection in that
-sense (every QP direction is sent by one NIC, and a NIC's file holds all it sends).
+sense (every QP direction is sent by one NIC, and a NIC's file holds all it sends), nor is
+``point=nic-rx`` (every QP direction is received by one NIC); a ``switch:`` point is (a switch
+port carries only the frames routed through it).
 """
 from __future__ import annotations
 
@@ -31,15 +36,18 @@ import re
 from urllib.parse import quote, unquote
 
 from tokenpcap.errors import InputError, DecodeError
+from tokenpcap.records.points import NIC_TX, CapturePoint, parse_point
 
-__all__ = ["PREFIX", "KEYS", "SPLITS", "MAX_INDEX", "provenance_comment", "parse_provenance",
-           "is_provenance"]
+__all__ = ["PREFIX", "KEYS", "OPTIONAL_KEYS", "SPLITS", "MAX_INDEX", "provenance_comment",
+           "parse_provenance", "is_provenance"]
 
 #: First word of the comment.
 PREFIX = "tokenpcap"
 #: The keys, in the order they are written.
 KEYS = ("scenario", "scale", "iterations", "split", "nics", "ranks", "phases", "time_window",
         "snaplen", "seed", "clear_to_send")
+#: Keys written only when their value is not the default, after :data:`KEYS`.
+OPTIONAL_KEYS = ("point",)
 #: Values of ``split``.
 SPLITS = ("nic", "phase", "none")
 _SAFE = "/:-_.~+*()!$&';@"        # kept as is by quote() besides letters and digits
@@ -67,7 +75,7 @@ def _index_list(values) -> str:  # type: ignore[no-untyped-def]
 def provenance_comment(*, scenario: str, scale: int, iterations: tuple[int, int], split: str,
                        nics=None, ranks=None, phases=None,  # type: ignore[no-untyped-def]
                        time_window: tuple[int, int | None] | None = None, snaplen: int,
-                       seed: int, clear_to_send: bool) -> str:
+                       seed: int, clear_to_send: bool, point: CapturePoint = NIC_TX) -> str:
     """The provenance line (module docstring).
 
     Args:
@@ -76,7 +84,8 @@ def provenance_comment(*, scenario: str, scale: int, iterations: tuple[int, int]
             of global indices or ``None`` (all); phases: the phase patterns or ``None``;
             time_window: ``(start_ns, end_ns)`` (``end_ns`` None: open-ended) or ``None``;
             snaplen: bytes kept per frame; seed: the run's seed; clear_to_send: the scenario's
-            ``generation.clear_to_send``.
+            ``generation.clear_to_send``; point: the capture point (``point=`` is written only
+            when it is not ``nic-tx``).
 
     Raises:
         InputError: a value out of range (scale < 1, B <= A, unknown split, negative index ...).
@@ -97,7 +106,10 @@ def provenance_comment(*, scenario: str, scale: int, iterations: tuple[int, int]
     vals = (_enc(scenario), str(int(scale)), f"{a}:{b}", split, _index_list(nics),
             _index_list(ranks), ph, tw, str(int(snaplen)), str(int(seed)),
             "1" if clear_to_send else "0")
-    return " ".join([PREFIX] + [f"{k}={v}" for k, v in zip(KEYS, vals)])
+    words = [PREFIX] + [f"{k}={v}" for k, v in zip(KEYS, vals)]
+    if point != NIC_TX:
+        words.append(f"point={_enc(str(point))}")
+    return " ".join(words)
 
 
 def is_provenance(text: str | None) -> bool:
@@ -137,8 +149,10 @@ def parse_provenance(text: str) -> dict:
         ``{"scenario": str, "scale": int, "iterations": (A, B), "split": str,
         "nics": tuple[int, ...] | None, "ranks": tuple[int, ...] | None,
         "phases": tuple[str, ...] | None, "time_window": (start_ns, end_ns | None) | None,
-        "snaplen": int, "seed": int, "clear_to_send": bool, "selection": bool}``; ``None``
-        stands for ``all``; ``selection`` as the module docstring defines it. Unknown extra keys
+        "snaplen": int, "seed": int, "clear_to_send": bool, "point": str,
+        "selection": bool}``; ``None`` stands for ``all``; ``point`` the capture point's text
+        (:func:`tokenpcap.records.points.parse_point` reads it), ``"nic-tx"`` when the line
+        has none; ``selection`` as the module docstring defines it. Unknown extra keys
         (written by a later version) are kept as strings under ``"extra"``.
 
     Raises:
@@ -183,6 +197,11 @@ def parse_provenance(text: str) -> dict:
     phases = None if raw["phases"] == "all" else tuple(
         unquote(p) for p in raw["phases"].split(",") if p)
     iterations = (int(m.group(1)), int(m.group(2)))
+    try:
+        point = parse_point(unquote(raw["point"])) if "point" in raw else NIC_TX
+    except InputError:
+        raise DecodeError(f"provenance comment: point: got {raw['point']!r}, expected nic-tx, "
+                          f"nic-rx or switch:NAME:PORT (in {line!r})") from None
     out = {
         "scenario": unquote(raw["scenario"]),
         "scale": _int("scale", raw["scale"], line, 1),
@@ -195,10 +214,11 @@ def parse_provenance(text: str) -> dict:
         "snaplen": _int("snaplen", raw["snaplen"], line, 1),
         "seed": _int("seed", raw["seed"], line),
         "clear_to_send": raw["clear_to_send"] == "1",
+        "point": str(point),
     }
     out["selection"] = (phases is not None or out["ranks"] is not None or tw is not None
-                        or iterations[0] > 0)
-    extra = {k: v for k, v in raw.items() if k not in KEYS}
+                        or iterations[0] > 0 or point.at_switch)
+    extra = {k: v for k, v in raw.items() if k not in KEYS + OPTIONAL_KEYS}
     if extra:
         out["extra"] = extra
     return out

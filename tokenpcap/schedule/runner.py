@@ -61,6 +61,7 @@ from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.plan.calltable import CallTable
 from tokenpcap.records import KIND_CTS, VERB_WRITE, VERB_WRITE_IMM
+from tokenpcap.records.points import NIC_TX, CapturePoint, parse_point
 from tokenpcap.schedule.compute import stage_times
 from tokenpcap.schedule.engine import kernel as K
 from tokenpcap.schedule.engine.frames import NicModel
@@ -129,18 +130,28 @@ class Schedule:
             :mod:`tokenpcap.schedule.engine.ring`), :meth:`message_rows` answers for the
             messages the frames of the chunk just handed out name, and :attr:`messages` raises.
         ring_rows: the ring's first size in rows (a power of two; it grows as needed).
+        point: the capture point whose frames :meth:`run` yields
+            (:class:`tokenpcap.records.points.CapturePoint`, default ``NIC_TX``: what the NICs
+            send); kept as :attr:`point`.
 
     Raises:
         InputError: ``iterations`` or ``scale`` < 1; NICs out of range; settings the engine
             cannot take (:class:`~tokenpcap.schedule.engine.frames.NicModel`); ``ring_rows``
-            not a power of two.
+            not a power of two; a ``point`` other than ``nic-tx`` while the engine has no
+            fabric to see frames there.
     """
 
     def __init__(self, plan: Plan, *, iterations: int | None = None, scale: int | None = None,
                  nics=None, chunk_rows: int = 1 << 16, keep_nvlink: bool = True,
                  keep_history: bool = True, ib_grh: bool = False,
                  nvlink_copies: int = NVLINK_COPIES_PER_COPY, keep_messages: bool = True,
-                 ring_rows: int = 1 << 16, point: str = "nic-tx", topology=None):
+                 ring_rows: int = 1 << 16, point: CapturePoint | str = NIC_TX, topology=None):
+        if isinstance(point, str):
+            point = parse_point(point)
+        if not isinstance(point, CapturePoint):
+            raise InputError(f"point: got {point!r}, expected a CapturePoint "
+                             f"(tokenpcap.records.points.parse_point)")
+        self.point = point
         s = plan.scenario
         self.iterations = s.generation.iterations if iterations is None else int(iterations)
         if self.iterations < 1 or (scale is not None and scale < 1):
@@ -190,15 +201,16 @@ class Schedule:
         self.fabric_queued = queued
         self.topology = None
         if not queued:
-            if point != "nic-tx":
-                raise InputError(f"--point: got {point!r}, expected nic-tx with an ideal fabric "
-                                 "(fabric.model: queued gives nic-rx and switch ports)")
+            if point != NIC_TX:
+                raise InputError(f"--point: got {str(point)!r}, expected nic-tx with an ideal "
+                                 "fabric (a cluster with fabric.model: queued has nic-rx and "
+                                 "switch ports)")
             return {}
         if topology is None:
             from tokenpcap.schedule.engine.topology import build_topology
             topology = build_topology(s.cluster)
         self.topology = topology
-        return dict(topology=topology, point=point,
+        return dict(topology=topology, point=str(point),
                     flow_keys=_flow_keys(int(s.generation.seed)))
 
     # ------------------------------------------------------------------ running

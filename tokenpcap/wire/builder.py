@@ -19,18 +19,24 @@ No Python loop per packet. For each chunk of the batch:
 
 The result equals :func:`tokenpcap.wire.frame.build_frame` byte for byte (tested), including the
 ICRC of frames that ``caplen`` truncates (a snaplen never changes the bytes that are kept).
+
+Rows with ``opcode == OPCODE_PFC`` (:data:`tokenpcap.records.PACKET_DTYPE`: a switch port's
+802.1Qbb frame) form one more group, built whole by :func:`tokenpcap.wire.pfc.build_pfc_frames`
+(60 bytes, source MAC from :attr:`WireContext.switch_port_macs`, never tagged, no payload);
+InfiniBand has no PFC and refuses them.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from tokenpcap.errors import EncodeError
-from tokenpcap.records import PACKET_DTYPE
+from tokenpcap.records import OPCODE_PFC, PACKET_DTYPE
 from tokenpcap.wire import headers as H
 from tokenpcap.wire.context import PAYLOAD_PATTERN_BYTES, WireContext
 from tokenpcap.wire.heap import keep_heap
 from tokenpcap.wire.layout import Layout
 from tokenpcap.wire.linear import CRC16_VCRC, CRC32
+from tokenpcap.wire.pfc import PFC_FRAME_BYTES, check_pfc_rows, fill_pfc_rows
 from tokenpcap.wire.placement import aligned, copy_pieces, or_field16, store_words, xor_contributions
 from tokenpcap.wire.rdma import ETH_MIN_FRAME_BYTES, EXT_BYTES, HAS_PAYLOAD, frame_bytes, header_bytes
 
@@ -71,6 +77,7 @@ class FrameBuilder:
         self._hb = np.full(256, -1, np.int64)
         self._hb[known] = header_bytes(known.astype(np.uint8), transport=ctx.transport,
                                        ip_version=ctx.ip_version, vlan=ctx.vlan, grh=ctx.grh)
+        self._hb[OPCODE_PFC] = PFC_FRAME_BYTES            # a PFC frame is all header, no payload
         words = (pat[0::2].astype(np.int64) << 8) | pat[1::2]
         cum = np.concatenate([[0], np.cumsum(words)])
         p = np.arange(PAYLOAD_PATTERN_BYTES + 1)
@@ -85,12 +92,22 @@ class FrameBuilder:
             EncodeError: an unknown opcode.
         """
         c = self.ctx
-        unknown = EXT_BYTES[packets["opcode"]] < 0
+        op = packets["opcode"]
+        pfc = op == OPCODE_PFC
+        unknown = (EXT_BYTES[op] < 0) & ~pfc
         if unknown.any():
             i = int(np.flatnonzero(unknown)[0])
             raise EncodeError(f"packets[{i}].opcode: got {packets['opcode'][i]}, expected a known BTH opcode "
-                              f"(tokenpcap.wire.rdma.OPCODES)")
-        return frame_bytes(packets["opcode"], packets["payload_bytes"], transport=c.transport,
+                              f"(tokenpcap.wire.rdma.OPCODES) or OPCODE_PFC")
+        if pfc.any():
+            check_pfc_rows(self.ctx, packets, pfc, 0)
+            fb = np.full(len(packets), PFC_FRAME_BYTES, np.int64)
+            rdma_rows = ~pfc
+            fb[rdma_rows] = frame_bytes(op[rdma_rows], packets["payload_bytes"][rdma_rows],
+                                        transport=c.transport, ip_version=c.ip_version, vlan=c.vlan,
+                                        grh=c.grh)
+            return fb
+        return frame_bytes(op, packets["payload_bytes"], transport=c.transport,
                            ip_version=c.ip_version, vlan=c.vlan, grh=c.grh)
 
     def fill(self, packets: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray,
@@ -205,9 +222,14 @@ class FrameBuilder:
         bad = self._bad
         op = p["opcode"]
         pay = p["payload_bytes"]
+        pfc = op == OPCODE_PFC
         ext = EXT_BYTES[op]
         if ext.min() < 0:
-            bad(ext < 0, first, "opcode", op, "a known BTH opcode (tokenpcap.wire.rdma.OPCODES)")
+            bad((ext < 0) & ~pfc, first, "opcode", op,
+                "a known BTH opcode (tokenpcap.wire.rdma.OPCODES) or OPCODE_PFC")
+        any_pfc = bool(pfc.any())
+        if any_pfc:
+            check_pfc_rows(self.ctx, p, pfc, first)
         pay64 = pay.astype(np.int64)
         if pay64.max() > PAYLOAD_PATTERN_BYTES or ((pay64 > 0) & ~HAS_PAYLOAD[op]).any() \
                 or (p["pad"] != ((-pay64) & 3)).any():
@@ -221,10 +243,13 @@ class FrameBuilder:
         nn = self.ctx.n_nics
         for f in ("nic", "peer_nic"):
             if p[f].min() < 0 or p[f].max() >= nn:
-                bad((p[f] < 0) | (p[f] >= nn), first, f, p[f], f"0..{nn - 1} (rows of the WireContext address arrays)")
+                out_of = (p[f] < 0) | (p[f] >= nn)
+                bad(out_of & ~pfc, first, f, p[f], f"0..{nn - 1} (rows of the WireContext address arrays)")
         hb = self._hb[op]                       # rdma.frame_bytes, from the per-opcode table
         flen = hb + pay64 + ((-pay64) & 3) + H.ICRC.size
         flen = flen + H.VCRC.size if self.ctx.transport == "infiniband" else np.maximum(flen, ETH_MIN_FRAME_BYTES)
+        if any_pfc:
+            flen = np.where(pfc, PFC_FRAME_BYTES, flen)
         if (caplen > flen).any():
             bad(caplen > flen, first, "caplen", caplen, "0..frame_bytes of the packet")
         if skip is not None:
@@ -251,8 +276,12 @@ class FrameBuilder:
         r0 = 0
         for code in codes:
             r1 = r0 + int(counts[code])
-            lay = self._layout(code)
             off, cap = offsets[r0:r1], caplen[r0:r1]
+            if code == OPCODE_PFC:
+                fill_pfc_rows(self.ctx, p[r0:r1], out, off, cap)
+                r0 = r1
+                continue
+            lay = self._layout(code)
             if self._store_direct(lay, p[r0:r1], out, off, cap, None if skip is None else skip[r0:r1]):
                 r0 = r1
                 continue

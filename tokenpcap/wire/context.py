@@ -6,6 +6,7 @@ and PCP 6 for CNPs as mlx5 does, TTL 64, the default partition P_Key 0xFFFF, Mig
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,6 +66,10 @@ class WireContext:
             packet's payload, so that the ICRC of a template can be reused).
         payload_pattern: uint8 ``(>= 4096,)`` explicit pattern, overriding the seed.
         ipv6_udp_checksum: compute the UDP checksum over IPv6 (RFC 8200 8.1; NICs do); else 0.
+        switch_port_macs: the MAC of each switch port, for the PFC rows a switch port sends
+            (``PACKET_DTYPE.nic = -1 - P``): a picklable function of int64 ``(n,)`` global port
+            ids returning uint8 ``(n, 6)`` (the lowering passes
+            :func:`tokenpcap.config.addresses.switch_port_macs`); ``None``: PFC rows are refused.
 
     Raises:
         EncodeError: a value out of range or an address array of the wrong dtype/shape.
@@ -94,6 +99,7 @@ class WireContext:
     payload_seed: int = 0
     payload_pattern: np.ndarray | None = None
     ipv6_udp_checksum: bool = True
+    switch_port_macs: Callable[[np.ndarray], np.ndarray] | None = None
     pattern: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

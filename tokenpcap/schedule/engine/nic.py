@@ -34,14 +34,15 @@ from tokenpcap.wire.layer1 import (
     layer1_time_ps,
 )
 from tokenpcap.records import KIND_CTS, KIND_DATA, MESSAGE_DTYPE, VERB_SEND, VERB_WRITE, VERB_WRITE_IMM
-from tokenpcap.records import CTS_BYTES, PKT_ACK, PKT_CTS, PKT_DATA
+from tokenpcap.records import CTS_BYTES, PKT_ACK, PKT_CTS, PKT_DATA, PKT_PFC
 from tokenpcap.schedule.engine.port import TX_DTYPE, Port
 from tokenpcap.schedule.engine.table import MSG_STATE_DTYPE, MessageTable, MessageWindow
 from tokenpcap.config.profiles import ClusterProfile, GenerationConfig
 from tokenpcap.wire import rdma
 
 __all__ = [
-    "Engine", "TX_DTYPE", "MSG_STATE_DTYPE", "MessageWindow", "PKT_DATA", "PKT_CTS", "PKT_ACK", "ACK_DELAY_NS",
+    "Engine", "TX_DTYPE", "MSG_STATE_DTYPE", "MessageWindow", "PKT_DATA", "PKT_CTS", "PKT_ACK", "PKT_PFC",
+    "ACK_DELAY_NS",
     "CTS_BYTES", "ETH_L1_OVERHEAD_BYTES", "IB_L1_OVERHEAD_BYTES", "layer1_overhead_bytes",
     "layer1_time_ps", "layer1_time_ns",
 ]

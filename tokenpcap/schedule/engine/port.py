@@ -37,7 +37,9 @@ __all__ = ["TX_DTYPE", "QP", "Port"]
 #: peer_nic     int32  receiving NIC
 #: msg          int64  message id; for an ACK the id of the message it acknowledges
 #: index        int64  packet index inside the message (0 = first); for an ACK the acknowledged one
-#: kind         uint8  PKT_DATA, PKT_CTS or PKT_ACK
+#: kind         uint8  PKT_DATA, PKT_CTS, PKT_ACK or PKT_PFC (a switch port's 802.1Qbb frame: nic
+#:                     = -1 - P for switch port P, msg = pause quanta (0 = XON), index =
+#:                     class-enable vector, frame_bytes = 60; tokenpcap.records.PKT_PFC)
 #: frame_bytes  uint32 frame length without FCS (what a capture shows; LRH..VCRC for InfiniBand)
 #: ============ ====== ===========================================================================
 TX_DTYPE = np.dtype([
