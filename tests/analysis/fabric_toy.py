@@ -67,3 +67,22 @@ def incast(senders: int = 3, frames_each: int = 40, frame_bytes: int = 1000, gbp
                            + [(senders, 0, 0, sent, sent * frame_bytes)], FABRIC_TABLES["nics"])
     return log, FabricSummary(("tor0",), sent, 0, 0, "toy", "single-switch", (priority,),
                               sample_ns)
+
+
+def several_incasts(k: int = 10, sample_ns: int = 400) -> tuple[dict, FabricSummary]:
+    """``k`` independent incasts of different sizes, incast ``j`` on switch ``tor<j>`` (so ``k``
+    queued ports of different peaks), as one fabric log."""
+    logs = []
+    for j in range(k):
+        log, _ = incast(senders=2 + j % 4, frames_each=20 + 7 * j,
+                        xoff_bytes=4000 + 1000 * (j % 3), sample_ns=sample_ns)
+        for t in ("pfc", "queues", "links", "drops"):
+            log[t]["switch"] = j
+        logs.append(log)
+    out = {t: np.concatenate([g[t] for g in logs]) for t in FABRIC_TABLES}
+    out["pfc"] = np.sort(out["pfc"], order="time_ns", kind="stable")
+    out["queues"] = np.sort(out["queues"], order="time_ns", kind="stable")
+    out["nics"] = logs[0]["nics"]
+    hops = int(sum(g["links"]["tx_frames"].sum() for g in logs))
+    return out, FabricSummary(tuple(f"tor{j}" for j in range(k)), hops, 0, 0, "toy",
+                              "single-switch", (3,), sample_ns)

@@ -67,7 +67,8 @@ def same(a: dict, b: dict) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(drawn=fabric_logs())
 def test_round_trip(tmp_path_factory, fmt, drawn):
     log, summary = drawn
@@ -99,7 +100,8 @@ def test_csv_layout_names_beside_indices(tmp_path):
     assert [c["name"] for c in cols] == rows[0]
     assert {c["name"]: c["unit"] for c in cols}["paused_ns"] == "ns"
     assert all(c["doc"] for c in cols)
-    assert (tmp_path / "t_fabric-pfc.csv").read_bytes() == (",".join(file_columns("pfc")) + "\r\n").encode()
+    header = ",".join(file_columns("pfc")) + "\r\n"
+    assert (tmp_path / "t_fabric-pfc.csv").read_bytes() == header.encode()
 
 
 class Boom(Exception):
