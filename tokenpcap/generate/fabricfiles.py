@@ -27,11 +27,11 @@ import csv
 import json
 import os
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from tokenpcap.errors import InputError, OutputError, one_line
+from tokenpcap.generate.fabriccolumns import NAMED, Where, table_from_columns
 from tokenpcap.pcap.filekind import refuse_special_output
 from tokenpcap.records.fabric import COLUMN_DOCS, FABRIC_TABLES, FabricSummary, check_log
 
@@ -41,13 +41,6 @@ __all__ = ["FABRIC_FORMAT", "FABRIC_VERSION", "FILE_FORMATS", "summary_name", "t
 FABRIC_FORMAT = "tokenpcap-fabric"
 FABRIC_VERSION = 1
 FILE_FORMATS = ("csv", "parquet")
-_NAMED = {"switch": "switch_name", "peer_switch": "peer_switch_name"}
-#: bounds of integer columns beyond their dtype: column → (lowest, highest or None)
-_BOUNDS = {"time_ns": (0, None), "switch": (0, None), "port": (0, None), "priority": (0, 7),
-           "xoff": (0, 1), "max_bytes": (1, None), "peer_nic": (-1, None),
-           "peer_switch": (-1, None), "peer_port": (-1, None), "nic": (0, None)}
-_COUNT = (0, None)       # every other integer column is a count, ns or bytes
-Where = Callable[[int], str]     # data row index → "line N" (CSV) / "row N" (Parquet)
 
 
 def summary_name(stem: str) -> str:
@@ -65,8 +58,8 @@ def file_columns(table: str) -> list[str]:
     out = []
     for name in FABRIC_TABLES[table].names:
         out.append(name)
-        if name in _NAMED:
-            out.append(_NAMED[name])
+        if name in NAMED:
+            out.append(NAMED[name])
     return out
 
 
@@ -179,7 +172,7 @@ def read_fabric_files(directory: str | os.PathLike, stem: str) -> tuple[dict, Fa
             raw, where = _read_csv(path, t)
         else:
             raw, where = _read_parquet(path, t)
-        log[t] = _table(path, t, raw, where, summary.switch_names)
+        log[t] = table_from_columns(path, t, raw, where, summary.switch_names)
         rows = entry.get("rows")
         if rows != log[t].size:
             raise InputError(f"{path}: got {log[t].size:,} rows, expected {rows!r} ({jpath})")
@@ -209,7 +202,7 @@ def _columns(table: str, a: np.ndarray, switch_names: tuple[str, ...]) -> dict[s
     out: dict[str, list] = {}
     for name in a.dtype.names:
         out[name] = a[name].tolist()
-        if name in _NAMED:
+        if name in NAMED:
             idx = a[name].astype(np.int64)
             lo = -1 if name == "peer_switch" else 0
             bad = np.flatnonzero((idx < lo) | (idx >= len(switch_names)))
@@ -217,7 +210,7 @@ def _columns(table: str, a: np.ndarray, switch_names: tuple[str, ...]) -> dict[s
                 raise InputError(f"fabric log: {table}: row {int(bad[0])}: {name}: got "
                                  f"{int(idx[bad[0]])}, expected {lo}.."
                                  f"{len(switch_names) - 1} (summary.switch_names)")
-            out[_NAMED[name]] = names[idx].tolist()
+            out[NAMED[name]] = names[idx].tolist()
     return out
 
 
@@ -331,89 +324,3 @@ def _read_parquet(path: Path, table: str) -> tuple[dict[str, list], Where]:
             raise InputError(f"{path}: row {i + 1}: column {c}: got null, expected a value")
         out[c] = col.to_pylist() if typ == pa.string() else col.to_numpy()
     return out, lambda i: f"row {i + 1}"
-
-
-def _ints(path: Path, where: Where, name: str, values, dt: np.dtype) -> np.ndarray:
-    """``values`` (texts from CSV, or an array from Parquet) as ``dt``, checked against the
-    dtype's range and the column's bounds."""
-    if isinstance(values, np.ndarray):
-        v = values.astype(np.int64) if dt != np.uint64 else values
-    else:
-        a = np.array(values, dtype=str) if values else np.zeros(0, "<U1")
-        try:
-            v = a.astype(np.int64)
-            bad = np.flatnonzero(v.astype(str) != a)    # '+5', ' 5', '05' are not ours
-        except (ValueError, OverflowError):
-            v, bad = None, None
-        if bad is None or bad.size:
-            for i, s in enumerate(values):
-                if bad is not None and i != bad[0]:
-                    continue
-                try:
-                    ok = str(int(s)) == s and -(1 << 63) <= int(s) < (1 << 63)
-                except ValueError:
-                    ok = False
-                if not ok:
-                    raise InputError(f"{path}: {where(i)}: column {name}: got "
-                                     f"{one_line(repr(s))}, expected an integer")
-            if v is None:
-                v = np.array([int(s) for s in values], np.int64)
-    info = np.iinfo(dt)
-    lo, hi = _BOUNDS.get(name, _COUNT)
-    lo = max(lo, int(info.min))
-    hi = int(info.max) if hi is None else min(hi, int(info.max))
-    bad = np.flatnonzero((v < lo) | (v > hi))
-    if bad.size:
-        raise InputError(f"{path}: {where(int(bad[0]))}: column {name}: got {int(v[bad[0]])}, "
-                         f"expected an integer in {lo:,}..{hi:,}")
-    return v
-
-
-def _table(path: Path, table: str, raw: dict, where: Where,
-           switch_names: tuple[str, ...]) -> np.ndarray:
-    dt = FABRIC_TABLES[table]
-    n = len(raw[dt.names[0]])
-    out = np.zeros(n, dt)
-    n_sw = len(switch_names)
-    for name in dt.names:
-        if dt[name].kind == "f":
-            v = _floats(path, where, name, raw[name])
-        else:
-            v = _ints(path, where, name, raw[name], dt[name])
-            if name in _NAMED:
-                lo = -1 if name == "peer_switch" else 0
-                bad = np.flatnonzero(v >= n_sw)
-                if bad.size:
-                    raise InputError(f"{path}: {where(int(bad[0]))}: column {name}: got "
-                                     f"{int(v[bad[0]])}, expected {lo}..{n_sw - 1} (the "
-                                     f"{n_sw} switches of the summary)")
-                names = list(switch_names) + [""]
-                got = raw[_NAMED[name]]
-                for i, (k, s) in enumerate(zip(v.tolist(), got)):
-                    if s != names[k]:
-                        raise InputError(f"{path}: {where(i)}: column {_NAMED[name]}: got "
-                                         f"{one_line(repr(s))}, expected {names[k]!r} "
-                                         f"(switch {k})")
-        out[name] = v
-    if table == "pfc":
-        bad = np.flatnonzero((out["xoff"] == 1) != (out["quanta"] > 0))
-        if bad.size:
-            i = int(bad[0])
-            raise InputError(f"{path}: {where(i)}: column quanta: got {int(out['quanta'][i])} "
-                             f"with xoff {int(out['xoff'][i])}, expected "
-                             f"{'> 0 (XOFF)' if out['xoff'][i] else '0 (XON)'}")
-    return out
-
-
-def _floats(path: Path, where: Where, name: str, values) -> np.ndarray:
-    out = np.zeros(len(values), np.float64)
-    for i, s in enumerate(values):
-        try:
-            x = float(s)
-        except (TypeError, ValueError):
-            x = float("nan")
-        if not (np.isfinite(x) and x > 0):
-            raise InputError(f"{path}: {where(i)}: column {name}: got {one_line(repr(s))}, "
-                             "expected a number > 0")
-        out[i] = x
-    return out
