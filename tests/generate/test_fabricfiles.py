@@ -300,3 +300,26 @@ def test_bad_parquet(tmp_path):
     path.write_bytes(b"not parquet")
     with pytest.raises(InputError, match=r"nics.parquet: got .*, expected a Parquet file"):
         read_fabric_files(tmp_path, "t")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_chunks_keep_rows_and_line_numbers(tmp_path, monkeypatch, fmt):
+    """Tables longer than a chunk are written and read chunk by chunk: the same rows come
+    back, and a bad value in a later chunk names its own line."""
+    monkeypatch.setattr(fabricfiles, "CHUNK_ROWS", 3)
+    log = empty_log()
+    q = np.zeros(10, FABRIC_TABLES["queues"])
+    q["time_ns"], q["switch"], q["port"] = np.arange(10) * 100, np.arange(10) % 2, 4
+    q["priority"], q["max_bytes"] = 3, np.arange(10) + 1
+    log["queues"] = q
+    s = FabricSummary(("a", "b"), 0, 0, 0, "", "x")
+    write_fabric_files(tmp_path, "t", log, s, fmt)
+    back, _ = read_fabric_files(tmp_path, "t")
+    same(back, log)
+    if fmt == "csv":
+        path = tmp_path / "t_fabric-queues.csv"
+        assert len(csv_rows(path)) == 11
+        edit(path, 9, "switch_name", "a")           # row 8 is switch 1 ("b")
+        with pytest.raises(InputError, match=r"line 9: column switch_name: got 'a', expected "
+                                             r"'b' \(switch 1\)"):
+            read_fabric_files(tmp_path, "t")

@@ -31,16 +31,14 @@ def _ints(path: Path, where: Where, name: str, values, dt: np.dtype) -> np.ndarr
     if isinstance(values, np.ndarray):
         v = values.astype(np.int64) if dt != np.uint64 else values
     else:
-        a = np.array(values, dtype=str) if values else np.zeros(0, "<U1")
         try:
-            v = a.astype(np.int64)
-            bad = np.flatnonzero(v.astype(str) != a)    # '+5', ' 5', '05' are not ours
+            ints = list(map(int, values))
+            # the canonical decimal only ('+5', ' 5', '05', '1_0' are not written by us)
+            v = np.array(ints, np.int64) if list(map(str, ints)) == values else None
         except (ValueError, OverflowError):
-            v, bad = None, None
-        if bad is None or bad.size:
+            v = None
+        if v is None:
             for i, s in enumerate(values):
-                if bad is not None and i != bad[0]:
-                    continue
                 try:
                     ok = str(int(s)) == s and -(1 << 63) <= int(s) < (1 << 63)
                 except ValueError:
@@ -48,8 +46,7 @@ def _ints(path: Path, where: Where, name: str, values, dt: np.dtype) -> np.ndarr
                 if not ok:
                     raise InputError(f"{path}: {where(i)}: column {name}: got "
                                      f"{one_line(repr(s))}, expected an integer")
-            if v is None:
-                v = np.array([int(s) for s in values], np.int64)
+            v = np.array([int(s) for s in values], np.int64)
     info = np.iinfo(dt)
     lo, hi = _BOUNDS.get(name, _COUNT)
     lo = max(lo, int(info.min))
@@ -89,13 +86,16 @@ def table_from_columns(path: Path, table: str, raw: dict, where: Where,
                     raise InputError(f"{path}: {where(int(bad[0]))}: column {name}: got "
                                      f"{int(v[bad[0]])}, expected {lo}..{n_sw - 1} (the "
                                      f"{n_sw} switches of the summary)")
-                names = list(switch_names) + [""]
-                got = raw[NAMED[name]]
-                for i, (k, s) in enumerate(zip(v.tolist(), got)):
-                    if s != names[k]:
-                        raise InputError(f"{path}: {where(i)}: column {NAMED[name]}: got "
-                                         f"{one_line(repr(s))}, expected {names[k]!r} "
-                                         f"(switch {k})")
+                names = np.array(list(switch_names) + [""], dtype=object)
+                got = np.empty(n, dtype=object)
+                got[:] = list(raw[NAMED[name]])
+                wrong = np.flatnonzero(got != names[v])
+                if wrong.size:
+                    i = int(wrong[0])
+                    k = int(v[i])
+                    raise InputError(f"{path}: {where(i)}: column {NAMED[name]}: got "
+                                     f"{one_line(repr(got[i]))}, expected {names[k]!r} "
+                                     f"(switch {k})")
         out[name] = v
     if table == "pfc":
         bad = np.flatnonzero((out["xoff"] == 1) != (out["quanta"] > 0))

@@ -41,6 +41,8 @@ __all__ = ["FABRIC_FORMAT", "FABRIC_VERSION", "FILE_FORMATS", "summary_name", "t
 FABRIC_FORMAT = "tokenpcap-fabric"
 FABRIC_VERSION = 1
 FILE_FORMATS = ("csv", "parquet")
+#: rows written or checked at a time (memory of the CSV text bounded by it)
+CHUNK_ROWS = 1 << 16
 
 
 def summary_name(stem: str) -> str:
@@ -97,7 +99,9 @@ def write_fabric_files(directory: str | os.PathLike, stem: str, log: dict,
     names = [table_name(stem, t, fmt) for t in FABRIC_TABLES] + [summary_name(stem)]
     for n in names:
         refuse_special_output(d / n)
-    cols = {t: _columns(t, log[t], summary.switch_names) for t in FABRIC_TABLES}
+    for t in FABRIC_TABLES:
+        _check_switches(t, log[t], summary.switch_names)
+    sw_names = _names(summary.switch_names)
     doc = {"format": FABRIC_FORMAT, "version": FABRIC_VERSION, "stem": stem,
            "file_format": fmt, "summary": summary.to_json(),
            "tables": {t: {"file": n, "rows": int(log[t].size), "columns": _column_docs(t)}
@@ -108,9 +112,9 @@ def write_fabric_files(directory: str | os.PathLike, stem: str, log: dict,
     try:
         for t, part, current in zip(FABRIC_TABLES, parts, names):
             if pq is None:
-                _write_csv(part, t, cols[t])
+                _write_csv(part, t, log[t], sw_names)
             else:
-                _write_parquet(pq, part, t, cols[t])
+                _write_parquet(pq, part, t, log[t], sw_names)
         current = names[-1]
         with open(parts[-1], "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=2)
@@ -169,10 +173,10 @@ def read_fabric_files(directory: str | os.PathLike, stem: str) -> tuple[dict, Fa
                              f"expected {name!r}")
         path = d / name
         if fmt == "csv":
-            raw, where = _read_csv(path, t)
+            log[t] = _read_csv(path, t, summary.switch_names)
         else:
             raw, where = _read_parquet(path, t)
-        log[t] = table_from_columns(path, t, raw, where, summary.switch_names)
+            log[t] = table_from_columns(path, t, raw, where, summary.switch_names)
         rows = entry.get("rows")
         if rows != log[t].size:
             raise InputError(f"{path}: got {log[t].size:,} rows, expected {rows!r} ({jpath})")
@@ -196,13 +200,10 @@ def _column_docs(table: str) -> list[dict]:
     return out
 
 
-def _columns(table: str, a: np.ndarray, switch_names: tuple[str, ...]) -> dict[str, list]:
-    """The file's columns of ``a`` as Python lists (names looked up, range checked)."""
-    names = np.array(list(switch_names) + [""], dtype=object)      # index -1 → ""
-    out: dict[str, list] = {}
-    for name in a.dtype.names:
-        out[name] = a[name].tolist()
-        if name in NAMED:
+def _check_switches(table: str, a: np.ndarray, switch_names: tuple[str, ...]) -> None:
+    """Refuse a switch index the names cannot name (before anything is written)."""
+    for name in NAMED:
+        if name in a.dtype.names:
             idx = a[name].astype(np.int64)
             lo = -1 if name == "peer_switch" else 0
             bad = np.flatnonzero((idx < lo) | (idx >= len(switch_names)))
@@ -210,16 +211,27 @@ def _columns(table: str, a: np.ndarray, switch_names: tuple[str, ...]) -> dict[s
                 raise InputError(f"fabric log: {table}: row {int(bad[0])}: {name}: got "
                                  f"{int(idx[bad[0]])}, expected {lo}.."
                                  f"{len(switch_names) - 1} (summary.switch_names)")
-            out[NAMED[name]] = names[idx].tolist()
-    return out
 
 
-def _write_csv(path: Path, table: str, cols: dict[str, list]) -> None:
-    names = file_columns(table)
+def _names(switch_names: tuple[str, ...]) -> np.ndarray:
+    """Object array of the names with ``""`` last, so that index -1 reads ``""``."""
+    return np.array(list(switch_names) + [""], dtype=object)
+
+
+def _write_csv(path: Path, table: str, a: np.ndarray, names: np.ndarray) -> None:
+    """The table as CSV, :data:`CHUNK_ROWS` rows at a time (memory bounded by the chunk)."""
+    cols = file_columns(table)
     with open(path, "w", encoding="utf-8", newline="") as f:
         w = csv.writer(f)
-        w.writerow(names)
-        w.writerows(zip(*(cols[c] for c in names)))
+        w.writerow(cols)
+        for start in range(0, a.size, CHUNK_ROWS):
+            c = a[start:start + CHUNK_ROWS]
+            out = {}
+            for name in c.dtype.names:
+                out[name] = c[name].tolist()
+                if name in NAMED:
+                    out[NAMED[name]] = names[c[name]].tolist()
+            w.writerows(zip(*(out[k] for k in cols)))
 
 
 def _arrow_type(pa, table: str, name: str):
@@ -229,11 +241,15 @@ def _arrow_type(pa, table: str, name: str):
     return pa.from_numpy_dtype(dt[name])
 
 
-def _write_parquet(pq, path: Path, table: str, cols: dict[str, list]) -> None:
+def _write_parquet(pq, path: Path, table: str, a: np.ndarray, names: np.ndarray) -> None:
     pa, parquet = pq
-    names = file_columns(table)
-    arrays = [pa.array(cols[c], type=_arrow_type(pa, table, c)) for c in names]
-    parquet.write_table(pa.Table.from_arrays(arrays, names=names), path)
+    cols = file_columns(table)
+    arrays = []
+    for c in cols:
+        base = c.removesuffix("_name") if c not in a.dtype.names else None
+        values = names[a[base]] if base else np.ascontiguousarray(a[c])
+        arrays.append(pa.array(values, type=_arrow_type(pa, table, c)))
+    parquet.write_table(pa.Table.from_arrays(arrays, names=cols), path)
 
 
 def _pyarrow():
@@ -282,25 +298,43 @@ def _header(path: Path, where: str, got: list[str], want: list[str]) -> None:
                              f"expected {w!r}")
 
 
-def _read_csv(path: Path, table: str) -> tuple[dict[str, list], Where]:
+def _read_csv(path: Path, table: str, switch_names: tuple[str, ...]) -> np.ndarray:
+    """The table of a CSV file, checked :data:`CHUNK_ROWS` rows at a time."""
     want = file_columns(table)
+    parts = [np.zeros(0, FABRIC_TABLES[table])]
     try:
         with open(path, encoding="utf-8", newline="") as f:
-            rows = list(csv.reader(f))
+            rows = csv.reader(f)
+            head = next(rows, None)
+            if head is None:
+                raise InputError(f"{path}: line 1: got an empty file, expected the header "
+                                 f"{','.join(want)}")
+            _header(path, "line 1", head, want)
+            chunk: list[list[str]] = []
+            line = 1                                    # of the last row read
+            for r in rows:
+                line += 1
+                if len(r) != len(want):
+                    raise InputError(f"{path}: line {line}: got {len(r)} fields, expected "
+                                     f"{len(want)} ({','.join(want)})")
+                chunk.append(r)
+                if len(chunk) == CHUNK_ROWS:
+                    parts.append(_csv_chunk(path, table, chunk, line, switch_names))
+                    chunk = []
+            if chunk:
+                parts.append(_csv_chunk(path, table, chunk, line, switch_names))
     except FileNotFoundError:
         raise InputError(f"{path}: got no such file, expected the {table} table") from None
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise InputError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") from None
-    if not rows:
-        raise InputError(f"{path}: line 1: got an empty file, expected the header "
-                         f"{','.join(want)}")
-    _header(path, "line 1", rows[0], want)
-    for i, r in enumerate(rows[1:]):
-        if len(r) != len(want):
-            raise InputError(f"{path}: line {i + 2}: got {len(r)} fields, expected "
-                             f"{len(want)} ({','.join(want)})")
-    return ({c: [r[k] for r in rows[1:]] for k, c in enumerate(want)},
-            lambda i: f"line {i + 2}")
+    return np.concatenate(parts)
+
+
+def _csv_chunk(path: Path, table: str, chunk: list[list[str]], last_line: int,
+               switch_names: tuple[str, ...]) -> np.ndarray:
+    first = last_line - len(chunk) + 1
+    raw = {c: [r[k] for r in chunk] for k, c in enumerate(file_columns(table))}
+    return table_from_columns(path, table, raw, lambda i: f"line {first + i}", switch_names)
 
 
 def _read_parquet(path: Path, table: str) -> tuple[dict[str, list], Where]:
