@@ -141,5 +141,6 @@ def test_find_fabric_and_beside(tmp_path):
     assert fabric_beside(caps) == (tmp_path, "toy_b")           # the longest stem
     assert fabric_beside([str(tmp_path / "toy_x.pcap")]) == (tmp_path, "toy")
     assert fabric_beside([str(tmp_path / "other.pcap")]) is None
-    assert fabric_beside([str(tmp_path / "toy.pcap")]) is None   # no "_" after the stem
+    assert fabric_beside([str(tmp_path / "toy.pcap")]) == (tmp_path, "toy")     # --split none
+    assert fabric_beside([str(tmp_path / "toyota.pcap")]) is None
     assert fabric_beside([caps[0], "/elsewhere/toy_b_x.pcap"]) is None

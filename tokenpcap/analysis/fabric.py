@@ -22,7 +22,7 @@ two are counted apart and must agree), ``fabric-drops`` (the drop table sums to 
 
 Side files are found by :func:`find_fabric` (``--fabric DIR`` or a ``_fabric.json`` path) and,
 beside captures, by :func:`fabric_beside` (a directory holding ``<stem>_fabric.json`` where every
-capture's name starts with ``<stem>_``).
+capture's name starts with ``<stem>_`` or ``<stem>.``).
 """
 from __future__ import annotations
 
@@ -68,14 +68,15 @@ def find_fabric(path: str | os.PathLike) -> tuple[Path, str]:
 def fabric_beside(captures: list[str]) -> tuple[Path, str] | None:
     """The side files of the run that wrote ``captures``, or ``None``: every capture is in one
     directory that holds ``<stem>_fabric.json`` and every capture's name starts with
-    ``<stem>_`` (a generate run's ``<stem>_node00_nic0.pcapng`` ...). With several such stems
-    the longest wins (``a_b`` over ``a``). Raises nothing."""
+    ``<stem>_`` or ``<stem>.`` (a generate run's ``<stem>_node00_nic0.pcapng``,
+    ``<stem>_dp-backward-AllReduce.pcap``, ``<stem>.pcapng`` with ``--split none``). With
+    several such stems the longest wins (``a_b`` over ``a``). Raises nothing."""
     dirs = {Path(c).parent for c in captures}
     if len(dirs) != 1:
         return None
     d = dirs.pop()
     names = [Path(c).name for c in captures]
-    stems = [s for s in _summaries(d) if all(n.startswith(s + "_") for n in names)]
+    stems = [s for s in _summaries(d) if all(n.startswith((s + "_", s + ".")) for n in names)]
     return (d, max(stems, key=len)) if stems else None
 
 
