@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.analysis.trace import write_phase_trace
-from tokenpcap.analysis.plot_series import capture_series, count_values
+from tokenpcap.analysis.plot_series import CONTROL_LABEL, capture_series, count_values
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +50,33 @@ def test_count_values_adds_to_what_is_there():
     into = {7: 2}
     count_values(into, np.array([[7, 3], [3, 3]], np.int64))
     assert into == {7: 3, 3: 3}
+
+
+def test_phase_throughput_adds_files_on_common_bins(tmp_path):
+    """Two captures (a run's per-NIC files) add up per phase on one set of bins: the bytes per
+    phase equal the frame lengths of the packets written, and each packet lands in the bin of
+    its time measured from the first packet of either file."""
+    from tests.analysis.trace import context, packets, write_trace
+    from tokenpcap.analysis.plot_series import capture_span, phase_throughput
+    from tokenpcap.wire.builder import FrameBuilder
+
+    p = packets(400, qps=4, packets_per_msg=16)
+    a, b = p[:150].copy(), p[150:].copy()
+    b["time_ns"] += 10_000                        # the second file starts later
+    write_trace(tmp_path / "r_a.pcapng", a.size, fmt="pcapng", pkts=a,
+                comments=["dp/backward/AllReduce"] * a.size)
+    write_trace(tmp_path / "r_b.pcapng", b.size, fmt="pcapng", pkts=b,
+                comments=["pp/forward/SendRecv"] * 200 + ["cts pp/forward/SendRecv"] * 50)
+    paths = [tmp_path / "r_a.pcapng", tmp_path / "r_b.pcapng"]
+    assert capture_span(paths) == (int(a["time_ns"][0]), int(b["time_ns"][-1]))
+    thr = phase_throughput(paths, bins=40)
+    assert thr["phases"] == ["dp/backward/AllReduce", "pp/forward/SendRecv", CONTROL_LABEL]
+    flen = FrameBuilder(context()).frame_bytes(p).astype(np.int64)
+    fa, fb = flen[:150], flen[150:]
+    got = {k: int(v.sum()) for k, v in thr["bytes"].items()}
+    assert got == {"dp/backward/AllReduce": int(fa.sum()),
+                   "pp/forward/SendRecv": int(fb[:200].sum()), CONTROL_LABEL: int(fb[200:].sum())}
+    t = np.concatenate([a["time_ns"], b["time_ns"]])
+    slot = (t - thr["t0_ns"]) // thr["bin_ns"]
+    total = sum(thr["bytes"].values())
+    assert total.tolist() == np.bincount(slot, flen, minlength=thr["bins"]).astype(int).tolist()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -184,3 +185,86 @@ def test_several_files_add_up(tmp_path):
     assert j["packets"] == per_nic.packets and j["roce"]["psn_gaps"] == 0
     assert j["roce"]["payload_bytes"] == per_nic.phase_payload["pp/forward/SendRecv"] + \
         per_nic.phase_payload["pp/backward/SendRecv"] + per_nic.cts_payload
+
+
+# --- a queued-fabric run's side files ----------------------------------------------------------
+
+@pytest.fixture
+def fabric_run(tmp_path):
+    """A directory as a queued-fabric generate run leaves it: a capture ``toy_node00_nic0.pcap``
+    and the side files of stem ``toy`` (the toy incast)."""
+    from tests.analysis.fabric_toy import incast
+    from tests.analysis.trace import write_trace
+    from tokenpcap.generate.fabricfiles import write_fabric_files
+
+    write_trace(tmp_path / "toy_node00_nic0.pcap", 64)
+    log, s = incast()
+    write_fabric_files(tmp_path, "toy", log, s)
+    return tmp_path, log
+
+
+def test_fabric_alone_text_and_json(fabric_run):
+    d, log = fabric_run
+    r = run("inspect", "--fabric", d)
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(f"Fabric (toy, single-switch; 1 switch; {d}/toy_fabric.json):")
+    assert "Number of packets" not in r.output
+    xoff = int((log["pfc"]["xoff"] == 1).sum())
+    assert f"PFC frames:          {log['pfc'].size} (XOFF {xoff}, XON" in r.output
+    j = json.loads(run("inspect", "--fabric", d / "toy_fabric.json", "--json").output)
+    assert list(j) == ["fabric"] and j["fabric"]["pfc"]["xoff"] == xoff
+    assert j["fabric"]["ok"] and j["fabric"]["path"] == str(d / "toy_fabric.json")
+
+
+def test_fabric_beside_captures_is_automatic(fabric_run):
+    d, log = fabric_run
+    r = run("inspect", d)
+    assert r.exit_code == 0, r.output
+    assert "Number of packets:   64" in r.output and "Fabric (toy, single-switch" in r.output
+    j = json.loads(run("inspect", d / "toy_node00_nic0.pcap", "--json").output)
+    assert j["packets"] == 64 and j["fabric"]["ports_total"] == log["links"].size
+    r = run("inspect", d, "--no-fabric")
+    assert r.exit_code == 0 and "Fabric" not in r.output
+    assert "fabric" not in json.loads(run("inspect", d, "--no-fabric", "--json").output)
+
+
+def test_fabric_strict_fails_on_a_lossless_drop(fabric_run):
+    from tokenpcap.generate.fabricfiles import read_fabric_files, write_fabric_files
+    from tokenpcap.records.fabric import FABRIC_TABLES
+
+    d, _ = fabric_run
+    assert run("inspect", "--fabric", d, "--strict").exit_code == 0
+    log, s = read_fabric_files(d, "toy")
+    log["drops"] = np.array([(0, 3, 3, 2, 2000)], FABRIC_TABLES["drops"])
+    write_fabric_files(d, "toy", log, type(s)(**{**s.__dict__, "drops_total": 2}))
+    r = run("inspect", "--fabric", d, "--strict")
+    assert r.exit_code == 1
+    assert "WARNING: 2 packets dropped on lossless priorities (tor0 port 3 priority 3: 2)" \
+        in r.output
+    assert run("inspect", d, "--strict", "--no-crc").exit_code == 1
+    assert json.loads(run("inspect", d, "--json").output)["ok"] is False
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "expected FILES, --fabric DIR, or both"),
+    (["--fabric", "{d}", "--no-fabric"], "--fabric and --no-fabric exclude each other"),
+    (["--fabric", "{d}", "--against", str(DANTE)], "--against needs FILES"),
+])
+def test_fabric_usage_errors(fabric_run, args, message):
+    d, _ = fabric_run
+    r = run("inspect", "--json", *[a.format(d=d) for a in args])
+    assert r.exit_code == 2 and message in r.output
+
+
+def test_bad_side_file_is_one_line_exit_1(fabric_run):
+    d, _ = fabric_run
+    path = d / "toy_fabric-queues.csv"
+    lines = path.read_text().splitlines()
+    cells = lines[1].split(",")
+    cells[lines[0].split(",").index("priority")] = "9"
+    lines[1] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    r = run("inspect", d)
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert r.output.strip().splitlines() == [
+        f"error: {path}: line 2: column priority: got 9, expected an integer in 0..7"]

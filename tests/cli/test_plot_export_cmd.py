@@ -186,3 +186,33 @@ def test_plot_ranks_span_the_context_parallel_world(tmp_path):
     scen = Path(__file__).resolve().parents[2] / "profiles/scenarios/llama3-70b-64k-cp4.yaml"
     r = CliRunner().invoke(main, ["plot", str(scen), "-o", str(tmp_path / "p"), "--ranks", "128"])
     assert r.exit_code == 2 and "0..127" in r.output, r.output
+
+
+def test_plot_fabric(tmp_path):
+    """``plot --fabric DIR [CAPTURES]`` prints the one PNG it draws; a scenario or --ranks
+    beside --fabric, and no source at all, are usage errors; bad side files one line."""
+    from tests.analysis.fabric_toy import several_incasts
+    from tests.analysis.trace import write_trace
+    from tokenpcap.generate.fabricfiles import write_fabric_files
+
+    log, s = several_incasts(3)
+    write_fabric_files(tmp_path, "toy", log, s)
+    write_trace(tmp_path / "toy_node00_nic0.pcap", 64)
+    pics = tmp_path / "pics"
+    r = CliRunner().invoke(main, ["plot", "--fabric", str(tmp_path), "-o", str(pics)])
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines() == [str(pics / "toy-fabric-queues.png")]
+    r = CliRunner().invoke(main, ["plot", str(tmp_path), "--fabric",
+                                  str(tmp_path / "toy_fabric.json"), "-o", str(pics)])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in pics.iterdir()) == ["toy-fabric-queues.png"]
+    for args, message in ((["plot", str(DANTE), "--fabric", str(tmp_path)], "got a scenario"),
+                          (["plot", "--fabric", str(tmp_path), "--ranks", "0"], "got ranks"),
+                          (["plot", "-o", str(pics)], "expected SOURCE")):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2 and message in r.output, r.output
+    (tmp_path / "toy_fabric-links.csv").write_text("switch\n")
+    r = CliRunner().invoke(main, ["plot", "--fabric", str(tmp_path), "-o", str(pics)])
+    assert r.exit_code == 1 and r.output.startswith(f"error: {tmp_path}/toy_fabric-links.csv: "
+                                                    "line 1: column 2: got 'nothing'")
+    assert len(r.output.splitlines()) == 1

@@ -17,17 +17,20 @@ from tokenpcap.pcap.timestamps import NO_TIME
 from tokenpcap.records import parse_phase_label
 from tokenpcap.records.comments import CONTROL_PREFIXES
 
-__all__ = ["CONTROL_LABEL", "capture_series", "count_values"]
+__all__ = ["CONTROL_LABEL", "capture_series", "capture_span", "phase_throughput", "count_values"]
 
 #: the phase category of the control packets (clear-to-send writes and ACKs)
 CONTROL_LABEL = "control (CTS, ACK)"
 
 
-def capture_series(path: str | os.PathLike, *, bins: int = 200) -> dict:
+def capture_series(path: str | os.PathLike, *, bins: int = 200,
+                   span: tuple[int, int] | None = None) -> dict:
     """What the capture pictures need, aggregated while streaming (memory flat in the file size).
 
     Two passes over the records: the first finds the time span (record headers only), the
-    second decodes every batch and adds it up.
+    second decodes every batch and adds it up. With ``span = (first_ns, last_ns)`` (e.g.
+    :func:`capture_span` of several files, so that their bins coincide) the first pass is
+    skipped and the bins cover that span; times outside it must not occur.
 
     Returns:
         dict: ``t0_ns`` (first time), ``bin_ns`` (bin width, ns), ``bins`` (bins + 1 slots);
@@ -42,12 +45,7 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200) -> dict:
         CaptureError: as :func:`tokenpcap.pcap.reader.open_capture`.
     """
     cap = open_capture(path, on_truncation="stop")
-    t0, t1 = None, None
-    for rec in cap.batches():
-        t = rec["time_ns"][rec["time_ns"] != NO_TIME]
-        if t.size:
-            t0 = int(t.min()) if t0 is None else min(t0, int(t.min()))
-            t1 = int(t.max()) if t1 is None else max(t1, int(t.max()))
+    t0, t1 = span if span is not None else _span(cap)
     t0 = t0 or 0
     width = max(((t1 or 0) - t0) // bins + 1, 1)
     nic_index: dict[tuple, int] = {}
@@ -109,6 +107,58 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200) -> dict:
     return {"t0_ns": t0, "bin_ns": width, "bins": bins + 1, "nics": nics, "phases": labels,
             "throughput": thr, "frame_sizes": frame_sizes, "message_sizes": message_sizes,
             "untimed": untimed}
+
+
+def _span(cap) -> tuple[int | None, int | None]:
+    t0, t1 = None, None
+    for rec in cap.batches():
+        t = rec["time_ns"][rec["time_ns"] != NO_TIME]
+        if t.size:
+            t0 = int(t.min()) if t0 is None else min(t0, int(t.min()))
+            t1 = int(t.max()) if t1 is None else max(t1, int(t.max()))
+    return t0, t1
+
+
+def capture_span(paths) -> tuple[int | None, int | None]:
+    """``(first_ns, last_ns)`` of the timed records of the captures ``paths`` together
+    (record headers only), ``(None, None)`` when none has a time.
+
+    Raises:
+        CaptureError: as :func:`tokenpcap.pcap.reader.open_capture`.
+    """
+    lo, hi = None, None
+    for p in paths:
+        a, b = _span(open_capture(p, on_truncation="stop"))
+        if a is not None:
+            lo, hi = (a, b) if lo is None else (min(lo, a), max(hi, b))
+    return lo, hi
+
+
+def phase_throughput(paths, *, bins: int = 200) -> dict:
+    """Wire bytes of the RDMA frames of the captures ``paths`` (several files add up, e.g. a
+    generate run's per-NIC files) per time bin and phase, all NICs together.
+
+    Returns:
+        dict: ``t0_ns``, ``bin_ns``, ``bins`` as :func:`capture_series`; ``phases``: labels
+        (control packets as :data:`CONTROL_LABEL`, ``"(no phase)"`` last when present);
+        ``bytes``: ``{label: int64 (bins + 1,)}``.
+
+    Raises:
+        CaptureError: as :func:`tokenpcap.pcap.reader.open_capture`.
+    """
+    span = capture_span(paths)
+    out: dict[str, np.ndarray] = {}
+    t0, width, slots = 0, 1, bins + 1
+    for p in paths:
+        s = capture_series(p, bins=bins, span=span)
+        t0, width, slots = s["t0_ns"], s["bin_ns"], s["bins"]
+        names = s["phases"] + ["(no phase)"]
+        for (_, ph), row in s["throughput"].items():
+            key = names[ph]
+            out[key] = out[key] + row if key in out else row.copy()
+    order = sorted(out, key=lambda k: (k == "(no phase)", k == CONTROL_LABEL, k))
+    return {"t0_ns": t0, "bin_ns": width, "bins": slots, "phases": order,
+            "bytes": {k: out[k] for k in order}}
 
 
 def count_values(into: dict[int, int], values: np.ndarray) -> None:

@@ -65,8 +65,14 @@ def write_json(doc: dict, out) -> None:  # type: ignore[no-untyped-def]
 
 
 @main.command("inspect", no_args_is_help=True)
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.argument("files", nargs=-1, required=False, type=click.Path(path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.option("--fabric", "fabric", type=click.Path(path_type=str), default=None,
+              metavar="DIR|FILE",
+              help="Also summarise a queued-fabric run's side files: DIR holding one "
+                   "<stem>_fabric.json, or that file (default: the side files beside the "
+                   "captures, if their stem starts every capture's name). Alone: only them.")
+@click.option("--no-fabric", is_flag=True, help="Ignore side files beside the captures.")
 @click.option("--against", "scenario", type=click.Path(dir_okay=False, path_type=str),
               help="Compare payload bytes per NIC and phase with this scenario's plan.")
 @click.option("--scale", type=click.IntRange(min=1), default=None,
@@ -78,26 +84,71 @@ def write_json(doc: dict, out) -> None:  # type: ignore[no-untyped-def]
 @click.option("--strict", is_flag=True, help="Exit 1 when any check fails.")
 @click.option("--no-crc", is_flag=True, help="Skip the ICRC/VCRC check (faster on full frames).")
 @library_errors
-def inspect_cmd(files: tuple[str, ...], as_json: bool, scenario: str | None, scale: int | None,
-                iterations, strict: bool, no_crc: bool) -> None:
+def inspect_cmd(files: tuple[str, ...], as_json: bool, fabric: str | None, no_fabric: bool,
+                scenario: str | None, scale: int | None, iterations, strict: bool,
+                no_crc: bool) -> None:
     """Summarise FILES (pcap, pcapng or ERF; several files add up, e.g. the per-NIC files of
-    one generate run; a directory stands for its .pcap/.pcapng/.erf files, sorted): totals and rates, RDMA flows, opcodes, payload bytes, ICRC/VCRC, PSN
-    gaps, CNPs, ECN, PFC, and bytes per phase."""
+    one generate run; a directory stands for its .pcap/.pcapng/.erf files, sorted): totals and
+    rates, RDMA flows, opcodes, payload bytes, ICRC/VCRC, PSN gaps, CNPs, ECN, PFC, and bytes
+    per phase; and what the fabric did when a queued-fabric run's side files are beside them
+    or named with --fabric (per switch port: bytes, queue, PFC, pauses; drops, headroom)."""
     if scenario is None and (scale is not None or iterations is not None):
         raise click.UsageError("--scale and --iterations need --against")
-    from tokenpcap.analysis.inspect import inspect_captures
-    from tokenpcap.analysis.report import render_text
+    if not files and fabric is None:
+        raise click.UsageError("expected FILES, --fabric DIR, or both")
+    if fabric is not None and no_fabric:
+        raise click.UsageError("--fabric and --no-fabric exclude each other")
+    if not files and scenario is not None:
+        raise click.UsageError("--against needs FILES (captures)")
+    from tokenpcap.analysis.fabric import fabric_beside, find_fabric
 
     from tokenpcap.cli.captures import capture_paths
 
-    rep = inspect_captures(capture_paths(files), crc=not no_crc)
+    paths = capture_paths(files) if files else []
+    side = find_fabric(fabric) if fabric is not None else \
+        None if no_fabric else fabric_beside(paths)
+    fab = _fabric_doc(*side) if side is not None else None
+    if not paths:
+        doc = {"fabric": fab}
+        if as_json:
+            write_json(doc, sys.stdout)
+        else:
+            from tokenpcap.analysis.fabric import render_fabric_text
+
+            click.echo(render_fabric_text(fab, fab["path"]))
+        if strict and not fab["ok"]:
+            sys.exit(1)
+        return
+    from tokenpcap.analysis.inspect import inspect_captures
+    from tokenpcap.analysis.report import render_text
+
+    rep = inspect_captures(paths, crc=not no_crc)
     if scenario is not None:
         from tokenpcap.analysis.against import compare_with_plan
 
         compare_with_plan(rep, scenario, scale=scale, iterations=iterations)
+    ok = rep.ok and (fab is None or fab["ok"])
     if as_json:
-        write_json(rep.to_json(lazy_flows=True), sys.stdout)
+        doc = rep.to_json(lazy_flows=True)
+        if fab is not None:
+            doc["fabric"] = fab
+            doc["ok"] = ok
+        write_json(doc, sys.stdout)
     else:
         click.echo(render_text(rep))
-    if strict and not rep.ok:
+        if fab is not None:
+            from tokenpcap.analysis.fabric import render_fabric_text
+
+            click.echo(render_fabric_text(fab, fab["path"]))
+    if strict and not ok:
         sys.exit(1)
+
+
+def _fabric_doc(directory, stem: str) -> dict:
+    """:func:`~tokenpcap.analysis.fabric.fabric_report` of the side files ``stem`` in
+    ``directory``, with ``path`` (their JSON)."""
+    from tokenpcap.analysis.fabric import fabric_report
+    from tokenpcap.generate.fabricfiles import read_fabric_files, summary_name
+
+    log, summary = read_fabric_files(directory, stem)
+    return {"path": str(directory / summary_name(stem)), **fabric_report(log, summary)}

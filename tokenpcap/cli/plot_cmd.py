@@ -8,8 +8,8 @@ from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
 
 
-@main.command("plot")
-@click.argument("source", type=click.Path(path_type=str))
+@main.command("plot", no_args_is_help=True)
+@click.argument("source", type=click.Path(path_type=str), required=False)
 @click.option("-o", "--outdir", default=".", show_default=True,
               type=click.Path(file_okay=False, path_type=str),
               help="Directory for the PNGs (created, with its parents).")
@@ -18,15 +18,41 @@ from tokenpcap.cli.common import library_errors
 @click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True,
               help="Scenario only: iterations to schedule.")
 @click.option("--ranks", help="Scenario only: ranks on the timeline, e.g. 0,8,16,24 or 0-3.")
+@click.option("--fabric", type=click.Path(path_type=str), default=None, metavar="DIR|FILE",
+              help="Draw a queued-fabric run's side files (DIR holding one <stem>_fabric.json, "
+                   "or that file): queue depth of the 8 busiest switch ports with their PFC "
+                   "frames, and the throughput per phase of SOURCE's captures when given.")
 @library_errors
-def plot_cmd(source: str, outdir: str, scale: int, iterations: int, ranks: str | None) -> None:
+def plot_cmd(source: str | None, outdir: str, scale: int, iterations: int, ranks: str | None,
+             fabric: str | None) -> None:
     """Draw SOURCE: a capture (pcap/pcapng/ERF) gives throughput per NIC stacked by phase and
     frame/message size distributions; a directory of captures gives those two pictures for each
     of its .pcap/.pcapng/.erf files (sorted); a scenario (.yaml) gives the per-rank timeline
-    (1F1B, compute and RDMA messages) and message sizes."""
+    (1F1B, compute and RDMA messages) and message sizes. With --fabric: only the fabric picture
+    <stem>-fabric-queues.png, SOURCE (optional: captures) adding the throughput per phase."""
     from pathlib import Path
 
     from tokenpcap.errors import InputError
+
+    if fabric is not None:
+        if source is not None and Path(source).suffix in (".yaml", ".yml"):
+            raise click.BadParameter("got a scenario, expected captures (a file or a "
+                                     "directory) beside --fabric", param_hint="'SOURCE'")
+        if ranks:
+            raise click.BadParameter("got ranks with --fabric, expected them only with a "
+                                     "scenario (.yaml)", param_hint="'--ranks'")
+        from tokenpcap.analysis.fabric import find_fabric
+        from tokenpcap.analysis.plot_fabric import plot_fabric_files
+        from tokenpcap.cli.captures import capture_paths
+
+        directory, stem = find_fabric(fabric)
+        caps = capture_paths([source]) if source is not None else None
+        for path in plot_fabric_files(directory, stem, outdir, captures=caps):
+            click.echo(str(path))
+        return
+    if source is None:
+        raise click.UsageError("expected SOURCE (a capture, a directory or a scenario), or "
+                               "--fabric DIR")
     from tokenpcap.generate.select import parse_index_set
     from tokenpcap.analysis.plot import plot_all
 
