@@ -64,6 +64,8 @@ from tokenpcap.records import KIND_CTS, VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.records.points import NIC_TX, CapturePoint, parse_point
 from tokenpcap.schedule.compute import stage_times
 from tokenpcap.schedule.engine import kernel as K
+from tokenpcap.schedule.engine.fablog import fabric_log
+from tokenpcap.schedule.engine.fabric import flush_samples
 from tokenpcap.schedule.engine.frames import NicModel
 from tokenpcap.schedule.engine.port import TX_DTYPE
 from tokenpcap.schedule.engine.state import build_state
@@ -241,6 +243,8 @@ class Schedule:
                 for i in range(0, tx.size, self._chunk):
                     yield tx[i: i + self._chunk]
             if status == 0:
+                if eng.cf[K.FAB]:
+                    flush_samples(eng.S, eng.cf, eng.sc)
                 break
             eng.handed_out(int(eng.sc[K.FRONT]))
         rk = eng.S.rk
@@ -253,6 +257,27 @@ class Schedule:
         self._done = True
 
     # ------------------------------------------------------------------ results
+    def fabric_log(self):
+        """What the queued fabric did so far: ``(tables, FabricSummary)``
+        (:func:`tokenpcap.schedule.engine.fablog.fabric_log`; the tables of
+        :data:`tokenpcap.records.fabric.FABRIC_TABLES`).
+
+        Raises:
+            RuntimeError: the cluster's fabric is ideal (nothing was queued).
+        """
+        if not self.fabric_queued:
+            raise RuntimeError("Schedule.fabric_log: the fabric is ideal (fabric.model: ideal); "
+                               "expected a cluster with fabric.model: queued")
+        return fabric_log(self._eng, self.topology, self.scenario.cluster.fabric)
+
+    @property
+    def fabric_counters(self) -> dict[str, int]:
+        """Counters of the queued fabric so far: ``packet_hops`` (link traversals), ``pfc_frames``
+        sent, ``headroom_overflows`` (lossless packets admitted beyond their headroom), ``drops``."""
+        sc = self._eng.sc
+        return dict(packet_hops=int(sc[K.HOPS]), pfc_frames=int(sc[K.NPFC]),
+                    headroom_overflows=int(sc[K.HDRM_OVER]), drops=int(sc[K.DROPS]))
+
     def message_rows(self, ids) -> np.ndarray:
         """``MSG_STATE_DTYPE`` rows of the message ids ``ids`` (int array; ids are dense, in order
         of creation: each event's data messages, then their clear-to-send writes). Times not yet

@@ -110,10 +110,10 @@ FS_COLS = 6
 PK_COLS = 14
 PK_LAST, PK_ACKREQ = 1, 2
 # egress queues ``fq (P * 8, 4)`` per (port, priority): head, tail, bytes, packets; ingress
-# accounting ``fi (P * 8, 4)``: bytes, headroom bytes, XOFF sent, and the start of the pause the
-# (port, priority)'s egress is in
+# accounting ``fi (P * 8, 6)``: bytes, headroom bytes, XOFF sent; and of the (port, priority)'s
+# egress the start of the pause it is in, the packets and bytes it dropped
 Q8_HEAD, Q8_TAIL, Q8_BYTES, Q8_PKTS = range(4)
-I8_BYTES, I8_HDRM, I8_PAUSED, I8_PT0 = range(4)
+I8_BYTES, I8_HDRM, I8_PAUSED, I8_PT0, I8_DROPS, I8_DROPB = range(6)
 
 
 
@@ -144,8 +144,8 @@ class State(NamedTuple):
     participations).
 
     The queued fabric (:mod:`tokenpcap.schedule.engine.fabric`; one-row placeholders with an
-    ideal fabric): ``fp (P, FP_COLS)`` switch ports, ``fq (8P, 4)`` egress queues and ``fi (8P, 4)``
-    ingress accounting per (port, priority) (and the start of its egress pause), ``fpu (8P,)`` the time each (port, priority) is
+    ideal fabric): ``fp (P, FP_COLS)`` switch ports, ``fq (8P, 4)`` egress queues and ``fi (8P, 6)``
+    ingress accounting per (port, priority) (and its egress pause start and drops), ``fpu (8P,)`` the time each (port, priority) is
     paused until by PFC from downstream, ``fpv (8P,)`` the PFC frame waiting to leave the port for
     that priority (-1 none, 0 XON, else XOFF quanta), ``fsw (S, FS_COLS)`` switches,
     ``fn (N, FN_COLS)`` NICs, ``pk (K, PK_COLS)`` packet descriptors, routes ``rt_ptr (S·S + 1,)``
@@ -311,5 +311,5 @@ __all__ += [
     "FS_HDRM", "FS_RSRV", "FS_SHARED", "FS_SEED", "FS_QUEUED", "FS_COLS", "PK_MSG", "PK_IDX",
     "PK_KIND", "PK_FB", "PK_TB", "PK_SRC", "PK_DST", "PK_QP", "PK_PRIO", "PK_FLAGS", "PK_IN",
     "PK_NEXT", "PK_ARR", "PK_T0", "PK_COLS", "PK_LAST", "PK_ACKREQ", "Q8_HEAD", "Q8_TAIL",
-    "Q8_BYTES", "Q8_PKTS", "I8_BYTES", "I8_HDRM", "I8_PAUSED", "I8_PT0",
+    "Q8_BYTES", "Q8_PKTS", "I8_BYTES", "I8_HDRM", "I8_PAUSED", "I8_PT0", "I8_DROPS", "I8_DROPB",
 ]

@@ -296,6 +296,8 @@ def _switch_in(S, cf, sc, h, o, q, k, t):
             _admit(S, cf, sc, h, o, s, q, p, bb, t)
         elif S.fsw[s, FS_QUEUED] + bb > S.fsw[s, FS_BUF]:
             sc[DROPS] += 1
+            S.fi[e * 8 + p, I8_DROPS] += 1
+            S.fi[e * 8 + p, I8_DROPB] += pk[k, PK_FB]
             if pk[k, PK_KIND] != PKT_ACK:
                 sc[ERR] = 5                          # a lost data packet: not retransmitted here
             if sc[MMASK] >= 0:

@@ -55,7 +55,7 @@ class FabricArrays:
 def placeholder() -> FabricArrays:
     """An ideal fabric: one-row arrays the kernel never reads (``cf[FAB] == 0``)."""
     z = lambda *shape: np.full(shape, -1, np.int64)   # noqa: E731
-    arrays = dict(fp=z(1, K.FP_COLS), fq=z(8, 4), fi=z(8, 4), fpu=z(8), fpv=z(8),
+    arrays = dict(fp=z(1, K.FP_COLS), fq=z(8, 4), fi=z(8, 6), fpu=z(8), fpv=z(8),
                   fsw=z(1, K.FS_COLS), fn=z(1, K.FN_COLS), pk=z(1, K.PK_COLS), rt_ptr=z(2),
                   rt_port=z(1), q_sport=z(1), q_dqpn=z(1), sh_tb=z(1, 3), lgp=z(1, 6),
                   lgq=z(1, 5), qsamp=z(8, 2))
@@ -218,7 +218,7 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
     pk[-1, K.PK_NEXT] = -1
     fq = np.full((8 * P, 4), -1, np.int64)
     fq[:, [K.Q8_BYTES, K.Q8_PKTS]] = 0
-    fi = np.zeros((8 * P, 4), np.int64)
+    fi = np.zeros((8 * P, 6), np.int64)
     qsamp = np.zeros((8 * P, 2), np.int64)
     qsamp[:, 0] = -1
     arrays = dict(fp=fp, fq=fq, fi=fi, fpu=np.zeros(8 * P, np.int64),

@@ -21,7 +21,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from tokenpcap.errors import InputError
+from tokenpcap.errors import InfeasiblePlanError, InputError
 from tokenpcap.records import VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.schedule.engine import kernel as K
 from tokenpcap.schedule.engine import fabstate, ring
@@ -79,6 +79,12 @@ class Engine:
             if status == 3:
                 self._grow()
                 continue
+            if status == 2 and self.sc[K.ERR] == 5:
+                raise InfeasiblePlanError(
+                    "fabric: a switch dropped a data packet of a lossy priority (its buffer was "
+                    "full): retransmission is not modelled; expected fabric.pfc.enabled with the "
+                    "data priority (network.pcp) in fabric.pfc.priorities, or a larger "
+                    "fabric.switch.buffer_bytes")
             if status == 2:
                 raise RuntimeError(f"internal: engine error {int(self.sc[K.ERR])}")
             return status
