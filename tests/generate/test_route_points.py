@@ -107,6 +107,8 @@ def test_nic_rx_files_hold_the_received_frames_and_the_pfc_frames(run, tmp_path,
     assert rep.roce["malformed"] == 0 and rep.roce["icrc_bad"] == 0
     assert rep.roce["icrc_ok"] == len(tx) and rep.roce["packets"] == len(tx)
     assert rep.kinds == {"RoCEv2": len(tx), "PFC": 40}
+    one = inspect_captures([str(sorted(paths)[0])])      # a NIC's rx file: it sends none of it
+    assert not [e for e in one.idle_nics if e["reason"] == "no_packet"]
     for k, p in enumerate(sorted(paths)):
         cap = open_capture(p)
         rec = cap.read()
@@ -173,6 +175,7 @@ def test_a_switch_port_mirror_is_one_file_with_one_interface(run, tmp_path):
     rep = inspect_captures([str(paths[0])])
     assert rep.pfc["frames"] == 12 and rep.roce["icrc_bad"] == 0 and rep.roce["malformed"] == 0
     assert "point=switch:leaf0-3:2" in (rep.selection or "")
+    assert rep.idle_nics == []            # the port's interface is no NIC egress left silent
 
 
 def test_split_phase_puts_pfc_frames_in_their_own_file(run, tmp_path):

@@ -23,6 +23,7 @@ and ``errors`` only.
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 
@@ -169,7 +170,8 @@ def _idle_nics(rep: Report, acc: Acc, declared: list[tuple[str, str]]) -> list[s
     A NIC (source address) carries no data when all its packets are control packets of a phase
     (pcapng comments starting ``cts``/``ack``: clear-to-send writes and the ACKs it returns for
     data it receives); a pcapng interface (``node<N>/nic<I>``, its description starting with its
-    address) carries none when no packet leaves it. Both are listed in ``rep.idle_nics``.
+    address) carries none when no packet leaves it (interfaces of other capture points,
+    ``node<N>/nic<I>/rx`` and ``<switch>/port<P>``, are not egress captures and are skipped). Both are listed in ``rep.idle_nics``.
     Each ``nics`` entry gets
     ``data_payload_bytes`` (payload of packets whose comment names a data phase) when comments
     are present.
@@ -193,6 +195,8 @@ def _idle_nics(rep: Report, acc: Acc, declared: list[tuple[str, str]]) -> list[s
     seen = {e["address"] for e in rep.nics}
     silent = []
     for name, desc in dict(declared).items():
+        if not re.fullmatch(r"node\d+/nic\d+", name):    # a NIC's egress only: not the
+            continue                  # interfaces of generate --point nic-rx or switch:...
         addr = desc.split(" ", 1)[0]
         if desc.startswith("LID "):
             addr = "lid " + desc.split(" ")[1].lower()
