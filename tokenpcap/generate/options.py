@@ -54,7 +54,9 @@ class GenerateResult:
     packets ``{label: bytes}``, per-NIC data payload (int64 per sending NIC), control traffic
     (CTS, ACKs, and the PFC frames of switch ports at an ``nic-rx`` or switch point), span;
     ``plan`` is the plan at the run's scale (one iteration), ``iterations`` the kept iterations
-    ``(A, B)``, so a full capture's payload is ``plan`` totals × ``B − A``."""
+    ``(A, B)``, so a full capture's payload is ``plan`` totals × ``B − A``; with a queued fabric
+    ``fabric_files`` are the side files of what it did and ``fabric`` its
+    :class:`~tokenpcap.records.fabric.FabricSummary` (none otherwise)."""
 
     files: list[tuple[Path, int, int]]
     packets: int = 0
@@ -75,6 +77,8 @@ class GenerateResult:
     iterations: tuple[int, int] = (0, 1)
     scale: int = 1
     selection: Selection | None = None
+    fabric_files: list = field(default_factory=list)
+    fabric: object | None = None
 
 
 def check_options(s: Scenario, opt: GenerateOptions) -> None:

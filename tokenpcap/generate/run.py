@@ -72,6 +72,7 @@ from tokenpcap.config.profiles import Scenario
 from tokenpcap.errors import InputError, OutputError
 from tokenpcap.generate.options import (EPOCH_NS, FORMATS, MAX_SEED, SPLITS, GenerateOptions,
                                         GenerateResult, check_options, provenance_comment)
+from tokenpcap.generate.fabricfiles import write_fabric_files
 from tokenpcap.generate.output import Dispatcher, WriterConfig
 from tokenpcap.generate.route import describe_nic, file_header_bytes, file_specs, route_chunk
 from tokenpcap.generate.select import (Selection, parse_index_set, parse_iterations, window_text,
@@ -240,6 +241,12 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
                              f"expected a window inside the run, whose packets ({which}) span "
                              f"{span[0]:,}..{span[1]:,} ns")
         sizes = disp.close()
+        if sched.fabric_queued and not shard:
+            # what the fabric did, beside the captures (the same stem, so inspect finds it)
+            log, summary = sched.fabric_log()
+            res.fabric_files = [outset.final(p) for p in
+                                write_fabric_files(outset.stage, s.name, log, summary)]
+            res.fabric = summary
         outset.commit()
     except BaseException as err:
         if disp is not None:
