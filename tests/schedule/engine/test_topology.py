@@ -16,7 +16,7 @@ from tokenpcap.config.profiles import load_cluster
 from tokenpcap.config.types import (ClusterProfile, EcmpConfig, FabricProfile, GpuProfile,
                                     NetworkProfile, TopologyConfig)
 from tokenpcap.errors import ProfileError
-from tokenpcap.export.hpcc import _topology as export_topology
+from tokenpcap.export.hpcc import _rail_leaf_spine as export_topology
 from tokenpcap.schedule.engine.topology import (build_topology, hpcc_topology_lines,
                                                 splitmix32)
 from tests.conftest import ROOT
