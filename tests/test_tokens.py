@@ -213,3 +213,15 @@ def test_corpus_errors_of_a_scenario_name_the_scenario_file_and_key(tmp_path: Pa
         tokenize_scenario(dev)
     ok = tokenize_scenario(dataclasses.replace(s, tokenizer=TokenizerSpec("utf8")))
     assert ok.tokens == s.corpus.stat().st_size
+
+
+def test_a_workload_scenario_has_no_corpus_to_tokenize():
+    from tokenpcap.config.profiles import load_scenario
+    from tokenpcap.errors import InputError
+    from tokenpcap.tokens import tokenize_scenario
+
+    path = ROOT / "profiles" / "scenarios" / "alltoall-64.yaml"
+    with pytest.raises(InputError, match=r"^\S+alltoall-64.yaml: a workload scenario has no model: "
+                       r"tokenizing a corpus needs a training scenario \(model, parallelism, "
+                       r"training\)$"):
+        tokenize_scenario(load_scenario(path))

@@ -277,15 +277,3 @@ def test_plan_of_a_workload_scenario_has_no_model_section(run):  # type: ignore[
     assert data["totals"]["nic_bytes"] == 63 * (16 << 20) // 16 and data["totals"]["tokens"] == 0
     res = run("plan", str(PROFILES / "scenarios" / "alltoall-64.yaml"))
     assert res.exit_code == 0 and "1,048,576 B per pair" in res.stdout
-
-
-@pytest.mark.parametrize("args,what", [
-    (["trace", "{s}", "ciao"], "trace (following a corpus's tokens)"),
-    (["export", "{s}", "--to", "simai", "-o", "{o}/w.txt"],
-     "the SimAI export (a workload file of a model's layers)")])
-def test_what_needs_a_model_refuses_a_workload_in_one_line(run, tmp_path, args, what):  # type: ignore[no-untyped-def]
-    path = str(PROFILES / "scenarios" / "incast-63x16m.yaml")
-    res = CliRunner().invoke(main, [a.format(s=path, o=tmp_path) for a in args])
-    assert res.exit_code == 1 and not list(tmp_path.iterdir())
-    assert res.output == (f"error: {path}: a workload scenario has no model: {what} needs a "
-                          "training scenario (model, parallelism, training)\n")

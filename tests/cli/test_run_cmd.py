@@ -236,3 +236,12 @@ def test_one_file_left_by_another_run_is_named_in_the_singular(tmp_path):
     assert second.exit_code == 0 and "writing 8 pcapng files to" in text, second.output
     assert (f"also holds 1 capture file this run did not write (e.g. {left.name}); inspect DIR "
             "would add it to this run's") in text
+
+
+def test_run_a_workload_scenario_without_a_corpus(tmp_path):
+    out = tmp_path / "o"
+    r = CliRunner().invoke(main, ["run", str(ROOT / "profiles" / "scenarios" / "incast-63x16m.yaml"),
+                                  "-o", str(out), "--scale", "256", "-j", "1"])
+    assert r.exit_code == 0, r.output
+    assert "corpus:" not in r.output and len(list(out.glob("*.pcapng"))) == 64
+    assert re.search(r"wl/run/SendRecv\s+│\s+1,008\s+│\s+4,128,768\s+│\s+4,128,768", r.output)

@@ -58,3 +58,12 @@ def test_trace_answers_in_one_line_exit_1(run, args, words):  # type: ignore[no-
 def test_trace_usage_errors_exit_2(run):  # type: ignore[no-untyped-def]
     assert run("trace", DANTE).exit_code == 2
     assert run("trace", DANTE, "Nel", "--occurrence", "0").exit_code == 2
+
+
+def test_trace_refuses_a_workload_scenario_in_one_line():
+    path = str(ROOT / "profiles" / "scenarios" / "incast-63x16m.yaml")
+    res = CliRunner().invoke(main, ["trace", path, "ciao"])
+    assert res.exit_code == 1
+    assert res.output == (f"error: {path}: a workload scenario has no model: trace (following a "
+                          "corpus's tokens) needs a training scenario (model, parallelism, "
+                          "training)\n")

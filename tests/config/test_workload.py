@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.config.workload import WORKLOAD_KINDS
@@ -127,3 +128,25 @@ def test_unknown_scenario_keys_and_a_missing_cluster(tmp_path):
     path.write_text("workload: {kind: alltoall, bytes: 8}\n")
     with pytest.raises(ProfileError, match=r"wl.yaml: cluster: got missing"):
         load_scenario(path)
+
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 12), st.text(max_size=4),
+                    st.lists(st.integers(-1, 9), max_size=4),
+                    st.lists(st.lists(st.integers(-1, 9), max_size=3), max_size=3),
+                    st.dictionaries(st.integers(-1, 9), st.integers(-5, 50), max_size=3))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(sorted(WORKLOAD_KINDS) + ["bogus"]),
+       values=st.dictionaries(st.sampled_from(["bytes", "senders", "receiver", "ranks", "pairs",
+                                               "repeat", "dtype", "start_offsets_ns", "other"]),
+                              _VALUES, max_size=5))
+def test_any_workload_mapping_loads_or_is_one_profile_error(tmp_path, kind, values):
+    path = scenario(tmp_path, {"kind": kind, **values})
+    try:
+        w = load_scenario(path).workload
+    except ProfileError as err:
+        assert "\n" not in str(err) and str(err).startswith(f"{path}: workload")
+        return
+    assert w.kind == kind and w.bytes >= 1 and len(w.start_offsets_ns) == 8
+    assert all(0 <= r < 8 for r in w.ranks) and all(a != b for a, b in w.pairs)

@@ -137,3 +137,21 @@ def test_a_fifo_given_as_output_is_refused_and_left_in_place(tmp_path, dante):
     assert "got a FIFO (named pipe), expected a regular file or a new path" in r.output
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]     # no file, no stage
+
+
+def test_a_workload_exports_its_messages_and_refuses_simai_in_one_line(tmp_path):
+    path = ROOT / "profiles" / "scenarios" / "incast-63x16m.yaml"
+    (out,) = export_scenario(path, "csv", tmp_path / "incast.csv", scale=64)
+    with open(out, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["kind"] == "data"]
+    assert len(rows) == 63 and {r["phase"] for r in rows} == {"wl/run/SendRecv"}
+    assert sorted(int(r["rank_src"]) for r in rows) == list(range(1, 64))
+    assert {(r["rank_dst"], r["size_bytes"], r["token_start"]) for r in rows} == \
+        {("0", str((16 << 20) // 64), "-1")}
+    flows = export_scenario(path, "hpcc", tmp_path / "incast.txt", scale=64)[0]
+    assert flows.read_text().splitlines()[0] == "63"
+    with pytest.raises(InputError, match=r"incast-63x16m.yaml: a workload scenario has no model: "
+                       r"the SimAI export \(a workload file of a model's layers\) needs a "
+                       r"training scenario"):
+        export_scenario(path, "simai", tmp_path / "w" / "incast.txt")
+    assert not (tmp_path / "w").exists()

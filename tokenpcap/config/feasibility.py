@@ -55,6 +55,8 @@ def check_feasible(s: Scenario) -> None:
     microbatch). The DP bucket count needs the model's shard sizes: it is checked by the plan
     (:func:`tokenpcap.plan.feasibility.check_plan_size`).
 
+    A workload scenario has none of these (no model, no training): nothing is checked here.
+
     Raises:
         InfeasiblePlanError: the first rule broken, naming the file, keys, value got and expected.
     """

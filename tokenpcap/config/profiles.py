@@ -2,7 +2,8 @@
 
 Three kinds of profile (model, cluster, scenario; every key is in docs/profiles.md); a scenario
 names a corpus, a tokenizer, a model, a cluster and the parallelism/training/collective settings,
-with paths relative to the scenario file. Units are in key names (``link_gbps``, ``pmtu_bytes``,
+with paths relative to the scenario file, or a cluster and a microbenchmark ``workload:``
+(:mod:`tokenpcap.config.workload`). Units are in key names (``link_gbps``, ``pmtu_bytes``,
 ``latency_ns``).
 
 This module loads scenarios (their tokenizer, parallelism, training, collectives and generation
@@ -201,7 +202,9 @@ def load_scenario(path: str | Path) -> Scenario:
     ``corpus``, ``model`` and ``cluster`` are paths relative to the scenario file (``model`` and
     ``cluster`` may also be inline mappings). ``tokenizer`` is a mapping ``{kind, vocab_size,
     name}`` or a string as :func:`parse_tokenizer` reads it. The corpus file is not opened here
-    (stage 1 reads it). After loading, :func:`check_feasible` checks the combination.
+    (stage 1 reads it). After loading, :func:`check_feasible` checks the combination. A file
+    with a ``workload:`` key is a microbenchmark (:mod:`tokenpcap.config.workload`): a cluster,
+    a workload, collectives and generation, and none of the training keys.
 
     Raises:
         ProfileError: any key of the scenario or of the files it names is unknown, missing, of

@@ -81,6 +81,7 @@ class _Kind:
 #: kind name -> its keys and checker (:func:`register_workload_kind`).
 WORKLOAD_KINDS: dict[str, _Kind] = {}
 
+
 def _kind(file: Path | None, key: str, value: Any) -> str:
     """``kind``: the name of a registered kind (:data:`WORKLOAD_KINDS`)."""
     if isinstance(value, str) and value in WORKLOAD_KINDS:
