@@ -109,9 +109,10 @@ def test_points_are_parsed_into_the_options(text):
     assert _options(s, None).point == parse_point("nic-tx")        # the default
 
 
-def test_a_point_the_engine_does_not_model_yet_is_refused_with_exit_1(tmp_path):
-    """Until the queued fabric's engine yields rows at nic-rx, the schedule refuses the point
-    (one line, exit 1) and the output directory is removed again."""
+def test_a_point_past_the_nic_on_an_ideal_fabric_is_refused_with_exit_1(tmp_path):
+    """An ideal fabric has no switch and no receive side to capture at: the schedule refuses
+    the point (one line, exit 1) and the output directory is removed again; a queued fabric
+    refuses a switch or port it does not have the same way."""
     from click.testing import CliRunner
 
     from tokenpcap.cli import main
@@ -121,6 +122,11 @@ def test_a_point_the_engine_does_not_model_yet_is_refused_with_exit_1(tmp_path):
                                   "--point", "nic-rx", "--scale", "64"])
     assert r.exit_code == 1 and "--point" in r.output and "nic-rx" in r.output, r.output
     assert "Traceback" not in r.output and not out.exists()
+    for point, says in (("switch:leaf9-9:0", "leaf9-9"), ("switch:switch0:64", "0 .. 63")):
+        r = CliRunner().invoke(main, ["generate", str(SCENARIOS / "incast-63x16m.yaml"), "-o",
+                                      str(out), "--point", point, "--scale", "1024"])
+        assert r.exit_code == 1 and "--point" in r.output and says in r.output, r.output
+        assert "Traceback" not in r.output and not out.exists()
     r = CliRunner().invoke(main, ["generate", str(SCENARIOS / "dante.yaml"), "-o", str(out),
                                   "--point", "nic-rx", "--dask", "local:1"])
     assert r.exit_code == 2 and "'--dask'" in r.output and "nic-tx" in r.output, r.output
