@@ -65,6 +65,7 @@ from tokenpcap.records.points import NIC_TX, CapturePoint, parse_point
 from tokenpcap.schedule.compute import stage_times
 from tokenpcap.schedule.engine import kernel as K
 from tokenpcap.schedule.engine.fablog import fabric_log
+from tokenpcap.schedule.engine.fabstate import fabric_args
 from tokenpcap.schedule.engine.fabric import flush_samples
 from tokenpcap.schedule.engine.frames import NicModel
 from tokenpcap.schedule.engine.port import TX_DTYPE
@@ -191,29 +192,15 @@ class Schedule:
                                 nics=self.nics, chunk_rows=self._chunk,
                                 keep_history=keep_history, keep_nvlink=keep_nvlink,
                                 keep_messages=keep_messages, ring_rows=ring_rows,
-                                **self._fabric(s, point, topology))
+                                **self._fabric_args(s, point, topology))
         self.keep_messages = bool(keep_messages)
         self._done = False
 
-    def _fabric(self, s, point: str, topology) -> dict:
-        """The fabric arguments of :func:`~tokenpcap.schedule.engine.state.build_state`: none for
-        an ideal fabric; the topology, capture point and QP flow keys for a queued one."""
-        fab = getattr(s.cluster, "fabric", None)
-        queued = topology is not None or (fab is not None and fab.model == "queued")
-        self.fabric_queued = queued
-        self.topology = None
-        if not queued:
-            if point != NIC_TX:
-                raise InputError(f"--point: got {str(point)!r}, expected nic-tx with an ideal "
-                                 "fabric (a cluster with fabric.model: queued has nic-rx and "
-                                 "switch ports)")
-            return {}
-        if topology is None:
-            from tokenpcap.schedule.engine.topology import build_topology
-            topology = build_topology(s.cluster)
-        self.topology = topology
-        return dict(topology=topology, point=str(point),
-                    flow_keys=_flow_keys(int(s.generation.seed)))
+    def _fabric_args(self, s, point, topology) -> dict:
+        args = fabric_args(s, point, topology)
+        self.fabric_queued = bool(args)
+        self.topology = args.get("topology")
+        return args
 
     # ------------------------------------------------------------------ running
     def run(self) -> Iterator[np.ndarray]:
@@ -459,18 +446,6 @@ class Schedule:
             raise KeyError(call_id)
         return self.plan.call(call_id)
 
-
-def _flow_keys(seed: int):
-    """``f(nic, peer, conn, role) -> (udp_sport, dest_qpn)`` of QPs (int64 arrays), as the lowering
-    numbers them (:mod:`tokenpcap.wire.qpn`)."""
-    from tokenpcap.wire.qpn import qpn
-    from tokenpcap.wire.rdma import rocev2_udp_sport
-
-    def keys(nic, peer, conn, role):
-        mine = qpn(seed, nic, peer, conn, role)
-        other = qpn(seed, peer, nic, conn, 1 - role)
-        return (np.asarray(rocev2_udp_sport(mine, other), np.int64), other.astype(np.int64))
-    return keys
 
 
 def _call_columns(table: CallTable) -> np.ndarray:

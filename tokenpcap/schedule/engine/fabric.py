@@ -57,8 +57,10 @@ from numba import njit
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import emit, push
 from tokenpcap.schedule.engine.ecmp import ecmp_index
+from tokenpcap.schedule.engine.fabric_mmu import admit, release
+from tokenpcap.schedule.engine.fabric_stats import flush_samples, log_pfc, sample
 
-__all__ = ["ser_ns", "inject", "hop", "free_event", "pfc_event", "pk_free", "flush_samples"]
+__all__ = ["ser_ns", "inject", "hop", "free_event", "pfc_event", "pk_free", "flush_samples"]  # flush_samples: module fabric_stats
 
 _UDP_ROCE = 4791
 
@@ -142,23 +144,6 @@ def inject(S, cf, sc, h, nic, t0, d, msg, idx, kind, fb, tb, flags, qp):
 
 
 @njit(cache=True, _nrt=False)
-def _thresh(S, s, q):
-    """Dynamic PFC threshold of ingress port ``q`` of switch ``s`` (bytes)."""
-    fsw = S.fsw
-    free = fsw[s, FS_BUF] - fsw[s, FS_HDRM] - fsw[s, FS_RSRV] - fsw[s, FS_SHARED]
-    if free < 0:
-        free = 0
-    sh = S.fp[q, FP_SHIFT]
-    return free >> sh if sh >= 0 else free << (-sh)
-
-
-@njit(cache=True, _nrt=False)
-def _shared_used(cf, fi, i):
-    u = fi[i, I8_BYTES] - cf[F_RESERVE]
-    return u if u > 0 else 0
-
-
-@njit(cache=True, _nrt=False)
 def _request_pfc(S, cf, sc, h, o, q, p, quanta, t):
     """Queue a PFC frame for priority ``p`` on switch port ``q`` (it leaves at the next frame
     boundary, ahead of any data: a FREE event of the port at ``t`` or when it is free; no call
@@ -169,91 +154,6 @@ def _request_pfc(S, cf, sc, h, o, q, p, quanta, t):
         w = fp[q, FP_BUSY] if fp[q, FP_BUSY] > t else t
         fp[q, FP_FREE] = w
         push(h, sc, w, EV_FREE, q, q, 0)
-
-
-@njit(cache=True, _nrt=False)
-def _admit(S, cf, sc, h, o, s, q, p, bb, t):
-    """Ingress accounting of ``bb`` bytes arriving on port ``q`` (priority ``p``) of switch ``s``,
-    and XOFF when it crosses (module docstring)."""
-    fi = S.fi
-    i = q * 8 + p
-    th = _thresh(S, s, q)
-    if bb + fi[i, I8_HDRM] > S.fp[q, FP_HDRM] and bb + _shared_used(cf, fi, i) > th:
-        sc[HDRM_OVER] += 1                           # ns-3 drops here; a lossless class does not
-    new = fi[i, I8_BYTES] + bb
-    res = cf[F_RESERVE]
-    if new <= res:
-        fi[i, I8_BYTES] = new
-    elif new - res > th:
-        fi[i, I8_HDRM] += bb
-    else:
-        fi[i, I8_BYTES] = new
-        S.fsw[s, FS_SHARED] += bb if bb < new - res else new - res
-    if fi[i, I8_PAUSED] == 0 and (fi[i, I8_HDRM] > 0 or _shared_used(cf, fi, i) >= _thresh(S, s, q)):
-        fi[i, I8_PAUSED] = 1
-        _request_pfc(S, cf, sc, h, o, q, p, cf[F_QUANTA], t)
-
-
-@njit(cache=True, _nrt=False)
-def _release(S, cf, sc, h, o, s, q, p, bb, t):
-    """``bb`` bytes that came in on port ``q`` (priority ``p``) leave switch ``s``: XON when the
-    (port, priority) may resume."""
-    fi = S.fi
-    i = q * 8 + p
-    res = cf[F_RESERVE]
-    fh = fi[i, I8_HDRM] if fi[i, I8_HDRM] < bb else bb
-    above = fi[i, I8_BYTES] - res if fi[i, I8_BYTES] > res else 0
-    fs = bb - fh if bb - fh < above else above
-    fi[i, I8_HDRM] -= fh
-    fi[i, I8_BYTES] -= bb - fh
-    S.fsw[s, FS_SHARED] -= fs
-    if fi[i, I8_PAUSED]:
-        su = _shared_used(cf, fi, i)
-        if fi[i, I8_HDRM] == 0 and (su == 0 or su + cf[F_RESUME] <= _thresh(S, s, q)):
-            fi[i, I8_PAUSED] = 0
-            _request_pfc(S, cf, sc, h, o, q, p, 0, t)
-
-
-@njit(cache=True, _nrt=False)
-def _sample(S, cf, sc, e, p, before, t):
-    """Queue ``(e, p)`` changes at ``t`` from ``before`` bytes: keep the most bytes of the current
-    sampling interval, write the interval's row when a later one starts."""
-    qs = S.qsamp
-    i = e * 8 + p
-    iv = t // cf[F_QLEN]
-    if qs[i, 0] != iv:
-        if qs[i, 1] > 0:
-            _log_q(S, sc, cf, e, p, qs[i, 0], qs[i, 1])
-        qs[i, 0] = iv
-        qs[i, 1] = before
-    now = S.fq[i, Q8_BYTES]
-    if now > qs[i, 1]:
-        qs[i, 1] = now
-    tot = S.fp[e, FP_QBYTES]
-    if tot > S.fp[e, FP_MAXQ]:
-        S.fp[e, FP_MAXQ] = tot
-
-
-@njit(cache=True, _nrt=False)
-def _log_q(S, sc, cf, e, p, iv, most):
-    n = sc[NLGQ]
-    if n < S.lgq.shape[0]:
-        S.lgq[n, 0] = iv * cf[F_QLEN]
-        S.lgq[n, 1] = S.fp[e, FP_SW]
-        S.lgq[n, 2] = S.fp[e, FP_NUM_ON_SW]
-        S.lgq[n, 3] = p
-        S.lgq[n, 4] = most
-        sc[NLGQ] = n + 1
-
-
-@njit(cache=True, _nrt=False)
-def flush_samples(S, cf, sc):
-    """Write the current interval of every queue that held bytes in it (at the end of a run)."""
-    qs = S.qsamp
-    for i in range(qs.shape[0]):
-        if qs[i, 1] > 0 and qs[i, 0] >= 0:
-            _log_q(S, sc, cf, i // 8, i % 8, qs[i, 0], qs[i, 1])
-            qs[i, 1] = 0
 
 
 @njit(cache=True, _nrt=False)
@@ -293,7 +193,8 @@ def _switch_in(S, cf, sc, h, o, q, k, t):
     bb = pk[k, PK_TB] - cf[F_BBOFF]
     if p != cf[F_CPRIO]:
         if cf[F_PFC] and (cf[F_LOSSLESS] >> p) & 1:
-            _admit(S, cf, sc, h, o, s, q, p, bb, t)
+            if admit(S, cf, sc, s, q, p, bb):
+                _request_pfc(S, cf, sc, h, o, q, p, cf[F_QUANTA], t)
         elif S.fsw[s, FS_QUEUED] + bb > S.fsw[s, FS_BUF]:
             sc[DROPS] += 1
             S.fi[e * 8 + p, I8_DROPS] += 1
@@ -318,7 +219,7 @@ def _switch_in(S, cf, sc, h, o, q, k, t):
     fq[i, Q8_PKTS] += 1
     S.fsw[s, FS_QUEUED] += bb
     fp[e, FP_QBYTES] += bb
-    _sample(S, cf, sc, e, p, before, t)
+    sample(S, cf, sc, e, p, before, t)
     _kick(S, cf, sc, h, o, e, t)
 
 
@@ -381,7 +282,7 @@ def _port_start(S, cf, sc, h, o, e, t):
             pk[k, PK_DST] = fp[e, FP_PEER_NIC] if fp[e, FP_PEER_NIC] >= 0 else -1 - fp[e, FP_PEER_PORT]
             pk[k, PK_PRIO] = p
             pk[k, PK_FLAGS] = 0
-            _log_pfc(S, sc, e, p, v, t)
+            log_pfc(S, sc, e, p, v, t)
             fp[e, FP_PFCS] += 1
             sc[NPFC] += 1
             if v > 0 and not cf[F_UNTIL]:
@@ -406,23 +307,11 @@ def _port_start(S, cf, sc, h, o, e, t):
     s = fp[e, FP_SW]
     S.fsw[s, FS_QUEUED] -= bb
     fp[e, FP_QBYTES] -= bb
-    _sample(S, cf, sc, e, p, before, t)
+    sample(S, cf, sc, e, p, before, t)
     if p != cf[F_CPRIO] and cf[F_PFC] and (cf[F_LOSSLESS] >> p) & 1:
-        _release(S, cf, sc, h, o, s, pk[k, PK_IN], p, bb, t)
+        if release(S, cf, s, pk[k, PK_IN], p, bb):
+            _request_pfc(S, cf, sc, h, o, pk[k, PK_IN], p, 0, t)
     _transmit(S, cf, sc, h, o, e, k, t)
-
-
-@njit(cache=True, _nrt=False)
-def _log_pfc(S, sc, e, p, quanta, t):
-    n = sc[NLGP]
-    if n < S.lgp.shape[0]:
-        S.lgp[n, 0] = t
-        S.lgp[n, 1] = S.fp[e, FP_SW]
-        S.lgp[n, 2] = S.fp[e, FP_NUM_ON_SW]
-        S.lgp[n, 3] = p
-        S.lgp[n, 4] = 1 if quanta > 0 else 0
-        S.lgp[n, 5] = quanta
-        sc[NLGP] = n + 1
 
 
 @njit(cache=True, _nrt=False)

@@ -23,11 +23,16 @@ from fractions import Fraction
 import numpy as np
 
 from tokenpcap.config.addresses import nic_addresses
+from tokenpcap.config.fabric import auto_headroom_bytes, port_dynamic_th
 from tokenpcap.errors import InputError
 from tokenpcap.schedule.engine import events as K
+from tokenpcap.schedule.engine.ecmp import ECMP_HASHES, ECMP_MODES
+from tokenpcap.schedule.engine.topology import build_topology
 from tokenpcap.wire import rdma
+from tokenpcap.wire.qpn import qpn
 
-__all__ = ["FabricArrays", "build_fabric", "placeholder", "timing_bytes", "parse_point",
+__all__ = ["FabricArrays", "build_fabric", "fabric_args", "flow_keys", "placeholder",
+           "timing_bytes", "parse_point",
            "HPCC_HEADER_BYTES", "ROCE_L1_BYTES"]
 
 #: Bytes HPCC ns-3 adds to a packet's payload on the wire (PPP 2, IPv4 20, UDP 8, SeqTsHeader
@@ -50,6 +55,38 @@ class FabricArrays:
     settings: dict
     sh_d: np.ndarray | None
     ack_ns: int | None
+
+
+def flow_keys(seed: int):
+    """``f(nic, peer, conn, role) -> (udp_sport, dest_qpn)`` of QPs (int64 arrays), as the
+    lowering numbers them (:mod:`tokenpcap.wire.qpn`: the QP pair's UDP source port is Linux's
+    ``rdma_flow_label_to_udp_sport`` of its two QPNs, the same both ways)."""
+    def keys(nic, peer, conn, role):
+        mine = qpn(seed, nic, peer, conn, role)
+        other = qpn(seed, peer, nic, conn, 1 - role)
+        return np.asarray(rdma.rocev2_udp_sport(mine, other), np.int64), other.astype(np.int64)
+    return keys
+
+
+def fabric_args(s, point, topology=None) -> dict:
+    """The fabric arguments of :func:`~tokenpcap.schedule.engine.state.build_state` for scenario
+    ``s`` and capture ``point`` (a :class:`~tokenpcap.records.points.CapturePoint`): none for an
+    ideal fabric; the topology (built from the cluster's ``fabric`` unless given), the point and
+    the QPs' flow keys for a queued one.
+
+    Raises:
+        InputError: a point other than ``nic-tx`` on an ideal fabric.
+    """
+    fab = getattr(s.cluster, "fabric", None)
+    if topology is None and (fab is None or fab.model != "queued"):
+        if str(point) != "nic-tx":
+            raise InputError(f"--point: got {str(point)!r}, expected nic-tx with an ideal "
+                             "fabric (a cluster with fabric.model: queued has nic-rx and "
+                             "switch ports)")
+        return {}
+    if topology is None:
+        topology = build_topology(s.cluster)
+    return dict(topology=topology, point=str(point), flow_keys=flow_keys(int(s.generation.seed)))
 
 
 def placeholder() -> FabricArrays:
@@ -150,21 +187,13 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
     fp[:, K.FP_BUSY] = 0
     fp[:, [K.FP_TXF, K.FP_TXB, K.FP_PFCS, K.FP_PFCR, K.FP_PAUSED_NS, K.FP_MAXQ, K.FP_QBYTES]] = 0
     pfc = fab.pfc
-    # headroom per port: the profile's, or HPCC third.cc's 3 x rate x delay (bytes)
-    auto = (np.round(topo.port_gbps * 1e9).astype(np.int64) * topo.port_prop_ns // 8
-            // 1_000_000_000 * 3)
-    fp[:, K.FP_HDRM] = auto if pfc.headroom_bytes is None else int(pfc.headroom_bytes)
+    # headroom per port: the profile's, or HPCC third.cc's 3 x rate x delay (bytes); the
+    # dynamic threshold's shift (alpha = 2**-shift) per ingress port
+    gbps, prop = topo.port_gbps.tolist(), topo.port_prop_ns.tolist()
+    fp[:, K.FP_HDRM] = ([auto_headroom_bytes(g, d) for g, d in zip(gbps, prop)]
+                        if pfc.headroom_bytes is None else int(pfc.headroom_bytes))
     nic_gbps = float(cluster.link_gbps)
-    shift = np.full(P, -int(pfc.dynamic_th), np.int64)
-    if pfc.dynamic_th_rate_scaled:
-        # third.cc: while (rate > nic_rate && pfc_a_shift > 0) { pfc_a_shift--; rate /= 2; }
-        r = topo.port_gbps.astype(np.float64).copy()
-        for _ in range(64):
-            m = (r > nic_gbps) & (shift > 0)
-            if not m.any():
-                break
-            shift[m] -= 1
-            r[m] /= 2
+    shift = np.array([-port_dynamic_th(pfc, g, nic_gbps) for g in gbps], np.int64).reshape(-1)
     fp[:, K.FP_SHIFT] = shift
     # switches
     fsw = np.zeros((S, K.FS_COLS), np.int64)
@@ -210,7 +239,7 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
         K.F_RESERVE: int(pfc.reserve_bytes), K.F_RESUME: int(pfc.resume_offset_bytes),
         K.F_QUANTA: int(pfc.pause_quanta), K.F_UNTIL: int(bool(pfc.pause_until_resume)),
         K.F_CUT: int(cut), K.F_PIPE: int(fab.switch.pipeline_ns),
-        K.F_EMODE: _ECMP_MODES[fab.ecmp.mode], K.F_EHASH: _ECMP_HASHES[fab.ecmp.hash],
+        K.F_EMODE: ECMP_MODES[fab.ecmp.mode], K.F_EHASH: ECMP_HASHES[fab.ecmp.hash],
         K.F_QLEN: int(fab.qlen_sample_ns), K.F_POINT: code, K.F_PPORT: pport, K.F_NSW: S,
     }
     pk = np.full((1 << 16, K.PK_COLS), -1, np.int64)
@@ -232,8 +261,6 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
     return FabricArrays(arrays, settings, sh_d, ack_ns)
 
 
-_ECMP_MODES = {"five-tuple": 0, "dest-qp": 1, "spray": 2}
-_ECMP_HASHES = {"crc32": 0, "hpcc-murmur3": 1}
 
 
 def grow_pool(pk: np.ndarray, sc: np.ndarray, need: int) -> np.ndarray:

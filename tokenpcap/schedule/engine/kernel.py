@@ -51,7 +51,8 @@ from numba import njit
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - the kernel's vocabulary, re-exported
 from tokenpcap.schedule.engine.events import State, pop, push
 from tokenpcap.schedule.engine.fabric import free_event, hop, pfc_event
-from tokenpcap.schedule.engine.link import advance, nic_pause_end, nic_pfc, queue_ack, ready, rewake
+from tokenpcap.schedule.engine.link import advance, queue_ack, ready, rewake
+from tokenpcap.schedule.engine.nicpfc import nic_pause_end, nic_pfc
 from tokenpcap.schedule.engine.progs import ab_done, arrived, flush_out, step
 from tokenpcap.schedule.engine.ring import room
 

@@ -24,9 +24,9 @@ from numba import njit
 
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import emit, push
-from tokenpcap.schedule.engine.fabric import inject, pk_free
+from tokenpcap.schedule.engine.fabric import inject
 
-__all__ = ["advance", "rewake", "ready", "queue_ack", "nic_pfc", "nic_pause_end"]
+__all__ = ["advance", "rewake", "ready", "queue_ack", "touch"]
 
 
 @njit(cache=True, _nrt=False)
@@ -310,7 +310,7 @@ def advance(S, cf, sc, h, a, o, port, limit):
 
 
 @njit(cache=True, _nrt=False)
-def _touch(S, port, t):
+def touch(S, port, t):
     pt = S.pt
     if pt[port, P_CLOCK] < t:
         pt[port, P_CLOCK] = t
@@ -424,7 +424,7 @@ def ready(S, cf, sc, h, a, o, mid, t):
     if qp[q, Q_HEAD] < 0:
         qp[q, Q_HEAD] = mid
         _act_insert(S, sc, port, q, mid)
-        _touch(S, port, t)
+        touch(S, port, t)
         rewake(S, cf, sc, h, port)
     else:
         ms[r, M_LINK] = -1
@@ -458,47 +458,5 @@ def queue_ack(S, cf, sc, a, port, msg, idx, t):
         pt[port, P_AHEAD] = e
     pt[port, P_ATAIL] = e
     pt[port, P_NACK] += 1
-    _touch(S, port, t)
+    touch(S, port, t)
 
-
-@njit(cache=True, _nrt=False)
-def nic_pfc(S, cf, sc, h, a, o, nic, k, t):
-    """A PFC frame (descriptor ``k``, freed here) from its ToR reaches NIC ``nic`` at ``t``: its
-    data priority stops after the frame in progress, for the frame's pause time (or until an XON
-    with ``cf[F_UNTIL]``), or resumes on an XON; ACKs (the control priority) go on."""
-    pt = S.pt
-    fn = S.fn
-    pk = S.pk
-    fn[nic, FN_PFCR] += 1
-    vec = pk[k, PK_IDX]
-    quanta = pk[k, PK_MSG]
-    pk_free(S, sc, k)
-    if not (vec >> cf[F_DPRIO]) & 1:
-        return
-    advance(S, cf, sc, h, a, o, nic, t)
-    paused = pt[nic, P_PUNTIL] > t
-    if quanta == 0:
-        if paused:
-            fn[nic, FN_PAUSED_NS] += t - fn[nic, FN_PAUSE_T0]
-        pt[nic, P_PUNTIL] = t
-        _touch(S, nic, t)
-    else:
-        if not paused:
-            fn[nic, FN_PAUSE_T0] = t
-        if cf[F_UNTIL]:
-            pt[nic, P_PUNTIL] = NEVER
-        else:
-            u = t + (quanta * 512 * fn[nic, FN_RDEN] + fn[nic, FN_RNUM] - 1) // fn[nic, FN_RNUM]
-            pt[nic, P_PUNTIL] = u
-            push(h, sc, u, EV_PFC, (1 << 40) + nic, 2, nic)
-    rewake(S, cf, sc, h, nic)
-
-
-@njit(cache=True, _nrt=False)
-def nic_pause_end(S, cf, sc, h, a, o, nic, t):
-    """A NIC's pause time ran out at ``t`` (unless a later XOFF extended it or an XON ended it)."""
-    pt = S.pt
-    if pt[nic, P_PUNTIL] == t:
-        S.fn[nic, FN_PAUSED_NS] += t - S.fn[nic, FN_PAUSE_T0]
-        _touch(S, nic, t)
-        rewake(S, cf, sc, h, nic)
