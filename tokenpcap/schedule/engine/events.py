@@ -86,11 +86,12 @@ R_NVL, R_MARK = 8, 9   # rk columns after the stream state (R_MARK .. R_MARK + 3
 # the queued fabric (module fabric). Switch ports ``fp (P, FP_COLS)``: owner switch, port number,
 # the NIC or switch port at the other end (-1), link rate as bits per ns NUM/DEN, propagation ns,
 # transmitter busy until, its wire (packets on the link, FIFO of descriptors), pending FREE event
-# time, round-robin pointer among data priorities, headroom and PFC threshold shift, counters
+# time, round-robin pointer among data priorities, headroom and PFC threshold shift, counters,
+# bytes queued, and the priorities whose PFC frame waits to leave (a bitmask)
 (FP_SW, FP_NUM_ON_SW, FP_PEER_NIC, FP_PEER_PORT, FP_RNUM, FP_RDEN, FP_PROP, FP_BUSY, FP_WHEAD,
  FP_WTAIL, FP_FREE, FP_RR, FP_HDRM, FP_SHIFT, FP_TXF, FP_TXB, FP_PFCS, FP_PFCR, FP_PAUSED_NS,
- FP_MAXQ, FP_QBYTES) = range(21)
-FP_COLS = 21
+ FP_MAXQ, FP_QBYTES, FP_PFCM) = range(22)
+FP_COLS = 22
 # NICs ``fn (N, FN_COLS)``: the switch port its link enters, propagation, rate NUM/DEN, its wire,
 # rx capture selected, IPv4 address, counters (frames and bytes in, PFC frames in, ns paused,
 # start of the current pause)
@@ -305,7 +306,7 @@ __all__ += [
     "F_PIPE", "F_EMODE", "F_EHASH", "F_QLEN", "F_POINT", "F_PPORT", "F_NSW", "NCF", "PKT_PFC",
     "P_PUNTIL", "P_COLS", "FP_SW", "FP_NUM_ON_SW", "FP_PEER_NIC", "FP_PEER_PORT", "FP_RNUM",
     "FP_RDEN", "FP_PROP", "FP_BUSY", "FP_WHEAD", "FP_WTAIL", "FP_FREE", "FP_RR", "FP_HDRM",
-    "FP_SHIFT", "FP_TXF", "FP_TXB", "FP_PFCS", "FP_PFCR", "FP_PAUSED_NS", "FP_MAXQ", "FP_QBYTES",
+    "FP_SHIFT", "FP_TXF", "FP_TXB", "FP_PFCS", "FP_PFCR", "FP_PAUSED_NS", "FP_MAXQ", "FP_QBYTES", "FP_PFCM",
     "FP_COLS", "FN_PORT", "FN_PROP", "FN_RNUM", "FN_RDEN", "FN_WHEAD", "FN_WTAIL", "FN_RXSEL",
     "FN_IP", "FN_RXF", "FN_RXB", "FN_PFCR", "FN_PAUSED_NS", "FN_PAUSE_T0", "FN_COLS", "FS_BUF",
     "FS_HDRM", "FS_RSRV", "FS_SHARED", "FS_SEED", "FS_QUEUED", "FS_COLS", "PK_MSG", "PK_IDX",

@@ -150,6 +150,7 @@ def _request_pfc(S, cf, sc, h, o, q, p, quanta, t):
     back into the transmit path, which is where the request comes from)."""
     S.fpv[q * 8 + p] = quanta
     fp = S.fp
+    fp[q, FP_PFCM] |= 1 << p
     if fp[q, FP_FREE] < 0:
         w = fp[q, FP_BUSY] if fp[q, FP_BUSY] > t else t
         fp[q, FP_FREE] = w
@@ -268,10 +269,11 @@ def _port_start(S, cf, sc, h, o, e, t):
     """Port ``e`` is idle at ``t``: send its next frame, if any (module docstring)."""
     fp = S.fp
     pk = S.pk
-    for p in range(8):
+    for p in range(8 if fp[e, FP_PFCM] else 0):
         v = S.fpv[e * 8 + p]
         if v >= 0:
             S.fpv[e * 8 + p] = -1
+            fp[e, FP_PFCM] &= ~(1 << p)
             k = _alloc(S, sc)
             pk[k, PK_MSG] = v
             pk[k, PK_IDX] = 1 << p
@@ -350,11 +352,7 @@ def _transmit(S, cf, sc, h, o, e, k, t):
                     S.ms[r, M_TLAST] = row
     _wire_push(S, cf, sc, h, cf[NPORTS] + e, k, t, arr)
     fp[e, FP_BUSY] = t + ser
-    more = False
-    for p in range(8):
-        if S.fpv[e * 8 + p] >= 0 or S.fq[e * 8 + p, Q8_HEAD] >= 0:
-            more = True
-            break
+    more = fp[e, FP_PFCM] != 0 or fp[e, FP_QBYTES] > 0 or S.fq[e * 8 + cf[F_CPRIO], Q8_HEAD] >= 0
     if more and fp[e, FP_FREE] < 0:
         fp[e, FP_FREE] = t + ser
         push(h, sc, t + ser, EV_FREE, e, e, 0)

@@ -185,7 +185,8 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
     fp[:, K.FP_RNUM], fp[:, K.FP_RDEN] = rates[:, 0], rates[:, 1]
     fp[:, K.FP_PROP] = topo.port_prop_ns
     fp[:, K.FP_BUSY] = 0
-    fp[:, [K.FP_TXF, K.FP_TXB, K.FP_PFCS, K.FP_PFCR, K.FP_PAUSED_NS, K.FP_MAXQ, K.FP_QBYTES]] = 0
+    fp[:, [K.FP_TXF, K.FP_TXB, K.FP_PFCS, K.FP_PFCR, K.FP_PAUSED_NS, K.FP_MAXQ, K.FP_QBYTES,
+           K.FP_PFCM]] = 0
     pfc = fab.pfc
     # headroom per port: the profile's, or HPCC third.cc's 3 x rate x delay (bytes); the
     # dynamic threshold's shift (alpha = 2**-shift) per ingress port
