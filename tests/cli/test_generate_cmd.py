@@ -130,3 +130,28 @@ def test_a_point_past_the_nic_on_an_ideal_fabric_is_refused_with_exit_1(tmp_path
     r = CliRunner().invoke(main, ["generate", str(SCENARIOS / "dante.yaml"), "-o", str(out),
                                   "--point", "nic-rx", "--dask", "local:1"])
     assert r.exit_code == 2 and "'--dask'" in r.output and "nic-tx" in r.output, r.output
+
+
+def test_a_queued_fabric_run_says_what_the_fabric_did_and_warns_of_a_headroom_too_small(tmp_path):
+    """PFC headroom of 4,096 B on 400G links with 500 ns of propagation (25 KB in flight after an
+    XOFF): the lossless packets beyond it are kept and counted, and the run says so on stderr."""
+    import yaml
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+
+    fab = {"model": "queued", "preset": "hpcc-ns3", "topology": {"kind": "single-switch"},
+           "switch": {"buffer_bytes": 2_000_000}, "pfc": {"headroom_bytes": 4096}}
+    cl = {"name": "c", "nodes": 9, "gpus_per_node": 1, "nics_per_node": 1, "link_gbps": 400,
+          "nvlink_gbps": 3600, "gpu": {"name": "H100-SXM", "peak_tflops": 989}, "fabric": fab}
+    path = tmp_path / "tight.yaml"
+    path.write_text(yaml.safe_dump({"name": "tight", "cluster": cl,
+                                    "workload": {"kind": "incast", "senders": 8, "bytes": 1 << 20},
+                                    "collectives": {"algorithm": "ring", "channels": 1},
+                                    "generation": {"clear_to_send": False}}))
+    out = tmp_path / "o"
+    r = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--nics", "0"])
+    assert r.exit_code == 0, r.output
+    assert "fabric (single-switch, preset hpcc-ns3)" in r.output and "tight_fabric.json" in r.output
+    assert "found its PFC headroom full" in r.output
+    assert (out / "tight_fabric-pfc.csv").exists()

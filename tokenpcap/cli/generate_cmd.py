@@ -150,6 +150,16 @@ def print_summary(res: GenerateResult, tokens=None) -> None:
               f"{counted(res.cts_packets, 'clear-to-send packet')} ({res.cts_payload:,} payload "
               f"bytes), {counted(res.ack_packets, 'ACK')}; time span "
               f"{span / 1e6:,.3f} ms of simulated time; {res.seconds:.1f} s wall")
+    fab = res.fabric
+    if fab is not None:
+        out.print(f"fabric ({fab.topology_kind}{', preset ' + fab.preset if fab.preset else ''}): "
+                  f"{fab.packet_hops:,} packets forwarded by switches, "
+                  f"{counted(fab.drops_total, 'drop')}; what it did: "
+                  f"{res.fabric_files[-1].name} and its tables beside the captures")
+        if fab.headroom_overflows:
+            click.echo(f"warning: {counted(fab.headroom_overflows, 'packet')} of a lossless priority "
+                       "found its PFC headroom full (kept, not dropped: a real switch would drop "
+                       "them); expected a larger fabric.pfc.headroom_bytes for these links", err=True)
     others = other_captures(res)
     if others:
         out.print(f"note: {res.files[0][0].parent} also holds "
