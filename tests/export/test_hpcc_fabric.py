@@ -131,3 +131,56 @@ def test_a_profile_asking_what_ns3_cannot_model_is_listed_and_warned(tmp_path):
     assert len(warn) == len(gaps) and warn[1].endswith(
         "fabric.switch.forwarding: got cut-through, HPCC ns-3 stores and forwards every packet")
     assert r.stdout.splitlines()[0].endswith("s.txt")
+
+
+def test_the_last_acks_way_back_is_propagation_and_serialization_per_hop(tmp_path):
+    """HPCC ns-3 (store-and-forward, 60-B ACK truncated to whole ns: 1 ns at 400 Gb/s, 0 ns at
+    1.6 Tb/s and more): one switch 2 x (500 + 1) ns (the fixtures' span: tests/cases/hpcc/
+    README.md); across rails, via a spine, 2 x 501 + 2 x 500; across clos3 pods, via a core,
+    2 more links. Cut-through with a pipeline (th5-400g): the ACK is serialized once (62 B + 24,
+    rounded up: 2 ns) and each switch adds its 700 ns."""
+    from tokenpcap.export.hpcc_fabric import ack_return_ns
+    from tokenpcap.schedule.engine.topology import build_topology
+
+    def back(fabric, pairs, nodes=16, nics=2):
+        c = load_cluster(cluster_file(tmp_path, fabric, nodes, nics))
+        src, dst = np.array(pairs).T
+        return ack_return_ns(c, build_topology(c), src, dst, 62).tolist()
+
+    assert back({"model": "queued", "preset": "hpcc-ns3", "topology": {"kind": "single-switch"}},
+                [(5, 0), (0, 31)]) == [1002, 1002]
+    rail = {"model": "queued", "preset": "hpcc-ns3",
+            "topology": {"kind": "rail-optimized", "nodes_per_leaf": 8}}
+    # NIC 0 and 2: rail 0, one leaf; NIC 0 and 1: two rails; NIC 0 and 17: another leaf too
+    assert back(rail, [(2, 0), (1, 0), (17, 0)]) == [1002, 2002, 2002]
+    clos = {"model": "queued", "preset": "hpcc-ns3",
+            "topology": {"kind": "clos3", "pods": 8, "nodes_per_leaf": 4}}
+    assert back(clos, [(16, 0), (8, 0)]) == [1002 + 4 * 500 + 4 * 0, 2002]
+    assert back({"model": "queued", "preset": "th5-400g", "topology": {"kind": "single-switch"}},
+                [(1, 0)], nodes=8, nics=1) == [2 + 2 * 500 + 700]
+
+
+def test_a_pfc_frame_reaches_the_device_the_topology_files_order_gives(tmp_path):
+    """third.cc installs one device per topology line on both ends, in file order, after the
+    loopback: the k-th line touching a node is its if_index k. Read from the written file
+    alone, the frame our switch s port p sends lands on the device at the line's other end."""
+    from tokenpcap.export.hpcc_pfc import ns3_device
+    from tokenpcap.schedule.engine.topology import build_topology, hpcc_topology_lines
+
+    c = load_cluster(cluster_file(tmp_path, {"model": "queued", "preset": "hpcc-ns3",
+                                             "topology": {"kind": "clos3", "pods": 8,
+                                                          "nodes_per_leaf": 4}}))
+    topo = build_topology(c)
+    lines = hpcc_topology_lines(topo)
+    n_nic = 32
+    seen: dict[int, int] = {}
+    checked = 0
+    for line in lines[2:]:
+        a, b = (int(x) for x in line.split()[:2])
+        seen[a], seen[b] = seen.get(a, 0) + 1, seen.get(b, 0) + 1
+        for me, peer in ((a, b), (b, a)):
+            if me >= n_nic:
+                node, dev, _ = ns3_device(topo, me - n_nic, seen[me] - 1)
+                assert (node, dev) == (peer, seen[peer])
+                checked += 1
+    assert checked == 32 + 2 * (16 + 8)

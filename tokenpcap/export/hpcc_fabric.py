@@ -44,11 +44,15 @@ will not honour; ``export --to hpcc`` prints them on stderr.
 """
 from __future__ import annotations
 
+from fractions import Fraction
+
+import numpy as np
+
 from tokenpcap.config.fabric_presets import MIB
 from tokenpcap.config.types import FabricProfile
 
 __all__ = ["NS3_RESERVE_BYTES", "NS3_RESUME_OFFSET_BYTES", "NS3_DYNAMIC_TH", "NS3_DATA_PRIORITY",
-           "fabric_topology", "buffer_mib", "ns3_gaps"]
+           "fabric_topology", "buffer_mib", "ns3_gaps", "ack_return_ns"]
 
 #: switch-mmu.cc ``SwitchMmu::SwitchMmu``: ``reserve = 4 * 1024``.
 NS3_RESERVE_BYTES = 4 * 1024
@@ -130,3 +134,53 @@ def ns3_gaps(fabric: FabricProfile) -> list[str]:
         gap("timing", fabric.timing, "times its own frames (payload + 48 B, an ACK per "
             "packet; timing: hpcc-ns3)")
     return out
+
+
+def _ser_ns(frame_bytes: int, gbps: float, floor: bool) -> int:
+    """Serialization of ``frame_bytes`` at ``gbps`` in ns: truncated (ns-3) or rounded up."""
+    r = Fraction(repr(float(gbps)))
+    x = int(frame_bytes) * 8 * r.denominator
+    return x // r.numerator if floor else -(-x // r.numerator)
+
+
+def ack_return_ns(cluster, topology, src: np.ndarray, dst: np.ndarray,
+                  ack_frame_bytes: int) -> np.ndarray:
+    """The way back of a flow's last ACK on an idle reverse path, from the receiver NIC ``dst``
+    to the sender NIC ``src`` (int arrays ``(f,)``): int64 ``(f,)`` ns.
+
+    Per link of the path (the receiver's NIC link, for another leaf the leaf-spine links and,
+    across pods, the spine-core links, then the sender's NIC link; rates and propagation of
+    ``topology``, :class:`tokenpcap.schedule.engine.topology.Topology`): its propagation, plus
+    the ACK's serialization on every link when the switches store and forward (once, on the
+    first link, when they cut through), plus ``switch.pipeline_ns`` per switch. The ACK is
+    ``timing: hpcc-ns3``'s 60 B, serialization truncated to whole ns (its ACK frame, as
+    :mod:`tokenpcap.schedule.engine.fabstate` times it), else ``ack_frame_bytes`` (no FCS) + 24 B
+    of FCS, preamble and gap, rounded up. HPCC ns-3: ``RdmaHw::ReceiveUdp`` sends the ACK as
+    the data packet arrives, ``qbb-net-device.cc`` puts it first (queue 0, ``ACK_HIGH_PRIO 1``)
+    and ``TransmitStart`` takes its serialization at every hop.
+    """
+    from tokenpcap.config.fabric import fabric_shape
+
+    fab = cluster.fabric
+    sh = fabric_shape(int(cluster.nodes), int(cluster.nics_per_node), float(cluster.link_gbps),
+                      fab.topology)
+    hpcc = fab.timing == "hpcc-ns3"
+    tb = 60 if hpcc else int(ack_frame_bytes) + 24
+    cut = fab.switch.forwarding == "cut-through"
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    ls, ld = topology.leaf_of(src), topology.leaf_of(dst)
+    per_pod = max(1, sh.leaves)
+    pod_s, pod_d = ls // per_pod, ld // per_pod
+    nic_ser = _ser_ns(tb, sh.nic_gbps, hpcc)
+    up_ser = _ser_ns(tb, sh.uplink_gbps, hpcc) if sh.uplink_gbps else 0
+    core_ser = _ser_ns(tb, sh.core_gbps, hpcc) if sh.core_gbps else 0
+    prop = topology.port_prop_ns
+    p0 = prop[topology.nic_port[src]] + prop[topology.nic_port[dst]]
+    t1, t2 = fab.topology.propagation_ns[1], fab.topology.propagation_ns[2]
+    via_spine = ls != ld
+    via_core = via_spine & (pod_s != pod_d) & (sh.cores > 0)
+    ser = (np.full(src.shape, nic_ser, np.int64) if cut else
+           2 * nic_ser + np.where(via_spine, 2 * up_ser, 0) + np.where(via_core, 2 * core_ser, 0))
+    switches = 1 + np.where(via_spine, 2, 0) + np.where(via_core, 2, 0)
+    return (p0 + np.where(via_spine, 2 * t1, 0) + np.where(via_core, 2 * t2, 0) + ser
+            + switches * int(fab.switch.pipeline_ns)).astype(np.int64)
