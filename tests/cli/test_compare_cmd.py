@@ -90,3 +90,35 @@ def test_simai_errors_are_one_line_and_usage_exits_2(tmp_path):
     assert r.exit_code == 2 and "give one of --hpcc-fct FCT or --simai-csv CSV" in r.output
     r = run("--simai-csv", str(SIMAI), "--iterations", "2")
     assert r.exit_code == 2 and "expected 1 with --simai-csv" in r.output
+
+
+HPCC = ROOT / "tests" / "cases" / "hpcc"
+INCAST8 = str(ROOT / "profiles" / "scenarios" / "incast-8x1m-hpcc-ns3.yaml")
+
+
+@pytest.mark.slow
+def test_queued_fabric_report_with_pfc_table():
+    """8 -> 1 x 1 MiB on the hpcc-ns3 single switch: our queued fabric's span is the
+    simulator's 170.020 µs (tests/cases/hpcc/README.md), neither paused anything."""
+    r = CliRunner().invoke(main, ["compare", INCAST8, "--hpcc-fct",
+                                  str(HPCC / "incast8x1m-pfc-fct.txt"), "--hpcc-pfc",
+                                  str(HPCC / "incast8x1m-pfc-pfc.txt")])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    total = [line.split() for line in lines if line.startswith("all ")][0]
+    assert total[1:3] == ["8", "8"] and total[4:6] == ["170.020", "170.020"]
+    assert "on our queued fabric" in r.output
+    assert ("per-flow fct µs (completed flows): ours min 169.446 max 170.020, simulator min "
+            "169.446 max 170.020") in r.output
+    assert "PFC per paused device (simulator pfc.txt beside our fabric log)" in r.output
+    assert [line.split() for line in lines if line.strip().startswith("all ")][-1] == \
+        ["all", "0", "0", "0", "0", "0", "0.000", "0.000"]
+
+
+def test_pfc_needs_the_fct_and_a_queued_fabric(tmp_path):
+    (tmp_path / "pfc.txt").write_text("")
+    r = run("--hpcc-pfc", str(tmp_path / "pfc.txt"))
+    assert r.exit_code == 2 and "give one of --hpcc-fct" in r.output
+    r = run("--hpcc-fct", str(FCT), "--scale", "64", "--hpcc-pfc", str(tmp_path / "pfc.txt"))
+    assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
+    assert "--hpcc-pfc: got a scenario with an ideal fabric" in r.output

@@ -284,3 +284,28 @@ def test_pfc_settings_and_traced_nodes_are_written_as_given(tmp_path):
         write_hpcc(m, cluster, tmp_path / "c.txt", buffer_mb=0)
     assert not list(tmp_path.glob("c*"))
     assert set(TOPOLOGIES) == {"rail-leaf-spine", "single-switch"}
+
+
+@pytest.mark.slow
+def test_the_queued_incast_scenario_exports_the_fixtures_inputs(tmp_path):
+    """``incast-63x16m-hpcc-ns3`` (fabric: queued, preset hpcc-ns3, single switch) exported with
+    ``--hpcc-cc none`` is the input the PFC-only fixture ran: the topology byte for byte, the
+    config but for file names and the stop time, the same 63 flows (start 2 s, the same ns)."""
+    scen = ROOT / "profiles" / "scenarios" / "incast-63x16m-hpcc-ns3.yaml"
+    out = tmp_path / "incast.txt"
+    r = CliRunner().invoke(main, ["export", str(scen), "--to", "hpcc", "--hpcc-cc", "none",
+                                  "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "warning" not in r.output
+    assert out.with_name("incast-topology.txt").read_text() == \
+        (CASES / "incast63x16m-topology.txt").read_text()
+    got = read_config(out.with_name("incast-config.txt"))
+    want = read_config(CASES / "incast63x16m-pfc-config.txt")
+    assert list(got) == list(want)
+    assert {k for k in got if got[k] != want[k]} <= set(SIBLINGS) | {"FLOW_FILE",
+                                                                     "SIMULATOR_STOP_TIME"}
+    ours = [line.split() for line in out.read_text().splitlines()]
+    theirs = [line.split() for line in (CASES / "incast63x16m-flows.txt").read_text().splitlines()]
+    assert [r[:5] for r in ours] == [r[:5] for r in theirs]
+    assert [simulator_ns(r[5]) for r in ours[1:]] == [simulator_ns(r[5]) for r in theirs[1:]]
+    assert out.with_name("incast-trace.txt").read_text() == "0\n"

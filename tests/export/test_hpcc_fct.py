@@ -161,3 +161,76 @@ def test_alone_on_the_fabric_the_models_differ_by_the_per_hop_terms():
     assert (err[packets == 1] == 0).all()                       # one packet: exact to the ns
     slow = (sim - gap)[~short] / ours[~short]
     assert (slow >= 1).all() and (slow <= 1.1).all(), slow
+
+
+SCENARIOS = ROOT / "profiles" / "scenarios"
+#: the fixtures' analytic PFC-only span (tests/cases/hpcc/README.md, tests/export/test_hpcc_pfc.py):
+#: 82 + S·P·82 + 4·500 + 2·1 ns
+SPAN_63X16M_NS = 82 + 63 * 4096 * 82 + 4 * 500 + 2 * 1
+SPAN_8X1M_NS = 82 + 8 * 256 * 82 + 4 * 500 + 2 * 1
+
+
+@pytest.fixture(scope="module")
+def incast63() -> Comparison:
+    return compare_hpcc(SCENARIOS / "incast-63x16m-hpcc-ns3.yaml",
+                        CASES / "incast63x16m-pfc-fct.txt")
+
+
+@pytest.mark.slow
+def test_the_queued_63x16m_incast_ends_with_the_simulators_last_ack(incast63):
+    """Our queued fabric (preset hpcc-ns3) on the 63 -> 1 x 16 MiB PFC-only incast: every
+    simulated flow matched once (src, dst, dport 100, size, start 2 s), the span within 0.5 % of
+    the simulator's (and of the analytic 21,162,020 ns), the per-flow FCT min and max within
+    1 % of the simulator's."""
+    c = incast63
+    assert c.fabric == "queued" and c.completed.all() and c.flows.size == 63
+    assert sorted(c.sim_line.tolist()) == list(range(1, 64))
+    assert set(c.flows["dport"].tolist()) == {100} and set(c.flows["dst"].tolist()) == {0}
+    g = c.groups()[-1]
+    assert g["sim_ns"] == SPAN_63X16M_NS == 21_162_020
+    assert abs(g["ours_ns"] - g["sim_ns"]) <= 0.005 * g["sim_ns"]
+    for ours, sim in ((c.ours_fct_ns.min(), c.sim_fct_ns.min()),
+                      (c.ours_fct_ns.max(), c.sim_fct_ns.max())):
+        assert abs(int(ours) - int(sim)) <= 0.01 * int(sim)
+
+
+@pytest.mark.slow
+def test_the_queued_8x1m_incast_matches_every_flow_within_1_percent():
+    """8 -> 1 x 1 MiB, no PFC in the simulator: each of our flows within 1 % of its own
+    simulated FCT (169,446 .. 170,020 ns), the span the analytic one."""
+    c = compare_hpcc(SCENARIOS / "incast-8x1m-hpcc-ns3.yaml", CASES / "incast8x1m-pfc-fct.txt")
+    assert c.fabric == "queued" and c.completed.all() and c.flows.size == 8
+    assert c.sim_fct_ns.min() == 169_446 and c.sim_fct_ns.max() == 170_020
+    assert (np.abs(c.ours_fct_ns - c.sim_fct_ns) <= 0.01 * c.sim_fct_ns).all()
+    assert c.groups()[-1]["sim_ns"] == SPAN_8X1M_NS
+    assert abs(c.groups()[-1]["ours_ns"] - SPAN_8X1M_NS) <= 0.005 * SPAN_8X1M_NS
+
+
+@pytest.mark.slow
+def test_a_leaf_spine_fabric_exports_and_agrees_within_a_leaf(tmp_path):
+    """The 2:1 leaf-spine of tests/cases/hpcc/leafspine8x1-cluster.yaml (two leaves of four
+    hosts, two 400 Gb/s spines), an all-to-all of 4 MiB per pair, PFC only: the export is the
+    input the simulator ran (topology byte for byte, config but the file names), every flow
+    matched, no pause in either. Within a leaf (one path) each flow is within 0.5 % of the
+    simulator's; across the spines the two choose ECMP paths from different ports (ns-3's
+    sport 10000 + n per host pair, ours RoCEv2's; docs/compare.md), so those flows are only
+    bounded: slowdown 0.75 .. 1.5 (measured 0.78 .. 1.43)."""
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+
+    scen = CASES / "alltoall8x4m-leafspine.yaml"
+    out = tmp_path / "alltoall8x4m-leafspine.txt"
+    r = CliRunner().invoke(main, ["export", str(scen), "--to", "hpcc", "--hpcc-cc", "none",
+                                  "-o", str(out)])
+    assert r.exit_code == 0 and "warning" not in r.output, r.output
+    for suffix in ("-topology.txt", "-config.txt"):
+        assert out.with_name(out.stem + suffix).read_text() == \
+            (CASES / f"alltoall8x4m-leafspine{suffix}").read_text()
+    c = compare_hpcc(scen, CASES / "alltoall8x4m-leafspine-fct.txt",
+                     pfc_path=CASES / "alltoall8x4m-leafspine-pfc.txt")
+    assert c.fabric == "queued" and c.completed.all() and c.flows.size == 56 and c.pfc == []
+    same = c.flows["src"] // 4 == c.flows["dst"] // 4
+    assert same.sum() == 24
+    assert (np.abs(c.ours_fct_ns - c.sim_fct_ns)[same] <= 0.005 * c.sim_fct_ns[same]).all()
+    assert ((c.slowdown >= 0.75) & (c.slowdown <= 1.5)).all()

@@ -1,7 +1,7 @@
 """Pictures of a simulator's run beside our schedule (matplotlib, Agg backend, PNG).
 
 * :func:`plot_slowdown_cdf`: per phase label, the CDF of the per-flow slowdown (the simulator's
-  completion time over ours on the ideal fabric);
+  completion time over ours on the ideal or queued fabric, ``comparison.fabric``);
 * :func:`plot_nic_completion`: per sending NIC, bytes completed over time, ours and the
   simulator's side by side on the same axes.
 
@@ -52,7 +52,8 @@ def plot_slowdown_cdf(comparison, out: str | os.PathLike, *, title: str | None =
             ax.step(np.r_[v[0], v], np.r_[0, y], where="post", color=_COLORS[k % len(_COLORS)],
                     label=name)
     ax.axvline(1.0, color="#444444", lw=0.8, ls=":")
-    ax.set_xlabel("slowdown: simulator's completion time / ours on the ideal fabric")
+    fabric = getattr(comparison, "fabric", "ideal")
+    ax.set_xlabel(f"slowdown: simulator's completion time / ours on the {fabric} fabric")
     ax.set_ylabel("fraction of flows")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
@@ -73,7 +74,8 @@ def plot_nic_completion(comparison, out: str | os.PathLike, *, title: str | None
     start = f["start_ns"].astype(np.int64)
     t0 = int(start.min()) if start.size else 0
     sim = np.asarray(comparison.sim_fct_ns, np.int64)
-    ends = {"ours (ideal fabric)": (start + comparison.ours_fct_ns, np.ones(f.size, bool)),
+    fabric = getattr(comparison, "fabric", "ideal")
+    ends = {f"ours ({fabric} fabric)": (start + comparison.ours_fct_ns, np.ones(f.size, bool)),
             "simulator": (start + sim, sim >= 0)}
     fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharex=True, sharey=True)
     nics = np.unique(f["src"])

@@ -15,6 +15,9 @@ from tokenpcap.cli.common import library_errors
 @click.option("--hpcc-fct", "fct", type=click.Path(dir_okay=False, path_type=str),
               help="The HPCC ns-3 simulator's FCT_OUTPUT_FILE from a run of "
                    "'export SCENARIO --to hpcc' (same --scale and --iterations).")
+@click.option("--hpcc-pfc", "pfc", type=click.Path(dir_okay=False, path_type=str),
+              help="With --hpcc-fct and a cluster with fabric.model: queued: the same run's "
+                   "PFC_OUTPUT_FILE, its pauses per device beside our fabric's PFC frames.")
 @click.option("--simai-csv", "simai_csv", type=click.Path(dir_okay=False, path_type=str),
               help="SimAI_analytical's results/PREFIX-EndToEnd.csv from a run of "
                    "'export SCENARIO --to simai' (same --scale).")
@@ -27,19 +30,22 @@ from tokenpcap.cli.common import library_errors
                    "HPCC, the slowdown CDF per phase and the per-NIC completion over time; "
                    "SimAI, ours beside its times per phase and per collective.")
 @library_errors
-def compare_cmd(scenario: str, fct: str | None, simai_csv: str | None, scale: int,
-                iterations: int, plot_dir: str | None) -> None:
+def compare_cmd(scenario: str, fct: str | None, pfc: str | None, simai_csv: str | None,
+                scale: int, iterations: int, plot_dir: str | None) -> None:
     """Set a simulator's run of our export beside our schedule.
 
     --hpcc-fct: match every flow the simulator completed to our message (src, dst, port, size,
-    start) and report per phase our ideal-fabric completion against the simulator's, slowdown
-    percentiles and the flows it did not complete.
+    start) and report per phase our completion (on the ideal fabric, or on the cluster's queued
+    fabric when it has one) against the simulator's, slowdown percentiles and the flows it did
+    not complete; --hpcc-pfc adds the pauses per device of both.
 
     --simai-csv: match every EndToEnd.csv row to the workload record (layer id) and so to the
     plan's call, and report per phase and collective our span of each call on the ideal fabric
     against SimAI's total and exposed communication time, and the records SimAI did not report."""
     if (fct is None) == (simai_csv is None):
         raise click.UsageError("give one of --hpcc-fct FCT or --simai-csv CSV")
+    if pfc is not None and fct is None:
+        raise click.UsageError("--hpcc-pfc: got it without --hpcc-fct, expected both")
     if simai_csv is not None and iterations != 1:
         raise click.UsageError("--iterations: got "
                                f"{iterations}, expected 1 with --simai-csv (the SimAI workload "
@@ -48,7 +54,7 @@ def compare_cmd(scenario: str, fct: str | None, simai_csv: str | None, scale: in
     if fct is not None:
         from tokenpcap.export.hpcc_fct import compare_hpcc, report_lines
 
-        c = compare_hpcc(scenario, fct, scale=scale, iterations=iterations)
+        c = compare_hpcc(scenario, fct, scale=scale, iterations=iterations, pfc_path=pfc)
         for line in report_lines(c):
             click.echo(line)
         if plot_dir is not None:

@@ -26,7 +26,10 @@ from tokenpcap.export.registry import EXPORTS
 @library_errors
 def export_cmd(scenario: str, fmt: str, output: str, scale: int, iterations: int,
                hpcc_cc: str | None) -> None:
-    """Schedule SCENARIO and write its RDMA messages as FORMAT."""
+    """Schedule SCENARIO and write its RDMA messages as FORMAT.
+
+    --to hpcc of a cluster with a queued fabric writes the fabric's topology and buffer, and
+    warns on stderr of each setting of the fabric the simulator cannot model."""
     from tokenpcap.export.core import export_scenario
 
     if hpcc_cc is not None and fmt != "hpcc":
@@ -36,3 +39,9 @@ def export_cmd(scenario: str, fmt: str, output: str, scale: int, iterations: int
     for path in export_scenario(scenario, fmt, output, scale=scale, iterations=iterations,
                                 **options):
         click.echo(str(path))
+    if fmt == "hpcc":
+        from tokenpcap.config.profiles import load_scenario
+        from tokenpcap.export.hpcc_fabric import ns3_gaps
+
+        for gap in ns3_gaps(load_scenario(scenario).cluster.fabric):
+            click.echo(f"warning: {scenario}: {gap}", err=True)

@@ -7,7 +7,8 @@ each other, named after the flow file ``OUT`` (stem ``S``):
 * ``OUT``, the flow file (``FLOW_FILE``): first line the number of flows, then one ``src dst pg
   dport size_bytes start_seconds`` per data message, sorted by start time; ``src``/``dst`` are
   host node ids (the global NIC index), ``pg`` 3 (the lossless class of HPCC's examples),
-  ``dport`` 100 + the message's QP index. ``start_seconds`` is the time the message may leave our
+  ``dport`` 100 + the message's QP index (its ``qp``; a microbenchmark workload's QPs counted
+  from its first, so a one-channel incast is ``dport`` 100 as in tests/cases/hpcc/). ``start_seconds`` is the time the message may leave our
   NIC (its ``ready_ns``: ``start_ns``, or with clear-to-send the arrival of its CTS, a 64-byte
   handshake HPCC's transport does not have) plus ``start_offset_ns`` (HPCC's examples start flows
   at 2 s). The simulator reads it with ``istream >> double`` and ns-3.17's ``Seconds(double)``
@@ -24,6 +25,12 @@ each other, named after the flow file ``OUT`` (stem ``S``):
   exactly our one-way latency; a cross-rail path (host-leaf-spine-leaf-host) has twice it.
   ``single-switch``: every host on one switch, node ``H`` (H = the number of hosts), at the NIC
   rate and the same delay: the microbenchmarks' fabric (incasts in tests/cases/hpcc/).
+  A cluster with a queued fabric (``fabric.model: queued``) writes the fabric's own topology
+  (every kind, each link at its rate and propagation) and ``BUFFER_SIZE`` from
+  ``fabric.switch.buffer_bytes`` (:mod:`tokenpcap.export.hpcc_fabric`, which also lists what of
+  the profile ns-3 cannot model: per-port reserve, headroom and resume offset other than its
+  own rules, cut-through and pipeline delay, pause quanta and expiring pauses, other lossless
+  or control priorities, other ECMP hashes; :func:`~tokenpcap.export.hpcc_fabric.ns3_gaps`).
 * ``S-config.txt``: every key ``third.cc`` reads, paths relative to the directory of the files
   (the simulator opens them relative to its working directory: run it there). The congestion
   control (``CC_MODE``) is chosen by ``cc`` (:data:`CC_MODES`); its parameters are those the
@@ -54,10 +61,11 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.errors import InputError, OutputError
+from tokenpcap.export.hpcc_fabric import buffer_mib, fabric_topology
 from tokenpcap.export.registry import register_export
 from tokenpcap.pcap.filekind import refuse_special_output
 from tokenpcap.pipeline import Prepared
-from tokenpcap.records import KIND_DATA
+from tokenpcap.records import DIMS, KIND_DATA
 
 __all__ = ["HPCC_PG", "HPCC_DPORT_BASE", "START_OFFSET_NS", "CC_MODES", "TOPOLOGIES",
            "FLOW_DTYPE", "hpcc_flows",
@@ -99,11 +107,26 @@ def hpcc_flows(messages: np.ndarray, start_offset_ns: int = START_OFFSET_NS) -> 
     order = np.argsort(t, kind="stable")
     f = np.empty(idx.size, FLOW_DTYPE)
     f["src"], f["dst"] = m["src_nic"][order], m["dst_nic"][order]
-    f["dport"] = HPCC_DPORT_BASE + m["qp"][order].astype(np.int64)
+    f["dport"] = HPCC_DPORT_BASE + _qp_index(m)[order]
     f["size_bytes"] = m["size_bytes"][order]
     f["start_ns"] = t[order].astype(np.int64) + int(start_offset_ns)
     f["msg"] = idx[order]
     return f
+
+
+def _qp_index(m: np.ndarray) -> np.ndarray:
+    """The QP index of each message (int64): its ``qp``, the connection index ``dim·channels +
+    channel``; a microbenchmark workload's messages (dim ``wl``, the last of ``DIMS``) are
+    numbered from their smallest ``qp``, so that a one-channel workload's flows are QP 0, as
+    the simulator's own examples (tests/cases/hpcc/) write them."""
+    qp = m["qp"].astype(np.int64)
+    if "dim" not in (m.dtype.names or ()):
+        return qp
+    wl = m["dim"] == DIMS.index("wl")
+    if wl.any():
+        qp = qp.copy()
+        qp[wl] -= int(qp[wl].min())
+    return qp
 
 
 def ns3_seconds_to_ns(seconds: np.ndarray) -> np.ndarray:
@@ -250,7 +273,7 @@ def _config(out: Path, cluster, cc: str, speeds: list[float], stop_s: int, qlen_
 
 
 def write_hpcc(messages: np.ndarray, cluster, out: str | os.PathLike, *, cc: str = "hpcc",
-               start_offset_ns: int = START_OFFSET_NS, topology: str = "rail-leaf-spine",
+               start_offset_ns: int = START_OFFSET_NS, topology: str | None = None,
                buffer_mb: int | None = None, dynamic_pfc_threshold: bool = True,
                pause_time: int | None = None, trace_nodes: tuple[int, ...] = ()) -> list[Path]:
     """Write the flow file ``out`` and its topology, config and trace files (module docstring).
@@ -260,9 +283,13 @@ def write_hpcc(messages: np.ndarray, cluster, out: str | os.PathLike, *, cc: str
             ``start_ns``).
         cluster: the scenario's ``ClusterProfile`` (nodes, NICs, link rate, PMTU, latency).
         cc: a key of :data:`CC_MODES`.
-        topology: a key of :data:`TOPOLOGIES`.
+        topology: a key of :data:`TOPOLOGIES`; None: the cluster's queued fabric
+            (:func:`tokenpcap.export.hpcc_fabric.fabric_topology`), ``rail-leaf-spine`` for an
+            ideal one.
         buffer_mb: ``BUFFER_SIZE``, each switch's shared buffer in MiB (third.cc multiplies by
-            1024 · 1024); None: run.py's 16·bw/50 at the NIC rate bw in Gb/s.
+            1024 · 1024); None: the queued fabric's ``switch.buffer_bytes`` in whole MiB
+            (:func:`tokenpcap.export.hpcc_fabric.buffer_mib`), for an ideal one run.py's
+            16·bw/50 at the NIC rate bw in Gb/s.
         dynamic_pfc_threshold: ``USE_DYNAMIC_PFC_THRESHOLD`` (switch-mmu.cc's ``CheckShouldPause``:
             the free buffer shifted by ``pfc_a_shift`` instead of a static threshold).
         pause_time: ``PAUSE_TIME`` (QbbNetDevice's ``PauseTime``, the XOFF's time field), written
@@ -277,17 +304,23 @@ def write_hpcc(messages: np.ndarray, cluster, out: str | os.PathLike, *, cc: str
     Raises:
         InputError: an unknown ``cc`` or ``topology``, a ``buffer_mb`` below 1; a start the
             simulator would not read back exactly.
+        ProfileError: the queued fabric's topology cannot hold the cluster.
         OutputError: a file cannot be written.
     """
     if cc not in CC_MODES:
         raise InputError(f"export --hpcc-cc: got {cc!r}, expected one of {', '.join(CC_MODES)}")
-    if topology not in TOPOLOGIES:
+    queued = cluster.fabric.queued
+    if topology is None and not queued:
+        topology = "rail-leaf-spine"
+    if topology is not None and topology not in TOPOLOGIES:
         raise InputError(f"export --to hpcc: topology: got {topology!r}, expected one of "
                          f"{', '.join(TOPOLOGIES)}")
     if buffer_mb is not None and int(buffer_mb) < 1:
         raise InputError(f"export --to hpcc: buffer_mb: got {buffer_mb}, expected >= 1")
-    pfc = {"BUFFER_SIZE": str(max(1, 16 * int(cluster.link_gbps) // 50) if buffer_mb is None
-                              else int(buffer_mb)),
+    if buffer_mb is None:
+        buffer_mb = (buffer_mib(cluster.fabric) if queued else
+                     max(1, 16 * int(cluster.link_gbps) // 50))
+    pfc = {"BUFFER_SIZE": str(int(buffer_mb)),
            "USE_DYNAMIC_PFC_THRESHOLD": str(int(bool(dynamic_pfc_threshold)))}
     if pause_time is not None:
         pfc["PAUSE_TIME"] = str(int(pause_time))
@@ -302,7 +335,8 @@ def write_hpcc(messages: np.ndarray, cluster, out: str | os.PathLike, *, cc: str
                          f"simulator reads as {int(back[i])} ns, expected {int(f['start_ns'][i])}")
     rows = [f"{a} {b} {HPCC_PG} {p} {n} {t}\n" for a, b, p, n, t in zip(
         f["src"].tolist(), f["dst"].tolist(), f["dport"].tolist(), f["size_bytes"].tolist(), text)]
-    topo_lines, speeds = TOPOLOGIES[topology](cluster)
+    topo_lines, speeds = (fabric_topology(cluster) if topology is None
+                          else TOPOLOGIES[topology](cluster))
     end = messages["arrival_ns"] if "arrival_ns" in (messages.dtype.names or ()) else f["start_ns"]
     span = int(end.max()) if end.size else 0
     stop_s = math.ceil((start_offset_ns + 10 * max(span, 0)) / _NS_PER_S) + 1

@@ -14,6 +14,17 @@ most once. Our side of the comparison is the same quantity on our ideal fabric:
 to its last bit at the receiver (the schedule, :mod:`tokenpcap.schedule`), plus one one-way
 latency for the ACK to return (our model's ACK is not queued behind anything).
 
+With a queued fabric (``fabric.model: queued``: our engine ran the same switches, queues and
+PFC as the exported topology) the arrival already includes the fabric, so the last ACK's way back
+is the only term added:
+
+``ours_fct_ns = arrival_ns - ready_ns + ack_return_ns``, ``ack_return_ns`` the ACK's propagation
+and per-hop serialization over the reverse path, unqueued
+(:func:`tokenpcap.export.hpcc_fabric.ack_return_ns`; for the 400 Gb/s single switch of the
+fixtures 2 × (500 + 1) ns). The simulator's ``fct_ns`` ends at the same event, the last ACK at
+the sender, so on a fabric both model alike the two are equal (an ACK that waits behind a data
+frame on the reverse path is the difference left).
+
 ``slowdown = fct_ns / ours_fct_ns``.
 
 Alone on the fabric the two differ by the per-hop modelling (:func:`alone_gap_ns`): the
@@ -38,6 +49,8 @@ import numpy as np
 
 from tokenpcap.errors import InputError
 from tokenpcap.export.hpcc import START_OFFSET_NS, hpcc_flows
+from tokenpcap.export.hpcc_fabric import ack_return_ns
+from tokenpcap.export.hpcc_pfc import pfc_beside, pfc_lines, read_pfc
 from tokenpcap.records import DIMS, phase_label
 
 __all__ = ["FCT_DTYPE", "read_fct", "match_flows", "alone_gap_ns", "Comparison", "compare_hpcc",
@@ -147,6 +160,9 @@ class Comparison:
         sim_fct_ns: int64 ``(f,)``, the simulator's ``fct_ns``, -1 for flows it did not complete.
         sim_line: int64 ``(f,)``, the flow's line in fct.txt, -1 when not completed.
         start_offset_ns: the export's offset (simulator time of our time 0).
+        fabric: ``ideal`` or ``queued``: which of our models ``ours_fct_ns`` comes from.
+        pfc: with a queued fabric and the simulator's pfc.txt, the pause counts per device beside
+            ours (:func:`tokenpcap.export.hpcc_pfc.pfc_beside`), else None.
     """
     flows: np.ndarray
     labels: list
@@ -154,6 +170,8 @@ class Comparison:
     sim_fct_ns: np.ndarray
     sim_line: np.ndarray
     start_offset_ns: int
+    fabric: str = "ideal"
+    pfc: list | None = None
 
     @property
     def completed(self) -> np.ndarray:
@@ -198,22 +216,34 @@ GROUP_KEYS = ("group", "flows", "completed", "bytes", "ours_ns", "sim_ns", "p50"
 
 
 def compare_hpcc(scenario: str | os.PathLike, fct_path: str | os.PathLike, *, scale: int = 1,
-                 iterations: int = 1, start_offset_ns: int | None = None) -> Comparison:
-    """Schedule ``scenario`` as ``export --to hpcc`` did and match ``fct_path`` to its flows.
+                 iterations: int = 1, start_offset_ns: int | None = None,
+                 pfc_path: str | os.PathLike | None = None) -> Comparison:
+    """Schedule ``scenario`` as ``export --to hpcc`` did and match ``fct_path`` to its flows;
+    ``ours`` is the queued fabric's when the cluster has one (module docstring). ``pfc_path``:
+    the simulator's pfc.txt, set beside our fabric's PFC frames (queued fabric only).
 
     Raises:
-        InputError: as :func:`read_fct` and :func:`match_flows`; as ``schedule_scenario``.
+        InputError: as :func:`read_fct` and :func:`match_flows`; as ``schedule_scenario``;
+            ``pfc_path`` with an ideal fabric, or as :func:`tokenpcap.export.hpcc_pfc.read_pfc`.
     """
     from tokenpcap.pipeline import schedule_scenario
 
     off = START_OFFSET_NS if start_offset_ns is None else int(start_offset_ns)
     fct = read_fct(fct_path)
     s, _, sched = schedule_scenario(scenario, scale=scale, iterations=iterations)
+    if pfc_path is not None and not sched.fabric_queued:
+        raise InputError(f"{scenario}: --hpcc-pfc: got a scenario with an ideal fabric, "
+                         "expected a cluster with fabric.model: queued (PFC is the fabric's)")
     m = sched.messages
     flows = hpcc_flows(m, off)
     row = match_flows(flows, fct, fct_path)
     mm = m[flows["msg"]]
-    ours = (mm["arrival_ns"] - mm["ready_ns"]).astype(np.int64) + int(s.cluster.network.latency_ns)
+    if sched.fabric_queued:
+        back = ack_return_ns(s.cluster, sched.topology, flows["src"], flows["dst"],
+                             sched.engine.ack_bytes)
+    else:
+        back = int(s.cluster.network.latency_ns)
+    ours = (mm["arrival_ns"] - mm["ready_ns"]).astype(np.int64) + back
     labels = [phase_label(int(d), int(p), int(c)) if d < len(DIMS) else "other"
               for d, p, c in zip(mm["dim"], mm["phase"], mm["collective"])]
     ok = row >= 0
@@ -221,7 +251,12 @@ def compare_hpcc(scenario: str | os.PathLike, fct_path: str | os.PathLike, *, sc
     sim[ok] = fct["fct_ns"][row[ok]]
     line = np.full(flows.size, -1, np.int64)
     line[ok] = fct["line"][row[ok]]
-    return Comparison(flows, labels, ours, sim, line, off)
+    pfc = None
+    if pfc_path is not None:
+        tables, _ = sched.fabric_log()
+        pfc = pfc_beside(read_pfc(pfc_path), tables, sched.topology)
+    return Comparison(flows, labels, ours, sim, line, off,
+                      "queued" if sched.fabric_queued else "ideal", pfc)
 
 
 def _us(ns: int | None) -> str:
@@ -254,6 +289,15 @@ def report_lines(c: Comparison, *, max_listed: int = 20) -> list[str]:
                    f"line{'s' * (n != 1)} {shown}{more}")
     else:
         out.append(f"every one of the {c.flows.size} flows completed in the simulator")
-    out.append("ours µs / sim µs: first start to last ACK of the group on our ideal fabric / in "
-               "the simulator; p50..max: per-flow slowdown, simulator fct / ours")
+    ok = c.completed
+    if ok.any():
+        o, m = c.ours_fct_ns[ok], c.sim_fct_ns[ok]
+        out.append(f"per-flow fct µs (completed flows): ours min {_us(int(o.min()))} max "
+                   f"{_us(int(o.max()))}, simulator min {_us(int(m.min()))} max "
+                   f"{_us(int(m.max()))}, largest |sim - ours| {_us(int(np.abs(m - o).max()))}")
+    out.append(f"ours µs / sim µs: first start to last ACK of the group on our {c.fabric} "
+               "fabric / in the simulator; p50..max: per-flow slowdown, simulator fct / ours")
+    if c.pfc is not None:
+        out.append("")
+        out.extend(pfc_lines(c.pfc))
     return out

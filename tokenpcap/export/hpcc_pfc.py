@@ -19,6 +19,16 @@ side of the congested port), not the one that sent the frame:
 
 The priority (``qIndex``) is not written. The file is in time order (the simulator's events).
 A file named ``*.gz`` is read through gzip (the fixtures in tests/cases/hpcc/ keep large ones so).
+
+Beside a queued fabric (:func:`pfc_beside`): our fabric log's PFC table names the switch port
+that *sends* each frame; the frame reaches the device at the other end of its cable, which is
+the device a pfc.txt line names. With the export's node numbering (hosts 0..N-1 our NIC
+indices, switch ``s`` node N + s, :func:`tokenpcap.schedule.engine.topology.hpcc_topology_lines`)
+and ``third.cc`` installing one QbbNetDevice per topology line on each end in file order
+(interface 0 the loopback), a host's only device is interface 1 and our port ``k`` of a switch
+is its interface ``k + 1``: on the fixtures' single switch (node 64), interface ``i + 1`` faces
+host ``i``. So the line ``(host h, 1)`` is the frames our switch port facing NIC ``h`` sent, and
+``(N + s, k + 1)`` those of the port at the other end of our switch ``s`` port ``k``.
 """
 from __future__ import annotations
 
@@ -30,7 +40,8 @@ import numpy as np
 
 from tokenpcap.errors import InputError
 
-__all__ = ["PFC_DTYPE", "PFC_RESUME", "PFC_PAUSE", "read_pfc", "pause_counts"]
+__all__ = ["PFC_DTYPE", "PFC_RESUME", "PFC_PAUSE", "read_pfc", "pause_counts", "ns3_device",
+           "pfc_beside", "pfc_lines", "PFC_KEYS"]
 
 #: ``type`` of a resume (XON) line and of a pause (XOFF) line (qbb-net-device.cc, ``Receive``).
 PFC_RESUME = 0
@@ -117,3 +128,130 @@ def pause_counts(pfc: np.ndarray) -> dict[tuple[int, int], tuple[int, int, int]]
     for key, t in since.items():
         out[key][2] += end - t
     return {k: (a, b, c) for k, (a, b, c) in out.items()}
+
+
+def ns3_device(topology, switch: int, port: int) -> tuple[int, int, str]:
+    """The simulator's device ``(node, if_index)`` that a PFC frame sent by our ``switch``
+    port ``port`` reaches, and our name of it (``nic H`` or ``NAME:PORT``); module docstring."""
+    gp = int(np.flatnonzero((topology.port_switch == switch)
+                            & (topology.port_number == port))[0])
+    n_nic = int(topology.nic_port.size)
+    nic = int(topology.port_peer_nic[gp])
+    if nic >= 0:
+        return nic, 1, f"nic {nic}"
+    q = int(topology.port_peer_port[gp])
+    sw, num = int(topology.port_switch[q]), int(topology.port_number[q])
+    return n_nic + sw, num + 1, f"{topology.switch_names[sw]}:{num}"
+
+
+#: The columns of a :func:`pfc_beside` row, in order.
+PFC_KEYS = ("node", "if_index", "device", "sender", "sim_pauses", "sim_resumes", "sim_paused_ns",
+            "ours_xoff", "ours_xon", "ours_paused_ns")
+
+
+def pfc_beside(sim: np.ndarray, tables: dict, topology) -> list[dict]:
+    """The simulator's pauses per device beside our fabric's PFC frames, one row per device
+    that either paused (keys :data:`PFC_KEYS`), sorted by ``(node, if_index)``.
+
+    Args:
+        sim: ``PFC_DTYPE (n,)`` (:func:`read_pfc`).
+        tables: our fabric log (:data:`tokenpcap.records.fabric.FABRIC_TABLES`): ``pfc`` the
+            frames each switch port sent (XOFF ``xoff`` 1, XON 0, every lossless priority
+            counted), ``nics``/``links`` ``paused_ns`` of the device paused.
+        topology: the run's :class:`tokenpcap.schedule.engine.topology.Topology`.
+
+    Returns:
+        rows: ``device`` our name of the paused device, ``sender`` our switch port that sent
+        the frames (``NAME:PORT``), ``sim_*`` from :func:`pause_counts` (0 when none),
+        ``ours_xoff``/``ours_xon`` frame counts and ``ours_paused_ns`` (0 when none).
+
+    Raises:
+        InputError: a line of ``sim`` naming a device the exported topology does not have.
+    """
+    n_nic, n_sw = int(topology.nic_port.size), len(topology.switch_names)
+    by_dev: dict[tuple[int, int], dict] = {}
+
+    def row(node: int, dev: int) -> dict:
+        r = by_dev.get((node, dev))
+        if r is None:
+            r = dict.fromkeys(PFC_KEYS, 0)
+            r.update(node=node, if_index=dev)
+            if node < n_nic:
+                s_port = int(topology.nic_port[node])
+            else:
+                s = node - n_nic
+                first = int(np.searchsorted(topology.port_switch, s))
+                s_port = int(topology.port_peer_port[first + dev - 1])
+            sw, num = int(topology.port_switch[s_port]), int(topology.port_number[s_port])
+            r["sender"] = f"{topology.switch_names[sw]}:{num}"
+            r["device"] = ns3_device(topology, sw, num)[2]
+            by_dev[(node, dev)] = r
+        return r
+
+    ports = np.bincount(topology.port_switch, minlength=n_sw)
+    for (node, dev), (pauses, resumes, paused) in pause_counts(sim).items():
+        ok = (dev == 1) if node < n_nic else (node < n_nic + n_sw
+                                               and 1 <= dev <= int(ports[node - n_nic]))
+        if not ok:
+            raise InputError(f"pfc.txt: node {node} if_index {dev}: got a device the exported "
+                             f"topology does not have, expected hosts 0..{n_nic - 1} (if_index "
+                             f"1) or switches {n_nic}..{n_nic + n_sw - 1}")
+        if node >= n_nic and int(topology.port_peer_port[
+                int(np.searchsorted(topology.port_switch, node - n_nic)) + dev - 1]) < 0:
+            raise InputError(f"pfc.txt: node {node} if_index {dev}: got a switch port facing a "
+                             "host, expected a port paused by a switch (hosts send no PFC)")
+        r = row(node, dev)
+        r["sim_pauses"], r["sim_resumes"], r["sim_paused_ns"] = pauses, resumes, paused
+    ev = tables["pfc"]
+    for (sw, num), group in _group(ev):
+        node, dev, _ = ns3_device(topology, sw, num)
+        r = row(node, dev)
+        r["ours_xoff"] = int((group["xoff"] == 1).sum())
+        r["ours_xon"] = int((group["xoff"] == 0).sum())
+    nics, links = tables["nics"], tables["links"]
+    for r in by_dev.values():
+        if r["node"] < n_nic:
+            hit = nics["paused_ns"][nics["nic"] == r["node"]]
+        else:
+            s = r["node"] - n_nic
+            hit = links["paused_ns"][(links["switch"] == s) & (links["port"] == r["if_index"] - 1)]
+        r["ours_paused_ns"] = int(hit.sum())
+    return [by_dev[k] for k in sorted(by_dev)]
+
+
+def _group(ev: np.ndarray):
+    """``((switch, port), rows)`` of PFC events ``ev`` per sending port."""
+    if not ev.size:
+        return []
+    key = ev["switch"].astype(np.int64) << 32 | ev["port"].astype(np.int64)
+    order = np.argsort(key, kind="stable")
+    k = key[order]
+    cuts = np.flatnonzero(np.diff(k)) + 1
+    return [((int(ks >> 32), int(ks & 0xFFFFFFFF)), ev[ix])
+            for ks, ix in zip(k[np.r_[0, cuts]].tolist(), np.split(order, cuts))]
+
+
+def pfc_lines(rows: list[dict], *, max_rows: int = 64) -> list[str]:
+    """:func:`pfc_beside` rows as a text table (at most ``max_rows`` devices, those with the most
+    simulator pauses first, then a total), then what the columns mean."""
+    head = (f"{'ns-3 device':>12} {'paused device':>16} {'sent by':>14} {'sim XOFF':>9} "
+            f"{'ours XOFF':>9} {'sim XON':>8} {'ours XON':>8} {'sim paused µs':>14} "
+            f"{'ours paused µs':>15}")
+    out = ["PFC per paused device (simulator pfc.txt beside our fabric log)", head,
+           "-" * len(head)]
+    shown = sorted(rows, key=lambda r: (-r["sim_pauses"], -r["ours_xoff"], r["node"],
+                                        r["if_index"]))[:max_rows]
+    for r in sorted(shown, key=lambda r: (r["node"], r["if_index"])):
+        out.append(f"{r['node']:>9}/{r['if_index']:<2} {r['device']:>16} {r['sender']:>14} "
+                   f"{r['sim_pauses']:>9} {r['ours_xoff']:>9} {r['sim_resumes']:>8} "
+                   f"{r['ours_xon']:>8} {r['sim_paused_ns'] / 1000:>14.3f} "
+                   f"{r['ours_paused_ns'] / 1000:>15.3f}")
+    if len(rows) > len(shown):
+        out.append(f"... and {len(rows) - len(shown)} more devices")
+    tot = {k: sum(r[k] for r in rows) for k in PFC_KEYS[4:]}
+    out.append(f"{'all':>12} {len(rows):>16} {'':>14} {tot['sim_pauses']:>9} "
+               f"{tot['ours_xoff']:>9} {tot['sim_resumes']:>8} {tot['ours_xon']:>8} "
+               f"{tot['sim_paused_ns'] / 1000:>14.3f} {tot['ours_paused_ns'] / 1000:>15.3f}")
+    out.append("ns-3 device: node/if_index of pfc.txt (the device that received the frames); "
+               "sent by: our switch:port; XOFF/XON: frames; paused µs: time held paused")
+    return out
