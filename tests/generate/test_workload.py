@@ -33,7 +33,10 @@ def test_generate_nics_0_of_the_incast_keeps_the_receivers_acks(tmp_path):
     r = CliRunner().invoke(main, ["generate", str(SCEN / "incast-63x16m.yaml"), "-o", str(out),
                                   "--nics", "0", "--scale", "64", "-j", "1"])
     assert r.exit_code == 0, r.output
-    (f,) = out.iterdir()
+    (f,) = out.glob("*.pcapng")                 # beside it the queued fabric's side files
+    assert {p.name for p in out.iterdir()} - {f.name} == {
+        f"incast-63x16m_fabric{t}" for t in ("-pfc.csv", "-queues.csv", "-links.csv",
+                                             "-nics.csv", "-drops.csv", ".json")}
     info = decode(f)
     assert [c.split(" ")[:2] for c in info["comment"]] == [["ack", "wl/run/SendRecv"]] * 63
     assert int(info["payload"].sum()) == 0
