@@ -167,6 +167,8 @@ _Q = {"model": "queued"}
      "'wormhole'", "one of 'store-and-forward', 'cut-through'"),
     ({**_Q, "pfc": {"enabled": "yes"}}, {}, "fabric.pfc.enabled", "'yes'", "true or false"),
     ("queued", {}, "fabric", "'queued'", "a mapping"),
+    (_Q, {"transport": "infiniband"}, "fabric.model", "'queued'",
+     "'ideal' with transport 'infiniband' (a queued fabric needs transport rocev2"),
 ])
 def test_fabric_errors(tmp_path: Path, fabric, over, key, got, expected):  # type: ignore[no-untyped-def]
     f = write(tmp_path / "c.yaml", cluster_dict(fabric=fabric, **over))

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from tokenpcap.generate.select import (OPEN_END_NS, Selection, parse_window, phase_matches,
-                                       unknown_phase_patterns, window_text)
+from tokenpcap.generate.select import (OPEN_END_NS, Selection, parse_iterations, parse_window,
+                                       phase_matches, unknown_phase_patterns, window_text)
 from tokenpcap.records import LABELS
 
 
@@ -53,3 +53,12 @@ def test_a_reversed_range_is_named_as_such_not_as_out_of_range():
     with pytest.raises(InputError) as e:
         parse_index_set("0-512", "--ranks", 512)
     assert str(e.value) == "--ranks: got '0-512', expected indices in 0..511"
+
+
+@given(st.integers(1, 32767))
+def test_iterations_from_zero_are_no_selection_as_the_plain_count(n):
+    """"0:B" keeps every one of the B iterations run: the same as "B" (no selection), so a nic-rx
+    capture keeps its PFC frames with either spelling."""
+    assert parse_iterations(f"0:{n}") == parse_iterations(str(n)) == (n, None)
+    if n > 1:
+        assert parse_iterations(f"1:{n}") == (n, range(1, n))

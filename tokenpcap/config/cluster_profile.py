@@ -65,7 +65,8 @@ def load_cluster(path: str | Path) -> ClusterProfile:
     Raises:
         ProfileError: unknown or missing key, wrong type, value out of range, or more NICs than
             GPUs per node (NIC of local GPU g is ``g * nics_per_node // gpus_per_node``), or a
-            ``fabric:`` the cluster cannot be built with (:func:`~tokenpcap.config.fabric.fabric_from`).
+            ``fabric:`` the cluster cannot be built with (:func:`~tokenpcap.config.fabric.fabric_from`),
+            or a queued fabric on a transport other than rocev2.
     """
     path = Path(path)
     return cluster_from(path, "", yc.load_yaml(path), path)
@@ -100,6 +101,11 @@ def cluster_from(file: Path, prefix: str, data: Any,
     fabric = fabric_from(file, key("fabric"), v["fabric"], FabricContext(
         nodes=v["nodes"], nics_per_node=v["nics_per_node"], link_gbps=v["link_gbps"],
         latency_ns=net.latency_ns, pcp=net.pcp))
+    if fabric.queued and v["transport"] != "rocev2":
+        raise ProfileError(file, key("fabric.model"), fabric.model,
+                           f"'ideal' with transport {v['transport']!r} (a queued fabric needs "
+                           "transport rocev2: InfiniBand's credit-based link-level flow control, "
+                           "IBTA vol. 1 7.9, is not modelled)")
     name = v["name"] if v["name"] is not None else (cluster_path.stem if cluster_path else "cluster")
     return ClusterProfile(
         name=name, nodes=v["nodes"], gpus_per_node=v["gpus_per_node"],

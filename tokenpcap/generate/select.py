@@ -86,7 +86,9 @@ def unknown_phase_patterns(patterns) -> list[str]:
 
 
 def parse_iterations(text: str) -> tuple[int, range | None]:
-    """``"N"`` → run N iterations, keep all; ``"A:B"`` → run B, keep ``[A, B)``. Raises: InputError."""
+    """``"N"`` → run N iterations, keep all; ``"A:B"`` → run B, keep ``[A, B)``; ``"0:B"`` is ``"B"``
+    (keeps all: no selection, so the PFC frames a selection of messages drops stay, as with ``"B"``).
+    Raises: InputError."""
     m = re.fullmatch(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?", text)
     if not m:
         raise InputError(f"--iterations: got {text!r}, expected N or A:B (e.g. 2 or 1:3)")
@@ -98,7 +100,7 @@ def parse_iterations(text: str) -> tuple[int, range | None]:
     a, b = int(m.group(1)), int(m.group(2))
     if b <= a:
         raise InputError(f"--iterations: got {text!r}, expected A:B with B > A")
-    return b, range(a, b)
+    return b, (range(a, b) if a > 0 else None)
 
 
 @dataclass(frozen=True)
