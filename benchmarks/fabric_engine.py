@@ -20,7 +20,8 @@ Cases:
    ``--to hpcc --hpcc-cc none --scale 64``, ~45 CPU s).
 3. ``ring``: rail-aligned rings on a non-blocking fabric, ideal vs ``fabric: {model: queued}``
    (rail-optimized, Tomahawk 5 defaults): an AllReduce of 256 MiB on 8 nodes x 8 NICs
-   (nccl-tests ``all_reduce_perf -b 256M``) and ``dante``: CPU-seconds ratio of ``run()`` and the
+   (nccl-tests ``all_reduce_perf -b 256M``) and ``dante``: CPU-seconds ratio of ``run()``, with no
+   frame made and with NIC 0's frames (``nics=(0,)``, what ``generate --nics 0`` times), and the
    iteration-time difference.
 4. ``gpt3`` (only with ``--gpt3``): ``generate gpt3-175b-megatron --nics 0-7 --snaplen 74
    --format pcap`` with the queued rail-optimized fabric in a fresh process (``--gpt3-scale``;
@@ -93,20 +94,22 @@ def scenario_copy(src: Path, folder: Path, tag: str, fabric: dict | None = None,
 
 
 # ------------------------------------------------------------------ one schedule, timed
-def timed_run(path: Path, scale: int = 1, keep_history: bool = False) -> dict:
-    """Build the schedule of ``path`` (every message kept, no frame made), then time ``run()``:
-    CPU seconds of each, the fabric's counters, the message table and the timeline."""
+def timed_run(path: Path, scale: int = 1, keep_history: bool = False, nics=()) -> dict:
+    """Build the schedule of ``path`` (every message kept; frames made for ``nics`` only, none by
+    default), then time ``run()``: CPU seconds of each, the frames, the fabric's counters, the
+    message table and the timeline."""
     plan = build_plan(load_scenario(path), scale=scale)
     c = time.process_time()
-    sched = Schedule(plan, iterations=1, nics=(), keep_history=keep_history, keep_nvlink=False)
+    sched = Schedule(plan, iterations=1, nics=nics, keep_history=keep_history, keep_nvlink=False)
     build = time.process_time() - c
+    frames = 0
     c, w = time.process_time(), time.perf_counter()
-    for _ in sched.run():
-        pass
+    for tx in sched.run():
+        frames += tx.size
     run, wall = time.process_time() - c, time.perf_counter() - w
     m = sched.messages
     tl = sched.timeline if keep_history else None
-    return dict(build_s=build, run_s=run, wall_s=wall, messages=m, timeline=tl,
+    return dict(build_s=build, run_s=run, wall_s=wall, messages=m, timeline=tl, frames=frames,
                 counters=sched.fabric_counters if sched.fabric_queued else {})
 
 
@@ -131,8 +134,9 @@ def iteration_ns(r: dict) -> int:
     return int(r["messages"]["arrival_ns"].max())
 
 
-def best_of(path: Path, repeat: int, scale: int = 1) -> tuple[dict, list[float]]:
-    runs = [timed_run(path, scale) for _ in range(repeat)]
+def best_of(path: Path, repeat: int, scale: int = 1, keep_history: bool = False,
+            nics=()) -> tuple[dict, list[float]]:
+    runs = [timed_run(path, scale, keep_history, nics) for _ in range(repeat)]
     cpu = [r["run_s"] for r in runs]
     return runs[int(np.argmin(cpu))], cpu
 
@@ -290,16 +294,17 @@ def ring(folder: Path, quick: bool, repeat: int) -> None:
                                                           64 if quick else 1)]
     for label, path, scale in cases:
         q_path = scenario_copy(path, folder, "queued", QUEUED)
-        i, ci = best_of(path, repeat, scale)
-        q, cq = best_of(q_path, repeat, scale)
-        ti, tq = span_ns(i["messages"]), span_ns(q["messages"])
+        name = label + (f" --scale {scale}" if scale > 1 else "")
+        for nics, what in (((), "timing only"), ((0,), "NIC 0's frames")):
+            i, ci = best_of(path, repeat, scale, True, nics)
+            q, cq = best_of(q_path, repeat, scale, True, nics)
+            print(f"  {name:<34} {what:<14} ideal run {i['run_s']:6.2f} s cpu {_spread(ci)}  "
+                  f"queued {q['run_s']:6.2f} s cpu {_spread(cq)}  ratio {q['run_s'] / i['run_s']:.2f}x")
+        ti, tq = iteration_ns(i), iteration_ns(q)
         c = q["counters"]
-        print(f"  {label + (f' --scale {scale}' if scale > 1 else ''):<34} ideal run "
-              f"{i['run_s']:6.2f} s cpu {_spread(ci)}  queued {q['run_s']:6.2f} s cpu {_spread(cq)}"
-              f"  ratio {q['run_s'] / i['run_s']:.2f}x")
-        print(f"  {'':<34} span ideal {ti:,} ns, queued {tq:,} ns ({tq / ti - 1:+.3%}); "
-              f"{i['messages'].size:,} msgs; packet-hops {c['packet_hops']:,}, PFC frames "
-              f"{c['pfc_frames']:,}")
+        print(f"  {'':<34} iteration ideal {ti:,} ns, queued {tq:,} ns ({tq / ti - 1:+.3%}); "
+              f"{i['messages'].size:,} msgs, NIC 0 {q['frames']:,} frames; packet-hops "
+              f"{c['packet_hops']:,}, PFC frames {c['pfc_frames']:,}")
 
 
 def gpt3(folder: Path, scale: int, ideal: bool) -> None:
@@ -315,10 +320,12 @@ def gpt3(folder: Path, scale: int, ideal: bool) -> None:
                         "--nics", "0-7", "--snaplen", "74", "--format", "pcap", "--scale",
                         str(scale)], cwd=ROOT)
         files = [p for p in out.rglob("*") if p.is_file()]
-        size = sum(p.stat().st_size for p in files)
+        pcap = [p for p in files if p.suffix == ".pcap"]
+        size = sum(p.stat().st_size for p in pcap)
+        side = sum(p.stat().st_size for p in files) - size
         print(f"  {label:<16} {got['wall_s']:8.1f} s wall  {got['cpu_s']:8.1f} s cpu  peak "
-              f"{got['peak_bytes'] / 2**30:.2f} GiB  {len(files)} files, {size:,} B  "
-              f"(load {loadavg()})")
+              f"{got['peak_bytes'] / 2**30:.2f} GiB  {len(pcap)} pcaps, {size:,} B; "
+              f"{len(files) - len(pcap)} other files, {side:,} B  (load {loadavg()})")
         for p in files:
             p.unlink()
 
@@ -334,8 +341,8 @@ def main(argv=None) -> None:
     ap.add_argument("--gpt3-ideal", action="store_true", help="case 4 on the ideal fabric too")
     ap.add_argument("--repeat", type=int, help="timed runs per in-process case, best kept [3]")
     ap.add_argument("--quick", action="store_true", help="smoke run at small sizes")
-    ap.add_argument("--case", action="append", choices=("incast", "mixtral", "ring"),
-                    help="only these cases (repeatable) [all]")
+    ap.add_argument("--case", action="append", choices=("incast", "mixtral", "ring", "gpt3"),
+                    help="only these cases (repeatable) [incast, mixtral, ring; gpt3 with --gpt3]")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--child-scale", type=int, default=1, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -344,7 +351,7 @@ def main(argv=None) -> None:
         return
     sim = a.sim if a.sim is not None and a.sim.is_file() else None
     repeat = a.repeat or (1 if a.quick else 3)
-    cases = a.case or ["incast", "mixtral", "ring"]
+    cases = a.case or ["incast", "mixtral", "ring"] + (["gpt3"] if a.gpt3 else [])
     print(f"{machine()}; load {loadavg()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     with tempfile.TemporaryDirectory(prefix="fabric_engine_") as d:
         folder = Path(d)
@@ -356,7 +363,7 @@ def main(argv=None) -> None:
                     a.mixtral_scale or 64)
         if "ring" in cases:
             ring(folder, a.quick, repeat)
-        if a.gpt3:
+        if "gpt3" in cases:
             gpt3(folder, a.gpt3_scale, a.gpt3_ideal)
     print(f"load after: {loadavg()}")
 
