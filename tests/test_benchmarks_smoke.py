@@ -30,7 +30,7 @@ def run(script: str, *args: str, timeout: float = 300) -> str:
 TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "inspect_read.py",
           "engine_timing.py", "fuzz_campaign.py", "dask_generate.py", "flat_build.py",
           "generate_nic.py", "message_ring.py", "call_state.py", "engine_state.py",
-          "fabric_ns3.py"}
+          "fabric_ns3.py", "fabric_engine.py"}
 HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
 
@@ -189,3 +189,17 @@ def test_fabric_ns3_runs_a_small_incast():
               "--size-mib", "1", "--cc", "none")
     # tests/cases/hpcc/incast8x1m-pfc-fct.txt: the same run, 170,020 ns
     assert "flows 8/8  span 170,020 ns" in out and re.search(r"hops per CPU-s", out)
+
+
+def test_fabric_engine_measures_the_queued_fabric_beside_the_ideal_one():
+    out = run("fabric_engine.py", "--quick", "--sim", "")
+    # 8 -> 1 x 1 MiB with the hpcc-ns3 preset: tests/cases/hpcc/incast8x1m-pfc-fct.txt's span
+    # (170,020 ns to the last ACK) less the ACK's way back, 2 x 500 + 2 x 1 ns
+    assert re.search(r"^  ours, hpcc-ns3 preset +span +169,018 ns .* hops per CPU-s", out, re.M)
+    assert re.search(r"^  ours, th5-400g default +span .* hops per CPU-s", out, re.M)
+    assert "HPCC ns-3: not run" in out
+    assert re.search(r"^  queued / ideal: run CPU [\d.]+x, peak RSS [\d.]+x, iteration", out, re.M)
+    assert re.search(r"^    dp/backward/AllReduce +256 ", out, re.M)
+    assert len(re.findall(r"^  \S.* ideal run .* queued .* ratio [\d.]+x$", out, re.M)) == 4
+    assert len(re.findall(r"^ +iteration ideal [\d,]+ ns, queued [\d,]+ ns \([+-][\d.]+%\)", out,
+                          re.M)) == 2
