@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from tokenpcap.errors import ProfileError
 
 from tests.config.test_profiles import PROFILES, cluster_dict, expect_profile_error, write
 from tokenpcap.config.fabric import (PRESETS, auto_headroom_bytes, fabric_shape,
@@ -30,10 +31,22 @@ def test_absent_fabric_is_ideal_and_the_cluster_is_otherwise_unchanged(tmp_path:
     assert other.fabric == FabricProfile()
 
 
-def test_an_ideal_fabric_is_not_checked_against_the_cluster(tmp_path: Path):
-    """A queued-only check (a topology too big for the buffer) does not stop an ideal fabric."""
-    c = _load(tmp_path, {"model": "ideal", "switch": {"buffer_bytes": 1}})
-    assert c.fabric.switch.buffer_bytes == 1 and c.fabric.model == "ideal"
+def test_fabric_settings_without_a_queued_model_are_one_line(tmp_path: Path):
+    """Switch, PFC or topology settings under an ideal fabric (``model`` left out, or ideal)
+    would change nothing: the profile says so instead of writing an ideal trace."""
+    for fab in ({"model": "ideal", "switch": {"buffer_bytes": 1}},
+                {"topology": {"kind": "leaf-spine", "nodes_per_leaf": 4}}):
+        with pytest.raises(ProfileError, match=r"fabric\.model: got 'ideal', expected 'queued' "
+                                               r"when the fabric sets (switch|topology)"):
+            _load(tmp_path, fab)
+
+
+def test_a_buffer_below_one_frame_per_port_and_a_nic_link_off_the_nic_rate_are_refused(tmp_path):
+    with pytest.raises(ProfileError, match=r"fabric\.switch\.buffer_bytes: got 1, expected at least"):
+        _load(tmp_path, {"model": "queued", "switch": {"buffer_bytes": 1},
+                         "pfc": {"reserve_bytes": 0, "headroom_bytes": 0}})
+    with pytest.raises(ProfileError, match=r"fabric\.topology\.nic_link_gbps: got 1"):
+        _load(tmp_path, {"model": "queued", "topology": {"nic_link_gbps": 1}})
 
 
 def test_an_ideal_fabric_is_the_same_profile_as_none(tmp_path: Path):

@@ -165,7 +165,17 @@ def fabric_from(file: Path | None, prefix: str, data: Any, ctx: FabricContext) -
                            timing=v["timing"], qlen_sample_ns=v["qlen_sample_ns"])
     key = (lambda k: _join(prefix, k))
     if not fabric.queued:
+        extra = sorted(k for k in given - {"model"} if (data or {})[k] not in (None, {}))
+        if extra:
+            raise ProfileError(file, key("model"), fabric.model,
+                               f"'queued' when the fabric sets {', '.join(extra)} (an ideal "
+                               "fabric has no switch: its keys would change nothing)")
         return fabric
+    nl = fabric.topology.nic_link_gbps
+    if nl is not None and float(nl) != float(ctx.link_gbps):
+        raise ProfileError(file, key("topology.nic_link_gbps"), nl,
+                           f"null or the cluster's link_gbps {ctx.link_gbps:g} (a NIC's link runs "
+                           "at the NIC's rate; change link_gbps to change both)")
     if fabric.switch.control_priority in fabric.pfc.priorities:
         raise ProfileError(file, key("switch.control_priority"), fabric.switch.control_priority,
                            f"a priority outside the lossless pfc.priorities "
@@ -289,6 +299,11 @@ def port_dynamic_th(pfc: PfcConfig, port_gbps: float, nic_gbps: float) -> int:
     return th
 
 
+#: Buffer a switch needs per port at least: one frame of the largest PMTU (4,096 B payload + 74 B
+#: of RoCEv2 headers, rounded up): a store-and-forward port must hold the frame it forwards.
+MIN_PORT_BUFFER_BYTES = 4_224
+
+
 def _check_buffer(f: FabricProfile, shape: FabricShape,
                   where: Callable[[str], tuple[Path | None, str]]) -> None:
     """Headroom and reserve of every (ingress port, lossless priority) of a switch must fit
@@ -304,6 +319,11 @@ def _check_buffer(f: FabricProfile, shape: FabricShape,
     for name, groups in (("leaf", shape.leaf_ports), ("spine", shape.spine_ports),
                          ("core", shape.core_ports)):
         ports = sum(c for c, _, _ in groups)
+        if ports and buf < ports * MIN_PORT_BUFFER_BYTES:
+            raise ProfileError(*where("switch.buffer_bytes"), buf,
+                               f"at least {ports * MIN_PORT_BUFFER_BYTES:,} (one largest RoCEv2 "
+                               f"frame, {MIN_PORT_BUFFER_BYTES:,} B, for each of the {ports} "
+                               f"ports of a {name})")
         need = prios * sum(c * (f.pfc.reserve_bytes + (
             hr if hr is not None else auto_headroom_bytes(g, prop[tier]))) for c, g, tier in groups)
         if need > buf:

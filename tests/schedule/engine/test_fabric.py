@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from tokenpcap.config.profiles import load_scenario
-from tokenpcap.errors import ProfileError
+from tokenpcap.errors import InfeasiblePlanError, ProfileError
 from tokenpcap.export.hpcc_fct import read_fct
 from tokenpcap.plan.build import build_plan
 from tokenpcap.schedule.engine import events as K
@@ -215,3 +215,13 @@ def test_pause_frames_reach_the_sender_and_stop_its_data_until_the_resume(tmp_pa
         assert not ((data >= on) & (data < off)).any()
     # the same frames in both runs: timing does not depend on what is captured
     assert rx_s.messages.tobytes() == tx_s.messages.tobytes()
+
+
+def test_a_full_buffer_without_pfc_stops_the_run_in_one_line_naming_where(tmp_path):
+    fab = {"model": "queued", "preset": "hpcc-ns3", "topology": {"kind": "single-switch"},
+           "switch": {"buffer_bytes": 200_000}, "pfc": {"enabled": False}}
+    path = _scenario(tmp_path, _cluster(9, 1, fab), {"kind": "incast", "senders": 8,
+                                                     "bytes": 1 << 20})
+    with pytest.raises(InfeasiblePlanError, match=r"fabric: switch 0 dropped a data packet at "
+                                                  r"its port 0, priority 3, at [0-9,]+ ns"):
+        _run(path, nics=())

@@ -80,10 +80,14 @@ class Engine:
                 self._grow()
                 continue
             if status == 2 and self.sc[K.ERR] == 5:
+                i = int(np.flatnonzero(self.S.fi[:, K.I8_DROPS] > 0)[-1])
+                e = i // 8
                 raise InfeasiblePlanError(
-                    "fabric: a switch dropped a data packet of a lossy priority (its buffer was "
-                    "full): retransmission is not modelled; expected fabric.pfc.enabled with the "
-                    "data priority (network.pcp) in fabric.pfc.priorities, or a larger "
+                    f"fabric: switch {int(self.S.fp[e, K.FP_SW])} dropped a data packet at its "
+                    f"port {int(self.S.fp[e, K.FP_NUM_ON_SW])}, priority {i % 8}, at "
+                    f"{int(self.sc[K.NOW]):,} ns (its buffer was full and the priority is not "
+                    "lossless): retransmission is not modelled; expected fabric.pfc.enabled with "
+                    "the data priority (network.pcp) in fabric.pfc.priorities, or a larger "
                     "fabric.switch.buffer_bytes")
             if status == 2:
                 raise RuntimeError(f"internal: engine error {int(self.sc[K.ERR])}")
