@@ -25,7 +25,7 @@ frame first, then the control priority (ACKs; strict), then the data priorities 
 skipping those paused by the downstream device. A port with nothing queued starts a packet the
 moment it arrives (no event of its own); a busy one is woken by one FREE event when it is free.
 
-**Ingress accounting and PFC** (HPCC ns-3 ``switch-mmu.cc`` ``UpdateIngressAdmission``,
+**Ingress accounting and PFC** (:mod:`~tokenpcap.schedule.engine.fabric_mmu`; HPCC ns-3 ``switch-mmu.cc`` ``UpdateIngressAdmission``,
 ``RemoveFromIngressAdmission``, ``CheckShouldPause``, ``CheckShouldResume``, ``GetPfcThreshold``; the
 same knobs as SONiC's buffer profiles): per (ingress port, lossless priority) the first
 ``reserve`` bytes are guaranteed, then bytes come from the switch's shared pool while the
@@ -60,7 +60,7 @@ from tokenpcap.schedule.engine.ecmp import ecmp_index
 from tokenpcap.schedule.engine.fabric_mmu import admit, release
 from tokenpcap.schedule.engine.fabric_stats import flush_samples, log_pfc, sample
 
-__all__ = ["ser_ns", "inject", "hop", "free_event", "pfc_event", "pk_free", "flush_samples"]  # flush_samples: module fabric_stats
+__all__ = ["ser_ns", "inject", "hop", "free_event", "pfc_event", "pk_free", "flush_samples"]
 
 _UDP_ROCE = 4791
 
