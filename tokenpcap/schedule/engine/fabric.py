@@ -91,21 +91,23 @@ def pk_free(S, sc, k):
 
 
 @njit(cache=True, _nrt=False)
+def _wire(S, cf, w):
+    """Wire ``w``: ``(table, row, head column, tail column)``: a NIC's uplink (``w < N``, row of
+    ``S.fn``) or a switch port's link (row ``w - N`` of ``S.fp``)."""
+    N = cf[NPORTS]
+    if w < N:
+        return S.fn, w, FN_WHEAD, FN_WTAIL
+    return S.fp, w - N, FP_WHEAD, FP_WTAIL
+
+
+@njit(cache=True, _nrt=False)
 def _wire_push(S, cf, sc, h, w, k, t0, arr):
     """Descriptor ``k`` starts at ``t0`` on wire ``w`` and arrives at its far end at ``arr``."""
     pk = S.pk
     pk[k, PK_ARR] = arr
     pk[k, PK_T0] = t0
     pk[k, PK_NEXT] = -1
-    N = cf[NPORTS]
-    if w < N:
-        tab = S.fn
-        r = w
-        ch, ct = FN_WHEAD, FN_WTAIL
-    else:
-        tab = S.fp
-        r = w - N
-        ch, ct = FP_WHEAD, FP_WTAIL
+    tab, r, ch, ct = _wire(S, cf, w)
     if tab[r, ct] >= 0:
         pk[tab[r, ct], PK_NEXT] = k
     else:
@@ -403,15 +405,7 @@ def hop(S, cf, sc, h, o, w, t):
     frame for a NIC that the NIC must act on (``k`` left allocated: a PFC frame, which the caller
     applies to the NIC's port), else ``(-1, -1)``."""
     pk = S.pk
-    N = cf[NPORTS]
-    if w < N:
-        tab = S.fn
-        r = w
-        ch, ct = FN_WHEAD, FN_WTAIL
-    else:
-        tab = S.fp
-        r = w - N
-        ch, ct = FP_WHEAD, FP_WTAIL
+    tab, r, ch, ct = _wire(S, cf, w)
     k = tab[r, ch]
     nx = pk[k, PK_NEXT]
     tab[r, ch] = nx
@@ -420,7 +414,7 @@ def hop(S, cf, sc, h, o, w, t):
     else:
         push(h, sc, pk[nx, PK_ARR], EV_HOP, w, w, 0)
     sc[HOPS] += 1
-    if w < N:
+    if w < cf[NPORTS]:
         _switch_in(S, cf, sc, h, o, S.fn[w, FN_PORT], k, t)
         return -1, -1
     nic = S.fp[r, FP_PEER_NIC]

@@ -327,19 +327,8 @@ def rewake(S, cf, sc, h, port):
         return
     if k == 0:
         return
-    s = _stop(S, cf, port, k)
     base = pt[port, P_CLOCK] + pt[port, P_NACK] * cf[ACK_NS]
-    full = s // k
-    rem = s - full * k
-    t = base + full * pt[port, P_ROUND]
-    m = k if k < s else s
-    e = pt[port, P_CUR]
-    for i in range(m):
-        if i < rem:
-            t += ax[e, X_D1]
-        if ax[e, X_NEXT] == 0:
-            t += ax[e, X_D0] - ax[e, X_D1]
-        e = ax[e, X_SUCC]
+    t = _stop_start(S, cf, port, k, base)
     if pt[port, P_SEL]:
         dmin = NEVER
         e = pt[port, P_CUR]
@@ -354,6 +343,28 @@ def rewake(S, cf, sc, h, port):
     if t < pt[port, P_WAKE]:
         pt[port, P_WAKE] = t
         push(h, sc, t, EV_WAKE, port * (MASK24 + 1), port, 0)
+
+
+@njit(cache=True, _nrt=False)
+def _stop_start(S, cf, port, k, base):
+    """Start (ns) of ``port``'s stop slot when its next slot starts at ``base``: whole rounds of
+    the rotation, the remaining slots' MIDDLE durations, and each QP's FIRST in place of a
+    MIDDLE where its next packet is its message's first."""
+    ax = S.ax
+    pt = S.pt
+    s = _stop(S, cf, port, k)
+    full = s // k
+    rem = s - full * k
+    t = base + full * pt[port, P_ROUND]
+    m = k if k < s else s
+    e = pt[port, P_CUR]
+    for i in range(m):
+        if i < rem:
+            t += ax[e, X_D1]
+        if ax[e, X_NEXT] == 0:
+            t += ax[e, X_D0] - ax[e, X_D1]
+        e = ax[e, X_SUCC]
+    return t
 
 
 @njit(cache=True, _nrt=False)
@@ -384,18 +395,7 @@ def _rewake_fab(S, cf, sc, h, port, k):
         if base < NEVER:
             if base < first:
                 first = base
-            s = _stop(S, cf, port, k)
-            full = s // k
-            rem = s - full * k
-            t = base + full * pt[port, P_ROUND]
-            m = k if k < s else s
-            e = pt[port, P_CUR]
-            for i in range(m):
-                if i < rem:
-                    t += ax[e, X_D1]
-                if ax[e, X_NEXT] == 0:
-                    t += ax[e, X_D0] - ax[e, X_D1]
-                e = ax[e, X_SUCC]
+            t = _stop_start(S, cf, port, k, base)
     if first < NEVER and first + cf[F_CAP] < t:
         t = first + cf[F_CAP]
     if t < NEVER:
