@@ -16,7 +16,7 @@ every node traced, against the ``Dequ`` events of ``analysis/trace_reader`` (one
 dequeued onto a link).
 
 Without ``--sim`` (or with a path that is not there) it says so and exits 0: the simulator is
-built outside this repository by ``benchmarks/build_hpcc_ns3.sh``.
+built outside this repository as ``docs/compare.md`` describes.
 
 Run: ``python benchmarks/fabric_ns3.py --sim /work/ns3/simulation/build/scratch/third
 [--senders 63] [--size-mib 16] [--cc none --cc dcqcn] [--trace-reader PATH] [--keep DIR]``
@@ -132,8 +132,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.sim is None or not a.sim.is_file():
         why = "no --sim given" if a.sim is None else f"{a.sim}: no such file"
-        print(f"HPCC ns-3 simulator not available ({why}); build it with "
-              f"benchmarks/build_hpcc_ns3.sh and pass --sim .../build/scratch/third. Nothing run.")
+        print(f"HPCC ns-3 simulator not available ({why}); build it as "
+              f"docs/compare.md describes and pass --sim .../build/scratch/third. Nothing run.")
         return
     if not 1 <= a.senders < HOSTS:
         ap.error(f"--senders: got {a.senders}, expected 1 to {HOSTS - 1}")

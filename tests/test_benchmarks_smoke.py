@@ -183,7 +183,7 @@ def test_fabric_ns3_without_the_simulator_says_so(tmp_path):
 
 @pytest.mark.skipif(not os.path.isfile(os.environ.get("HPCC_NS3_SIM", "")),
                     reason="HPCC_NS3_SIM (HPCC ns-3's build/scratch/third) not set: "
-                           "benchmarks/build_hpcc_ns3.sh builds it")
+                           "docs/compare.md says how to build it")
 def test_fabric_ns3_runs_a_small_incast():
     out = run("fabric_ns3.py", "--sim", os.environ["HPCC_NS3_SIM"], "--senders", "8",
               "--size-mib", "1", "--cc", "none")

@@ -1,7 +1,7 @@
 """The HPCC simulator's pfc.txt read back, and the incast fixtures of tests/cases/hpcc/ checked
 against what they must be.
 
-The fixtures are real runs of HPCC ns-3 (commit 9f4be2a, built with benchmarks/build_hpcc_ns3.sh;
+The fixtures are real runs of HPCC ns-3 (commit 9f4be2a, built as docs/compare.md describes;
 inputs, commands and CPU times in tests/cases/hpcc/README.md): S senders to host 0 through one
 switch, every link 400 Gb/s and 500 ns, PMTU 4096, PFC only (``CC_MODE 0``) or DCQCN. The
 analytic oracle for a PFC-only incast: the switch's port to host 0 never idles once the first
