@@ -26,15 +26,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tokenpcap.config import yamlcheck as yc
-from tokenpcap.config.bounds import (LINK_GBPS_RANGE, MAX_ECMP_SEED, MAX_LATENCY_NS,
-                                     MAX_SWITCH_BUFFER_BYTES, MAX_SWITCH_PORTS, MAX_WORLD_SIZE)
+from tokenpcap.config.bounds import (LINK_GBPS_RANGE, MAX_ECMP_SEED, MAX_FABRIC_PLANES,
+                                     MAX_LATENCY_NS, MAX_SWITCH_BUFFER_BYTES, MAX_SWITCH_PORTS,
+                                     MAX_WORLD_SIZE)
 from tokenpcap.config.fabric_presets import PRESETS, FabricContext
 from tokenpcap.config.types import (EcmpConfig, FabricProfile, PfcConfig, SwitchConfig,
                                     TopologyConfig)
 from tokenpcap.errors import ProfileError
 
 __all__ = ["PRESETS", "TOPOLOGY_KINDS", "FabricContext", "FabricShape", "fabric_from",
-           "fabric_shape", "auto_headroom_bytes", "port_dynamic_th"]
+           "fabric_shape", "plane_port_gbps", "auto_headroom_bytes", "port_dynamic_th"]
 
 TOPOLOGY_KINDS = ("single-switch", "rail-optimized", "leaf-spine", "clos3")
 
@@ -86,6 +87,8 @@ _TOPOLOGY_SPEC = {
     "nic_link_gbps": (yc.optional(_RATE), None),
     "uplink_gbps": (yc.optional(_RATE), None),
     "propagation_ns": (yc.optional(_propagation), None),
+    "planes": (yc.integer(1, MAX_FABRIC_PLANES), 1),
+    "dual_tor": (yc.optional(yc.boolean), None),
 }
 
 _SWITCH_SPEC = {
@@ -142,7 +145,9 @@ def fabric_from(file: Path | None, prefix: str, data: Any, ctx: FabricContext) -
 
     Raises:
         ProfileError: unknown key or preset, a value out of range; for a queued fabric: a
-            control priority that is also lossless, a topology that cannot hold the cluster's NICs, headroom larger than
+            control priority that is also lossless, a topology that cannot hold the cluster's
+            NICs, planes that do not split link_gbps into whole Mb/s, dual_tor against planes,
+            a NIC link off the NIC's (per-plane) rate, headroom larger than
             the buffer, or reserve + headroom of a switch's ports over its buffer; the message
             names ``file`` and ``prefix.key``.
     """
@@ -171,11 +176,7 @@ def fabric_from(file: Path | None, prefix: str, data: Any, ctx: FabricContext) -
                                f"'queued' when the fabric sets {', '.join(extra)} (an ideal "
                                "fabric has no switch: its keys would change nothing)")
         return fabric
-    nl = fabric.topology.nic_link_gbps
-    if nl is not None and float(nl) != float(ctx.link_gbps):
-        raise ProfileError(file, key("topology.nic_link_gbps"), nl,
-                           f"null or the cluster's link_gbps {ctx.link_gbps:g} (a NIC's link runs "
-                           "at the NIC's rate; change link_gbps to change both)")
+    _check_planes(fabric.topology, ctx, lambda k: (file, key(f"topology.{k}")))
     if fabric.switch.control_priority in fabric.pfc.priorities:
         raise ProfileError(file, key("switch.control_priority"), fabric.switch.control_priority,
                            f"a priority outside the lossless pfc.priorities "
@@ -184,6 +185,40 @@ def fabric_from(file: Path | None, prefix: str, data: Any, ctx: FabricContext) -
                          where=lambda k: (file, key(f"topology.{k}")))
     _check_buffer(fabric, shape, lambda k: (file, key(k)))
     return fabric
+
+
+def plane_port_gbps(link_gbps: float, planes: int) -> float:
+    """The rate (Gb/s) of each of a NIC's ``planes`` ports: its ``link_gbps`` split evenly (Alibaba
+    HPN: a 400G NIC as 2 x 200G, one port per plane)."""
+    return float(Fraction(repr(float(link_gbps))) / int(planes))
+
+
+def _check_planes(t: TopologyConfig, ctx: FabricContext,
+                  where: Callable[[str], tuple[Path | None, str]]) -> None:
+    """The NIC's rate splits into ``planes`` ports of whole Mb/s (what ns-3's ``DataRate`` text
+    and a port speed can say), ``dual_tor`` agrees with ``planes``, and ``nic_link_gbps`` is the
+    port rate."""
+    port = Fraction(repr(float(ctx.link_gbps))) / t.planes
+    if (port * 1000).denominator != 1:
+        raise ProfileError(*where("planes"), t.planes,
+                           f"a number of planes that splits link_gbps {ctx.link_gbps:g} into "
+                           "ports of whole Mb/s (one port per plane)")
+    if t.dual_tor is True and t.planes == 1:
+        raise ProfileError(*where("dual_tor"), True,
+                           "false or null with planes 1 (two ToRs that share one plane's "
+                           "spines are not modelled: set planes 2, a ToR in each plane)")
+    if t.dual_tor is False and t.planes > 1:
+        raise ProfileError(*where("dual_tor"), False,
+                           f"true or null with planes {t.planes} (each plane has its own ToRs, "
+                           "so a NIC's ports reach different ToRs)")
+    nl = t.nic_link_gbps
+    if nl is not None and Fraction(repr(float(nl))) != port:
+        what = ("the cluster's link_gbps" if t.planes == 1 else
+                f"link_gbps {ctx.link_gbps:g} / planes {t.planes}:")
+        raise ProfileError(*where("nic_link_gbps"), nl,
+                           f"null or {what} {float(port):g} (a NIC's link runs at the NIC's "
+                           "rate, split evenly among its planes; change link_gbps to change "
+                           "both)")
 
 
 @dataclass(frozen=True)
@@ -221,8 +256,9 @@ def fabric_shape(nodes: int, nics_per_node: int, link_gbps: float, t: TopologyCo
                  where: Callable[[str], tuple[Path | None, str]] = lambda k: (None, k)
                  ) -> FabricShape:
     """The sizes of topology ``t`` for ``nodes`` nodes of ``nics_per_node`` NICs at
-    ``link_gbps`` (module docstring for the defaults). ``where(key)`` names ``(file, dotted
-    key)`` of a topology key in errors.
+    ``link_gbps`` (module docstring for the defaults); with ``t.planes > 1`` the sizes of one
+    plane (every plane is the same, its NIC links at :func:`plane_port_gbps`). ``where(key)``
+    names ``(file, dotted key)`` of a topology key in errors.
 
     Raises:
         ProfileError: ``pods`` or ``nodes_per_leaf`` does not divide the nodes (of a pod), or a
@@ -231,7 +267,8 @@ def fabric_shape(nodes: int, nics_per_node: int, link_gbps: float, t: TopologyCo
     def fail(k: str, got: Any, expected: str) -> ProfileError:
         return ProfileError(*where(k), got, expected)
 
-    nic = float(t.nic_link_gbps if t.nic_link_gbps is not None else link_gbps)
+    nic = float(t.nic_link_gbps if t.nic_link_gbps is not None
+                else plane_port_gbps(link_gbps, t.planes))
     pod_nodes = nodes
     if t.kind == "clos3" and t.pods is not None:
         if nodes % t.pods:

@@ -173,12 +173,24 @@ KEYS: dict[str, tuple[str, str]] = {
                                               "paper Sec. 3.3.1); divides the nodes; absent: all"),
     "cluster.fabric.topology.core_oversubscription": ("ratio", "clos3: pod-spine down:up "
                                                                "bandwidth (Meta: 7)"),
-    "cluster.fabric.topology.nic_link_gbps": ("Gb/s", "NIC-to-leaf link rate; absent: "
-                                                      "`link_gbps`"),
+    "cluster.fabric.topology.nic_link_gbps": ("Gb/s", "NIC-to-leaf link rate (of each port "
+                                                      "with planes); absent: `link_gbps` / "
+                                                      "`planes`"),
     "cluster.fabric.topology.uplink_gbps": ("Gb/s", "leaf-spine and spine-core link rate; "
                                                     "absent: the NIC rate x ceil(down links / "
                                                     "(ratio x up links)), as `export --to "
                                                     "hpcc`"),
+    "cluster.fabric.topology.planes": ("planes", "copies of the topology with no link "
+                                                 "between them; every NIC has one port of "
+                                                 "`link_gbps / planes` in each, its QPs "
+                                                 "alternating between them in creation order "
+                                                 "(Linux mlx5 RoCE LAG `get_tx_affinity_rr`); "
+                                                 "Alibaba HPN (SIGCOMM 2024): 2, 2 x 200G per "
+                                                 "400G NIC; docs/fabric.md"),
+    "cluster.fabric.topology.dual_tor": ("", "each NIC's ports on different ToRs (HPN's "
+                                             "non-stacked dual-ToR); absent: `planes > 1`; "
+                                             "true needs planes 2 (two ToRs sharing one plane's "
+                                             "spines are not modelled)"),
     "cluster.fabric.topology.propagation_ns": ("ns", "link propagation per tier (NIC-leaf, "
                                                      "leaf-spine, spine-core), one integer for "
                                                      "all; absent: `network.latency_ns // 2` "

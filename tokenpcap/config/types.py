@@ -135,7 +135,10 @@ class TopologyConfig:
     every spine), ``leaf-spine`` (all NICs of ``nodes_per_leaf`` consecutive nodes on one leaf)
     or ``clos3`` (pods of ``pods`` nodes, each a rail-optimized two-tier pod, cores above).
     ``None`` sizes take the defaults of :func:`tokenpcap.config.fabric.fabric_shape`.
-    ``propagation_ns`` is per tier: (NIC-leaf, leaf-spine, spine-core).
+    ``propagation_ns`` is per tier: (NIC-leaf, leaf-spine, spine-core). ``planes``: copies of
+    that topology with no link between them, every NIC with one port of ``link_gbps / planes``
+    in each (``dual_tor`` says so: a NIC's ports reach different ToRs; None: ``planes > 1``),
+    :mod:`tokenpcap.schedule.engine.topology_planes`.
     """
 
     kind: str = "rail-optimized"
@@ -147,6 +150,8 @@ class TopologyConfig:
     nic_link_gbps: float | None = None
     uplink_gbps: float | None = None
     propagation_ns: tuple[int, ...] = (500, 500, 500)
+    planes: int = 1
+    dual_tor: bool | None = None
 
 
 @dataclass(frozen=True)
