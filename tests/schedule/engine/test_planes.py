@@ -248,3 +248,18 @@ def test_planes_that_do_not_split_the_nic_rate_into_whole_mbps_are_refused(tmp_p
     with pytest.raises(ProfileError, match="fabric.topology.planes"):
         load_cluster(p)
     assert TopologyConfig().planes == 1 and TopologyConfig().dual_tor is None
+
+
+def test_the_bundled_hpn_cluster_is_two_planes_of_rail_optimized_200g_ports():
+    from tests.conftest import ROOT
+    c = load_cluster(ROOT / "profiles" / "clusters" / "h100-rocev2-hpn-2x200g-16n.yaml")
+    t = build_topology(c)
+    assert c.fabric.topology.planes == 2 and t.planes == 2
+    # per plane one ToR per rail (8) and 8 spines; 128 NICs with a 200G port in each plane
+    assert t.switches == 2 * (8 + 8)
+    assert (t.port_gbps[t.plane_nic_port] == 200).all() and t.plane_nic_port.shape == (2, 128)
+    rail = np.arange(128) % 8
+    for k in range(2):
+        tor = t.port_switch[t.plane_nic_port[k]]
+        assert np.unique(tor).size == 8 and all(np.unique(rail[tor == s]).size == 1
+                                                for s in np.unique(tor))
