@@ -263,3 +263,58 @@ def test_the_bundled_hpn_cluster_is_two_planes_of_rail_optimized_200g_ports():
         tor = t.port_switch[t.plane_nic_port[k]]
         assert np.unique(tor).size == 8 and all(np.unique(rail[tor == s]).size == 1
                                                 for s in np.unique(tor))
+
+
+def _murmur3_x86_32(data: bytes, seed: int) -> int:
+    """MurmurHash3 x86_32 (Appleby's reference, as ns-3's ``hash-murmur3.cc``), pure Python."""
+    m = 0xFFFFFFFF
+    rotl = lambda x, r: ((x << r) | (x >> (32 - r))) & m   # noqa: E731
+    h = seed & m
+    for i in range(0, len(data) // 4 * 4, 4):
+        k = int.from_bytes(data[i:i + 4], "little")
+        k = rotl((k * 0xCC9E2D51) & m, 15) * 0x1B873593 & m
+        h = (rotl(h ^ k, 13) * 5 + 0xE6546B64) & m
+    h ^= len(data)
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & m
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & m
+    return h ^ (h >> 16)
+
+
+def test_ns3_runs_the_two_plane_export_each_port_at_200g_with_its_own_plane_choice(tmp_path):
+    """The export is the simulator's input byte for byte; in the simulator's run the receiver's
+    busier port carries what ns-3's NIC choice puts on it at 200G, as in ours with ours."""
+    from tests.conftest import ROOT
+    from tokenpcap.export.hpcc_fct import read_fct
+    cases = ROOT / "tests" / "cases" / "hpcc"
+    scen = cases / "incast7x4m-planes2.yaml"
+    out = tmp_path / "incast7x4m-planes2.txt"
+    from click.testing import CliRunner
+    from tokenpcap.cli import main
+    r = CliRunner().invoke(main, ["export", str(scen), "--to", "hpcc", "--hpcc-cc", "none",
+                                  "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.read_bytes() == (cases / "incast7x4m-planes2-flows.txt").read_bytes()
+    for suffix in ("-topology.txt",):
+        assert ((tmp_path / f"incast7x4m-planes2{suffix}").read_bytes()
+                == (cases / f"incast7x4m-planes2{suffix}").read_bytes())
+    fct = read_fct(cases / "incast7x4m-planes2-pfc-fct.txt")
+    assert len(fct) == 28
+    # rdma-hw.cc GetNicIdxOfQp: v[Hash32({sip, dip, sport, dport}) % 2], Hash32 seeded 0x8BADF00D
+    ip = lambda n: 0x0B000001 + (n // 256) * 0x10000 + (n % 256) * 0x100   # noqa: E731
+    nic = [_murmur3_x86_32(b"".join(x.to_bytes(w, "little") for x, w in (
+        (ip(int(f["src"])), 4), (ip(int(f["dst"])), 4), (int(f["sport"]), 2),
+        (int(f["dport"]), 2))), 0x8BADF00D) % 2 for f in fct]
+    busier = max(nic.count(0), nic.count(1))
+    assert busier == 16
+    per_frame = (4096 + 48) * 8 // 200                      # ns-3's frame at 200G, truncated
+    flow_frames = (1 << 20) // 4096
+    span_ns3 = int((fct["start_ns"] + fct["fct_ns"]).max() - fct["start_ns"].min())
+    assert abs(span_ns3 - busier * flow_frames * per_frame) <= 0.005 * span_ns3
+    # ours: every sender's two QPs alternate planes, 14 flows on each receiver port
+    sched = Schedule(build_plan(load_scenario(scen)), keep_history=False, nics=())
+    for _ in sched.run():
+        pass
+    span = int(sched.messages["arrival_ns"].max())
+    assert abs(span - 14 * flow_frames * per_frame) <= 0.005 * span
