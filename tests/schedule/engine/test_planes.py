@@ -318,3 +318,19 @@ def test_ns3_runs_the_two_plane_export_each_port_at_200g_with_its_own_plane_choi
         pass
     span = int(sched.messages["arrival_ns"].max())
     assert abs(span - 14 * flow_frames * per_frame) <= 0.005 * span
+
+
+def test_a_pause_to_a_nic_port_names_the_ns3_device_of_that_plane():
+    """third.cc installs a node's devices in the order of the topology file's lines that touch
+    it (interface 0 the loopback): a host's interface i is its i-th line's link."""
+    from tokenpcap.export.hpcc_pfc import ns3_device
+    t = build_topology(_topo_cluster(2, 2, kind="rail-optimized", planes=2))
+    lines = [tuple(map(int, x.split()[:2])) for x in hpcc_topology_lines(t)[2:]]
+    n = 4
+    for h in range(n):
+        mine = [b - n for a, b in lines if a == h]          # host h's links, in file order
+        for k in range(2):
+            p = int(t.plane_nic_port[k, h])
+            s, num = int(t.port_switch[p]), int(t.port_number[p])
+            node, dev, _ = ns3_device(t, s, num)
+            assert node == h and mine[dev - 1] == s
