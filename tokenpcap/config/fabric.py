@@ -89,6 +89,7 @@ _TOPOLOGY_SPEC = {
     "propagation_ns": (yc.optional(_propagation), None),
     "planes": (yc.integer(1, MAX_FABRIC_PLANES), 1),
     "dual_tor": (yc.optional(yc.boolean), None),
+    "plane_select": (yc.enum("round-robin", "five-tuple"), "round-robin"),
 }
 
 _SWITCH_SPEC = {

@@ -182,11 +182,18 @@ KEYS: dict[str, tuple[str, str]] = {
                                                     "hpcc`"),
     "cluster.fabric.topology.planes": ("planes", "copies of the topology with no link "
                                                  "between them; every NIC has one port of "
-                                                 "`link_gbps / planes` in each, its QPs "
-                                                 "alternating between them in creation order "
-                                                 "(Linux mlx5 RoCE LAG `get_tx_affinity_rr`); "
-                                                 "Alibaba HPN (SIGCOMM 2024): 2, 2 x 200G per "
-                                                 "400G NIC; docs/fabric.md"),
+                                                 "`link_gbps / planes` in each, every QP on "
+                                                 "one of them (`plane_select`); Alibaba HPN "
+                                                 "(SIGCOMM 2024): 2, 2 x 200G per 400G NIC; "
+                                                 "docs/fabric.md"),
+    "cluster.fabric.topology.plane_select": ("", "the plane of a QP, as Linux mlx5 picks a "
+                                                 "RoCE QP's port on a bonded pair "
+                                                 "(`lag_port_select_mode`): `round-robin` "
+                                                 "(`queue_affinity`, the default: a NIC's QPs "
+                                                 "alternate in creation order, `qp.c` "
+                                                 "`get_tx_affinity_rr`) or `five-tuple` "
+                                                 "(`hash`: a hash of the QP's 5-tuple, here "
+                                                 "CRC-32)"),
     "cluster.fabric.topology.dual_tor": ("", "each NIC's ports on different ToRs (HPN's "
                                              "non-stacked dual-ToR); absent: `planes > 1`; "
                                              "true needs planes 2 (two ToRs sharing one plane's "

@@ -138,6 +138,7 @@ class TopologyConfig:
     ``propagation_ns`` is per tier: (NIC-leaf, leaf-spine, spine-core). ``planes``: copies of
     that topology with no link between them, every NIC with one port of ``link_gbps / planes``
     in each (``dual_tor`` says so: a NIC's ports reach different ToRs; None: ``planes > 1``),
+    each QP on the plane ``plane_select`` gives it (``round-robin`` | ``five-tuple``),
     :mod:`tokenpcap.schedule.engine.topology_planes`.
     """
 
@@ -152,6 +153,7 @@ class TopologyConfig:
     propagation_ns: tuple[int, ...] = (500, 500, 500)
     planes: int = 1
     dual_tor: bool | None = None
+    plane_select: str = "round-robin"
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from tokenpcap.plan.build import build_plan
 from tokenpcap.schedule.engine import events as K
 from tokenpcap.schedule.engine.port import PKT_ACK
 from tokenpcap.schedule.engine.topology import build_topology, hpcc_topology_lines
-from tokenpcap.schedule.engine.topology_planes import qp_planes
+from tokenpcap.schedule.engine.topology_planes import qp_planes, qp_planes_hash
 from tokenpcap.schedule.runner import Schedule
 from tests.schedule.engine.test_topology import _cluster as _topo_cluster
 from tests.schedule.engine.test_topology import _paths
@@ -101,8 +101,9 @@ def test_the_ns3_file_gives_every_host_one_link_per_plane_at_the_port_rate():
 
 
 def _mlx5_counter_planes(qcodes: np.ndarray, n_nic: int, stride: int) -> dict:
-    """The tx port of every QP end (nic, peer, conn, side), as mlx5's per-device counter gives
-    it when the ends are created in (peer, conn, side) order: port = ++counter % 2 + 1."""
+    """The tx port of every QP end (nic, peer, conn, side), as mlx5's context counter gives
+    it when the ends are created in (peer, conn, side) order: the first context on the device
+    starts at 1 (mlx5_ib_alloc_ucontext), then port = ++counter % 2 + 1."""
     ends = set()
     for code in qcodes.tolist():
         side, rest = code % 2, code // 2
@@ -113,7 +114,7 @@ def _mlx5_counter_planes(qcodes: np.ndarray, n_nic: int, stride: int) -> dict:
     counter: dict[int, int] = {}
     port = {}
     for e in sorted(ends):
-        counter[e[0]] = counter.get(e[0], 0) + 1
+        counter[e[0]] = counter.get(e[0], 1) + 1
         port[e] = counter[e[0]] % 2 + 1
     return port
 
@@ -135,6 +136,19 @@ def test_qps_take_the_ports_mlx5s_lag_round_robin_gives_them(n_nic, stride, data
         assert got[i, 0] == port[(me, peer, conn, side)] - 1
         assert got[i, 1] == port[(peer, me, conn, 1 - side)] - 1
     assert (qp_planes(q, n_nic, stride, 1) == 0).all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1),
+                          st.integers(0xC000, 0xFFFF)), min_size=1, max_size=8))
+def test_five_tuple_planes_are_crc32_of_the_qps_5_tuple_each_way(qps):
+    import struct
+    import zlib
+    sip, dip, sport = (np.array(x, np.int64) for x in zip(*qps))
+    got = qp_planes_hash(sip, dip, sport, 2)
+    for i, (a, b, p) in enumerate(qps):
+        assert got[i, 0] == zlib.crc32(struct.pack(">IIHHB", a, b, p, 4791, 17)) % 2
+        assert got[i, 1] == zlib.crc32(struct.pack(">IIHHB", b, a, p, 4791, 17)) % 2
 
 
 def _cluster(nodes: int, nics: int, fabric: dict, gbps: float = 400) -> dict:

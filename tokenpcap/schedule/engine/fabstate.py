@@ -28,7 +28,7 @@ from tokenpcap.errors import InputError
 from tokenpcap.schedule.engine import events as K
 from tokenpcap.schedule.engine.ecmp import ECMP_HASHES, ECMP_MODES
 from tokenpcap.schedule.engine.topology import build_topology
-from tokenpcap.schedule.engine.topology_planes import qp_planes
+from tokenpcap.schedule.engine.topology_planes import qp_planes, qp_planes_hash
 from tokenpcap.wire import rdma
 from tokenpcap.wire.qpn import qpn
 
@@ -222,7 +222,11 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
     conn, rest = rest % qp_stride, rest // qp_stride
     peer, me = rest % N, rest // N
     sport, dqpn = flow_keys(me, peer, conn, role)
-    fw, q_plane = _plane_ports(topo, N, qcodes, qp_stride)
+    if fab.topology.plane_select == "five-tuple" and topo.planes > 1:
+        q_plane = qp_planes_hash(fn[me, K.FN_IP], fn[peer, K.FN_IP], sport, topo.planes)
+    else:
+        q_plane = qp_planes(qcodes, N, qp_stride, topo.planes)
+    fw = _plane_ports(topo, N)
     # timing bytes per shape and the NICs' frame times under that timing
     pay = _payloads(np.asarray(sizes, np.int64), np.asarray(sh_n, np.int64), int(cluster.pmtu_bytes))
     sh_tb = timing_bytes(fab.timing, sh_fb, pay)
@@ -265,14 +269,12 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
     return FabricArrays(arrays, settings, sh_d, ack_ns)
 
 
-def _plane_ports(topo, N: int, qcodes: np.ndarray, qp_stride: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(fw, q_plane)`` (:class:`~tokenpcap.schedule.engine.events.State`): the NICs' ports
-    per plane and each QP's planes (:func:`~tokenpcap.schedule.engine.topology_planes.qp_planes`);
-    with one plane no ports (the NIC's own link, ``fn``) and plane 0 everywhere."""
+def _plane_ports(topo, N: int) -> np.ndarray:
+    """``fw`` (:class:`~tokenpcap.schedule.engine.events.State`): the NICs' ports per plane;
+    with one plane none (the NIC's own link, ``fn``)."""
     planes = topo.planes
-    q_plane = qp_planes(qcodes, N, qp_stride, planes)
     if planes == 1:
-        return np.zeros((0, K.FW_COLS), np.int64), q_plane
+        return np.zeros((0, K.FW_COLS), np.int64)
     fw = np.zeros((planes * N, K.FW_COLS), np.int64)
     fw[:, [K.FW_WHEAD, K.FW_WTAIL]] = -1
     ports = np.asarray(topo.plane_nic_port, np.int64).reshape(-1)
@@ -280,7 +282,7 @@ def _plane_ports(topo, N: int, qcodes: np.ndarray, qp_stride: int) -> tuple[np.n
     fw[:, K.FW_PROP] = topo.port_prop_ns[ports]
     rates = np.array([_rate(g) for g in topo.port_gbps[ports].tolist()], np.int64).reshape(-1, 2)
     fw[:, K.FW_RNUM], fw[:, K.FW_RDEN] = rates[:, 0], rates[:, 1]
-    return fw, q_plane
+    return fw
 
 
 

@@ -14,24 +14,39 @@ follow plane 0's in the same order (so ns-3 gives host ``g`` one device per plan
 1`` is its port in plane ``k``, as ``third.cc`` numbers a node's devices in the order its links
 are installed), and every NIC link runs at the NIC's rate divided by ``planes``.
 
-:func:`qp_planes`: a QP sends on one port for its life. The rule is Linux mlx5's for RoCE over a
-bonded (LAG) pair of ports in queue-affinity mode, ``drivers/infiniband/hw/mlx5/qp.c``
-``get_tx_affinity_rr``: at a QP's RESET-to-INIT the driver sets its tx port to
-``atomic_add_return(1, &tx_port_affinity) % lag_ports + 1``, a counter per device (per user
-context), so the QPs of a NIC take ports 2, 1, 2, 1, ... in creation order: plane ``(i + 1) %
-planes`` for the ``i``-th (from 0). Our creation order on a NIC is the order of its QP ends by
-(peer NIC, connection, side), the order the lowering numbers them; NCCL's real order (channel by
-channel at connection setup) is not modelled. Each end of a QP pair has its own port: the data of
-a QP take the plane of its sending end, its ACKs the plane of its receiving end (both NICs have a
-port in every plane, so either way reaches the other).
+:func:`qp_planes`: a QP sends on one port for its life; ``fabric.topology.plane_select`` says
+which, as Linux mlx5 picks the tx port of a RoCE QP on a bonded (LAG) pair of ports, the
+devlink parameter ``lag_port_select_mode`` (``queue_affinity``, the default, or ``hash``):
+
+* ``round-robin`` (``queue_affinity``): ``drivers/infiniband/hw/mlx5/qp.c``
+  ``get_tx_affinity_rr`` sets a QP's tx port at its RESET-to-INIT to ``atomic_add_return(1,
+  &ucontext->tx_port_affinity) % lag_ports + 1``, the counter of the process's context, which
+  ``mlx5_ib_alloc_ucontext`` seeds from the device's own counter (1 for the first context that
+  opens the device), so that context's QPs take ports 1, 2, 1, 2, ...: plane ``i % planes`` for
+  its ``i``-th QP (from 0). One context per NIC; our creation order on a NIC is the order of its
+  QP ends by (peer NIC, connection, side), the order the lowering numbers them (NCCL's real
+  order, channel by channel at connection setup, is not modelled).
+* ``five-tuple`` (``hash``): the driver leaves the QP's affinity unset
+  (``mlx5_ib_lag_should_assign_affinity`` is false in hash mode with
+  ``port_select_flow_table_bypass``) and the NIC's port-selection flow table hashes each
+  packet's headers; a QP's packets share their 5-tuple (its UDP source port is fixed), so the QP
+  keeps one port. The NIC's hash function is not published: here zlib's CRC-32 of ``sip`` (4,
+  big-endian), ``dip`` (4), ``sport`` (2), ``dport`` 4791 (2), protocol 17 (1), mod ``planes``.
+
+Each end of a QP pair has its own port: the data of a QP take the plane of its sending end, its
+ACKs the plane of its receiving end (both NICs have a port in every plane, so either way reaches
+the other; the ACKs' 5-tuple is the data's reversed, with the same UDP source port).
 """
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
-__all__ = ["replicate", "nic_plane_ports", "qp_planes"]
+__all__ = ["replicate", "nic_plane_ports", "qp_planes", "qp_planes_hash"]
 
 _I64 = np.int64
+_ROCE_DPORT = (4791).to_bytes(2, "big")           # IANA RoCEv2 UDP port
 
 
 def replicate(names: list[str], tiers: list[int], a: np.ndarray, b: np.ndarray,
@@ -76,7 +91,8 @@ def qp_planes(qcodes: np.ndarray, n_nic: int, qp_stride: int, planes: int) -> np
     """The planes of the QPs with the global codes ``qcodes`` (int64 ``(Q,)``, sorted: ``((nic *
     N + peer) * qp_stride + conn) * 2 + side``, :mod:`tokenpcap.schedule.engine.state`) as
     int64 ``(Q, 2)``: column 0 the plane its data take (its own end's port), column 1 the plane
-    its ACKs take (the port of its other end, at the peer NIC). Module docstring for the rule."""
+    its ACKs take (the port of its other end, at the peer NIC); ``round-robin`` (module
+    docstring)."""
     q = np.asarray(qcodes, _I64)
     if planes == 1 or q.size == 0:
         return np.zeros((q.size, 2), _I64)
@@ -88,8 +104,22 @@ def qp_planes(qcodes: np.ndarray, n_nic: int, qp_stride: int, planes: int) -> np
     ends = np.unique(np.concatenate([q, other]))          # every QP end, NIC-major, sorted
     nic_of = ends // (2 * qp_stride * n_nic)
     first = np.searchsorted(nic_of, nic_of, side="left")
-    plane_of_end = (np.arange(ends.size, dtype=_I64) - first + 1) % planes
+    plane_of_end = (np.arange(ends.size, dtype=_I64) - first) % planes
     out = np.empty((q.size, 2), _I64)
     out[:, 0] = plane_of_end[np.searchsorted(ends, q)]
     out[:, 1] = plane_of_end[np.searchsorted(ends, other)]
     return out
+
+
+def qp_planes_hash(sip: np.ndarray, dip: np.ndarray, sport: np.ndarray, planes: int
+                   ) -> np.ndarray:
+    """``five-tuple`` (module docstring): int64 ``(Q, 2)`` from each QP's sending NIC's IPv4
+    address ``sip``, its peer's ``dip`` (as 32-bit ints) and its pair's UDP source port
+    ``sport`` (all ``(Q,)``): column 0 the CRC-32 of the data's 5-tuple mod ``planes``, column 1
+    of the ACKs' (addresses swapped)."""
+    def h(a: int, b: int, p: int) -> int:
+        return zlib.crc32(a.to_bytes(4, "big") + b.to_bytes(4, "big") + p.to_bytes(2, "big")
+                          + _ROCE_DPORT + b"\x11") % planes
+    a, b, p = (np.asarray(x, _I64).tolist() for x in (sip, dip, sport))
+    return np.array([[h(x, y, q), h(y, x, q)] for x, y, q in zip(a, b, p)],
+                    _I64).reshape(-1, 2)
