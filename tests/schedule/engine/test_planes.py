@@ -348,3 +348,23 @@ def test_a_pause_to_a_nic_port_names_the_ns3_device_of_that_plane():
             s, num = int(t.port_switch[p]), int(t.port_number[p])
             node, dev, _ = ns3_device(t, s, num)
             assert node == h and mine[dev - 1] == s
+
+
+def test_both_plane_tors_pause_their_senders_and_nothing_is_lost(tmp_path):
+    # 8 -> 1 x 1 MiB in two QPs per sender into 2 MB per plane switch: both ToRs send PFC
+    fab = {"model": "queued", "preset": "hpcc-ns3",
+           "topology": {"kind": "single-switch", "planes": 2},
+           "switch": {"buffer_bytes": 2_000_000}}
+    path = _scenario(tmp_path, _cluster(9, 1, fab),
+                     {"kind": "incast", "senders": 8, "receiver": 0, "bytes": 1 << 20}, 2)
+    sched = Schedule(build_plan(load_scenario(path)), keep_history=False, nics=())
+    for _ in sched.run():
+        pass
+    log, summary = sched.fabric_log()
+    names = summary.switch_names
+    sent = {names[int(r["switch"])]: int(r["pfc_sent"]) for r in log["links"]}
+    assert min(sent.get("p0-switch0", 0), sent.get("p1-switch0", 0)) > 0
+    assert summary.drops_total == 0 and summary.headroom_overflows == 0
+    assert int(log["nics"]["pfc_received"].sum()) == len(log["pfc"])
+    d = sched.messages[sched.messages["kind"] == 0]
+    assert int(d["size_bytes"].sum()) == 8 << 20 and sched._eng.sc[K.PKUSED] == 0
