@@ -197,10 +197,11 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0, *,
     for f in table.families:              # a call's shape and codes are its family's and group's
         family_code.append(codes_of.setdefault((f.phase, f.dim, f.collective), len(codes_of)))
         for g in f.groups:
-            k = (f.collective, g, f.message_bytes, f.elem_bytes)
+            k = (f.collective, g, f.message_bytes, f.elem_bytes, f.channel)
             e = keys.get(k)
             if e is None:
-                ck, sh = canonical_shape(*k, gpn)
+                ck, sh = canonical_shape(*k[:4], gpn)
+                ck += (f.channel,) if f.channel >= 0 else ()
                 j = canon.get(ck)
                 if j is None:
                     j = canon[ck] = len(canon_tr)
@@ -233,7 +234,8 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0, *,
     wl = plan.scenario.workload
     if wl is not None:                    # a microbenchmark: its calls, no compute
         prog_ptr, ins_kind, ins_a, ins_b = workload_program_arrays(
-            table, part_call, part_rank, lay.world_size, wl.start_offsets_ns, plan.scale)
+            table, part_call, part_rank, lay.world_size, wl.start_offsets_ns, plan.scale,
+            workload=wl)
     else:
         prog_ptr, ins_kind, ins_a, ins_b = template_programs(
             table, part_call, part_rank, lay.world_size, lay.coords, shards, times,
