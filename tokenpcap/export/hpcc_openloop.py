@@ -32,7 +32,7 @@ from tokenpcap.export.hpcc_fct import Comparison, compare_hpcc, fct_tail_ns, our
 from tokenpcap.plan.flows import call_flows
 from tokenpcap.records import KIND_DATA
 
-__all__ = ["open_loop_fct", "compare_open_loop", "beside_lines"]
+__all__ = ["open_loop_fct", "compare_open_loop", "open_loop_beside", "beside_lines"]
 
 
 def open_loop_fct(flows_scenario: str | os.PathLike):
@@ -86,6 +86,20 @@ def compare_open_loop(scenario: str | os.PathLike, flows_scenario: str | os.Path
         sim, off = None, START_OFFSET_NS
         _, flows, labels, ours = ours_fct(scenario, scale=scale, iterations=iterations,
                                           start_offset_ns=off)
+    return open_loop_beside(flows, labels, ours, off, flows_scenario,
+                            f"export {scenario} --to hpcc --scale {scale}"), sim
+
+
+def open_loop_beside(flows: np.ndarray, labels: list, ours: np.ndarray, start_offset_ns: int,
+                     flows_scenario: str | os.PathLike, what: str = "the export") -> Comparison:
+    """Our open-loop run of ``flows_scenario`` beside the exported ``flows`` (``FLOW_DTYPE``,
+    flow-file order), their ``labels`` and ``ours`` FCT (:func:`~tokenpcap.export.hpcc_fct.
+    ours_fct`'s); ``what`` names the export in the error.
+
+    Raises:
+        InputError: the flow file's flows are not ``flows`` (count, ranks, sizes or starts line
+            by line); as :func:`open_loop_fct`.
+    """
     f, fct = open_loop_fct(flows_scenario)
     bad = (np.array([0]) if f.size != flows.size else
            np.flatnonzero((f["src"] != flows["src"]) | (f["dst"] != flows["dst"])
@@ -97,9 +111,9 @@ def compare_open_loop(scenario: str | os.PathLike, flows_scenario: str | os.Path
                f"line {int(f['line'][i])}: {int(f['src'][i])} -> {int(f['dst'][i])} "
                f"{int(f['size_bytes'][i])} B")
         raise InputError(f"{flows_scenario}: workload.file: got {got}, expected the flows of "
-                         f"'export {scenario} --to hpcc --scale {scale}' ({flows.size} flows)")
-    line = f["line"].astype(np.int64)
-    return Comparison(flows, labels, ours, fct, line, off, "queued open-loop"), sim
+                         f"'{what}' ({flows.size} flows)")
+    return Comparison(flows, labels, ours, fct, f["line"].astype(np.int64), start_offset_ns,
+                      "queued open-loop")
 
 
 def _pct(a, b) -> str:
