@@ -54,8 +54,8 @@ def compare_cmd(scenario: str, fct: str | None, pfc: str | None, open_loop: str 
     plan's call, and report per phase and collective our span of each call on the ideal fabric
     against SimAI's total and exposed communication time, and the records SimAI did not report."""
     if (fct is None and open_loop is None) == (simai_csv is None):
-        raise click.UsageError("give one of --hpcc-fct FCT (and/or --open-loop FLOWS) or "
-                               "--simai-csv CSV")
+        raise click.UsageError("give one of --hpcc-fct FCT or --simai-csv CSV (or --open-loop "
+                               "FLOWS, with or without --hpcc-fct)")
     if open_loop is not None and (pfc is not None or plot_dir is not None):
         raise click.UsageError("--open-loop: got it with --hpcc-pfc or --plot, expected "
                                "neither (they show the simulator's run alone)")

@@ -67,6 +67,8 @@ SECTIONS: tuple[tuple[str, str, dict], ...] = (
     ("`workload:` of kinds `alltoall`, `allreduce`, `allgather`, `reducescatter`",
      "workload.group", wl._GROUP_SPEC),
     ("`workload:` of kind `sendrecv`", "workload.sendrecv", wl.WORKLOAD_KINDS["sendrecv"].spec),
+    ("`workload:` of kind `flows` (no `bytes`, `repeat` or `start_offsets_ns`: the file has them)",
+     "workload.flows", {"file": wl.WORKLOAD_KINDS["flows"].spec["file"]}),
 )
 
 #: dotted key -> (unit, meaning); the unit is "" where the key has none (names, switches)
@@ -338,6 +340,11 @@ KEYS: dict[str, tuple[str, str]] = {
     "workload.incast.receiver": ("", "the rank every sender sends to"),
     "workload.group.ranks": ("", "the group in ring order; default every rank"),
     "workload.sendrecv.pairs": ("", "`[[src, dst], ...]`, each pair sending `bytes`"),
+    "workload.flows.file": ("", "a flow file (`src dst pg dport size_bytes start_seconds` per "
+                                "line after the count: HPCC ns-3's FLOW_FILE, what `export --to "
+                                "hpcc` writes), relative to the scenario file; each line one "
+                                "transfer started at its time (the earliest is time 0), open "
+                                "loop; ranks are NICs"),
 }
 
 
@@ -359,6 +366,7 @@ _NESTED = {
     "workload.incast.receiver": "a rank in [0, world - 1]",
     "workload.group.ranks": "a list of at least 2 distinct ranks in [0, world - 1]",
     "workload.sendrecv.pairs": "a non-empty list of distinct [src, dst], src != dst",
+    "workload.flows.file": "a path to a readable flow file",
 }
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tokenpcap.collectives.transfers import transfers
+from tokenpcap.errors import InputError
 from tokenpcap.plan.calltable import CallTable
 from tokenpcap.plan.pipeline import chunk_layers
 from tokenpcap.records import COLLECTIVES, DIMS, PHASES
@@ -262,7 +263,15 @@ def _concat_csr(ptrs: list[np.ndarray], lists: list[np.ndarray], shift: list[int
 
 
 def _flatten_direct(plan, iteration: int, shards, times, nvlink=None, above: int = 0) -> Flat:
-    """:func:`flatten` the straightforward way: transfers per call, one program per rank."""
+    """:func:`flatten` the straightforward way: transfers per call, one program per rank.
+
+    Raises:
+        InputError: a ``flows`` workload (its calls' fixed lanes and start times are built by
+            the fast build only, :mod:`tokenpcap.schedule.flows`).
+    """
+    if plan.scenario.workload is not None and plan.scenario.workload.flows is not None:
+        raise InputError("flatten(direct=True): got a flows workload, expected another kind "
+                         "(the fast build alone builds a flows workload)")
     lay = plan.layout
     coll = plan.scenario.collectives
     calls = list(plan.calls(iteration))
