@@ -11,7 +11,7 @@ Independent source: HPCC ns-3 (alibaba-edu/High-Precision-Congestion-Control 9f4
   ``SIMULATOR_STOP_TIME 3``), run as
   ``cd tests/cases/hpcc && LD_LIBRARY_PATH=$SIM/build $SIM/build/scratch/third
   mixtral-head4000-config.txt`` (0.8 CPU-s; no PFC: ``mixtral-head4000-pfc.txt`` empty): 1,504
-  flows of 8 B (AllGathers) and 2,496 of 32 KiB (the first expert AllToAll), 2,665 of them across
+  flows of 8 B (AllGathers) and 2,496 of 32 KiB (the first expert AllToAll), 2,617 of them across
   rails (through a spine, where the two simulators' ECMP hash different ports).
 """
 from __future__ import annotations
