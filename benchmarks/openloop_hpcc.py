@@ -88,14 +88,16 @@ def main() -> None:
         del sched
         fs = flows_scenario(src, out, json.loads(a.fabric) if a.fabric else None)
         c = time.process_time()
-        ol = open_loop_beside(flows, labels, ours, START_OFFSET_NS, fs, f"export {src} --scale {a.scale}")
+        ol = open_loop_beside(flows, labels, ours, START_OFFSET_NS, fs,
+                              f"export {src} --scale {a.scale}")
         t2 = time.process_time() - c
         print(f"2. open loop on the queued fabric ({fs.name}): {t2:.1f} CPU-s (load, plan, "
               f"build and run), peak {_peak_mb()} MB")
     fx = {}
     if a.fixture:
         fx = {g["group"]: g for g in json.loads(Path(a.fixture).read_text())["groups"]}
-    print(f"3. per-group slowdown, fct / ours (our {'fixture: ' + Path(a.fixture).name if fx else 'open loop alone'}):")
+    against = f"fixture: {Path(a.fixture).name}" if fx else "open loop alone"
+    print(f"3. per-group slowdown, fct / ours ({against}):")
     width = max(len(g["group"]) for g in ol.groups())
     print(f"  {'group':<{width}} {'flows':>7} " + " ".join(
         f"{'ns-3 ' + q:>8} {'open ' + q:>8} {'diff':>6}" for q in ("p50", "p90", "p99")))

@@ -129,7 +129,8 @@ def test_open_loop_beside_the_simulator():
     # (tests/cases/hpcc/incast8x1m-pfc-fct.txt)
     r = CliRunner().invoke(main, ["compare", INCAST8, "--open-loop",
                                   str(ROOT / "tests/cases/hpcc/incast8x1m-flows.yaml"),
-                                  "--hpcc-fct", str(ROOT / "tests/cases/hpcc/incast8x1m-pfc-fct.txt")])
+                                  "--hpcc-fct",
+                                  str(ROOT / "tests/cases/hpcc/incast8x1m-pfc-fct.txt")])
     assert r.exit_code == 0, r.output
     assert "sim p50 open p50    diff" in r.output
     assert any(line.split()[:2] == ["all", "8"] and line.split()[2:5] == ["1.000", "1.000", "+0.0%"]

@@ -1,4 +1,5 @@
-"""The ``flows`` workload: transfers read from a flow file, each started at its own time (open loop).
+"""The ``flows`` workload: transfers read from a flow file, each started at its own time
+(open loop).
 
 ``workload: {kind: flows, file: PATH}`` replays every line of ``PATH``, a flow file in the
 format HPCC ns-3's ``scratch/third.cc`` reads (``FLOW_FILE``: first line the number of flows,
@@ -46,7 +47,8 @@ _NS_PER_S = 1_000_000_000
 def _seconds_ns(text: str) -> int:
     """``S[.F...]`` (decimal, no sign or exponent) truncated to integer ns; ValueError else."""
     whole, dot, frac = text.partition(".")
-    if not (whole.isascii() and whole.isdigit()) or (dot and not (frac.isascii() and frac.isdigit())):
+    digits = lambda t: t.isascii() and t.isdigit()    # noqa: E731
+    if not digits(whole) or (dot and not digits(frac)):
         raise ValueError(text)
     return int(whole) * _NS_PER_S + int((frac + "000000000")[:9])
 
