@@ -77,7 +77,7 @@ class Workload:
     def to_json(self) -> dict:
         if self.flows is not None:
             return {"kind": self.kind, "file": self.flow_file, "flows": int(self.flows.size),
-                    "bytes": self.bytes, "ranks": list(self.ranks)}
+                    "bytes": self.bytes, "ranks": list(self.ranks), "repeat": self.repeat}
         return {"kind": self.kind, "bytes": self.bytes, "ranks": list(self.ranks),
                 "pairs": [list(p) for p in self.pairs], "receiver": self.receiver,
                 "repeat": self.repeat, "dtype": self.dtype,
