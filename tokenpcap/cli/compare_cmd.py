@@ -72,6 +72,9 @@ def compare_cmd(scenario: str, fct: str | None, pfc: str | None, open_loop: str 
 
         ol, sim = compare_open_loop(scenario, open_loop, scale=scale, iterations=iterations,
                                     fct_path=fct)
+        if sim is None:
+            click.echo(f"our open loop of {open_loop} in the simulator's columns (sim µs, "
+                       "p50..max: its fct / ours)")
         for line in (report_lines(ol) if sim is None else beside_lines(ol, sim)):
             click.echo(line)
         return
