@@ -53,7 +53,7 @@ def test_lanes_count_each_pair(pairs, lanes):
 
 
 @pytest.mark.parametrize("text, key, expect", [
-    ("2\n0 1 3 100 8 2.0\n", "line 1", "the number of flows"),
+    ("2\n0 1 3 100 8 2.0\n", "line 1", "the number of flow lines after it"),
     ("1\n0 1 3 100 8\n", "line 2", "6 fields"),
     ("1\n0 0 3 100 8 2.0\n", "line 2", "two different ranks"),
     ("1\n0 9 3 100 8 2.0\n", "line 2", "two different ranks"),

@@ -87,9 +87,9 @@ def read_flow_file(file: Path | None, key: str, value: Any, world: int) -> np.nd
     rows = [(n, ln.split()) for n, ln in enumerate(lines, 1) if ln.strip()]
     if not rows or len(rows[0][1]) != 1 or not rows[0][1][0].isdigit() \
             or int(rows[0][1][0]) != len(rows) - 1 or len(rows) < 2:
-        got = rows[0][1] if rows else "an empty file"
+        got = " ".join(rows[0][1]) if rows else "an empty file"
         raise ProfileError(file, f"{key} ({path}: line 1)", got,
-                           f"the number of flows, {max(len(rows) - 1, 1)} or more lines after it")
+                           f"the number of flow lines after it ({max(len(rows) - 1, 1)} or more)")
     out = np.zeros(len(rows) - 1, FLOW_DTYPE)
     for i, (n, tok) in enumerate(rows[1:]):
         where = f"{key} ({path}: line {n})"
