@@ -26,6 +26,7 @@ from tokenpcap.errors import EncodeError
 from tokenpcap.records import PACKET_DTYPE
 from tokenpcap.wire import FrameBuilder, WireContext, build_frame, rdma
 from tokenpcap.wire.cnp import cnp_frame_bytes, cnp_packets
+from tokenpcap.wire.decode import decode_frame
 
 from .cases import B_TO_A, QPN_A, QPN_B, SPORT, ctx4
 from .test_tshark import N_NICS, context, packets, write_pcap
@@ -201,6 +202,39 @@ def test_every_cnp_field_as_rocev2_defines_it(kind, length):
             assert pkt[Dot1Q].prio == ctx.cnp_pcp == 6
         assert (pkt.src, pkt.dst) == (":".join(f"{x:02x}" for x in ctx.mac[r["nic"]]),
                                       ":".join(f"{x:02x}" for x in ctx.mac[r["peer_nic"]]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 10), data=st.data(), v6=st.booleans(),
+       vlan=st.one_of(st.none(), st.integers(0, 4095)), dscp=st.integers(0, 63),
+       pcp=st.integers(0, 7), sport=st.integers(0, 0xFFFF),
+       addrs=st.lists(st.binary(min_size=16, max_size=16), min_size=2, max_size=2, unique=True))
+def test_any_cnp_round_trips_through_scapy_and_our_decoder(n, data, v6, vlan, dscp, pcp, sport,
+                                                           addrs):
+    """Random QPNs, addresses, DSCP/PCP, VLAN and UDP port: scapy and
+    :func:`tokenpcap.wire.decode.decode_frame` read back DestQP, BECN, PSN 0, the 16 zero bytes
+    and a verifying ICRC; the frame is ``cnp_frame_bytes`` long."""
+    ipv6 = np.frombuffer(b"".join(addrs), np.uint8).reshape(2, 16).copy()
+    ctx = WireContext(ip_version=6 if v6 else 4, vlan_id=vlan, cnp_dscp=dscp, cnp_pcp=pcp,
+                      ipv4=ipv6[:, :4].copy(), ipv6=ipv6, mac=np.zeros((2, 6), np.uint8))
+    qp = st.integers(2, (1 << 24) - 1)
+    dq = np.array(data.draw(st.lists(qp, min_size=n, max_size=n)))
+    sq = np.array(data.draw(st.lists(qp, min_size=n, max_size=n)))
+    nic = np.array(data.draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)))
+    p = cnp_packets(np.zeros(n, np.int64), nic, 1 - nic, dq, sq, np.zeros(n, np.int64), sport,
+                    cnp_frame_bytes(ctx.ip_version, ctx.vlan))
+    for r, f in zip(p, FrameBuilder(ctx).frames(p)):
+        assert len(f) == cnp_frame_bytes(ctx.ip_version, ctx.vlan) == 74 + 20 * v6 + 4 * (vlan is not None)
+        pkt = Ether(f)
+        assert (pkt[BTH].dqpn, pkt[BTH].becn, pkt[BTH].psn, pkt[BTH].opcode) == (r["dest_qp"], 1, 0, 0x81)
+        assert pkt[UDP].sport == sport and _tc(pkt) == (dscp << 2) | ctx.ecn
+        assert f[-4:] == icrc(f)
+        d = decode_frame(f)
+        assert (d["BTH"]["OpCode"], d["BTH"]["DestQP"], d["BTH"]["BECN"], d["BTH"]["PSN"]) == (
+            0x81, r["dest_qp"], 1, 0)
+        assert "CNP" in d and d.icrc_ok and d.payload_bytes == 0
+        if vlan is not None:
+            assert pkt[Dot1Q].prio == pcp and pkt[Dot1Q].vlan == vlan
 
 
 def test_cnp_rows_refuse_a_qpn_over_24_bits_and_a_bad_port():
