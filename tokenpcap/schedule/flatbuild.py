@@ -152,9 +152,19 @@ def canonical_shape(collective: str, group: tuple[int, ...], message_bytes: int,
 
 
 def shape_transfers(key: tuple, plan):
-    """The cached transfers of a canonical shape ``key`` (:func:`canonical_shape`) of ``plan``."""
+    """The cached transfers of a canonical shape ``key`` (:func:`canonical_shape`) of ``plan``;
+    a key with a fifth entry ``lane`` (a family with a fixed ``channel``,
+    :class:`tokenpcap.plan.family.Family`): the call's transfers on one channel, moved to
+    channel ``lane``."""
     coll = plan.scenario.collectives
-    return transfers(CallShape(*key), plan.algorithm, plan.layout, coll.channels, coll.slice_bytes)
+    if len(key) == 4:
+        return transfers(CallShape(*key), plan.algorithm, plan.layout, coll.channels,
+                         coll.slice_bytes)
+    tr = transfers(CallShape(*key[:4]), plan.algorithm, plan.layout, 1, coll.slice_bytes)
+    table = tr.table.copy()
+    table["channel"] = key[4]
+    table.setflags(write=False)
+    return dataclasses.replace(tr, table=table)
 
 
 #: Per-row columns of a :class:`ShapeTable` (int64; ``nic`` bool).
