@@ -188,7 +188,8 @@ def test_a_switch_port_capture_does_not_call_the_runs_bytes_its_expected_size(tm
     assert r.exit_code == 0, r.output
     assert "predicted before routing" in r.output, r.output
     m = re.search(r"packets ([\d,]+), file bytes ([\d,]+) \(the run's RoCE frames, before "
-                  r"routing, ([\d,]+): not this port's size\).*?([\d,]+) ACKs?, ([\d,]+) PFC frames?",
+                  r"routing, ([\d,]+): not this port's size\).*?([\d,]+) ACKs?, "
+                  r"([\d,]+) PFC frames?",
                   r.output, re.S)
     assert m, r.output
     packets, file_bytes, run_bytes, acks, pfc = (int(g.replace(",", "")) for g in m.groups())
