@@ -121,8 +121,12 @@ def test_text_shows_the_busiest_ports_when_many():
     log["links"] = np.array([(0, p, p, -1, -1, 100.0, 1, 100, 0, 0, 0, p) for p in range(n)],
                             FABRIC_TABLES["links"])
     text = render_fabric_text(fabric_report(log, FabricSummary(("t",), 0, 0, 0, "", "x")))
-    assert f"... {MAX_PORT_ROWS} of {n} shown (largest max queue first" in text
+    assert (f"... {MAX_PORT_ROWS} of {n} shown: those with the largest max queue, in switch "
+            "and port order") in text
     assert f"nic {n - 1} " in text and "nic 9 " not in text
+    # port p has max queue p: the kept ports 10..49 are listed in port order, not largest first
+    listed = [int(w.split()[1]) for w in text.splitlines() if w.startswith("    t ")]
+    assert listed == list(range(n - MAX_PORT_ROWS, n))
 
 
 def test_find_fabric_and_beside(tmp_path):

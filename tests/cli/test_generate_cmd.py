@@ -8,6 +8,7 @@ import pytest
 
 from tokenpcap.cli.generate_cmd import build_options
 from tokenpcap.config.profiles import load_scenario
+from tests.conftest import needs_tshark, tshark_path
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "profiles" / "scenarios"
 
@@ -155,3 +156,46 @@ def test_a_queued_fabric_run_says_what_the_fabric_did_and_warns_of_a_headroom_to
     assert "fabric (single-switch, preset hpcc-ns3)" in r.output and "tight_fabric.json" in r.output
     assert "found its PFC headroom full" in r.output
     assert (out / "tight_fabric-pfc.csv").exists()
+
+
+@needs_tshark
+def test_a_switch_port_capture_does_not_call_the_runs_bytes_its_expected_size(tmp_path):
+    """At --point switch:NAME:PORT the prediction counts every RoCE frame of the run before
+    routing (tokenpcap/generate/size.py): the port to a sender (switch0 port 1 of an 8 -> 1
+    incast) carries that sender's ACKs and the PAUSE frames sent to it, far less. The summary
+    must not call the run's bytes the file's expected size, and the PFC frames it counts are
+    the 802.1Qbb frames (MAC control opcode 0x0101) TShark finds in the file."""
+    import re
+    import subprocess
+
+    import yaml
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+
+    cl = {"name": "c", "nodes": 9, "gpus_per_node": 1, "nics_per_node": 1, "link_gbps": 400,
+          "nvlink_gbps": 3600, "gpu": {"name": "H100-SXM", "peak_tflops": 989},
+          "fabric": {"model": "queued", "topology": {"kind": "single-switch"},
+                     "switch": {"buffer_bytes": 8_000_000}}}   # 8 MiB in: the senders get paused
+    path = tmp_path / "port.yaml"
+    path.write_text(yaml.safe_dump({"name": "port", "cluster": cl,
+                                    "workload": {"kind": "incast", "senders": 8, "bytes": 1 << 20},
+                                    "collectives": {"algorithm": "ring", "channels": 1},
+                                    "generation": {"clear_to_send": False}}))
+    out = tmp_path / "o"
+    r = CliRunner().invoke(main, ["generate", str(path), "-o", str(out),
+                                  "--point", "switch:switch0:1", "--snaplen", "74"])
+    assert r.exit_code == 0, r.output
+    assert "predicted before routing" in r.output, r.output
+    m = re.search(r"packets ([\d,]+), file bytes ([\d,]+) \(the run's RoCE frames, before "
+                  r"routing, ([\d,]+): not this port's size\).*?([\d,]+) ACKs?, "
+                  r"([\d,]+) PFC frames?",
+                  r.output, re.S)
+    assert m, r.output
+    packets, file_bytes, run_bytes, acks, pfc = (int(g.replace(",", "")) for g in m.groups())
+    assert file_bytes < run_bytes and packets == acks + pfc and pfc > 0
+    pcap = out / "port_switch0_port1.pcapng"
+    assert pcap.stat().st_size == file_bytes
+    shown = subprocess.run([tshark_path(), "-r", str(pcap), "-Y", "macc.opcode == 0x0101"],
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(shown) == pfc

@@ -240,8 +240,8 @@ def render_fabric_text(doc: dict, where: str = "") -> str:
                                "max queue B", "XOFF sent", "XON sent", "PFC rcvd",
                                "paused ns"])
         if len(ports) < len(doc["ports"]):
-            lines.append(f"    ... {len(ports)} of {len(doc['ports']):,} shown (largest max "
-                         "queue first; --json lists all)")
+            lines.append(f"    ... {len(ports)} of {len(doc['ports']):,} shown: those with the "
+                         "largest max queue, in switch and port order (--json lists all)")
     n = doc["nics"]
     paused = doc["nics_paused"]
     some = ", ".join(f"nic {e['nic']} {e['paused_ns']:,} ns" for e in paused[:8])

@@ -53,6 +53,13 @@ def run_generation(s: Scenario, opt: GenerateOptions, tokens=None) -> GenerateRe
     bar: dict = {}
 
     def announce(info: dict) -> None:
+        if info.get("fabric_dependent") and opt.point.at_switch:
+            out.print(f"writing {counted(info['files'], opt.fmt + ' file')} to {opt.out_dir}: "
+                      f"the RoCE frames of --point {opt.point}, of the run's {info['packets']:,} "
+                      f"packets, {info['bytes']:,} bytes (predicted before routing: which cross "
+                      f"the port, and its PFC frames, come with the fabric's timing, known only "
+                      f"once simulated; {info['free_bytes']:,} bytes free)")
+            return
         if info.get("fabric_dependent"):
             out.print(f"writing {counted(info['files'], opt.fmt + ' file')} to {opt.out_dir}: "
                       f"{info['packets']:,} packets, {info['bytes']:,} bytes predicted for the "
@@ -112,6 +119,24 @@ def stopped(err: BaseException, out_dir: Path, how: str) -> None:
     sys.exit(code)
 
 
+def expected_text(res: GenerateResult) -> str:
+    """What the summary sets beside the written bytes: the prediction of
+    :func:`tokenpcap.generate.size.predict_capture` as what it is. At ``nic-tx`` it is exact
+    (``expected``), or an upper bound with a time window; at ``nic-rx`` exact for the RoCE
+    frames, the PFC frames not included; at a switch port it counts every selected RoCE frame
+    of the run, before routing says which cross the port, so it is neither the file's size
+    nor a bound of it (the PFC frames come on top)."""
+    sel = res.selection
+    if res.point.at_switch:
+        return (f"the run's RoCE frames, before routing, {res.expected_bytes:,}: "
+                f"not this port's size")
+    if res.point != NIC_TX:
+        return f"expected {res.expected_bytes:,} without the PFC frames"
+    if sel is not None and sel.window_ns:
+        return f"at most {res.expected_bytes:,}"
+    return f"expected {res.expected_bytes:,}"
+
+
 def print_summary(res: GenerateResult, tokens=None) -> None:
     """Files, packets, bytes, per-phase payload, control traffic and time span of a run."""
     from rich.table import Table
@@ -144,11 +169,12 @@ def print_summary(res: GenerateResult, tokens=None) -> None:
         out.print("note: a selection (--nics/--ranks/--phases/--time-window) keeps part of the "
                   "traffic; the plan column is for every NIC")
     span = max(0, res.last_ns - res.first_ns)
-    expected = (f"at most {res.expected_bytes:,}" if sel is not None and sel.window_ns
-                else f"expected {res.expected_bytes:,}")
-    out.print(f"packets {res.packets:,}, file bytes {res.file_bytes:,} ({expected}); control traffic: "
+    out.print(f"packets {res.packets:,}, file bytes {res.file_bytes:,} ({expected_text(res)}); "
+              f"control traffic: "
               f"{counted(res.cts_packets, 'clear-to-send packet')} ({res.cts_payload:,} payload "
-              f"bytes), {counted(res.ack_packets, 'ACK')}; time span "
+              f"bytes), {counted(res.ack_packets, 'ACK')}"
+              f"{'' if res.point == NIC_TX else ', ' + counted(res.pfc_packets, 'PFC frame')}"
+              f"; time span "
               f"{span / 1e6:,.3f} ms of simulated time; {res.seconds:.1f} s wall")
     fab = res.fabric
     if fab is not None:

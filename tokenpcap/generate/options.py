@@ -56,7 +56,8 @@ class GenerateResult:
     ``plan`` is the plan at the run's scale (one iteration), ``iterations`` the kept iterations
     ``(A, B)``, so a full capture's payload is ``plan`` totals × ``B − A``; with a queued fabric
     ``fabric_files`` are the side files of what it did and ``fabric`` its
-    :class:`~tokenpcap.records.fabric.FabricSummary` (none otherwise)."""
+    :class:`~tokenpcap.records.fabric.FabricSummary` (none otherwise); ``point`` the capture
+    point, which says what ``expected_bytes`` predicts (:mod:`tokenpcap.generate.size`)."""
 
     files: list[tuple[Path, int, int]]
     packets: int = 0
@@ -79,6 +80,7 @@ class GenerateResult:
     selection: Selection | None = None
     fabric_files: list = field(default_factory=list)
     fabric: object | None = None
+    point: CapturePoint = NIC_TX
 
 
 def check_options(s: Scenario, opt: GenerateOptions) -> None:

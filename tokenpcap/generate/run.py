@@ -212,7 +212,7 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
     kept = sel.iterations if sel.iterations is not None else range(sched.iterations)
     res = GenerateResult(files=[], expected_bytes=expected, nic_payload=np.zeros(n_nics, np.int64),
                          plan=plan, schedule=sched, iterations=(kept.start, kept.stop),
-                         scale=plan.scale, selection=opt.selection)
+                         scale=plan.scale, selection=opt.selection, point=opt.point)
     lower = Lowering(s.cluster, seed, gen.ack_every_packets)
     disp = None
     try:
