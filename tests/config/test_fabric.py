@@ -236,3 +236,18 @@ def test_auto_headroom_and_rate_scaled_threshold_follow_third_cc():
     assert [port_dynamic_th(p, g, 400.0) for g in (400.0, 800.0, 1600.0, 3200.0, 6400.0)] == [
         -3, -2, -1, 0, 0]
     assert port_dynamic_th(PfcConfig(dynamic_th=-3), 1600.0, 400.0) == -3
+
+
+def test_a_topology_given_by_its_kind_alone_is_that_kind_with_its_defaults(tmp_path: Path):
+    """``topology: single-switch`` (the shorthand the fabric's own examples use) is
+    ``topology: {kind: single-switch}``; a name that is no kind, or a list, is one line."""
+    short = _load(tmp_path, {"model": "queued", "topology": "single-switch", "preset": "th5-400g"})
+    full = _load(tmp_path, {"model": "queued", "topology": {"kind": "single-switch"},
+                            "preset": "th5-400g"})
+    assert short.fabric == full.fabric and short.fabric.topology.kind == "single-switch"
+    with pytest.raises(ProfileError, match=r"fabric\.topology\.kind: got 'fat-tree', expected one "
+                                           r"of 'single-switch'"):
+        _load(tmp_path, {"model": "queued", "topology": "fat-tree"})
+    with pytest.raises(ProfileError, match=r"fabric\.topology: got \[1\], expected a mapping "
+                                           r"\(key: value\) or a topology kind: single-switch"):
+        _load(tmp_path, {"model": "queued", "topology": [1]})

@@ -60,10 +60,22 @@ def _propagation(file: Path | None, key: str, value: Any) -> tuple[int, ...]:
 
 _RATE = yc.number(ge=LINK_GBPS_RANGE[0], le=LINK_GBPS_RANGE[1])
 
+def _topology(file: Path | None, key: str, value: Any) -> dict:
+    """``topology``: a mapping, or a kind's name alone (``topology: single-switch`` is
+    ``topology: {kind: single-switch}``)."""
+    if isinstance(value, str):
+        return {"kind": yc.enum(*TOPOLOGY_KINDS)(file, f"{key}.kind", value)}
+    try:
+        return yc.mapping(file, key, value)
+    except ProfileError:
+        raise ProfileError(file, key, value, "a mapping (key: value) or a topology kind: "
+                           + ", ".join(TOPOLOGY_KINDS)) from None
+
+
 _FABRIC_SPEC = {
     "model": (yc.enum("ideal", "queued"), "ideal"),
     "preset": (yc.optional(yc.enum(*PRESETS)), None),
-    "topology": (yc.optional(yc.mapping), None),
+    "topology": (yc.optional(_topology), None),
     "switch": (yc.optional(yc.mapping), None),
     "pfc": (yc.optional(yc.mapping), None),
     "ecmp": (yc.optional(yc.mapping), None),

@@ -154,7 +154,8 @@ KEYS: dict[str, tuple[str, str]] = {
                                   "(NVIDIA SN5600, SONiC), `simai-400g` (SimAI.conf's "
                                   "ECN and DCQCN on hpcc-ns3's switches); sources in "
                                   "`tokenpcap/config/fabric_presets.py`"),
-    "cluster.fabric.topology": ("", "the cabling, the keys below"),
+    "cluster.fabric.topology": ("", "the cabling: the keys below, or a kind alone "
+                                "(`topology: single-switch`)"),
     "cluster.fabric.switch": ("", "the switches, the keys below"),
     "cluster.fabric.pfc": ("", "PFC, the keys below"),
     "cluster.fabric.ecmp": ("", "ECMP, the keys below"),
