@@ -24,6 +24,8 @@ __all__ = [
     "VERB_SEND",
     "KIND_DATA",
     "KIND_CTS",
+    "PKT_CNP",
+    "PKT_CE_FLAG",
     "MESSAGE_DTYPE",
     "PACKET_DTYPE",
     "phase_label",
@@ -69,6 +71,13 @@ PKT_DATA = KIND_DATA
 PKT_CTS = KIND_CTS
 PKT_ACK = 2
 PKT_PFC = 3
+#: A RoCEv2 congestion notification packet (BTH opcode 0x81) a receiving NIC sends to the sender
+#: of CE-marked data (the queued fabric with ECN: ``nic`` the notification point, ``peer_nic`` the
+#: data's sender, ``msg``/``index`` the CE-marked data packet that caused it, whose QP it names).
+PKT_CNP = 4
+#: Added to the ``kind`` of a data or clear-to-send packet a switch marked CE (ECN 3) upstream
+#: of where the row was taken (``kind & PKT_CE_FLAG``; the packet kind is ``kind & ~PKT_CE_FLAG``).
+PKT_CE_FLAG = 0x80
 
 #: ``PACKET_DTYPE.opcode`` of a PFC row (not a BTH opcode: a PFC frame has no BTH). 0xFF lies in
 #: the manufacturer-specific BTH range 0xC0-0xFF (IBTA vol.1 Table 38) that no generated RoCE or

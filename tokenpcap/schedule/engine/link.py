@@ -257,6 +257,16 @@ def _epoch(S, cf, sc, h, o, port, limit):
 
 
 @njit(cache=True, _nrt=False)
+def control_frame(cf, flags):
+    """``(kind, ns, frame bytes, timing bytes, descriptor flags)`` of an ACK-queue entry with
+    flags ``flags`` (``a[e, 1] >> 24``: 0 an ACK, ``AQ_CNPACK`` an ACK with the CNP flag,
+    ``AQ_CNP`` a CNP frame; module npoint)."""
+    if flags == AQ_CNP:
+        return PKT_CNP, cf[F_CNP_NS], cf[F_CNP_FB], cf[F_CNP_TB], 0
+    return PKT_ACK, cf[ACK_NS], cf[ACK_FB], cf[F_ACK_TB], PK_CNP if flags == AQ_CNPACK else 0
+
+
+@njit(cache=True, _nrt=False)
 def advance(S, cf, sc, h, a, o, port, limit):
     """Commit every frame of ``port`` that starts before ``limit`` (ns)."""
     ms = S.ms
@@ -266,36 +276,33 @@ def advance(S, cf, sc, h, a, o, port, limit):
         return
     while pt[port, P_CLOCK] < limit:
         if pt[port, P_NACK] > 0:
-            d = cf[ACK_NS]
             t = pt[port, P_CLOCK]
-            fit = (limit - 1 - t) // d + 1
-            if fit > pt[port, P_NACK]:
-                fit = pt[port, P_NACK]
-            for j in range(fit):
+            while pt[port, P_NACK] > 0 and t < limit:
                 e = pt[port, P_AHEAD]
+                msg = a[e, 0]
+                idx = a[e, 1] & MASK24
+                kind, d, fb, tb, fl = control_frame(cf, a[e, 1] >> 24)
                 if pt[port, P_SEL]:
                     # the ACK's frame names its message: settled here (module ring)
-                    msg = a[e, 0]
                     r = msg & mk
-                    emit(o, sc, t + j * d, port, ms[r, M_SRC], msg, a[e, 1], PKT_ACK, cf[ACK_FB])
+                    emit(o, sc, t, port, ms[r, M_SRC], msg, idx, kind, fb)
                     if mk >= 0:
-                        if ms[r, M_TLAST] < t + j * d:
-                            ms[r, M_TLAST] = t + j * d
+                        if ms[r, M_TLAST] < t:
+                            ms[r, M_TLAST] = t
                         ms[r, M_NACK] -= 1
                 elif cf[FAB] and mk >= 0:
-                    ms[a[e, 0] & mk, M_NACK] -= 1
+                    ms[msg & mk, M_NACK] -= 1
                 if cf[FAB]:
                     # the ACK enters the fabric (it holds its message's row while in flight)
-                    msg = a[e, 0]
-                    inject(S, cf, sc, h, port, t + j * d, d, msg, a[e, 1], PKT_ACK, cf[ACK_FB],
-                           cf[F_ACK_TB], 0, ms[msg & mk, M_QPID])
+                    inject(S, cf, sc, h, port, t, d, msg, idx, kind, fb, tb, fl, ms[msg & mk, M_QPID])
                 pt[port, P_AHEAD] = a[e, 2]
                 a[e, 2] = sc[ACKFREE]
                 sc[ACKFREE] = e
+                pt[port, P_NACK] -= 1
+                t += d
             if pt[port, P_AHEAD] < 0:
                 pt[port, P_ATAIL] = -1
-            pt[port, P_NACK] -= fit
-            pt[port, P_CLOCK] = t + fit * d
+            pt[port, P_CLOCK] = t
         elif pt[port, P_NACT] > 0:
             u = pt[port, P_PUNTIL]
             if cf[FAB] and u > pt[port, P_CLOCK]:
