@@ -2,7 +2,8 @@
 the topology it describes (:func:`fabric_shape`).
 
 Absent, or ``model: ideal``: the ideal fabric (no switch; nothing in any output changes).
-``model: queued``: switches with queues and PFC. ``preset:`` (:data:`PRESETS`, numbers and
+``model: queued``: switches with queues and PFC, and with ``cc: dcqcn`` ECN marks, CNPs and
+DCQCN (the keys of :mod:`tokenpcap.config.fabric_cc`). ``preset:`` (:data:`PRESETS`, numbers and
 sources in :mod:`tokenpcap.config.fabric_presets`) fills every key; a key given in the profile
 overrides the preset's; a key neither gives takes the default of the specs below (the
 ``th5-400g`` values, topology ``rail-optimized``). A queued fabric is checked against the
@@ -28,6 +29,8 @@ from typing import Any, Callable
 from tokenpcap.config import yamlcheck as yc
 from tokenpcap.config.bounds import (LINK_GBPS_RANGE, MAX_ECMP_SEED, MAX_LATENCY_NS,
                                      MAX_SWITCH_BUFFER_BYTES, MAX_SWITCH_PORTS, MAX_WORLD_SIZE)
+from tokenpcap.config.cc_types import DcqcnConfig, EcnConfig, NpConfig
+from tokenpcap.config.fabric_cc import CC_MODES, DCQCN_SPEC, ECN_SPEC, NP_SPEC, check_cc
 from tokenpcap.config.fabric_presets import PRESETS, FabricContext
 from tokenpcap.config.types import (EcmpConfig, FabricProfile, PfcConfig, SwitchConfig,
                                     TopologyConfig)
@@ -54,15 +57,6 @@ def _propagation(file: Path | None, key: str, value: Any) -> tuple[int, ...]:
     raise ProfileError(file, key, value, expected)
 
 
-def _priorities(file: Path | None, key: str, value: Any) -> tuple[int, ...]:
-    """A non-empty list of distinct 802.1p priorities 0..7."""
-    if isinstance(value, list) and value and all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 7 for v in value) \
-            and len(set(value)) == len(value):
-        return tuple(int(v) for v in value)
-    raise ProfileError(file, key, value, "a non-empty list of distinct priorities in [0, 7]")
-
-
 _RATE = yc.number(ge=LINK_GBPS_RANGE[0], le=LINK_GBPS_RANGE[1])
 
 _FABRIC_SPEC = {
@@ -74,6 +68,10 @@ _FABRIC_SPEC = {
     "ecmp": (yc.optional(yc.mapping), None),
     "timing": (yc.enum("rocev2", "hpcc-ns3"), "rocev2"),
     "qlen_sample_ns": (yc.integer(1, MAX_LATENCY_NS), 1000),
+    "cc": (yc.enum(*CC_MODES), "none"),
+    "ecn": (yc.optional(yc.mapping), None),
+    "dcqcn": (yc.optional(yc.mapping), None),
+    "np": (yc.optional(yc.mapping), None),
 }
 
 _TOPOLOGY_SPEC = {
@@ -97,7 +95,7 @@ _SWITCH_SPEC = {
 
 _PFC_SPEC = {
     "enabled": (yc.boolean, True),
-    "priorities": (yc.optional(_priorities), None),
+    "priorities": (yc.optional(yc.priorities), None),
     "reserve_bytes": (yc.integer(0, MAX_SWITCH_BUFFER_BYTES), 18_796),
     "headroom_bytes": (yc.optional(yc.integer(0, MAX_SWITCH_BUFFER_BYTES)), 612_140),
     "dynamic_th": (yc.integer(-16, 16), 0),
@@ -115,7 +113,7 @@ _ECMP_SPEC = {
 
 #: section -> its spec, in the order of FabricProfile
 _SECTIONS = {"topology": _TOPOLOGY_SPEC, "switch": _SWITCH_SPEC, "pfc": _PFC_SPEC,
-             "ecmp": _ECMP_SPEC}
+             "ecmp": _ECMP_SPEC, "ecn": ECN_SPEC, "dcqcn": DCQCN_SPEC, "np": NP_SPEC}
 
 
 def _join(prefix: str, key: str) -> str:
@@ -143,13 +141,14 @@ def fabric_from(file: Path | None, prefix: str, data: Any, ctx: FabricContext) -
     Raises:
         ProfileError: unknown key or preset, a value out of range; for a queued fabric: a
             control priority that is also lossless, a topology that cannot hold the cluster's NICs, headroom larger than
-            the buffer, or reserve + headroom of a switch's ports over its buffer; the message
-            names ``file`` and ``prefix.key``.
+            the buffer, or reserve + headroom of a switch's ports over its buffer; the checks
+            of :func:`tokenpcap.config.fabric_cc.check_cc` (ECN, DCQCN, CNP class); the
+            message names ``file`` and ``prefix.key``.
     """
     v = yc.read_mapping(file, prefix, {} if data is None else data, _FABRIC_SPEC)
     preset = PRESETS.get(v["preset"], {}) if v["preset"] is not None else {}
     given = set(data or {})
-    for k in ("timing", "qlen_sample_ns"):
+    for k in ("timing", "qlen_sample_ns", "cc"):
         if k not in given and k in preset:
             v[k] = preset[k]
     parts = {name: _section(file, _join(prefix, name), v[name], spec, preset.get(name, {}), ctx)
@@ -159,13 +158,21 @@ def fabric_from(file: Path | None, prefix: str, data: Any, ctx: FabricContext) -
         t["propagation_ns"] = (max(1, int(ctx.latency_ns) // 2),) * 3
     if pfc["priorities"] is None:
         pfc["priorities"] = (int(ctx.pcp),)
+    ecn = parts["ecn"]
+    if ecn["enabled"] is None:
+        ecn["enabled"] = v["cc"] == "dcqcn"
+    if ecn["priorities"] is None:
+        ecn["priorities"] = (int(ctx.pcp),)
     fabric = FabricProfile(model=v["model"], preset=v["preset"],
                            topology=TopologyConfig(**t), switch=SwitchConfig(**sw),
                            pfc=PfcConfig(**pfc), ecmp=EcmpConfig(**parts["ecmp"]),
-                           timing=v["timing"], qlen_sample_ns=v["qlen_sample_ns"])
+                           timing=v["timing"], qlen_sample_ns=v["qlen_sample_ns"], cc=v["cc"],
+                           ecn=EcnConfig(**ecn), dcqcn=DcqcnConfig(**parts["dcqcn"]),
+                           np=NpConfig(**parts["np"]))
     key = (lambda k: _join(prefix, k))
+    check_cc(fabric, ctx.link_gbps, ctx.pcp, lambda k: (file, key(k)))
     if not fabric.queued:
-        extra = sorted(k for k in given - {"model"} if (data or {})[k] not in (None, {}))
+        extra = sorted(k for k in given - {"model", "cc"} if (data or {})[k] not in (None, {}))
         if extra:
             raise ProfileError(file, key("model"), fabric.model,
                                f"'queued' when the fabric sets {', '.join(extra)} (an ideal "

@@ -7,7 +7,8 @@ mappings the loaders read YAML with (``_MODEL_SPEC`` of :mod:`~tokenpcap.config.
 :mod:`~tokenpcap.config.workload`, and the mappings nested in them): the keys, their defaults,
 and the range in the words of the error a value outside it gets (each checker is asked with a
 value no checker accepts, and the ``expected`` of its :class:`~tokenpcap.errors.ProfileError`
-is printed). Only the meaning and unit of a key are written here, in :data:`KEYS`; a key
+is printed). Only the meaning and unit of a key are written here, in :data:`KEYS` (those of
+the congestion-control keys in :data:`tokenpcap.config.fabric_cc.CC_KEYS`); a key
 without one, or one that no loader reads, raises, so the reference cannot miss or invent a key.
 
 Regenerate the doc with ``python3 -m tokenpcap.config.spectable > docs/profiles.md``.
@@ -21,6 +22,7 @@ from typing import Any, Callable
 from tokenpcap.config import bounds
 from tokenpcap.config import cluster_profile as cp
 from tokenpcap.config import fabric as fab
+from tokenpcap.config import fabric_cc as fcc
 from tokenpcap.config import model_profile as mp
 from tokenpcap.config import profiles as p
 from tokenpcap.config import workload as wl
@@ -50,6 +52,12 @@ SECTIONS: tuple[tuple[str, str, dict], ...] = (
      "cluster.fabric.pfc", fab._PFC_SPEC),
     ("`fabric.ecmp:` (the choice among equal-cost next hops)", "cluster.fabric.ecmp",
      fab._ECMP_SPEC),
+    ("`fabric.ecn:` (RED marking of ECT packets CE on a switch's egress queues)",
+     "cluster.fabric.ecn", fcc.ECN_SPEC),
+    ("`fabric.dcqcn:` (the sending NIC's DCQCN, NVIDIA's names and units; used with `cc: "
+     "dcqcn`)", "cluster.fabric.dcqcn", fcc.DCQCN_SPEC),
+    ("`fabric.np:` (the receiving NIC's CNPs, NVIDIA's names and units; used with `cc: dcqcn`)",
+     "cluster.fabric.np", fcc.NP_SPEC),
     ("Scenario (`profiles/scenarios/*.yaml`)", "scenario", p._SCENARIO_SPEC),
     ("`tokenizer:` (a mapping, or one of the strings `utf8`, `bpe`, `tiktoken:NAME`, `hf:PATH`)",
      "scenario.tokenizer", p._TOKENIZER_SPEC),
@@ -141,7 +149,8 @@ KEYS: dict[str, tuple[str, str]] = {
     "cluster.fabric.preset": ("", "fills every key not given: `hpcc-ns3` (HPCC ns-3 `third.cc` "
                                   "as `export --to hpcc` feeds it), `th5-400g` (Broadcom "
                                   "Tomahawk 5, SONiC Arista-7060X6-64PE), `spectrum4-400g` "
-                                  "(NVIDIA SN5600, SONiC); sources in "
+                                  "(NVIDIA SN5600, SONiC), `simai-400g` (SimAI.conf's "
+                                  "ECN and DCQCN on hpcc-ns3's switches); sources in "
                                   "`tokenpcap/config/fabric_presets.py`"),
     "cluster.fabric.topology": ("", "the cabling, the keys below"),
     "cluster.fabric.switch": ("", "the switches, the keys below"),
@@ -216,6 +225,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "cluster.fabric.ecmp.hash": ("", "`crc32` (zlib CRC-32) or `hpcc-murmur3` (HPCC ns-3 "
                                      "`SwitchNode::EcmpHash`, seeded by the ns-3 node id)"),
     "cluster.fabric.ecmp.seed": ("", "combined with the switch index into each switch's seed"),
+    **fcc.CC_KEYS,
     "cluster.gpu.name": ("", "GPU model, for reports"),
     "cluster.gpu.peak_tflops": ("TFLOP/s", "dense peak at the training precision; compute time "
                                            "= FLOPs / (peak * `training.mfu`)"),

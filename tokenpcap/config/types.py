@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tokenpcap.config.cc_types import DcqcnConfig, EcnConfig, NpConfig
 from tokenpcap.config.pipeline import stage_layer_counts
 from tokenpcap.errors import InputError
 
@@ -198,7 +199,8 @@ class FabricProfile:
     values came from (:data:`tokenpcap.config.fabric.PRESETS`). ``timing``: ``rocev2`` (our
     frames with layer-1 overhead, serialization rounded up to whole ns) or ``hpcc-ns3``
     (frame = payload + 48 B, no layer-1 overhead, serialization truncated to whole ns, an ACK
-    per packet, as HPCC ns-3 does). ``qlen_sample_ns``: queue-depth sampling interval."""
+    per packet, as HPCC ns-3 does). ``qlen_sample_ns``: queue-depth sampling interval.
+    ``cc`` ``none`` | ``dcqcn``, with ``ecn``, ``dcqcn`` and ``np``: :mod:`tokenpcap.config.cc_types`."""
 
     model: str = "ideal"                   # ideal | queued
     preset: str | None = None
@@ -208,6 +210,10 @@ class FabricProfile:
     ecmp: EcmpConfig = field(default_factory=EcmpConfig)
     timing: str = "rocev2"                 # rocev2 | hpcc-ns3
     qlen_sample_ns: int = 1000
+    cc: str = "none"                       # none | dcqcn
+    ecn: EcnConfig = field(default_factory=EcnConfig)
+    dcqcn: DcqcnConfig = field(default_factory=DcqcnConfig)
+    np: NpConfig = field(default_factory=NpConfig)
 
     @property
     def queued(self) -> bool:
