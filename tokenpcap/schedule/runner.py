@@ -64,6 +64,7 @@ from tokenpcap.records import KIND_CTS, VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.records.points import NIC_TX, CapturePoint, parse_point
 from tokenpcap.schedule.compute import stage_times
 from tokenpcap.schedule.engine import kernel as K
+from tokenpcap.schedule.engine.cclog import cc_log
 from tokenpcap.schedule.engine.fablog import fabric_log
 from tokenpcap.schedule.engine.fabstate import fabric_args
 from tokenpcap.schedule.engine.fabric import flush_samples
@@ -257,13 +258,28 @@ class Schedule:
                                "expected a cluster with fabric.model: queued")
         return fabric_log(self._eng, self.topology, self.scenario.cluster.fabric)
 
+    def cc_log(self) -> dict[str, np.ndarray]:
+        """What congestion control did so far: the tables of
+        :data:`tokenpcap.records.cc.CC_TABLES` (CNPs, DCQCN rate changes, CE marks per port and
+        per QP; :func:`tokenpcap.schedule.engine.cclog.cc_log`).
+
+        Raises:
+            RuntimeError: the cluster's fabric is ideal (nothing was marked).
+        """
+        if not self.fabric_queued:
+            raise RuntimeError("Schedule.cc_log: the fabric is ideal (fabric.model: ideal); "
+                               "expected a cluster with fabric.model: queued")
+        return cc_log(self._eng)
+
     @property
     def fabric_counters(self) -> dict[str, int]:
         """Counters of the queued fabric so far: ``packet_hops`` (link traversals), ``pfc_frames``
-        sent, ``headroom_overflows`` (lossless packets admitted beyond their headroom), ``drops``."""
+        sent, ``headroom_overflows`` (lossless packets admitted beyond their headroom), ``drops``,
+        ``ce_marks`` (packets switches marked CE), ``cnps`` (CNPs notification points sent)."""
         sc = self._eng.sc
         return dict(packet_hops=int(sc[K.HOPS]), pfc_frames=int(sc[K.NPFC]),
-                    headroom_overflows=int(sc[K.HDRM_OVER]), drops=int(sc[K.DROPS]))
+                    headroom_overflows=int(sc[K.HDRM_OVER]), drops=int(sc[K.DROPS]),
+                    ce_marks=int(sc[K.NCE]), cnps=int(sc[K.NCNP]))
 
     def message_rows(self, ids) -> np.ndarray:
         """``MSG_STATE_DTYPE`` rows of the message ids ``ids`` (int array; ids are dense, in order

@@ -131,7 +131,7 @@ class State(NamedTuple):
     global QP ids of the local QPs; ``part (P, 6)`` int32 participations of ranks in calls
     (``A_*``), ``prog_ptr (iterations·W + 1,)`` and ``ins (I, 3)`` int32 the programs (kind, a,
     b; a COMPUTE's ns is ``a + b·NS_HIGH``), ``rk (W, 13)`` ranks (``R_*``, NVLink free time,
-    mark starts), ``qp (Q, 8)`` QPs (``Q_*``), ``pt (N, 13)`` NIC ports (``P_*``), ``ax (Q, 10)``
+    mark starts), ``qp (Q, Q_COLS)`` QPs (``Q_*``), ``pt (N, 13)`` NIC ports (``P_*``), ``ax (Q, X_COLS)``
     the QPs of each port in creation order (a region of rows per port, row ``P_ACT_LO + order``;
     ``X_*``: the QP, its head message, that message's packets, its next packet, its FIRST, MIDDLE
     and LAST layer-1 ns, and while it is eligible its successor and predecessor in the rotation,
@@ -158,9 +158,10 @@ class State(NamedTuple):
 
     Congestion control (:mod:`~tokenpcap.schedule.engine.ecn`,
     :mod:`~tokenpcap.schedule.engine.npoint`, :mod:`~tokenpcap.schedule.engine.rpoint`):
-    the CNP log ``lgn (L, 5)`` (time a CNP reaches its reaction point, notification point NIC,
-    reaction point NIC, QP, time the NP sent it) and the rate log ``lgr (L, 5)`` (time, QP,
-    old and new rate in Mb/s, alpha x 2**20).
+    the CNP log ``lgn (L, 4)`` (time a CNP reaches its reaction point, notification point NIC,
+    reaction point NIC, QP), the rate log ``lgr`` float64 ``(L, NRL)`` and the per-QP DCQCN state
+    ``rp`` float64 ``(Q, NDQ)`` and parameters ``rpp`` float64 ``(NDP,)``
+    (:mod:`tokenpcap.schedule.engine.dcqcn`), and per QP its peer NIC ``q_peer``.
     """
 
     ms: np.ndarray
@@ -214,6 +215,9 @@ class State(NamedTuple):
     # ECN, CNPs and DCQCN (modules ecn, npoint, rpoint; empty with an ideal fabric)
     lgn: np.ndarray
     lgr: np.ndarray
+    rp: np.ndarray
+    rpp: np.ndarray
+    q_peer: np.ndarray
 
 
 # ---------------------------------------------------------------- heap
@@ -357,7 +361,12 @@ Q_COLS = 11
 #: sub-kinds of EV_PFC events (row[3]; 0, 1 switch PFC timers, 2 a NIC pause end): a QP's DCQCN
 #: timer (key (3 << 40) + QP), a paced QP's next allowed time (key (4 << 40) + QP)
 EV_CC_RP, EV_CC_PACE = 3, 4
+#: rotation-row columns (``ax (Q, X_COLS)``): a paced QP's next allowed start (ns) and its rate
+#: (bit/s; 0: not paced, at the line rate), module rpoint
+X_NA, X_RATE = 10, 11
+X_COLS = 12
 __all__ += ["PKT_CNP", "PKT_CE_FLAG", "PK_CE", "PK_CNP", "AQ_CNPACK", "AQ_CNP", "NCE", "NCNP", "NLGN", "NLGR",
             "F_ECN", "F_ECN_PRIOS", "F_ECN_SEED", "F_CC", "F_CNP_GAP", "F_CNP_INACK", "F_CNP_TB",
             "F_CNP_FB", "F_CNP_NS", "FP_KMIN", "FP_KMAX", "FP_PMAX", "FP_CE", "FN_CE", "FN_CNPTX",
-            "FN_CNPRX", "Q_CE", "Q_NPLAST", "Q_CNPRX", "Q_COLS", "EV_CC_RP", "EV_CC_PACE"]
+            "FN_CNPRX", "Q_CE", "Q_NPLAST", "Q_CNPRX", "Q_COLS", "EV_CC_RP", "EV_CC_PACE", "X_NA",
+            "X_RATE", "X_COLS"]

@@ -26,7 +26,8 @@ from tokenpcap.config.addresses import nic_addresses
 from tokenpcap.config.fabric import auto_headroom_bytes, port_dynamic_th
 from tokenpcap.errors import InputError
 from tokenpcap.schedule.engine import events as K
-from tokenpcap.schedule.engine.ccstate import cnp_settings, ecn_ports
+from tokenpcap.schedule.engine.ccstate import cnp_settings, ecn_ports, rp_arrays
+from tokenpcap.schedule.engine.dcqcn import NDP, NDQ, NRL
 from tokenpcap.schedule.engine.ecmp import ECMP_HASHES, ECMP_MODES
 from tokenpcap.schedule.engine.topology import build_topology
 from tokenpcap.wire import rdma
@@ -96,7 +97,8 @@ def placeholder() -> FabricArrays:
     arrays = dict(fp=z(1, K.FP_COLS), fq=z(8, 4), fi=z(8, 6), fpu=z(8), fpv=z(8),
                   fsw=z(1, K.FS_COLS), fn=z(1, K.FN_COLS), pk=z(1, K.PK_COLS), rt_ptr=z(2),
                   rt_port=z(1), q_sport=z(1), q_dqpn=z(1), sh_tb=z(1, 3), lgp=z(1, 6),
-                  lgq=z(1, 5), qsamp=z(8, 2), lgn=z(1, 4), lgr=z(1, 5))
+                  lgq=z(1, 5), qsamp=z(8, 2), lgn=z(1, 4), lgr=np.zeros((1, NRL)),
+                  rp=np.zeros((1, NDQ)), rpp=np.zeros(NDP), q_peer=z(1))
     return FabricArrays(arrays, {K.FAB: 0}, None, None)
 
 
@@ -265,7 +267,8 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
                   q_dqpn=np.asarray(dqpn, np.int64).reshape(-1),
                   sh_tb=np.ascontiguousarray(sh_tb), lgp=np.zeros((1 << 12, 6), np.int64),
                   lgq=np.zeros((1 << 14, 5), np.int64), qsamp=qsamp,
-                  lgn=np.zeros((1 << 12, 4), np.int64), lgr=np.zeros((1 << 12, 5), np.int64))
+                  lgn=np.zeros((1 << 12, 4), np.int64), **rp_arrays(fab, qcodes.size, nic_gbps),
+                  q_peer=np.asarray(peer, np.int64).reshape(-1))
     return FabricArrays(arrays, settings, sh_d, ack_ns)
 
 

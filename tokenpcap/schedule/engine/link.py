@@ -25,8 +25,9 @@ from numba import njit
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import emit, push
 from tokenpcap.schedule.engine.fabric import inject
+from tokenpcap.schedule.engine.pace import pace_next
 
-__all__ = ["advance", "rewake", "ready", "queue_ack", "touch"]
+__all__ = ["advance", "rewake", "ready", "queue_ack", "touch", "act_link", "control_frame"]
 
 
 @njit(cache=True, _nrt=False)
@@ -59,6 +60,8 @@ def _stop(S, cf, port, k):
             j = (every - (ax[e, X_NEXT] + 1) % every) % every
             if j < last:
                 last = j
+        if ax[e, X_RATE] > 0:
+            last = 0                    # paced (module rpoint): it leaves after each packet
         v = last * k + i
         if v < s:
             s = v
@@ -87,16 +90,22 @@ def _load(S, sc, e, mid):
 def _act_insert(S, sc, port, q, mid):
     """QP ``q`` joins its port's rotation with head ``mid``: linked in creation order, and the
     port's next QP when it comes before the current one after the last served."""
+    r = S.pt[port, P_ACT_LO] + S.qp[q, Q_ORDER]
+    S.ax[r, X_Q] = q
+    _load(S, sc, r, mid)
+    act_link(S, port, r)
+
+
+@njit(cache=True, _nrt=False)
+def act_link(S, port, r):
+    """Rotation row ``r`` (its head loaded) joins its port's rotation (:func:`_act_insert`; a
+    paced QP's rejoin, module rpoint)."""
     ax = S.ax
     pt = S.pt
-    qp = S.qp
     lo = pt[port, P_ACT_LO]
     k = pt[port, P_NACT]
-    o = qp[q, Q_ORDER]
-    r = lo + o
-    ax[r, X_Q] = q
+    o = r - lo
     ax[r, X_ON] = 1
-    _load(S, sc, r, mid)
     if k == 0:
         ax[r, X_SUCC] = r
         ax[r, X_PRED] = r
@@ -233,6 +242,16 @@ def _epoch(S, cf, sc, h, o, port, limit):
     hm = ax[el, X_HEAD]
     r = hm & mk
     nxt_pkt = ax[el, X_NEXT]
+    q = ax[el, X_Q]
+    if ax[el, X_RATE] > 0:
+        # a paced QP's packet (module rpoint): its next start at its rate, counted from this one
+        col = 2 if nxt_pkt == ax[el, X_N] else (0 if nxt_pkt == 1 else 1)
+        d = _dur(ax, el, nxt_pkt - 1)
+        ax[el, X_NA] = pace_next(S, sc, h, q, t - d, S.sh_tb[ms[r, M_SHAPE], col])
+    every = cf[EVERY]
+    if nxt_pkt < ax[el, X_N] and (every == 0 or nxt_pkt % every):
+        pace_leave(S, sc, h, port, el, t)           # a stop only for its pacing
+        return
     if not fab:
         push(h, sc, t + cf[LAT] + cf[ACKDELAY], EV_ACK, hm * (MASK24 + 1) + nxt_pkt - 1, ms[r, M_DST], 0)
     if mk >= 0:
@@ -254,6 +273,19 @@ def _epoch(S, cf, sc, h, o, port, limit):
         else:
             qp[q, Q_HEAD] = -1
             _act_remove(S, port, el)
+    pace_leave(S, sc, h, port, el, t)
+
+
+@njit(cache=True, _nrt=False)
+def pace_leave(S, sc, h, port, e, t):
+    """A paced rotation row ``e`` that just sent (the port's clock at ``t``) leaves the
+    rotation until its next allowed start ``X_NA`` when that is later, on a timer keyed by its
+    QP (module rpoint)."""
+    ax = S.ax
+    if ax[e, X_ON] and ax[e, X_RATE] > 0 and ax[e, X_NA] > t:
+        _act_remove(S, port, e)
+        q = ax[e, X_Q]
+        push(h, sc, ax[e, X_NA], EV_PFC, (EV_CC_PACE << 40) + q, EV_CC_PACE, q)
 
 
 @njit(cache=True, _nrt=False)

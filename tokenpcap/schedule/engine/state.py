@@ -347,8 +347,8 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         pt[:, K.P_SEL] = 1
     else:
         pt[np.asarray(sorted(nics), np.int64), K.P_SEL] = 1
-    ax = np.full((max(1, nq), 10), -1, np.int64)
-    ax[:, K.X_ON] = 0
+    ax = np.full((max(1, nq), K.X_COLS), -1, np.int64)
+    ax[:, [K.X_ON, K.X_NA, K.X_RATE]] = 0
     M = n_nic * (2 if cts else 1)
     ms = ring.table(M, ring=False) if keep_messages else ring.table(int(ring_rows))
     n_marks = int(((ins[:, 0] == K.I_MARK) & (ins[:, 2] % 2 == 0)).sum()) if keep_history else 0
