@@ -33,7 +33,8 @@ from hypothesis import strategies as hs
 
 from tests.schedule.engine.dcqcn_oracle import ReactionPoint, Settings
 from tokenpcap.schedule.engine import dcqcn as d
-from tokenpcap.schedule.engine.dcqcn_params import CONNECTX_DEFAULTS, dcqcn_params, hpcc_ns3_settings
+from tokenpcap.schedule.engine.dcqcn_params import (CONNECTX_DEFAULTS, dcqcn_params,
+                                                    hpcc_ns3_settings)
 from tokenpcap.schedule.engine.pacing import next_send_ns, tx_time_ns_ceil, tx_time_ns_ns3
 
 FIXTURE = Path(__file__).parents[2] / "cases" / "hpcc" / "dcqcn-rp-ns3.json"
@@ -185,7 +186,7 @@ def _settings_from(cfg, line):
     return Settings(cfg["variant"], line, cfg["rpg_ai_rate"] * mb, cfg["rpg_hai_rate"] * mb,
                     cfg["rpg_min_rate"] * mb, first_cnp_bps=cfg["rate_to_set_on_first_cnp"] * mb,
                     g=(1024 - cfg["dce_tcp_g"]) / 1024, dce_tcp_g=cfg["dce_tcp_g"],
-                    alpha_init=cfg["initial_alpha_value"] if cx else cfg["initial_alpha_value"] / 1024,
+                    alpha_init=cfg["initial_alpha_value"] / (1 if cx else 1024),
                     gd=cfg["rpg_gd"], min_dec_fac=cfg["rpg_min_dec_fac"] if cx else 0,
                     alpha_us=cfg["dce_tcp_rtt"], dec_us=cfg["rate_reduce_monitor_period"],
                     inc_us=cfg["rpg_time_reset"],
@@ -195,8 +196,10 @@ def _settings_from(cfg, line):
 
 
 @hs.composite
-def scripts(draw):
-    variant = draw(hs.sampled_from(["connectx", "hpcc-ns3"]))
+def scripts(draw, byte_counter=False):
+    """NVIDIA-named settings, a line rate and CNP / send inputs; ``byte_counter``: connectx
+    with the byte counter on and packets sent throughout."""
+    variant = "connectx" if byte_counter else draw(hs.sampled_from(["connectx", "hpcc-ns3"]))
     line = draw(hs.sampled_from([25, 100, 400])) * 10**9
     base = CONNECTX_DEFAULTS if variant == "connectx" else hpcc_ns3_settings(line)
     cfg = dict(base)
@@ -210,7 +213,8 @@ def scripts(draw):
                rpg_min_rate=draw(hs.sampled_from([1, 1000])),
                rpg_ai_rate=draw(hs.sampled_from([5, 80, 1000])),
                rpg_hai_rate=draw(hs.sampled_from([50, 800, 5000])),
-               rpg_byte_reset=draw(hs.sampled_from([0, 1, 16, 32767])),
+               rpg_byte_reset=draw(hs.sampled_from([1, 16, 512] if byte_counter
+                                                   else [0, 1, 16, 32767])),
                rate_to_set_on_first_cnp=draw(hs.sampled_from([0, 0, 10_000])))
     if variant == "connectx":
         cfg.update(dce_tcp_g=draw(hs.integers(900, 1023)),
@@ -220,14 +224,14 @@ def scripts(draw):
     n = draw(hs.integers(1, 40))
     ts = sorted(draw(hs.lists(hs.integers(1_000, 3_000_000), min_size=n, max_size=n)))
     inputs = [(t, 0, "cnp") for t in ts]
-    if draw(hs.booleans()):
+    if byte_counter or draw(hs.booleans()):
         gap = draw(hs.sampled_from([997, 10_000, 40_000]))
         inputs += [(t, 0, "bytes", 4154) for t in range(500, 4_000_000, gap)]
     return cfg, line, inputs
 
 
 @settings(max_examples=60, deadline=None)
-@given(scripts())
+@given(hs.one_of(scripts(), scripts(byte_counter=True)))
 def test_kernels_match_the_eager_oracle_in_any_event_order(case):
     cfg, line, inputs = case
     p = dcqcn_params(cfg, line)

@@ -4,8 +4,8 @@
 NVIDIA's parameter names (mlx5 sysfs / mlxconfig, NVIDIA DOCA "DCQCN CC Parameters"), units as
 NVIDIA gives them: ``rpg_time_reset``, ``dce_tcp_rtt``, ``rate_reduce_monitor_period`` us;
 ``rpg_ai_rate``, ``rpg_hai_rate``, ``rpg_min_rate``, ``rate_to_set_on_first_cnp`` Mb/s;
-``rpg_byte_reset`` in units of :data:`~tokenpcap.schedule.engine.dcqcn.RPG_BYTE_RESET_UNIT_BYTES`
-bytes (0 off); ``dce_tcp_g`` and ``initial_alpha_value`` in 1/1024; ``rpg_min_dec_fac`` %;
+``rpg_byte_reset`` in units of ``RPG_BYTE_RESET_UNIT_BYTES`` (64) bytes (0 off, see
+:mod:`~tokenpcap.schedule.engine.dcqcn_rules`); ``dce_tcp_g`` and ``initial_alpha_value`` in 1/1024; ``rpg_min_dec_fac`` %;
 ``rpg_gd`` the alpha-to-rate shift; ``rpg_threshold`` stages; ``clamp_tgt_rate`` and
 ``clamp_tgt_rate_after_time_inc`` booleans; ``variant`` ``connectx`` (default) or ``hpcc-ns3``.
 A name it does not find takes :data:`CONNECTX_DEFAULTS`.
@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tokenpcap.schedule.engine import dcqcn as d
+from tokenpcap.schedule.engine import dcqcn_rules as d
 
 __all__ = ["CONNECTX_DEFAULTS", "dcqcn_params", "hpcc_ns3_settings"]
 
@@ -71,7 +71,8 @@ def dcqcn_params(cfg: Any, line_rate_bps: int) -> np.ndarray:
     line = int(line_rate_bps)
     variant = d.DCQCN_VARIANTS.get(g["variant"])
     if variant is None:
-        raise ValueError(f"variant: got {g['variant']!r}, expected one of {sorted(d.DCQCN_VARIANTS)}")
+        raise ValueError(f"variant: got {g['variant']!r}, "
+                         f"expected one of {sorted(d.DCQCN_VARIANTS)}")
     cx = variant == d.DCQCN_CONNECTX
     if line <= 0 or (cx and line % _MBPS):
         raise ValueError(f"line_rate_bps: got {line}, expected a positive whole number of Mb/s")

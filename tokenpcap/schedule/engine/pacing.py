@@ -16,8 +16,8 @@ effect from the next packet.
 ConnectX (:func:`tx_time_ns_ceil`): the exact ``ceil(8e9 size / bps)`` in integers, so a QP
 never exceeds its rate (NVIDIA documents no rounding of its rate limiter).
 
-:func:`next_send_ns` picks by the DCQCN variant code (:data:`~tokenpcap.schedule.engine.dcqcn.
-DCQCN_CONNECTX` / ``DCQCN_HPCC_NS3``). ``size_bytes`` is whatever length the caller's link
+:func:`next_send_ns` picks by the DCQCN variant code (``DCQCN_CONNECTX`` / ``DCQCN_HPCC_NS3``
+of :mod:`~tokenpcap.schedule.engine.dcqcn_rules`). ``size_bytes`` is whatever length the caller's link
 serialises for the packet (its own layer-1 accounting); ``rate_bps`` > 0.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ import math
 import numpy as np
 from numba import njit
 
-from tokenpcap.schedule.engine.dcqcn import DCQCN_HPCC_NS3
+from tokenpcap.schedule.engine.dcqcn_rules import DCQCN_HPCC_NS3
 
 __all__ = ["tx_time_ns_ns3", "tx_time_ns_ceil", "next_send_ns"]
 
@@ -36,7 +36,7 @@ _TWO32 = 4294967296.0
 _NS_PER_S = 1_000_000_000
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def tx_time_ns_ns3(size_bytes, rate_bps):  # type: ignore[no-untyped-def]
     """``Seconds(DataRate(rate_bps).CalculateTxTime(size_bytes))`` in ns (int64), as ns-3."""
     d = float(size_bytes) * 8.0 / float(rate_bps)
@@ -50,7 +50,7 @@ def tx_time_ns_ns3(size_bytes, rate_bps):  # type: ignore[no-untyped-def]
     return np.int64(hi) * _NS_PER_S + frac_ns
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def tx_time_ns_ceil(size_bytes, rate_bps):  # type: ignore[no-untyped-def]
     """``ceil(size_bytes * 8 * 10**9 / rate_bps)`` ns (int64), exact integer arithmetic."""
     num = np.int64(size_bytes) * 8 * _NS_PER_S
@@ -58,7 +58,7 @@ def tx_time_ns_ceil(size_bytes, rate_bps):  # type: ignore[no-untyped-def]
     return (num + r - 1) // r
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def next_send_ns(now_ns, size_bytes, rate_bps, variant):  # type: ignore[no-untyped-def]
     """The QP's next allowed start after it starts a ``size_bytes`` packet at ``now_ns``."""
     if variant == DCQCN_HPCC_NS3:

@@ -31,7 +31,7 @@ _MIX1 = 0xBF58476D1CE4E5B9
 _MIX2 = 0x94D049BB133111EB
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def splitmix64(x):  # type: ignore[no-untyped-def]
     """SplitMix64's output function of state ``x`` (uint64): ``z = x + golden`` then the two
     xor-shift-multiply rounds and a final xor-shift (Steele et al. 2014)."""
@@ -41,7 +41,7 @@ def splitmix64(x):  # type: ignore[no-untyped-def]
     return z ^ (z >> np.uint64(31))
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def red_uniform(seed, switch, port, packet):  # type: ignore[no-untyped-def]
     """Uniform float64 in [0, 1) keyed by ``(seed, switch, port, packet)`` (module docstring)."""
     h = splitmix64(np.uint64(seed))
@@ -51,7 +51,7 @@ def red_uniform(seed, switch, port, packet):  # type: ignore[no-untyped-def]
     return float(h >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def red_probability(q_bytes, kmin_bytes, kmax_bytes, pmax):  # type: ignore[no-untyped-def]
     """The marking probability at egress queue depth ``q_bytes`` (``ShouldSendCN``)."""
     if q_bytes > kmax_bytes:
@@ -61,7 +61,7 @@ def red_probability(q_bytes, kmin_bytes, kmax_bytes, pmax):  # type: ignore[no-u
     return 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def red_should_mark(q_bytes, kmin_bytes, kmax_bytes, pmax, ecn_capable, control, seed, switch,
                     port, packet):  # type: ignore[no-untyped-def]
     """True when the packet leaves CE: an ECN-capable packet not of the control class, at
