@@ -296,3 +296,17 @@ def test_pacing_ceil_is_exact_and_ns3_floor_is_close(b, r, now):
 def test_bad_settings_name_their_key(key, value):
     with pytest.raises(ValueError, match=f"^{key}: got"):
         dcqcn_params(dict(CONNECTX_DEFAULTS, **{key: value}), G400)
+
+
+def test_params_from_a_config_object_as_from_a_mapping():
+    """``fabric.dcqcn`` arrives as a frozen dataclass with NVIDIA's names; the variant comes
+    from the fabric's timing."""
+    from types import SimpleNamespace
+    ns3 = hpcc_ns3_settings(G400)
+    obj = SimpleNamespace(**{k: v for k, v in ns3.items() if k != "variant"})
+    assert np.array_equal(dcqcn_params(obj, G400, variant="hpcc-ns3"), dcqcn_params(ns3, G400))
+    assert np.array_equal(dcqcn_params(SimpleNamespace(), G400),
+                          dcqcn_params(CONNECTX_DEFAULTS, G400))
+    p = dcqcn_params(ns3, G400)
+    assert p[d.DP_G] == 1 / 256 and p[d.DP_ALPHA_INIT] == 1.0 and p[d.DP_BYTE_RESET_BYTES] == 0
+    assert p[d.DP_AI_BPS] == 80_000_000 and p[d.DP_HAI_BPS] == 800_000_000

@@ -7,8 +7,11 @@ NVIDIA gives them: ``rpg_time_reset``, ``dce_tcp_rtt``, ``rate_reduce_monitor_pe
 ``rpg_byte_reset`` in units of ``RPG_BYTE_RESET_UNIT_BYTES`` (64) bytes (0 off, see
 :mod:`~tokenpcap.schedule.engine.dcqcn_rules`); ``dce_tcp_g`` and ``initial_alpha_value`` in 1/1024; ``rpg_min_dec_fac`` %;
 ``rpg_gd`` the alpha-to-rate shift; ``rpg_threshold`` stages; ``clamp_tgt_rate`` and
-``clamp_tgt_rate_after_time_inc`` booleans; ``variant`` ``connectx`` (default) or ``hpcc-ns3``.
-A name it does not find takes :data:`CONNECTX_DEFAULTS`.
+``clamp_tgt_rate_after_time_inc`` booleans. A name it does not find takes
+:data:`CONNECTX_DEFAULTS`. The variant (``connectx`` or ``hpcc-ns3``) is the ``variant``
+argument, else a ``variant`` attribute or key of ``cfg``, else ``connectx``; the engine passes
+``hpcc-ns3`` when the fabric's ``timing`` is ``hpcc-ns3`` (the variant is not one of NVIDIA's
+settings: it is which arithmetic runs them).
 
 hpcc-ns3 in these names (``export --to hpcc``'s ns-3 config at r Gb/s, HPCC ``rdma-hw.cc``):
 ``rpg_ai_rate`` 5r/25, ``rpg_hai_rate`` 50r/25 (80 / 800 at 400G), ``rpg_min_rate`` 1000,
@@ -60,14 +63,17 @@ def _get(cfg: Any, name: str) -> Any:
     return getattr(cfg, name, CONNECTX_DEFAULTS[name])
 
 
-def dcqcn_params(cfg: Any, line_rate_bps: int) -> np.ndarray:
+def dcqcn_params(cfg: Any, line_rate_bps: int, variant: str | None = None) -> np.ndarray:
     """float64 ``(NDP,)`` for the kernels of :mod:`~tokenpcap.schedule.engine.dcqcn`.
 
-    ``cfg``: object or mapping with NVIDIA's names (module docstring); ``line_rate_bps``: the
-    NIC's rate, bit/s (a whole number of Mb/s for connectx). Raises ``ValueError`` naming the
+    ``cfg``: object (``fabric.dcqcn``'s ``DcqcnConfig``) or mapping with NVIDIA's names
+    (module docstring); ``line_rate_bps``: the NIC's rate, bit/s (a whole number of Mb/s for
+    connectx); ``variant``: ``connectx`` or ``hpcc-ns3`` (default: ``cfg``'s, else connectx). Raises ``ValueError`` naming the
     key on a value outside its range (the profile loader reports these per file and key).
     """
     g = {k: _get(cfg, k) for k in CONNECTX_DEFAULTS}
+    if variant is not None:
+        g["variant"] = variant
     line = int(line_rate_bps)
     variant = d.DCQCN_VARIANTS.get(g["variant"])
     if variant is None:
