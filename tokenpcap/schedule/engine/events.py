@@ -348,8 +348,9 @@ NSC = 30
 (F_ECN, F_ECN_PRIOS, F_ECN_SEED, F_CC, F_CNP_GAP, F_CNP_INACK, F_CNP_TB, F_CNP_FB,
  F_CNP_NS) = range(41, 50)
 NCF = 50
-#: switch port columns: RED K_min and K_max (bytes), P_max x 2**32, CE marks it made
+#: switch port columns: RED K_min and K_max (bytes), P_max x PMAX_ONE, CE marks it made
 FP_KMIN, FP_KMAX, FP_PMAX, FP_CE = range(22, 26)
+PMAX_ONE = 1 << 32
 FP_COLS = 26
 #: NIC columns: CE-marked frames received, CNPs sent (as NP), CNPs received (as RP)
 FN_CE, FN_CNPTX, FN_CNPRX = range(13, 16)
@@ -367,6 +368,6 @@ X_NA, X_RATE = 10, 11
 X_COLS = 12
 __all__ += ["PKT_CNP", "PKT_CE_FLAG", "PK_CE", "PK_CNP", "AQ_CNPACK", "AQ_CNP", "NCE", "NCNP", "NLGN", "NLGR",
             "F_ECN", "F_ECN_PRIOS", "F_ECN_SEED", "F_CC", "F_CNP_GAP", "F_CNP_INACK", "F_CNP_TB",
-            "F_CNP_FB", "F_CNP_NS", "FP_KMIN", "FP_KMAX", "FP_PMAX", "FP_CE", "FN_CE", "FN_CNPTX",
+            "F_CNP_FB", "F_CNP_NS", "PMAX_ONE", "FP_KMIN", "FP_KMAX", "FP_PMAX", "FP_CE", "FN_CE", "FN_CNPTX",
             "FN_CNPRX", "Q_CE", "Q_NPLAST", "Q_CNPRX", "Q_COLS", "EV_CC_RP", "EV_CC_PACE", "X_NA",
             "X_RATE", "X_COLS"]
