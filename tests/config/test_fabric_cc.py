@@ -179,3 +179,36 @@ def test_a_bad_cc_value_is_one_line_and_exit_1_on_the_command_line(tmp_path: Pat
     assert r.returncode == 1, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "fabric.ecn.kmin_bytes: got 3000000" in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("gbps", [400, 100])
+def test_hpcc_ns3_preset_equals_the_config_the_hpcc_export_writes(tmp_path: Path, gbps):
+    """``export --to hpcc --hpcc-cc dcqcn`` writes run.py's DCQCN and ECN lines for the cluster
+    (``export/hpcc.py``, its own reading of run.py): the preset's values are the simulator's."""
+    import numpy as np
+
+    from tokenpcap.export.hpcc import write_hpcc
+    from tokenpcap.schedule.engine.table import MSG_STATE_DTYPE
+
+    c = load_cluster(write(tmp_path / "c.yaml", cluster_dict(
+        fabric={**_D, "preset": "hpcc-ns3"}, link_gbps=gbps)))
+    m = np.zeros(1, MSG_STATE_DTYPE)
+    m["src_nic"], m["dst_nic"], m["size_bytes"], m["n_packets"] = 1, 0, 4096, 1
+    cfg = dict(line.split(" ", 1) for line in
+               write_hpcc(m, c, tmp_path / "f.txt", cc="dcqcn")[2].read_text().splitlines() if line)
+    e, d = c.fabric.ecn, c.fabric.dcqcn
+    kmin, kmax, pmax = (cfg[k].split()[1:] for k in ("KMIN_MAP", "KMAX_MAP", "PMAX_MAP"))
+    for i in range(0, len(kmin), 2):
+        port_gbps = int(kmin[i]) / 1e9
+        assert ecn_thresholds(e, port_gbps, gbps) == (int(kmin[i + 1]) * 1000,
+                                                      int(kmax[i + 1]) * 1000)
+        assert float(pmax[i + 1]) == e.pmax
+    assert (cfg["RATE_AI"], cfg["RATE_HAI"], cfg["MIN_RATE"]) == (
+        f"{d.rpg_ai_rate}Mb/s", f"{d.rpg_hai_rate}Mb/s", f"{d.rpg_min_rate}Mb/s")
+    assert float(cfg["EWMA_GAIN"]) == (1024 - d.dce_tcp_g) / 1024
+    assert (int(cfg["RP_TIMER"]), int(cfg["ALPHA_RESUME_INTERVAL"]),
+            int(cfg["RATE_DECREASE_INTERVAL"]), int(cfg["FAST_RECOVERY_TIMES"]),
+            int(cfg["CLAMP_TARGET_RATE"])) == (
+        d.rpg_time_reset, d.dce_tcp_rtt, d.rate_reduce_monitor_period, d.rpg_threshold,
+        int(d.clamp_tgt_rate))
+    assert cfg["CC_MODE"] == "1"

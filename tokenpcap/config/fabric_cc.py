@@ -39,15 +39,6 @@ MAX_CC_US = 1_000_000
 MAX_RATE_MBPS = 1_000_000_000
 
 
-def _priorities(file: Path | None, key: str, value: Any) -> tuple[int, ...]:
-    """A non-empty list of distinct 802.1p priorities 0..7."""
-    if isinstance(value, list) and value and all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 7 for v in value) \
-            and len(set(value)) == len(value):
-        return tuple(int(v) for v in value)
-    raise ProfileError(file, key, value, "a non-empty list of distinct priorities in [0, 7]")
-
-
 _US = yc.integer(1, MAX_CC_US)
 _MBPS = yc.integer(0, MAX_RATE_MBPS)
 

@@ -60,7 +60,7 @@ from tokenpcap.model import scenario_shards
 from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.plan.calltable import CallTable
-from tokenpcap.records import KIND_CTS, VERB_WRITE, VERB_WRITE_IMM
+from tokenpcap.records import KIND_CTS, TX_FLAG_CE, VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.records.points import NIC_TX, CapturePoint, parse_point
 from tokenpcap.schedule.compute import stage_times
 from tokenpcap.schedule.engine import kernel as K
@@ -93,6 +93,9 @@ NVLINK_DTYPE = np.dtype([("rank_src", "<i4"), ("rank_dst", "<i4"), ("size_bytes"
 #: NVLink copies per iteration up to which every copy is timed (above: per collective).
 NVLINK_COPIES_PER_COPY = 2_000_000
 _TX = ("time_ns", "nic", "peer_nic", "msg", "index", "kind", "frame_bytes")
+#: The rows :meth:`Schedule.run` yields when the fabric marks ECN: ``TX_DTYPE`` and the ``flags``
+#: the lowering reads (``tokenpcap.records.TX_FLAG_CE``: the packet carries CE).
+TX_CC_DTYPE = np.dtype(TX_DTYPE.descr + [("flags", "u1")])
 
 
 class MessageIndex:
@@ -225,9 +228,14 @@ class Schedule:
             eng.sc[K.NOUT] = rest.shape[0]
             if got.shape[0]:
                 got = got[np.lexsort((got[:, 1], got[:, 0]))]
-                tx = np.empty(got.shape[0], TX_DTYPE)
+                tx = np.empty(got.shape[0], TX_CC_DTYPE if eng.cf[K.F_ECN] else TX_DTYPE)
                 for j, name in enumerate(_TX):
                     tx[name] = got[:, j]
+                if eng.cf[K.F_ECN]:
+                    # the engine adds OUT_CE to a CE-marked packet's kind (module ecn)
+                    ce = (got[:, 5] & K.OUT_CE) != 0
+                    tx["kind"] = got[:, 5] & ~K.OUT_CE
+                    tx["flags"] = np.where(ce, TX_FLAG_CE, 0)
                 for i in range(0, tx.size, self._chunk):
                     yield tx[i: i + self._chunk]
             if status == 0:

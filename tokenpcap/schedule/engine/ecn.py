@@ -13,7 +13,7 @@ in the control class and never are. The draw is counter-based
 mark does not depend on the order in which events are processed.
 
 A mark sets ``PK_CE`` on the packet descriptor: the capture rows downstream of the marking port
-carry it and the receiving NIC turns it into a CNP (:mod:`~tokenpcap.schedule.engine.npoint`).
+carry it (``OUT_CE``, the rows' ``flags``) and the receiving NIC turns it into a CNP (:mod:`~tokenpcap.schedule.engine.npoint`).
 Counters: ``fp[e, FP_CE]`` per port, ``sc[NCE]`` in all.
 """
 from __future__ import annotations

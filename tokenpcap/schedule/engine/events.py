@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from tokenpcap.records import PKT_CE_FLAG, PKT_CNP
+from tokenpcap.records import PKT_CNP
 
 __all__ = [
     "EV_READY", "EV_ACK", "EV_ARRIVE", "EV_TIMER", "EV_WAKE", "NEVER", "MASK24", "HN", "SEQ",
@@ -329,8 +329,10 @@ __all__ += [
 
 # ---------------------------------------------------------------- ECN, CNPs, DCQCN
 # (modules ecn, npoint, rpoint; every column below comes after the queued fabric's)
-# PKT_CNP: a congestion notification packet; PKT_CE_FLAG: added to a capture row's kind when the
-# packet carries CE (tokenpcap.records)
+# PKT_CNP: a congestion notification packet (tokenpcap.records)
+#: added to an output row's kind when its packet carries CE (the runner turns it into the rows'
+#: ``flags``, tokenpcap.records.TX_FLAG_CE)
+OUT_CE = 0x80
 #: descriptor flags: the packet carries CE (ECN 3); an ACK carries the CNP flag (HPCC ns-3's
 #: ``qbbHeader::FLAG_CNP``: the CNP travels inside the ACK)
 PK_CE, PK_CNP = 4, 8
@@ -366,7 +368,7 @@ EV_CC_RP, EV_CC_PACE = 3, 4
 #: (bit/s; 0: not paced, at the line rate), module rpoint
 X_NA, X_RATE = 10, 11
 X_COLS = 12
-__all__ += ["PKT_CNP", "PKT_CE_FLAG", "PK_CE", "PK_CNP", "AQ_CNPACK", "AQ_CNP", "NCE", "NCNP", "NLGN", "NLGR",
+__all__ += ["PKT_CNP", "OUT_CE", "PK_CE", "PK_CNP", "AQ_CNPACK", "AQ_CNP", "NCE", "NCNP", "NLGN", "NLGR",
             "F_ECN", "F_ECN_PRIOS", "F_ECN_SEED", "F_CC", "F_CNP_GAP", "F_CNP_INACK", "F_CNP_TB",
             "F_CNP_FB", "F_CNP_NS", "PMAX_ONE", "FP_KMIN", "FP_KMAX", "FP_PMAX", "FP_CE", "FN_CE", "FN_CNPTX",
             "FN_CNPRX", "Q_CE", "Q_NPLAST", "Q_CNPRX", "Q_COLS", "EV_CC_RP", "EV_CC_PACE", "X_NA",

@@ -352,7 +352,7 @@ def _transmit(S, cf, sc, h, o, e, k, t):
             emit(o, sc, row, pk[k, PK_SRC], pk[k, PK_DST], pk[k, PK_MSG], pk[k, PK_IDX], kind, 60)
         else:
             emit(o, sc, row, pk[k, PK_SRC], pk[k, PK_DST], pk[k, PK_MSG], pk[k, PK_IDX],
-                 kind | (PKT_CE_FLAG if pk[k, PK_FLAGS] & PK_CE else 0), pk[k, PK_FB])
+                 kind | (OUT_CE if pk[k, PK_FLAGS] & PK_CE else 0), pk[k, PK_FB])
             mk = sc[MMASK]
             if mk >= 0:
                 r = pk[k, PK_MSG] & mk
