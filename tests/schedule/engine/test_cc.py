@@ -137,3 +137,10 @@ def test_connectx_cnps_leave_the_receiver_at_most_one_per_qp_per_4us_and_reach_t
     assert (log["cnps"]["np_nic"] == 0).all()
     assert sorted(log["cnps"]["rp_nic"].tolist()) == sorted(src.tolist())
     assert len(log["rates"]) > 0 and (log["rates"]["new_bps"] < 400e9).any()
+
+
+def test_a_cnp_row_gets_a_comment_of_its_own_that_reads_back_as_a_cnp():
+    from tokenpcap.records.comments import CONTROL_PREFIXES, comment_text, parse_comment
+    text = comment_text(PKT_CNP, 0, 0, 7, 0, -1, 0, -1, -1)
+    assert text.startswith("cnp ") and "cnp " in CONTROL_PREFIXES and "pfc " not in CONTROL_PREFIXES
+    assert parse_comment(text)["kind"] == PKT_CNP
