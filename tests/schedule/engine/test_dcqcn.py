@@ -350,6 +350,15 @@ class _Rp:
         return int(self.st[0, col])
 
 
+def _clamped_cut(rp):
+    """A CNP, then the next decrease check: target clamped to the rate, a cut, stages reset."""
+    rate = rp.rate
+    rp.cnp()
+    rp.run_for(4000)
+    assert rp.target == rate and rp.rate < rate
+    assert (rp.by_timer, rp.by_byte, rp.byte_count) == (0, 0, 0)
+
+
 def test_isekais_own_dcqcn_script():
     """google/isekai ``rdma_roce_cc_dcqcn_test.cc`` ``RateUpdate``, step by step, with its
     options (``RdmaCcDcqcnOptions``: 100,000 Mb/s line, ``rate_to_set_on_first_cnp`` 85,000,
@@ -386,20 +395,12 @@ def test_isekais_own_dcqcn_script():
     rp.run_for(2)
     assert rp.target == target and rp.rate == (rate + target) // 2
     assert (rp.by_timer, rp.by_byte) == (1, 0)
-    rate = rp.rate
-    rp.cnp()                                                  # reduction after a timer increase
-    rp.run_for(4 * us)
-    assert rp.target == rate and rp.rate < rate
-    assert (rp.by_timer, rp.by_byte, rp.byte_count) == (0, 0, 0)
+    _clamped_cut(rp)                                          # after a timer increase
     rate, target = rp.rate, rp.target
     rp.sent(reset)                                            # byte-based increase
     assert rp.target == target and rp.rate == (rate + target) // 2
     assert (rp.by_timer, rp.by_byte) == (0, 1)
-    rate = rp.rate
-    rp.cnp()                                                  # reduction after a byte increase
-    rp.run_for(4 * us)
-    assert rp.target == rate and rp.rate < rate
-    assert (rp.by_timer, rp.by_byte, rp.byte_count) == (0, 0, 0)
+    _clamped_cut(rp)                                          # after a byte increase
     rate, target = rp.rate, rp.target
     rp.sent(2 * reset)                                        # additive increase
     assert rp.target == target + ai
@@ -410,11 +411,7 @@ def test_isekais_own_dcqcn_script():
         rp.run_for(300 * us)
         assert rp.target == target + step and rp.rate == (rate + target + step) // 2
         assert (rp.by_timer, rp.by_byte) == (by_timer, 2)
-    rate = rp.rate
-    rp.cnp()                                                  # rate reduction
-    rp.run_for(4 * us)
-    assert rp.target == rate and rp.rate < rate
-    assert (rp.by_timer, rp.by_byte, rp.byte_count) == (0, 0, 0)
+    _clamped_cut(rp)                                          # after hyper increases
     target = rp.target
     for _ in range(1000):                                     # the minimum rate
         rp.cnp()
