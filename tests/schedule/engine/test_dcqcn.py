@@ -17,6 +17,8 @@ Oracles:
 * :mod:`tests.schedule.engine.dcqcn_oracle`: an eager re-statement of the rules, every timer
   firing every period (itself checked against ns-3 here).
 * Closed forms of one CNP, written from the formulas.
+* google/isekai's own unit test of its ConnectX-named DCQCN (``rdma_roce_cc_dcqcn_test.cc``),
+  replayed step by step on the connectx variant.
 """
 from __future__ import annotations
 
@@ -310,3 +312,110 @@ def test_params_from_a_config_object_as_from_a_mapping():
     p = dcqcn_params(ns3, G400)
     assert p[d.DP_G] == 1 / 256 and p[d.DP_ALPHA_INIT] == 1.0 and p[d.DP_BYTE_RESET_BYTES] == 0
     assert p[d.DP_AI_BPS] == 80_000_000 and p[d.DP_HAI_BPS] == 800_000_000
+
+
+class _Rp:
+    """One QP driven as a simulator drives it: ``run_for`` fires its timer events in order."""
+
+    def __init__(self, p):
+        self.p, self.t, self.heap = p, 0, []
+        self.st = d.dcqcn_state(1, p)
+        self.log, self.nlog = np.zeros((10_000, d.NRL)), np.zeros(1, np.int64)
+
+    def _push(self, due):
+        if due >= 0:
+            heapq.heappush(self.heap, int(due))
+
+    def cnp(self):
+        self._push(d.dcqcn_on_cnp(self.st, 0, self.t, self.p, self.log, self.nlog))
+
+    def sent(self, nbytes):
+        self._push(d.dcqcn_on_bytes_sent(self.st, 0, self.t, nbytes, self.p, self.log, self.nlog))
+
+    def run_for(self, ns):
+        end = self.t + ns
+        while self.heap and self.heap[0] <= end:
+            t = heapq.heappop(self.heap)
+            self._push(d.dcqcn_on_timer(self.st, 0, t, self.p, self.log, self.nlog))
+        self.t = end
+
+    def __getattr__(self, name):      # rate, target (Mb/s), alpha (1/1024), stages, byte count
+        col = {"rate": d.DQ_RATE_BPS, "target": d.DQ_TARGET_BPS}.get(name)
+        if col is not None:
+            return int(self.st[0, col]) // 10**6
+        if name == "alpha":
+            return round(d.dcqcn_alpha(self.st, 0, self.t, self.p) * 1024)
+        col = {"by_timer": d.DQ_TIME_STAGE, "by_byte": d.DQ_BYTE_STAGE,
+               "byte_count": d.DQ_BYTE_COUNT}[name]
+        return int(self.st[0, col])
+
+
+def _clamped_cut(rp):
+    """A CNP, then the next decrease check: target clamped to the rate, a cut, stages reset."""
+    rate = rp.rate
+    rp.cnp()
+    rp.run_for(4000)
+    assert rp.target == rate and rp.rate < rate
+    assert (rp.by_timer, rp.by_byte, rp.byte_count) == (0, 0, 0)
+
+
+def test_isekais_own_dcqcn_script():
+    """google/isekai ``rdma_roce_cc_dcqcn_test.cc`` ``RateUpdate``, step by step, with its
+    options (``RdmaCcDcqcnOptions``: 100,000 Mb/s line, ``rate_to_set_on_first_cnp`` 85,000,
+    ``min_rate`` 100 as the test sets, the rest NVIDIA's defaults); each assertion is one of
+    its CHECKs. (Its counters are read here where the kernel keeps them.)"""
+    us = 1000
+    p = dcqcn_params(dict(CONNECTX_DEFAULTS, rate_to_set_on_first_cnp=85_000, rpg_min_rate=100),
+                     100_000 * 10**6)
+    rp = _Rp(p)
+    ai, hai, g, reset = 5, 50, 1019, 32_767 * 64
+    rp.cnp()                                                  # the first CNP
+    assert (rp.rate, rp.target, rp.alpha) == (85_000, 85_000, 1023)
+    rp.run_for(1)
+    rate, target = rp.rate, rp.target
+    rp.run_for(300 * us)                                      # timer-based increase
+    assert rp.target == target and rp.rate == (rate + target) // 2
+    rate, target, alpha = rp.rate, rp.target, rp.alpha
+    rp.cnp()                                                  # alpha timer with a CNP
+    rp.run_for(1 * us)
+    assert rp.alpha == g * alpha // 1024 + 1024 - g
+    alpha = rp.alpha
+    rp.run_for(1 * us)                                        # alpha timer without
+    assert rp.alpha == g * alpha // 1024
+    rate = rp.rate
+    rp.run_for(4 * us - 2 * us)                               # the first rate reduction
+    assert rp.rate < rate and rp.target == rate
+    rate, target = rp.rate, rp.target
+    rp.cnp()                                                  # consecutive reduction
+    rp.run_for(4 * us)
+    assert rp.rate < rate and rp.target == target
+    rate, target = rp.rate, rp.target
+    rp.run_for(300 * us - 2)                                  # timer-based increase
+    assert (rp.rate, rp.target) == (rate, target)
+    rp.run_for(2)
+    assert rp.target == target and rp.rate == (rate + target) // 2
+    assert (rp.by_timer, rp.by_byte) == (1, 0)
+    _clamped_cut(rp)                                          # after a timer increase
+    rate, target = rp.rate, rp.target
+    rp.sent(reset)                                            # byte-based increase
+    assert rp.target == target and rp.rate == (rate + target) // 2
+    assert (rp.by_timer, rp.by_byte) == (0, 1)
+    _clamped_cut(rp)                                          # after a byte increase
+    rate, target = rp.rate, rp.target
+    rp.sent(2 * reset)                                        # additive increase
+    assert rp.target == target + ai
+    assert rp.rate == ((rate + target) // 2 + target + ai) // 2
+    assert (rp.by_timer, rp.by_byte) == (0, 2)
+    for by_timer, step in ((1, ai), (2, ai), (3, hai)):      # then hyper increase
+        rate, target = rp.rate, rp.target
+        rp.run_for(300 * us)
+        assert rp.target == target + step and rp.rate == (rate + target + step) // 2
+        assert (rp.by_timer, rp.by_byte) == (by_timer, 2)
+    _clamped_cut(rp)                                          # after hyper increases
+    target = rp.target
+    for _ in range(1000):                                     # the minimum rate
+        rp.cnp()
+        rp.run_for(1 * us)
+        assert rp.target == target and rp.rate >= 100
+        assert (rp.by_timer, rp.by_byte, rp.byte_count) == (0, 0, 0)
+    assert rp.rate == 100

@@ -49,11 +49,11 @@ __all__ = ["dcqcn_state", "dcqcn_reset_qp", "dcqcn_on_cnp", "dcqcn_on_timer",
 
 
 def dcqcn_state(n_qp: int, p: np.ndarray) -> np.ndarray:
-    """float64 ``(n_qp, NDQ)``: every QP at the line rate, inactive, no timer."""
-    st = np.zeros((int(n_qp), NDQ), np.float64)
-    for q in range(int(n_qp)):
-        dcqcn_reset_qp(st, q, p)
-    return st
+    """float64 ``(n_qp, NDQ)``: every QP at the line rate, inactive, no timer (the row
+    :func:`dcqcn_reset_qp` writes, repeated)."""
+    row = np.zeros((1, NDQ), np.float64)
+    dcqcn_reset_qp(row, 0, p)
+    return np.repeat(row, int(n_qp), axis=0)
 
 
 @njit(cache=True, _nrt=False)
