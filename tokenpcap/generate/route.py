@@ -168,7 +168,7 @@ def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, 
     labels_all, codes_all = None, None
     if capture_format(opt.fmt).comments:
         trows = np.flatnonzero(~pfc) if has_pfc else slice(None)
-        pair = tx["msg"][trows].astype(np.int64) * 3 + kc[trows]
+        pair = tx["msg"][trows].astype(np.int64) * 8 + kc[trows]
         _, first, inv = np.unique(pair, return_index=True, return_inverse=True)
         mu, ku = m[first], kc[trows][first]
         cols = [ku.tolist(), label_codes(mu).tolist()] + [

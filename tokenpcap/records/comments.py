@@ -31,19 +31,22 @@ control prefix: ``inspect`` gives such a packet no phase label.
 """
 from __future__ import annotations
 
-from tokenpcap.records import LABELS, PKT_ACK, PKT_CTS, PKT_DATA, PKT_PFC
+from tokenpcap.records import LABELS, PKT_ACK, PKT_CNP, PKT_CTS, PKT_DATA, PKT_PFC
 from tokenpcap.records.tokenspans import held_spans, parse_spans, spans_text
 
 __all__ = ["PACKET_PREFIXES", "CONTROL_PREFIXES", "PFC_PREFIX", "comment_text", "pfc_comment_text",
            "parse_comment"]
 
-#: Comment prefix of each packet kind, indexed by ``PKT_DATA``, ``PKT_CTS``, ``PKT_ACK``.
-PACKET_PREFIXES: tuple[str, ...] = tuple(
-    {PKT_DATA: "", PKT_CTS: "cts ", PKT_ACK: "ack "}[k] for k in range(3))
-#: The prefixes of control packets (clear-to-send and ACK), as ``inspect`` tells them apart.
-CONTROL_PREFIXES: tuple[str, ...] = tuple(x for x in PACKET_PREFIXES if x)
 #: The first word of a PFC frame's comment (module docstring).
 PFC_PREFIX = "pfc "
+#: Comment prefix of each packet kind, indexed by ``PKT_DATA``, ``PKT_CTS``, ``PKT_ACK``,
+#: ``PKT_PFC`` (its comment is :func:`pfc_comment_text`'s) and ``PKT_CNP`` (a CNP names the
+#: message of the CE-marked packet it answers).
+PACKET_PREFIXES: tuple[str, ...] = tuple(
+    {PKT_DATA: "", PKT_CTS: "cts ", PKT_ACK: "ack ", PKT_PFC: PFC_PREFIX, PKT_CNP: "cnp "}[k]
+    for k in range(5))
+#: The prefixes of control packets (clear-to-send, ACK, CNP), as ``inspect`` tells them apart.
+CONTROL_PREFIXES: tuple[str, ...] = tuple(x for x in PACKET_PREFIXES if x and x != PFC_PREFIX)
 
 
 def comment_text(kind: int, label: int, iteration: int, call_id: int, step: int, layer: int,

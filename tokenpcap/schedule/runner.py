@@ -60,10 +60,11 @@ from tokenpcap.model import scenario_shards
 from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.plan.calltable import CallTable
-from tokenpcap.records import KIND_CTS, VERB_WRITE, VERB_WRITE_IMM
+from tokenpcap.records import KIND_CTS, TX_FLAG_CE, VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.records.points import NIC_TX, CapturePoint, parse_point
 from tokenpcap.schedule.compute import stage_times
 from tokenpcap.schedule.engine import kernel as K
+from tokenpcap.schedule.engine.cclog import cc_log
 from tokenpcap.schedule.engine.fablog import fabric_log
 from tokenpcap.schedule.engine.fabstate import fabric_args
 from tokenpcap.schedule.engine.fabric import flush_samples
@@ -92,6 +93,9 @@ NVLINK_DTYPE = np.dtype([("rank_src", "<i4"), ("rank_dst", "<i4"), ("size_bytes"
 #: NVLink copies per iteration up to which every copy is timed (above: per collective).
 NVLINK_COPIES_PER_COPY = 2_000_000
 _TX = ("time_ns", "nic", "peer_nic", "msg", "index", "kind", "frame_bytes")
+#: The rows :meth:`Schedule.run` yields when the fabric marks ECN: ``TX_DTYPE`` and the ``flags``
+#: the lowering reads (``tokenpcap.records.TX_FLAG_CE``: the packet carries CE).
+TX_CC_DTYPE = np.dtype(TX_DTYPE.descr + [("flags", "u1")])
 
 
 class MessageIndex:
@@ -224,9 +228,14 @@ class Schedule:
             eng.sc[K.NOUT] = rest.shape[0]
             if got.shape[0]:
                 got = got[np.lexsort((got[:, 1], got[:, 0]))]
-                tx = np.empty(got.shape[0], TX_DTYPE)
+                tx = np.empty(got.shape[0], TX_CC_DTYPE if eng.cf[K.F_ECN] else TX_DTYPE)
                 for j, name in enumerate(_TX):
                     tx[name] = got[:, j]
+                if eng.cf[K.F_ECN]:
+                    # the engine adds OUT_CE to a CE-marked packet's kind (module ecn)
+                    ce = (got[:, 5] & K.OUT_CE) != 0
+                    tx["kind"] = got[:, 5] & ~K.OUT_CE
+                    tx["flags"] = np.where(ce, TX_FLAG_CE, 0)
                 for i in range(0, tx.size, self._chunk):
                     yield tx[i: i + self._chunk]
             if status == 0:
@@ -257,13 +266,28 @@ class Schedule:
                                "expected a cluster with fabric.model: queued")
         return fabric_log(self._eng, self.topology, self.scenario.cluster.fabric)
 
+    def cc_log(self) -> dict[str, np.ndarray]:
+        """What congestion control did so far: the tables of
+        :data:`tokenpcap.records.cc.CC_TABLES` (CNPs, DCQCN rate changes, CE marks per port and
+        per QP; :func:`tokenpcap.schedule.engine.cclog.cc_log`).
+
+        Raises:
+            RuntimeError: the cluster's fabric is ideal (nothing was marked).
+        """
+        if not self.fabric_queued:
+            raise RuntimeError("Schedule.cc_log: the fabric is ideal (fabric.model: ideal); "
+                               "expected a cluster with fabric.model: queued")
+        return cc_log(self._eng)
+
     @property
     def fabric_counters(self) -> dict[str, int]:
         """Counters of the queued fabric so far: ``packet_hops`` (link traversals), ``pfc_frames``
-        sent, ``headroom_overflows`` (lossless packets admitted beyond their headroom), ``drops``."""
+        sent, ``headroom_overflows`` (lossless packets admitted beyond their headroom), ``drops``,
+        ``ce_marks`` (packets switches marked CE), ``cnps`` (CNPs notification points sent)."""
         sc = self._eng.sc
         return dict(packet_hops=int(sc[K.HOPS]), pfc_frames=int(sc[K.NPFC]),
-                    headroom_overflows=int(sc[K.HDRM_OVER]), drops=int(sc[K.DROPS]))
+                    headroom_overflows=int(sc[K.HDRM_OVER]), drops=int(sc[K.DROPS]),
+                    ce_marks=int(sc[K.NCE]), cnps=int(sc[K.NCNP]))
 
     def message_rows(self, ids) -> np.ndarray:
         """``MSG_STATE_DTYPE`` rows of the message ids ``ids`` (int array; ids are dense, in order

@@ -17,6 +17,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from tokenpcap.records import PKT_CNP
+
 __all__ = [
     "EV_READY", "EV_ACK", "EV_ARRIVE", "EV_TIMER", "EV_WAKE", "NEVER", "MASK24", "HN", "SEQ",
     "NMSG", "NOW", "NOUT", "NLAUNCH", "ACKFREE", "ACKTOP", "NTL", "NNV", "ERR", "FRONT", "RDY_NEXT",
@@ -48,7 +50,6 @@ MMASK, HANDED, HAND_ID, MNEED = range(14, 18)
 # the queued fabric: free list of packet descriptors, descriptors in use, rows of the PFC and
 # queue-depth logs, packet-hops, headroom overflows, drops, PFC frames sent
 PKFREE, PKUSED, NLGP, NLGQ, HOPS, HDRM_OVER, DROPS, NPFC = range(18, 26)
-NSC = 26
 # config slots of cf
 (LAT, ACKDELAY, ACK_NS, ACK_FB, EVERY, CTS, CTS_BYTES, CTS_SHAPE, ITERS, WORLD, NVL_NUM, NVL_DEN,
  NVL_LAT, GAP, CHUNK, KEEP_HIST, KEEP_NV, NPORTS, HEAD) = range(19)
@@ -60,7 +61,6 @@ NSC = 26
 (FAB, F_CAP, F_ACK_TB, F_PFC_TB, F_BBOFF, F_FLOOR, F_DPRIO, F_CPRIO, F_LOSSLESS, F_PFC, F_RESERVE,
  F_RESUME, F_QUANTA, F_UNTIL, F_CUT, F_PIPE, F_EMODE, F_EHASH, F_QLEN, F_POINT, F_PPORT,
  F_NSW) = range(19, 41)
-NCF = 41
 # instruction kinds and call modes (tokenpcap.schedule.program)
 I_COMPUTE, I_CALL, I_WAIT, I_MARK = 0, 1, 2, 3
 #: A COMPUTE instruction's ns is ``a + b * NS_HIGH`` (``ins`` is int32: ``a, b`` in [0, 2**31)).
@@ -91,13 +91,11 @@ R_NVL, R_MARK = 8, 9   # rk columns after the stream state (R_MARK .. R_MARK + 3
 (FP_SW, FP_NUM_ON_SW, FP_PEER_NIC, FP_PEER_PORT, FP_RNUM, FP_RDEN, FP_PROP, FP_BUSY, FP_WHEAD,
  FP_WTAIL, FP_FREE, FP_RR, FP_HDRM, FP_SHIFT, FP_TXF, FP_TXB, FP_PFCS, FP_PFCR, FP_PAUSED_NS,
  FP_MAXQ, FP_QBYTES, FP_PFCM) = range(22)
-FP_COLS = 22
 # NICs ``fn (N, FN_COLS)``: the switch port its link enters, propagation, rate NUM/DEN, its wire,
 # rx capture selected, IPv4 address, counters (frames and bytes in, PFC frames in, ns paused,
 # start of the current pause)
 (FN_PORT, FN_PROP, FN_RNUM, FN_RDEN, FN_WHEAD, FN_WTAIL, FN_RXSEL, FN_IP, FN_RXF, FN_RXB,
  FN_PFCR, FN_PAUSED_NS, FN_PAUSE_T0) = range(13)
-FN_COLS = 13
 # switches ``fsw (S, FS_COLS)``: buffer bytes, sum of headroom and of reserve over its ports,
 # shared bytes in use, ECMP seed, bytes queued
 FS_BUF, FS_HDRM, FS_RSRV, FS_SHARED, FS_SEED, FS_QUEUED = range(6)
@@ -138,7 +136,7 @@ class State(NamedTuple):
     global QP ids of the local QPs; ``part (P, 6)`` int32 participations of ranks in calls
     (``A_*``), ``prog_ptr (iterations·W + 1,)`` and ``ins (I, 3)`` int32 the programs (kind, a,
     b; a COMPUTE's ns is ``a + b·NS_HIGH``), ``rk (W, 13)`` ranks (``R_*``, NVLink free time,
-    mark starts), ``qp (Q, 8)`` QPs (``Q_*``), ``pt (N, 13)`` NIC ports (``P_*``), ``ax (Q, 10)``
+    mark starts), ``qp (Q, Q_COLS)`` QPs (``Q_*``), ``pt (N, 13)`` NIC ports (``P_*``), ``ax (Q, X_COLS)``
     the QPs of each port in creation order (a region of rows per port, row ``P_ACT_LO + order``;
     ``X_*``: the QP, its head message, that message's packets, its next packet, its FIRST, MIDDLE
     and LAST layer-1 ns, and while it is eligible its successor and predecessor in the rotation,
@@ -163,6 +161,13 @@ class State(NamedTuple):
     port number, priority, most bytes) and ``qsamp (8P, 2)`` each queue's current interval and
     its most bytes; with planes the NICs' plane ports ``fw (planes·N, FW_COLS)`` (no rows with
     one plane) and per QP the plane of its data and of its ACKs ``q_plane (Q, 2)``.
+
+    Congestion control (:mod:`~tokenpcap.schedule.engine.ecn`,
+    :mod:`~tokenpcap.schedule.engine.npoint`, :mod:`~tokenpcap.schedule.engine.rpoint`):
+    the CNP log ``lgn (L, 4)`` (time a CNP reaches its reaction point, notification point NIC,
+    reaction point NIC, QP), the rate log ``lgr`` float64 ``(L, NRL)`` and the per-QP DCQCN state
+    ``rp`` float64 ``(Q, NDQ)`` and parameters ``rpp`` float64 ``(NDP,)``
+    (:mod:`tokenpcap.schedule.engine.dcqcn`), and per QP its peer NIC ``q_peer``.
     """
 
     ms: np.ndarray
@@ -215,6 +220,12 @@ class State(NamedTuple):
     qsamp: np.ndarray
     fw: np.ndarray
     q_plane: np.ndarray
+    # ECN, CNPs and DCQCN (modules ecn, npoint, rpoint; empty with an ideal fabric)
+    lgn: np.ndarray
+    lgr: np.ndarray
+    rp: np.ndarray
+    rpp: np.ndarray
+    q_peer: np.ndarray
 
 
 # ---------------------------------------------------------------- heap
@@ -323,3 +334,51 @@ __all__ += [
     "Q8_BYTES", "Q8_PKTS", "I8_BYTES", "I8_HDRM", "I8_PAUSED", "I8_PT0", "I8_DROPS", "I8_DROPB",
     "FW_WHEAD", "FW_WTAIL", "FW_BUSY", "FW_PORT", "FW_PROP", "FW_RNUM", "FW_RDEN", "FW_COLS",
 ]
+
+
+# ---------------------------------------------------------------- ECN, CNPs, DCQCN
+# (modules ecn, npoint, rpoint; every column below comes after the queued fabric's)
+# PKT_CNP: a congestion notification packet (tokenpcap.records)
+#: added to an output row's kind when its packet carries CE (the runner turns it into the rows'
+#: ``flags``, tokenpcap.records.TX_FLAG_CE)
+OUT_CE = 0x80
+#: descriptor flags: the packet carries CE (ECN 3); an ACK carries the CNP flag (HPCC ns-3's
+#: ``qbbHeader::FLAG_CNP``: the CNP travels inside the ACK)
+PK_CE, PK_CNP = 4, 8
+#: the ACK-queue entry's flags above its packet index (``a[e, 1] >> 24``): the ACK carries
+#: the CNP flag, the entry is a CNP frame
+AQ_CNPACK, AQ_CNP = 1, 2
+#: scalar slots: CE marks made by switches, CNPs sent by notification points, rows of the CNP
+#: and the rate logs
+NCE, NCNP, NLGN, NLGR = range(26, 30)
+NSC = 30
+#: config slots: ECN marking (0 off, 1 at dequeue, 2 at enqueue), bitmask of the marked
+#: priorities, RED draw seed, congestion control (0 none, 1 DCQCN), a notification point's
+#: least ns between two CNPs of one QP (0: one per marked packet), CNP inside the ACK, CNP
+#: timing bytes, frame bytes and NIC serialization ns
+(F_ECN, F_ECN_PRIOS, F_ECN_SEED, F_CC, F_CNP_GAP, F_CNP_INACK, F_CNP_TB, F_CNP_FB,
+ F_CNP_NS) = range(41, 50)
+NCF = 50
+#: switch port columns: RED K_min and K_max (bytes), P_max x PMAX_ONE, CE marks it made
+FP_KMIN, FP_KMAX, FP_PMAX, FP_CE = range(22, 26)
+PMAX_ONE = 1 << 32
+FP_COLS = 26
+#: NIC columns: CE-marked frames received, CNPs sent (as NP), CNPs received (as RP)
+FN_CE, FN_CNPTX, FN_CNPRX = range(13, 16)
+FN_COLS = 16
+#: QP columns (``qp (Q, Q_COLS)``): CE-marked packets of its data received at its peer, the
+#: time its notification point last sent it a CNP (-1: never), CNPs its NIC received
+Q_CE, Q_NPLAST, Q_CNPRX = range(8, 11)
+Q_COLS = 11
+#: sub-kinds of EV_PFC events (row[3]; 0, 1 switch PFC timers, 2 a NIC pause end): a QP's DCQCN
+#: timer (key (3 << 40) + QP), a paced QP's next allowed time (key (4 << 40) + QP)
+EV_CC_RP, EV_CC_PACE = 3, 4
+#: rotation-row columns (``ax (Q, X_COLS)``): a paced QP's next allowed start (ns) and its rate
+#: (bit/s; 0: not paced, at the line rate), module rpoint
+X_NA, X_RATE = 10, 11
+X_COLS = 12
+__all__ += ["PKT_CNP", "OUT_CE", "PK_CE", "PK_CNP", "AQ_CNPACK", "AQ_CNP", "NCE", "NCNP", "NLGN", "NLGR",
+            "F_ECN", "F_ECN_PRIOS", "F_ECN_SEED", "F_CC", "F_CNP_GAP", "F_CNP_INACK", "F_CNP_TB",
+            "F_CNP_FB", "F_CNP_NS", "PMAX_ONE", "FP_KMIN", "FP_KMAX", "FP_PMAX", "FP_CE", "FN_CE", "FN_CNPTX",
+            "FN_CNPRX", "Q_CE", "Q_NPLAST", "Q_CNPRX", "Q_COLS", "EV_CC_RP", "EV_CC_PACE", "X_NA",
+            "X_RATE", "X_COLS"]

@@ -63,10 +63,12 @@ from numba import njit
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import emit, push
 from tokenpcap.schedule.engine.ecmp import ecmp_index
+from tokenpcap.schedule.engine.ecn import ecn_mark
 from tokenpcap.schedule.engine.fabric_mmu import admit, release
 from tokenpcap.schedule.engine.fabric_stats import flush_samples, log_pfc, sample
 
-__all__ = ["ser_ns", "inject", "hop", "free_event", "pfc_event", "pk_free", "flush_samples"]
+__all__ = ["ser_ns", "inject", "hop", "deliver", "free_event", "pfc_event", "pk_free",
+           "flush_samples"]
 
 _UDP_ROCE = 4791
 
@@ -112,8 +114,10 @@ def _wire(S, cf, w):
 
 @njit(cache=True, _nrt=False)
 def _plane(S, k):
-    """The plane of descriptor ``k``: its QP's data plane, or for an ACK its ACK plane."""
-    return S.q_plane[S.pk[k, PK_QP], 1 if S.pk[k, PK_KIND] == PKT_ACK else 0]
+    """The plane of descriptor ``k``: its QP's data plane, or for an ACK or a CNP (both go
+    from the data's receiver back to its sender) its ACK plane."""
+    kind = S.pk[k, PK_KIND]
+    return S.q_plane[S.pk[k, PK_QP], 1 if kind == PKT_ACK or kind == PKT_CNP else 0]
 
 
 @njit(cache=True, _nrt=False)
@@ -148,7 +152,7 @@ def inject(S, cf, sc, h, nic, t0, d, msg, idx, kind, fb, tb, flags, qp):
     pk[k, PK_QP] = qp
     pk[k, PK_FLAGS] = flags
     pk[k, PK_IN] = -1
-    if kind == PKT_ACK:
+    if kind == PKT_ACK or kind == PKT_CNP:
         pk[k, PK_DST] = S.ms[msg & sc[MMASK], M_SRC]
         pk[k, PK_PRIO] = cf[F_CPRIO]
     else:
@@ -233,7 +237,7 @@ def _switch_in(S, cf, sc, h, o, q, k, t):
             sc[DROPS] += 1
             S.fi[e * 8 + p, I8_DROPS] += 1
             S.fi[e * 8 + p, I8_DROPB] += pk[k, PK_FB]
-            if pk[k, PK_KIND] != PKT_ACK:
+            if pk[k, PK_KIND] != PKT_ACK and pk[k, PK_KIND] != PKT_CNP:
                 sc[ERR] = 5                          # a lost data packet: not retransmitted here
             if sc[MMASK] >= 0:
                 S.ms[pk[k, PK_MSG] & sc[MMASK], M_NACK] -= 1
@@ -241,6 +245,8 @@ def _switch_in(S, cf, sc, h, o, q, k, t):
             return
     pk[k, PK_IN] = q
     pk[k, PK_NEXT] = -1
+    if cf[F_ECN] == 2:
+        ecn_mark(S, cf, sc, e, p, k)
     i = e * 8 + p
     fq = S.fq
     before = fq[i, Q8_BYTES]
@@ -343,6 +349,8 @@ def _port_start(S, cf, sc, h, o, e, t):
     S.fsw[s, FS_QUEUED] -= bb
     fp[e, FP_QBYTES] -= bb
     sample(S, cf, sc, e, p, before, t)
+    if cf[F_ECN] == 1:
+        ecn_mark(S, cf, sc, e, p, k)
     if p != cf[F_CPRIO] and cf[F_PFC] and (cf[F_LOSSLESS] >> p) & 1:
         if release(S, cf, s, pk[k, PK_IN], p, bb):
             _request_pfc(S, cf, sc, h, o, pk[k, PK_IN], p, 0, t)
@@ -376,8 +384,8 @@ def _transmit(S, cf, sc, h, o, e, k, t):
         if kind == PKT_PFC:
             emit(o, sc, row, pk[k, PK_SRC], pk[k, PK_DST], pk[k, PK_MSG], pk[k, PK_IDX], kind, 60)
         else:
-            emit(o, sc, row, pk[k, PK_SRC], pk[k, PK_DST], pk[k, PK_MSG], pk[k, PK_IDX], kind,
-                 pk[k, PK_FB])
+            emit(o, sc, row, pk[k, PK_SRC], pk[k, PK_DST], pk[k, PK_MSG], pk[k, PK_IDX],
+                 kind | (OUT_CE if pk[k, PK_FLAGS] & PK_CE else 0), pk[k, PK_FB])
             mk = sc[MMASK]
             if mk >= 0:
                 r = pk[k, PK_MSG] & mk
@@ -459,16 +467,26 @@ def hop(S, cf, sc, h, o, w, t):
     fn[nic, FN_RXF] += 1
     fn[nic, FN_RXB] += pk[k, PK_FB]
     kind = pk[k, PK_KIND]
-    if kind == PKT_PFC:
-        return nic, k
+    if kind == PKT_PFC or kind == PKT_CNP or pk[k, PK_FLAGS] & (PK_CE | PK_CNP):
+        return nic, k                   # PFC (module nicpfc), congestion control (rpoint)
+    deliver(S, cf, sc, h, nic, k, t, 0)
+    return -1, -1
+
+
+@njit(cache=True, _nrt=False)
+def deliver(S, cf, sc, h, nic, k, t, aflags):
+    """Descriptor ``k`` (data, clear-to-send, ACK or CNP; freed here) is received by NIC ``nic``
+    at ``t``: a packet with AckReq queues its ACK (with the ACK-queue flags ``aflags``, module
+    events' ``AQ_*``), a message's last packet its arrival."""
+    pk = S.pk
+    kind = pk[k, PK_KIND]
     msg = pk[k, PK_MSG]
-    if kind != PKT_ACK:
+    if kind != PKT_ACK and kind != PKT_CNP:
         fl = pk[k, PK_FLAGS]
         if fl & PK_ACKREQ:
-            push(h, sc, t + cf[ACKDELAY], EV_ACK, msg * (MASK24 + 1) + pk[k, PK_IDX], nic, 0)
+            push(h, sc, t + cf[ACKDELAY], EV_ACK, msg * (MASK24 + 1) + pk[k, PK_IDX], nic, aflags)
         if fl & PK_LAST:
             push(h, sc, t, EV_ARRIVE, msg * (MASK24 + 1), 0, 0)
     if sc[MMASK] >= 0:
         S.ms[msg & sc[MMASK], M_NACK] -= 1
     pk_free(S, sc, k)
-    return -1, -1

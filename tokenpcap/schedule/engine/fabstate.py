@@ -26,6 +26,8 @@ from tokenpcap.config.addresses import nic_addresses
 from tokenpcap.config.fabric import auto_headroom_bytes, plane_port_gbps, port_dynamic_th
 from tokenpcap.errors import InputError
 from tokenpcap.schedule.engine import events as K
+from tokenpcap.schedule.engine.ccstate import cnp_settings, ecn_ports, rp_arrays
+from tokenpcap.schedule.engine.dcqcn import NDP, NDQ, NRL
 from tokenpcap.schedule.engine.ecmp import ECMP_HASHES, ECMP_MODES
 from tokenpcap.schedule.engine.topology import build_topology
 from tokenpcap.schedule.engine.topology_planes import qp_planes, qp_planes_hash
@@ -96,7 +98,9 @@ def placeholder() -> FabricArrays:
     arrays = dict(fp=z(1, K.FP_COLS), fq=z(8, 4), fi=z(8, 6), fpu=z(8), fpv=z(8),
                   fsw=z(1, K.FS_COLS), fn=z(1, K.FN_COLS), pk=z(1, K.PK_COLS), rt_ptr=z(2),
                   rt_port=z(1), q_sport=z(1), q_dqpn=z(1), sh_tb=z(1, 3), lgp=z(1, 6),
-                  lgq=z(1, 5), qsamp=z(8, 2), fw=z(0, K.FW_COLS), q_plane=z(1, 2))
+                  lgq=z(1, 5), qsamp=z(8, 2), fw=z(0, K.FW_COLS), q_plane=z(1, 2),
+                  lgn=z(1, 4), lgr=np.zeros((1, NRL)),
+                  rp=np.zeros((1, NDQ)), rpp=np.zeros(NDP), q_peer=z(1))
     return FabricArrays(arrays, {K.FAB: 0}, None, None)
 
 
@@ -187,7 +191,8 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
     fp[:, K.FP_PROP] = topo.port_prop_ns
     fp[:, K.FP_BUSY] = 0
     fp[:, [K.FP_TXF, K.FP_TXB, K.FP_PFCS, K.FP_PFCR, K.FP_PAUSED_NS, K.FP_MAXQ, K.FP_QBYTES,
-           K.FP_PFCM]] = 0
+           K.FP_PFCM, K.FP_CE]] = 0
+    ecn_settings = ecn_ports(fab, fp, topo.port_gbps, float(cluster.link_gbps))
     pfc = fab.pfc
     # headroom per port: the profile's, or HPCC third.cc's 3 x rate x delay (bytes); the
     # dynamic threshold's shift (alpha = 2**-shift) per ingress port
@@ -233,6 +238,9 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
     ack_tb = _HPCC_ACK_BYTES if hpcc else int(nic.ack_bytes) + ROCE_L1_BYTES
     pfc_tb = _HPCC_PFC_BYTES if hpcc else _PFC_FRAME_BYTES + ROCE_L1_BYTES
     sh_d = _ser(sh_tb, nic_gbps, floor) if hpcc else None
+    # a CNP: ns-3 has no CNP frame (its CNP rides the ACK): timed as its ACK there
+    cnp_tb = _HPCC_ACK_BYTES if hpcc else int(nic.cnp_bytes) + ROCE_L1_BYTES
+    cnp_ns = int(_ser(np.array([cnp_tb]), nic_gbps, floor)[0]) if hpcc else int(nic.cnp_ns)
     ack_ns = int(_ser(np.array([ack_tb]), nic_gbps, floor)[0]) if hpcc else None
     dmin = min(int((sh_d if sh_d is not None else nic.l1_ns(sh_fb)).min()),
                ack_ns if ack_ns is not None else int(nic.ack_ns))
@@ -249,6 +257,7 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
         K.F_CUT: int(cut), K.F_PIPE: int(fab.switch.pipeline_ns),
         K.F_EMODE: ECMP_MODES[fab.ecmp.mode], K.F_EHASH: ECMP_HASHES[fab.ecmp.hash],
         K.F_QLEN: int(fab.qlen_sample_ns), K.F_POINT: code, K.F_PPORT: pport, K.F_NSW: S,
+        **ecn_settings, **cnp_settings(fab, cnp_tb, int(nic.cnp_bytes), cnp_ns),
     }
     pk = np.full((1 << 16, K.PK_COLS), -1, np.int64)
     pk[:, K.PK_NEXT] = np.arange(1, pk.shape[0] + 1)
@@ -265,7 +274,9 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
                   q_sport=np.asarray(sport, np.int64).reshape(-1),
                   q_dqpn=np.asarray(dqpn, np.int64).reshape(-1),
                   sh_tb=np.ascontiguousarray(sh_tb), lgp=np.zeros((1 << 12, 6), np.int64),
-                  lgq=np.zeros((1 << 14, 5), np.int64), qsamp=qsamp, fw=fw, q_plane=q_plane)
+                  lgq=np.zeros((1 << 14, 5), np.int64), qsamp=qsamp, fw=fw, q_plane=q_plane,
+                  lgn=np.zeros((1 << 12, 4), np.int64), **rp_arrays(fab, qcodes.size, nic_gbps),
+                  q_peer=np.asarray(peer, np.int64).reshape(-1))
     return FabricArrays(arrays, settings, sh_d, ack_ns)
 
 

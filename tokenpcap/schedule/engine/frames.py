@@ -62,6 +62,10 @@ class NicModel:
                           vlan=net.vlan_id is not None, grh=bool(ib_grh))
         self.ack_bytes = int(rdma.frame_bytes(rdma.ACKNOWLEDGE, 0, **self._wire))
         self.ack_ns = int(self.l1_ns(self.ack_bytes))
+        #: a RoCEv2 CNP (BTH opcode 0x81 and its 16 reserved bytes, IBTA Annex A17.9.3): frame
+        #: bytes without FCS and layer-1 ns
+        self.cnp_bytes = int(rdma.frame_bytes(rdma.CNP, 0, **self._wire))
+        self.cnp_ns = int(self.l1_ns(self.cnp_bytes))
 
     def l1_ns(self, frame_bytes) -> np.ndarray:
         """Layer-1 time (ns, ceiling) of frames of ``frame_bytes`` on this cluster's links."""

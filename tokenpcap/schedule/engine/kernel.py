@@ -55,6 +55,7 @@ from tokenpcap.schedule.engine.events import State, pop, push
 from tokenpcap.schedule.engine.fabric import free_event, hop, pfc_event
 from tokenpcap.schedule.engine.link import advance, queue_ack, ready, rewake
 from tokenpcap.schedule.engine.nicpfc import nic_pause_end, nic_pfc
+from tokenpcap.schedule.engine.rpoint import cc_arrival, cc_timer
 from tokenpcap.schedule.engine.progs import ab_done, arrived, flush_out, step
 from tokenpcap.schedule.engine.ring import room
 
@@ -104,7 +105,8 @@ def run(S, cf, sc, h, a, o, lst):
                 or sc[NOUT] + cf[GAP] + 64 > o.shape[0]):
             return 3
         if cf[FAB] and (sc[PKUSED] + cf[HEAD] > S.pk.shape[0] or sc[NLGP] + 1024 > S.lgp.shape[0]
-                        or sc[NLGQ] + 1024 > S.lgq.shape[0]):
+                        or sc[NLGQ] + 1024 > S.lgq.shape[0] or sc[NLGN] + 1024 > S.lgn.shape[0]
+                        or sc[NLGR] + 1024 > S.lgr.shape[0]):
             return 3
         if pending:
             mid = sc[RDY_NEXT]
@@ -125,19 +127,23 @@ def run(S, cf, sc, h, a, o, lst):
                 rewake(S, cf, sc, h, port)
         elif typ == EV_HOP:
             nic, k = hop(S, cf, sc, h, o, row[3], t)
-            if nic >= 0:
+            if nic >= 0 and S.pk[k, PK_KIND] == PKT_PFC:
                 nic_pfc(S, cf, sc, h, a, o, nic, k, t)
+            elif nic >= 0:
+                cc_arrival(S, cf, sc, h, a, o, nic, k, t)
         elif typ == EV_FREE:
             free_event(S, cf, sc, h, o, row[3], t)
         elif typ == EV_PFC:
             if row[3] == 2:
                 nic_pause_end(S, cf, sc, h, a, o, row[4], t)
+            elif row[3] >= EV_CC_RP:
+                cc_timer(S, cf, sc, h, a, o, row[3], row[4], t)
             else:
                 pfc_event(S, cf, sc, h, o, row[3], row[4], t)
         elif typ == EV_ACK:
             port = row[3]
             advance(S, cf, sc, h, a, o, port, t)
-            queue_ack(S, cf, sc, a, port, row[1] >> 24, row[1] & MASK24, t)
+            queue_ack(S, cf, sc, a, port, row[1] >> 24, (row[1] & MASK24) + (row[4] << 24), t)
             if cf[FAB]:
                 rewake(S, cf, sc, h, port)
         elif typ == EV_ARRIVE:

@@ -25,8 +25,9 @@ from numba import njit
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import emit, push
 from tokenpcap.schedule.engine.fabric import inject
+from tokenpcap.schedule.engine.pace import pace_next
 
-__all__ = ["advance", "rewake", "ready", "queue_ack", "touch"]
+__all__ = ["advance", "rewake", "ready", "queue_ack", "touch", "act_link", "control_frame"]
 
 
 @njit(cache=True, _nrt=False)
@@ -59,6 +60,8 @@ def _stop(S, cf, port, k):
             j = (every - (ax[e, X_NEXT] + 1) % every) % every
             if j < last:
                 last = j
+        if ax[e, X_RATE] > 0:
+            last = 0                    # paced (module rpoint): it leaves after each packet
         v = last * k + i
         if v < s:
             s = v
@@ -87,16 +90,22 @@ def _load(S, sc, e, mid):
 def _act_insert(S, sc, port, q, mid):
     """QP ``q`` joins its port's rotation with head ``mid``: linked in creation order, and the
     port's next QP when it comes before the current one after the last served."""
+    r = S.pt[port, P_ACT_LO] + S.qp[q, Q_ORDER]
+    S.ax[r, X_Q] = q
+    _load(S, sc, r, mid)
+    act_link(S, port, r)
+
+
+@njit(cache=True, _nrt=False)
+def act_link(S, port, r):
+    """Rotation row ``r`` (its head loaded) joins its port's rotation (:func:`_act_insert`; a
+    paced QP's rejoin, module rpoint)."""
     ax = S.ax
     pt = S.pt
-    qp = S.qp
     lo = pt[port, P_ACT_LO]
     k = pt[port, P_NACT]
-    o = qp[q, Q_ORDER]
-    r = lo + o
-    ax[r, X_Q] = q
+    o = r - lo
     ax[r, X_ON] = 1
-    _load(S, sc, r, mid)
     if k == 0:
         ax[r, X_SUCC] = r
         ax[r, X_PRED] = r
@@ -233,6 +242,16 @@ def _epoch(S, cf, sc, h, o, port, limit):
     hm = ax[el, X_HEAD]
     r = hm & mk
     nxt_pkt = ax[el, X_NEXT]
+    q = ax[el, X_Q]
+    if ax[el, X_RATE] > 0:
+        # a paced QP's packet (module rpoint): its next start at its rate, counted from this one
+        col = 2 if nxt_pkt == ax[el, X_N] else (0 if nxt_pkt == 1 else 1)
+        d = _dur(ax, el, nxt_pkt - 1)
+        ax[el, X_NA] = pace_next(S, sc, h, q, t - d, S.sh_tb[ms[r, M_SHAPE], col])
+    every = cf[EVERY]
+    if nxt_pkt < ax[el, X_N] and (every == 0 or nxt_pkt % every):
+        pace_leave(S, sc, h, port, el, t)           # a stop only for its pacing
+        return
     if not fab:
         push(h, sc, t + cf[LAT] + cf[ACKDELAY], EV_ACK, hm * (MASK24 + 1) + nxt_pkt - 1, ms[r, M_DST], 0)
     if mk >= 0:
@@ -254,6 +273,29 @@ def _epoch(S, cf, sc, h, o, port, limit):
         else:
             qp[q, Q_HEAD] = -1
             _act_remove(S, port, el)
+    pace_leave(S, sc, h, port, el, t)
+
+
+@njit(cache=True, _nrt=False)
+def pace_leave(S, sc, h, port, e, t):
+    """A paced rotation row ``e`` that just sent (the port's clock at ``t``) leaves the
+    rotation until its next allowed start ``X_NA`` when that is later, on a timer keyed by its
+    QP (module rpoint)."""
+    ax = S.ax
+    if ax[e, X_ON] and ax[e, X_RATE] > 0 and ax[e, X_NA] > t:
+        _act_remove(S, port, e)
+        q = ax[e, X_Q]
+        push(h, sc, ax[e, X_NA], EV_PFC, (EV_CC_PACE << 40) + q, EV_CC_PACE, q)
+
+
+@njit(cache=True, _nrt=False)
+def control_frame(cf, flags):
+    """``(kind, ns, frame bytes, timing bytes, descriptor flags)`` of an ACK-queue entry with
+    flags ``flags`` (``a[e, 1] >> 24``: 0 an ACK, ``AQ_CNPACK`` an ACK with the CNP flag,
+    ``AQ_CNP`` a CNP frame; module npoint)."""
+    if flags == AQ_CNP:
+        return PKT_CNP, cf[F_CNP_NS], cf[F_CNP_FB], cf[F_CNP_TB], 0
+    return PKT_ACK, cf[ACK_NS], cf[ACK_FB], cf[F_ACK_TB], PK_CNP if flags == AQ_CNPACK else 0
 
 
 @njit(cache=True, _nrt=False)
@@ -266,36 +308,33 @@ def advance(S, cf, sc, h, a, o, port, limit):
         return
     while pt[port, P_CLOCK] < limit:
         if pt[port, P_NACK] > 0:
-            d = cf[ACK_NS]
             t = pt[port, P_CLOCK]
-            fit = (limit - 1 - t) // d + 1
-            if fit > pt[port, P_NACK]:
-                fit = pt[port, P_NACK]
-            for j in range(fit):
+            while pt[port, P_NACK] > 0 and t < limit:
                 e = pt[port, P_AHEAD]
+                msg = a[e, 0]
+                idx = a[e, 1] & MASK24
+                kind, d, fb, tb, fl = control_frame(cf, a[e, 1] >> 24)
                 if pt[port, P_SEL]:
                     # the ACK's frame names its message: settled here (module ring)
-                    msg = a[e, 0]
                     r = msg & mk
-                    emit(o, sc, t + j * d, port, ms[r, M_SRC], msg, a[e, 1], PKT_ACK, cf[ACK_FB])
+                    emit(o, sc, t, port, ms[r, M_SRC], msg, idx, kind, fb)
                     if mk >= 0:
-                        if ms[r, M_TLAST] < t + j * d:
-                            ms[r, M_TLAST] = t + j * d
+                        if ms[r, M_TLAST] < t:
+                            ms[r, M_TLAST] = t
                         ms[r, M_NACK] -= 1
                 elif cf[FAB] and mk >= 0:
-                    ms[a[e, 0] & mk, M_NACK] -= 1
+                    ms[msg & mk, M_NACK] -= 1
                 if cf[FAB]:
                     # the ACK enters the fabric (it holds its message's row while in flight)
-                    msg = a[e, 0]
-                    inject(S, cf, sc, h, port, t + j * d, d, msg, a[e, 1], PKT_ACK, cf[ACK_FB],
-                           cf[F_ACK_TB], 0, ms[msg & mk, M_QPID])
+                    inject(S, cf, sc, h, port, t, d, msg, idx, kind, fb, tb, fl, ms[msg & mk, M_QPID])
                 pt[port, P_AHEAD] = a[e, 2]
                 a[e, 2] = sc[ACKFREE]
                 sc[ACKFREE] = e
+                pt[port, P_NACK] -= 1
+                t += d
             if pt[port, P_AHEAD] < 0:
                 pt[port, P_ATAIL] = -1
-            pt[port, P_NACK] -= fit
-            pt[port, P_CLOCK] = t + fit * d
+            pt[port, P_CLOCK] = t
         elif pt[port, P_NACT] > 0:
             u = pt[port, P_PUNTIL]
             if cf[FAB] and u > pt[port, P_CLOCK]:

@@ -116,6 +116,10 @@ class Engine:
                 S = S._replace(lgp=_bigger(S.lgp, int(sc[K.NLGP]) + 1024))
             if sc[K.NLGQ] + 1024 > S.lgq.shape[0]:
                 S = S._replace(lgq=_bigger(S.lgq, int(sc[K.NLGQ]) + 1024))
+            if sc[K.NLGN] + 1024 > S.lgn.shape[0]:
+                S = S._replace(lgn=_bigger(S.lgn, int(sc[K.NLGN]) + 1024))
+            if sc[K.NLGR] + 1024 > S.lgr.shape[0]:
+                S = S._replace(lgr=_bigger(S.lgr, int(sc[K.NLGR]) + 1024))
             self.S = S
 
     def handed_out(self, front: int) -> None:
@@ -330,9 +334,9 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     rk[:, K.R_PC], rk[:, K.R_END] = prog_ptr[:W], prog_ptr[1:W + 1]
     rk[:, [K.R_IT, K.R_BLOCKED, K.R_SBUSY, K.R_SWAIT, K.R_NVL]] = 0
     rk[:, K.R_MARK:] = 0
-    qp = np.full((nq, 8), -1, np.int64)
+    qp = np.full((nq, K.Q_COLS), -1, np.int64)
     qp[:, K.Q_PORT] = q_port
-    qp[:, [K.Q_PSN, K.Q_COUNT, K.Q_BYTES]] = 0
+    qp[:, [K.Q_PSN, K.Q_COUNT, K.Q_BYTES, K.Q_CE, K.Q_CNPRX]] = 0
     pt = np.full((N, K.P_COLS), -1, np.int64)
     pt[:, [K.P_CREATED, K.P_NACT, K.P_NACK, K.P_SEL, K.P_ROUND]] = 0
     pt[:, K.P_ACT_LO] = act_lo
@@ -343,8 +347,8 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         pt[:, K.P_SEL] = 1
     else:
         pt[np.asarray(sorted(nics), np.int64), K.P_SEL] = 1
-    ax = np.full((max(1, nq), 10), -1, np.int64)
-    ax[:, K.X_ON] = 0
+    ax = np.full((max(1, nq), K.X_COLS), -1, np.int64)
+    ax[:, [K.X_ON, K.X_NA, K.X_RATE]] = 0
     M = n_nic * (2 if cts else 1)
     ms = ring.table(M, ring=False) if keep_messages else ring.table(int(ring_rows))
     n_marks = int(((ins[:, 0] == K.I_MARK) & (ins[:, 2] % 2 == 0)).sum()) if keep_history else 0

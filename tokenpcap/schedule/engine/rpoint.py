@@ -1,0 +1,100 @@
+"""DCQCN's reaction point, the sending NIC (part of :mod:`tokenpcap.schedule.engine.kernel` with a
+queued fabric): what a NIC does with the congestion notifications for its QPs, and the pacing
+of a QP at its DCQCN rate.
+
+A CNP (a frame of its own, or the CNP flag of an ACK: module npoint) that reaches the sender of
+the QP it names is counted (``qp[q, Q_CNPRX]``, ``fn[nic, FN_CNPRX]``) and logged (``lgn``:
+time, notification point, reaction point, QP). With DCQCN on (``cf[F_CC] == 1``) it drives the
+QP's rate (:mod:`tokenpcap.schedule.engine.dcqcn`, state ``S.rp``, parameters ``S.rpp``, rate
+changes logged in ``S.lgr``). A QP has at most one DCQCN timer event (``EV_PFC`` of sub-kind
+``EV_CC_RP``, at the earliest of its decrease check and increase timer; stale ones are ignored
+by ``dcqcn_on_timer``), and none before its first CNP.
+
+Pacing (``docs/architecture.md``): a QP below its line rate has ``ax[e, X_RATE]`` its rate; its
+every packet is a stop of its port's rotation (:mod:`~tokenpcap.schedule.engine.link`), after
+which its next allowed start ``X_NA`` is set (:mod:`~tokenpcap.schedule.engine.pace`) and,
+when that is later than the port's clock, it leaves the rotation and rejoins at ``X_NA`` on an
+``EV_CC_PACE`` event keyed by the QP, in its creation-order place (HPCC ns-3
+``RdmaEgressQueue::GetNextQindex``: round-robin over the QPs whose ``m_nextAvail`` has come).
+A QP at the line rate is in the closed-form rotation like any other; a QP that never saw a CNP
+costs nothing.
+"""
+from __future__ import annotations
+
+from numba import njit
+
+from tokenpcap.schedule.engine.dcqcn import dcqcn_on_cnp, dcqcn_on_timer
+from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
+from tokenpcap.schedule.engine.fabric import deliver
+from tokenpcap.schedule.engine.link import act_link, advance, rewake, touch
+from tokenpcap.schedule.engine.npoint import np_ce
+from tokenpcap.schedule.engine.pace import paced_rate, push_rp_timer
+
+__all__ = ["cc_arrival", "cc_timer"]
+
+
+@njit(cache=True, _nrt=False)
+def _log_cnp(S, sc, t, np_nic, rp_nic, q):
+    n = sc[NLGN]
+    if n < S.lgn.shape[0]:
+        S.lgn[n, 0] = t
+        S.lgn[n, 1] = np_nic
+        S.lgn[n, 2] = rp_nic
+        S.lgn[n, 3] = q
+        sc[NLGN] = n + 1
+
+
+@njit(cache=True, _nrt=False)
+def _row(S, q):
+    return S.pt[S.qp[q, Q_PORT], P_ACT_LO] + S.qp[q, Q_ORDER]
+
+
+@njit(cache=True, _nrt=False)
+def _set_rate(S, cf, sc, h, a, o, q, t):
+    """QP ``q``'s DCQCN rate may have changed at ``t``: its frames before ``t`` are committed at
+    the old rate, the later ones paced at the new one."""
+    r = _row(S, q)
+    new = paced_rate(S, q)
+    if new != S.ax[r, X_RATE]:
+        port = S.qp[q, Q_PORT]
+        advance(S, cf, sc, h, a, o, port, t)
+        S.ax[r, X_RATE] = new
+        S.pt[port, P_STOP] = -1
+        rewake(S, cf, sc, h, port)
+
+
+@njit(cache=True, _nrt=False)
+def cc_arrival(S, cf, sc, h, a, o, nic, k, t):
+    """Descriptor ``k`` that congestion control acts on (CE-marked data, a CNP, an ACK with the
+    CNP flag; freed here) reaches NIC ``nic`` at ``t``."""
+    pk = S.pk
+    kind = pk[k, PK_KIND]
+    if kind != PKT_CNP and kind != PKT_ACK:
+        np_ce(S, cf, sc, h, a, o, nic, k, t)
+        return
+    q = pk[k, PK_QP]
+    S.qp[q, Q_CNPRX] += 1
+    S.fn[nic, FN_CNPRX] += 1
+    _log_cnp(S, sc, t, pk[k, PK_SRC], nic, q)
+    deliver(S, cf, sc, h, nic, k, t, 0)
+    if cf[F_CC] == 1:
+        push_rp_timer(h, sc, q, dcqcn_on_cnp(S.rp, q, t, S.rpp, S.lgr, sc[NLGR:NLGR + 1]))
+        _set_rate(S, cf, sc, h, a, o, q, t)
+
+
+@njit(cache=True, _nrt=False)
+def cc_timer(S, cf, sc, h, a, o, kind, q, t):
+    """A QP's timer event at ``t``: ``EV_CC_RP`` its DCQCN timers, ``EV_CC_PACE`` its next
+    allowed start (it rejoins its port's rotation)."""
+    if kind == EV_CC_RP:
+        push_rp_timer(h, sc, q, dcqcn_on_timer(S.rp, q, t, S.rpp, S.lgr, sc[NLGR:NLGR + 1]))
+        _set_rate(S, cf, sc, h, a, o, q, t)
+        return
+    r = _row(S, q)
+    if S.ax[r, X_ON] or S.ax[r, X_NA] != t or S.qp[q, Q_HEAD] < 0:
+        return
+    port = S.qp[q, Q_PORT]
+    advance(S, cf, sc, h, a, o, port, t)
+    act_link(S, port, r)
+    touch(S, port, t)
+    rewake(S, cf, sc, h, port)
