@@ -60,7 +60,10 @@ NSC = 26
 (FAB, F_CAP, F_ACK_TB, F_PFC_TB, F_BBOFF, F_FLOOR, F_DPRIO, F_CPRIO, F_LOSSLESS, F_PFC, F_RESERVE,
  F_RESUME, F_QUANTA, F_UNTIL, F_CUT, F_PIPE, F_EMODE, F_EHASH, F_QLEN, F_POINT, F_PPORT,
  F_NSW) = range(19, 41)
-NCF = 41
+# the fast path (module fabric_fast): on (1) or off (0: every packet's arrival at a NIC is an
+# event of its own, and a NIC wakes one shortest frame after its next frame's start)
+F_FAST = 41
+NCF = 42
 # instruction kinds and call modes (tokenpcap.schedule.program)
 I_COMPUTE, I_CALL, I_WAIT, I_MARK = 0, 1, 2, 3
 #: A COMPUTE instruction's ns is ``a + b * NS_HIGH`` (``ins`` is int32: ``a, b`` in [0, 2**31)).
@@ -87,11 +90,14 @@ R_NVL, R_MARK = 8, 9   # rk columns after the stream state (R_MARK .. R_MARK + 3
 # the NIC or switch port at the other end (-1), link rate as bits per ns NUM/DEN, propagation ns,
 # transmitter busy until, its wire (packets on the link, FIFO of descriptors), pending FREE event
 # time, round-robin pointer among data priorities, headroom and PFC threshold shift, counters,
-# bytes queued, and the priorities whose PFC frame waits to leave (a bitmask)
+# bytes queued, and the priorities whose PFC frame waits to leave (a bitmask); with the fast path
+# (module fabric_fast), on a port whose link ends at a NIC: the arrival time of the packet its
+# pending HOP event is for (-1: none pending) and the packets on its wire after that one
 (FP_SW, FP_NUM_ON_SW, FP_PEER_NIC, FP_PEER_PORT, FP_RNUM, FP_RDEN, FP_PROP, FP_BUSY, FP_WHEAD,
  FP_WTAIL, FP_FREE, FP_RR, FP_HDRM, FP_SHIFT, FP_TXF, FP_TXB, FP_PFCS, FP_PFCR, FP_PAUSED_NS,
  FP_MAXQ, FP_QBYTES, FP_PFCM) = range(22)
-FP_COLS = 22
+FP_FEV, FP_FN = 22, 23
+FP_COLS = 24
 # NICs ``fn (N, FN_COLS)``: the switch port its link enters, propagation, rate NUM/DEN, its wire,
 # rx capture selected, IPv4 address, counters (frames and bytes in, PFC frames in, ns paused,
 # start of the current pause)
@@ -313,4 +319,5 @@ __all__ += [
     "PK_KIND", "PK_FB", "PK_TB", "PK_SRC", "PK_DST", "PK_QP", "PK_PRIO", "PK_FLAGS", "PK_IN",
     "PK_NEXT", "PK_ARR", "PK_T0", "PK_COLS", "PK_LAST", "PK_ACKREQ", "Q8_HEAD", "Q8_TAIL",
     "Q8_BYTES", "Q8_PKTS", "I8_BYTES", "I8_HDRM", "I8_PAUSED", "I8_PT0", "I8_DROPS", "I8_DROPB",
+    "F_FAST", "FP_FEV", "FP_FN",
 ]

@@ -57,6 +57,7 @@ from numba import njit
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import emit, push
 from tokenpcap.schedule.engine.ecmp import ecmp_index
+from tokenpcap.schedule.engine.fabric_fast import fast_wire, next_event, skip_silent, wire_pushed
 from tokenpcap.schedule.engine.fabric_mmu import admit, release
 from tokenpcap.schedule.engine.fabric_stats import flush_samples, log_pfc, sample
 
@@ -108,12 +109,16 @@ def _wire_push(S, cf, sc, h, w, k, t0, arr):
     pk[k, PK_T0] = t0
     pk[k, PK_NEXT] = -1
     tab, r, ch, ct = _wire(S, cf, w)
-    if tab[r, ct] >= 0:
-        pk[tab[r, ct], PK_NEXT] = k
-    else:
+    empty = tab[r, ct] < 0
+    if empty:
         tab[r, ch] = k
-        push(h, sc, arr, EV_HOP, w, w, 0)
+    else:
+        pk[tab[r, ct], PK_NEXT] = k
     tab[r, ct] = k
+    if fast_wire(S, cf, w):
+        wire_pushed(S, sc, h, w, r, k, arr)
+    elif empty:
+        push(h, sc, arr, EV_HOP, w, w, 0)
 
 
 @njit(cache=True, _nrt=False)
@@ -406,11 +411,16 @@ def hop(S, cf, sc, h, o, w, t):
     applies to the NIC's port), else ``(-1, -1)``."""
     pk = S.pk
     tab, r, ch, ct = _wire(S, cf, w)
+    fast = fast_wire(S, cf, w)
+    if fast:
+        skip_silent(S, r, sc, t)
     k = tab[r, ch]
     nx = pk[k, PK_NEXT]
     tab[r, ch] = nx
     if nx < 0:
         tab[r, ct] = -1
+    elif fast:
+        next_event(S, sc, h, w, r)
     else:
         push(h, sc, pk[nx, PK_ARR], EV_HOP, w, w, 0)
     sc[HOPS] += 1

@@ -53,6 +53,7 @@ from numba import njit
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - the kernel's vocabulary, re-exported
 from tokenpcap.schedule.engine.events import State, pop, push
 from tokenpcap.schedule.engine.fabric import free_event, hop, pfc_event
+from tokenpcap.schedule.engine.fabric_fast import drain
 from tokenpcap.schedule.engine.link import advance, queue_ack, ready, rewake
 from tokenpcap.schedule.engine.nicpfc import nic_pause_end, nic_pfc
 from tokenpcap.schedule.engine.progs import ab_done, arrived, flush_out, step
@@ -156,5 +157,6 @@ def run(S, cf, sc, h, a, o, lst):
                 ab_done(S, cf, sc, h, lst, row[4], t)
         if sc[ERR]:
             return 2
+    drain(S, cf, sc)
     sc[FRONT] = NEVER
     return 0
