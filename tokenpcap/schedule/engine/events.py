@@ -5,9 +5,10 @@
 The heap is ordered by ``(time·8 + type, key, insertion)``: types READY < ACK < ARRIVE < TIMER <
 WAKE at equal times, READY and ARRIVE keyed by message id, ACK by (message, packet), WAKE by NIC,
 timers by insertion; with a queued fabric (:mod:`tokenpcap.schedule.engine.fabric`) then HOP (a
-packet's last bit reaches the far end of a link, keyed by the link), FREE (a switch port's
-transmitter is free, keyed by the port) and PFC (a pause ends or an XOFF is refreshed, keyed by
-(port, priority)). A full heap or output buffer sets ``sc[ERR] = 3``: the caller keeps
+packet's last bit reaches the far end of a link, keyed by the link; on a link to a NIC with the
+fast path, module fabric_fast, the silent packets before it arrive with it), FREE (a switch
+port's transmitter is free, keyed by the port) and PFC (a pause ends or an XOFF is refreshed,
+keyed by (port, priority)). A full heap or output buffer sets ``sc[ERR] = 3``: the caller keeps
 headroom (``kernel.run`` returns before an event when a buffer is near full).
 """
 from __future__ import annotations

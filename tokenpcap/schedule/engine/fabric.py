@@ -14,7 +14,9 @@ rate ``r`` arrives at its far end at ``t0 + ser + prop`` (its last bit: store-an
 ``ser`` the serialization of its timing bytes at ``r`` (the same layer-1 accounting as the NICs:
 frame + FCS + preamble + inter-frame gap, ceiling ns; or ns-3's payload + 48 B, truncated), or, into
 a switch that cuts through, at ``t0 + prop + pipeline_ns`` (its head, as when both sides run at one
-rate). Arrivals on a link are in order, so a wire holds one heap event: its head's arrival (HOP).
+rate). Arrivals on a link are in order, so a wire holds one heap event: its head's arrival (HOP;
+on a link to a NIC with the fast path, the arrival of its first packet with consequences there:
+:mod:`~tokenpcap.schedule.engine.fabric_fast`).
 
 **Switches.** A packet that arrives at a switch is routed towards the leaf of its destination NIC
 (``rt_ptr``/``rt_port``: up-down routes, several candidates when ECMP applies, chosen by

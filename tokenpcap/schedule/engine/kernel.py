@@ -4,7 +4,8 @@ per message (numba; no Python work per message or per packet).
 Parts: :mod:`~tokenpcap.schedule.engine.events` (event types, state columns, :class:`State`, the
 heap), :mod:`~tokenpcap.schedule.engine.link` (one NIC's transmit side),
 :mod:`~tokenpcap.schedule.engine.fabric` (the queued fabric's links and switches, with
-``fabric_mmu``, ``fabric_stats`` and a NIC's side of PFC, ``nicpfc``; off with an ideal fabric),
+``fabric_mmu``, ``fabric_stats``, its fast path ``fabric_fast`` and a NIC's side of PFC,
+``nicpfc``; off with an ideal fabric),
 :mod:`~tokenpcap.schedule.engine.progs` (programs, calls, transfers),
 :mod:`~tokenpcap.schedule.engine.ring` (the message table's rows); this module is the loop.
 
