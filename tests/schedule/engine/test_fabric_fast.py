@@ -115,7 +115,6 @@ def test_mixtral_small_is_identical_with_its_message_ring(tmp_path, monkeypatch)
                                                              "preset": "hpcc-ns3"})
     plan = build_plan(load_scenario(path), scale=2000)
     _same(plan, monkeypatch, nics=[0, 9], keep_messages=False)
-    _same(plan, monkeypatch, nics=())
 
 
 FABRICS = st.fixed_dictionaries({

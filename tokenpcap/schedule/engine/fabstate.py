@@ -46,6 +46,8 @@ _POINTS = {"nic-tx": 0, "nic-rx": 1}
 #: The fast path of the queued fabric (``cf[F_FAST]``, :mod:`tokenpcap.schedule.engine.fabric_fast`):
 #: on unless a test turns it off to compare both paths (their results are identical).
 FAST_PATH = True
+#: Most shortest frames a NIC commits at one wake with the fast path (:func:`wake_cap_ns`).
+FRAMES_PER_WAKE = 512
 
 
 @dataclass
@@ -66,10 +68,15 @@ def wake_cap_ns(nic_prop_ns: np.ndarray, dmin_ns: int, pipeline_ns: int, cut: bo
     must be in the fabric before its first event there, its arrival at the ToR, which is at
     least the shortest NIC link's propagation after its start, plus the pipeline when the switch
     cuts through, else plus the frame's own serialization (at least ``dmin_ns``, the shortest
-    frame). Without the fast path: ``dmin_ns`` (store-and-forward) or 0, as if the link had no
-    propagation (a NIC wakes at about every frame it sends)."""
-    prop = int(nic_prop_ns.min()) if fast and nic_prop_ns.size else 0
-    return max(0, prop + ((pipeline_ns if fast else 0) if cut else dmin_ns))
+    frame). With the fast path at most :data:`FRAMES_PER_WAKE` shortest frames (a wake allocates
+    a descriptor per frame it commits, and the kernel keeps 1,024 free before an event). Without
+    the fast path: ``dmin_ns`` (store-and-forward) or 0, as if the link had no propagation (a NIC
+    wakes at about every frame it sends)."""
+    if not fast:
+        return 0 if cut else max(0, dmin_ns)
+    prop = int(nic_prop_ns.min()) if nic_prop_ns.size else 0
+    cap = prop + (pipeline_ns if cut else dmin_ns)
+    return max(0, min(cap, FRAMES_PER_WAKE * dmin_ns))
 
 
 def flow_keys(seed: int):
