@@ -124,7 +124,7 @@ FABRICS = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(fab=FABRICS, kind=st.sampled_from(["incast", "alltoall", "allreduce"]),
        kib=st.sampled_from([64, 1024]),
        topo=st.sampled_from([("single-switch", 6, 1), ("rail-optimized", 3, 2),
