@@ -41,9 +41,10 @@ SILENT_RUN = 64
 
 @njit(cache=True, _nrt=False)
 def fast_wire(S, cf, w):
-    """True when wire ``w`` is a switch port's link to a NIC and the fast path is on."""
-    N = cf[NPORTS]
-    return cf[F_FAST] != 0 and w >= N and S.fp[w - N, FP_PEER_NIC] >= 0
+    """True when wire ``w`` is a switch port's link to a NIC and the fast path is on (wires from
+    ``N + P`` on, if any, are a NIC's own ports: module fabric)."""
+    e = w - cf[NPORTS]
+    return cf[F_FAST] != 0 and 0 <= e < S.fp.shape[0] and S.fp[e, FP_PEER_NIC] >= 0
 
 
 @njit(cache=True, _nrt=False)
