@@ -27,6 +27,10 @@ Cases:
    --format pcap`` with the queued rail-optimized fabric in a fresh process (``--gpt3-scale``;
    ``--gpt3-ideal`` also the ideal one): wall and CPU seconds, peak RSS, bytes written.
 
+Cases 1 and 3 time the queued fabric on both of its paths, per-packet and fast
+(:mod:`tokenpcap.schedule.engine.fabric_fast`: the same results, fewer events), with the events
+(heap insertions) per packet-hop of each.
+
 Every case runs in this process or its children one after the other; the compiled engine is
 warmed up first (its first use in a fresh environment compiles it). ``--quick`` is a smoke run at
 small sizes (incast 8 -> 1 x 1 MiB, case 2 on ``dante --scale 64`` in place of mixtral, whose
@@ -62,11 +66,15 @@ from tokenpcap.export.hpcc_fct import read_fct  # noqa: E402
 from tokenpcap.export.hpcc_pfc import read_pfc  # noqa: E402
 from tokenpcap.plan.build import build_plan  # noqa: E402
 from tokenpcap.records import KIND_DATA, LABELS, label_codes  # noqa: E402
+from tokenpcap.schedule.engine import events as K  # noqa: E402
+from tokenpcap.schedule.engine import fabstate  # noqa: E402
 from tokenpcap.schedule.runner import Schedule  # noqa: E402
 
 SCENARIOS = ROOT / "profiles" / "scenarios"
 QUEUED_NS3 = {"model": "queued", "preset": "hpcc-ns3"}
 QUEUED = {"model": "queued"}
+#: the queued fabric's two paths (module tokenpcap.schedule.engine.fabric_fast), same results
+PATHS = {False: "per-packet", True: "fast"}
 #: tests/cases/hpcc/README.md: mixtral-8x7b-ep --scale 64 in HPCC ns-3 (CPU s, time / clock)
 NS3_MIXTRAL_CPU_S = {"dcqcn": 38.44, "pfc (CC_MODE 0)": 43.92}
 
@@ -94,10 +102,13 @@ def scenario_copy(src: Path, folder: Path, tag: str, fabric: dict | None = None,
 
 
 # ------------------------------------------------------------------ one schedule, timed
-def timed_run(path: Path, scale: int = 1, keep_history: bool = False, nics=()) -> dict:
+def timed_run(path: Path, scale: int = 1, keep_history: bool = False, nics=(),
+              fast: bool = True) -> dict:
     """Build the schedule of ``path`` (every message kept; frames made for ``nics`` only, none by
     default), then time ``run()``: CPU seconds of each, the frames, the fabric's counters, the
-    message table and the timeline."""
+    message table and the timeline. ``fast``: the queued fabric's fast path on (else its
+    per-packet path, :mod:`tokenpcap.schedule.engine.fabric_fast`)."""
+    fabstate.FAST_PATH = fast
     plan = build_plan(load_scenario(path), scale=scale)
     c = time.process_time()
     sched = Schedule(plan, iterations=1, nics=nics, keep_history=keep_history, keep_nvlink=False)
@@ -109,8 +120,10 @@ def timed_run(path: Path, scale: int = 1, keep_history: bool = False, nics=()) -
     run, wall = time.process_time() - c, time.perf_counter() - w
     m = sched.messages
     tl = sched.timeline if keep_history else None
+    fabstate.FAST_PATH = True
     return dict(build_s=build, run_s=run, wall_s=wall, messages=m, timeline=tl, frames=frames,
-                counters=sched.fabric_counters if sched.fabric_queued else {})
+                counters=sched.fabric_counters if sched.fabric_queued else {},
+                events=int(sched._eng.sc[K.SEQ]))
 
 
 def warm_up(folder: Path) -> None:
@@ -135,8 +148,8 @@ def iteration_ns(r: dict) -> int:
 
 
 def best_of(path: Path, repeat: int, scale: int = 1, keep_history: bool = False,
-            nics=()) -> tuple[dict, list[float]]:
-    runs = [timed_run(path, scale, keep_history, nics) for _ in range(repeat)]
+            nics=(), fast: bool = True) -> tuple[dict, list[float]]:
+    runs = [timed_run(path, scale, keep_history, nics, fast) for _ in range(repeat)]
     cpu = [r["run_s"] for r in runs]
     return runs[int(np.argmin(cpu))], cpu
 
@@ -209,12 +222,17 @@ def incast(folder: Path, sim: Path | None, quick: bool, repeat: int) -> None:
                                                                                        "default")):
         path = scenario_copy(SCENARIOS / f"{name}.yaml", folder, "bench",
                              workload={"senders": senders, "bytes": size})
-        r, cpu = best_of(path, repeat)
-        c = r["counters"]
-        rates[tag] = c["packet_hops"] / r["run_s"]
-        print(f"  ours, {tag:<16} span {span_ns(r['messages']):>12,} ns  run {r['run_s']:6.2f} s cpu "
-              f"{_spread(cpu)} (build {r['build_s']:.2f} s)  packet-hops {c['packet_hops']:>10,}  "
-              f"PFC frames {c['pfc_frames']:>8,}  {rates[tag]:>12,.0f} hops per CPU-s")
+        for fast in (False, True):
+            r, cpu = best_of(path, repeat, fast=fast)
+            c = r["counters"]
+            rate = c["packet_hops"] / r["run_s"]
+            if fast:
+                rates[tag] = rate
+            print(f"  ours, {tag:<16} {PATHS[fast]:<10} span {span_ns(r['messages']):>12,} ns  run "
+                  f"{r['run_s']:6.2f} s cpu {_spread(cpu)} (build {r['build_s']:.2f} s)  "
+                  f"packet-hops {c['packet_hops']:>10,}  PFC frames {c['pfc_frames']:>8,}  "
+                  f"{rate:>12,.0f} hops per CPU-s  events {r['events'] / c['packet_hops']:.2f} "
+                  "per hop")
     if sim is None:
         print("  HPCC ns-3: not run (no --sim / $HPCC_NS3_SIM)")
         return
@@ -297,9 +315,12 @@ def ring(folder: Path, quick: bool, repeat: int) -> None:
         name = label + (f" --scale {scale}" if scale > 1 else "")
         for nics, what in (((), "timing only"), ((0,), "NIC 0's frames")):
             i, ci = best_of(path, repeat, scale, True, nics)
-            q, cq = best_of(q_path, repeat, scale, True, nics)
-            print(f"  {name:<34} {what:<14} ideal run {i['run_s']:6.2f} s cpu {_spread(ci)}  "
-                  f"queued {q['run_s']:6.2f} s cpu {_spread(cq)}  ratio {q['run_s'] / i['run_s']:.2f}x")
+            line = f"  {name:<34} {what:<14} ideal run {i['run_s']:6.2f} s cpu {_spread(ci)}"
+            for fast in (False, True):
+                q, cq = best_of(q_path, repeat, scale, True, nics, fast)
+                line += (f"  queued {PATHS[fast]} {q['run_s']:6.2f} s cpu {_spread(cq)} ratio "
+                         f"{q['run_s'] / i['run_s']:.2f}x")
+            print(line)
         ti, tq = iteration_ns(i), iteration_ns(q)
         c = q["counters"]
         print(f"  {'':<34} iteration ideal {ti:,} ns, queued {tq:,} ns ({tq / ti - 1:+.3%}); "

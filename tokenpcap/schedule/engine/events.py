@@ -5,9 +5,10 @@
 The heap is ordered by ``(time·8 + type, key, insertion)``: types READY < ACK < ARRIVE < TIMER <
 WAKE at equal times, READY and ARRIVE keyed by message id, ACK by (message, packet), WAKE by NIC,
 timers by insertion; with a queued fabric (:mod:`tokenpcap.schedule.engine.fabric`) then HOP (a
-packet's last bit reaches the far end of a link, keyed by the link), FREE (a switch port's
-transmitter is free, keyed by the port) and PFC (a pause ends or an XOFF is refreshed, keyed by
-(port, priority)). A full heap or output buffer sets ``sc[ERR] = 3``: the caller keeps
+packet's last bit reaches the far end of a link, keyed by the link; on a link to a NIC with the
+fast path, module fabric_fast, the silent packets before it arrive with it), FREE (a switch
+port's transmitter is free, keyed by the port) and PFC (a pause ends or an XOFF is refreshed,
+keyed by (port, priority)). A full heap or output buffer sets ``sc[ERR] = 3``: the caller keeps
 headroom (``kernel.run`` returns before an event when a buffer is near full).
 """
 from __future__ import annotations
@@ -87,7 +88,9 @@ R_NVL, R_MARK = 8, 9   # rk columns after the stream state (R_MARK .. R_MARK + 3
 # the NIC or switch port at the other end (-1), link rate as bits per ns NUM/DEN, propagation ns,
 # transmitter busy until, its wire (packets on the link, FIFO of descriptors), pending FREE event
 # time, round-robin pointer among data priorities, headroom and PFC threshold shift, counters,
-# bytes queued, and the priorities whose PFC frame waits to leave (a bitmask)
+# bytes queued, and the priorities whose PFC frame waits to leave (a bitmask); with the fast path
+# (module fabric_fast), on a port whose link ends at a NIC: the arrival time of the packet its
+# pending HOP event is for (-1: none pending) and the packets on its wire after that one
 (FP_SW, FP_NUM_ON_SW, FP_PEER_NIC, FP_PEER_PORT, FP_RNUM, FP_RDEN, FP_PROP, FP_BUSY, FP_WHEAD,
  FP_WTAIL, FP_FREE, FP_RR, FP_HDRM, FP_SHIFT, FP_TXF, FP_TXB, FP_PFCS, FP_PFCR, FP_PAUSED_NS,
  FP_MAXQ, FP_QBYTES, FP_PFCM) = range(22)
@@ -358,11 +361,9 @@ NSC = 30
 #: timing bytes, frame bytes and NIC serialization ns
 (F_ECN, F_ECN_PRIOS, F_ECN_SEED, F_CC, F_CNP_GAP, F_CNP_INACK, F_CNP_TB, F_CNP_FB,
  F_CNP_NS) = range(41, 50)
-NCF = 50
 #: switch port columns: RED K_min and K_max (bytes), P_max x PMAX_ONE, CE marks it made
 FP_KMIN, FP_KMAX, FP_PMAX, FP_CE = range(22, 26)
 PMAX_ONE = 1 << 32
-FP_COLS = 26
 #: NIC columns: CE-marked frames received, CNPs sent (as NP), CNPs received (as RP)
 FN_CE, FN_CNPTX, FN_CNPRX = range(13, 16)
 FN_COLS = 16
@@ -382,3 +383,15 @@ __all__ += ["PKT_CNP", "OUT_CE", "PK_CE", "PK_CNP", "AQ_CNPACK", "AQ_CNP", "NCE"
             "F_CNP_FB", "F_CNP_NS", "PMAX_ONE", "FP_KMIN", "FP_KMAX", "FP_PMAX", "FP_CE", "FN_CE", "FN_CNPTX",
             "FN_CNPRX", "Q_CE", "Q_NPLAST", "Q_CNPRX", "Q_COLS", "EV_CC_RP", "EV_CC_PACE", "X_NA",
             "X_RATE", "X_COLS"]
+
+
+# ---------------------------------------------------------------- the fast path
+# (module fabric_fast; every column below comes after the congestion control's)
+#: config slot: the fast path on (1) or off (0: every packet's arrival at a NIC is an event of
+#: its own, and a NIC wakes one shortest frame after its next frame's start)
+F_FAST = 50
+NCF = 51
+#: switch port columns of the fast path (module fabric_fast)
+FP_FEV, FP_FN = 26, 27
+FP_COLS = 28
+__all__ += ["F_FAST", "FP_FEV", "FP_FN"]

@@ -14,7 +14,9 @@ rate ``r`` arrives at its far end at ``t0 + ser + prop`` (its last bit: store-an
 ``ser`` the serialization of its timing bytes at ``r`` (the same layer-1 accounting as the NICs:
 frame + FCS + preamble + inter-frame gap, ceiling ns; or ns-3's payload + 48 B, truncated), or, into
 a switch that cuts through, at ``t0 + prop + pipeline_ns`` (its head, as when both sides run at one
-rate). Arrivals on a link are in order, so a wire holds one heap event: its head's arrival (HOP).
+rate). Arrivals on a link are in order, so a wire holds one heap event: its head's arrival (HOP;
+on a link to a NIC with the fast path, the arrival of its first packet with consequences there:
+:mod:`~tokenpcap.schedule.engine.fabric_fast`).
 
 **Planes** (:mod:`~tokenpcap.schedule.engine.topology_planes`). A NIC has one port in each
 plane (``S.fw``); its frames keep the NIC's one transmitter (its round robin over all its QPs
@@ -64,6 +66,7 @@ from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and 
 from tokenpcap.schedule.engine.events import emit, push
 from tokenpcap.schedule.engine.ecmp import ecmp_index
 from tokenpcap.schedule.engine.ecn import ecn_mark
+from tokenpcap.schedule.engine.fabric_fast import fast_wire, next_event, skip_silent, wire_pushed
 from tokenpcap.schedule.engine.fabric_mmu import admit, release
 from tokenpcap.schedule.engine.fabric_stats import flush_samples, log_pfc, sample
 
@@ -128,12 +131,16 @@ def _wire_push(S, cf, sc, h, w, k, t0, arr):
     pk[k, PK_T0] = t0
     pk[k, PK_NEXT] = -1
     tab, r, ch, ct = _wire(S, cf, w)
-    if tab[r, ct] >= 0:
-        pk[tab[r, ct], PK_NEXT] = k
-    else:
+    empty = tab[r, ct] < 0
+    if empty:
         tab[r, ch] = k
-        push(h, sc, arr, EV_HOP, w, w, 0)
+    else:
+        pk[tab[r, ct], PK_NEXT] = k
     tab[r, ct] = k
+    if fast_wire(S, cf, w):
+        wire_pushed(S, sc, h, w, r, k, arr)
+    elif empty:
+        push(h, sc, arr, EV_HOP, w, w, 0)
 
 
 @njit(cache=True, _nrt=False)
@@ -445,11 +452,16 @@ def hop(S, cf, sc, h, o, w, t):
     applies to the NIC's port), else ``(-1, -1)``."""
     pk = S.pk
     tab, r, ch, ct = _wire(S, cf, w)
+    fast = fast_wire(S, cf, w)
+    if fast:
+        skip_silent(S, r, sc, t)
     k = tab[r, ch]
     nx = pk[k, PK_NEXT]
     tab[r, ch] = nx
     if nx < 0:
         tab[r, ct] = -1
+    elif fast:
+        next_event(S, sc, h, w, r)
     else:
         push(h, sc, pk[nx, PK_ARR], EV_HOP, w, w, 0)
     sc[HOPS] += 1

@@ -35,7 +35,7 @@ from tokenpcap.wire import rdma
 from tokenpcap.wire.qpn import qpn
 
 __all__ = ["FabricArrays", "build_fabric", "fabric_args", "flow_keys", "placeholder",
-           "timing_bytes", "parse_point",
+           "timing_bytes", "parse_point", "wake_cap_ns", "FAST_PATH",
            "HPCC_HEADER_BYTES", "ROCE_L1_BYTES"]
 
 #: Bytes HPCC ns-3 adds to a packet's payload on the wire (PPP 2, IPv4 20, UDP 8, SeqTsHeader
@@ -46,6 +46,11 @@ ROCE_L1_BYTES = 24
 _HPCC_ACK_BYTES, _HPCC_PFC_BYTES = 60, 64
 _PFC_FRAME_BYTES = 60
 _POINTS = {"nic-tx": 0, "nic-rx": 1}
+#: The fast path of the queued fabric (``cf[F_FAST]``, :mod:`tokenpcap.schedule.engine.fabric_fast`):
+#: on unless a test turns it off to compare both paths (their results are identical).
+FAST_PATH = True
+#: Most shortest frames a NIC commits at one wake with the fast path (:func:`wake_cap_ns`).
+FRAMES_PER_WAKE = 512
 
 
 @dataclass
@@ -58,6 +63,23 @@ class FabricArrays:
     settings: dict
     sh_d: np.ndarray | None
     ack_ns: int | None
+
+
+def wake_cap_ns(nic_prop_ns: np.ndarray, dmin_ns: int, pipeline_ns: int, cut: bool,
+                fast: bool) -> int:
+    """Longest a NIC may leave a frame uncommitted after its start (``cf[F_CAP]``, ns): the frame
+    must be in the fabric before its first event there, its arrival at the ToR, which is at
+    least the shortest NIC link's propagation after its start, plus the pipeline when the switch
+    cuts through, else plus the frame's own serialization (at least ``dmin_ns``, the shortest
+    frame). With the fast path at most :data:`FRAMES_PER_WAKE` shortest frames (a wake allocates
+    a descriptor per frame it commits, and the kernel keeps 1,024 free before an event). Without
+    the fast path: ``dmin_ns`` (store-and-forward) or 0, as if the link had no propagation (a NIC
+    wakes at about every frame it sends)."""
+    if not fast:
+        return 0 if cut else max(0, dmin_ns)
+    prop = int(nic_prop_ns.min()) if nic_prop_ns.size else 0
+    cap = prop + (pipeline_ns if cut else dmin_ns)
+    return max(0, min(cap, FRAMES_PER_WAKE * dmin_ns))
 
 
 def flow_keys(seed: int):
@@ -190,6 +212,7 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
     fp[:, K.FP_RNUM], fp[:, K.FP_RDEN] = rates[:, 0], rates[:, 1]
     fp[:, K.FP_PROP] = topo.port_prop_ns
     fp[:, K.FP_BUSY] = 0
+    fp[:, K.FP_FN] = 0
     fp[:, [K.FP_TXF, K.FP_TXB, K.FP_PFCS, K.FP_PFCR, K.FP_PAUSED_NS, K.FP_MAXQ, K.FP_QBYTES,
            K.FP_PFCM, K.FP_CE]] = 0
     ecn_settings = ecn_ports(fab, fp, topo.port_gbps, float(cluster.link_gbps))
@@ -245,7 +268,7 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
     dmin = min(int((sh_d if sh_d is not None else nic.l1_ns(sh_fb)).min()),
                ack_ns if ack_ns is not None else int(nic.ack_ns))
     cut = fab.switch.forwarding == "cut-through"
-    cap = int(fn[:, K.FN_PROP].min(initial=0)) + (0 if cut else dmin)
+    cap = wake_cap_ns(fn[:, K.FN_PROP], dmin, int(fab.switch.pipeline_ns), cut, FAST_PATH)
     prios = set(int(p) for p in pfc.priorities)
     settings = {
         K.FAB: 1, K.F_CAP: max(0, cap), K.F_ACK_TB: ack_tb, K.F_PFC_TB: pfc_tb,
@@ -258,6 +281,7 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
         K.F_EMODE: ECMP_MODES[fab.ecmp.mode], K.F_EHASH: ECMP_HASHES[fab.ecmp.hash],
         K.F_QLEN: int(fab.qlen_sample_ns), K.F_POINT: code, K.F_PPORT: pport, K.F_NSW: S,
         **ecn_settings, **cnp_settings(fab, cnp_tb, int(nic.cnp_bytes), cnp_ns),
+        K.F_FAST: int(FAST_PATH),
     }
     pk = np.full((1 << 16, K.PK_COLS), -1, np.int64)
     pk[:, K.PK_NEXT] = np.arange(1, pk.shape[0] + 1)

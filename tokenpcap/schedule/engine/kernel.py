@@ -4,7 +4,8 @@ per message (numba; no Python work per message or per packet).
 Parts: :mod:`~tokenpcap.schedule.engine.events` (event types, state columns, :class:`State`, the
 heap), :mod:`~tokenpcap.schedule.engine.link` (one NIC's transmit side),
 :mod:`~tokenpcap.schedule.engine.fabric` (the queued fabric's links and switches, with
-``fabric_mmu``, ``fabric_stats`` and a NIC's side of PFC, ``nicpfc``; off with an ideal fabric),
+``fabric_mmu``, ``fabric_stats``, its fast path ``fabric_fast`` and a NIC's side of PFC,
+``nicpfc``; off with an ideal fabric),
 :mod:`~tokenpcap.schedule.engine.progs` (programs, calls, transfers),
 :mod:`~tokenpcap.schedule.engine.ring` (the message table's rows); this module is the loop.
 
@@ -53,6 +54,7 @@ from numba import njit
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - the kernel's vocabulary, re-exported
 from tokenpcap.schedule.engine.events import State, pop, push
 from tokenpcap.schedule.engine.fabric import free_event, hop, pfc_event
+from tokenpcap.schedule.engine.fabric_fast import drain
 from tokenpcap.schedule.engine.link import advance, queue_ack, ready, rewake
 from tokenpcap.schedule.engine.nicpfc import nic_pause_end, nic_pfc
 from tokenpcap.schedule.engine.rpoint import cc_arrival, cc_timer
@@ -162,5 +164,6 @@ def run(S, cf, sc, h, a, o, lst):
                 ab_done(S, cf, sc, h, lst, row[4], t)
         if sc[ERR]:
             return 2
+    drain(S, cf, sc)
     sc[FRONT] = NEVER
     return 0

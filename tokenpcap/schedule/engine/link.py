@@ -358,7 +358,6 @@ def touch(S, port, t):
 @njit(cache=True, _nrt=False)
 def rewake(S, cf, sc, h, port):
     """Queue a wake at the predicted start of ``port``'s stop slot unless one is queued earlier."""
-    ax = S.ax
     pt = S.pt
     k = pt[port, P_NACT]
     if cf[FAB]:
@@ -369,19 +368,26 @@ def rewake(S, cf, sc, h, port):
     base = pt[port, P_CLOCK] + pt[port, P_NACK] * cf[ACK_NS]
     t = _stop_start(S, cf, port, k, base)
     if pt[port, P_SEL]:
-        dmin = NEVER
-        e = pt[port, P_CUR]
-        for i in range(k):
-            for c in range(X_D0, X_D2 + 1):
-                if ax[e, c] < dmin:
-                    dmin = ax[e, c]
-            e = ax[e, X_SUCC]
-        cap = base + cf[GAP] * dmin
-        if cap < t:
-            t = cap
+        t = _gap_cap(S, cf, port, k, base, t)
     if t < pt[port, P_WAKE]:
         pt[port, P_WAKE] = t
         push(h, sc, t, EV_WAKE, port * (MASK24 + 1), port, 0)
+
+
+@njit(cache=True, _nrt=False)
+def _gap_cap(S, cf, port, k, base, t):
+    """``t``, or earlier: the start of the ``cf[GAP]``-th shortest frame of the rotation after
+    ``base`` (a selected NIC's rows are committed in bounded batches)."""
+    ax = S.ax
+    dmin = NEVER
+    e = S.pt[port, P_CUR]
+    for i in range(k):
+        for c in range(X_D0, X_D2 + 1):
+            if ax[e, c] < dmin:
+                dmin = ax[e, c]
+        e = ax[e, X_SUCC]
+    cap = base + cf[GAP] * dmin
+    return cap if cap < t else t
 
 
 @njit(cache=True, _nrt=False)
@@ -416,10 +422,9 @@ def _wake_at(S, sc, h, port, t):
 
 @njit(cache=True, _nrt=False)
 def _rewake_fab(S, cf, sc, h, port, k):
-    """:func:`rewake` with a queued fabric: the predicted stop slot, a pause, and the cap that
-    commits every frame before it reaches the ToR (``cf[F_CAP]``: the shortest frame plus the
-    shortest NIC link's propagation; module fabric)."""
-    ax = S.ax
+    """:func:`rewake` with a queued fabric: the predicted stop slot (for a selected NIC at most
+    ``cf[GAP]`` shortest frames away), a pause, and the cap that commits every frame before it
+    reaches the ToR (``cf[F_CAP]``: :func:`tokenpcap.schedule.engine.fabstate.wake_cap_ns`)."""
     pt = S.pt
     clock = pt[port, P_CLOCK]
     t = NEVER
@@ -435,6 +440,8 @@ def _rewake_fab(S, cf, sc, h, port, k):
             if base < first:
                 first = base
             t = _stop_start(S, cf, port, k, base)
+            if pt[port, P_SEL]:
+                t = _gap_cap(S, cf, port, k, base, t)
     if first < NEVER and first + cf[F_CAP] < t:
         t = first + cf[F_CAP]
     if t < NEVER:
