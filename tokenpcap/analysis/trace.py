@@ -153,7 +153,8 @@ def carriers(sched, s: Scenario, iteration: int, tokens: set[int],
                 continue
         elif c.token_start < 0 or not any(a < hi and lo < e for a, e in c.token_spans(seq)):
             continue
-        tr = transfers(c, sched.plan.algorithm, lay, channels, s.collectives.slice_bytes).table
+        tr = transfers(c, sched.plan.algorithm, lay, channels, s.collectives.slice_bytes,
+                       sched.plan.protocol(c)).table
         if c.dim == "ep":
             pieces = list(_ep_pieces(c, s, lay, tr, seq, b))
         else:

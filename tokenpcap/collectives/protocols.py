@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokenpcap.wire import lines
+
 __all__ = ["Protocol", "PROTOCOLS", "PROTOCOL_IDS", "NCCL_STEPS", "wire_bytes", "encode_lines",
            "decode_flags"]
 
@@ -108,52 +110,30 @@ def wire_bytes(protocol: str, data_bytes: np.ndarray | int) -> np.ndarray | int:
 
 def encode_lines(protocol: str, data: np.ndarray, flag: int) -> np.ndarray:
     """The wire bytes of a message as the protocol writes them: ``uint8`` array of
-    :func:`wire_bytes` of ``len(data)`` bytes.
-
-    LL: each 8 data bytes (zero-padded) become ``data[0:4], flag (u32 LE), data[4:8], flag``.
-    LL128: each 120 data bytes (zero-padded) become ``data, flag (u64 LE)``, lines up to whole
-    2048-byte slices. Simple: ``data`` itself.
+    :func:`wire_bytes` of ``len(data)`` bytes (:func:`tokenpcap.wire.lines.encode_lines`:
+    LL ``data[0:4], flag (u32 LE), data[4:8], flag`` per 8 data bytes; LL128 120 data bytes
+    then the flag (u64 LE) per line, up to whole 2048-byte slices). Simple: ``data`` itself.
 
     Args:
         protocol: a :data:`PROTOCOLS` name.
         data: ``uint8`` ``(n,)``: the payload bytes.
-        flag: the line flag, ``step + 1`` (LL: low 32 bits).
+        flag: the line flag, ``step + 1``.
     """
     p = PROTOCOLS[protocol]
     data = np.asarray(data, np.uint8)
     if p.grain_bytes == 1:
         return data.copy()
-    n = int(wire_bytes(protocol, data.size))
-    lines = n // p.line_bytes
-    d = np.zeros(lines * p.line_data_bytes, np.uint8)
-    d[:data.size] = data
-    out = np.empty((lines, p.line_bytes), np.uint8)
-    if protocol == "LL":
-        w = d.reshape(lines, 2, 4)
-        f = np.frombuffer(np.uint32(flag & 0xFFFFFFFF).astype("<u4").tobytes(), np.uint8)
-        out[:, 0:4], out[:, 8:12] = w[:, 0], w[:, 1]
-        out[:, 4:8] = out[:, 12:16] = f
-    else:
-        f = np.frombuffer(np.uint64(flag).astype("<u8").tobytes(), np.uint8)
-        out[:, :p.line_data_bytes] = d.reshape(lines, p.line_data_bytes)
-        out[:, p.line_data_bytes:] = f
-    return out.reshape(-1)
+    return lines.encode_lines(protocol, data, flag, int(wire_bytes(protocol, data.size)) // p.line_bytes)
 
 
 def decode_flags(protocol: str, wire: np.ndarray) -> np.ndarray:
     """The flag words of a payload of whole lines: LL ``uint32 (lines, 2)`` (flag1, flag2),
-    LL128 ``uint64 (lines,)``. An independent reading of the layout :func:`encode_lines`
-    writes, for checks of a capture.
+    LL128 ``uint64 (lines,)`` (:func:`tokenpcap.wire.lines.decode_flags`).
 
     Raises:
-        ValueError: a payload that is not whole lines, or Simple (which has no flags).
+        ValueError: a payload that is not whole lines; Simple (which has no lines).
     """
-    p = PROTOCOLS[protocol]
-    wire = np.asarray(wire, np.uint8)
-    if p.line_bytes == 1 or wire.size % p.line_bytes:
-        raise ValueError(f"payload of {wire.size} bytes: expected whole {protocol} lines "
-                         f"of {p.line_bytes} bytes")
-    lines = wire.reshape(-1, p.line_bytes)
-    if protocol == "LL":
-        return np.ascontiguousarray(lines[:, [4, 5, 6, 7, 12, 13, 14, 15]]).view("<u4").reshape(-1, 2)
-    return np.ascontiguousarray(lines[:, 120:128]).view("<u8").reshape(-1)
+    if PROTOCOLS[protocol].line_bytes == 1:
+        raise ValueError("Simple: no lines, no flags")
+    f = lines.decode_flags(protocol, wire)
+    return f.reshape(-1) if protocol == "LL128" else f

@@ -124,7 +124,7 @@ def _predict_each_call(schedule, its) -> Predicted:
     rows = []
     for c in calls:
         tr = transfers(c, schedule.plan.algorithm, lay, s.collectives.channels,
-                       s.collectives.slice_bytes)
+                       s.collectives.slice_bytes, schedule.plan.protocol(c))
         t = tr.table
         if not len(t) or not t["nic"].any():
             continue

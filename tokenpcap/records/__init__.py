@@ -169,6 +169,9 @@ MESSAGE_DTYPE = np.dtype(
 #: payload_offset int64  byte offset of this packet's payload inside its message
 #: ip_id          uint16 IPv4 identification
 #: frame_bytes    uint32 frame length on the wire without FCS (filled by the lowering)
+#: line_protocol  uint8  0: the payload is raw data (NCCL's Simple); 1 LL, 2 LL128: it is NCCL
+#:                       lines (:mod:`tokenpcap.wire.lines`) with ``line_flag`` in every line
+#: line_flag      uint32 the lines' flag (the sender's step on the connection + 1)
 #: ============== ====== =================================================================
 #:
 #: A PFC row (``opcode == OPCODE_PFC``, 802.1Qbb MAC control frame of 60 bytes) uses three
@@ -201,6 +204,8 @@ PACKET_DTYPE = np.dtype(
         ("payload_offset", "<i8"),
         ("ip_id", "<u2"),
         ("frame_bytes", "<u4"),
+        ("line_protocol", "u1"),
+        ("line_flag", "<u4"),
     ]
 )
 

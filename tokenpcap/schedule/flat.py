@@ -264,7 +264,8 @@ def _flatten_direct(plan, iteration: int, shards, times, nvlink=None, above: int
     lay = plan.layout
     coll = plan.scenario.collectives
     calls = list(plan.calls(iteration))
-    trs = [transfers(c, plan.algorithm, lay, coll.channels, coll.slice_bytes) for c in calls]
+    trs = [transfers(c, plan.algorithm, lay, coll.channels, coll.slice_bytes, plan.protocol(c))
+           for c in calls]
     if nvlink is not None:
         copies: dict[int, int] = {}
         for tr in trs:

@@ -154,7 +154,9 @@ def canonical_shape(collective: str, group: tuple[int, ...], message_bytes: int,
 def shape_transfers(key: tuple, plan):
     """The cached transfers of a canonical shape ``key`` (:func:`canonical_shape`) of ``plan``."""
     coll = plan.scenario.collectives
-    return transfers(CallShape(*key), plan.algorithm, plan.layout, coll.channels, coll.slice_bytes)
+    shape = CallShape(*key)
+    return transfers(shape, plan.algorithm, plan.layout, coll.channels, coll.slice_bytes,
+                     plan.protocol(shape))
 
 
 #: Per-row columns of a :class:`ShapeTable` (int64; ``nic`` bool).

@@ -297,7 +297,8 @@ class ReferenceSchedule:
         if run is None:
             call = self._calls[cid]
             run = self._runs[cid] = _CallRun(call, transfers(
-                call, self.plan.algorithm, self.layout, self._channels, self._slice), self._channels)
+                call, self.plan.algorithm, self.layout, self._channels, self._slice,
+                self.plan.protocol(call)), self._channels)
         run.started.add(rank)
         tr = run.tr
         for x in tr.by_src[rank]:
