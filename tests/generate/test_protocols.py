@@ -133,3 +133,29 @@ def test_forcing_simple_gives_todays_bytes(tmp_path):
                                                "--json"]).output)["phases"][0]
     assert "protocols" not in row or not row["protocols"]
     assert row["nic_bytes"] == 245760          # 2 nodes' ring hops: the payload itself
+
+
+def test_a_bundled_scenario_under_nccls_choice_matches_its_plan_per_phase_and_nic(tmp_path):
+    """Dante (ring, NCCL_PROTO auto, p2p LL up to 16 KiB per channel) at --scale 64: pcapng
+    with phase comments, `inspect --against` per phase and NIC."""
+    dante = (ROOT / "profiles" / "scenarios" / "dante.yaml").read_text()
+    s = dante.replace("collectives: {algorithm: hierarchical, channels: 2}",
+                      "collectives: {algorithm: ring, channels: 2, NCCL_PROTO: auto, "
+                      "NCCL_P2P_LL_THRESHOLD: 16384}")
+    for rel, where in (("../../samples/", ROOT / "samples"), ("../models/", ROOT / "profiles/models"),
+                       ("../clusters/", ROOT / "profiles/clusters")):
+        s = s.replace(rel, f"{where}/")
+    assert s != dante
+    path = tmp_path / "dante-nccl.yaml"
+    path.write_text(s)
+    plan = json.loads(CliRunner().invoke(main, ["plan", str(path), "--json", "--scale", "64"]).output)
+    assert any(r.get("protocols") for r in plan["phases"])
+    r = CliRunner().invoke(main, ["generate", str(path), "-o", str(tmp_path / "out"), "--scale", "64",
+                                  "--split", "none", "-j", "1"])
+    assert r.exit_code == 0, r.output
+    cap = next((tmp_path / "out").glob("*.pcapng"))
+    r = CliRunner().invoke(main, ["inspect", str(cap), "--against", str(path), "--strict", "--json",
+                                  "--no-crc"])
+    assert r.exit_code == 0, r.output
+    j = json.loads(r.output)
+    assert {c["name"]: c["ok"] for c in j["checks"]}["against"]
