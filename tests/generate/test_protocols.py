@@ -159,3 +159,21 @@ def test_a_bundled_scenario_under_nccls_choice_matches_its_plan_per_phase_and_ni
     assert r.exit_code == 0, r.output
     j = json.loads(r.output)
     assert {c["name"]: c["ok"] for c in j["checks"]}["against"]
+
+
+def test_channels_nccl_trims_a_small_collective_as_topo_get_algo_info_does(tmp_path):
+    """8 KiB ring AllReduce, LL, 16 ranks: enqueue.cc trims nc while nBytes < nc * 512 threads *
+    (8 * nRanks) (ring LL threshold x nRanks): 8192 < 1 * 512 * 128, so one channel: every
+    connection between two NICs is one QP."""
+    s = _scenario(tmp_path, "allreduce", 8192).read_text().replace("channels: auto",
+                                                                   "channels: nccl")
+    path = tmp_path / "nccl-channels.yaml"
+    path.write_text(s)
+    r = CliRunner().invoke(main, ["generate", str(path), "-o", str(tmp_path / "out"), "--format",
+                                  "pcap", "--split", "none", "-j", "1"])
+    assert r.exit_code == 0, r.output
+    pcap = next((tmp_path / "out").glob("*.pcap"))
+    qps = {qp for qp, _, _ in _data_payloads(pcap)}
+    assert len(qps) == 2                     # the two ring hops between the nodes, one channel
+    r = CliRunner().invoke(main, ["inspect", str(pcap), "--against", str(path), "--strict"])
+    assert r.exit_code == 0, r.output

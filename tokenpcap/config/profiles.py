@@ -90,13 +90,15 @@ def default_channels(nics_per_node: int) -> int:
 
 
 def _channels(file: Path | None, key: str, value: Any) -> Any:
-    """``collectives.channels``: ``auto`` (:func:`default_channels`) or an integer 1..64."""
-    if value == "auto":
+    """``collectives.channels``: ``auto`` (:func:`default_channels`), ``nccl`` (the same, fewer
+    for small collectives as NCCL's ``topoGetAlgoInfo`` trims them) or an integer 1..64."""
+    if value in ("auto", "nccl"):
         return value
     try:
         return yc.integer(1, MAX_CHANNELS)(file, key, value)
     except ProfileError:
-        raise ProfileError(file, key, value, f"'auto' or an integer in [1, {MAX_CHANNELS}]") from None
+        raise ProfileError(file, key, value,
+                           f"'auto', 'nccl' or an integer in [1, {MAX_CHANNELS}]") from None
 
 
 def _nccl_list(name: str):  # type: ignore[no-untyped-def]
@@ -305,7 +307,8 @@ def _load_workload_scenario(path: Path, data: dict) -> Scenario:
 
 def _collectives(path: Path, data: Any, cluster: ClusterProfile) -> CollectivesConfig:
     c = yc.read_mapping(path, "collectives", data, _COLLECTIVES_SPEC)
-    if c["channels"] == "auto":
+    if c["channels"] in ("auto", "nccl"):
+        c["channels_by_size"] = c["channels"] == "nccl"
         c["channels"] = default_channels(cluster.nics_per_node)
     return CollectivesConfig(**c)
 

@@ -306,6 +306,8 @@ KEYS: dict[str, tuple[str, str]] = {
                                            "AllGather"),
     "scenario.collectives.channels": ("channels", "NCCL channels, one QP per peer each; "
                                                   "`auto`: NCCL's min(64, 2 x nics_per_node); "
+                                                  "`nccl`: the same, fewer for small "
+                                                  "collectives (enqueue.cc topoGetAlgoInfo); "
                                                   "rings and trees cross nodes on NIC c mod g "
                                                   "of the group's NICs"),
     "scenario.collectives.slice_bytes": ("bytes", "largest RDMA message of one transfer"),

@@ -336,6 +336,9 @@ class CollectivesConfig:
     NCCL_PROTO: str = "Simple"
     NCCL_ALGO: str = "auto"
     NCCL_P2P_LL_THRESHOLD: int = 0
+    #: ``channels: nccl``: ``channels`` is NCCL's communicator count (the loader's ``auto``) and
+    #: each collective runs on the channels NCCL's ``topoGetAlgoInfo`` keeps for its size.
+    channels_by_size: bool = False
 
 
 @dataclass(frozen=True)

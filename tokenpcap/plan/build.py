@@ -55,6 +55,7 @@ from tokenpcap.plan.pipeline import chunk_layers
 from tokenpcap.tokens import TokenizedCorpus
 from tokenpcap.collectives.rails import rank_nic_bytes
 from tokenpcap.collectives.traffic import CallLike, CallShape, nic_hop_sizes, per_rank_bytes
+from tokenpcap.collectives.transfers import Transfers, transfers
 from tokenpcap.plan.protocol import CallProtocols
 from tokenpcap.plan.sizing import pcap_estimate
 from tokenpcap.plan.wirebytes import protocol_wire_bytes
@@ -183,21 +184,31 @@ class Plan:
         the :data:`tokenpcap.wire.lines.LINE_PROTOCOLS` code of its protocol (0 Simple, 1 LL,
         2 LL128), what the lowering marks the data packets with; None when every call is
         Simple."""
-        res = self.__dict__.get("_protocols")
-        if res is None:
-            res = self.__dict__["_protocols"] = CallProtocols(self.scenario, self.layout)
-        if res.all_simple:
+        if self._resolver().all_simple:
             return None
         codes = {"Simple": 0, "LL": 1, "LL128": 2}
         return np.fromiter((codes[self.protocol(c)] for c in self.calls(0)), np.uint8,
                            self.calls_per_iteration)
 
-    def protocol(self, call: CallLike) -> str:
-        """NCCL's protocol of a call (``LL``, ``LL128``, ``Simple``): :mod:`tokenpcap.plan.protocol`."""
+    def _resolver(self) -> CallProtocols:
         res = self.__dict__.get("_protocols")
         if res is None:
             res = self.__dict__["_protocols"] = CallProtocols(self.scenario, self.layout)
-        return res.protocol(call.collective, tuple(call.group), int(call.message_bytes))
+        return res
+
+    def protocol(self, call: CallLike) -> str:
+        """NCCL's protocol of a call (``LL``, ``LL128``, ``Simple``): :mod:`tokenpcap.plan.protocol`."""
+        return self._resolver().protocol(call.collective, tuple(call.group), int(call.message_bytes))
+
+    def channels(self, call: CallLike) -> int:
+        """The channels a call runs on (:meth:`tokenpcap.plan.protocol.CallProtocols.channels`)."""
+        return self._resolver().channels(call.collective, tuple(call.group), int(call.message_bytes))
+
+    def call_transfers(self, call: CallLike) -> Transfers:
+        """The transfers of a call as the schedule sends them: its channels, the scenario's
+        slice, its protocol (:func:`tokenpcap.collectives.transfers.transfers`)."""
+        return transfers(call, self.algorithm, self.layout, self.channels(call),
+                         self.scenario.collectives.slice_bytes, self.protocol(call))
 
     @property
     def microbatches(self) -> int:
@@ -437,12 +448,14 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
             a["pay"][idx] += rb.nic_bytes * n
             a["cnt"][idx] += n
             proto = protos.protocol(f.collective, g, f.message_bytes)
+            ch = protos.channels(f.collective, g, f.message_bytes)
             forced = protos.forced(f.collective, g, f.message_bytes)
             if forced is not None:
                 a["forced"][forced] += n
             if proto != "Simple":
                 a["protocols"][proto] += n
-                w = protocol_wire_bytes(call, alg, layout, channels, slice_bytes, proto)
+            if proto != "Simple" or ch != channels:
+                w = protocol_wire_bytes(call, alg, layout, ch, slice_bytes, proto)
                 a["nic"][idx] += w.nic_bytes * n
                 a["rn"][idx] += w.by_nic * n
                 a["nvl"][idx] += w.nvlink_bytes * n

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenpcap.collectives.transfers import transfers
 from tokenpcap.plan.calltable import CallTable
 from tokenpcap.plan.pipeline import chunk_layers
 from tokenpcap.records import COLLECTIVES, DIMS, PHASES
@@ -262,10 +261,8 @@ def _concat_csr(ptrs: list[np.ndarray], lists: list[np.ndarray], shift: list[int
 def _flatten_direct(plan, iteration: int, shards, times, nvlink=None, above: int = 0) -> Flat:
     """:func:`flatten` the straightforward way: transfers per call, one program per rank."""
     lay = plan.layout
-    coll = plan.scenario.collectives
     calls = list(plan.calls(iteration))
-    trs = [transfers(c, plan.algorithm, lay, coll.channels, coll.slice_bytes, plan.protocol(c))
-           for c in calls]
+    trs = [plan.call_transfers(c) for c in calls]
     if nvlink is not None:
         copies: dict[int, int] = {}
         for tr in trs:

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from tokenpcap.collectives.traffic import CallShape
-from tokenpcap.collectives.transfers import transfers
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.plan.calltable import CallTable
 from tokenpcap.schedule.engine.events import NS_HIGH
@@ -153,10 +152,7 @@ def canonical_shape(collective: str, group: tuple[int, ...], message_bytes: int,
 
 def shape_transfers(key: tuple, plan):
     """The cached transfers of a canonical shape ``key`` (:func:`canonical_shape`) of ``plan``."""
-    coll = plan.scenario.collectives
-    shape = CallShape(*key)
-    return transfers(shape, plan.algorithm, plan.layout, coll.channels, coll.slice_bytes,
-                     plan.protocol(shape))
+    return plan.call_transfers(CallShape(*key))
 
 
 #: Per-row columns of a :class:`ShapeTable` (int64; ``nic`` bool).
