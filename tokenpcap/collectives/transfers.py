@@ -13,6 +13,11 @@ further as NCCL does:
   (rounded down to whole elements), the last one shorter. NCCL's default for the Simple protocol is
   one slice = ``NCCL_BUFFSIZE`` (4 MiB) / ``NCCL_STEPS`` (8) × ``ALLREDUCE_SLICESTEPS`` (2) =
   1 MiB, the default of ``slice_bytes``.
+* **Protocols.** Under NCCL's LL and LL128 (:mod:`tokenpcap.collectives.protocols`) a message
+  is one FIFO step: at most 32 KiB (LL) or 576,000 bytes (LL128) of data
+  (:func:`protocol_slice_bytes`), and its ``bytes`` are the lines on the wire, flags included
+  (:func:`tokenpcap.collectives.protocols.wire_bytes`). Simple keeps ``slice_bytes`` and the
+  payload itself.
 * **Dependencies** (what a rank must have received before it may forward): a hop from rank ``x``
   carrying chunk ``c`` depends on the hop(s) that last brought chunk ``c`` to ``x``:
 
