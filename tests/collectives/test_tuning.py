@@ -110,3 +110,35 @@ def test_p2p_ll_threshold_per_channel():
     assert choose_p2p(32768, 2) == "LL"
     assert choose_p2p(32769, 2) == "Simple"
     assert choose_p2p(1024, 1, ll_threshold_bytes=0) == "Simple"
+
+
+def _oracle_hopper_16x1_allgather(n_bytes: int) -> tuple[str, str]:
+    """tuning.cc by hand for an AllGather over 16 H100s, one per node (ppn 1: PAT enabled,
+    ncclPatEnable; the ring's network latency is the tree's, "With ppn=1 latencies are fully
+    exposed"), graph of 2 channels at 24 GB/s (index2 = 2: llMaxBws[0][2] = 20.4)."""
+    nRanks, nNodes, nCh, bw = 16, 16, 2, 24.0
+    nsteps = nRanks - 1
+    t = {}
+    base = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}
+    treeNet = {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}
+    for p in ("LL", "LL128", "Simple"):
+        busBw = nCh * bw                                   # nNodes > 2: bwInter
+        if p == "LL":
+            busBw = min(20.4, busBw * .5)
+        if p == "LL128":
+            busBw = min(busBw * 0.92, nCh * 36.7)
+        busBw *= nRanks / nsteps
+        # every step crosses nodes: nInterSteps = nNodes - 1 = nsteps
+        lat = base[p] + nsteps * treeNet[p]
+        t[("Ring", p)] = lat + n_bytes / (1000 * busBw)
+    busBw = nCh * bw * .75                                 # PAT: no algbw ratio for AG/RS
+    lat = 8.0 + 4 * (14.0 / 3.5) + nRanks * 2.8            # log2i(16) = 4, hwLat[NET][TREE][Simple]
+    t[("PAT", "Simple")] = lat + n_bytes / (1000 * busBw)
+    return min(t, key=lambda k: t[k])
+
+
+@pytest.mark.parametrize("n_bytes", [64, 65536, 1 << 20, 8 << 20, 64 << 20, 1 << 30])
+def test_pat_and_ring_with_one_gpu_per_node_match_the_oracle(n_bytes):
+    topo = comm_topology(16, 16, 8, 400.0, 3600.0, 90)
+    c = choose_collective(topo, "AllGather", n_bytes)
+    assert (c.algorithm, c.protocol) == _oracle_hopper_16x1_allgather(n_bytes)
