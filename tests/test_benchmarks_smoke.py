@@ -30,7 +30,7 @@ def run(script: str, *args: str, timeout: float = 300) -> str:
 TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "inspect_read.py",
           "engine_timing.py", "fuzz_campaign.py", "dask_generate.py", "flat_build.py",
           "generate_nic.py", "message_ring.py", "call_state.py", "engine_state.py",
-          "fabric_ns3.py", "fabric_engine.py"}
+          "fabric_ns3.py", "fabric_engine.py", "openloop_hpcc.py"}
 HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
 
@@ -203,3 +203,10 @@ def test_fabric_engine_measures_the_queued_fabric_beside_the_ideal_one():
     assert len(re.findall(r"^  \S.* ideal run .* queued .* ratio [\d.]+x$", out, re.M)) == 4
     assert len(re.findall(r"^ +iteration ideal [\d,]+ ns, queued [\d,]+ ns \([+-][\d.]+%\)", out,
                           re.M)) == 2
+
+
+def test_openloop_hpcc_runs_the_incast_open_loop():
+    out = run("openloop_hpcc.py", "--quick")
+    # the incast's flows depend on nothing: the open loop is the scenario's own schedule
+    assert "1. incast-8x1m-hpcc-ns3.yaml --scale 1: 8 flows exported" in out
+    assert re.search(r"^  all +8 +- +1\.000 +- +- +1\.000 +- +- +1\.000 +-$", out, re.M)

@@ -42,6 +42,13 @@
   not RDMA: their row becomes ``opcode = OPCODE_PFC``, ``nic`` (``-1 - P``), ``peer_nic``,
   ``msg`` (pause quanta) and ``imm`` (class-enable vector, from ``index``), everything else 0
   (:data:`tokenpcap.records.PACKET_DTYPE`); they never touch the message table.
+* CNPs (``kind == PKT_CNP``, DCQCN's notification point): opcode 0x81 from the marked packet's
+  receiver to its sender, DestQP = the QPN that sent the marked packet, PSN 0, BECN, UDP source
+  port ``fabric.np.cnp_udp_sport``; DSCP and PCP from ``fabric.np`` (:func:`wire_context`,
+  :mod:`tokenpcap.wire.cnp`).
+* CE marks: a ``flags`` column in the TX rows (the queued fabric's), bit
+  :data:`tokenpcap.records.TX_FLAG_CE`, becomes ``PACKET_DTYPE.ce`` (the frame builder writes ECN
+  3 and the IPv4 checksum; the ICRC is unchanged: :mod:`tokenpcap.wire.ecn`).
 """
 from __future__ import annotations
 
@@ -51,10 +58,11 @@ import numpy as np
 
 from tokenpcap.config.addresses import nic_addresses, switch_port_macs
 from tokenpcap.errors import InputError
-from tokenpcap.records import KIND_CTS, OPCODE_PFC, PACKET_DTYPE, PKT_PFC
+from tokenpcap.records import KIND_CTS, OPCODE_PFC, PACKET_DTYPE, PKT_CNP, PKT_PFC, TX_FLAG_CE
 from tokenpcap.schedule.engine.nic import PKT_ACK, Engine
 from tokenpcap.config.profiles import ClusterProfile, GenerationConfig
 from tokenpcap.wire import rdma
+from tokenpcap.wire.cnp import cnp_packets
 from tokenpcap.wire.context import WireContext
 from tokenpcap.wire.qpn import (_PSN_MASK, _QPN_SPACE, _ROLE_OFFSET, _U64, QP_STRIDE,  # noqa: F401
                                 _mix, _rkey_va, initial_psn, qpn)
@@ -62,6 +70,8 @@ from tokenpcap.wire.pfc import PFC_FRAME_BYTES
 
 __all__ = ["Lowering", "MessageLowering", "lower_messages", "qpn", "initial_psn", "wire_context",
            "AETH_ACK_SYNDROME", "QP_STRIDE", "pfc_packets"]
+
+_NOT_RDMA = {PKT_PFC: "PFC", PKT_CNP: "CNP"}
 
 #: AETH syndrome of an ACK without end-to-end credits (IBTA vol.1 9.3.5, Table 47).
 AETH_ACK_SYNDROME = 0x1F
@@ -88,6 +98,7 @@ class Lowering:
         self.seed = int(seed)
         self.ack_every = int(ack_every_packets)
         self.transport = cluster.transport
+        self.cnp_udp_sport = int(cluster.fabric.np.cnp_udp_sport)
         n = int(cluster.nodes) * int(cluster.nics_per_node)
         if n * QP_STRIDE > _ROLE_OFFSET:
             raise InputError(f"nodes * nics_per_node: got {n}, expected at most {_ROLE_OFFSET // QP_STRIDE} "
@@ -104,26 +115,36 @@ class Lowering:
             ``PACKET_DTYPE (n,)``, in the order of ``tx``.
 
         Raises:
-            InputError: a message whose ``qp`` is >= QP_STRIDE; a PFC row that is malformed or
-                under transport infiniband (:func:`pfc_packets`).
+            InputError: a message whose ``qp`` is >= QP_STRIDE; a PFC or CNP row that is
+                malformed (:func:`pfc_packets`, :meth:`_cnp`) or under transport infiniband.
         """
-        pfc = tx["kind"] == PKT_PFC
-        if not pfc.any():
+        kind = tx["kind"]
+        special = {k: kind == k for k in _NOT_RDMA}
+        if not any(v.any() for v in special.values()):
             return self._rdma(tx, messages)
-        if self.transport != "rocev2":
-            raise InputError(f"tx rows: got {int(pfc.sum())} PFC rows under transport "
-                             f"{self.transport!r}, expected none (InfiniBand has credit-based link "
-                             f"flow control, IBTA vol.1 7.9, and no PFC frame)")
+        for k, mask in special.items():
+            if mask.any() and self.transport != "rocev2":
+                raise InputError(f"tx rows: got {int(mask.sum())} {_NOT_RDMA[k]} rows under "
+                                 f"transport {self.transport!r}, expected none (InfiniBand has "
+                                 f"credit-based link flow control, IBTA vol.1 7.9, no PFC frame "
+                                 f"and no RoCEv2 CNP)")
         out = np.zeros(tx.size, PACKET_DTYPE)
-        rd = ~pfc
+        pfc, cnp = special[PKT_PFC], special[PKT_CNP]
+        rd = ~(pfc | cnp)
         if rd.any():
             out[rd] = self._rdma(tx[rd], messages)
-        out[pfc] = pfc_packets(tx[pfc])
+        if pfc.any():
+            out[pfc] = pfc_packets(tx[pfc])
+        if cnp.any():
+            out[cnp] = self._cnp(tx[cnp], messages)
         return out
 
-    def _rdma(self, tx: np.ndarray, messages: np.ndarray) -> np.ndarray:
-        """The RDMA rows (data, CTS, ACK) of a chunk (module docstring)."""
-        u, inv = _distinct(tx["msg"])
+    def _pairs(self, messages: np.ndarray, ids: np.ndarray):  # type: ignore[no-untyped-def]
+        """Per distinct message of ``ids``: ``(u, inv, m, src, dst, qp, role, qpn_src,
+        qpn_dst)``: the messages, their NICs and connection index, the role of the sending QP
+        (1 for CTS: the receiver's QP of the pair) and the QPNs of the packet's sender and
+        receiver."""
+        u, inv = _distinct(ids)
         m = messages[u]                                      # per message of the chunk, then expand
         src, dst, qp = m["src_nic"].astype(np.int64), m["dst_nic"].astype(np.int64), m["qp"].astype(np.int64)
         if (qp >= QP_STRIDE).any():
@@ -131,6 +152,30 @@ class Lowering:
             raise InputError(f"message qp: got {bad}, expected 0 .. {QP_STRIDE - 1}")
         role = (m["kind"] == KIND_CTS).astype(np.int64)      # CTS: the receiver's QP of the pair
         qpn_src, qpn_dst = qpn(self.seed, src, dst, qp, role), qpn(self.seed, dst, src, qp, 1 - role)
+        return u, inv, m, src, dst, qp, role, qpn_src, qpn_dst
+
+    def _cnp(self, tx: np.ndarray, messages: np.ndarray) -> np.ndarray:
+        """The CNP rows of a chunk (``kind == PKT_CNP``, :data:`tokenpcap.records.PKT_CNP`):
+        from the marked packet's receiver to its sender, DestQP the QPN of the QP that sent it
+        (the data sender's for data, the receiver's for a clear-to-send write), UDP source port
+        ``fabric.np.cnp_udp_sport`` (:func:`tokenpcap.wire.cnp.cnp_packets`).
+
+        Raises:
+            InputError: a row whose ``nic``/``peer_nic`` are not the message's receiver/sender.
+        """
+        _, inv, _, src, dst, _, _, qpn_src, qpn_dst = self._pairs(messages, tx["msg"])
+        for name, want in (("nic", dst[inv]), ("peer_nic", src[inv])):
+            bad = tx[name] != want
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise InputError(f"CNP tx row {i}: {name}: got {tx[name][i]}, expected {want[i]} "
+                                 f"(a CNP goes from the marked packet's receiver to its sender)")
+        return cnp_packets(tx["time_ns"], tx["nic"], tx["peer_nic"], qpn_src[inv], qpn_dst[inv],
+                           tx["msg"], self.cnp_udp_sport, tx["frame_bytes"])
+
+    def _rdma(self, tx: np.ndarray, messages: np.ndarray) -> np.ndarray:
+        """The RDMA rows (data, CTS, ACK) of a chunk (module docstring)."""
+        u, inv, m, src, dst, qp, role, qpn_src, qpn_dst = self._pairs(messages, tx["msg"])
         psn0 = initial_psn(self.seed, src, dst, qp, role).astype(np.int64) + m["psn_offset"]
         rkey, va = _rkey_va(self.seed, src, dst, qp, role)
         va = va + m["byte_offset"].astype(_U64)
@@ -176,6 +221,8 @@ class Lowering:
             line = data & (code[inv] != 0)
             out["line_protocol"] = np.where(line, code[inv], 0)
             out["line_flag"] = np.where(line, (m["qp_seq"][inv] + 1) & 0xFFFFFFFF, 0)
+        if "flags" in tx.dtype.names:                   # a queued fabric's CE marks
+            out["ce"] = (tx["flags"] & TX_FLAG_CE) != 0
         return out
 
 
@@ -279,6 +326,8 @@ def wire_context(cluster: ClusterProfile, *, payload_seed: int = 0, ib_grh: bool
     ib = cluster.transport == "infiniband"
     return WireContext(transport=cluster.transport, ip_version=int(net.ip_version), vlan_id=net.vlan_id,
                        pcp=int(net.pcp), dscp=int(net.dscp), ecn=int(net.ecn), ttl=int(net.ttl),
+                       cnp_dscp=int(cluster.fabric.np.cnp_dscp),
+                       cnp_pcp=int(cluster.fabric.np.cnp_802p_prio),
                        p_key=int(net.pkey), ib_grh=ib_grh, sl=int(net.ib_sl), vl=int(net.ib_vl),
                        mac=addr.mac, ipv4=addr.ipv4, ipv6=addr.gid if ib else addr.ipv6, lid=addr.lid,
                        payload_seed=int(payload_seed), switch_port_macs=switch_port_macs)

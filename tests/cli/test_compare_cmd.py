@@ -122,3 +122,19 @@ def test_pfc_needs_the_fct_and_a_queued_fabric(tmp_path):
     r = run("--hpcc-fct", str(FCT), "--scale", "64", "--hpcc-pfc", str(tmp_path / "pfc.txt"))
     assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
     assert "--hpcc-pfc: got a scenario with an ideal fabric" in r.output
+
+
+def test_open_loop_beside_the_simulator():
+    # the incast depends on nothing: our open loop, our closed loop and HPCC ns-3 agree
+    # (tests/cases/hpcc/incast8x1m-pfc-fct.txt)
+    r = CliRunner().invoke(main, ["compare", INCAST8, "--open-loop",
+                                  str(ROOT / "tests/cases/hpcc/incast8x1m-flows.yaml"),
+                                  "--hpcc-fct",
+                                  str(ROOT / "tests/cases/hpcc/incast8x1m-pfc-fct.txt")])
+    assert r.exit_code == 0, r.output
+    assert "sim p50 open p50    diff" in r.output
+    assert any(line.split()[:2] == ["all", "8"] and line.split()[2:5] == ["1.000", "1.000", "+0.0%"]
+               for line in r.output.splitlines())
+    r = CliRunner().invoke(main, ["compare", INCAST8, "--open-loop", INCAST8])
+    assert r.exit_code == 1 and r.output.count("\n") == 1
+    assert "workload.kind: got 'incast', expected 'flows'" in r.output

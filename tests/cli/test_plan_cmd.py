@@ -277,3 +277,11 @@ def test_plan_of_a_workload_scenario_has_no_model_section(run):  # type: ignore[
     assert data["totals"]["nic_bytes"] == 63 * (16 << 20) // 16 and data["totals"]["tokens"] == 0
     res = run("plan", str(PROFILES / "scenarios" / "alltoall-64.yaml"))
     assert res.exit_code == 0 and "1,048,576 B per pair" in res.stdout
+
+
+def test_plan_of_a_flows_workload():
+    r = CliRunner().invoke(main, ["plan", str(ROOT / "tests/cases/hpcc/incast8x1m-flows.yaml")])
+    assert r.exit_code == 0, r.output
+    # tests/cases/hpcc/incast8x1m-flows.txt: 8 flows of 1 MiB, senders 1..8 and receiver 0
+    assert "workload flows (8 flows of incast8x1m-flows.txt over 9 ranks, open loop, 8,388,608 B" \
+        in " ".join(r.output.split())

@@ -30,7 +30,7 @@ def scenario(tmp_path: Path, workload, **over) -> Path:  # type: ignore[no-untyp
 
 def test_the_two_registries_name_the_same_kinds():
     assert set(WORKLOAD_KINDS) == set(WORKLOAD_PLANNERS) == {
-        "incast", "alltoall", "allreduce", "allgather", "reducescatter", "sendrecv"}
+        "incast", "alltoall", "allreduce", "allgather", "reducescatter", "sendrecv", "flows"}
 
 
 def test_incast_senders_as_a_count_or_a_list(tmp_path):
@@ -65,7 +65,7 @@ def test_sendrecv_pairs_and_offsets_of_their_senders(tmp_path):
 
 BAD = [
     ({"kind": "broadcast", "bytes": 8}, "workload.kind", "'broadcast'",
-     "one of: allgather, allreduce, alltoall, incast, reducescatter, sendrecv"),
+     "one of: allgather, allreduce, alltoall, flows, incast, reducescatter, sendrecv"),
     ({"bytes": 8}, "workload.kind", "missing", "required key 'kind'"),
     ({"kind": "incast", "senders": 7, "receiver": 8, "bytes": 8}, "workload.receiver", "8",
      "an integer in [0, 7]"),

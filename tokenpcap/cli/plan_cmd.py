@@ -69,7 +69,9 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int) -
 def _workload_head(out, data: dict) -> None:  # type: ignore[no-untyped-def]
     """The first line of a workload scenario's report (it has no model)."""
     w = data["workload"]
-    who = (f"{len(w['pairs'])} senders -> rank {w['receiver']}" if w["kind"] == "incast" else
+    who = (f"{w['flows']:,} flows of {w['file']} over {len(w['ranks'])} ranks, open loop"
+           if w["kind"] == "flows" else
+           f"{len(w['pairs'])} senders -> rank {w['receiver']}" if w["kind"] == "incast" else
            f"{len(w['pairs'])} pairs" if w["kind"] == "sendrecv" else f"{len(w['ranks'])} ranks")
     out.print(f"[bold]{data['scenario']}[/bold]: workload {w['kind']} ({who}, {w['bytes']:,} B"
               f"{' per pair' if w['kind'] == 'alltoall' else ''}, x{w['repeat']}) on "

@@ -16,7 +16,7 @@ __all__ = [
     "MAX_VOCAB_SIZE", "MAX_SEQ_LENGTH", "MAX_EXPERTS", "MAX_GPUS_PER_NODE", "MAX_WORLD_SIZE",
     "LINK_GBPS_RANGE", "MAX_PEAK_TFLOPS", "MAX_LATENCY_NS", "MAX_MICRO_BATCH_SIZE",
     "MAX_GLOBAL_BATCH_SIZE", "MAX_CHANNELS", "MAX_ITERATIONS", "MAX_SEED",
-    "MAX_SWITCH_PORTS", "MAX_SWITCH_BUFFER_BYTES", "MAX_ECMP_SEED",
+    "MAX_SWITCH_PORTS", "MAX_SWITCH_BUFFER_BYTES", "MAX_ECMP_SEED", "MAX_FABRIC_PLANES",
     "MAX_WORKLOAD_BYTES", "MAX_REPEAT", "MAX_START_OFFSET_NS",
 ]
 
@@ -59,6 +59,9 @@ MAX_SEED = (1 << 63) - 1
 #: Ports of one switch of a queued fabric: Broadcom Tomahawk 5 (51.2 Tb/s) has 512 SerDes lanes
 #: of 100 Gb/s, so at most 512 ports of one lane each; 2x margin.
 MAX_SWITCH_PORTS = 1024
+#: Planes of a queued fabric (ports per NIC, one in each plane): Alibaba HPN (SIGCOMM 2024) runs
+#: 2 planes, every NIC's 2 x 200G ports to two ToRs of disjoint planes; more are not modelled.
+MAX_FABRIC_PLANES = 2
 #: Shared buffer of one switch: deep-buffer switches (on-chip plus HBM, VOQ) hold up to 32 GB per
 #: system (Arista 7280R architecture white paper, "up to 32GB per system"); 2x margin.
 MAX_SWITCH_BUFFER_BYTES = 1 << 36

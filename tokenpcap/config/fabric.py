@@ -2,7 +2,8 @@
 the topology it describes (:func:`fabric_shape`).
 
 Absent, or ``model: ideal``: the ideal fabric (no switch; nothing in any output changes).
-``model: queued``: switches with queues and PFC. ``preset:`` (:data:`PRESETS`, numbers and
+``model: queued``: switches with queues and PFC, and with ``cc: dcqcn`` ECN marks, CNPs and
+DCQCN (the keys of :mod:`tokenpcap.config.fabric_cc`). ``preset:`` (:data:`PRESETS`, numbers and
 sources in :mod:`tokenpcap.config.fabric_presets`) fills every key; a key given in the profile
 overrides the preset's; a key neither gives takes the default of the specs below (the
 ``th5-400g`` values, topology ``rail-optimized``). A queued fabric is checked against the
@@ -26,15 +27,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tokenpcap.config import yamlcheck as yc
-from tokenpcap.config.bounds import (LINK_GBPS_RANGE, MAX_ECMP_SEED, MAX_LATENCY_NS,
-                                     MAX_SWITCH_BUFFER_BYTES, MAX_SWITCH_PORTS, MAX_WORLD_SIZE)
+from tokenpcap.config.bounds import (LINK_GBPS_RANGE, MAX_ECMP_SEED, MAX_FABRIC_PLANES,
+                                     MAX_LATENCY_NS, MAX_SWITCH_BUFFER_BYTES, MAX_SWITCH_PORTS,
+                                     MAX_WORLD_SIZE)
+from tokenpcap.config.cc_types import DcqcnConfig, EcnConfig, NpConfig
+from tokenpcap.config.fabric_cc import CC_MODES, DCQCN_SPEC, ECN_SPEC, NP_SPEC, check_cc
 from tokenpcap.config.fabric_presets import PRESETS, FabricContext
 from tokenpcap.config.types import (EcmpConfig, FabricProfile, PfcConfig, SwitchConfig,
                                     TopologyConfig)
 from tokenpcap.errors import ProfileError
 
 __all__ = ["PRESETS", "TOPOLOGY_KINDS", "FabricContext", "FabricShape", "fabric_from",
-           "fabric_shape", "auto_headroom_bytes", "port_dynamic_th"]
+           "fabric_shape", "plane_port_gbps", "auto_headroom_bytes", "port_dynamic_th"]
 
 TOPOLOGY_KINDS = ("single-switch", "rail-optimized", "leaf-spine", "clos3")
 
@@ -54,15 +58,6 @@ def _propagation(file: Path | None, key: str, value: Any) -> tuple[int, ...]:
     raise ProfileError(file, key, value, expected)
 
 
-def _priorities(file: Path | None, key: str, value: Any) -> tuple[int, ...]:
-    """A non-empty list of distinct 802.1p priorities 0..7."""
-    if isinstance(value, list) and value and all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 7 for v in value) \
-            and len(set(value)) == len(value):
-        return tuple(int(v) for v in value)
-    raise ProfileError(file, key, value, "a non-empty list of distinct priorities in [0, 7]")
-
-
 _RATE = yc.number(ge=LINK_GBPS_RANGE[0], le=LINK_GBPS_RANGE[1])
 
 _FABRIC_SPEC = {
@@ -74,6 +69,10 @@ _FABRIC_SPEC = {
     "ecmp": (yc.optional(yc.mapping), None),
     "timing": (yc.enum("rocev2", "hpcc-ns3"), "rocev2"),
     "qlen_sample_ns": (yc.integer(1, MAX_LATENCY_NS), 1000),
+    "cc": (yc.enum(*CC_MODES), "none"),
+    "ecn": (yc.optional(yc.mapping), None),
+    "dcqcn": (yc.optional(yc.mapping), None),
+    "np": (yc.optional(yc.mapping), None),
 }
 
 _TOPOLOGY_SPEC = {
@@ -86,6 +85,9 @@ _TOPOLOGY_SPEC = {
     "nic_link_gbps": (yc.optional(_RATE), None),
     "uplink_gbps": (yc.optional(_RATE), None),
     "propagation_ns": (yc.optional(_propagation), None),
+    "planes": (yc.integer(1, MAX_FABRIC_PLANES), 1),
+    "dual_tor": (yc.optional(yc.boolean), None),
+    "plane_select": (yc.enum("round-robin", "five-tuple"), "round-robin"),
 }
 
 _SWITCH_SPEC = {
@@ -97,7 +99,7 @@ _SWITCH_SPEC = {
 
 _PFC_SPEC = {
     "enabled": (yc.boolean, True),
-    "priorities": (yc.optional(_priorities), None),
+    "priorities": (yc.optional(yc.priorities), None),
     "reserve_bytes": (yc.integer(0, MAX_SWITCH_BUFFER_BYTES), 18_796),
     "headroom_bytes": (yc.optional(yc.integer(0, MAX_SWITCH_BUFFER_BYTES)), 612_140),
     "dynamic_th": (yc.integer(-16, 16), 0),
@@ -115,7 +117,7 @@ _ECMP_SPEC = {
 
 #: section -> its spec, in the order of FabricProfile
 _SECTIONS = {"topology": _TOPOLOGY_SPEC, "switch": _SWITCH_SPEC, "pfc": _PFC_SPEC,
-             "ecmp": _ECMP_SPEC}
+             "ecmp": _ECMP_SPEC, "ecn": ECN_SPEC, "dcqcn": DCQCN_SPEC, "np": NP_SPEC}
 
 
 def _join(prefix: str, key: str) -> str:
@@ -142,14 +144,17 @@ def fabric_from(file: Path | None, prefix: str, data: Any, ctx: FabricContext) -
 
     Raises:
         ProfileError: unknown key or preset, a value out of range; for a queued fabric: a
-            control priority that is also lossless, a topology that cannot hold the cluster's NICs, headroom larger than
-            the buffer, or reserve + headroom of a switch's ports over its buffer; the message
+            control priority that is also lossless, a topology that cannot hold the cluster's
+            NICs, planes that do not split link_gbps into whole Mb/s, dual_tor against planes,
+            a NIC link off the NIC's (per-plane) rate, headroom larger than the buffer, or
+            reserve + headroom of a switch's ports over its buffer; the checks of
+            :func:`tokenpcap.config.fabric_cc.check_cc` (ECN, DCQCN, CNP class); the message
             names ``file`` and ``prefix.key``.
     """
     v = yc.read_mapping(file, prefix, {} if data is None else data, _FABRIC_SPEC)
     preset = PRESETS.get(v["preset"], {}) if v["preset"] is not None else {}
     given = set(data or {})
-    for k in ("timing", "qlen_sample_ns"):
+    for k in ("timing", "qlen_sample_ns", "cc"):
         if k not in given and k in preset:
             v[k] = preset[k]
     parts = {name: _section(file, _join(prefix, name), v[name], spec, preset.get(name, {}), ctx)
@@ -159,23 +164,27 @@ def fabric_from(file: Path | None, prefix: str, data: Any, ctx: FabricContext) -
         t["propagation_ns"] = (max(1, int(ctx.latency_ns) // 2),) * 3
     if pfc["priorities"] is None:
         pfc["priorities"] = (int(ctx.pcp),)
+    ecn = parts["ecn"]
+    if ecn["enabled"] is None:
+        ecn["enabled"] = v["cc"] == "dcqcn"
+    if ecn["priorities"] is None:
+        ecn["priorities"] = (int(ctx.pcp),)
     fabric = FabricProfile(model=v["model"], preset=v["preset"],
                            topology=TopologyConfig(**t), switch=SwitchConfig(**sw),
                            pfc=PfcConfig(**pfc), ecmp=EcmpConfig(**parts["ecmp"]),
-                           timing=v["timing"], qlen_sample_ns=v["qlen_sample_ns"])
+                           timing=v["timing"], qlen_sample_ns=v["qlen_sample_ns"], cc=v["cc"],
+                           ecn=EcnConfig(**ecn), dcqcn=DcqcnConfig(**parts["dcqcn"]),
+                           np=NpConfig(**parts["np"]))
     key = (lambda k: _join(prefix, k))
+    check_cc(fabric, ctx.link_gbps, ctx.pcp, lambda k: (file, key(k)))
     if not fabric.queued:
-        extra = sorted(k for k in given - {"model"} if (data or {})[k] not in (None, {}))
+        extra = sorted(k for k in given - {"model", "cc"} if (data or {})[k] not in (None, {}))
         if extra:
             raise ProfileError(file, key("model"), fabric.model,
                                f"'queued' when the fabric sets {', '.join(extra)} (an ideal "
                                "fabric has no switch: its keys would change nothing)")
         return fabric
-    nl = fabric.topology.nic_link_gbps
-    if nl is not None and float(nl) != float(ctx.link_gbps):
-        raise ProfileError(file, key("topology.nic_link_gbps"), nl,
-                           f"null or the cluster's link_gbps {ctx.link_gbps:g} (a NIC's link runs "
-                           "at the NIC's rate; change link_gbps to change both)")
+    _check_planes(fabric.topology, ctx, lambda k: (file, key(f"topology.{k}")))
     if fabric.switch.control_priority in fabric.pfc.priorities:
         raise ProfileError(file, key("switch.control_priority"), fabric.switch.control_priority,
                            f"a priority outside the lossless pfc.priorities "
@@ -184,6 +193,40 @@ def fabric_from(file: Path | None, prefix: str, data: Any, ctx: FabricContext) -
                          where=lambda k: (file, key(f"topology.{k}")))
     _check_buffer(fabric, shape, lambda k: (file, key(k)))
     return fabric
+
+
+def plane_port_gbps(link_gbps: float, planes: int) -> float:
+    """The rate (Gb/s) of each of a NIC's ``planes`` ports: its ``link_gbps`` split evenly (Alibaba
+    HPN: a 400G NIC as 2 x 200G, one port per plane)."""
+    return float(Fraction(repr(float(link_gbps))) / int(planes))
+
+
+def _check_planes(t: TopologyConfig, ctx: FabricContext,
+                  where: Callable[[str], tuple[Path | None, str]]) -> None:
+    """The NIC's rate splits into ``planes`` ports of whole Mb/s (what ns-3's ``DataRate`` text
+    and a port speed can say), ``dual_tor`` agrees with ``planes``, and ``nic_link_gbps`` is the
+    port rate."""
+    port = Fraction(repr(float(ctx.link_gbps))) / t.planes
+    if (port * 1000).denominator != 1:
+        raise ProfileError(*where("planes"), t.planes,
+                           f"a number of planes that splits link_gbps {ctx.link_gbps:g} into "
+                           "ports of whole Mb/s (one port per plane)")
+    if t.dual_tor is True and t.planes == 1:
+        raise ProfileError(*where("dual_tor"), True,
+                           "false or null with planes 1 (two ToRs that share one plane's "
+                           "spines are not modelled: set planes 2, a ToR in each plane)")
+    if t.dual_tor is False and t.planes > 1:
+        raise ProfileError(*where("dual_tor"), False,
+                           f"true or null with planes {t.planes} (each plane has its own ToRs, "
+                           "so a NIC's ports reach different ToRs)")
+    nl = t.nic_link_gbps
+    if nl is not None and Fraction(repr(float(nl))) != port:
+        what = ("the cluster's link_gbps" if t.planes == 1 else
+                f"link_gbps {ctx.link_gbps:g} / planes {t.planes}:")
+        raise ProfileError(*where("nic_link_gbps"), nl,
+                           f"null or {what} {float(port):g} (a NIC's link runs at the NIC's "
+                           "rate, split evenly among its planes; change link_gbps to change "
+                           "both)")
 
 
 @dataclass(frozen=True)
@@ -221,8 +264,9 @@ def fabric_shape(nodes: int, nics_per_node: int, link_gbps: float, t: TopologyCo
                  where: Callable[[str], tuple[Path | None, str]] = lambda k: (None, k)
                  ) -> FabricShape:
     """The sizes of topology ``t`` for ``nodes`` nodes of ``nics_per_node`` NICs at
-    ``link_gbps`` (module docstring for the defaults). ``where(key)`` names ``(file, dotted
-    key)`` of a topology key in errors.
+    ``link_gbps`` (module docstring for the defaults); with ``t.planes > 1`` the sizes of one
+    plane (every plane is the same, its NIC links at :func:`plane_port_gbps`). ``where(key)``
+    names ``(file, dotted key)`` of a topology key in errors.
 
     Raises:
         ProfileError: ``pods`` or ``nodes_per_leaf`` does not divide the nodes (of a pod), or a
@@ -231,7 +275,8 @@ def fabric_shape(nodes: int, nics_per_node: int, link_gbps: float, t: TopologyCo
     def fail(k: str, got: Any, expected: str) -> ProfileError:
         return ProfileError(*where(k), got, expected)
 
-    nic = float(t.nic_link_gbps if t.nic_link_gbps is not None else link_gbps)
+    nic = float(t.nic_link_gbps if t.nic_link_gbps is not None
+                else plane_port_gbps(link_gbps, t.planes))
     pod_nodes = nodes
     if t.kind == "clos3" and t.pods is not None:
         if nodes % t.pods:

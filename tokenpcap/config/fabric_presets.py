@@ -29,6 +29,27 @@ Numbers and their sources:
   ``ingress_lossless_pool`` 133,643,264 B; the Mellanox SKUs compute headroom per port from
   speed and cable length (SONiC's dynamic buffer model), here the auto rule.
 * NVIDIA ConnectX firmware defaults (``mlxconfig -q``): ``CNP_802P_PRIO`` 6: the control class.
+  DCQCN and the CNPs take the ConnectX defaults in every preset but ``hpcc-ns3`` and
+  ``simai-400g`` (the loader's defaults, :mod:`tokenpcap.config.cc_types`).
+* HPCC ns-3 congestion control: ``simulation/run.py`` ``--cc dcqcn``: ``KMIN_MAP`` 100 * bw / 25
+  and ``KMAX_MAP`` 400 * bw / 25 KB per link speed bw Gb/s (4 bw, 16 bw), ``PMAX_MAP`` 0.2;
+  ``switch-mmu.cc`` ``ConfigEcn``: ``kmin = _kmin * 1000`` (KB of 1000 B); ``ShouldSendCN``
+  never marks queue 0. ``RATE_AI`` 5 * bw / 25 Mb/s, ``RATE_HAI`` 50 * bw / 25 Mb/s (80 / 800
+  at 400G), ``MIN_RATE`` 1000 Mb/s, ``EWMA_GAIN`` 0.00390625 (1/256), ``RP_TIMER`` 300,
+  ``ALPHA_RESUME_INTERVAL`` 1, ``RATE_DECREASE_INTERVAL`` 4, ``FAST_RECOVERY_TIMES`` 1,
+  ``CLAMP_TARGET_RATE`` 0; ``rdma-hw.cc``: no byte counter (``RateIncEventTimerMlx`` only),
+  ``cnp_received_mlx`` sets alpha = 1 on the first CNP and ``m_rateOnFirstCNP`` (1.0: keep the
+  rate), ``ReceiveUdp`` sets ``FLAG_CNP`` in the ACK of every CE packet (no CNP pacing).
+* SONiC lossless WRED (sonic-buildimage ``files/build_templates/qos_config.j2``
+  ``AZURE_LOSSLESS``): green min threshold 1,048,576 B, max 2,097,152 B, drop probability 5 %,
+  ``ecn: ecn_all``, on the lossless queues; marking on egress (sonic-mgmt
+  ``docs/ECN-test-plan.md`` tests dequeue-based marking).
+* SimAI (aliyun/SimAI ``astra-sim-alibabacloud/inputs/config/SimAI.conf``, HPCC's ns-3 fork):
+  ``KMIN_MAP`` 400G 800 KB, ``KMAX_MAP`` 400G 3,200 KB, ``PMAX_MAP`` 400G 0.2, ``BUFFER_SIZE``
+  32 (MiB), ``RP_TIMER`` 900, ``RATE_AI`` 50 Mb/s, ``RATE_HAI`` 100 Mb/s, ``MIN_RATE`` 100 Mb/s,
+  ``EWMA_GAIN`` 0.00390625, ``ALPHA_RESUME_INTERVAL`` 1, ``RATE_DECREASE_INTERVAL`` 4,
+  ``FAST_RECOVERY_TIMES`` 1, ``CLAMP_TARGET_RATE`` 0; its 200G row (300 / 1,200 KB, 0.8) is not
+  the 400G row scaled, so the preset's thresholds are its 400G values at every port speed.
 * IEEE 802.1Qbb: pause time in quanta of 512 bit times, at most 0xFFFF; switches re-send XOFF
   before it expires while the priority stays congested (refresh).
 * Pipeline latency of a cut-through ASIC: Broadcom publishes no port-to-port latency for
@@ -63,9 +84,35 @@ def _hpcc_buffer_bytes(c: FabricContext) -> int:
     return max(1, 16 * int(c.link_gbps) // 50) * MIB
 
 
+def _gbps_int(c: FabricContext) -> int:
+    """The NIC rate in whole Gb/s, as ``export --to hpcc`` passes ``bw`` to run.py's rules."""
+    return int(c.link_gbps)
+
+
+def _hpcc_kmin_bytes(c: FabricContext) -> int:
+    """run.py ``KMIN_MAP`` at the NIC rate: ``100 * bw / 25`` KB, times 1000 (``ConfigEcn``)."""
+    return 100 * int(round(float(c.link_gbps) * 1e9)) // (25 * 10**9) * 1000
+
+
+def _hpcc_kmax_bytes(c: FabricContext) -> int:
+    """run.py ``KMAX_MAP`` at the NIC rate: ``400 * bw / 25`` KB, times 1000."""
+    return 400 * int(round(float(c.link_gbps) * 1e9)) // (25 * 10**9) * 1000
+
+
+def _hpcc_ai_mbps(c: FabricContext) -> int:
+    """run.py ``RATE_AI`` ``5 * bw / 25`` Mb/s (``export/hpcc.py`` ``_cc_settings``, floored)."""
+    return 5 * _gbps_int(c) // 25
+
+
+def _hpcc_hai_mbps(c: FabricContext) -> int:
+    """run.py ``RATE_HAI`` ``50 * bw / 25`` Mb/s."""
+    return 50 * _gbps_int(c) // 25
+
+
 Value = Any | Callable[[FabricContext], Any]
 
-#: preset name -> {"topology": {...}, "switch": {...}, "pfc": {...}, "ecmp": {...}, "timing": ...}
+#: preset name -> {"topology": {...}, "switch": {...}, "pfc": {...}, "ecmp": {...}, "timing": ...,
+#: "ecn": {...}, "dcqcn": {...}, "np": {...}}; no preset sets ``cc`` (it stays ``none``)
 PRESETS: dict[str, dict[str, Value]] = {
     #: HPCC ns-3 ``third.cc`` fed by ``tokenpcap export --to hpcc`` (module docstring).
     "hpcc-ns3": {
@@ -100,6 +147,18 @@ PRESETS: dict[str, dict[str, Value]] = {
         "ecmp": {"mode": "five-tuple", "hash": "hpcc-murmur3"},
         #: ns-3 frames are payload + 48 B, serialization truncated to ns, an ACK per packet.
         "timing": "hpcc-ns3",
+        #: run.py KMIN/KMAX_MAP 4 bw / 16 bw KB per link speed, PMAX 0.2; marked at dequeue.
+        "ecn": {"kmin_bytes": _hpcc_kmin_bytes, "kmax_bytes": _hpcc_kmax_bytes, "pmax": 0.2,
+                "mark_at": "dequeue", "priorities": [3], "rate_scaled": True},
+        #: run.py --cc dcqcn and rdma-hw.cc's Mellanox variant (module docstring).
+        "dcqcn": {"rpg_time_reset": 300, "rpg_byte_reset": 0, "rpg_threshold": 1,
+                  "rpg_ai_rate": _hpcc_ai_mbps, "rpg_hai_rate": _hpcc_hai_mbps, "rpg_gd": 11,
+                  "rpg_min_rate": 1000, "rate_to_set_on_first_cnp": 0, "dce_tcp_g": 1020,
+                  "dce_tcp_rtt": 1, "initial_alpha_value": 1024,
+                  "rate_reduce_monitor_period": 4, "clamp_tgt_rate": False,
+                  "clamp_tgt_rate_after_time_inc": True},
+        #: rdma-hw.cc ReceiveUdp: FLAG_CNP in the ACK of every CE packet, in queue 0.
+        "np": {"min_time_between_cnps": 0, "cnp_in_ack": True, "cnp_802p_prio": 0},
     },
     #: Broadcom Tomahawk 5 (Arista 7060X6-64PE, SONiC buffers_defaults_t1.j2, pg_profile_lookup.ini).
     "th5-400g": {
@@ -117,6 +176,9 @@ PRESETS: dict[str, dict[str, Value]] = {
                 "pause_quanta": 65_535, "pause_until_resume": False},
         "ecmp": {"mode": "five-tuple", "hash": "crc32"},
         "timing": "rocev2",
+        #: SONiC AZURE_LOSSLESS WRED: 1,048,576 / 2,097,152 B, 5 %, egress.
+        "ecn": {"kmin_bytes": 1_048_576, "kmax_bytes": 2_097_152, "pmax": 0.05,
+                "mark_at": "dequeue", "rate_scaled": False},
     },
     #: NVIDIA Spectrum-4 (SN5600, SONiC buffers_defaults_t1.j2); otherwise as th5-400g.
     "spectrum4-400g": {
@@ -131,5 +193,23 @@ PRESETS: dict[str, dict[str, Value]] = {
                 "pause_quanta": 65_535, "pause_until_resume": False},
         "ecmp": {"mode": "five-tuple", "hash": "crc32"},
         "timing": "rocev2",
+        #: SONiC's default qos_config.j2 AZURE_LOSSLESS (the SKU has no qos.json.j2 of its own).
+        "ecn": {"kmin_bytes": 1_048_576, "kmax_bytes": 2_097_152, "pmax": 0.05,
+                "mark_at": "dequeue", "rate_scaled": False},
     },
+}
+
+_NS3 = PRESETS["hpcc-ns3"]
+#: SimAI.conf's numbers on HPCC ns-3's switch model (SimAI runs HPCC's ns-3 fork); its window
+#: (HAS_WIN 1, VAR_WIN 1) and ACKs in the data class (ACK_HIGH_PRIO 0) are not modelled.
+PRESETS["simai-400g"] = {
+    **_NS3,
+    #: BUFFER_SIZE 32 (MiB, third.cc ConfigBufferSize).
+    "switch": {**_NS3["switch"], "buffer_bytes": 32 * MIB},
+    #: KMIN_MAP / KMAX_MAP / PMAX_MAP at 400G: 800 / 3,200 KB of 1000 B, 0.2, at every speed.
+    "ecn": {**_NS3["ecn"], "kmin_bytes": 800_000, "kmax_bytes": 3_200_000, "pmax": 0.2,
+            "rate_scaled": False},
+    #: RP_TIMER 900, RATE_AI 50, RATE_HAI 100, MIN_RATE 100 Mb/s; the rest as hpcc-ns3.
+    "dcqcn": {**_NS3["dcqcn"], "rpg_time_reset": 900, "rpg_ai_rate": 50, "rpg_hai_rate": 100,
+              "rpg_min_rate": 100},
 }

@@ -7,7 +7,8 @@ mappings the loaders read YAML with (``_MODEL_SPEC`` of :mod:`~tokenpcap.config.
 :mod:`~tokenpcap.config.workload`, and the mappings nested in them): the keys, their defaults,
 and the range in the words of the error a value outside it gets (each checker is asked with a
 value no checker accepts, and the ``expected`` of its :class:`~tokenpcap.errors.ProfileError`
-is printed). Only the meaning and unit of a key are written here, in :data:`KEYS`; a key
+is printed). Only the meaning and unit of a key are written here, in :data:`KEYS` (those of
+the congestion-control keys in :data:`tokenpcap.config.fabric_cc.CC_KEYS`); a key
 without one, or one that no loader reads, raises, so the reference cannot miss or invent a key.
 
 Regenerate the doc with ``python3 -m tokenpcap.config.spectable > docs/profiles.md``.
@@ -21,6 +22,7 @@ from typing import Any, Callable
 from tokenpcap.config import bounds
 from tokenpcap.config import cluster_profile as cp
 from tokenpcap.config import fabric as fab
+from tokenpcap.config import fabric_cc as fcc
 from tokenpcap.config import model_profile as mp
 from tokenpcap.config import profiles as p
 from tokenpcap.config import workload as wl
@@ -50,6 +52,12 @@ SECTIONS: tuple[tuple[str, str, dict], ...] = (
      "cluster.fabric.pfc", fab._PFC_SPEC),
     ("`fabric.ecmp:` (the choice among equal-cost next hops)", "cluster.fabric.ecmp",
      fab._ECMP_SPEC),
+    ("`fabric.ecn:` (RED marking of ECT packets CE on a switch's egress queues)",
+     "cluster.fabric.ecn", fcc.ECN_SPEC),
+    ("`fabric.dcqcn:` (the sending NIC's DCQCN, NVIDIA's names and units; used with `cc: "
+     "dcqcn`)", "cluster.fabric.dcqcn", fcc.DCQCN_SPEC),
+    ("`fabric.np:` (the receiving NIC's CNPs, NVIDIA's names and units; used with `cc: dcqcn`)",
+     "cluster.fabric.np", fcc.NP_SPEC),
     ("Scenario (`profiles/scenarios/*.yaml`)", "scenario", p._SCENARIO_SPEC),
     ("`tokenizer:` (a mapping, or one of the strings `utf8`, `bpe`, `tiktoken:NAME`, `hf:PATH`)",
      "scenario.tokenizer", p._TOKENIZER_SPEC),
@@ -67,6 +75,8 @@ SECTIONS: tuple[tuple[str, str, dict], ...] = (
     ("`workload:` of kinds `alltoall`, `allreduce`, `allgather`, `reducescatter`",
      "workload.group", wl._GROUP_SPEC),
     ("`workload:` of kind `sendrecv`", "workload.sendrecv", wl.WORKLOAD_KINDS["sendrecv"].spec),
+    ("`workload:` of kind `flows` (no `bytes`, `repeat` or `start_offsets_ns`: the file has them)",
+     "workload.flows", {"file": wl.WORKLOAD_KINDS["flows"].spec["file"]}),
 )
 
 #: dotted key -> (unit, meaning); the unit is "" where the key has none (names, switches)
@@ -141,7 +151,8 @@ KEYS: dict[str, tuple[str, str]] = {
     "cluster.fabric.preset": ("", "fills every key not given: `hpcc-ns3` (HPCC ns-3 `third.cc` "
                                   "as `export --to hpcc` feeds it), `th5-400g` (Broadcom "
                                   "Tomahawk 5, SONiC Arista-7060X6-64PE), `spectrum4-400g` "
-                                  "(NVIDIA SN5600, SONiC); sources in "
+                                  "(NVIDIA SN5600, SONiC), `simai-400g` (SimAI.conf's "
+                                  "ECN and DCQCN on hpcc-ns3's switches); sources in "
                                   "`tokenpcap/config/fabric_presets.py`"),
     "cluster.fabric.topology": ("", "the cabling, the keys below"),
     "cluster.fabric.switch": ("", "the switches, the keys below"),
@@ -173,12 +184,31 @@ KEYS: dict[str, tuple[str, str]] = {
                                               "paper Sec. 3.3.1); divides the nodes; absent: all"),
     "cluster.fabric.topology.core_oversubscription": ("ratio", "clos3: pod-spine down:up "
                                                                "bandwidth (Meta: 7)"),
-    "cluster.fabric.topology.nic_link_gbps": ("Gb/s", "NIC-to-leaf link rate; absent: "
-                                                      "`link_gbps`"),
+    "cluster.fabric.topology.nic_link_gbps": ("Gb/s", "NIC-to-leaf link rate (of each port "
+                                                      "with planes); absent: `link_gbps` / "
+                                                      "`planes`"),
     "cluster.fabric.topology.uplink_gbps": ("Gb/s", "leaf-spine and spine-core link rate; "
                                                     "absent: the NIC rate x ceil(down links / "
                                                     "(ratio x up links)), as `export --to "
                                                     "hpcc`"),
+    "cluster.fabric.topology.planes": ("planes", "copies of the topology with no link "
+                                                 "between them; every NIC has one port of "
+                                                 "`link_gbps / planes` in each, every QP on "
+                                                 "one of them (`plane_select`); Alibaba HPN "
+                                                 "(SIGCOMM 2024): 2, 2 x 200G per 400G NIC; "
+                                                 "docs/fabric.md"),
+    "cluster.fabric.topology.plane_select": ("", "the plane of a QP, as Linux mlx5 picks a "
+                                                 "RoCE QP's port on a bonded pair "
+                                                 "(`lag_port_select_mode`): `round-robin` "
+                                                 "(`queue_affinity`, the default: a NIC's QPs "
+                                                 "alternate in creation order, `qp.c` "
+                                                 "`get_tx_affinity_rr`) or `five-tuple` "
+                                                 "(`hash`: a hash of the QP's 5-tuple, here "
+                                                 "CRC-32)"),
+    "cluster.fabric.topology.dual_tor": ("", "each NIC's ports on different ToRs (HPN's "
+                                             "non-stacked dual-ToR); absent: `planes > 1`; "
+                                             "true needs planes 2 (two ToRs sharing one plane's "
+                                             "spines are not modelled)"),
     "cluster.fabric.topology.propagation_ns": ("ns", "link propagation per tier (NIC-leaf, "
                                                      "leaf-spine, spine-core), one integer for "
                                                      "all; absent: `network.latency_ns // 2` "
@@ -216,6 +246,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "cluster.fabric.ecmp.hash": ("", "`crc32` (zlib CRC-32) or `hpcc-murmur3` (HPCC ns-3 "
                                      "`SwitchNode::EcmpHash`, seeded by the ns-3 node id)"),
     "cluster.fabric.ecmp.seed": ("", "combined with the switch index into each switch's seed"),
+    **fcc.CC_KEYS,
     "cluster.gpu.name": ("", "GPU model, for reports"),
     "cluster.gpu.peak_tflops": ("TFLOP/s", "dense peak at the training precision; compute time "
                                            "= FLOPs / (peak * `training.mfu`)"),
@@ -353,6 +384,11 @@ KEYS: dict[str, tuple[str, str]] = {
     "workload.incast.receiver": ("", "the rank every sender sends to"),
     "workload.group.ranks": ("", "the group in ring order; default every rank"),
     "workload.sendrecv.pairs": ("", "`[[src, dst], ...]`, each pair sending `bytes`"),
+    "workload.flows.file": ("", "a flow file (`src dst pg dport size_bytes start_seconds` per "
+                                "line after the count: HPCC ns-3's FLOW_FILE, what `export --to "
+                                "hpcc` writes), relative to the scenario file; each line one "
+                                "transfer started at its time (the earliest is time 0), open "
+                                "loop; ranks are NICs"),
 }
 
 
@@ -374,6 +410,7 @@ _NESTED = {
     "workload.incast.receiver": "a rank in [0, world - 1]",
     "workload.group.ranks": "a list of at least 2 distinct ranks in [0, world - 1]",
     "workload.sendrecv.pairs": "a non-empty list of distinct [src, dst], src != dst",
+    "workload.flows.file": "a path to a readable flow file",
 }
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tokenpcap.config.cc_types import DcqcnConfig, EcnConfig, NpConfig
 from tokenpcap.config.pipeline import stage_layer_counts
 from tokenpcap.errors import InputError
 
@@ -135,7 +136,11 @@ class TopologyConfig:
     every spine), ``leaf-spine`` (all NICs of ``nodes_per_leaf`` consecutive nodes on one leaf)
     or ``clos3`` (pods of ``pods`` nodes, each a rail-optimized two-tier pod, cores above).
     ``None`` sizes take the defaults of :func:`tokenpcap.config.fabric.fabric_shape`.
-    ``propagation_ns`` is per tier: (NIC-leaf, leaf-spine, spine-core).
+    ``propagation_ns`` is per tier: (NIC-leaf, leaf-spine, spine-core). ``planes``: copies of
+    that topology with no link between them, every NIC with one port of ``link_gbps / planes``
+    in each (``dual_tor`` says so: a NIC's ports reach different ToRs; None: ``planes > 1``),
+    each QP on the plane ``plane_select`` gives it (``round-robin`` | ``five-tuple``),
+    :mod:`tokenpcap.schedule.engine.topology_planes`.
     """
 
     kind: str = "rail-optimized"
@@ -147,6 +152,9 @@ class TopologyConfig:
     nic_link_gbps: float | None = None
     uplink_gbps: float | None = None
     propagation_ns: tuple[int, ...] = (500, 500, 500)
+    planes: int = 1
+    dual_tor: bool | None = None
+    plane_select: str = "round-robin"
 
 
 @dataclass(frozen=True)
@@ -198,7 +206,8 @@ class FabricProfile:
     values came from (:data:`tokenpcap.config.fabric.PRESETS`). ``timing``: ``rocev2`` (our
     frames with layer-1 overhead, serialization rounded up to whole ns) or ``hpcc-ns3``
     (frame = payload + 48 B, no layer-1 overhead, serialization truncated to whole ns, an ACK
-    per packet, as HPCC ns-3 does). ``qlen_sample_ns``: queue-depth sampling interval."""
+    per packet, as HPCC ns-3 does). ``qlen_sample_ns``: queue-depth sampling interval.
+    ``cc`` ``none`` | ``dcqcn``, with ``ecn``, ``dcqcn`` and ``np``: :mod:`tokenpcap.config.cc_types`."""
 
     model: str = "ideal"                   # ideal | queued
     preset: str | None = None
@@ -208,6 +217,10 @@ class FabricProfile:
     ecmp: EcmpConfig = field(default_factory=EcmpConfig)
     timing: str = "rocev2"                 # rocev2 | hpcc-ns3
     qlen_sample_ns: int = 1000
+    cc: str = "none"                       # none | dcqcn
+    ecn: EcnConfig = field(default_factory=EcnConfig)
+    dcqcn: DcqcnConfig = field(default_factory=DcqcnConfig)
+    np: NpConfig = field(default_factory=NpConfig)
 
     @property
     def queued(self) -> bool:

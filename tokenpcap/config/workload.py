@@ -16,6 +16,10 @@ scenario's ranks with ``dp`` equal to the world). The kinds, one registered chec
   size, the whole buffer) over ``ranks``, with the scenario's ``collectives.algorithm`` and
   channels as the training plan's calls of those collectives.
 * ``sendrecv``: ``pairs: [[src, dst], ...]``, each sending ``bytes``.
+* ``flows``: ``file``, a flow file (HPCC ns-3's ``FLOW_FILE`` format, what ``export --to hpcc``
+  writes): every line one transfer of its own size at its own start time, open loop
+  (:mod:`tokenpcap.config.flowfile`); ``bytes``, ``repeat`` and ``start_offsets_ns`` are not
+  given (the file has them).
 
 Common keys: ``bytes`` (required), ``dtype`` (element type: ``fp32``, nccl-tests' default ``-d
 float``; ``bytes`` must be a whole number of elements), ``repeat`` (back-to-back repetitions of
@@ -28,11 +32,14 @@ Every error is a :class:`~tokenpcap.errors.ProfileError` naming the file, the ke
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from tokenpcap.config import yamlcheck as yc
+from tokenpcap.config.flowfile import read_flow_file
 from tokenpcap.config.bounds import MAX_REPEAT, MAX_START_OFFSET_NS, MAX_WORKLOAD_BYTES
 from tokenpcap.config.types import DTYPE_BYTES
 from tokenpcap.errors import ProfileError
@@ -47,7 +54,9 @@ class Workload:
     rank of a pair, first appearance order); ``pairs``: ``(src, dst)`` of each point-to-point
     transfer (incast, sendrecv; empty otherwise); ``receiver``: the incast's receiver (-1
     otherwise); ``start_offsets_ns``: one per rank of the world (ns, >= 0); ``elem_bytes``:
-    bytes of one ``dtype`` element.
+    bytes of one ``dtype`` element; ``flows``: the ``flows`` kind's
+    :data:`~tokenpcap.config.flowfile.FLOW_DTYPE` rows (None for the other kinds; ``bytes`` is
+    then their total) and ``flow_file`` the file they were read from.
     """
 
     kind: str
@@ -58,12 +67,17 @@ class Workload:
     start_offsets_ns: tuple[int, ...] = ()
     repeat: int = 1
     dtype: str = "fp32"
+    flows: Any = field(default=None, compare=False, repr=False)
+    flow_file: str = ""
 
     @property
     def elem_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
 
     def to_json(self) -> dict:
+        if self.flows is not None:
+            return {"kind": self.kind, "file": self.flow_file, "flows": int(self.flows.size),
+                    "bytes": self.bytes, "ranks": list(self.ranks), "repeat": self.repeat}
         return {"kind": self.kind, "bytes": self.bytes, "ranks": list(self.ranks),
                 "pairs": [list(p) for p in self.pairs], "receiver": self.receiver,
                 "repeat": self.repeat, "dtype": self.dtype,
@@ -224,12 +238,30 @@ def workload_from(file: Path | None, prefix: str, data: Any, world: int) -> Work
     k = WORKLOAD_KINDS[kind]
     v = yc.read_mapping(file, prefix, d, {**_COMMON, **k.spec})
     elem = DTYPE_BYTES[v["dtype"]]
-    if v["bytes"] % elem:
+    if v["bytes"] is not None and v["bytes"] % elem:
         raise ProfileError(file, f"{prefix}.bytes", v["bytes"],
                            f"a multiple of {elem} (whole {v['dtype']} elements)")
-    ranks, pairs, receiver, starters = k.check(file, prefix, v, world)
+    ranks, pairs, receiver, starters, *flows = k.check(file, prefix, v, world)
+    if flows:
+        return Workload(kind=kind, bytes=int(flows[0]["size_bytes"].sum()), ranks=tuple(ranks),
+                        flows=flows[0], flow_file=str(v["file"]))
     offsets = _offsets(file, f"{prefix}.start_offsets_ns", v["start_offsets_ns"], world,
                        tuple(starters))
     return Workload(kind=kind, bytes=v["bytes"], ranks=tuple(ranks), pairs=tuple(pairs),
                     receiver=receiver, start_offsets_ns=offsets, repeat=v["repeat"],
                     dtype=v["dtype"])
+
+
+def _not_given(file: Path | None, key: str, value: Any) -> Any:
+    raise ProfileError(file, key, value, "no value: a flows workload's file has every flow's "
+                       "size and start")
+
+
+@register_workload_kind("flows", {"file": (lambda f, k, v: v, yc.REQUIRED),
+                                  "bytes": (_not_given, None), "repeat": (_not_given, None),
+                                  "start_offsets_ns": (_not_given, None)},
+                        "every line of the flow file `file` started at its own time (open loop)")
+def _flows(file: Path | None, prefix: str, v: dict, world: int):  # type: ignore[no-untyped-def]
+    flows = read_flow_file(file, f"{prefix}.file", v["file"], world)
+    ranks = tuple(int(r) for r in np.unique(np.concatenate([flows["src"], flows["dst"]])))
+    return ranks, (), -1, (), flows

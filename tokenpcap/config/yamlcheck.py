@@ -20,7 +20,7 @@ from tokenpcap.config.yamlfile import Raw, join_key as _join, load_yaml
 from tokenpcap.errors import ProfileError
 
 __all__ = ["REQUIRED", "Raw", "load_yaml", "read_mapping", "mapping", "integer", "number", "string",
-           "path_text", "file_name", "boolean", "enum", "optional", "ipv4", "ipv6", "mac_prefix"]
+           "path_text", "file_name", "boolean", "enum", "optional", "ipv4", "ipv6", "mac_prefix", "priorities"]
 
 Checker = Callable[[Path | None, str, Any], Any]
 
@@ -146,6 +146,15 @@ def boolean(file: Path | None, key: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
     raise ProfileError(file, key, value, "true or false")
+
+
+def priorities(file: Path | None, key: str, value: Any) -> tuple[int, ...]:
+    """A non-empty list of distinct IEEE 802.1p priorities 0..7, as a tuple."""
+    if isinstance(value, list) and value and all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 7 for v in value) \
+            and len(set(value)) == len(value):
+        return tuple(int(v) for v in value)
+    raise ProfileError(file, key, value, "a non-empty list of distinct priorities in [0, 7]")
 
 
 def enum(*allowed: Any) -> Checker:

@@ -6,7 +6,8 @@ topology from the same description our engine runs (:func:`fabric_topology`:
 :func:`tokenpcap.schedule.engine.topology.hpcc_topology_lines` of
 :func:`~tokenpcap.schedule.engine.topology.build_topology`: single-switch, rail-optimized,
 leaf-spine and clos3, every link at its rate and propagation delay, hosts the NIC indices,
-switches after them in our order) and its buffer from ``fabric.switch.buffer_bytes``
+switches after them in our order; with planes a host has one link per plane, its devices
+``1..planes``, which ``third.cc`` and ``RdmaHw`` take as a multi-NIC host) and its buffer from ``fabric.switch.buffer_bytes``
 (:func:`buffer_mib`).
 
 What ``third.cc`` and its switch model take from the config, and what they fix themselves (HPCC
@@ -130,6 +131,11 @@ def ns3_gaps(fabric: FabricProfile) -> list[str]:
         gap("ecmp", f"{ecmp.mode}/{ecmp.hash}/seed {ecmp.seed}",
             "hashes the five-tuple with murmur3, seed = the switch's node id "
             "(five-tuple/hpcc-murmur3/seed 0)")
+    if fabric.topology.planes > 1:
+        gap("topology.planes", fabric.topology.planes,
+            "puts a QP on the host NIC (plane) of Hash32(sip, dip, sport, dport) % NICs "
+            "(rdma-hw.cc GetNicIdxOfQp), not mlx5's round robin, and serves each NIC port's "
+            "QPs at that port's rate")
     if fabric.timing != "hpcc-ns3":
         gap("timing", fabric.timing, "times its own frames (payload + 48 B, an ACK per "
             "packet; timing: hpcc-ns3)")

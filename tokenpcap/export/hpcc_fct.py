@@ -54,7 +54,7 @@ from tokenpcap.export.hpcc_pfc import pfc_beside, pfc_lines, read_pfc
 from tokenpcap.records import DIMS, phase_label
 
 __all__ = ["FCT_DTYPE", "read_fct", "match_flows", "alone_gap_ns", "Comparison", "compare_hpcc",
-           "GROUP_KEYS", "report_lines"]
+           "ours_fct", "fct_tail_ns", "GROUP_KEYS", "report_lines"]
 
 FCT_DTYPE = np.dtype([("line", "<i8"), ("src", "<i8"), ("dst", "<i8"), ("sport", "<i8"),
                       ("dport", "<i8"), ("size_bytes", "<i8"), ("start_ns", "<i8"),
@@ -215,6 +215,38 @@ GROUP_KEYS = ("group", "flows", "completed", "bytes", "ours_ns", "sim_ns", "p50"
               "max")
 
 
+def ours_fct(scenario: str | os.PathLike, *, scale: int = 1, iterations: int = 1,
+             start_offset_ns: int = START_OFFSET_NS):
+    """Schedule ``scenario`` as ``export --to hpcc`` did: ``(schedule, flows, labels,
+    ours_fct_ns)``, the flows in flow-file order (``FLOW_DTYPE (f,)``), their phase labels
+    (list of f str) and our FCT of each (int64 ``(f,)``, the module docstring's definition: the
+    queued fabric's when the cluster has one).
+
+    Raises:
+        InputError: as ``schedule_scenario``.
+    """
+    from tokenpcap.pipeline import schedule_scenario
+
+    s, _, sched = schedule_scenario(scenario, scale=scale, iterations=iterations)
+    m = sched.messages
+    flows = hpcc_flows(m, start_offset_ns)
+    mm = m[flows["msg"]]
+    back = fct_tail_ns(s.cluster, sched, flows["src"], flows["dst"])
+    ours = (mm["arrival_ns"] - mm["ready_ns"]).astype(np.int64) + back
+    labels = [phase_label(int(d), int(p), int(c)) if d < len(DIMS) else "other"
+              for d, p, c in zip(mm["dim"], mm["phase"], mm["collective"])]
+    return sched, flows, labels, ours
+
+
+def fct_tail_ns(cluster, sched, src: np.ndarray, dst: np.ndarray):
+    """What our FCT adds to ``arrival_ns - ready_ns`` (module docstring): the last ACK's way back
+    on a queued fabric (int64 ``(f,)``, :func:`~tokenpcap.export.hpcc_fabric.ack_return_ns`),
+    one ``network.latency_ns`` on an ideal one (int)."""
+    if sched.fabric_queued:
+        return ack_return_ns(cluster, sched.topology, src, dst, sched.engine.ack_bytes)
+    return int(cluster.network.latency_ns)
+
+
 def compare_hpcc(scenario: str | os.PathLike, fct_path: str | os.PathLike, *, scale: int = 1,
                  iterations: int = 1, start_offset_ns: int | None = None,
                  pfc_path: str | os.PathLike | None = None) -> Comparison:
@@ -226,26 +258,14 @@ def compare_hpcc(scenario: str | os.PathLike, fct_path: str | os.PathLike, *, sc
         InputError: as :func:`read_fct` and :func:`match_flows`; as ``schedule_scenario``;
             ``pfc_path`` with an ideal fabric, or as :func:`tokenpcap.export.hpcc_pfc.read_pfc`.
     """
-    from tokenpcap.pipeline import schedule_scenario
-
     off = START_OFFSET_NS if start_offset_ns is None else int(start_offset_ns)
     fct = read_fct(fct_path)
-    s, _, sched = schedule_scenario(scenario, scale=scale, iterations=iterations)
+    sched, flows, labels, ours = ours_fct(scenario, scale=scale, iterations=iterations,
+                                          start_offset_ns=off)
     if pfc_path is not None and not sched.fabric_queued:
         raise InputError(f"{scenario}: --hpcc-pfc: got a scenario with an ideal fabric, "
                          "expected a cluster with fabric.model: queued (PFC is the fabric's)")
-    m = sched.messages
-    flows = hpcc_flows(m, off)
     row = match_flows(flows, fct, fct_path)
-    mm = m[flows["msg"]]
-    if sched.fabric_queued:
-        back = ack_return_ns(s.cluster, sched.topology, flows["src"], flows["dst"],
-                             sched.engine.ack_bytes)
-    else:
-        back = int(s.cluster.network.latency_ns)
-    ours = (mm["arrival_ns"] - mm["ready_ns"]).astype(np.int64) + back
-    labels = [phase_label(int(d), int(p), int(c)) if d < len(DIMS) else "other"
-              for d, p, c in zip(mm["dim"], mm["phase"], mm["collective"])]
     ok = row >= 0
     sim = np.full(flows.size, -1, np.int64)
     sim[ok] = fct["fct_ns"][row[ok]]

@@ -25,7 +25,8 @@ that *sends* each frame; the frame reaches the device at the other end of its ca
 the device a pfc.txt line names. With the export's node numbering (hosts 0..N-1 our NIC
 indices, switch ``s`` node N + s, :func:`tokenpcap.schedule.engine.topology.hpcc_topology_lines`)
 and ``third.cc`` installing one QbbNetDevice per topology line on each end in file order
-(interface 0 the loopback), a host's only device is interface 1 and our port ``k`` of a switch
+(interface 0 the loopback), a host's only device is interface 1 (with planes, its port in plane
+``k`` is interface ``k + 1``) and our port ``k`` of a switch
 is its interface ``k + 1``: on the fixtures' single switch (node 64), interface ``i + 1`` faces
 host ``i``. So the line ``(host h, 1)`` is the frames our switch port facing NIC ``h`` sent, and
 ``(N + s, k + 1)`` those of the port at the other end of our switch ``s`` port ``k``.
@@ -137,8 +138,9 @@ def ns3_device(topology, switch: int, port: int) -> tuple[int, int, str]:
                             & (topology.port_number == port))[0])
     n_nic = int(topology.nic_port.size)
     nic = int(topology.port_peer_nic[gp])
-    if nic >= 0:
-        return nic, 1, f"nic {nic}"
+    if nic >= 0:                        # a host's device k + 1 is its port in plane k
+        plane = int(topology.switch_plane[switch])
+        return nic, plane + 1, f"nic {nic}" if topology.planes == 1 else f"nic {nic} plane {plane}"
     q = int(topology.port_peer_port[gp])
     sw, num = int(topology.port_switch[q]), int(topology.port_number[q])
     return n_nic + sw, num + 1, f"{topology.switch_names[sw]}:{num}"
@@ -177,7 +179,7 @@ def pfc_beside(sim: np.ndarray, tables: dict, topology) -> list[dict]:
             r = dict.fromkeys(PFC_KEYS, 0)
             r.update(node=node, if_index=dev)
             if node < n_nic:
-                s_port = int(topology.nic_port[node])
+                s_port = int(topology.plane_nic_port[dev - 1, node])
             else:
                 s = node - n_nic
                 first = int(np.searchsorted(topology.port_switch, s))
@@ -190,12 +192,12 @@ def pfc_beside(sim: np.ndarray, tables: dict, topology) -> list[dict]:
 
     ports = np.bincount(topology.port_switch, minlength=n_sw)
     for (node, dev), (pauses, resumes, paused) in pause_counts(sim).items():
-        ok = (dev == 1) if node < n_nic else (node < n_nic + n_sw
+        ok = (1 <= dev <= topology.planes) if node < n_nic else (node < n_nic + n_sw
                                                and 1 <= dev <= int(ports[node - n_nic]))
         if not ok:
             raise InputError(f"pfc.txt: node {node} if_index {dev}: got a device the exported "
                              f"topology does not have, expected hosts 0..{n_nic - 1} (if_index "
-                             f"1) or switches {n_nic}..{n_nic + n_sw - 1}")
+                             f"1..{topology.planes}) or switches {n_nic}..{n_nic + n_sw - 1}")
         if node >= n_nic and int(topology.port_peer_port[
                 int(np.searchsorted(topology.port_switch, node - n_nic)) + dev - 1]) < 0:
             raise InputError(f"pfc.txt: node {node} if_index {dev}: got a switch port facing a "

@@ -30,6 +30,9 @@ class Family:
 
     ``tokens``: ``""`` (no per-token data), ``"mb"`` (the microbatch's samples, all positions) or
     ``"sp"`` (positions ``[t*s/tp, (t+1)*s/tp)`` of the sending rank's TP index ``t``).
+    ``channel``: -1 (the calls' bytes split over the scenario's channels), or the one connection
+    lane every transfer of a point-to-point family goes on, whole (a ``flows`` workload:
+    :mod:`tokenpcap.plan.flows`).
     """
 
     dim: str
@@ -41,6 +44,7 @@ class Family:
     groups: list[tuple[int, ...]]
     insts: list[Inst] = field(default_factory=list)
     tokens: str = ""
+    channel: int = -1
 
     @property
     def label(self) -> str:

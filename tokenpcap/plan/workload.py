@@ -103,3 +103,6 @@ def workload_json(plan, wire_time_ns: Callable[[int, float], int]) -> dict:  # t
         "phases": [r.to_json() for r in plan.rows], "totals": plan.totals(), "epoch": None,
         "pcap": plan.pcap, "tokens": None,
     }
+
+
+from tokenpcap.plan import flows as _flows  # noqa: E402,F401 - registers the "flows" planner

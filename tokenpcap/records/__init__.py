@@ -69,6 +69,17 @@ PKT_DATA = KIND_DATA
 PKT_CTS = KIND_CTS
 PKT_ACK = 2
 PKT_PFC = 3
+#: A RoCEv2 congestion notification packet (BTH opcode 0x81) a NIC sends as DCQCN's
+#: notification point for a CE-marked packet it received: ``nic`` the NIC that sends the CNP
+#: (the marked packet's receiver), ``peer_nic`` the marked packet's sender, ``msg`` the message
+#: the marked packet belongs to (its QP pair gives the CNP's DestQP: the QPN of the QP that sent
+#: it), ``index`` that packet's index in the message.
+PKT_CNP = 4
+
+#: Bits of the optional ``flags`` uint8 column of the engine's transmitted-frame rows (``TX_DTYPE``):
+#: :data:`TX_FLAG_CE` = the packet left a switch queue marked CE (ECN 3, RFC 3168 5); the
+#: lowering copies it into ``PACKET_DTYPE.ce``.
+TX_FLAG_CE = 0x01
 
 #: ``PACKET_DTYPE.opcode`` of a PFC row (not a BTH opcode: a PFC frame has no BTH). 0xFF lies in
 #: the manufacturer-specific BTH range 0xC0-0xFF (IBTA vol.1 Table 38) that no generated RoCE or
@@ -169,6 +180,9 @@ MESSAGE_DTYPE = np.dtype(
 #: payload_offset int64  byte offset of this packet's payload inside its message
 #: ip_id          uint16 IPv4 identification
 #: frame_bytes    uint32 frame length on the wire without FCS (filled by the lowering)
+#: ce             uint8  1: a switch marked the packet, its IP ECN field is CE (3) instead of the
+#:                       context's ECT codepoint (IPv4 header checksum recomputed, ICRC unchanged:
+#:                       it masks the ECN bits); 0: as sent
 #: line_protocol  uint8  0: the payload is raw data (NCCL's Simple); 1 LL, 2 LL128: it is NCCL
 #:                       lines (:mod:`tokenpcap.wire.lines`) with ``line_flag`` in every line
 #: line_flag      uint32 the lines' flag (the sender's step on the connection + 1)
@@ -204,6 +218,7 @@ PACKET_DTYPE = np.dtype(
         ("payload_offset", "<i8"),
         ("ip_id", "<u2"),
         ("frame_bytes", "<u4"),
+        ("ce", "u1"),
         ("line_protocol", "u1"),
         ("line_flag", "<u4"),
     ]

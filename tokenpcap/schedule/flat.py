@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokenpcap.errors import InputError
 from tokenpcap.plan.calltable import CallTable
 from tokenpcap.plan.pipeline import chunk_layers
 from tokenpcap.records import COLLECTIVES, DIMS, PHASES
@@ -196,10 +197,11 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0, *,
     for f in table.families:              # a call's shape and codes are its family's and group's
         family_code.append(codes_of.setdefault((f.phase, f.dim, f.collective), len(codes_of)))
         for g in f.groups:
-            k = (f.collective, g, f.message_bytes, f.elem_bytes)
+            k = (f.collective, g, f.message_bytes, f.elem_bytes, f.channel)
             e = keys.get(k)
             if e is None:
-                ck, sh = canonical_shape(*k, gpn)
+                ck, sh = canonical_shape(*k[:4], gpn)
+                ck += (f.channel,) if f.channel >= 0 else ()
                 j = canon.get(ck)
                 if j is None:
                     j = canon[ck] = len(canon_tr)
@@ -232,7 +234,8 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0, *,
     wl = plan.scenario.workload
     if wl is not None:                    # a microbenchmark: its calls, no compute
         prog_ptr, ins_kind, ins_a, ins_b = workload_program_arrays(
-            table, part_call, part_rank, lay.world_size, wl.start_offsets_ns, plan.scale)
+            table, part_call, part_rank, lay.world_size, wl.start_offsets_ns, plan.scale,
+            workload=wl)
     else:
         prog_ptr, ins_kind, ins_a, ins_b = template_programs(
             table, part_call, part_rank, lay.world_size, lay.coords, shards, times,
@@ -259,7 +262,15 @@ def _concat_csr(ptrs: list[np.ndarray], lists: list[np.ndarray], shift: list[int
 
 
 def _flatten_direct(plan, iteration: int, shards, times, nvlink=None, above: int = 0) -> Flat:
-    """:func:`flatten` the straightforward way: transfers per call, one program per rank."""
+    """:func:`flatten` the straightforward way: transfers per call, one program per rank.
+
+    Raises:
+        InputError: a ``flows`` workload (its calls' fixed lanes and start times are built by
+            the fast build only, :mod:`tokenpcap.schedule.flows`).
+    """
+    if plan.scenario.workload is not None and plan.scenario.workload.flows is not None:
+        raise InputError("flatten(direct=True): got a flows workload, expected another kind "
+                         "(the fast build alone builds a flows workload)")
     lay = plan.layout
     calls = list(plan.calls(iteration))
     trs = [plan.call_transfers(c) for c in calls]

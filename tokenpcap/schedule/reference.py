@@ -161,6 +161,9 @@ class ReferenceSchedule:
             self._iter_calls[it] = [c.call_id for c in calls]
             self._iter_left[it] = lay.world_size
             wl = self.scenario.workload
+            if wl is not None and wl.flows is not None:
+                raise InputError("the reference engine: got a flows workload, expected another "
+                                 "kind (the compiled engine alone runs a flows workload)")
             progs = self._progs[it] = workload_programs(
                 calls, range(lay.world_size), wl.start_offsets_ns, self.plan.scale) \
                 if wl is not None else build_programs(

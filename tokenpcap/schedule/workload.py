@@ -26,6 +26,7 @@ import numpy as np
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.plan.calltable import CallTable
 from tokenpcap.schedule.flatbuild import encode_program
+from tokenpcap.schedule.flows import flows_program_arrays
 from tokenpcap.schedule.program import Call, CallMode, Compute, Instruction, Wait
 
 __all__ = ["workload_programs", "workload_program_arrays"]
@@ -60,13 +61,17 @@ def workload_programs(calls: list[CollectiveCall], ranks, start_offsets_ns, scal
 
 
 def workload_program_arrays(table: CallTable, part_call: np.ndarray, part_rank: np.ndarray,
-                            world: int, start_offsets_ns, scale: int = 1
+                            world: int, start_offsets_ns, scale: int = 1, workload=None
                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(prog_ptr (W + 1,), ins_kind int8, ins_a int32, ins_b int32)`` of every rank's
     program (:func:`workload_programs`, encoded as
     :func:`~tokenpcap.schedule.flatbuild.template_programs` encodes a training iteration's):
     ``table`` the iteration's calls (row = local call), ``part_call``/``part_rank`` int64
-    ``(P,)`` the call and rank of each participation."""
+    ``(P,)`` the call and rank of each participation. ``workload``: the scenario's
+    :class:`~tokenpcap.config.workload.Workload`; a ``flows`` one gets
+    :func:`~tokenpcap.schedule.flows.flows_program_arrays`."""
+    if workload is not None and workload.flows is not None:
+        return flows_program_arrays(workload, part_call, part_rank, world)
     calls = list(table.objects())
     local = {c.call_id: i for i, c in enumerate(calls)}
     part_of = {(int(c), int(r)): p for p, (c, r) in enumerate(zip(part_call.tolist(),

@@ -23,6 +23,7 @@ those lines', made by linearity from per-bit tables; a gather writer takes none 
 
 The result equals :func:`tokenpcap.wire.frame.build_frame` byte for byte (tested), including the
 ICRC of frames that ``caplen`` truncates (a snaplen never changes the bytes that are kept).
+Rows with ``ce`` set leave with ECN CE and their IPv4 checksum adjusted (:mod:`tokenpcap.wire.ecn`).
 
 Rows with ``opcode == OPCODE_PFC`` (:data:`tokenpcap.records.PACKET_DTYPE`: a switch port's
 802.1Qbb frame) form one more group, built whole by :func:`tokenpcap.wire.pfc.build_pfc_frames`
@@ -39,6 +40,7 @@ from tokenpcap.errors import EncodeError
 from tokenpcap.records import OPCODE_PFC, PACKET_DTYPE
 from tokenpcap.wire import headers as H
 from tokenpcap.wire.context import PAYLOAD_PATTERN_BYTES, WireContext
+from tokenpcap.wire.ecn import check_ce, ipv4_checksum_delta
 from tokenpcap.wire.heap import keep_heap
 from tokenpcap.wire.layout import Layout
 from tokenpcap.wire.lines import LinePatterns
@@ -249,6 +251,7 @@ class FrameBuilder:
             for f, bits, hdr in (("psn", 24, "BTH.PSN"), ("dest_qp", 24, "BTH.DestQP"), ("src_qp", 24, "QPN"),
                                  ("ack_req", 1, "BTH.AckReq"), ("solicited", 1, "BTH.SE"), ("becn", 1, "BTH.BECN")):
                 bad(p[f] >= (1 << bits), first, f, p[f], f"0..{(1 << bits) - 1} ({hdr}, {bits} bits)")
+        check_ce(self.ctx, p["ce"], first)
         nn = self.ctx.n_nics
         for f in ("nic", "peer_nic"):
             if p[f].min() < 0 or p[f].max() >= nn:
@@ -381,7 +384,8 @@ class FrameBuilder:
         hdr, words = lay.header_words(ps, d, nic)
         if lay.roce and ctx.ip_version == 4:        # RFC 1071 sum: template + varying words
             total = lay.ip4_const + d["udp_len"] + H.IPV4.size + ps["ip_id"] \
-                + lay.ip4_nic_sum[nic["nic"]] + lay.ip4_nic_sum[nic["peer_nic"]]
+                + lay.ip4_nic_sum[nic["nic"]] + lay.ip4_nic_sum[nic["peer_nic"]] \
+                + ipv4_checksum_delta(ctx, ps["ce"])
             csum = ~_fold16(total) & 0xFFFF
             if direct:
                 or_field16(words, lay.l3 + H.IPV4.slot("HeaderChecksum").first_byte, csum)

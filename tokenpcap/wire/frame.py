@@ -5,9 +5,10 @@ for byte. It packs every header from its declaration (:mod:`tokenpcap.wire.heade
 the CRCs with the reference code of :mod:`tokenpcap.wire.crc` (zlib over the masked bytes).
 
 Fields as NICs set them: IPv4 DF set and header checksum correct (RFC 791), TTL and DSCP/ECN from
-the context, UDP checksum 0 over IPv4 (allowed by RFC 768 and IBTA A17.4.1.2) and correct over
-IPv6 (RFC 8200 8.1); BTH PadCnt with zero pad bytes; CNP with BECN set, MigReq 0, PSN as given,
-the CNP DSCP/PCP and 16 zero bytes (A17.9.3); frames shorter than 60 bytes zero-padded after the
+the context (ECN CE on a row a switch marked, ``ce``: :mod:`tokenpcap.wire.ecn`), UDP checksum 0
+over IPv4 (allowed by RFC 768 and IBTA A17.4.1.2) and correct over IPv6 (RFC 8200 8.1); BTH
+PadCnt with zero pad bytes; CNP with BECN set, MigReq 0, PSN as given, the CNP DSCP/PCP and 16
+zero bytes (A17.9.3); frames shorter than 60 bytes zero-padded after the
 ICRC (IEEE 802.3).
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tokenpcap.errors import EncodeError
 from tokenpcap.wire import crc
 from tokenpcap.wire import headers as H
 from tokenpcap.wire.context import PAYLOAD_PATTERN_BYTES, WireContext
+from tokenpcap.wire.ecn import row_ecn
 from tokenpcap.wire.lines import LINE_FORMATS, encode_lines
 from tokenpcap.wire.rdma import CNP, ETH_MIN_FRAME_BYTES, OPCODES, rocev2_flow_label
 
@@ -115,6 +117,7 @@ def build_frame(row: np.void | dict, ctx: WireContext, payload: bytes | None = N
         raise EncodeError(f"nic/peer_nic: got {nic}/{peer}, expected 0..{ctx.n_nics - 1} "
                           f"(the WireContext address arrays)")
     if ctx.transport == "infiniband":
+        row_ecn(row, ctx)                      # refuses a CE mark: IB has no IP ECN field
         return _build_ib(row, ctx, body, nic, peer)
     return _build_rocev2(row, ctx, body, nic, peer)
 
@@ -128,10 +131,11 @@ def _flow_label(row: np.void | dict, ctx: WireContext) -> int:
 def _build_rocev2(row, ctx: WireContext, body: bytes, nic: int, peer: int) -> bytes:
     cnp = _int(row, "opcode") == CNP
     dscp = ctx.cnp_dscp if cnp else ctx.dscp
+    ecn = row_ecn(row, ctx)                    # CE when a switch marked it (ecn.py)
     udp_len = H.UDP.size + len(body) + H.ICRC.size
     udp = H.UDP.pack(SourcePort=_int(row, "udp_sport"), Length=udp_len)
     if ctx.ip_version == 4:
-        ip_fields = dict(DSCP=dscp, ECN=ctx.ecn, TotalLength=H.IPV4.size + udp_len,
+        ip_fields = dict(DSCP=dscp, ECN=ecn, TotalLength=H.IPV4.size + udp_len,
                          Identification=_int(row, "ip_id"), DF=1, TTL=ctx.ttl,
                          SourceAddress=int.from_bytes(ctx.ipv4[nic].tobytes(), "big"),
                          DestinationAddress=int.from_bytes(ctx.ipv4[peer].tobytes(), "big"))
@@ -139,7 +143,7 @@ def _build_rocev2(row, ctx: WireContext, body: bytes, nic: int, peer: int) -> by
         ip = H.IPV4.pack(ip_fields)
         ethertype = H.ETHERTYPE_IPV4
     else:
-        ip = H.IPV6.pack(TrafficClass=(dscp << 2) | ctx.ecn, FlowLabel=_flow_label(row, ctx),
+        ip = H.IPV6.pack(TrafficClass=(dscp << 2) | ecn, FlowLabel=_flow_label(row, ctx),
                          PayloadLength=udp_len, HopLimit=ctx.ttl,
                          SourceAddress=int.from_bytes(ctx.ipv6[nic].tobytes(), "big"),
                          DestinationAddress=int.from_bytes(ctx.ipv6[peer].tobytes(), "big"))

@@ -21,6 +21,7 @@ import numpy as np
 
 from tokenpcap.wire import headers as H
 from tokenpcap.wire.context import WireContext
+from tokenpcap.wire.ecn import ce_bits
 from tokenpcap.wire.fields import Header
 from tokenpcap.wire.linear import CRC16_VCRC, CRC32
 from tokenpcap.wire.rdma import CNP, OPCODES, rocev2_flow_label
@@ -126,6 +127,8 @@ class Layout:
             self._ext(h)
         self.header_bytes = self._col
         self.payload = info.payload
+        #: (word, bits) ORed into the rows with ``ce`` set (:mod:`tokenpcap.wire.ecn`), RoCEv2 only
+        self.ce_word = ce_bits(ctx.ip_version, self.l3) if self.roce else None
         self._finish()
 
     # ------------------------------------------------------------------ declaration helpers
@@ -252,7 +255,7 @@ class Layout:
     def header_words(self, ps: np.ndarray, d: dict, nic: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Headers of packets ``ps``: uint8 ``(k, H)`` (a view of big-endian 64-bit words) and the
         words themselves, uint64 ``(n_words, k)`` (word j = header bytes 8j..8j+7, first byte most
-        significant).
+        significant). Rows with ``ce`` set carry ECN CE (the IPv4 checksum is the caller's).
 
         Every word is built with contiguous 64-bit operations and stored once, instead of one
         strided byte store per header byte.
@@ -269,6 +272,11 @@ class Layout:
             words[j] |= part << np.uint64(lshift) if lshift else part
         for key, j, table in self.word_nic:
             words[j] |= table.take(nic[key])
+        if self.ce_word is not None:              # CE marks: the two ECN bits set (ecn.py)
+            ce = ps["ce"]
+            if ce.any():
+                j, bits = self.ce_word
+                words[j] |= np.where(ce != 0, bits, np.uint64(0))
         out = np.empty((k, self.n_words), dtype=">u8")
         out[:] = words.T
         return out.view(np.uint8)[:, :self.header_bytes], words

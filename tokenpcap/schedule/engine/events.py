@@ -102,6 +102,11 @@ FN_COLS = 13
 # shared bytes in use, ECMP seed, bytes queued
 FS_BUF, FS_HDRM, FS_RSRV, FS_SHARED, FS_SEED, FS_QUEUED = range(6)
 FS_COLS = 6
+# with planes (module topology_planes) a NIC's port in each plane ``fw (planes * N, FW_COLS)``,
+# row ``plane * N + nic`` (no rows with one plane): its wire, its transmitter busy until, the
+# switch port its link enters, propagation ns, rate NUM/DEN
+FW_WHEAD, FW_WTAIL, FW_BUSY, FW_PORT, FW_PROP, FW_RNUM, FW_RDEN = range(7)
+FW_COLS = 7
 # packet descriptors ``pk (K, PK_COLS)``: message, packet index, kind (PKT_*; PFC: index = the
 # class-enable vector, msg = quanta), frame bytes, timing bytes, source and destination NIC, QP,
 # priority, flags (PK_LAST, PK_ACKREQ), ingress switch port, next in its list, arrival time (last
@@ -156,7 +161,8 @@ class State(NamedTuple):
     FIRST, MIDDLE, LAST packets ``sh_tb (S, 3)``, the PFC log ``lgp (L, 6)`` (time, switch, port
     number, priority, XOFF, quanta), the queue-depth log ``lgq (L, 5)`` (interval start, switch,
     port number, priority, most bytes) and ``qsamp (8P, 2)`` each queue's current interval and
-    its most bytes.
+    its most bytes; with planes the NICs' plane ports ``fw (planes·N, FW_COLS)`` (no rows with
+    one plane) and per QP the plane of its data and of its ACKs ``q_plane (Q, 2)``.
     """
 
     ms: np.ndarray
@@ -207,6 +213,8 @@ class State(NamedTuple):
     lgp: np.ndarray
     lgq: np.ndarray
     qsamp: np.ndarray
+    fw: np.ndarray
+    q_plane: np.ndarray
 
 
 # ---------------------------------------------------------------- heap
@@ -313,4 +321,5 @@ __all__ += [
     "PK_KIND", "PK_FB", "PK_TB", "PK_SRC", "PK_DST", "PK_QP", "PK_PRIO", "PK_FLAGS", "PK_IN",
     "PK_NEXT", "PK_ARR", "PK_T0", "PK_COLS", "PK_LAST", "PK_ACKREQ", "Q8_HEAD", "Q8_TAIL",
     "Q8_BYTES", "Q8_PKTS", "I8_BYTES", "I8_HDRM", "I8_PAUSED", "I8_PT0", "I8_DROPS", "I8_DROPB",
+    "FW_WHEAD", "FW_WTAIL", "FW_BUSY", "FW_PORT", "FW_PROP", "FW_RNUM", "FW_RDEN", "FW_COLS",
 ]

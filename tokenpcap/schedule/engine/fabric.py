@@ -16,6 +16,12 @@ frame + FCS + preamble + inter-frame gap, ceiling ns; or ns-3's payload + 48 B, 
 a switch that cuts through, at ``t0 + prop + pipeline_ns`` (its head, as when both sides run at one
 rate). Arrivals on a link are in order, so a wire holds one heap event: its head's arrival (HOP).
 
+**Planes** (:mod:`~tokenpcap.schedule.engine.topology_planes`). A NIC has one port in each
+plane (``S.fw``); its frames keep the NIC's one transmitter (its round robin over all its QPs
+at ``link_gbps``) and then leave on the port of their QP's plane (``S.q_plane``; an ACK on the
+port of its QP's other end), each port a FIFO at its own rate (``link_gbps / planes``), and are
+routed towards the destination's port in the same plane.
+
 **Switches.** A packet that arrives at a switch is routed towards the leaf of its destination NIC
 (``rt_ptr``/``rt_port``: up-down routes, several candidates when ECMP applies, chosen by
 :func:`tokenpcap.schedule.engine.ecmp.ecmp_index` on the RoCEv2 5-tuple, the destination QPN or
@@ -93,11 +99,21 @@ def pk_free(S, sc, k):
 @njit(cache=True, _nrt=False)
 def _wire(S, cf, w):
     """Wire ``w``: ``(table, row, head column, tail column)``: a NIC's uplink (``w < N``, row of
-    ``S.fn``) or a switch port's link (row ``w - N`` of ``S.fp``)."""
+    ``S.fn``), a switch port's link (row ``w - N`` of ``S.fp``) or, with planes, a NIC's port in
+    a plane (row ``w - N - P`` of ``S.fw``)."""
     N = cf[NPORTS]
     if w < N:
         return S.fn, w, FN_WHEAD, FN_WTAIL
-    return S.fp, w - N, FP_WHEAD, FP_WTAIL
+    P = S.fp.shape[0]
+    if w < N + P:
+        return S.fp, w - N, FP_WHEAD, FP_WTAIL
+    return S.fw, w - N - P, FW_WHEAD, FW_WTAIL
+
+
+@njit(cache=True, _nrt=False)
+def _plane(S, k):
+    """The plane of descriptor ``k``: its QP's data plane, or for an ACK its ACK plane."""
+    return S.q_plane[S.pk[k, PK_QP], 1 if S.pk[k, PK_KIND] == PKT_ACK else 0]
 
 
 @njit(cache=True, _nrt=False)
@@ -140,6 +156,18 @@ def inject(S, cf, sc, h, nic, t0, d, msg, idx, kind, fb, tb, flags, qp):
         pk[k, PK_PRIO] = cf[F_DPRIO]
     if sc[MMASK] >= 0:
         S.ms[msg & sc[MMASK], M_NACK] += 1          # in flight: the row is held (module ring)
+    if S.fw.shape[0] > 0:
+        # planes: the frame leaves on the NIC's port in its QP's plane, at that port's rate,
+        # after the frames before it on that port (module topology_planes)
+        fw = S.fw
+        r = _plane(S, k) * cf[NPORTS] + nic
+        t1 = t0 if t0 > fw[r, FW_BUSY] else fw[r, FW_BUSY]
+        ser = ser_ns(cf, tb, fw[r, FW_RNUM], fw[r, FW_RDEN])
+        fw[r, FW_BUSY] = t1 + ser
+        prop = fw[r, FW_PROP]
+        arr = t1 + prop + cf[F_PIPE] if cf[F_CUT] else t1 + ser + prop + cf[F_PIPE]
+        _wire_push(S, cf, sc, h, cf[NPORTS] + S.fp.shape[0] + r, k, t1, arr)
+        return
     prop = S.fn[nic, FN_PROP]
     arr = t0 + prop + cf[F_PIPE] if cf[F_CUT] else t0 + d + prop + cf[F_PIPE]
     _wire_push(S, cf, sc, h, nic, k, t0, arr)
@@ -165,7 +193,10 @@ def _route(S, cf, s, k):
     pk = S.pk
     fn = S.fn
     d = pk[k, PK_DST]
-    ep = fn[d, FN_PORT]
+    if S.fw.shape[0] > 0:
+        ep = S.fw[_plane(S, k) * cf[NPORTS] + d, FW_PORT]
+    else:
+        ep = fn[d, FN_PORT]
     leaf = S.fp[ep, FP_SW]
     if leaf == s:
         return ep
@@ -416,6 +447,9 @@ def hop(S, cf, sc, h, o, w, t):
     sc[HOPS] += 1
     if w < cf[NPORTS]:
         _switch_in(S, cf, sc, h, o, S.fn[w, FN_PORT], k, t)
+        return -1, -1
+    if w >= cf[NPORTS] + S.fp.shape[0]:
+        _switch_in(S, cf, sc, h, o, S.fw[r, FW_PORT], k, t)
         return -1, -1
     nic = S.fp[r, FP_PEER_NIC]
     if nic < 0:

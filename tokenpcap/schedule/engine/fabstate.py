@@ -23,11 +23,12 @@ from fractions import Fraction
 import numpy as np
 
 from tokenpcap.config.addresses import nic_addresses
-from tokenpcap.config.fabric import auto_headroom_bytes, port_dynamic_th
+from tokenpcap.config.fabric import auto_headroom_bytes, plane_port_gbps, port_dynamic_th
 from tokenpcap.errors import InputError
 from tokenpcap.schedule.engine import events as K
 from tokenpcap.schedule.engine.ecmp import ECMP_HASHES, ECMP_MODES
 from tokenpcap.schedule.engine.topology import build_topology
+from tokenpcap.schedule.engine.topology_planes import qp_planes, qp_planes_hash
 from tokenpcap.wire import rdma
 from tokenpcap.wire.qpn import qpn
 
@@ -95,7 +96,7 @@ def placeholder() -> FabricArrays:
     arrays = dict(fp=z(1, K.FP_COLS), fq=z(8, 4), fi=z(8, 6), fpu=z(8), fpv=z(8),
                   fsw=z(1, K.FS_COLS), fn=z(1, K.FN_COLS), pk=z(1, K.PK_COLS), rt_ptr=z(2),
                   rt_port=z(1), q_sport=z(1), q_dqpn=z(1), sh_tb=z(1, 3), lgp=z(1, 6),
-                  lgq=z(1, 5), qsamp=z(8, 2))
+                  lgq=z(1, 5), qsamp=z(8, 2), fw=z(0, K.FW_COLS), q_plane=z(1, 2))
     return FabricArrays(arrays, {K.FAB: 0}, None, None)
 
 
@@ -194,7 +195,8 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
     fp[:, K.FP_HDRM] = ([auto_headroom_bytes(g, d) for g, d in zip(gbps, prop)]
                         if pfc.headroom_bytes is None else int(pfc.headroom_bytes))
     nic_gbps = float(cluster.link_gbps)
-    shift = np.array([-port_dynamic_th(pfc, g, nic_gbps) for g in gbps], np.int64).reshape(-1)
+    port_gbps = plane_port_gbps(nic_gbps, topo.planes)      # the NIC's rate with one plane
+    shift = np.array([-port_dynamic_th(pfc, g, port_gbps) for g in gbps], np.int64).reshape(-1)
     fp[:, K.FP_SHIFT] = shift
     # switches
     fsw = np.zeros((S, K.FS_COLS), np.int64)
@@ -206,7 +208,7 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
     fn = np.zeros((N, K.FN_COLS), np.int64)
     fn[:, K.FN_PORT] = topo.nic_port
     fn[:, K.FN_PROP] = topo.port_prop_ns[topo.nic_port]
-    fn[:, K.FN_RNUM], fn[:, K.FN_RDEN] = _rate(nic_gbps)
+    fn[:, K.FN_RNUM], fn[:, K.FN_RDEN] = _rate(port_gbps)
     fn[:, K.FN_WHEAD] = fn[:, K.FN_WTAIL] = -1
     ip = nic_addresses(cluster).ipv4.astype(np.int64)
     fn[:, K.FN_IP] = (ip[:, 0] << 24) | (ip[:, 1] << 16) | (ip[:, 2] << 8) | ip[:, 3]
@@ -220,6 +222,11 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
     conn, rest = rest % qp_stride, rest // qp_stride
     peer, me = rest % N, rest // N
     sport, dqpn = flow_keys(me, peer, conn, role)
+    if fab.topology.plane_select == "five-tuple" and topo.planes > 1:
+        q_plane = qp_planes_hash(fn[me, K.FN_IP], fn[peer, K.FN_IP], sport, topo.planes)
+    else:
+        q_plane = qp_planes(qcodes, N, qp_stride, topo.planes)
+    fw = _plane_ports(topo, N)
     # timing bytes per shape and the NICs' frame times under that timing
     pay = _payloads(np.asarray(sizes, np.int64), np.asarray(sh_n, np.int64), int(cluster.pmtu_bytes))
     sh_tb = timing_bytes(fab.timing, sh_fb, pay)
@@ -258,8 +265,24 @@ def build_fabric(cluster, topo, nic, *, sizes: np.ndarray, sh_n: np.ndarray, sh_
                   q_sport=np.asarray(sport, np.int64).reshape(-1),
                   q_dqpn=np.asarray(dqpn, np.int64).reshape(-1),
                   sh_tb=np.ascontiguousarray(sh_tb), lgp=np.zeros((1 << 12, 6), np.int64),
-                  lgq=np.zeros((1 << 14, 5), np.int64), qsamp=qsamp)
+                  lgq=np.zeros((1 << 14, 5), np.int64), qsamp=qsamp, fw=fw, q_plane=q_plane)
     return FabricArrays(arrays, settings, sh_d, ack_ns)
+
+
+def _plane_ports(topo, N: int) -> np.ndarray:
+    """``fw`` (:class:`~tokenpcap.schedule.engine.events.State`): the NICs' ports per plane;
+    with one plane none (the NIC's own link, ``fn``)."""
+    planes = topo.planes
+    if planes == 1:
+        return np.zeros((0, K.FW_COLS), np.int64)
+    fw = np.zeros((planes * N, K.FW_COLS), np.int64)
+    fw[:, [K.FW_WHEAD, K.FW_WTAIL]] = -1
+    ports = np.asarray(topo.plane_nic_port, np.int64).reshape(-1)
+    fw[:, K.FW_PORT] = ports
+    fw[:, K.FW_PROP] = topo.port_prop_ns[ports]
+    rates = np.array([_rate(g) for g in topo.port_gbps[ports].tolist()], np.int64).reshape(-1, 2)
+    fw[:, K.FW_RNUM], fw[:, K.FW_RDEN] = rates[:, 0], rates[:, 1]
+    return fw
 
 
 

@@ -13,6 +13,10 @@ links appear (as ns-3 numbers a node's devices in the order ``third.cc`` install
 our port ``k`` is ns-3 interface ``k + 1``, interface 0 being the loopback), and the ports of a
 switch are contiguous in the global port ids.
 
+With ``planes > 1`` the whole of it is copied per plane (:mod:`tokenpcap.schedule.engine.
+topology_planes`): plane ``k``'s switches ``p<k>-<name>`` after plane ``k - 1``'s, its links after
+plane ``k - 1``'s in the same order, every NIC link at the NIC's rate / ``planes``.
+
 Routes are up-down (valley-free) shortest paths: at switch ``s``, towards the leaf ``L`` of the
 destination NIC, the candidates are the down ports whose peer has ``L`` below it when ``L`` is
 below ``s``, else every up port; at ``L`` itself the egress is the destination's ``nic_port``.
@@ -27,6 +31,7 @@ import numpy as np
 
 from tokenpcap.config.fabric import FabricShape, fabric_shape
 from tokenpcap.config.profiles import ClusterProfile
+from tokenpcap.schedule.engine.topology_planes import nic_plane_ports, replicate
 
 __all__ = ["Topology", "build_topology", "hpcc_topology_lines", "switch_seeds", "splitmix32"]
 
@@ -53,6 +58,9 @@ class Topology:
         switch_seed: uint32 ``(S,)`` per-switch ECMP seed (:func:`switch_seeds`).
         link_ends: ``(links, 2)`` the ns-3 node ids of every link in file order (hosts 0..N-1,
             switches N..N+S-1), for :func:`hpcc_topology_lines`.
+        switch_plane: ``(S,)`` the plane of each switch (0 with one plane).
+        plane_nic_port: ``(planes, N)`` the switch port NIC ``g``'s port in plane ``k`` enters
+            (row 0 is ``nic_port``; :mod:`tokenpcap.schedule.engine.topology_planes`).
     """
 
     switch_names: tuple[str, ...]
@@ -70,11 +78,18 @@ class Topology:
     link_ends: np.ndarray
     link_gbps: np.ndarray
     link_prop_ns: np.ndarray
+    switch_plane: np.ndarray
+    plane_nic_port: np.ndarray
 
     @property
     def switches(self) -> int:
         """``S``."""
         return len(self.switch_names)
+
+    @property
+    def planes(self) -> int:
+        """Planes (1: none)."""
+        return int(self.plane_nic_port.shape[0])
 
     def leaf_of(self, nic) -> np.ndarray:  # type: ignore[no-untyped-def]
         """The leaf switch of NIC(s) ``nic``: ``port_switch[nic_port[nic]]`` (int64)."""
@@ -174,11 +189,14 @@ def build_topology(cluster: ClusterProfile) -> Topology:
             delay.append(np.full(spn.size * sh.cores, prop[2], _I64))
     a, b = np.concatenate(a_end), np.concatenate(b_end)
     l_rate, l_delay = np.concatenate(rate).astype(np.float64), np.concatenate(delay)
-    return _assemble(cluster, names, tiers, a, b, l_rate, l_delay, n_nic)
+    names, tiers, a, b, l_rate, l_delay, plane = replicate(names, tiers, a, b, l_rate, l_delay,
+                                                           int(t.planes))
+    return _assemble(cluster, names, tiers, a, b, l_rate, l_delay, n_nic, plane)
 
 
 def _assemble(cluster: ClusterProfile, names: list[str], tiers: list[int], a: np.ndarray,
-              b: np.ndarray, l_rate: np.ndarray, l_delay: np.ndarray, n_nic: int) -> Topology:
+              b: np.ndarray, l_rate: np.ndarray, l_delay: np.ndarray, n_nic: int,
+              switch_plane: np.ndarray) -> Topology:
     """Ports from the link list (a switch's ports in link order), then the routes."""
     n_sw, n_link = len(names), a.size
     # endpoints in link order: (link, side) -> switch (or -1 for a NIC end)
@@ -206,17 +224,16 @@ def _assemble(cluster: ClusterProfile, names: list[str], tiers: list[int], a: np
     prop = np.empty(n_port, _I64)
     gbps[glob[ep]] = l_rate[link[ep]]
     prop[glob[ep]] = l_delay[link[ep]]
-    nic_port = np.full(n_nic, -1, _I64)
-    has_nic = peer_nic >= 0
-    nic_port[peer_nic[has_nic]] = np.flatnonzero(has_nic)
+    plane_nic_port = nic_plane_ports(port_switch, peer_nic, switch_plane, n_nic)
     tier = np.asarray(tiers, _I64)
     ptr, rp = _routes(tier, port_switch, peer_port)
     f = cluster.fabric.ecmp
     node_id = np.where(np.stack([a, b], 1) < 0, -1 - np.stack([a, b], 1),
                        n_nic + np.stack([a, b], 1))
     return Topology(tuple(names), tier, port_switch, port_number, peer_nic, peer_port, gbps,
-                    prop, nic_port, ptr, rp, switch_seeds(f.hash, f.seed, n_nic, n_sw),
-                    node_id.astype(_I64), l_rate, l_delay)
+                    prop, plane_nic_port[0].copy(), ptr, rp,
+                    switch_seeds(f.hash, f.seed, n_nic, n_sw), node_id.astype(_I64), l_rate,
+                    l_delay, switch_plane, plane_nic_port)
 
 
 def _routes(tier: np.ndarray, port_switch: np.ndarray, peer_port: np.ndarray
