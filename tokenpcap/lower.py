@@ -33,6 +33,11 @@
   packet, ``qp_seq`` before it.
 * IPv4 Identification: the low 16 bits of the PSN. With DF set the ID has no meaning (RFC 6864
   4.1); deriving it from the PSN keeps it a pure function of the packet.
+* NCCL lines: with ``line_protocols`` (per call index, :meth:`tokenpcap.plan.build.Plan.
+  line_protocols`) the data packets of an LL or LL128 call say so (``line_protocol``) with the
+  lines' flag ``line_flag`` = the message's sequence number on its QP + 1: NCCL's ``sendStep + 1``
+  with one step per message (an LL/LL128 message is one FIFO step; earlier Simple messages on
+  the connection count one step each here, where NCCL's ring slices take 2).
 * PFC frames (``kind == PKT_PFC``, a switch port's IEEE 802.1Qbb pause of the queued fabric) are
   not RDMA: their row becomes ``opcode = OPCODE_PFC``, ``nic`` (``-1 - P``), ``peer_nic``,
   ``msg`` (pause quanta) and ``imm`` (class-enable vector, from ``index``), everything else 0
@@ -79,12 +84,16 @@ class Lowering:
         cluster: PMTU and transport of the run.
         seed: seeds QPNs, initial PSNs, R_Keys and buffer addresses.
         ack_every_packets: the engine's AckReq period (0: last packet only).
+        line_protocols: None, or uint8 per call index: 1/2 marks the data packets of LL/LL128
+            calls (module docstring).
 
     Raises:
         InputError: more NICs than the QPN rule holds (32767).
     """
 
-    def __init__(self, cluster: ClusterProfile, seed: int = 0, ack_every_packets: int = 0):
+    def __init__(self, cluster: ClusterProfile, seed: int = 0, ack_every_packets: int = 0,
+                 line_protocols: np.ndarray | None = None):
+        self.line_protocols = line_protocols
         self.pmtu = int(cluster.pmtu_bytes)
         self.seed = int(seed)
         self.ack_every = int(ack_every_packets)
@@ -206,6 +215,12 @@ class Lowering:
         out["imm"] = np.where(rdma.HAS_IMMDT[opcode], m["imm"][inv], 0)
         msn = (m["qp_seq"][inv] + last) & _PSN_MASK
         out["aeth"] = np.where(ack, (AETH_ACK_SYNDROME << 24) | msn, 0)
+        if self.line_protocols is not None:      # NCCL LL/LL128 lines: the protocol of the call
+            lp = self.line_protocols
+            code = np.where(m["kind"] == KIND_CTS, 0, lp[m["call_id"] % lp.size])
+            line = data & (code[inv] != 0)
+            out["line_protocol"] = np.where(line, code[inv], 0)
+            out["line_flag"] = np.where(line, (m["qp_seq"][inv] + 1) & 0xFFFFFFFF, 0)
         if "flags" in tx.dtype.names:                   # a queued fabric's CE marks
             out["ce"] = (tx["flags"] & TX_FLAG_CE) != 0
         return out

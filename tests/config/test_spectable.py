@@ -32,7 +32,7 @@ def _doc_keys() -> dict[str, list[str]]:
         if line.startswith("### "):
             section = line[4:]
             out[section] = []
-        m = re.match(r"\| `([a-z0-9_]+)` \|", line)
+        m = re.match(r"\| `([a-z0-9_]+|NCCL_[A-Z0-9_]+)` \|", line)   # NCCL_* keys: NCCL's names
         if m and section is not None:
             out[section].append(m.group(1))
     return out

@@ -135,8 +135,6 @@ def carriers(sched, s: Scenario, iteration: int, tokens: set[int],
     """The transfers of ``iteration`` of the (run) schedule ``sched`` that hold any of
     ``tokens`` (which the sequences ``held`` hold, :func:`~tokenpcap.analysis.trace_text.place`),
     with the schedule's times (module docstring, 3-4). Order: time, then NIC."""
-    from tokenpcap.collectives.transfers import transfers
-
     seq, b = s.model.seq_length, s.training.micro_batch_size
     lo, hi = min(tokens), max(tokens) + 1
     channels = s.collectives.channels
@@ -153,7 +151,7 @@ def carriers(sched, s: Scenario, iteration: int, tokens: set[int],
                 continue
         elif c.token_start < 0 or not any(a < hi and lo < e for a, e in c.token_spans(seq)):
             continue
-        tr = transfers(c, sched.plan.algorithm, lay, channels, s.collectives.slice_bytes).table
+        tr = sched.plan.call_transfers(c).table
         if c.dim == "ep":
             pieces = list(_ep_pieces(c, s, lay, tr, seq, b))
         else:

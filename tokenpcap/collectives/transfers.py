@@ -13,6 +13,11 @@ further as NCCL does:
   (rounded down to whole elements), the last one shorter. NCCL's default for the Simple protocol is
   one slice = ``NCCL_BUFFSIZE`` (4 MiB) / ``NCCL_STEPS`` (8) × ``ALLREDUCE_SLICESTEPS`` (2) =
   1 MiB, the default of ``slice_bytes``.
+* **Protocols.** Under NCCL's LL and LL128 (:mod:`tokenpcap.collectives.protocols`) a message
+  is one FIFO step: at most 32 KiB (LL) or 576,000 bytes (LL128) of data
+  (:func:`protocol_slice_bytes`), and its ``bytes`` are the lines on the wire, flags included
+  (:func:`tokenpcap.collectives.protocols.wire_bytes`). Simple keeps ``slice_bytes`` and the
+  payload itself.
 * **Dependencies** (what a rank must have received before it may forward): a hop from rank ``x``
   carrying chunk ``c`` depends on the hop(s) that last brought chunk ``c`` to ``x``:
 
@@ -50,11 +55,12 @@ import numpy as np
 from tokenpcap.errors import InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.collectives.algorithms import ALGORITHMS
+from tokenpcap.collectives.protocols import PROTOCOLS, wire_bytes
 from tokenpcap.collectives.rails import hop_channel_nics
 from tokenpcap.collectives.traffic import CallLike, CallShape, effective_algorithm, hops, ring_chunk_bytes
 
 __all__ = ["TRANSFER_DTYPE", "Transfers", "transfers", "slice_elements_bytes",
-           "smallest_message_elements"]
+           "smallest_message_elements", "protocol_slice_bytes"]
 
 #: One row per RDMA message (or NVLink copy) of one collective call. Shape ``(n,)``.
 #:
@@ -65,7 +71,7 @@ __all__ = ["TRANSFER_DTYPE", "Transfers", "transfers", "slice_elements_bytes",
 #: chunk        int32 the hop's chunk (ring chunk, tree index, AllToAll destination)
 #: channel      int32 NCCL-like channel (the connection index of the QP)
 #: slice        int32 slice index inside the channel part (0-based)
-#: bytes        int64 payload bytes (> 0)
+#: bytes        int64 bytes on the wire (> 0): the payload under Simple, its LL/LL128 lines else
 #: byte_offset  int64 offset of the bytes inside the collective's buffer (module docstring)
 #: nic          bool  the hop crosses nodes (on a NIC), else NVLink
 #: src_nic      int32 global NIC the bytes leave on (-1 on NVLink)
@@ -174,12 +180,13 @@ def slice_elements_bytes(slice_bytes: int, elem_bytes: int) -> int:
 
 @functools.lru_cache(maxsize=8192)
 def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
-                      layout: RankLayout, channels: int, slice_bytes: int) -> Transfers:
+                      layout: RankLayout, channels: int, slice_bytes: int,
+                      protocol: str = "Simple") -> Transfers:
     h = hops(CallShape(collective, group, s, e), algorithm, layout)
     alg = effective_algorithm(collective, algorithm)
     preds = ALGORITHMS[alg].predecessors(h)
     offsets = np.asarray(ALGORITHMS[alg].chunk_offsets(h, collective, group, s, e, layout), np.int64)
-    sl = slice_elements_bytes(slice_bytes, e)
+    sl = slice_elements_bytes(protocol_slice_bytes(protocol, slice_bytes), e)
     nh = len(h)
     hb = h["bytes"].astype(np.int64)
     # channel parts of every hop (one split per distinct size), rows by step, hop, channel, slice
@@ -199,7 +206,7 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
     table["hop"], table["channel"], table["slice"] = hop, ch, j
     for f in ("step", "src", "dst", "chunk"):
         table[f] = h[f][hop]
-    table["bytes"] = np.minimum(sl, po.ravel()[pair] - j * sl)
+    table["bytes"] = wire_bytes(protocol, np.minimum(sl, po.ravel()[pair] - j * sl))
     table["byte_offset"] = first_off.ravel()[pair] + j * sl
     cross = layout.node_array(table["src"]) != layout.node_array(table["dst"])
     table["nic"] = cross
@@ -257,8 +264,18 @@ def _rows_by(rank: np.ndarray, group: tuple[int, ...]) -> tuple[np.ndarray, np.n
     return _ptr(np.bincount(pos, minlength=len(group))), np.argsort(pos, kind="stable")
 
 
+def protocol_slice_bytes(protocol: str, slice_bytes: int) -> int:
+    """Largest data bytes of one message under ``protocol``: ``slice_bytes`` for Simple; one
+    step's data for LL (32 KiB) and LL128 (576,000 B), as NCCL's ``calcCollChunking`` takes
+    one step per chunk for them (:mod:`tokenpcap.collectives.protocols`), at most
+    ``slice_bytes``."""
+    if protocol == "Simple":
+        return slice_bytes
+    return min(slice_bytes, PROTOCOLS[protocol].step_data_bytes)
+
+
 def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,
-              slice_bytes: int) -> Transfers:
+              slice_bytes: int, protocol: str = "Simple") -> Transfers:
     """The transfers of one collective call (module docstring), cached per call shape.
 
     Args:
@@ -268,9 +285,14 @@ def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,
         layout: the rank layout (nodes decide NIC or NVLink).
         channels: NCCL-like channels (>= 1).
         slice_bytes: largest message (>= 1), rounded down to whole elements.
+        protocol: NCCL's protocol of the call (:data:`~tokenpcap.collectives.protocols.PROTOCOLS`):
+            LL and LL128 cut messages at one step's data (:func:`protocol_slice_bytes`) and a
+            message's ``bytes`` are its wire bytes
+            (:func:`~tokenpcap.collectives.protocols.wire_bytes` of its data).
 
     Returns:
-        :class:`Transfers`; summed per hop, ``table["bytes"]`` equals the hop's bytes exactly.
+        :class:`Transfers`; summed per hop, ``table["bytes"]`` equals the hop's bytes exactly
+        under Simple (under LL/LL128 the wire bytes of the hop's data).
 
     Raises:
         InputError: ``channels`` or ``slice_bytes`` < 1; an unknown collective or algorithm, or a
@@ -280,7 +302,9 @@ def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,
         raise InputError(f"channels: got {channels}, expected an integer >= 1")
     if slice_bytes < 1:
         raise InputError(f"slice_bytes: got {slice_bytes}, expected an integer >= 1")
+    if protocol not in PROTOCOLS:
+        raise InputError(f"protocol: got {protocol!r}, expected one of {', '.join(PROTOCOLS)}")
     return _transfers_cached(call.collective, tuple(call.group), int(call.message_bytes),
                              int(call.elem_bytes), algorithm, layout, int(channels),
-                             int(slice_bytes))
+                             int(slice_bytes), protocol)
 

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from tokenpcap.collectives.algorithms import selectable_algorithms
+from tokenpcap.collectives.protocols import PROTOCOL_IDS
+from tokenpcap.collectives.tuning import ALGOS, parse_list
 from tokenpcap.config import yamlcheck as yc
 from tokenpcap.config.bounds import (MAX_CHANNELS, MAX_GLOBAL_BATCH_SIZE, MAX_ITERATIONS,
                                      MAX_LAYERS, MAX_MICRO_BATCH_SIZE, MAX_SEED, MAX_VOCAB_SIZE)
@@ -34,7 +36,7 @@ from tokenpcap.config.types import (DTYPE_BYTES, ClusterProfile, CollectivesConf
                                      Parallelism, PfcConfig, Scenario, SwitchConfig,
                                      TokenizerSpec, TopologyConfig, Training)
 from tokenpcap.config.workload import Workload, workload_from
-from tokenpcap.errors import ProfileError, TokenizerError
+from tokenpcap.errors import InputError, ProfileError, TokenizerError
 
 __all__ = [
     "MoeProfile",
@@ -88,13 +90,32 @@ def default_channels(nics_per_node: int) -> int:
 
 
 def _channels(file: Path | None, key: str, value: Any) -> Any:
-    """``collectives.channels``: ``auto`` (:func:`default_channels`) or an integer 1..64."""
-    if value == "auto":
+    """``collectives.channels``: ``auto`` (:func:`default_channels`), ``nccl`` (the same, fewer
+    for small collectives as NCCL's ``topoGetAlgoInfo`` trims them) or an integer 1..64."""
+    if value in ("auto", "nccl"):
         return value
     try:
         return yc.integer(1, MAX_CHANNELS)(file, key, value)
     except ProfileError:
-        raise ProfileError(file, key, value, f"'auto' or an integer in [1, {MAX_CHANNELS}]") from None
+        raise ProfileError(file, key, value,
+                           f"'auto', 'nccl' or an integer in [1, {MAX_CHANNELS}]") from None
+
+
+def _nccl_list(name: str):  # type: ignore[no-untyped-def]
+    """``collectives.NCCL_PROTO`` / ``NCCL_ALGO``: ``auto`` or a list in NCCL's syntax
+    (:func:`tokenpcap.collectives.tuning.parse_list`), checked here."""
+    elems = PROTOCOL_IDS if name == "NCCL_PROTO" else ALGOS
+
+    def check(file: Path | None, key: str, value: Any) -> Any:
+        if not isinstance(value, str) or not value.strip():
+            raise ProfileError(file, key, value, "'auto' or a list in NCCL's syntax")
+        if value != "auto":
+            try:
+                parse_list(value, elems, name)
+            except InputError as err:
+                raise ProfileError(file, key, value, str(err).split(": ", 1)[-1]) from None
+        return value
+    return check
 
 
 def default_scenario_path() -> Path:
@@ -141,6 +162,9 @@ _COLLECTIVES_SPEC = {
     "algorithm": (yc.enum(*selectable_algorithms()), "ring"),
     "channels": (_channels, "auto"),
     "slice_bytes": (yc.integer(1), 1 << 20),
+    "NCCL_PROTO": (_nccl_list("NCCL_PROTO"), "Simple"),
+    "NCCL_ALGO": (_nccl_list("NCCL_ALGO"), "auto"),
+    "NCCL_P2P_LL_THRESHOLD": (yc.integer(0, 1 << 30), 0),
 }
 _GENERATION_SPEC = {
     "seed": (yc.integer(0, MAX_SEED), 0),
@@ -283,7 +307,8 @@ def _load_workload_scenario(path: Path, data: dict) -> Scenario:
 
 def _collectives(path: Path, data: Any, cluster: ClusterProfile) -> CollectivesConfig:
     c = yc.read_mapping(path, "collectives", data, _COLLECTIVES_SPEC)
-    if c["channels"] == "auto":
+    if c["channels"] in ("auto", "nccl"):
+        c["channels_by_size"] = c["channels"] == "nccl"
         c["channels"] = default_channels(cluster.nics_per_node)
     return CollectivesConfig(**c)
 

@@ -338,9 +338,24 @@ KEYS: dict[str, tuple[str, str]] = {
                                            "AllGather"),
     "scenario.collectives.channels": ("channels", "NCCL channels, one QP per peer each; "
                                                   "`auto`: NCCL's min(64, 2 x nics_per_node); "
+                                                  "`nccl`: the same, fewer for small "
+                                                  "collectives (enqueue.cc topoGetAlgoInfo); "
                                                   "rings and trees cross nodes on NIC c mod g "
                                                   "of the group's NICs"),
     "scenario.collectives.slice_bytes": ("bytes", "largest RDMA message of one transfer"),
+    "scenario.collectives.NCCL_PROTO": ("", "NCCL's NCCL_PROTO, its list syntax "
+                                            "(`LL,LL128`, `^LL128`, `allreduce:Simple`); "
+                                            "`auto`: NCCL's tuner picks LL, LL128 or Simple per "
+                                            "call (src/graph/tuning.cc); `Simple`: every "
+                                            "collective Simple, the bytes of the payload"),
+    "scenario.collectives.NCCL_ALGO": ("", "NCCL's NCCL_ALGO for the tuner's own choice "
+                                           "(Ring, Tree, PAT, ...): where it would run another "
+                                           "algorithm than `algorithm`, the plan says the "
+                                           "scenario's was forced"),
+    "scenario.collectives.NCCL_P2P_LL_THRESHOLD": ("bytes", "p2p (SendRecv, AllToAll peers) "
+                                                            "goes LL up to channels x this; "
+                                                            "NCCL's default is 16384, 0 keeps "
+                                                            "p2p Simple"),
     "scenario.generation.seed": ("", "seed of payload bytes, QPNs and PSNs: same seed, same "
                                      "bytes"),
     "scenario.generation.iterations": ("iterations", "training iterations to write"),

@@ -342,6 +342,16 @@ class CollectivesConfig:
     channels: int = 2                      # NCCL-like channels (one QP each per peer); the
                                            # loader's default is NCCL's: 2 * nics_per_node
     slice_bytes: int = 1 << 20             # largest RDMA message of one transfer
+    #: NCCL's protocol and algorithm environment, with NCCL's names and list syntax
+    #: (:func:`tokenpcap.collectives.tuning.parse_list`): ``"auto"`` is NCCL's default (every
+    #: protocol enabled, its tuner chooses); ``"Simple"`` keeps every collective on Simple.
+    #: ``NCCL_P2P_LL_THRESHOLD``: bytes per channel up to which p2p goes LL (NCCL: 16384; 0 off).
+    NCCL_PROTO: str = "Simple"
+    NCCL_ALGO: str = "auto"
+    NCCL_P2P_LL_THRESHOLD: int = 0
+    #: ``channels: nccl``: ``channels`` is NCCL's communicator count (the loader's ``auto``) and
+    #: each collective runs on the channels NCCL's ``topoGetAlgoInfo`` keeps for its size.
+    channels_by_size: bool = False
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,6 @@ def predict_message_chunks(schedule, iterations=None, rows: int = 1 << 20):
 
 def _predict_each_call(schedule, its) -> Predicted:
     """:func:`predict_messages` from every call's transfers (a schedule without ``nic_transfers``)."""
-    from tokenpcap.collectives.transfers import transfers
     from tokenpcap.schedule.spans import token_range
 
     s = schedule.scenario
@@ -123,8 +122,7 @@ def _predict_each_call(schedule, its) -> Predicted:
     calls = sorted((c for i in its for c in schedule.plan.calls(i)), key=lambda c: c.call_id)
     rows = []
     for c in calls:
-        tr = transfers(c, schedule.plan.algorithm, lay, s.collectives.channels,
-                       s.collectives.slice_bytes)
+        tr = schedule.plan.call_transfers(c)
         t = tr.table
         if not len(t) or not t["nic"].any():
             continue

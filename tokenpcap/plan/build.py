@@ -54,8 +54,11 @@ from tokenpcap.plan.feasibility import check_plan_size
 from tokenpcap.plan.pipeline import chunk_layers
 from tokenpcap.tokens import TokenizedCorpus
 from tokenpcap.collectives.rails import rank_nic_bytes
-from tokenpcap.collectives.traffic import CallShape, nic_hop_sizes, per_rank_bytes
+from tokenpcap.collectives.traffic import CallLike, CallShape, nic_hop_sizes, per_rank_bytes
+from tokenpcap.collectives.transfers import Transfers, transfers
+from tokenpcap.plan.protocol import CallProtocols
 from tokenpcap.plan.sizing import pcap_estimate
+from tokenpcap.plan.wirebytes import protocol_wire_bytes
 from tokenpcap.plan.workload import workload_families, workload_json
 
 __all__ = ["CollectiveCall", "PhaseRow", "Plan", "build_plan", "bytes_per_nic", "rank_layout",
@@ -120,6 +123,14 @@ class PhaseRow:
     nic_bytes_per_rank: int = 0
     nvlink_bytes_per_rank: int = 0
     wire_time_ns: int = 0
+    #: The collectives' data among ``nic_bytes`` (which are the bytes on the wire: LL and LL128
+    #: lines carry flags, :mod:`tokenpcap.plan.protocol`); ``protocols``: calls per protocol
+    #: other than Simple; ``nccl_forced``: ``{"Tree/LL": calls}`` where NCCL's tuner would run
+    #: another algorithm than the scenario's, which ran (forced). The three keys are in the
+    #: JSON only when a call of the row is not Simple or is forced.
+    nic_payload_bytes: int = 0
+    protocols: dict[str, int] = field(default_factory=dict)
+    nccl_forced: dict[str, int] = field(default_factory=dict)
     #: NIC bytes each rank sends with this label in one iteration: int64 ``(world_size,)``
     #: (``nic_bytes`` is its sum; not part of the JSON).
     nic_bytes_by_rank: np.ndarray | None = field(default=None, repr=False, compare=False)
@@ -133,7 +144,7 @@ class PhaseRow:
         return bytes_per_nic(self.nic_bytes_by_rank_nic, layout)
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "name": self.name, "dim": self.dim, "phase": self.phase, "collective": self.collective,
             "group_size": self.group_size, "message_bytes": self.message_bytes,
             "count": self.count, "calls": self.calls, "ranks": self.ranks,
@@ -143,6 +154,10 @@ class PhaseRow:
             "nic_bytes": self.nic_bytes, "nvlink_bytes": self.nvlink_bytes,
             "wire_time_ns": self.wire_time_ns,
         }
+        if self.protocols or self.nccl_forced:
+            out.update(nic_payload_bytes=self.nic_payload_bytes, protocols=dict(self.protocols),
+                       nccl_forced=dict(self.nccl_forced))
+        return out
 
 
 @dataclass
@@ -163,6 +178,37 @@ class Plan:
     @property
     def algorithm(self) -> str:
         return self.scenario.collectives.algorithm
+
+    def line_protocols(self) -> np.ndarray | None:
+        """uint8 ``(calls_per_iteration,)``: per call index (``call_id % calls_per_iteration``)
+        the :data:`tokenpcap.wire.lines.LINE_PROTOCOLS` code of its protocol (0 Simple, 1 LL,
+        2 LL128), what the lowering marks the data packets with; None when every call is
+        Simple."""
+        if self._resolver().all_simple:
+            return None
+        codes = {"Simple": 0, "LL": 1, "LL128": 2}
+        return np.fromiter((codes[self.protocol(c)] for c in self.calls(0)), np.uint8,
+                           self.calls_per_iteration)
+
+    def _resolver(self) -> CallProtocols:
+        res = self.__dict__.get("_protocols")
+        if res is None:
+            res = self.__dict__["_protocols"] = CallProtocols(self.scenario, self.layout)
+        return res
+
+    def protocol(self, call: CallLike) -> str:
+        """NCCL's protocol of a call (``LL``, ``LL128``, ``Simple``): :mod:`tokenpcap.plan.protocol`."""
+        return self._resolver().protocol(call.collective, tuple(call.group), int(call.message_bytes))
+
+    def channels(self, call: CallLike) -> int:
+        """The channels a call runs on (:meth:`tokenpcap.plan.protocol.CallProtocols.channels`)."""
+        return self._resolver().channels(call.collective, tuple(call.group), int(call.message_bytes))
+
+    def call_transfers(self, call: CallLike) -> Transfers:
+        """The transfers of a call as the schedule sends them: its channels, the scenario's
+        slice, its protocol (:func:`tokenpcap.collectives.transfers.transfers`)."""
+        return transfers(call, self.algorithm, self.layout, self.channels(call),
+                         self.scenario.collectives.slice_bytes, self.protocol(call))
 
     @property
     def microbatches(self) -> int:
@@ -381,24 +427,45 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
     nvl_all = np.zeros(world, dtype=np.int64)
     rn_all = np.zeros((world, layout.nics_per_node), dtype=np.int64)
     channels = scenario.collectives.channels
+    slice_bytes = scenario.collectives.slice_bytes
+    protos = CallProtocols(scenario, layout)
     nic_hops: dict[tuple[int, int], int] = defaultdict(int)   # (hop bytes, elem bytes) -> hops
+    wire_msgs: dict[int, int] = defaultdict(int)   # LL/LL128 message wire bytes -> messages
     for f in fams:
         a = acc.get(f.label)
         if a is None:
             a = acc[f.label] = {"f": f, "nic": np.zeros(world, np.int64),
                                 "rn": np.zeros((world, layout.nics_per_node), np.int64),
                                 "nvl": np.zeros(world, np.int64), "cnt": np.zeros(world, np.int64),
+                                "pay": np.zeros(world, np.int64),
+                                "protocols": defaultdict(int), "forced": defaultdict(int),
                                 "sizes": defaultdict(int), "gmax": 0, "calls": 0}
         n = len(f.insts)
         for g in f.groups:
             call = CallShape(f.collective, g, f.message_bytes, f.elem_bytes)
             rb = per_rank_bytes(call, alg, layout)
             idx = np.asarray(g, dtype=np.int64)
+            a["pay"][idx] += rb.nic_bytes * n
+            a["cnt"][idx] += n
+            proto = protos.protocol(f.collective, g, f.message_bytes)
+            ch = protos.channels(f.collective, g, f.message_bytes)
+            forced = protos.forced(f.collective, g, f.message_bytes)
+            if forced is not None:
+                a["forced"][forced] += n
+            if proto != "Simple":
+                a["protocols"][proto] += n
+            if proto != "Simple" or ch != channels:
+                w = protocol_wire_bytes(call, alg, layout, ch, slice_bytes, proto)
+                a["nic"][idx] += w.nic_bytes * n
+                a["rn"][idx] += w.by_nic * n
+                a["nvl"][idx] += w.nvlink_bytes * n
+                for size, k in w.nic_message_sizes:
+                    wire_msgs[size] += k * n
+                continue
             a["nic"][idx] += rb.nic_bytes * n
             if rb.nic_bytes.any():
                 a["rn"][idx] += rank_nic_bytes(call, alg, layout, channels) * n
             a["nvl"][idx] += rb.nvlink_bytes * n
-            a["cnt"][idx] += n
             for size, k in nic_hop_sizes(call, alg, layout):
                 nic_hops[size, f.elem_bytes] += k * n
         a["sizes"][f.message_bytes] += f.n_calls
@@ -419,10 +486,13 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
             nic_bytes=int(a["nic"].sum()), nvlink_bytes=int(a["nvl"].sum()),
             nic_bytes_per_rank=nic_max, nvlink_bytes_per_rank=int(a["nvl"].max(initial=0)),
             wire_time_ns=wire_time_ns(nic_max, scenario.cluster.link_gbps),
+            nic_payload_bytes=int(a["pay"].sum()), protocols=dict(a["protocols"]),
+            nccl_forced=dict(a["forced"]),
             nic_bytes_by_rank=a["nic"], nic_bytes_by_rank_nic=a["rn"]))
     hop = np.array(list(nic_hops.keys()) or np.zeros((0, 2)), np.int64).reshape(-1, 2)
     pcap = pcap_estimate(hop[:, 0], np.fromiter(nic_hops.values(), np.int64, len(nic_hops)),
-                         scenario, hop_elem_bytes=hop[:, 1])
+                         scenario, hop_elem_bytes=hop[:, 1],
+                         messages=tuple(sorted(wire_msgs.items())))
     order = {n: i for i, n in enumerate(DIMS)}, {n: i for i, n in enumerate(PHASES)}, \
         {n: i for i, n in enumerate(COLLECTIVES)}
     rows.sort(key=lambda r: (order[0][r.dim], order[1][r.phase], order[2][r.collective]))

@@ -45,7 +45,8 @@ def _per_part(p: np.ndarray, slice_bytes: int, pmtu: int) -> tuple[np.ndarray, .
 
 
 def pcap_estimate(hop_bytes: np.ndarray, hop_counts: np.ndarray, s: Scenario,
-                  hop_elem_bytes: np.ndarray | None = None) -> dict:
+                  hop_elem_bytes: np.ndarray | None = None,
+                  messages: tuple[tuple[int, int], ...] = ()) -> dict:
     """Estimate the capture of every packet all NICs send in one iteration (module docstring).
 
     Args:
@@ -55,6 +56,9 @@ def pcap_estimate(hop_bytes: np.ndarray, hop_counts: np.ndarray, s: Scenario,
         s: the scenario (channels, slice size, PMTU, transport, IP version, VLAN, ACK policy).
         hop_elem_bytes: int64 ``(k,)`` element size of each hop (the channel split is in whole
             elements); default 1 byte.
+        messages: ``((wire bytes, messages), ...)``: NIC messages already cut (the LL and
+            LL128 calls, whose messages are one protocol step each,
+            :func:`tokenpcap.collectives.transfers.protocol_slice_bytes`), counted as they are.
 
     Returns a dict of ints: ``messages`` (data messages), ``data_packets``, ``cts_packets``
     (clear-to-send writes, one per data message or 0), ``ack_packets`` (of data and CTS writes),
@@ -78,6 +82,13 @@ def pcap_estimate(hop_bytes: np.ndarray, hop_counts: np.ndarray, s: Scenario,
     per = [(k, _per_part(size, sl, pmtu)) for size, k in parts]
     msgs, pkts, pad = (sum(int((k * x[i]).sum()) for k, x in per) for i in range(3))
     payload = int((w * b).sum())
+    m_size = np.array([m for m, _ in messages], np.int64)
+    m_count = np.array([k for _, k in messages], np.int64)
+    m_pkts = -(-m_size // pmtu)
+    msgs += int(m_count.sum())
+    pkts += int((m_count * m_pkts).sum())
+    pad += int((m_count * ((-m_size) % 4)).sum())
+    payload += int((m_count * m_size).sum())
     hb = HEADER_BYTES
     if c.transport == "infiniband":
         per_pkt = hb["lrh"] + hb["bth"] + hb["icrc"] + hb["vcrc"]
@@ -98,6 +109,7 @@ def pcap_estimate(hop_bytes: np.ndarray, hop_counts: np.ndarray, s: Scenario,
             full, rest = p // sl, p % sl
             return full * (-(-(-(-sl // pmtu)) // n)) + (-(-(-(-rest // pmtu)) // n))
         acks = sum(int((k * acks_of(size)).sum()) for size, k in parts)
+        acks += int((m_count * -(-m_pkts // n)).sum())
     cts = msgs if g.clear_to_send else 0
     acks += cts                             # one CTS write is one packet: one ACK either way
     headers = (pkts * per_pkt + msgs * hb["reth"] + pad + acks * (per_pkt + hb["aeth"])

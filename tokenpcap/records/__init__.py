@@ -183,6 +183,9 @@ MESSAGE_DTYPE = np.dtype(
 #: ce             uint8  1: a switch marked the packet, its IP ECN field is CE (3) instead of the
 #:                       context's ECT codepoint (IPv4 header checksum recomputed, ICRC unchanged:
 #:                       it masks the ECN bits); 0: as sent
+#: line_protocol  uint8  0: the payload is raw data (NCCL's Simple); 1 LL, 2 LL128: it is NCCL
+#:                       lines (:mod:`tokenpcap.wire.lines`) with ``line_flag`` in every line
+#: line_flag      uint32 the lines' flag (the sender's step on the connection + 1)
 #: ============== ====== =================================================================
 #:
 #: A PFC row (``opcode == OPCODE_PFC``, 802.1Qbb MAC control frame of 60 bytes) uses three
@@ -216,6 +219,8 @@ PACKET_DTYPE = np.dtype(
         ("ip_id", "<u2"),
         ("frame_bytes", "<u4"),
         ("ce", "u1"),
+        ("line_protocol", "u1"),
+        ("line_flag", "<u4"),
     ]
 )
 

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenpcap.collectives.transfers import transfers
 from tokenpcap.errors import InputError
 from tokenpcap.plan.calltable import CallTable
 from tokenpcap.plan.pipeline import chunk_layers
@@ -273,9 +272,8 @@ def _flatten_direct(plan, iteration: int, shards, times, nvlink=None, above: int
         raise InputError("flatten(direct=True): got a flows workload, expected another kind "
                          "(the fast build alone builds a flows workload)")
     lay = plan.layout
-    coll = plan.scenario.collectives
     calls = list(plan.calls(iteration))
-    trs = [transfers(c, plan.algorithm, lay, coll.channels, coll.slice_bytes) for c in calls]
+    trs = [plan.call_transfers(c) for c in calls]
     if nvlink is not None:
         copies: dict[int, int] = {}
         for tr in trs:

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenpcap.collectives.traffic import CallShape
 from tokenpcap.collectives.transfers import transfers
+from tokenpcap.collectives.traffic import CallShape
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.plan.calltable import CallTable
 from tokenpcap.schedule.engine.events import NS_HIGH
@@ -152,15 +152,15 @@ def canonical_shape(collective: str, group: tuple[int, ...], message_bytes: int,
 
 
 def shape_transfers(key: tuple, plan):
-    """The cached transfers of a canonical shape ``key`` (:func:`canonical_shape`) of ``plan``;
-    a key with a fifth entry ``lane`` (a family with a fixed ``channel``,
-    :class:`tokenpcap.plan.family.Family`): the call's transfers on one channel, moved to
-    channel ``lane``."""
-    coll = plan.scenario.collectives
+    """The cached transfers of a canonical shape ``key`` (:func:`canonical_shape`) of ``plan``
+    (:meth:`tokenpcap.plan.build.Plan.call_transfers`); a key with a fifth entry ``lane`` (a
+    family with a fixed ``channel``, :class:`tokenpcap.plan.family.Family`): the call's transfers
+    on one channel, moved to channel ``lane``."""
     if len(key) == 4:
-        return transfers(CallShape(*key), plan.algorithm, plan.layout, coll.channels,
-                         coll.slice_bytes)
-    tr = transfers(CallShape(*key[:4]), plan.algorithm, plan.layout, 1, coll.slice_bytes)
+        return plan.call_transfers(CallShape(*key))
+    shape = CallShape(*key[:4])
+    tr = transfers(shape, plan.algorithm, plan.layout, 1, plan.scenario.collectives.slice_bytes,
+                   plan.protocol(shape))
     table = tr.table.copy()
     table["channel"] = key[4]
     table.setflags(write=False)

@@ -38,7 +38,7 @@ from typing import Iterator
 import numpy as np
 
 from tokenpcap.plan.calls import CollectiveCall
-from tokenpcap.collectives.transfers import Transfers, transfers
+from tokenpcap.collectives.transfers import Transfers
 from tokenpcap.schedule.compute import stage_times
 from tokenpcap.records import COLLECTIVES, DIMS, KIND_DATA, MESSAGE_DTYPE, PHASES, VERB_WRITE
 from tokenpcap.model import scenario_shards
@@ -299,8 +299,7 @@ class ReferenceSchedule:
         run = self._runs.get(cid)
         if run is None:
             call = self._calls[cid]
-            run = self._runs[cid] = _CallRun(call, transfers(
-                call, self.plan.algorithm, self.layout, self._channels, self._slice), self._channels)
+            run = self._runs[cid] = _CallRun(call, self.plan.call_transfers(call), self._channels)
         run.started.add(rank)
         tr = run.tr
         for x in tr.by_src[rank]:

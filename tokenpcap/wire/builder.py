@@ -17,6 +17,10 @@ No Python loop per packet. For each chunk of the batch:
    pieces of mixed lengths are split by the binary digits of their length, one copy per digit.
    With ``skip`` the first payload bytes are left to a gather writer (:mod:`tokenpcap.wire.gather`).
 
+Rows with ``line_protocol`` 1 or 2 carry NCCL LL/LL128 lines (:mod:`tokenpcap.wire.lines`): each
+distinct (protocol, flag) is built by a view of the builder whose pattern and payload tables are
+those lines', made by linearity from per-bit tables; a gather writer takes none of their payload.
+
 The result equals :func:`tokenpcap.wire.frame.build_frame` byte for byte (tested), including the
 ICRC of frames that ``caplen`` truncates (a snaplen never changes the bytes that are kept).
 Rows with ``ce`` set leave with ECN CE and their IPv4 checksum adjusted (:mod:`tokenpcap.wire.ecn`).
@@ -28,6 +32,8 @@ InfiniBand has no PFC and refuses them.
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from tokenpcap.errors import EncodeError
@@ -37,6 +43,7 @@ from tokenpcap.wire.context import PAYLOAD_PATTERN_BYTES, WireContext
 from tokenpcap.wire.ecn import check_ce, ipv4_checksum_delta
 from tokenpcap.wire.heap import keep_heap
 from tokenpcap.wire.layout import Layout
+from tokenpcap.wire.lines import LinePatterns
 from tokenpcap.wire.linear import CRC16_VCRC, CRC32
 from tokenpcap.wire.pfc import PFC_FRAME_BYTES, check_pfc_rows, fill_pfc_rows
 from tokenpcap.wire.placement import aligned, copy_pieces, or_field16, store_words, xor_contributions
@@ -85,6 +92,7 @@ class FrameBuilder:
         p = np.arange(PAYLOAD_PATTERN_BYTES + 1)
         odd_byte = np.concatenate([[0], pat.astype(np.int64)])[p] << 8  # pattern[p-1] if p odd
         self._paysum = cum[p // 2] + np.where(p % 2 == 1, odd_byte, 0)
+        self._lines: LinePatterns | None = None       # NCCL LL/LL128 payloads, made on first use
 
     # ------------------------------------------------------------------ public API
     def frame_bytes(self, packets: np.ndarray) -> np.ndarray:
@@ -166,6 +174,7 @@ class FrameBuilder:
         if int(at.min()) < 0:
             self.frame_bytes(packets)           # raises, naming the unknown opcode
         kept = np.minimum(np.asarray(caplen, dtype=np.int64) - at, packets["payload_bytes"])
+        kept = np.where(packets["line_protocol"] != 0, 0, kept)   # NCCL lines: not the pattern
         return at, np.maximum(kept, 0) & ~7
 
     @property
@@ -267,7 +276,10 @@ class FrameBuilder:
         return lay
 
     def _fill_chunk(self, p: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray,
-                    skip: np.ndarray | None) -> None:
+                    skip: np.ndarray | None, lines_done: bool = False) -> None:
+        if not lines_done and p["line_protocol"].any():
+            self._fill_lines(p, out, offsets, caplen, skip)
+            return
         op = p["opcode"]
         counts = np.bincount(op, minlength=256)
         codes = np.flatnonzero(counts).tolist()
@@ -299,6 +311,32 @@ class FrameBuilder:
                 copy_pieces(out, off + hb + pay - sk, np.maximum(cap - hb - pay, 0), None, None,
                              tail)                                                       # pad, CRCs
             r0 = r1
+
+    def _fill_lines(self, p: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray,
+                    skip: np.ndarray | None) -> None:
+        """Rows whose payload is NCCL lines: each (protocol, flag) by a view of this builder
+        whose pattern and payload tables are those lines' (:class:`LinePatterns`)."""
+        key = (p["line_protocol"].astype(np.uint64) << np.uint64(32)) | p["line_flag"].astype(np.uint64)
+        key[p["line_protocol"] == 0] = 0
+        uk, inv = np.unique(key, return_inverse=True)
+        inv = inv.reshape(-1)
+        for i, k in enumerate(uk.tolist()):
+            rows = np.flatnonzero(inv == i)
+            sub = np.ascontiguousarray(p[rows])
+            sk = None if skip is None else skip[rows]
+            b = self if k == 0 else self._lines_view(k >> 32, k & 0xFFFFFFFF)
+            b._fill_chunk(sub, out, offsets[rows], caplen[rows], sk, lines_done=True)
+
+    def _lines_view(self, code: int, flag: int) -> "FrameBuilder":
+        if self._lines is None:
+            regs = [(CRC32, 0)] + ([(CRC16_VCRC, 4)] if self.ctx.transport == "infiniband" else [])
+            self._lines = LinePatterns(self._pattern, regs)
+        pat, regs, sums = self._lines.get(code, flag)
+        view = copy.copy(self)
+        view._pattern, view._pay32, view._paysum, view._const_words = pat, regs[0], sums, {}
+        if self.ctx.transport == "infiniband":
+            view._pay16 = regs[1]
+        return view
 
     def _store_direct(self, lay: Layout, ps: np.ndarray, out: np.ndarray, off: np.ndarray,
                       cap: np.ndarray, skip: np.ndarray | None) -> bool:

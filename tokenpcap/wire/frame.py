@@ -18,8 +18,9 @@ import numpy as np
 from tokenpcap.errors import EncodeError
 from tokenpcap.wire import crc
 from tokenpcap.wire import headers as H
-from tokenpcap.wire.context import WireContext
+from tokenpcap.wire.context import PAYLOAD_PATTERN_BYTES, WireContext
 from tokenpcap.wire.ecn import row_ecn
+from tokenpcap.wire.lines import LINE_FORMATS, encode_lines
 from tokenpcap.wire.rdma import CNP, ETH_MIN_FRAME_BYTES, OPCODES, rocev2_flow_label
 
 __all__ = ["build_frame", "build_pfc_frame", "transport_fields"]
@@ -72,6 +73,10 @@ def transport_fields(row: np.void | dict, ctx: WireContext) -> dict[str, dict[st
     return out
 
 
+def _names(row: np.void | dict):
+    return row.keys() if isinstance(row, dict) else row.dtype.names
+
+
 def build_frame(row: np.void | dict, ctx: WireContext, payload: bytes | None = None) -> bytes:
     """Build one frame (no FCS) from a ``PACKET_DTYPE`` row.
 
@@ -79,7 +84,8 @@ def build_frame(row: np.void | dict, ctx: WireContext, payload: bytes | None = N
         row: one row of a ``PACKET_DTYPE`` array (or a dict with the same keys).
         ctx: transport, marking and per-NIC addresses.
         payload: explicit payload bytes (length ``row["payload_bytes"]``); default: the first
-            ``payload_bytes`` bytes of ``ctx.pattern``.
+            ``payload_bytes`` bytes of ``ctx.pattern``, or with ``line_protocol`` 1/2 of the
+            pattern's data in LL/LL128 lines flagged ``line_flag`` (:mod:`tokenpcap.wire.lines`).
 
     Returns:
         RoCEv2: Ethernet [802.1Q] IPv4|IPv6 UDP BTH ext payload pad ICRC [zero pad to 60 bytes];
@@ -94,7 +100,14 @@ def build_frame(row: np.void | dict, ctx: WireContext, payload: bytes | None = N
     if payload is None:
         if npay > ctx.pattern.size:
             raise EncodeError(f"payload_bytes: got {npay}, expected at most {ctx.pattern.size}")
-        payload = ctx.pattern[:npay].tobytes()
+        code = int(row["line_protocol"]) if "line_protocol" in _names(row) else 0
+        if code:                # NCCL LL/LL128 lines over the pattern (tokenpcap.wire.lines)
+            size = LINE_FORMATS[code][0]
+            base = ctx.pattern[:PAYLOAD_PATTERN_BYTES]
+            lines = encode_lines(code, base, int(row["line_flag"]), base.size // size)
+            payload = lines[:npay].tobytes()
+        else:
+            payload = ctx.pattern[:npay].tobytes()
     elif len(payload) != npay:
         raise EncodeError(f"payload: got {len(payload)} bytes, expected payload_bytes = {npay}")
     body = b"".join(h.pack(fields[h.name]) for h in (H.BTH, *OPCODES[_int(row, "opcode")].ext))
