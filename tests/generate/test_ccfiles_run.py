@@ -1,0 +1,100 @@
+"""A generate run on a queued fabric with DCQCN (tokenpcap.generate.run, the engine's ECN marks
+and CNPs): the congestion-control side files (tokenpcap.generate.ccfiles) counted against the
+frames TShark decodes in the receiver's captures, and no such file without ECN.
+
+Right values: TShark's InfiniBand dissector (``infiniband.bth.opcode == 0x81``, the RoCEv2 CNP
+of the IBTA RoCEv2 annex A17.9.3) in the receiver's nic-tx capture, and its IP dissector
+(``ip.dsfield.ecn == 3``, CE of RFC 3168) in the receiver's nic-rx capture.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tokenpcap.config.profiles import load_scenario
+from tokenpcap.generate.ccfiles import cc_summary_name, read_cc_files
+from tokenpcap.generate.options import GenerateOptions
+from tokenpcap.generate.run import generate
+from tokenpcap.generate.select import Selection
+from tokenpcap.records.points import parse_point
+
+GPU = {"name": "H100-SXM", "peak_tflops": 989}
+STEM = "dcqcn"
+
+
+def scenario_file(tmp_path: Path, cc: str = "dcqcn") -> Path:
+    """8 -> 1 x 256 KiB through one switch, DCQCN with a CNP frame per CE-marked packet (the
+    hpcc-ns3 preset's thresholds, its CNP-in-ACK turned off)."""
+    fab = {"model": "queued", "preset": "hpcc-ns3", "topology": {"kind": "single-switch"},
+           "cc": cc}
+    if cc == "dcqcn":
+        fab["np"] = {"cnp_in_ack": False, "min_time_between_cnps": 0}
+    path = tmp_path / f"{STEM}-{cc}.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": STEM, "cluster": {"name": "c", "nodes": 9, "gpus_per_node": 1,
+                                  "nics_per_node": 1, "link_gbps": 100, "nvlink_gbps": 3600,
+                                  "gpu": GPU, "fabric": fab},
+        "workload": {"kind": "incast", "senders": 8, "receiver": 0, "bytes": 1 << 18},
+        "collectives": {"algorithm": "ring", "channels": 1},
+        "generation": {"seed": 0, "iterations": 1, "clear_to_send": False,
+                       "ack_every_packets": 1}}))
+    return path
+
+
+def run(tmp_path: Path, point: str, cc: str = "dcqcn", nics=frozenset({0})):
+    out = tmp_path / f"{point}-{cc}"
+    out.mkdir()
+    res = generate(load_scenario(scenario_file(tmp_path, cc)),
+                   GenerateOptions(out_dir=out, selection=Selection(nics=nics),
+                                   point=parse_point(point)))
+    return out, res
+
+
+def tshark_count(cap: Path, display_filter: str) -> int:
+    got = subprocess.run(["tshark", "-r", str(cap), "-Y", display_filter, "-T", "fields",
+                          "-e", "frame.number"], capture_output=True, text=True, check=True)
+    return len(got.stdout.split())
+
+
+def need_tshark() -> None:
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark not installed (CI installs Debian's tshark)")
+
+
+@pytest.mark.tshark
+def test_the_cnp_file_has_a_row_per_cnp_frame_the_receiver_sends(tmp_path):
+    need_tshark()
+    out, res = run(tmp_path, "nic-tx")
+    log = read_cc_files(out, STEM)
+    (cap,) = [p for p, _, _ in res.files]
+    frames = tshark_count(cap, "infiniband.bth.opcode == 0x81")
+    assert frames > 0
+    assert log["cnps"].size == frames == res.cnp_packets
+    assert set(log["cnps"]["np_nic"].tolist()) == {0}
+    assert log["ce_qps"]["cnps_received"].sum() == frames
+    assert (out / cc_summary_name(STEM)) in res.fabric_files
+
+
+@pytest.mark.tshark
+def test_the_ce_file_counts_the_ce_frames_the_receiver_gets(tmp_path):
+    need_tshark()
+    out, _ = run(tmp_path, "nic-rx")
+    log = read_cc_files(out, STEM)
+    (cap,) = sorted(out.glob("*.pcapng"))
+    ce = tshark_count(cap, "ip.dsfield.ecn == 3")
+    assert ce > 0
+    assert log["ce_qps"]["ce_received"].sum() == ce
+    assert set(log["ce_qps"]["dst_nic"].tolist()) == {0}
+    # every mark is made on the one switch's downlink to the receiver
+    assert log["ce_ports"]["ce_marked"].sum() == ce
+
+
+def test_no_cc_file_when_the_fabric_marks_nothing(tmp_path):
+    out, res = run(tmp_path, "nic-tx", cc="none")
+    assert not list(out.glob("*_fabric-cc.json")) and not list(out.glob("*cnps*"))
+    assert read_cc_files(out, STEM) is None
+    assert res.cnp_packets == 0
