@@ -45,11 +45,12 @@ def scenario_file(tmp_path: Path, cc: str = "dcqcn") -> Path:
     return path
 
 
-def run(tmp_path: Path, point: str, cc: str = "dcqcn", nics=frozenset({0})):
-    out = tmp_path / f"{point}-{cc}"
+def run(tmp_path: Path, point: str, cc: str = "dcqcn", nics=frozenset({0}), ranks=None):
+    which = "-ranks" + "-".join(map(str, sorted(ranks))) if ranks else ""
+    out = tmp_path / f"{point}-{cc}{which}"
     out.mkdir()
     res = generate(load_scenario(scenario_file(tmp_path, cc)),
-                   GenerateOptions(out_dir=out, selection=Selection(nics=nics),
+                   GenerateOptions(out_dir=out, selection=Selection(nics=nics, ranks=ranks),
                                    point=parse_point(point)))
     return out, res
 
@@ -98,3 +99,18 @@ def test_no_cc_file_when_the_fabric_marks_nothing(tmp_path):
     assert not list(out.glob("*_fabric-cc.json")) and not list(out.glob("*cnps*"))
     assert read_cc_files(out, STEM) is None
     assert res.cnp_packets == 0
+
+
+@pytest.mark.tshark
+def test_ranks_keep_the_cnps_the_receivers_rank_sends_as_its_acks(tmp_path):
+    """A CNP goes from the data's receiver (rank 0 on NIC 0) to its sender, as an ACK: --ranks 0
+    at nic-tx keeps every CNP NIC 0 sends and no data; --ranks 1 keeps none of them."""
+    need_tshark()
+    out, res = run(tmp_path, "nic-tx", nics=None, ranks=frozenset({0}))
+    log = read_cc_files(out, STEM)
+    (cap,) = [p for p, _, _ in res.files]
+    assert tshark_count(cap, "infiniband.bth.opcode == 0x81") == log["cnps"].size == \
+        res.cnp_packets > 0
+    assert sum(res.phase_packets.values()) == 0 and res.ack_packets > 0
+    _, res1 = run(tmp_path, "nic-tx", nics=None, ranks=frozenset({1}))
+    assert res1.cnp_packets == 0 and res1.ack_packets == 0

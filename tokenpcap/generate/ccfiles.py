@@ -156,7 +156,8 @@ def read_cc_files(directory: str | os.PathLike, stem: str) -> dict[str, np.ndarr
     try:
         doc = json.loads(jpath.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(f"{jpath}: got {one_line(str(err))}, expected the cc files' JSON") from None
+        raise InputError(f"{jpath}: got {one_line(str(err))}, expected the cc files' "
+                         "JSON") from None
     if not isinstance(doc, dict) or doc.get("format") != CC_FORMAT \
             or doc.get("version") != CC_VERSION or doc.get("file_format") not in FILE_FORMATS:
         got = {k: doc.get(k) for k in ("format", "version", "file_format")} \
