@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
+from tokenpcap.cli import main
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.generate.ccfiles import cc_summary_name, read_cc_files
 from tokenpcap.generate.options import GenerateOptions
@@ -114,3 +116,16 @@ def test_ranks_keep_the_cnps_the_receivers_rank_sends_as_its_acks(tmp_path):
     assert sum(res.phase_packets.values()) == 0 and res.ack_packets > 0
     _, res1 = run(tmp_path, "nic-tx", nics=None, ranks=frozenset({1}))
     assert res1.cnp_packets == 0 and res1.ack_packets == 0
+
+
+@pytest.mark.tshark
+def test_the_generate_summary_counts_the_cnp_frames(tmp_path):
+    """The CLI's control-traffic line counts the CNPs it wrote, as TShark counts them."""
+    need_tshark()
+    out = tmp_path / "cli"
+    r = CliRunner().invoke(main, ["generate", str(scenario_file(tmp_path)), "-o", str(out),
+                                  "--nics", "0"])
+    assert r.exit_code == 0, r.output
+    (cap,) = sorted(out.glob("*.pcapng"))
+    frames = tshark_count(cap, "infiniband.bth.opcode == 0x81")
+    assert f"{frames:,} CNPs" in " ".join(r.output.split())
