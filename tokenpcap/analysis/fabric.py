@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.errors import InputError
+from tokenpcap.analysis.ccreport import render_cc_text
 from tokenpcap.records.fabric import FabricSummary, check_log
 from tokenpcap.records.text import counted
 
@@ -251,12 +252,14 @@ def render_fabric_text(doc: dict, where: str = "") -> str:
     lines.append(f"  Drops:               {d['packets']:,} packets, {d['bytes']:,} bytes "
                  f"(lossless priorities: {d['lossless_packets']:,})")
     lines.append(f"  Headroom overflows:  {doc['headroom_overflows']:,}")
+    if doc.get("cc") is not None:
+        lines += render_cc_text(doc["cc"])
     for c in doc["checks"]:
         if not c["ok"] and c["name"] in ("fabric-lossless", "fabric-headroom"):
             lines.append(f"  WARNING: {c['detail']}")
     lines.append("Fabric checks:")
     lines += [f"  {'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}"
-              for c in doc["checks"]]
+              for c in doc["checks"] + (doc.get("cc") or {}).get("checks", [])]
     return "\n".join(lines)
 
 

@@ -173,6 +173,7 @@ def print_summary(res: GenerateResult, tokens=None) -> None:
               f"control traffic: "
               f"{counted(res.cts_packets, 'clear-to-send packet')} ({res.cts_payload:,} payload "
               f"bytes), {counted(res.ack_packets, 'ACK')}"
+              f"{', ' + counted(res.cnp_packets, 'CNP') if res.cnp_packets else ''}"
               f"{'' if res.point == NIC_TX else ', ' + counted(res.pfc_packets, 'PFC frame')}"
               f"; time span "
               f"{span / 1e6:,.3f} ms of simulated time; {res.seconds:.1f} s wall")

@@ -147,8 +147,15 @@ def inspect_cmd(files: tuple[str, ...], as_json: bool, fabric: str | None, no_fa
 def _fabric_doc(directory, stem: str) -> dict:
     """:func:`~tokenpcap.analysis.fabric.fabric_report` of the side files ``stem`` in
     ``directory``, with ``path`` (their JSON)."""
+    from tokenpcap.analysis.ccreport import cc_report
     from tokenpcap.analysis.fabric import fabric_report
+    from tokenpcap.generate.ccfiles import read_cc_files
     from tokenpcap.generate.fabricfiles import read_fabric_files, summary_name
 
     log, summary = read_fabric_files(directory, stem)
-    return {"path": str(directory / summary_name(stem)), **fabric_report(log, summary)}
+    doc = {"path": str(directory / summary_name(stem)), **fabric_report(log, summary)}
+    cc = read_cc_files(directory, stem)
+    if cc is not None:
+        doc["cc"] = cc_report(cc)
+        doc["ok"] = doc["ok"] and all(c["ok"] for c in doc["cc"]["checks"])
+    return doc

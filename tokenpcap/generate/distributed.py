@@ -309,6 +309,7 @@ def _merge(results: list[GenerateResult], plan_: list[Shard], plan, opt: Generat
         res.cts_packets += r.cts_packets
         res.cts_payload += r.cts_payload
         res.ack_packets += r.ack_packets
+        res.cnp_packets += r.cnp_packets
         if r.first_ns >= 0:
             res.first_ns = r.first_ns if res.first_ns < 0 else min(res.first_ns, r.first_ns)
         res.last_ns = max(res.last_ns, r.last_ns)

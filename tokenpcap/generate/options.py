@@ -52,7 +52,7 @@ class GenerateOptions:
 class GenerateResult:
     """What was written: ``files`` ``[(path, packets, bytes)]``, totals, per-phase payload of data
     packets ``{label: bytes}``, per-NIC data payload (int64 per sending NIC), control traffic
-    (CTS, ACKs, and the PFC frames of switch ports at an ``nic-rx`` or switch point), span;
+    (CTS, ACKs, CNPs, and the PFC frames of switch ports at an ``nic-rx`` or switch point), span;
     ``plan`` is the plan at the run's scale (one iteration), ``iterations`` the kept iterations
     ``(A, B)``, so a full capture's payload is ``plan`` totals × ``B − A``; with a queued fabric
     ``fabric_files`` are the side files of what it did and ``fabric`` its
@@ -69,6 +69,7 @@ class GenerateResult:
     cts_packets: int = 0
     cts_payload: int = 0
     ack_packets: int = 0
+    cnp_packets: int = 0
     pfc_packets: int = 0
     first_ns: int = -1
     last_ns: int = -1

@@ -39,7 +39,7 @@ from tokenpcap.generate.select import Selection
 from tokenpcap.pcap import PcapngWriter
 from tokenpcap.pcap.outputset import OutputSet
 from tokenpcap.pcap.registry import capture_format
-from tokenpcap.records import LABELS, PKT_ACK, PKT_CTS, PKT_DATA, PKT_PFC, label_codes
+from tokenpcap.records import LABELS, PKT_ACK, PKT_CNP, PKT_CTS, PKT_DATA, PKT_PFC, label_codes
 from tokenpcap.records.comments import comment_text, pfc_comment_text
 from tokenpcap.records.points import CapturePoint
 
@@ -92,7 +92,9 @@ def _label_name(key: int) -> str:
 
 
 def _keep_rdma(tx, m, label, sel: Selection, lab_ok, point: CapturePoint) -> np.ndarray:
-    """bool ``(n,)``: the RDMA rows (data, CTS, ACK; messages ``m``) the selection keeps."""
+    """bool ``(n,)``: the RDMA rows (data, CTS, ACK, CNP; messages ``m``) the selection keeps.
+    Under ``--ranks`` an ACK or a CNP belongs to the rank it is sent for: both go from the data's
+    receiver (the notification point, for a CNP) back to its sender."""
     kc = tx["kind"]
     keep = lab_ok[label]
     if sel.iterations is not None:
@@ -100,7 +102,7 @@ def _keep_rdma(tx, m, label, sel: Selection, lab_ok, point: CapturePoint) -> np.
     if sel.nics is not None:
         keep &= np.isin(tx["peer_nic"] if point.receive else tx["nic"], np.asarray(sorted(sel.nics)))
     if sel.ranks is not None:
-        ack = kc == PKT_ACK               # an ACK goes from the data's receiver to its sender
+        ack = (kc == PKT_ACK) | (kc == PKT_CNP)   # from the data's receiver to its sender
         who = (np.where(ack, m["rank_src"], m["rank_dst"]) if point.receive
                else np.where(ack, m["rank_dst"], m["rank_src"]))
         keep &= np.isin(who, np.asarray(sorted(sel.ranks)))
@@ -150,7 +152,7 @@ def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, 
     if idx.size == 0:
         return 0
     tx = tx[idx]
-    kc = tx["kind"].astype(np.int64)                # PKT_DATA, PKT_CTS, PKT_ACK or PKT_PFC
+    kc = tx["kind"].astype(np.int64)                # PKT_DATA, PKT_CTS, PKT_ACK, PKT_CNP or PKT_PFC
     pfc = kc == PKT_PFC if has_pfc else None
     pk = lower(tx, msgs)
     pk["time_ns"] += EPOCH_NS
@@ -221,6 +223,7 @@ def _account(res: GenerateResult, tx, pk, kc, label) -> None:
     res.cts_packets += int(cts.sum())
     res.cts_payload += int(pay[cts].sum())
     res.ack_packets += int((kc == PKT_ACK).sum())
+    res.cnp_packets += int((kc == PKT_CNP).sum())
     res.pfc_packets += int((kc == PKT_PFC).sum())
     t = tx["time_ns"]
     res.first_ns = int(t[0]) if res.first_ns < 0 else min(res.first_ns, int(t[0]))

@@ -72,6 +72,7 @@ from tokenpcap.config.profiles import Scenario
 from tokenpcap.errors import InputError, OutputError
 from tokenpcap.generate.options import (EPOCH_NS, FORMATS, MAX_SEED, SPLITS, GenerateOptions,
                                         GenerateResult, check_options, provenance_comment)
+from tokenpcap.generate.ccfiles import write_cc_files
 from tokenpcap.generate.fabricfiles import write_fabric_files
 from tokenpcap.generate.output import Dispatcher, WriterConfig
 from tokenpcap.generate.route import describe_nic, file_header_bytes, file_specs, route_chunk
@@ -244,8 +245,11 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
         if sched.fabric_queued and not shard:
             # what the fabric did, beside the captures (the same stem, so inspect finds it)
             log, summary = sched.fabric_log()
-            res.fabric_files = [outset.final(p) for p in
-                                write_fabric_files(outset.stage, s.name, log, summary)]
+            cc = s.cluster.fabric
+            written = (write_cc_files(outset.stage, s.name, sched.cc_log(), summary.switch_names)
+                       if cc.ecn.enabled or cc.cc != "none" else [])
+            written += write_fabric_files(outset.stage, s.name, log, summary)
+            res.fabric_files = [outset.final(p) for p in written]
             res.fabric = summary
         outset.commit()
     except BaseException as err:
