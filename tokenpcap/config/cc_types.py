@@ -58,13 +58,20 @@ class EcnConfig:
     seed: int = 0
 
 
+#: bytes per unit of ``fabric.dcqcn.rpg_byte_reset`` (google/isekai ``SentBytes``: ``byte_reset *
+#: 64``)
+RPG_BYTE_RESET_UNIT_BYTES = 64
+
+
 @dataclass(frozen=True)
 class DcqcnConfig:
     """DCQCN's reaction point (the sending NIC; ``fabric.dcqcn``), NVIDIA's names and units.
 
     Times in us (``rpg_time_reset``, ``dce_tcp_rtt``, ``rate_reduce_monitor_period``), rates in
     Mb/s (``rpg_ai_rate``, ``rpg_hai_rate``, ``rpg_min_rate``, ``rate_to_set_on_first_cnp``, 0:
-    keep the current rate), ``rpg_byte_reset`` in bytes (0: no byte counter, as HPCC ns-3),
+    keep the current rate), ``rpg_byte_reset`` in units of :data:`RPG_BYTE_RESET_UNIT_BYTES`
+    (64 B: google/isekai's ConnectX model counts ``byte_reset * 64``, so 32,767 is 2,097,088 B,
+    Spirent's 2 MB default; 0: no byte counter, as HPCC ns-3),
     ``dce_tcp_g`` and ``initial_alpha_value`` in 1/1024 (EWMA gain g = (1024 - dce_tcp_g) /
     1024: 1019 is 5/1024, 1020 is HPCC ns-3's 1/256; ``initial_alpha_value`` 1024 is ns-3's
     alpha = 1), ``rpg_gd`` log2 of the divisor Gd of alpha in 1/1024 (11: Gd = 2, a cut of alpha

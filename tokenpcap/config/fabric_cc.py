@@ -115,9 +115,10 @@ CC_KEYS: dict[str, tuple[str, str]] = {
                                     "packet), so marks do not depend on event order"),
     "cluster.fabric.dcqcn.rpg_time_reset": ("us", f"rate-increase timer ({_DOCA} RPG_TIME_RESET "
                                                   f"300; {_NS3} RP_TIMER 300)"),
-    "cluster.fabric.dcqcn.rpg_byte_reset": ("bytes", "rate-increase byte counter (RPG_BYTE_"
-                                                     "RESET 32,767); 0: none (HPCC ns-3 has "
-                                                     "none)"),
+    "cluster.fabric.dcqcn.rpg_byte_reset": ("64 B", "rate-increase byte counter (RPG_BYTE_"
+                                                    "RESET 32,767 = 2,097,088 B, in 64-byte "
+                                                    "units as google/isekai counts it); 0: "
+                                                    "none (HPCC ns-3 has none)"),
     "cluster.fabric.dcqcn.rpg_threshold": ("stages", "fast-recovery stages before additive "
                                                      "increase (RPG_THRESHOLD 1; ns-3 "
                                                      "FAST_RECOVERY_TIMES 1)"),

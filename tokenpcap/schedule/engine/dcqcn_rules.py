@@ -66,12 +66,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tokenpcap.config.cc_types import RPG_BYTE_RESET_UNIT_BYTES
+
 DCQCN_CONNECTX = 0
 DCQCN_HPCC_NS3 = 1
 #: variant name -> code
 DCQCN_VARIANTS = {"connectx": DCQCN_CONNECTX, "hpcc-ns3": DCQCN_HPCC_NS3}
-#: bytes per unit of ``rpg_byte_reset`` (isekai ``SentBytes``: ``byte_reset * 64``)
-RPG_BYTE_RESET_UNIT_BYTES = 64
 
 # -- per-QP state columns ------------------------------------------------------------------
 DQ_RATE_BPS = 0        # current rate R_C, bit/s
