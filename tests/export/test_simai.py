@@ -48,9 +48,18 @@ def parse(text: str) -> tuple[dict[str, int], list[list[str]]]:
 def test_simai_file_parses_back_to_the_plan(tmp_path, name):
     s = load_scenario(SCEN / f"{name}.yaml")
     plan = build_plan(s)
-    out = export_scenario(SCEN / f"{name}.yaml", "simai", tmp_path / "w" / f"{name}.txt")[0]
-    header, records = parse(out.read_text())
+    outs = export_scenario(SCEN / f"{name}.yaml", "simai", tmp_path / "w" / f"{name}.txt")
     p = s.parallelism
+    assert [o.name for o in outs] == [f"{name}.txt"] + [f"{name}-stage{k}.txt"
+                                                        for k in range(1, p.pp)]
+    for st, out in enumerate(outs):
+        _parses_back(plan, st, out.read_text())
+
+
+def _parses_back(plan, st: int, text: str) -> None:
+    """The file of stage ``st`` holds the calls of rank (st, dp 0, tp 0) as the module says."""
+    header, records = parse(text)
+    p = plan.scenario.parallelism
     assert list(header) == KEYS
     assert (header["model_parallel_NPU_group"], header["ep"], header["pp"], header["ga"],
             header["all_gpus"]) == (p.tp, p.ep, p.pp, plan.microbatches, plan.layout.world_size)
@@ -63,7 +72,7 @@ def test_simai_file_parses_back_to_the_plan(tmp_path, name):
                 got["ep" if t.endswith("_EP") else "tp"] += int(b) * plan.microbatches
         if r[9] != "NONE":
             got["edp" if r[9].endswith("_DP_EP") else "dp"] += int(r[10])
-    rank = plan.layout.rank(0, 0, 0)
+    rank = plan.layout.rank(st, 0, 0)
     calls = list(plan.calls(0, ranks={rank}))
     want = defaultdict(int)
     for c in calls:
@@ -76,7 +85,7 @@ def test_simai_file_parses_back_to_the_plan(tmp_path, name):
     assert dict(got) == dict(want)
     pp = [c.message_bytes for c in calls if c.dim == "pp"]
     assert header["pp_comm"] == (max(pp) if pp else 0)
-    w = simai_workload(plan)
+    w = simai_workload(plan, st)
     assert sum(want.values()) + sum(w.left_out.values()) == sum(c.message_bytes for c in calls)
 
 

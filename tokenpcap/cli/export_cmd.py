@@ -16,7 +16,8 @@ from tokenpcap.export.registry import EXPORTS
               help="; ".join(f"{f.name}: {f.summary}" for f in EXPORTS.values()) + ".")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="Output file, its directory created (HPCC also writes <stem>-topology.txt, "
-                   "<stem>-config.txt and <stem>-trace.txt beside it).")
+                   "<stem>-config.txt and <stem>-trace.txt beside it; SimAI with pp > 1 writes the "
+                   "rank of stage k's workload to <stem>-stage<k><suffix> beside it).")
 @click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
               help="Divide message sizes and compute time by this.")
 @click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True)

@@ -14,18 +14,23 @@ the TP group and ``_EP`` on the EP group; in the weight-gradient column a plain 
 DP group and ``_DP_EP`` on the expert-data-parallel group (DP / EP ranks). SimAI reads an
 unknown type as ``NONE`` without a word, so :func:`simai_workload` only writes these.
 
-What the records hold (the calls of one rank of pipeline stage 0, TP index 0, DP index 0, in
-the plan's order; SimAI runs every rank alike and models PP by ``pp_comm``):
+What the records hold: SimAI's workload is one rank's view (SimAI runs every rank alike and
+models PP by ``pp_comm``), so :func:`write_simai` writes one file per pipeline stage, the calls
+of rank ``(stage, dp 0, tp 0, cp 0)`` in the plan's order (:func:`stage_path` names the files):
 
 * per microbatch (microbatch 0's calls: SimAI walks the records once forward and once backward,
   ``Workload::iterate_hybrid_parallel_Transformer_fwd_in_bckwd``, and uses ``ga`` only in its
-  PP bubble and PP communication estimates, ``Layer::report``): ``embedding_layer`` with
-  the embedding's TP collective; per transformer layer ``layer<L>`` carrying its compute (the
-  schedule's attention + MLP forward and backward ns), then one record per TP or EP collective of
-  that layer, forward ones in the forward column, backward ones (and the forward collectives
-  full recomputation replays) in the input-gradient column; sizes are the plan's ``S``
-  (nccl-tests convention: the AllReduce buffer, the whole buffer of AllGather, ReduceScatter,
-  AllToAll);
+  PP bubble and PP communication estimates, ``Layer::report``): on stage 0 ``embedding_layer``
+  with the embedding's TP collective; per transformer layer of the stage ``layer<L>`` carrying
+  its compute whether or not the layer has a collective (the schedule's attention + the layer's
+  own MLP, MoE or dense, forward and backward ns; with full recomputation the replayed forward
+  in the input-gradient compute, as :mod:`tokenpcap.schedule.program` runs it), then one record
+  per TP or EP collective of that layer (an MoE layer's dispatch and combine AllToAlls on the EP
+  group), forward ones in the forward column, backward ones (and the forward collectives
+  full recomputation replays) in the input-gradient column; on the last stage
+  ``output_layer`` with the output layer's compute, then its TP collectives; sizes are the
+  plan's ``S`` (nccl-tests convention: the AllReduce buffer, the whole buffer of AllGather,
+  ReduceScatter, AllToAll);
 * per iteration (weight-gradient column): one record per DP gradient bucket (AllReduce, or the
   distributed optimizer's ReduceScatter) and per parameter AllGather after the step, dense ones
   plain, expert ones ``_DP_EP``.
@@ -35,7 +40,7 @@ with bytes): PP SendRecv (in ``pp_comm``), Broadcasts, collectives over groups o
 DP and DP-within-EP (tied-embedding AllReduce, gradient statistics over the model-parallel group,
 MoE token counts over TP x EP), iteration-level TP collectives (the forward and input-gradient
 columns hold one microbatch's), ZeRO-3's per-layer DP gathers (the forward column has no DP
-group), and the calls of the other pipeline stages. With context parallelism the ring-attention
+group). With context parallelism the ring-attention
 sends (dim ``cp``) are left out too (the format has no CP group); the compute and the TP/EP sizes
 are those of one CP rank (``s/cp`` tokens), and the weight-gradient records are the reductions
 over Megatron's data-parallel group with context parallelism (``dp * cp`` ranks).
@@ -110,20 +115,24 @@ class SimaiWorkload:
         return line1 + f"{len(self.records)}\n" + "".join(r.line() for r in self.records)
 
 
-def simai_workload(plan) -> SimaiWorkload:  # type: ignore[no-untyped-def]
-    """The SimAI workload of ``plan`` (a :class:`tokenpcap.plan.build.Plan`; module docstring).
+def simai_workload(plan, stage: int = 0) -> SimaiWorkload:  # type: ignore[no-untyped-def]
+    """The SimAI workload of ``plan`` (a :class:`tokenpcap.plan.build.Plan`) as rank
+    ``(stage, dp 0, tp 0, cp 0)`` makes it (module docstring): every layer of pipeline
+    ``stage`` has its record with its compute, collectives or not.
 
     Raises:
         InputError: bad compute settings (:func:`tokenpcap.schedule.compute.stage_times`); a
-            workload scenario (no model: SimAI's workload file is a model's layers).
+            workload scenario (no model: SimAI's workload file is a model's layers); ``stage``
+            outside ``[0, pp)``.
     """
+    from tokenpcap.plan.pipeline import stage_layers
     from tokenpcap.schedule.compute import stage_times
 
     plan.scenario.require_model("the SimAI export (a workload file of a model's layers)")
     s, lay = plan.scenario, plan.layout
     p = s.parallelism
-    rank = lay.rank(0, 0, 0)
-    times = stage_times(s, 0, plan.scale)
+    rank = lay.rank(stage, 0, 0)
+    times = stage_times(s, stage, plan.scale)
     header = {"model_parallel_NPU_group": p.tp, "ep": p.ep, "pp": p.pp, "vpp": p.vpp,
               "ga": plan.microbatches, "all_gpus": lay.world_size, "checkpoints": 0,
               "checkpoint_initiates": 0, "pp_comm": 0}
@@ -162,7 +171,8 @@ def simai_workload(plan) -> SimaiWorkload:  # type: ignore[no-untyped-def]
         else:
             per_layer[c.layer].append(SimaiRecord(name, ig_type=base + sfx,
                                                   ig_bytes=c.message_bytes, ig_call=c.call_id))
-    records = [SimaiRecord("embedding_layer")]
+    records = [SimaiRecord("embedding_layer")] if stage == 0 else []
+    output: list[SimaiRecord] = []
     for r in per_layer.get(-1, []):
         if r.id == "embedding":
             records[0].fwd_type, records[0].fwd_bytes = r.fwd_type, r.fwd_bytes
@@ -171,23 +181,38 @@ def simai_workload(plan) -> SimaiWorkload:  # type: ignore[no-untyped-def]
             records[0].ig_type, records[0].ig_bytes = r.ig_type, r.ig_bytes
             records[0].ig_call = r.ig_call
         else:
-            records.append(r)
-    for L in sorted(k for k in per_layer if k >= 0):
+            output.append(r)
+    full = s.training.recompute == "full"
+    for L in stage_layers(s, stage):
         moe = s.model.moe_layers[L]          # dense layers of a mixed model: the dense MLP
         mlp_fwd, mlp_bwd = (times.mlp_fwd, times.mlp_bwd) if moe else \
             (times.dense_mlp_fwd, times.dense_mlp_bwd)
+        # full recomputation replays the layer's forward right before its backward
+        # (tokenpcap.schedule.program: the rank's program)
+        replay = times.attn_fwd + mlp_fwd if full else 0
         records.append(SimaiRecord(f"layer{L}", fwd_compute_ns=times.attn_fwd + mlp_fwd,
-                                   ig_compute_ns=times.attn_bwd + mlp_bwd))
-        fwd = [r for r in per_layer[L] if r.fwd_type != "NONE"]
-        bwd = [r for r in per_layer[L] if r.fwd_type == "NONE"]
+                                   ig_compute_ns=times.attn_bwd + mlp_bwd + replay))
+        fwd = [r for r in per_layer.get(L, []) if r.fwd_type != "NONE"]
+        bwd = [r for r in per_layer.get(L, []) if r.fwd_type == "NONE"]
         # SimAI walks the records backward in the backward pass: the input-gradient records
         # go in reverse of the order the rank makes them (recomputed forward, then backward)
         records += sorted(fwd, key=lambda r: _order(r.id))
         records += sorted(bwd, key=lambda r: _order(r.id), reverse=True)
+    if stage == p.pp - 1:
+        # the output layer and the cross-entropy of the last stage (its TP collectives follow)
+        records.append(SimaiRecord("output_layer", fwd_compute_ns=times.logits_fwd,
+                                   ig_compute_ns=times.logits_bwd))
+    records += output
     if wg:
         wg[-1].wg_update_ns = times.optimizer
     records += wg
     return SimaiWorkload(header, records, dict(left))
+
+
+def stage_path(out: Path, stage: int) -> Path:
+    """The file of pipeline ``stage``'s workload: ``out`` itself for stage 0,
+    ``<stem>-stage<k><suffix>`` beside it for stage ``k`` > 0."""
+    return out if stage == 0 else out.with_name(f"{out.stem}-stage{stage}{out.suffix}")
 
 
 def _order(record_id: str) -> int:
@@ -202,17 +227,23 @@ def _order(record_id: str) -> int:
     return len(FORWARD_LAYER_OPS) + BACKWARD_LAYER_OPS.index(op)
 
 
-def write_simai(plan, out: str | os.PathLike) -> Path:  # type: ignore[no-untyped-def]
-    """Write :func:`simai_workload` of ``plan`` to ``out`` (whole or not at all).
+def write_simai(plan, out: str | os.PathLike) -> list[Path]:  # type: ignore[no-untyped-def]
+    """Write :func:`simai_workload` of every pipeline stage of ``plan``: stage 0 to ``out``,
+    stage ``k`` to :func:`stage_path` (each file whole or not at all); the paths in stage order.
 
     Raises:
-        OutputError: the file cannot be written.
+        OutputError: a file cannot be written.
     """
     out = Path(out)
-    atomic_text(out, [simai_workload(plan).text()])
-    return out
+    paths = []
+    for st in range(plan.scenario.parallelism.pp):
+        path = stage_path(out, st)
+        atomic_text(path, [simai_workload(plan, st).text()])
+        paths.append(path)
+    return paths
 
 
-@register_export("simai", "SimAI workload file of the plan (no schedule)", plan_only=True)
+@register_export("simai", "SimAI workload files of the plan, one per pipeline stage "
+                 "(no schedule)", plan_only=True)
 def _export(plan, out: Path) -> list[Path]:  # type: ignore[no-untyped-def]
-    return [write_simai(plan, out)]
+    return write_simai(plan, out)

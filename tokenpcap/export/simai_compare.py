@@ -1,7 +1,7 @@
 """A SimAI run of our workload export set beside our schedule (``compare --simai-csv``).
 
-``export --to simai`` writes one layer record per collective of the exported rank (pipeline stage
-0, TP, DP and EP index 0; :mod:`tokenpcap.export.simai`), each made from one call of the plan
+``export --to simai`` writes, in the file of pipeline stage 0 (the one compared here: the rank at
+stage 0, TP, DP and EP index 0; :mod:`tokenpcap.export.simai`), one record per collective, each made from one call of the plan
 (microbatch 0 for the per-microbatch TP and EP collectives, the iteration's DP buckets), and the
 record keeps that call's id. ``SimAI_analytical`` writes one ``EndToEnd.csv`` row per record, by
 its id (:mod:`tokenpcap.export.simai_csv`). So every row is matched to its record by the id
