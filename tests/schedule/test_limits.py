@@ -46,9 +46,15 @@ def _follow(s, advice: str, iterations: int):  # type: ignore[no-untyped-def]
     import dataclasses
     import re
 
-    if "clear_to_send: false fits" in advice:
-        gen = dataclasses.replace(s.generation, clear_to_send=False)
-        return build_plan(dataclasses.replace(s, generation=gen)), iterations
+    if "--set generation.clear_to_send=false fits" in advice:
+        # as the command line does it: the scenario loaded again with the override
+        followed = load_scenario(s.path, {"generation.clear_to_send": False})
+        assert followed.generation.clear_to_send is False
+        return build_plan(followed), iterations
+    if m := re.search(r"--set training.global_batch_size=(\d+) \(\d+ of \d+ microbatches\) "
+                      r"--scale (\d+) fits", advice):
+        followed = load_scenario(s.path, {"training.global_batch_size": int(m.group(1))})
+        return build_plan(followed, scale=int(m.group(2))), iterations
     if m := re.search(r"--scale (\d+) fits", advice):
         return build_plan(s, scale=int(m.group(1))), iterations
     if m := re.search(r"at most --iterations (\d+) fit", advice):
@@ -106,7 +112,7 @@ def test_advice_to_drop_clear_to_send_is_given_only_when_that_fits(monkeypatch):
     full = estimate_work(build_plan(s), 1, nvlink=False)
     half = dataclasses.replace(full, messages=full.messages // 2)
     monkeypatch.setattr(limits, "MAX_STATE_BYTES", (half.memory_bytes + full.memory_bytes) // 2)
-    with pytest.raises(InfeasiblePlanError, match="clear_to_send: false fits") as info:
+    with pytest.raises(InfeasiblePlanError, match="--set generation.clear_to_send=false fits") as info:
         check_work(build_plan(s), 1)
     followed, its = _follow(s, str(info.value), 1)
     check_work(followed, its)                                       # accepted
@@ -211,3 +217,27 @@ def test_the_floor_is_one_message_per_piece_that_carries_data_unscaled():
     assert _messages_at_any_scale(plan, 1) == 2 * pieces
     assert estimate_work(build_plan(s, scale=10 ** 9), 1, nvlink=False).messages == 2 * pieces
     assert estimate_work(plan, 1, nvlink=False).messages > 2 * pieces       # unscaled: slices
+
+
+def test_a_job_no_scale_fits_is_told_the_largest_global_batch_that_does(monkeypatch):
+    """With a state limit below Dante's floor at any scale (4 microbatches) but above the floor
+    of one microbatch, the advice is the largest global batch whose plan fits at some scale, as
+    a --set, and following it (the scenario loaded with that --set) is accepted; one
+    microbatch more is not."""
+    from tokenpcap.schedule import limits
+    from tokenpcap.schedule.limits import _work_at_any_scale
+
+    s = load_scenario(SCEN / "dante.yaml", {"generation.clear_to_send": False})
+    floors = {m: _work_at_any_scale(build_plan(load_scenario(
+        s.path, {"generation.clear_to_send": False, "training.global_batch_size": 4 * m})), 1,
+        True).memory_bytes for m in (1, 2, 3, 4)}
+    assert floors[1] < floors[2] < floors[3] < floors[4]
+    monkeypatch.setattr(limits, "MAX_STATE_BYTES", (floors[2] + floors[3]) // 2)
+    with pytest.raises(InfeasiblePlanError, match="--scale cannot help") as info:
+        check_work(build_plan(s), 1)
+    msg = str(info.value)
+    assert "--set training.global_batch_size=8 (2 of 4 microbatches) --scale " in msg, msg
+    m = re.search(r"global_batch_size=(\d+) .* --scale (\d+) fits", msg)
+    followed = load_scenario(s.path, {"generation.clear_to_send": False,
+                                      "training.global_batch_size": int(m.group(1))})
+    check_work(build_plan(followed, scale=int(m.group(2))), 1)             # accepted

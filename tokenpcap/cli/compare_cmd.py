@@ -8,6 +8,7 @@ import click
 
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.set_option import set_option
 
 
 @main.command("compare")
@@ -35,6 +36,7 @@ from tokenpcap.cli.common import library_errors
                    "HPCC, the slowdown CDF per phase and the per-NIC completion over time; "
                    "SimAI, ours beside its times per phase and per collective.")
 @library_errors
+@set_option
 def compare_cmd(scenario: str, fct: str | None, pfc: str | None, open_loop: str | None,
                 simai_csv: str | None, scale: int, iterations: int,
                 plot_dir: str | None) -> None:

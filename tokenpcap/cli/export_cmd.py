@@ -5,6 +5,7 @@ import click
 
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.set_option import set_option
 from tokenpcap.export.core import FORMATS
 from tokenpcap.export.hpcc import CC_MODES
 from tokenpcap.export.registry import EXPORTS
@@ -25,6 +26,7 @@ from tokenpcap.export.registry import EXPORTS
               help="hpcc only: the congestion control CC_MODE of the simulator's config "
                    "[default: hpcc].")
 @library_errors
+@set_option
 def export_cmd(scenario: str, fmt: str, output: str, scale: int, iterations: int,
                hpcc_cc: str | None) -> None:
     """Schedule SCENARIO and write its RDMA messages as FORMAT.

@@ -9,6 +9,7 @@ import click
 
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.set_option import set_option
 
 
 def _iterations(ctx, param, value: str | None):
@@ -84,6 +85,7 @@ def write_json(doc: dict, out) -> None:  # type: ignore[no-untyped-def]
 @click.option("--strict", is_flag=True, help="Exit 1 when any check fails.")
 @click.option("--no-crc", is_flag=True, help="Skip the ICRC/VCRC check (faster on full frames).")
 @library_errors
+@set_option
 def inspect_cmd(files: tuple[str, ...], as_json: bool, fabric: str | None, no_fabric: bool,
                 scenario: str | None, scale: int | None, iterations, strict: bool,
                 no_crc: bool) -> None:

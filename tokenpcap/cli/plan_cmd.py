@@ -8,6 +8,7 @@ import click
 
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.set_option import set_option
 from tokenpcap.plan.build import build_plan
 from tokenpcap.config.profiles import default_scenario_path, load_scenario
 from tokenpcap.records.text import counted
@@ -33,6 +34,7 @@ def _b(n: int | None) -> str:
 @click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
               help="Divide every message size by this (the iteration `generate --scale` writes).")
 @library_errors
+@set_option
 def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int) -> None:
     """Bytes per phase on NVLink and on the NICs for one iteration of SCENARIO (default: the
     bundled Divine Comedy scenario), per epoch of its corpus, and the expected pcap size."""

@@ -6,6 +6,7 @@ import click
 
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.set_option import set_option
 
 
 @main.command("plot", no_args_is_help=True)
@@ -23,6 +24,7 @@ from tokenpcap.cli.common import library_errors
                    "or that file): queue depth of the 8 busiest switch ports with their PFC "
                    "frames, and the throughput per phase of SOURCE's captures when given.")
 @library_errors
+@set_option
 def plot_cmd(source: str | None, outdir: str, scale: int, iterations: int, ranks: str | None,
              fabric: str | None) -> None:
     """Draw SOURCE: a capture (pcap/pcapng/ERF) gives throughput per NIC stacked by phase and

@@ -20,11 +20,12 @@ expected) for unknown keys, missing keys, wrong types and out-of-range values, a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from tokenpcap.collectives.algorithms import selectable_algorithms
 from tokenpcap.collectives.protocols import PROTOCOL_IDS
 from tokenpcap.collectives.tuning import ALGOS, parse_list
+from tokenpcap.config import overrides as ov
 from tokenpcap.config import yamlcheck as yc
 from tokenpcap.config.bounds import (MAX_CHANNELS, MAX_GLOBAL_BATCH_SIZE, MAX_ITERATIONS,
                                      MAX_LAYERS, MAX_MICRO_BATCH_SIZE, MAX_SEED, MAX_VOCAB_SIZE)
@@ -220,8 +221,14 @@ def parse_tokenizer(text: str, vocab_size: int = 32000, base_dir: Path | None = 
     )
 
 
-def load_scenario(path: str | Path) -> Scenario:
+def load_scenario(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Scenario:
     """Load a scenario: corpus, tokenizer, model, cluster, parallelism, training, collectives.
+
+    ``overrides``: ``{dotted key: value}`` set in the raw mappings before they are checked
+    (``--set``, :mod:`tokenpcap.config.overrides`; keys under ``model.``/``cluster.`` change the
+    profile file the scenario names); None: those of the running command
+    (:func:`tokenpcap.config.overrides.active`). An error about an overridden key names
+    ``--set`` in place of the file.
 
     ``corpus``, ``model`` and ``cluster`` are paths relative to the scenario file (``model`` and
     ``cluster`` may also be inline mappings). ``tokenizer`` is a mapping ``{kind, vocab_size,
@@ -237,12 +244,34 @@ def load_scenario(path: str | Path) -> Scenario:
     """
     path = Path(path)
     data = yc.load_yaml(path)
+    ovr = ov.active() if overrides is None else dict(overrides)
+    if not ovr or not isinstance(data, dict):     # a file that is no mapping: its own error
+        return _load_scenario(path, data, {k: {} for k in ov.PROFILE_KEYS})
+    data = ov.apply(data, {k: v for k, v in ovr.items() if k in ov.PROFILE_KEYS})
+    own, sub = ov.split_profile(ovr, data)
+    data = ov.apply(data, own)
+    try:
+        return _load_scenario(path, data, sub)
+    except ProfileError as err:
+        if err.file == _error_file(path):
+            raise ov.relabel(err, own) from None
+        raise
+
+
+def _error_file(path: Path) -> str:
+    """The file name a :class:`ProfileError` about ``path`` carries."""
+    return ProfileError(path, "", None, "").file
+
+
+def _load_scenario(path: Path, data: Any, sub: dict[str, dict[str, Any]]) -> Scenario:
+    """:func:`load_scenario` of the raw (overridden) ``data``; ``sub``: the overrides of the
+    model and cluster files."""
     if isinstance(data, dict) and "workload" in data:
-        return _load_workload_scenario(path, data)
+        return _load_workload_scenario(path, data, sub)
     v = yc.read_mapping(path, "", data, _SCENARIO_SPEC)
     base = path.resolve().parent
-    model = _sub_profile(path, base, "model", v["model"], model_from)
-    cluster = _sub_profile(path, base, "cluster", v["cluster"], cluster_from)
+    model = _sub_profile(path, base, "model", v["model"], model_from, sub["model"])
+    cluster = _sub_profile(path, base, "cluster", v["cluster"], cluster_from, sub["cluster"])
     tok = v["tokenizer"]
     if isinstance(tok, str):
         yc.path_text(path, "tokenizer", tok)        # hf:PATH names a file
@@ -282,7 +311,7 @@ def load_scenario(path: str | Path) -> Scenario:
     return scenario
 
 
-def _load_workload_scenario(path: Path, data: dict) -> Scenario:
+def _load_workload_scenario(path: Path, data: dict, sub: dict[str, dict[str, Any]]) -> Scenario:
     """A scenario with a ``workload:`` mapping (:mod:`tokenpcap.config.workload`): cluster,
     workload, collectives, generation; a key of a training scenario is refused in one line."""
     for k in _TRAINING_ONLY:
@@ -290,7 +319,8 @@ def _load_workload_scenario(path: Path, data: dict) -> Scenario:
             raise ProfileError(path, k, data[k], "no corpus, tokenizer, model, parallelism or "
                                "training in a workload scenario (it has `workload:` instead)")
     v = yc.read_mapping(path, "", data, _WORKLOAD_SCENARIO_SPEC)
-    cluster = _sub_profile(path, path.resolve().parent, "cluster", v["cluster"], cluster_from)
+    cluster = _sub_profile(path, path.resolve().parent, "cluster", v["cluster"], cluster_from,
+                           sub["cluster"])
     world = cluster.nodes * cluster.gpus_per_node
     if v["name"] is None:
         yc.file_name(path, "name", path.stem)
@@ -313,10 +343,13 @@ def _collectives(path: Path, data: Any, cluster: ClusterProfile) -> CollectivesC
     return CollectivesConfig(**c)
 
 
-def _sub_profile(file: Path, base: Path, key: str, value: Any, build):  # type: ignore[no-untyped-def]
+def _sub_profile(file: Path, base: Path, key: str, value: Any, build,  # type: ignore[no-untyped-def]
+                 overrides: Mapping[str, Any] | None = None):
     """A model or cluster given by path (loaded from its file: errors in it name that file and
     its own keys) or inline (errors name the scenario file and ``key.<...>``). A referenced file
-    that cannot be read as YAML is reported at the scenario's key, naming both files."""
+    that cannot be read as YAML is reported at the scenario's key, naming both files.
+    ``overrides``: keys of the file (relative to it) set before it is checked; an error about
+    one names ``--set key.<...>``."""
     if isinstance(value, str):
         sub = base / yc.path_text(file, key, value)
         try:
@@ -327,7 +360,15 @@ def _sub_profile(file: Path, base: Path, key: str, value: Any, build):  # type: 
             got = err.got if isinstance(err.got, str) and err.got == "missing" else repr(err.got)
             raise ProfileError(file, key, yc.Raw(f"{value!r}, whose file {sub}: {got}"),
                                err.expected) from None
-        return build(sub, "", data, sub)
+        if not overrides or not isinstance(data, dict):
+            return build(sub, "", data, sub)
+        data = ov.apply(data, overrides, key)
+        try:
+            return build(sub, "", data, sub)
+        except ProfileError as e:
+            if e.file == _error_file(sub):
+                raise ov.relabel(e, overrides, key) from None
+            raise
     if isinstance(value, dict):
         return build(file, key, value, None)
     raise ProfileError(file, key, value, "a path to a YAML profile or an inline mapping")

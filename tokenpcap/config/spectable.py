@@ -501,6 +501,26 @@ Generated from the loaders' specs (`tokenpcap/config/model_profile.py`,
 `python3 -m tokenpcap.config.spectable > docs/profiles.md`; a test fails when this file and the
 loaders disagree.
 
+## Changing a key for one run: `--set KEY=VALUE`
+
+Every command that reads a scenario (`generate`, `run`, `plan`, `plot`, `export`, `trace`,
+`compare`, `inspect --against`) takes `--set KEY=VALUE`, repeatable: `KEY` is the key's dotted
+path from the scenario's top level, `VALUE` is read as YAML (`4`, `0.4`, `false`, `[0, 1]`,
+`queued`). The keys of the model and cluster profiles the scenario names are under `model.` and
+`cluster.` (the profile file is read as is and changed in memory, so no relative path breaks);
+a workload scenario's under `workload.`:
+
+```
+tokenpcap plan profiles/scenarios/dante.yaml --set parallelism.dp=8 --set cluster.nodes=8
+tokenpcap generate profiles/scenarios/dante.yaml -o out --set generation.clear_to_send=false \
+    --set collectives.channels=4 --set cluster.fabric.model=queued
+```
+
+A `--set` is checked as the file is, and a bad key or value gets the same one-line error with
+`--set` in place of the file (`error: --set: parallelism.dp: got 'two', expected an integer >=
+1`, exit 1); a malformed `KEY=VALUE` is a usage error (exit 2). A `--set` equal to the file's
+value changes no byte of the output.
+
 """
 
 

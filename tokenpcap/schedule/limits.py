@@ -191,6 +191,54 @@ def _smallest_scale(plan, iterations: int, keep_messages: bool = True
     return None
 
 
+def _smaller_batch(plan, floor: Work, iterations: int,  # type: ignore[no-untyped-def]
+                   keep_messages: bool) -> str:
+    """Advice for a job no ``--scale`` fits: the largest ``training.global_batch_size`` (a
+    multiple of one microbatch per data-parallel replica) whose plan fits at some scale, with
+    the smallest power-of-ten ``--scale`` that then fits, or, when one microbatch is too many,
+    fewer data-parallel replicas.
+
+    The messages and state of the floor grow with the microbatches (every TP, EP, CP and PP
+    call is per microbatch; the DP buckets are per iteration): the count is extrapolated
+    linearly from one microbatch and ``plan``'s, then checked, and lowered until its plan
+    fits."""
+    import dataclasses as dc
+
+    from tokenpcap.plan.build import build_plan
+
+    s = plan.scenario
+    fewer_dp = ("a smaller job fits, e.g. fewer data-parallel replicas on a matching cluster "
+                f"(--set parallelism.dp=... --set cluster.nodes=...; dp is {s.parallelism.dp})")
+    m_all = plan.microbatches
+    if s.model is None or m_all <= 1:
+        return fewer_dp
+    per = s.training.global_batch_size // m_all
+
+    def at(m: int):  # type: ignore[no-untyped-def]
+        sm = dc.replace(s, training=dc.replace(s.training, global_batch_size=m * per))
+        return sm, _work_at_any_scale(build_plan(sm, scale=plan.scale), iterations,
+                                      keep_messages)
+
+    _, one = at(1)
+    if not _fits(one):
+        return fewer_dp
+    slope = [max(1, (a - b) // (m_all - 1)) for a, b in
+             ((floor.messages, one.messages), (floor.memory_bytes, one.memory_bytes))]
+    room = [(MAX_STATE_BYTES - one.memory_bytes) // slope[1]]
+    if keep_messages:
+        room.append((MAX_MESSAGES - one.messages) // slope[0])
+    m = max(1, min(m_all - 1, 1 + min(room)))
+    while True:
+        sm, w = at(m) if m > 1 else at(1)
+        if _fits(w) or m == 1:
+            break
+        m = max(1, m * 3 // 4)
+    found = _smallest_scale(build_plan(sm, scale=plan.scale), iterations, keep_messages)
+    how = f"--scale {found[0]} " if found else ""
+    return (f"--set training.global_batch_size={m * per} ({m} of {m_all} microbatches) "
+            f"{how}fits")
+
+
 def _fits(w: Work) -> bool:
     """Whether the engine holds ``w``: its estimated state within :data:`MAX_STATE_BYTES` and,
     when it keeps every message, its messages within :data:`MAX_MESSAGES`."""
@@ -252,7 +300,7 @@ def check_work(plan, iterations: int, *, keep_messages: bool = True) -> Work:  #
             most = _most_iterations(one, _nvlink_copies_per_iteration(plan))
             fits = f"at most --iterations {max(1, most)} fit"
         elif s.generation.clear_to_send and _fits(no_cts):
-            fits = (f"the scenario with generation.clear_to_send: false fits ({no_cts.messages:,} "
+            fits = (f"--set generation.clear_to_send=false fits ({no_cts.messages:,} "
                     "messages, no clear-to-send writes)")
         else:
             floor = _work_at_any_scale(plan, iterations, keep_messages)
@@ -261,8 +309,8 @@ def check_work(plan, iterations: int, *, keep_messages: bool = True) -> Work:  #
                 fits = f"--scale {found[0]} fits ({found[1]:,} messages)"
             else:
                 fits = (f"--scale cannot help (at least {floor.messages:,} messages and "
-                        f"{floor.memory_bytes / 1e9:,.1f} GB at any scale): a smaller job fits, e.g. "
-                        "with fewer data-parallel replicas on a matching cluster")
+                        f"{floor.memory_bytes / 1e9:,.1f} GB at any scale): "
+                        + _smaller_batch(plan, floor, iterations, keep_messages))
         limit = (f"limit {MAX_MESSAGES:,} messages kept, " if keep_messages else "limit ")
         raise InfeasiblePlanError(
             f"{name}: too large for the timing engine: {quick.messages:,} RDMA messages"

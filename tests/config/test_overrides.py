@@ -1,0 +1,51 @@
+"""``--set`` parsing and application on raw mappings: values read as YAML reads them, dotted
+keys reaching nested mappings (created when absent) and the profile files a scenario names."""
+from __future__ import annotations
+
+import pytest
+
+from tokenpcap.config import overrides as ov
+from tokenpcap.errors import ProfileError
+
+
+@pytest.mark.parametrize("text, want", [
+    ("parallelism.dp=2", ("parallelism.dp", 2)), ("training.mfu=0.4", ("training.mfu", 0.4)),
+    ("generation.clear_to_send=false", ("generation.clear_to_send", False)),
+    ("cluster.fabric.model=queued", ("cluster.fabric.model", "queued")),
+    ("model.moe.layer_freq=[0, 1]", ("model.moe.layer_freq", [0, 1])),
+    ("name=a=b", ("name", "a=b")), ("training.bucket_size=", ("training.bucket_size", None)),
+])
+def test_values_are_read_as_yaml(text, want):
+    assert ov.parse_set(text) == want
+
+
+@pytest.mark.parametrize("text", ["dp", "=1", ".dp=1", "a..b=1", "a=[1,"])
+def test_malformed_settings_are_refused(text):
+    with pytest.raises(ValueError, match="got"):
+        ov.parse_set(text)
+
+
+def test_apply_sets_nested_keys_on_a_copy():
+    data = {"parallelism": {"dp": 4}, "generation": None}
+    out = ov.apply(data, {"parallelism.dp": 8, "generation.seed": 3, "collectives.channels": 4})
+    assert out == {"parallelism": {"dp": 8}, "generation": {"seed": 3},
+                   "collectives": {"channels": 4}}
+    assert data == {"parallelism": {"dp": 4}, "generation": None}
+    with pytest.raises(ProfileError, match=r"^--set: parallelism.dp.x: got 1, expected a key of "
+                                           r"a mapping \(parallelism.dp is 4"):
+        ov.apply(data, {"parallelism.dp.x": 1})
+
+
+def test_profile_keys_go_to_the_file_the_scenario_names():
+    data = {"model": "../models/m.yaml", "cluster": {"nodes": 4}}
+    own, sub = ov.split_profile({"model.layers": 2, "cluster.nodes": 8, "training.mfu": 0.5},
+                                data)
+    assert own == {"cluster.nodes": 8, "training.mfu": 0.5}
+    assert sub == {"model": {"layers": 2}, "cluster": {}}
+
+
+def test_using_is_scoped():
+    assert ov.active() == {}
+    with ov.using({"a.b": 1}):
+        assert ov.active() == {"a.b": 1}
+    assert ov.active() == {}
