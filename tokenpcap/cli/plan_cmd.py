@@ -33,14 +33,22 @@ def _b(n: int | None) -> str:
               help="Do not tokenize the corpus (no per-epoch totals).")
 @click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
               help="Divide every message size by this (the iteration `generate --scale` writes).")
+@click.option("--nics", "by_nic", is_flag=True,
+              help="Bytes each NIC sends per phase in one iteration, NICs with equal bytes in "
+                   "every phase grouped (busiest first): which NIC carries what, for "
+                   "`generate --nics`.")
 @library_errors
 @set_option
-def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int) -> None:
+def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int,
+             by_nic: bool) -> None:
     """Bytes per phase on NVLink and on the NICs for one iteration of SCENARIO (default: the
     bundled Divine Comedy scenario), per epoch of its corpus, and the expected pcap size."""
     s = load_scenario(scenario or default_scenario_path())
     toks = None if no_tokens or s.workload is not None else tokenize_scenario(s)
     plan = build_plan(s, toks, scale=scale)
+    if by_nic:
+        _nics(plan, as_json)
+        return
     data = plan.to_json()
     if as_json:
         click.echo(json.dumps(data, indent=2))
@@ -66,6 +74,31 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int) -
               f"{data['algorithm']}; {data['microbatches']} microbatches, 1F1B bubble "
               f"{data['bubble_fraction']:.3f}")
     _tables(out, data, toks)
+
+
+def _nics(plan, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    """``plan --nics``: :func:`tokenpcap.plan.nics.nic_phase_table` as JSON or a table."""
+    from rich.table import Table
+
+    from tokenpcap.plan.nics import index_ranges, nic_phase_table
+
+    table = nic_phase_table(plan)
+    if as_json:
+        click.echo(json.dumps({"scenario": plan.scenario.name, "scale": plan.scale,
+                               **table.to_json()}, indent=2))
+        return
+    npn = table.nics_per_node
+    t = Table(title=f"{plan.scenario.name}: bytes each NIC sends in one iteration, per phase "
+                    f"(NIC = node * {npn} + local NIC; NICs with equal bytes grouped)")
+    t.add_column("NICs", overflow="fold")
+    t.add_column("count", justify="right")
+    t.add_column("bytes/NIC", justify="right")
+    for p in table.phases:                  # dim/phase/collective, one part a line
+        t.add_column(p.replace("/", "/\n"), justify="right")
+    for nics, b in table.groups():
+        t.add_row(index_ranges(nics), f"{len(nics):,}", _b(int(b.sum())),
+                  *[_b(int(v)) if v else "-" for v in b])
+    console().print(t)
 
 
 def _workload_head(out, data: dict) -> None:  # type: ignore[no-untyped-def]
