@@ -80,3 +80,70 @@ def test_phase_throughput_adds_files_on_common_bins(tmp_path):
     slot = (t - thr["t0_ns"]) // thr["bin_ns"]
     total = sum(thr["bytes"].values())
     assert total.tolist() == np.bincount(slot, flen, minlength=thr["bins"]).astype(int).tolist()
+
+
+def test_a_bin_width_and_a_time_window_from_the_first_frame(trace):
+    """--bin NS: bins of NS ns from the window's start; --time-window: the frames whose time
+    since the first frame is within it (both ends in), as Wireshark's frame.time_relative
+    filter keeps them (checked with tshark when it is installed), against the packet table."""
+    from tokenpcap.wire.builder import FrameBuilder
+
+    from tests.analysis.trace import context
+    path, p = trace
+    flen = FrameBuilder(context()).frame_bytes(p)
+    rel = p["time_ns"] - p["time_ns"][0]                   # frame.time_relative, ns
+    assert rel.min() == 0 and rel.max() > 1000
+    lo, hi = int(rel.max()) // 4, int(rel.max()) * 3 // 4
+    s = capture_series(path, bin_ns=100, window=(lo, hi))
+    keep = (rel >= lo) & (rel <= hi)
+    assert 0 < keep.sum() < p.size
+    assert s["bin_ns"] == 100 and s["start_ns"] == lo and s["bins"] == (hi - lo) // 100 + 1
+    assert sum(s["frame_sizes"].values()) == int(keep.sum())
+    nic0 = s["nics"].index("198.18.0.1")
+    dp = s["phases"].index("dp/backward/AllReduce")
+    mine = keep & (p["nic"] == 0) & (np.arange(p.size) < p.size // 2)
+    want = np.bincount((rel[mine] - lo) // 100, flen[mine], minlength=s["bins"])
+    assert s["throughput"][(nic0, dp)].tolist() == want.tolist()
+    total = sum(int(v.sum()) for v in s["throughput"].values())
+    assert total == int(flen[keep].sum())
+    if shutil.which("tshark"):
+        flt = f"frame.time_relative >= {lo / 1e9:.9f} && frame.time_relative <= {hi / 1e9:.9f}"
+        out = subprocess.run(["tshark", "-r", str(path), "-Y", flt, "-T", "fields", "-e",
+                              "frame.len"], capture_output=True, text=True, check=True).stdout
+        lens = [int(x) for x in out.split()]
+        assert len(lens) == int(keep.sum()) and sum(lens) == total
+    open_end = capture_series(path, bin_ns=1000, window=(lo, None))
+    assert sum(open_end["frame_sizes"].values()) == int((rel >= lo).sum())
+
+
+def test_too_fine_a_bin_and_an_empty_window_are_refused(trace, monkeypatch):
+    from tokenpcap.analysis import plot_series
+    from tokenpcap.errors import InputError
+
+    path, p = trace
+    span = int(p["time_ns"].max() - p["time_ns"].min())
+    monkeypatch.setattr(plot_series, "MAX_BINS", 10)
+    least = -(-(span + 1) // 10)
+    with pytest.raises(InputError, match=rf"^--bin: got 1 ns, expected at least {least:,} ns"):
+        capture_series(path, bin_ns=1)
+    assert capture_series(path, bin_ns=least)["bins"] <= 10
+    with pytest.raises(InputError, match=r"^--time-window: got a window after the last frame"):
+        capture_series(path, window=(span + 10**9, None))
+
+
+@pytest.mark.parametrize("text, want", [
+    ("0.5:0.75", (500_000_000, 750_000_000)), ("1500us:", (1_500_000, None)),
+    (":2ms", (None, 2_000_000)), ("0.000000001:10ns", (1, 10)),
+])
+def test_time_windows_read_as_wireshark_shows_time(text, want):
+    from tokenpcap.analysis.plot_series import parse_time_window
+
+    assert parse_time_window(text) == want
+
+
+@pytest.mark.parametrize("text", ["", ":", "1", "a:b", "2:1", "-1:2", "1:2:3", "nan:1"])
+def test_bad_time_windows_are_refused(text):
+    from tokenpcap.analysis.plot_series import parse_time_window
+
+    with pytest.raises(ValueError, match="got"):
+        parse_time_window(text)

@@ -25,7 +25,8 @@ def scen(tmp_path):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("args,option", [
     (["--scale", "0"], "--scale"), (["--scale", "-1"], "--scale"),
     (["--iterations", "0"], "--iterations"), (["--ranks", "99"], "--ranks"),
-    (["--ranks", "a"], "--ranks")])
+    (["--ranks", "a"], "--ranks"), (["--bin", "0"], "--bin"), (["--bin", "100"], "--bin"),
+    (["--time-window", "0:1"], "--time-window"), (["--time-window", "x"], "--time-window")])
 def test_plot_bad_values_exit_2(tmp_path, scen, args, option):
     r = CliRunner().invoke(main, ["plot", str(scen), "-o", str(tmp_path)] + args)
     assert r.exit_code == 2, r.output
@@ -216,3 +217,16 @@ def test_plot_fabric(tmp_path):
     assert r.exit_code == 1 and r.output.startswith(f"error: {tmp_path}/toy_fabric-links.csv: "
                                                     "line 1: column 2: got 'nothing'")
     assert len(r.output.splitlines()) == 1
+
+
+def test_plot_a_capture_with_a_bin_and_a_time_window(tmp_path):
+    """The throughput picture of a small capture with --bin and --time-window (the numbers
+    behind it: tests/analysis/test_plot_series.py)."""
+    from tests.analysis.trace import write_phase_trace
+
+    path, p = write_phase_trace(tmp_path)
+    end_us = int(p["time_ns"].max() - p["time_ns"][0]) // 1000
+    r = CliRunner().invoke(main, ["plot", str(path), "-o", str(tmp_path / "o"), "--bin", "50",
+                                  "--time-window", f"1us:{end_us}us"])
+    assert r.exit_code == 0, r.output
+    assert [Path(x).name for x in r.output.split()] == ["t-throughput.png", "t-sizes.png"]

@@ -59,7 +59,7 @@ def throughput_figure(series: dict, *, title: str = ""):
     if not thr:
         raise InputError("plot throughput: got no RoCE/InfiniBand packets, expected at least one")
     width, slots = series["bin_ns"], series["bins"]
-    unit, div = time_axis(width * (slots - 1))
+    unit, div = time_axis(series.get("start_ns", 0) + width * (slots - 1))
     present = sorted({n for n, _ in thr}, key=lambda k: _address_key(names[k]))
     shown = [present[i] for i in np.unique(np.linspace(0, len(present) - 1, MAX_NICS)
                                            .round().astype(int))]
@@ -67,7 +67,8 @@ def throughput_figure(series: dict, *, title: str = ""):
     used = sorted({p for _, p in thr}, key=lambda p: (p < 0, p))
     fig, axes = plt.subplots(len(shown), 1, figsize=(11, 1.9 * len(shown) + 1.2),
                              sharex=True, squeeze=False)
-    x = np.arange(slots) * width / div               # bin starts; steps hold for a bin
+    # bin starts after the first frame; steps hold for a bin
+    x = (series.get("start_ns", 0) + np.arange(slots) * width) / div
     zero = np.zeros(slots, np.int64)
     for ax, n in zip(axes[:, 0], shown):
         stack = [thr.get((n, p), zero) * 8 / width for p in used]   # bytes/ns * 8 = Gb/s
@@ -78,7 +79,7 @@ def throughput_figure(series: dict, *, title: str = ""):
         ax.grid(alpha=0.3)
     axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7,
                       title="phase", title_fontsize=7)
-    axes[-1, 0].set_xlabel(f"time since first packet ({unit}); bins of {width:,} ns")
+    axes[-1, 0].set_xlabel(f"time since first frame ({unit}); bins of {width:,} ns")
     some = f" ({len(shown)} of {len(present)} NICs)" if len(shown) < len(present) else ""
     fig.suptitle((title or "Layer-2 throughput per sending NIC, stacked by phase") + some)
     fig.tight_layout()
@@ -162,9 +163,12 @@ def _schedule_name(vpp: int) -> str:
 
 
 def plot_all(source: str | os.PathLike, outdir: str | os.PathLike, *, scale: int = 1,
-             iterations: int = 1, ranks: list[int] | None = None) -> list[Path]:
+             iterations: int = 1, ranks: list[int] | None = None, bin_ns: int | None = None,
+             window: tuple[int | None, int | None] | None = None) -> list[Path]:
     """Every picture ``source`` allows: a capture → throughput + sizes; a scenario (YAML) →
-    timeline + message sizes (by running the schedule). Returns the PNG paths.
+    timeline + message sizes (by running the schedule). Returns the PNG paths. ``bin_ns`` and
+    ``window`` (captures only): the throughput's bin width and the time window after the first
+    frame (:func:`tokenpcap.analysis.plot_series.capture_series`).
 
     Raises:
         OutputError: ``outdir`` (created with its parents, like ``generate -o``; removed again
@@ -177,13 +181,15 @@ def plot_all(source: str | os.PathLike, outdir: str | os.PathLike, *, scale: int
     from tokenpcap.pcap.outputset import OutputSet
 
     with make_directory(outdir) as outdir, OutputSet(outdir, what="plot") as outset:
-        drawn = _plot_all(source, outset, scale=scale, iterations=iterations, ranks=ranks)
+        drawn = _plot_all(source, outset, scale=scale, iterations=iterations, ranks=ranks,
+                          bin_ns=bin_ns, window=window)
         outset.commit()
         return [outset.final(p) for p in drawn]
 
 
 def _plot_all(source, outset, *, scale: int, iterations: int,
-              ranks: list[int] | None) -> list[Path]:
+              ranks: list[int] | None, bin_ns: int | None = None,
+              window: tuple[int | None, int | None] | None = None) -> list[Path]:
     src = Path(source)
     if src.suffix in (".yaml", ".yml"):
         from tokenpcap.config.profiles import load_scenario
@@ -214,7 +220,7 @@ def _plot_all(source, outset, *, scale: int, iterations: int,
                                     f"{which}"),
                 plot_sizes(series, outset.path(f"{src.stem}-message-sizes.png"),
                            title=f"{src.stem}: message sizes of one iteration")]
-    series = capture_series(src)
+    series = capture_series(src, bin_ns=bin_ns, window=window)
     return [plot_throughput(series, outset.path(f"{src.stem}-throughput.png"),
                             title=f"{src.name}: layer-2 throughput per sending NIC, by phase"),
             plot_sizes(series, outset.path(f"{src.stem}-sizes.png"),

@@ -17,14 +17,60 @@ from tokenpcap.pcap.timestamps import NO_TIME
 from tokenpcap.records import parse_phase_label
 from tokenpcap.records.comments import CONTROL_PREFIXES
 
-__all__ = ["CONTROL_LABEL", "capture_series", "capture_span", "phase_throughput", "count_values"]
+__all__ = ["CONTROL_LABEL", "MAX_BINS", "capture_series", "capture_span", "phase_throughput",
+           "count_values", "parse_time_window"]
+
+#: Most time bins a capture picture holds (``--bin`` finer than span / MAX_BINS is refused):
+#: each NIC and phase drawn keeps one int64 per bin, and a figure cannot show more.
+MAX_BINS = 1_000_000
 
 #: the phase category of the control packets (clear-to-send writes and ACKs)
 CONTROL_LABEL = "control (CTS, ACK)"
 
 
+def parse_time_window(text: str) -> tuple[int | None, int | None]:
+    """``START:END`` -> ``(start_ns, end_ns)``, times from the capture's first frame as
+    Wireshark's ``frame.time_relative`` shows them: seconds (``0.0015``), or with a unit
+    ``ns``, ``us``, ``ms``, ``s`` (``1500us``); either side may be empty (from the first / to
+    the last frame).
+
+    Raises:
+        ValueError: not ``START:END`` of such times, or END before START (the message says
+            what was got and expected).
+    """
+    from decimal import Decimal, InvalidOperation
+
+    units = (("ns", 1), ("us", 1000), ("ms", 10 ** 6), ("s", 10 ** 9))
+    want = "START:END in seconds from the first frame (or with ns/us/ms/s), e.g. 0.5:0.75"
+    parts = text.split(":")
+    if len(parts) != 2 or not any(p.strip() for p in parts):
+        raise ValueError(f"got {text!r}, expected {want}")
+    out: list[int | None] = []
+    for part in parts:
+        part = part.strip()
+        if not part:
+            out.append(None)
+            continue
+        mult = 10 ** 9
+        for suffix, m in units:
+            if part.endswith(suffix):
+                part, mult = part[:-len(suffix)], m
+                break
+        try:
+            value = Decimal(part) * mult
+        except InvalidOperation:
+            raise ValueError(f"got {text!r}, expected {want}") from None
+        if not value.is_finite() or value < 0:
+            raise ValueError(f"got {text!r}, expected {want}")
+        out.append(int(value.to_integral_value()))
+    if out[0] is not None and out[1] is not None and out[1] < out[0]:
+        raise ValueError(f"got {text!r}, expected END at or after START")
+    return out[0], out[1]
+
+
 def capture_series(path: str | os.PathLike, *, bins: int = 200,
-                   span: tuple[int, int] | None = None) -> dict:
+                   span: tuple[int, int] | None = None, bin_ns: int | None = None,
+                   window: tuple[int | None, int | None] | None = None) -> dict:
     """What the capture pictures need, aggregated while streaming (memory flat in the file size).
 
     Two passes over the records: the first finds the time span (record headers only), the
@@ -39,15 +85,47 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200,
         bytes of the RDMA frames starting in each bin; ``frame_sizes`` and ``message_sizes``:
         ``{bytes: count}`` of every frame's wire length and of every RETH DMA length;
         ``untimed``: RDMA frames without a time (pcapng Simple Packet Blocks carry none), counted
-        in the size distributions but in no bin.
+        in the size distributions but in no bin; ``start_ns``: the first bin's start after the
+        first frame (file order, Wireshark's ``frame.time_relative`` 0).
+
+    ``bin_ns``: the bin width (ns) instead of ``bins`` bins over the span. ``window``:
+    ``(start_ns, end_ns)`` after the first frame (None: the first / last frame): only the
+    frames with ``start_ns <= frame.time_relative <= end_ns`` count, in the bins and in the
+    size distributions (untimed frames in none), the bins start at ``start_ns``.
 
     Raises:
         CaptureError: as :func:`tokenpcap.pcap.reader.open_capture`.
+        InputError: ``bin_ns`` would make more than :data:`MAX_BINS` bins, or the window holds
+            no frame.
     """
+    from tokenpcap.errors import InputError
+
     cap = open_capture(path, on_truncation="stop")
-    t0, t1 = span if span is not None else _span(cap)
+    if span is not None:
+        t0, t1 = span
+        first = t0
+    else:
+        t0, t1, first = _span(cap)
     t0 = t0 or 0
-    width = max(((t1 or 0) - t0) // bins + 1, 1)
+    first = t0 if first is None else first
+    lo = hi = None
+    if window is not None:
+        lo = first + window[0] if window[0] is not None else None
+        hi = first + window[1] if window[1] is not None else None
+        t0 = lo if lo is not None else t0
+        t1 = hi if hi is not None else t1
+        if t1 is not None and t1 < t0:
+            raise InputError(f"--time-window: got a window after the last frame "
+                             f"({(t1 - first) / 1e9:.9f} s), expected one that holds frames")
+    if bin_ns is not None:
+        n = ((t1 or 0) - t0) // bin_ns + 1 if t1 is not None else 1
+        if n > MAX_BINS:
+            least = -(-((t1 or 0) - t0 + 1) // MAX_BINS)
+            raise InputError(f"--bin: got {bin_ns:,} ns, expected at least {least:,} ns for "
+                             f"{(t1 or 0) - t0:,} ns of capture (at most {MAX_BINS:,} bins)")
+        width, bins = bin_ns, max(int(n) - 1, 0)
+    else:
+        width = max(((t1 or 0) - t0) // bins + 1, 1)
     nic_index: dict[tuple, int] = {}
     nics: list[str] = []
     labels: list[str] = []
@@ -58,6 +136,13 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200,
     untimed = 0
     for rec in cap.batches():
         d = decode_batch(cap.data, rec, cap.views)
+        if window is not None:
+            keep = d["time_ns"] != NO_TIME
+            if lo is not None:
+                keep &= d["time_ns"] >= lo
+            if hi is not None:
+                keep &= d["time_ns"] <= hi
+            d = d[keep]
         count_values(frame_sizes, d["orig_len"])
         rd = np.flatnonzero(is_rdma(d["kind"]))
         if rd.size == 0:
@@ -106,17 +191,19 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200,
             thr[k] = thr[k] + row if k in thr else row
     return {"t0_ns": t0, "bin_ns": width, "bins": bins + 1, "nics": nics, "phases": labels,
             "throughput": thr, "frame_sizes": frame_sizes, "message_sizes": message_sizes,
-            "untimed": untimed}
+            "untimed": untimed, "start_ns": t0 - first}
 
 
-def _span(cap) -> tuple[int | None, int | None]:
-    t0, t1 = None, None
+def _span(cap) -> tuple[int | None, int | None, int | None]:
+    """``(first, last, first in file order)`` times of the timed records (None: no time)."""
+    t0, t1, head = None, None, None
     for rec in cap.batches():
         t = rec["time_ns"][rec["time_ns"] != NO_TIME]
         if t.size:
+            head = int(t[0]) if head is None else head
             t0 = int(t.min()) if t0 is None else min(t0, int(t.min()))
             t1 = int(t.max()) if t1 is None else max(t1, int(t.max()))
-    return t0, t1
+    return t0, t1, head
 
 
 def capture_span(paths) -> tuple[int | None, int | None]:
@@ -128,7 +215,7 @@ def capture_span(paths) -> tuple[int | None, int | None]:
     """
     lo, hi = None, None
     for p in paths:
-        a, b = _span(open_capture(p, on_truncation="stop"))
+        a, b, _ = _span(open_capture(p, on_truncation="stop"))
         if a is not None:
             lo, hi = (a, b) if lo is None else (min(lo, a), max(hi, b))
     return lo, hi

@@ -23,10 +23,17 @@ from tokenpcap.cli.set_option import set_option
               help="Draw a queued-fabric run's side files (DIR holding one <stem>_fabric.json, "
                    "or that file): queue depth of the 8 busiest switch ports with their PFC "
                    "frames, and the throughput per phase of SOURCE's captures when given.")
+@click.option("--bin", "bin_ns", type=click.IntRange(min=1), default=None, metavar="NS",
+              help="Captures only: throughput bins of NS nanoseconds [default: the span in "
+                   "200 bins].")
+@click.option("--time-window", "window", default=None, metavar="START:END",
+              help="Captures only: the frames from START to END after the first frame, as "
+                   "Wireshark's frame.time_relative shows them (seconds, or with ns/us/ms/s; "
+                   "either side may be empty), e.g. 0.5:0.75.")
 @library_errors
 @set_option
 def plot_cmd(source: str | None, outdir: str, scale: int, iterations: int, ranks: str | None,
-             fabric: str | None) -> None:
+             fabric: str | None, bin_ns: int | None, window: str | None) -> None:
     """Draw SOURCE: a capture (pcap/pcapng/ERF) gives throughput per NIC stacked by phase and
     frame/message size distributions; a directory of captures gives those two pictures for each
     of its .pcap/.pcapng/.erf files (sorted); a scenario (.yaml) gives the per-rank timeline
@@ -34,8 +41,21 @@ def plot_cmd(source: str | None, outdir: str, scale: int, iterations: int, ranks
     <stem>-fabric-queues.png, SOURCE (optional: captures) adding the throughput per phase."""
     from pathlib import Path
 
+    from tokenpcap.analysis.plot_series import parse_time_window
     from tokenpcap.errors import InputError
 
+    span = None
+    if window is not None:
+        try:
+            span = parse_time_window(window)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="'--time-window'") from None
+    is_scenario = source is not None and Path(source).suffix in (".yaml", ".yml")
+    for name, given in (("--bin", bin_ns), ("--time-window", window)):
+        if given is not None and (is_scenario or fabric is not None):
+            raise click.BadParameter(f"got {name} with a "
+                                     f"{'scenario' if is_scenario else '--fabric picture'}, "
+                                     "expected it only with captures", param_hint=f"'{name}'")
     if fabric is not None:
         if source is not None and Path(source).suffix in (".yaml", ".yml"):
             raise click.BadParameter("got a scenario, expected captures (a file or a "
@@ -74,5 +94,6 @@ def plot_cmd(source: str | None, outdir: str, scale: int, iterations: int, ranks
 
     sources = [source] if Path(source).suffix in (".yaml", ".yml") else capture_paths([source])
     for src in sources:
-        for path in plot_all(src, outdir, scale=scale, iterations=iterations, ranks=rank_list):
+        for path in plot_all(src, outdir, scale=scale, iterations=iterations, ranks=rank_list,
+                             bin_ns=bin_ns, window=span):
             click.echo(str(path))
