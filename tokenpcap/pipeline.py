@@ -19,6 +19,7 @@ from tokenpcap.errors import InputError
 from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.schedule.limits import check_work
 from tokenpcap.schedule.runner import Schedule
+from tokenpcap.stages import stage
 from tokenpcap.tokens import TokenizedCorpus
 
 __all__ = ["Prepared", "prepare", "schedule_scenario"]
@@ -59,9 +60,15 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
     """
     if scale < 1 or iterations < 1:
         raise InputError(f"scale {scale} / iterations {iterations}: expected >= 1")
+    world = scenario.cluster.nodes * scenario.cluster.gpus_per_node
+    stage(f"planning {scenario.name} ({world:,} GPUs"
+          f"{f', --scale {scale}' if scale > 1 else ''})")
     plan = build_plan(scenario, tokens, scale=scale)
     # InfeasiblePlanError before simulating the impossible
-    check_work(plan, iterations, keep_messages=keep_messages)
+    stage("estimating the work")
+    work = check_work(plan, iterations, keep_messages=keep_messages)
+    over = f" over {iterations} iterations" if iterations > 1 else ""
+    stage(f"timing {work.messages:,} messages{over}", seconds=work.seconds)
     if check is not None:
         check(plan)
     if ranks is not None:

@@ -25,6 +25,7 @@ from tokenpcap.analysis.figure import COLORS, pyplot, save_figure, time_axis
 from tokenpcap.analysis.plot_gantt import default_timeline_ranks, plot_timeline
 from tokenpcap.analysis.plot_series import capture_series, count_values
 from tokenpcap.errors import InputError
+from tokenpcap.stages import stage
 
 __all__ = ["capture_series", "plot_throughput", "plot_sizes", "plot_timeline", "plot_all"]
 
@@ -203,6 +204,7 @@ def _plot_all(source, outset, *, scale: int, iterations: int,
                                  f"0..{plan.layout.world_size - 1}")
         for _ in sched.run():
             pass
+        stage(f"drawing the timeline of {src.stem}")
         m = sched.messages
         lay = plan.layout
         stage_of = {r: lay.coords(r).pp for r in range(lay.world_size)}
@@ -220,7 +222,9 @@ def _plot_all(source, outset, *, scale: int, iterations: int,
                                     f"{which}"),
                 plot_sizes(series, outset.path(f"{src.stem}-message-sizes.png"),
                            title=f"{src.stem}: message sizes of one iteration")]
+    stage(f"reading {src.name}")
     series = capture_series(src, bin_ns=bin_ns, window=window)
+    stage(f"drawing {src.stem}")
     return [plot_throughput(series, outset.path(f"{src.stem}-throughput.png"),
                             title=f"{src.name}: layer-2 throughput per sending NIC, by phase"),
             plot_sizes(series, outset.path(f"{src.stem}-sizes.png"),

@@ -8,6 +8,7 @@ import click
 
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.progress import stage_lines
 from tokenpcap.cli.set_option import set_option
 
 
@@ -37,6 +38,7 @@ from tokenpcap.cli.set_option import set_option
                    "SimAI, ours beside its times per phase and per collective.")
 @library_errors
 @set_option
+@stage_lines
 def compare_cmd(scenario: str, fct: str | None, pfc: str | None, open_loop: str | None,
                 simai_csv: str | None, scale: int, iterations: int,
                 plot_dir: str | None) -> None:

@@ -5,6 +5,7 @@ import click
 
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.progress import stage_lines
 from tokenpcap.cli.set_option import set_option
 from tokenpcap.export.core import FORMATS
 from tokenpcap.export.hpcc import CC_MODES
@@ -27,6 +28,7 @@ from tokenpcap.export.registry import EXPORTS
                    "[default: hpcc].")
 @library_errors
 @set_option
+@stage_lines
 def export_cmd(scenario: str, fmt: str, output: str, scale: int, iterations: int,
                hpcc_cc: str | None) -> None:
     """Schedule SCENARIO and write its RDMA messages as FORMAT.

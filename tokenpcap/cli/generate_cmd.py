@@ -11,6 +11,7 @@ from tokenpcap.cli import main
 from tokenpcap.cli.captures import CAPTURE_SUFFIXES
 from tokenpcap.cli.common import (EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated,
                                   library_errors, terminate_like_interrupt)
+from tokenpcap.cli.progress import stage_lines
 from tokenpcap.cli.set_option import set_option
 from tokenpcap.errors import InputError
 from tokenpcap.pcap.registry import transport_mismatch
@@ -310,6 +311,7 @@ def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, ti
                    "DIR must be seen by every worker). See docs/dask.md.")
 @library_errors
 @set_option
+@stage_lines
 def generate_cmd(scenario: str, out_dir: str, dask_address: str | None = None, **kw) -> None:
     """Write the pcaps of SCENARIO's iterations (as its NICs send them) into OUTPUT."""
     s = load_scenario(scenario)

@@ -6,6 +6,7 @@ import click
 
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.progress import stage_lines
 from tokenpcap.cli.set_option import set_option
 
 
@@ -32,6 +33,7 @@ from tokenpcap.cli.set_option import set_option
                    "either side may be empty), e.g. 0.5:0.75.")
 @library_errors
 @set_option
+@stage_lines
 def plot_cmd(source: str | None, outdir: str, scale: int, iterations: int, ranks: str | None,
              fabric: str | None, bin_ns: int | None, window: str | None) -> None:
     """Draw SOURCE: a capture (pcap/pcapng/ERF) gives throughput per NIC stacked by phase and

@@ -7,6 +7,7 @@ import click
 
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.progress import stage_lines
 from tokenpcap.cli.set_option import set_option
 from tokenpcap.cli.generate_cmd import build_options, generate_into, print_summary
 from tokenpcap.generate.run import FORMATS
@@ -26,6 +27,7 @@ from tokenpcap.tokens import tokenize_scenario
 @click.option("--force", is_flag=True, help="Write even if the disk looks too small.")
 @library_errors
 @set_option
+@stage_lines
 def run_cmd(scenario: str | None, out_dir: str | None, fmt: str, scale: int, jobs: int | None,
             force: bool) -> None:
     """Tokenize SCENARIO's corpus, plan one training iteration, and write the pcaps its NICs

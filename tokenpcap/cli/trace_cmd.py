@@ -8,6 +8,7 @@ import click
 
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.progress import stage_lines
 from tokenpcap.cli.set_option import set_option
 from tokenpcap.config.profiles import load_scenario
 
@@ -82,6 +83,7 @@ def _print(j) -> None:  # type: ignore[no-untyped-def]
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @library_errors
 @set_option
+@stage_lines
 def trace_cmd(scenario: str, text: str, occurrence: int, capture: str | None,
               scale: int | None, seed: int | None, as_json: bool) -> None:
     """Follow TEXT of SCENARIO's corpus to its tokens, sequence, microbatch, DP replica,

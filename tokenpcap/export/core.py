@@ -33,6 +33,8 @@ from tokenpcap.export.chrome import write_chrome  # noqa: E402  (re-exported)
 from tokenpcap.export.hpcc import write_hpcc  # noqa: E402  (re-exported)
 from tokenpcap.export.table import TABLE_COLUMNS, write_table  # noqa: E402  (re-exported)
 
+from tokenpcap.stages import stage  # noqa: E402
+
 __all__ = ["FORMATS", "schedule_scenario", "write_hpcc", "write_table", "write_chrome",
            "export_scenario", "TABLE_COLUMNS"]
 
@@ -65,9 +67,12 @@ def export_scenario(scenario: str | os.PathLike, to: str, out: str | os.PathLike
     with make_directory(out.parent), OutputSet(out.parent, what="export") as outset:
         staged = outset.path(out.name)      # refuses a device or FIFO before any work
         if fmt.plan_only:                   # the plan alone (SimAI times the iteration itself)
-            source = build_plan(load_scenario(scenario), scale=scale)
+            s = load_scenario(scenario)
+            stage(f"planning {s.name}")
+            source = build_plan(s, scale=scale)
         else:
             source = schedule_scenario(scenario, scale=scale, iterations=iterations)
+        stage(f"writing {to} to {out}")
         written = fmt.write(source, staged, **options)   # staged: lands whole
         outset.commit()
         return [outset.final(p) for p in written]
