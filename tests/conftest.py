@@ -11,6 +11,16 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "cases"
 
 
+@pytest.fixture(autouse=True)
+def no_stage_lines(monkeypatch):  # type: ignore[no-untyped-def]
+    """Stage lines depend on how long a step takes on this machine (tokenpcap.cli.progress):
+    off in every test, so that no output depends on the load; tests/cli/test_progress.py
+    turns them on."""
+    from tokenpcap.cli import progress
+
+    monkeypatch.setattr(progress, "AFTER_S", float("inf"))
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

@@ -35,6 +35,8 @@ class _Listener:
             if self.after_s <= 0:                   # every step is long: no timer
                 self.sink(f"{text} ...")
                 return
+            if self.after_s == float("inf"):        # no step is long
+                return
             self.timer = threading.Timer(self.after_s, self.sink, [f"{text} ..."])
             self.timer.daemon = True
             self.timer.start()
