@@ -159,7 +159,8 @@ def main(argv=None) -> None:
           f"; ns-3 {sim or 'not given'}")
     with tempfile.TemporaryDirectory(prefix="fabric_dcqcn_") as d:
         folder = Path(d)
-        warm_up(folder)
+        if not a.quick:                       # a smoke run's times say nothing: no warm-up
+            warm_up(folder)
         if "incast" in cases:
             incast(folder, sim, a.quick, repeat)
         if "mixtral" in cases:
