@@ -3,11 +3,10 @@ queue of the switch port that feeds its receiver, and the CNPs that reached it
 (``tokenpcap plot --fabric DIR --qp N``).
 
 * **Rate** (top panel, Gb/s): a step line from the ``rates`` table
-  (:data:`tokenpcap.records.cc.RATE_DTYPE`): the QP starts at its NIC's line rate (DCQCN's
-  ``rate_to_set_on_first_cnp`` 0: the current rate, NVIDIA DOCA "DCQCN CC Parameters") and
-  holds each ``new_bps`` from its ``time_ns`` to the next change. The line rate is the
-  ``gbps`` of the switch port cabled to the QP's NIC (``links`` table); the first row's
-  ``old_bps`` when the QP changed rate.
+  (:data:`tokenpcap.records.cc.RATE_DTYPE`): the rate before the QP's first change (its first
+  row's ``old_bps``; a QP that never changed sends at its NIC's line rate, the ``gbps`` of the
+  switch port cabled to it in the ``links`` table), then each ``new_bps`` from its ``time_ns``
+  to the next change.
 * **CNPs**: a marker on the rate line at every row of the ``cnps`` table for the QP (the time
   the CNP reached its NIC, at the rate just before it), and a tick at the top of the queue
   panel at the same time.
