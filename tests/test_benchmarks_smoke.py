@@ -30,7 +30,7 @@ def run(script: str, *args: str, timeout: float = 300) -> str:
 TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "inspect_read.py",
           "engine_timing.py", "fuzz_campaign.py", "dask_generate.py", "flat_build.py",
           "generate_nic.py", "message_ring.py", "call_state.py", "engine_state.py",
-          "fabric_ns3.py", "fabric_engine.py", "openloop_hpcc.py"}
+          "fabric_ns3.py", "fabric_engine.py", "openloop_hpcc.py", "fabric_dcqcn.py"}
 HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
 
@@ -212,3 +212,26 @@ def test_openloop_hpcc_runs_the_incast_open_loop():
     # the incast's flows depend on nothing: the open loop is the scenario's own schedule
     assert "1. incast-8x1m-hpcc-ns3.yaml --scale 1: 8 flows exported" in out
     assert re.search(r"^  all +8 +- +1\.000 +- +- +1\.000 +- +- +1\.000 +-$", out, re.M)
+
+
+def test_fabric_dcqcn_runs_ours_without_the_simulator():
+    out = run("fabric_dcqcn.py", "--quick", "--sim", "")
+    # 8 -> 1 x 1 MiB with DCQCN: CE marks and CNPs (tests/schedule/engine/test_cc.py holds its
+    # flow times to ns-3's)
+    assert re.search(r"^  ours, hpcc-ns3 \+ cc dcqcn +span +[\d,]+ ns .* CE marks [1-9][\d,]* +"
+                     r"CNPs [1-9][\d,]* .* hops per CPU-s$", out, re.M), out
+    assert re.search(r"^  ours, hpcc-ns3 \+ cc dcqcn +iteration +[\d,]+ ns .* hops per CPU-s$",
+                     out, re.M), out
+    assert out.count("HPCC ns-3: not run") == 2
+
+
+@pytest.mark.skipif(not os.path.isfile(os.environ.get("HPCC_NS3_SIM", "")),
+                    reason="HPCC_NS3_SIM (HPCC ns-3's build/scratch/third) not set: "
+                           "docs/compare.md says how to build it")
+def test_fabric_dcqcn_runs_the_simulator_beside_ours():
+    out = run("fabric_dcqcn.py", "--quick", "--case", "incast", "--sim",
+              os.environ["HPCC_NS3_SIM"])
+    # tests/cases/hpcc/incast8x1m-dcqcn-fct.txt: the same run, 451,693 ns, 4 x 2,048 hops
+    assert re.search(r"^  HPCC ns-3, CC_MODE 1 \(DCQCN\) +span +451,693 ns .* flows 8 +"
+                     r"packet-hops +8,192 +PFC lines 0 .* hops per CPU-s$", out, re.M), out
+    assert re.search(r"^  ours / ns-3: CPU [\d.]+x, hops per CPU-s [\d.]+x$", out, re.M), out

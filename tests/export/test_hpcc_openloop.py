@@ -13,6 +13,10 @@ Independent source: HPCC ns-3 (alibaba-edu/High-Precision-Congestion-Control 9f4
   mixtral-head4000-config.txt`` (0.8 CPU-s; no PFC: ``mixtral-head4000-pfc.txt`` empty): 1,504
   flows of 8 B (AllGathers) and 2,496 of 32 KiB (the first expert AllToAll), 2,617 of them across
   rails (through a spine, where the two simulators' ECMP hash different ports).
+* ``mixtral-head4000-dcqcn-config.txt``: the same 4,000 flows with DCQCN (``CC_MODE 1``, the
+  config's file names ``-dcqcn-``), run as ``... third mixtral-head4000-dcqcn-config.txt`` (1.4
+  CPU-s, 2 December 2026): its fct.txt is ``mixtral-head4000-fct.txt`` byte for byte and its
+  pfc.txt empty, so that file is kept once.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from tokenpcap.errors import InputError
 from tokenpcap.export.hpcc_fct import read_fct
@@ -66,6 +71,39 @@ def test_mixtral_head_open_loop_against_the_simulator():
         got, want = (np.percentile(x[sel], [50, 90, 99]) for x in (fct, sim))
         assert np.abs(got / want - 1).max() < 0.015, (got, want)
         assert abs(np.median(ratio[sel]) - 1) < 0.01
+
+
+def test_mixtral_head_open_loop_with_dcqcn_against_the_simulators_dcqcn(tmp_path):
+    """The head piece with DCQCN in both (``hpcc-ns3`` preset, ``cc: dcqcn``): ns-3's DCQCN run
+    of it writes the PFC-only fct.txt byte for byte (no CNP reaches a sender before its flow
+    ends); ours, as tight as the PFC-only comparison above."""
+    pfc, dcqcn = (dict(line.split(" ", 1) for line in (CASES / f"mixtral-head4000-{c}config.txt")
+                       .read_text().splitlines()) for c in ("", "dcqcn-"))
+    assert {k for k in pfc if pfc[k] != dcqcn[k]} == {"CC_MODE", "TRACE_OUTPUT_FILE",
+                                                      "FCT_OUTPUT_FILE", "PFC_OUTPUT_FILE",
+                                                      "QLEN_MON_FILE"}
+    assert dcqcn["CC_MODE"] == "1" and dcqcn["FCT_OUTPUT_FILE"] == "mixtral-head4000-dcqcn-fct.txt"
+    f, fct = open_loop_fct(_dcqcn_flows(tmp_path))
+    sim = _sim_per_flow(f, CASES / "mixtral-head4000-fct.txt")
+    small = f["size_bytes"] == 8
+    cross = f["src"] % 8 != f["dst"] % 8
+    assert np.abs(fct[small] / sim[small] - 1).max() < 0.001
+    for sel in (~small & ~cross, ~small & cross):
+        got, want = (np.percentile(x[sel], [50, 90, 99]) for x in (fct, sim))
+        assert np.abs(got / want - 1).max() < 0.015, (got, want)
+        assert abs(np.median(fct[sel] / sim[sel]) - 1) < 0.01
+
+
+def _dcqcn_flows(tmp: Path) -> Path:
+    """``mixtral-head4000-flows.yaml`` with its cluster inline and ``fabric.cc: dcqcn``."""
+    doc = yaml.safe_load((CASES / "mixtral-head4000-flows.yaml").read_text())
+    cluster = yaml.safe_load((CASES / doc["cluster"]).read_text())
+    cluster["fabric"] = {**cluster["fabric"], "cc": "dcqcn"}
+    doc.update(name="mixtral-head4000-dcqcn-flows", cluster=cluster,
+               workload={**doc["workload"], "file": str(CASES / doc["workload"]["file"])})
+    path = tmp / "flows.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
 
 
 def test_open_loop_starts_every_flow_at_its_time():

@@ -129,3 +129,110 @@ def test_the_generate_summary_counts_the_cnp_frames(tmp_path):
     (cap,) = sorted(out.glob("*.pcapng"))
     frames = tshark_count(cap, "infiniband.bth.opcode == 0x81")
     assert f"{frames:,} CNPs" in " ".join(r.output.split())
+
+
+# ---------------------------------------------------------------- seeds
+# The fabric's two seeds key its only random choices: ``fabric.ecmp.seed`` the switches' ECMP
+# hash (which uplink a flow takes), ``fabric.ecn.seed`` RED's draw per (switch, port, packet).
+# ``generation.seed`` keys the QPNs, PSNs, R_Keys and addresses (tests/generate/test_generate.py)
+# and, through the UDP source port of a QP pair, the ECMP hash too.
+
+
+def seeded(tmp_path: Path, name: str, fabric: dict, cluster: dict | None = None,
+           workload: dict | None = None) -> Path:
+    """scenario_file's 8 -> 1 x 256 KiB with ``fabric`` keys over its DCQCN fabric (and
+    ``cluster`` / ``workload`` keys over its own)."""
+    doc = yaml.safe_load(scenario_file(tmp_path).read_text())
+    doc["cluster"]["fabric"] = {**doc["cluster"]["fabric"], **fabric}
+    doc["cluster"].update(cluster or {})
+    doc["workload"].update(workload or {})
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def outputs(tmp_path: Path, path: Path, tag: str, point: str = "nic-rx") -> dict[str, bytes]:
+    """``{file name: bytes}`` of a generate run of ``path`` (classic pcap, which carries no
+    provenance text, every NIC)."""
+    out = tmp_path / f"out-{tag}"
+    out.mkdir()
+    generate(load_scenario(path), GenerateOptions(out_dir=out, fmt="pcap",
+                                                  point=parse_point(point)))
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+def frames(data: bytes) -> list[tuple[bytes, bytes]]:
+    """(record header, frame) per record of a classic pcap file."""
+    out, i = [], 24
+    while i < len(data):
+        n = int.from_bytes(data[i + 8:i + 12], "little")
+        out.append((data[i:i + 16], data[i + 16:i + 16 + n]))
+        i += 16 + n
+    return out
+
+
+def test_same_seeds_same_bytes_with_dcqcn(tmp_path):
+    path = seeded(tmp_path, "same", {"ecn": {"seed": 5}, "ecmp": {"seed": 3}})
+    a, b = outputs(tmp_path, path, "a"), outputs(tmp_path, path, "b")
+    assert any(n.endswith("_fabric-cnps.csv") for n in a) and len(a) > 4
+    assert a == b
+
+
+def test_another_red_seed_changes_only_which_packets_got_ce(tmp_path):
+    """One switch (no ECMP choice), ECN marking without congestion control (a mark changes no
+    time): two RED seeds give the same captures but for the ECN bits of data frames and their
+    IPv4 header checksum (the ICRC masks both, RoCEv2 annex A17.3.3); the fabric's queues and
+    PFC files are the same, only the CE counts differ."""
+    ecn = {"cc": "none", "ecn": {"enabled": True}}
+    a = outputs(tmp_path, seeded(tmp_path, "s0", {**ecn, "ecn": {"enabled": True, "seed": 0}}),
+                "s0")
+    b = outputs(tmp_path, seeded(tmp_path, "s1", {**ecn, "ecn": {"enabled": True, "seed": 1}}),
+                "s1")
+    assert a.keys() == b.keys()
+    differ = sorted(n for n in a if a[n] != b[n])
+    assert set(differ) == {"dcqcn_fabric-ce_ports.csv", "dcqcn_fabric-ce_qps.csv",
+                           "dcqcn_node00_nic0_rx.pcap"}, differ
+    fa, fb = (frames(x["dcqcn_node00_nic0_rx.pcap"]) for x in (a, b))
+    assert len(fa) == len(fb)
+    moved = 0
+    for (ha, x), (hb, y) in zip(fa, fb):
+        assert ha == hb and len(x) == len(y)
+        d = {i for i in range(len(x)) if x[i] != y[i]}
+        assert d <= {15, 24, 25}, d                       # IPv4 TOS (ECN) and checksum
+        assert x[15] >> 2 == y[15] >> 2                     # DSCP kept
+        moved += bool(d)
+    assert moved > 0
+
+
+@pytest.mark.parametrize("pmax", [0.0, 1.0])
+def test_red_without_chance_makes_the_red_seed_change_nothing(tmp_path, pmax):
+    """P_max 0 marks only above K_max, and K_min = K_max leaves no band in between: no draw
+    decides anything, so with DCQCN on two RED seeds give the same bytes everywhere."""
+    ecn = {"kmin_bytes": 65_536, "kmax_bytes": 65_536 if pmax else 131_072, "pmax": pmax}
+    a = outputs(tmp_path, seeded(tmp_path, "p0", {"ecn": {**ecn, "seed": 0}}), "p0")
+    b = outputs(tmp_path, seeded(tmp_path, "p1", {"ecn": {**ecn, "seed": 9}}), "p1")
+    assert a == b and b"\n" in a["dcqcn_fabric-cnps.csv"].split(b"\n", 1)[1]   # CNPs were sent
+
+
+def test_another_ecmp_seed_changes_only_the_uplink(tmp_path):
+    """Two leaves of four, two spines, one 1 MiB flow from host 4 (second leaf) to host 0
+    (first leaf), no congestion control and no ECN: ECMP seeds move the flow (and its ACKs)
+    between the two spines, which shows in the links table's per-port frame counts and in
+    which ports queued; the captures at the NICs and every other file stay the same, both
+    paths being as long."""
+    fab = {"topology": {"kind": "leaf-spine", "nodes_per_leaf": 4, "spines": 2,
+                        "oversubscription": 2}, "cc": "none"}
+    runs, uplinks = [], set()
+    for seed in range(6):
+        out = outputs(tmp_path, seeded(tmp_path, f"e{seed}", {**fab, "ecmp": {"seed": seed}},
+                                       {"nodes": 8}, {"senders": [4], "bytes": 1 << 20}),
+                      f"e{seed}")
+        runs.append(out)
+        head, *rows = [r.split(",") for r in out["dcqcn_fabric-links.csv"].decode().splitlines()]
+        col = [head.index(c) for c in ("switch", "port", "tx_frames")]
+        uplinks.add(tuple(tuple(r[c] for c in col) for r in rows if r[col[2]] != "0"))
+    assert len(uplinks) > 1                                  # the seed moved the flow
+    for r in runs[1:]:
+        assert r.keys() == runs[0].keys()
+        assert {n for n in r if r[n] != runs[0][n]} <= {"dcqcn_fabric-links.csv",
+                                                        "dcqcn_fabric-queues.csv"}

@@ -31,20 +31,33 @@ from tokenpcap.cli.set_option import set_option
               help="Captures only: the frames from START to END after the first frame, as "
                    "Wireshark's frame.time_relative shows them (seconds, or with ns/us/ms/s; "
                    "either side may be empty), e.g. 0.5:0.75.")
+@click.option("--qp", type=click.IntRange(min=0), default=None, metavar="N",
+              help="With --fabric: draw QP N's DCQCN rate, the queue of the switch port before "
+                   "its receiver and the CNPs that reached it (<stem>-qp<N>.png) from the "
+                   "congestion-control side files; `inspect --fabric` lists the QPs.")
 @library_errors
 @set_option
 @stage_lines
 def plot_cmd(source: str | None, outdir: str, scale: int, iterations: int, ranks: str | None,
-             fabric: str | None, bin_ns: int | None, window: str | None) -> None:
+             fabric: str | None, bin_ns: int | None, window: str | None,
+             qp: int | None) -> None:
     """Draw SOURCE: a capture (pcap/pcapng/ERF) gives throughput per NIC stacked by phase and
     frame/message size distributions; a directory of captures gives those two pictures for each
     of its .pcap/.pcapng/.erf files (sorted); a scenario (.yaml) gives the per-rank timeline
     (1F1B, compute and RDMA messages) and message sizes. With --fabric: only the fabric picture
-    <stem>-fabric-queues.png, SOURCE (optional: captures) adding the throughput per phase."""
+    <stem>-fabric-queues.png, SOURCE (optional: captures) adding the throughput per phase;
+    with --fabric and --qp N: only QP N's rate, queue and CNPs, <stem>-qp<N>.png."""
     from pathlib import Path
 
     from tokenpcap.analysis.plot_series import parse_time_window
     from tokenpcap.errors import InputError
+
+    if qp is not None and fabric is None:
+        raise click.BadParameter("got a QP without --fabric, expected --fabric DIR beside it",
+                                 param_hint="'--qp'")
+    if qp is not None and source is not None:
+        raise click.BadParameter("got SOURCE with --qp, expected --fabric DIR --qp N alone",
+                                 param_hint="'SOURCE'")
 
     span = None
     if window is not None:
@@ -70,6 +83,12 @@ def plot_cmd(source: str | None, outdir: str, scale: int, iterations: int, ranks
         from tokenpcap.cli.captures import capture_paths
 
         directory, stem = find_fabric(fabric)
+        if qp is not None:
+            from tokenpcap.analysis.plot_qp import plot_qp_files
+
+            for path in plot_qp_files(directory, stem, outdir, qp):
+                click.echo(str(path))
+            return
         caps = capture_paths([source]) if source is not None else None
         for path in plot_fabric_files(directory, stem, outdir, captures=caps):
             click.echo(str(path))

@@ -144,3 +144,51 @@ def test_a_cnp_row_gets_a_comment_of_its_own_that_reads_back_as_a_cnp():
     text = comment_text(PKT_CNP, 0, 0, 7, 0, -1, 0, -1, -1)
     assert text.startswith("cnp ") and "cnp " in CONTROL_PREFIXES and "pfc " not in CONTROL_PREFIXES
     assert parse_comment(text)["kind"] == PKT_CNP
+
+
+def _flows(tmp_path: Path, rows: list[tuple[int, int, int]], fabric: dict, name: str) -> Path:
+    """A ``flows`` workload (HPCC flow-file lines ``src dst 3 100 bytes 2.0``, every flow at the
+    same start) on the 64 x 1 hpcc-ns3 cluster with ``fabric`` keys over its own."""
+    (tmp_path / f"{name}.txt").write_text(
+        f"{len(rows)}\n" + "".join(f"{s} {d} 3 100 {b} 2.0\n" for s, d, b in rows))
+    cl = yaml.safe_load(CLUSTER.read_text())
+    cl["fabric"] = {**cl["fabric"], **fabric}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": name, "cluster": cl, "workload": {"kind": "flows", "file": f"{name}.txt"},
+        "collectives": {"algorithm": "ring", "channels": 1, "slice_bytes": 1 << 20},
+        "generation": {"seed": 0, "iterations": 1, "clear_to_send": False,
+                       "ack_every_packets": 1}}))
+    return path
+
+
+def test_a_dcqcn_timer_costs_nothing_for_a_qp_that_never_saw_a_cnp(tmp_path):
+    """DCQCN's timers start at a QP's first CNP (docs/dcqcn.md, "One timer per QP, none without
+    a CNP"). Measured on the engine's heap (``sc[SEQ]``: every event ever pushed): 8 -> 1 x 1 MiB
+    congests host 0's port, 9 -> 10 x 1 MiB runs beside it alone on its ports. (1) With DCQCN,
+    the QPs that got no CNP (the bystander, and every QP of the ACK direction) end in the state
+    they started in (no alpha, no timer due, no rate row). (2) With nothing marked (K_min above
+    any queue) a DCQCN run pushes exactly the events of a ``cc: none`` run and gives the same
+    times: for a QP without CNP the timers cost no event at all."""
+    from tokenpcap.schedule.engine import events as K
+    from tokenpcap.schedule.engine.dcqcn import dcqcn_next_due_ns, dcqcn_state
+
+    rows = [(s, 0, 1 << 20) for s in range(1, 9)] + [(9, 10, 1 << 20)]
+    sched, _ = _run(_flows(tmp_path, rows, {"cc": "dcqcn"}, "dcqcn"), nics=())
+    log = sched.cc_log()
+    hit = set(log["cnps"]["qp"].tolist())
+    rp = sched._eng.S.rp
+    fresh = dcqcn_state(rp.shape[0], sched._eng.S.rpp)
+    senders = {int(r["qp"]): int(r["src_nic"]) for r in log["ce_qps"]}
+    assert {senders[q] for q in hit} == set(range(1, 9)) and len(log["rates"]) > 0
+    assert set(log["rates"]["qp"].tolist()) <= hit
+    quiet = [q for q in range(rp.shape[0]) if q not in hit]
+    assert len(quiet) > 0
+    for q in quiet:
+        assert np.array_equal(rp[q], fresh[q]) and dcqcn_next_due_ns(rp, q) == -1
+    none = {"ecn": {"kmin_bytes": 1 << 30, "kmax_bytes": 1 << 30}}
+    a, _ = _run(_flows(tmp_path, rows, {"cc": "dcqcn", **none}, "quiet"), nics=())
+    b, _ = _run(_flows(tmp_path, rows, {"cc": "none", **none}, "plain"), nics=())
+    assert a.fabric_counters["cnps"] == a.fabric_counters["ce_marks"] == 0
+    assert int(a._eng.sc[K.SEQ]) == int(b._eng.sc[K.SEQ])
+    assert a.messages.tobytes() == b.messages.tobytes()

@@ -79,10 +79,10 @@ class Algorithm:
         span = int(s0.max()) + 1
         order = np.lexsort((np.arange(n), s0, into))
         key_sorted = into[order] * span + s0[order]
-        below = np.searchsorted(key_sorted, frm * span + s0, side="left")   # first >= own step
+        below = _search(key_sorted, frm * span + s0)                        # first >= own step
         has = (below > 0) & (into[order][np.maximum(below - 1, 0)] == frm)
         best = s0[order][np.maximum(below - 1, 0)]
-        start = np.searchsorted(key_sorted, frm * span + best, side="left")
+        start = _search(key_sorted, frm * span + best)
         idx = order.tolist()
         return [idx[a:b] if ok else [] for a, b, ok in
                 zip(start.tolist(), below.tolist(), has.tolist())]
@@ -94,6 +94,17 @@ class Algorithm:
         if collective == "Broadcast" or len(h) == 0:
             return np.zeros(len(h), np.int64)
         return chunk_starts(s, len(group), e)[h["chunk"] % len(group)]
+
+
+def _search(key_sorted: np.ndarray, needles: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(key_sorted, needles, side="left")`` for needles in any order: the
+    needles are searched in ascending order (each binary search then starts where the last one
+    ended, so the accesses stay local: about 3x faster on millions of hops than in hop order) and
+    the positions put back in the needles' order. int64 ``(len(needles),)``."""
+    by = np.argsort(needles, kind="stable")
+    out = np.empty(needles.size, np.int64)
+    out[by] = np.searchsorted(key_sorted, needles[by], side="left")
+    return out
 
 
 def _pair_key(rank: np.ndarray, chunk: np.ndarray, h: np.ndarray) -> np.ndarray:
