@@ -16,16 +16,20 @@ from tokenpcap.export.registry import EXPORTS
               help="; ".join(f"{f.name}: {f.summary}" for f in EXPORTS.values()) + ".")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="Output file, its directory created (HPCC also writes <stem>-topology.txt, "
-                   "<stem>-config.txt and <stem>-trace.txt beside it).")
+                   "<stem>-config.txt and <stem>-trace.txt beside it; chakra: the prefix of "
+                   "<prefix>.<rank>.et, <prefix>.comm_groups.json, <prefix>.summary.json).")
 @click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
               help="Divide message sizes and compute time by this.")
 @click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--hpcc-cc", type=click.Choice(tuple(CC_MODES)), default=None,
               help="hpcc only: the congestion control CC_MODE of the simulator's config "
                    "[default: hpcc].")
+@click.option("--chakra-p2p", is_flag=True, default=False,
+              help="chakra only: every call as the point-to-point transfers of our schedule "
+                   "(COMM_SEND/COMM_RECV nodes) instead of one COMM_COLL node.")
 @library_errors
 def export_cmd(scenario: str, fmt: str, output: str, scale: int, iterations: int,
-               hpcc_cc: str | None) -> None:
+               hpcc_cc: str | None, chakra_p2p: bool) -> None:
     """Schedule SCENARIO and write its RDMA messages as FORMAT.
 
     --to hpcc of a cluster with a queued fabric writes the fabric's topology and buffer, and
@@ -35,7 +39,12 @@ def export_cmd(scenario: str, fmt: str, output: str, scale: int, iterations: int
     if hpcc_cc is not None and fmt != "hpcc":
         raise click.UsageError(f"--hpcc-cc: got it with --to {fmt}, expected it only with "
                                "--to hpcc")
+    if chakra_p2p and fmt != "chakra":
+        raise click.UsageError(f"--chakra-p2p: got it with --to {fmt}, expected it only with "
+                               "--to chakra")
     options = {"cc": hpcc_cc} if hpcc_cc is not None else {}
+    if chakra_p2p:
+        options["p2p"] = True
     for path in export_scenario(scenario, fmt, output, scale=scale, iterations=iterations,
                                 **options):
         click.echo(str(path))
