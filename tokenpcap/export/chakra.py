@@ -162,9 +162,17 @@ class _Rank:
         """(src, dst) of the rank's transfers of call ``c`` in transfer order."""
         if not self.p2p:
             return [(c.src, c.dst)] if c.collective == "SendRecv" else []
-        t = self.plan.call_transfers(c).table
-        return [(s, d) for s, d in zip(t["src"].tolist(), t["dst"].tolist())
-                if self.rank in (s, d)]
+        return [(s, d) for _, s, d, _, _ in self._local(c)[0]]
+
+    def _local(self, c):  # type: ignore[no-untyped-def]
+        """The rank's transfers of call ``c`` as ``(index, src, dst, bytes, nic)`` in transfer
+        order, and every transfer's dependencies."""
+        tr = self.plan.call_transfers(c)
+        t = tr.table
+        ks = sorted(tr.by_src.get(self.rank, ()) + tr.by_dst.get(self.rank, ()))
+        src, dst = t["src"][ks].tolist(), t["dst"][ks].tolist()
+        nb, nic = t["bytes"][ks].tolist(), t["nic"][ks].tolist()
+        return list(zip(ks, src, dst, nb, nic)), tr.deps
 
     def tags(self, calls: list) -> None:  # type: ignore[no-untyped-def]
         """Per call, the first tag of each (src, dst) pair (module docstring: comm_tag)."""
@@ -230,11 +238,7 @@ class _Rank:
         """The sends and receives of the rank in call ``c``; their nodes without local
         dependents go into ``ends``."""
         if self.p2p:
-            tr = self.plan.call_transfers(c)
-            t = tr.table
-            rows = [(k, int(t["src"][k]), int(t["dst"][k]), int(t["bytes"][k]), bool(t["nic"][k]))
-                    for k in range(len(t)) if self.rank in (int(t["src"][k]), int(t["dst"][k]))]
-            tdeps = tr.deps
+            rows, tdeps = self._local(c)
         else:
             rows, tdeps = [(0, c.src, c.dst, c.message_bytes, True)], ((),)
         base = self.tag_base[c.call_id]

@@ -38,12 +38,7 @@ _ATTR_FIELDS = {"int32": 7, "int64": 9, "uint64": 13, "bool": 27, "string": 29}
 _MASK64 = (1 << 64) - 1
 
 
-def varint(n: int) -> bytes:
-    """Base-128 varint of ``n`` (a negative int32/int64 as its 64-bit two's complement, ten
-    bytes, as protobuf writes it). Raises ValueError: ``n`` outside the int64/uint64 range."""
-    if not -(1 << 63) <= n <= _MASK64:
-        raise ValueError(f"varint: {n} outside the 64-bit range")
-    n &= _MASK64
+def _varint(n: int) -> bytes:
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -52,8 +47,21 @@ def varint(n: int) -> bytes:
     return bytes(out)
 
 
+_SMALL = tuple(_varint(i) for i in range(1 << 14))      # the one- and two-byte varints
+
+
+def varint(n: int) -> bytes:
+    """Base-128 varint of ``n`` (a negative int32/int64 as its 64-bit two's complement, ten
+    bytes, as protobuf writes it). Raises ValueError: ``n`` outside the int64/uint64 range."""
+    if 0 <= n < 16384:
+        return _SMALL[n]
+    if not -(1 << 63) <= n <= _MASK64:
+        raise ValueError(f"varint: {n} outside the 64-bit range")
+    return _varint(n & _MASK64)
+
+
 def _key(field: int, wire: int) -> bytes:
-    return varint(field << 3 | wire)
+    return _SMALL[field << 3 | wire]
 
 
 def _bytes(field: int, payload: bytes) -> bytes:
