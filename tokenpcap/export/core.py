@@ -11,6 +11,8 @@ row per RDMA message with its provenance and the engine's times
 * ``chrome``: Trace Event Format JSON (:mod:`tokenpcap.export.chrome`).
 * ``simai``: the plan of one iteration as a SimAI workload file (:mod:`tokenpcap.export.simai`;
   no schedule: SimAI times it).
+* ``chakra``: one Chakra execution trace per rank for ASTRA-sim (:mod:`tokenpcap.export.chakra`;
+  no schedule: ASTRA-sim times it).
 
 """
 from __future__ import annotations
@@ -29,6 +31,8 @@ from tokenpcap.export import hpcc  # noqa: E402,F401
 from tokenpcap.export import table  # noqa: E402,F401
 from tokenpcap.export import chrome  # noqa: E402,F401
 from tokenpcap.export import simai  # noqa: E402,F401
+from tokenpcap.export import chakra  # noqa: E402,F401
+from tokenpcap.export import trex  # noqa: E402,F401
 from tokenpcap.export.chrome import write_chrome  # noqa: E402  (re-exported)
 from tokenpcap.export.hpcc import write_hpcc  # noqa: E402  (re-exported)
 from tokenpcap.export.table import TABLE_COLUMNS, write_table  # noqa: E402  (re-exported)
