@@ -8,6 +8,8 @@ of the IBTA RoCEv2 annex A17.9.3) in the receiver's nic-tx capture, and its IP d
 """
 from __future__ import annotations
 
+import re
+
 import shutil
 import subprocess
 from pathlib import Path
@@ -128,7 +130,12 @@ def test_the_generate_summary_counts_the_cnp_frames(tmp_path):
     assert r.exit_code == 0, r.output
     (cap,) = sorted(out.glob("*.pcapng"))
     frames = tshark_count(cap, "infiniband.bth.opcode == 0x81")
-    assert f"{frames:,} CNPs" in " ".join(r.output.split())
+    text = " ".join(r.output.split())
+    assert f"{frames:,} CNPs" in text
+    # the prediction is the plan's traffic: the CNPs come on top, and the line says so
+    m = re.search(r"file bytes ([\d,]+) \(expected ([\d,]+) without the CNP frames\)", text)
+    assert m, text
+    assert int(m.group(1).replace(",", "")) > int(m.group(2).replace(",", ""))
 
 
 # ---------------------------------------------------------------- seeds

@@ -26,7 +26,7 @@ from tokenpcap.export.registry import EXPORTS
 @click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--hpcc-cc", type=click.Choice(tuple(CC_MODES)), default=None,
               help="hpcc only: the congestion control CC_MODE of the simulator's config "
-                   "[default: hpcc].")
+                   "[default: a queued fabric's own fabric.cc, hpcc for an ideal fabric].")
 @click.option("--chakra-p2p", is_flag=True, default=False,
               help="chakra only: every call as the point-to-point transfers of our schedule "
                    "(COMM_SEND/COMM_RECV nodes) instead of one COMM_COLL node.")
@@ -65,7 +65,10 @@ def export_cmd(scenario: str, fmt: str, output: str, scale: int, iterations: int
                    f"{summ['max_node_rounding_error_ns']} ns per node)", err=True)
     if fmt == "hpcc":
         from tokenpcap.config.profiles import load_scenario
+        from tokenpcap.export.hpcc_cc import cc_gaps, default_cc
         from tokenpcap.export.hpcc_fabric import ns3_gaps
 
-        for gap in ns3_gaps(load_scenario(scenario).cluster.fabric):
+        cluster = load_scenario(scenario).cluster
+        cc = default_cc(cluster) if hpcc_cc is None else hpcc_cc
+        for gap in ns3_gaps(cluster.fabric) + cc_gaps(cluster, cc):
             click.echo(f"warning: {scenario}: {gap}", err=True)

@@ -127,16 +127,19 @@ def expected_text(res: GenerateResult) -> str:
     (``expected``), or an upper bound with a time window; at ``nic-rx`` exact for the RoCE
     frames, the PFC frames not included; at a switch port it counts every selected RoCE frame
     of the run, before routing says which cross the port, so it is neither the file's size
-    nor a bound of it (the PFC frames come on top)."""
+    nor a bound of it (the PFC frames come on top). The CNPs a DCQCN fabric sends are the
+    fabric's reaction, not the plan's traffic: never in the prediction, said so when the file
+    holds any."""
     sel = res.selection
     if res.point.at_switch:
         return (f"the run's RoCE frames, before routing, {res.expected_bytes:,}: "
                 f"not this port's size")
-    if res.point != NIC_TX:
-        return f"expected {res.expected_bytes:,} without the PFC frames"
-    if sel is not None and sel.window_ns:
-        return f"at most {res.expected_bytes:,}"
-    return f"expected {res.expected_bytes:,}"
+    left_out = [k for k, there in (("PFC", res.point != NIC_TX), ("CNP", res.cnp_packets > 0))
+                if there]
+    without = f" without the {' and '.join(left_out)} frames" if left_out else ""
+    if sel is not None and sel.window_ns and res.point == NIC_TX:
+        return f"at most {res.expected_bytes:,}{without}"
+    return f"expected {res.expected_bytes:,}{without}"
 
 
 def print_summary(res: GenerateResult, tokens=None) -> None:

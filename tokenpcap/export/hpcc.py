@@ -374,5 +374,10 @@ def _write_all(files: dict[Path, list[str]]) -> None:
 
 
 @register_export("hpcc", "HPCC ns-3 flow, topology, config and trace files, ready to run")
-def _hpcc(done: Prepared, out: Path, cc: str = "hpcc") -> list[Path]:
-    return write_hpcc(done.schedule.messages, done.scenario.cluster, out, cc=cc)
+def _hpcc(done: Prepared, out: Path, cc: str | None = None) -> list[Path]:
+    """``cc`` None: the cluster's own (:func:`tokenpcap.export.hpcc_cc.default_cc`)."""
+    from tokenpcap.export.hpcc_cc import default_cc
+
+    cluster = done.scenario.cluster
+    return write_hpcc(done.schedule.messages, cluster, out,
+                      cc=default_cc(cluster) if cc is None else cc)
