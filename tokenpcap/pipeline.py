@@ -19,7 +19,8 @@ from tokenpcap.errors import InputError
 from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.schedule.limits import check_work
 from tokenpcap.schedule.runner import Schedule
-from tokenpcap.stages import stage
+from tokenpcap.schedule.engine.compiled import engine_compiled
+from tokenpcap.stages import duration_text, stage
 from tokenpcap.tokens import TokenizedCorpus
 
 __all__ = ["Prepared", "prepare", "schedule_scenario"]
@@ -68,7 +69,12 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
     stage("estimating the work")
     work = check_work(plan, iterations, keep_messages=keep_messages)
     over = f" over {iterations} iterations" if iterations > 1 else ""
-    stage(f"timing {work.messages:,} messages{over}", seconds=work.seconds)
+    if engine_compiled():
+        stage(f"timing {work.messages:,} messages{over}", seconds=work.seconds)
+    else:                                   # the compile dominates: shown while it runs
+        stage(f"timing {work.messages:,} messages{over}, about {duration_text(work.seconds)} "
+              "once compiled, after compiling the timing engine once (numba, cached on disk "
+              "for later runs; minutes on a 2-core machine)")
     if check is not None:
         check(plan)
     if ranks is not None:

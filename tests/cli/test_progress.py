@@ -92,3 +92,18 @@ def test_stage_without_a_listener_prints_nothing(capsys):
     stage("nobody listens")
     assert capsys.readouterr() == ("", "")
     assert Path(progress.__file__).name == "progress.py"
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_first_run_says_it_compiles_the_engine(tmp_path, scen, every_step, monkeypatch,
+                                                   compiled):
+    """With numba's cache of the engine missing, the timing line says the compile comes first
+    (it is what the first run's minutes go into); with it there, nothing of it."""
+    from tokenpcap import pipeline
+
+    monkeypatch.setattr(pipeline, "engine_compiled", lambda: compiled)
+    r = CliRunner().invoke(main, ["export", scen, "--to", "csv", "-o", str(tmp_path / "m.csv")])
+    assert r.exit_code == 0, r.output
+    (timing,) = [x for x in _lines(r.stderr) if x.startswith("tokenpcap: timing ")]
+    assert ("after compiling the timing engine once" in timing) is (not compiled), timing
+    assert ", about " in timing
