@@ -112,7 +112,7 @@ def test_sonic_presets_and_simai_carry_their_sources_numbers(tmp_path: Path):
 
 @pytest.mark.parametrize("fabric,over,key,got,expected", [
     ({**_D, "ecn": {"kmin_bytes": 3_000_000}}, {}, "fabric.ecn.kmin_bytes", "3000000",
-     "at most ecn.kmax_bytes 2,097,152"),
+     "at most fabric.ecn.kmax_bytes 2,097,152"),
     ({**_D, "ecn": {"pmax": 1.5}}, {}, "fabric.ecn.pmax", "1.5", ">= 0 and <= 1"),
     ({**_D, "ecn": {"pmax": -0.1}}, {}, "fabric.ecn.pmax", "-0.1", ">= 0 and <= 1"),
     ({**_D, "ecn": {"mark_at": "ingress"}}, {}, "fabric.ecn.mark_at", "'ingress'",

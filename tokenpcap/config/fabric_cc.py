@@ -205,7 +205,7 @@ def check_cc(fabric: Any, link_gbps: float, pcp: int,
     if ecn.enabled:
         if ecn.kmin_bytes > ecn.kmax_bytes:
             raise ProfileError(*where("ecn.kmin_bytes"), ecn.kmin_bytes,
-                               f"at most ecn.kmax_bytes {ecn.kmax_bytes:,}")
+                               f"at most {where('ecn.kmax_bytes')[1]} {ecn.kmax_bytes:,}")
         if control in ecn.priorities:
             raise ProfileError(*where("ecn.priorities"), list(ecn.priorities),
                                f"priorities without switch.control_priority {control} (the "
