@@ -100,8 +100,8 @@ class OutputSet:
         """
         if "/" in name or name in ("", ".", "..") or name.startswith("."):
             raise OutputError(f"{name!r}: got a path, expected a plain file name")
+        check_path_length(self.directory / name, what="output file", extra_bytes=PART_EXTRA_BYTES)
         check_path_length(self.stage / name, what="output file", extra_bytes=PART_EXTRA_BYTES)
-        check_path_length(self.directory / name, what="output file")
         refuse_special_output(self.directory / name)
         return self.stage / name
 
