@@ -211,3 +211,15 @@ def test_the_floor_is_one_message_per_piece_that_carries_data_unscaled():
     assert _messages_at_any_scale(plan, 1) == 2 * pieces
     assert estimate_work(build_plan(s, scale=10 ** 9), 1, nvlink=False).messages == 2 * pieces
     assert estimate_work(plan, 1, nvlink=False).messages > 2 * pieces       # unscaled: slices
+
+
+def test_a_compute_time_past_int64_ns_is_refused_not_wrapped():
+    import pytest as _pytest
+
+    from tokenpcap.errors import InputError
+    from tokenpcap.schedule.compute import flops_time_ns
+
+    assert flops_time_ns(9 * 10**12, 1.0, 1e-9) == 9 * 10**18          # 1e-6 FLOP/ns: fits
+    with _pytest.raises(InputError, match=r"training.mfu 1e-09 x gpu.peak_tflops 1.0: got a "
+                                          r"compute time of 1e\+19 ns .* expected at most 2\^63"):
+        flops_time_ns(10**13, 1.0, 1e-9)
