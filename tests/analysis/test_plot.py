@@ -125,3 +125,16 @@ def test_an_interleaved_timeline_says_so_in_its_title(tmp_path, monkeypatch):
     plot_all(scen, tmp_path / "pics", scale=64)
     assert titles[0].startswith("dante-vpp3: compute and RDMA messages per rank (interleaved 1F1B, "
                                 "3 model chunks per stage)\n"), titles[0]
+
+
+def test_a_capture_whose_name_is_not_utf8_is_drawn_with_the_bytes_escaped_in_titles(
+        tmp_path, trace):
+    """Linux names are bytes: b'\\xff' decodes to a lone surrogate, which a font cannot draw."""
+    import os
+
+    path, _ = trace
+    odd = Path(os.fsdecode(os.fsencode(tmp_path) + b"/\xff.pcapng"))
+    odd.write_bytes(Path(path).read_bytes())
+    files = plot_all(odd, tmp_path / "out")
+    assert [os.fsencode(f.name) for f in files] == [b"\xff-throughput.png", b"\xff-sizes.png"]
+    assert all(f.read_bytes()[:8] == PNG for f in files)

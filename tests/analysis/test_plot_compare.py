@@ -46,3 +46,25 @@ def test_simai_pictures_with_a_record_not_reported(tmp_path):
     with pytest.raises(OutputError, match="y.png: got a directory, expected a regular file"):
         plot_simai_calls(c, tmp_path / "y.png")
     assert not list(tmp_path.glob(".y.png*"))
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, OutputError])
+def test_the_pair_of_pictures_lands_together_or_not_at_all(tmp_path, monkeypatch, stop):
+    """A stop while the second picture is drawn once left the new first one beside the earlier
+    second (and sometimes a .NAME.part.png); now the earlier pair stays whole."""
+    from tokenpcap.analysis import plot_compare
+
+    lines = FCT.read_text().splitlines(keepends=True)
+    (tmp_path / "fct.txt").write_text("".join(lines[1:]))          # an earlier, other run
+    first = plot_comparison(compare_hpcc(DANTE, tmp_path / "fct.txt", scale=64),
+                            tmp_path / "pics", stem="dante")
+    before = {p.name: p.read_bytes() for p in first}
+    c = compare_hpcc(DANTE, FCT, scale=64)
+
+    def stopped(comparison, out, *, title=None):  # type: ignore[no-untyped-def]
+        raise stop("stopped while drawing")
+
+    monkeypatch.setattr(plot_compare, "plot_nic_completion", stopped)
+    with pytest.raises(stop):
+        plot_comparison(c, tmp_path / "pics", stem="dante")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "pics").iterdir()} == before

@@ -20,3 +20,11 @@ def test_a_directory_with_a_set_stopped_between_its_renames_is_refused(tmp_path)
         capture_files(d)
     OutputSet(d).abort()                       # the next run completes the set
     assert [p.name for p in capture_files(d)] == ["x_node00_nic0.pcapng", "x_node00_nic1.pcapng"]
+
+
+def test_a_device_given_as_capture_is_named_as_what_it_is_not_as_missing(tmp_path):
+    with pytest.raises(TraceError, match=r"^/dev/null: --capture: got a character device, "
+                                         r"expected a pcapng file"):
+        capture_files("/dev/null")
+    with pytest.raises(TraceError, match=r"--capture: got a path that does not exist"):
+        capture_files(tmp_path / "none.pcapng")

@@ -70,3 +70,19 @@ def test_raise_if_stopped_raises_a_noted_stop_once():
     note_stop(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):
         raise_if_stopped()
+
+
+def test_a_path_the_file_system_cannot_hold_is_one_line_and_exit_1(tmp_path):
+    """Met outside a writer's own check (a stat of an input or output path): still one line."""
+    long = tmp_path / ("n" * 300)
+
+    @click.command()
+    @library_errors
+    def cmd():
+        long.exists()                        # ENAMETOOLONG, not ENOENT: raised by pathlib
+
+    r = CliRunner().invoke(cmd, [])
+    assert r.exit_code == 1, r.output
+    assert r.output.count("\n") == 1 and "Traceback" not in r.output
+    assert r.output.startswith(f"error: {long}: got a path the file system cannot hold (File "
+                               "name too long)")

@@ -35,7 +35,18 @@ def per_nic(call: CallShape, alg: str, lay: RankLayout, channels: int) -> np.nda
 def test_nccl_default_channels_are_two_per_nic_up_to_maxchannels():
     assert default_channels(8) == 16          # DGX H100: 8 NICs -> 8 ring channels, doubled
     assert default_channels(1) == 2
-    assert default_channels(40) == 64         # MAXCHANNELS
+    # NCCL would run min(64, 2 x NICs); the QP numbering (dimension x channels + channel < 256
+    # over 8 dimensions) holds 32: with 32 NICs per node `auto` was 64 and every run failed
+    assert default_channels(16) == 32
+    assert default_channels(32) == 32 and default_channels(40) == 32
+
+
+def test_the_channel_bound_fits_the_qp_numbering_of_every_dimension():
+    from tokenpcap.config.bounds import MAX_CHANNELS
+    from tokenpcap.records import DIMS
+    from tokenpcap.wire.qpn import QP_STRIDE
+
+    assert (len(DIMS) - 1) * MAX_CHANNELS + MAX_CHANNELS - 1 < QP_STRIDE
 
 
 @pytest.mark.parametrize("alg", ["ring", "tree"])

@@ -33,6 +33,44 @@ def test_every_bound_has_a_source_comment():
     """A bound without a ``#:`` comment would be missing from docs/profiles.md's table."""
     import inspect
 
-    names = sorted(n for n in vars(bounds) if n.startswith("MAX_") or n.endswith("_RANGE"))
+    names = sorted(n for n in vars(bounds) if n.startswith(("MAX_", "MIN_")) or n.endswith("_RANGE"))
     documented = sorted(re.findall(r"^#: .*\n([A-Z_]+) = ", inspect.getsource(bounds), re.M))
     assert names == documented == sorted(bounds.__all__)
+
+
+def test_extreme_numeric_values_are_refused_where_the_key_is_read(tmp_path):
+    """Values that once crashed (overflow in the compute time), wrapped int64 or overflowed
+    later are refused with the key named; the bounds are the ones bounds.py gives."""
+    import pytest
+    import yaml
+
+    from tokenpcap.errors import ProfileError
+
+    src = PROFILES / "scenarios" / "llama2-7b-a100-ib.yaml"
+    d = yaml.safe_load(src.read_text())
+    d["corpus"] = str((src.parent / d["corpus"]).resolve())
+    d["model"] = str((src.parent / d["model"]).resolve())
+    cluster = yaml.safe_load((src.parent / d["cluster"]).read_text())
+    cases = [("training", "mfu", 1e-300, r"training.mfu: got 1e-300, expected a finite number "
+                                         r">= 1e-09 and <= 1"),
+             ("training", "mfu", 1.2e-17, r"training.mfu: got 1.2e-17"),
+             ("collectives", "slice_bytes", 2**63, r"collectives.slice_bytes: got "
+                                                   r"9223372036854775808, expected an integer "),
+             ("collectives", "slice_bytes", 2, r"collectives.slice_bytes: got 2, expected"),
+             ("generation", "ack_every_packets", 2**63, r"generation.ack_every_packets: got "
+                                                        r"9223372036854775808"),
+             ("training", "bucket_size", 2**63, r"training.bucket_size: got 9223372036854775808"),
+             ("cluster.gpu", "peak_tflops", 1e-300, r"gpu.peak_tflops: got 1e-300, expected a "
+                                                    r"finite number >= 1 and")]
+    for section, key, value, message in cases:
+        e = {k: (dict(v) if isinstance(v, dict) else v) for k, v in d.items()}
+        c = {k: (dict(v) if isinstance(v, dict) else v) for k, v in cluster.items()}
+        if section == "cluster.gpu":
+            c["gpu"][key] = value
+        else:
+            e.setdefault(section, {})[key] = value
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump(c))
+        e["cluster"] = str(tmp_path / "c.yaml")
+        (tmp_path / "s.yaml").write_text(yaml.safe_dump(e))
+        with pytest.raises(ProfileError, match=message):
+            load_scenario(tmp_path / "s.yaml")

@@ -135,7 +135,7 @@ def test_a_key_without_a_meaning_is_refused(monkeypatch):
 def test_every_upper_bound_is_listed_with_its_value_and_source():
     from tokenpcap.config import bounds
 
-    names = sorted(n for n in vars(bounds) if n.startswith("MAX_") or n.endswith("_RANGE"))
+    names = sorted(n for n in vars(bounds) if n.startswith(("MAX_", "MIN_")) or n.endswith("_RANGE"))
     rows = {m.group(1): (m.group(2), m.group(3)) for m in re.finditer(
         r"^\| `([A-Z_]+)` \| ([^|]+) \| ([^|]+) \|$", DOC.read_text(encoding="utf-8"), re.M)}
     assert sorted(rows) == names

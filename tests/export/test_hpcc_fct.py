@@ -112,13 +112,20 @@ def test_a_flow_of_another_export_is_an_error(tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ("0b000301 0b001301 10000 102 3072 2000040140\n", "line 1: got 6 fields, expected 8"),
-    ("0b0003 0b001301 10000 102 3072 2000040140 1 1\n", "line 1: sip: got '0b0003', expected 8 "
-                                                        "hex digits"),
-    ("\n0b000301 0b001301 10000 102 -5 2000040140 1 1\n", "line 2: size_bytes: got '-5', "
+    ("0b0003 0b001301 10000 102 3072 2000040140 1 1\n", "line 1: column 1 \\(sip\\): got '0b0003', "
+                                                        "expected 8 hex digits"),
+    # int(t, 16) takes these, ns-3's "%08x" never writes them
+    ("0x000301 0b001301 10000 102 3072 2000040140 1 1\n", "line 1: column 1 \\(sip\\): got "
+                                                          "'0x000301', expected 8 hex digits"),
+    ("0b000301 +b001301 10000 102 3072 2000040140 1 1\n", "line 1: column 2 \\(dip\\): got "
+                                                          "'\\+b001301', expected 8 hex digits"),
+    ("0b000301 0b00_301 10000 102 3072 2000040140 1 1\n", "line 1: column 2 \\(dip\\): got "
+                                                          "'0b00_301', expected 8 hex digits"),
+    ("\n0b000301 0b001301 10000 102 -5 2000040140 1 1\n", "line 2: column 5 \\(size_bytes\\): got '-5', "
                                                           "expected an integer from 0"),
-    ("0b000301 0b001301 10000 102 3072 2.0 1 1\n", "line 1: start_ns: got '2.0', expected"),
+    ("0b000301 0b001301 10000 102 3072 2.0 1 1\n", "line 1: column 6 \\(start_ns\\): got '2.0', expected"),
     ("0b000301 0b001301 10000 102 3072 2000040140 99999999999999999999 1\n",
-     "line 1: fct_ns: got '99999999999999999999', expected an integer from 0 to 10"),
+     "line 1: column 7 \\(fct_ns\\): got '99999999999999999999', expected an integer from 0 to 10"),
 ])
 def test_malformed_fct_lines_are_named(tmp_path, text, message):
     (tmp_path / "fct.txt").write_text(text)

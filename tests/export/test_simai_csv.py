@@ -111,6 +111,19 @@ GOOD = DANTE.read_text().splitlines()
     (7, GOOD[6].replace("Analytical_test", "other"), "line 7: run name: got 'other', expected the "
                                                        "header's, 'Analytical_test'"),
     (8, " " + GOOD[7], "line 8: layer_name: got ' layer0_mlp_in'"),
+    # numbers SimAI cannot write: past int64 ns, past Python's int-string limit, past a double
+    (2, GOOD[1].replace(", 1223", ", " + "9" * 17), "line 2: Total time: got '99999999999999999'"
+                                                     ", expected an integer (µs) within "),
+    (2, GOOD[1].replace(", 1223", ", 9223372036854776"), "line 2: Total time: got "
+                                                         "'9223372036854776', expected"),
+    (2, GOOD[1].replace("635 (51.94%)", "9" * 5000 + " (51.94%)"), "line 2: Expose DP comm: got "
+                                                                    "'99999999"),
+    (4, GOOD[3].replace(",0,0,0,5,", ",0,0," + "7" * 400 + ",5,", 1),
+     "... (400 characters)', expected an integer (µs) within"),
+    (6, GOOD[5].replace("310.48", "9" * 400 + ".48"), "line 6: fwd algbw: got '9999"),
+    (6, GOOD[5].replace("310.48", "99999999999999999999.48"), "line 6: fwd algbw: got "
+                                                              "'99999999999999999999.48', expected "
+                                                              "GB/s with 2 decimals within"),
 ])
 def test_malformed_lines_are_named(tmp_path, line, text, message):
     lines = list(GOOD)

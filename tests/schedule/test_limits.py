@@ -241,3 +241,15 @@ def test_a_job_no_scale_fits_is_told_the_largest_global_batch_that_does(monkeypa
     followed = load_scenario(s.path, {"generation.clear_to_send": False,
                                       "training.global_batch_size": int(m.group(1))})
     check_work(build_plan(followed, scale=int(m.group(2))), 1)             # accepted
+
+
+def test_a_compute_time_past_int64_ns_is_refused_not_wrapped():
+    import pytest as _pytest
+
+    from tokenpcap.errors import InputError
+    from tokenpcap.schedule.compute import flops_time_ns
+
+    assert flops_time_ns(9 * 10**12, 1.0, 1e-9) == 9 * 10**18          # 1e-6 FLOP/ns: fits
+    with _pytest.raises(InputError, match=r"training.mfu 1e-09 x gpu.peak_tflops 1.0: got a "
+                                          r"compute time of 1e\+19 ns .* expected at most 2\^63"):
+        flops_time_ns(10**13, 1.0, 1e-9)

@@ -26,6 +26,7 @@ from tokenpcap.analysis.plot_gantt import default_timeline_ranks, plot_timeline
 from tokenpcap.analysis.plot_series import capture_series, count_values
 from tokenpcap.errors import InputError
 from tokenpcap.stages import stage
+from tokenpcap.pcap.pathlimits import shown       # titles a font can draw: bytes as \xff
 
 __all__ = ["capture_series", "plot_throughput", "plot_sizes", "plot_timeline", "plot_all"]
 
@@ -217,16 +218,16 @@ def _plot_all(source, outset, *, scale: int, iterations: int,
         series = {"frame_sizes": {}, "message_sizes": sizes}
         return [plot_timeline(sched.timeline, m, outset.path(f"{src.stem}-timeline.png"),
                               ranks=ranks, stage_of=stage_of,
-                              title=f"{src.stem}: compute and RDMA messages per rank "
+                              title=f"{shown(src.stem)}: compute and RDMA messages per rank "
                                     f"({_run_name(plan.scenario)})\n"
                                     f"{which}"),
                 plot_sizes(series, outset.path(f"{src.stem}-message-sizes.png"),
-                           title=f"{src.stem}: message sizes of one iteration")]
+                           title=f"{shown(src.stem)}: message sizes of one iteration")]
     stage(f"reading {src.name}")
     series = capture_series(src, bin_ns=bin_ns, window=window)
     stage(f"drawing {src.stem}")
     return [plot_throughput(series, outset.path(f"{src.stem}-throughput.png"),
-                            title=f"{src.name}: layer-2 throughput per sending NIC, by phase"),
+                            title=f"{shown(src.name)}: layer-2 throughput per sending NIC, by phase"),
             plot_sizes(series, outset.path(f"{src.stem}-sizes.png"),
-                       title=f"{src.name}: frame and message sizes")]
+                       title=f"{shown(src.name)}: frame and message sizes")]
 

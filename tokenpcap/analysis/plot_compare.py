@@ -104,16 +104,21 @@ def plot_nic_completion(comparison, out: str | os.PathLike, *, title: str | None
 
 def plot_comparison(comparison, outdir: str | os.PathLike, *, stem: str = "compare") -> list[Path]:
     """Both pictures in ``outdir`` (created with its parents; removed again if nothing is
-    written): ``<stem>-slowdown-cdf.png`` and ``<stem>-nic-completion.png``.
+    written): ``<stem>-slowdown-cdf.png`` and ``<stem>-nic-completion.png``, as one
+    :class:`~tokenpcap.pcap.outputset.OutputSet` (both or neither).
 
     Raises:
-        OutputError: the directory or a file cannot be written.
+        OutputError: the directory or a file cannot be written, another run writes into it.
     """
     from tokenpcap.pcap.output import make_directory
+    from tokenpcap.pcap.outputset import OutputSet
 
-    with make_directory(outdir) as d:
-        return [plot_slowdown_cdf(comparison, Path(d) / f"{stem}-slowdown-cdf.png"),
-                plot_nic_completion(comparison, Path(d) / f"{stem}-nic-completion.png")]
+    # one set: both pictures land together or neither (a stop between them keeps the earlier pair)
+    with make_directory(outdir) as d, OutputSet(d, what="compare") as outset:
+        drawn = [plot_slowdown_cdf(comparison, outset.path(f"{stem}-slowdown-cdf.png")),
+                 plot_nic_completion(comparison, outset.path(f"{stem}-nic-completion.png"))]
+        outset.commit()
+        return [outset.final(p) for p in drawn]
 
 
 def plot_simai_phases(comparison, out: str | os.PathLike, *, title: str | None = None) -> Path:
@@ -172,13 +177,18 @@ def plot_simai_calls(comparison, out: str | os.PathLike, *, title: str | None = 
 def plot_simai_comparison(comparison, outdir: str | os.PathLike, *,
                           stem: str = "compare") -> list[Path]:
     """Both SimAI pictures in ``outdir`` (created with its parents; removed again if nothing is
-    written): ``<stem>-simai-phases.png`` and ``<stem>-simai-calls.png``.
+    written): ``<stem>-simai-phases.png`` and ``<stem>-simai-calls.png``, as one
+    :class:`~tokenpcap.pcap.outputset.OutputSet` (both or neither).
 
     Raises:
-        OutputError: the directory or a file cannot be written.
+        OutputError: the directory or a file cannot be written, another run writes into it.
     """
     from tokenpcap.pcap.output import make_directory
+    from tokenpcap.pcap.outputset import OutputSet
 
-    with make_directory(outdir) as d:
-        return [plot_simai_phases(comparison, Path(d) / f"{stem}-simai-phases.png"),
-                plot_simai_calls(comparison, Path(d) / f"{stem}-simai-calls.png")]
+    # one set: both pictures land together or neither (a stop between them keeps the earlier pair)
+    with make_directory(outdir) as d, OutputSet(d, what="compare") as outset:
+        drawn = [plot_simai_phases(comparison, outset.path(f"{stem}-simai-phases.png")),
+                 plot_simai_calls(comparison, outset.path(f"{stem}-simai-calls.png"))]
+        outset.commit()
+        return [outset.final(p) for p in drawn]

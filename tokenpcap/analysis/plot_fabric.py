@@ -250,6 +250,7 @@ def plot_fabric_files(directory: str | os.PathLike, stem: str, outdir: str | os.
     from tokenpcap.generate.fabricfiles import read_fabric_files
     from tokenpcap.pcap.output import make_directory
     from tokenpcap.pcap.outputset import OutputSet
+    from tokenpcap.pcap.pathlimits import shown    # a title a font can draw: bytes as \xff
 
     log, summary = read_fabric_files(directory, stem)
     thr = phase_throughput(captures) if captures else None
@@ -257,6 +258,6 @@ def plot_fabric_files(directory: str | os.PathLike, stem: str, outdir: str | os.
         what = (f", with the throughput of {len(captures)} capture"
                 f"{'s' if len(captures) > 1 else ''}") if captures else ""
         path = plot_fabric(log, summary, outset.path(f"{stem}-fabric-queues.png"),
-                           throughput=thr, title=f"{stem}: egress queues and PFC{what}")
+                           throughput=thr, title=f"{shown(stem)}: egress queues and PFC{what}")
         outset.commit()
         return [outset.final(path)]

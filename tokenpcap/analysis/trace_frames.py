@@ -21,6 +21,7 @@ count packet records from 1, as Wireshark's ``frame.number``.
 from __future__ import annotations
 
 import ipaddress
+import os
 from pathlib import Path
 
 import numpy as np
@@ -98,7 +99,9 @@ def capture_files(path: str | Path) -> list[Path]:
     """
     from tokenpcap.analysis.trace_text import TraceError
 
+    from tokenpcap.pcap.filekind import special_kind
     from tokenpcap.pcap.outputset import stopped_commit_text
+    from tokenpcap.pcap.pathlimits import shown
 
     p = Path(path)
     if p.is_dir():
@@ -111,8 +114,10 @@ def capture_files(path: str | Path) -> list[Path]:
                              "the output of tokenpcap generate")
         return files
     if not p.is_file():
-        raise TraceError(f"{p}: --capture: got a path that does not exist, expected a pcapng "
-                         "file or a directory of them")
+        kind = special_kind(p) if os.path.lexists(p) else None
+        got = kind or "a path that does not exist"
+        raise TraceError(f"{shown(p)}: --capture: got {got}, expected a pcapng file or a "
+                         "directory of them")
     return [p]
 
 

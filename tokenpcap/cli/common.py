@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
+import os
 import signal
 import sys
 import threading
@@ -76,6 +78,15 @@ def library_errors(func: F) -> F:
                 return func(*args, **kwargs)
         except TokenpcapError as err:
             click.echo(f"error: {one_line(str(err))}", err=True)     # never more than one line
+            sys.exit(1)
+        except OSError as err:
+            if err.errno != errno.ENAMETOOLONG:
+                raise
+            # a path the file system cannot hold, met before a writer's own check: the input's
+            # fault, told in one line (the writers check their outputs: pcap/pathlimits.py)
+            name = os.fsencode(err.filename or "").decode("utf-8", "backslashreplace")
+            click.echo(f"error: {one_line(name)}: got a path the file system cannot hold "
+                       f"({err.strerror}), expected names of at most 255 bytes", err=True)
             sys.exit(1)
         except (KeyboardInterrupt, Terminated) as err:
             clear_stops()

@@ -1,4 +1,4 @@
-"""Upper bounds of profile values: the largest published training setup times a margin, or a
+"""Upper (and, where a small value breaks arithmetic, lower) bounds of profile values: the largest published training setup times a margin, or a
 width of the message table (``MESSAGE_DTYPE``: iteration, layer and microbatch are int16),
 whichever is smaller.
 
@@ -7,7 +7,7 @@ microbatches x layers and with the number of GPUs; measured figures in ``docs/pl
 Each bound's ``#:`` comment gives its source; the "Upper bounds" table of
 ``docs/profiles.md`` is generated from these comments
 (:func:`tokenpcap.config.spectable.bounds_table`), so a bound is named here with the ``MAX_``
-prefix or the ``_RANGE`` suffix and has a ``#:`` comment.
+or ``MIN_`` prefix or the ``_RANGE`` suffix and has a ``#:`` comment.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ __all__ = [
     "LINK_GBPS_RANGE", "MAX_PEAK_TFLOPS", "MAX_LATENCY_NS", "MAX_MICRO_BATCH_SIZE",
     "MAX_GLOBAL_BATCH_SIZE", "MAX_CHANNELS", "MAX_ITERATIONS", "MAX_SEED",
     "MAX_SWITCH_PORTS", "MAX_SWITCH_BUFFER_BYTES", "MAX_ECMP_SEED", "MAX_FABRIC_PLANES",
-    "MAX_WORKLOAD_BYTES", "MAX_REPEAT", "MAX_START_OFFSET_NS",
+    "MAX_WORKLOAD_BYTES", "MAX_REPEAT", "MAX_START_OFFSET_NS", "MIN_PEAK_TFLOPS", "MFU_RANGE",
+    "SLICE_BYTES_RANGE", "MAX_ACK_EVERY_PACKETS", "MAX_BUCKET_SIZE",
 ]
 
 #: Transformer layers: Megatron-LM's 1T model has 128 (Narayanan et al. 2021, Table 1),
@@ -44,14 +45,35 @@ MAX_WORLD_SIZE = 32_768
 LINK_GBPS_RANGE = (1.0, 1_000_000.0)
 #: GPU peak (TFLOP/s): B200 dense FP8 is ~4,500.
 MAX_PEAK_TFLOPS = 1_000_000.0
+#: Lowest GPU peak (TFLOP/s): 1 TFLOP/s, below a 2016 P100's 9.3 (fp32) and 10,000x below an
+#: H100; lower peaks make compute times of the largest models pass int64 ns.
+MIN_PEAK_TFLOPS = 1.0
+#: Model FLOPs utilisation: published runs reach 0.38-0.55 (Llama 3 405B 38-43 %, Megatron-LM's
+#: 1T model 52 %); down to 10^-9 to let compute dominate a small run on purpose. Compute
+#: times are exact fractions checked against int64 ns (``schedule/compute.py``), so no value in
+#: the range wraps; 1e-300 would only overflow every one of them.
+MFU_RANGE = (1e-9, 1.0)
+#: Largest RDMA message of one transfer (``collectives.slice_bytes``): from one 4 KiB page (the
+#: largest RoCE path MTU; NCCL never posts smaller network chunks for bulk data, its
+#: ``NCCL_P2P_NET_CHUNKSIZE`` defaults to 128 KiB) to ``MAX_WORKLOAD_BYTES``, the largest call.
+SLICE_BYTES_RANGE = (4096, 1 << 36)
+#: ACK coalescing (``generation.ack_every_packets``): the packets of the largest call
+#: (``MAX_WORKLOAD_BYTES`` at the smallest RoCE path MTU, 256 B); a larger N is never reached.
+MAX_ACK_EVERY_PACKETS = 1 << 28
+#: Gradient bucket (``training.bucket_size``, elements): above the parameter count of every
+#: published model (DeepSeek-V3 671 B < 2^40); larger is one bucket, as this is.
+MAX_BUCKET_SIZE = 1 << 40
 #: One-way NIC-to-NIC latency (ns): one second.
 MAX_LATENCY_NS = 1_000_000_000
 #: Micro batch (sequences): published runs use 1-16.
 MAX_MICRO_BATCH_SIZE = 65_536
 #: Global batch (sequences): Llama 3.1 405B 16M tokens = 2,048 x 8,192; DeepSeek-V3 15,360.
 MAX_GLOBAL_BATCH_SIZE = 1 << 24
-#: NCCL channels: NCCL's ``MAXCHANNELS`` (``src/include/device.h``: 64; 32 in older releases).
-MAX_CHANNELS = 64
+#: NCCL channels: what the QP numbering holds. A message goes on QP index ``dimension x
+#: channels + channel`` (``schedule/runner.py``) and an index must be below 256
+#: (``wire/qpn.py`` ``QP_STRIDE``) for each of the 8 dimensions of ``records.DIMS``: 256 / 8.
+#: NCCL's own ``MAXCHANNELS`` is 64 (``src/include/device.h``; 32 in older releases).
+MAX_CHANNELS = 32
 #: Iterations of one capture: MESSAGE_DTYPE.iteration is int16.
 MAX_ITERATIONS = 32_767
 #: Seed: the range ``WireContext.payload_seed`` accepts (a non-negative int64).

@@ -27,7 +27,9 @@ from tokenpcap.collectives.protocols import PROTOCOL_IDS
 from tokenpcap.collectives.tuning import ALGOS, parse_list
 from tokenpcap.config import overrides as ov
 from tokenpcap.config import yamlcheck as yc
-from tokenpcap.config.bounds import (MAX_CHANNELS, MAX_GLOBAL_BATCH_SIZE, MAX_ITERATIONS,
+from tokenpcap.config.bounds import (MAX_ACK_EVERY_PACKETS, MAX_BUCKET_SIZE, MAX_CHANNELS,
+                                     MAX_GLOBAL_BATCH_SIZE, MAX_ITERATIONS, MFU_RANGE,
+                                     SLICE_BYTES_RANGE,
                                      MAX_LAYERS, MAX_MICRO_BATCH_SIZE, MAX_SEED, MAX_VOCAB_SIZE)
 from tokenpcap.config.cluster_profile import cluster_from, load_cluster
 from tokenpcap.config.model_profile import load_model, model_from
@@ -75,12 +77,13 @@ _REPO_PROFILES = Path(__file__).resolve().parents[2] / "profiles"
 
 def default_channels(nics_per_node: int) -> int:
     """Channels NCCL runs a ring or tree collective on, on nodes of ``nics_per_node`` NICs
-    (the default of ``collectives.channels``): ``min(64, 2 * nics_per_node)``.
+    (the default of ``collectives.channels``): ``min(64, 2 * nics_per_node)``, and at most
+    :data:`~tokenpcap.config.bounds.MAX_CHANNELS` (32: what the QP numbering holds).
 
     NCCL's graph search builds one ring channel per NIC, each entering and leaving the node on
     its own NIC (``src/graph/search.cc``: "NET n -> GPU a -> GPU b -> .. -> GPU x -> NET n"), and
     ``ncclTopoPostset`` doubles the channels (``src/graph/connect.cc``: "Duplication should be
-    complete now", ``nChannels * 2``), at most ``MAXCHANNELS`` (:data:`MAX_CHANNELS`).
+    complete now", ``nChannels * 2``), at most ``MAXCHANNELS`` (64).
 
     Raises:
         ValueError: ``nics_per_node < 1``.
@@ -153,16 +156,16 @@ _TRAINING_SPEC = {
     "precision": (yc.enum("bf16", "fp16", "fp32"), "bf16"),
     "grad_reduce_dtype": (yc.enum(*_DTYPES), "fp32"),
     "recompute": (yc.enum("none", "selective", "full"), "none"),
-    "mfu": (yc.number(gt=0, le=1), 0.45),
+    "mfu": (yc.number(ge=MFU_RANGE[0], le=MFU_RANGE[1]), 0.45),
     "overlap_grad_reduce": (yc.boolean, False),
-    "bucket_size": (yc.optional(yc.integer(1)), None),
+    "bucket_size": (yc.optional(yc.integer(1, MAX_BUCKET_SIZE)), None),
     "clip_grad": (yc.number(ge=0, le=1e30), 1.0),
     "create_attention_mask_in_dataloader": (yc.boolean, True),
 }
 _COLLECTIVES_SPEC = {
     "algorithm": (yc.enum(*selectable_algorithms()), "ring"),
     "channels": (_channels, "auto"),
-    "slice_bytes": (yc.integer(1), 1 << 20),
+    "slice_bytes": (yc.integer(*SLICE_BYTES_RANGE), 1 << 20),
     "NCCL_PROTO": (_nccl_list("NCCL_PROTO"), "Simple"),
     "NCCL_ALGO": (_nccl_list("NCCL_ALGO"), "auto"),
     "NCCL_P2P_LL_THRESHOLD": (yc.integer(0, 1 << 30), 0),
@@ -170,7 +173,7 @@ _COLLECTIVES_SPEC = {
 _GENERATION_SPEC = {
     "seed": (yc.integer(0, MAX_SEED), 0),
     "iterations": (yc.integer(1, MAX_ITERATIONS), 1),
-    "ack_every_packets": (yc.integer(0), 0),
+    "ack_every_packets": (yc.integer(0, MAX_ACK_EVERY_PACKETS), 0),
     "clear_to_send": (yc.boolean, True),
 }
 _SCENARIO_SPEC = {

@@ -337,7 +337,8 @@ KEYS: dict[str, tuple[str, str]] = {
     "scenario.collectives.algorithm": ("", "NCCL algorithm of AllReduce, ReduceScatter and "
                                            "AllGather"),
     "scenario.collectives.channels": ("channels", "NCCL channels, one QP per peer each; "
-                                                  "`auto`: NCCL's min(64, 2 x nics_per_node); "
+                                                  "`auto`: NCCL's min(64, 2 x nics_per_node), at most "
+                                                  "`MAX_CHANNELS`; "
                                                   "`nccl`: the same, fewer for small "
                                                   "collectives (enqueue.cc topoGetAlgoInfo); "
                                                   "rings and trees cross nodes on NIC c mod g "

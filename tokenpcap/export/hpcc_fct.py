@@ -59,6 +59,7 @@ __all__ = ["FCT_DTYPE", "read_fct", "match_flows", "alone_gap_ns", "Comparison",
 FCT_DTYPE = np.dtype([("line", "<i8"), ("src", "<i8"), ("dst", "<i8"), ("sport", "<i8"),
                       ("dport", "<i8"), ("size_bytes", "<i8"), ("start_ns", "<i8"),
                       ("fct_ns", "<i8"), ("standalone_fct_ns", "<i8")])
+_HEX = frozenset("0123456789abcdefABCDEF")
 _FIELDS = ("sip", "dip", "sport", "dport", "size_bytes", "start_ns", "fct_ns", "standalone_fct_ns")
 
 
@@ -90,7 +91,9 @@ def read_fct(path: str | os.PathLike) -> np.ndarray:
         for i, (name, t) in enumerate(zip(_FIELDS, tok)):
             try:
                 if i < 2:
-                    if len(t) != 8:
+                    # third.cc prints "%08x": exactly 8 of [0-9a-f]; int(t, 16) alone would also
+                    # take "0x000201", "+0000201" or "0_000201", which ns-3 never writes
+                    if len(t) != 8 or not all(c in _HEX for c in t):
                         raise ValueError
                     v = (int(t, 16) >> 8) & 0xFFFF
                 else:
@@ -99,7 +102,8 @@ def read_fct(path: str | os.PathLike) -> np.ndarray:
                     v = int(t)
             except ValueError:
                 what = "8 hex digits" if i < 2 else "an integer from 0 to 10^18 - 1"
-                raise InputError(f"{path}: line {n}: {name}: got {t!r}, expected {what}") from None
+                raise InputError(f"{path}: line {n}: column {i + 1} ({name}): got {t[:40]!r}, "
+                                 f"expected {what}") from None
             vals.append(v)
         rows.append(tuple(vals))
     return np.array(rows, FCT_DTYPE)

@@ -52,9 +52,22 @@ ROW_COLUMNS = ("fwd_compute_ns", "wg_compute_ns", "ig_compute_ns", "fwd_exposed_
 _HEADER_TAIL = ("fwd compute", "wg compute", "ig compute", "fwd exposed comm", "wg exposed comm",
                 "ig exposed comm", "fwd total comm", "algbw", "busbw", "wg total comm", "algbw",
                 "busbw", "ig total comm", "algbw", "busbw")
-_US = re.compile(r"-?[0-9]+")
-_BW = re.compile(r"-?(?:[0-9]+\.[0-9]{2}|nan|inf)")
-_SHARE = re.compile(r"(-?[0-9]+|NaN or Inf) \((-?[0-9]+\.[0-9]{2}|-?nan|-?inf)%\)")
+#: Largest time cell read, in µs: ×1000 must fit int64 ns, what every time of ours is (SimAI's
+#: own ``Tick`` is a uint64 of ns, so a run longer than 292 years of simulated time, which it
+#: could write, is refused here rather than wrapped).
+MAX_TIME_US = (2**63 - 1) // 1000
+#: Largest algbw/busbw read, in GB/s: a uint64 byte count moved in 1 ns (2^64 / 2^30 * 1e9),
+#: more than any collective SimAI can model; a longer number is not one SimAI wrote.
+MAX_BW_GBPS = 2.0**64 / 2.0**30 * 1e9
+_TIME_DIGITS = len(str(MAX_TIME_US))
+_BW_DIGITS = len(str(int(MAX_BW_GBPS)))
+_US = re.compile(r"-?[0-9]{1,%d}" % _TIME_DIGITS)
+_BW = re.compile(r"-?(?:[0-9]{1,%d}\.[0-9]{2}|nan|inf)" % _BW_DIGITS)
+_SHARE = re.compile(r"(-?[0-9]{1,%d}|NaN or Inf) \((-?[0-9]{1,%d}\.[0-9]{2}|-?nan|-?inf)%%\)"
+                    % (_TIME_DIGITS, _TIME_DIGITS))
+_TIME_EXPECTED = f"an integer (µs) within ±{MAX_TIME_US} (×1000 ns must fit int64)"
+_BW_EXPECTED = (f"GB/s with 2 decimals within ±{MAX_BW_GBPS:.3g} (2^64 bytes in 1 ns), inf or "
+                "nan")
 _NOT_FINITE = "NaN or Inf"
 
 
@@ -107,6 +120,13 @@ def _us_ns(tok: str) -> int | None:
     return None if tok == _NOT_FINITE else int(tok) * 1000
 
 
+def _time_ok(tok: str) -> bool:
+    """``tok`` is ``NaN or Inf`` or an integer µs within :data:`MAX_TIME_US` (the regex bounds
+    the digits first: ``int`` of a huge string is refused by Python's int-string limit)."""
+    return tok == _NOT_FINITE or (_US.fullmatch(tok) is not None
+                                  and abs(int(tok)) <= MAX_TIME_US)
+
+
 def read_end_to_end(path: str | os.PathLike) -> EndToEnd:
     """Read a ``SimAI_analytical`` ``EndToEnd.csv`` (module docstring for the format).
 
@@ -126,6 +146,8 @@ def read_end_to_end(path: str | os.PathLike) -> EndToEnd:
     lines = [(n, line) for n, line in lines if line.strip()]
 
     def fail(n: int, column: str, got: str, expected: str) -> InputError:
+        if len(got) > 60:           # a cell of a thousand digits: its head and its length
+            got = f"{got[:40]}... ({len(got)} characters)"
         return InputError(f"{path}: line {n}: {column}: got {got!r}, expected {expected}")
 
     if len(lines) < 3:
@@ -142,12 +164,13 @@ def read_end_to_end(path: str | os.PathLike) -> EndToEnd:
     summary, shares = {}, {}
     for key, v in zip(SUMMARY_KEYS[1:-1], vals[1:-1]):
         m = _SHARE.fullmatch(v.strip())
-        if m is None:
-            raise fail(n2, key, v.strip(), "'N (P%)': integer µs, percent with 2 decimals")
+        if m is None or not _time_ok(m.group(1)):
+            raise fail(n2, key, v.strip(), "'N (P%)': N " + _TIME_EXPECTED +
+                       ", P a percent with 2 decimals")
         summary[key], shares[key] = _us_ns(m.group(1)), m.group(2)
     total = vals[-1].strip()
-    if not (total == _NOT_FINITE or _US.fullmatch(total)):
-        raise fail(n2, "Total time", total, "an integer (µs)")
+    if not _time_ok(total):
+        raise fail(n2, "Total time", total, _TIME_EXPECTED)
     summary["Total time"] = _us_ns(total)
     cols = head.split(",")
     if len(cols) != 2 + len(_HEADER_TAIL) or cols[0] != "layer_name" or \
@@ -169,12 +192,12 @@ def read_end_to_end(path: str | os.PathLike) -> EndToEnd:
         vals_row: list = []
         for name, tok in zip(ROW_COLUMNS, f[2:]):
             if name.endswith("_ns"):
-                if not (tok == _NOT_FINITE or _US.fullmatch(tok)):
-                    raise fail(n, _column_name(name), tok, "an integer (µs)")
+                if not _time_ok(tok):
+                    raise fail(n, _column_name(name), tok, _TIME_EXPECTED)
                 vals_row.append(_us_ns(tok))
             else:
-                if not _BW.fullmatch(tok):
-                    raise fail(n, _column_name(name), tok, "GB/s with 2 decimals, inf or nan")
+                if not _BW.fullmatch(tok) or (tok[-1].isdigit() and abs(float(tok)) > MAX_BW_GBPS):
+                    raise fail(n, _column_name(name), tok, _BW_EXPECTED)
                 vals_row.append(math.nan if tok.endswith("nan") else float(tok))
         rows.append(EndToEndRow(n, f[0], *vals_row))
     return EndToEnd(path, vals[0].strip(), summary, shares, run_name, tuple(rows))

@@ -24,6 +24,7 @@ import numpy as np
 from tokenpcap.errors import EncodeError, OutputError
 from tokenpcap.pcap.filekind import refuse_special_output
 from tokenpcap.pcap.gather import writev_all
+from tokenpcap.pcap.pathlimits import PART_EXTRA_BYTES, check_path_length
 
 __all__ = ["AtomicOutput", "remove_stale_parts", "Scratch", "scatter", "check_batch", "check_caplen", "LINKS",
            "make_directory", "not_a_directory"]
@@ -59,9 +60,12 @@ def make_directory(path: str | os.PathLike) -> Iterator[Path]:
     if the block raises, the directories made here are removed again while still empty.
 
     Raises:
-        OutputError: ``path`` or an ancestor is a file ("got a file"), or the file system refuses
-            to create it (read-only, no permission), naming the path and the OS error.
+        OutputError: ``path`` or an ancestor is a file ("got a file"), a name in it is longer
+            than the file system allows (:func:`~tokenpcap.pcap.pathlimits.check_path_length`),
+            or the file system refuses to create it (read-only, no permission), naming the path
+            and the OS error.
     """
+    check_path_length(path, what="output directory")
     p = Path(path)
     made: list[Path] = []
     q = p
@@ -139,10 +143,12 @@ class AtomicOutput:
     Raises:
         OutputError: the directory does not exist, the destination exists and ``overwrite`` is
             false or is not a regular file (a device, a FIFO, a socket: renaming over it would
-            replace it), or the file system refuses (the message names the path and the OS error).
+            replace it), its name with the temporary suffix is longer than the file system
+            allows, or the file system refuses (the message names the path and the OS error).
     """
 
     def __init__(self, path: str | os.PathLike, *, overwrite: bool = True, threaded: bool = True):
+        check_path_length(path, what="output file", extra_bytes=PART_EXTRA_BYTES)
         self.path = Path(path)
         parent = self.path.parent
         if not parent.is_dir():

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from tokenpcap.errors import OutputError, raise_if_stopped
 from tokenpcap.pcap.filekind import refuse_special_output
+from tokenpcap.pcap.pathlimits import PART_EXTRA_BYTES, check_path_length
 
 __all__ = ["OutputSet", "recover", "stopped_commits", "stopped_commit_text", "STAGE_PREFIX",
            "COMMIT_MARK"]
@@ -92,11 +93,15 @@ class OutputSet:
         """Where to write the file that will be ``directory/name``.
 
         Raises:
-            OutputError: ``name`` is not a plain file name, or ``directory/name`` exists and is
-                not a regular file (a device, a FIFO: the commit would rename over it).
+            OutputError: ``name`` is not a plain file name, is longer than the file system
+                allows (with room for a temporary suffix, as an atomic writer in the stage adds),
+                or ``directory/name`` exists and is not a regular file (a device, a FIFO: the
+                commit would rename over it).
         """
         if "/" in name or name in ("", ".", "..") or name.startswith("."):
             raise OutputError(f"{name!r}: got a path, expected a plain file name")
+        check_path_length(self.directory / name, what="output file", extra_bytes=PART_EXTRA_BYTES)
+        check_path_length(self.stage / name, what="output file", extra_bytes=PART_EXTRA_BYTES)
         refuse_special_output(self.directory / name)
         return self.stage / name
 
@@ -179,7 +184,7 @@ def recover(directory: str | os.PathLike) -> list[Path]:
             continue
         mark = stage / COMMIT_MARK
         if mark.is_file():
-            for n in mark.read_text(encoding="utf-8").splitlines():
+            for n in mark.read_text(encoding="utf-8", errors="surrogateescape").splitlines():
                 if n and (stage / n).exists():
                     os.replace(stage / n, d / n)
                     placed.append(d / n)
@@ -207,7 +212,8 @@ def stopped_commits(directory: str | os.PathLike) -> list[tuple[Path, list[str]]
         return out
     for stage in stages:
         try:
-            names = (stage / COMMIT_MARK).read_text(encoding="utf-8").splitlines()
+            names = (stage / COMMIT_MARK).read_text(encoding="utf-8",
+                                                    errors="surrogateescape").splitlines()
         except (OSError, UnicodeDecodeError):
             continue
         out.append((stage, [n for n in names if n and (stage / n).exists()]))
@@ -243,7 +249,8 @@ def _remove_stage(stage: Path) -> None:
 
 def _write_marker(stage: Path, names: list[str]) -> None:
     tmp = stage / (COMMIT_MARK + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    # names are bytes on Linux: one that is not UTF-8 round-trips through surrogate escapes
+    with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
         f.write("".join(n + "\n" for n in names))
         f.flush()
         os.fsync(f.fileno())

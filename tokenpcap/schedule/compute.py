@@ -48,6 +48,9 @@ OPTIMIZER_BYTES_PER_PARAM = 32
 HBM_BYTES_PER_NS = 2000
 
 
+_INT64_MAX = (1 << 63) - 1
+
+
 def _exact(value: float, key: str) -> Fraction:
     r = Fraction(repr(float(value)))
     if not r > 0:
@@ -59,12 +62,18 @@ def flops_time_ns(flops: int, peak_tflops: float, mfu: float, scale: int = 1) ->
     """``ceil(flops / (peak_tflops·10³·mfu) / scale)`` ns (module docstring).
 
     Raises:
-        InputError: ``peak_tflops`` or ``mfu`` not > 0, ``scale`` < 1.
+        InputError: ``peak_tflops`` or ``mfu`` not > 0, ``scale`` < 1, or the time past int64 ns
+            (every time of the schedule is an int64 ns; a wrapped one would be garbage).
     """
     if scale < 1:
         raise InputError(f"scale: got {scale}, expected an integer >= 1")
     rate = _exact(peak_tflops, "gpu.peak_tflops") * 1000 * _exact(mfu, "training.mfu") * scale
-    return -(-(flops * rate.denominator) // rate.numerator) if flops > 0 else 0
+    t = -(-(flops * rate.denominator) // rate.numerator) if flops > 0 else 0
+    if t > _INT64_MAX:
+        raise InputError(f"training.mfu {mfu!r} x gpu.peak_tflops {peak_tflops!r}: got a compute "
+                         f"time of {t:.3g} ns for {flops:.3g} FLOPs, expected at most 2^63 - 1 "
+                         "ns (int64): a larger mfu or peak_tflops")
+    return t
 
 
 def attention_forward_flops(s: Scenario) -> int:
