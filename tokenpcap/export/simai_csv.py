@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,8 +64,11 @@ _TIME_DIGITS = len(str(MAX_TIME_US))
 _BW_DIGITS = len(str(int(MAX_BW_GBPS)))
 _US = re.compile(r"-?[0-9]{1,%d}" % _TIME_DIGITS)
 _BW = re.compile(r"-?(?:[0-9]{1,%d}\.[0-9]{2}|nan|inf)" % _BW_DIGITS)
+#: Integer digits of a share: SimAI prints ``time / total * 100`` of doubles with ``%.2f``, and a
+#: finite double has at most 309 (DBL_MAX = 1.8e308); a total near 0 gives such shares.
+_SHARE_DIGITS = len(str(int(sys.float_info.max)))
 _SHARE = re.compile(r"(-?[0-9]{1,%d}|NaN or Inf) \((-?[0-9]{1,%d}\.[0-9]{2}|-?nan|-?inf)%%\)"
-                    % (_TIME_DIGITS, _TIME_DIGITS))
+                    % (_TIME_DIGITS, _SHARE_DIGITS))
 _TIME_EXPECTED = f"an integer (µs) within ±{MAX_TIME_US} (×1000 ns must fit int64)"
 _BW_EXPECTED = (f"GB/s with 2 decimals within ±{MAX_BW_GBPS:.3g} (2^64 bytes in 1 ns), inf or "
                 "nan")
