@@ -32,7 +32,8 @@ def test_window_pairs_chain_each_connection():
                    "Simple", None, NCCL_STEPS)
     t = tr.table
     for conn in {(a, b, c) for a, b, c in zip(t["src_nic"], t["dst_nic"], t["channel"])}:
-        rows = [i for i in range(len(t)) if (t["src_nic"][i], t["dst_nic"][i], t["channel"][i]) == conn]
+        rows = [i for i in range(len(t))
+                if (t["src_nic"][i], t["dst_nic"][i], t["channel"][i]) == conn]
         rows.sort(key=lambda i: (t["step"][i], t["slice"][i], i))
         assert len(rows) > NCCL_STEPS
         for k, i in enumerate(rows):

@@ -13,13 +13,14 @@ NIC each (or share NICs ``gpus_per_node / nics_per_node`` to one):
   - ``NCCL_CROSS_NIC == 0``: the send uses ``n_j`` (the sender itself drives it: no NVLink hop);
   - ``pxnLevel == 1``: ``n_j`` through ``ncclTopoGetIntermediateRank`` when the sender's path to
     ``n_j`` is at most ``PATH_PXN``: on these nodes it always is (``n_j`` is the sender's own NIC,
-    or reached over NVLink through the GPU next to it), and the intermediate GPU is the first GPU
-    next to ``n_j``;
+    a ``PATH_PIX``, and the sender drives it; or another GPU's, reached over NVLink through the
+    first GPU next to it, ``PATH_PXN``);
   - ``pxnLevel == 2``: ``n_j`` through ``ncclTopoGetLocalGpu(n_j)``, the first GPU next to
-    ``n_j``, which is on the sender's NVLink (``PATH_NVL``) and next to its NIC (``PATH_PIX``).
+    ``n_j`` (``src/graph/topo.cc``), which is on the sender's NVLink (``PATH_NVL``) and next to
+    its NIC (``PATH_PIX``): also when the sender shares ``n_j`` with that GPU.
 
-  Levels 1 and 2 therefore agree on these nodes; the proxy GPU is the sender itself when ``n_j``
-  is its own NIC.
+  With one NIC per GPU the two levels agree, and the proxy is the sender itself exactly when
+  ``n_j`` is its own NIC.
 * Otherwise (``NCCL_CROSS_NIC`` 1 or 2 and no PXN) the sender's own NIC.
 
 The receiver always uses its own NIC (``src/transport/net.cc`` ``recvSetup``: "receiver uses its
@@ -38,7 +39,7 @@ __all__ = ["p2p_route", "p2p_routes"]
 
 
 def _first_gpu_of_nic(node: int, nic: int, layout: RankLayout) -> int:
-    """The lowest local GPU of ``node`` whose NIC is global NIC ``nic`` (``ncclTopoGetLocalGpu``)."""
+    """The lowest GPU of ``node`` whose NIC is global NIC ``nic`` (``ncclTopoGetLocalGpu``)."""
     gpn, npn = layout.gpus_per_node, layout.nics_per_node
     local_nic = nic - node * npn
     # local GPU g has NIC g * npn // gpn: the lowest g with that NIC is ceil(local_nic * gpn / npn)
@@ -57,6 +58,8 @@ def p2p_route(src: int, dst: int, layout: RankLayout, pxn_level: int, cross_nic:
     node = src // layout.gpus_per_node
     same_index = node * layout.gpus_per_node + dst % layout.gpus_per_node
     n_j = layout.nic(same_index)
+    if pxn_level == 1 and n_j == own:
+        return src, n_j, recv_nic
     if pxn_level in (1, 2):
         return _first_gpu_of_nic(node, n_j, layout), n_j, recv_nic
     return src, n_j, recv_nic                       # NCCL_CROSS_NIC 0 without PXN
@@ -76,5 +79,7 @@ def p2p_routes(src: np.ndarray, dst: np.ndarray, layout: RankLayout, pxn_level: 
     n_j = layout.nic_array(node * gpn + dst % gpn)
     if pxn_level in (1, 2):
         proxy = node * gpn + -(-(n_j - node * npn) * gpn // npn)
+        if pxn_level == 1:
+            proxy = np.where(n_j == own, src, proxy)
         return proxy, n_j, recv_nic
     return src.copy(), n_j, recv_nic

@@ -221,7 +221,8 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
     cross = layout.node_array(table["src"]) != layout.node_array(table["dst"])
     table["nic"] = cross
     table["src_nic"] = table["dst_nic"] = -1
-    if cross.any():                       # the NICs of each distinct (src, dst, channel) between nodes
+    p2p_net = p2p is not None and protocol == "Simple" and alg in P2P_ALGORITHMS
+    if cross.any() and not p2p_net:       # the NICs of each distinct (src, dst, channel) between nodes
         x = np.flatnonzero(cross)
         w = layout.world_size
         key = (table["src"][x].astype(np.int64) * w + table["dst"][x]) * channels + ch[x]
@@ -232,7 +233,7 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
         table["src_nic"][x], table["dst_nic"][x] = nics[:, 0], nics[:, 1]
     table["via"] = -1
     extra_t = extra_x = np.zeros(0, np.int64)
-    if p2p is not None and protocol == "Simple" and alg in P2P_ALGORITHMS and cross.any():
+    if p2p_net and cross.any():
         # NCCL's network p2p: its chunks on its channels, through the PXN proxy's NIC
         table, extra_t, extra_x = network_rows(table, offsets, layout, tuple(group), channels, p2p)
         n = len(table)

@@ -5,8 +5,8 @@ connection. The receiver's proxy posts a receive for a slot, which the IB transp
 to the sender with a clear-to-send write (``ncclIbIrecv`` -> ``ncclIbPostFifo``), only while the
 slot is free: ``recvProxyProgress`` (``src/transport/net.cc`` l. 1519-1533) stops posting
 ``if (sub->posted >= sub->done + maxDepth)``, ``maxDepth = min(NCCL_STEPS, NCCL_SHARED_STEPS /
-nsubs)``, where ``done`` counts the steps whose data arrived and the GPU consumed; the sender (``sendProxyProgress``) sends step
-``s`` only once its FIFO entry (the CTS) is there. So message ``k + NCCL_STEPS`` of a
+nsubs)``, where ``done`` counts the steps whose data arrived and the GPU consumed; the sender
+(``sendProxyProgress``) sends step ``s`` only once its FIFO entry (the CTS) is there. So message ``k + NCCL_STEPS`` of a
 connection is cleared no earlier than message ``k`` has arrived.
 
 The model states this as a dependency rule between the transfers of one call: on every
@@ -42,7 +42,8 @@ def window_pairs(table: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray
     rows = x[order]
     s = t[order]
     key_change = np.ones(rows.size, bool)
-    key_change[1:] = ((s["src_nic"][1:] != s["src_nic"][:-1]) | (s["dst_nic"][1:] != s["dst_nic"][:-1])
+    key_change[1:] = ((s["src_nic"][1:] != s["src_nic"][:-1])
+                      | (s["dst_nic"][1:] != s["dst_nic"][:-1])
                       | (s["channel"][1:] != s["channel"][:-1]))
     start = np.maximum.accumulate(np.where(key_change, np.arange(rows.size), 0))
     pos = np.arange(rows.size) - start

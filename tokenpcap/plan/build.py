@@ -179,6 +179,10 @@ class Plan:
     pcap: dict
     tokens: TokenizedCorpus | None = None
     scale: int = 1
+    #: Network messages of one iteration's Simple SendRecv and AllToAll calls between nodes
+    #: (NCCL's p2p chunks, :mod:`tokenpcap.collectives.p2p_chunks`), among ``pcap["messages"]``:
+    #: the engine's memory estimate counts them apart (:mod:`tokenpcap.schedule.limits`).
+    p2p_messages: int = 0
 
     @property
     def algorithm(self) -> str:
@@ -462,6 +466,7 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
     p2p = scenario_p2p_net(scenario)
     nic_hops: dict[tuple[int, int], int] = defaultdict(int)   # (hop bytes, elem bytes) -> hops
     wire_msgs: dict[int, int] = defaultdict(int)   # LL/LL128 message wire bytes -> messages
+    p2p_msgs = 0                                   # of which Simple network p2p messages
     for f in fams:
         a = acc.get(f.label)
         if a is None:
@@ -500,6 +505,7 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
                 a["nvl"][idx] += w.nvlink_bytes * n
                 for size, k in w.nic_message_sizes:
                     wire_msgs[size] += k * n
+                    p2p_msgs += k * n
                 continue
             a["nic"][idx] += rb.nic_bytes * n
             if rb.nic_bytes.any():
@@ -537,6 +543,6 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
     rows.sort(key=lambda r: (order[0][r.dim], order[1][r.phase], order[2][r.collective]))
     return Plan(scenario=scenario, layout=layout, families=fams, rows=rows,
                 nic_bytes_per_rank=nic_all, nvlink_bytes_per_rank=nvl_all,
-                nic_bytes_by_rank_nic=rn_all, pcap=pcap,
+                nic_bytes_by_rank_nic=rn_all, pcap=pcap, p2p_messages=p2p_msgs,
                 tokens=tokens, scale=scale)
 
