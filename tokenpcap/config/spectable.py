@@ -372,7 +372,11 @@ KEYS: dict[str, tuple[str, str]] = {
                                                              "one network p2p step (one RDMA "
                                                              "WRITE with immediate), at most "
                                                              "NCCL_BUFFSIZE / NCCL_STEPS = "
-                                                             "512 KiB; default 131072"),
+                                                             "512 KiB; default 131072; "
+                                                             "0 (not NCCL's): no p2p chunks, "
+                                                             "slice_bytes and channels cut p2p "
+                                                             "like collectives (the simulator "
+                                                             "validation scenarios' flows)"),
     "scenario.generation.seed": ("", "seed of payload bytes, QPNs and PSNs: same seed, same "
                                      "bytes"),
     "scenario.generation.iterations": ("iterations", "training iterations to write"),

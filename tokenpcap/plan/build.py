@@ -216,18 +216,20 @@ class Plan:
     def call_transfers(self, call: CallLike, channels: int | None = None) -> Transfers:
         """The transfers of a call as the schedule sends them: its channels (or ``channels``),
         the scenario's slice, its protocol, NCCL's network p2p path (:meth:`p2p_net`) and the
-        ``NCCL_STEPS`` window (:func:`tokenpcap.collectives.transfers.transfers`)."""
+        ``NCCL_STEPS`` window (:func:`tokenpcap.collectives.transfers.transfers`); p2p calls
+        with ``NCCL_P2P_NET_CHUNKSIZE: 0`` are plain flows, without the window."""
+        net = self.p2p_net()
+        flows = net is None and effective_algorithm(call.collective, self.algorithm) in P2P_ALGORITHMS
         return transfers(call, self.algorithm, self.layout,
                          self.channels(call) if channels is None else channels,
                          self.scenario.collectives.slice_bytes, self.protocol(call),
-                         self.p2p_net(), NCCL_STEPS)
+                         net, 0 if flows else NCCL_STEPS)
 
-    def p2p_net(self) -> P2pNet:
+    def p2p_net(self) -> P2pNet | None:
         """NCCL's network p2p path of the scenario (:func:`scenario_p2p_net`)."""
-        net = self.__dict__.get("_p2p_net")
-        if net is None:
-            net = self.__dict__["_p2p_net"] = scenario_p2p_net(self.scenario)
-        return net
+        if "_p2p_net" not in self.__dict__:
+            self.__dict__["_p2p_net"] = scenario_p2p_net(self.scenario)
+        return self.__dict__["_p2p_net"]
 
     @property
     def microbatches(self) -> int:
@@ -400,12 +402,15 @@ class Plan:
         }
 
 
-def scenario_p2p_net(scenario: Scenario) -> P2pNet:
+def scenario_p2p_net(scenario: Scenario) -> P2pNet | None:
     """The :class:`~tokenpcap.collectives.p2p_chunks.P2pNet` of a scenario: its
     ``collectives.NCCL_PXN_DISABLE``, ``NCCL_P2P_PXN_LEVEL``, ``NCCL_CROSS_NIC`` and
     ``NCCL_P2P_NET_CHUNKSIZE``, and the channels of a network and an NVLink peer on its
-    cluster (the NIC's and the NVLink's rates, the GPU's compute capability)."""
+    cluster (the NIC's and the NVLink's rates, the GPU's compute capability). None with
+    ``NCCL_P2P_NET_CHUNKSIZE: 0``: p2p is cut like a collective, on the sender's own NIC."""
     c, cl = scenario.collectives, scenario.cluster
+    if c.NCCL_P2P_NET_CHUNKSIZE == 0:
+        return None
     return P2pNet(pxn_level=0 if c.NCCL_PXN_DISABLE else c.NCCL_P2P_PXN_LEVEL,
                   cross_nic=c.NCCL_CROSS_NIC,
                   chunk_bytes=p2p_chunk_bytes(c.NCCL_P2P_NET_CHUNKSIZE),
@@ -498,7 +503,8 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
                 for size, k in w.nic_message_sizes:
                     wire_msgs[size] += k * n
                 continue
-            if rb.nic_bytes.any() and effective_algorithm(f.collective, alg) in P2P_ALGORITHMS:
+            if (p2p is not None and rb.nic_bytes.any()
+                    and effective_algorithm(f.collective, alg) in P2P_ALGORITHMS):
                 w = p2p_wire_bytes(call, alg, layout, ch, p2p)
                 a["nic"][idx] += w.nic_bytes * n
                 a["rn"][idx] += w.by_nic * n
