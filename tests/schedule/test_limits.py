@@ -192,23 +192,24 @@ def test_the_floor_of_messages_does_not_depend_on_the_scale_asked_for(monkeypatc
 
 
 def test_the_floor_is_one_message_per_piece_that_carries_data_unscaled():
-    """At any scale every (NIC hop, channel) a call sends on unscaled still sends, one message
-    (with its clear-to-send write): the least work at any --scale counts exactly those pairs of
-    the unscaled transfers, and a huge --scale reaches it."""
+    """At any scale every (NIC hop, channel) a collective sends on unscaled still sends, one
+    message (with its clear-to-send write), and every NIC hop of a p2p call one message (NCCL's
+    ``addP2pToPlan``: a send of at most half a step is ``min(nChannelsMin, divUp(bytes, step /
+    2))`` = 1 part of one chunk): the least work at any --scale counts exactly those of the
+    unscaled transfers, and a huge --scale reaches it."""
     from tokenpcap.collectives.traffic import CallShape
-    from tokenpcap.collectives.transfers import transfers
     from tokenpcap.schedule.limits import _messages_at_any_scale
 
     s = load_scenario(SCEN / "mixtral-8x7b-ep.yaml")
     plan = build_plan(s)
-    c = s.collectives
     pieces = 0
     for f in plan.families:
         for g in f.groups:
-            t = transfers(CallShape(f.collective, g, f.message_bytes, f.elem_bytes),
-                          plan.algorithm, plan.layout, c.channels, c.slice_bytes).table
+            t = plan.call_transfers(CallShape(f.collective, g, f.message_bytes, f.elem_bytes)).table
             t = t[t["nic"]]
-            pieces += len(set(zip(t["hop"].tolist(), t["channel"].tolist()))) * len(f.insts)
+            per = (t["hop"].tolist() if f.collective in ("SendRecv", "AllToAll")
+                   else zip(t["hop"].tolist(), t["channel"].tolist()))
+            pieces += len(set(per)) * len(f.insts)
     assert _messages_at_any_scale(plan, 1) == 2 * pieces
     assert estimate_work(build_plan(s, scale=10 ** 9), 1, nvlink=False).messages == 2 * pieces
     assert estimate_work(plan, 1, nvlink=False).messages > 2 * pieces       # unscaled: slices
