@@ -141,3 +141,30 @@ def test_mixtral_plan_alltoall_rows():
             nvl += int(h["bytes"][~cross | (h["src"] % gpn != h["dst"] % gpn)].sum())
         assert (r.nic_bytes_by_nic(lay) == bytes_per_nic(own, lay)).all()
         assert r.nvlink_bytes == nvl > 0
+
+
+@pytest.mark.parametrize("pxn_disable", [0, 1])
+def test_on_a_rail_optimized_fabric_mixtral_puts_nothing_on_the_spine_with_pxn(tmp_path,
+                                                                                pxn_disable):
+    """mixtral-8x7b-ep (its AllToAlls, the DP rings, every CTS and ACK) at --scale 4000 on a
+    queued rail-optimized fabric (a leaf per rail, spines between them): with PXN every frame
+    stays on its rail, no byte crosses a leaf-spine link; with NCCL_PXN_DISABLE 1 the AllToAll
+    leaves from the sender's own NIC and crosses the spine (docs/p2p.md has the timings)."""
+    import yaml
+
+    from tests.schedule.engine.test_fabric_fast import _queued
+    from tokenpcap.schedule.runner import Schedule
+
+    path = _queued(PROFILES / "mixtral-8x7b-ep.yaml", tmp_path,
+                   {"model": "queued", "preset": "hpcc-ns3",
+                    "topology": {"kind": "rail-optimized"}})
+    doc = yaml.safe_load(path.read_text())
+    doc.setdefault("collectives", {})["NCCL_PXN_DISABLE"] = pxn_disable
+    path.write_text(yaml.safe_dump(doc))
+    sched = Schedule(build_plan(load_scenario(path), scale=4000), nics=())
+    for _ in sched.run():
+        pass
+    links = sched.fabric_log()[0]["links"]                 # the links that carried frames
+    spine = links["peer_switch"] >= 0                      # a switch at both ends of the cable
+    assert links["tx_bytes"][~spine].sum() > 0
+    assert (int(links["tx_bytes"][spine].sum()) == 0) is (pxn_disable == 0)
