@@ -351,7 +351,7 @@ def test_more_iterations_than_a_capture_holds_are_one_line_not_an_overflow(tmp_p
 
 @pytest.mark.parametrize("name, scale, fmt", [
     ("gpt2-all-cross", 16384, "pcap"), ("gpt2-all-cross", 16384, "pcapng"),
-    ("llama2-7b-a100-ib", 32768, "erf")])
+    ("llama2-7b-a100-ib", 65536, "erf")])
 def test_data_messages_of_the_cts_size_are_not_counted_as_cts(tmp_path, name, scale, fmt):
     """At these scales some data messages are exactly ``CTS_BYTES`` long, one packet each. On
     the wire a clear-to-send is an RDMA WRITE ONLY without immediate (0x0A) while every data

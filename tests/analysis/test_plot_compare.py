@@ -12,13 +12,14 @@ from tokenpcap.export.hpcc_fct import compare_hpcc
 
 ROOT = Path(__file__).resolve().parents[2]
 DANTE = ROOT / "profiles" / "scenarios" / "dante.yaml"
+DANTE_FLOWS = ROOT / "tests" / "cases" / "hpcc" / "dante-flows.yaml"   # p2p as the ns-3 run's flows
 FCT = ROOT / "tests" / "cases" / "hpcc" / "dante-scale64-fct.txt"
 
 
 def test_pictures_with_a_flow_not_completed(tmp_path):
     lines = FCT.read_text().splitlines(keepends=True)
     (tmp_path / "fct.txt").write_text("".join(lines[1:]))
-    c = compare_hpcc(DANTE, tmp_path / "fct.txt", scale=64)
+    c = compare_hpcc(DANTE_FLOWS, tmp_path / "fct.txt", scale=64)
     assert int((~c.completed).sum()) == 1
     paths = plot_comparison(c, tmp_path / "pics", stem="dante")
     assert [p.name for p in paths] == ["dante-slowdown-cdf.png", "dante-nic-completion.png"]
@@ -56,10 +57,10 @@ def test_the_pair_of_pictures_lands_together_or_not_at_all(tmp_path, monkeypatch
 
     lines = FCT.read_text().splitlines(keepends=True)
     (tmp_path / "fct.txt").write_text("".join(lines[1:]))          # an earlier, other run
-    first = plot_comparison(compare_hpcc(DANTE, tmp_path / "fct.txt", scale=64),
+    first = plot_comparison(compare_hpcc(DANTE_FLOWS, tmp_path / "fct.txt", scale=64),
                             tmp_path / "pics", stem="dante")
     before = {p.name: p.read_bytes() for p in first}
-    c = compare_hpcc(DANTE, FCT, scale=64)
+    c = compare_hpcc(DANTE_FLOWS, FCT, scale=64)
 
     def stopped(comparison, out, *, title=None):  # type: ignore[no-untyped-def]
         raise stop("stopped while drawing")

@@ -105,7 +105,9 @@ def test_an_unknown_qp_is_named():
 
 
 def _dcqcn_scenario(tmp_path):
-    """4 -> 1 x 256 KiB at 100 Gb/s through one switch, hpcc-ns3 DCQCN with CNP frames."""
+    """4 -> 1 x 256 KiB at 100 Gb/s through one switch, hpcc-ns3 DCQCN with CNP frames; each
+    flow one message, as the simulator validation runs them (``NCCL_P2P_NET_CHUNKSIZE: 0``:
+    NCCL's 128 KiB chunks and 8-slot window would keep the queue below K_min)."""
     fab = {"model": "queued", "preset": "hpcc-ns3", "topology": {"kind": "single-switch"},
            "cc": "dcqcn", "np": {"cnp_in_ack": False, "min_time_between_cnps": 0}}
     path = tmp_path / "qp.yaml"
@@ -115,7 +117,8 @@ def _dcqcn_scenario(tmp_path):
                                   "gpu": {"name": "H100-SXM", "peak_tflops": 989},
                                   "fabric": fab},
         "workload": {"kind": "incast", "senders": 4, "receiver": 0, "bytes": 1 << 18},
-        "collectives": {"algorithm": "ring", "channels": 1},
+        "collectives": {"algorithm": "ring", "channels": 1, "NCCL_P2P_NET_CHUNKSIZE": 0,
+                        "NCCL_PXN_DISABLE": 1},
         "generation": {"seed": 0, "iterations": 1, "clear_to_send": False,
                        "ack_every_packets": 1}}))
     return path

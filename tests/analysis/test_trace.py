@@ -98,11 +98,20 @@ def test_named_frames_are_exactly_the_activation_frames_holding_the_tokens(dante
                if c["it"] == 0 and c["tokens"] and
                any(a <= t < b for a, b in c["tokens"] for t in want)}
     named = {(e["file"], n) for e in j.frames for n in e["frames"]}
-    assert named == holding and len(named) == 2 * 48          # forward + backward, 48 packets
+    # NCCL's rule, from its source (src/enqueue.cc addP2pToPlan): a Simple send of fewer than
+    # 8 steps (8 x NCCL_P2P_NET_CHUNKSIZE 128 KiB) goes in chunks of half a step, one network
+    # message each. Dante's activation send: s x h / tp x 2 bytes (bf16, sequence parallel) =
+    # 1024 x 768 / 4 x 2 = 393,216 B < 1 MiB, so the tokens ride in one 64 KiB message of
+    # 64 KiB / 4096 B (pmtu) = 16 packets, forward and backward.
+    send_bytes, step_bytes, pmtu_bytes = 1024 * 768 // 4 * 2, 128 << 10, 4096
+    chunk_bytes = step_bytes // 4 if send_bytes < step_bytes else \
+        step_bytes // 2 if send_bytes < 8 * step_bytes else step_bytes
+    assert chunk_bytes == 64 << 10
+    assert named == holding and len(named) == 2 * (chunk_bytes // pmtu_bytes)
     frames = capture_frames(out)
     assert all(all(any(a <= t < b for a, b in frames[k]["tokens"]) for t in want) for k in named)
     assert {frames[k]["label"] for k in named} == {"pp/forward/SendRecv", "pp/backward/SendRecv"}
-    # the payload frames: the tokens' bytes 4608..15360 of a 196,608-byte message: packets 1..3
+    # the payload frames: the tokens' bytes 4608..15360 of the first 64 KiB chunk: packets 1..3
     assert [len(e["token_frames"]) for e in j.frames] == [3, 3]
     assert all(e["comment_mismatches"] == 0 for e in j.frames)
 

@@ -13,11 +13,12 @@ from tokenpcap.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 DANTE = str(ROOT / "profiles" / "scenarios" / "dante.yaml")
+DANTE_FLOWS = str(ROOT / "tests" / "cases" / "hpcc" / "dante-flows.yaml")  # the ns-3 run's Dante
 FCT = ROOT / "tests" / "cases" / "hpcc" / "dante-scale64-fct.txt"
 
 
-def run(*args: str):
-    return CliRunner().invoke(main, ["compare", DANTE, *args])
+def run(*args: str, scenario: str = DANTE_FLOWS):
+    return CliRunner().invoke(main, ["compare", scenario, *args])
 
 
 def test_report_per_phase_and_plots(tmp_path):
@@ -34,7 +35,8 @@ def test_report_per_phase_and_plots(tmp_path):
         assert 1.0 <= p50 <= p90 <= p99 <= mx, k
     assert "every one of the 536 flows completed in the simulator" in r.output
     pngs = sorted((tmp_path / "p" / "q").iterdir())
-    assert [p.name for p in pngs] == ["dante-nic-completion.png", "dante-slowdown-cdf.png"]
+    assert [p.name for p in pngs] == ["dante-flows-nic-completion.png",   # the scenario file's stem
+                                      "dante-flows-slowdown-cdf.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 
 
@@ -64,7 +66,7 @@ SIMAI = ROOT / "tests" / "cases" / "simai" / "dante-EndToEnd.csv"
 
 
 def test_simai_report_and_plots(tmp_path):
-    r = run("--simai-csv", str(SIMAI), "--plot", str(tmp_path / "pics"))
+    r = run("--simai-csv", str(SIMAI), "--plot", str(tmp_path / "pics"), scenario=DANTE)
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     assert lines[0].split()[:6] == ["group", "calls", "rows", "MB", "ours", "µs"]
@@ -78,17 +80,17 @@ def test_simai_report_and_plots(tmp_path):
 
 
 def test_simai_errors_are_one_line_and_usage_exits_2(tmp_path):
-    r = run("--simai-csv", str(SIMAI), "--scale", "64")               # not the export's scale
+    r = run("--simai-csv", str(SIMAI), "--scale", "64", scenario=DANTE)   # not the export's scale
     assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
     assert "dante-EndToEnd.csv: line 5: fwd compute: got 10 µs, expected 0 µs" in r.output
     lines = SIMAI.read_text().splitlines()
     (tmp_path / "bad.csv").write_text("\n".join(lines[:5] + [lines[5] + ",1"]) + "\n")
-    r = run("--simai-csv", str(tmp_path / "bad.csv"))
+    r = run("--simai-csv", str(tmp_path / "bad.csv"), scenario=DANTE)
     assert r.exit_code == 1 and r.output.count("\n") == 1
     assert "bad.csv: line 6: row: got" in r.output and "expected 17 comma-separated" in r.output
-    r = run("--simai-csv", str(SIMAI), "--hpcc-fct", str(FCT))
+    r = run("--simai-csv", str(SIMAI), "--hpcc-fct", str(FCT), scenario=DANTE)
     assert r.exit_code == 2 and "give one of --hpcc-fct FCT or --simai-csv CSV" in r.output
-    r = run("--simai-csv", str(SIMAI), "--iterations", "2")
+    r = run("--simai-csv", str(SIMAI), "--iterations", "2", scenario=DANTE)
     assert r.exit_code == 2 and "expected 1 with --simai-csv" in r.output
 
 

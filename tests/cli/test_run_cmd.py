@@ -190,13 +190,17 @@ def test_gpt3_175b_every_nic_is_refused_at_once_for_its_size_on_disk(tmp_path):
     """The bundled GPT-3 175B scenario is within the timing engine's limits for a run that
     holds only the messages in progress (tests/schedule/test_limits.py), but `run` writes every
     NIC's frames: 30 TB, refused at once with one line from the plan's estimate, before the
-    schedule is built, and nothing is left behind."""
+    schedule is built, and nothing is left behind. The estimate is the plan's pcap file size
+    (plan/sizing.py; its value is checked in tests/plan/test_plan.py) times the iterations."""
     g3 = ROOT / "profiles" / "scenarios" / "gpt3-175b-megatron.yaml"
+    s = load_scenario(g3)
+    need = int(build_plan(s).pcap["file_bytes"]) * s.generation.iterations
+    assert 30e12 < need < 31e12, need                 # the 30 TB of every NIC's frames
     out = str(tmp_path / "new" / "x")
     r = CliRunner().invoke(main, ["run", str(g3), "-o", out])
     assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
     assert r.output.startswith(f"error: {out}: free space got ")
-    assert "30,343,384,005,144 bytes of the capture (estimated from the plan before simulating" \
+    assert f" {need:,} bytes of the capture (estimated from the plan before simulating" \
         in r.output
     assert not (tmp_path / "new").exists()
 

@@ -144,12 +144,13 @@ def test_a_workload_exports_its_messages_and_refuses_simai_in_one_line(tmp_path)
     (out,) = export_scenario(path, "csv", tmp_path / "incast.csv", scale=64)
     with open(out, newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["kind"] == "data"]
-    assert len(rows) == 63 and {r["phase"] for r in rows} == {"wl/run/SendRecv"}
-    assert sorted(int(r["rank_src"]) for r in rows) == list(range(1, 64))
+    # 256 KiB per sender: NCCL's p2p chunks of half a 128 KiB step below 8 steps (addP2pToPlan)
+    assert len(rows) == 63 * 4 and {r["phase"] for r in rows} == {"wl/run/SendRecv"}
+    assert sorted(int(r["rank_src"]) for r in rows) == sorted(list(range(1, 64)) * 4)
     assert {(r["rank_dst"], r["size_bytes"], r["token_start"]) for r in rows} == \
-        {("0", str((16 << 20) // 64), "-1")}
+        {("0", str((16 << 20) // 64 // 4), "-1")}
     flows = export_scenario(path, "hpcc", tmp_path / "incast.txt", scale=64)[0]
-    assert flows.read_text().splitlines()[0] == "63"
+    assert flows.read_text().splitlines()[0] == str(63 * 4)
     with pytest.raises(InputError, match=r"incast-63x16m.yaml: a workload scenario has no model: "
                        r"the SimAI export \(a workload file of a model's layers\) needs a "
                        r"training scenario"):

@@ -36,7 +36,7 @@ from tokenpcap.records import VERB_WRITE_IMM
 from tokenpcap.schedule.engine.nic import Engine
 
 ROOT = Path(__file__).resolve().parents[2]
-DANTE = ROOT / "profiles" / "scenarios" / "dante.yaml"
+DANTE = ROOT / "tests" / "cases" / "hpcc" / "dante-flows.yaml"   # Dante with p2p as its ns-3 run's flows
 CASES = ROOT / "tests" / "cases" / "hpcc"
 ALONE_SIZES = (64, 1186, 3072, 4096, 4097, 75390, 78126, 1_000_000, 4_825_000)
 ALONE_PAIRS = ((3, 19), (3, 20))

@@ -68,8 +68,18 @@ def test_incast_63_messages_of_16_mib_at_the_pmtu():
         pass
     m = sched.messages
     assert (m["dst_nic"] == 0).all() and m["size_bytes"].sum() == 63 * 16 * MiB
-    # slices of collectives.slice_bytes (1 MiB), each ceil(1 MiB / PMTU) packets
-    assert len(m) == 63 * 16 and (m["n_packets"] == MiB // pmtu).all()
+    # NCCL's network p2p chunks (docs/p2p.md): computeBuffSizes (src/init.cc) makes the step
+    # NCCL_P2P_NET_CHUNKSIZE (128 KiB, at most NCCL_BUFFSIZE / NCCL_STEPS = 512 KiB); one channel
+    # (collectives.channels 1) is one part; addP2pToPlan keeps the chunk at the whole step for a
+    # send of at least 8 steps, so each 16 MiB send is divUp(16 MiB, 128 KiB) = 128 messages of
+    # 128 KiB, each 128 KiB / PMTU packets (the ns-3 validation's one flow per sender is
+    # incast-63x16m-hpcc-ns3.yaml, with NCCL_P2P_NET_CHUNKSIZE 0)
+    step = s.collectives.NCCL_P2P_NET_CHUNKSIZE
+    assert step == 128 << 10 and step * 8 <= (4 << 20) and 16 * MiB >= 8 * step
+    per_send = -(-16 * MiB // step)
+    assert plan.p2p_messages == 63 * per_send
+    assert len(m) == 63 * per_send and (m["size_bytes"] == step).all()
+    assert (m["n_packets"] == -(-step // pmtu)).all()
 
 
 def test_alltoall_64_has_n_n_minus_1_pairs_and_the_cross_node_ones_on_the_nics():
@@ -86,10 +96,30 @@ def test_alltoall_64_has_n_n_minus_1_pairs_and_the_cross_node_ones_on_the_nics()
     assert every == {(i, j): MiB for i in range(64) for j in range(64) if i != j}   # 64 * 63
     node = plan.layout.node_array(np.arange(64))
     assert (t["nic"] == (node[t["src"]] != node[t["dst"]])).all()
-    pair, nic = nic_sums(prepare(s, nics=()).schedule.nic_transfers([0]))
+    tr = prepare(s, nics=()).schedule.nic_transfers([0])
+    pair, nic = nic_sums(tr)
     assert pair == {(i, j): MiB for i in range(64) for j in range(64) if node[i] != node[j]}
-    assert (plan.nic_bytes_per_rank == 56 * MiB).all() and (plan.nvlink_bytes_per_rank == 7 * MiB).all()
-    assert nic == {n: 56 * MiB for n in range(64)}       # rank r on its own rail NIC
+    # PXN (docs/p2p.md, NCCL ncclTopoGetNetDev, NCCL_P2P_PXN_LEVEL 2): rank i sends to rank j
+    # of another node from NIC local(j) of its own node, after an NVLink copy to that node's GPU
+    # local(j) unless it is i itself; the receiver uses its own NIC
+    g = s.cluster.gpus_per_node
+    assert s.cluster.nics_per_node == g and (node == np.arange(64) // g).all()
+    local = np.arange(64) % g
+    want_src_nic = node[tr["rank_src"]] * g + local[tr["rank_dst"]]
+    assert (tr["src_nic"] == want_src_nic).all() and (tr["dst_nic"] == tr["rank_dst"]).all()
+    nvlink, on_nic = np.zeros(64, np.int64), np.zeros(64, np.int64)
+    for i in range(64):
+        for j in range(64):
+            if i == j:
+                continue
+            if node[i] == node[j] or local[i] != local[j]:
+                nvlink[i] += MiB               # a local peer, or the copy to the proxy GPU
+            if node[i] != node[j]:
+                on_nic[node[i] * g + local[j]] += MiB
+    # 7 local peers + 49 remote ones behind another GPU's NIC; each NIC: 8 GPUs x 7 nodes
+    assert (nvlink == (7 + 49) * MiB).all() and (on_nic == 8 * 7 * MiB).all()
+    assert (plan.nvlink_bytes_per_rank == nvlink).all() and (plan.nic_bytes_per_rank == on_nic).all()
+    assert nic == {n: int(on_nic[n]) for n in range(64)}
 
 
 @pytest.mark.parametrize("kind,collective,per_rank", [

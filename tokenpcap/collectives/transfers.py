@@ -55,11 +55,17 @@ import numpy as np
 from tokenpcap.errors import InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.collectives.algorithms import ALGORITHMS
+from tokenpcap.collectives.p2p_chunks import P2pNet, network_rows
 from tokenpcap.collectives.protocols import PROTOCOLS, wire_bytes
 from tokenpcap.collectives.rails import hop_channel_nics
+from tokenpcap.collectives.window import window_pairs
 from tokenpcap.collectives.traffic import CallLike, CallShape, effective_algorithm, hops, ring_chunk_bytes
 
-__all__ = ["TRANSFER_DTYPE", "Transfers", "transfers", "slice_elements_bytes",
+#: Algorithms whose hops are NCCL point-to-point sends (SendRecv, AllToAll): their network
+#: hops follow :mod:`tokenpcap.collectives.p2p_chunks` and :mod:`tokenpcap.collectives.pxn`.
+P2P_ALGORITHMS = ("direct", "p2p")
+
+__all__ = ["P2P_ALGORITHMS", "TRANSFER_DTYPE", "Transfers", "transfers", "slice_elements_bytes",
            "smallest_message_elements", "protocol_slice_bytes"]
 
 #: One row per RDMA message (or NVLink copy) of one collective call. Shape ``(n,)``.
@@ -76,11 +82,14 @@ __all__ = ["TRANSFER_DTYPE", "Transfers", "transfers", "slice_elements_bytes",
 #: nic          bool  the hop crosses nodes (on a NIC), else NVLink
 #: src_nic      int32 global NIC the bytes leave on (-1 on NVLink)
 #: dst_nic      int32 global NIC the bytes arrive on (-1 on NVLink)
+#: via          int32 PXN proxy GPU (:mod:`tokenpcap.collectives.pxn`) of a network message
+#:                    sent from another GPU's NIC, and of its NVLink copy to that GPU (a row
+#:                    with ``nic`` False and ``via >= 0``, timed on the sender's NVLink); -1
 #: ============ ===== =================================================================
 TRANSFER_DTYPE = np.dtype([
     ("hop", "<i4"), ("step", "<i4"), ("src", "<i4"), ("dst", "<i4"), ("chunk", "<i4"),
     ("channel", "<i4"), ("slice", "<i4"), ("bytes", "<i8"), ("byte_offset", "<i8"),
-    ("nic", "?"), ("src_nic", "<i4"), ("dst_nic", "<i4"),
+    ("nic", "?"), ("src_nic", "<i4"), ("dst_nic", "<i4"), ("via", "<i4"),
 ])
 
 
@@ -181,7 +190,8 @@ def slice_elements_bytes(slice_bytes: int, elem_bytes: int) -> int:
 @functools.lru_cache(maxsize=8192)
 def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
                       layout: RankLayout, channels: int, slice_bytes: int,
-                      protocol: str = "Simple") -> Transfers:
+                      protocol: str = "Simple", p2p: P2pNet | None = None,
+                      window: int = 0) -> Transfers:
     h = hops(CallShape(collective, group, s, e), algorithm, layout)
     alg = effective_algorithm(collective, algorithm)
     preds = ALGORITHMS[alg].predecessors(h)
@@ -211,7 +221,8 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
     cross = layout.node_array(table["src"]) != layout.node_array(table["dst"])
     table["nic"] = cross
     table["src_nic"] = table["dst_nic"] = -1
-    if cross.any():                       # the NICs of each distinct (src, dst, channel) between nodes
+    p2p_net = p2p is not None and protocol == "Simple" and alg in P2P_ALGORITHMS
+    if cross.any() and not p2p_net:       # the NICs of each distinct (src, dst, channel) between nodes
         x = np.flatnonzero(cross)
         w = layout.world_size
         key = (table["src"][x].astype(np.int64) * w + table["dst"][x]) * channels + ch[x]
@@ -220,6 +231,15 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
                                           k // channels % w, k % channels, layout)
                          for k in uk.tolist()], np.int64).reshape(-1, 2)[ui.ravel()]
         table["src_nic"][x], table["dst_nic"][x] = nics[:, 0], nics[:, 1]
+    table["via"] = -1
+    extra_t = extra_x = np.zeros(0, np.int64)
+    if p2p_net and cross.any():
+        # NCCL's network p2p: its chunks on its channels, through the PXN proxy's NIC
+        table, extra_t, extra_x = network_rows(table, offsets, layout, tuple(group), channels, p2p)
+        n = len(table)
+        hop, ch = table["hop"].astype(np.int64), table["channel"].astype(np.int64)
+    wt, wx = window_pairs(table, window)
+    extra_t, extra_x = np.concatenate([extra_t, wt]), np.concatenate([extra_x, wx])
     # dependencies: slice j of channel ch of a same-size predecessor hop (the same position in
     # its rows), else every row of the predecessor hop
     per_hop = np.bincount(hop, minlength=nh)
@@ -240,8 +260,14 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
         dep_len[mine] = d.shape[1]
         pairs_t.append(np.repeat(mine, d.shape[1]))
         pairs_x.append(d.ravel())
-    t_all = np.concatenate(pairs_t) if pairs_t else np.zeros(0, np.int64)
-    x_all = np.concatenate(pairs_x) if pairs_x else np.zeros(0, np.int64)
+    pairs_t.append(extra_t)
+    pairs_x.append(extra_x)
+    t_all, x_all = np.concatenate(pairs_t), np.concatenate(pairs_x)
+    if extra_t.size:
+        # rows ordered by waiting transfer (the CSR of deps), duplicates once
+        pair = np.unique(t_all * n + x_all)
+        t_all, x_all = pair // n, pair % n
+        dep_len = np.bincount(t_all, minlength=n).astype(np.int64)
     by = np.argsort(x_all, kind="stable")
     arrays = (_ptr(dep_len), x_all, _ptr(np.bincount(x_all, minlength=n)), t_all[by],
               *_rows_by(table["src"], group), *_rows_by(table["dst"], group))
@@ -275,7 +301,8 @@ def protocol_slice_bytes(protocol: str, slice_bytes: int) -> int:
 
 
 def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,
-              slice_bytes: int, protocol: str = "Simple") -> Transfers:
+              slice_bytes: int, protocol: str = "Simple", p2p: P2pNet | None = None,
+              window: int = 0) -> Transfers:
     """The transfers of one collective call (module docstring), cached per call shape.
 
     Args:
@@ -289,10 +316,18 @@ def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,
             LL and LL128 cut messages at one step's data (:func:`protocol_slice_bytes`) and a
             message's ``bytes`` are its wire bytes
             (:func:`~tokenpcap.collectives.protocols.wire_bytes` of its data).
+        p2p: NCCL's network p2p path (:class:`~tokenpcap.collectives.p2p_chunks.P2pNet`): the
+            network hops of a Simple SendRecv or AllToAll become NCCL's chunks on NCCL's
+            channels (:func:`~tokenpcap.collectives.p2p_chunks.send_messages`), sent from the
+            PXN proxy's NIC after an NVLink copy to it (:mod:`tokenpcap.collectives.pxn`).
+            None: the collective slicing and the sender's own NIC.
+        window: NCCL_STEPS: at most this many messages of a connection in flight
+            (:func:`tokenpcap.collectives.window.window_pairs`); 0 no bound.
 
     Returns:
-        :class:`Transfers`; summed per hop, ``table["bytes"]`` equals the hop's bytes exactly
-        under Simple (under LL/LL128 the wire bytes of the hop's data).
+        :class:`Transfers`; summed per hop over the rows that are not PXN copies (``nic`` or
+        ``via < 0``), ``table["bytes"]`` equals the hop's bytes exactly under Simple (under
+        LL/LL128 the wire bytes of the hop's data).
 
     Raises:
         InputError: ``channels`` or ``slice_bytes`` < 1; an unknown collective or algorithm, or a
@@ -306,5 +341,5 @@ def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,
         raise InputError(f"protocol: got {protocol!r}, expected one of {', '.join(PROTOCOLS)}")
     return _transfers_cached(call.collective, tuple(call.group), int(call.message_bytes),
                              int(call.elem_bytes), algorithm, layout, int(channels),
-                             int(slice_bytes), protocol)
+                             int(slice_bytes), protocol, p2p, int(window))
 

@@ -169,6 +169,10 @@ _COLLECTIVES_SPEC = {
     "NCCL_PROTO": (_nccl_list("NCCL_PROTO"), "Simple"),
     "NCCL_ALGO": (_nccl_list("NCCL_ALGO"), "auto"),
     "NCCL_P2P_LL_THRESHOLD": (yc.integer(0, 1 << 30), 0),
+    "NCCL_PXN_DISABLE": (yc.integer(0, 1), 0),
+    "NCCL_P2P_PXN_LEVEL": (yc.integer(0, 2), 2),
+    "NCCL_CROSS_NIC": (yc.integer(0, 2), 2),
+    "NCCL_P2P_NET_CHUNKSIZE": (yc.integer(0, 1 << 30), 1 << 17),
 }
 _GENERATION_SPEC = {
     "seed": (yc.integer(0, MAX_SEED), 0),

@@ -357,6 +357,27 @@ KEYS: dict[str, tuple[str, str]] = {
                                                             "goes LL up to channels x this; "
                                                             "NCCL's default is 16384, 0 keeps "
                                                             "p2p Simple"),
+    "scenario.collectives.NCCL_PXN_DISABLE": ("", "NCCL's NCCL_PXN_DISABLE: 1 turns PXN off "
+                                                  "(src/graph/paths.cc); 0, NCCL's default, "
+                                                  "lets a p2p send to a GPU of local index j "
+                                                  "go over NVLink to the sender node's GPU j "
+                                                  "and out of its NIC"),
+    "scenario.collectives.NCCL_P2P_PXN_LEVEL": ("", "NCCL's NCCL_P2P_PXN_LEVEL "
+                                                    "(src/graph/search.cc): 0 no PXN for p2p, "
+                                                    "1 if needed, 2 (default) as much as "
+                                                    "possible"),
+    "scenario.collectives.NCCL_CROSS_NIC": ("", "NCCL's NCCL_CROSS_NIC: 0 sends p2p on the "
+                                                "NIC of the peer's local index even without "
+                                                "PXN; 1 and 2 (default) allow other NICs"),
+    "scenario.collectives.NCCL_P2P_NET_CHUNKSIZE": ("bytes", "NCCL's NCCL_P2P_NET_CHUNKSIZE: "
+                                                             "one network p2p step (one RDMA "
+                                                             "WRITE with immediate), at most "
+                                                             "NCCL_BUFFSIZE / NCCL_STEPS = "
+                                                             "512 KiB; default 131072; "
+                                                             "0 (not NCCL's): no p2p chunks, "
+                                                             "slice_bytes and channels cut p2p "
+                                                             "like collectives (the simulator "
+                                                             "validation scenarios' flows)"),
     "scenario.generation.seed": ("", "seed of payload bytes, QPNs and PSNs: same seed, same "
                                      "bytes"),
     "scenario.generation.iterations": ("iterations", "training iterations to write"),

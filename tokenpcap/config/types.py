@@ -352,6 +352,14 @@ class CollectivesConfig:
     #: ``channels: nccl``: ``channels`` is NCCL's communicator count (the loader's ``auto``) and
     #: each collective runs on the channels NCCL's ``topoGetAlgoInfo`` keeps for its size.
     channels_by_size: bool = False
+    #: NCCL's p2p network environment (defaults NCCL's): ``NCCL_PXN_DISABLE`` (0: PXN on),
+    #: ``NCCL_P2P_PXN_LEVEL`` (0 never, 1 if needed, 2 as much as possible),
+    #: ``NCCL_CROSS_NIC`` (0, 1, 2), ``NCCL_P2P_NET_CHUNKSIZE`` (bytes of one network p2p
+    #: step); :mod:`tokenpcap.collectives.pxn`, :mod:`tokenpcap.collectives.p2p_chunks`.
+    NCCL_PXN_DISABLE: int = 0
+    NCCL_P2P_PXN_LEVEL: int = 2
+    NCCL_CROSS_NIC: int = 2
+    NCCL_P2P_NET_CHUNKSIZE: int = 1 << 17
 
 
 @dataclass(frozen=True)

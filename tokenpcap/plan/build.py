@@ -55,13 +55,18 @@ from tokenpcap.plan.pipeline import chunk_layers
 from tokenpcap.tokens import TokenizedCorpus
 from tokenpcap.collectives.rails import rank_nic_bytes
 from tokenpcap.collectives.traffic import CallLike, CallShape, nic_hop_sizes, per_rank_bytes
-from tokenpcap.collectives.transfers import Transfers, transfers
+from tokenpcap.collectives.algorithms import effective_algorithm
+from tokenpcap.collectives.p2p_chunks import (NCCL_STEPS, P2pNet, channels_per_net_peer,
+                                              channels_per_nvlink_peer, p2p_chunk_bytes)
+from tokenpcap.collectives.transfers import P2P_ALGORITHMS, Transfers, transfers
+from tokenpcap.collectives.tuning import compcap_of
 from tokenpcap.plan.protocol import CallProtocols
 from tokenpcap.plan.sizing import pcap_estimate
-from tokenpcap.plan.wirebytes import protocol_wire_bytes
+from tokenpcap.plan.wirebytes import p2p_wire_bytes, protocol_wire_bytes
 from tokenpcap.plan.workload import workload_families, workload_json
 
 __all__ = ["CollectiveCall", "PhaseRow", "Plan", "build_plan", "bytes_per_nic", "rank_layout",
+           "scenario_p2p_net",
            "pipeline_bubble_fraction",
            "wire_time_ns"]
 
@@ -174,6 +179,10 @@ class Plan:
     pcap: dict
     tokens: TokenizedCorpus | None = None
     scale: int = 1
+    #: Network messages of one iteration's Simple SendRecv and AllToAll calls between nodes
+    #: (NCCL's p2p chunks, :mod:`tokenpcap.collectives.p2p_chunks`), among ``pcap["messages"]``:
+    #: the engine's memory estimate counts them apart (:mod:`tokenpcap.schedule.limits`).
+    p2p_messages: int = 0
 
     @property
     def algorithm(self) -> str:
@@ -204,11 +213,23 @@ class Plan:
         """The channels a call runs on (:meth:`tokenpcap.plan.protocol.CallProtocols.channels`)."""
         return self._resolver().channels(call.collective, tuple(call.group), int(call.message_bytes))
 
-    def call_transfers(self, call: CallLike) -> Transfers:
-        """The transfers of a call as the schedule sends them: its channels, the scenario's
-        slice, its protocol (:func:`tokenpcap.collectives.transfers.transfers`)."""
-        return transfers(call, self.algorithm, self.layout, self.channels(call),
-                         self.scenario.collectives.slice_bytes, self.protocol(call))
+    def call_transfers(self, call: CallLike, channels: int | None = None) -> Transfers:
+        """The transfers of a call as the schedule sends them: its channels (or ``channels``),
+        the scenario's slice, its protocol, NCCL's network p2p path (:meth:`p2p_net`) and the
+        ``NCCL_STEPS`` window (:func:`tokenpcap.collectives.transfers.transfers`); p2p calls
+        with ``NCCL_P2P_NET_CHUNKSIZE: 0`` are plain flows, without the window."""
+        net = self.p2p_net()
+        flows = net is None and effective_algorithm(call.collective, self.algorithm) in P2P_ALGORITHMS
+        return transfers(call, self.algorithm, self.layout,
+                         self.channels(call) if channels is None else channels,
+                         self.scenario.collectives.slice_bytes, self.protocol(call),
+                         net, 0 if flows else NCCL_STEPS)
+
+    def p2p_net(self) -> P2pNet | None:
+        """NCCL's network p2p path of the scenario (:func:`scenario_p2p_net`)."""
+        if "_p2p_net" not in self.__dict__:
+            self.__dict__["_p2p_net"] = scenario_p2p_net(self.scenario)
+        return self.__dict__["_p2p_net"]
 
     @property
     def microbatches(self) -> int:
@@ -381,6 +402,24 @@ class Plan:
         }
 
 
+def scenario_p2p_net(scenario: Scenario) -> P2pNet | None:
+    """The :class:`~tokenpcap.collectives.p2p_chunks.P2pNet` of a scenario: its
+    ``collectives.NCCL_PXN_DISABLE``, ``NCCL_P2P_PXN_LEVEL``, ``NCCL_CROSS_NIC`` and
+    ``NCCL_P2P_NET_CHUNKSIZE``, and the channels of a network and an NVLink peer on its
+    cluster (the NIC's and the NVLink's rates, the GPU's compute capability). None with
+    ``NCCL_P2P_NET_CHUNKSIZE: 0``: p2p is cut like a collective, on the sender's own NIC."""
+    c, cl = scenario.collectives, scenario.cluster
+    if c.NCCL_P2P_NET_CHUNKSIZE == 0:
+        return None
+    return P2pNet(pxn_level=0 if c.NCCL_PXN_DISABLE else c.NCCL_P2P_PXN_LEVEL,
+                  cross_nic=c.NCCL_CROSS_NIC,
+                  chunk_bytes=p2p_chunk_bytes(c.NCCL_P2P_NET_CHUNKSIZE),
+                  net_peer_channels=channels_per_net_peer(
+                      cl.link_gbps, max(1, cl.nics_per_node // cl.gpus_per_node)),
+                  nvlink_peer_channels=channels_per_nvlink_peer(cl.nvlink_gbps,
+                                                                compcap_of(cl.gpu.name)))
+
+
 def rank_layout(scenario: Scenario) -> RankLayout:
     """The scenario's :class:`~tokenpcap.collectives.layout.RankLayout` (its parallelism on its
     cluster's nodes and NICs). Raises: InputError: the sizes do not fit (see RankLayout)."""
@@ -429,8 +468,10 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
     channels = scenario.collectives.channels
     slice_bytes = scenario.collectives.slice_bytes
     protos = CallProtocols(scenario, layout)
+    p2p = scenario_p2p_net(scenario)
     nic_hops: dict[tuple[int, int], int] = defaultdict(int)   # (hop bytes, elem bytes) -> hops
     wire_msgs: dict[int, int] = defaultdict(int)   # LL/LL128 message wire bytes -> messages
+    p2p_msgs = 0                                   # of which Simple network p2p messages
     for f in fams:
         a = acc.get(f.label)
         if a is None:
@@ -461,6 +502,16 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
                 a["nvl"][idx] += w.nvlink_bytes * n
                 for size, k in w.nic_message_sizes:
                     wire_msgs[size] += k * n
+                continue
+            if (p2p is not None and rb.nic_bytes.any()
+                    and effective_algorithm(f.collective, alg) in P2P_ALGORITHMS):
+                w = p2p_wire_bytes(call, alg, layout, ch, p2p)
+                a["nic"][idx] += w.nic_bytes * n
+                a["rn"][idx] += w.by_nic * n
+                a["nvl"][idx] += w.nvlink_bytes * n
+                for size, k in w.nic_message_sizes:
+                    wire_msgs[size] += k * n
+                    p2p_msgs += k * n
                 continue
             a["nic"][idx] += rb.nic_bytes * n
             if rb.nic_bytes.any():
@@ -498,6 +549,6 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
     rows.sort(key=lambda r: (order[0][r.dim], order[1][r.phase], order[2][r.collective]))
     return Plan(scenario=scenario, layout=layout, families=fams, rows=rows,
                 nic_bytes_per_rank=nic_all, nvlink_bytes_per_rank=nvl_all,
-                nic_bytes_by_rank_nic=rn_all, pcap=pcap,
+                nic_bytes_by_rank_nic=rn_all, pcap=pcap, p2p_messages=p2p_msgs,
                 tokens=tokens, scale=scale)
 

@@ -16,10 +16,12 @@ from typing import NamedTuple
 import numpy as np
 
 from tokenpcap.collectives.layout import RankLayout
-from tokenpcap.collectives.traffic import CallLike, CallShape
+from tokenpcap.collectives.p2p_chunks import P2pNet, send_messages
+from tokenpcap.collectives.pxn import p2p_routes
+from tokenpcap.collectives.traffic import CallLike, CallShape, hops
 from tokenpcap.collectives.transfers import transfers
 
-__all__ = ["WireBytes", "protocol_wire_bytes"]
+__all__ = ["WireBytes", "protocol_wire_bytes", "p2p_wire_bytes"]
 
 
 class WireBytes(NamedTuple):
@@ -64,3 +66,50 @@ def protocol_wire_bytes(call: CallLike, algorithm: str, layout: RankLayout, chan
     return _cached(call.collective, tuple(call.group), int(call.message_bytes),
                    int(call.elem_bytes), algorithm, layout, int(channels), int(slice_bytes),
                    protocol)
+
+
+@functools.lru_cache(maxsize=4096)
+def _p2p_cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
+                layout: RankLayout, channels: int, p2p: P2pNet) -> WireBytes:
+    h = hops(CallShape(collective, group, s, e), algorithm, layout)
+    pos = {r: i for i, r in enumerate(group)}
+    src = np.fromiter((pos[int(r)] for r in h["src"]), np.int64, len(h))
+    n, npn, gpn = len(group), layout.nics_per_node, layout.gpus_per_node
+    b = h["bytes"].astype(np.int64)
+    cross = (h["src"] // gpn != h["dst"] // gpn) & (b > 0)
+    nic_b = np.bincount(src[cross], b[cross], minlength=n).astype(np.int64)
+    nvl_b = np.bincount(src[~cross], b[~cross], minlength=n).astype(np.int64)
+    proxy, snic, _ = p2p_routes(h["src"][cross], h["dst"][cross], layout, p2p.pxn_level,
+                                p2p.cross_nic)
+    fwd = proxy != h["src"][cross]
+    nvl_b += np.bincount(src[cross][fwd], b[cross][fwd], minlength=n).astype(np.int64)
+    by_nic = np.zeros((n, npn), np.int64)
+    np.add.at(by_nic, (src[cross], snic % npn), b[cross])
+    nodes = np.bincount(np.asarray(group, np.int64) // gpn)
+    sizes: dict[int, int] = {}
+    hb, hc = np.unique(b[cross], return_counts=True)
+    for size, count in zip(hb.tolist(), hc.tolist()):
+        msg = send_messages(size, n, channels, p2p, bool((nodes > 1).any()))[2]
+        ms, mc = np.unique(msg, return_counts=True)
+        for a, k in zip(ms.tolist(), mc.tolist()):
+            sizes[a] = sizes.get(a, 0) + k * count
+    for x in (nic_b, nvl_b, by_nic):
+        x.setflags(write=False)
+    return WireBytes(nic_b, nvl_b, by_nic, tuple(sorted(sizes.items())))
+
+
+def p2p_wire_bytes(call: CallLike, algorithm: str, layout: RankLayout, channels: int,
+                   p2p: P2pNet) -> WireBytes:
+    """The bytes of one Simple SendRecv or AllToAll call as NCCL's network p2p sends them
+    (:mod:`tokenpcap.collectives.p2p_chunks`, :mod:`tokenpcap.collectives.pxn`), from its hops
+    alone: the NIC bytes of each rank (the hops between nodes, on the PXN proxy's NIC in
+    ``by_nic``), its NVLink bytes (the hops inside a node plus the copy of every hop between
+    nodes whose proxy is another GPU), the sizes of the network messages. Equal to the sums
+    over :func:`tokenpcap.collectives.transfers.transfers` with the same ``p2p``; cached.
+
+    Raises:
+        InputError: as :func:`tokenpcap.collectives.traffic.hops`.
+    """
+    hops(call, algorithm, layout)   # validates
+    return _p2p_cached(call.collective, tuple(call.group), int(call.message_bytes),
+                       int(call.elem_bytes), algorithm, layout, int(channels), p2p)

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenpcap.collectives.transfers import transfers
 from tokenpcap.collectives.traffic import CallShape
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.plan.calltable import CallTable
@@ -159,8 +158,7 @@ def shape_transfers(key: tuple, plan):
     if len(key) == 4:
         return plan.call_transfers(CallShape(*key))
     shape = CallShape(*key[:4])
-    tr = transfers(shape, plan.algorithm, plan.layout, 1, plan.scenario.collectives.slice_bytes,
-                   plan.protocol(shape))
+    tr = plan.call_transfers(shape, channels=1)
     table = tr.table.copy()
     table["channel"] = key[4]
     table.setflags(write=False)

@@ -30,7 +30,12 @@ docs/generate.md, "Limits"):
   the engine's arrays are made, the iteration's flat arrays still held. The iterations of a
   run share their templates (:meth:`tokenpcap.schedule.flatbuild.ShapeTable.join`): each one
   after the first adds :data:`TRANSFER_NEXT_BYTES` per transfer and :data:`CALL_NEXT_BYTES`
-  per call, fitted the same way on two iterations;
+  per call, fitted the same way on two iterations; a transfer of NCCL's network p2p chunks
+  (:attr:`tokenpcap.plan.build.Plan.p2p_messages`) costs :data:`P2P_TRANSFER_STATE_BYTES`
+  instead: the chunks of one pipeline pair or AllToAll shape are one template that every
+  microbatch and layer shares. GPT-3 175B's whole iteration with 66.1 M of them among 86.3 M
+  transfers built at a peak of 4.62 GB (``benchmarks/engine_state.py``, 57.3 s of CPU); 82
+  bytes each would have estimated 8.7 GB;
 * per call, :data:`CALL_STATE_BYTES`: its ranks' participations and program steps in the engine
   and, at the peak while the engine's arrays are made, in the iteration's flat arrays too (no
   call objects are kept); ``benchmarks/call_state.py`` measures it as the peak RSS a second
@@ -59,7 +64,8 @@ from tokenpcap.errors import InfeasiblePlanError
 
 __all__ = ["Work", "estimate_work", "check_work", "MAX_STATE_BYTES", "MAX_MESSAGES",
            "MAX_NVLINK_COPIES", "MESSAGE_ROW_BYTES", "MESSAGE_STATE_BYTES", "TRANSFER_STATE_BYTES",
-           "COPY_STATE_BYTES", "CALL_STATE_BYTES", "TRANSFER_NEXT_BYTES", "CALL_NEXT_BYTES",
+           "COPY_STATE_BYTES", "CALL_STATE_BYTES", "P2P_TRANSFER_STATE_BYTES",
+           "TRANSFER_NEXT_BYTES", "CALL_NEXT_BYTES",
            "MESSAGES_PER_S", "NVLINK_COPIES_PER_S",
            "PACKETS_PER_S"]
 
@@ -68,6 +74,10 @@ MAX_STATE_BYTES = 8_000_000_000
 #: Measured costs (module docstring).
 MESSAGE_ROW_BYTES = 136
 TRANSFER_STATE_BYTES = 82
+#: A network p2p chunk's transfer (NCCL's 128 KiB chunks of SendRecv and AllToAll): its call
+#: and countdown, its share of templates that many calls share (a pipeline pair's shape recurs
+#: every microbatch, an AllToAll's every layer), fitted on GPT-3 175B (module docstring).
+P2P_TRANSFER_STATE_BYTES = 24
 COPY_STATE_BYTES = 200
 CALL_STATE_BYTES = 1550
 #: What each iteration after the first adds (its templates are the first one's).
@@ -96,6 +106,7 @@ class Work:
     packets: int
     transfers: int = 0              # data messages (the transfers between nodes)
     keep_messages: bool = True      # every message row kept (else only those in progress)
+    p2p_transfers: int = 0          # of which NCCL's network p2p chunks (Plan.p2p_messages)
 
     @property
     def memory_bytes(self) -> int:
@@ -105,8 +116,9 @@ class Work:
         counts)."""
         rows = self.messages * MESSAGE_ROW_BYTES if self.keep_messages else 0
         n = max(1, self.iterations)
-        t, c = self.transfers // n, self.calls // n
-        first = t * TRANSFER_STATE_BYTES + c * CALL_STATE_BYTES
+        t, c, tp = self.transfers // n, self.calls // n, self.p2p_transfers // n
+        first = ((t - tp) * TRANSFER_STATE_BYTES + tp * P2P_TRANSFER_STATE_BYTES
+                 + c * CALL_STATE_BYTES)
         later = (n - 1) * (t * TRANSFER_NEXT_BYTES + c * CALL_NEXT_BYTES)
         return rows + first + later + self.nvlink_copies * COPY_STATE_BYTES
 
@@ -171,7 +183,8 @@ def estimate_work(plan, iterations: int, *, nvlink: bool = True,  # type: ignore
     packets = (pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"]) * iterations
     nvl = _nvlink_copies_per_iteration(plan) * iterations if nvlink else 0
     return Work(iterations, plan.calls_per_iteration * iterations, msgs, nvl, packets,
-                pc["messages"] * iterations, keep_messages)
+                pc["messages"] * iterations, keep_messages,
+                plan.p2p_messages * iterations)
 
 
 def _smallest_scale(plan, iterations: int, keep_messages: bool = True
@@ -249,7 +262,7 @@ def _per_iteration(w: Work, iterations: int) -> Work:
     n = max(1, iterations)
     return dataclasses.replace(w, iterations=1, calls=w.calls // n, messages=w.messages // n,
                                nvlink_copies=w.nvlink_copies // n, packets=w.packets // n,
-                               transfers=w.transfers // n)
+                               transfers=w.transfers // n, p2p_transfers=w.p2p_transfers // n)
 
 
 def _most_iterations(one: Work, copies: int) -> int:
@@ -260,7 +273,7 @@ def _most_iterations(one: Work, copies: int) -> int:
     def fits(n: int) -> bool:
         w = dataclasses.replace(one, iterations=n, calls=one.calls * n, messages=one.messages * n,
                                 transfers=one.transfers * n, packets=one.packets * n,
-                                nvlink_copies=0)
+                                p2p_transfers=one.p2p_transfers * n, nvlink_copies=0)
         return _fits(w) and n * copies <= MAX_NVLINK_COPIES
 
     lo, hi = 0, 1

@@ -109,7 +109,8 @@ def _span_in_flight(m: np.ndarray) -> int:
 
 @pytest.mark.parametrize("nics", [(), None])
 def test_the_ring_holds_what_is_in_progress_not_the_job(nics):
-    """mixtral-8x7b-ep at --scale 1000 (904,986 messages in one iteration): the ring, started at
+    """mixtral-8x7b-ep at --scale 1000 (202,662 messages in one iteration, its AllToAll peers in
+    NCCL's p2p chunks): the ring, started at
     16 rows, ends within 4x the span of ids in flight and below 1/32 of the messages, timing
     only and with every NIC's frames made (whose rows wait for their hand-out)."""
     plan = build_plan(_scenario("mixtral-8x7b-ep"), scale=1000)
@@ -124,7 +125,7 @@ def test_the_ring_holds_what_is_in_progress_not_the_job(nics):
         n += tx.size
         ringed.message_rows(tx["msg"])
     rows = ringed._eng.S.ms.shape[0]
-    assert ringed.n_messages == kept.n_messages > 500_000
+    assert ringed.n_messages == kept.n_messages > 200_000
     assert rows <= 4 * span and rows * 32 < ringed.n_messages, (rows, span)
     assert (n > 0) == (nics is None)
 
