@@ -46,8 +46,9 @@ from tokenpcap.schedule.runner import Schedule  # noqa: E402
 
 
 def _scenario(name: str):
-    path = Path(name)
-    return load_scenario(path if path.suffix else ROOT / "profiles" / "scenarios" / f"{name}.yaml")
+    path = Path(name)                     # a file, or a bundled name (llama3.1-405b-2048 has a dot)
+    bundled = path.suffix not in (".yaml", ".yml")
+    return load_scenario(ROOT / "profiles" / "scenarios" / f"{name}.yaml" if bundled else path)
 
 
 def _clock():
