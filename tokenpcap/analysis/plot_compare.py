@@ -102,6 +102,20 @@ def plot_nic_completion(comparison, out: str | os.PathLike, *, title: str | None
     return _save(fig, out)
 
 
+def _pictures_as_one_set(outdir, drawers, comparison) -> list[Path]:  # type: ignore[no-untyped-def]
+    """Each ``(draw, name)`` of ``drawers`` drawn as ``draw(comparison, path)`` into ``outdir``
+    (created with its parents; removed again if nothing is written) as one
+    :class:`~tokenpcap.pcap.outputset.OutputSet`: all land together or none (a stop between them
+    keeps the earlier set). Returns the final paths, in order."""
+    from tokenpcap.pcap.output import make_directory
+    from tokenpcap.pcap.outputset import OutputSet
+
+    with make_directory(outdir) as d, OutputSet(d, what="compare") as outset:
+        drawn = [draw(comparison, outset.path(name)) for draw, name in drawers]
+        outset.commit()
+        return [outset.final(p) for p in drawn]
+
+
 def plot_comparison(comparison, outdir: str | os.PathLike, *, stem: str = "compare") -> list[Path]:
     """Both pictures in ``outdir`` (created with its parents; removed again if nothing is
     written): ``<stem>-slowdown-cdf.png`` and ``<stem>-nic-completion.png``, as one
@@ -110,15 +124,9 @@ def plot_comparison(comparison, outdir: str | os.PathLike, *, stem: str = "compa
     Raises:
         OutputError: the directory or a file cannot be written, another run writes into it.
     """
-    from tokenpcap.pcap.output import make_directory
-    from tokenpcap.pcap.outputset import OutputSet
-
-    # one set: both pictures land together or neither (a stop between them keeps the earlier pair)
-    with make_directory(outdir) as d, OutputSet(d, what="compare") as outset:
-        drawn = [plot_slowdown_cdf(comparison, outset.path(f"{stem}-slowdown-cdf.png")),
-                 plot_nic_completion(comparison, outset.path(f"{stem}-nic-completion.png"))]
-        outset.commit()
-        return [outset.final(p) for p in drawn]
+    return _pictures_as_one_set(outdir, [(plot_slowdown_cdf, f"{stem}-slowdown-cdf.png"),
+                                         (plot_nic_completion, f"{stem}-nic-completion.png")],
+                                comparison)
 
 
 def plot_simai_phases(comparison, out: str | os.PathLike, *, title: str | None = None) -> Path:
@@ -183,12 +191,6 @@ def plot_simai_comparison(comparison, outdir: str | os.PathLike, *,
     Raises:
         OutputError: the directory or a file cannot be written, another run writes into it.
     """
-    from tokenpcap.pcap.output import make_directory
-    from tokenpcap.pcap.outputset import OutputSet
-
-    # one set: both pictures land together or neither (a stop between them keeps the earlier pair)
-    with make_directory(outdir) as d, OutputSet(d, what="compare") as outset:
-        drawn = [plot_simai_phases(comparison, outset.path(f"{stem}-simai-phases.png")),
-                 plot_simai_calls(comparison, outset.path(f"{stem}-simai-calls.png"))]
-        outset.commit()
-        return [outset.final(p) for p in drawn]
+    return _pictures_as_one_set(outdir, [(plot_simai_phases, f"{stem}-simai-phases.png"),
+                                         (plot_simai_calls, f"{stem}-simai-calls.png")],
+                                comparison)

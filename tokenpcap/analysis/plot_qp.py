@@ -49,18 +49,28 @@ def qp_row(cc: dict, qp: int) -> np.void:
     return rows[0]
 
 
+def _link_to(log: dict, nic: int, expected: str) -> np.ndarray:
+    """The ``links`` row of the switch port cabled to NIC ``nic`` (the first, if several).
+
+    Raises:
+        InputError: no switch port is cabled to that NIC (``expected`` says which was wanted).
+    """
+    links = log["links"]
+    r = links[links["peer_nic"] == nic]
+    if r.size == 0:
+        raise InputError(f"plot --qp: links: got no switch port cabled to nic {nic}, "
+                         f"expected {expected}")
+    return r[0]
+
+
 def qp_port(log: dict, dst_nic: int) -> tuple[int, int]:
     """``(switch, port)`` of the egress port cabled to NIC ``dst_nic``.
 
     Raises:
         InputError: no switch port is cabled to that NIC.
     """
-    links = log["links"]
-    r = links[links["peer_nic"] == dst_nic]
-    if r.size == 0:
-        raise InputError(f"plot --qp: links: got no switch port cabled to nic {dst_nic}, "
-                         "expected the port before the QP's receiver")
-    return int(r["switch"][0]), int(r["port"][0])
+    r = _link_to(log, dst_nic, "the port before the QP's receiver")
+    return int(r["switch"]), int(r["port"])
 
 
 def line_bps(log: dict, nic: int) -> int:
@@ -69,12 +79,7 @@ def line_bps(log: dict, nic: int) -> int:
     Raises:
         InputError: no switch port is cabled to that NIC.
     """
-    links = log["links"]
-    r = links[links["peer_nic"] == nic]
-    if r.size == 0:
-        raise InputError(f"plot --qp: links: got no switch port cabled to nic {nic}, "
-                         "expected the QP's own NIC")
-    return int(round(float(r["gbps"][0]) * 1e9))
+    return int(round(float(_link_to(log, nic, "the QP's own NIC")["gbps"]) * 1e9))
 
 
 def rate_steps(rates: np.ndarray, start_bps: int, end_ns: int
