@@ -32,9 +32,11 @@ def test_shards_add_up_to_the_model(name: str, tp: int, pp: int):
     pc = parameter_count(m)
     shards = [shard_parameters(m, tp, pp, st) for st in range(pp)]
     held = tp * sum(sh.total for sh in shards)
-    replicated = sum(sh.tp_replicated for sh in shards) + pc.position_embedding
+    replicated = sum(sh.tp_replicated for sh in shards) + pc.position_embedding  # router in it
     if m.moe is not None:
-        replicated += sum(lp.router for lp in pc.per_layer)
+        assert all(sh.tp_replicated >= sum(lp.router for lp in pc.per_layer[sh.first_layer:
+                                                                         sh.last_layer + 1])
+                   for sh in shards)
     if m.kv_heads < tp:
         hd = m.hidden_size // m.attention_heads
         replicated += m.layers * 2 * m.hidden_size * hd * (tp - m.kv_heads) // tp
@@ -108,8 +110,13 @@ def test_mla_tp_shards_split_the_heads_and_replicate_the_down_projections():
     assert t["linear_kv_up_proj.weight"].elements == 32 * 256 * 512
     assert t["linear_proj.weight"].elements == 32 * 128 * h
     replicated = {k for k, x in t.items() if x.sp_grad}
+    # TE spec: q_layernorm / kv_layernorm fused into the up projections (norm weight first)
     assert replicated == {"linear_q_down_proj.weight", "linear_kv_down_proj.weight",
-                          "q_layernorm.weight", "kv_layernorm.weight"}
+                          "linear_q_up_proj.layer_norm_weight",
+                          "linear_kv_up_proj.layer_norm_weight"}
+    order = list(t)
+    assert order.index("linear_q_up_proj.layer_norm_weight") + 1 == \
+        order.index("linear_q_up_proj.weight")
     whole = sum(x.elements for x in rank_tensors(m, 1, 61, 0, 1, (1,) * 61)
                 if "self_attention" in x.name)
     per_rank = sum(x.elements for x in t.values())

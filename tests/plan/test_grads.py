@@ -72,3 +72,34 @@ def test_dense_and_expert_buffers_are_reduced_apart():
     for c, n, dp in ((dense, sh.dense, 8), (expert, sh.expert, 2)):
         elems = c.message_bytes // 4
         assert elems % math.lcm(dp, 128) == 0 and n <= elems < n + 64 * 200 + 128
+
+
+def test_buckets_follow_transformer_engines_registration_order():
+    """Megatron-core's TE layer spec (gpt_layer_specs.py) fuses the input norm into
+    ``linear_qkv`` (TE LayerNormColumnParallelLinear registers ``layer_norm_weight`` before
+    ``weight``), built after ``linear_proj``; an MoE layer keeps ``pre_mlp_layernorm`` then
+    ``router``. DDP walks the parameters in reverse. mixtral-8x7b-ep stage 0 (layers 0-15, tp 2,
+    ep 8, fp32 gradients), per layer and rank: router 8 x 4096 = 32,768, pre_mlp_layernorm
+    4,096, linear_qkv.weight (2048 + 2 x 512) x 4096 = 12,582,912, its layer_norm_weight 4,096,
+    linear_proj 4096 x 2048 = 8,388,608: 21,012,480 elements. bucket_size max(40,000,000,
+    1,000,000 x 8): a bucket closes with the second layer's linear_proj at 42,024,960 >= 40 M, so
+    eight buckets of 42,024,960 x 4 = 168,099,840 B, then the word embedding 32,000 x 4096 / 2 =
+    65,536,000 x 4 = 262,144,000 B. With the input norm before linear_proj (the local spec's
+    order) the first bucket would close before it: 168,083,456 B."""
+    s = load_scenario(PROFILES / "scenarios" / "mixtral-8x7b-ep.yaml")
+    plan = build_plan(s)
+    rs = [c.message_bytes for c in plan.calls() if c.dim == "dp" and c.group[0] == 0
+          and c.op == "dense_grad_bucket"]
+    assert rs == [168_099_840] * 8 + [262_144_000]
+
+
+def test_sequence_parallel_allreduce_holds_the_router():
+    """finalize_model_grads._allreduce_non_tensor_model_parallel_grads AllReduces over TP every
+    gradient flagged ``sequence_parallel``: the norms and (moe/router.py reset_parameters) the
+    router weight. mixtral-8x7b-ep (tp 2, SP, fp32 gradients), per layer 4,096 (input norm) +
+    4,096 (pre_mlp_layernorm) + 8 x 4,096 (router) = 40,960 elements; 16 layers a stage:
+    655,360 x 4 = 2,621,440 B on stage 0, plus the final norm's 4,096 x 4 on stage 1."""
+    plan = build_plan(load_scenario(PROFILES / "scenarios" / "mixtral-8x7b-ep.yaml"))
+    got = {(c.stage, c.message_bytes, c.collective) for c in plan.calls()
+           if c.op == "tp_replicated_grads"}
+    assert got == {(0, 2_621_440, "AllReduce"), (1, 2_637_824, "AllReduce")}

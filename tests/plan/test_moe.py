@@ -1,9 +1,11 @@
 """The MoE layers' TP and EP collectives (plan/moe.py, plan/calls.py)."""
 from __future__ import annotations
 
+import dataclasses
+
 from tokenpcap.plan.build import build_plan
 from tokenpcap.config.profiles import load_scenario
-from tests.plan.test_plan import PROFILES, rows
+from tests.plan.test_plan import PROFILES, rows, vary
 
 def test_mixtral_moe_tp_collectives_carry_top_k_times_the_dense_bytes():
     """Megatron-core MoEAlltoAllTokenDispatcher (token_dispatcher.py) at tp 2: after the dispatch
@@ -58,3 +60,31 @@ def test_dense_layers_of_a_mixed_model_keep_the_mlp_tp_collectives_and_make_no_e
             assert not o & {"mlp_in", "mlp_out"}
     dense = 1 * s.model.seq_length * s.model.hidden_size * 2
     assert {c.message_bytes for c in plan.calls() if c.op == "mlp_in"} == {dense}
+
+
+def test_router_small_collectives_as_megatron_makes_them():
+    """Megatron-core Router (moe/router.py): with ``moe_aux_loss_coeff`` > 0 (Mixtral's example
+    script: 1e-2) ``_apply_aux_loss`` AllReduces ``routing_map.sum(dim=0)``, int64 [8 experts]
+    = 64 B, over the TP x CP group (tp 2 here) per MoE layer and microbatch forward, and again
+    in full recomputation's replay: 16 layers x 2 microbatches x 2 on stage 0. With
+    ``moe_router_enable_expert_bias`` (DeepSeek-V3) ``finalize_model_grads._update_router_
+    expert_bias`` AllReduces the stacked fp32 [MoE layers, experts] over TP x DP x CP once:
+    stage 1 of deepseek-v3-2048 holds 4 MoE layers of 256 experts, 4 x 256 x 4 = 4,096 B over
+    its 128 ranks; stage 0 (3 dense layers) none."""
+    s = load_scenario(PROFILES / "scenarios" / "mixtral-8x7b-ep.yaml")
+    assert not [c for c in build_plan(s).calls() if c.op == "moe_aux_loss"]     # coeff 0
+    s = dataclasses.replace(s, model=dataclasses.replace(
+        s.model, moe=dataclasses.replace(s.model.moe, aux_loss_coeff=0.01)))
+    aux = [c for c in build_plan(s).calls() if c.op == "moe_aux_loss" and 0 in c.group]
+    assert len(aux) == 16 * 2 * 2 and sum(c.recompute for c in aux) == 32
+    assert {(c.collective, c.message_bytes, c.group, c.phase) for c in aux} == \
+        {("AllReduce", 64, (0, 1), "forward")}
+    ds = vary(load_scenario(PROFILES / "scenarios" / "deepseek-v3-2048.yaml"),
+              global_batch_size=128)
+    ds_calls = list(build_plan(ds).calls())
+    bias = [c for c in ds_calls if c.op == "expert_bias"]
+    assert {c.stage for c in bias} == set(range(1, 16))
+    one = next(c for c in bias if c.stage == 1)
+    assert (one.message_bytes, one.collective, len(one.group)) == (4096, "AllReduce", 128)
+    assert one.group == tuple(range(128, 256))
+    assert not [c for c in ds_calls if c.op == "moe_aux_loss"]   # tp 1, cp 1

@@ -53,7 +53,7 @@ from tokenpcap.errors import InputError
 __all__ = ["RankCoords", "RankLayout", "DIM_NAMES"]
 
 #: Group kinds :meth:`RankLayout.groups` knows.
-DIM_NAMES = ("tp", "dp", "pp", "ep", "edp", "tpep", "mp", "emb", "cp")
+DIM_NAMES = ("tp", "dp", "pp", "ep", "edp", "tpep", "mp", "emb", "cp", "tpcp", "tpdpcp")
 
 Group = tuple[int, ...]
 
@@ -183,8 +183,10 @@ class RankLayout:
         ``dim``: ``tp``, ``dp`` (data-parallel with context parallelism: ``dp * cp`` ranks),
         ``pp``, ``cp`` (context-parallel), ``ep`` (expert-parallel), ``edp``
         (expert-data-parallel), ``tpep`` (the TP x EP group of MoE token counts), ``mp`` (the
-        model-parallel group: TP x PP ranks of one (DP, CP) index) or ``emb`` (first and last
-        pipeline stage, empty when ``pp == 1``). Groups are listed in the order of their smallest
+        model-parallel group: TP x PP ranks of one (DP, CP) index), ``tpcp`` (Megatron's
+        ``tp_cp`` group: TP x CP ranks of one (PP, DP) index), ``tpdpcp`` (``tp_dp_cp``: every
+        rank of one pipeline stage) or ``emb`` (first and last pipeline stage, empty when
+        ``pp == 1``). Groups are listed in the order of their smallest
         rank.
 
         Raises:
@@ -211,6 +213,10 @@ class RankLayout:
                 arr = r5.transpose(0, 2, 3, 1).reshape(-1, edp)
         elif dim == "mp":     # Megatron's model-parallel group: vary (pp, tp); fixed dp
             arr = ranks.transpose(1, 0, 2).reshape(self.dpcp, -1)
+        elif dim == "tpcp":   # vary (cp, tp); fixed (pp, dp)
+            arr = ranks.reshape(self.pp * self.dp, self.cp * self.tp)
+        elif dim == "tpdpcp":  # vary (dp, cp, tp); fixed pp
+            arr = ranks.reshape(self.pp, -1)
         elif dim == "emb":
             if self.pp == 1:
                 return []

@@ -39,6 +39,8 @@ _MOE_SPEC = {
     "ffn_hidden_size": (yc.integer(1, MAX_FFN_HIDDEN_SIZE), None),
     "shared_expert_intermediate_size": (yc.integer(0, MAX_FFN_HIDDEN_SIZE), 0),
     "layer_freq": (_layer_freq, 1),
+    "aux_loss_coeff": (yc.number(ge=0.0), 0.0),
+    "router_enable_expert_bias": (yc.boolean, False),
 }
 
 _MLA_SPEC = {
@@ -118,7 +120,8 @@ def model_from(file: Path, prefix: str, data: Any, model_path: Path | None) -> M
         moe = MoeProfile(experts=m["experts"], top_k=m["top_k"],
                          ffn_hidden_size=m["ffn_hidden_size"] or ffn,
                          shared_expert_intermediate_size=m["shared_expert_intermediate_size"],
-                         layer_freq=f)
+                         layer_freq=f, aux_loss_coeff=m["aux_loss_coeff"],
+                         router_enable_expert_bias=m["router_enable_expert_bias"])
     mla = None
     if v["multi_latent_attention"] is not None:
         if v["kv_heads"] is not None:

@@ -126,6 +126,13 @@ KEYS: dict[str, tuple[str, str]] = {
                                  "makes layer i MoE when i % N == 0; a list of 0/1 names each "
                                  "layer; the others have the dense MLP of `ffn_hidden_size`"),
     "model.moe.experts": ("experts", "experts per MoE layer"),
+    "model.moe.aux_loss_coeff": ("", "Megatron-core `moe_aux_loss_coeff` (load balancing type "
+                                     "`aux_loss`); > 0: each router AllReduces its tokens per "
+                                     "expert (int64) over TP x CP per MoE layer and microbatch"),
+    "model.moe.router_enable_expert_bias": ("", "Megatron-core `moe_router_enable_expert_bias` "
+                                                "(auxiliary-loss-free balancing): the routers' "
+                                                "tokens per expert (fp32) AllReduced over TP x "
+                                                "DP x CP once per iteration"),
     "model.moe.top_k": ("experts", "experts each token is routed to; at most `experts`"),
     "model.moe.ffn_hidden_size": ("elements", "hidden size of one expert's MLP; default: the "
                                               "model's `ffn_hidden_size`"),

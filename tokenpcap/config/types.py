@@ -31,13 +31,22 @@ class MoeProfile:
     ``moe_shared_expert_intermediate_size``; 0: none). ``layer_freq`` says which layers are MoE
     (Megatron-core ``moe_layer_freq``, ``gpt_layer_specs.get_gpt_decoder_block_spec``): an
     integer ``N`` makes layer ``i`` an MoE layer when ``i % N == 0``, a tuple of 0/1 (one per
-    layer) names them; the other layers have the dense MLP of the model's ``ffn_hidden_size``."""
+    layer) names them; the other layers have the dense MLP of the model's ``ffn_hidden_size``.
+
+    ``aux_loss_coeff``: Megatron-core ``moe_aux_loss_coeff`` with ``moe_router_load_balancing_type
+    aux_loss`` (default 0, Megatron's: no load-balancing loss); > 0 makes each router AllReduce its
+    tokens per expert over the TP x CP group. ``router_enable_expert_bias``: Megatron-core
+    ``moe_router_enable_expert_bias`` (DeepSeek-V3's auxiliary-loss-free balancing, Sec. 2.1.2):
+    the tokens per expert of every router are AllReduced over TP x DP x CP once per iteration.
+    """
 
     experts: int
     top_k: int
     ffn_hidden_size: int
     shared_expert_intermediate_size: int = 0
     layer_freq: int | tuple[int, ...] = 1
+    aux_loss_coeff: float = 0.0
+    router_enable_expert_bias: bool = False
 
 
 @dataclass(frozen=True)

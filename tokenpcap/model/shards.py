@@ -40,7 +40,7 @@ class Tensor(NamedTuple):
     outside the transformer layers), element count on this rank, whether it is an expert
     parameter (reduced over the expert-data-parallel group, in its own DDP buffer), and whether
     it is replicated across TP with a gradient sequence parallelism AllReduces over TP (norms,
-    row-parallel biases of dense MLPs and attention, MLA's down projections)."""
+    row-parallel biases of dense MLPs and attention, MLA's down projections, the router)."""
 
     name: str
     layer: int
@@ -67,16 +67,32 @@ def _stage_range(m: ModelProfile, pp: int, stage: int,
 
 def rank_tensors(m: ModelProfile, tp: int, pp: int, stage: int, ep: int = 1,
                  counts: tuple[int, ...] | None = None) -> list[Tensor]:
-    """The parameter tensors one rank of pipeline ``stage`` holds, in Megatron-core's
-    registration order (``GPTModel``: ``embedding.word_embeddings``, ``embedding.
-    position_embeddings``; per ``TransformerLayer``: ``input_layernorm``, ``self_attention.
-    linear_proj``, then ``linear_qkv`` (MLA: ``linear_q_down_proj``, ``linear_q_up_proj``,
-    ``linear_kv_down_proj``, ``linear_kv_up_proj``, ``q_layernorm``, ``kv_layernorm``, the order
-    ``MLASelfAttention.__init__`` builds them), ``pre_mlp_layernorm``, ``mlp.linear_fc1``,
-    ``mlp.linear_fc2`` or ``mlp.router``, ``mlp.experts`` and ``mlp.shared_experts``
-    (``MoELayer.__init__``); ``decoder.final_layernorm``, ``output_layer``); weights before
-    biases. DDP walks them in reverse to fill its gradient buckets (``param_and_grad_buffer.py``).
-    ``counts``: layers per stage (default: the even split).
+    """The parameter tensors one rank of pipeline ``stage`` holds, in the registration order of
+    Megatron-core's Transformer Engine layer spec (``gpt_layer_specs.
+    get_gpt_layer_with_transformer_engine_spec``, Megatron-LM's default ``--transformer-impl
+    transformer_engine``), which DDP walks in reverse to fill its gradient buckets
+    (``param_and_grad_buffer.py``):
+
+    * ``GPTModel``: ``embedding.word_embeddings``, ``embedding.position_embeddings``;
+    * per ``TransformerLayer``: ``self_attention.linear_proj`` (``Attention.__init__`` builds it
+      before ``SelfAttention`` builds ``linear_qkv``), then ``linear_qkv`` as a TE
+      ``LayerNormColumnParallelLinear`` that holds the input norm: ``layer_norm_weight``
+      (``layer_norm_bias``) registered before ``weight`` and ``bias``
+      (``module/layernorm_linear.py``); MLA: the input norm stays a separate ``input_layernorm``
+      first, then ``linear_proj``, ``linear_q_down_proj``, ``linear_q_up_proj``,
+      ``linear_kv_down_proj``, ``linear_kv_up_proj`` (``MLASelfAttention.__init__``), the
+      ``q_layernorm``/``kv_layernorm`` fused into the up projections (their norm weight first,
+      ``mla_qk_norm_config.QKNormConfigResolver``);
+    * a dense MLP fuses ``pre_mlp_layernorm`` into ``mlp.linear_fc1`` likewise (norm, then
+      ``linear_fc1``, ``linear_fc2``); an MoE layer keeps a separate ``pre_mlp_layernorm``
+      (``TENorm``), then ``mlp.router``, ``mlp.experts``, ``mlp.shared_experts``
+      (``MoELayer.__init__``);
+    * ``decoder.final_layernorm``, ``output_layer``.
+
+    Weights before biases. The tensors a TP all-reduce of sequence parallelism must sum
+    (``sp_grad``): every norm, the row-parallel biases of dense MLPs and attention, MLA's
+    down projections, and the router's weight (``moe/router.py`` ``reset_parameters`` sets
+    ``sequence_parallel`` on it). ``counts``: layers per stage (default: the even split).
 
     Raises:
         InputError: ``stage`` outside ``[0, pp)``, or a split that does not fit the model
@@ -95,12 +111,16 @@ def rank_tensors(m: ModelProfile, tp: int, pp: int, stage: int, ep: int = 1,
             out.append(Tensor(name, layer, n, expert, sp_grad))
 
     def norm(name: str, layer: int, size: int) -> None:
+        # a separate norm module: ``<name>.weight``; fused in a TE linear: ``<name>_weight``
+        sep = "_" if name.endswith(".layer_norm") else "."
         for w in ln:
-            add(f"{name}.{w}", layer, size, sp_grad=True)
+            add(f"{name}{sep}{w}", layer, size, sp_grad=True)
 
-    def mlp(prefix: str, layer: int, ffn: int, expert: bool) -> None:
+    def mlp(prefix: str, layer: int, ffn: int, expert: bool, fused_norm: bool = False) -> None:
         f = ffn // tp
         n_in = 2 if m.mlp == "swiglu" else 1
+        if fused_norm:                      # the layer's pre_mlp_layernorm, fused in TE
+            norm(f"{prefix}.linear_fc1.layer_norm", layer, h)
         add(f"{prefix}.linear_fc1.weight", layer, n_in * f * h, expert)
         add(f"{prefix}.linear_fc1.bias", layer, n_in * f if m.bias else 0, expert)
         add(f"{prefix}.linear_fc2.weight", layer, h * f, expert)
@@ -111,24 +131,25 @@ def rank_tensors(m: ModelProfile, tp: int, pp: int, stage: int, ep: int = 1,
         if a is None:
             add(f"{pre}.linear_proj.weight", L, h * q)
             add(f"{pre}.linear_proj.bias", L, h if m.bias else 0, sp_grad=True)
+            norm(f"{pre}.linear_qkv.layer_norm", L, h)       # the layer's input norm
             add(f"{pre}.linear_qkv.weight", L, (q + 2 * kv) * h)
             add(f"{pre}.linear_qkv.bias", L, (q + 2 * kv) if m.bias else 0)
             return
         n = m.attention_heads // tp
         d_q = a.qk_head_dim + a.qk_pos_emb_head_dim
+        norm(f"{pre[:-len('.self_attention')]}.input_layernorm", L, h)
         add(f"{pre}.linear_proj.weight", L, n * a.v_head_dim * h)
         if a.q_lora_rank is None:
             add(f"{pre}.linear_q_proj.weight", L, n * d_q * h)
         else:
             add(f"{pre}.linear_q_down_proj.weight", L, a.q_lora_rank * h, sp_grad=True)
+            norm(f"{pre}.linear_q_up_proj.layer_norm", L, a.q_lora_rank)     # q_layernorm
             add(f"{pre}.linear_q_up_proj.weight", L, n * d_q * a.q_lora_rank)
         add(f"{pre}.linear_kv_down_proj.weight", L, (a.kv_lora_rank + a.qk_pos_emb_head_dim) * h,
             sp_grad=True)
+        norm(f"{pre}.linear_kv_up_proj.layer_norm", L, a.kv_lora_rank)       # kv_layernorm
         add(f"{pre}.linear_kv_up_proj.weight", L,
             n * (a.qk_head_dim + a.v_head_dim) * a.kv_lora_rank)
-        if a.q_lora_rank is not None:
-            norm(f"{pre}.q_layernorm", L, a.q_lora_rank)
-        norm(f"{pre}.kv_layernorm", L, a.kv_lora_rank)
 
     vocab_rank = padded_vocab_size(m, tp) // tp * h
     if stage == 0:
@@ -137,13 +158,12 @@ def rank_tensors(m: ModelProfile, tp: int, pp: int, stage: int, ep: int = 1,
             m.seq_length * h if m.position_embedding == "learned" else 0)
     for L in range(first, first + n_layers):
         pre = f"decoder.layers.{L}"
-        norm(f"{pre}.input_layernorm", L, h)
         attention(f"{pre}.self_attention", L)
-        norm(f"{pre}.pre_mlp_layernorm", L, h)
         if not moe_layers[L] or m.moe is None:
-            mlp(f"{pre}.mlp", L, m.ffn_hidden_size, False)
+            mlp(f"{pre}.mlp", L, m.ffn_hidden_size, False, fused_norm=True)
         else:
-            add(f"{pre}.mlp.router.weight", L, m.moe.experts * h)
+            norm(f"{pre}.pre_mlp_layernorm", L, h)
+            add(f"{pre}.mlp.router.weight", L, m.moe.experts * h, sp_grad=True)
             for x in range(m.moe.experts // ep):
                 mlp(f"{pre}.mlp.experts.local_experts.{x}", L, m.moe.ffn_hidden_size, True)
             if m.moe.shared_expert_intermediate_size:

@@ -74,7 +74,7 @@ from tokenpcap.model import activation_bytes, scenario_shards
 from tokenpcap.config.profiles import DTYPE_BYTES, Scenario
 from tokenpcap.plan.family import Family, Inst
 from tokenpcap.plan.grads import dp_bucket_size, dp_families
-from tokenpcap.plan.moe import moe_insts, moe_tp_families
+from tokenpcap.plan.moe import moe_insts, moe_router_families, moe_tp_families
 from tokenpcap.plan.small import small_families
 from tokenpcap.plan.context import cp_families
 from tokenpcap.plan.pipeline import chunk_layers, next_chunk, stage_layers
@@ -209,6 +209,7 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
             if moe_layers:
                 moe_tp_families(fam, st, tpg, moe_layers, n_mb, full, tp * a2a, tp * a2a // h,
                                 e_act)
+        moe_router_families(fam, s, layout, st, moe_layers, n_mb, full)
         if moe_layers and m.moe is not None and (p.ep > 1 or tp > 1):
             # MoEAlltoAllTokenDispatcher.preprocess: the tokens each rank routes to each expert
             # (int64 [experts]) are AllGathered over the TP x EP group

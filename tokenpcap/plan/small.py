@@ -32,6 +32,11 @@ def small_families(s: Scenario, layout: RankLayout, n_mb: int, fam) -> None:  # 
     * the loss AllReduce over DP (with CP: the dp-cp group) on the last stage after the step:
       the summed loss and token count, two fp32 (``training.py train_step``: ``all_reduce(val,
       group=dp_cp_group)``).
+
+    Not made: ``train_step``'s ``update_successful`` (int32 MIN) and ``grad_norm`` (fp32 MAX)
+    and ``training_log``'s learning rate (fp32 MAX), three 4-byte AllReduces over the
+    model-parallel group after the step (``common_utils.logical_and_across_model_parallel_group``,
+    ``reduce_max_stat_across_model_parallel_group``).
     """
     p, t, m = s.parallelism, s.training, s.model
     b, seq = t.micro_batch_size, m.seq_length

@@ -34,8 +34,10 @@ launched during that chunk's backward of the last microbatch. Without ``overlap_
 nothing is launched during the backward: after the last one every bucket goes out, chunk 0's first
 (``finalize_model_grads``: ``finish_grad_sync`` of each model chunk in order). After the last
 backward the rank waits for its stream,
-then (SP) AllReduces the TP-replicated gradients, then the tied-embedding gradients, steps the
-optimizer, and (ZeRO-1/2) gathers the updated parameters bucket by bucket.
+then (SP) AllReduces the TP-replicated gradients, then the tied-embedding gradients, then (MoE
+with expert bias) the routers' tokens per expert, steps the optimizer, (ZeRO-1/2) gathers the
+updated parameters bucket by bucket, and AllReduces the loss.
+A router with an auxiliary loss AllReduces its tokens per expert before the dispatch.
 """
 from __future__ import annotations
 
@@ -101,7 +103,8 @@ BLOCK, ASYNC, SEND, RECV = CallMode.BLOCK, CallMode.ASYNC, CallMode.SEND, CallMo
 
 _FWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "attn_in"), ("r", "cp_kv"),
               ("t", "attn_fwd"),
-              ("c", "attn_out"), ("c", "mlp_in"), ("c", "moe_counts"), ("c", "dispatch"),
+              ("c", "attn_out"), ("c", "mlp_in"), ("c", "moe_aux_loss"), ("c", "moe_counts"),
+              ("c", "dispatch"),
               ("c", "dispatch_probs"), ("c", "moe_gather"), ("c", "moe_gather_probs"),
               ("t", "mlp_fwd"), ("c", "moe_scatter"), ("c", "combine"), ("c", "mlp_out"))
 _BWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "mlp_out_grad"),
@@ -243,6 +246,7 @@ class _Builder:
         self.p.append(_WAIT)
         self.take(("backward", False, -1, -1, "tp_replicated_grads"), BLOCK)
         self.take(("backward", False, -1, -1, "tied_embedding_grads"), BLOCK)
+        self.take(("backward", False, -1, -1, "expert_bias"), BLOCK)
         self.p.append(Mark(True, "O", -1, self.it))
         self.take(("optimizer", False, -1, -1, "found_inf"), BLOCK)
         self.take(("optimizer", False, -1, -1, "grad_norm"), BLOCK)
