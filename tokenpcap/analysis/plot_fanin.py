@@ -116,8 +116,12 @@ def fan_in_figure(series: dict, *, title: str = ""):
     start = series.get("start_ns", 0)
     unit, div = time_axis(start + width * slots)
     top = max(int(m.max()), 1)
-    fig, (ax, low) = plt.subplots(2, 1, figsize=(12, min(4 + 0.22 * len(recv), 15)),
-                                  sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    # a narrow column for the colour bar, so that both time axes keep the same width
+    fig, grid = plt.subplots(2, 2, figsize=(12, min(4 + 0.22 * len(recv), 15)),
+                             gridspec_kw={"height_ratios": [3, 1], "width_ratios": [40, 1]})
+    (ax, cax), (low, spare) = grid
+    spare.set_axis_off()
+    low.sharex(ax)
     edges = (start + np.arange(slots + 1) * width) / div
     cmap = plt.get_cmap("magma_r", top + 1)
     img = ax.pcolormesh(edges, np.arange(len(recv) + 1) - 0.5, m, cmap=cmap, vmin=-0.5,
@@ -128,11 +132,14 @@ def fan_in_figure(series: dict, *, title: str = ""):
                         for i in range(0, len(recv), step)], fontsize=7)
     ax.set_ylim(len(recv) - 0.5, -0.5)
     ax.set_ylabel("receiving NIC (distinct senders overall)")
-    bar = fig.colorbar(img, ax=ax, pad=0.01, label="distinct senders in the bin")
+    ax.tick_params(labelbottom=False)
+    bar = fig.colorbar(img, cax=cax, label="distinct senders in the bin")
     bar.set_ticks(np.unique(np.linspace(0, top, min(top, 10) + 1).round().astype(int)))
     low.step(edges[:-1], m.max(axis=0), where="post", color="black", lw=1)
     low.set_ylabel("largest fan-in")
     low.set_ylim(0, top + 0.5)
+    from matplotlib.ticker import MaxNLocator
+    low.yaxis.set_major_locator(MaxNLocator(integer=True))
     low.grid(alpha=0.3)
     low.set_xlabel(f"time since first frame ({unit}); bins of {width:,} ns")
     fig.suptitle(title or "Fan-in: distinct senders with data to each receiver")
