@@ -61,16 +61,16 @@ def _busiest(arg: str | None, text: str, table: NicPhaseTable) -> NicPick:
 
 def _carrying(arg: str | None, text: str, table: NicPhaseTable) -> NicPick:
     fams = [lab.split("/", 1)[0] for lab in table.phases]
-    sent = list(dict.fromkeys(fams))
+    sent = ", ".join(dict.fromkeys(fams)) or "none"
     if arg is None or arg.strip() not in DIMS:
         raise InputError(f"--nics: got {text!r}, expected carrying:FAMILY with FAMILY one of "
-                         f"{', '.join(DIMS)} (this scenario's NICs send {', '.join(sent) or 'none'})")
+                         f"{', '.join(DIMS)} (this scenario's NICs send {sent})")
     fam = arg.strip()
     cols = [j for j, f in enumerate(fams) if f == fam]
     chosen = np.flatnonzero(table.bytes[:, cols].sum(axis=1) > 0).tolist() if cols else []
     if not chosen:
         raise InputError(f"--nics: got {text!r}, expected a family some NIC sends bytes of: "
-                         f"{', '.join(sent) or 'none'} (no NIC sends {fam} bytes here)")
+                         f"{sent} (no NIC sends {fam} bytes here)")
     return NicPick(frozenset(chosen), text,
                    f"--nics {text}: NICs {index_ranges(chosen)} ({len(chosen)} sending "
                    f"{fam} bytes: {', '.join(table.phases[j] for j in cols)})")
