@@ -24,7 +24,7 @@ from tests.analysis.trace import write_trace
 from tests.pcap.helpers import block, epb, erf_record, hand_pcap, idb, option, pad4, shb
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = ("read", "readdress", "plot", "draw", "inspect", "profile", "mapping")
+TARGETS = ("read", "readdress", "plot", "views", "draw", "inspect", "profile", "mapping")
 
 _INTERESTING_32 = (0, 1, 2, 3, 4, 0x7F, 0x80, 0xFF, 0x100, 0xFFFF, 0x10000, 0x7FFFFFFF,
                    0x80000000, 0xFFFFFFFE, 0xFFFFFFFF, 16, 24, 28, 32, 0x0A0D0D0A, 0x1A2B3C4D)
@@ -252,6 +252,17 @@ def _run(target: str, data: bytes, work: Path) -> str:
         s = capture_series(src, bins=16)
         if any(v.size != s["bins"] for v in s["throughput"].values()):
             raise WrongOutput("a throughput row of the wrong length")
+        return "ok"
+    if target == "views":
+        from tokenpcap.analysis.plot_fanin import fan_in_series
+        from tokenpcap.analysis.plot_heatmap import heatmap_series
+
+        h, f = heatmap_series([src], bins=16), fan_in_series([src], bins=16)
+        if h["bytes"].shape != (len(h["nics"]), h["bins"]) or f["fan_in"].shape != (
+                len(f["receivers"]), f["bins"]) or (f["fan_in"] < 0).any():
+            raise WrongOutput("a heat map or fan-in matrix of the wrong shape")
+        if (h["family_bytes"].sum(axis=1) != h["bytes"].sum(axis=1)).any():
+            raise WrongOutput("the heat map's families do not add up to its rows")
         return "ok"
     if target == "readdress":
         from tokenpcap.analysis.readdress import Mapping, readdress

@@ -35,6 +35,7 @@ def test_every_seed_is_accepted_or_refused_cleanly(seeds, work):
         assert run_target("read", data, work) == "ok", name
         assert run_target("inspect", data, work) == "ok", name
         assert run_target("plot", data, work) == "ok", name
+        assert run_target("views", data, work) == "ok", name
         drawn = "error" if name == "cut.pcap" else "ok"     # cut before the UDP port: no RDMA
         assert run_target("draw", data, work) == drawn, name
         want = "error" if name.startswith(("ib.", "foreign-")) else "ok"
@@ -49,7 +50,7 @@ _SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-@pytest.mark.parametrize("target", ["read", "readdress", "plot", "inspect"])
+@pytest.mark.parametrize("target", ["read", "readdress", "plot", "views", "inspect"])
 @_SETTINGS
 @given(pick=st.integers(0, 1 << 16), partner=st.integers(0, 1 << 16),
        rng_seed=st.integers(0, 1 << 62), rounds=st.integers(1, 6))

@@ -68,3 +68,19 @@ def test_save_figure_never_renames_over_a_fifo(tmp_path):
     assert not plt.fignum_exists(fig.number)
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png"]
+
+
+def test_every_phase_family_has_its_own_colour():
+    import re
+
+    from tokenpcap.analysis.figure import FAMILY_COLORS, family_color, family_of
+    from tokenpcap.records import DIMS
+
+    assert set(DIMS) <= set(FAMILY_COLORS)
+    assert len(set(FAMILY_COLORS.values())) == len(FAMILY_COLORS)        # distinct
+    assert all(re.fullmatch(r"#[0-9a-f]{6}", c) for c in FAMILY_COLORS.values())
+    assert family_of("dp/backward/AllReduce") == "dp" and family_of("ep/forward/AllToAll") == "ep"
+    assert family_of("control (CTS, ACK)") == "control" and family_of("(no phase)") == "(no phase)"
+    assert family_of("nosuch/x/y") == "(no phase)"
+    assert family_color("dp/optimizer/AllReduce") == family_color("dp/backward/ReduceScatter")
+    assert family_color("dp/backward/AllReduce") != family_color("pp/forward/SendRecv")

@@ -199,3 +199,43 @@ def test_a_switch_port_capture_does_not_call_the_runs_bytes_its_expected_size(tm
     shown = subprocess.run([tshark_path(), "-r", str(pcap), "-Y", "macc.opcode == 0x0101"],
                            capture_output=True, text=True, check=True).stdout.splitlines()
     assert len(shown) == pfc
+
+
+@pytest.mark.parametrize("text, want", [
+    ("busiest:0", "expected busiest:K with K in 1..32"),
+    ("busiest:two", "expected busiest:K with K in 1..32"),
+    ("carrying:ep", "expected a family some NIC sends bytes of: pp, dp, emb, mp"),
+    ("carrying:xx", "expected carrying:FAMILY with FAMILY one of tp, pp, dp, ep"),
+    ("busy", "expected busiest, busiest:K, carrying:FAMILY or indices"),
+])
+def test_a_bad_nic_pick_is_one_usage_line_before_anything_is_created(tmp_path, text, want):
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+
+    out = tmp_path / "new"
+    r = CliRunner().invoke(main, ["generate", str(SCENARIOS / "dante.yaml"), "-o", str(out),
+                                  "--nics", text])
+    assert r.exit_code == 2, r.output
+    line, = [x for x in r.output.splitlines() if x.startswith("Error:")]
+    assert "'--nics'" in line and f"got {text!r}" in line and want in line, r.output
+    assert "Traceback" not in r.output and not out.exists()
+
+
+def test_busiest_writes_the_capture_of_the_nic_it_names(tmp_path):
+    """`--nics busiest` is `--nics 0` on dante (0,4,8,12 send 4 B more than the others; the
+    tie goes to the lowest): the same file byte for byte, and stderr says which NIC."""
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+
+    runs = {}
+    for sel in ("busiest", "0"):
+        out = tmp_path / sel
+        r = CliRunner().invoke(main, ["generate", str(SCENARIOS / "dante.yaml"), "-o", str(out),
+                                      "--scale", "64", "--nics", sel, "--jobs", "1"])
+        assert r.exit_code == 0, r.output
+        runs[sel] = (r, {p.name: p.read_bytes() for p in out.iterdir()})
+    (r, got), (_, want) = runs["busiest"], runs["0"]
+    assert got == want and list(got) == ["dante_node00_nic0.pcapng"]
+    assert "--nics busiest: NICs 0 (the 1 sending the most bytes" in r.stderr

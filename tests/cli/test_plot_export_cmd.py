@@ -230,3 +230,35 @@ def test_plot_a_capture_with_a_bin_and_a_time_window(tmp_path):
                                   "--time-window", f"1us:{end_us}us"])
     assert r.exit_code == 0, r.output
     assert [Path(x).name for x in r.output.split()] == ["t-throughput.png", "t-sizes.png"]
+
+
+def test_plot_heatmap_and_fan_in_of_a_directory_and_of_several_files(tmp_path):
+    """--heatmap/--fan-in draw only those pictures, of every capture given together, named
+    after the first SOURCE; with a scenario, --fabric or --ranks they are usage errors."""
+    from tests.analysis.trace import packets, write_trace
+
+    p = packets(2000)
+    caps = tmp_path / "caps"
+    caps.mkdir()
+    for g in range(4):
+        write_trace(caps / f"nic{g}.pcap", 0, pkts=p[p["nic"] == g])
+    r = CliRunner().invoke(main, ["plot", str(caps), "-o", str(tmp_path / "o"), "--heatmap",
+                                  "--fan-in", "--bin", "1000"])
+    assert r.exit_code == 0, r.output
+    assert [Path(x).name for x in r.output.split()] == ["caps-heatmap.png", "caps-fan-in.png"]
+    assert sorted(x.name for x in (tmp_path / "o").iterdir()) == ["caps-fan-in.png",
+                                                                  "caps-heatmap.png"]
+    files = [str(caps / f"nic{g}.pcap") for g in (2, 0)]
+    r = CliRunner().invoke(main, ["plot", *files, "-o", str(tmp_path / "o2"), "--heatmap"])
+    assert r.exit_code == 0 and Path(r.output.split()[0]).name == "nic2-heatmap.png", r.output
+    r = CliRunner().invoke(main, ["plot", *files, "-o", str(tmp_path / "o3")])
+    assert [Path(x).name for x in r.output.split()] == ["nic2-throughput.png", "nic2-sizes.png",
+                                                        "nic0-throughput.png", "nic0-sizes.png"]
+    for args, option, message in (
+            ([str(DANTE), "--heatmap"], "--heatmap", "got --heatmap with a scenario"),
+            ([str(caps), "--fan-in", "--fabric", str(caps)], "--fan-in", "with --fabric"),
+            ([str(caps), "--heatmap", "--ranks", "0"], "--heatmap", "with --ranks"),
+            ([str(DANTE), str(caps)], "SOURCE", "expected one scenario or captures")):
+        r = CliRunner().invoke(main, ["plot", *args, "-o", str(tmp_path / "bad")])
+        assert r.exit_code == 2 and f"'{option}'" in r.output and message in r.output, r.output
+        assert not (tmp_path / "bad").exists()

@@ -8,12 +8,47 @@ from pathlib import Path
 
 from tokenpcap.errors import OutputError
 from tokenpcap.pcap.filekind import refuse_special_output
+from tokenpcap.records import DIMS
 
-__all__ = ["COLORS", "pyplot", "time_axis", "save_figure"]
+__all__ = ["COLORS", "FAMILY_COLORS", "family_of", "family_color", "address_key", "pyplot",
+           "time_axis", "save_figure"]
 
 #: the palette of every figure, in order of use (phases, dimensions, series)
 COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3",
           "#8C8C8C", "#CCB974", "#64B5CD"]
+
+#: The colour of each phase family (the first part of a phase label, :data:`tokenpcap.records.
+#: DIMS`), of the control packets (clear-to-send writes and ACKs) and of frames without a phase:
+#: one fixed table, so that ``dp`` has the same colour in every picture of every capture. The
+#: colours are matplotlib's ``tab10`` (Tableau 10), one each.
+FAMILY_COLORS: dict[str, str] = {
+    "dp": "#1f77b4", "pp": "#ff7f0e", "tp": "#2ca02c", "ep": "#d62728", "cp": "#9467bd",
+    "emb": "#8c564b", "mp": "#e377c2", "wl": "#bcbd22", "control": "#17becf",
+    "(no phase)": "#7f7f7f"}
+
+
+def family_of(label: str) -> str:
+    """The family of a phase label as the capture pictures name it: its first part (``dp`` of
+    ``dp/backward/AllReduce``), ``control`` for the control packets (a label starting
+    ``control``), ``(no phase)`` for anything else (no label, a foreign comment)."""
+    if label.startswith("control"):
+        return "control"
+    head = label.split("/", 1)[0]
+    return head if head in DIMS else "(no phase)"
+
+
+def family_color(label: str) -> str:
+    """The colour of ``label``'s family in :data:`FAMILY_COLORS`."""
+    return FAMILY_COLORS[family_of(label)]
+
+
+def address_key(text: str) -> tuple:
+    """Sort key of an address text (IPv4, IPv6, ``lid 0x..``): numeric, IPv4 before IPv6."""
+    import ipaddress
+    if text.startswith("lid "):
+        return (0, int(text[4:], 16))
+    ip = ipaddress.ip_address(text)
+    return (ip.version, int(ip))
 
 
 def pyplot():

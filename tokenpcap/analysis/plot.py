@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.analysis.figure import COLORS, pyplot, save_figure, time_axis
+from tokenpcap.analysis.figure import address_key as _address_key
 from tokenpcap.analysis.plot_gantt import default_timeline_ranks, plot_timeline
 from tokenpcap.analysis.plot_series import capture_series, count_values
 from tokenpcap.errors import InputError
@@ -86,15 +87,6 @@ def throughput_figure(series: dict, *, title: str = ""):
     fig.suptitle((title or "Layer-2 throughput per sending NIC, stacked by phase") + some)
     fig.tight_layout()
     return fig
-
-
-def _address_key(text: str) -> tuple:
-    """Sort key of an address text: numeric for IPv4/IPv6/LIDs."""
-    import ipaddress
-    if text.startswith("lid "):
-        return (0, int(text[4:], 16))
-    ip = ipaddress.ip_address(text)
-    return (ip.version, int(ip))
 
 
 def _size_text(n: int) -> str:
@@ -231,3 +223,46 @@ def _plot_all(source, outset, *, scale: int, iterations: int,
             plot_sizes(series, outset.path(f"{src.stem}-sizes.png"),
                        title=f"{shown(src.name)}: frame and message sizes")]
 
+
+
+def _views() -> dict:
+    """The pictures of several captures together, by option name: ``(numbers, drawing, title)``
+    (:mod:`tokenpcap.analysis.plot_heatmap`, :mod:`tokenpcap.analysis.plot_fanin`)."""
+    from tokenpcap.analysis.plot_fanin import fan_in_series, plot_fan_in
+    from tokenpcap.analysis.plot_heatmap import heatmap_series, plot_heatmap
+
+    return {"heatmap": (heatmap_series, plot_heatmap,
+                        "layer-2 throughput per sending NIC over time"),
+            "fan-in": (fan_in_series, plot_fan_in,
+                       "distinct senders with data to each receiver")}
+
+
+#: the option names of the views :func:`plot_together` draws, in the order drawn
+TOGETHER_VIEWS = ("heatmap", "fan-in")
+
+
+def plot_together(paths, outdir: str | os.PathLike, views, *, stem: str,
+                  bin_ns: int | None = None,
+                  window: tuple[int | None, int | None] | None = None) -> list[Path]:
+    """The pictures ``views`` (names of :data:`TOGETHER_VIEWS`) of the captures ``paths`` read
+    together on common bins: ``<stem>-heatmap.png`` (NICs x time), ``<stem>-fan-in.png``
+    (senders per receiver and bin). Returns the PNG paths; they land together or not at all.
+
+    Raises:
+        OutputError, CaptureError, InputError: as :func:`plot_all`; InputError also for no RDMA
+            frame to draw.
+    """
+    from tokenpcap.pcap.output import make_directory
+    from tokenpcap.pcap.outputset import OutputSet
+
+    table = _views()
+    with make_directory(outdir) as outdir, OutputSet(outdir, what="plot") as outset:
+        drawn = []
+        for name in views:
+            numbers, draw, what = table[name]
+            stage(f"reading {len(paths)} capture{'s' if len(paths) != 1 else ''} for the {name}")
+            series = numbers(paths, bin_ns=bin_ns, window=window)
+            drawn.append(draw(series, outset.path(f"{stem}-{name}.png"),
+                              title=f"{shown(stem)}: {what}"))
+        outset.commit()
+        return [outset.final(p) for p in drawn]

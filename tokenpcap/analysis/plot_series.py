@@ -17,7 +17,8 @@ from tokenpcap.pcap.timestamps import NO_TIME
 from tokenpcap.records import parse_phase_label
 from tokenpcap.records.comments import CONTROL_PREFIXES
 
-__all__ = ["CONTROL_LABEL", "MAX_BINS", "capture_series", "capture_span", "phase_throughput",
+__all__ = ["CONTROL_LABEL", "MAX_BINS", "capture_series", "time_bins", "in_window",
+           "time_slot", "capture_span", "phase_throughput",
            "count_values", "parse_time_window"]
 
 #: Most time bins a capture picture holds (``--bin`` finer than span / MAX_BINS is refused):
@@ -68,6 +69,67 @@ def parse_time_window(text: str) -> tuple[int | None, int | None]:
     return out[0], out[1]
 
 
+def time_bins(cap, *, span: tuple[int, int] | None = None, bins: int = 200,
+              bin_ns: int | None = None, window: tuple[int | None, int | None] | None = None
+              ) -> tuple[int, int, int, int | None, int | None, int]:
+    """The time bins of :func:`capture_series` for the open capture ``cap`` (its record headers
+    read when ``span`` is None): ``(t0_ns, bin_ns, bins, lo, hi, first)``, the first bin's
+    start, the bin width, the bins minus one (slots = bins + 1), the window's bounds in capture
+    time (None: open) and the first frame's time in file order (``span[0]`` when given).
+
+    Raises:
+        InputError: as :func:`capture_series` (too fine a ``bin_ns``, a window after the last
+            frame).
+    """
+    from tokenpcap.errors import InputError
+
+    if span is not None:
+        t0, t1 = span
+        first = t0
+    else:
+        t0, t1, first = _span(cap)
+    t0 = t0 or 0
+    first = t0 if first is None else first
+    lo = hi = None
+    if window is not None:
+        lo = first + window[0] if window[0] is not None else None
+        hi = first + window[1] if window[1] is not None else None
+        t0 = lo if lo is not None else t0
+        t1 = hi if hi is not None else t1
+        if t1 is not None and t1 < t0:
+            raise InputError(f"--time-window: got a window after the last frame "
+                             f"({(t1 - first) / 1e9:.9f} s), expected one that holds frames")
+    if bin_ns is not None:
+        n = ((t1 or 0) - t0) // bin_ns + 1 if t1 is not None else 1
+        if n > MAX_BINS:
+            least = -(-((t1 or 0) - t0 + 1) // MAX_BINS)
+            raise InputError(f"--bin: got {bin_ns:,} ns, expected at least {least:,} ns for "
+                             f"{(t1 or 0) - t0:,} ns of capture (at most {MAX_BINS:,} bins)")
+        width, bins = bin_ns, max(int(n) - 1, 0)
+    else:
+        width = max(((t1 or 0) - t0) // bins + 1, 1)
+    return t0, width, bins, lo, hi, first
+
+
+def in_window(time_ns: np.ndarray, lo: int | None, hi: int | None) -> np.ndarray:
+    """bool (n,): the timed frames of int64 ``time_ns`` (n,) with ``lo <= t <= hi`` (None:
+    open), the window of :func:`time_bins`."""
+    keep = time_ns != NO_TIME
+    if lo is not None:
+        keep &= time_ns >= lo
+    if hi is not None:
+        keep &= time_ns <= hi
+    return keep
+
+
+def time_slot(time_ns: np.ndarray, t0: int, width: int) -> np.ndarray:
+    """int64 (n,): the bin of each timed frame of int64 ``time_ns`` (n,), bins of ``width`` ns
+    from ``t0`` (:func:`time_bins`)."""
+    # in uint64: the span of arbitrary int64 times may exceed int64 (wraps right here)
+    return ((time_ns.astype(np.uint64) - np.uint64(t0 % (1 << 64)))
+            // np.uint64(width)).astype(np.int64)
+
+
 def capture_series(path: str | os.PathLike, *, bins: int = 200,
                    span: tuple[int, int] | None = None, bin_ns: int | None = None,
                    window: tuple[int | None, int | None] | None = None) -> dict:
@@ -98,34 +160,9 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200,
         InputError: ``bin_ns`` would make more than :data:`MAX_BINS` bins, or the window holds
             no frame.
     """
-    from tokenpcap.errors import InputError
-
     cap = open_capture(path, on_truncation="stop")
-    if span is not None:
-        t0, t1 = span
-        first = t0
-    else:
-        t0, t1, first = _span(cap)
-    t0 = t0 or 0
-    first = t0 if first is None else first
-    lo = hi = None
-    if window is not None:
-        lo = first + window[0] if window[0] is not None else None
-        hi = first + window[1] if window[1] is not None else None
-        t0 = lo if lo is not None else t0
-        t1 = hi if hi is not None else t1
-        if t1 is not None and t1 < t0:
-            raise InputError(f"--time-window: got a window after the last frame "
-                             f"({(t1 - first) / 1e9:.9f} s), expected one that holds frames")
-    if bin_ns is not None:
-        n = ((t1 or 0) - t0) // bin_ns + 1 if t1 is not None else 1
-        if n > MAX_BINS:
-            least = -(-((t1 or 0) - t0 + 1) // MAX_BINS)
-            raise InputError(f"--bin: got {bin_ns:,} ns, expected at least {least:,} ns for "
-                             f"{(t1 or 0) - t0:,} ns of capture (at most {MAX_BINS:,} bins)")
-        width, bins = bin_ns, max(int(n) - 1, 0)
-    else:
-        width = max(((t1 or 0) - t0) // bins + 1, 1)
+    t0, width, bins, lo, hi, first = time_bins(cap, span=span, bins=bins, bin_ns=bin_ns,
+                                               window=window)
     nic_index: dict[tuple, int] = {}
     nics: list[str] = []
     labels: list[str] = []
@@ -137,12 +174,7 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200,
     for rec in cap.batches():
         d = decode_batch(cap.data, rec, cap.views)
         if window is not None:
-            keep = d["time_ns"] != NO_TIME
-            if lo is not None:
-                keep &= d["time_ns"] >= lo
-            if hi is not None:
-                keep &= d["time_ns"] <= hi
-            d = d[keep]
+            d = d[in_window(d["time_ns"], lo, hi)]
         count_values(frame_sizes, d["orig_len"])
         rd = np.flatnonzero(is_rdma(d["kind"]))
         if rd.size == 0:
@@ -179,9 +211,7 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200,
             d, nic, phase = d[timed], nic[timed], phase[timed]
             if d.size == 0:
                 continue
-        # in uint64: the span of arbitrary int64 times may exceed int64 (wraps right here)
-        slot = ((d["time_ns"].astype(np.uint64) - np.uint64(t0 % (1 << 64)))
-                // np.uint64(width)).astype(np.int64)
+        slot = time_slot(d["time_ns"], t0, width)
         pair = (nic * (len(labels) + 1) + phase + 1)
         uniq, pinv = np.unique(pair, return_inverse=True)
         sums = np.bincount(pinv.ravel() * (bins + 1) + slot, d["orig_len"],

@@ -213,7 +213,9 @@ def selection_options(f):  # type: ignore[no-untyped-def]
     """The options shared by ``generate`` (selections, format, split ...)."""
     opts = [
         click.option("--ranks", help="Keep frames sent for these ranks, e.g. 0-3,8."),
-        click.option("--nics", help="Keep frames these NICs send (global index), e.g. 0,8."),
+        click.option("--nics", help="Keep frames these NICs send: global indices (0,8), busiest[:K] "
+                     "(the K sending the most bytes, default 1) or carrying:FAMILY (every NIC "
+                     "sending bytes of that phase family, e.g. carrying:ep); see `plan --nics`."),
         click.option("--phases", help="Comma-separated phase patterns: a label "
                      "(dp/backward/AllReduce), a prefix (pp/forward) or a component (backward)."),
         click.option("--iterations", help="N: run N iterations; A:B: run B, keep iterations A..B-1."),
@@ -270,6 +272,29 @@ def parse_phases(text: str) -> tuple[str, ...]:
     return pats
 
 
+def _parse_nics(s: Scenario, text: str, n_nics: int, scale: int) -> frozenset[int]:
+    """``--nics`` text → NIC indices: a pick of :mod:`tokenpcap.plan.nic_pick` (``busiest:K``,
+    ``carrying:dp``), resolved on the plan at ``scale`` and said on stderr, or indices.
+
+    Raises:
+        InputError: as :func:`~tokenpcap.plan.nic_pick.pick_nics` or :func:`parse_index_set`.
+    """
+    import re
+
+    from tokenpcap.plan.nic_pick import NICS_WANT, is_pick, pick_nics
+
+    if not is_pick(text):
+        if re.search(r"[^\d\s,-]", text):          # a word that names no pick: say what is read
+            raise InputError(f"--nics: got {text!r}, expected {NICS_WANT}")
+        return parse_index_set(text, "--nics", n_nics)
+    from tokenpcap.plan.build import build_plan
+    from tokenpcap.plan.nics import nic_phase_table
+
+    pick = pick_nics(text, nic_phase_table(build_plan(s, scale=scale)))
+    click.echo(pick.why, err=True)
+    return pick.nics
+
+
 def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, time_window, fmt,
                   split, snaplen, scale, seed, jobs, force, point: str = "nic-tx"
                   ) -> GenerateOptions:
@@ -279,7 +304,8 @@ def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, ti
         click.BadParameter: an option value out of range for this scenario (exit 2): indices
             outside the world / the NICs, an empty or malformed selection (``--nics ''`` names
             no NIC: it does not keep every NIC), time window or iteration range, ``--format erf``
-            on RoCEv2, a ``--point`` that is not nic-tx, nic-rx or switch:NAME:PORT.
+            on RoCEv2, a ``--point`` that is not nic-tx, nic-rx or switch:NAME:PORT, a
+            ``--nics`` pick (``busiest:K``, ``carrying:FAMILY``) that picks no NIC.
     """
     world = s.parallelism.world
     n_nics = s.cluster.nodes * s.cluster.nics_per_node
@@ -289,8 +315,7 @@ def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, ti
     n_it, keep_it = _option("--iterations", parse_iterations, iterations) \
         if iterations is not None else (None, None)
     sel = Selection(
-        nics=_option("--nics", parse_index_set, nics, "--nics", n_nics)
-        if nics is not None else None,
+        nics=_option("--nics", _parse_nics, s, nics, n_nics, scale) if nics is not None else None,
         ranks=_option("--ranks", parse_index_set, ranks, "--ranks", world)
         if ranks is not None else None,
         phases=_option("--phases", parse_phases, phases) if phases is not None else None,

@@ -11,7 +11,7 @@ from tokenpcap.cli.set_option import set_option
 
 
 @main.command("plot", no_args_is_help=True)
-@click.argument("source", type=click.Path(path_type=str), required=False)
+@click.argument("sources", metavar="[SOURCE]...", type=click.Path(path_type=str), nargs=-1)
 @click.option("-o", "--outdir", default=".", show_default=True,
               type=click.Path(file_okay=False, path_type=str),
               help="Directory for the PNGs (created, with its parents).")
@@ -35,23 +35,45 @@ from tokenpcap.cli.set_option import set_option
               help="With --fabric: draw QP N's DCQCN rate, the queue of the switch port before "
                    "its receiver and the CNPs that reached it (<stem>-qp<N>.png) from the "
                    "congestion-control side files; `inspect --fabric` lists the QPs.")
+@click.option("--heatmap", is_flag=True,
+              help="Captures only: one picture of every sending NIC of SOURCE(s) over time "
+                   "(bytes per bin), with its bytes per phase family (<stem>-heatmap.png).")
+@click.option("--fan-in", "fan_in", is_flag=True,
+              help="Captures only: per receiving NIC, the distinct senders with data to it in "
+                   "each bin (<stem>-fan-in.png).")
 @library_errors
 @set_option
 @stage_lines
-def plot_cmd(source: str | None, outdir: str, scale: int, iterations: int, ranks: str | None,
-             fabric: str | None, bin_ns: int | None, window: str | None,
-             qp: int | None) -> None:
+def plot_cmd(sources: tuple[str, ...], outdir: str, scale: int, iterations: int,
+             ranks: str | None, fabric: str | None, bin_ns: int | None, window: str | None,
+             qp: int | None, heatmap: bool = False, fan_in: bool = False) -> None:
     """Draw SOURCE: a capture (pcap/pcapng/ERF) gives throughput per NIC stacked by phase and
     frame/message size distributions; a directory of captures gives those two pictures for each
     of its .pcap/.pcapng/.erf files (sorted); a scenario (.yaml) gives the per-rank timeline
     (1F1B, compute and RDMA messages) and message sizes. With --fabric: only the fabric picture
     <stem>-fabric-queues.png, SOURCE (optional: captures) adding the throughput per phase;
-    with --fabric and --qp N: only QP N's rate, queue and CNPs, <stem>-qp<N>.png."""
+    with --fabric and --qp N: only QP N's rate, queue and CNPs, <stem>-qp<N>.png. Several
+    SOURCEs (captures or directories) are drawn one after the other; with --heatmap and/or
+    --fan-in, only those pictures, of all the captures together (<stem>: the first SOURCE's)."""
     from pathlib import Path
 
     from tokenpcap.analysis.plot_series import parse_time_window
     from tokenpcap.errors import InputError
 
+    source = sources[0] if sources else None
+    together = [v for v, on in (("heatmap", heatmap), ("fan-in", fan_in)) if on]
+    scenarios = [p for p in sources if Path(p).suffix in (".yaml", ".yml")]
+    if scenarios and len(sources) > 1:
+        raise click.BadParameter(f"got {len(sources)} sources with the scenario {scenarios[0]}, "
+                                 "expected one scenario or captures", param_hint="'SOURCE'")
+    if together and (fabric is not None or scenarios or qp is not None or ranks):
+        what = ("--fabric" if fabric is not None else "a scenario" if scenarios
+                else "--qp" if qp is not None else "--ranks")
+        raise click.BadParameter(f"got --{together[0]} with {what}, expected captures (files "
+                                 "or directories) alone", param_hint=f"'--{together[0]}'")
+    if len(sources) > 1 and fabric is not None:
+        raise click.BadParameter(f"got {len(sources)} sources with --fabric, expected one "
+                                 "(a capture or a directory)", param_hint="'SOURCE'")
     if qp is not None and fabric is None:
         raise click.BadParameter("got a QP without --fabric, expected --fabric DIR beside it",
                                  param_hint="'--qp'")
@@ -113,8 +135,16 @@ def plot_cmd(source: str | None, outdir: str, scale: int, iterations: int, ranks
             raise click.BadParameter(str(err).split(": ", 1)[-1], param_hint="'--ranks'") from None
     from tokenpcap.cli.captures import capture_paths
 
-    sources = [source] if Path(source).suffix in (".yaml", ".yml") else capture_paths([source])
-    for src in sources:
+    if together:
+        from tokenpcap.analysis.plot import plot_together
+
+        for path in plot_together(capture_paths(sources), outdir, together,
+                                  stem=Path(source).stem or "captures", bin_ns=bin_ns,
+                                  window=span):
+            click.echo(str(path))
+        return
+    paths = [source] if Path(source).suffix in (".yaml", ".yml") else capture_paths(sources)
+    for src in paths:
         for path in plot_all(src, outdir, scale=scale, iterations=iterations, ranks=rank_list,
                              bin_ns=bin_ns, window=span):
             click.echo(str(path))
