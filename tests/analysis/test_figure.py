@@ -84,3 +84,21 @@ def test_every_phase_family_has_its_own_colour():
     assert family_of("nosuch/x/y") == "(no phase)"
     assert family_color("dp/optimizer/AllReduce") == family_color("dp/backward/ReduceScatter")
     assert family_color("dp/backward/AllReduce") != family_color("pp/forward/SendRecv")
+
+
+def test_stacked_phases_keep_their_family_colour_and_stay_apart():
+    """The throughput stacks colour each phase from its family's entry: the first phase of a
+    family in the family's own colour, the next ones lighter (the same hue), never two alike."""
+    from matplotlib.colors import rgb_to_hsv, to_rgb
+
+    from tokenpcap.analysis.figure import FAMILY_COLORS, phase_colors
+
+    labels = ["dp/backward/AllReduce", "dp/optimizer/AllReduce", "pp/forward/SendRecv",
+              "dp/backward/ReduceScatter", "pp/backward/SendRecv", "(no phase)"]
+    got = phase_colors(labels)
+    assert got[0] == FAMILY_COLORS["dp"] and got[2] == FAMILY_COLORS["pp"]
+    assert got[5] == FAMILY_COLORS["(no phase)"]
+    assert len(set(got)) == len(got)
+    hue = lambda c: round(float(rgb_to_hsv(to_rgb(c))[0]), 2)   # noqa: E731
+    assert hue(got[1]) == hue(got[3]) == hue(FAMILY_COLORS["dp"])
+    assert sum(to_rgb(got[1])) > sum(to_rgb(got[0]))              # lighter

@@ -10,7 +10,7 @@ from tokenpcap.errors import OutputError
 from tokenpcap.pcap.filekind import refuse_special_output
 from tokenpcap.records import DIMS
 
-__all__ = ["COLORS", "FAMILY_COLORS", "family_of", "family_color", "address_key", "pyplot",
+__all__ = ["COLORS", "FAMILY_COLORS", "family_of", "family_color", "phase_colors", "address_key", "pyplot",
            "time_axis", "save_figure"]
 
 #: the palette of every figure, in order of use (phases, dimensions, series)
@@ -40,6 +40,24 @@ def family_of(label: str) -> str:
 def family_color(label: str) -> str:
     """The colour of ``label``'s family in :data:`FAMILY_COLORS`."""
     return FAMILY_COLORS[family_of(label)]
+
+
+def phase_colors(labels: list[str]) -> list[str]:
+    """A colour per phase label for a stacked picture: each label in its family's colour
+    (:data:`FAMILY_COLORS`), the second, third, ... label of the same family lighter (blended
+    25 %, 45 %, 60 %, 70 % with white, then repeating), so that phases stay apart within a
+    family and families keep their colour across pictures. Returns ``'#rrggbb'`` strings, one
+    per label, in order."""
+    from matplotlib.colors import to_hex, to_rgb
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        fam = family_of(label)
+        k = seen.get(fam, 0)
+        seen[fam] = k + 1
+        mix = (0.0, 0.25, 0.45, 0.6, 0.7)[k % 5]
+        out.append(to_hex(tuple(c + (1.0 - c) * mix for c in to_rgb(FAMILY_COLORS[fam]))))
+    return out
 
 
 def address_key(text: str) -> tuple:

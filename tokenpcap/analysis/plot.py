@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenpcap.analysis.figure import COLORS, pyplot, save_figure, time_axis
+from tokenpcap.analysis.figure import COLORS, phase_colors, pyplot, save_figure, time_axis
 from tokenpcap.analysis.figure import address_key as _address_key
 from tokenpcap.analysis.plot_gantt import default_timeline_ranks, plot_timeline
 from tokenpcap.analysis.plot_series import capture_series, count_values
@@ -76,7 +76,7 @@ def throughput_figure(series: dict, *, title: str = ""):
     for ax, n in zip(axes[:, 0], shown):
         stack = [thr.get((n, p), zero) * 8 / width for p in used]   # bytes/ns * 8 = Gb/s
         ax.stackplot(x, stack, labels=[labels[p] for p in used],
-                     colors=[COLORS[i % len(COLORS)] for i in range(len(used))], step="post")
+                     colors=phase_colors([labels[p] for p in used]), step="post")
         ax.set_ylabel("Gb/s")
         ax.set_title(f"NIC {names[n]}", fontsize=9, loc="left")
         ax.grid(alpha=0.3)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenpcap.analysis.figure import COLORS, pyplot, save_figure, time_axis
+from tokenpcap.analysis.figure import COLORS, phase_colors, pyplot, save_figure, time_axis
 from tokenpcap.errors import InputError
 from tokenpcap.generate.options import EPOCH_NS
 from tokenpcap.records.fabric import FabricSummary, check_log
@@ -215,7 +215,7 @@ def _throughput(ax, thr: dict, shift: int, div: int) -> None:
     x = (thr["t0_ns"] - shift + np.arange(slots) * width) / div
     labels = thr["phases"]
     ax.stackplot(x, [thr["bytes"][k] * 8 / width for k in labels], labels=labels,
-                 colors=[COLORS[i % len(COLORS)] for i in range(len(labels))], step="post")
+                 colors=phase_colors(labels), step="post")
     ax.set_ylabel("Gb/s")
     ax.set_title(f"capture: layer-2 throughput of every RDMA frame, by phase; bins of "
                  f"{width:,} ns", fontsize=9, loc="left")

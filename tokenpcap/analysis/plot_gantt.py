@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenpcap.analysis.figure import COLORS, pyplot, save_figure, time_axis
+from tokenpcap.analysis.figure import FAMILY_COLORS, pyplot, save_figure, time_axis
 from tokenpcap.records import DIMS
 
 __all__ = ["TIMELINE_ROWS", "plot_timeline", "default_timeline_ranks"]
@@ -46,7 +46,7 @@ def plot_timeline(timeline: np.ndarray, messages: np.ndarray, out: str | os.Path
             sel = mine[mine["dim"] == d]
             ax.broken_barh(list(zip(sel["first_tx_ns"] / div, np.maximum(
                 sel["last_tx_end_ns"] - sel["first_tx_ns"], 1) / div)), (y - 0.4, 0.38),
-                color=COLORS[(4 + d) % len(COLORS)])
+                color=FAMILY_COLORS[DIMS[d]])
     ax.set_yticks(range(len(ranks)))
     stage_of = stage_of or {}
     ax.set_yticklabels([f"rank {r}" + (f" (stage {stage_of[r]})" if r in stage_of else "")
@@ -55,7 +55,7 @@ def plot_timeline(timeline: np.ndarray, messages: np.ndarray, out: str | os.Path
     ax.set_ylabel("rank: compute (upper lane), NIC sends (lower lane)")
     handles = [Patch(color=c, label={b"F": "forward", b"B": "backward", b"R": "recompute",
                                      b"O": "optimizer"}[k]) for k, c in compute_color.items()]
-    handles += [Patch(color=COLORS[(4 + d) % len(COLORS)], label=f"{DIMS[d]} messages")
+    handles += [Patch(color=FAMILY_COLORS[DIMS[d]], label=f"{DIMS[d]} messages")
                 for d in sorted(set(messages["dim"].tolist()))]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
               frameon=False)
