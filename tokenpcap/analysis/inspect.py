@@ -30,7 +30,7 @@ import numpy as np
 from tokenpcap.analysis.batch import CUT_AT_END, CUT_AT_START, Acc, add_batch
 from tokenpcap.analysis.decode import KIND_IB, KIND_NAMES, LINKTYPE_ETHERNET, MALFORMED_REASONS
 from tokenpcap.analysis.result import (
-    L1_OVERHEAD_BYTES, NS_PER_S, FlowRows, Report, address_text)
+    L1_OVERHEAD_BYTES, MAX_LISTED_INDICES, NS_PER_S, FlowRows, Report, address_text)
 from tokenpcap.errors import DecodeError
 from tokenpcap.pcap.capture import CHUNK
 from tokenpcap.pcap.reader import open_capture
@@ -61,20 +61,26 @@ def inspect_capture(path: str | os.PathLike, *, max_records: int = 1 << 20,
                             crc=crc)
 
 
-def _provenance(cap) -> tuple[dict | None, str | None]:
+def _provenance(cap) -> tuple[dict | None, list[str]]:
     """The parsed provenance comment of a pcapng file (its first section that has one) and
-    a note when a section's comment looks like one but does not parse, or sections differ."""
+    notes: a section's comment looks like one but does not parse, sections differ, or it names
+    more NICs or ranks than the report lists (:data:`MAX_LISTED_INDICES`)."""
     texts = [str(sec["options"].get("opt_comment", "")) for sec in getattr(cap, "sections", [])]
     texts = [t for t in texts if is_provenance(t)]
     if not texts:
-        return None, None
+        return None, []
     try:
         prov = parse_provenance(texts[0])
     except DecodeError as err:
-        return None, f"{cap.path}: provenance comment ignored: {err}"
+        return None, [f"{cap.path}: provenance comment ignored: {err}"]
+    notes = [f"{cap.path}: provenance {key}: {len(prov[key]):,} indices, given as ranges "
+             f"({MAX_LISTED_INDICES:,} at most are listed)"
+             for key in ("nics", "ranks") if prov[key] is not None
+             and len(prov[key]) > MAX_LISTED_INDICES]
     if len(set(texts)) > 1:
-        return prov, f"{cap.path}: {len(set(texts))} different provenance comments; the first used"
-    return prov, None
+        notes.append(f"{cap.path}: {len(set(texts))} different provenance comments; the first "
+                     "used")
+    return prov, notes
 
 
 def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = "stop",
@@ -100,10 +106,9 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
         cap = open_capture(path, on_truncation=on_truncation)
         formats.append(cap.format)
         acc.start_file(k)
-        prov, note = _provenance(cap)
+        prov, notes = _provenance(cap)
         rep.files.append({"path": path, "format": cap.format, "provenance": prov})
-        if note:
-            rep.notes.append(note)
+        rep.notes += notes
         for rec in coalesced(cap.batches(max_records), min(max_records, CHUNK)):
             rep.packets += rec.size
             orig = rec["orig_len"].astype(np.int64)
