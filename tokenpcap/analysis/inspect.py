@@ -42,10 +42,11 @@ __all__ = ["Report", "inspect_capture", "inspect_captures", "address_text",
            "L1_OVERHEAD_BYTES", "NS_PER_S", "MAX_FLOWS"]
 
 #: Most flows one inspection follows one by one (per-flow totals, PSNs, rows of the report):
-#: every flow costs about 1.1 KB while it is read (the flow table's key, its per-flow sums and
-#: PSN state, its per-phase sums), so at most about 290 MB. The packets of the flows first
-#: seen after these are summed as one "other" flow (``roce.flows_other`` and a note): counted
-#: in every total, the phases and the per-file numbers, not in the flows, NICs or PSN check.
+#: every flow costs about 1.1-1.4 KB while it is read (the flow table's key, its per-flow sums
+#: and PSN state, its per-phase sums, its report row), so a capture of 2 M one-packet flows
+#: peaks at 472 MB with this limit, 2.5 GB without (benchmarks/README.md). The packets of the
+#: flows first seen after these are summed as one "other" flow (``roce.flows_other`` and a
+#: note): counted in every total and phase, not in the flows, NICs or PSN check.
 MAX_FLOWS = 1 << 18
 
 def inspect_capture(path: str | os.PathLike, *, max_records: int = 1 << 20,
