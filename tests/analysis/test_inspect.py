@@ -618,3 +618,53 @@ def test_comment_table_is_bounded_by_a_batch_not_the_file(tmp_path, monkeypatch)
     assert {p["name"]: p["packets"] for p in whole["phases"]} == {
         "dp/backward/AllReduce": 800, "dp/backward/AllReduce [cts]": 200,
         "tp/forward/AllReduce": 800, "tp/forward/AllReduce [cts]": 200}
+
+
+def test_flows_beyond_the_limit_are_summed_as_other_in_a_capped_table(tmp_path, monkeypatch):
+    """3,000 packets of 1,500 one-QP flows read with a limit of 100 flows: the per-flow tables
+    never hold more than 100 flows plus the 'other' row (they held one entry per flow: about
+    1.1 KB each, 2.2 GB for 2 M flows), the report says so, and every total, phase and NIC
+    packet count still adds up to the uncapped report's."""
+    from tests.analysis.trace import write_trace
+    from tokenpcap.analysis import inspect as inspect_mod
+    from tokenpcap.analysis.report import render_text
+
+    labels = [f"dp/backward/AllReduce step={i % 3}" for i in range(3000)]
+    path = tmp_path / "f.pcapng"
+    write_trace(path, 3000, qps=1500, fmt="pcapng", comments=labels, batch=700)
+    full = inspect_capture(path).to_json()
+    seen = []
+
+    class Acc(inspect_mod.Acc):
+        def __init__(self, *a, **k):  # type: ignore[no-untyped-def]
+            super().__init__(*a, **k)
+            seen.append(self)
+
+    peak = {"rows": 0, "keys": 0, "pairs": 0}
+    real_add = inspect_mod.add_batch
+
+    def add(acc, cap, rec):  # type: ignore[no-untyped-def]
+        real_add(acc, cap, rec)
+        peak["rows"] = max(peak["rows"], acc.f["packets"].size, acc.psn.seen.size)
+        peak["keys"] = max(peak["keys"], len(acc.flows.keys), len(acc.flows._index))
+        peak["pairs"] = max(peak["pairs"], len(acc.flow_label))
+
+    monkeypatch.setattr(inspect_mod, "Acc", Acc)
+    monkeypatch.setattr(inspect_mod, "add_batch", add)
+    rep = inspect_capture(path, max_records=500, max_flows=100)
+    got = rep.to_json()
+    assert peak == {"rows": 101, "keys": 100, "pairs": 101} and len(seen) == 1
+    assert len(got["flows"]) == got["roce"]["flows"] == 100
+    other = got["roce"]["flows_other"]
+    assert other["limit"] == 100 and other["packets"] == 3000 - sum(
+        f["packets"] for f in got["flows"])
+    assert other["payload_bytes"] + sum(f["payload_bytes"] for f in got["flows"]) == \
+        full["roce"]["payload_bytes"]
+    note = "flows beyond 100 summarised as 'other': "
+    assert any(n.startswith(note) for n in got["notes"]) and note in render_text(rep)
+    for k in ("packets", "bytes", "phases", "first_ns", "last_ns", "kinds"):
+        assert got[k] == full[k], k
+    assert {k: v for k, v in got["roce"].items() if k not in ("flows", "flows_cut",
+                                                                "flows_other")} == \
+        {k: v for k, v in full["roce"].items() if k not in ("flows", "flows_cut")}
+    assert "flows_other" not in full["roce"] and not full["notes"]

@@ -147,3 +147,69 @@ def test_bad_time_windows_are_refused(text):
 
     with pytest.raises(ValueError, match="got"):
         parse_time_window(text)
+
+
+@pytest.mark.parametrize("ns_first", [True, False])
+def test_sections_of_different_tsresol_are_binned_at_their_times(tmp_path, ns_first):
+    """A pcapng of two one-packet sections, if_tsresol 9 (ns) and 6 (us), 5,000 ns apart,
+    in both orders: the series spans 5,000 ns and bins each frame at its own time (plot
+    refused the first order, a time 'int64 ns cannot hold', and tried to allocate 4.47 EiB
+    of bins for the second)."""
+    from tests.analysis.trace import T0, write_trace
+    from tests.pcap.helpers import epb, idb, shb
+    from tokenpcap.pcap.reader import open_capture
+
+    write_trace(tmp_path / "one.pcap", 1)
+    cap = open_capture(tmp_path / "one.pcap")
+    frame = cap.frame(cap.read()[0])
+    ns = shb("<") + idb("<", 1, 0, tsresol=9) + epb("<", 0, T0, frame)
+    us = shb("<") + idb("<", 1, 0, tsresol=6) + epb("<", 0, T0 // 1000 + 5, frame)
+    path = tmp_path / "two.pcapng"
+    path.write_bytes(ns + us if ns_first else us + ns)
+    s = capture_series(path, bin_ns=1000)
+    assert s["t0_ns"] == T0 and s["bins"] == 6
+    (row,) = s["throughput"].values()
+    assert np.flatnonzero(row).tolist() == [0, 5] and row.sum() == 2 * len(frame)
+
+
+def test_many_sections_are_decoded_once_per_batch_and_comments_parsed_once(tmp_path,
+                                                                           monkeypatch):
+    """2,000 one-packet sections, each with its own comment: capture_series decodes them in
+    one batch (was: one decode per section) and parses each comment once (was: the whole
+    comment list again for every section), with the same series as one section."""
+    from tests.analysis.trace import write_trace
+    from tests.pcap.helpers import comment_options, epb, idb, shb
+    from tokenpcap.analysis import plot_series
+    from tokenpcap.pcap.reader import open_capture
+
+    n = 2000
+    labels = [f"dp/backward/AllReduce step={i}" for i in range(n)]
+    one = tmp_path / "one.pcapng"
+    write_trace(one, n, fmt="pcapng", comments=labels)
+    cap = open_capture(one)
+    o = "<"
+    many = tmp_path / "many.pcapng"
+    many.write_bytes(b"".join(
+        shb(o) + idb(o, 1, 0, tsresol=9)
+        + epb(o, 0, int(r["time_ns"]), cap.frame(r), options=comment_options(o, labels[i]))
+        for i, r in enumerate(cap.read())))
+    calls = {"decode": 0, "parse": 0}
+    real_decode, real_parse = plot_series.decode_batch, plot_series.parse_phase_label
+
+    def decode(*a, **k):  # type: ignore[no-untyped-def]
+        calls["decode"] += 1
+        return real_decode(*a, **k)
+
+    def parse(text):  # type: ignore[no-untyped-def]
+        calls["parse"] += 1
+        return real_parse(text)
+
+    want = capture_series(one, bins=20)
+    monkeypatch.setattr(plot_series, "decode_batch", decode)
+    monkeypatch.setattr(plot_series, "parse_phase_label", parse)
+    got = capture_series(many, bins=20)
+    assert calls == {"decode": 1, "parse": n}
+    assert {k: v for k, v in got.items() if k != "throughput"} == \
+        {k: v for k, v in want.items() if k != "throughput"}
+    assert got["throughput"].keys() == want["throughput"].keys()
+    assert all((got["throughput"][k] == want["throughput"][k]).all() for k in want["throughput"])

@@ -115,3 +115,35 @@ def test_an_against_note_holding_a_semicolon_stays_one_line():
     lines = _against(a)
     assert f"  note:          {note}" in lines
     assert sum(x.startswith("  note:") for x in lines) == 1
+
+
+def test_a_provenance_naming_huge_ranges_is_reported_as_ranges(tmp_path):
+    """A comment of a few hundred bytes naming ranks and NICs 0-1048576 (a million indices
+    each): the JSON and text reports give them as the comment's ranges, with a note, and stay
+    a few KB (they listed every index: 37.6 MB of JSON); a short list is still listed."""
+    import io
+    import json
+
+    from tokenpcap.cli.inspect_cmd import write_json
+    from tokenpcap.records.provenance import MAX_INDEX
+
+    gap = [_scapy_frame(0xC001, 5, p, 0x04, b"x" * 8) for p in (10, 11, 15)]
+    huge = _prov().replace("nics=all", f"nics=0-{MAX_INDEX}").replace(
+        "ranks=all", f"ranks=0-{MAX_INDEX},{MAX_INDEX - 1}")
+    path = _pcapng(tmp_path / "huge.pcapng", gap, huge)
+    rep = inspect_capture(path)
+    assert len(rep.files[0]["provenance"]["ranks"]) == MAX_INDEX + 1     # --against's view
+    out = io.StringIO()
+    write_json(rep.to_json(lazy_flows=True), out)
+    doc = json.loads(out.getvalue())
+    prov = doc["files"][0]["provenance"]
+    assert prov["nics"] == prov["ranks"] == f"0-{MAX_INDEX}"
+    assert sum(f"provenance {k}: {MAX_INDEX + 1:,} indices, given as ranges" in n
+               for n in doc["notes"] for k in ("nics", "ranks")) == 2
+    text = render_text(rep)
+    assert f"ranks=0-{MAX_INDEX}" in text and "gaps expected in a selection" in text
+    assert len(out.getvalue()) < 4 * len(path.read_bytes()) + 4096 and len(text) < 4096
+    small = list(range(0, 2048, 2))       # 1,024 indices (MAX_LISTED_INDICES): listed, as before
+    rep = inspect_capture(_pcapng(tmp_path / "small.pcapng", gap, _prov(ranks=small)))
+    assert rep.to_json()["files"][0]["provenance"]["ranks"] == small and not rep.notes
+    assert f"ranks={','.join(map(str, small))}" in render_text(rep)

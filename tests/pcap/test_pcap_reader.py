@@ -283,3 +283,51 @@ def test_a_fifo_or_device_is_refused_without_blocking(tmp_path):
         signal.alarm(0)
     with pytest.raises(CaptureError, match="^/dev/zero: got a character device"):
         open_capture("/dev/zero")
+
+
+@pytest.mark.parametrize("ns_first", [True, False])
+def test_sections_keep_their_own_tsresol_on_every_walk(tmp_path, ns_first):
+    """Two one-packet sections, one with if_tsresol 9 (ns) and one with 6 (us), 5,000 ns
+    apart, in both orders: every walk over the file (plot walks it twice) gives the same times
+    and the same two interfaces (a second walk mapped every packet to the last section's
+    interface: us ticks read as ns, ns ticks as us)."""
+    t0 = 1_700_000_000 * 10**9
+    frame = make_frames([60])[0]
+    ns = shb("<") + idb("<", 1, tsresol=9) + epb("<", 0, t0, frame)
+    us = shb(">") + idb(">", 1, tsresol=6) + epb(">", 0, t0 // 1000 + 5, frame)
+    cap = _open(tmp_path, ns + us if ns_first else us + ns)
+    want = [t0, t0 + 5000] if ns_first else [t0 + 5000, t0]
+    for _ in range(3):
+        assert [b["time_ns"].tolist() for b in cap.batches()] == [[w] for w in want]
+        assert [i.tsresol for i in cap.interfaces] == ([9, 6] if ns_first else [6, 9])
+        assert [b["interface"].tolist() for b in cap.batches()] == [[0], [1]]
+        assert len(cap.sections) == 2
+
+
+class _Slices(list):
+    """A list that counts the items its slices hand out (the work spent on it)."""
+    handed = 0
+
+    def __getitem__(self, i):
+        out = super().__getitem__(i)
+        if isinstance(i, slice):
+            _Slices.handed += len(out)
+        return out
+
+
+def test_each_section_costs_its_own_interfaces_on_every_walk(tmp_path):
+    """2,000 one-packet sections (SHB, IDB, EPB each), walked twice: the reader looks at each
+    section's own interfaces only, a bounded number of list items per section on both walks
+    (the second walk read from the last section's first interface to the end of a list that
+    grew again by one interface per section: quadratic)."""
+    n = 2000
+    frame = make_frames([60])[0]
+    raw = b"".join(shb("<") + idb("<", 1, tsresol=9) + epb("<", 0, 10**18 + i, frame)
+                   for i in range(n))
+    cap = _open(tmp_path, raw)
+    cap.interfaces = _Slices(cap.interfaces)
+    _Slices.handed = 0
+    for _ in range(2):
+        assert np.concatenate(list(cap.batches()))["time_ns"].tolist() == \
+            [10**18 + i for i in range(n)]
+    assert len(cap.interfaces) == n and _Slices.handed <= 2 * 4 * n

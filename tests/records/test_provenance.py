@@ -192,3 +192,20 @@ def test_hostile_numbers_are_refused_not_expanded_or_converted(key, value, match
             "nics": "nics=all", "ranks": "ranks=all", "scale": "scale=1",
             "iterations": "iterations=0:1", "time_window": "time_window=all"}[key])))["nics"][-1] \
         == 1 << 20
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.integers(0, 5000), min_size=1, max_size=60))
+def test_index_ranges_read_back_to_the_same_indices(values):
+    """index_ranges writes runs as ranges; the parser reads the text back to the same sorted
+    distinct tuple, and the text has one item per run, not per index."""
+    from tokenpcap.records.provenance import index_ranges
+
+    text = index_ranges(values)
+    base = dict(scenario="x", scale=1, iterations=(0, 1), split="none", snaplen=64, seed=0,
+                clear_to_send=False)
+    line = provenance_comment(**base).replace("ranks=all", f"ranks={text}")
+    want = tuple(sorted(set(values)))
+    assert parse_provenance(line)["ranks"] == want
+    runs = 1 + sum(b != a + 1 for a, b in zip(want, want[1:]))
+    assert len(text.split(",")) == runs

@@ -65,8 +65,14 @@ _FILL = {"first_ns": np.iinfo(np.int64).max, "last_ns": np.iinfo(np.int64).min,
 class Acc:
     """Running aggregates of one inspection (module docstring).
 
+    Flows beyond ``max_flows`` (:class:`~tokenpcap.analysis.flows.FlowTable`) share the id
+    ``max_flows`` ("other"): their packets are summed in that row of ``f`` and of
+    ``flow_label``, and are left out of the PSN check, ``file_flows``, ``spanning`` and
+    ``small_writes``.
+
     Attributes:
-        f: per-flow int64 arrays (:data:`_FLOW_COLS`), index = flow id.
+        f: per-flow int64 arrays (:data:`_FLOW_COLS`), index = flow id (plus the "other" row
+            once the flow table overflowed).
         flow_label: ``{(flow id, label code): int64 [packets, payload, bytes]}`` (code -1: no
             phase label).
         small_writes: ``{(flow id, label code, payload bytes): packets}`` of WRITE ONLY packets
@@ -74,12 +80,12 @@ class Acc:
         file_flows / file_labels: per file, the flow ids and label codes it holds.
     """
 
-    def __init__(self, crc: bool = True) -> None:
+    def __init__(self, crc: bool = True, max_flows: int | None = None) -> None:
         self.crc = crc
         self.file = 0
         self.flow_file = np.zeros(0, np.int64)     # file a flow was first seen in
         self.spanning: set[int] = set()            # flows seen in more than one file
-        self.flows = FlowTable()
+        self.flows = FlowTable(max_flows)
         self.psn = PsnTracker()
         self.f = {k: np.zeros(0, np.int64) for k in _FLOW_COLS}
         self.opcodes = np.zeros(256, np.int64)
@@ -244,14 +250,16 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     ip = (d["ipver"] > 0) & good
     acc.ecn += np.bincount(d["ecn"][ip], minlength=4)
     fid = acc.flows.ids(d)
+    tracked = len(acc.flows)
+    own = fid < tracked                  # False: a flow beyond the table's limit ("other")
     old = acc.flow_file.size
-    acc.grow(len(acc.flows))
-    if len(acc.flows) > old:
-        acc.flow_file = np.concatenate([acc.flow_file, np.full(len(acc.flows) - old, acc.file)])
-    if acc.file and (acc.flow_file[fid] != acc.file).any():
-        acc.spanning.update(np.unique(fid[acc.flow_file[fid] != acc.file]).tolist())
+    nf = tracked + acc.flows.overflowed  # rows of the per-flow arrays
+    acc.grow(nf)
+    if nf > old:
+        acc.flow_file = np.concatenate([acc.flow_file, np.full(nf - old, acc.file)])
+    if acc.file and (own & (acc.flow_file[fid] != acc.file)).any():
+        acc.spanning.update(np.unique(fid[own & (acc.flow_file[fid] != acc.file)]).tolist())
     f = acc.f
-    nf = len(acc.flows)
     pay = np.maximum(d["payload"].astype(np.int64), 0)
 
     def total(w=None):      # exact: a batch's sums stay far below 2**53
@@ -272,7 +280,7 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     f["first_ns"][ids] = np.minimum(f["first_ns"][ids], t[lo])
     f["last_ns"][ids] = np.maximum(f["last_ns"][ids], t[hi])
     f["sport"][fid] = d["sport"]
-    seq = SEQUENCED[d["opcode"]] & good
+    seq = SEQUENCED[d["opcode"]] & good & own
     acc.psn.update(fid[seq], d["psn"][seq])
     if seq.any():                    # first/last sequenced opcode per flow (cut messages)
         s = np.flatnonzero(seq)
@@ -292,9 +300,10 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
         key = (u // width, u % width - 1)
         acc.flow_label[key] = acc.flow_label.get(key, 0) + np.array(
             [cnt[u], pays[u], byts[u]], np.int64)
-    acc.file_flows[acc.file].update(np.unique(fid).tolist())
+    acc.file_flows[acc.file].update(np.unique(fid[own]).tolist())
     acc.file_labels[acc.file].update(np.unique(codes[codes >= 0]).tolist())
-    small = np.flatnonzero((d["opcode"] == WRITE_ONLY) & good & (pay <= SMALL_WRITE_BYTES))
+    small = np.flatnonzero((d["opcode"] == WRITE_ONLY) & good & (pay <= SMALL_WRITE_BYTES)
+                           & own)
     if small.size:
         key = (pair[small] * (SMALL_WRITE_BYTES + 1) + pay[small])
         uk, uc = np.unique(key, return_counts=True)

@@ -47,15 +47,21 @@ def psn_step(psn: np.ndarray, prev: np.ndarray) -> np.ndarray:
 
 
 class FlowTable:
-    """Dense flow ids for ``(kind, src, dst, DestQP)`` keys, stable across batches.
+    """Dense flow ids for ``(kind, src, dst, DestQP)`` keys, stable across batches, for at most
+    ``limit`` flows: the keys first seen after ``limit`` others all get the id ``limit``
+    ("other"), and are not kept (memory stays bounded whatever the number of flows).
 
     Attributes:
-        keys: list of key tuples, index = flow id.
+        keys: list of key tuples, index = flow id (at most ``limit``).
+        limit: the most flows given their own id.
+        overflowed: 1 once a key got the id ``limit``, else 0.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = None) -> None:
         self._index: dict[tuple[int, ...], int] = {}
         self.keys: list[tuple[int, ...]] = []
+        self.limit = (1 << 62) if limit is None else int(limit)
+        self.overflowed = 0
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -97,8 +103,11 @@ class FlowTable:
             key = tuple(int(c[r]) for c in cols)
             fid = self._index.get(key)
             if fid is None:
-                fid = self._index[key] = len(self.keys)
-                self.keys.append(key)
+                if len(self.keys) >= self.limit:
+                    fid, self.overflowed = self.limit, 1
+                else:
+                    fid = self._index[key] = len(self.keys)
+                    self.keys.append(key)
             table[j] = fid
         return table[inv]
 

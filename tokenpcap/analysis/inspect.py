@@ -30,7 +30,7 @@ import numpy as np
 from tokenpcap.analysis.batch import CUT_AT_END, CUT_AT_START, Acc, add_batch
 from tokenpcap.analysis.decode import KIND_IB, KIND_NAMES, LINKTYPE_ETHERNET, MALFORMED_REASONS
 from tokenpcap.analysis.result import (
-    L1_OVERHEAD_BYTES, NS_PER_S, FlowRows, Report, address_text)
+    L1_OVERHEAD_BYTES, MAX_LISTED_INDICES, NS_PER_S, FlowRows, Report, address_text)
 from tokenpcap.errors import DecodeError
 from tokenpcap.pcap.capture import CHUNK
 from tokenpcap.pcap.reader import open_capture
@@ -39,10 +39,19 @@ from tokenpcap.records.provenance import is_provenance, parse_provenance
 from tokenpcap.wire.rdma import ETH_MIN_FRAME_BYTES, OPCODES
 
 __all__ = ["Report", "inspect_capture", "inspect_captures", "address_text",
-           "L1_OVERHEAD_BYTES", "NS_PER_S"]
+           "L1_OVERHEAD_BYTES", "NS_PER_S", "MAX_FLOWS"]
+
+#: Most flows one inspection follows one by one (per-flow totals, PSNs, rows of the report):
+#: every flow costs about 1.1-1.4 KB while it is read (the flow table's key, its per-flow sums
+#: and PSN state, its per-phase sums, its report row), so a capture of 2 M one-packet flows
+#: peaks at 472 MB with this limit, 2.5 GB without (benchmarks/README.md). The packets of the
+#: flows first seen after these are summed as one "other" flow (``roce.flows_other`` and a
+#: note): counted in every total and phase, not in the flows, NICs or PSN check.
+MAX_FLOWS = 1 << 18
 
 def inspect_capture(path: str | os.PathLike, *, max_records: int = 1 << 20,
-                    on_truncation: str = "stop", crc: bool = True) -> Report:
+                    on_truncation: str = "stop", crc: bool = True,
+                    max_flows: int = MAX_FLOWS) -> Report:
     """Read a capture and aggregate everything the module docstring lists.
 
     Args:
@@ -52,33 +61,41 @@ def inspect_capture(path: str | os.PathLike, *, max_records: int = 1 << 20,
             ``"error"`` (raise :class:`~tokenpcap.errors.TruncatedFile`).
         crc: verify ICRC/VCRC (default). Without it every packet counts as not checked; the
             CRC arithmetic over full-size frames dominates the run time (docs/analysis.md).
+        max_flows: most flows followed one by one (:data:`MAX_FLOWS`); the flows first seen
+            after them are summed as one "other" flow (``roce.flows_other``, and a note).
 
     Raises:
         CaptureError (BadMagic, TruncatedFile): the file is not a capture, or is corrupt; the
             message names the byte offset.
     """
     return inspect_captures([path], max_records=max_records, on_truncation=on_truncation,
-                            crc=crc)
+                            crc=crc, max_flows=max_flows)
 
 
-def _provenance(cap) -> tuple[dict | None, str | None]:
+def _provenance(cap) -> tuple[dict | None, list[str]]:
     """The parsed provenance comment of a pcapng file (its first section that has one) and
-    a note when a section's comment looks like one but does not parse, or sections differ."""
+    notes: a section's comment looks like one but does not parse, sections differ, or it names
+    more NICs or ranks than the report lists (:data:`MAX_LISTED_INDICES`)."""
     texts = [str(sec["options"].get("opt_comment", "")) for sec in getattr(cap, "sections", [])]
     texts = [t for t in texts if is_provenance(t)]
     if not texts:
-        return None, None
+        return None, []
     try:
         prov = parse_provenance(texts[0])
     except DecodeError as err:
-        return None, f"{cap.path}: provenance comment ignored: {err}"
+        return None, [f"{cap.path}: provenance comment ignored: {err}"]
+    notes = [f"{cap.path}: provenance {key}: {len(prov[key]):,} indices, given as ranges "
+             f"({MAX_LISTED_INDICES:,} at most are listed)"
+             for key in ("nics", "ranks") if prov[key] is not None
+             and len(prov[key]) > MAX_LISTED_INDICES]
     if len(set(texts)) > 1:
-        return prov, f"{cap.path}: {len(set(texts))} different provenance comments; the first used"
-    return prov, None
+        notes.append(f"{cap.path}: {len(set(texts))} different provenance comments; the first "
+                     "used")
+    return prov, notes
 
 
 def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = "stop",
-                     crc: bool = True) -> Report:
+                     crc: bool = True, max_flows: int = MAX_FLOWS) -> Report:
     """:func:`inspect_capture` over several files as one capture (e.g. the per-NIC files of
     ``tokenpcap generate``): totals, flows, phases and NICs add up across the files.
 
@@ -92,7 +109,7 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
     """
     paths = [str(p) for p in paths]
     rep = Report(", ".join(paths), "")
-    acc = Acc(crc)
+    acc = Acc(crc, max_flows)
     first, last = np.iinfo(np.int64).max, np.iinfo(np.int64).min
     formats, truncated = [], []
     declared: list[tuple[str, str]] = []     # (if_name, if_description) of pcapng interfaces
@@ -100,10 +117,9 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
         cap = open_capture(path, on_truncation=on_truncation)
         formats.append(cap.format)
         acc.start_file(k)
-        prov, note = _provenance(cap)
+        prov, notes = _provenance(cap)
         rep.files.append({"path": path, "format": cap.format, "provenance": prov})
-        if note:
-            rep.notes.append(note)
+        rep.notes += notes
         for rec in coalesced(cap.batches(max_records), min(max_records, CHUNK)):
             rep.packets += rec.size
             orig = rec["orig_len"].astype(np.int64)
@@ -310,6 +326,8 @@ def _finish(rep: Report, acc: Acc) -> None:
         e["packets"] += int(pk)
         e["payload_bytes"] += int(pay)
         e["bytes"] += int(by)
+        if fid >= nf:                    # the "other" flow: no source address
+            continue
         key = (label, src_of[fid])
         rep.phase_nic[key] = rep.phase_nic.get(key, 0) + int(pay)
     rep.phases = sorted(phases.values(), key=lambda e: e["name"])
@@ -320,6 +338,14 @@ def _finish(rep: Report, acc: Acc) -> None:
     for k, e in enumerate(rep.files):
         e["sources"] = sorted({src_of[i] for i in acc.file_flows[k]})
         e["labels"] = sorted({_base(acc.labels[c]) for c in acc.file_labels[k]})
+    if acc.flows.overflowed:
+        o = acc.flows.limit
+        other = {"limit": o, "packets": int(f["packets"][o]), "bytes": int(f["bytes"][o]),
+                 "payload_bytes": int(f["payload"][o])}
+        rep.roce["flows_other"] = other
+        rep.notes.append(f"flows beyond {o:,} summarised as 'other': {other['packets']:,} "
+                         f"packets, {other['payload_bytes']:,} payload bytes counted in the "
+                         "totals and phases, not in the flows, NICs or PSN check")
 
 
 def _some(names: list[str], most: int = 8) -> str:

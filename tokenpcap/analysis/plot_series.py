@@ -10,8 +10,9 @@ import numpy as np
 
 from tokenpcap.analysis.decode import decode_batch
 from tokenpcap.analysis.flows import is_rdma
-from tokenpcap.analysis.inspect import address_text
+from tokenpcap.analysis.inspect import address_text, coalesced
 from tokenpcap.errors import DecodeError
+from tokenpcap.pcap.capture import CHUNK
 from tokenpcap.pcap.reader import open_capture
 from tokenpcap.pcap.timestamps import NO_TIME
 from tokenpcap.records import parse_phase_label
@@ -171,8 +172,17 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200,
     frame_sizes: dict[int, int] = {}
     message_sizes: dict[int, int] = {}
     untimed = 0
-    for rec in cap.batches():
+    phase_of = _PhaseCodes(labels, label_index)
+    used_labels = 0                       # labels known at the last batch with RDMA rows
+    # sections end reader batches: joined, a file of many one-packet sections costs one
+    # decode per CHUNK rows, not one per section
+    for rec in coalesced(cap.batches(), CHUNK):
         d = decode_batch(cap.data, rec, cap.views)
+        # a joined batch is read after the reader released its first rows' pages: drop them
+        cap.release(int(rec["record"].min()), int((rec["offset"] + rec["caplen"]).max()))
+        codes = phase_of.codes(cap.comments)
+        cap.forget_comments()             # the comments of rows already coded
+        phase_of.forget()
         if window is not None:
             d = d[in_window(d["time_ns"], lo, hi)]
         count_values(frame_sizes, d["orig_len"])
@@ -180,6 +190,7 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200,
         if rd.size == 0:
             continue
         d = d[rd]
+        used_labels = len(labels)
         count_values(message_sizes, d["dmalen"][d["dmalen"] >= 0])
         key = (d["kind"].astype(np.uint64) << np.uint64(60)) ^ d["src_hi"] * np.uint64(
             0x9E3779B97F4A7C15) ^ d["src_lo"]
@@ -192,18 +203,6 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200,
                 nics.append(address_text(*k))
             table[j] = nic_index[k]
         nic = table[inv.ravel()]
-        codes = np.full(len(cap.comments) + 1, -1, np.int64)
-        for i, text in enumerate(cap.comments):
-            if text.startswith(CONTROL_PREFIXES):
-                label = CONTROL_LABEL                   # clear-to-send writes and ACKs
-            else:
-                try:
-                    label = "/".join(parse_phase_label(text))
-                except DecodeError:
-                    continue
-            codes[i] = label_index.setdefault(label, len(labels))
-            if codes[i] == len(labels):
-                labels.append(label)
         phase = codes[d["comment"]]
         timed = d["time_ns"] != NO_TIME
         if not timed.all():
@@ -219,9 +218,46 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200,
         for p, row in zip(uniq.tolist(), np.rint(sums).astype(np.int64)):
             k = (p // (len(labels) + 1), p % (len(labels) + 1) - 1)
             thr[k] = thr[k] + row if k in thr else row
+    del labels[used_labels:]              # named only after the last RDMA row: unused
     return {"t0_ns": t0, "bin_ns": width, "bins": bins + 1, "nics": nics, "phases": labels,
             "throughput": thr, "frame_sizes": frame_sizes, "message_sizes": message_sizes,
             "untimed": untimed, "start_ns": t0 - first}
+
+
+class _PhaseCodes:
+    """Phase index (into ``labels``, shared with the caller) of each comment of a capture's
+    comment list, parsed once per comment: the list only grows while a file is read, and is
+    started afresh (``Capture.forget_comments``) after every batch, so a file of many sections
+    or distinct comments costs one parse per comment, not the whole list per batch."""
+
+    def __init__(self, labels: list[str], label_index: dict[str, int]) -> None:
+        self.labels, self.label_index = labels, label_index
+        self._codes = np.full(1, -1, np.int64)
+
+    def forget(self) -> None:
+        """The capture's comment list starts afresh: drop the codes cached for it."""
+        self._codes = np.full(1, -1, np.int64)
+
+    def codes(self, comments: list[str]) -> np.ndarray:
+        """int64 ``(len(comments) + 1,)``: the phase index of every comment, -1 for none (the
+        last entry, for comment code -1)."""
+        done = self._codes.size - 1
+        new = np.full(len(comments) - done, -1, np.int64)
+        for j, text in enumerate(comments[done:]):
+            if text.startswith(CONTROL_PREFIXES):
+                label = CONTROL_LABEL                   # clear-to-send writes and ACKs
+            else:
+                try:
+                    label = "/".join(parse_phase_label(text))
+                except DecodeError:
+                    continue
+            if label not in self.label_index:
+                self.label_index[label] = len(self.labels)
+                self.labels.append(label)
+            new[j] = self.label_index[label]
+        if new.size:
+            self._codes = np.concatenate([self._codes[:-1], new, [-1]])
+        return self._codes
 
 
 def _span(cap) -> tuple[int | None, int | None, int | None]:

@@ -13,13 +13,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tokenpcap.analysis.decode import KIND_IB
+from tokenpcap.records.provenance import index_ranges
 from tokenpcap.records.text import counted
 
-__all__ = ["Report", "FlowRows", "address_text", "NS_PER_S", "L1_OVERHEAD_BYTES"]
+__all__ = ["Report", "FlowRows", "address_text", "NS_PER_S", "L1_OVERHEAD_BYTES",
+           "MAX_LISTED_INDICES", "listed_indices"]
 
 NS_PER_S = 1_000_000_000
 #: FCS 4 + preamble/SFD 8 + inter-frame gap 12 (IEEE 802.3; case C12)
 L1_OVERHEAD_BYTES = 24
+#: Most NIC or rank indices of a provenance comment (``nics``, ``ranks``) the report lists one
+#: by one; more are given as the comment's range text (``"0-1048575"``), so that the report of a
+#: comment naming huge ranges stays as short as the comment (a range is a few bytes of comment,
+#: a listed index about 12 bytes of indented JSON).
+MAX_LISTED_INDICES = 1024
 #: comment prefixes of control packets (clear-to-send writes, ACKs): their phase is reported as
 #: ``"<label> [cts]"`` / ``"<label> [ack]"``, apart from the data of the phase
 
@@ -31,6 +38,17 @@ def address_text(kind: int, hi: int, lo: int) -> str:
     if hi == 0 and lo < (1 << 32):
         return str(ipaddress.IPv4Address(lo))
     return str(ipaddress.IPv6Address((hi << 64) | lo))
+
+
+def listed_indices(values):  # type: ignore[no-untyped-def]
+    """A provenance index set as the report gives it: None (all), the list of indices when
+    there are at most :data:`MAX_LISTED_INDICES`, else their range text
+    (:func:`tokenpcap.records.provenance.index_ranges`, e.g. ``"0-1048575"``)."""
+    if values is None:
+        return None
+    if len(values) <= MAX_LISTED_INDICES:
+        return list(values)
+    return index_ranges(values)
 
 
 class FlowRows(Sequence):
@@ -92,7 +110,8 @@ class Report:
     (0x0A) packets of at most 256 bytes, ``cut_sources`` source address -> flows with a message cut at the
     capture's edge. ``files``: per file ``{path, format, provenance, sources, labels}``
     (``provenance``: :func:`tokenpcap.records.provenance.parse_provenance` of its SHB comment, or
-    None; ``sources``/``labels``: the sending addresses and phase labels it holds).
+    None, in :meth:`to_json` with ``nics``/``ranks`` as :func:`listed_indices` gives them;
+    ``sources``/``labels``: the sending addresses and phase labels it holds).
     """
 
     path: str
@@ -149,7 +168,8 @@ class Report:
                 continue
             for key in ("phases", "ranks"):
                 if p[key] is not None:
-                    parts.append(f"{key}={','.join(map(str, p[key]))}")
+                    v = listed_indices(p[key]) if key == "ranks" else p[key]
+                    parts.append(f"{key}={v if isinstance(v, str) else ','.join(map(str, v))}")
             if p["time_window"] is not None:
                 a, b = p["time_window"]
                 parts.append(f"time_window={a}:{'' if b is None else b} ns")
@@ -211,10 +231,21 @@ class Report:
             "interfaces": self.interfaces, "kinds": self.kinds, "roce": self.roce,
             "pfc": self.pfc, "flows": self.flows if lazy_flows else list(self.flows),
             "phases": self.phases, "nics": self.nics,
-            "files": self.files, "notes": self.notes, "idle_nics": self.idle_nics,
+            "files": [_listed(e) for e in self.files], "notes": self.notes,
+            "idle_nics": self.idle_nics,
             "checks": self.checks(), "ok": self.ok, "truncated_at": self.truncated_at,
             **({"against": self.against} if self.against is not None else {}),
         }
+
+
+def _listed(entry: dict) -> dict:
+    """A ``files`` entry for the JSON report: its provenance's ``nics``/``ranks`` as
+    :func:`listed_indices` gives them (tuples: as lists)."""
+    p = entry.get("provenance")
+    if not p:
+        return entry
+    return {**entry, "provenance": {**p, "nics": listed_indices(p["nics"]),
+                                    "ranks": listed_indices(p["ranks"])}}
 
 
 def against_detail(a: dict) -> str:

@@ -9,6 +9,7 @@ are decoded one by one (there are few), packet blocks all at once with numpy. Un
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
 
 import numpy as np
 
@@ -94,11 +95,13 @@ class PcapngCapture(Capture):
         super().__init__(path, data, on_truncation)
         self.raw = raw
         self.sections: list[dict] = []
+        self._section_at: dict[int, int] = {}     # SHB offset -> index in sections
         self._want_comments = comments
         self._read_shb(0)      # fail early on a bad first section
 
-    def _read_shb(self, p: int) -> tuple[str, int]:
-        """Parse the SHB at ``p``: (byte order, block length). Records the section once."""
+    def _read_shb(self, p: int) -> tuple[str, int, int]:
+        """Parse the SHB at ``p``: (byte order, block length, section index). Records the
+        section once: a second walk over the file (``batches()`` again) finds it by offset."""
         name = str(self.path)
         if p + 12 > self.size:
             raise located_error(TruncatedFile, p,
@@ -122,23 +125,24 @@ class PcapngCapture(Capture):
         h = SHB.unpack(self.data, p, order)
         if h["major"] != 1:
             raise located_error(CaptureError, p + 12, f"{name}: pcapng major version: got {h['major']}, expected 1")
-        if not self.sections or self.sections[-1]["offset"] < p:
+        section = self._section_at.get(p)
+        if section is None:
             opts = decode_options(self.raw, p + SHB.size, p + length - 4, SHB_OPTIONS, order)
+            section = self._section_at[p] = len(self.sections)
             self.sections.append({"offset": p, "byte_order": order, "options": opts,
-                                  "first_interface": len(self.interfaces)})
-        return order, length
+                                  "first_interface": len(self.interfaces), "idbs": []})
+        return order, length, section
 
     def _regions(self):
         p = 0
         while p < self.size:
             try:
-                order, length = self._read_shb(p)
+                order, length, section = self._read_shb(p)
             except TruncatedFile as err:
                 if not self._stop_on_truncation or p == 0:
                     raise
                 self.truncated_at = err.offset
                 return
-            section = len(self.sections) - 1
             chain = _BlockChain(self.data, self.raw, self.size, order, str(self.path))
             p += length
             for starts, p, _ in self._walk(chain, p, self.size):
@@ -147,6 +151,12 @@ class PcapngCapture(Capture):
                 return
 
     def _idb(self, p: int, length: int, order: str, section: int) -> None:
+        """Decode the IDB at ``p`` into :attr:`interfaces`, once: a second walk over the
+        file finds the section's IDBs already there (sections are walked in file order, so
+        the interfaces of one section stay contiguous from its ``first_interface``)."""
+        idbs = self.sections[section]["idbs"]
+        if idbs and p <= idbs[-1]:
+            return
         if length < IDB.size + 4:
             raise located_error(CaptureError, p, f"{self.path}: pcapng IDB block_length: got {length}, "
                          f"expected >= {IDB.size + 4}")
@@ -156,6 +166,14 @@ class PcapngCapture(Capture):
             len(self.interfaces), h["linktype"], h["snaplen"], o.get("if_name"),
             o.get("if_description"), o.get("if_speed"), int(o.get("if_tsresol", 6)),
             int(o.get("if_tsoffset", 0)), section, order))
+        idbs.append(p)
+
+    def _section_interfaces(self, section: int) -> list[InterfaceInfo]:
+        """The interfaces of one section decoded so far, in IDB order (its own slice of
+        :attr:`interfaces`: what a section costs does not grow with the sections before it)."""
+        sec = self.sections[section]
+        first = sec["first_interface"]
+        return self.interfaces[first:first + len(sec["idbs"])]
 
     def _decode(self, starts: np.ndarray, ctx: tuple[str, int]) -> np.ndarray:
         order, section = ctx
@@ -172,8 +190,10 @@ class PcapngCapture(Capture):
             p = int(starts[np.flatnonzero(bad)[0]])
             raise located_error(CaptureError, p, f"{self.path}: pcapng trailing block_length differs "
                          f"from the leading one ({int(u4[p + 4])})")
-        first = self.sections[section]["first_interface"]
-        before = len(self.interfaces) - first
+        # the section's interfaces described before this batch (on a second walk the later
+        # ones are known too, and must not count)
+        before = bisect_left(self.sections[section]["idbs"], int(starts[0])) if starts.size \
+            else 0
         is_idb = btype == BT_IDB
         if is_idb.any():
             defined = np.cumsum(is_idb) + before
@@ -183,13 +203,13 @@ class PcapngCapture(Capture):
             defined = before
         is_epb = btype == BT_EPB
         if is_epb.all() and head is not None:               # the usual case: only EPBs
-            rec = self._packets(starts, length, np.zeros(starts.size, bool), defined, first,
+            rec = self._packets(starts, length, np.zeros(starts.size, bool), defined, section,
                                 order, head=head)
         else:
             pk = np.flatnonzero(is_epb | (btype == BT_OPB) | (btype == BT_SPB))
             rec = self._packets(starts[pk], length[pk], btype[pk] == BT_SPB,
-                                defined if np.isscalar(defined) else defined[pk], first, order,
-                                opb=btype[pk] == BT_OPB)
+                                defined if np.isscalar(defined) else defined[pk], section,
+                                order, opb=btype[pk] == BT_OPB)
         erf = np.flatnonzero(rec["linktype"] == LINKTYPE_ERF)
         if erf.size:
             sub = rec[erf]
@@ -201,10 +221,12 @@ class PcapngCapture(Capture):
                 rec = rec[drop]
         return rec
 
-    def _packets(self, pos, blen, spb, defined, first, order, *, head=None, opb=None):
-        """RECORD rows for EPB/OPB/SPB blocks at ``pos`` (``spb``/``opb`` mark the kinds;
-        ``head``: the EPB headers already gathered when every block is an EPB)."""
+    def _packets(self, pos, blen, spb, defined, section, order, *, head=None, opb=None):
+        """RECORD rows for EPB/OPB/SPB blocks at ``pos`` of section ``section`` (``spb``/``opb``
+        mark the kinds; ``head``: the EPB headers already gathered when every block is an EPB)."""
         all_epb = head is not None
+        first = self.sections[section]["first_interface"]
+        own = self._section_interfaces(section)
         u4, u2 = self.views(order + "u4"), self.views(order + "u2")
         n = pos.size
         rec = np.empty(n, RECORD_DTYPE)
@@ -237,7 +259,7 @@ class PcapngCapture(Capture):
                          "(interfaces described before it in this section)")
         glob = ifid + first
         if not all_epb and spb.any():
-            snap = np.array([itf.snaplen for itf in self.interfaces[first:]], np.int64)[ifid]
+            snap = np.array([itf.snaplen for itf in own], np.int64)[ifid]
             cap = np.where(spb, np.minimum(np.minimum(orig, np.where(snap > 0, snap, orig)),
                                            blen - hdr - 4), cap)
         over = pad4(cap) + hdr + 4 > blen
@@ -253,9 +275,9 @@ class PcapngCapture(Capture):
         rec["interface"] = glob
         # this section's interfaces only: a file of many sections must not cost its whole
         # interface list per batch
-        lts = np.array([itf.linktype for itf in self.interfaces[first:]], np.int64)
+        lts = np.array([itf.linktype for itf in own], np.int64)
         rec["linktype"] = lts[0] if (lts == lts[0]).all() else lts[ifid]
-        self._times(rec, ticks, pos, spb, glob, first, all_epb)
+        self._times(rec, ticks, pos, spb, ifid, own, all_epb)
         rec["comment"] = -1
         if self._want_comments:
             opt = pos + hdr + pad4(cap)
@@ -270,17 +292,18 @@ class PcapngCapture(Capture):
                                                                 end[has], self.path), dense)
         return rec
 
-    def _times(self, rec, ticks, pos, spb, glob, first, all_epb) -> None:
-        """time_ns from the 64-bit ticks, per group of interfaces sharing if_tsresol/offset."""
+    def _times(self, rec, ticks, pos, spb, ifid, own, all_epb) -> None:
+        """time_ns from the 64-bit ticks, per group of the section's interfaces ``own``
+        sharing if_tsresol/offset (``ifid``: the packets' interface ids in the section)."""
         groups: dict[tuple[int, int], list[int]] = {}
-        for i, itf in enumerate(self.interfaces[first:], first):
+        for i, itf in enumerate(own):
             groups.setdefault((itf.tsresol, itf.tsoffset_s), []).append(i)
         if len(groups) == 1 and all_epb:
             rec["time_ns"] = self._ticks_to_ns(ticks, *next(iter(groups)), pos)
             return
         rec["time_ns"] = NO_TIME
         for (res, off), members in groups.items():
-            sel = np.flatnonzero(np.isin(glob, members) & ~spb)
+            sel = np.flatnonzero(np.isin(ifid, members) & ~spb)
             if sel.size:
                 rec["time_ns"][sel] = self._ticks_to_ns(ticks[sel], res, off, pos[sel])
 

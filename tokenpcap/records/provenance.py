@@ -35,11 +35,13 @@ from __future__ import annotations
 import re
 from urllib.parse import quote, unquote
 
+import numpy as np
+
 from tokenpcap.errors import InputError, DecodeError
 from tokenpcap.records.points import NIC_TX, CapturePoint, parse_point
 
 __all__ = ["PREFIX", "KEYS", "OPTIONAL_KEYS", "SPLITS", "MAX_INDEX", "provenance_comment",
-           "parse_provenance", "is_provenance"]
+           "parse_provenance", "is_provenance", "index_ranges"]
 
 #: First word of the comment.
 PREFIX = "tokenpcap"
@@ -110,6 +112,18 @@ def provenance_comment(*, scenario: str, scale: int, iterations: tuple[int, int]
     if point != NIC_TX:
         words.append(f"point={_enc(str(point))}")
     return " ".join(words)
+
+
+def index_ranges(values) -> str:  # type: ignore[no-untyped-def]
+    """Sorted distinct non-negative indices as the ``nics``/``ranks`` text with runs as
+    ranges, ``0-3,8,16-19`` (``parse_provenance`` reads it back to the same tuple); its length
+    grows with the number of runs, not of indices (numpy, no loop per index)."""
+    v = np.unique(np.asarray(values, np.int64))
+    if v.size == 0:
+        return ""
+    cut = np.flatnonzero(np.diff(v) != 1)
+    lo, hi = v[np.r_[0, cut + 1]].tolist(), v[np.r_[cut, v.size - 1]].tolist()
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in zip(lo, hi))
 
 
 def is_provenance(text: str | None) -> bool:
