@@ -184,14 +184,18 @@ def send_messages(nbytes: int, n_ranks: int, comm_channels: int, p2p: P2pNet,
 
 
 def network_rows(table: np.ndarray, offsets: np.ndarray, layout, group: tuple[int, ...],
-                 channels: int, p2p: P2pNet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 channels: int, p2p: P2pNet, chunked: bool = True
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Replace the rows of ``table`` (:data:`~tokenpcap.collectives.transfers.TRANSFER_DTYPE`,
     one call of a point-to-point algorithm) that cross nodes by NCCL's messages of each hop
     (:func:`send_messages`) on the NICs :func:`tokenpcap.collectives.pxn.p2p_routes` names,
     each preceded by its NVLink copy to the proxy GPU when the proxy is not the sender.
 
     ``offsets``: int64 ``(n_hops,)`` each hop's offset in the call's buffer; ``group``: the
-    communicator's ranks (its size and whether a node holds two of them). Returns ``(table,
+    communicator's ranks (its size and whether a node holds two of them); ``chunked`` False
+    (NCCL's LL and LL128: a message is one FIFO step, already cut so in ``table``): the rows keep
+    their messages and only take the PXN path and copies (``ncclTopoGetNetDev`` picks the
+    connection's NIC for all protocols alike). Returns ``(table,
     dep_t, dep_x)``: the new table (NVLink rows unchanged, then ordered by step, hop, channel,
     slice; a copy before its network message) and the pairs "row ``dep_t`` waits for the
     arrival of row ``dep_x``" (each network message on its copy).
@@ -202,6 +206,8 @@ def network_rows(table: np.ndarray, offsets: np.ndarray, layout, group: tuple[in
     cross = table[table["nic"]]
     if not cross.size:
         return table, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if not chunked:
+        return _routed(keep, cross.copy(), layout, p2p)
     hop_ids, first = np.unique(cross["hop"], return_index=True)
     hb = np.bincount(cross["hop"], weights=cross["bytes"].astype(np.float64)).astype(np.int64)
     head = cross[first]
@@ -224,7 +230,15 @@ def network_rows(table: np.ndarray, offsets: np.ndarray, layout, group: tuple[in
         rows["bytes"] = np.tile(nb, which.size)
         rows["byte_offset"] = offsets[hop_ids[hi]] + np.tile(off, which.size)
         parts.append(rows)
-    net = np.concatenate(parts)
+    return _routed(keep, np.concatenate(parts), layout, p2p)
+
+
+def _routed(keep: np.ndarray, net: np.ndarray, layout, p2p: P2pNet
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`network_rows`'s result of the NVLink rows ``keep`` and the network messages
+    ``net``: the PXN route of each message and its copy to the proxy GPU."""
+    from tokenpcap.collectives.pxn import p2p_routes
+
     proxy, snic, dnic = p2p_routes(net["src"], net["dst"], layout, p2p.pxn_level, p2p.cross_nic)
     net["nic"] = True
     net["src_nic"], net["dst_nic"] = snic, dnic
