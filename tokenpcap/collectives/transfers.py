@@ -19,7 +19,8 @@ further as NCCL does:
   (:func:`tokenpcap.collectives.protocols.wire_bytes`). Simple keeps ``slice_bytes`` and the
   payload itself. A point-to-point call between nodes takes NCCL's network p2p path (the PXN
   proxy's NIC, :mod:`tokenpcap.collectives.pxn`) under every protocol: the connection is one
-  for all three; Simple cuts it into ``NCCL_P2P_NET_CHUNKSIZE`` chunks, LL/LL128 into steps.
+  for all three; Simple cuts it into ``NCCL_P2P_NET_CHUNKSIZE`` chunks, LL into its own
+  (:func:`tokenpcap.collectives.p2p_chunks.ll_send_chunk_bytes`).
 * **Dependencies** (what a rank must have received before it may forward): a hop from rank ``x``
   carrying chunk ``c`` depends on the hop(s) that last brought chunk ``c`` to ``x``:
 
@@ -236,10 +237,10 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
     table["via"] = -1
     extra_t = extra_x = np.zeros(0, np.int64)
     if p2p_net and cross.any():
-        # NCCL's network p2p: its chunks on its channels (LL/LL128: one step per message, as
-        # cut above), through the PXN proxy's NIC: the connection is the same for every protocol
+        # NCCL's network p2p: its chunks on its channels (LL: its own chunk), through the PXN
+        # proxy's NIC: the connection is the same for every protocol
         table, extra_t, extra_x = network_rows(table, offsets, layout, tuple(group), channels, p2p,
-                                               chunked=protocol == "Simple")
+                                               protocol, hb)
         n = len(table)
         hop, ch = table["hop"].astype(np.int64), table["channel"].astype(np.int64)
     wt, wx = window_pairs(table, window)
