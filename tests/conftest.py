@@ -48,3 +48,24 @@ def tshark_path() -> str | None:
 
 
 needs_tshark = pytest.mark.skipif(tshark_path() is None, reason="tshark is not installed")
+
+
+#: The channels each bundled scenario set by hand before NCCL's own choice became the default
+#: (``collectives.channels``): tests about other things keep the numbers they derived on them.
+HAND_SET_CHANNELS = {"dante": 2, "gpt2-all-cross": 1, "llama2-7b-a100-ib": 2,
+                     "mixtral-8x7b-ep-64": 2, "gpt3-175b-megatron": 2, "llama3.1-405b-2048": 2,
+                     "llama3-70b-64n": 2, "llama3-70b-64k-cp4": 2}
+
+
+def simple_on(name: str | None = None) -> dict:
+    """``load_scenario`` overrides for NCCL's Simple protocol (raw payload, no LL/LL128 lines)
+    and, for a bundled ``name``, its hand-set channels (:data:`HAND_SET_CHANNELS`)."""
+    out = {"collectives.NCCL_PROTO": "Simple", "collectives.NCCL_P2P_LL_THRESHOLD": 0}
+    if name is not None:
+        out["collectives.channels"] = HAND_SET_CHANNELS[name]
+    return out
+
+
+def simple_args(name: str | None = None) -> list[str]:
+    """:func:`simple_on` as ``--set KEY=VALUE`` command-line arguments."""
+    return [a for k, v in simple_on(name).items() for a in ("--set", f"{k}={v}")]

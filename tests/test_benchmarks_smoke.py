@@ -219,7 +219,7 @@ def test_fabric_engine_measures_the_queued_fabric_beside_the_ideal_one():
         assert re.search(rf"^  ours, th5-400g default +{path} +span .* hops per CPU-s", out, re.M)
     assert "HPCC ns-3: not run" in out
     assert re.search(r"^  queued / ideal: run CPU [\d.]+x, peak RSS [\d.]+x, iteration", out, re.M)
-    assert re.search(r"^    dp/backward/AllReduce +256 ", out, re.M)
+    assert re.search(r"^    dp/backward/AllReduce +2,048 ", out, re.M)   # 16 channels: NCCL's
     assert len(re.findall(r"^  \S.* ideal run .* queued .* ratio [\d.]+x$", out, re.M)) == 4
     assert len(re.findall(r"^ +iteration ideal [\d,]+ ns, queued [\d,]+ ns \([+-][\d.]+%\)", out,
                           re.M)) == 2

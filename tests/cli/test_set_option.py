@@ -31,7 +31,7 @@ def test_a_set_equal_to_the_yaml_gives_byte_identical_captures(tmp_path):
     common = ["--scale", "1000", "--nics", "0-1"]
     assert _run("generate", DANTE, "-o", str(a), *common).exit_code == 0
     r = _run("generate", DANTE, "-o", str(b), *common, "--set", "parallelism.dp=4",
-             "--set", "collectives.channels=2", "--set", "generation.clear_to_send=true",
+             "--set", "collectives.channels=auto", "--set", "generation.clear_to_send=true",
              "--set", "cluster.nodes=4", "--set", "model.layers=12")
     assert r.exit_code == 0, r.output
     assert _files(a) == _files(b) and _files(a)

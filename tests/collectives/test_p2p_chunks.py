@@ -138,3 +138,41 @@ def test_cp_kv_send_of_8mib_is_64_messages():
     assert nbytes == 8_388_608
     nic, _ = _pair_messages("llama3-70b-64k-cp4", "cp", nbytes)
     assert len(nic) == 64 and (nic["bytes"] == 131_072).all()
+
+
+def test_an_ll_send_keeps_simple_s_parts_in_16_kib_chunks_of_lines():
+    """NCCL's ``addP2pToPlan`` picks the parts first and the protocol after (LL when a part is at
+    most ``NCCL_P2P_LL_THRESHOLD``); an LL step is ``buffSizes[LL] / NCCL_STEPS`` = 64 KiB of
+    lines, halved for the network below 8 steps, half of it data: 16 KiB of data a chunk, 32 KiB
+    on the wire (enqueue.cc). A 48 KiB send to a remote peer is one part (below half a Simple
+    step, 64 KiB): three messages of 16 KiB of data; 200 KiB on 4 parts whose bounds are
+    ``ncclP2pPartBounds``' 50 KiB aligned up to 4 KiB, 52 KiB (the last 44 KiB): 16, 16, 16 and
+    4 KiB in each, 16, 16 and 12 KiB in the last."""
+    from tokenpcap.collectives.protocols import wire_bytes
+
+    p2p = P2pNet()
+    simple = send_messages(48 << 10, 2, 16, p2p, False)
+    part, off, nb = send_messages(48 << 10, 2, 16, p2p, False, "LL")
+    assert sorted(set(part.tolist())) == sorted(set(simple[0].tolist()))     # the same parts
+    assert nb.sum() == 48 << 10 and nb.max() == 16 << 10
+    assert part.tolist() == [0, 0, 0] and nb.tolist() == [16 << 10] * 3
+    assert wire_bytes("LL", nb).tolist() == [32 << 10] * 3
+    part, off, nb = send_messages(200 << 10, 2, 16, p2p, False, "LL")
+    simple = send_messages(200 << 10, 2, 16, p2p, False)
+    assert sorted(set(part.tolist())) == sorted(set(simple[0].tolist()))
+    per_part = [nb[part == k].tolist() for k in sorted(set(part.tolist()))]
+    k = 1 << 10
+    assert per_part == [[16 * k, 16 * k, 16 * k, 4 * k]] * 3 + [[16 * k, 16 * k, 12 * k]]
+
+
+def test_ll_pipeline_sends_take_the_pxn_path_in_ll_chunks(tmp_path):
+    """A pipeline send of 16 KiB on Dante (two stages on other nodes) goes as LL: its messages
+    leave by the PXN route and carry 16 KiB of data in 32 KiB of lines at most."""
+    sc = load_scenario(PROFILES / "dante.yaml")
+    lay = rank_layout(sc)
+    src, dst = 0, lay.world_size // 2
+    t = transfers(CallShape("SendRecv", (src, dst), 16 << 10, 2), "ring", lay, 16, 1 << 20, "LL",
+                  scenario_p2p_net(sc)).table
+    net = t[t["nic"]]
+    assert net.size and (net["bytes"] <= 32 << 10).all() and (net["bytes"] % 16 == 0).all()
+    assert (net["src_nic"] % lay.nics_per_node == net["dst_nic"] % lay.nics_per_node).all()

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import simple_on
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.errors import InputError
 from tokenpcap.export.simai import simai_workload
@@ -147,7 +148,7 @@ def test_nvlink_calls_timed_as_a_whole_take_their_alpha_beta_time():
     from tokenpcap.plan.build import build_plan
     from tokenpcap.schedule.runner import Schedule
 
-    s = load_scenario(DANTE)
+    s = load_scenario(DANTE, simple_on("dante"))       # Simple: B is the data, no LL lines
     plan = build_plan(s)
     sched = Schedule(plan, iterations=1, nics=(), nvlink_copies=0)
     for _ in sched.run():

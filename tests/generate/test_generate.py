@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import needs_tshark
+from tests.conftest import needs_tshark, simple_on
 from tests.schedule.test_schedule import tiny_scenario
 from tokenpcap.errors import InputError, OutputError
 from tokenpcap.generate.run import (EPOCH_NS, GenerateOptions, Selection, generate, parse_index_set,
@@ -228,7 +228,9 @@ def test_dense_and_moe_layers_on_uneven_stages_payload_equals_the_plan(tmp_path)
 def test_ring_allreduce_one_rank_per_node_puts_2_n_minus_1_over_n_s_on_each_nic(tmp_path):
     # dp 8 on 8 single-GPU nodes, one bucket holding every gradient: S = 2 bytes x parameters
     path = tiny_scenario(tmp_path, "ring8", dp=8, tp=1, pp=1, gbs=8)
-    res = generate(load_scenario(path), GenerateOptions(out_dir=tmp_path, fmt="pcap", jobs=1))
+    # Simple: the textbook counts data (LL's lines would add their flags to the loss AllReduce)
+    res = generate(load_scenario(path, simple_on()), GenerateOptions(out_dir=tmp_path, fmt="pcap",
+                                                                     jobs=1))
     rows = {r.name: r for r in res.plan.rows if r.nic_bytes}
     # the gradients, and the loss AllReduce (two fp32) after the step
     assert sorted(rows) == ["dp/backward/AllReduce", "dp/optimizer/AllReduce"]
@@ -509,7 +511,7 @@ def test_the_shared_writer_budget_changes_no_byte_and_bounds_what_is_held(cross,
     from tokenpcap.generate import output as generate_output
 
     path, tmp = cross
-    s = load_scenario(path)
+    s = load_scenario(path, simple_on())   # Simple: batches of ~1 MB, the sizes above
     ref_dir = tmp / "budget-ref"
     ref_dir.mkdir()
     ref = generate(s, GenerateOptions(out_dir=ref_dir, jobs=1))

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import HAND_SET_CHANNELS, simple_on
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.errors import InfeasiblePlanError, InputError
 from tokenpcap.collectives.layout import RankLayout
@@ -30,7 +31,8 @@ SCENARIOS = sorted((PROFILES / "scenarios").glob("*.yaml"))
 
 
 def dante():  # type: ignore[no-untyped-def]
-    return load_scenario(PROFILES / "scenarios" / "dante.yaml")
+    """Dante on Simple and its hand-set channels: the data volumes below are the closed forms'."""
+    return load_scenario(PROFILES / "scenarios" / "dante.yaml", simple_on("dante"))
 
 
 def vary(s, **kw):  # type: ignore[no-untyped-def]
@@ -191,7 +193,8 @@ def test_calls_agree_with_the_table_to_the_byte():
     for path in (PROFILES / "scenarios" / "dante.yaml",
                  PROFILES / "scenarios" / "gpt2-all-cross.yaml",
                  PROFILES / "scenarios" / "mixtral-8x7b-ep.yaml"):
-        plan = build_plan(load_scenario(path))
+        name = path.stem if path.stem in HAND_SET_CHANNELS else None
+        plan = build_plan(load_scenario(path, simple_on(name)))     # per_rank_bytes: the data
         nic, nvl, n = Counter(), Counter(), Counter()
         ids = []
         for c in plan.calls():
@@ -275,7 +278,7 @@ def test_sp_embedding_allreduces_with_learned_positions():
 def test_pcap_estimate_of_one_write_matches_the_segmentation_case():
     # tests/cases C5: 10000 B at PMTU 4096 -> WRITE FIRST 4170, MIDDLE 4154, LAST 1866 (IPv4
     # frames, no FCS); one coalesced ACK of 62 bytes; classic pcap headers 24 + 16 per record.
-    s = load_scenario(PROFILES / "scenarios" / "gpt2-all-cross.yaml")
+    s = load_scenario(PROFILES / "scenarios" / "gpt2-all-cross.yaml", simple_on("gpt2-all-cross"))
     s = dataclasses.replace(s, generation=dataclasses.replace(s.generation, clear_to_send=False))
     from tokenpcap.plan.sizing import pcap_estimate
 
@@ -387,7 +390,7 @@ def test_deepseek_v3_at_scale_1e8_keeps_every_peer_of_its_expert_alltoall():
     from tokenpcap.collectives.traffic import CallShape, hops
     from tokenpcap.collectives.transfers import transfers
 
-    s = load_scenario(PROFILES / "scenarios" / "deepseek-v3-2048.yaml")
+    s = load_scenario(PROFILES / "scenarios" / "deepseek-v3-2048.yaml", simple_on())
     assert s.collectives.channels == 16
     plan = build_plan(s, scale=10 ** 8)
     lay, ch = plan.layout, s.collectives.channels
@@ -473,8 +476,8 @@ def test_pcap_estimate_equals_the_messages_generate_posts(name: str, gen: dict):
 def test_pcap_estimate_of_dante_is_the_written_capture():
     # The classic pcap `generate dante.yaml --format pcap --split none` writes (measured).
     pc = build_plan(load_scenario(PROFILES / "scenarios" / "dante.yaml")).pcap
-    assert pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"] == 333_216
-    assert pc["file_bytes"] == 1_362_990_552
+    assert pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"] == 336_992
+    assert pc["file_bytes"] == 1_363_373_656
 
 
 def test_deepseek_v3_2048_bytes_per_phase_are_the_closed_forms():
@@ -485,7 +488,7 @@ def test_deepseek_v3_2048_bytes_per_phase_are_the_closed_forms():
     buffer on NICs (7 of its 63 peers share its node), on the 58 MoE layers only; the ring
     ReduceScatter of 128 ranks on 16 nodes crosses 16 node boundaries per step, (n-1) steps of
     S/n; the expert-data-parallel pairs (ranks 8 nodes apart) send half their buffer each."""
-    s = load_scenario(PROFILES / "scenarios" / "deepseek-v3-2048.yaml")
+    s = load_scenario(PROFILES / "scenarios" / "deepseek-v3-2048.yaml", simple_on())
     plan = build_plan(s)
     r = rows(plan)
     mb, act = 120, 4096 * 7168 * 2

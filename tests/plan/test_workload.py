@@ -31,10 +31,13 @@ EIGHT_BY_ONE = str(ROOT / "profiles" / "clusters" / "h100-rocev2-8x1.yaml")
 
 
 def scenario(tmp_path: Path, workload: dict, cluster=EIGHT_BY_ONE, channels: int = 1,
-             algorithm: str = "ring", name: str = "wl"):  # type: ignore[no-untyped-def]
+             algorithm: str = "ring", name: str = "wl",
+             protocol: str = "Simple"):  # type: ignore[no-untyped-def]
+    """A workload scenario; Simple by default (the data itself on the wire, the textbooks')."""
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"cluster": cluster, "workload": workload,
-                                    "collectives": {"algorithm": algorithm, "channels": channels},
+                                    "collectives": {"algorithm": algorithm, "channels": channels,
+                                                    "NCCL_PROTO": protocol},
                                     "generation": {"clear_to_send": False}}))
     return load_scenario(path)
 
@@ -136,6 +139,27 @@ def test_ring_collectives_put_their_textbook_bytes_on_every_nic(tmp_path, kind, 
     assert (plan.nic_bytes_per_rank == 2 * per_rank(8, size)).all()
     _, nic = nic_sums(prepare(s, nics=()).schedule.nic_transfers([0]))
     assert nic == {n: 2 * per_rank(8, size) for n in range(8)}
+
+
+@pytest.mark.parametrize("kind,collective,steps", [
+    ("allreduce", "AllReduce", 14), ("allgather", "AllGather", 7),
+    ("reducescatter", "ReduceScatter", 7)])
+def test_under_nccl_s_choice_an_8_mib_ring_goes_as_ll128_lines(tmp_path, kind, collective, steps):
+    """8 MiB over 8 ranks on NCCL's choice (NCCL_PROTO auto): the tuner picks LL128 (ring on
+    Hopper, tuning.cc), each step's 1 MiB chunk in 2 channels of 512 KiB, one message each
+    (at most one LL128 step, 576,000 data bytes); on the wire 2,048-byte warp slices of 1,920 data
+    bytes (prims_ll128.h): ceil(524,288 / 1,920) x 2,048 = 561,152 bytes a message."""
+    size = 8 * MiB
+    s = scenario(tmp_path, {"kind": kind, "bytes": size, "repeat": 2}, channels=2,
+                 protocol="auto")
+    plan = build_plan(s)
+    (row,) = plan.rows
+    # the data stays the textbook's: steps x S/n per rank and call, 8 ranks, 2 calls
+    assert row.protocols == {"LL128": 2} and row.nic_payload_bytes == 8 * 2 * steps * (size // 8)
+    wire = 2 * steps * 2 * (-(-(size // 8 // 2) // 1920) * 2048)
+    assert (plan.nic_bytes_per_rank == wire).all()
+    _, nic = nic_sums(prepare(s, nics=()).schedule.nic_transfers([0]))
+    assert nic == {n: wire for n in range(8)}
 
 
 def test_sendrecv_pairs_repeat_and_scale(tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.schedule.test_schedule import tiny_scenario
+from tests.conftest import simple_on
 from tokenpcap.errors import InfeasiblePlanError
 from tokenpcap.generate.run import GenerateOptions, generate
 from tokenpcap.schedule.limits import (MAX_MESSAGES, MAX_NVLINK_COPIES, MAX_STATE_BYTES,
@@ -63,7 +64,7 @@ def _follow(s, advice: str, iterations: int):  # type: ignore[no-untyped-def]
 
 
 def test_gpt3_175b_kept_whole_is_refused_before_simulating_with_advice_that_is_accepted():
-    """Keeping every message row (exports, plots), GPT-3 175B's 172,534,656 messages (its
+    """Keeping every message row (exports, plots), GPT-3 175B's 172,644,224 messages (its
     pipeline sends in NCCL's 128 KiB chunks) pass the kept-messages limit; the refusal names what fits and doing that is accepted."""
     s = load_scenario(SCEN / "gpt3-175b-megatron.yaml")
     plan = build_plan(s)
@@ -72,7 +73,7 @@ def test_gpt3_175b_kept_whole_is_refused_before_simulating_with_advice_that_is_a
     msg = str(info.value)
     assert "\n" not in msg
     assert msg.startswith("gpt3-175b-megatron: too large for the timing engine: "
-                          "172,534,656 RDMA messages need about ")
+                          "172,644,224 RDMA messages need about ")
     followed, its = _follow(s, msg, 1)
     check_work(followed, its)                                       # accepted
     work = estimate_work(followed, its, nvlink=False)
@@ -80,9 +81,9 @@ def test_gpt3_175b_kept_whole_is_refused_before_simulating_with_advice_that_is_a
 
 
 @pytest.mark.parametrize("name,calls,messages", [
-    ("gpt3-175b-megatron", 1_073_896, 172_534_656),
-    ("llama3.1-405b-2048", 785_929, 110_317_502),
-    ("llama3-70b-64n", 883_145, 20_893_886),
+    ("gpt3-175b-megatron", 1_073_896, 172_644_224),
+    ("llama3.1-405b-2048", 785_929, 110_532_542),
+    ("llama3-70b-64n", 883_145, 21_185_726),
 ])
 def test_production_jobs_are_accepted_when_only_messages_in_progress_are_held(name, calls, messages):
     """generate holds the messages in progress only: the whole iteration of each bundled
@@ -146,7 +147,7 @@ def test_many_iterations_are_bounded_by_what_their_calls_and_copies_hold():
     count of their own: Dante's 2,312 calls an iteration over 900 iterations (2.08 M calls,
     47.8 M NVLink copies) are accepted; 3,000 iterations pass the state limit (9.4 GB) and the
     NVLink copies timed one by one, and the advice is the count within both."""
-    plan = build_plan(load_scenario(SCEN / "dante.yaml"))
+    plan = build_plan(load_scenario(SCEN / "dante.yaml", simple_on("dante")))
     assert plan.calls_per_iteration == 2_312
     work = check_work(plan, 900, keep_messages=False)
     assert work.calls == 2_080_800 and work.nvlink_copies == 900 * 53_072
@@ -206,7 +207,8 @@ def test_the_floor_is_one_message_per_piece_that_carries_data_unscaled():
     from tokenpcap.collectives.traffic import CallShape
     from tokenpcap.schedule.limits import _messages_at_any_scale
 
-    s = load_scenario(SCEN / "mixtral-8x7b-ep.yaml")
+    # NCCL's 16 channels for every call (auto would trim a tiny call's channels, fewer still)
+    s = load_scenario(SCEN / "mixtral-8x7b-ep.yaml", {**simple_on(), "collectives.channels": 16})
     plan = build_plan(s)
     pieces = 0
     for f in plan.families:

@@ -366,13 +366,18 @@ def test_random_small_scenarios_conserve_payload(tmp_path, shape, alg, channels,
     # every packet of every data message left its NIC
     sent = np.bincount(tx["msg"][tx["kind"] == 0], minlength=len(sched.messages))
     assert (sent[d["msg_id"]] == d["n_packets"]).all()
-    # and with scale, the bytes are the plan's calls scaled, summed by the stage-3 accounting
+    # and with scale, the data are the plan's calls scaled, summed by the stage-3 accounting;
+    # on the wire (NCCL's LL/LL128 lines of small calls) the plan's per-rank wire bytes
     from tokenpcap.collectives.traffic import per_rank_bytes
     want = np.zeros(sched.layout.world_size, np.int64)
     for c in sched.calls():
         want[list(c.group)] += per_rank_bytes(c, sched.plan.algorithm, sched.layout).nic_bytes
     got = np.bincount(d["rank_src"], weights=d["size_bytes"], minlength=len(want)).astype(np.int64)
-    assert (got == want).all()
+    wire = sum(r.nic_bytes_by_rank for r in sched.plan.rows)
+    assert (got == wire).all()
+    assert sum(r.nic_payload_bytes for r in sched.plan.rows) == int(want.sum())
+    if sched.plan.line_protocols() is None:            # every call Simple: the data themselves
+        assert (got == want).all()
 
 
 def test_the_schedule_takes_the_plans_scale_and_never_scales_twice(tmp_path):

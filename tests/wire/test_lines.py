@@ -7,10 +7,13 @@ import struct
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.wire.test_builder import CONTEXTS, make_ctx, make_packets
 from tokenpcap.wire import FrameBuilder, build_frame, crc, rdma
 from tokenpcap.wire.decode import decode_frame
+from tokenpcap.wire.lines import wire_offset
 
 
 def _line_rows(rng, n):
@@ -62,3 +65,22 @@ def test_gather_takes_no_line_payload():
     b = FrameBuilder(ctx)
     at, length = b.payload_holes(p, b.frame_bytes(p))
     assert (length[p["line_protocol"] != 0] == 0).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["Simple", "LL", "LL128"]), st.binary(min_size=1, max_size=1000))
+def test_wire_offset_finds_each_data_byte_where_the_lines_put_it(protocol, data):
+    # the independent layout: NCCL's ncclLLFifoLine {data1, flag1, data2, flag2} and LL128's
+    # flag in bytes 120..127 of a 128-byte line (device.h, prims_ll128.h), written with struct
+    d = np.frombuffer(data, np.uint8)
+    if protocol == "Simple":
+        wire = d
+    elif protocol == "LL":
+        padded = data + bytes(-len(data) % 8)
+        wire = np.frombuffer(b"".join(struct.pack("<4sI4sI", padded[i:i + 4], 7, padded[i + 4:i + 8], 7)
+                                      for i in range(0, len(padded), 8)), np.uint8)
+    else:
+        padded = data + bytes(-len(data) % 120)
+        wire = np.frombuffer(b"".join(padded[i:i + 120] + struct.pack("<Q", 7)
+                                      for i in range(0, len(padded), 120)), np.uint8)
+    assert all(wire[wire_offset(protocol, i)] == d[i] for i in range(d.size))

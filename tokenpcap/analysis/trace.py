@@ -30,6 +30,8 @@ from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.records import DIMS, LABELS, label_codes
 from tokenpcap.records.comments import comment_text
 from tokenpcap.records.tokenspans import held_spans, piece_bounds
+from tokenpcap.schedule.spans import data_bytes
+from tokenpcap.wire.lines import LINE_PROTOCOLS, wire_offset
 
 __all__ = ["TraceError", "Carrier", "Journey", "carriers", "trace"]
 
@@ -39,9 +41,10 @@ class Carrier:
     """One transfer whose bytes hold traced tokens: an RDMA message (``on_nic``) or an NVLink copy.
 
     ``start_ns``/``end_ns``: the message's first frame and the end of its last (NVLink: copy
-    start and arrival), simulated time. ``size_bytes`` the transfer; ``token_bytes`` the bytes of
-    the traced tokens in it, at ``byte_range`` (offsets in the message, the first and one past
-    the last of them) in ``packets`` (indices in the message). ``tokens``: the traced tokens it
+    start and arrival), simulated time. ``size_bytes`` the transfer on the wire; ``token_bytes``
+    the data bytes of the traced tokens in it, at ``byte_range`` (offsets in the message's wire
+    bytes, the first and one past the last of them: under NCCL's LL/LL128 inside its lines,
+    :func:`tokenpcap.wire.lines.wire_offset`) in ``packets`` (indices in the message). ``tokens``: the traced tokens it
     holds, ``held``: every token it holds (half-open ranges); ``comment``: its data packets'
     pcapng comment (NIC only); ``msg_id``: the schedule's message id (-1 for NVLink).
     """
@@ -157,15 +160,19 @@ def carriers(sched, s: Scenario, iteration: int, tokens: set[int],
         else:
             pieces = [(x, c.token_start, c.seq_start, c.seq_end, int(tr["byte_offset"][x]))
                       for x in range(len(tr))]
+        line = LINE_PROTOCOLS[sched.plan.protocol(c)]
         for x, t0, s0, s1, off in pieces:
-            nb = int(tr["bytes"][x])
-            first, end = piece_bounds(t0, s0, s1, b, seq, off, nb, c.message_bytes)
+            nb = int(tr["bytes"][x])                      # on the wire: LL/LL128 lines
+            db = int(data_bytes(line, nb, c.message_bytes - off))
+            first, end = piece_bounds(t0, s0, s1, b, seq, off, db, c.message_bytes)
             held = held_spans(first, end, b, seq)
             mine = [(max(a, lo), min(e, hi)) for a, e in held if a < hi and lo < e]
             mine = [(a, e) for a, e in mine if any(t in tokens for t in range(a, e))]
             if not mine:
                 continue
-            blo, bhi, tb = _token_bytes(mine, t0, s0, s1, b, seq, off, nb, c.message_bytes)
+            blo, bhi, tb = _token_bytes(mine, t0, s0, s1, b, seq, off, db, c.message_bytes)
+            if tb:                                        # data offsets -> offsets on the wire
+                blo, bhi = wire_offset(line, blo), wire_offset(line, bhi - 1) + 1
             nic = bool(tr["nic"][x])
             src, dst = int(tr["src"][x]), int(tr["dst"][x])
             comment = ""

@@ -143,19 +143,20 @@ def _tables(out, data: dict, toks) -> None:  # type: ignore[no-untyped-def]
     s2.add_row("pcap bytes (estimate)", _b(pc["file_bytes"]), _b(ep["pcap_bytes"]) if ep else "-")
     s2.add_row("packets (estimate)", _b(pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"]), "-")
     out.print(s2)
-    if toks is not None and toks.vocabulary_note:
-        out.print(toks.vocabulary_note)
-    if ep:
-        out.print(_epoch_note(ep, tot["tokens"], data["microbatches"]))
     for r in data["phases"]:
         if r.get("protocols"):
             used = ", ".join(f"{k} {v:,} calls" for k, v in sorted(r["protocols"].items()))
-            out.print(f"{r['name']}: NCCL protocol {used}; NIC bytes on the wire "
-                      f"{r['nic_bytes']:,} (data {r['nic_payload_bytes']:,})")
+            where = (f"NIC bytes on the wire {r['nic_bytes']:,} (data {r['nic_payload_bytes']:,})"
+                     if r["nic_bytes"] else "on NVLink only")
+            out.print(f"{r['name']}: NCCL protocol {used}; {where}")
         if r.get("nccl_forced"):
             would = ", ".join(f"{k} for {v:,} calls" for k, v in sorted(r["nccl_forced"].items()))
             out.print(f"{r['name']}: NCCL's tuner would run {would}; the scenario's "
                       f"{data.get('algorithm', 'ring')} was forced")
+    if toks is not None and toks.vocabulary_note:
+        out.print(toks.vocabulary_note)
+    if ep:
+        out.print(_epoch_note(ep, tot["tokens"], data["microbatches"]))
     if data["model"] is None:
         out.print("a workload's one iteration is one pass of its calls (`repeat` repetitions)")
     if data.get("scale", 1) > 1:

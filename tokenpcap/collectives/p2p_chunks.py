@@ -44,7 +44,7 @@ from tokenpcap.errors import InputError
 __all__ = ["NCCL_STEPS", "P2P_NET_CHUNKSIZE_BYTES", "P2P_PER_CHANNEL_NET_BW_GBYTES",
            "NCCL_MAX_DEV_WORK_P2P_PER_BATCH", "P2pNet", "p2p_chunk_bytes",
            "channels_per_net_peer", "channels_per_nvlink_peer", "send_channels",
-           "send_parts", "send_chunk_bytes", "part_bounds", "send_messages"]
+           "send_parts", "send_chunk_bytes", "ll_send_chunk_bytes", "part_bounds", "send_messages"]
 
 NCCL_STEPS = 8                              # src/include/device.h
 DEFAULT_BUFFSIZE_BYTES = 1 << 22            # src/include/comm.h DEFAULT_BUFFSIZE (Simple)
@@ -160,17 +160,31 @@ def part_bounds(n_parts: int, nbytes: int) -> np.ndarray:
     return np.stack([np.minimum(k * pb, nbytes), np.minimum((k + 1) * pb, nbytes)], axis=1)
 
 
+def ll_send_chunk_bytes(nbytes: int) -> int:
+    """Data bytes of a chunk of a network LL send of ``nbytes`` (``addP2pToPlan``): the LL
+    step (``buffSizes[LL] / NCCL_STEPS``, 64 KiB of lines), halved below 8 steps for the
+    network, and half of it data (8 of every 16 bytes): 16 KiB, or 32 KiB from 512 KiB on."""
+    from tokenpcap.collectives.protocols import PROTOCOLS
+
+    step = PROTOCOLS["LL"].step_bytes
+    chunk = step // 2 if nbytes < 8 * step else step
+    return chunk // 2
+
+
 @functools.lru_cache(maxsize=4096)
 def send_messages(nbytes: int, n_ranks: int, comm_channels: int, p2p: P2pNet,
-                  nvlink_peers: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  nvlink_peers: bool, protocol: str = "Simple"
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The network messages of one send of ``nbytes`` > 0 (module docstring): int64 arrays
-    ``(part, offset, bytes)`` of shape ``(m,)`` in part order then offset order (read-only).
-    ``nvlink_peers``: the communicator has a peer on the sender's node (it takes part in
-    ``perPeer``'s least)."""
+    ``(part, offset, bytes)`` of shape ``(m,)`` in part order then offset order (read-only),
+    ``bytes`` the data of each. ``nvlink_peers``: the communicator has a peer on the sender's
+    node (it takes part in ``perPeer``'s least). ``protocol`` ``LL``: the same parts (NCCL picks
+    them before the protocol), cut into :func:`ll_send_chunk_bytes` chunks."""
     c_min, c_max = send_channels(n_ranks, comm_channels, p2p.net_peer_channels,
                                  p2p.nvlink_peer_channels if nvlink_peers else None)
     n = send_parts(nbytes, c_min, c_max, p2p.chunk_bytes)
-    chunk = max(1, send_chunk_bytes(nbytes, p2p.chunk_bytes))
+    chunk = max(1, send_chunk_bytes(nbytes, p2p.chunk_bytes) if protocol == "Simple"
+                else ll_send_chunk_bytes(nbytes))
     bounds = part_bounds(n, nbytes)
     size = bounds[:, 1] - bounds[:, 0]
     steps = -(-size // chunk)
@@ -184,14 +198,20 @@ def send_messages(nbytes: int, n_ranks: int, comm_channels: int, p2p: P2pNet,
 
 
 def network_rows(table: np.ndarray, offsets: np.ndarray, layout, group: tuple[int, ...],
-                 channels: int, p2p: P2pNet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 channels: int, p2p: P2pNet, protocol: str = "Simple",
+                 hop_bytes: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Replace the rows of ``table`` (:data:`~tokenpcap.collectives.transfers.TRANSFER_DTYPE`,
     one call of a point-to-point algorithm) that cross nodes by NCCL's messages of each hop
     (:func:`send_messages`) on the NICs :func:`tokenpcap.collectives.pxn.p2p_routes` names,
     each preceded by its NVLink copy to the proxy GPU when the proxy is not the sender.
 
     ``offsets``: int64 ``(n_hops,)`` each hop's offset in the call's buffer; ``group``: the
-    communicator's ranks (its size and whether a node holds two of them). Returns ``(table,
+    communicator's ranks (its size and whether a node holds two of them); ``protocol``: the
+    call's (NCCL sends p2p as Simple or LL, on the same connection and PXN path, and a message's
+    ``bytes`` are its LL lines, :func:`tokenpcap.collectives.protocols.wire_bytes`);
+    ``hop_bytes``: int64 ``(n_hops,)`` the data of each hop (default: the sum of its rows'
+    ``bytes``, which is the data under Simple). Returns ``(table,
     dep_t, dep_x)``: the new table (NVLink rows unchanged, then ordered by step, hop, channel,
     slice; a copy before its network message) and the pairs "row ``dep_t`` waits for the
     arrival of row ``dep_x``" (each network message on its copy).
@@ -202,8 +222,11 @@ def network_rows(table: np.ndarray, offsets: np.ndarray, layout, group: tuple[in
     cross = table[table["nic"]]
     if not cross.size:
         return table, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    from tokenpcap.collectives.protocols import wire_bytes
+
     hop_ids, first = np.unique(cross["hop"], return_index=True)
-    hb = np.bincount(cross["hop"], weights=cross["bytes"].astype(np.float64)).astype(np.int64)
+    hb = (np.asarray(hop_bytes, np.int64) if hop_bytes is not None else
+          np.bincount(cross["hop"], weights=cross["bytes"].astype(np.float64)).astype(np.int64))
     head = cross[first]
     sizes = hb[hop_ids]
     gpn = layout.gpus_per_node
@@ -212,7 +235,8 @@ def network_rows(table: np.ndarray, offsets: np.ndarray, layout, group: tuple[in
     parts = []
     for b in np.unique(sizes).tolist():
         which = np.flatnonzero(sizes == b)
-        part, off, nb = send_messages(int(b), int(n_ranks), int(channels), p2p, nvlink_peers)
+        part, off, nb = send_messages(int(b), int(n_ranks), int(channels), p2p, nvlink_peers,
+                                      protocol)
         m = part.size
         hi = np.repeat(which, m)
         rows = np.zeros(hi.size, table.dtype)
@@ -221,10 +245,18 @@ def network_rows(table: np.ndarray, offsets: np.ndarray, layout, group: tuple[in
         rows["channel"] = np.tile(part % channels, which.size)
         j = np.arange(m, dtype=np.int64) - np.searchsorted(part, part)
         rows["slice"] = np.tile(j, which.size)
-        rows["bytes"] = np.tile(nb, which.size)
+        rows["bytes"] = np.tile(wire_bytes(protocol, nb), which.size)
         rows["byte_offset"] = offsets[hop_ids[hi]] + np.tile(off, which.size)
         parts.append(rows)
-    net = np.concatenate(parts)
+    return _routed(keep, np.concatenate(parts), layout, p2p)
+
+
+def _routed(keep: np.ndarray, net: np.ndarray, layout, p2p: P2pNet
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`network_rows`'s result of the NVLink rows ``keep`` and the network messages
+    ``net``: the PXN route of each message and its copy to the proxy GPU."""
+    from tokenpcap.collectives.pxn import p2p_routes
+
     proxy, snic, dnic = p2p_routes(net["src"], net["dst"], layout, p2p.pxn_level, p2p.cross_nic)
     net["nic"] = True
     net["src_nic"], net["dst_nic"] = snic, dnic

@@ -17,7 +17,10 @@ further as NCCL does:
   is one FIFO step: at most 32 KiB (LL) or 576,000 bytes (LL128) of data
   (:func:`protocol_slice_bytes`), and its ``bytes`` are the lines on the wire, flags included
   (:func:`tokenpcap.collectives.protocols.wire_bytes`). Simple keeps ``slice_bytes`` and the
-  payload itself.
+  payload itself. A point-to-point call between nodes takes NCCL's network p2p path (the PXN
+  proxy's NIC, :mod:`tokenpcap.collectives.pxn`) under every protocol: the connection is one
+  for all three; Simple cuts it into ``NCCL_P2P_NET_CHUNKSIZE`` chunks, LL into its own
+  (:func:`tokenpcap.collectives.p2p_chunks.ll_send_chunk_bytes`).
 * **Dependencies** (what a rank must have received before it may forward): a hop from rank ``x``
   carrying chunk ``c`` depends on the hop(s) that last brought chunk ``c`` to ``x``:
 
@@ -221,7 +224,7 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
     cross = layout.node_array(table["src"]) != layout.node_array(table["dst"])
     table["nic"] = cross
     table["src_nic"] = table["dst_nic"] = -1
-    p2p_net = p2p is not None and protocol == "Simple" and alg in P2P_ALGORITHMS
+    p2p_net = p2p is not None and alg in P2P_ALGORITHMS     # NCCL's network p2p path (PXN)
     if cross.any() and not p2p_net:       # the NICs of each distinct (src, dst, channel) between nodes
         x = np.flatnonzero(cross)
         w = layout.world_size
@@ -234,8 +237,10 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
     table["via"] = -1
     extra_t = extra_x = np.zeros(0, np.int64)
     if p2p_net and cross.any():
-        # NCCL's network p2p: its chunks on its channels, through the PXN proxy's NIC
-        table, extra_t, extra_x = network_rows(table, offsets, layout, tuple(group), channels, p2p)
+        # NCCL's network p2p: its chunks on its channels (LL: its own chunk), through the PXN
+        # proxy's NIC: the connection is the same for every protocol
+        table, extra_t, extra_x = network_rows(table, offsets, layout, tuple(group), channels, p2p,
+                                               protocol, hb)
         n = len(table)
         hop, ch = table["hop"].astype(np.int64), table["channel"].astype(np.int64)
     wt, wx = window_pairs(table, window)

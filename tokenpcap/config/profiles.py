@@ -94,8 +94,9 @@ def default_channels(nics_per_node: int) -> int:
 
 
 def _channels(file: Path | None, key: str, value: Any) -> Any:
-    """``collectives.channels``: ``auto`` (:func:`default_channels`), ``nccl`` (the same, fewer
-    for small collectives as NCCL's ``topoGetAlgoInfo`` trims them) or an integer 1..64."""
+    """``collectives.channels``: ``auto`` (NCCL's choice: the communicator's
+    :func:`default_channels`, fewer for small collectives as NCCL's ``topoGetAlgoInfo`` trims
+    them; ``nccl`` is the same), or an integer 1..MAX_CHANNELS used for every call."""
     if value in ("auto", "nccl"):
         return value
     try:
@@ -162,17 +163,18 @@ _TRAINING_SPEC = {
     "clip_grad": (yc.number(ge=0, le=1e30), 1.0),
     "create_attention_mask_in_dataloader": (yc.boolean, True),
 }
+_NCCL = CollectivesConfig()     # the defaults, written once (config/types.py)
 _COLLECTIVES_SPEC = {
     "algorithm": (yc.enum(*selectable_algorithms()), "ring"),
     "channels": (_channels, "auto"),
-    "slice_bytes": (yc.integer(*SLICE_BYTES_RANGE), 1 << 20),
-    "NCCL_PROTO": (_nccl_list("NCCL_PROTO"), "Simple"),
-    "NCCL_ALGO": (_nccl_list("NCCL_ALGO"), "auto"),
-    "NCCL_P2P_LL_THRESHOLD": (yc.integer(0, 1 << 30), 0),
-    "NCCL_PXN_DISABLE": (yc.integer(0, 1), 0),
-    "NCCL_P2P_PXN_LEVEL": (yc.integer(0, 2), 2),
-    "NCCL_CROSS_NIC": (yc.integer(0, 2), 2),
-    "NCCL_P2P_NET_CHUNKSIZE": (yc.integer(0, 1 << 30), 1 << 17),
+    "slice_bytes": (yc.integer(*SLICE_BYTES_RANGE), _NCCL.slice_bytes),
+    "NCCL_PROTO": (_nccl_list("NCCL_PROTO"), _NCCL.NCCL_PROTO),
+    "NCCL_ALGO": (_nccl_list("NCCL_ALGO"), _NCCL.NCCL_ALGO),
+    "NCCL_P2P_LL_THRESHOLD": (yc.integer(0, 1 << 30), _NCCL.NCCL_P2P_LL_THRESHOLD),
+    "NCCL_PXN_DISABLE": (yc.integer(0, 1), _NCCL.NCCL_PXN_DISABLE),
+    "NCCL_P2P_PXN_LEVEL": (yc.integer(0, 2), _NCCL.NCCL_P2P_PXN_LEVEL),
+    "NCCL_CROSS_NIC": (yc.integer(0, 2), _NCCL.NCCL_CROSS_NIC),
+    "NCCL_P2P_NET_CHUNKSIZE": (yc.integer(0, 1 << 30), _NCCL.NCCL_P2P_NET_CHUNKSIZE),
 }
 _GENERATION_SPEC = {
     "seed": (yc.integer(0, MAX_SEED), 0),
@@ -344,8 +346,8 @@ def _load_workload_scenario(path: Path, data: dict, sub: dict[str, dict[str, Any
 
 def _collectives(path: Path, data: Any, cluster: ClusterProfile) -> CollectivesConfig:
     c = yc.read_mapping(path, "collectives", data, _COLLECTIVES_SPEC)
-    if c["channels"] in ("auto", "nccl"):
-        c["channels_by_size"] = c["channels"] == "nccl"
+    c["channels_by_size"] = c["channels"] in ("auto", "nccl")
+    if c["channels_by_size"]:
         c["channels"] = default_channels(cluster.nics_per_node)
     return CollectivesConfig(**c)
 

@@ -344,10 +344,11 @@ KEYS: dict[str, tuple[str, str]] = {
     "scenario.collectives.algorithm": ("", "NCCL algorithm of AllReduce, ReduceScatter and "
                                            "AllGather"),
     "scenario.collectives.channels": ("channels", "NCCL channels, one QP per peer each; "
-                                                  "`auto`: NCCL's min(64, 2 x nics_per_node), at most "
-                                                  "`MAX_CHANNELS`; "
-                                                  "`nccl`: the same, fewer for small "
-                                                  "collectives (enqueue.cc topoGetAlgoInfo); "
+                                                  "`auto` (`nccl` the same): NCCL's choice, the "
+                                                  "communicator's min(64, 2 x nics_per_node) at "
+                                                  "most `MAX_CHANNELS`, fewer for small "
+                                                  "collectives (enqueue.cc topoGetAlgoInfo); an "
+                                                  "integer: every call on that many; "
                                                   "rings and trees cross nodes on NIC c mod g "
                                                   "of the group's NICs"),
     "scenario.collectives.slice_bytes": ("bytes", "largest RDMA message of one transfer"),
@@ -361,9 +362,9 @@ KEYS: dict[str, tuple[str, str]] = {
                                            "algorithm than `algorithm`, the plan says the "
                                            "scenario's was forced"),
     "scenario.collectives.NCCL_P2P_LL_THRESHOLD": ("bytes", "p2p (SendRecv, AllToAll peers) "
-                                                            "goes LL up to channels x this; "
-                                                            "NCCL's default is 16384, 0 keeps "
-                                                            "p2p Simple"),
+                                                            "goes LL up to channels x this "
+                                                            "(NCCL's default, enqueue.cc); 0 "
+                                                            "keeps p2p Simple"),
     "scenario.collectives.NCCL_PXN_DISABLE": ("", "NCCL's NCCL_PXN_DISABLE: 1 turns PXN off "
                                                   "(src/graph/paths.cc); 0, NCCL's default, "
                                                   "lets a p2p send to a GPU of local index j "

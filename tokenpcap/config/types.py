@@ -348,19 +348,21 @@ class Training:
 @dataclass(frozen=True)
 class CollectivesConfig:
     algorithm: str = "ring"                # ring | tree | hierarchical
-    channels: int = 2                      # NCCL-like channels (one QP each per peer); the
-                                           # loader's default is NCCL's: 2 * nics_per_node
+    #: NCCL channels (one QP each per peer). The loader's ``auto`` (its default) sets the
+    #: communicator's count NCCL finds, 2 x nics_per_node (``default_channels``), and
+    #: ``channels_by_size``: each collective then runs on the channels NCCL's
+    #: ``topoGetAlgoInfo`` keeps for its size, at most ``channels``; an integer is used as is.
+    channels: int = 2
+    channels_by_size: bool = True
     slice_bytes: int = 1 << 20             # largest RDMA message of one transfer
-    #: NCCL's protocol and algorithm environment, with NCCL's names and list syntax
-    #: (:func:`tokenpcap.collectives.tuning.parse_list`): ``"auto"`` is NCCL's default (every
-    #: protocol enabled, its tuner chooses); ``"Simple"`` keeps every collective on Simple.
-    #: ``NCCL_P2P_LL_THRESHOLD``: bytes per channel up to which p2p goes LL (NCCL: 16384; 0 off).
-    NCCL_PROTO: str = "Simple"
+    #: NCCL's protocol and algorithm environment, with NCCL's names, list syntax
+    #: (:func:`tokenpcap.collectives.tuning.parse_list`) and defaults: ``"auto"`` enables every
+    #: protocol and its tuner chooses (``src/graph/tuning.cc``); ``"Simple"`` keeps every
+    #: collective on Simple. ``NCCL_P2P_LL_THRESHOLD``: bytes per channel up to which p2p goes
+    #: LL (NCCL's default 16384, ``src/enqueue.cc``; 0 keeps p2p Simple).
+    NCCL_PROTO: str = "auto"
     NCCL_ALGO: str = "auto"
-    NCCL_P2P_LL_THRESHOLD: int = 0
-    #: ``channels: nccl``: ``channels`` is NCCL's communicator count (the loader's ``auto``) and
-    #: each collective runs on the channels NCCL's ``topoGetAlgoInfo`` keeps for its size.
-    channels_by_size: bool = False
+    NCCL_P2P_LL_THRESHOLD: int = 16384
     #: NCCL's p2p network environment (defaults NCCL's): ``NCCL_PXN_DISABLE`` (0: PXN on),
     #: ``NCCL_P2P_PXN_LEVEL`` (0 never, 1 if needed, 2 as much as possible),
     #: ``NCCL_CROSS_NIC`` (0, 1, 2), ``NCCL_P2P_NET_CHUNKSIZE`` (bytes of one network p2p

@@ -34,6 +34,7 @@ from tokenpcap.records import COLLECTIVES, DIMS, PHASES, VERB_WRITE, VERB_WRITE_
 from tokenpcap.records.points import NIC_TX, CapturePoint
 from tokenpcap.pcap.registry import capture_format
 from tokenpcap.wire import rdma
+from tokenpcap.wire.lines import LINE_PROTOCOLS
 
 __all__ = ["PREDICTED_DTYPE", "Predicted", "CaptureSize", "predict_messages",
            "predict_message_chunks", "predict_capture",
@@ -123,13 +124,14 @@ def _predict_each_call(schedule, its) -> Predicted:
     rows = []
     for c in calls:
         tr = schedule.plan.call_transfers(c)
+        line = LINE_PROTOCOLS[schedule.plan.protocol(c)]
         t = tr.table
         if not len(t) or not t["nic"].any():
             continue
         label = (DIMS.index(c.dim) * nph + PHASES.index(c.phase)) * ncoll + COLLECTIVES.index(c.collective)
         for x in np.flatnonzero(t["nic"]).tolist():
             src, dst, nb = int(t["src"][x]), int(t["dst"][x]), int(t["bytes"][x])
-            tok = token_range(c, int(t["byte_offset"][x]), nb, c.message_bytes, seq)
+            tok = token_range(c, int(t["byte_offset"][x]), nb, c.message_bytes, seq, line)
             rows.append((src, dst, label, 0, c.iteration, c.call_id, int(t["step"][x]), c.layer,
                          c.microbatch, tok[0], tok[1], nb, int(t["src_nic"][x]),
                          int(t["dst_nic"][x])))

@@ -495,16 +495,17 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
                 a["forced"][forced] += n
             if proto != "Simple":
                 a["protocols"][proto] += n
-            if proto != "Simple" or ch != channels:
-                w = protocol_wire_bytes(call, alg, layout, ch, slice_bytes, proto)
+            is_p2p = (p2p is not None
+                      and effective_algorithm(f.collective, alg) in P2P_ALGORITHMS)
+            if proto != "Simple" or (ch != channels and not is_p2p):
+                w = protocol_wire_bytes(call, alg, layout, ch, slice_bytes, proto, p2p)
                 a["nic"][idx] += w.nic_bytes * n
                 a["rn"][idx] += w.by_nic * n
                 a["nvl"][idx] += w.nvlink_bytes * n
                 for size, k in w.nic_message_sizes:
                     wire_msgs[size] += k * n
                 continue
-            if (p2p is not None and rb.nic_bytes.any()
-                    and effective_algorithm(f.collective, alg) in P2P_ALGORITHMS):
+            if is_p2p and rb.nic_bytes.any():
                 w = p2p_wire_bytes(call, alg, layout, ch, p2p)
                 a["nic"][idx] += w.nic_bytes * n
                 a["rn"][idx] += w.by_nic * n

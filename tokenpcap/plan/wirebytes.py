@@ -37,9 +37,10 @@ class WireBytes(NamedTuple):
 
 @functools.lru_cache(maxsize=4096)
 def _cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
-            layout: RankLayout, channels: int, slice_bytes: int, protocol: str) -> WireBytes:
+            layout: RankLayout, channels: int, slice_bytes: int, protocol: str,
+            p2p: P2pNet | None) -> WireBytes:
     t = transfers(CallShape(collective, group, s, e), algorithm, layout, channels, slice_bytes,
-                  protocol).table
+                  protocol, p2p).table
     pos = {r: i for i, r in enumerate(group)}
     src = np.fromiter((pos[int(r)] for r in t["src"]), np.int64, len(t))
     n = len(group)
@@ -57,15 +58,16 @@ def _cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: 
 
 
 def protocol_wire_bytes(call: CallLike, algorithm: str, layout: RankLayout, channels: int,
-                        slice_bytes: int, protocol: str) -> WireBytes:
-    """The wire bytes of one call under ``protocol`` (module docstring); cached, read-only.
+                        slice_bytes: int, protocol: str, p2p: P2pNet | None = None) -> WireBytes:
+    """The wire bytes of one call under ``protocol`` on ``channels`` (module docstring), a
+    point-to-point call on NCCL's network p2p path ``p2p`` when given; cached, read-only.
 
     Raises:
         InputError: as :func:`tokenpcap.collectives.transfers.transfers`.
     """
     return _cached(call.collective, tuple(call.group), int(call.message_bytes),
                    int(call.elem_bytes), algorithm, layout, int(channels), int(slice_bytes),
-                   protocol)
+                   protocol, p2p)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -45,6 +45,7 @@ from tokenpcap.model import scenario_shards
 from tokenpcap.schedule.engine.nic import Engine
 from tokenpcap.schedule.runner import NVLINK_DTYPE, NVLINK_LATENCY_NS, TIMELINE_DTYPE
 from tokenpcap.schedule.spans import token_range
+from tokenpcap.wire.lines import LINE_PROTOCOLS
 from tokenpcap.errors import InputError
 from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.schedule.program import CallMode, Compute, Mark, Wait, build_programs
@@ -56,10 +57,11 @@ __all__ = ["ReferenceSchedule"]
 class _CallRun:
     """Runtime state of one call: which ranks started it, what each transfer still waits for."""
 
-    __slots__ = ("call", "tr", "wait", "started", "pending", "waiters", "size", "qp_base", "codes")
+    __slots__ = ("call", "tr", "wait", "started", "pending", "waiters", "size", "qp_base", "codes",
+                 "line")
 
-    def __init__(self, call: CollectiveCall, tr: Transfers, channels: int):
-        self.call, self.tr = call, tr
+    def __init__(self, call: CollectiveCall, tr: Transfers, channels: int, line: int):
+        self.call, self.tr, self.line = call, tr, line
         self.qp_base = DIMS.index(call.dim) * channels
         self.codes = (PHASES.index(call.phase), DIMS.index(call.dim),
                       COLLECTIVES.index(call.collective))
@@ -299,7 +301,8 @@ class ReferenceSchedule:
         run = self._runs.get(cid)
         if run is None:
             call = self._calls[cid]
-            run = self._runs[cid] = _CallRun(call, self.plan.call_transfers(call), self._channels)
+            run = self._runs[cid] = _CallRun(call, self.plan.call_transfers(call), self._channels,
+                                                 LINE_PROTOCOLS[self.plan.protocol(call)])
         run.started.add(rank)
         tr = run.tr
         for x in tr.by_src[rank]:
@@ -322,7 +325,7 @@ class ReferenceSchedule:
         _, step, src, dst, _, channel, _, nbytes, offset, nic = run.tr.rows[x]
         c = run.call
         if nic:
-            tok = token_range(c, offset, nbytes, run.size, self._seq_length)
+            tok = token_range(c, offset, nbytes, run.size, self._seq_length, run.line)
             src_nic, dst_nic = run.tr.nics[x]           # the channel's NICs (rails)
             self._out.append((run, x, t, src_nic, dst_nic,
                               run.qp_base + channel, nbytes, step, src, dst, tok))

@@ -191,6 +191,9 @@ class Schedule:
         # int64 (C, 9) per call of the run: iteration, layer, microbatch, call_id, token_start,
         # token_end, seq_start, seq_end, message_bytes (no call objects are kept: :meth:`call`)
         self._call_attr = np.concatenate([_call_columns(f.calls) for f in flats])
+        lp = plan.line_protocols()           # uint8 LINE_PROTOCOLS code per call of the run
+        self._call_line = (np.zeros(len(self._call_attr), np.uint8) if lp is None
+                           else lp[self._call_attr[:, 3] % lp.size])
         self._eng = build_state(flats, self.layout, self.engine, channels=s.collectives.channels,
                                 nvlink_gbps=s.cluster.nvlink_gbps, nvlink_latency_ns=NVLINK_LATENCY_NS,
                                 nics=self.nics, chunk_rows=self._chunk,
@@ -346,7 +349,7 @@ class Schedule:
     def _tokens(self, c: np.ndarray, offset: np.ndarray, nbytes: np.ndarray):
         """Token ranges of transfers of calls ``c`` (run-global) at ``offset`` of ``nbytes``."""
         t0, t1 = token_ranges(self._call_attr[c.reshape(-1), 4:9], offset.reshape(-1),
-                              nbytes.reshape(-1), self._seq_length)
+                              nbytes.reshape(-1), self._seq_length, self._call_line[c.reshape(-1)])
         return t0.reshape(c.shape), t1.reshape(c.shape)
 
     def nic_transfer_chunks(self, iterations, rows: int = 1 << 20) -> Iterator[dict[str, np.ndarray]]:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["LINE_PROTOCOLS", "LINE_FORMATS", "encode_lines", "decode_flags", "LinePatterns"]
+__all__ = ["LINE_PROTOCOLS", "LINE_FORMATS", "encode_lines", "decode_flags", "LinePatterns",
+           "wire_offset"]
 
 #: ``PACKET_DTYPE.line_protocol`` codes: 0 raw payload (NCCL's Simple), 1 LL, 2 LL128.
 LINE_PROTOCOLS = {"Simple": 0, "LL": 1, "LL128": 2}
@@ -30,6 +31,19 @@ LINE_FORMATS = {1: (16, (4, 5, 6, 7, 12, 13, 14, 15), 4), 2: (128, tuple(range(1
 
 def _code(protocol: str | int) -> int:
     return LINE_PROTOCOLS[protocol] if isinstance(protocol, str) else int(protocol)
+
+
+def wire_offset(protocol: str | int, data_offset: int) -> int:
+    """Offset in a message's wire bytes of its data byte ``data_offset`` (Simple: the same; LL:
+    ``data1`` at bytes 0..3, ``data2`` at 8..11 of each 16-byte line; LL128: bytes 0..119 of each
+    128-byte line), what :func:`encode_lines` writes."""
+    code = _code(protocol)
+    if code == 0:
+        return int(data_offset)
+    size, pos, _ = LINE_FORMATS[code]
+    dpos = [i for i in range(size) if i not in pos]
+    line, k = divmod(int(data_offset), len(dpos))
+    return line * size + dpos[k]
 
 
 def encode_lines(protocol: str | int, data: np.ndarray, flag: int, lines: int) -> np.ndarray:
