@@ -1,7 +1,8 @@
 """Every layer's compute in the SimAI export, counted by hand: one record per transformer layer
 over the files of all pipeline stages, whether the layer has a collective or not (a tp 1 dense
 model has none), its forward and input-gradient compute the FLOPs of Narayanan et al. 2021
-(Eq. 3: a GPT layer's forward ``24 b s h^2 + 4 b s^2 h``, backward twice that) at the GPU's peak
+(Eq. 3: a GPT layer's forward ``24 b s h^2 + 4 b s^2 h``, of which the attention scores and values
+``4 b s^2 h`` are computed causal, half, as Megatron-LM counts them; backward twice that) at the GPU's peak
 times the MFU, the output layer's ``2 b s h V`` on the last stage, and the MoE layers carrying
 their expert dispatch and combine AllToAlls over the EP group."""
 from __future__ import annotations
@@ -22,7 +23,8 @@ SCEN = ROOT / "profiles" / "scenarios"
 
 def _ns(s, flops: int) -> int:
     """FLOPs of one TP rank -> ns at peak x MFU, rounded up (a hand rule, not the code's)."""
-    rate = Fraction(str(s.cluster.gpu.peak_tflops)) * 1000 * Fraction(str(s.training.mfu))
+    mfu = 0.45 if s.training.mfu is None else s.training.mfu     # the documented default
+    rate = Fraction(str(s.cluster.gpu.peak_tflops)) * 1000 * Fraction(str(mfu))
     tp = s.parallelism.tp
     return -(-Fraction(-(-flops // tp)) // rate)
 
@@ -46,9 +48,9 @@ def test_dante_at_tp_1_exports_every_layers_compute(tmp_path):
     m = s.model
     b, seq, h, ffn, V = 1, m.seq_length, m.hidden_size, m.ffn_hidden_size, m.vocab_size
     assert (b, seq, h, ffn, m.layers) == (s.training.micro_batch_size, 1024, 768, 3072, 12)
-    attn = 8 * b * seq * h * h + 4 * b * seq * seq * h      # QKV + projection, scores + values
+    attn = 8 * b * seq * h * h + 2 * b * seq * seq * h      # QKV + projection, causal attention
     mlp = 2 * b * seq * 2 * h * ffn                          # two GELU MLP matmuls
-    assert attn + mlp == 24 * b * seq * h * h + 4 * b * seq * seq * h
+    assert attn + mlp == 24 * b * seq * h * h + 4 * b * seq * seq * h // 2
     for L in range(12):
         [r] = recs[f"layer{L}"]
         assert int(r[2]) == _ns(s, attn) + _ns(s, mlp) > 0

@@ -84,12 +84,14 @@ def test_activation_messages():
     assert activation_bytes(1, 2048, 12288, 2) == 50_331_648
 
 
-def test_gpt_layer_flops_is_eq3_forward_term():
-    # Narayanan et al. 2021 Eq. 3: forward of one layer 24 b s h^2 (1 + s / (6 h)),
-    # output layer 2 b s h V.
+def test_gpt_layer_flops_is_eq3_forward_term_with_causal_attention():
+    # Narayanan et al. 2021 Eq. 3: forward of one layer 24 b s h^2 (1 + s / (6 h)), of which the
+    # scores and values 4 b s^2 h; causal attention computes half of them (Megatron-LM
+    # num_floating_point_operations: "/ 2  # causal mask"): 24 b s h^2 (1 + s / (12 h)).
+    # Output layer 2 b s h V.
     m = load_model(MODELS / "gpt3-175b.yaml")
     b, s, h = 1, 2048, 12288
-    assert layer_forward_flops(m, b) == 24 * b * s * h * h + 4 * b * s * s * h
+    assert layer_forward_flops(m, b) == 24 * b * s * h * h + 2 * b * s * s * h
     assert logits_forward_flops(m, b) == 2 * b * s * h * 50257
 
 
@@ -129,12 +131,13 @@ def test_deepseek_v3_mtp_module_is_counted_apart():
 
 
 def test_mla_layer_flops_count_the_latent_projections_and_the_192_wide_scores():
-    """2 b s x (weights a token uses) + 2 b s^2 n (d_qk + d_v): MLA's scores run over 128 heads of
+    """2 b s x (weights a token uses) + b s^2 n (d_qk + d_v): MLA's causal scores (half of the
+    full products, Megatron-LM's ``n (d_qk + d_rope) / 2 + n d_v / 2``) run over 128 heads of
     192 query/key dims and 128 value dims, not over h."""
     m = load_model(MODELS / "deepseek-v3.yaml")
     s, h = 4096, 7168
     attn = 187_107_328 - 1536 - 512
     assert layer_forward_flops(m, 1, moe=False) == \
-        2 * s * (attn + 3 * h * 18432) + 2 * s * s * 128 * (192 + 128)
+        2 * s * (attn + 3 * h * 18432) + s * s * 128 * (192 + 128)
     assert layer_forward_flops(m, 1) == \
-        2 * s * (attn + 9 * 3 * h * 2048 + 256 * h) + 2 * s * s * 128 * (192 + 128)
+        2 * s * (attn + 9 * 3 * h * 2048 + 256 * h) + s * s * 128 * (192 + 128)

@@ -11,7 +11,8 @@ from typing import Any
 
 from tokenpcap.config import yamlcheck as yc
 from tokenpcap.config.bounds import (LINK_GBPS_RANGE, MAX_GPUS_PER_NODE, MAX_LATENCY_NS,
-                                     MAX_PEAK_TFLOPS, MAX_WORLD_SIZE, MIN_PEAK_TFLOPS)
+                                     MAX_PEAK_TFLOPS, MAX_WORLD_SIZE, MFU_RANGE,
+                                     MIN_PEAK_TFLOPS)
 from tokenpcap.config.fabric import FabricContext, fabric_from
 from tokenpcap.config.types import ClusterProfile, GpuProfile, NetworkProfile
 from tokenpcap.errors import ProfileError
@@ -20,7 +21,10 @@ __all__ = ["load_cluster", "cluster_from"]
 
 
 _GPU_SPEC = {"name": (yc.string, yc.REQUIRED),
-             "peak_tflops": (yc.number(ge=MIN_PEAK_TFLOPS, le=MAX_PEAK_TFLOPS), yc.REQUIRED)}
+             "peak_tflops": (yc.number(ge=MIN_PEAK_TFLOPS, le=MAX_PEAK_TFLOPS), yc.REQUIRED),
+             "gemm_efficiency": (yc.optional(yc.number(ge=MFU_RANGE[0], le=MFU_RANGE[1])), None),
+             "attention_efficiency": (yc.optional(yc.number(ge=MFU_RANGE[0], le=MFU_RANGE[1])),
+                                      None)}
 
 _NETWORK_SPEC = {
     "ip_version": (yc.enum(4, 6), 4),

@@ -157,7 +157,7 @@ _TRAINING_SPEC = {
     "precision": (yc.enum("bf16", "fp16", "fp32"), "bf16"),
     "grad_reduce_dtype": (yc.enum(*_DTYPES), "fp32"),
     "recompute": (yc.enum("none", "selective", "full"), "none"),
-    "mfu": (yc.number(ge=MFU_RANGE[0], le=MFU_RANGE[1]), 0.45),
+    "mfu": (yc.optional(yc.number(ge=MFU_RANGE[0], le=MFU_RANGE[1])), None),
     "overlap_grad_reduce": (yc.boolean, False),
     "bucket_size": (yc.optional(yc.integer(1, MAX_BUCKET_SIZE)), None),
     "clip_grad": (yc.number(ge=0, le=1e30), 1.0),

@@ -257,7 +257,13 @@ KEYS: dict[str, tuple[str, str]] = {
     **fcc.CC_KEYS,
     "cluster.gpu.name": ("", "GPU model, for reports"),
     "cluster.gpu.peak_tflops": ("TFLOP/s", "dense peak at the training precision; compute time "
-                                           "= FLOPs / (peak * `training.mfu`)"),
+                                           "= FLOPs / (peak * efficiency), per kernel kind"),
+    "cluster.gpu.gemm_efficiency": ("fraction", "share of the peak the matrix multiplies (the "
+                                                "weights' FLOPs) reach; null: "
+                                                "`training.mfu`, else 0.45"),
+    "cluster.gpu.attention_efficiency": ("fraction", "share of the peak the attention kernel "
+                                                     "(causal scores and values) reaches; "
+                                                     "null: `training.mfu`, else 0.45"),
     "cluster.network.ip_version": ("", "IPv4 or IPv6 headers (RoCEv2)"),
     "cluster.network.dscp": ("", "IP DSCP of every RoCEv2 frame (26: AF31, the usual RoCE "
                                  "class)"),
@@ -328,8 +334,9 @@ KEYS: dict[str, tuple[str, str]] = {
     "scenario.training.grad_reduce_dtype": ("", "dtype of the DP gradient reduction"),
     "scenario.training.recompute": ("", "activation recomputation (Megatron's "
                                         "`--recompute-granularity`)"),
-    "scenario.training.mfu": ("fraction", "model FLOPs utilisation: share of the GPU peak "
-                                          "compute reaches"),
+    "scenario.training.mfu": ("fraction", "one share of the GPU peak for every kernel kind "
+                                          "(overrides the GPU's per-kernel efficiencies); "
+                                          "null: those, else 0.45"),
     "scenario.training.overlap_grad_reduce": ("", "Megatron DDP `--overlap-grad-reduce`: DP "
                                                   "gradients in buckets as backward makes "
                                                   "them (first stage); else one collective "

@@ -109,6 +109,11 @@ class ModelProfile:
 class GpuProfile:
     name: str
     peak_tflops: float                     # dense peak at the training precision, 1e12 FLOP/s
+    #: Share of the peak a kernel kind reaches (tokenpcap.schedule.compute.kernel_efficiency):
+    #: matrix multiplies (GEMMs) and the attention kernel; None: the scenario's ``mfu`` or its
+    #: default.
+    gemm_efficiency: float | None = None
+    attention_efficiency: float | None = None
 
 
 @dataclass(frozen=True)
@@ -332,7 +337,9 @@ class Training:
     precision: str = "bf16"                # bf16 | fp16 | fp32 (activations, parameters)
     grad_reduce_dtype: str = "fp32"        # dtype of the DP gradient reduction
     recompute: str = "none"                # none | selective | full
-    mfu: float = 0.45
+    #: One share of the GPU peak for every kernel (None: the GPU profile's per-kernel
+    #: efficiencies, else tokenpcap.schedule.compute.DEFAULT_MFU).
+    mfu: float | None = None
     #: Megatron-core ``DistributedDataParallelConfig``: with ``overlap_grad_reduce`` the DP
     #: gradients go in buckets of ``bucket_size`` *parameters* (None: max(40,000,000,
     #: 1,000,000 * dp)) as backward produces them; without it one collective per buffer after

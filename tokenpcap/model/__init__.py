@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tokenpcap.model.counts import (LayerParameters, ParameterCount, activation_bytes,
                                     attention_core_flops, attention_forward_flops,
+                                    attention_projection_flops,
                                     attention_parameters,
                                     layer_forward_flops, layer_parameters, logits_forward_flops,
                                     narayanan_eq2, padded_vocab_size, parameter_count)
@@ -30,6 +31,7 @@ __all__ = [
     "scenario_shards",
     "activation_bytes",
     "attention_core_flops",
+    "attention_projection_flops",
     "attention_forward_flops",
     "layer_forward_flops",
     "logits_forward_flops",

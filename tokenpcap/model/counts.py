@@ -56,6 +56,7 @@ __all__ = [
     "activation_bytes",
     "attention_forward_flops",
     "attention_core_flops",
+    "attention_projection_flops",
     "layer_forward_flops",
     "logits_forward_flops",
 ]
@@ -237,20 +238,26 @@ def activation_bytes(micro_batch: int, seq_length: int, hidden_size: int, elem_b
 
 
 def attention_core_flops(m: ModelProfile, micro_batch: int) -> int:
-    """Scores and values of one layer's attention for one microbatch: ``2 b s^2 (n d_qk) + 2 b
-    s^2 (n d_v)``, ``4 b s^2 h`` for MHA/GQA (what selective recomputation repeats, Korthikanti
-    et al. 2022, Sec. 5)."""
+    """Scores and values of one layer's causal attention for one microbatch, forward: ``b s^2
+    (n d_qk) + b s^2 (n d_v)``, ``2 b s^2 h`` for MHA/GQA with ``n d = h``.
+
+    The full products ``Q K^T`` and ``P V`` are ``2 b s^2 (n d)`` each; under the causal mask only
+    the lower triangle is computed (flash-attention kernels skip the masked blocks), half of it.
+    This is Megatron-LM's count (``megatron/training/training.py``
+    ``num_floating_point_operations``: ``query_projection_size / 2  # causal mask``; MLA
+    ``(n (d_qk + d_rope) / 2 + n d_v / 2)``), and what selective recomputation repeats
+    (Korthikanti et al. 2022, Sec. 5)."""
     b, s, a = micro_batch, m.seq_length, m.mla
     if a is None:
-        return 4 * b * s * s * m.hidden_size
-    return 2 * b * s * s * m.attention_heads * (a.qk_head_dim + a.qk_pos_emb_head_dim
-                                                + a.v_head_dim)
+        return 2 * b * s * s * m.attention_heads * _head_dim(m)
+    return b * s * s * m.attention_heads * (a.qk_head_dim + a.qk_pos_emb_head_dim + a.v_head_dim)
 
 
-def attention_forward_flops(m: ModelProfile, micro_batch: int) -> int:
-    """Forward FLOPs of one layer's attention block for one microbatch (all TP ranks together):
-    ``2 b s`` times its weights (:func:`attention_parameters`, norms and biases aside) plus the
-    scores and values ``2 b s^2 (n d_qk) + 2 b s^2 (n d_v)``: ``4 b s^2 h`` for MHA/GQA."""
+def attention_projection_flops(m: ModelProfile, micro_batch: int) -> int:
+    """Forward FLOPs of one layer's attention matrix multiplies for one microbatch (all TP ranks
+    together): ``2 b s`` times the attention weights (:func:`attention_parameters`, norms and
+    biases aside): QKV and output projections ``2 b s (2h^2 + 2h kv_dim)`` for MHA/GQA, the
+    low-rank projections for MLA."""
     b, s, h = micro_batch, m.seq_length, m.hidden_size
     a = m.mla
     if a is None:
@@ -259,7 +266,14 @@ def attention_forward_flops(m: ModelProfile, micro_batch: int) -> int:
     else:
         weights = (attention_parameters(m) - _norm_params(m, a.kv_lora_rank)
                    - (_norm_params(m, a.q_lora_rank) if a.q_lora_rank else 0))
-    return 2 * b * s * weights + attention_core_flops(m, b)
+    return 2 * b * s * weights
+
+
+def attention_forward_flops(m: ModelProfile, micro_batch: int) -> int:
+    """Forward FLOPs of one layer's attention block for one microbatch (all TP ranks together):
+    its matrix multiplies (:func:`attention_projection_flops`) plus the causal scores and values
+    (:func:`attention_core_flops`)."""
+    return attention_projection_flops(m, micro_batch) + attention_core_flops(m, micro_batch)
 
 
 def layer_forward_flops(m: ModelProfile, micro_batch: int, moe: bool | None = None) -> int:
@@ -267,9 +281,10 @@ def layer_forward_flops(m: ModelProfile, micro_batch: int, moe: bool | None = No
     ``moe`` as in :func:`layer_parameters`.
 
     ``2 * b * s * (matmul weights a token uses)`` plus attention scores and values
-    (:func:`attention_forward_flops`). For a GPT layer this is ``24 b s h^2 + 4 b s^2 h = 24 b s
-    h^2 (1 + s/(6h))``, the per-layer forward term of Narayanan et al. 2021, Eq. 3. Backward is
-    twice the forward (Eq. 3).
+    (:func:`attention_forward_flops`, causal). For a GPT layer this is ``24 b s h^2 + 2 b s^2 h =
+    24 b s h^2 (1 + s/(12h))``: the per-layer forward term of Narayanan et al. 2021, Eq. 3
+    (``24 b s h^2 (1 + s/(6h))``, which counts the masked half of the scores too) with the causal
+    half Megatron-LM counts today. Backward is twice the forward (Eq. 3).
     """
     lp = layer_parameters(m, moe)
     h, s, b = m.hidden_size, m.seq_length, micro_batch
