@@ -8,6 +8,7 @@ import click
 
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.progress import stage_lines
 from tokenpcap.cli.set_option import set_option
 from tokenpcap.plan.build import build_plan
 from tokenpcap.config.profiles import default_scenario_path, load_scenario
@@ -37,19 +38,34 @@ def _b(n: int | None) -> str:
               help="Bytes each NIC sends per phase in one iteration, NICs with equal bytes in "
                    "every phase grouped (busiest first): which NIC carries what, for "
                    "`generate --nics`.")
+@click.option("--time", "timed", is_flag=True,
+              help="Also time one iteration (every message, no frame made; as long as "
+                   "`generate`'s timing) and print its length, the MFU it implies by "
+                   "Megatron-LM's formula, and where its time goes (compute, exposed "
+                   "communication, pipeline bubble, optimizer, DP tail).")
 @library_errors
+@stage_lines
 @set_option
 def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int,
-             by_nic: bool) -> None:
+             by_nic: bool, timed: bool) -> None:
     """Bytes per phase on NVLink and on the NICs for one iteration of SCENARIO (default: the
     bundled Divine Comedy scenario), per epoch of its corpus, and the expected pcap size."""
     s = load_scenario(scenario or default_scenario_path())
+    if timed and s.workload is not None:
+        raise click.UsageError("--time: a workload scenario has no model (no compute to "
+                               "time against); expected a training scenario")
     toks = None if no_tokens or s.workload is not None else tokenize_scenario(s)
     plan = build_plan(s, toks, scale=scale)
     if by_nic:
         _nics(plan, as_json)
         return
     data = plan.to_json()
+    breakdown = None
+    if timed:
+        from tokenpcap.cli.plan_time import breakdown_json, time_iteration
+
+        breakdown = time_iteration(s, toks, scale)
+        data["iteration"] = breakdown_json(breakdown)
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
@@ -73,7 +89,14 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int,
               f"SP {'on' if p['sequence_parallel'] else 'off'}, ZeRO-{p['zero_stage']}, "
               f"{data['algorithm']}; {data['microbatches']} microbatches, 1F1B bubble "
               f"{data['bubble_fraction']:.3f}")
+    if breakdown is None:
+        out.print(f"model FLOPs of one iteration (Megatron-LM's formula, causal attention): "
+                  f"{data['model_flops']:.4g}; `--time` times the iteration and gives its MFU")
     _tables(out, data, toks)
+    if breakdown is not None:
+        from tokenpcap.cli.plan_time import print_breakdown
+
+        print_breakdown(out, breakdown, s.cluster.gpu.peak_tflops, scale)
 
 
 def _nics(plan, as_json: bool) -> None:  # type: ignore[no-untyped-def]

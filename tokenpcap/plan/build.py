@@ -47,6 +47,7 @@ from tokenpcap.plan.calltable import CallTable, call_by_id, expand
 from tokenpcap.errors import InfeasiblePlanError, InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.records import COLLECTIVES, DIMS, PHASES
+from tokenpcap.model.flops import megatron_flops
 from tokenpcap.model import (activation_bytes, narayanan_eq2, padded_vocab_size, parameter_count,
                              scenario_shards)
 from tokenpcap.config.profiles import DTYPE_BYTES, Scenario, check_feasible
@@ -392,6 +393,7 @@ class Plan:
                        "groups": self.layout.intra_node_summary()},
             "microbatches": self.microbatches,
             "bubble_fraction": float(pipeline_bubble_fraction(p.pp, self.microbatches, p.vpp)),
+            "model_flops": megatron_flops(m, t.global_batch_size, p.tp) // self.scale,
             "activation_bytes": activation_bytes(t.micro_batch_size, m.seq_length,
                                                  m.hidden_size, DTYPE_BYTES[t.precision]),
             "phases": [r.to_json() for r in self.rows],
