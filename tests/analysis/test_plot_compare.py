@@ -11,7 +11,7 @@ from tokenpcap.errors import OutputError
 from tokenpcap.export.hpcc_fct import compare_hpcc
 
 ROOT = Path(__file__).resolve().parents[2]
-DANTE = ROOT / "profiles" / "scenarios" / "dante.yaml"
+DANTE = ROOT / "tests" / "cases" / "simai" / "dante.yaml"   # Dante as SimAI ran it
 DANTE_FLOWS = ROOT / "tests" / "cases" / "hpcc" / "dante-flows.yaml"   # p2p as the ns-3 run's flows
 FCT = ROOT / "tests" / "cases" / "hpcc" / "dante-scale64-fct.txt"
 

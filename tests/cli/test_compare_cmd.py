@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from tokenpcap.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-DANTE = str(ROOT / "profiles" / "scenarios" / "dante.yaml")
+DANTE = str(ROOT / "tests" / "cases" / "simai" / "dante.yaml")   # Dante as SimAI ran it
 DANTE_FLOWS = str(ROOT / "tests" / "cases" / "hpcc" / "dante-flows.yaml")  # the ns-3 run's Dante
 FCT = ROOT / "tests" / "cases" / "hpcc" / "dante-scale64-fct.txt"
 

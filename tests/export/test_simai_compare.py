@@ -19,7 +19,7 @@ from tokenpcap.export.simai_csv import read_end_to_end
 from tokenpcap.schedule.runner import NVLINK_LATENCY_NS
 
 ROOT = Path(__file__).resolve().parents[2]
-DANTE = ROOT / "tests" / "cases" / "simai" / "dante-as-run.yaml"   # Dante as SimAI ran it
+DANTE = ROOT / "tests" / "cases" / "simai" / "dante.yaml"   # Dante as SimAI ran it
 CSV = ROOT / "tests" / "cases" / "simai" / "dante-EndToEnd.csv"
 
 
