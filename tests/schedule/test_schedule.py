@@ -532,3 +532,38 @@ def test_streaming_refuses_the_whole_table_and_rows_no_longer_held():
 
     with pytest.raises(InputError, match="ring_rows: got 12"):
         Schedule(plan, iterations=1, keep_messages=False, ring_rows=12)
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_ring_attention_is_double_buffered_as_transformer_engine_runs_it(tmp_path, cp):
+    """TE ``AttnFuncWithCPAndKVP2P`` posts the transfer that feeds step i + 1 (``send_recv_reqs[(i +
+    1) % 2]``) before step i's partial attention and waits for it after: with compute dominating
+    (a low MFU), the transfers of consecutive steps of a layer start exactly one partial
+    attention (the attention kernel's time / cp) apart, forward and backward; backward's last
+    transfer (dK, dV) starts two partial attentions after the one before it (after the last step),
+    and a layer's attention block takes its compute alone, the ring hidden."""
+    dp = 8 // (2 * cp)                                       # 8 GPUs
+    path = tiny_scenario(tmp_path, f"cp{cp}", dp=dp, tp=1, pp=2, gbs=2 * dp, extra=", mfu: 0.00001",
+                         par=f", context_parallel_size: {cp}")
+    sched, _ = run(path)
+    st = stage_times(sched.scenario, 0)
+    m = sched.messages
+    d = m[(m["kind"] == KIND_DATA) & (m["dim"] == DIMS.index("cp"))]
+    first: dict = {}
+    for row in d:
+        c = sched.call(int(row["call_id"]))
+        key = (c.src, c.phase, c.layer, c.microbatch, int(c.op.rsplit("_", 1)[1]))
+        first[key] = min(first.get(key, 1 << 62), int(row["start_ns"]))
+    checked = 0
+    for phase, core, steps in (("forward", st.attn_core_fwd, cp - 1), ("backward", st.attn_core_bwd, cp)):
+        per, extra = divmod(core, cp)
+        assert per > 10_000                          # the compute dominates the transfers
+        for (src, ph, L, j, i), t in first.items():
+            if ph != phase or i == 0:
+                continue
+            gap = t - first[src, ph, L, j, i - 1]
+            want = per + (i - 1 < extra) + (per + (i < extra) if i == cp - 1 and phase == "backward" else 0)
+            assert gap == want, (phase, src, L, j, i, gap, want)
+            checked += 1
+        assert sum(1 for k in first if k[1] == phase) == 8 * 2 * 2 * steps  # ranks x layers x mbs
+    assert checked == 8 * 2 * 2 * (cp - 2 + cp - 1)

@@ -150,6 +150,7 @@ class _Rank:
         self.chain: list[int] = []       # the nodes the rank last waited for
         self.stream: list[int] = []      # the last asynchronous call's end nodes
         self.join: list[int] = []        # stream nodes a Wait adds to the next chain node
+        self.posted: dict[int, list[int]] = {}   # a call started (SEND) to be waited for later
         self.tag_base: dict[int, dict[tuple[int, int], int]] = {}
 
     def _emit(self, name: str, kind: str, deps, **kw) -> tuple[int, bytes]:  # type: ignore[no-untyped-def]
@@ -203,6 +204,8 @@ class _Rank:
                                          pb.attr("duration_ns", "int64", ins.ns)])
                 self.chain, self.join = [i], []
                 yield b
+            elif isinstance(ins, Call) and ins.mode == CallMode.WAIT:
+                self.join = self.join + self.posted.pop(ins.call_id, [])
             elif isinstance(ins, Call):
                 yield from self._call(calls_by_id[ins.call_id], ins.mode)
             elif isinstance(ins, Wait):
@@ -232,7 +235,8 @@ class _Rank:
             self.stream = ends or self.stream
         elif mode in _ADVANCE:                  # (no transfer of this rank: nothing to wait for)
             self.chain, self.join = (ends, []) if ends else (deps, [])
-        # a send: the chain goes on without it
+        else:                                   # a send: the chain goes on without it, unless
+            self.posted[c.call_id] = ends       # a WAIT for the call comes later
 
     def _transfers(self, c, name: str, deps: list, common: list, ends: list):  # type: ignore[no-untyped-def]
         """The sends and receives of the rank in call ``c``; their nodes without local

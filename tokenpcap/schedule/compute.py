@@ -154,7 +154,9 @@ class StageTimes:
     backward (×2, plus the selective recomputation in ``attn_bwd``); the MLP is an MoE layer's
     when the model has experts; ``dense_mlp_fwd``/``dense_mlp_bwd``: the dense MLP of the
     dense layers of a model that mixes both (``moe.layer_freq``; equal to ``mlp_*`` for a dense
-    model); ``logits_fwd``/``logits_bwd``:
+    model); ``attn_core_fwd``/``attn_core_bwd``: the attention kernel's share of ``attn_fwd`` /
+    ``attn_bwd`` (the causal scores and values, with selective recomputation's replay in
+    backward), which ring attention splits into its steps; ``logits_fwd``/``logits_bwd``:
     the output layer on the last stage (0 elsewhere); ``optimizer``: the optimizer step of the
     rank's parameters (once per iteration).
     """
@@ -168,6 +170,8 @@ class StageTimes:
     optimizer: int
     dense_mlp_fwd: int = 0
     dense_mlp_bwd: int = 0
+    attn_core_fwd: int = 0
+    attn_core_bwd: int = 0
 
 
 def stage_times(s: Scenario, stage: int, scale: int = 1) -> StageTimes:
@@ -198,7 +202,8 @@ def stage_times(s: Scenario, stage: int, scale: int = 1) -> StageTimes:
     return StageTimes(attn_fwd=ns(proj, core), mlp_fwd=ns(mlp),
                       attn_bwd=ns(2 * proj, 2 * core + selective),
                       mlp_bwd=ns(2 * mlp), logits_fwd=ns(logits), logits_bwd=ns(2 * logits),
-                      optimizer=opt, dense_mlp_fwd=ns(dense_mlp), dense_mlp_bwd=ns(2 * dense_mlp))
+                      optimizer=opt, dense_mlp_fwd=ns(dense_mlp), dense_mlp_bwd=ns(2 * dense_mlp),
+                      attn_core_fwd=ns(0, core), attn_core_bwd=ns(0, 2 * core + selective))
 
 
 def iteration_flops(s: Scenario) -> int:

@@ -11,16 +11,17 @@ starts by receiving its input activation (blocking), one that does not hold the 
 sending it on (asynchronous), and likewise backwards in the other direction.
 
 Inside a forward (stage 0: embedding and its TP collective first), per layer: ZeRO-3 parameter
-gathers, the SP AllGather, with context parallelism the ring-attention steps of the layer
-(:mod:`tokenpcap.plan.context`: at each step the rank starts its send to the next CP rank and
-waits for the chunk from the previous one, since the next partial attention needs it), the
-attention part, its TP collective (AllReduce, SP: ReduceScatter), the MLP part likewise (with
+gathers, the SP AllGather, with context parallelism the attention block as ring attention
+(:mod:`tokenpcap.plan.context`; Transformer Engine's double-buffered ``AttnFuncWithCPAndKVP2P``,
+:meth:`_Builder.ring`: the projections, then ``cp`` partial attentions, the transfer of the K, V
+chunk step ``i + 1`` needs posted when step ``i``'s compute starts and waited for when it ends),
+otherwise the attention part, its TP collective (AllReduce, SP: ReduceScatter), the MLP part likewise (with
 MoE the expert dispatch and combine AllToAll around the experts; the dense layers of a model that
 mixes both compute for their own dense MLP's time, :class:`~tokenpcap.schedule.compute.StageTimes`
 ``dense_mlp_*``); the last stage then runs the output layer and the three cross-entropy
 AllReduces.
 A backward mirrors it, layers last to first (the CP steps, sends to the previous CP rank,
-right before the attention's backward compute); with full recomputation each layer's forward
+double-buffered against the partial attentions' backward, the last one, dK and dV, after them); with full recomputation each layer's forward
 (``recompute=True`` calls) is replayed right before its backward. TP, EP and ZeRO-3 gathers block
 the rank (the next compute needs their result).
 
@@ -63,6 +64,7 @@ class CallMode(IntEnum):
     ASYNC = 1   #: queued on the rank's one communication stream (DP buckets, optimizer gathers)
     SEND = 2    #: a pipeline send: started, never waited for (PP activations and gradients)
     RECV = 3    #: a pipeline receive: the rank waits for the data
+    WAIT = 4    #: the rank waits until its part of a call it started earlier (SEND) is finished
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +101,8 @@ class Mark:
 #: One step of a rank's program.
 Instruction = Union[Compute, Call, Wait, Mark]
 _WAIT = Wait()
-BLOCK, ASYNC, SEND, RECV = CallMode.BLOCK, CallMode.ASYNC, CallMode.SEND, CallMode.RECV
+BLOCK, ASYNC, SEND, RECV, WAIT = (CallMode.BLOCK, CallMode.ASYNC, CallMode.SEND,
+                                   CallMode.RECV, CallMode.WAIT)
 
 _FWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "attn_in"), ("r", "cp_kv"),
               ("t", "attn_fwd"),
@@ -260,20 +263,64 @@ class _Builder:
 
     def layer(self, template, phase: str, rec: bool, j: int, L: int) -> None:
         dense = not self.moe_of[L]
+        skip = False                                # the ring computed the attention block
         for typ, name in template:
-            if typ == "t":
+            if typ == "t" and skip and name.startswith("attn"):
+                skip = False
+            elif typ == "t":
                 # the dense layers of a model that mixes dense and MoE layers: their own MLP time
                 self.compute(getattr(self.t, f"dense_{name}" if dense and name.startswith("mlp")
                                      else name))
-            elif typ == "r":                        # ring attention: steps 0, 1, ... in order
-                i = 0
-                while ("cp", "recv", phase, rec, j, L, f"{name}_{i}") in self.s:
-                    op = f"{name}_{i}"
-                    self.take(("cp", "send", phase, rec, j, L, op), SEND)
-                    self.take(("cp", "recv", phase, rec, j, L, op), RECV)
-                    i += 1
+            elif typ == "r":                        # ring attention, double-buffered
+                ring = self.ring_steps(phase, rec, j, L, name)
+                if ring:
+                    core = "attn_core_fwd" if phase == "forward" else "attn_core_bwd"
+                    self.ring(ring, getattr(self.t, core),
+                              getattr(self.t, "attn_fwd" if phase == "forward" else "attn_bwd"),
+                              phase == "forward")
+                    skip = True
             else:
                 self.take((phase, rec, j, L, name), ASYNC if typ == "a" else BLOCK)
+
+    def ring_steps(self, phase: str, rec: bool, j: int, L: int, name: str) -> list[tuple]:
+        """The ``(send key, recv key)`` of each ring-attention step of a layer, step 0 first."""
+        out, i = [], 0
+        while ("cp", "recv", phase, rec, j, L, f"{name}_{i}") in self.s:
+            op = f"{name}_{i}"
+            out.append((("cp", "send", phase, rec, j, L, op), ("cp", "recv", phase, rec, j, L, op)))
+            i += 1
+        return out
+
+    def ring(self, steps: list[tuple], core_ns: int, block_ns: int, forward: bool) -> None:
+        """One layer's attention block with ring attention as Transformer Engine runs it
+        (``AttnFuncWithCPAndKVP2P``, double-buffered ``send_recv_reqs[i % 2]``): the projections
+        (``block_ns - core_ns``), then ``cp`` partial attentions of ``core_ns / cp`` each; the
+        transfer that feeds step ``i + 1`` is posted (send and receive) when step ``i``'s compute
+        starts and waited for when it ends. Forward has ``cp - 1`` transfers (K, V to the next
+        rank); backward ``cp`` (K, V, then K, V with dK, dV, then dK, dV): its last one leaves
+        after the last partial attention, the accumulated gradients being final only then."""
+        cp = len(steps) + 1 if forward else len(steps)
+        ids = [[self.s[k].pop(0) for k in pair if self.s.get(k)] for pair in steps]
+        self.compute(block_ns - core_ns)
+        per, extra = divmod(core_ns, cp)
+
+        def post(mine: list[int]) -> None:
+            for cid in mine:
+                self.p.append(Call(cid, SEND))
+
+        def wait(mine: list[int]) -> None:
+            for cid in mine:
+                self.p.append(Call(cid, WAIT))
+
+        for i in range(cp):
+            if i < cp - 1:
+                post(ids[i])
+            self.compute(per + (1 if i < extra else 0))
+            if i < cp - 1:
+                wait(ids[i])
+        for mine in ids[cp - 1:]:                   # backward: dK, dV after the last step
+            post(mine)
+            wait(mine)
 
     def forward(self, j: int, c: int) -> None:
         first = self.st == 0 and c == 0

@@ -280,6 +280,13 @@ class ReferenceSchedule:
             if mode == CallMode.SEND:
                 self._start(cid, rk.rank, t, None)
                 continue
+            if mode == CallMode.WAIT:       # a part started earlier (SEND): wait for its end
+                run = self._runs.get(cid)
+                if run is not None and run.pending[rk.rank] > 0:
+                    run.waiters[rk.rank] = rk
+                    rk.blocked = True
+                    return
+                continue
             rk.blocked = True
             if not self._start(cid, rk.rank, t, rk):
                 return

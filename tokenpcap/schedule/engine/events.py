@@ -26,7 +26,7 @@ __all__ = [
     "RDY_END", "MMASK", "HANDED", "HAND_ID", "MNEED", "NSC", "LAT",
     "ACKDELAY", "ACK_NS", "ACK_FB", "EVERY", "CTS", "CTS_BYTES", "CTS_SHAPE", "ITERS", "WORLD",
     "NVL_NUM", "NVL_DEN", "NVL_LAT", "GAP", "CHUNK", "KEEP_HIST", "KEEP_NV", "NPORTS", "HEAD",
-    "I_COMPUTE", "I_CALL", "I_WAIT", "I_MARK", "NS_HIGH", "M_BLOCK", "M_ASYNC", "M_SEND", "M_RECV", "W_NONE",
+    "I_COMPUTE", "I_CALL", "I_WAIT", "I_MARK", "NS_HIGH", "M_BLOCK", "M_ASYNC", "M_SEND", "M_RECV", "M_WAIT", "W_NONE",
     "W_STEP", "W_STREAM", "PKT_DATA", "PKT_CTS", "PKT_ACK", "M_TR", "M_KIND", "M_SRC", "M_DST",
     "M_QPID", "M_SHAPE", "M_SIZE", "M_START", "M_READY", "M_FIRST", "M_LAST", "M_ARR", "M_PSN",
     "M_QSEQ", "M_BOFF", "M_PEER", "M_LINK", "M_ID", "M_NACK", "M_TLAST", "M_COLS", "A_RANK",
@@ -66,7 +66,7 @@ PKFREE, PKUSED, NLGP, NLGQ, HOPS, HDRM_OVER, DROPS, NPFC = range(18, 26)
 I_COMPUTE, I_CALL, I_WAIT, I_MARK = 0, 1, 2, 3
 #: A COMPUTE instruction's ns is ``a + b * NS_HIGH`` (``ins`` is int32: ``a, b`` in [0, 2**31)).
 NS_HIGH = 1 << 31
-M_BLOCK, M_ASYNC, M_SEND, M_RECV = 0, 1, 2, 3
+M_BLOCK, M_ASYNC, M_SEND, M_RECV, M_WAIT = 0, 1, 2, 3, 4
 W_NONE, W_STEP, W_STREAM = -1, 1, 2
 PKT_DATA, PKT_CTS, PKT_ACK, PKT_PFC = 0, 1, 2, 3
 # columns of the state tables

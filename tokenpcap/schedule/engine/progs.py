@@ -238,6 +238,12 @@ def step(S, cf, sc, h, lst, r, t):
         if mode == M_SEND:
             _start(S, cf, sc, h, lst, p, t, W_NONE)
             continue
+        if mode == M_WAIT:                  # a part started earlier (SEND): wait for its end
+            if part[p, A_PENDING] > 0:
+                part[p, A_WAITER] = W_STEP
+                rk[r, R_BLOCKED] = 1
+                return
+            continue
         rk[r, R_BLOCKED] = 1
         if not _start(S, cf, sc, h, lst, p, t, W_STEP):
             return
