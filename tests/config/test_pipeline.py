@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from tokenpcap.config.pipeline import PipelineSplitError, stage_first_layers, stage_layer_counts
+from tokenpcap.config.pipeline import (PipelineSplitError, chunk_first_layers, chunk_layer_counts,
+                                       stage_first_layers, stage_layer_counts)
 
 
 def megatron_offset(layers: int, pp: int, rank: int, first: int | None, last: int | None) -> int:
@@ -76,3 +77,77 @@ def test_counts_and_offsets_agree_with_megatron(pp, first, last, per):
         assert counts[0] == first
     if last is not None:
         assert counts[-1] == last
+
+
+def megatron_vp_offset(layers: int, pp: int, vp: int, rank: int, vp_stage: int,
+                       first: int | None, last: int | None, embedding: bool, loss: bool) -> int:
+    """get_transformer_layer_offset with virtual stages (``vp_stage``), transcribed as its
+    arithmetic (Megatron-core transformer_layer.py: the uneven branch's
+    ``num_layers_per_virtual_model_chunk_in_*_pipeline_stage`` and ``total_virtual_chunks``;
+    the account-for branch's ``num_layers_per_virtual_rank`` and the embedding's ``offset -= 1``
+    off the first virtual stage)."""
+    if first is not None or last is not None:
+        middle_stages = pp - (first is not None) - (last is not None)
+        middle_layers = layers - (first or 0) - (last or 0)
+        f_chunk, l_chunk = (first or 0) // vp, (last or 0) // vp
+        m_chunk = middle_layers // vp
+        total = f_chunk + m_chunk + l_chunk
+        if rank == 0:
+            return vp_stage * total
+        return vp_stage * total + f_chunk + (rank - 1) * (m_chunk // middle_stages)
+    n = layers + embedding + loss
+    per_rank = n // pp
+    offset = vp_stage * (n // vp) + rank * (per_rank // vp)
+    if embedding and not (rank == 0 and vp_stage == 0):
+        offset -= 1
+    return offset
+
+
+def test_llama3_405b_on_16_stages_of_4_chunks():
+    """126 layers + embedding + loss = 128 slots, 2 per chunk: the first chunk of stage 0 and
+    the last of stage 15 hold one layer, so stages hold 7, 8 x 14, 7 (Llama 3, Sec. 3.3.2)."""
+    c = chunk_layer_counts(126, 16, 4, embedding=True, loss=True)
+    assert c[0] == (1, 2, 2, 2) and c[-1] == (2, 2, 2, 1) and set(c[1:-1]) == {(2, 2, 2, 2)}
+    assert tuple(map(sum, c)) == stage_layer_counts(126, 16, embedding=True, loss=True)
+    assert chunk_first_layers(c)[0] == (0, 31, 63, 95)
+    with pytest.raises(PipelineSplitError, match="holds only the embedding"):
+        chunk_layer_counts(126, 16, 8, embedding=True, loss=True)   # 1 slot: embedding only
+    with pytest.raises(PipelineSplitError, match="dividing them") as err:
+        chunk_layer_counts(126, 16, 3, embedding=True, loss=True)
+    assert err.value.key == "virtual_pipeline_model_parallel_size"
+    with pytest.raises(PipelineSplitError, match="divisible by virtual pipeline parallel"):
+        chunk_layer_counts(61, 16, 2, 3, 2)          # DeepSeek-V3's 3 first layers on 2 chunks
+
+
+@given(pp=st.integers(2, 16), vp=st.integers(2, 4), per=st.integers(1, 4),
+       split=st.sampled_from(["even", "uneven", "embedding", "loss", "both"]),
+       fl=st.tuples(st.integers(0, 2), st.integers(0, 2)))
+def test_chunk_counts_and_offsets_agree_with_megatron(pp, vp, per, split, fl):
+    first = last = None
+    emb, loss = split in ("embedding", "both"), split in ("loss", "both")
+    if split == "uneven":
+        first = fl[0] * vp or None
+        last = fl[1] * vp or None
+        middle = pp - (first is not None) - (last is not None)
+        if middle <= 0:
+            return
+        layers = per * vp * middle + (first or 0) + (last or 0)
+    else:
+        layers = per * vp * pp - emb - loss
+    try:
+        c = chunk_layer_counts(layers, pp, vp, first, last, emb, loss)
+    except PipelineSplitError:
+        assert per == 1 and (emb or loss) or (first == 0 or last == 0)
+        return
+    offsets = chunk_first_layers(c)
+    # Megatron's uneven offset counts rank 0 as a first stage even when only the last stage is
+    # set (``(pipeline_rank - 1) * ...``): its chunks would then overlap; the counts still hold
+    check = split != "uneven" or first is not None or last is None
+    for r in range(pp):
+        for v in range(vp):
+            assert not check or offsets[r][v] == megatron_vp_offset(layers, pp, vp, r, v, first, last, emb,
+                                                       loss)
+    ends = sorted((offsets[r][v], offsets[r][v] + c[r][v]) for r in range(pp) for v in range(vp))
+    assert ends[0][0] == 0 and ends[-1][1] == layers
+    assert all(a[1] == b[0] for a, b in zip(ends, ends[1:]))      # the chunks tile the model
+    assert tuple(map(sum, c)) == stage_layer_counts(layers, pp, first, last, emb, loss)

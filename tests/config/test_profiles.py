@@ -216,16 +216,19 @@ def test_deepseek_features_a_scenario_cannot_use(tmp_path: Path):
 
 
 def test_combinations_of_pipeline_features_not_modelled_together(tmp_path: Path):
-    """Interleaving needs equal chunks of one layer kind here (Megatron-core's
-    get_transformer_layer_offset for equal chunks), so an uneven split or a model of dense and
-    MoE layers is refused with it; ring attention is modelled over MHA/GQA K,V only, so
-    multi-latent attention is refused with context parallelism."""
+    """Interleaving needs model chunks Megatron-core builds (get_transformer_layer_offset with
+    vp_stage: each stage's layers divisible by the chunks) of one layer kind here, so a split
+    the chunks do not divide or a model of dense and MoE layers is refused with it; ring
+    attention is modelled over MHA/GQA K,V only, so multi-latent attention is refused with
+    context parallelism."""
     vpp = {"dp": 4, "tp": 4, "pp": 2, "virtual_pipeline_model_parallel_size": 2}
     load_scenario(write(tmp_path / "ok.yaml", scenario_dict(tmp_path, parallelism=vpp)))
-    expect_infeasible(tmp_path, {"parallelism": {**vpp, "decoder_first_pipeline_num_layers": 4}},
-                      r"parallelism.virtual_pipeline_model_parallel_size: got 2 with "
-                      r"parallelism.decoder_first_pipeline_num_layers 4, expected an even "
-                      r"pipeline split with interleaving")
+    load_scenario(write(tmp_path / "uneven.yaml", scenario_dict(
+        tmp_path, parallelism={**vpp, "decoder_first_pipeline_num_layers": 4})))   # 2 + 2, 2 + 2
+    expect_infeasible(tmp_path, {"parallelism": {**vpp, "decoder_first_pipeline_num_layers": 3}},
+                      r"parallelism.virtual_pipeline_model_parallel_size: got 2 with 3 layers on "
+                      r"the first stage 0, expected a chunk count that divides every stage's "
+                      r"layers")
     write(tmp_path / "mixed.yaml", model_dict(moe={"experts": 4, "top_k": 2, "layer_freq": 2}))
     expect_infeasible(tmp_path, {"model": "mixed.yaml", "parallelism": vpp},
                       r"parallelism.virtual_pipeline_model_parallel_size: got 2 with a model of "

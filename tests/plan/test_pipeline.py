@@ -68,3 +68,25 @@ def test_every_chunk_has_its_own_gradient_buffer(stage):
     assert ("embedding.word_embeddings.weight" in names0) == (stage == 0)
     assert ("output_layer.weight" in names1) == (stage == p.pp - 1)
     assert "output_layer.weight" not in names0 and "embedding.word_embeddings.weight" not in names1
+
+
+@pytest.mark.parametrize("stage", [0, 7, 15])
+def test_llama3_405b_recipe_holds_the_papers_split_in_uneven_chunks(stage):
+    """Llama Team 2024, Sec. 3.3.2 and Table 3: 126 layers on 16 stages, one fewer on the first
+    and the last (7 + 14 x 8 + 7), here as Megatron-core's embedding and loss counted as layers
+    over 4 chunks per stage: stage 0 holds 1 + 2 + 2 + 2 layers, stage 15 2 + 2 + 2 + 1. Each
+    chunk's gradient buffer holds exactly its layers, the embedding in stage 0's first and the
+    output layer in stage 15's last; the stage holds every parameter of its layers."""
+    s = load_scenario(SCEN / "llama3.1-405b-2048-interleaved.yaml")
+    p = s.parallelism
+    want = {0: [1, 2, 2, 2], 7: [2, 2, 2, 2], 15: [2, 2, 2, 1]}[stage]
+    assert [len(r) for r in chunk_layers(s, stage)] == want
+    assert [len(stage_layers(s, st)) for st in range(p.pp)] == [7] + [8] * 14 + [7]
+    tensors = rank_tensors(s.model, p.tp, p.pp, stage, p.ep, p.stage_layer_counts(s.model.layers))
+    chunks = chunk_tensors(s, stage, tensors)
+    for c, buf in enumerate(chunks):
+        assert {x.layer for x in buf if x.layer >= 0} == set(chunk_layers(s, stage)[c])
+    assert sum(x.elements for c in chunks for x in c) == sum(x.elements for x in tensors)
+    names = [{x.name for x in c} for c in chunks]
+    assert ("embedding.word_embeddings.weight" in names[0]) == (stage == 0)
+    assert ("output_layer.weight" in names[-1]) == (stage == 15)

@@ -198,3 +198,46 @@ def test_without_overlap_every_chunk_is_reduced_after_the_backward(tmp_path):
         assert set(starts) == {0, 1}
         assert min(starts[0]) >= b_end and min(starts[1]) >= b_end
         assert min(starts[0]) < min(starts[1])          # chunk 0's buffer first
+
+
+def test_the_embedding_and_loss_counted_as_layers_make_shorter_end_chunks(tmp_path):
+    """Llama 3's split (Sec. 3.3.2, Megatron's account_for_embedding/loss_in_pipeline_split)
+    with interleaving: 14 layers + embedding + loss = 16 slots on p 4 x v 2 chunks of 2, so
+    chunk 0 of stage 0 and chunk 1 of stage 3 hold one layer. The stages hold the layers and the
+    gradient bytes of the split without chunks; the chunks tile the model; the one-layer chunk's
+    forward takes half the time of the two-layer one (compute made dominant by a low MFU)."""
+    v, p, m = 2, 4, 8
+    split = (", account_for_embedding_in_pipeline_split: true, "
+             "account_for_loss_in_pipeline_split: true")
+    path = vpp_scenario(tmp_path, v, p=p, m=m, layers=14, extra=", mfu: 0.001")
+    path.write_text(path.read_text().replace("virtual_pipeline_model_parallel_size: 2",
+                                             "virtual_pipeline_model_parallel_size: 2" + split))
+    s = load_scenario(path)
+    chunks = [chunk_layers(s, st) for st in range(p)]
+    assert [len(r) for r in chunks[0]] == [1, 2] and [len(r) for r in chunks[-1]] == [2, 1]
+    assert sorted(L for c in chunks for r in c for L in r) == list(range(14))
+    flat = tmp_path / "flat.yaml"
+    flat.write_text(path.read_text().replace("virtual_pipeline_model_parallel_size: 2",
+                                             "virtual_pipeline_model_parallel_size: 1"))
+    plan, plan1 = build_plan(s), build_plan(load_scenario(flat))
+
+    def dp_bytes(pl):
+        out = Counter()
+        for c in pl.calls():
+            if c.dim == "dp":
+                out[c.stage] += c.message_bytes
+        return out
+    assert dp_bytes(plan) == dp_bytes(plan1) and len(dp_bytes(plan)) == p
+    sent = {st: sorted({c.layer for c in plan.calls() if c.dim == "pp" and c.stage == st
+                        and c.phase == "forward"}) for st in range(p)}
+    assert sent[0] == [chunks[0][0][-1], chunks[0][1][-1]]            # a send after each chunk
+    assert sent[p - 1] == [chunks[p - 1][0][-1]]                      # the model's end: none
+    sched = Schedule(plan, nics=())
+    for _ in sched.run():
+        pass
+    tl = sched.timeline
+    f = tl[(tl["rank"] == 0) & (tl["what"] == b"F")]
+    d = np.sort((f["end_ns"] - f["start_ns"]).astype(np.int64))
+    assert len(d) == v * m
+    short, long_ = d[:m], d[m:]
+    assert np.allclose(long_, 2 * short, rtol=0.05), (short, long_)

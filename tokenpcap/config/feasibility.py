@@ -151,31 +151,26 @@ def check_feasible(s: Scenario) -> None:
 def _check_interleaving(s: Scenario, fail) -> None:  # type: ignore[no-untyped-def]
     """Megatron-LM's rules for the interleaved 1F1B schedule with ``v =
     virtual_pipeline_model_parallel_size > 1``: ``pp > 1`` (``arguments.py``, with the default
-    ``--overlap-p2p-communication``), ``layers % (pp*v) == 0`` (``get_transformer_layer_offset``:
-    equal chunks), and with the default ``microbatch_group_size_per_vp_stage = pp`` the
+    ``--overlap-p2p-communication``), model chunks Megatron-core builds
+    (``get_transformer_layer_offset``: equal chunks, ``layers % (pp*v) == 0``, or an uneven
+    split per virtual stage: :func:`tokenpcap.config.pipeline.chunk_layer_counts`), and with the default ``microbatch_group_size_per_vp_stage = pp`` the
     microbatches a multiple of pp (``forward_backward_pipelining_with_interleaving``: the last
     group of microbatches must not be smaller than pp). Not modelled with chunks, so refused:
-    ZeRO-3 (per-layer parameter gathers), an uneven pipeline split, a model of dense and MoE
-    layers."""
+    ZeRO-3 (per-layer parameter gathers), a model of dense and MoE layers."""
     p, m, t = s.parallelism, s.model, s.training
     key = "parallelism.virtual_pipeline_model_parallel_size"
     if p.pp == 1:
         fail(key, f"{p.vpp} with pp 1", "null or 1 without pipeline parallelism")
-    if m.layers % (p.pp * p.vpp):
-        fail(key, f"{p.vpp} with pp {p.pp} and model layers {m.layers}",
-             f"layers divisible by pp*virtual_pipeline_model_parallel_size = {p.pp * p.vpp}")
+    try:
+        p.chunk_layer_counts(m.layers)
+    except PipelineSplitError as err:
+        fail(f"parallelism.{err.key}", err.got, err.expected)
     mb = t.global_batch_size // (t.micro_batch_size * p.dp)
     if mb % p.pp:
         fail(key, f"{p.vpp} with {mb} microbatches",
              f"microbatches (global_batch_size/(micro_batch_size*dp)) a multiple of pp {p.pp}")
     if p.zero_stage == 3:
         fail(key, f"{p.vpp} with zero_stage 3", "zero_stage 0, 1 or 2 with interleaving")
-    uneven = [k for k in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
-                          "account_for_embedding_in_pipeline_split",
-                          "account_for_loss_in_pipeline_split") if getattr(p, k)]
-    if uneven:
-        fail(key, f"{p.vpp} with parallelism.{uneven[0]} {getattr(p, uneven[0])}",
-             "an even pipeline split with interleaving (uneven chunks are not modelled)")
     if len(set(m.moe_layers)) > 1:
         fail(key, f"{p.vpp} with a model of dense and MoE layers (moe.layer_freq)",
              "null or 1: interleaving a model of mixed layers is not modelled")

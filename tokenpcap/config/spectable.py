@@ -303,8 +303,10 @@ KEYS: dict[str, tuple[str, str]] = {
     "scenario.parallelism.pp": ("stages", "pipeline-parallel size (1F1B)"),
     "scenario.parallelism.virtual_pipeline_model_parallel_size": (
         "chunks", "Megatron's interleaved 1F1B: model chunks per pipeline stage (`null` or 1: "
-                  "none); needs pp > 1, `layers` a multiple of `pp * chunks` and microbatches a "
-                  "multiple of pp"),
+                  "none); needs pp > 1, chunks that divide the pipeline split (`layers` a multiple "
+                  "of `pp * chunks`, or with the account_for_* switches `layers + 1 [+ 1]`; "
+                  "each stage's layers with decoder_first/last_pipeline_num_layers) and "
+                  "microbatches a multiple of pp"),
     "scenario.parallelism.sequence_parallel": ("", "Megatron sequence parallelism (TP "
                                                    "AllReduce becomes ReduceScatter + "
                                                    "AllGather); required at tp > 1 for a model "

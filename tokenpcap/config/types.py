@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokenpcap.config.cc_types import DcqcnConfig, EcnConfig, NpConfig
-from tokenpcap.config.pipeline import stage_layer_counts
+from tokenpcap.config.pipeline import chunk_layer_counts, stage_layer_counts
 from tokenpcap.errors import InputError
 
 if TYPE_CHECKING:
@@ -325,6 +325,15 @@ class Parallelism:
         """Transformer layers per stage of a model of ``layers`` layers
         (:func:`tokenpcap.config.pipeline.stage_layer_counts`). Raises: PipelineSplitError."""
         return stage_layer_counts(layers, self.pp, self.decoder_first_pipeline_num_layers,
+                                  self.decoder_last_pipeline_num_layers,
+                                  self.account_for_embedding_in_pipeline_split,
+                                  self.account_for_loss_in_pipeline_split)
+
+    def chunk_layer_counts(self, layers: int) -> tuple[tuple[int, ...], ...]:
+        """Transformer layers per model chunk of each stage, ``[stage][chunk]``
+        (:func:`tokenpcap.config.pipeline.chunk_layer_counts`). Raises: PipelineSplitError."""
+        return chunk_layer_counts(layers, self.pp, self.vpp,
+                                  self.decoder_first_pipeline_num_layers,
                                   self.decoder_last_pipeline_num_layers,
                                   self.account_for_embedding_in_pipeline_split,
                                   self.account_for_loss_in_pipeline_split)

@@ -143,14 +143,15 @@ def chunk_tensors(s: Scenario, st: int, tensors: list[Tensor]) -> list[list[Tens
     gradient buffers of its model chunks (:mod:`tokenpcap.plan.pipeline`: one DDP per chunk with
     interleaving), each in registration order with its layers' global indices: the embeddings
     in chunk 0, the final norm and output layer in the last chunk; one list without
-    interleaving (interleaving needs an even split and one layer kind:
-    :func:`tokenpcap.config.feasibility.check_feasible`)."""
+    interleaving (interleaving needs one layer kind:
+    :func:`tokenpcap.config.feasibility.check_feasible`; the chunks may differ in length:
+    :func:`tokenpcap.config.pipeline.chunk_layer_counts`)."""
     chunks = chunk_layers(s, st)
     if len(chunks) == 1:
         return [tensors]
     flat = [L for r in chunks for L in r]
+    chunk_of = [c for c, r in enumerate(chunks) for _ in r]
     first = min(x.layer for x in tensors if x.layer >= 0)
-    per = len(chunks[0])
     out: list[list[Tensor]] = [[] for _ in chunks]
     seen_layer = False
     for x in tensors:
@@ -159,5 +160,5 @@ def chunk_tensors(s: Scenario, st: int, tensors: list[Tensor]) -> list[list[Tens
             continue
         seen_layer = True
         i = x.layer - first
-        out[i // per].append(x._replace(layer=flat[i]))
+        out[chunk_of[i]].append(x._replace(layer=flat[i]))
     return out
