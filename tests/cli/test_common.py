@@ -86,3 +86,67 @@ def test_a_path_the_file_system_cannot_hold_is_one_line_and_exit_1(tmp_path):
     assert r.output.count("\n") == 1 and "Traceback" not in r.output
     assert r.output.startswith(f"error: {long}: got a path the file system cannot hold (File "
                                "name too long)")
+
+
+@pytest.mark.parametrize("sig,code,name", [(signal.SIGINT, 130, "SIGINT"),
+                                           (signal.SIGTERM, 143, "SIGTERM")])
+def test_an_error_that_follows_a_swallowed_stop_is_reported_as_the_stop(sig, code, name):
+    """numba, its KeyboardInterrupt lost in a callback, goes on with a half-built library and
+    fails with a RuntimeError before any place that raises a noted stop is reached."""
+
+    @click.command()
+    @library_errors
+    def cmd():
+        _signal_inside_a_c_callback(sig)
+        raise RuntimeError("no compiled object yet for <Library 'flush_out'>")
+
+    r = CliRunner().invoke(cmd, [])
+    assert r.exit_code == code, (r.output, r.exception)
+    assert r.output == f"error: stopped ({name}): nothing half-written was kept\n"
+
+
+def test_an_error_without_a_stop_is_not_taken_for_one():
+    @click.command()
+    @library_errors
+    def cmd():
+        raise RuntimeError("internal")
+
+    r = CliRunner().invoke(cmd, [])
+    assert isinstance(r.exception, RuntimeError)
+
+
+#: ``generate`` whose engine compile (faked: numba's compiler calling back through ctypes) meets
+#: a SIGINT inside a callback, then fails as numba does after it
+COMPILE_CHILD = """
+import ctypes, os, signal, sys, time
+import tokenpcap.__main__ as m
+from tokenpcap.schedule import runner
+
+def compile_then_fail(self):
+    def llvm_callback():
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):
+            time.sleep(0)
+    ctypes.CFUNCTYPE(None)(llvm_callback)()
+    raise RuntimeError("no compiled object yet for <Library 'tx_time_ns_ceil'>")
+    yield
+
+runner.Schedule.run = compile_then_fail
+sys.argv = ["tokenpcap", "generate", "profiles/scenarios/dante.yaml", "-o", sys.argv[1], "--quiet"]
+m.run()
+"""
+
+
+def test_sigint_during_the_first_compile_of_generate_is_one_line_and_130(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-c", COMPILE_CHILD, str(tmp_path / "out")], cwd=root,
+                       capture_output=True, text=True, timeout=120,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: stopped (SIGINT)")
+    assert not (tmp_path / "out").exists()

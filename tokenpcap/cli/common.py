@@ -13,7 +13,7 @@ from typing import Callable, Iterator, TypeVar
 import click
 
 from tokenpcap.errors import (Interrupted, Terminated, TokenpcapError, clear_stops, note_stop,
-                              one_line)
+                              one_line, raise_if_stopped)
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -31,8 +31,11 @@ def terminate_like_interrupt() -> Iterator[None]:
     ``KeyboardInterrupt``). Both are
     noted too (:func:`tokenpcap.errors.note_stop`), so one swallowed by a callback from C is
     raised again where a result is made final (and Python's "Exception ignored" report of it
-    is not printed: the command's one line says it stopped). Outside the main thread it does
-    nothing."""
+    is not printed: the command's one line says it stopped). An error that escapes the block
+    after a stop was noted is the stop's doing and is replaced by it: a ``KeyboardInterrupt``
+    lost inside numba's compiler leaves a half-built library behind, and numba then fails with
+    ``RuntimeError: no compiled object yet`` before any :func:`raise_if_stopped` is reached.
+    Outside the main thread it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -57,7 +60,11 @@ def terminate_like_interrupt() -> Iterator[None]:
     old_hook = sys.unraisablehook
     sys.unraisablehook = unraisable
     try:
-        yield
+        try:
+            yield
+        except Exception:
+            raise_if_stopped()          # a noted stop is what the command met: raise it instead
+            raise
     finally:
         sys.unraisablehook = old_hook
         for sig, old in ((signal.SIGTERM, old_term), (signal.SIGINT, old_int)):

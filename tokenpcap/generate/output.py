@@ -193,8 +193,32 @@ class _ParentDied(BaseException):
     """Raised in a worker's main thread when its parent process has died."""
 
 
+def _parent_gone() -> None:
+    """Ignore SIGUSR1 from now on: the parent's death is known. Linux sends the death signal
+    again each time the worker is handed to another thread of the dying parent (prctl(2):
+    "the parent thread"; a parent with queue feeder threads dies thread by thread), and a
+    second :class:`_ParentDied` must not interrupt the dropping of the files."""
+    try:
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    except ValueError:          # not the main thread: no handler was installed either
+        pass
+
+
 def _raise_parent_died(signum, frame):  # type: ignore[no-untyped-def]
+    _parent_gone()
     raise _ParentDied()
+
+
+def _drop(sinks: list[Sink]) -> None:
+    """Abort every sink, even when the parent's death is noticed in the middle (the abort of
+    that sink is done again: aborting is idempotent). Raises nothing but what an abort raises."""
+    for s in sinks:
+        while True:
+            try:
+                s.abort()
+                break
+            except _ParentDied:
+                continue        # SIGUSR1 is ignored from now on: at most once per worker
 
 
 #: ``PR_SET_PDEATHSIG`` of Linux's prctl(2) (``<linux/prctl.h>``)
@@ -231,37 +255,38 @@ def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent
     sinks: list[Sink] = []
     _signal_when_parent_dies()
     try:
-        if os.getppid() != parent:              # died before the signal was asked for
-            raise _ParentDied()
-        sinks = _open(specs, cfg)
-        while True:
-            try:
-                item = q.get(timeout=1.0)
-            except queue_mod.Empty:
-                if os.getppid() != parent:      # the parent died (SIGKILL): drop our files
-                    item = "abort"
-                else:
-                    continue
-            if item is None:
-                results.put(("ok", w, [s.close() for s in sinks]))
-                return
-            if item == "abort":
-                for s in sinks:
-                    s.abort()
-                return
-            i, pk, labels, codes = item
-            sinks[i].add(pk, labels, codes)
-    except _ParentDied:                 # nobody reads results any more: drop the files, exit
-        for s in sinks:
-            s.abort()
-    except TokenpcapError as err:
-        for s in sinks:
-            s.abort()
-        results.put(("error", w, str(err)))
-    except BaseException as err:   # noqa: BLE001 - report anything to the parent, then exit
-        for s in sinks:
-            s.abort()
-        results.put(("error", w, f"{type(err).__name__}: {err}"))
+        try:
+            if os.getppid() != parent:              # died before the signal was asked for
+                _parent_gone()
+                raise _ParentDied()
+            sinks = _open(specs, cfg)
+            while True:
+                try:
+                    item = q.get(timeout=1.0)
+                except queue_mod.Empty:
+                    if os.getppid() != parent:      # the parent died (SIGKILL): drop our files
+                        _parent_gone()
+                        item = "abort"
+                    else:
+                        continue
+                if item is None:
+                    results.put(("ok", w, [s.close() for s in sinks]))
+                    return
+                if item == "abort":
+                    _drop(sinks)
+                    return
+                i, pk, labels, codes = item
+                sinks[i].add(pk, labels, codes)
+        except _ParentDied:             # nobody reads results any more: drop the files, exit
+            _drop(sinks)
+        except TokenpcapError as err:
+            _drop(sinks)
+            results.put(("error", w, str(err)))
+        except BaseException as err:   # noqa: BLE001 - report anything to the parent, then exit
+            _drop(sinks)
+            results.put(("error", w, f"{type(err).__name__}: {err}"))
+    except _ParentDied:                 # noticed while reporting an error: nobody reads it
+        _drop(sinks)
 
 
 def _mp_context():
