@@ -145,8 +145,8 @@ def test_chunk_counts_and_offsets_agree_with_megatron(pp, vp, per, split, fl):
     check = split != "uneven" or first is not None or last is None
     for r in range(pp):
         for v in range(vp):
-            assert not check or offsets[r][v] == megatron_vp_offset(layers, pp, vp, r, v, first, last, emb,
-                                                       loss)
+            assert not check or offsets[r][v] == megatron_vp_offset(
+                layers, pp, vp, r, v, first, last, emb, loss)
     ends = sorted((offsets[r][v], offsets[r][v] + c[r][v]) for r in range(pp) for v in range(vp))
     assert ends[0][0] == 0 and ends[-1][1] == layers
     assert all(a[1] == b[0] for a, b in zip(ends, ends[1:]))      # the chunks tile the model

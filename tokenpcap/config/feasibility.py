@@ -153,9 +153,10 @@ def _check_interleaving(s: Scenario, fail) -> None:  # type: ignore[no-untyped-d
     virtual_pipeline_model_parallel_size > 1``: ``pp > 1`` (``arguments.py``, with the default
     ``--overlap-p2p-communication``), model chunks Megatron-core builds
     (``get_transformer_layer_offset``: equal chunks, ``layers % (pp*v) == 0``, or an uneven
-    split per virtual stage: :func:`tokenpcap.config.pipeline.chunk_layer_counts`), and with the default ``microbatch_group_size_per_vp_stage = pp`` the
-    microbatches a multiple of pp (``forward_backward_pipelining_with_interleaving``: the last
-    group of microbatches must not be smaller than pp). Not modelled with chunks, so refused:
+    split per virtual stage: :func:`tokenpcap.config.pipeline.chunk_layer_counts`), and with
+    the default ``microbatch_group_size_per_vp_stage = pp`` the microbatches a multiple of pp
+    (``forward_backward_pipelining_with_interleaving``: the last group of microbatches must not
+    be smaller than pp). Not modelled with chunks, so refused:
     ZeRO-3 (per-layer parameter gathers), a model of dense and MoE layers."""
     p, m, t = s.parallelism, s.model, s.training
     key = "parallelism.virtual_pipeline_model_parallel_size"
