@@ -22,7 +22,8 @@ ERRORS = "tokenpcap-path"
 
 def _escape(err: UnicodeError) -> tuple[str, int]:
     """A lone surrogate U+DC80..U+DCFF (the byte 0x80..0xFF ``os.fsdecode`` could not decode)
-    becomes ``\\xNN``; any other unencodable character ``\\uNNNN`` (backslashreplace).
+    becomes ``\\xNN``; any other unencodable character Python's backslash escape
+    (``\\xe9``, ``\\u2192``: backslashreplace).
 
     Raises:
         UnicodeError: ``err`` is a decode error (the handler is for encoding only).

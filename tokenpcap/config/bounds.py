@@ -59,7 +59,7 @@ MFU_RANGE = (1e-9, 1.0)
 SLICE_BYTES_RANGE = (4096, 1 << 36)
 #: Bytes of one network p2p chunk (``collectives.NCCL_P2P_NET_CHUNKSIZE``; 0 turns NCCL's p2p
 #: chunking off): from one 4 KiB page, as ``slice_bytes`` (a 1-byte chunk made a message per
-#: byte: minutes to plan a 8-GPU run), to 1 GiB; NCCL caps what it uses at 512 KiB
+#: byte: minutes to plan an 8-GPU run), to 1 GiB; NCCL caps what it uses at 512 KiB
 #: (``NCCL_BUFFSIZE / NCCL_STEPS``, ``src/init.cc``).
 P2P_NET_CHUNKSIZE_RANGE = (4096, 1 << 30)
 #: ACK coalescing (``generation.ack_every_packets``): the packets of the largest call

@@ -110,7 +110,7 @@ def _p2p_chunksize(file: Path | None, key: str, value: Any) -> int:
     """``collectives.NCCL_P2P_NET_CHUNKSIZE``: 0 (p2p cut like a collective) or an integer in
     :data:`~tokenpcap.config.bounds.P2P_NET_CHUNKSIZE_RANGE`."""
     lo, hi = P2P_NET_CHUNKSIZE_RANGE
-    if value == 0 and not isinstance(value, bool):
+    if type(value) is int and value == 0:
         return 0
     try:
         return yc.integer(lo, hi)(file, key, value)
