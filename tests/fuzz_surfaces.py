@@ -19,9 +19,11 @@ anything else it raises is a crash. The rules a result must keep, per surface:
   one error line, exit 1/2 and nothing left in the output directory;
 * ``signal``: ``python -m tokenpcap CMD`` sent SIGINT or SIGTERM at a random moment, from
   start-up (imports, once CPython runs tokenpcap's first lines:
-  :func:`_wait_until_python_runs_ours`) to the end, sometimes with an empty numba cache (the first compile):
-  exit 0 with its output, or 130/143 with ``error: stopped (...)`` as the last line, no
-  traceback, and no output or temporary file left;
+  :func:`_wait_until_python_runs_ours`) to the end, sometimes with an empty numba cache (the
+  first compile):
+  exit 0 with the files a run without a signal leaves, or 130/143 with ``error: stopped
+  (...)`` as the last line, no traceback, and either nothing left or (stopped after its
+  commit) the whole set, never a part or a temporary file;
 * ``many``: a pcapng of up to 6,000 one-packet sections with mixed ``if_tsresol`` (and a
   provenance comment naming huge rank ranges), or a pcap of up to 400,000 one-packet flows:
   ``inspect`` counts every packet, its JSON stays proportional to the file, and ``plot``'s
@@ -243,19 +245,48 @@ def _wait_until_python_runs_ours(pid: int, limit_s: float = 20.0) -> None:
         time.sleep(0.002)
 
 
+def _tree(top: Path) -> list[str]:
+    """Every file and directory under ``top`` (hidden ones too), relative, sorted."""
+    return sorted(os.path.relpath(os.path.join(d, n), top)
+                  for d, dirs, files in os.walk(top) for n in dirs + files)
+
+
+#: cmd -> the tree a run of it leaves when nothing stops it (filled on first need)
+_COMPLETE: dict[str, list[str]] = {}
+
+
+def _signal_argv(cmd: str, work: Path, out: Path) -> list[str]:
+    fill = {"out": str(out / "o"), "scen": str(_scenario_file(work)),
+            "cap": str(_small_capture(work))}
+    return [sys.executable, "-m", "tokenpcap", *(a.format(**fill)
+                                                 for a in _SIGNAL_COMMANDS[cmd][0])]
+
+
+def _complete_tree(cmd: str, work: Path) -> list[str]:
+    if cmd not in _COMPLETE:
+        out = work / f"complete-{cmd}"
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        r = subprocess.run(_signal_argv(cmd, work, out), cwd=work, capture_output=True,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=600)
+        if r.returncode != 0:
+            raise WrongOutput(f"{cmd} without a signal: exit {r.returncode}, "
+                              f"{r.stderr[-300:]!r}")
+        _COMPLETE[cmd] = _tree(out)
+        shutil.rmtree(out, ignore_errors=True)
+    return _COMPLETE[cmd]
+
+
 def _run_signal(data: bytes, work: Path) -> str:
     case = json.loads(data)
     outdir = work / "sig"
     shutil.rmtree(outdir, ignore_errors=True)
     outdir.mkdir()
-    fill = {"out": str(outdir / "o"), "scen": str(_scenario_file(work)),
-            "cap": str(_small_capture(work))}
+    argv = _signal_argv(case["cmd"], work, outdir)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     if case["cold"]:
         env["NUMBA_CACHE_DIR"] = str(outdir.parent / "numba-cold")
         shutil.rmtree(env["NUMBA_CACHE_DIR"], ignore_errors=True)
-    argv = [sys.executable, "-m", "tokenpcap", *(a.format(**fill)
-                                                 for a in _SIGNAL_COMMANDS[case["cmd"]][0])]
     p = subprocess.Popen(argv, cwd=work, env=env, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, start_new_session=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -271,21 +302,21 @@ def _run_signal(data: bytes, work: Path) -> str:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
     text = err.decode("utf-8", "replace")
-    left = sorted(os.listdir(outdir))
+    left = _tree(outdir)
     shutil.rmtree(outdir, ignore_errors=True)
     what = f"{case['cmd']} SIG{case['sig']} after {case['delay_s']:.2f} s"
     if "Traceback" in text or "Exception ignored" in text:
         raise WrongOutput(f"{what}: {text[-400:]!r}")
     if p.returncode == 0:
-        if case["cmd"] != "inspect" and not left:
-            raise WrongOutput(f"{what}: exit 0 and no output")
+        if left != _complete_tree(case["cmd"], work):
+            raise WrongOutput(f"{what}: exit 0 with {left[:4]}")
         return "ok"
     lines = text.strip().splitlines()
     if p.returncode != 128 + sig or not lines or not lines[-1].startswith(
             f"error: stopped (SIG{case['sig']})"):
         raise WrongOutput(f"{what}: exit {p.returncode}, stderr {text[-300:]!r}")
-    if left:
-        raise WrongOutput(f"{what}: stopped and left {left[:3]}")
+    if left and left != _complete_tree(case["cmd"], work):   # stopped after its commit: whole
+        raise WrongOutput(f"{what}: stopped and left {left[:4]}")
     return "error"
 
 
