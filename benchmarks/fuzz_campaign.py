@@ -1,7 +1,9 @@
 """A long fuzz campaign: mutated captures through the capture reader, readdress, plot's
 capture series and pictures and inspect's report, mutated YAML through the profile loaders and
 readdress's mapping loader (tests/fuzzing.py: seeds, mutations,
-targets and what counts as a crash).
+targets and what counts as a crash); and the surfaces of tests/fuzz_surfaces.py: simulator
+result files, extreme numeric profile values, output paths, signals at random moments, captures
+of many sections or flows (each with its own time limit).
 
     nice python3 benchmarks/fuzz_campaign.py --cases 1000000 --workers 2 --out /tmp/fuzz
 
@@ -29,13 +31,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests.fuzz_surfaces import SURFACES, run_surface  # noqa: E402
 from tests.fuzzing import (TARGETS, WrongOutput, capture_seeds,  # noqa: E402
                            mapping_seeds, mutate, mutate_text, profile_seeds, run_target)
 
 #: Share of the cases per target (the reader is the cheapest and the most exposed; drawing the
-#: PNGs costs about a second a case).
-WEIGHTS = {"read": 0.4, "readdress": 0.15, "plot": 0.15, "inspect": 0.1, "draw": 0.01,
-           "profile": 0.12, "mapping": 0.07}
+#: PNGs costs about a second a case; of the surfaces, a signal case starts a process, 1-5 s, and
+#: a many-flows case takes 5-15 s).
+WEIGHTS = {"read": 0.37, "readdress": 0.13, "plot": 0.13, "views": 0.02, "inspect": 0.09,
+           "draw": 0.003, "profile": 0.11, "mapping": 0.06, "simai": 0.03, "fct": 0.03,
+           "pfc": 0.02, "numeric": 0.008, "path": 0.003, "signal": 0.0003, "many": 0.00008}
+ALL_TARGETS = TARGETS + tuple(SURFACES)
 
 
 class Hang(BaseException):
@@ -46,10 +52,13 @@ def _alarm(signum, frame):  # type: ignore[no-untyped-def]
     raise Hang()
 
 
-def case_input(i: int, seed: int, caps: dict, profs: dict) -> tuple[str, str, bytes]:
+def case_input(i: int, seed: int, caps: dict, profs: dict,
+               work: Path) -> tuple[str, str, bytes]:
     """Target, seed name and mutated bytes of case ``i``."""
     rng = random.Random(seed * 1_000_003 + i)
     target = rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
+    if target in SURFACES:
+        return target, target, SURFACES[target].make(rng, work)
     if target in ("profile", "mapping"):
         texts = profs if target == "profile" else mapping_seeds()
         name = rng.choice(sorted(texts))
@@ -77,10 +86,12 @@ def worker(wid: int, cases: range, args, results) -> None:
     crashes: dict[str, tuple[int, str]] = {}
     last = time.monotonic()
     for i in cases:
-        target, name, data = case_input(i, args.seed, caps, profs)
-        signal.setitimer(signal.ITIMER_REAL, args.timeout)
+        target, name, data = case_input(i, args.seed, caps, profs, work)
+        surface = SURFACES.get(target)
+        signal.setitimer(signal.ITIMER_REAL, surface.timeout_s if surface else args.timeout)
         try:
-            outcome = run_target(target, data, work)
+            outcome = (run_surface(target, data, work / target) if surface else
+                       run_target(target, data, work))
         except Hang:
             outcome = "hang"
             crashes.setdefault(f"hang in {target}", (i, name))
@@ -100,8 +111,10 @@ def worker(wid: int, cases: range, args, results) -> None:
     results.put(("done", wid, dict(counts), crashes, _rss_mb()))
 
 
-def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _rss_mb() -> tuple[float, float]:
+    """Peak resident MB of this worker and of the largest process it started (signal cases)."""
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
 
 
 def main() -> None:
@@ -120,11 +133,11 @@ def main() -> None:
         work = Path(args.out) / "replay"
         work.mkdir(exist_ok=True)
         t, name, data = case_input(args.replay, args.seed, capture_seeds(work / "seeds"),
-                                   profile_seeds())
+                                   profile_seeds(), work)
         (work / "input.bin").write_bytes(data)
         print(f"case {args.replay}: {t} on a mutation of {name} ({len(data)} bytes, "
               f"{work / 'input.bin'})")
-        print(run_target(t, data, work))
+        print(run_surface(t, data, work / t) if t in SURFACES else run_target(t, data, work))
         return
     t0 = time.monotonic()
     ctx = mp.get_context("fork")
@@ -186,11 +199,12 @@ def report(state: dict, killed: list[int], seconds: float, args) -> None:
           f"per case, {seconds:,.0f} s wall, load {os.getloadavg()[0]:.2f}")
     print(f"cases {cases:,}: accepted {by['ok']:,}, clean errors {by['error']:,}, crashes "
           f"{by['crash']:,}, hangs {by['hang']:,}, workers killed silent {len(killed)}")
-    for t in TARGETS:
+    for t in ALL_TARGETS:
         row = {o: total.get((t, o), 0) for o in ("ok", "error", "crash", "hang")}
         print(f"  {t:10s} " + ", ".join(f"{k} {v:,}" for k, v in row.items()))
     print(f"peak resident memory per worker: "
-          f"{max((s[2] for s in state.values()), default=0):,.0f} MB")
+          f"{max((s[2][0] for s in state.values()), default=0):,.0f} MB; of a process a "
+          f"signal case started: {max((s[2][1] for s in state.values()), default=0):,.0f} MB")
     for sig, (i, name) in sorted(crashes.items()):
         print(f"  crash/hang: {sig} (first: case {i}, seed {name}; --replay {i})")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import sys
 import time
 
 import click
@@ -113,6 +114,34 @@ def test_an_error_without_a_stop_is_not_taken_for_one():
 
     r = CliRunner().invoke(cmd, [])
     assert isinstance(r.exception, RuntimeError)
+
+
+class _BrokenOnDelete:
+    """As a numba/llvmlite object a stop cut half-built: its destructor fails."""
+
+    def __del__(self):
+        raise AttributeError("'PipelineTuningOptions' object has no attribute '_ptr'")
+
+
+def test_after_a_stop_a_failing_destructor_adds_no_report():
+    """A SIGTERM while numba set up its compiler left an object whose destructor failed at
+    teardown: "Exception ignored in ... AttributeError" followed the one stop line (found by
+    the fuzz campaign's signal surface)."""
+    @click.command()
+    @library_errors
+    def cmd():
+        raise Terminated(signal.SIGTERM)
+
+    old, reported = sys.unraisablehook, []
+    sys.unraisablehook = reported.append            # Python's default would print the report
+    try:
+        r = CliRunner().invoke(cmd, [])
+        assert r.exit_code == 143
+        obj = _BrokenOnDelete()
+        del obj
+        assert reported == []
+    finally:
+        sys.unraisablehook = old
 
 
 #: ``generate`` whose engine compile (faked: numba's compiler calling back through ctypes) meets

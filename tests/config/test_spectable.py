@@ -137,7 +137,7 @@ def test_every_upper_bound_is_listed_with_its_value_and_source():
 
     names = sorted(n for n in vars(bounds) if n.startswith(("MAX_", "MIN_")) or n.endswith("_RANGE"))
     rows = {m.group(1): (m.group(2), m.group(3)) for m in re.finditer(
-        r"^\| `([A-Z_]+)` \| ([^|]+) \| ([^|]+) \|$", DOC.read_text(encoding="utf-8"), re.M)}
+        r"^\| `([A-Z][A-Z0-9_]*)` \| ([^|]+) \| ([^|]+) \|$", DOC.read_text(encoding="utf-8"), re.M)}
     assert sorted(rows) == names
     assert rows["MAX_LAYERS"][0] == "1,024" and "Narayanan et al. 2021" in rows["MAX_LAYERS"][1]
     assert rows["LINK_GBPS_RANGE"][0] == "1 .. 1,000,000"

@@ -309,3 +309,20 @@ def test_the_queued_incast_scenario_exports_the_fixtures_inputs(tmp_path):
     assert [r[:5] for r in ours] == [r[:5] for r in theirs]
     assert [simulator_ns(r[5]) for r in ours[1:]] == [simulator_ns(r[5]) for r in theirs[1:]]
     assert out.with_name("incast-trace.txt").read_text() == "0\n"
+
+
+def test_a_name_that_is_not_utf8_is_written_into_the_config_as_its_bytes(tmp_path):
+    """``-o DIR/$'r\\xff'``: the flow file and its siblings are made, and the config's
+    ``FLOW_FILE`` line names them by their own bytes (ns-3 opens what it reads); writing the
+    config died with a UnicodeEncodeError and left its ``.part`` files (found by the fuzz
+    campaign's path surface)."""
+    import os
+
+    out = os.fsdecode(os.fsencode(tmp_path) + b"/r\xff")
+    r = CliRunner().invoke(main, ["export", str(DANTE), "--scale", "64", "--to", "hpcc",
+                                  "-o", out])
+    assert r.exit_code == 0, r.output
+    names = sorted(os.listdir(os.fsencode(tmp_path)))
+    assert names == [b"r\xff", b"r\xff-config.txt", b"r\xff-topology.txt", b"r\xff-trace.txt"]
+    config = (tmp_path / os.fsdecode(b"r\xff-config.txt")).read_bytes()
+    assert b"\nFLOW_FILE r\xff\n" in config and b"\nTOPOLOGY_FILE r\xff-topology.txt\n" in config

@@ -9,12 +9,14 @@ from __future__ import annotations
 import click
 
 from tokenpcap import __version__
+from tokenpcap.cli import textout
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tokenpcap")
 def main() -> None:
     """Follow a token from words to bits on the wire: LLM training traffic as RoCEv2/IB pcaps."""
+    textout.install()           # a path that is not UTF-8 is printed with escapes, not a crash
 
 
 # Each command module registers itself on `main` when imported. One line per module.

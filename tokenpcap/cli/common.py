@@ -97,6 +97,10 @@ def library_errors(func: F) -> F:
             sys.exit(1)
         except (KeyboardInterrupt, Terminated) as err:
             clear_stops()
+            # the process ends after a stop: objects a stop cut half-built (numba's compiler
+            # options, llvmlite handles) fail in their destructors at teardown; their
+            # "Exception ignored" reports would follow the one line
+            sys.unraisablehook = lambda unraisable: None
             term = isinstance(err, Terminated)
             click.echo(f"error: stopped ({'SIGTERM' if term else 'SIGINT'}): nothing "
                        "half-written was kept", err=True)

@@ -82,13 +82,18 @@ def write_json(doc: dict, out) -> None:  # type: ignore[no-untyped-def]
 @click.option("--iterations", callback=_iterations, default=None, metavar="N|A:B",
               help="With --against: the run's --iterations (default: from the capture's "
                    "provenance comment, else 1).")
+@click.option("--against-timing", "sent", multiple=True, type=click.Path(path_type=str),
+              metavar="SENT",
+              help="Score FILES as a capture of a replay of SENT (the generated capture; a "
+                   "directory stands for its captures; repeatable): missing, extra and "
+                   "reordered frames, message start error, gap distance, PFC/CNP/CE counters.")
 @click.option("--strict", is_flag=True, help="Exit 1 when any check fails.")
 @click.option("--no-crc", is_flag=True, help="Skip the ICRC/VCRC check (faster on full frames).")
 @library_errors
 @set_option
 def inspect_cmd(files: tuple[str, ...], as_json: bool, fabric: str | None, no_fabric: bool,
-                scenario: str | None, scale: int | None, iterations, strict: bool,
-                no_crc: bool) -> None:
+                scenario: str | None, scale: int | None, iterations, sent: tuple[str, ...],
+                strict: bool, no_crc: bool) -> None:
     """Summarise FILES (pcap, pcapng or ERF; several files add up, e.g. the per-NIC files of
     one generate run; a directory stands for its .pcap/.pcapng/.erf files, sorted): totals and
     rates, RDMA flows, opcodes, payload bytes, ICRC/VCRC, PSN gaps, CNPs, ECN, PFC, and bytes
@@ -102,6 +107,8 @@ def inspect_cmd(files: tuple[str, ...], as_json: bool, fabric: str | None, no_fa
         raise click.UsageError("--fabric and --no-fabric exclude each other")
     if not files and scenario is not None:
         raise click.UsageError("--against needs FILES (captures)")
+    if not files and sent:
+        raise click.UsageError("--against-timing needs FILES (the replay's capture)")
     from tokenpcap.analysis.fabric import fabric_beside, find_fabric
 
     from tokenpcap.cli.captures import capture_paths
@@ -129,11 +136,19 @@ def inspect_cmd(files: tuple[str, ...], as_json: bool, fabric: str | None, no_fa
         from tokenpcap.analysis.against import compare_with_plan
 
         compare_with_plan(rep, scenario, scale=scale, iterations=iterations)
-    ok = rep.ok and (fab is None or fab["ok"])
+    timing = None
+    if sent:
+        from tokenpcap.analysis.against_timing import score_replay
+
+        timing = score_replay(paths, capture_paths(sent))
+    ok = rep.ok and (fab is None or fab["ok"]) and (timing is None or timing["ok"])
     if as_json:
         doc = rep.to_json(lazy_flows=True)
         if fab is not None:
             doc["fabric"] = fab
+        if timing is not None:
+            doc["against_timing"] = timing
+        if fab is not None or timing is not None:
             doc["ok"] = ok
         write_json(doc, sys.stdout)
     else:
@@ -142,6 +157,10 @@ def inspect_cmd(files: tuple[str, ...], as_json: bool, fabric: str | None, no_fa
             from tokenpcap.analysis.fabric import render_fabric_text
 
             click.echo(render_fabric_text(fab, fab["path"]))
+        if timing is not None:
+            from tokenpcap.analysis.against_timing import render_timing_text
+
+            click.echo(render_timing_text(timing))
     if strict and not ok:
         sys.exit(1)
 

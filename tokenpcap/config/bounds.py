@@ -18,7 +18,7 @@ __all__ = [
     "MAX_GLOBAL_BATCH_SIZE", "MAX_CHANNELS", "MAX_ITERATIONS", "MAX_SEED",
     "MAX_SWITCH_PORTS", "MAX_SWITCH_BUFFER_BYTES", "MAX_ECMP_SEED", "MAX_FABRIC_PLANES",
     "MAX_WORKLOAD_BYTES", "MAX_REPEAT", "MAX_START_OFFSET_NS", "MIN_PEAK_TFLOPS", "MFU_RANGE",
-    "SLICE_BYTES_RANGE", "MAX_ACK_EVERY_PACKETS", "MAX_BUCKET_SIZE",
+    "SLICE_BYTES_RANGE", "P2P_NET_CHUNKSIZE_RANGE", "MAX_ACK_EVERY_PACKETS", "MAX_BUCKET_SIZE",
 ]
 
 #: Transformer layers: Megatron-LM's 1T model has 128 (Narayanan et al. 2021, Table 1),
@@ -57,6 +57,11 @@ MFU_RANGE = (1e-9, 1.0)
 #: largest RoCE path MTU; NCCL never posts smaller network chunks for bulk data, its
 #: ``NCCL_P2P_NET_CHUNKSIZE`` defaults to 128 KiB) to ``MAX_WORKLOAD_BYTES``, the largest call.
 SLICE_BYTES_RANGE = (4096, 1 << 36)
+#: Bytes of one network p2p chunk (``collectives.NCCL_P2P_NET_CHUNKSIZE``; 0 turns NCCL's p2p
+#: chunking off): from one 4 KiB page, as ``slice_bytes`` (a 1-byte chunk made a message per
+#: byte: minutes to plan an 8-GPU run), to 1 GiB; NCCL caps what it uses at 512 KiB
+#: (``NCCL_BUFFSIZE / NCCL_STEPS``, ``src/init.cc``).
+P2P_NET_CHUNKSIZE_RANGE = (4096, 1 << 30)
 #: ACK coalescing (``generation.ack_every_packets``): the packets of the largest call
 #: (``MAX_WORKLOAD_BYTES`` at the smallest RoCE path MTU, 256 B); a larger N is never reached.
 MAX_ACK_EVERY_PACKETS = 1 << 28

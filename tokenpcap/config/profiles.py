@@ -29,7 +29,7 @@ from tokenpcap.config import overrides as ov
 from tokenpcap.config import yamlcheck as yc
 from tokenpcap.config.bounds import (MAX_ACK_EVERY_PACKETS, MAX_BUCKET_SIZE, MAX_CHANNELS,
                                      MAX_GLOBAL_BATCH_SIZE, MAX_ITERATIONS, MFU_RANGE,
-                                     SLICE_BYTES_RANGE,
+                                     SLICE_BYTES_RANGE, P2P_NET_CHUNKSIZE_RANGE,
                                      MAX_LAYERS, MAX_MICRO_BATCH_SIZE, MAX_SEED, MAX_VOCAB_SIZE)
 from tokenpcap.config.cluster_profile import cluster_from, load_cluster
 from tokenpcap.config.model_profile import load_model, model_from
@@ -106,6 +106,18 @@ def _channels(file: Path | None, key: str, value: Any) -> Any:
                            f"'auto', 'nccl' or an integer in [1, {MAX_CHANNELS}]") from None
 
 
+def _p2p_chunksize(file: Path | None, key: str, value: Any) -> int:
+    """``collectives.NCCL_P2P_NET_CHUNKSIZE``: 0 (p2p cut like a collective) or an integer in
+    :data:`~tokenpcap.config.bounds.P2P_NET_CHUNKSIZE_RANGE`."""
+    lo, hi = P2P_NET_CHUNKSIZE_RANGE
+    if type(value) is int and value == 0:
+        return 0
+    try:
+        return yc.integer(lo, hi)(file, key, value)
+    except ProfileError:
+        raise ProfileError(file, key, value, f"0 or an integer in [{lo:,}, {hi:,}]") from None
+
+
 def _nccl_list(name: str):  # type: ignore[no-untyped-def]
     """``collectives.NCCL_PROTO`` / ``NCCL_ALGO``: ``auto`` or a list in NCCL's syntax
     (:func:`tokenpcap.collectives.tuning.parse_list`), checked here."""
@@ -174,7 +186,7 @@ _COLLECTIVES_SPEC = {
     "NCCL_PXN_DISABLE": (yc.integer(0, 1), _NCCL.NCCL_PXN_DISABLE),
     "NCCL_P2P_PXN_LEVEL": (yc.integer(0, 2), _NCCL.NCCL_P2P_PXN_LEVEL),
     "NCCL_CROSS_NIC": (yc.integer(0, 2), _NCCL.NCCL_CROSS_NIC),
-    "NCCL_P2P_NET_CHUNKSIZE": (yc.integer(0, 1 << 30), _NCCL.NCCL_P2P_NET_CHUNKSIZE),
+    "NCCL_P2P_NET_CHUNKSIZE": (_p2p_chunksize, _NCCL.NCCL_P2P_NET_CHUNKSIZE),
 }
 _GENERATION_SPEC = {
     "seed": (yc.integer(0, MAX_SEED), 0),

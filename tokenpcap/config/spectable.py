@@ -514,7 +514,7 @@ def bounds_table() -> str:
     """The Markdown table of the upper bounds (``MAX_*`` and ``*_RANGE`` of
     :mod:`tokenpcap.config.bounds`): name, value and the source comment written above it."""
     out = ["| bound | value | why |", "|---|---|---|"]
-    for m in re.finditer(r"((?:^#: .*\n)+)^([A-Z_]+) = ", inspect.getsource(bounds), re.M):
+    for m in re.finditer(r"((?:^#: .*\n)+)^([A-Z][A-Z0-9_]*) = ", inspect.getsource(bounds), re.M):
         name = m.group(2)
         why = " ".join(line[3:].strip() for line in m.group(1).splitlines()).replace("``", "`")
         value = getattr(bounds, name)

@@ -33,6 +33,7 @@ from tokenpcap.export import chrome  # noqa: E402,F401
 from tokenpcap.export import simai  # noqa: E402,F401
 from tokenpcap.export import chakra  # noqa: E402,F401
 from tokenpcap.export import trex  # noqa: E402,F401
+from tokenpcap.export import otg  # noqa: E402,F401
 from tokenpcap.export.chrome import write_chrome  # noqa: E402  (re-exported)
 from tokenpcap.export.hpcc import write_hpcc  # noqa: E402  (re-exported)
 from tokenpcap.export.table import TABLE_COLUMNS, write_table  # noqa: E402  (re-exported)

@@ -360,7 +360,9 @@ def _write_all(files: dict[Path, list[str]]) -> None:
     current = next(iter(files))
     try:
         for current, lines in files.items():
-            with open(parts[current], "w", encoding="utf-8", newline="") as f:
+            # a name that is not UTF-8 (a FLOW_FILE line) is written as its own bytes
+            with open(parts[current], "w", encoding="utf-8", errors="surrogateescape",
+                      newline="") as f:
                 f.writelines(lines)
         for current, tmp in parts.items():
             os.replace(tmp, current)

@@ -73,7 +73,7 @@ def atomic_text(path: Path, lines) -> None:  # type: ignore[no-untyped-def]
     refuse_special_output(path)
     tmp = path.with_name(f".{path.name}.part")
     try:
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
+        with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
             f.writelines(lines)
         os.replace(tmp, path)
     except OSError as err:

@@ -80,7 +80,7 @@ def write_table(messages: np.ndarray, out: str | os.PathLike, fmt: str = "csv") 
         return out
     tmp = out.with_name(f".{out.name}.part")
     try:
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
+        with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
             w = csv.writer(f)
             w.writerow(TABLE_COLUMNS)
             w.writerows(zip(*(cols[c] for c in TABLE_COLUMNS)))

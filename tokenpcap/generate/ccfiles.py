@@ -113,7 +113,7 @@ def write_cc_files(directory: str | os.PathLike, stem: str, log: dict,
             written.append(path)
             order = cc_file_columns(t)
             if pq is None:
-                with open(path, "w", encoding="utf-8", newline="") as f:
+                with open(path, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
                     w = csv.writer(f)
                     w.writerow(order)
                     w.writerows(zip(*(cols[t][c] for c in order)))
@@ -124,7 +124,7 @@ def write_cc_files(directory: str | os.PathLike, stem: str, log: dict,
                                    else pa.string()) for c in order]
                 parquet.write_table(pa.Table.from_arrays(arrays, names=order), path)
         written.append(d / names[-1])
-        with open(written[-1], "w", encoding="utf-8") as f:
+        with open(written[-1], "w", encoding="utf-8", errors="surrogateescape") as f:
             json.dump(doc, f, indent=2)
             f.write("\n")
     except BaseException as err:

@@ -116,7 +116,7 @@ def write_fabric_files(directory: str | os.PathLike, stem: str, log: dict,
             else:
                 _write_parquet(pq, part, t, log[t], sw_names)
         current = names[-1]
-        with open(parts[-1], "w", encoding="utf-8") as f:
+        with open(parts[-1], "w", encoding="utf-8", errors="surrogateescape") as f:
             json.dump(doc, f, indent=2)
             f.write("\n")
         for part, current in zip(parts, names):
@@ -221,7 +221,7 @@ def _names(switch_names: tuple[str, ...]) -> np.ndarray:
 def _write_csv(path: Path, table: str, a: np.ndarray, names: np.ndarray) -> None:
     """The table as CSV, :data:`CHUNK_ROWS` rows at a time (memory bounded by the chunk)."""
     cols = file_columns(table)
-    with open(path, "w", encoding="utf-8", newline="") as f:
+    with open(path, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
         for start in range(0, a.size, CHUNK_ROWS):

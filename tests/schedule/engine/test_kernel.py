@@ -154,3 +154,28 @@ def test_ring_allreduce_takes_the_alpha_beta_time_of_its_wire_bytes(tmp_path):
     # and the links are full: wire bytes each NIC sent over the span
     busy = 2 * (N - 1) * beta_ns / span
     assert busy >= 0.99
+
+
+def test_the_end_of_an_nvlink_call_that_launches_more_than_the_launch_list_holds_grows_it():
+    """Llama-2-7B's tp 8 calls are NVLink-only, timed as a whole: at the end of one the 8 ranks
+    run on and together launch 384 transfers (48 at most for one rank). With the launch list
+    and its headroom cut to 100 the run stops to grow it in the middle of that event, then
+    resumes where it stopped: the same messages, in the same order, as with the full list."""
+    from tokenpcap.schedule.engine import kernel as K
+
+    def run(head):
+        plan = build_plan(load_scenario(ROOT / "profiles" / "scenarios" / "llama2-7b-a100-ib.yaml"))
+        s = Schedule(plan, nics=())
+        eng = s._eng
+        if head is not None:
+            eng.cf[K.HEAD] = head
+            eng.launch = np.zeros(head, np.int64)
+        for _ in s.run():
+            pass
+        n = int(eng.sc[K.NMSG])
+        return eng.S.ms[:n].copy(), eng.launch.shape[0]
+
+    full, _ = run(None)
+    small, grown = run(100)
+    assert grown > 100                         # it grew ...
+    assert np.array_equal(small, full)         # ... and the run is the same

@@ -23,7 +23,7 @@ from tokenpcap.records import PKT_CNP
 __all__ = [
     "EV_READY", "EV_ACK", "EV_ARRIVE", "EV_TIMER", "EV_WAKE", "NEVER", "MASK24", "HN", "SEQ",
     "NMSG", "NOW", "NOUT", "NLAUNCH", "ACKFREE", "ACKTOP", "NTL", "NNV", "ERR", "FRONT", "RDY_NEXT",
-    "RDY_END", "MMASK", "HANDED", "HAND_ID", "MNEED", "NSC", "LAT",
+    "RDY_END", "MMASK", "HANDED", "HAND_ID", "MNEED", "AB_CALL", "AB_POS", "NSC", "LAT",
     "ACKDELAY", "ACK_NS", "ACK_FB", "EVERY", "CTS", "CTS_BYTES", "CTS_SHAPE", "ITERS", "WORLD",
     "NVL_NUM", "NVL_DEN", "NVL_LAT", "GAP", "CHUNK", "KEEP_HIST", "KEEP_NV", "NPORTS", "HEAD",
     "I_COMPUTE", "I_CALL", "I_WAIT", "I_MARK", "NS_HIGH", "M_BLOCK", "M_ASYNC", "M_SEND", "M_RECV", "M_WAIT", "W_NONE",
@@ -354,7 +354,11 @@ AQ_CNPACK, AQ_CNP = 1, 2
 #: scalar slots: CE marks made by switches, CNPs sent by notification points, rows of the CNP
 #: and the rate logs
 NCE, NCNP, NLGN, NLGR = range(26, 30)
-NSC = 30
+#: scalar slots: an NVLink-only call whose end is being processed when the launch list or
+#: the heap ran short (-1: none) and the first of its participations not yet finished
+#: (module progs, ``ab_done``: the run returns 3 to grow them and resumes there)
+AB_CALL, AB_POS = 30, 31
+NSC = 32
 #: config slots: ECN marking (0 off, 1 at dequeue, 2 at enqueue), bitmask of the marked
 #: priorities, RED draw seed, congestion control (0 none, 1 DCQCN), a notification point's
 #: least ns between two CNPs of one QP (0: one per marked packet), CNP inside the ACK, CNP

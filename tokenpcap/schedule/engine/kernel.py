@@ -77,7 +77,8 @@ def run(S, cf, sc, h, a, o, lst):
     """Process events in order. Returns 1 when the output holds ``cf[CHUNK]`` rows (``sc[FRONT]``
     is then the time of the next event: the caller commits the selected NICs up to it with
     :func:`commit` and hands out the rows before it), 3 when a buffer needs to grow before the
-    next event (heap or launch list within ``cf[HEAD]`` of full, ACK pool, output rows within
+    next event (heap or launch list within ``cf[HEAD]`` of full, also in the middle of an
+    NVLink-only call's end: :func:`~tokenpcap.schedule.engine.progs.ab_done`; ACK pool, output rows within
     ``cf[GAP]`` + 64 of full, or the message ring: :func:`~tokenpcap.schedule.engine.ring.room`,
     which may also return 1 with ``sc[FRONT] = sc[NOW]``), 2 on an internal error (``sc[ERR]``),
     0 when every event is done.
@@ -87,7 +88,17 @@ def run(S, cf, sc, h, a, o, lst):
     going through the heap. The messages of the transfers an event launches are created after
     it, before anything else (the launch list keeps them across a return)."""
     row = np.empty(5, np.int64)
-    while sc[HN] > 0 or sc[RDY_NEXT] < sc[RDY_END] or sc[NLAUNCH] > 0:
+    while sc[HN] > 0 or sc[RDY_NEXT] < sc[RDY_END] or sc[NLAUNCH] > 0 or sc[AB_CALL] >= 0:
+        if sc[AB_CALL] >= 0:
+            # the rest of an NVLink-only call's end, once the buffers have grown (progs.ab_done)
+            if sc[NLAUNCH] + cf[HEAD] > lst.shape[0] or sc[HN] + cf[HEAD] > h.shape[0]:
+                return 3
+            c = sc[AB_CALL]
+            sc[AB_CALL] = -1
+            ab_done(S, cf, sc, h, lst, c, sc[NOW], sc[AB_POS])
+            if sc[ERR]:
+                return 2
+            continue
         if sc[NLAUNCH] > 0:
             # the messages of the transfers the last event launched, at its instant, once their
             # rows are free (module ring)
@@ -161,7 +172,7 @@ def run(S, cf, sc, h, a, o, lst):
             elif row[3] == 1:
                 arrived(S, cf, sc, h, lst, row[4], t)
             else:
-                ab_done(S, cf, sc, h, lst, row[4], t)
+                ab_done(S, cf, sc, h, lst, row[4], t, S.call_pbase[row[4]])
         if sc[ERR]:
             return 2
     drain(S, cf, sc)

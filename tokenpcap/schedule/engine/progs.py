@@ -289,11 +289,20 @@ def arrived(S, cf, sc, h, lst, x, t):
 
 
 @njit(cache=True, _nrt=False)
-def ab_done(S, cf, sc, h, lst, c, t):
-    """An NVLink-only call timed as a whole is over: every rank's part of it is finished."""
+def ab_done(S, cf, sc, h, lst, c, t, first):
+    """An NVLink-only call timed as a whole is over: every rank's part of it is finished, from
+    participation ``first`` on. Each finished part lets its rank run on and launch up to
+    ``cf[HEAD]`` transfers, and a call has up to a node's ranks: before each part the launch
+    list and the heap must have ``cf[HEAD]`` rows free, else the call and the part are left in
+    ``sc[AB_CALL]``, ``sc[AB_POS]`` and the run returns 3 to grow them, then resumes here
+    (:func:`tokenpcap.schedule.engine.kernel.run`), so the launches keep their order."""
     call_pbase = S.call_pbase
     part = S.part
-    for p in range(call_pbase[c], call_pbase[c + 1]):
+    for p in range(first, call_pbase[c + 1]):
+        if sc[NLAUNCH] + cf[HEAD] > lst.shape[0] or sc[HN] + cf[HEAD] > h.shape[0]:
+            sc[AB_CALL] = c
+            sc[AB_POS] = p
+            return
         part[p, A_PENDING] -= 1
         if part[p, A_PENDING] == 0 and part[p, A_STARTED]:
             _finish(S, cf, sc, h, lst, p, t)

@@ -97,8 +97,8 @@ class Engine:
         sc, cf = self.sc, self.cf
         if sc[K.HN] + cf[K.HEAD] > self.heap.shape[0]:
             self.heap = _bigger(self.heap, sc[K.HN] + cf[K.HEAD])
-        if cf[K.HEAD] > self.launch.shape[0]:
-            self.launch = _bigger(self.launch, cf[K.HEAD])
+        if sc[K.NLAUNCH] + cf[K.HEAD] > self.launch.shape[0]:     # a call's end resumed
+            self.launch = _bigger(self.launch, sc[K.NLAUNCH] + cf[K.HEAD])
         if sc[K.ACKTOP] + 64 > self.acks.shape[0]:
             self.acks = _bigger(self.acks, sc[K.ACKTOP] + 64)
         if sc[K.NOUT] + cf[K.GAP] + 64 > self.out.shape[0]:
@@ -384,6 +384,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         cf[K.ACK_NS] = fab.ack_ns
     sc = np.zeros(K.NSC, np.int64)
     sc[K.ACKFREE] = -1
+    sc[K.AB_CALL] = -1
     sc[K.MMASK] = -1 if keep_messages else ms.shape[0] - 1
     eng = Engine(S, cf, sc, np.zeros((2 * head, 5), np.int64), np.zeros((1024, 3), np.int64),
                  np.zeros((chunk_rows + 4 * gap + 1024, 7), np.int64), np.zeros(head, np.int64),

@@ -1,0 +1,418 @@
+"""The fuzz surfaces beyond captures and YAML (tests/fuzzing.py): simulator result files, extreme
+numeric profile values, output paths the file system refuses, signals at random moments, and
+captures of many sections or many flows. Shared by tests/test_fuzz_surfaces.py (a seeded CI
+slice) and benchmarks/fuzz_campaign.py (the long campaign).
+
+Each :class:`Surface` makes a case's input from a seeded ``random.Random`` (bytes: a mutated
+file, or a JSON description of a command line) and runs it, returning ``"ok"`` or ``"error"``;
+anything else it raises is a crash. The rules a result must keep, per surface:
+
+* ``simai`` / ``fct`` / ``pfc``: a mutated SimAI ``EndToEnd.csv``, HPCC ``fct.txt`` or
+  ``pfc.txt`` (the fixtures of tests/cases) is read or refused in one line, and every time read
+  fits int64 ns (SimAI's ``uint64`` µs, ns-3's ``%lu`` ns: nothing larger is theirs);
+* ``numeric``: ``plan --time --json`` with one or two ``--set`` of a numeric key (every key of
+  :data:`tokenpcap.config.spectable.KEYS` with a unit) to an extreme value, on the ideal or the
+  queued DCQCN fabric: exit 0 with an iteration whose parts are non-negative int64 ns that add
+  up to it and an MFU in [0, 1], or one error line and exit 1/2;
+* ``path``: a command's output named with a component at or past ``NAME_MAX``, a path past
+  ``PATH_MAX``, bytes that are not UTF-8 or control characters: exit 0 with its output, or
+  one error line, exit 1/2 and nothing left in the output directory;
+* ``signal``: ``python -m tokenpcap CMD`` sent SIGINT or SIGTERM at a random moment, from
+  start-up (imports, once CPython runs tokenpcap's first lines:
+  :func:`_wait_until_python_runs_ours`) to the end, sometimes with an empty numba cache (the
+  first compile):
+  exit 0 with the files a run without a signal leaves, or 130/143 with ``error: stopped
+  (...)`` as the last line, no traceback, and either nothing left or (stopped after its
+  commit) the whole set, never a part or a temporary file;
+* ``many``: a pcapng of up to 6,000 one-packet sections with mixed ``if_tsresol`` (and a
+  provenance comment naming huge rank ranges), or a pcap of up to 400,000 one-packet flows:
+  ``inspect`` counts every packet, its JSON stays proportional to the file, and ``plot``'s
+  series hold every byte (memory is the campaign's per-worker peak).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from tests.fuzz_files import INT64, make_pfc, mutate_cells, run_fct, run_pfc, run_simai, seed_file
+from tests.fuzzing import ROOT, WrongOutput
+
+CASES = ROOT / "tests" / "cases"
+SCENARIOS = ROOT / "profiles" / "scenarios"
+
+
+@dataclass(frozen=True)
+class Surface:
+    """``make(rng, work) -> bytes`` a case's input; ``run(data, work) -> "ok" | "error"``;
+    ``timeout_s``: how long a case may take before it counts as a hang."""
+
+    make: Callable[[random.Random, Path], bytes]
+    run: Callable[[bytes, Path], str]
+    timeout_s: float
+
+
+# -- extreme numeric profile values -------------------------------------------------------------
+
+def _numeric_keys() -> list[str]:
+    from tokenpcap.config.spectable import KEYS
+
+    keys = [k for k, (unit, _) in KEYS.items() if unit and not k.startswith("workload.")]
+    return [k.removeprefix("scenario.") for k in keys]
+
+
+def _extreme(rng: random.Random) -> str:
+    pick = rng.random()
+    if pick < 0.5:
+        return rng.choice(("0", "-1", "1", "2", "1e-300", "1e300", "1.2e-17", "1e-9", "1e-10",
+                           "5e-324", ".nan", ".inf", "-.inf", "true", "0.5", "1.5", "4095",
+                           "4096", "65536", str(INT64), str(INT64 - 1), str(1 << 31),
+                           str(1 << 32), str(1 << 53), "1e18", "1e19", "null", "'7'", "[1]"))
+    if pick < 0.8:
+        return str(rng.choice((1, -1)) * (1 << rng.randrange(70)) + rng.choice((-1, 0, 1)))
+    return f"{10 ** rng.uniform(-30, 30):.6g}"
+
+
+_BASES = {"ideal": (), "queued": ("cluster.fabric.model=queued", "cluster.fabric.cc=dcqcn")}
+
+
+def _make_numeric(rng: random.Random, work: Path) -> bytes:
+    keys = _numeric_keys()
+    sets = [f"{rng.choice(keys)}={_extreme(rng)}" for _ in range(rng.choice((1, 1, 1, 2)))]
+    return json.dumps({"base": rng.choice(sorted(_BASES)), "sets": sets}).encode()
+
+
+def _scenario_file(work: Path) -> Path:
+    from tests.fuzzing import profile_seeds
+
+    (work / "corpus.txt").write_text("nel mezzo del cammin di nostra vita " * 40,
+                                     encoding="utf-8")
+    p = work / "scenario.yaml"
+    p.write_bytes(profile_seeds()["scenario.yaml"])
+    return p
+
+
+def _invoke(args: list[str]):
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+
+    r = CliRunner().invoke(main, args)
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r
+
+
+def _one_error_line(r, what: str) -> str:
+    lines = [x for x in r.stderr.splitlines() if not x.startswith("tokenpcap: ")]
+    if r.exit_code == 2 and any(x.startswith("Error: ") for x in lines):
+        return "error"                              # click's usage error
+    if r.exit_code != 1 or len(lines) != 1 or not lines[0].startswith("error: "):
+        raise WrongOutput(f"{what}: exit {r.exit_code}, stderr {r.stderr[-300:]!r}")
+    return "error"
+
+
+def _run_numeric(data: bytes, work: Path) -> str:
+    case = json.loads(data)
+    args = ["plan", str(_scenario_file(work)), "--time", "--json"]
+    for s in (*_BASES[case["base"]], *case["sets"]):
+        args += ["--set", s]
+    r = _invoke(args)
+    if r.exit_code != 0:
+        return _one_error_line(r, f"plan {case}")
+    it = json.loads(r.stdout)["iteration"]
+    parts = list(it["parts_ns"].values())
+    if not (isinstance(it["iteration_ns"], int) and 0 <= it["iteration_ns"] < INT64
+            and all(isinstance(v, int) and 0 <= v for v in parts)
+            and sum(parts) == it["iteration_ns"] and 0 <= it["mfu"] <= 1):
+        raise WrongOutput(f"plan {case}: iteration {it}")
+    return "ok"
+
+
+# -- output paths -------------------------------------------------------------------------------
+
+#: name -> argv after the command name (``{out}``: the output; ``{scen}``, ``{cap}``: inputs)
+_PATH_COMMANDS = {
+    "generate": ["generate", "{scen}", "--scale", "64", "--nics", "0", "--snaplen", "64",
+                 "-o", "{out}"],
+    "readdress": ["readdress", "{cap}", "--dscp", "26", "-o", "{out}"],
+    "plot": ["plot", "{cap}", "-o", "{out}"],
+    "export-csv": ["export", "{scen}", "--to", "csv", "-o", "{out}"],
+    "export-hpcc": ["export", "{scen}", "--to", "hpcc", "-o", "{out}"],
+    "export-simai": ["export", "{scen}", "--to", "simai", "-o", "{out}"],
+    "export-chakra": ["export", "{scen}", "--to", "chakra", "-o", "{out}"],
+    "compare-plot": ["compare", str(SCENARIOS / "incast-8x1m-hpcc-ns3.yaml"), "--hpcc-fct",
+                     str(CASES / "hpcc" / "incast8x1m-pfc-fct.txt"), "--plot", "{out}"],
+}
+_NAME_PIECES = (b"a", b"\xc3\xa9", b"\xf0\x9f\x98\x80", b"\xff", b"\xfe\x80", b"\n", b"\t",
+                b" ", b"-", b".", b"%s", b"\\", b"\x1b[31m")
+
+
+def _make_path(rng: random.Random, work: Path) -> bytes:
+    nm = os.pathconf(work, "PC_NAME_MAX")
+    size = rng.choice((1, 8, nm - 30, nm - 24, nm - 23, nm - 22, nm - 14, nm - 13, nm - 1, nm,
+                       nm + 1, nm + 2, 300, 1000))
+    piece = rng.choice(_NAME_PIECES)
+    name = (piece * (max(1, size) // len(piece) + 1))[:max(1, size)]
+    if rng.random() < 0.5:
+        name += rng.choice((b".pcap", b".pcapng", b".csv", b".txt", b""))
+    depth = rng.choice((0, 0, 0, 1, 3, 25))         # 25 x 200 bytes: past PATH_MAX (4096)
+    return json.dumps({"cmd": rng.choice(sorted(_PATH_COMMANDS)), "name": name.hex(),
+                       "depth": depth}).encode()
+
+
+def _small_capture(work: Path) -> Path:
+    from tests.analysis.trace import write_trace
+
+    p = work / "small.pcapng"
+    if not p.exists():
+        write_trace(p, 64, qps=2, fmt="pcapng")
+    return p
+
+
+def _run_path(data: bytes, work: Path) -> str:
+    case = json.loads(data)
+    outdir = work / "out"
+    shutil.rmtree(outdir, ignore_errors=True)
+    outdir.mkdir()
+    out = os.fsencode(outdir) + b"".join(b"/" + b"d" * 200 for _ in range(case["depth"]))
+    out += b"/" + bytes.fromhex(case["name"])
+    fill = {"out": os.fsdecode(out), "scen": str(_scenario_file(work)),
+            "cap": str(_small_capture(work))}
+    r = _invoke([a.format(**fill) for a in _PATH_COMMANDS[case["cmd"]]])
+    left = os.listdir(os.fsencode(outdir))
+    shutil.rmtree(outdir, ignore_errors=True)
+    if r.exit_code == 0:
+        if not left:
+            raise WrongOutput(f"{case['cmd']} exited 0 and wrote nothing")
+        return "ok"
+    _one_error_line(r, f"{case['cmd']} -o {out[-40:]!r}")
+    if left:
+        raise WrongOutput(f"{case['cmd']} failed and left {left[:3]}")
+    return "error"
+
+
+# -- signals at random moments ------------------------------------------------------------------
+
+#: name -> (argv after ``python -m tokenpcap`` with ``{out}``, ``{scen}``, ``{cap}``; the
+#: seconds a whole run takes here, warm: the signal comes within 1.3x of it)
+_SIGNAL_COMMANDS = {
+    "generate": (["generate", "{scen}", "--scale", "64", "-o", "{out}"], 4.0),
+    "generate-jobs": (["generate", "{scen}", "--scale", "64", "--jobs", "2", "-o", "{out}"],
+                      5.0),
+    "run": (["run", "{scen}", "--scale", "64", "-o", "{out}"], 5.0),
+    "plot": (["plot", "{cap}", "-o", "{out}"], 4.0),
+    "export": (["export", "{scen}", "--to", "hpcc", "-o", "{out}"], 2.5),
+    "inspect": (["inspect", "{cap}", "--json"], 2.0),
+}
+#: seconds the engine's first compile takes with an empty numba cache (2 cores, load ~1)
+COLD_COMPILE_S = 40.0
+
+
+def _make_signal(rng: random.Random, work: Path) -> bytes:
+    cmd = rng.choice(sorted(_SIGNAL_COMMANDS))
+    cold = cmd in ("generate", "run") and rng.random() < 0.05
+    span = COLD_COMPILE_S if cold else _SIGNAL_COMMANDS[cmd][1] * 1.3
+    delay = rng.choice((rng.uniform(0, 0.8), rng.uniform(0, span)))    # start-up, or anywhere
+    return json.dumps({"cmd": cmd, "sig": rng.choice(("INT", "TERM")), "delay_s": delay,
+                       "cold": cold}).encode()
+
+
+def _wait_until_python_runs_ours(pid: int, limit_s: float = 20.0) -> None:
+    """Return once process ``pid`` has mapped numpy's core library (or ended): by then
+    ``tokenpcap/__main__`` has installed its stop handlers (it imports the command line, and
+    numpy with it, after them). Before that, for about 0.1 s, CPython itself starts (the
+    interpreter, ``site``, ``runpy``) and a SIGINT gets Python's default ``KeyboardInterrupt``
+    before any line of tokenpcap has run; tests/test_main.py covers the moments between."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/maps", "rb") as f:
+                if b"_multiarray_umath" in f.read():
+                    return
+        except OSError:
+            return
+        time.sleep(0.002)
+
+
+def _tree(top: Path) -> list[str]:
+    """Every file and directory under ``top`` (hidden ones too), relative, sorted."""
+    return sorted(os.path.relpath(os.path.join(d, n), top)
+                  for d, dirs, files in os.walk(top) for n in dirs + files)
+
+
+#: cmd -> the tree a run of it leaves when nothing stops it (filled on first need)
+_COMPLETE: dict[str, list[str]] = {}
+
+
+def _signal_argv(cmd: str, work: Path, out: Path) -> list[str]:
+    fill = {"out": str(out / "o"), "scen": str(_scenario_file(work)),
+            "cap": str(_small_capture(work))}
+    return [sys.executable, "-m", "tokenpcap", *(a.format(**fill)
+                                                 for a in _SIGNAL_COMMANDS[cmd][0])]
+
+
+def _complete_tree(cmd: str, work: Path) -> list[str]:
+    if cmd not in _COMPLETE:
+        out = work / f"complete-{cmd}"
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        r = subprocess.run(_signal_argv(cmd, work, out), cwd=work, capture_output=True,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=600)
+        if r.returncode != 0:
+            raise WrongOutput(f"{cmd} without a signal: exit {r.returncode}, "
+                              f"{r.stderr[-300:]!r}")
+        _COMPLETE[cmd] = _tree(out)
+        shutil.rmtree(out, ignore_errors=True)
+    return _COMPLETE[cmd]
+
+
+def _run_signal(data: bytes, work: Path) -> str:
+    case = json.loads(data)
+    outdir = work / "sig"
+    shutil.rmtree(outdir, ignore_errors=True)
+    outdir.mkdir()
+    argv = _signal_argv(case["cmd"], work, outdir)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if case["cold"]:
+        env["NUMBA_CACHE_DIR"] = str(outdir.parent / "numba-cold")
+        shutil.rmtree(env["NUMBA_CACHE_DIR"], ignore_errors=True)
+    p = subprocess.Popen(argv, cwd=work, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    _wait_until_python_runs_ours(p.pid)
+    time.sleep(case["delay_s"])
+    sig = signal.SIGINT if case["sig"] == "INT" else signal.SIGTERM
+    if p.poll() is None:
+        p.send_signal(sig)
+    try:
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    text = err.decode("utf-8", "replace")
+    left = _tree(outdir)
+    shutil.rmtree(outdir, ignore_errors=True)
+    what = f"{case['cmd']} SIG{case['sig']} after {case['delay_s']:.2f} s"
+    if "Traceback" in text or "Exception ignored" in text:
+        raise WrongOutput(f"{what}: {text[-400:]!r}")
+    if p.returncode == 0:
+        if left != _complete_tree(case["cmd"], work):
+            raise WrongOutput(f"{what}: exit 0 with {left[:4]}")
+        return "ok"
+    lines = text.strip().splitlines()
+    if p.returncode != 128 + sig or not lines or not lines[-1].startswith(
+            f"error: stopped (SIG{case['sig']})"):
+        raise WrongOutput(f"{what}: exit {p.returncode}, stderr {text[-300:]!r}")
+    if left and left != _complete_tree(case["cmd"], work):   # stopped after its commit: whole
+        raise WrongOutput(f"{what}: stopped and left {left[:4]}")
+    return "error"
+
+
+# -- many sections, many flows ------------------------------------------------------------------
+
+def _make_many(rng: random.Random, work: Path) -> bytes:
+    kind = rng.choice(("sections", "flows"))
+    n = rng.choice((1, 2, 100, 1000, 6000)) if kind == "sections" else rng.choice(
+        (1, 1000, 100_000, 262_144, 262_145, 400_000))
+    return json.dumps({"kind": kind, "n": n, "seed": rng.randrange(1 << 30),
+                       "huge_provenance": rng.random() < 0.3}).encode()
+
+
+def _sections_file(path: Path, n: int, seed: int, huge: bool) -> int:
+    """``n`` sections of one SHB (a provenance comment naming huge ranges if ``huge``), one IDB
+    of a random ``if_tsresol`` and one EPB 1 µs after the last; returns the file's bytes."""
+    from tests.fuzzing import _frames
+    from tests.pcap.helpers import epb, idb, option, shb
+    from tokenpcap.records.provenance import MAX_INDEX, provenance_comment
+
+    rng = random.Random(seed)
+    frame = _frames(path.parent)[0]
+    comment = b""
+    if huge:
+        text = provenance_comment(scenario="fuzz", scale=1, iterations=(0, 1), split="none",
+                                  snaplen=262144, seed=0, clear_to_send=True)
+        text = text.replace("nics=all", f"nics=0-{MAX_INDEX}").replace(
+            "ranks=all", f"ranks=0-{MAX_INDEX},{MAX_INDEX - 1}")
+        comment = option("<", 1, text.encode()) + struct.pack("<HH", 0, 0)
+    with open(path, "wb") as f:
+        for i in range(n):
+            res = rng.choice((6, 9, 3, 0x80 | 20))
+            per_s = 10 ** res if res < 0x80 else 1 << (res & 0x7F)
+            ticks = (1_700_000_000 + i) * per_s + i * per_s // 1_000_000
+            f.write(shb("<", comment if i == 0 else b"") + idb("<", 1, 0, tsresol=res) +
+                    epb("<", 0, ticks, frame))
+    return path.stat().st_size
+
+
+def _run_many(data: bytes, work: Path) -> str:
+    from tests.analysis.trace import write_trace
+    from tokenpcap.analysis.inspect import inspect_captures
+    from tokenpcap.analysis.plot_series import capture_series
+    from tokenpcap.analysis.report import render_text
+    from tokenpcap.cli.inspect_cmd import write_json
+
+    case = json.loads(data)
+    n = case["n"]
+    if case["kind"] == "sections":
+        path = work / "many.pcapng"
+        size = _sections_file(path, n, case["seed"], case["huge_provenance"])
+    else:
+        path = work / "many.pcap"
+        write_trace(path, n, qps=n, snaplen=64)
+        size = path.stat().st_size
+    rep = inspect_captures([path])
+    if rep.packets != n:
+        raise WrongOutput(f"inspect counted {rep.packets} of {n} packets ({case})")
+    render_text(rep)
+    out = io.StringIO()
+    write_json(rep.to_json(lazy_flows=True), out)
+    if len(out.getvalue()) > 64 * size + (1 << 16):
+        raise WrongOutput(f"inspect --json wrote {len(out.getvalue()):,} bytes for a file of "
+                          f"{size:,} ({case})")
+    s = capture_series(path, bins=16)
+    got = sum(int(v.sum()) for v in s["throughput"].values())
+    path.unlink()
+    if got <= 0:
+        raise WrongOutput(f"plot's series hold {got} bytes of {n} packets ({case})")
+    return "ok"
+
+
+SURFACES: dict[str, Surface] = {
+    "simai": Surface(lambda rng, w: mutate_cells(seed_file(rng, "simai/*.csv"), rng, ","),
+                     run_simai, 10.0),
+    "fct": Surface(lambda rng, w: mutate_cells(seed_file(rng, "hpcc/*-fct.txt"), rng, None),
+                   run_fct, 10.0),
+    "pfc": Surface(make_pfc, run_pfc, 10.0),
+    "numeric": Surface(_make_numeric, _run_numeric, 120.0),
+    "path": Surface(_make_path, _run_path, 120.0),
+    "signal": Surface(_make_signal, _run_signal, 180.0),
+    "many": Surface(_make_many, _run_many, 300.0),
+}
+
+
+def run_surface(target: str, data: bytes, work: Path) -> str:
+    """Run a case of surface ``target`` (module docstring): ``"ok"`` or ``"error"``; a
+    :class:`~tokenpcap.errors.TokenpcapError` of more than one line, or any other exception,
+    escapes as a crash."""
+    from tokenpcap.errors import TokenpcapError
+
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        return SURFACES[target].run(data, work)
+    except TokenpcapError as err:
+        text = str(err)
+        if "\n" in text or not text:
+            raise WrongOutput(f"error message of {len(text.splitlines())} lines: {text[:200]!r}")
+        return "error"
