@@ -37,6 +37,7 @@ from typing import Iterable
 import numpy as np
 
 from tokenpcap.analysis.decode import KIND_IB, KIND_PFC, KIND_ROCEV1, KIND_ROCEV2, decode_batch
+from tokenpcap.config.flowfile import occurrence_index
 from tokenpcap.errors import InputError
 from tokenpcap.pcap.reader import open_capture
 
@@ -66,7 +67,7 @@ def _columns(paths: Iterable[str | os.PathLike]) -> dict:
     """The RDMA packets of ``paths`` read one after the other (time order within each as
     recorded): ``time_ns`` int64, ``name`` uint64 (QP << 32 | PSN << 8 | opcode), ``ecn`` uint8;
     and the capture's counters."""
-    times, names, ecns = [], [], []
+    times, names = [], []
     counters = {"frames": 0, "rdma_packets": 0, "pfc_frames": 0, "pfc_by_class": [0] * 8,
                 "cnps": 0, "ce_marked": 0, "ecn_capable": 0}
     for path in paths:
@@ -88,7 +89,6 @@ def _columns(paths: Iterable[str | os.PathLike]) -> dict:
             names.append((d["destqp"][rdma].astype(np.uint64) << np.uint64(32))
                          | (d["psn"][rdma].astype(np.uint64) << np.uint64(8))
                          | op.astype(np.uint64))
-            ecns.append(ecn)
         cap.close()
     t = np.concatenate(times) if times else np.zeros(0, np.int64)
     order = np.argsort(t, kind="stable")          # several files: one time line
@@ -98,24 +98,12 @@ def _columns(paths: Iterable[str | os.PathLike]) -> dict:
             "counters": counters}
 
 
-def _occurrence(name: np.ndarray) -> np.ndarray:
-    """int64 (n,): how many earlier rows carry the same name."""
-    order = np.argsort(name, kind="stable")
-    s = name[order]
-    start = np.ones(s.size, bool)
-    start[1:] = s[1:] != s[:-1]
-    run_start = np.maximum.accumulate(np.where(start, np.arange(s.size), 0))
-    occ = np.empty(s.size, np.int64)
-    occ[order] = np.arange(s.size) - run_start
-    return occ
-
-
 def _match(sent: np.ndarray, recv: np.ndarray) -> np.ndarray:
     """int64 (len(recv),): the sent row of each received row's (name, occurrence), -1 none."""
     key = np.dtype([("name", "<u8"), ("occ", "<i8")])
     both = np.empty(sent.size + recv.size, key)
     both["name"] = np.concatenate([sent, recv])
-    both["occ"] = np.concatenate([_occurrence(sent), _occurrence(recv)])
+    both["occ"] = np.concatenate([occurrence_index(sent), occurrence_index(recv)])
     _, inv = np.unique(both, return_inverse=True)
     inv = inv.reshape(-1)
     where = np.full(inv.max() + 1 if inv.size else 0, -1, np.int64)

@@ -32,7 +32,7 @@ import numpy as np
 
 from tokenpcap.errors import ProfileError
 
-__all__ = ["FLOW_DTYPE", "FLOW_LANES", "read_flow_file", "flow_lanes"]
+__all__ = ["FLOW_DTYPE", "FLOW_LANES", "read_flow_file", "flow_lanes", "occurrence_index"]
 
 #: One row per flow of the file, in file order: ranks, bytes, start (ns after the earliest),
 #: the connection lane (:func:`flow_lanes`) and the 1-based line of the file.
@@ -53,17 +53,22 @@ def _seconds_ns(text: str) -> int:
     return int(whole) * _NS_PER_S + int((frac + "000000000")[:9])
 
 
-def flow_lanes(src: np.ndarray, dst: np.ndarray, lanes: int = FLOW_LANES) -> np.ndarray:
-    """int64 ``(n,)``: flow ``k`` of its ``(src, dst)`` pair in array order gets ``k % lanes``."""
-    key = np.asarray(src, np.int64) * (1 << 32) + np.asarray(dst, np.int64)
+def occurrence_index(key: np.ndarray) -> np.ndarray:
+    """int64 ``(n,)``: how many earlier rows (in array order) carry the same ``key``."""
     order = np.argsort(key, kind="stable")
     k = key[order]
     first = np.ones(k.size, bool)
     first[1:] = k[1:] != k[:-1]
     start = np.maximum.accumulate(np.where(first, np.arange(k.size), 0))
     out = np.empty(k.size, np.int64)
-    out[order] = (np.arange(k.size) - start) % lanes
+    out[order] = np.arange(k.size) - start
     return out
+
+
+def flow_lanes(src: np.ndarray, dst: np.ndarray, lanes: int = FLOW_LANES) -> np.ndarray:
+    """int64 ``(n,)``: flow ``k`` of its ``(src, dst)`` pair in array order gets ``k % lanes``."""
+    key = np.asarray(src, np.int64) * (1 << 32) + np.asarray(dst, np.int64)
+    return occurrence_index(key) % lanes
 
 
 def read_flow_file(file: Path | None, key: str, value: Any, world: int) -> np.ndarray:

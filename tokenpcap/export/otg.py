@@ -151,7 +151,10 @@ def otg_config(done: Prepared):  # type: ignore[no-untyped-def]
     src, dst, c = (m["src_nic"].astype(np.int64), m["dst_nic"].astype(np.int64),
                    m["qp"].astype(np.int64))
     # the QP end that sends each message, as lowering names it (tokenpcap.lower._pairs)
-    ends = np.unique(np.stack([src, dst, c, role], axis=1), axis=0)
+    ends, end_of = np.unique(np.stack([src, dst, c, role], axis=1), axis=0, return_inverse=True)
+    end_of = end_of.reshape(-1)
+    by_end = np.split(np.argsort(end_of, kind="stable"),
+                      np.cumsum(np.bincount(end_of, minlength=len(ends)))[:-1])
     nics = sorted(set(src.tolist()) | set(dst.tolist()))
     cfg = snappi.api(loglevel=logging.ERROR).config()   # without its "version check" notice
     devices, ifaces, peers = {}, {}, {}
@@ -195,8 +198,9 @@ def otg_config(done: Prepared):  # type: ignore[no-untyped-def]
         tx = flows.tx_ports.add(port_name=f"p{g}")
         tl = tx.transmit_type.target_line_rate
         tl.value = int(min(100, max(1, round(load))))
-        for a, b, k, rl in ends[ends[:, 0] == g].tolist():
-            sel = mine & (dst == b) & (c == k) & (role == rl)
+        for e_i in np.flatnonzero(ends[:, 0] == g).tolist():
+            a, b, k, rl = ends[e_i].tolist()
+            sel = by_end[e_i]                               # this end's messages, in order
             name = _qp_name(a, b, k, rl)
             peer_name = _qp_name(b, a, k, 1 - rl)
             written, err = [], 0
@@ -207,14 +211,14 @@ def otg_config(done: Prepared):  # type: ignore[no-untyped-def]
                                  rx_endpoint=peer_name, message_size=n, message_size_unit=unit)
                 f.rocev2_verb.choice = _VERB[verb]
                 if verb == VERB_WRITE_IMM:
-                    first = np.flatnonzero(sel & (m["verb"] == verb) & (m["size_bytes"] == size))
+                    hit = (m["verb"][sel] == verb) & (m["size_bytes"][sel] == size)
                     f.rocev2_verb.write_with_immediate.immediate_data = \
-                        f"{int(m['imm'][first[0]]):08x}"
+                        f"{int(m['imm'][sel[np.argmax(hit)]]):08x}"
                 written.append(f.name)
                 err = max(err, e)
             lines.append(f"{name},{a},{b},{k},{int(qpn(seed, a, b, k, rl))},"
                          f"{int(qpn(seed, b, a, k, 1 - rl))},{'cts' if rl else 'data'},"
-                         f"{int(sel.sum())},{int(m['size_bytes'][sel].sum())},"
+                         f"{sel.size},{int(m['size_bytes'][sel].sum())},"
                          f"{int(m['start_ns'][sel].min())},{int(m['arrival_ns'][sel].max())},"
                          f"{' '.join(written)},{err}\n")
     for g in nics:
