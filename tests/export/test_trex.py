@@ -25,6 +25,7 @@ NAME, SCALE = "incast-8x1m-hpcc-ns3", 64
 
 FAKE_API = '''
 RECORDED = []
+STLStreamDstMAC_PKT = 1
 class STLPktBuilder:
     def __init__(self, pkt=None, pkt_buffer=None, vm=None, path_relative_to_profile=False,
                  build_raw=False, remove_fcs=True):
@@ -40,6 +41,7 @@ class STLStream:
                  random_seed=0, mac_src_override_by_pkt=None, mac_dst_override_mode=None,
                  dummy_stream=False, start_paused=False, core_id=-1):
         assert isinstance(isg, (int, float)) and isg >= 0
+        assert mac_src_override_by_pkt is True and mac_dst_override_mode == STLStreamDstMAC_PKT
         self.name, self.packet, self.mode, self.isg = name, packet, mode, isg
         self.self_start, self.next = self_start, next
         RECORDED.append(self)
@@ -88,7 +90,7 @@ def test_profiles_send_our_frames_at_our_times(tmp_path, fake_trex):
     res = generate(load_scenario(SCEN / f"{NAME}.yaml"),
                    GenerateOptions(out_dir=ref, fmt="pcap", scale=SCALE, iterations=1))
     caps = {Path(p).stem: Path(p) for p, n, _ in res.files if n}
-    profiles = {p.name[len("lab."):-len(".py")]: p for p in paths if p.suffix == ".py"}
+    profiles = {p.name[len("lab_"):-len(".py")]: p for p in paths if p.suffix == ".py"}
     assert set(profiles) == set(caps) and caps
     assert not list((tmp_path / "t").glob(".*"))          # the temporary captures are gone
     gbps = load_scenario(SCEN / f"{NAME}.yaml").cluster.link_gbps
@@ -107,7 +109,7 @@ def test_profiles_send_our_frames_at_our_times(tmp_path, fake_trex):
             assert abs(us - float(ts - t0) * 1e6) < 1.0      # TRex's microsecond
         for s, (_, buf) in zip(streams, want):      # line rate for the frame on the wire
             assert s.mode.pps == pytest.approx(gbps * 1e9 / ((len(buf) + 24) * 8))
-        with open(prof.with_name(f"lab.{nic}.timing.csv")) as f:
+        with open(prof.with_name(f"lab_{nic}.timing.csv")) as f:
             rows = list(csv.DictReader(f))
         assert len(rows) == len(want)
         msgs: dict[int, list[int]] = {}
@@ -133,3 +135,12 @@ def test_frame_fields_reads_rocev2_bth():
     assert frame_fields(f) == (0x0A, 0x1234, 0xABCDE)
     g = bytes(scapy.Ether() / scapy.IP() / scapy.UDP(dport=53) / (b"x" * 20))
     assert frame_fields(g) == (-1, -1, -1)
+
+
+def test_prefix_with_a_dot_is_refused(tmp_path):
+    """TRex's ``STLProfile.load_py`` imports a profile as the module named by its file name up
+    to the first dot, so ``lab.v2_<nic>.py`` would import ``lab``: refused before generating."""
+    from tokenpcap.errors import InputError
+    with pytest.raises(InputError, match="dot"):
+        export_scenario(SCEN / f"{NAME}.yaml", "trex", tmp_path / "lab.v2", scale=SCALE)
+    assert not list(tmp_path.iterdir())

@@ -13,21 +13,29 @@ single-packet burst per packet, ``isg`` = the time since the previous packet).
 NIC, frames at the NIC's transmit side) into a hidden temporary directory and writes, per NIC
 capture ``<nic>.pcap`` that ``generate`` writes:
 
-* ``PREFIX.<nic>.py``: the profile: every frame of the capture, byte for byte (base64), one
-  stream per frame in capture order, chained; ``isg`` = the gap since the previous frame's start
+* ``PREFIX_<nic>.py``: the profile: every frame of the capture, byte for byte (base64), one
+  stream per frame in capture order, chained; each stream takes both MAC addresses from its
+  frame (``mac_src_override_by_pkt=True``, ``mac_dst_override_mode=STLStreamDstMAC_PKT``: by
+  default TRex's data path writes the port's MACs from its configuration over bytes 0-11,
+  trex-core ``src/stx/stl/trex_stl_dp_core.cpp`` ``TrexStatelessDpCore::update_mac_addr``);
+  ``isg`` = the gap since the previous frame's start
   in us written with its ns digits (``12.345``), so the sum of the gaps up to a frame is its time
   since the first frame exactly; each stream a single-packet burst at the NIC's packet rate for
   that frame (``link_gbps`` over its bits on the wire: frame + 4 FCS + 8 preamble + 12
   inter-frame gap bytes, IEEE 802.3 clause 4.4.2), so a message's frames, whose gaps are the
   wire time of the frame before, go out as a burst at line rate. The header comment lists what
   TRex does not reproduce.
-* ``PREFIX.<nic>.timing.csv``: the timing manifest: per frame ``frame, t_ns`` (our schedule's
+* ``PREFIX_<nic>.timing.csv``: the timing manifest: per frame ``frame, t_ns`` (our schedule's
   time since the capture's first frame), ``capture_ns`` (its timestamp in the capture, which
   sets the NICs' profiles beside each other), ``gap_ns``, ``isg_us`` (as written), ``frame_bytes``,
   ``message`` (messages numbered per NIC: a RoCEv2 FIRST or ONLY opcode opens one on its
   destination QP, MIDDLE and LAST frames belong to the QP's open message, ACKs, CNPs and
   non-RoCE frames are one each), ``dest_qp``, ``opcode``, ``psn`` (-1: not RoCEv2), so a capture
   of the replay can be scored per message.
+
+The profile's name has no dot before ``.py``: TRex imports a Python profile as the module named
+by its file name up to the first dot (``STLProfile.load_py`` in ``trex_stl_streams.py``), so a
+``PREFIX`` or NIC name with a dot is refused with one line.
 
 Bound: a NIC with more than :data:`MAX_STREAMS` frames is refused with one line (TRex keeps a
 profile's streams in memory, one per frame here; use ``--scale`` or a smaller scenario).
@@ -57,7 +65,9 @@ _HEADER = '''"""TRex stateless profile of NIC {nic}: {n} frames over {span_ns} n
 
 Frames: exactly the bytes of the capture {nic}.pcap that tokenpcap generate writes for the
 same scenario and --scale; ICRC and every other field are whatever those frames carry (TRex's
-Field Engine cannot recompute a RoCEv2 ICRC, so nothing here rewrites a byte).
+Field Engine cannot recompute a RoCEv2 ICRC, so nothing here rewrites a byte). Both MAC
+addresses come from the frame (mac_src_override_by_pkt, mac_dst_override_mode below); drop
+those two arguments to have TRex write its ports' MACs from trex_cfg.yaml instead.
 Timing: one single-packet burst per frame, chained, isg = the gap since the previous frame in
 microseconds with its nanosecond digits; the manifest {nic}.timing.csv beside this file holds
 each frame's time in ns.
@@ -71,7 +81,8 @@ What TRex does not reproduce:
     guarantee; at 400 Gb/s TRex sustains far fewer chained streams per second than frames.
 Run: trex-console, then: start -f {name} -p 0
 """
-from trex_stl_lib.api import *  # noqa: F401,F403  (STLStream, STLPktBuilder, STLTXSingleBurst)
+from trex_stl_lib.api import *  # noqa: F401,F403  (STLStream, STLPktBuilder, STLTXSingleBurst,
+#                                                     STLStreamDstMAC_PKT)
 import base64
 
 '''
@@ -91,7 +102,9 @@ class Profile(object):
                 mode=STLTXSingleBurst(total_pkts=1, pps=pps),
                 isg=isg_us,
                 self_start=(i == 0),
-                next=None if last else "f%d" % (i + 1)))
+                next=None if last else "f%d" % (i + 1),
+                mac_src_override_by_pkt=True,
+                mac_dst_override_mode=STLStreamDstMAC_PKT))
         return streams
 
 
@@ -151,7 +164,8 @@ def write_trex(plan, out: str | Path) -> list[Path]:  # type: ignore[no-untyped-
     """Write the profiles and manifests of ``plan`` at prefix ``out`` (module docstring).
 
     Raises:
-        InputError: a NIC sends more than :data:`MAX_STREAMS` frames; as ``generate``.
+        InputError: a NIC sends more than :data:`MAX_STREAMS` frames; the prefix or a NIC name
+            has a dot (TRex's loader, module docstring); as ``generate``.
         OutputError: a file cannot be written.
     """
     from tokenpcap.generate.options import GenerateOptions
@@ -159,6 +173,9 @@ def write_trex(plan, out: str | Path) -> list[Path]:  # type: ignore[no-untyped-
     from tokenpcap.pcap.reader import open_capture
 
     out = Path(out)
+    if "." in out.name:
+        raise InputError(f"export --to trex: output prefix {out.name!r} has a dot; TRex imports "
+                         "a profile by its file name up to the first dot: use a prefix without")
     gbps = float(plan.scenario.cluster.link_gbps)
     written = []
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".trex-") as tmp:
@@ -175,9 +192,13 @@ def write_trex(plan, out: str | Path) -> list[Path]:  # type: ignore[no-untyped-
                 rec = cap.read()
                 frames = [cap.frame(r) for r in rec]
                 times = rec["time_ns"].astype(np.int64)
-            name = f"{out.name}.{nic}.py"
+            name = f"{out.name}_{nic}.py"
+            if "." in name[:-len(".py")]:
+                raise InputError(f"export --to trex: profile name {name!r} has a dot before .py; "
+                                 "TRex imports a profile by its name up to the first dot: "
+                                 "use an output prefix without dots")
             src, lines = _nic_files(frames, times, nic, gbps, name)
-            prof, man = out.with_name(name), out.with_name(f"{out.name}.{nic}.timing.csv")
+            prof, man = out.with_name(name), out.with_name(f"{out.name}_{nic}.timing.csv")
             atomic_text(prof, [src])
             atomic_text(man, lines)
             written += [prof, man]
