@@ -87,6 +87,10 @@ MESSAGES_PER_S = 450_000
 #: A kept RDMA message with clear-to-send writes: its row and half its transfer's state.
 MESSAGE_STATE_BYTES = MESSAGE_ROW_BYTES + TRANSFER_STATE_BYTES // 2
 NVLINK_COPIES_PER_S = 600_000
+#: The queued fabric's cost of one packet crossing one link (CPU seconds, reference machine):
+#: 0.70 us per packet-hop on top of the per-message work, measured at three scales of GPT-3 175B
+#: on a queued rail-optimized fabric (benchmarks/fabric_engine.py, benchmarks/README.md).
+FABRIC_PACKET_HOPS_PER_S = 1_430_000
 PACKETS_PER_S = 2_000_000
 #: RDMA messages (data + clear-to-send) a run that keeps every message may time: what
 #: MAX_STATE_BYTES holds.
@@ -107,6 +111,7 @@ class Work:
     transfers: int = 0              # data messages (the transfers between nodes)
     keep_messages: bool = True      # every message row kept (else only those in progress)
     p2p_transfers: int = 0          # of which NCCL's network p2p chunks (Plan.p2p_messages)
+    packet_hops: int = 0            # packets x links crossed on a queued fabric (0: ideal)
 
     @property
     def memory_bytes(self) -> int:
@@ -126,7 +131,8 @@ class Work:
     def seconds(self) -> float:
         """CPU time of timing the run on the reference machine (estimate, seconds; making and
         writing the selected packets not included)."""
-        return self.messages / MESSAGES_PER_S + self.nvlink_copies / NVLINK_COPIES_PER_S
+        return (self.messages / MESSAGES_PER_S + self.nvlink_copies / NVLINK_COPIES_PER_S
+                + self.packet_hops / FABRIC_PACKET_HOPS_PER_S)
 
 
 def _nvlink_copies_per_iteration(plan) -> int:  # type: ignore[no-untyped-def]
@@ -182,9 +188,21 @@ def estimate_work(plan, iterations: int, *, nvlink: bool = True,  # type: ignore
     msgs = pc["messages"] * cts * iterations
     packets = (pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"]) * iterations
     nvl = _nvlink_copies_per_iteration(plan) * iterations if nvlink else 0
+    fab = s.cluster.fabric
+    hops = packets * _path_links(s.cluster) if fab.queued else 0
     return Work(iterations, plan.calls_per_iteration * iterations, msgs, nvl, packets,
                 pc["messages"] * iterations, keep_messages,
-                plan.p2p_messages * iterations)
+                plan.p2p_messages * iterations, hops)
+
+
+def _path_links(cluster) -> int:  # type: ignore[no-untyped-def]
+    """Links on the longest NIC-to-NIC path of the cluster's queued fabric (2 through one leaf,
+    4 up to a spine and down, 6 through a core): its hops per packet, bounded from above."""
+    from tokenpcap.config.fabric import fabric_shape
+
+    sh = fabric_shape(cluster.nodes, cluster.nics_per_node, cluster.link_gbps,
+                      cluster.fabric.topology)
+    return 2 if sh.leaves <= 1 or not sh.spines else 4 if not sh.cores else 6
 
 
 def _smallest_scale(plan, iterations: int, keep_messages: bool = True
