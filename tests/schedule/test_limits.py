@@ -257,3 +257,19 @@ def test_a_compute_time_past_int64_ns_is_refused_not_wrapped():
     with _pytest.raises(InputError, match=r"training.mfu 1e-09 x gpu.peak_tflops 1.0: got a "
                                           r"compute time of 1e\+19 ns .* expected at most 2\^63"):
         flops_time_ns(10**13, 1.0, 1e-9)
+
+
+def test_queued_fabric_time_counts_each_packet_on_each_link():
+    """The 63 -> 1 incast of the HPCC ns-3 comparison crosses one switch: every packet (data,
+    clear-to-send and ACK) crosses two links, the NIC's up and the receiver's down, so the
+    estimate adds packets x 2 packet-hops to the ideal fabric's work, at the measured rate."""
+    from tokenpcap.config.profiles import load_scenario
+    from tokenpcap.plan.build import build_plan
+    from tokenpcap.schedule.limits import FABRIC_PACKET_HOPS_PER_S, estimate_work
+
+    path = Path(__file__).resolve().parents[2] / "profiles/scenarios/incast-63x16m-hpcc-ns3.yaml"
+    queued = estimate_work(build_plan(load_scenario(path)), 1)
+    ideal = dataclasses.replace(queued, packet_hops=0)
+    assert queued.packets > 0 and queued.packet_hops == 2 * queued.packets
+    assert queued.seconds - ideal.seconds == pytest.approx(
+        2 * queued.packets / FABRIC_PACKET_HOPS_PER_S)
