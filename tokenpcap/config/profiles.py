@@ -33,6 +33,7 @@ from tokenpcap.config.bounds import (MAX_ACK_EVERY_PACKETS, MAX_BUCKET_SIZE, MAX
                                      MAX_LAYERS, MAX_MICRO_BATCH_SIZE, MAX_SEED, MAX_VOCAB_SIZE)
 from tokenpcap.config.cluster_profile import cluster_from, load_cluster
 from tokenpcap.config.model_profile import load_model, model_from
+from tokenpcap.config.profilekind import refuse_other_profile_kind
 from tokenpcap.config.types import (DTYPE_BYTES, ClusterProfile, CollectivesConfig,
                                      EcmpConfig, FabricProfile, GenerationConfig, GpuProfile,
                                      MlaProfile, ModelProfile, MoeProfile, NetworkProfile,
@@ -289,6 +290,7 @@ def _load_scenario(path: Path, data: Any, sub: dict[str, dict[str, Any]]) -> Sce
     model and cluster files."""
     if isinstance(data, dict) and "workload" in data:
         return _load_workload_scenario(path, data, sub)
+    refuse_other_profile_kind(path, data)
     v = yc.read_mapping(path, "", data, _SCENARIO_SPEC)
     base = path.resolve().parent
     model = _sub_profile(path, base, "model", v["model"], model_from, sub["model"])
