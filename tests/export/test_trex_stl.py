@@ -29,12 +29,11 @@ import csv
 import gzip
 import json
 import runpy
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.export.test_trex import FAKE_API, _expand
+from tests.export.test_trex import _expand, fake_trex  # noqa: F401  (a fixture)
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.export.trex import write_trex
 from tokenpcap.plan.build import build_plan
@@ -82,22 +81,8 @@ def ours(tmp_path_factory):
     return got
 
 
-@pytest.fixture
-def fake_api(tmp_path, monkeypatch):
-    pkg = tmp_path / "fake" / "trex_stl_lib"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "api.py").write_text(FAKE_API)
-    monkeypatch.syspath_prepend(str(tmp_path / "fake"))
-    for m in ("trex_stl_lib", "trex_stl_lib.api"):
-        monkeypatch.delitem(sys.modules, m, raising=False)
-    yield
-    for m in ("trex_stl_lib", "trex_stl_lib.api"):
-        sys.modules.pop(m, None)
-
-
 @pytest.mark.parametrize("nic", sorted(NICS))
-def test_trex_compiled_our_frames_byte_for_byte(ours, fake_api, nic):
+def test_trex_compiled_our_frames_byte_for_byte(ours, fake_trex, nic):
     """Our profile made again gives, stream by stream, the frames, gaps and rates TRex compiled
     from the kept one; TRex sends both MACs from the frame."""
     prof, _ = ours[nic]
