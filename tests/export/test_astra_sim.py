@@ -2,12 +2,12 @@
 
 How the fixtures were made (2026-12-07). ASTRA-sim built from its public source outside this
 repository: astra-sim/astra-sim c459ab61193bdb5b663ab61d2e923314dae8a77f (2025-08-11, the
-newest commit on its main line whose pinned submodules the source store holds) with its
+newest commit on its main line whose pinned submodule commits we could obtain) with its
 submodules at their pinned commits: astra-sim/chakra 214f2c559c10f897bcc395f8e1502d80d14f1541
 (2024-11-03), astra-sim/astra-network-analytical 599a0473a9a74f5383f73b3cea5a12b9bc5ebaef,
 astra-sim/astra-memory-analytical 641cce854d256bfd288b1de9607b6757313363f9; fmt, spdlog and
 yaml-cpp from Debian 12 (libfmt-dev 9.1.0, libspdlog-dev 1.10.0, libyaml-cpp-dev 0.7.0) in
-place of their pinned submodule commits, which the store does not hold; protobuf-compiler and
+place of their pinned submodule commits, which we could not obtain; protobuf-compiler and
 libprotobuf-dev 3.21.12; g++ 12.2. Built as its ``build/astra_analytical/build.sh -t
 congestion_unaware`` does (protoc on chakra's ``schema/protobuf/et_def.proto``, cmake, make).
 Workloads (this repository at the commit adding this file)::
