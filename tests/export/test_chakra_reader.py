@@ -2,7 +2,7 @@
 our files made again decode to exactly what it read.
 
 How the fixtures were made (2026-12-07): Chakra astra-sim/chakra
-214f2c559c10f897bcc395f8e1502d80d14f1541 (the commit ASTRA-sim c459ab6 pins; MIT License),
+214f2c559c10f897bcc395f8e1502d80d14f1541 (the commit ASTRA-sim c459ab6 pins; Apache License 2.0),
 ``et_def_pb2`` generated from its ``schema/protobuf/et_def.proto`` by protoc 3.21.12 and run
 with the ``protobuf`` package 6.33.6, its ``chakra_jsonizer`` (``src/jsonizer/jsonizer.py``:
 ``protolib.openFileRd`` and ``decodeMessage`` read the varint-delimited stream into
