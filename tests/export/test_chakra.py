@@ -1,7 +1,7 @@
 """Chakra ET export: every file decodes with the ``protobuf`` package (a descriptor built here from
 mlcommons/chakra ``schema/protobuf/et_def.proto``, field numbers and types as the schema states
 them, not from our encoder) into a GlobalMetadata and Nodes; the nodes carry the plan's calls
-of the rank (comm_type, comm_size = plan bytes, the group of pg_name) and its compute (exact ns
+of the rank (comm_type, comm_size = plan bytes (an AllGather's per rank), the group of pg_name) and its compute (exact ns
 beside the microsecond durations, rounding as the summary says); dependencies point back (ids
 in program order, so acyclic); sends and receives pair up across ranks; the DP buckets run
 beside the backward and are joined before the optimizer."""
@@ -180,12 +180,16 @@ def test_collective_nodes_are_the_plans_calls(tmp_path, name, scale):
                 continue
             c = calls[a["call_id"]]
             seen[c.call_id] += 1
-            assert a["comm_size"] == c.message_bytes
             if n.type == NODE_TYPE["COMM_COLL_NODE"]:
+                # ASTRA-sim's ring reads an AllGather's comm_size as the per-rank input
+                assert a["buffer_bytes"] == c.message_bytes
+                assert a["comm_size"] * (len(c.group) if c.collective == "AllGather" else 1) \
+                    == c.message_bytes
                 assert a["comm_type"] == COMM_TYPE[c.collective]
                 assert groups[a["pg_name"]] == sorted(c.group) and r in c.group
                 assert a["pg_name"] not in ("", "0")
             else:
+                assert a["comm_size"] == c.message_bytes
                 assert c.collective == "SendRecv" and (a["comm_src"], a["comm_dst"]) == \
                     (c.src, c.dst)
         assert seen == Counter(calls.keys())   # every call of the rank, once

@@ -17,9 +17,13 @@ varint-length-delimited protobuf stream: one ``GlobalMetadata``, then the ``Node
     ``other_attrs``, ``src/feeder/et_feeder_node.cpp``), ``is_cpu_op`` false;
   - a call (:class:`~tokenpcap.schedule.program.Call`) of a collective becomes a
     ``COMM_COLL_NODE`` with ``comm_type`` (int64, :data:`COMM_TYPE_OF`), ``comm_size`` (int64,
-    the plan's ``message_bytes``: the nccl-tests buffer ``S``, the size Chakra's own text
-    converter writes, ``src/converter/text_converter.py`` ``get_comm_coll_node``) and
-    ``pg_name`` (string, the id of the call's rank set in ``PREFIX.comm_groups.json``, the
+    :func:`comm_size_bytes`: the buffer each rank passes in, as ASTRA-sim's collectives read it:
+    the plan's ``message_bytes`` ``S`` (the nccl-tests buffer) for AllReduce, ReduceScatter,
+    AllToAll and Broadcast, ``S / n`` for an AllGather of ``n`` ranks, whose ring sends
+    ``comm_size`` per step and ends with ``n * comm_size``, astra-sim
+    ``astra-sim/system/astraccl/native_collectives/collective_algorithm/Ring.cc``; an ASTRA-sim
+    run of ``S`` takes ``n`` times too long, docs/chakra.md), ``buffer_bytes`` (int64, ``S``)
+    and ``pg_name`` (string, the id of the call's rank set in ``PREFIX.comm_groups.json``, the
     ``--comm-group-configuration`` file ASTRA-sim reads: ``{"1": [ranks...], ...}``; ids from 1,
     since ASTRA-sim reads ``""`` and ``"0"`` as every rank, ``Workload::extract_comm_group``);
   - a SendRecv call (pipeline activations and gradients, ring-attention steps, a workload's
@@ -69,8 +73,8 @@ from tokenpcap.export import chakra_pb as pb
 from tokenpcap.export.registry import atomic_text, register_export
 from tokenpcap.schedule.program import Call, CallMode, Compute, Wait
 
-__all__ = ["COMM_TYPE_OF", "SCHEMA", "ChakraSummary", "comm_groups", "rank_trace",
-           "write_chakra"]
+__all__ = ["COMM_TYPE_OF", "SCHEMA", "ChakraSummary", "comm_groups", "comm_size_bytes",
+           "rank_trace", "write_chakra"]
 
 #: Our collective -> Chakra ``CollectiveCommType``.
 COMM_TYPE_OF = {"AllReduce": pb.COMM_TYPES["ALL_REDUCE"],
@@ -104,6 +108,14 @@ class ChakraSummary:
         d["nodes"] = dict(sorted(self.nodes.items()))
         d["not_generated_by_astra_sim"] = dict(sorted(self.not_generated_by_astra_sim.items()))
         return d
+
+
+def comm_size_bytes(collective: str, message_bytes: int, ranks: int) -> int:
+    """A collective's ``comm_size``: the bytes each of its ``ranks`` ranks passes in (module
+    docstring): ``message_bytes`` (the nccl-tests buffer ``S``), divided by ``ranks`` for an
+    AllGather (``S`` is its output, ``ranks`` times the input; exact for our plans, rounded up
+    otherwise)."""
+    return -(-message_bytes // ranks) if collective == "AllGather" else message_bytes
 
 
 def comm_groups(plan) -> dict[tuple[int, ...], int]:  # type: ignore[no-untyped-def]
@@ -223,7 +235,9 @@ class _Rank:
             i, b = self._emit(name, "COMM_COLL_NODE", deps, attrs=[
                 pb.attr("is_cpu_op", "bool", False),
                 pb.attr("comm_type", "int64", COMM_TYPE_OF[c.collective]),
-                pb.attr("comm_size", "int64", c.message_bytes),
+                pb.attr("comm_size", "int64",
+                        comm_size_bytes(c.collective, c.message_bytes, len(c.group))),
+                pb.attr("buffer_bytes", "int64", c.message_bytes),
                 pb.attr("pg_name", "string", str(self.groups[tuple(sorted(c.group))])),
                 *common])
             ends = [i]

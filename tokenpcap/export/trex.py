@@ -160,8 +160,11 @@ def _nic_files(frames: list[bytes], times_ns: np.ndarray, nic: str, gbps: float,
     return src + _BODY.format(nic=nic), lines
 
 
-def write_trex(plan, out: str | Path) -> list[Path]:  # type: ignore[no-untyped-def]
-    """Write the profiles and manifests of ``plan`` at prefix ``out`` (module docstring).
+def write_trex(plan, out: str | Path,  # type: ignore[no-untyped-def]
+               nics: frozenset[int] | None = None) -> list[Path]:
+    """Write the profiles and manifests of ``plan`` at prefix ``out`` (module docstring);
+    ``nics``: only those NICs' (global index node * nics_per_node + NIC, as ``generate
+    --nics``; their frames and times are those of the full run), every NIC when None.
 
     Raises:
         InputError: a NIC sends more than :data:`MAX_STREAMS` frames; the prefix or a NIC name
@@ -170,6 +173,7 @@ def write_trex(plan, out: str | Path) -> list[Path]:  # type: ignore[no-untyped-
     """
     from tokenpcap.generate.options import GenerateOptions
     from tokenpcap.generate.run import generate
+    from tokenpcap.generate.select import Selection
     from tokenpcap.pcap.reader import open_capture
 
     out = Path(out)
@@ -180,7 +184,8 @@ def write_trex(plan, out: str | Path) -> list[Path]:  # type: ignore[no-untyped-
     written = []
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".trex-") as tmp:
         res = generate(plan.scenario, GenerateOptions(out_dir=Path(tmp), fmt="pcap",
-                                                      scale=plan.scale, iterations=1))
+                                                      scale=plan.scale, iterations=1,
+                                                      selection=Selection(nics=nics)))
         for path, packets, _ in sorted(res.files, key=lambda f: str(f[0])):
             nic = Path(path).stem
             if packets > MAX_STREAMS:
