@@ -279,9 +279,9 @@ class PcapngWriter(RecordWriter):
     def _write_slots(self, size, t, fb, iface, erf, caplen, data_len, padded, blen, comments,
                      fill) -> None:
         """Write the batch's EPBs from slots of ``size`` bytes (:mod:`tokenpcap.pcap.slots`):
-        block i at ``i * size``, its header fields and trailing length stored with strides,
-        the frames filled at evenly spaced offsets; one write, or ``writev`` over the runs
-        when some blocks are shorter than their slot."""
+        block i at ``i * size``, its header copied with strides, the frames filled at evenly
+        spaced offsets; one write, or ``writev`` over the runs when a few blocks are shorter
+        than their slot."""
         n = t.size
         order = self.byte_order
         out = self._scratch.take(size * n)
@@ -296,14 +296,15 @@ class PcapngWriter(RecordWriter):
                 _column(out, order, size, n, EPB.size + p0 - 4)[...] = 0
             else:
                 words[(data_at + padded)[odd] // 4 - 1] = 0
-        h = slot_view(out, EPB.dtype(order), size, n)
-        h["block_type"] = 6
+        h = np.empty(n, EPB.dtype(order))        # contiguous, then one strided copy: stores
+        h["block_type"] = 6                       # strided per field miss the cache each
         h["block_length"] = blen
         h["interface_id"] = iface
         h["ts_high"] = t >> 32
         h["ts_low"] = t & 0xFFFFFFFF
         h["caplen"] = data_len
         h["orig_len"] = fb + erf
+        scatter(out, slots, h, step=size)
         if uniform:
             _column(out, order, size, n, size - 4)[...] = size
         else:

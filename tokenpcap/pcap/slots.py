@@ -5,8 +5,10 @@ A headers-only batch (``--snaplen 64``/``74``) is records of one size, bar a few
 record out at its own byte offset costs a cumulative sum and a scatter of every record header
 through a fancy index (~20 ns a record on a 2-vCPU VM, against ~30 ns for the kernel to copy an
 80-byte record into the page cache). In *slots* of one size ``S`` (the longest record of the
-batch) the record headers are fields of one structured view over the buffer, filled with
-strided stores, and the frame builder writes its frames at evenly spaced offsets:
+batch) the record headers, built as one contiguous array, are copied with strided stores
+(:func:`tokenpcap.pcap.output.scatter`; storing each field with a stride of ``S`` instead misses
+the cache once per field and record on batches larger than the cache), and the frame builder
+writes its frames at evenly spaced offsets:
 
     buffer: | rec 0 ........ | rec 1 ...... gap | rec 2 ........ | ...     (slots of S bytes)
 
