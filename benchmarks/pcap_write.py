@@ -35,27 +35,15 @@ MIXED = np.array([4170] * 30 + [62] * 2 + [1866], np.int64)
 
 
 def constant_fill(out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> None:
-    """Write 0xAB into every frame range (exactly ``caplen[i]`` bytes at ``offsets[i]``): when
-    the frames are evenly spaced, one strided assignment of the bytes all have and a few for
-    the longer ones' rest; else one scatter per distinct caplen."""
+    """Write 0xAB into every frame range: one strided assignment when the frames are evenly
+    spaced and equally long, else one scatter per distinct caplen."""
     n = offsets.size
-    if n > 1:
+    if n > 1 and caplen[0] == caplen[-1] and (caplen == caplen[0]).all():
         step = int(offsets[1] - offsets[0])
-        if step > 0 and int(offsets[-1] - offsets[0]) == step * (n - 1) and \
-                (n < 3 or not np.any(np.diff(offsets) - step)):
-            # evenly spaced (a writer's fixed-size slots): the bytes every frame has in one
-            # strided store, then each longer frame's rest, grouped by its length
-            low = int(caplen.min())
-            np.ndarray((n, low), np.uint8, buffer=out, offset=int(offsets[0]),
+        if int(offsets[-1] - offsets[0]) == step * (n - 1):
+            size = int(caplen[0])
+            np.ndarray((n, size), np.uint8, buffer=out, offset=int(offsets[0]),
                        strides=(step, 1))[...] = 0xAB
-            high = int(caplen.max())
-            if high > low:
-                longer = np.flatnonzero(caplen > low)
-                if high - low <= 8:     # a few bytes more: one byte store per byte
-                    for k in range(high - low):
-                        np.put(out, offsets[longer[caplen[longer] > low + k]] + low + k, 0xAB)
-                else:
-                    constant_fill(out, offsets[longer] + low, caplen[longer] - low)
             return
     sizes = caplen[:1] if n and (caplen == caplen[0]).all() else np.unique(caplen)
     for size in sizes:

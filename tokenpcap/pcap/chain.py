@@ -134,7 +134,7 @@ def walk(chain: Chain, p: int, limit: int, *, steps: int = 256, avg: int | None 
     run = fixed_run(chain, pieces[0], p, limit)
     if run.size:
         pieces.append(run)
-        p += run.size * int(head[1] - head[0])
+        p += run.size * (p - int(head[-1]))       # the run's records are of the size before p
         if p >= limit:
             return np.concatenate(pieces), p, False
     if (limit - p) // avg < 8 * steps or avg > 2048:
@@ -197,17 +197,18 @@ MIN_FIXED_RUN = 64
 
 def fixed_run(chain: Chain, head: np.ndarray, p: int, limit: int) -> np.ndarray:
     """Record starts of a run of records of one size from the true start ``p`` on: when the
-    records ``head`` just before ``p`` (true starts, back to back) are all of one size S, the
+    last records of ``head`` (true starts, back to back, up to ``p``) are all of one size S, the
     records at ``p + i * S`` are checked all at once (:meth:`Chain.advance` must give the next
     slot and :meth:`Chain.bad` nothing) and the leading ones that pass are returned, int64
     (j,), up to ``limit``. A headers-only capture (every frame cut at the snaplen) is found in
     one pass this way, with no step per record; a record of another size ends the run, and
-    :func:`walk` goes on from there. Empty when ``head`` is not of one size."""
-    if head.size < 2:
+    :func:`walk` goes on from there. Empty when the last records of ``head`` differ in size."""
+    tail = head[-16:]                    # (the first records may differ: pcapng IDBs)
+    if tail.size < 2:
         return head[:0]
-    size = int(head[1] - head[0])
-    if size <= 0 or p - int(head[-1]) != size or int(head[-1] - head[0]) != size * (head.size - 1) \
-            or np.any(np.diff(head) != size):
+    size = p - int(tail[-1])
+    if size <= 0 or int(tail[-1] - tail[0]) != size * (tail.size - 1) or \
+            np.any(np.diff(tail) != size):
         return head[:0]
     k = min(-(-(limit - p) // size), (chain.end - p) // size)
     if k < MIN_FIXED_RUN:

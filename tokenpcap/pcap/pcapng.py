@@ -27,7 +27,6 @@ from tokenpcap.pcap.formats import (
     TRAILER, encode_options, pad4, stacked_dtype)
 from tokenpcap.pcap.gather import gather_holes, iovecs
 from tokenpcap.pcap.output import check_batch, check_caplen, scatter
-from tokenpcap.pcap.slots import run_iovecs, slot_size, slot_view
 from tokenpcap.pcap.writer import Fill, fill_erf_header, RecordWriter, check_link, check_snaplen
 
 __all__ = ["Interface", "Comments", "PcapngWriter"]
@@ -228,13 +227,6 @@ class PcapngWriter(RecordWriter):
             optlen = lengths[codes]
             blen += optlen
         holes = gather_holes(fill, caplen)    # payload left out of the buffer (gather.py)
-        if holes is None:
-            size = slot_size(blen)
-            if size is not None:
-                self._write_slots(size, t, fb, iface, erf, caplen, data_len, padded, blen,
-                                  None if comments is None else (codes, optlen, lengths, blobs),
-                                  fill)
-                return
         gap = 0 if holes is None else holes[1]
         ends = np.cumsum(blen - gap)          # block ends in the buffer; holes are multiples of 8
         starts = ends - blen + gap
@@ -275,59 +267,6 @@ class PcapngWriter(RecordWriter):
             fill.fill_around(out, data_at + erf, caplen, gap)
             self._out.write_gather(iovecs(out, data_at + erf + holes[0], gap, fill.source), (out, fill))
         self.packets += n
-
-    def _write_slots(self, size, t, fb, iface, erf, caplen, data_len, padded, blen, comments,
-                     fill) -> None:
-        """Write the batch's EPBs from slots of ``size`` bytes (:mod:`tokenpcap.pcap.slots`):
-        block i at ``i * size``, its header copied with strides, the frames filled at evenly
-        spaced offsets; one write, or ``writev`` over the runs when a few blocks are shorter
-        than their slot."""
-        n = t.size
-        order = self.byte_order
-        out = self._scratch.take(size * n)
-        slots = np.arange(n, dtype=np.int64) * size
-        uniform = int(blen[0]) == size and int(blen.min()) == size
-        words = out.view(order + "u4")
-        data_at = slots + EPB.size
-        odd = padded != data_len                  # zero the pad bytes before fill
-        if odd.any():
-            p0 = int(padded[0])
-            if odd.all() and int(padded.min()) == p0 == int(padded.max()):
-                _column(out, order, size, n, EPB.size + p0 - 4)[...] = 0
-            else:
-                words[(data_at + padded)[odd] // 4 - 1] = 0
-        h = np.empty(n, EPB.dtype(order))        # contiguous, then one strided copy: stores
-        h["block_type"] = 6                       # strided per field miss the cache each
-        h["block_length"] = blen
-        h["interface_id"] = iface
-        h["ts_high"] = t >> 32
-        h["ts_low"] = t & 0xFFFFFFFF
-        h["caplen"] = data_len
-        h["orig_len"] = fb + erf
-        scatter(out, slots, h, step=size)
-        if uniform:
-            _column(out, order, size, n, size - 4)[...] = size
-        else:
-            words[(slots + blen) // 4 - 1] = blen
-        if np.any(erf):
-            sel = np.flatnonzero(self._erf[iface])
-            e = np.empty(sel.size, ERF_RECORD.dtype(order))
-            fill_erf_header(e, "", t[sel], fb[sel], caplen[sel], iface[sel])
-            slot_view(out, e.dtype, size, n, EPB.size)[sel] = e
-        if comments is not None:
-            codes, optlen, lengths, blobs = comments
-            _scatter_blobs(out, data_at + padded, codes, optlen, lengths, blobs)
-        fill(out, data_at + erf, caplen)
-        if uniform:
-            self._out.write(out)
-        else:
-            self._out.write_gather(run_iovecs(out, size, blen), out)
-        self.packets += n
-
-
-def _column(out: np.ndarray, order: str, size: int, n: int, at: int) -> np.ndarray:
-    """The 32-bit word at byte ``at`` of every slot of ``size`` bytes, as a strided view (n,)."""
-    return np.ndarray((n,), order + "u4", buffer=out, offset=at, strides=(size,))
 
 
 def _scatter_blobs(out, opt_at, codes, optlen, lengths, blobs) -> None:

@@ -27,7 +27,6 @@ from tokenpcap.pcap.formats import (
     PCAP_MAGIC_USEC, PCAP_RECORD, stacked_dtype)
 from tokenpcap.pcap.gather import gather_holes, iovecs
 from tokenpcap.pcap.output import LINKS, AtomicOutput, Scratch, check_batch, check_caplen, scatter
-from tokenpcap.pcap.slots import run_iovecs, slot_size
 from tokenpcap.pcap.timestamps import NS, ns_to_erf, split_ns
 
 __all__ = ["PcapWriter", "ErfWriter", "RecordWriter", "Fill", "check_link", "check_snaplen",
@@ -37,7 +36,6 @@ __all__ = ["PcapWriter", "ErfWriter", "RecordWriter", "Fill", "check_link", "che
 Fill = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
 _MAX_U32_NS = (1 << 32) * NS - 1          # last ns a 32-bit seconds field can hold
 _ERF_MAX_FRAME = 0xFFFF - ERF_RECORD.size  # rlen and wlen are 16 bits
-_ERF_DTYPE = stacked_dtype([("erf_", ERF_RECORD)])
 
 
 def check_link(link: str, where: str) -> int:
@@ -68,6 +66,7 @@ class RecordWriter:
     def __init__(self, path, *, overwrite: bool, threaded: bool):
         self._out = AtomicOutput(path, overwrite=overwrite, threaded=threaded)
         self._scratch = Scratch()
+        self._uniform = False
         self.path = self._out.path
         self.packets = 0
 
@@ -98,32 +97,12 @@ class RecordWriter:
         else:
             self.abort()
 
-    def _emit(self, dtype: np.dtype, put: Callable[[np.ndarray], None], caplen: np.ndarray,
-              fill: Fill) -> None:
-        """Lay the record headers (``put(h)`` assigns the fields of ``dtype`` to a structured
-        array ``h`` (n,)) and the frame ranges out back to back, fill, write. Short records go
-        into fixed-size slots whose headers ``put`` writes in place (:mod:`.slots`); a gather
-        fill's payload holes are left out of the buffer and written from its source."""
-        hl = dtype.itemsize
+    def _emit(self, headers: np.ndarray, caplen: np.ndarray, fill: Fill) -> None:
+        """Lay ``headers`` (n,) and frame ranges out back to back, fill, write once (a gather
+        fill's payload holes are left out of the buffer and written from its source)."""
+        hl = headers.dtype.itemsize
         n = caplen.size
         holes = gather_holes(fill, caplen)
-        if holes is None:
-            rec = caplen + hl
-            size = slot_size(rec)
-            if size is not None:
-                out = self._scratch.take(size * n)
-                headers = np.empty(n, dtype)    # contiguous, then one strided copy: stores
-                put(headers)                    # strided per field miss the cache each
-                scatter(out, np.arange(n, dtype=np.int64) * size, headers, step=size)
-                fill(out, np.arange(n, dtype=np.int64) * size + hl, caplen)
-                if int(rec[0]) == size and int(rec.min()) == size:
-                    self._out.write(out)
-                else:
-                    self._out.write_gather(run_iovecs(out, size, rec), out)
-                self.packets += n
-                return
-        headers = np.empty(n, dtype)
-        put(headers)
         if holes is not None:
             at, length = holes
             rec = caplen - length + hl
@@ -135,12 +114,19 @@ class RecordWriter:
             self._out.write_gather(iovecs(out, starts + hl + at, length, fill.source), (out, fill))
             self.packets += n
             return
-        rec = caplen + hl
-        ends = np.cumsum(rec)
-        starts = ends - rec
-        out = self._scratch.take(int(ends[-1]))
-        scatter(out, starts, headers, step=0)
-        fill(out, starts + hl, caplen)
+        if self._uniform:                 # every frame cut at the snaplen: fixed-size records
+            size = hl + self.snaplen
+            out = self._scratch.take(size * n)
+            scatter(out, np.arange(0, size * n, size), headers, step=size)
+            fill(out, np.arange(hl, size * n, size), caplen)
+        else:
+            rec = caplen + hl
+            ends = np.cumsum(rec)
+            starts = ends - rec
+            out = self._scratch.take(int(ends[-1]))
+            even = int(ends[-1]) == int(rec[0]) * n and int(rec.min()) == int(rec[0])
+            scatter(out, starts, headers, step=int(rec[0]) if even else 0)
+            fill(out, starts + hl, caplen)
         self._out.write(out)
         self.packets += n
 
@@ -200,22 +186,24 @@ class PcapWriter(RecordWriter):
                             max_frame=_ERF_MAX_FRAME if self.erf else 0xFFFFFFFF)
         if t.size == 0:
             return
-        caplen = np.minimum(fb, self.snaplen) if caplen is None else \
-            check_caplen(caplen, fb, self.snaplen, self._where)
+        if caplen is not None:
+            caplen = check_caplen(caplen, fb, self.snaplen, self._where)
+            self._uniform = bool((caplen == self.snaplen).all())
+        else:
+            self._uniform = int(fb.min()) >= self.snaplen
+            caplen = np.full(t.size, self.snaplen) if self._uniform else np.minimum(fb, self.snaplen)
+        h = np.empty(t.size, self._dtype)
         sec, frac = split_ns(t, self._frac)
         if int(sec.max()) > 0xFFFFFFFF:
             raise EncodeError(f"{self._where}: time_ns: got a time rounding to 2**32 s, expected less")
+        h["ts_sec"] = sec
+        h["ts_frac"] = frac
         extra = ERF_RECORD.size if self.erf else 0
-
-        def put(h: np.ndarray) -> None:
-            h["ts_sec"] = sec
-            h["ts_frac"] = frac
-            h["caplen"] = caplen + extra
-            h["orig_len"] = fb + extra
-            if self.erf:
-                fill_erf_header(h, "erf_", t, fb, caplen, interface)
-
-        self._emit(self._dtype, put, caplen, fill)
+        h["caplen"] = caplen + extra
+        h["orig_len"] = fb + extra
+        if self.erf:
+            fill_erf_header(h, "erf_", t, fb, caplen, interface)
+        self._emit(h, caplen, fill)
 
 
 class ErfWriter(RecordWriter):
@@ -252,9 +240,11 @@ class ErfWriter(RecordWriter):
                             max_frame=_ERF_MAX_FRAME)
         if t.size == 0:
             return
-        caplen = np.minimum(fb, self.snaplen)
-        self._emit(_ERF_DTYPE, lambda h: fill_erf_header(h, "erf_", t, fb, caplen, interface),
-                   caplen, fill)
+        self._uniform = int(fb.min()) >= self.snaplen
+        caplen = np.full(t.size, self.snaplen) if self._uniform else np.minimum(fb, self.snaplen)
+        h = np.empty(t.size, stacked_dtype([("erf_", ERF_RECORD)]))
+        fill_erf_header(h, "erf_", t, fb, caplen, interface)
+        self._emit(h, caplen, fill)
 
 
 def fill_erf_header(h: np.ndarray, p: str, t: np.ndarray, fb: np.ndarray, caplen: np.ndarray,
