@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.analysis.trace import write_trace  # noqa: E402
+from tests.analysis.trace import write_long_trace, write_trace  # noqa: E402
 from tokenpcap.analysis.inspect import inspect_capture  # noqa: E402
 
 
@@ -100,7 +100,7 @@ def main() -> None:
     if not full.exists():
         write_trace(full, a.frames)
     if not heads.exists():
-        write_trace(heads, a.headers, snaplen=64)
+        write_long_trace(heads, a.headers, snaplen=64)      # flat memory for multi-GB files
     rows = []
     for name, path, n in (("full-size", full, a.frames), ("headers-only", heads, a.headers)):
         size = path.stat().st_size

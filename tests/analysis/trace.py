@@ -29,9 +29,11 @@ def context(ip_version: int = 4) -> WireContext:
     return WireContext(ip_version=ip_version, mac=mac, ipv4=ipv4, ipv6=ipv6)
 
 
-def packets(n: int, qps: int = 8, packets_per_msg: int = 128, step_ns: int = 84) -> np.ndarray:
-    """``PACKET_DTYPE`` (n,): the packet table of the trace (module docstring)."""
-    i = np.arange(n, dtype=np.int64)
+def packets(n: int, qps: int = 8, packets_per_msg: int = 128, step_ns: int = 84,
+            start: int = 0) -> np.ndarray:
+    """``PACKET_DTYPE`` (n,): the packet table of the trace (module docstring), from its packet
+    ``start`` on (the rows of a longer trace)."""
+    i = np.arange(start, start + n, dtype=np.int64)
     q, j = i % qps, i // qps
     k = j % packets_per_msg
     p = np.zeros(n, PACKET_DTYPE)
@@ -70,6 +72,18 @@ def write_trace(path, n: int, *, snaplen: int = 262144, fmt: str = "pcap", qps: 
             w.write_batch(c["time_ns"], b.frame_bytes(c),
                           lambda out, off, cap, c=c: b.fill(c, out, off, cap), **kw)
     return p
+
+
+def write_long_trace(path, n: int, *, snaplen: int = 262144, chunk: int = 1 << 20) -> None:
+    """The pcap of :func:`write_trace` for n packets, built ``chunk`` packets at a time so that
+    memory stays flat whatever n (benchmarks' multi-GB headers-only captures)."""
+    b = FrameBuilder(context())
+    with PcapWriter(path, snaplen=snaplen) as w:
+        for a in range(0, n, chunk):
+            p = packets(min(chunk, n - a), start=a)
+            for c in (p[k:k + 50_000] for k in range(0, p.size, 50_000)):
+                w.write_batch(c["time_ns"], b.frame_bytes(c),
+                              lambda out, off, cap, c=c: b.fill(c, out, off, cap))
 
 
 def write_phase_trace(directory, n: int = 4000):

@@ -16,7 +16,8 @@ import numpy as np
 from tokenpcap.errors import TruncatedFile
 from tokenpcap.pcap.chain import ByteViews, Chain, walk
 
-__all__ = ["RECORD_DTYPE", "CHUNK", "REGION", "InterfaceInfo", "Capture", "located_error"]
+__all__ = ["RECORD_DTYPE", "CHUNK", "REGION", "InterfaceInfo", "Capture", "located_error",
+           "even_step", "columns_at"]
 
 #: One row per packet. Shape (n,).
 #:
@@ -192,3 +193,30 @@ def located_error(cls, offset: int, message: str):
     err = cls(f"{message} (byte offset {offset})")
     err.offset = offset
     return err
+
+
+def even_step(starts: np.ndarray) -> int:
+    """The distance between consecutive record starts (int64 (n,)) when they are evenly spaced
+    (records of one size back to back: a headers-only capture), else 0."""
+    n = starts.size
+    if n < 2:
+        return 0
+    step = int(starts[1] - starts[0])
+    if step <= 0 or int(starts[-1] - starts[0]) != step * (n - 1) or \
+            (n > 2 and np.any(np.diff(starts) != step)):
+        return 0
+    return step
+
+
+def columns_at(data: np.ndarray, starts: np.ndarray, dtype: np.dtype, views: ByteViews,
+               step: int | None = None) -> np.ndarray:
+    """The ``dtype`` headers at byte offsets ``starts`` (int64 (n,)) of ``data``, (n,): a
+    strided view over the file itself when the starts are evenly spaced (``step``, or found
+    with :func:`even_step`), every field then read by column with no gather; otherwise one
+    gather of whole headers (one cache/TLB miss per record). The caller guarantees that every
+    header lies inside ``data``."""
+    step = even_step(starts) if step is None else step
+    if step >= dtype.itemsize:
+        return np.ndarray((starts.size,), dtype, buffer=data, offset=int(starts[0]),
+                          strides=(step,))
+    return views(f"V{dtype.itemsize}")[starts].view(dtype)

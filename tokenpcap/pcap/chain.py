@@ -25,7 +25,7 @@ import numpy as np
 
 from tokenpcap.errors import CaptureError, TruncatedFile
 
-__all__ = ["Chain", "walk", "ByteViews"]
+__all__ = ["Chain", "walk", "fixed_run", "ByteViews", "MIN_FIXED_RUN"]
 
 class ByteViews:
     """Unaligned stride-1 integer views over a uint8 buffer: ``views("<u4")[p]`` is the 32-bit
@@ -131,6 +131,12 @@ def walk(chain: Chain, p: int, limit: int, *, steps: int = 256, avg: int | None 
     if stopped or p >= limit:
         return pieces[0], p, stopped
     avg = max(avg or (p - head[0]) // len(head), chain.header)
+    run = fixed_run(chain, pieces[0], p, limit)
+    if run.size:
+        pieces.append(run)
+        p += run.size * (p - int(head[-1]))       # the run's records are of the size before p
+        if p >= limit:
+            return np.concatenate(pieces), p, False
     if (limit - p) // avg < 8 * steps or avg > 2048:
         rest, p, stopped = chain.scalar(p, limit, 1 << 62)
         pieces.append(np.asarray(rest, np.int64))
@@ -183,6 +189,37 @@ def walk(chain: Chain, p: int, limit: int, *, steps: int = 256, avg: int | None 
             return np.concatenate(pieces), p, True
         s += 1
     return _verify(chain, np.concatenate(pieces), p, limit)
+
+
+#: fewest records a fixed-size run is tried for (below, the walk's own cost is small)
+MIN_FIXED_RUN = 64
+
+
+def fixed_run(chain: Chain, head: np.ndarray, p: int, limit: int) -> np.ndarray:
+    """Record starts of a run of records of one size from the true start ``p`` on: when the
+    last records of ``head`` (true starts, back to back, up to ``p``) are all of one size S, the
+    records at ``p + i * S`` are checked all at once (:meth:`Chain.advance` must give the next
+    slot and :meth:`Chain.bad` nothing) and the leading ones that pass are returned, int64
+    (j,), up to ``limit``. A headers-only capture (every frame cut at the snaplen) is found in
+    one pass this way, with no step per record; a record of another size ends the run, and
+    :func:`walk` goes on from there. Empty when the last records of ``head`` differ in size."""
+    tail = head[-16:]                    # (the first records may differ: pcapng IDBs)
+    if tail.size < 2:
+        return head[:0]
+    size = p - int(tail[-1])
+    if size <= 0 or int(tail[-1] - tail[0]) != size * (tail.size - 1) or \
+            np.any(np.diff(tail) != size):
+        return head[:0]
+    k = min(-(-(limit - p) // size), (chain.end - p) // size)
+    if k < MIN_FIXED_RUN:
+        return head[:0]
+    pos = p + np.arange(k, dtype=np.int64) * size
+    nxt = np.empty(k, np.int64)
+    chain.advance(pos, nxt)
+    ok = nxt == pos + size
+    ok &= ~chain.bad(pos)
+    j = k if ok.all() else int(np.argmin(ok))
+    return pos[:j]
 
 
 def _verify(chain: Chain, starts: np.ndarray, p: int, limit: int) -> tuple[np.ndarray, int, bool]:

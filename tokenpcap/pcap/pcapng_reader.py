@@ -18,7 +18,8 @@ from tokenpcap.pcap.chain import Chain
 from tokenpcap.pcap.formats import (
     BT_EPB, BT_IDB, BT_OPB, BT_SHB, BT_SPB, BYTE_ORDER_MAGIC, EPB, IDB, IDB_OPTIONS, LINKTYPE_ERF,
     SHB, SHB_OPTIONS, SPB, decode_options, pad4)
-from tokenpcap.pcap.capture import RECORD_DTYPE, Capture, InterfaceInfo, located_error
+from tokenpcap.pcap.capture import (
+    RECORD_DTYPE, Capture, InterfaceInfo, columns_at, even_step, located_error)
 from tokenpcap.pcap.comments import comment_spans, distinct_texts
 from tokenpcap.pcap.erf import unwrap_erf
 from tokenpcap.pcap.timestamps import NO_TIME, tsresol_to_ns
@@ -179,13 +180,19 @@ class PcapngCapture(Capture):
         order, section = ctx
         u4 = self.views(order + "u4")
         head = None
+        step = even_step(starts)
         if starts.size and int(starts[-1]) + EPB.size <= self.size:
-            # whole EPB-sized headers in one gather (one cache/TLB miss per block)
-            head = self.views(f"V{EPB.size}")[starts].view(EPB.dtype(order))
+            # whole EPB-sized headers: by column over the file when the blocks are of one size
+            head = columns_at(self.data, starts, EPB.dtype(order), self.views, step)
             btype, length = head["block_type"], head["block_length"].astype(np.int64)
         else:
             btype, length = u4[starts], u4[starts + 4].astype(np.int64)
-        bad = u4[starts + length - 4] != length
+        if step and int(starts[-1]) + step <= self.size and not np.any(length != step):
+            trail = np.ndarray((starts.size,), order + "u4", buffer=self.data,
+                               offset=int(starts[0]) + step - 4, strides=(step,))
+        else:
+            trail = u4[starts + length - 4]
+        bad = trail != length
         if bad.any():
             p = int(starts[np.flatnonzero(bad)[0]])
             raise located_error(CaptureError, p, f"{self.path}: pcapng trailing block_length differs "

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.errors import BadMagic, CaptureError, TruncatedFile
-from tokenpcap.pcap.capture import CHUNK, RECORD_DTYPE, Capture, InterfaceInfo, located_error
+from tokenpcap.pcap.capture import (
+    CHUNK, RECORD_DTYPE, Capture, InterfaceInfo, columns_at, located_error)
 from tokenpcap.pcap.chain import Chain
 from tokenpcap.pcap.erf import ErfCapture, looks_like_erf, unwrap_erf
 from tokenpcap.pcap.filekind import special_kind
@@ -120,9 +121,7 @@ class PcapCapture(Capture):
                                          byte_order=self.byte_order)]
         self._frac = NS if self.nanosecond else 1_000_000
         first_sec = int(self.views(self.byte_order + "u4")[24]) if self.size >= 28 else 0
-        # record headers are gathered whole as 16-byte numbers (numpy copies c16 fast)
         self._dtype = PCAP_RECORD.dtype(self.byte_order)
-        self._c16 = self.views("c16")
         self._chain = _PcapChain(data, raw, self.size, self.byte_order, self._frac,
                                  max(self.snaplen, MAX_SNAPLEN), first_sec, str(path))
 
@@ -131,7 +130,7 @@ class PcapCapture(Capture):
             yield starts, None
 
     def _decode(self, starts, ctx):
-        f = self._c16[starts].view(self._dtype)       # whole 16-byte headers in one gather
+        f = columns_at(self.data, starts, self._dtype, self.views)
         rec = np.empty(starts.size, RECORD_DTYPE)
         t = rec["time_ns"]
         np.multiply(f["ts_sec"], NS, out=t, dtype=np.int64)
