@@ -4,8 +4,8 @@ captures of many sections or many flows. Shared by tests/test_fuzz_surfaces.py (
 slice) and benchmarks/fuzz_campaign.py (the long campaign).
 
 Each :class:`Surface` makes a case's input from a seeded ``random.Random`` (bytes: a mutated
-file, or a JSON description of a command line) and runs it, returning ``"ok"`` or ``"error"``;
-anything else it raises is a crash. The rules a result must keep, per surface:
+file, or a JSON description of a command line) and runs it, returning ``"ok"`` or ``"error"``
+(or ``"long"``: below); anything else it raises is a crash. The rules a result must keep, per surface:
 
 * ``simai`` / ``fct`` / ``pfc``: a mutated SimAI ``EndToEnd.csv``, HPCC ``fct.txt`` or
   ``pfc.txt`` (the fixtures of tests/cases) is read or refused in one line, and every time read
@@ -13,7 +13,8 @@ anything else it raises is a crash. The rules a result must keep, per surface:
 * ``numeric``: ``plan --time --json`` with one or two ``--set`` of a numeric key (every key of
   :data:`tokenpcap.config.spectable.KEYS` with a unit) to an extreme value, on the ideal or the
   queued DCQCN fabric: exit 0 with an iteration whose parts are non-negative int64 ns that add
-  up to it and an MFU in [0, 1], or one error line and exit 1/2;
+  up to it and an MFU in [0, 1], or one error line and exit 1/2; or ``"long"``: the run
+  announced a time estimate past half the case's limit (:func:`_run_numeric`);
 * ``path``: a command's output named with a component at or past ``NAME_MAX``, a path past
   ``PATH_MAX``, bytes that are not UTF-8 or control characters: exit 0 with its output, or
   one error line, exit 1/2 and nothing left in the output directory;
@@ -54,12 +55,14 @@ SCENARIOS = ROOT / "profiles" / "scenarios"
 
 @dataclass(frozen=True)
 class Surface:
-    """``make(rng, work) -> bytes`` a case's input; ``run(data, work) -> "ok" | "error"``;
-    ``timeout_s``: how long a case may take before it counts as a hang."""
+    """``make(rng, work) -> bytes`` a case's input; ``run(data, work) -> "ok" | "error" |
+    "long"``; ``timeout_s``: how long a case may take before it counts as a hang (CPU seconds
+    of the process running it; wall seconds for a case that waits on a process it started)."""
 
     make: Callable[[random.Random, Path], bytes]
     run: Callable[[bytes, Path], str]
     timeout_s: float
+    wall: bool = False              # the case waits on a process it started: wall seconds
 
 
 # -- extreme numeric profile values -------------------------------------------------------------
@@ -122,12 +125,38 @@ def _one_error_line(r, what: str) -> str:
     return "error"
 
 
+#: CPU seconds a numeric case may take before it counts as hung
+NUMERIC_LIMIT_S = 120.0
+
+
+class LongAnnounced(BaseException):
+    """A step of a case announced (:mod:`tokenpcap.stages`) an estimate past half the case's
+    limit: the run is stopped there and counted as long, not hung."""
+
+
+def _stop_if_long(line: str) -> None:
+    """Stage-line sink: a line with an estimate (every line but those of steps without one,
+    which end with ``...``) reaches it only at or past the listener's threshold."""
+    if not line.endswith("..."):
+        raise LongAnnounced(line)
+
+
 def _run_numeric(data: bytes, work: Path) -> str:
+    """``"ok"``, ``"error"``, or ``"long"``: the engine announced a time estimate past half
+    :data:`NUMERIC_LIMIT_S` (the estimate is "about": within 2x of the run,
+    tests/schedule/test_limits.py), so the user was told the run is long; it is stopped at
+    the announcement instead of timed out as a hang."""
+    from tokenpcap.stages import listening
+
     case = json.loads(data)
-    args = ["plan", str(_scenario_file(work)), "--time", "--json"]
+    args = ["plan", str(_scenario_file(work)), "--time", "--json", "--quiet"]
     for s in (*_BASES[case["base"]], *case["sets"]):
         args += ["--set", s]
-    r = _invoke(args)
+    try:
+        with listening(_stop_if_long, after_s=NUMERIC_LIMIT_S / 2):
+            r = _invoke(args)
+    except LongAnnounced:
+        return "long"
     if r.exit_code != 0:
         return _one_error_line(r, f"plan {case}")
     it = json.loads(r.stdout)["iteration"]
@@ -277,6 +306,48 @@ def _complete_tree(cmd: str, work: Path) -> list[str]:
     return _COMPLETE[cmd]
 
 
+#: peak resident set (KiB) of the last process a case started, and of its own children
+_CHILD_PEAK_KB = [0]
+
+
+def child_peak_kb() -> int:
+    """The peak resident set (KiB) of the process the last case started (0: none), read from
+    ``wait4``'s rusage, which covers that process and the children it waited for."""
+    kb, _CHILD_PEAK_KB[0] = _CHILD_PEAK_KB[0], 0
+    return kb
+
+
+def _stderr_and_wait(p: subprocess.Popen, timeout_s: float) -> bytes:
+    """``p``'s whole stderr, then reap it with ``os.wait4`` to keep its peak resident set
+    (:func:`child_peak_kb`); raises ``subprocess.TimeoutExpired`` after ``timeout_s``."""
+    import selectors
+
+    end = time.monotonic() + timeout_s
+    chunks = []
+    with selectors.DefaultSelector() as sel:
+        sel.register(p.stderr, selectors.EVENT_READ)
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(p.args, timeout_s)
+            if sel.select(left):
+                chunk = os.read(p.stderr.fileno(), 1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    while True:
+        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > end:
+            raise subprocess.TimeoutExpired(p.args, timeout_s)
+        time.sleep(0.01)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    _CHILD_PEAK_KB[0] = usage.ru_maxrss
+    p.stderr.close()
+    return b"".join(chunks)
+
+
 def _run_signal(data: bytes, work: Path) -> str:
     case = json.loads(data)
     outdir = work / "sig"
@@ -293,12 +364,12 @@ def _run_signal(data: bytes, work: Path) -> str:
     _wait_until_python_runs_ours(p.pid)
     time.sleep(case["delay_s"])
     sig = signal.SIGINT if case["sig"] == "INT" else signal.SIGTERM
-    if p.poll() is None:
-        p.send_signal(sig)
+    if os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        os.kill(p.pid, sig)             # not reaped yet (Popen.poll would reap it: no rusage)
     try:
-        _, err = p.communicate(timeout=120)
+        err = _stderr_and_wait(p, 120.0)
     finally:
-        if p.poll() is None:
+        if p.returncode is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
     text = err.decode("utf-8", "replace")
@@ -395,17 +466,17 @@ SURFACES: dict[str, Surface] = {
     "fct": Surface(lambda rng, w: mutate_cells(seed_file(rng, "hpcc/*-fct.txt"), rng, None),
                    run_fct, 10.0),
     "pfc": Surface(make_pfc, run_pfc, 10.0),
-    "numeric": Surface(_make_numeric, _run_numeric, 120.0),
+    "numeric": Surface(_make_numeric, _run_numeric, NUMERIC_LIMIT_S),
     "path": Surface(_make_path, _run_path, 120.0),
-    "signal": Surface(_make_signal, _run_signal, 180.0),
+    "signal": Surface(_make_signal, _run_signal, 180.0, wall=True),
     "many": Surface(_make_many, _run_many, 300.0),
 }
 
 
 def run_surface(target: str, data: bytes, work: Path) -> str:
-    """Run a case of surface ``target`` (module docstring): ``"ok"`` or ``"error"``; a
-    :class:`~tokenpcap.errors.TokenpcapError` of more than one line, or any other exception,
-    escapes as a crash."""
+    """Run a case of surface ``target`` (module docstring): ``"ok"``, ``"error"`` or
+    ``"long"``; a :class:`~tokenpcap.errors.TokenpcapError` of more than one line, or any
+    other exception, escapes as a crash."""
     from tokenpcap.errors import TokenpcapError
 
     work.mkdir(parents=True, exist_ok=True)
