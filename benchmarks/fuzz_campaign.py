@@ -8,11 +8,17 @@ of many sections or flows (each with its own time limit).
     nice python3 benchmarks/fuzz_campaign.py --cases 1000000 --workers 2 --out /tmp/fuzz
 
 Case ``i`` is deterministic in ``(--seed, i)``: target, seed input, splice partner and
-mutations, so a crash is reproduced with ``--replay I``. Prints cases, clean errors (one-line
-TokenpcapError), crashes (anything else, or a wrong output; grouped by exception and place,
-first inputs saved under ``--out``), hangs (a case over ``--timeout`` seconds, stopped by a
-timer signal; a worker silent for ``--silent`` seconds is killed and counted too) and the peak
-resident memory of the workers. Benchmarks only: not part of the package.
+mutations, so a crash is reproduced with ``--replay I`` (``--targets`` runs only some targets'
+cases, keeping their numbers). Prints cases, clean errors (one-line TokenpcapError), long ones
+(a surface's run that announced an estimate past half its limit, :mod:`tests.fuzz_surfaces`),
+crashes (anything else, or a wrong output; grouped by exception and place, first inputs saved
+under ``--out``), hangs (a case over its limit: CPU seconds of the worker, or wall seconds for a
+case that waits on a process it started, with a wall backstop; stopped by a timer signal; a
+worker silent for ``--silent`` seconds is killed and counted too), and memory per case: each
+case's own peak resident set (the worker's ``VmHWM`` reset before it, proc(5)
+``clear_refs``; it includes what the worker holds between cases, reported beside it) and the
+peak of a process it started (``wait4``'s rusage), the largest of each with its case.
+Benchmarks only: not part of the package.
 """
 from __future__ import annotations
 

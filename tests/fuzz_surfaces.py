@@ -13,8 +13,8 @@ file, or a JSON description of a command line) and runs it, returning ``"ok"`` o
 * ``numeric``: ``plan --time --json`` with one or two ``--set`` of a numeric key (every key of
   :data:`tokenpcap.config.spectable.KEYS` with a unit) to an extreme value, on the ideal or the
   queued DCQCN fabric: exit 0 with an iteration whose parts are non-negative int64 ns that add
-  up to it and an MFU in [0, 1], or one error line and exit 1/2; or ``"long"``: the run
-  announced a time estimate past half the case's limit (:func:`_run_numeric`);
+  up to it and an MFU in [0, 1], or one error line and exit 1/2; or ``"long"``: a job past
+  the case's time or memory budget by the engine's own estimates (:func:`_run_numeric`);
 * ``path``: a command's output named with a component at or past ``NAME_MAX``, a path past
   ``PATH_MAX``, bytes that are not UTF-8 or control characters: exit 0 with its output, or
   one error line, exit 1/2 and nothing left in the output directory;
@@ -127,6 +127,12 @@ def _one_error_line(r, what: str) -> str:
 
 #: CPU seconds a numeric case may take before it counts as hung
 NUMERIC_LIMIT_S = 120.0
+#: Engine state a numeric case may build, by the engine's own estimate
+#: (:attr:`tokenpcap.schedule.limits.Work.memory_bytes`, which bounds the measured peak of a
+#: run from above): with the ~250 MB a campaign worker holds, every case stays under 1 GB.
+#: A job beyond it is a job that big (the product refuses past
+#: :data:`~tokenpcap.schedule.limits.MAX_STATE_BYTES`), not a fault: counted long, not run.
+NUMERIC_STATE_BYTES = 700_000_000
 
 
 class LongAnnounced(BaseException):
@@ -141,16 +147,39 @@ def _stop_if_long(line: str) -> None:
         raise LongAnnounced(line)
 
 
+def _estimated_state_bytes(scenario: Path, sets: list[str]) -> int:
+    """The engine's estimate of the state ``plan --time`` builds for ``scenario`` with
+    ``sets`` (:func:`tokenpcap.schedule.limits.estimate_work`, keeping only the messages in
+    progress as ``plan --time`` does); 0 when the scenario does not load or plan: the
+    command's own run then says why."""
+    from tokenpcap.config import overrides as ov
+    from tokenpcap.config.profiles import load_scenario
+    from tokenpcap.plan.build import build_plan
+    from tokenpcap.schedule.limits import estimate_work
+
+    try:
+        with ov.using(dict(ov.parse_set(t) for t in sets)):
+            plan = build_plan(load_scenario(scenario))
+        return estimate_work(plan, 1, nvlink=False, keep_messages=False).memory_bytes
+    except Exception:           # noqa: BLE001 - the command's run below reports it
+        return 0
+
+
 def _run_numeric(data: bytes, work: Path) -> str:
-    """``"ok"``, ``"error"``, or ``"long"``: the engine announced a time estimate past half
-    :data:`NUMERIC_LIMIT_S` (the estimate is "about": within 2x of the run,
-    tests/schedule/test_limits.py), so the user was told the run is long; it is stopped at
+    """``"ok"``, ``"error"``, or ``"long"``: a job past the case's budget by the engine's own
+    estimates, not run to the end: its engine state past :data:`NUMERIC_STATE_BYTES`, or the
+    time it announced past half :data:`NUMERIC_LIMIT_S` (the estimate is "about": within 2x
+    of the run, tests/schedule/test_limits.py; the user was told the run is long), stopped at
     the announcement instead of timed out as a hang."""
     from tokenpcap.stages import listening
 
     case = json.loads(data)
-    args = ["plan", str(_scenario_file(work)), "--time", "--json", "--quiet"]
-    for s in (*_BASES[case["base"]], *case["sets"]):
+    scenario = _scenario_file(work)
+    sets = [*_BASES[case["base"]], *case["sets"]]
+    if _estimated_state_bytes(scenario, sets) > NUMERIC_STATE_BYTES:
+        return "long"
+    args = ["plan", str(scenario), "--time", "--json", "--quiet"]
+    for s in sets:
         args += ["--set", s]
     try:
         with listening(_stop_if_long, after_s=NUMERIC_LIMIT_S / 2):

@@ -52,3 +52,14 @@ def test_the_campaign_runs_clean_on_a_seeded_slice(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     summary = [line for line in r.stdout.splitlines() if line.startswith("cases ")]
     assert summary and ", crashes 0, hangs 0, workers killed silent 0" in summary[0], r.stdout
+
+
+def test_a_numeric_case_announced_long_is_counted_long_and_a_short_one_runs(tmp_path):
+    """The campaign's case 688575 (seed 20261204): global_batch_size 4096 on the queued DCQCN
+    fabric, 512 microbatches of the fuzz scenario's 8 GPUs, whose packets x links the engine's
+    estimate counts (about 300 s): stopped at the announcement and counted long, never run
+    into the case's limit. The same job at 8 sequences (about a second) runs to its result."""
+    long_case = {"base": "queued", "sets": ["training.global_batch_size=4096"]}
+    short_case = {"base": "queued", "sets": ["training.global_batch_size=8"]}
+    assert run_surface("numeric", json.dumps(long_case).encode(), tmp_path / "a") == "long"
+    assert run_surface("numeric", json.dumps(short_case).encode(), tmp_path / "b") == "ok"
