@@ -37,7 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.fuzz_surfaces import SURFACES, child_peak_kb, run_surface  # noqa: E402
+from tests.fuzz_signals import child_peak_kb  # noqa: E402
+from tests.fuzz_surfaces import SURFACES, run_surface  # noqa: E402
 from tests.fuzzing import (TARGETS, WrongOutput, capture_seeds,  # noqa: E402
                            mapping_seeds, mutate, mutate_text, profile_seeds, run_target)
 

@@ -5,7 +5,8 @@ slice) and benchmarks/fuzz_campaign.py (the long campaign).
 
 Each :class:`Surface` makes a case's input from a seeded ``random.Random`` (bytes: a mutated
 file, or a JSON description of a command line) and runs it, returning ``"ok"`` or ``"error"``
-(or ``"long"``: below); anything else it raises is a crash. The rules a result must keep, per surface:
+(or ``"long"``: below); anything else it raises is a crash. The rules a result must keep, per
+surface:
 
 * ``simai`` / ``fct`` / ``pfc``: a mutated SimAI ``EndToEnd.csv``, HPCC ``fct.txt`` or
   ``pfc.txt`` (the fixtures of tests/cases) is read or refused in one line, and every time read
@@ -18,13 +19,12 @@ file, or a JSON description of a command line) and runs it, returning ``"ok"`` o
 * ``path``: a command's output named with a component at or past ``NAME_MAX``, a path past
   ``PATH_MAX``, bytes that are not UTF-8 or control characters: exit 0 with its output, or
   one error line, exit 1/2 and nothing left in the output directory;
-* ``signal``: ``python -m tokenpcap CMD`` sent SIGINT or SIGTERM at a random moment, from
-  start-up (imports, once CPython runs tokenpcap's first lines:
-  :func:`_wait_until_python_runs_ours`) to the end, sometimes with an empty numba cache (the
-  first compile):
-  exit 0 with the files a run without a signal leaves, or 130/143 with ``error: stopped
-  (...)`` as the last line, no traceback, and either nothing left or (stopped after its
-  commit) the whole set, never a part or a temporary file;
+* ``signal`` (tests/fuzz_signals.py): ``python -m tokenpcap CMD`` sent SIGINT or SIGTERM at
+  a random moment, from start-up (imports, once CPython runs tokenpcap's first lines) to the
+  end, sometimes with an empty numba cache (the first compile): exit 0 with the files a run
+  without a signal leaves, or 130/143 with ``error: stopped (...)`` as the last line, no
+  traceback, and either nothing left or (stopped after its commit) the whole set, never a
+  part or a temporary file;
 * ``many``: a pcapng of up to 6,000 one-packet sections with mixed ``if_tsresol`` (and a
   provenance comment naming huge rank ranges), or a pcap of up to 400,000 one-packet flows:
   ``inspect`` counts every packet, its JSON stays proportional to the file, and ``plot``'s
@@ -37,16 +37,13 @@ import json
 import os
 import random
 import shutil
-import signal
 import struct
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from tests.fuzz_files import INT64, make_pfc, mutate_cells, run_fct, run_pfc, run_simai, seed_file
+from tests.fuzz_signals import make_signal, run_signal
 from tests.fuzzing import ROOT, WrongOutput
 
 CASES = ROOT / "tests" / "cases"
@@ -260,166 +257,6 @@ def _run_path(data: bytes, work: Path) -> str:
     return "error"
 
 
-# -- signals at random moments ------------------------------------------------------------------
-
-#: name -> (argv after ``python -m tokenpcap`` with ``{out}``, ``{scen}``, ``{cap}``; the
-#: seconds a whole run takes here, warm: the signal comes within 1.3x of it)
-_SIGNAL_COMMANDS = {
-    "generate": (["generate", "{scen}", "--scale", "64", "-o", "{out}"], 4.0),
-    "generate-jobs": (["generate", "{scen}", "--scale", "64", "--jobs", "2", "-o", "{out}"],
-                      5.0),
-    "run": (["run", "{scen}", "--scale", "64", "-o", "{out}"], 5.0),
-    "plot": (["plot", "{cap}", "-o", "{out}"], 4.0),
-    "export": (["export", "{scen}", "--to", "hpcc", "-o", "{out}"], 2.5),
-    "inspect": (["inspect", "{cap}", "--json"], 2.0),
-}
-#: seconds the engine's first compile takes with an empty numba cache (2 cores, load ~1)
-COLD_COMPILE_S = 40.0
-
-
-def _make_signal(rng: random.Random, work: Path) -> bytes:
-    cmd = rng.choice(sorted(_SIGNAL_COMMANDS))
-    cold = cmd in ("generate", "run") and rng.random() < 0.05
-    span = COLD_COMPILE_S if cold else _SIGNAL_COMMANDS[cmd][1] * 1.3
-    delay = rng.choice((rng.uniform(0, 0.8), rng.uniform(0, span)))    # start-up, or anywhere
-    return json.dumps({"cmd": cmd, "sig": rng.choice(("INT", "TERM")), "delay_s": delay,
-                       "cold": cold}).encode()
-
-
-def _wait_until_python_runs_ours(pid: int, limit_s: float = 20.0) -> None:
-    """Return once process ``pid`` has mapped numpy's core library (or ended): by then
-    ``tokenpcap/__main__`` has installed its stop handlers (it imports the command line, and
-    numpy with it, after them). Before that, for about 0.1 s, CPython itself starts (the
-    interpreter, ``site``, ``runpy``) and a SIGINT gets Python's default ``KeyboardInterrupt``
-    before any line of tokenpcap has run; tests/test_main.py covers the moments between."""
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        try:
-            with open(f"/proc/{pid}/maps", "rb") as f:
-                if b"_multiarray_umath" in f.read():
-                    return
-        except OSError:
-            return
-        time.sleep(0.002)
-
-
-def _tree(top: Path) -> list[str]:
-    """Every file and directory under ``top`` (hidden ones too), relative, sorted."""
-    return sorted(os.path.relpath(os.path.join(d, n), top)
-                  for d, dirs, files in os.walk(top) for n in dirs + files)
-
-
-#: cmd -> the tree a run of it leaves when nothing stops it (filled on first need)
-_COMPLETE: dict[str, list[str]] = {}
-
-
-def _signal_argv(cmd: str, work: Path, out: Path) -> list[str]:
-    fill = {"out": str(out / "o"), "scen": str(_scenario_file(work)),
-            "cap": str(_small_capture(work))}
-    return [sys.executable, "-m", "tokenpcap", *(a.format(**fill)
-                                                 for a in _SIGNAL_COMMANDS[cmd][0])]
-
-
-def _complete_tree(cmd: str, work: Path) -> list[str]:
-    if cmd not in _COMPLETE:
-        out = work / f"complete-{cmd}"
-        shutil.rmtree(out, ignore_errors=True)
-        out.mkdir()
-        r = subprocess.run(_signal_argv(cmd, work, out), cwd=work, capture_output=True,
-                           env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=600)
-        if r.returncode != 0:
-            raise WrongOutput(f"{cmd} without a signal: exit {r.returncode}, "
-                              f"{r.stderr[-300:]!r}")
-        _COMPLETE[cmd] = _tree(out)
-        shutil.rmtree(out, ignore_errors=True)
-    return _COMPLETE[cmd]
-
-
-#: peak resident set (KiB) of the last process a case started, and of its own children
-_CHILD_PEAK_KB = [0]
-
-
-def child_peak_kb() -> int:
-    """The peak resident set (KiB) of the process the last case started (0: none), read from
-    ``wait4``'s rusage, which covers that process and the children it waited for."""
-    kb, _CHILD_PEAK_KB[0] = _CHILD_PEAK_KB[0], 0
-    return kb
-
-
-def _stderr_and_wait(p: subprocess.Popen, timeout_s: float) -> bytes:
-    """``p``'s whole stderr, then reap it with ``os.wait4`` to keep its peak resident set
-    (:func:`child_peak_kb`); raises ``subprocess.TimeoutExpired`` after ``timeout_s``."""
-    import selectors
-
-    end = time.monotonic() + timeout_s
-    chunks = []
-    with selectors.DefaultSelector() as sel:
-        sel.register(p.stderr, selectors.EVENT_READ)
-        while True:
-            left = end - time.monotonic()
-            if left <= 0:
-                raise subprocess.TimeoutExpired(p.args, timeout_s)
-            if sel.select(left):
-                chunk = os.read(p.stderr.fileno(), 1 << 16)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-    while True:
-        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() > end:
-            raise subprocess.TimeoutExpired(p.args, timeout_s)
-        time.sleep(0.01)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    _CHILD_PEAK_KB[0] = usage.ru_maxrss
-    p.stderr.close()
-    return b"".join(chunks)
-
-
-def _run_signal(data: bytes, work: Path) -> str:
-    case = json.loads(data)
-    outdir = work / "sig"
-    shutil.rmtree(outdir, ignore_errors=True)
-    outdir.mkdir()
-    argv = _signal_argv(case["cmd"], work, outdir)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    if case["cold"]:
-        env["NUMBA_CACHE_DIR"] = str(outdir.parent / "numba-cold")
-        shutil.rmtree(env["NUMBA_CACHE_DIR"], ignore_errors=True)
-    p = subprocess.Popen(argv, cwd=work, env=env, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, start_new_session=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    _wait_until_python_runs_ours(p.pid)
-    time.sleep(case["delay_s"])
-    sig = signal.SIGINT if case["sig"] == "INT" else signal.SIGTERM
-    if os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-        os.kill(p.pid, sig)             # not reaped yet (Popen.poll would reap it: no rusage)
-    try:
-        err = _stderr_and_wait(p, 120.0)
-    finally:
-        if p.returncode is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-    text = err.decode("utf-8", "replace")
-    left = _tree(outdir)
-    shutil.rmtree(outdir, ignore_errors=True)
-    what = f"{case['cmd']} SIG{case['sig']} after {case['delay_s']:.2f} s"
-    if "Traceback" in text or "Exception ignored" in text:
-        raise WrongOutput(f"{what}: {text[-400:]!r}")
-    if p.returncode == 0:
-        if left != _complete_tree(case["cmd"], work):
-            raise WrongOutput(f"{what}: exit 0 with {left[:4]}")
-        return "ok"
-    lines = text.strip().splitlines()
-    if p.returncode != 128 + sig or not lines or not lines[-1].startswith(
-            f"error: stopped (SIG{case['sig']})"):
-        raise WrongOutput(f"{what}: exit {p.returncode}, stderr {text[-300:]!r}")
-    if left and left != _complete_tree(case["cmd"], work):   # stopped after its commit: whole
-        raise WrongOutput(f"{what}: stopped and left {left[:4]}")
-    return "error"
-
-
 # -- many sections, many flows ------------------------------------------------------------------
 
 def _make_many(rng: random.Random, work: Path) -> bytes:
@@ -497,7 +334,7 @@ SURFACES: dict[str, Surface] = {
     "pfc": Surface(make_pfc, run_pfc, 10.0),
     "numeric": Surface(_make_numeric, _run_numeric, NUMERIC_LIMIT_S),
     "path": Surface(_make_path, _run_path, 120.0),
-    "signal": Surface(_make_signal, _run_signal, 180.0, wall=True),
+    "signal": Surface(make_signal, run_signal, 180.0, wall=True),
     "many": Surface(_make_many, _run_many, 300.0),
 }
 
