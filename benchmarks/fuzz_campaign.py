@@ -13,8 +13,9 @@ cases, keeping their numbers). Prints cases, clean errors (one-line TokenpcapErr
 (a surface's run that announced an estimate past half its limit, :mod:`tests.fuzz_surfaces`),
 crashes (anything else, or a wrong output; grouped by exception and place, first inputs saved
 under ``--out``), hangs (a case over its limit: CPU seconds of the worker, or wall seconds for a
-case that waits on a process it started, with a wall backstop; stopped by a timer signal; a
-worker silent for ``--silent`` seconds is killed and counted too), and memory per case: each
+case that waits on a process it started, with a wall backstop; stopped by a timer signal and
+run again at once: over it twice is a hang, once a stall of the shared machine, counted apart;
+a worker silent for ``--silent`` seconds is killed and counted too), and memory per case: each
 case's own peak resident set (the worker's ``VmHWM`` reset before it, proc(5)
 ``clear_refs``; it includes what the worker holds between cases, reported beside it) and the
 peak of a process it started (``wait4``'s rusage), the largest of each with its case.
@@ -51,10 +52,11 @@ WEIGHTS = {"read": 0.37, "readdress": 0.13, "plot": 0.13, "views": 0.02, "inspec
 ALL_TARGETS = TARGETS + tuple(SURFACES)
 
 
-#: Outcomes of a case: accepted, refused in one clean line, announced long (a surface's run
-#: that said beforehand it would take longer than half the case's limit: stopped there),
-#: a crash, a hang.
-OUTCOMES = ("ok", "error", "long", "crash", "hang")
+#: Outcomes of a case: accepted, refused in one clean line, long (a surface's job past the
+#: case's budget by the engine's own estimates: not run to the end), a crash, a hang (over
+#: its limit twice in a row), a stall (over its limit once, within it when run again at once:
+#: the shared machine stopped the worker, not the case; counted and named apart).
+OUTCOMES = ("ok", "error", "long", "crash", "hang", "stall")
 #: Wall seconds a case that runs in the worker may take per CPU second of its limit (the
 #: machine is shared: a niced worker gets a fraction of a core).
 WALL_PER_CPU_S = 5.0
@@ -153,6 +155,22 @@ def _warm(work: Path) -> None:
         run_surface("numeric", json.dumps({"base": base, "sets": []}).encode(), work)
 
 
+def _attempt(target: str, data: bytes, args, work: Path) -> tuple[str, BaseException | None]:
+    """Run one case within its limits (:func:`_arm`): its outcome and, for a crash, the
+    error."""
+    surface = SURFACES.get(target)
+    _arm(surface.timeout_s if surface else args.timeout, surface is not None and surface.wall)
+    try:
+        return (run_surface(target, data, work / target) if surface else
+                run_target(target, data, work)), None
+    except Hang:
+        return "hang", None
+    except (Exception, WrongOutput) as err:     # noqa: BLE001 - a crash is data here
+        return "crash", err
+    finally:
+        _arm(0, False)
+
+
 def worker(wid: int, cases: range, args, results) -> None:
     work = Path(args.out) / f"w{wid}"
     work.mkdir(parents=True, exist_ok=True)
@@ -172,27 +190,24 @@ def worker(wid: int, cases: range, args, results) -> None:
         if drawn is None:
             continue
         target, name, data = drawn
-        surface = SURFACES.get(target)
         if target in ("numeric", "path", "many") and not warm:
             warm.append(_warm(work / "warm"))
         peaks.before()
         t_wall, t_cpu = time.monotonic(), time.process_time()
-        _arm(surface.timeout_s if surface else args.timeout, surface is not None and surface.wall)
-        try:
-            outcome = (run_surface(target, data, work / target) if surface else
-                       run_target(target, data, work))
-        except Hang:
-            outcome = "hang"
+        outcome, err = _attempt(target, data, args, work)
+        if outcome == "hang":       # once more: a hang that does not repeat was a stall
+            outcome, err = _attempt(target, data, args, work)
+            if outcome in ("ok", "error", "long"):
+                outcome = "stall"
+                crashes.setdefault(f"stall in {target}", (i, name))
+        if outcome == "hang":
             crashes.setdefault(f"hang in {target}", (i, name))
-        except (Exception, WrongOutput) as err:     # noqa: BLE001 - a crash is data here
-            outcome = "crash"
+        elif outcome == "crash":
             sig = f"{target}: {_signature(err)}: {str(err)[:120]}"
             if sig not in crashes:
                 crashes[sig] = (i, name)
                 (Path(args.out) / "crashes").mkdir(exist_ok=True)
                 (Path(args.out) / "crashes" / f"{target}-{i}-{name}").write_bytes(data)
-        finally:
-            _arm(0, False)
         child_kb = child_peak_kb()
         peaks.after(i, target, child_kb)
         counts[(target, outcome)] += 1
@@ -302,7 +317,8 @@ def report(state: dict, killed: list[int], seconds: float, args) -> None:
           f"per case, {seconds:,.0f} s wall, load {os.getloadavg()[0]:.2f}")
     print(f"cases {cases:,}: accepted {by['ok']:,}, clean errors {by['error']:,}, long "
           f"(announced) {by['long']:,}, crashes {by['crash']:,}, hangs {by['hang']:,}, "
-          f"workers killed silent {len(killed)}")
+          f"workers killed silent {len(killed)}, stalls {by['stall']:,} (over the limit once, "
+          f"within it when run again)")
     for t in ALL_TARGETS:
         row = {o: total.get((t, o), 0) for o in OUTCOMES}
         print(f"  {t:10s} " + ", ".join(f"{k} {v:,}" for k, v in row.items()))
@@ -313,7 +329,7 @@ def report(state: dict, killed: list[int], seconds: float, args) -> None:
           f"process a case started: max {child[0]:,.0f} MB (case {child[1]}, {child[2]}); "
           f"worker between cases: {between[0]:,.0f} MB first, {between[1]:,.0f} MB largest")
     for sig, (i, name) in sorted(crashes.items()):
-        print(f"  crash/hang: {sig} (first: case {i}, seed {name}; --replay {i})")
+        print(f"  crash/hang/stall: {sig} (first: case {i}, seed {name}; --replay {i})")
 
 
 if __name__ == "__main__":
