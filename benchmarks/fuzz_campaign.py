@@ -10,8 +10,8 @@ of many sections or flows (each with its own time limit).
 Case ``i`` is deterministic in ``(--seed, i)``: target, seed input, splice partner and
 mutations, so a crash is reproduced with ``--replay I`` (``--targets`` runs only some targets'
 cases, keeping their numbers). Prints cases, clean errors (one-line TokenpcapError), long ones
-(a surface's run that announced an estimate past half its limit, :mod:`tests.fuzz_surfaces`),
-crashes (anything else, or a wrong output; grouped by exception and place, first inputs saved
+(a surface's job past the case's budget by the engine's own estimates, not run to the end:
+:mod:`tests.fuzz_surfaces`), crashes (anything else, or a wrong output; grouped by exception and place, first inputs saved
 under ``--out``), hangs (a case over its limit: CPU seconds of the worker, or wall seconds for a
 case that waits on a process it started, with a wall backstop; stopped by a timer signal and
 run again at once: over it twice is a hang, once a stall of the shared machine, counted apart;
@@ -183,7 +183,7 @@ def worker(wid: int, cases: range, args, results) -> None:
     counts: Counter = Counter()
     crashes: dict[str, tuple[int, str]] = {}
     peaks = Peaks()
-    warm: list = []
+    warm = False
     last = time.monotonic()
     for i in cases:
         drawn = case_input(i, args.seed, caps, profs, work, only)
@@ -191,7 +191,8 @@ def worker(wid: int, cases: range, args, results) -> None:
             continue
         target, name, data = drawn
         if target in ("numeric", "path", "many") and not warm:
-            warm.append(_warm(work / "warm"))
+            _warm(work / "warm")
+            warm = True
         peaks.before()
         t_wall, t_cpu = time.monotonic(), time.process_time()
         outcome, err = _attempt(target, data, args, work)
@@ -231,7 +232,8 @@ def main() -> None:
                          "has its own limit)")
     ap.add_argument("--silent", type=float, default=None,
                     help="seconds without news before a worker is killed as hung [default: "
-                         "60 more than the longest wall limit of a case]")
+                         "60 more than twice the longest wall limit of a case: it is run "
+                         "again after its first time out]")
     ap.add_argument("--log", action="store_true",
                     help="one line per case in OUT/wN.log: case, target, outcome, CPU s, "
                          "wall s, worker RSS before it (MB), its peak RSS (MB), peak RSS of "
@@ -243,8 +245,8 @@ def main() -> None:
                          "case numbers stay the whole campaign's)")
     args = ap.parse_args()
     if args.silent is None:
-        args.silent = 60 + max(s.timeout_s * (1 if s.wall else WALL_PER_CPU_S)
-                               for s in SURFACES.values())
+        args.silent = 60 + 2 * max(s.timeout_s * (1 if s.wall else WALL_PER_CPU_S)
+                                   for s in SURFACES.values())
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.replay is not None:
         work = Path(args.out) / "replay"
