@@ -52,3 +52,19 @@ def test_the_campaign_runs_clean_on_a_seeded_slice(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     summary = [line for line in r.stdout.splitlines() if line.startswith("cases ")]
     assert summary and ", crashes 0, hangs 0, workers killed silent 0" in summary[0], r.stdout
+
+
+def test_a_numeric_case_past_its_budget_is_counted_long_and_a_small_one_runs(tmp_path):
+    """Jobs of the fuzz scenario (8 GPUs, dp 2, 12 layers) past a numeric case's budget by
+    the engine's own estimates are counted long, not run into the case's limit:
+    global_batch_size 1024 on the queued DCQCN fabric announces about 77 s of timing (its
+    packets x links, 266 MB of state), past half the 120 s limit; 16384 on the ideal fabric
+    about 43 s but 4.2 GB of engine state. The campaign's case 688575 (seed 20261204),
+    4096 on the queued fabric (about 307 s, 1.06 GB), ran into the limit before and peaked
+    at 1.44 GB. The same job at 8 sequences runs to its result."""
+    cases = {"long": [("queued", 1024), ("ideal", 16384), ("queued", 4096)],
+             "ok": [("queued", 8)]}
+    for want, jobs in cases.items():
+        for base, gb in jobs:
+            data = json.dumps({"base": base, "sets": [f"training.global_batch_size={gb}"]})
+            assert run_surface("numeric", data.encode(), tmp_path / f"{base}{gb}") == want

@@ -273,3 +273,38 @@ def test_queued_fabric_time_counts_each_packet_on_each_link():
     assert queued.packets > 0 and queued.packet_hops == 2 * queued.packets
     assert queued.seconds - ideal.seconds == pytest.approx(
         2 * queued.packets / FABRIC_PACKET_HOPS_PER_S)
+
+
+@pytest.mark.parametrize("topology,nodes,nics", [
+    ({"kind": "single-switch"}, 8, 1),
+    ({"kind": "leaf-spine", "nodes_per_leaf": 2}, 4, 2),
+])
+def test_queued_fabric_estimate_bounds_the_packet_hops_the_engine_counts(tmp_path, topology,
+                                                                         nodes, nics):
+    """The estimate's packet-hops (packets x the longest path's links) against the links the
+    engine's packets really crossed in a run (``Schedule.fabric_counters``, PFC frames, one
+    link each, taken out): through one switch every path has two links, so the two are equal.
+    On a leaf-spine fabric of 4 nodes of 2 NICs, 2 nodes per leaf, a packet crosses two links
+    (same leaf) or four (through a spine): of the 6 GPUs on other nodes that an AllToAll
+    sender reaches over the network, 2 share its leaf and 4 do not, and every pair carries as
+    many packets (its ACKs come back the same way), so the engine counts packets x
+    (2 x 2 + 4 x 4) / 6, within the estimate's bound of 4 links each."""
+    from tests.schedule.engine.test_fabric import _cluster, _scenario
+
+    fab = {"model": "queued", "preset": "hpcc-ns3", "topology": topology}
+    path = _scenario(tmp_path, _cluster(nodes, nics, fab),
+                     {"kind": "alltoall", "bytes": 256 << 10})
+    plan = build_plan(load_scenario(path))
+    w = estimate_work(plan, 1)
+    sched = Schedule(plan, keep_history=False, nics=())
+    packets = sum(len(tx) for tx in Schedule(plan, keep_history=False).run())
+    for _ in sched.run():
+        pass
+    c = sched.fabric_counters
+    assert c["cnps"] == 0 and packets == w.packets
+    hops = c["packet_hops"] - c["pfc_frames"]
+    if topology["kind"] == "single-switch":
+        assert hops == w.packet_hops == 2 * w.packets
+    else:
+        assert w.packet_hops == 4 * w.packets
+        assert 6 * hops == w.packets * (2 * 2 + 4 * 4) and hops <= w.packet_hops
