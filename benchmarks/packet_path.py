@@ -133,8 +133,8 @@ def main(argv=None) -> None:
           f"{'packet path cpu s':>17} {'packets/cpu-s':>13} {'packets/wall-s':>14} "
           f"{'of it writers':>13} {'packets':>11} {'peak RSS GiB':>12}")
     for name, r in best.items():
-        per_cpu = r["packets"] / r["path_cpu"] if r["path_cpu"] > 0 else float("inf")
-        per_wall = r["packets"] / r["path_wall"] if r["path_wall"] > 0 else float("inf")
+        per_cpu = r["packets"] / r["path_cpu"] if r["path_cpu"] > 0 else float("nan")
+        per_wall = r["packets"] / r["path_wall"] if r["path_wall"] > 0 else float("nan")
         print(f"{name:10} {r['timing_cpu']:12.1f} {r['gen_cpu']:14.1f} {r['gen_wall']:7.1f} "
               f"{r['path_cpu']:17.2f} {per_cpu:13,.0f} {per_wall:14,.0f} {r['writers_cpu']:13.2f} "
               f"{r['packets']:11,} "

@@ -29,6 +29,7 @@ from tokenpcap.pcap import Comments, Interface, gather
 from tokenpcap.pcap.registry import capture_format
 from tokenpcap.config.profiles import ClusterProfile
 from tokenpcap.records.points import NIC_TX, CapturePoint
+from tokenpcap.records.rows import join_rows
 from tokenpcap.wire.builder import FrameBuilder
 from tokenpcap.wire.gather import BatchFill
 
@@ -141,7 +142,7 @@ class Sink:
         if not self.buf:
             return
         parts, self.buf, self.rows = self.buf, [], 0
-        pk = parts[0][0] if len(parts) == 1 else _join([p[0] for p in parts])
+        pk = parts[0][0] if len(parts) == 1 else join_rows([p[0] for p in parts])
         held = parts[0][3] if len(parts) == 1 else np.concatenate([p[3] for p in parts])
         codes = labels = None
         if self.pcapng:
@@ -174,18 +175,6 @@ class Sink:
 
     def abort(self) -> None:
         self.w.abort()
-
-
-def _join(arrays: list[np.ndarray]) -> np.ndarray:
-    """The 1-D arrays of one structured dtype end to end: ``np.concatenate`` without its
-    promotion of the fields, which costs more than the copy for the ~thousand-row parts a file
-    of many gets per chunk."""
-    out = np.empty(sum(a.size for a in arrays), arrays[0].dtype)
-    at = 0
-    for a in arrays:
-        out[at: at + a.size] = a
-        at += a.size
-    return out
 
 
 def _open(specs: list[FileSpec], cfg: WriterConfig) -> list[Sink]:

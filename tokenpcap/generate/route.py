@@ -43,6 +43,7 @@ from tokenpcap.pcap.registry import capture_format
 from tokenpcap.records import LABELS, PKT_ACK, PKT_CNP, PKT_CTS, PKT_DATA, PKT_PFC, label_codes
 from tokenpcap.records.comments import comment_text, pfc_comment_text
 from tokenpcap.records.points import CapturePoint
+from tokenpcap.records.rows import take_rows
 
 __all__ = ["file_specs", "route_chunk", "file_header_bytes", "describe_nic", "PFC_KEY",
            "file_base"]
@@ -153,7 +154,7 @@ def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, 
     pfc = tx["kind"] == PKT_PFC
     has_pfc = bool(pfc.any())
     rd = np.flatnonzero(~pfc) if has_pfc else None
-    trd = tx[rd] if has_pfc else tx
+    trd = take_rows(tx, rd) if has_pfc else tx
     u, inv = distinct_ids(trd["msg"])       # PFC rows name no message: never looked up
     m = sched.message_index[u]
     label_m = label_codes(m)
@@ -161,14 +162,14 @@ def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, 
     if has_pfc:
         full = np.zeros(tx.size, bool)
         full[rd] = keep
-        full[pfc] = _keep_pfc(tx[pfc], sel, point)
+        full[pfc] = _keep_pfc(take_rows(tx, pfc), sel, point)
         idx = np.flatnonzero(full)
     else:
         idx = np.flatnonzero(keep)
     if idx.size == 0:
         return 0
     if idx.size < tx.size:
-        tx = tx[idx]
+        tx = take_rows(tx, idx)
         inv = inv[keep]
     kc = tx["kind"].astype(np.int64)                # PKT_DATA, PKT_CTS, PKT_ACK, PKT_CNP or PKT_PFC
     pfc = kc == PKT_PFC if has_pfc else None
@@ -206,11 +207,12 @@ def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, 
         if has_pfc:
             codes_all = _pfc_comments(tx, pfc, codes_all, labels_all)
     for f, part in _parts(fid):
+        rows = pk if isinstance(part, slice) else take_rows(pk, part)
         if labels_all is not None:
             used, local = distinct_ids(codes_all[part])
-            disp.send(f, pk[part], [labels_all[u] for u in used.tolist()], local.reshape(-1))
+            disp.send(f, rows, [labels_all[u] for u in used.tolist()], local.reshape(-1))
         else:
-            disp.send(f, pk[part], None, None)
+            disp.send(f, rows, None, None)
     return int(idx.size)
 
 
