@@ -227,19 +227,22 @@ class Lowering:
         if self.ack_every:
             ackreq = ackreq | ((idx + 1) % self.ack_every == 0)
         out["ack_req"] = data & ackreq
-        reth = rdma.HAS_RETH[opcode]
-        out["reth_va"] = np.where(reth, va[inv], 0)
-        out["reth_rkey"] = np.where(reth, rkey[inv], 0)
-        out["reth_len"] = np.where(reth, size, 0)
-        out["imm"] = np.where(rdma.HAS_IMMDT[opcode], m["imm"][inv], 0)
-        msn = (m["qp_seq"][inv] + last) & _PSN_MASK
-        out["aeth"] = np.where(ack, (AETH_ACK_SYNDROME << 24) | msn, 0)
+        # the extended headers of a few rows (a message's FIRST, its LAST, the ACKs): written
+        # at those rows only, the others stay 0
+        at = np.flatnonzero(rdma.HAS_RETH[opcode])
+        out["reth_va"][at] = va[inv[at]]
+        out["reth_rkey"][at] = rkey[inv[at]]
+        out["reth_len"][at] = size[at]
+        at = np.flatnonzero(rdma.HAS_IMMDT[opcode])
+        out["imm"][at] = m["imm"][inv[at]]
+        at = np.flatnonzero(ack)
+        out["aeth"][at] = (AETH_ACK_SYNDROME << 24) | ((m["qp_seq"][inv[at]] + last[at]) & _PSN_MASK)
         if self.line_protocols is not None:      # NCCL LL/LL128 lines: the protocol of the call
             lp = self.line_protocols
             code = np.where(m["kind"] == KIND_CTS, 0, lp[m["call_id"] % lp.size])
-            line = data & (code[inv] != 0)
-            out["line_protocol"] = np.where(line, code[inv], 0)
-            out["line_flag"] = np.where(line, (m["qp_seq"][inv] + 1) & 0xFFFFFFFF, 0)
+            at = np.flatnonzero(data & (code[inv] != 0))
+            out["line_protocol"][at] = code[inv[at]]
+            out["line_flag"][at] = (m["qp_seq"][inv[at]] + 1) & 0xFFFFFFFF
         if "flags" in tx.dtype.names:                   # a queued fabric's CE marks
             out["ce"] = (tx["flags"] & TX_FLAG_CE) != 0
         return out
