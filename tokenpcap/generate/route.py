@@ -223,7 +223,9 @@ def _parts(fid: np.ndarray):
         if int(fid[0]) >= 0:
             yield int(fid[0]), slice(None)
         return
-    order = np.argsort(fid.astype(np.int32), kind="stable")
+    # numpy sorts 16-bit keys stably by radix, O(n) (a file index is at most the NICs, < 2**15)
+    order = np.argsort(fid.astype(np.int16 if int(fid.max(initial=0)) < 1 << 15 else np.int64),
+                       kind="stable")
     bounds = np.flatnonzero(np.diff(fid[order])) + 1
     for part in np.split(order, bounds):
         if int(fid[part[0]]) >= 0:
