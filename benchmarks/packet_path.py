@@ -18,7 +18,9 @@ Each tree runs in fresh processes (``cwd`` and ``sys.path`` at that tree, so eac
 CPU seconds are user + system of the process and of its writer processes
 (``getrusage(RUSAGE_SELF)`` + ``RUSAGE_CHILDREN``). The packet path is **generate - timing**:
 its CPU seconds and its packets per CPU-second (and per wall second of the difference). The
-best (lowest) of the repeats is printed per tree, with the load average.
+best (lowest) of the repeats is printed per tree, with the load average. numba compiles the
+engine once per checkout (its cache lies beside the sources): run a tree once before measuring
+it, or take ``--repeat 2``, since the first timing of a fresh checkout includes the compile.
 """
 from __future__ import annotations
 
