@@ -42,7 +42,7 @@ def run(script: str, *args: str, timeout: float = 300) -> str:
 
 TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "inspect_read.py",
           "engine_timing.py", "fuzz_campaign.py", "dask_generate.py", "flat_build.py",
-          "generate_nic.py", "message_ring.py", "call_state.py", "engine_state.py",
+          "generate_nic.py", "packet_path.py", "message_ring.py", "call_state.py", "engine_state.py",
           "fabric_ns3.py", "fabric_engine.py", "openloop_hpcc.py", "fabric_dcqcn.py"}
 HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
@@ -174,6 +174,18 @@ def test_generate_nic_writes_frames_and_the_plain_write(tmp_path):
     assert re.search(r"^  timing .* [\d,]+ frames of NIC 0", out, re.M)
     assert re.search(r"^  frames \(build \+ write\) .* bytes \(as the rows say\)", out, re.M)
     assert re.search(r"^  ratio frames / plain write: [\d.]+x to close, [\d.]+x to fsync", out, re.M)
+    assert not list(tmp_path.iterdir()), "benchmark files left behind"
+
+
+def test_packet_path_measures_both_trees_apart_from_the_timing(tmp_path):
+    # the same tree as its own base: both rows, the same packets (the script refuses a run whose
+    # generate wrote other than the frames the timing handed out)
+    out = run("packet_path.py", "--scenario", "dante", "--scale", "64", "--nics", "0-3",
+              "--jobs", "1", "--base", str(ROOT), "--dir", str(tmp_path))
+    rows = re.findall(r"^(this tree|base) +[\d.]+ +[\d.]+ +[\d.]+ +-?[\d.]+ +\S+ +\S+ +[\d.]+ "
+                      r"+([\d,]+) +[\d.]+$", out, re.M)
+    assert [r[0] for r in rows] == ["this tree", "base"], out
+    assert rows[0][1] == rows[1][1] and int(rows[0][1].replace(",", "")) > 0, out
     assert not list(tmp_path.iterdir()), "benchmark files left behind"
 
 

@@ -371,3 +371,38 @@ def test_engine_frame_lengths_equal_the_builders(transport, ip_version, vlan, gr
     ctx = wire_context(cl, ib_grh=grh)
     assert np.array_equal(FrameBuilder(ctx).frame_bytes(pk), pk["frame_bytes"].astype(np.int64))
     assert len(FrameBuilder(ctx).frames(pk)) == pk.size
+
+
+@settings(max_examples=200, deadline=None)
+@given(ids=st.lists(st.integers(0, 2**40), max_size=60), dense=st.booleans())
+def test_distinct_ids_is_numpys_unique(ids, dense):
+    """``distinct_ids`` (a table over the span for dense ids, a sort otherwise) against
+    ``np.unique``, the oracle: the same sorted values and an inverse that rebuilds the ids."""
+    from tokenpcap.lower import distinct_ids
+
+    a = np.asarray(ids, np.int64)
+    if dense:
+        a = a % 97 + 1000
+    u, inv = distinct_ids(a)
+    want_u, want_inv = np.unique(a, return_inverse=True)
+    assert u.tolist() == want_u.tolist() and inv.tolist() == want_inv.reshape(-1).tolist()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs=st.lists(spec, min_size=1, max_size=8), seed=st.integers(0, 2**32),
+       cut=st.integers(0, 2**16))
+def test_rdma_rows_of_a_subset_equal_the_whole_chunks_rows(specs, seed, cut):
+    """Rows lowered from the distinct messages of a part of a chunk (as generate passes them)
+    are the rows of the whole chunk's lowering at the same places: what a row says depends on
+    its message and itself, never on which other rows share the chunk."""
+    from tokenpcap.lower import distinct_ids
+
+    specs = [(s, (s + d) % 4, q, size, t, v) for s, d, q, size, t, v in specs]
+    ml = lower_messages(messages(*specs), cluster(), GenerationConfig(), seed)
+    tx = np.concatenate(list(ml.engine.run()))
+    low = Lowering(cluster(), seed)
+    whole = low(tx, ml.messages)
+    keep = (np.arange(tx.size) * 2654435761 + cut) % 3 != 0          # an arbitrary subset
+    u, inv = distinct_ids(tx["msg"][keep])
+    part = low.rdma_rows(tx[keep], ml.messages[u], inv)
+    assert part.tobytes() == whole[keep].tobytes()

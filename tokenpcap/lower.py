@@ -69,7 +69,7 @@ from tokenpcap.wire.qpn import (_PSN_MASK, _QPN_SPACE, _ROLE_OFFSET, _U64, QP_ST
 from tokenpcap.wire.pfc import PFC_FRAME_BYTES
 
 __all__ = ["Lowering", "MessageLowering", "lower_messages", "qpn", "initial_psn", "wire_context",
-           "AETH_ACK_SYNDROME", "QP_STRIDE", "pfc_packets"]
+           "AETH_ACK_SYNDROME", "QP_STRIDE", "pfc_packets", "distinct_ids"]
 
 _NOT_RDMA = {PKT_PFC: "PFC", PKT_CNP: "CNP"}
 
@@ -121,7 +121,8 @@ class Lowering:
         kind = tx["kind"]
         special = {k: kind == k for k in _NOT_RDMA}
         if not any(v.any() for v in special.values()):
-            return self._rdma(tx, messages)
+            u, inv = distinct_ids(tx["msg"])
+            return self.rdma_rows(tx, messages[u], inv)
         for k, mask in special.items():
             if mask.any() and self.transport != "rocev2":
                 raise InputError(f"tx rows: got {int(mask.sum())} {_NOT_RDMA[k]} rows under "
@@ -132,7 +133,8 @@ class Lowering:
         pfc, cnp = special[PKT_PFC], special[PKT_CNP]
         rd = ~(pfc | cnp)
         if rd.any():
-            out[rd] = self._rdma(tx[rd], messages)
+            u, inv = distinct_ids(tx["msg"][rd])
+            out[rd] = self.rdma_rows(tx[rd], messages[u], inv)
         if pfc.any():
             out[pfc] = pfc_packets(tx[pfc])
         if cnp.any():
@@ -144,15 +146,18 @@ class Lowering:
         qpn_dst)``: the messages, their NICs and connection index, the role of the sending QP
         (1 for CTS: the receiver's QP of the pair) and the QPNs of the packet's sender and
         receiver."""
-        u, inv = _distinct(ids)
-        m = messages[u]                                      # per message of the chunk, then expand
+        u, inv = distinct_ids(ids)
+        return (u, inv, *self._ends(messages[u]))            # per message of the chunk
+
+    def _ends(self, m: np.ndarray):  # type: ignore[no-untyped-def]
+        """``(m, src, dst, qp, role, qpn_src, qpn_dst)`` of message rows ``m`` (:meth:`_pairs`)."""
         src, dst, qp = m["src_nic"].astype(np.int64), m["dst_nic"].astype(np.int64), m["qp"].astype(np.int64)
         if (qp >= QP_STRIDE).any():
             bad = int(qp[qp >= QP_STRIDE][0])
             raise InputError(f"message qp: got {bad}, expected 0 .. {QP_STRIDE - 1}")
         role = (m["kind"] == KIND_CTS).astype(np.int64)      # CTS: the receiver's QP of the pair
         qpn_src, qpn_dst = qpn(self.seed, src, dst, qp, role), qpn(self.seed, dst, src, qp, 1 - role)
-        return u, inv, m, src, dst, qp, role, qpn_src, qpn_dst
+        return m, src, dst, qp, role, qpn_src, qpn_dst
 
     def _cnp(self, tx: np.ndarray, messages: np.ndarray) -> np.ndarray:
         """The CNP rows of a chunk (``kind == PKT_CNP``, :data:`tokenpcap.records.PKT_CNP`):
@@ -173,9 +178,23 @@ class Lowering:
         return cnp_packets(tx["time_ns"], tx["nic"], tx["peer_nic"], qpn_src[inv], qpn_dst[inv],
                            tx["msg"], self.cnp_udp_sport, tx["frame_bytes"])
 
-    def _rdma(self, tx: np.ndarray, messages: np.ndarray) -> np.ndarray:
-        """The RDMA rows (data, CTS, ACK) of a chunk (module docstring)."""
-        u, inv, m, src, dst, qp, role, qpn_src, qpn_dst = self._pairs(messages, tx["msg"])
+    def rdma_rows(self, tx: np.ndarray, m: np.ndarray, inv: np.ndarray) -> np.ndarray:
+        """The RDMA rows (data, CTS, ACK; module docstring) of a chunk whose distinct messages
+        are already looked up: what :func:`tokenpcap.generate.route.route_chunk` calls, having
+        read each message once for its selection.
+
+        Args:
+            tx: ``TX_DTYPE (n,)`` rows of kind data, CTS or ACK.
+            m: ``MSG_STATE_DTYPE (u,)``, the distinct messages the rows name.
+            inv: int ``(n,)``, row ``i`` names message ``m[inv[i]]``.
+
+        Returns:
+            ``PACKET_DTYPE (n,)``, in the order of ``tx``.
+
+        Raises:
+            InputError: a message whose ``qp`` is >= QP_STRIDE.
+        """
+        m, src, dst, qp, role, qpn_src, qpn_dst = self._ends(m)
         psn0 = initial_psn(self.seed, src, dst, qp, role).astype(np.int64) + m["psn_offset"]
         rkey, va = _rkey_va(self.seed, src, dst, qp, role)
         va = va + m["byte_offset"].astype(_U64)
@@ -208,19 +227,22 @@ class Lowering:
         if self.ack_every:
             ackreq = ackreq | ((idx + 1) % self.ack_every == 0)
         out["ack_req"] = data & ackreq
-        reth = rdma.HAS_RETH[opcode]
-        out["reth_va"] = np.where(reth, va[inv], 0)
-        out["reth_rkey"] = np.where(reth, rkey[inv], 0)
-        out["reth_len"] = np.where(reth, size, 0)
-        out["imm"] = np.where(rdma.HAS_IMMDT[opcode], m["imm"][inv], 0)
-        msn = (m["qp_seq"][inv] + last) & _PSN_MASK
-        out["aeth"] = np.where(ack, (AETH_ACK_SYNDROME << 24) | msn, 0)
+        # the extended headers of a few rows (a message's FIRST, its LAST, the ACKs): written
+        # at those rows only, the others stay 0
+        at = np.flatnonzero(rdma.HAS_RETH[opcode])
+        out["reth_va"][at] = va[inv[at]]
+        out["reth_rkey"][at] = rkey[inv[at]]
+        out["reth_len"][at] = size[at]
+        at = np.flatnonzero(rdma.HAS_IMMDT[opcode])
+        out["imm"][at] = m["imm"][inv[at]]
+        at = np.flatnonzero(ack)
+        out["aeth"][at] = (AETH_ACK_SYNDROME << 24) | ((m["qp_seq"][inv[at]] + last[at]) & _PSN_MASK)
         if self.line_protocols is not None:      # NCCL LL/LL128 lines: the protocol of the call
             lp = self.line_protocols
             code = np.where(m["kind"] == KIND_CTS, 0, lp[m["call_id"] % lp.size])
-            line = data & (code[inv] != 0)
-            out["line_protocol"] = np.where(line, code[inv], 0)
-            out["line_flag"] = np.where(line, (m["qp_seq"][inv] + 1) & 0xFFFFFFFF, 0)
+            at = np.flatnonzero(data & (code[inv] != 0))
+            out["line_protocol"][at] = code[inv[at]]
+            out["line_flag"][at] = (m["qp_seq"][inv[at]] + 1) & 0xFFFFFFFF
         if "flags" in tx.dtype.names:                   # a queued fabric's CE marks
             out["ce"] = (tx["flags"] & TX_FLAG_CE) != 0
         return out
@@ -250,8 +272,10 @@ def pfc_packets(tx: np.ndarray) -> np.ndarray:
     return out
 
 
-def _distinct(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(u, inv)`` with ``u[inv] == ids``, ``u`` sorted distinct; O(n) when the ids are dense."""
+def distinct_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(u, inv)``, int64 ``(u,)`` and ``(n,)``: ``u`` the sorted distinct values of the
+    non-negative ints ``ids`` ``(n,)``, ``u[inv] == ids``; O(n) by a table of the span when the
+    ids are dense (the message ids of a chunk are), a sort otherwise."""
     if ids.size == 0:
         return ids[:0], ids[:0]
     lo, hi = int(ids.min()), int(ids.max())

@@ -29,6 +29,7 @@ from tokenpcap.pcap import Comments, Interface, gather
 from tokenpcap.pcap.registry import capture_format
 from tokenpcap.config.profiles import ClusterProfile
 from tokenpcap.records.points import NIC_TX, CapturePoint
+from tokenpcap.records.rows import join_rows
 from tokenpcap.wire.builder import FrameBuilder
 from tokenpcap.wire.gather import BatchFill
 
@@ -141,7 +142,7 @@ class Sink:
         if not self.buf:
             return
         parts, self.buf, self.rows = self.buf, [], 0
-        pk = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts])
+        pk = parts[0][0] if len(parts) == 1 else join_rows([p[0] for p in parts])
         held = parts[0][3] if len(parts) == 1 else np.concatenate([p[3] for p in parts])
         codes = labels = None
         if self.pcapng:

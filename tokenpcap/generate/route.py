@@ -36,12 +36,14 @@ from tokenpcap.config.profiles import Scenario
 from tokenpcap.generate.options import EPOCH_NS, GenerateOptions, GenerateResult
 from tokenpcap.generate.output import FileSpec, WriterConfig, interfaces
 from tokenpcap.generate.select import Selection
+from tokenpcap.lower import distinct_ids
 from tokenpcap.pcap import PcapngWriter
 from tokenpcap.pcap.outputset import OutputSet
 from tokenpcap.pcap.registry import capture_format
 from tokenpcap.records import LABELS, PKT_ACK, PKT_CNP, PKT_CTS, PKT_DATA, PKT_PFC, label_codes
 from tokenpcap.records.comments import comment_text, pfc_comment_text
 from tokenpcap.records.points import CapturePoint
+from tokenpcap.records.rows import take_rows
 
 __all__ = ["file_specs", "route_chunk", "file_header_bytes", "describe_nic", "PFC_KEY",
            "file_base"]
@@ -91,24 +93,37 @@ def _label_name(key: int) -> str:
     return "pfc" if key == PFC_KEY else LABELS[key].replace("/", "-")
 
 
-def _keep_rdma(tx, m, label, sel: Selection, lab_ok, point: CapturePoint) -> np.ndarray:
-    """bool ``(n,)``: the RDMA rows (data, CTS, ACK, CNP; messages ``m``) the selection keeps.
-    Under ``--ranks`` an ACK or a CNP belongs to the rank it is sent for: both go from the data's
-    receiver (the notification point, for a CNP) back to its sender."""
-    kc = tx["kind"]
-    keep = lab_ok[label]
+def _keep_rdma(tx, m, inv, label, sel: Selection, lab_ok, point: CapturePoint) -> np.ndarray:
+    """bool ``(n,)``: the RDMA rows (data, CTS, ACK, CNP) the selection keeps; row ``i`` names
+    message ``m[inv[i]]`` of label ``label[inv[i]]``. What depends on the message alone (phase,
+    iteration, ranks) is decided once per message, then spread over its rows. Under ``--ranks``
+    an ACK or a CNP belongs to the rank it is sent for: both go from the data's receiver (the
+    notification point, for a CNP) back to its sender."""
+    keep_m = lab_ok[label]
     if sel.iterations is not None:
-        keep &= np.isin(m["iteration"], np.asarray(sel.iterations))
+        keep_m = keep_m & np.isin(m["iteration"], np.asarray(sel.iterations))
+    keep = keep_m[inv]
     if sel.nics is not None:
-        keep &= np.isin(tx["peer_nic"] if point.receive else tx["nic"], np.asarray(sorted(sel.nics)))
+        keep &= _member(tx["peer_nic"] if point.receive else tx["nic"], sel.nics)
     if sel.ranks is not None:
+        kc = tx["kind"]
         ack = (kc == PKT_ACK) | (kc == PKT_CNP)   # from the data's receiver to its sender
-        who = (np.where(ack, m["rank_src"], m["rank_dst"]) if point.receive
-               else np.where(ack, m["rank_dst"], m["rank_src"]))
-        keep &= np.isin(who, np.asarray(sorted(sel.ranks)))
+        ranks = np.asarray(sorted(sel.ranks))
+        src_ok, dst_ok = np.isin(m["rank_src"], ranks)[inv], np.isin(m["rank_dst"], ranks)[inv]
+        keep &= (np.where(ack, src_ok, dst_ok) if point.receive
+                 else np.where(ack, dst_ok, src_ok))
     if sel.window_ns is not None:
         keep &= (tx["time_ns"] >= sel.window_ns[0]) & (tx["time_ns"] < sel.window_ns[1])
     return keep
+
+
+def _member(values: np.ndarray, members: frozenset[int]) -> np.ndarray:
+    """bool ``(n,)``: ``values[i] in members`` for non-negative ints, by a lookup table (one
+    pass over ``values``, where ``np.isin`` makes one per member)."""
+    top = max(int(values.max(initial=0)), max(members, default=0)) + 1
+    table = np.zeros(top, bool)
+    table[list(members)] = True
+    return table[values]
 
 
 def _keep_pfc(tx, sel: Selection, point: CapturePoint) -> np.ndarray:
@@ -129,33 +144,41 @@ def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, 
            res: GenerateResult) -> int:
     """Filter, lower, account and route one chunk of frames at the capture point (``TX_DTYPE``,
     time-ordered; module docstring); returns the rows kept. PFC rows keep their place in time
-    among the RoCE rows."""
-    msgs = sched.message_index
+    among the RoCE rows.
+
+    Each distinct message of the chunk is read from the schedule once (a chunk of full-size
+    messages names a few hundred messages for tens of thousands of rows): its label, the
+    selection's verdict on it, its part of the lowering and its packet comments are computed per
+    message and spread over its rows by index."""
     point = opt.point
     pfc = tx["kind"] == PKT_PFC
     has_pfc = bool(pfc.any())
     rd = np.flatnonzero(~pfc) if has_pfc else None
-    trd = tx[rd] if has_pfc else tx
-    m = msgs[trd["msg"]]                   # PFC rows name no message: never looked up
-    label = label_codes(m)
-    keep = _keep_rdma(trd, m, label, sel, lab_ok, point)
+    trd = take_rows(tx, rd) if has_pfc else tx
+    u, inv = distinct_ids(trd["msg"])       # PFC rows name no message: never looked up
+    m = sched.message_index[u]
+    label_m = label_codes(m)
+    keep = _keep_rdma(trd, m, inv, label_m, sel, lab_ok, point)
     if has_pfc:
         full = np.zeros(tx.size, bool)
         full[rd] = keep
-        full[pfc] = _keep_pfc(tx[pfc], sel, point)
+        full[pfc] = _keep_pfc(take_rows(tx, pfc), sel, point)
         idx = np.flatnonzero(full)
-        kept_rd = np.flatnonzero(keep)
-        m, label = m[kept_rd], label[kept_rd]
     else:
         idx = np.flatnonzero(keep)
-        m, label = m[idx], label[idx]
     if idx.size == 0:
         return 0
-    tx = tx[idx]
+    if idx.size < tx.size:
+        tx = take_rows(tx, idx)
+        inv = inv[keep]
     kc = tx["kind"].astype(np.int64)                # PKT_DATA, PKT_CTS, PKT_ACK, PKT_CNP or PKT_PFC
     pfc = kc == PKT_PFC if has_pfc else None
-    pk = lower(tx, msgs)
+    if has_pfc or (kc == PKT_CNP).any():
+        pk = lower(tx, sched.message_index)         # the fabric's rows: PFC, CNP
+    else:
+        pk = lower.rdma_rows(tx, m, inv)
     pk["time_ns"] += EPOCH_NS
+    label = label_m[inv]
     if has_pfc:                 # label per row: the message's; PFC rows none (PFC_KEY)
         lab = np.full(len(tx), PFC_KEY, np.int64)
         lab[~pfc] = label
@@ -170,9 +193,10 @@ def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, 
     labels_all, codes_all = None, None
     if capture_format(opt.fmt).comments:
         trows = np.flatnonzero(~pfc) if has_pfc else slice(None)
-        pair = tx["msg"][trows].astype(np.int64) * 8 + kc[trows]
-        _, first, inv = np.unique(pair, return_index=True, return_inverse=True)
-        mu, ku = m[first], kc[trows][first]
+        # one comment per (message, kind); inv is ordered as the message ids, so the pairs
+        # sort as (message id, kind) do
+        pairs, codes_all = distinct_ids(inv * 8 + kc[trows])
+        mu, ku = m[pairs >> 3], pairs & 7
         cols = [ku.tolist(), label_codes(mu).tolist()] + [
             mu[f].tolist() for f in ("iteration", "call_id", "step", "layer", "microbatch",
                                      "token_start", "token_end")]
@@ -180,21 +204,32 @@ def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, 
         samples, seq_length = sc.token_layout
         lay = dict(samples=samples, seq_length=seq_length)
         labels_all = [comment_text(*args, **lay) for args in zip(*cols)]
-        codes_all = inv.reshape(-1)
         if has_pfc:
             codes_all = _pfc_comments(tx, pfc, codes_all, labels_all)
-    order = np.argsort(fid, kind="stable")
+    for f, part in _parts(fid):
+        rows = pk if isinstance(part, slice) else take_rows(pk, part)
+        if labels_all is not None:
+            used, local = distinct_ids(codes_all[part])
+            disp.send(f, rows, [labels_all[u] for u in used.tolist()], local.reshape(-1))
+        else:
+            disp.send(f, rows, None, None)
+    return int(idx.size)
+
+
+def _parts(fid: np.ndarray):
+    """``(file, rows)`` for each file index ``f >= 0`` of ``fid`` (int ``(n,)``), rows in their
+    order: a chunk that goes to one file whole is one part without a copy of the indices."""
+    if fid.size and int(fid.min()) == int(fid.max()):
+        if int(fid[0]) >= 0:
+            yield int(fid[0]), slice(None)
+        return
+    # numpy sorts 16-bit keys stably by radix, O(n) (a file index is at most the NICs, < 2**15)
+    order = np.argsort(fid.astype(np.int16 if int(fid.max(initial=0)) < 1 << 15 else np.int64),
+                       kind="stable")
     bounds = np.flatnonzero(np.diff(fid[order])) + 1
     for part in np.split(order, bounds):
-        f = int(fid[part[0]])
-        if f < 0:
-            continue
-        if labels_all is not None:
-            used, local = np.unique(codes_all[part], return_inverse=True)
-            disp.send(f, pk[part], [labels_all[u] for u in used.tolist()], local.reshape(-1))
-        else:
-            disp.send(f, pk[part], None, None)
-    return int(idx.size)
+        if int(fid[part[0]]) >= 0:
+            yield int(fid[part[0]]), part
 
 
 def _pfc_comments(tx, pfc: np.ndarray, codes_rd: np.ndarray, labels: list[str]) -> np.ndarray:
@@ -213,12 +248,15 @@ def _account(res: GenerateResult, tx, pk, kc, label) -> None:
     data = kc == PKT_DATA
     pay = pk["payload_bytes"].astype(np.int64)
     if data.any():
+        # float sums of whole bytes: exact below 2**53 (a chunk holds at most ~2**16 packets
+        # of at most 2**32 bytes each)
         per = np.bincount(label[data], weights=pay[data], minlength=len(LABELS))
         cnt = np.bincount(label[data], minlength=len(LABELS))
         for i in np.flatnonzero(cnt).tolist():
             res.phase_payload[LABELS[i]] = res.phase_payload.get(LABELS[i], 0) + int(per[i])
             res.phase_packets[LABELS[i]] = res.phase_packets.get(LABELS[i], 0) + int(cnt[i])
-        np.add.at(res.nic_payload, tx["nic"][data], pay[data])
+        res.nic_payload += np.bincount(tx["nic"][data], weights=pay[data],
+                                       minlength=res.nic_payload.size).astype(np.int64)
     cts = kc == PKT_CTS
     res.cts_packets += int(cts.sum())
     res.cts_payload += int(pay[cts].sum())

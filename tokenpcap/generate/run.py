@@ -214,7 +214,7 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
     res = GenerateResult(files=[], expected_bytes=expected, nic_payload=np.zeros(n_nics, np.int64),
                          plan=plan, schedule=sched, iterations=(kept.start, kept.stop),
                          scale=plan.scale, selection=opt.selection, point=opt.point)
-    lower = Lowering(s.cluster, seed, gen.ack_every_packets, plan.line_protocols())
+    lower = Lowering(s.cluster, seed, gen.ack_every_packets, sched.line_protocols)
     disp = None
     try:
         disp = Dispatcher(specs, cfg, opt.jobs)

@@ -192,6 +192,9 @@ class Schedule:
         # token_end, seq_start, seq_end, message_bytes (no call objects are kept: :meth:`call`)
         self._call_attr = np.concatenate([_call_columns(f.calls) for f in flats])
         lp = plan.line_protocols()           # uint8 LINE_PROTOCOLS code per call of the run
+        #: :meth:`tokenpcap.plan.build.Plan.line_protocols` of the plan run (None: all Simple),
+        #: kept for the lowering: it walks every call of an iteration (seconds for a big job)
+        self.line_protocols = lp
         self._call_line = (np.zeros(len(self._call_attr), np.uint8) if lp is None
                            else lp[self._call_attr[:, 3] % lp.size])
         self._eng = build_state(flats, self.layout, self.engine, channels=s.collectives.channels,
