@@ -7,7 +7,11 @@ reserves a region of the eligible-QP array per NIC, computes the packets, frame 
 layer-1 times of each distinct message size, and allocates the message table: one row per data
 message and, with clear-to-send, one per CTS write, for the whole run (``keep_messages``), or a
 ring of rows reused once a message is done and its frames handed out
-(:mod:`tokenpcap.schedule.engine.ring`). The transfers stay templates
+(:mod:`tokenpcap.schedule.engine.ring`). Transfer and message ids, and every count of them, are
+int64 (a run may hold more than 2**31 of each: what bounds it is memory,
+:mod:`tokenpcap.schedule.limits`); int32 holds only values bounded by the job's structure: a
+transfer's call and dependency countdown, a participation's columns, an instruction's, a
+canonical row's when they fit. The transfers stay templates
 (:mod:`tokenpcap.schedule.engine.access`): 8 B per transfer (its call and its dependency
 countdown), 40 B per call, about 90 B per canonical transfer row (``ct`` int32, its dependency
 list, the four provenance columns). Memory is then about 136 B per message (``ms``; 160 B per
@@ -235,8 +239,6 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     T = np.cumsum([0] + [f.n_transfers for f in flats])
     P = np.cumsum([0] + [len(f.part_rank) for f in flats])
     Ic = np.cumsum([0] + [len(f.ins_kind) for f in flats])
-    if T[-1] >= 1 << 31:
-        raise InputError(f"transfers: got {int(T[-1]):,}, expected fewer than 2**31")
     table, first = ShapeTable.join([f.shapes for f in flats])
     shape = np.concatenate([f.call_shape + first[i] for i, f in enumerate(flats)])
     shift = np.concatenate([f.call_shift for f in flats])
@@ -341,6 +343,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     pt[:, [K.P_CREATED, K.P_NACT, K.P_NACK, K.P_SEL, K.P_ROUND]] = 0
     pt[:, K.P_ACT_LO] = act_lo
     pt[:, K.P_WAKE] = K.NEVER
+    pt[:, K.P_NPEND] = 0
     if fab.settings.get(K.F_POINT, 0) != 0:
         pass                        # frames are taken inside the fabric (module fabric)
     elif nics is None:
@@ -362,7 +365,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
                 tl=np.zeros((n_marks, 6), np.int64),
                 nv=np.zeros((T_ - n_nic if keep_nvlink else 0, 3), np.int64),
                 call_ab=call_ab, call_nst=np.zeros(call_ab.size, np.int32),
-                call_pbase=call_pbase.astype(np.int32), **fab.arrays)
+                call_pbase=call_pbase.astype(np.int32), wq=np.zeros(N, np.int64), **fab.arrays)
     rate = Fraction(repr(float(nvlink_gbps)))
     # most events one event can push: every transfer a rank sends or receives in an iteration
     # (a program step may start several calls), a transfer's dependents, twice over
@@ -386,7 +389,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     sc[K.ACKFREE] = -1
     sc[K.AB_CALL] = -1
     sc[K.MMASK] = -1 if keep_messages else ms.shape[0] - 1
-    eng = Engine(S, cf, sc, np.zeros((2 * head, 5), np.int64), np.zeros((1024, 3), np.int64),
+    eng = Engine(S, cf, sc, np.zeros((2 * head, 5), np.int64), np.zeros((1024, K.AQ_COLS), np.int64),
                  np.zeros((chunk_rows + 4 * gap + 1024, 7), np.int64), np.zeros(head, np.int64),
                  TransferView(S, table.dst, table.step, table.channel, table.offset, codes[:, 1], channels,
                               np.append(tr_base, T[-1])), codes, nic,
