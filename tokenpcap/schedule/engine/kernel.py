@@ -73,9 +73,6 @@ from tokenpcap.schedule.engine.progs import ab_done, arrived, flush_out, step
 from tokenpcap.schedule.engine.ring import room
 from tokenpcap.schedule.engine.wakeq import wake_key, wake_pop
 
-#: Pending ACKs of a NIC (link._ack_pending) above which an arrival at it queues those due.
-ACKS_PENDING = 16
-
 __all__ = ["State", "run", "commit", "push", "NEVER"]
 
 
@@ -191,9 +188,10 @@ def run(S, cf, sc, h, a, o, lst):
             r = (row[1] >> 24) & sc[MMASK]
             S.ms[r, M_ARR] = t
             d = S.ms[r, M_DST]
-            if S.pt[d, P_NPEND] > ACKS_PENDING:
-                # the receiver's ACKs due by now are queued (link._ack_pending): a NIC that
-                # never sends would otherwise keep every ACK of the run pending
+            e = S.pt[d, P_PHEAD]
+            if e >= 0 and a[e, AQ_T] < t:
+                # the receiver's ACKs due by now are queued (link._ack_pending): its list stays
+                # short, and a NIC that never sends does not keep every ACK of the run pending
                 advance(S, cf, sc, h, a, o, d, t)
             if S.ms[r, M_KIND] == 1:
                 ready(S, cf, sc, h, a, o, S.ms[r, M_PEER], t)

@@ -328,8 +328,6 @@ def advance(S, cf, sc, h, a, o, port, limit):
         touch(S, port, t)
         e = nx
     _advance(S, cf, sc, h, a, o, port, limit)
-    if pt[port, P_WAKE] < NEVER:
-        rewake(S, cf, sc, a, port)      # the queued ACKs moved the stop slot
 
 
 @njit(cache=True, _nrt=False)
@@ -339,8 +337,9 @@ def _ack_pending(S, cf, sc, a, port, msg, idx, t):
     heap orders ACK events (by time, then message and packet), until the port is next
     advanced past ``t`` (:func:`advance`, which queues it at ``t``: the frames before ``t``
     committed first, as the event did). Nothing else reads a port's ACK queue in between:
-    only :func:`advance` sends from it, and a wake predicted before the ACK is due is at most
-    early (:func:`rewake` counts the pending ACKs due before the stop slot)."""
+    only :func:`advance` sends from it; the port's exact wake (:func:`_rewake_ideal`) moves by
+    the ACK's layer-1 time when the ACK is due by it (a selected port's wake, capped, is early
+    anyway)."""
     pt = S.pt
     e = sc[ACKFREE]
     if e < 0:
@@ -371,8 +370,19 @@ def _ack_pending(S, cf, sc, a, port, msg, idx, t):
     else:
         pt[port, P_PTAIL] = e
     pt[port, P_NPEND] += 1
-    if t <= pt[port, P_WAKE] < NEVER:
-        _rewake_ideal(S, cf, sc, a, port, pt[port, P_NACT])
+    w = pt[port, P_WAKE]
+    if t <= w < NEVER and not pt[port, P_SEL]:
+        # the exact wake (_rewake_ideal) counted the pending ACKs due by it: this one delays it
+        # by an ACK, and so does each one due in the time it moved
+        q = pt[port, P_PTAIL]
+        while q >= 0 and a[q, AQ_T] > w:
+            q = a[q, AQ_PREV]
+        q = pt[port, P_PHEAD] if q < 0 else a[q, AQ_NEXT]
+        w += cf[ACK_NS]
+        while q >= 0 and a[q, AQ_T] <= w:
+            w += cf[ACK_NS]
+            q = a[q, AQ_NEXT]
+        wake_set(S, sc, port, w)
 
 
 @njit(cache=True, _nrt=False)
