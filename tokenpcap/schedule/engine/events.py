@@ -25,7 +25,7 @@ __all__ = [
     "NMSG", "NOW", "NOUT", "NLAUNCH", "ACKFREE", "ACKTOP", "NTL", "NNV", "ERR", "FRONT", "RDY_NEXT",
     "RDY_END", "MMASK", "HANDED", "HAND_ID", "MNEED", "AB_CALL", "AB_POS", "NSC", "NPOP",
     "NINLINE", "NSTALE", "NEMPTY", "NSTOP", "WN", "P_WPOS", "P_PHEAD", "P_PTAIL", "P_NPEND",
-    "AQ_MSG", "AQ_IDX", "AQ_NEXT", "AQ_T", "AQ_PREV", "AQ_COLS", "LAT",
+    "P_WKEY", "AQ_MSG", "AQ_IDX", "AQ_NEXT", "AQ_T", "AQ_PREV", "AQ_COLS", "LAT",
     "ACKDELAY", "ACK_NS", "ACK_FB", "EVERY", "CTS", "CTS_BYTES", "CTS_SHAPE", "ITERS", "WORLD",
     "NVL_NUM", "NVL_DEN", "NVL_LAT", "GAP", "CHUNK", "KEEP_HIST", "KEEP_NV", "NPORTS", "HEAD",
     "I_COMPUTE", "I_CALL", "I_WAIT", "I_MARK", "NS_HIGH", "M_BLOCK", "M_ASYNC", "M_SEND", "M_RECV", "M_WAIT", "W_NONE",
@@ -82,10 +82,11 @@ R_PC, R_END, R_IT, R_BLOCKED, R_SBUSY, R_SWAIT, R_SHEAD, R_STAIL = range(8)
 Q_PORT, Q_ORDER, Q_HEAD, Q_FHEAD, Q_FTAIL, Q_PSN, Q_COUNT, Q_BYTES = range(8)
 P_CLOCK, P_CREATED, P_ACT_LO, P_NACT, P_PTR, P_AHEAD, P_ATAIL, P_NACK, P_WAKE, P_SEL, P_STOP, P_ROUND, P_CUR = range(13)
 # a NIC port's data class is paused until P_PUNTIL (NEVER: until an XON), by PFC from its ToR;
-# its place in the wake heap (module wakeq; -1: no wake); with an ideal fabric its ACKs not yet
-# due (module link: a list of ACK-pool entries by due time, head, tail, length)
-P_PUNTIL, P_WPOS, P_PHEAD, P_PTAIL, P_NPEND = 13, 14, 15, 16, 17
-P_COLS = 18
+# its place in the wake heap (module wakeq; -1: not in it); with an ideal fabric its ACKs not yet
+# due (module link: a list of ACK-pool entries by due time, head, tail, length); the time the
+# wake heap holds it at (at most P_WAKE, module wakeq)
+P_PUNTIL, P_WPOS, P_PHEAD, P_PTAIL, P_NPEND, P_WKEY = 13, 14, 15, 16, 17, 18
+P_COLS = 19
 # ACK-pool entries ``a (E, AQ_COLS)``: message, packet index (+ flags << 24), next in its list;
 # with an ideal fabric the time the ACK is due at its NIC and the previous entry of its list
 AQ_MSG, AQ_IDX, AQ_NEXT, AQ_T, AQ_PREV = range(5)

@@ -66,12 +66,12 @@ from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - the kernel's
 from tokenpcap.schedule.engine.events import State, pop, push
 from tokenpcap.schedule.engine.fabric import free_event, hop, pfc_event
 from tokenpcap.schedule.engine.fabric_fast import drain
-from tokenpcap.schedule.engine.link import advance, queue_ack, ready, rewake
+from tokenpcap.schedule.engine.link import acks_due, advance, queue_ack, ready, rewake
 from tokenpcap.schedule.engine.nicpfc import nic_pause_end, nic_pfc
 from tokenpcap.schedule.engine.rpoint import cc_arrival, cc_timer
 from tokenpcap.schedule.engine.progs import ab_done, arrived, flush_out, step
 from tokenpcap.schedule.engine.ring import room
-from tokenpcap.schedule.engine.wakeq import wake_key, wake_pop
+from tokenpcap.schedule.engine.wakeq import wake_next, wake_peek, wake_pop
 
 __all__ = ["State", "run", "commit", "push", "NEVER"]
 
@@ -123,8 +123,9 @@ def run(S, cf, sc, h, a, o, lst):
                 return 3
             flush_out(S, cf, sc, h, lst, sc[NOW])
         pending = sc[RDY_NEXT] < sc[RDY_END]
-        wk = wake_key(S, sc)
+        wk = wake_peek(S, sc)
         if sc[NOUT] >= cf[CHUNK]:
+            wk = wake_next(S, sc)
             nk = h[0, 0] if sc[HN] > 0 and h[0, 0] < wk else wk
             sc[FRONT] = sc[NOW] if pending else nk >> 3
             return 1
@@ -145,7 +146,10 @@ def run(S, cf, sc, h, a, o, lst):
                 return 2
             continue
         if sc[HN] == 0 or wk < h[0, 0]:
-            # the next event is a port's wake (module wakeq)
+            # perhaps a port's wake (module wakeq: the peek is a lower bound)
+            wk = wake_next(S, sc)
+            if wk >= NEVER or (sc[HN] > 0 and h[0, 0] < wk):
+                continue
             t = wk >> 3
             sc[NOW] = t
             sc[NPOP + EV_WAKE] += 1
@@ -189,10 +193,10 @@ def run(S, cf, sc, h, a, o, lst):
             S.ms[r, M_ARR] = t
             d = S.ms[r, M_DST]
             e = S.pt[d, P_PHEAD]
-            if e >= 0 and a[e, AQ_T] < t:
+            if e >= 0 and a[e, AQ_T] <= t:
                 # the receiver's ACKs due by now are queued (link._ack_pending): its list stays
                 # short, and a NIC that never sends does not keep every ACK of the run pending
-                advance(S, cf, sc, h, a, o, d, t)
+                acks_due(S, cf, sc, h, a, o, d, t + 1)
             if S.ms[r, M_KIND] == 1:
                 ready(S, cf, sc, h, a, o, S.ms[r, M_PEER], t)
             else:

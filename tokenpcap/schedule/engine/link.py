@@ -28,7 +28,8 @@ from tokenpcap.schedule.engine.fabric import inject
 from tokenpcap.schedule.engine.pace import pace_next
 from tokenpcap.schedule.engine.wakeq import wake_set
 
-__all__ = ["advance", "rewake", "ready", "queue_ack", "touch", "act_link", "control_frame"]
+__all__ = ["advance", "acks_due", "rewake", "ready", "queue_ack", "touch", "act_link",
+           "control_frame"]
 
 
 @njit(cache=True, _nrt=False)
@@ -308,11 +309,18 @@ def control_frame(cf, flags):
 def advance(S, cf, sc, h, a, o, port, limit):
     """Commit every frame of ``port`` that starts before ``limit`` (ns), its ACKs due before
     ``limit`` queued each at its time (:func:`_ack_pending`)."""
+    e = S.pt[port, P_PHEAD]
+    if e >= 0 and a[e, AQ_T] < limit:
+        acks_due(S, cf, sc, h, a, o, port, limit)
+    _advance(S, cf, sc, h, a, o, port, limit)
+
+
+@njit(cache=True, _nrt=False)
+def acks_due(S, cf, sc, h, a, o, port, limit):
+    """Queue ``port``'s pending ACKs (:func:`_ack_pending`) due before ``limit`` (ns), each at
+    its time after committing the frames before it, as its own event did."""
     pt = S.pt
     e = pt[port, P_PHEAD]
-    if e < 0 or a[e, AQ_T] >= limit:
-        _advance(S, cf, sc, h, a, o, port, limit)
-        return
     while e >= 0 and a[e, AQ_T] < limit:
         # what the ACK's own event did at its time: commit before it, then queue it
         t = a[e, AQ_T]
@@ -327,7 +335,6 @@ def advance(S, cf, sc, h, a, o, port, limit):
         _ack_queue(S, a, port, e)
         touch(S, port, t)
         e = nx
-    _advance(S, cf, sc, h, a, o, port, limit)
 
 
 @njit(cache=True, _nrt=False)
