@@ -24,8 +24,7 @@ __all__ = [
     "EV_READY", "EV_ACK", "EV_ARRIVE", "EV_TIMER", "EV_WAKE", "NEVER", "MASK24", "HN", "SEQ",
     "NMSG", "NOW", "NOUT", "NLAUNCH", "ACKFREE", "ACKTOP", "NTL", "NNV", "ERR", "FRONT", "RDY_NEXT",
     "RDY_END", "MMASK", "HANDED", "HAND_ID", "MNEED", "AB_CALL", "AB_POS", "NSC", "NPOP",
-    "NINLINE", "NSTALE", "NEMPTY", "NSTOP", "WN", "P_WPOS", "P_PHEAD", "P_PTAIL", "P_NPEND",
-    "P_WKEY", "AQ_MSG", "AQ_IDX", "AQ_NEXT", "AQ_T", "AQ_PREV", "AQ_COLS", "LAT",
+    "NINLINE", "NSTALE", "NEMPTY", "NSTOP", "LAT",
     "ACKDELAY", "ACK_NS", "ACK_FB", "EVERY", "CTS", "CTS_BYTES", "CTS_SHAPE", "ITERS", "WORLD",
     "NVL_NUM", "NVL_DEN", "NVL_LAT", "GAP", "CHUNK", "KEEP_HIST", "KEEP_NV", "NPORTS", "HEAD",
     "I_COMPUTE", "I_CALL", "I_WAIT", "I_MARK", "NS_HIGH", "M_BLOCK", "M_ASYNC", "M_SEND", "M_RECV", "M_WAIT", "W_NONE",
@@ -81,16 +80,9 @@ A_RANK, A_PENDING, A_STARTED, A_WAITER, A_SNEXT, A_CALL = range(6)
 R_PC, R_END, R_IT, R_BLOCKED, R_SBUSY, R_SWAIT, R_SHEAD, R_STAIL = range(8)
 Q_PORT, Q_ORDER, Q_HEAD, Q_FHEAD, Q_FTAIL, Q_PSN, Q_COUNT, Q_BYTES = range(8)
 P_CLOCK, P_CREATED, P_ACT_LO, P_NACT, P_PTR, P_AHEAD, P_ATAIL, P_NACK, P_WAKE, P_SEL, P_STOP, P_ROUND, P_CUR = range(13)
-# a NIC port's data class is paused until P_PUNTIL (NEVER: until an XON), by PFC from its ToR;
-# its place in the wake heap (module wakeq; -1: not in it); with an ideal fabric its ACKs not yet
-# due (module link: a list of ACK-pool entries by due time, head, tail, length); the time the
-# wake heap holds it at (at most P_WAKE, module wakeq)
-P_PUNTIL, P_WPOS, P_PHEAD, P_PTAIL, P_NPEND, P_WKEY = 13, 14, 15, 16, 17, 18
-P_COLS = 19
-# ACK-pool entries ``a (E, AQ_COLS)``: message, packet index (+ flags << 24), next in its list;
-# with an ideal fabric the time the ACK is due at its NIC and the previous entry of its list
-AQ_MSG, AQ_IDX, AQ_NEXT, AQ_T, AQ_PREV = range(5)
-AQ_COLS = 5
+# a NIC port's data class is paused until P_PUNTIL (NEVER: until an XON), by PFC from its ToR
+P_PUNTIL = 13
+P_COLS = 14
 X_Q, X_HEAD, X_N, X_NEXT, X_D0, X_D1, X_D2, X_SUCC, X_PRED, X_ON = range(10)
 R_NVL, R_MARK = 8, 9   # rk columns after the stream state (R_MARK .. R_MARK + 3: mark starts)
 # the queued fabric (module fabric). Switch ports ``fp (P, FP_COLS)``: owner switch, port number,
@@ -180,9 +172,6 @@ class State(NamedTuple):
     reaction point NIC, QP), the rate log ``lgr`` float64 ``(L, NRL)`` and the per-QP DCQCN state
     ``rp`` float64 ``(Q, NDQ)`` and parameters ``rpp`` float64 ``(NDP,)``
     (:mod:`tokenpcap.schedule.engine.dcqcn`), and per QP its peer NIC ``q_peer``.
-
-    The wakes: ``wq (N,)`` a binary heap of the ports that have one
-    (:mod:`tokenpcap.schedule.engine.wakeq`).
     """
 
     ms: np.ndarray
@@ -241,8 +230,6 @@ class State(NamedTuple):
     rp: np.ndarray
     rpp: np.ndarray
     q_peer: np.ndarray
-    # the wake heap (module wakeq)
-    wq: np.ndarray
 
 
 # ---------------------------------------------------------------- heap
@@ -379,9 +366,7 @@ AB_CALL, AB_POS = 30, 31
 #: that committed no stop slot (``NEMPTY``), stop slots committed (``NSTOP``)
 NPOP = 32
 NINLINE, NSTALE, NEMPTY, NSTOP = 40, 41, 42, 43
-#: scalar slot: ports in the wake heap (module wakeq)
-WN = 44
-NSC = 45
+NSC = 44
 #: config slots: ECN marking (0 off, 1 at dequeue, 2 at enqueue), bitmask of the marked
 #: priorities, RED draw seed, congestion control (0 none, 1 DCQCN), a notification point's
 #: least ns between two CNPs of one QP (0: one per marked packet), CNP inside the ACK, CNP

@@ -24,22 +24,11 @@ overhead), computed so that the cost of a message does not depend on its packet 
 * **Events** are those of the discrete-event engine, in the same total order: a binary heap keyed
   by ``(time, type, key, insertion)`` with types READY < ACK < ARRIVE < TIMER < WAKE, READY keyed
   by message id, ACK by (message, packet), ARRIVE by message, WAKE by NIC, timers by insertion.
-  Three kinds need no heap entry:
-
-  - the READYs an event creates at its own instant sort before everything left at that instant
-    and in id order, so they are handled right after it;
-  - a NIC has at most one WAKE, at the start of its predicted stop slot: the NICs with one form
-    an indexed heap of their own (:mod:`~tokenpcap.schedule.engine.wakeq`, merged with the event
-    heap by ``time·8 + type``), where a wake that moves is moved, not left behind as a stale
-    entry; with an ideal fabric the prediction is exact (it counts the ACKs that will be queued
-    before the stop slot), so a wake commits a stop slot;
-  - with an ideal fabric an ACK changes only its NIC's ACK queue, which only that NIC's commits
-    read: it waits in the NIC's list of pending ACKs (in the heap's order) and is queued, at its
-    time, when the NIC is next advanced past it (:func:`~tokenpcap.schedule.engine.link.advance`);
-    an arrival at a NIC with many pending queues them.
-
-  Arrivals are pushed when their packet is committed. The same inputs therefore give the same
-  message times, ids, QP rotation orders and packets as the Python engine.
+  The READYs an event creates at its own instant sort before everything left at that instant and
+  in id order, so they are handled right after it without the heap.
+  A WAKE comes at the start of a NIC's predicted stop slot; arrivals and ACKs are pushed when
+  their packet is committed. The same inputs therefore give the same message times, ids, QP
+  rotation orders and packets as the Python engine.
 * **Packets only where asked.** A NIC with ``p_sel`` set writes a row per frame it sends into the
   output buffer as its slots are committed (the slots of an epoch are walked one by one there);
   the others only advance their clocks. A selected NIC's wake is also capped at ``gap`` shortest
@@ -66,12 +55,11 @@ from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - the kernel's
 from tokenpcap.schedule.engine.events import State, pop, push
 from tokenpcap.schedule.engine.fabric import free_event, hop, pfc_event
 from tokenpcap.schedule.engine.fabric_fast import drain
-from tokenpcap.schedule.engine.link import acks_due, advance, queue_ack, ready, rewake
+from tokenpcap.schedule.engine.link import advance, queue_ack, ready, rewake
 from tokenpcap.schedule.engine.nicpfc import nic_pause_end, nic_pfc
 from tokenpcap.schedule.engine.rpoint import cc_arrival, cc_timer
 from tokenpcap.schedule.engine.progs import ab_done, arrived, flush_out, step
 from tokenpcap.schedule.engine.ring import room
-from tokenpcap.schedule.engine.wakeq import wake_next, wake_peek, wake_pop
 
 __all__ = ["State", "run", "commit", "push", "NEVER"]
 
@@ -81,7 +69,7 @@ def commit(S, cf, sc, h, a, o, port, limit):
     """Commit ``port``'s frames that start before ``limit`` (and queue its next wake)."""
     advance(S, cf, sc, h, a, o, port, limit)
     if limit < NEVER:
-        rewake(S, cf, sc, a, port)
+        rewake(S, cf, sc, h, port)
 
 
 @njit(cache=True)
@@ -100,8 +88,7 @@ def run(S, cf, sc, h, a, o, lst):
     going through the heap. The messages of the transfers an event launches are created after
     it, before anything else (the launch list keeps them across a return)."""
     row = np.empty(5, np.int64)
-    while (sc[HN] > 0 or sc[WN] > 0 or sc[RDY_NEXT] < sc[RDY_END] or sc[NLAUNCH] > 0
-           or sc[AB_CALL] >= 0):
+    while sc[HN] > 0 or sc[RDY_NEXT] < sc[RDY_END] or sc[NLAUNCH] > 0 or sc[AB_CALL] >= 0:
         if sc[AB_CALL] >= 0:
             # the rest of an NVLink-only call's end, once the buffers have grown (progs.ab_done)
             if sc[NLAUNCH] + cf[HEAD] > lst.shape[0] or sc[HN] + cf[HEAD] > h.shape[0]:
@@ -123,11 +110,8 @@ def run(S, cf, sc, h, a, o, lst):
                 return 3
             flush_out(S, cf, sc, h, lst, sc[NOW])
         pending = sc[RDY_NEXT] < sc[RDY_END]
-        wk = wake_peek(S, sc)
         if sc[NOUT] >= cf[CHUNK]:
-            wk = wake_next(S, sc)
-            nk = h[0, 0] if sc[HN] > 0 and h[0, 0] < wk else wk
-            sc[FRONT] = sc[NOW] if pending else nk >> 3
+            sc[FRONT] = sc[NOW] if pending else h[0, 0] >> 3
             return 1
         if (sc[HN] + cf[HEAD] > h.shape[0] or cf[HEAD] > lst.shape[0]
                 or (sc[ACKFREE] < 0 and sc[ACKTOP] + 64 > a.shape[0])
@@ -145,29 +129,23 @@ def run(S, cf, sc, h, a, o, lst):
             if sc[ERR]:
                 return 2
             continue
-        if sc[HN] == 0 or wk < h[0, 0]:
-            # perhaps a port's wake (module wakeq: the peek is a lower bound)
-            wk = wake_next(S, sc)
-            if wk >= NEVER or (sc[HN] > 0 and h[0, 0] < wk):
-                continue
-            t = wk >> 3
-            sc[NOW] = t
-            sc[NPOP + EV_WAKE] += 1
-            port = wake_pop(S, sc)
-            stops = sc[NSTOP]
-            advance(S, cf, sc, h, a, o, port, t + 1)
-            if sc[NSTOP] == stops:
-                sc[NEMPTY] += 1
-            rewake(S, cf, sc, a, port)
-            if sc[ERR]:
-                return 2
-            continue
         pop(h, sc, row)
         t = row[0] >> 3
         typ = row[0] & 7
         sc[NOW] = t
         sc[NPOP + typ] += 1
-        if typ == EV_HOP:
+        if typ == EV_WAKE:
+            port = row[3]
+            if t == S.pt[port, P_WAKE]:
+                S.pt[port, P_WAKE] = NEVER
+                stops = sc[NSTOP]
+                advance(S, cf, sc, h, a, o, port, t + 1)
+                if sc[NSTOP] == stops:
+                    sc[NEMPTY] += 1
+                rewake(S, cf, sc, h, port)
+            else:
+                sc[NSTALE] += 1
+        elif typ == EV_HOP:
             nic, k = hop(S, cf, sc, h, o, row[3], t)
             if nic >= 0 and S.pk[k, PK_KIND] == PKT_PFC:
                 nic_pfc(S, cf, sc, h, a, o, nic, k, t)
@@ -187,16 +165,10 @@ def run(S, cf, sc, h, a, o, lst):
             advance(S, cf, sc, h, a, o, port, t)
             queue_ack(S, cf, sc, a, port, row[1] >> 24, (row[1] & MASK24) + (row[4] << 24), t)
             if cf[FAB]:
-                rewake(S, cf, sc, a, port)
+                rewake(S, cf, sc, h, port)
         elif typ == EV_ARRIVE:
             r = (row[1] >> 24) & sc[MMASK]
             S.ms[r, M_ARR] = t
-            d = S.ms[r, M_DST]
-            e = S.pt[d, P_PHEAD]
-            if e >= 0 and a[e, AQ_T] <= t:
-                # the receiver's ACKs due by now are queued (link._ack_pending): its list stays
-                # short, and a NIC that never sends does not keep every ACK of the run pending
-                acks_due(S, cf, sc, h, a, o, d, t + 1)
             if S.ms[r, M_KIND] == 1:
                 ready(S, cf, sc, h, a, o, S.ms[r, M_PEER], t)
             else:

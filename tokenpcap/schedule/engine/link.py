@@ -26,10 +26,8 @@ from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and 
 from tokenpcap.schedule.engine.events import emit, push
 from tokenpcap.schedule.engine.fabric import inject
 from tokenpcap.schedule.engine.pace import pace_next
-from tokenpcap.schedule.engine.wakeq import wake_set
 
-__all__ = ["advance", "acks_due", "rewake", "ready", "queue_ack", "touch", "act_link",
-           "control_frame"]
+__all__ = ["advance", "rewake", "ready", "queue_ack", "touch", "act_link", "control_frame"]
 
 
 @njit(cache=True, _nrt=False)
@@ -158,7 +156,7 @@ def _act_remove(S, port, e):
 
 
 @njit(cache=True, _nrt=False)
-def _epoch(S, cf, sc, h, a, o, port, limit):
+def _epoch(S, cf, sc, h, o, port, limit):
     """Commit the slots of the rotation that start before ``limit``, up to the stop slot."""
     ax = S.ax
     ms = S.ms
@@ -256,12 +254,8 @@ def _epoch(S, cf, sc, h, a, o, port, limit):
         pace_leave(S, sc, h, port, el, t)           # a stop only for its pacing
         return
     if not fab:
-        # the ACK is due at the receiver's NIC LAT + ACKDELAY after the packet's last bit
-        d = ms[r, M_DST]
-        _ack_pending(S, cf, sc, a, d, hm, nxt_pkt - 1, t + cf[LAT] + cf[ACKDELAY])
-        if mk >= 0 and pt[d, P_SEL]:
-            ms[r, M_NACK] += 1          # settled when its frame is made (advance)
-    elif mk >= 0:
+        push(h, sc, t + cf[LAT] + cf[ACKDELAY], EV_ACK, hm * (MASK24 + 1) + nxt_pkt - 1, ms[r, M_DST], 0)
+    if mk >= 0:
         ms[r, M_NACK] += 1
     if nxt_pkt == ax[el, X_N]:
         ms[r, M_LAST] = t
@@ -307,93 +301,7 @@ def control_frame(cf, flags):
 
 @njit(cache=True, _nrt=False)
 def advance(S, cf, sc, h, a, o, port, limit):
-    """Commit every frame of ``port`` that starts before ``limit`` (ns), its ACKs due before
-    ``limit`` queued each at its time (:func:`_ack_pending`)."""
-    e = S.pt[port, P_PHEAD]
-    if e >= 0 and a[e, AQ_T] < limit:
-        acks_due(S, cf, sc, h, a, o, port, limit)
-    _advance(S, cf, sc, h, a, o, port, limit)
-
-
-@njit(cache=True, _nrt=False)
-def acks_due(S, cf, sc, h, a, o, port, limit):
-    """Queue ``port``'s pending ACKs (:func:`_ack_pending`) due before ``limit`` (ns), each at
-    its time after committing the frames before it, as its own event did."""
-    pt = S.pt
-    e = pt[port, P_PHEAD]
-    while e >= 0 and a[e, AQ_T] < limit:
-        # what the ACK's own event did at its time: commit before it, then queue it
-        t = a[e, AQ_T]
-        _advance(S, cf, sc, h, a, o, port, t)
-        nx = a[e, AQ_NEXT]
-        pt[port, P_PHEAD] = nx
-        if nx >= 0:
-            a[nx, AQ_PREV] = -1
-        else:
-            pt[port, P_PTAIL] = -1
-        pt[port, P_NPEND] -= 1
-        _ack_queue(S, a, port, e)
-        touch(S, port, t)
-        e = nx
-
-
-@njit(cache=True, _nrt=False)
-def _ack_pending(S, cf, sc, a, port, msg, idx, t):
-    """An ACK of packet ``idx`` of message ``msg`` is due at ``port``'s NIC at ``t`` (ideal
-    fabric). Instead of an event it waits in the port's list of pending ACKs, ordered as the
-    heap orders ACK events (by time, then message and packet), until the port is next
-    advanced past ``t`` (:func:`advance`, which queues it at ``t``: the frames before ``t``
-    committed first, as the event did). Nothing else reads a port's ACK queue in between:
-    only :func:`advance` sends from it; the port's exact wake (:func:`_rewake_ideal`) moves by
-    the ACK's layer-1 time when the ACK is due by it (a selected port's wake, capped, is early
-    anyway)."""
-    pt = S.pt
-    e = sc[ACKFREE]
-    if e < 0:
-        e = sc[ACKTOP]
-        if e == a.shape[0]:
-            sc[ERR] = 3
-            return
-        sc[ACKTOP] = e + 1
-    else:
-        sc[ACKFREE] = a[e, AQ_NEXT]
-    a[e, AQ_MSG] = msg
-    a[e, AQ_IDX] = idx
-    a[e, AQ_T] = t
-    key = msg * (MASK24 + 1) + idx
-    # from the tail back to the last entry that comes before (usually the tail itself)
-    p = pt[port, P_PTAIL]
-    while p >= 0 and (a[p, AQ_T] > t or (a[p, AQ_T] == t and a[p, AQ_MSG] * (MASK24 + 1) + a[p, AQ_IDX] > key)):
-        p = a[p, AQ_PREV]
-    nx = pt[port, P_PHEAD] if p < 0 else a[p, AQ_NEXT]
-    a[e, AQ_PREV] = p
-    a[e, AQ_NEXT] = nx
-    if p >= 0:
-        a[p, AQ_NEXT] = e
-    else:
-        pt[port, P_PHEAD] = e
-    if nx >= 0:
-        a[nx, AQ_PREV] = e
-    else:
-        pt[port, P_PTAIL] = e
-    pt[port, P_NPEND] += 1
-    w = pt[port, P_WAKE]
-    if t <= w < NEVER and not pt[port, P_SEL]:
-        # the exact wake (_rewake_ideal) counted the pending ACKs due by it: this one delays it
-        # by an ACK, and so does each one due in the time it moved
-        q = pt[port, P_PTAIL]
-        while q >= 0 and a[q, AQ_T] > w:
-            q = a[q, AQ_PREV]
-        q = pt[port, P_PHEAD] if q < 0 else a[q, AQ_NEXT]
-        w += cf[ACK_NS]
-        while q >= 0 and a[q, AQ_T] <= w:
-            w += cf[ACK_NS]
-            q = a[q, AQ_NEXT]
-        wake_set(S, sc, port, w)
-
-
-@njit(cache=True, _nrt=False)
-def _advance(S, cf, sc, h, a, o, port, limit):
+    """Commit every frame of ``port`` that starts before ``limit`` (ns)."""
     ms = S.ms
     mk = sc[MMASK]
     pt = S.pt
@@ -436,7 +344,7 @@ def _advance(S, cf, sc, h, a, o, port, limit):
                     break
                 pt[port, P_CLOCK] = u
                 continue
-            _epoch(S, cf, sc, h, a, o, port, limit)
+            _epoch(S, cf, sc, h, o, port, limit)
         else:
             break
 
@@ -449,41 +357,22 @@ def touch(S, port, t):
 
 
 @njit(cache=True, _nrt=False)
-def rewake(S, cf, sc, a, port):
-    """Set ``port``'s wake (module wakeq) at the predicted start of its stop slot: with an ideal
-    fabric exactly there (:func:`_rewake_ideal`), with a queued one unless it has an earlier
-    wake (:func:`_rewake_fab`)."""
+def rewake(S, cf, sc, h, port):
+    """Queue a wake at the predicted start of ``port``'s stop slot unless one is queued earlier."""
     pt = S.pt
     k = pt[port, P_NACT]
     if cf[FAB]:
-        _rewake_fab(S, cf, sc, port, k)
+        _rewake_fab(S, cf, sc, h, port, k)
         return
-    _rewake_ideal(S, cf, sc, a, port, k)
-
-
-@njit(cache=True, _nrt=False)
-def _rewake_ideal(S, cf, sc, a, port, k):
-    """:func:`rewake` with an ideal fabric: the wake moves to the predicted start of the stop
-    slot, earlier or later. Exact, since with an ideal fabric nothing changes a port's
-    rotation without a rewake (posting a message on an idle QP, a wake, a commit), except
-    the ACKs it queues, which only delay it: those already due are counted, and each pending
-    one due before the stop slot starts delays it by an ACK's layer-1 time (strict priority,
-    sent at the next frame boundary), as does one added later (:func:`_ack_pending`)."""
-    pt = S.pt
     if k == 0:
-        wake_set(S, sc, port, NEVER)
         return
-    a_ns = cf[ACK_NS]
-    base = pt[port, P_CLOCK] + pt[port, P_NACK] * a_ns
+    base = pt[port, P_CLOCK] + pt[port, P_NACK] * cf[ACK_NS]
     t = _stop_start(S, cf, port, k, base)
     if pt[port, P_SEL]:
         t = _gap_cap(S, cf, port, k, base, t)
-    else:
-        e = pt[port, P_PHEAD]
-        while e >= 0 and a[e, AQ_T] <= t:
-            t += a_ns
-            e = a[e, AQ_NEXT]
-    wake_set(S, sc, port, t)
+    if t < pt[port, P_WAKE]:
+        pt[port, P_WAKE] = t
+        push(h, sc, t, EV_WAKE, port * (MASK24 + 1), port, 0)
 
 
 @njit(cache=True, _nrt=False)
@@ -525,13 +414,15 @@ def _stop_start(S, cf, port, k, base):
 
 
 @njit(cache=True, _nrt=False)
-def _wake_at(S, sc, port, t):
-    if t < S.pt[port, P_WAKE]:
-        wake_set(S, sc, port, t)
+def _wake_at(S, sc, h, port, t):
+    pt = S.pt
+    if t < pt[port, P_WAKE]:
+        pt[port, P_WAKE] = t
+        push(h, sc, t, EV_WAKE, port * (MASK24 + 1), port, 0)
 
 
 @njit(cache=True, _nrt=False)
-def _rewake_fab(S, cf, sc, port, k):
+def _rewake_fab(S, cf, sc, h, port, k):
     """:func:`rewake` with a queued fabric: the predicted stop slot (for a selected NIC at most
     ``cf[GAP]`` shortest frames away), a pause, and the cap that commits every frame before it
     reaches the ToR (``cf[F_CAP]``: :func:`tokenpcap.schedule.engine.fabstate.wake_cap_ns`)."""
@@ -555,7 +446,7 @@ def _rewake_fab(S, cf, sc, port, k):
     if first < NEVER and first + cf[F_CAP] < t:
         t = first + cf[F_CAP]
     if t < NEVER:
-        _wake_at(S, sc, port, t)
+        _wake_at(S, sc, h, port, t)
 
 
 @njit(cache=True, _nrt=False)
@@ -581,7 +472,7 @@ def ready(S, cf, sc, h, a, o, mid, t):
         qp[q, Q_HEAD] = mid
         _act_insert(S, sc, port, q, mid)
         touch(S, port, t)
-        rewake(S, cf, sc, a, port)
+        rewake(S, cf, sc, h, port)
     else:
         ms[r, M_LINK] = -1
         if qp[q, Q_FTAIL] >= 0:
@@ -603,21 +494,16 @@ def queue_ack(S, cf, sc, a, port, msg, idx, t):
         sc[ACKTOP] = e + 1
     else:
         sc[ACKFREE] = a[e, 2]
-    a[e, AQ_MSG] = msg
-    a[e, AQ_IDX] = idx
-    _ack_queue(S, a, port, e)
-    touch(S, port, t)
-
-
-@njit(cache=True, _nrt=False)
-def _ack_queue(S, a, port, e):
-    """ACK-pool entry ``e`` joins the tail of ``port``'s ACK queue."""
-    pt = S.pt
-    a[e, AQ_NEXT] = -1
+    a[e, 0] = msg
+    a[e, 1] = idx
+    a[e, 2] = -1
+    if not pt[port, P_SEL] and sc[MMASK] >= 0 and not cf[FAB]:
+        S.ms[msg & sc[MMASK], M_NACK] -= 1     # never read for its message again (module ring)
     if pt[port, P_ATAIL] >= 0:
-        a[pt[port, P_ATAIL], AQ_NEXT] = e
+        a[pt[port, P_ATAIL], 2] = e
     else:
         pt[port, P_AHEAD] = e
     pt[port, P_ATAIL] = e
     pt[port, P_NACK] += 1
+    touch(S, port, t)
 

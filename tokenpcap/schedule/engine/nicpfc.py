@@ -46,7 +46,7 @@ def nic_pfc(S, cf, sc, h, a, o, nic, k, t):
             u = t + (quanta * 512 * fn[nic, FN_RDEN] + fn[nic, FN_RNUM] - 1) // fn[nic, FN_RNUM]
             pt[nic, P_PUNTIL] = u
             push(h, sc, u, EV_PFC, (1 << 40) + nic, 2, nic)
-    rewake(S, cf, sc, a, nic)
+    rewake(S, cf, sc, h, nic)
 
 
 @njit(cache=True, _nrt=False)
@@ -56,4 +56,4 @@ def nic_pause_end(S, cf, sc, h, a, o, nic, t):
     if pt[nic, P_PUNTIL] == t:
         S.fn[nic, FN_PAUSED_NS] += t - S.fn[nic, FN_PAUSE_T0]
         touch(S, nic, t)
-        rewake(S, cf, sc, a, nic)
+        rewake(S, cf, sc, h, nic)

@@ -51,5 +51,5 @@ def np_ce(S, cf, sc, h, a, o, nic, k, t):
                 queue_ack(S, cf, sc, a, nic, msg, pk[k, PK_IDX] + (AQ_CNP << 24), t)
                 if sc[MMASK] >= 0:
                     S.ms[msg & sc[MMASK], M_NACK] += 1      # the CNP holds the row (module ring)
-                rewake(S, cf, sc, a, nic)
+                rewake(S, cf, sc, h, nic)
     deliver(S, cf, sc, h, nic, k, t, aflags)

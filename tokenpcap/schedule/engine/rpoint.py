@@ -60,7 +60,7 @@ def _set_rate(S, cf, sc, h, a, o, q, t):
         advance(S, cf, sc, h, a, o, port, t)
         S.ax[r, X_RATE] = new
         S.pt[port, P_STOP] = -1
-        rewake(S, cf, sc, a, port)
+        rewake(S, cf, sc, h, port)
 
 
 @njit(cache=True, _nrt=False)
@@ -97,4 +97,4 @@ def cc_timer(S, cf, sc, h, a, o, kind, q, t):
     advance(S, cf, sc, h, a, o, port, t)
     act_link(S, port, r)
     touch(S, port, t)
-    rewake(S, cf, sc, a, port)
+    rewake(S, cf, sc, h, port)

@@ -343,7 +343,6 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     pt[:, [K.P_CREATED, K.P_NACT, K.P_NACK, K.P_SEL, K.P_ROUND]] = 0
     pt[:, K.P_ACT_LO] = act_lo
     pt[:, K.P_WAKE] = K.NEVER
-    pt[:, K.P_NPEND] = 0
     if fab.settings.get(K.F_POINT, 0) != 0:
         pass                        # frames are taken inside the fabric (module fabric)
     elif nics is None:
@@ -365,7 +364,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
                 tl=np.zeros((n_marks, 6), np.int64),
                 nv=np.zeros((T_ - n_nic if keep_nvlink else 0, 3), np.int64),
                 call_ab=call_ab, call_nst=np.zeros(call_ab.size, np.int32),
-                call_pbase=call_pbase.astype(np.int32), wq=np.zeros(N, np.int64), **fab.arrays)
+                call_pbase=call_pbase.astype(np.int32), **fab.arrays)
     rate = Fraction(repr(float(nvlink_gbps)))
     # most events one event can push: every transfer a rank sends or receives in an iteration
     # (a program step may start several calls), a transfer's dependents, twice over
@@ -389,7 +388,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     sc[K.ACKFREE] = -1
     sc[K.AB_CALL] = -1
     sc[K.MMASK] = -1 if keep_messages else ms.shape[0] - 1
-    eng = Engine(S, cf, sc, np.zeros((2 * head, 5), np.int64), np.zeros((1024, K.AQ_COLS), np.int64),
+    eng = Engine(S, cf, sc, np.zeros((2 * head, 5), np.int64), np.zeros((1024, 3), np.int64),
                  np.zeros((chunk_rows + 4 * gap + 1024, 7), np.int64), np.zeros(head, np.int64),
                  TransferView(S, table.dst, table.step, table.channel, table.offset, codes[:, 1], channels,
                               np.append(tr_base, T[-1])), codes, nic,
