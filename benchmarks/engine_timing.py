@@ -21,26 +21,42 @@ and the ratio to the reference. The compiled engine's first use in a fresh envir
 compiled and the reference runs must agree exactly (message table and frames); the script checks
 it and says so.
 
-Run: ``python benchmarks/engine_timing.py [--scenario NAME --scale K ...] [--big NAME ...]``
+With ``--against TREE`` (a git revision, or the directory of another checkout, e.g. a
+``git worktree`` of ``main``), each ``--big`` case is timed in a fresh child process per tree,
+the other tree first, then this one, and printed side by side: RDMA messages per CPU second of
+``run`` (timing only), the heap's pushes and pops per message (``sc[SEQ]`` counts every push;
+every pushed event is popped by the end) and, where the tree counts them
+(``Schedule.event_counts``), the events popped per message by kind, the wakes that found their
+port's wake moved (stale) or committed no stop slot (empty). Both trees must time the same
+messages; the script says so.
+
+Run: ``python benchmarks/engine_timing.py [--scenario NAME --scale K ...] [--big NAME ...]
+[--against REV|DIR] [--repeat N]``
 """
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+# the package of this checkout, or of the tree a child process times (--child TREE)
+TREE = sys.argv[sys.argv.index("--child") + 1] if "--child" in sys.argv[:-1] else str(ROOT)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(ROOT))                 # this checkout's package, whatever is installed
+sys.path.insert(0, TREE)                      # that package, whatever is installed
 
 from common import loadavg, machine  # noqa: E402
 
 from tokenpcap.config.profiles import load_scenario  # noqa: E402
 from tokenpcap.lower import Lowering  # noqa: E402
 from tokenpcap.plan.build import build_plan  # noqa: E402
+from tokenpcap.schedule.engine.events import SEQ  # noqa: E402
 from tokenpcap.schedule.reference import ReferenceSchedule  # noqa: E402
 from tokenpcap.schedule.runner import Schedule  # noqa: E402
 
@@ -130,19 +146,106 @@ def big(name: str, scale: int) -> None:
     row("compiled, timing only", sched.n_messages, b, r, f)
 
 
+def _warm() -> None:
+    warm = build_plan(_scenario("gpt2-all-cross"), scale=64)
+    for _ in Schedule(warm, iterations=1).run():
+        pass
+
+
+def child(name: str, scale: int) -> None:
+    """Time one case in this process (the package of ``TREE``): one JSON line on stdout."""
+    _warm()
+    s = _scenario(name)
+    c = _clock()
+    plan = build_plan(s, scale=scale)
+    p = _since(c)
+    sched, b, r, _, _ = run_new(plan, (), lower=False)
+    counts = getattr(sched, "event_counts", None)
+    print(json.dumps({"messages": sched.n_messages, "plan_cpu": p[0], "build_cpu": b[0],
+                      "run_cpu": r[0], "run_wall": r[1], "pushed": int(sched._eng.sc[SEQ]),
+                      "counts": counts}))
+
+
+def _tree_dir(rev: str, tmp: str) -> tuple[str, Path]:
+    """``(label, directory)`` of another tree: a checkout's directory as it is, or a git
+    revision's ``tokenpcap`` extracted into ``tmp``."""
+    if Path(rev).is_dir():
+        head = subprocess.run(["git", "-C", rev, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True).stdout.strip()
+        return f"{Path(rev).name} ({head or 'no git'})", Path(rev)
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    arc = subprocess.run(["git", "-C", str(ROOT), "archive", sha, "tokenpcap"],
+                         capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", tmp], input=arc, check=True)
+    return f"{rev} ({sha})", Path(tmp)
+
+
+def _per_message(r: dict) -> str:
+    n = max(1, r["messages"])
+    heap = 2 * r["pushed"] / n
+    text = f"heap push+pop {heap:4.2f}/msg"
+    c = r.get("counts")
+    if c:
+        kinds = ", ".join(f"{k} {c[k] / n:.2f}" for k in ("ack", "arrive", "timer", "wake", "inline")
+                          if c.get(k))
+        text = (f"heap push+pop {(c['pushed'] + sum(c[k] for k in ('ready', 'ack', 'arrive', 'timer', 'wake', 'hop', 'free', 'pfc'))) / n:4.2f}/msg"
+                f" (popped per msg: {kinds}; stale wakes {c['stale_wakes'] / n:.2f}, empty wakes "
+                f"{c['empty_wakes'] / n:.2f}, stop slots {c['stops'] / n:.2f})")
+    return text
+
+
+def against(rev: str, bigs, repeat: int) -> None:
+    """The ``--big`` cases timed by the other tree and this one, in fresh child processes."""
+    here = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = [_tree_dir(rev, tmp), (f"this tree ({here})", ROOT)]
+        for name, scale in bigs:
+            print(f"{name} --scale {scale}: timing only, every NIC timed, no frame made")
+            seen = set()
+            for _ in range(repeat):
+                for label, tree in trees:
+                    out = subprocess.run([sys.executable, __file__, "--big", name, "--big-scale",
+                                          str(scale), "--child", str(tree)],
+                                         capture_output=True, text=True, check=True)
+                    r = json.loads(out.stdout.strip().splitlines()[-1])
+                    seen.add(r["messages"])
+                    rate = r["messages"] / r["run_cpu"] if r["run_cpu"] > 0 else float("inf")
+                    print(f"  {label:<24} plan {r['plan_cpu']:6.1f} s build {r['build_cpu']:6.1f} s "
+                          f"run {r['run_cpu']:7.2f} s cpu {r['run_wall']:7.2f} s wall "
+                          f"{r['messages']:>12,} msgs {rate:>11,.0f} msg/s  {_per_message(r)}; "
+                          f"load {loadavg()}")
+            print("  both trees timed the same messages" if len(seen) == 1 else
+                  f"  DIFFERENT message counts: {sorted(seen)}")
+            if len(seen) != 1:
+                raise SystemExit(1)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenario", action="append", help="scenario both engines run (repeatable)")
     ap.add_argument("--scale", action="append", type=int, help="its --scale (one per --scenario)")
     ap.add_argument("--big", action="append", default=[], help="scenario only the compiled engine runs")
     ap.add_argument("--big-scale", action="append", type=int, help="its --scale (one per --big)")
+    ap.add_argument("--against", help="another tree (git revision or checkout directory): the "
+                    "--big cases side by side, each in a fresh process")
+    ap.add_argument("--repeat", type=int, default=1, help="with --against: rounds of both trees")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    cases = list(zip(a.scenario or ["mixtral-8x7b-ep"], a.scale or [1000]))
     bigs = list(zip(a.big, a.big_scale or [1] * len(a.big)))
-    print(f"{machine()}; load {loadavg()}")
-    warm = build_plan(_scenario("gpt2-all-cross"), scale=64)
-    for _ in Schedule(warm, iterations=1).run():
-        pass
+    if a.child:
+        child(*bigs[0])
+        return
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine()}; load {loadavg()}")
+    if a.against:
+        against(a.against, bigs, a.repeat)
+        if not a.scenario:
+            print(f"load after: {loadavg()}")
+            return
+        bigs = []
+    cases = list(zip(a.scenario or ["mixtral-8x7b-ep"], a.scale or [1000]))
+    _warm()
     for name, scale in cases:
         compare(name, scale)
     for name, scale in bigs:

@@ -132,6 +132,14 @@ def test_engine_timing_compares_both_engines_and_finds_them_identical():
     assert out.count("msg/s") == 4
 
 
+def test_engine_timing_against_another_tree_runs_both_and_counts_the_events():
+    """--against with a checkout's directory (this one: its engine is compiled already) times
+    the case in a child per tree and prints the heap operations and events per message."""
+    out = run("engine_timing.py", "--big", "dante", "--big-scale", "64", "--against", str(ROOT))
+    assert len(re.findall(r"^  \S.* msg/s  heap push\+pop [0-9.]+/msg", out, re.M)) == 2
+    assert "popped per msg: ack " in out and "both trees timed the same messages" in out
+
+
 def test_fuzz_campaign_runs_and_reports(tmp_path):
     out = run("fuzz_campaign.py", "--cases", "80", "--workers", "2", "--out", str(tmp_path))
     assert re.search(r"^cases 80: accepted \d+, clean errors \d+, long \(announced\) \d+, "

@@ -47,6 +47,16 @@ docs/generate.md, "Limits"):
   :mod:`tokenpcap.schedule.engine.ring`: GPT-3 175B's 56.9 M messages in 2 M rows), which the
   per-transfer constant covers.
 
+No count of the run is bounded by an integer width before memory: transfer and message ids and
+every count of them are int64 in the engine (:mod:`tokenpcap.schedule.engine.state`; a run of
+more than 2**31 transfers times as one of fewer, ``tests/schedule/engine/test_widths.py``), and
+what stays int32 (a transfer's call and dependency countdown, a participation's and an
+instruction's columns) is bounded by calls, ranks and program steps, whose state
+(:data:`CALL_STATE_BYTES` per call) passes :data:`MAX_STATE_BYTES` long before 2**31 of them.
+So :func:`check_work`'s memory estimate is the whole check: a whole iteration of DeepSeek-V3 on
+2,048 GPUs, about 6.3 G transfers, would hold about 150 GB at the least per-transfer state
+(:data:`P2P_TRANSFER_STATE_BYTES`), and is refused for that, with what fits.
+
 Time: :data:`MESSAGES_PER_S` messages per CPU second with every NIC timed (GPT-3 175B's whole
 iteration: 56.9 M messages in about 115 s, about 500,000 per second; a job of many compute steps
 and NVLink-only calls per message is slower per message: llama3-70b-64n at ``--scale 1000``,

@@ -407,6 +407,22 @@ class Schedule:
         return int(self._eng.sc[K.NMSG])
 
     @property
+    def event_counts(self) -> dict[str, int]:
+        """What the engine's loop did so far (:mod:`tokenpcap.schedule.engine.events`, the
+        ``NPOP`` slots): events pushed on the heap (``pushed``), events popped by type
+        (``ready``, ``ack``, ``arrive``, ``timer``, ``wake``, ``hop``, ``free``, ``pfc``),
+        messages posted without the heap (``inline``), wakes popped after their port's wake
+        moved (``stale_wakes``), wakes that committed no stop slot (``empty_wakes``) and stop
+        slots committed (``stops``)."""
+        sc = self._eng.sc
+        out = {"pushed": int(sc[K.SEQ])}
+        for i, name in enumerate(("ready", "ack", "arrive", "timer", "wake", "hop", "free", "pfc")):
+            out[name] = int(sc[K.NPOP + i])
+        out.update(inline=int(sc[K.NINLINE]), stale_wakes=int(sc[K.NSTALE]),
+                   empty_wakes=int(sc[K.NEMPTY]), stops=int(sc[K.NSTOP]))
+        return out
+
+    @property
     def messages(self) -> np.ndarray:
         """The RDMA message table so far (``MSG_STATE_DTYPE (n,)``, indexed by message id:
         MESSAGE_DTYPE plus the engine's times; clear-to-send messages have ``kind == KIND_CTS``).

@@ -23,7 +23,8 @@ from tokenpcap.records import PKT_CNP
 __all__ = [
     "EV_READY", "EV_ACK", "EV_ARRIVE", "EV_TIMER", "EV_WAKE", "NEVER", "MASK24", "HN", "SEQ",
     "NMSG", "NOW", "NOUT", "NLAUNCH", "ACKFREE", "ACKTOP", "NTL", "NNV", "ERR", "FRONT", "RDY_NEXT",
-    "RDY_END", "MMASK", "HANDED", "HAND_ID", "MNEED", "AB_CALL", "AB_POS", "NSC", "LAT",
+    "RDY_END", "MMASK", "HANDED", "HAND_ID", "MNEED", "AB_CALL", "AB_POS", "NSC", "NPOP",
+    "NINLINE", "NSTALE", "NEMPTY", "NSTOP", "LAT",
     "ACKDELAY", "ACK_NS", "ACK_FB", "EVERY", "CTS", "CTS_BYTES", "CTS_SHAPE", "ITERS", "WORLD",
     "NVL_NUM", "NVL_DEN", "NVL_LAT", "GAP", "CHUNK", "KEEP_HIST", "KEEP_NV", "NPORTS", "HEAD",
     "I_COMPUTE", "I_CALL", "I_WAIT", "I_MARK", "NS_HIGH", "M_BLOCK", "M_ASYNC", "M_SEND", "M_RECV", "M_WAIT", "W_NONE",
@@ -358,7 +359,14 @@ NCE, NCNP, NLGN, NLGR = range(26, 30)
 #: the heap ran short (-1: none) and the first of its participations not yet finished
 #: (module progs, ``ab_done``: the run returns 3 to grow them and resumes there)
 AB_CALL, AB_POS = 30, 31
-NSC = 32
+#: scalar slots counting what the loop did (read by :meth:`tokenpcap.schedule.runner.Schedule.
+#: event_counts` and ``benchmarks/engine_timing.py``; they change nothing): events popped from
+#: the heap by type (``NPOP + EV_*``), messages posted at their creating event's instant without
+#: the heap (``NINLINE``), wakes popped after their port's wake had moved (``NSTALE``), wakes
+#: that committed no stop slot (``NEMPTY``), stop slots committed (``NSTOP``)
+NPOP = 32
+NINLINE, NSTALE, NEMPTY, NSTOP = 40, 41, 42, 43
+NSC = 44
 #: config slots: ECN marking (0 off, 1 at dequeue, 2 at enqueue), bitmask of the marked
 #: priorities, RED draw seed, congestion control (0 none, 1 DCQCN), a notification point's
 #: least ns between two CNPs of one QP (0: one per marked packet), CNP inside the ACK, CNP

@@ -124,6 +124,7 @@ def run(S, cf, sc, h, a, o, lst):
         if pending:
             mid = sc[RDY_NEXT]
             sc[RDY_NEXT] = mid + 1
+            sc[NINLINE] += 1
             ready(S, cf, sc, h, a, o, mid, sc[NOW])
             if sc[ERR]:
                 return 2
@@ -132,12 +133,18 @@ def run(S, cf, sc, h, a, o, lst):
         t = row[0] >> 3
         typ = row[0] & 7
         sc[NOW] = t
+        sc[NPOP + typ] += 1
         if typ == EV_WAKE:
             port = row[3]
             if t == S.pt[port, P_WAKE]:
                 S.pt[port, P_WAKE] = NEVER
+                stops = sc[NSTOP]
                 advance(S, cf, sc, h, a, o, port, t + 1)
+                if sc[NSTOP] == stops:
+                    sc[NEMPTY] += 1
                 rewake(S, cf, sc, h, port)
+            else:
+                sc[NSTALE] += 1
         elif typ == EV_HOP:
             nic, k = hop(S, cf, sc, h, o, row[3], t)
             if nic >= 0 and S.pk[k, PK_KIND] == PKT_PFC:

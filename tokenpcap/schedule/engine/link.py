@@ -239,6 +239,7 @@ def _epoch(S, cf, sc, h, o, port, limit):
         return
     # the stop slot was sent (it is the last committed slot, row el)
     pt[port, P_STOP] = -1
+    sc[NSTOP] += 1
     hm = ax[el, X_HEAD]
     r = hm & mk
     nxt_pkt = ax[el, X_NEXT]

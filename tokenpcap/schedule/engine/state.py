@@ -7,7 +7,11 @@ reserves a region of the eligible-QP array per NIC, computes the packets, frame 
 layer-1 times of each distinct message size, and allocates the message table: one row per data
 message and, with clear-to-send, one per CTS write, for the whole run (``keep_messages``), or a
 ring of rows reused once a message is done and its frames handed out
-(:mod:`tokenpcap.schedule.engine.ring`). The transfers stay templates
+(:mod:`tokenpcap.schedule.engine.ring`). Transfer and message ids, and every count of them, are
+int64 (a run may hold more than 2**31 of each: what bounds it is memory,
+:mod:`tokenpcap.schedule.limits`); int32 holds only values bounded by the job's structure: a
+transfer's call and dependency countdown, a participation's columns, an instruction's, a
+canonical row's when they fit. The transfers stay templates
 (:mod:`tokenpcap.schedule.engine.access`): 8 B per transfer (its call and its dependency
 countdown), 40 B per call, about 90 B per canonical transfer row (``ct`` int32, its dependency
 list, the four provenance columns). Memory is then about 136 B per message (``ms``; 160 B per
@@ -235,8 +239,6 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     T = np.cumsum([0] + [f.n_transfers for f in flats])
     P = np.cumsum([0] + [len(f.part_rank) for f in flats])
     Ic = np.cumsum([0] + [len(f.ins_kind) for f in flats])
-    if T[-1] >= 1 << 31:
-        raise InputError(f"transfers: got {int(T[-1]):,}, expected fewer than 2**31")
     table, first = ShapeTable.join([f.shapes for f in flats])
     shape = np.concatenate([f.call_shape + first[i] for i, f in enumerate(flats)])
     shift = np.concatenate([f.call_shift for f in flats])
