@@ -94,7 +94,9 @@ def test_deepseek_v3_exports_all_61_layers_and_the_expert_traffic(tmp_path):
         else:
             [d] = recs[f"layer{L}_dispatch"]
             [c] = recs[f"layer{L}_combine"]
-            # each rank sends its b*s*top_k routed token copies of h bf16 values
+            # each rank sends its b*s*top_k routed token copies: to the experts h FP8 values
+            # and an fp32 scale per 128 (DeepSeek-V3 Sec. 3.3.3), back h bf16 values
             assert d[3] == c[3] == "ALLTOALL_EP"
-            assert int(d[4]) == int(c[4]) == bs * e.top_k * h * 2
+            assert int(d[4]) == bs * e.top_k * (h + h // 128 * 4)
+            assert int(c[4]) == bs * e.top_k * h * 2
             assert recs[f"layer{L}_combine_grad"][0][6] == "ALLTOALL_EP"

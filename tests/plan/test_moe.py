@@ -88,3 +88,75 @@ def test_router_small_collectives_as_megatron_makes_them():
     assert (one.message_bytes, one.collective, len(one.group)) == (4096, "AllReduce", 128)
     assert one.group == tuple(range(128, 256))
     assert not [c for c in ds_calls if c.op == "moe_aux_loss"]   # tp 1, cp 1
+
+
+def _ep_token_calls(plan, rank: int) -> dict:
+    """op -> the first microbatch's token AllToAll of rank ``rank`` (first MoE layer of its
+    stage, no recomputation)."""
+    out: dict = {}
+    for c in plan.calls():
+        if c.dim == "ep" and c.collective == "AllToAll" and rank in c.group \
+                and c.microbatch == 0 and not c.recompute and c.op not in out:
+            out[c.op] = c
+    return out
+
+
+def test_deepseek_v3_dispatches_in_fp8_with_1x128_scales_and_combines_in_bf16():
+    """DeepSeek-V3 (arXiv 2412.19437, Sec. 3.3.2-3.3.3): the tokens go to the experts in FP8
+    (1 B per element) with one fp32 scale per 1x128 tile; the forward and backward combine stay
+    BF16; the activation gradient before the down-projections (the backward of the combine,
+    ``combine_grad``) goes out like the dispatch. Per rank and MoE layer, tokens b*s = 4,096,
+    top_k 8, h 7,168: dispatch 4,096 x 8 x (7,168 x 1 + 7,168/128 x 4) = 242,221,056 B, combine
+    4,096 x 8 x 7,168 x 2 = 469,762,048 B; the probs stay 4,096 x 8 x 2 B."""
+    s = vary(load_scenario(PROFILES / "scenarios" / "deepseek-v3-2048.yaml"),
+             global_batch_size=128)
+    assert s.model.moe.dispatch_dtype == "fp8"
+    tokens, k, h = 1 * 4096, 8, 7168
+    fp8 = tokens * k * (h * 1 + h // 128 * 4)
+    bf16 = tokens * k * h * 2
+    assert (fp8, bf16) == (242_221_056, 469_762_048)
+    calls = _ep_token_calls(build_plan(s), 128)       # stage 1: MoE layers 3-6
+    want = {"dispatch": (fp8, 1, "forward"), "combine": (bf16, 2, "forward"),
+            "combine_grad": (fp8, 1, "backward"), "dispatch_grad": (bf16, 2, "backward"),
+            "dispatch_probs": (tokens * k * 2, 2, "forward"),
+            "dispatch_probs_grad": (tokens * k * 2, 2, "backward")}
+    assert {op: (c.message_bytes, c.elem_bytes, c.phase) for op, c in calls.items()} == want
+    assert all(len(c.group) == 64 and 3 <= c.layer <= 6 for c in calls.values())
+
+
+def test_dispatch_dtype_scales_with_tp_sp_and_hidden_size_not_multiple_of_128():
+    """Mixtral at tp 2 with sequence parallelism routes b*s/tp = 16,384 tokens x top_k 2 per rank
+    (Megatron-core token_dispatcher.py); h 4,096 in FP8: 4,096 + 32 x 4 = 4,224 B per row, the
+    combine 8,192 B (bf16). A hidden size of 4,100 starts a 33rd tile: 4,100 + 33 x 4 B. With
+    ``dispatch_dtype`` equal to the training precision the plan is the default's, call for call."""
+    s = load_scenario(PROFILES / "scenarios" / "mixtral-8x7b-ep.yaml")
+    base = list(build_plan(s).calls())
+    rows_ = 32768 // 2 * 2
+
+    def with_dtype(dtype, h=None):  # type: ignore[no-untyped-def]
+        moe = dataclasses.replace(s.model.moe, dispatch_dtype=dtype)
+        model = dataclasses.replace(s.model, moe=moe, **({"hidden_size": h} if h else {}))
+        return build_plan(dataclasses.replace(s, model=model))
+
+    calls = _ep_token_calls(with_dtype("fp8"), 0)
+    assert calls["dispatch"].message_bytes == calls["combine_grad"].message_bytes \
+        == rows_ * (4096 + 32 * 4)
+    assert calls["combine"].message_bytes == calls["dispatch_grad"].message_bytes \
+        == rows_ * 4096 * 2
+    odd = _ep_token_calls(with_dtype("fp8", 4100), 0)
+    assert odd["dispatch"].message_bytes == rows_ * (4100 + 33 * 4)
+    assert list(with_dtype("bf16").calls()) == base
+
+
+def test_dispatch_dtype_is_checked_by_the_model_loader(tmp_path):
+    """A dispatch dtype outside the known ones is one ProfileError naming the key."""
+    import pytest
+    import yaml
+    from tokenpcap.config.model_profile import load_model
+    from tokenpcap.errors import ProfileError
+    data = yaml.safe_load((PROFILES / "models" / "mixtral-8x7b.yaml").read_text())
+    data["moe"]["dispatch_dtype"] = "int4"
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ProfileError, match="moe.dispatch_dtype"):
+        load_model(path)

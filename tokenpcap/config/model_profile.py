@@ -41,6 +41,7 @@ _MOE_SPEC = {
     "layer_freq": (_layer_freq, 1),
     "aux_loss_coeff": (yc.number(ge=0.0), 0.0),
     "router_enable_expert_bias": (yc.boolean, False),
+    "dispatch_dtype": (yc.optional(yc.enum("fp8", "bf16", "fp16", "fp32")), None),
 }
 
 _MLA_SPEC = {
@@ -121,7 +122,8 @@ def model_from(file: Path, prefix: str, data: Any, model_path: Path | None) -> M
                          ffn_hidden_size=m["ffn_hidden_size"] or ffn,
                          shared_expert_intermediate_size=m["shared_expert_intermediate_size"],
                          layer_freq=f, aux_loss_coeff=m["aux_loss_coeff"],
-                         router_enable_expert_bias=m["router_enable_expert_bias"])
+                         router_enable_expert_bias=m["router_enable_expert_bias"],
+                         dispatch_dtype=m["dispatch_dtype"])
     mla = None
     if v["multi_latent_attention"] is not None:
         if v["kv_heads"] is not None:

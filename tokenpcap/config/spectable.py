@@ -133,6 +133,12 @@ KEYS: dict[str, tuple[str, str]] = {
                                                 "(auxiliary-loss-free balancing): the routers' "
                                                 "tokens per expert (fp32) AllReduced over TP x "
                                                 "DP x CP once per iteration"),
+    "model.moe.dispatch_dtype": ("", "element type of the routed tokens the EP AllToAlls send "
+                                     "to the experts (the dispatch and the combine's gradient; "
+                                     "DeepEP / DeepSeek-V3 Sec. 3.3.3); `fp8` adds one fp32 "
+                                     "scale per 128 elements of a token; the combine and the "
+                                     "dispatch's gradient keep `training.precision`; default: "
+                                     "`training.precision`"),
     "model.moe.top_k": ("experts", "experts each token is routed to; at most `experts`"),
     "model.moe.ffn_hidden_size": ("elements", "hidden size of one expert's MLP; default: the "
                                               "model's `ffn_hidden_size`"),

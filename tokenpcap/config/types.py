@@ -38,6 +38,12 @@ class MoeProfile:
     tokens per expert over the TP x CP group. ``router_enable_expert_bias``: Megatron-core
     ``moe_router_enable_expert_bias`` (DeepSeek-V3's auxiliary-loss-free balancing, Sec. 2.1.2):
     the tokens per expert of every router are AllReduced over TP x DP x CP once per iteration.
+
+    ``dispatch_dtype``: the element type of the routed tokens the EP AllToAlls carry from their
+    owner to the experts (the forward dispatch and the backward's combine gradient), ``None``:
+    the training precision. ``"fp8"`` adds one fp32 scale per 128 elements of each token
+    (DeepSeek-V3 Sec. 3.3; :func:`tokenpcap.plan.moe.ep_row_bytes`). The combine and the
+    dispatch's gradient stay at the training precision.
     """
 
     experts: int
@@ -47,6 +53,7 @@ class MoeProfile:
     layer_freq: int | tuple[int, ...] = 1
     aux_loss_coeff: float = 0.0
     router_enable_expert_bias: bool = False
+    dispatch_dtype: str | None = None
 
 
 @dataclass(frozen=True)

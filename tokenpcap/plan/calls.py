@@ -30,7 +30,9 @@ global_batch / (b*dp)`` microbatches; per stage the layers of Megatron's pipelin
 * **EP** (Megatron-core ``MoEAlltoAllTokenDispatcher``): per MoE layer per microbatch, an
   AllGather of the per-expert token counts (int64 ``[experts]`` per rank) over the TP x EP group;
   dispatch and combine AllToAll of the routed tokens forward and their gradients backward, each
-  of ``(b*s/tp_sp)*top_k*h*B`` (the tokens a rank routes, ``tp_sp = tp`` with SP else 1), and
+  of ``(b*s/tp_sp)*top_k*h*B`` (the tokens a rank routes, ``tp_sp = tp`` with SP else 1; the
+  dispatch and the combine's gradient in ``moe.dispatch_dtype``, e.g. FP8 with its scales:
+  :func:`tokenpcap.plan.moe.moe_ep_families`), and
   the dispatch AllToAll of their probs (``(b*s/tp_sp)*top_k`` values), over the EP group. With
   tp > 1 the dispatcher replaces the MLP's TP collectives: an AllGather of the dispatched tokens
   and probs over TP and a ReduceScatter before the combine, gradients the other way
@@ -74,7 +76,7 @@ from tokenpcap.model import activation_bytes, scenario_shards
 from tokenpcap.config.profiles import DTYPE_BYTES, Scenario
 from tokenpcap.plan.family import Family, Inst
 from tokenpcap.plan.grads import dp_bucket_size, dp_families
-from tokenpcap.plan.moe import moe_insts, moe_router_families, moe_tp_families
+from tokenpcap.plan.moe import moe_ep_families, moe_insts, moe_router_families, moe_tp_families
 from tokenpcap.plan.small import small_families
 from tokenpcap.plan.context import cp_families
 from tokenpcap.plan.pipeline import chunk_layers, next_chunk, stage_layers
@@ -160,7 +162,8 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
         first, last = st == 0, st == pp - 1
         tpg = layout.stage_groups("tp", st)
         epg = [g for g in layout.groups("ep") if layout.coords(g[0]).pp == st] if p.ep > 1 else []
-        a2a = (b * seq_cp // (tp if sp else 1)) * m.moe.top_k * h * e_act if m.moe else 0
+        rows = (b * seq_cp // (tp if sp else 1)) * m.moe.top_k if m.moe else 0
+        a2a = rows * h * e_act            # the routed rows at the training precision
         if tp > 1:
             fwd_ops = [("AllGather", "attn_in"), ("ReduceScatter", "attn_out"),
                        ("AllGather", "mlp_in"), ("ReduceScatter", "mlp_out")] if sp else \
@@ -218,15 +221,8 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
                 moe_insts(moe_layers, n_mb, full, ("moe_counts",), ()))
         if epg and moe_layers and m.moe is not None:
             # token_dispatch / token_combine: AllToAll of the routed tokens and of their probs
-            fam("ep", "forward", "AllToAll", a2a, e_act, st, epg,
-                moe_insts(moe_layers, n_mb, full, ("dispatch", "combine"), ()))
-            fam("ep", "backward", "AllToAll", a2a, e_act, st, epg,
-                moe_insts(moe_layers, n_mb, False, (), ("combine_grad", "dispatch_grad")))
-            probs = a2a // h
-            fam("ep", "forward", "AllToAll", probs, e_act, st, epg,
-                moe_insts(moe_layers, n_mb, full, ("dispatch_probs",), ()))
-            fam("ep", "backward", "AllToAll", probs, e_act, st, epg,
-                moe_insts(moe_layers, n_mb, False, (), ("dispatch_probs_grad",)))
+            moe_ep_families(fam, m.moe, st, epg, moe_layers, n_mb, full, rows, h, e_act,
+                            t.precision)
         cp_families(s, layout, st, layers, n_mb, fam,
                     lambda L, j, rec, op: Inst(L, j, recompute=rec, op=op))
         pp_size = act // tp if sp else act
