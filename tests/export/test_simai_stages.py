@@ -11,7 +11,7 @@ describes (2026-12-07, g++ 12.2, cmake 3.25, Debian 12), run from the directory 
         --set parallelism.tp=1 --set parallelism.dp=16 --set parallelism.sequence_parallel=false
     tokenpcap export profiles/scenarios/deepseek-v3-2048.yaml --to simai -o run/dsv3-16n.txt \\
         --set parallelism.dp=8 --set parallelism.ep=8 --set training.global_batch_size=16 \\
-        --set cluster.nodes=16 --set model.moe.dispatch_dtype=bf16
+        --set cluster.nodes=16
     for f in dante-tp1 dante-tp1-stage1; do
         $SIMAI -w run/$f.txt -g 32 -g_p_s 8 -n_p_s 8 -nv 419.095 -nic 46.566 -g_type H100 -r $f-
     done
@@ -24,9 +24,8 @@ describes (2026-12-07, g++ 12.2, cmake 3.25, Debian 12), run from the directory 
 ``results/*-EndToEnd.csv`` files are kept as they came out. The full ``deepseek-v3-2048`` (2,048
 GPUs, 120 microbatches) exports in about a minute and SimAI runs its 16 files the same way (each
 stage's layer compute is the same; only ``ga``, ``all_gpus`` and the DP sizes differ): the test
-uses the 16-node variant so that it plans in a second. Its dispatch is bf16 (the runs were made
-of exports with every AllToAll in bf16; the profile's FP8 dispatch changes only the sizes SimAI
-is given, which the test checks it times as written).
+uses the 16-node variant so that it plans in a second. Its token dispatch is FP8 with its
+scales (242,221,056 B per AllToAll), the combine bf16 (469,762,048 B), as the profile says.
 
 SimAI prints a time as ``std::fixed << std::setprecision(0)`` of ticks / 1000
 (``Layer::report``), i.e. our ns rounded to whole µs as printf rounds.
@@ -58,12 +57,10 @@ def _dante_tp1():
 
 def _deepseek_16n():
     s = load_scenario(SCEN / "deepseek-v3-2048.yaml")
-    moe = dataclasses.replace(s.model.moe, dispatch_dtype="bf16")
     return dataclasses.replace(
         s, parallelism=dataclasses.replace(s.parallelism, dp=8, ep=8),
         training=dataclasses.replace(s.training, global_batch_size=16),
-        cluster=dataclasses.replace(s.cluster, nodes=16),
-        model=dataclasses.replace(s.model, moe=moe))
+        cluster=dataclasses.replace(s.cluster, nodes=16))
 
 
 def _us_as_simai_prints(ns: int) -> int:
