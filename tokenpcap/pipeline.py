@@ -72,7 +72,7 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
     plan = build_plan(scenario, tokens, scale=scale)
     # InfeasiblePlanError before simulating the impossible
     stage("estimating the work")
-    kind = None if run is None else run_kind(run)
+    kind = None if run is None else run_kind(run, compiling=not engine_compiled())
     keep_messages = keep_messages if kind is None else kind.keep_messages
     work = check_work(plan, iterations, keep_messages=keep_messages, run=kind)
     over = f" over {iterations} iterations" if iterations > 1 else ""

@@ -20,7 +20,7 @@ from tokenpcap.errors import InfeasiblePlanError
 from tokenpcap.plan.build import build_plan
 from tokenpcap.schedule import limits
 from tokenpcap.schedule.limits import check_work, estimate_work
-from tokenpcap.schedule.memory import RUN_KINDS, run_kind
+from tokenpcap.schedule.memory import COMPILE_BYTES, RUN_KINDS, run_kind
 
 ROOT = Path(__file__).resolve().parents[2]
 SCEN = ROOT / "profiles" / "scenarios"
@@ -34,6 +34,13 @@ def test_every_export_that_runs_the_schedule_has_a_run_kind_and_no_other():
     assert {"generate", "plot", "trace", "compare"} <= set(RUN_KINDS)
     assert not run_kind("generate").keep_messages
     assert all(k.keep_messages for n, k in RUN_KINDS.items() if n != "generate")
+
+
+def test_a_first_run_adds_the_compile_to_the_base_only():
+    for name in RUN_KINDS:
+        first, cached = run_kind(name, compiling=True), run_kind(name)
+        assert first.base_bytes == cached.base_bytes + COMPILE_BYTES
+        assert first.message_bytes == cached.message_bytes
 
 
 def test_a_kinds_estimate_adds_its_base_and_bytes_per_message_to_the_engines_state():
@@ -68,9 +75,13 @@ def test_a_run_past_its_kinds_estimate_is_refused_in_one_line_naming_the_kind(
         tmp_path, monkeypatch, kind, args):
     """With the limit between the engine's state and the kind's estimate (what the guard
     checked before: it accepted this run), the command exits 1 with one line naming the run
-    kind and its estimate, before anything is written."""
+    kind and its estimate (with the engine's compile when it is not cached yet), before
+    anything is written."""
     scen = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
-    w = estimate_work(build_plan(load_scenario(scen)), 1, nvlink=False, run=run_kind(kind))
+    from tokenpcap.schedule.engine.compiled import engine_compiled
+
+    w = estimate_work(build_plan(load_scenario(scen)), 1, nvlink=False,
+                      run=run_kind(kind, compiling=not engine_compiled()))
     limit = (w.engine_bytes + w.memory_bytes) // 2
     assert w.engine_bytes < limit < w.memory_bytes
     out = tmp_path / "out"
