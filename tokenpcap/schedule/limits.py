@@ -51,7 +51,8 @@ Time: :data:`MESSAGES_PER_S` messages per CPU second with every NIC timed (GPT-3
 iteration: 56.9 M messages in about 115 s, about 500,000 per second; a job of many compute steps
 and NVLink-only calls per message is slower per message: llama3-70b-64n at ``--scale 1000``,
 158,000). :func:`check_work` refuses a run whose state would pass :data:`MAX_STATE_BYTES` (the
-calls of every iteration counted in it) with :class:`~tokenpcap.errors.InfeasiblePlanError`
+calls of every iteration counted in it; for a command, its run kind's estimate of its whole
+peak: :mod:`tokenpcap.schedule.memory`) with :class:`~tokenpcap.errors.InfeasiblePlanError`
 before anything is simulated, and says what fits: fewer iterations, no clear-to-send writes, or the
 smallest ``--scale`` that fits.
 """
