@@ -14,7 +14,9 @@ own terms, and they dominate the runs that read every message:
 * ``export --to chrome`` one JSON event per message; ``hpcc`` one flow line per data message;
   ``otg`` the messages grouped per QP (``export --to trex`` runs ``generate`` and is checked
   as it);
-* ``trace`` and ``compare`` read the table whole and select from it.
+* ``trace`` and ``compare`` read the table whole and select from it;
+* ``generate`` predicts its capture's size in pieces of whole calls (their predicted rows,
+  comment and record sizes), at most :attr:`RunKind.held_messages` messages at once.
 
 So each run kind is (:class:`RunKind`): whether it keeps every message's row, the bytes it holds
 per RDMA message (data and clear-to-send) of the run beyond the engine's state, and the bytes of
