@@ -105,7 +105,7 @@ RUN_KINDS: dict[str, RunKind] = {k.name: k for k in (
     RunKind("export --to hpcc", True, 500, BASE_BYTES),
     RunKind("export --to csv", True, 650, BASE_BYTES),
     RunKind("export --to parquet", True, 950, BASE_BYTES),
-    RunKind("export --to chrome", True, 1600, BASE_BYTES),
+    RunKind("export --to chrome", True, 1800, BASE_BYTES),
     RunKind("export --to otg", True, 550, BASE_BYTES),
 )}
 
