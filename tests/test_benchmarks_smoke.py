@@ -43,7 +43,8 @@ def run(script: str, *args: str, timeout: float = 300) -> str:
 TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "inspect_read.py",
           "engine_timing.py", "fuzz_campaign.py", "dask_generate.py", "flat_build.py",
           "generate_nic.py", "packet_path.py", "message_ring.py", "call_state.py", "engine_state.py",
-          "fabric_ns3.py", "fabric_engine.py", "openloop_hpcc.py", "fabric_dcqcn.py"}
+          "fabric_ns3.py", "fabric_engine.py", "openloop_hpcc.py", "fabric_dcqcn.py",
+          "run_memory.py"}
 HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
 
@@ -211,6 +212,19 @@ def test_engine_state_measures_the_state_and_the_run():
     _, messages = dante_counts(64, 1)              # the run times the plan's messages
     assert re.search(r"^  this tree \(\w+\) +build .* peak +[\d.]+ GiB .* arrays +[\d.]+ GiB .*"
                      rf"run +[\d.]+ s cpu {messages:,} messages", out, re.M), out
+
+
+def test_run_memory_records_each_kinds_peak_beside_its_estimate(tmp_path):
+    """Each run kind asked for runs in its own process on the plan's messages; its row holds a
+    peak and the estimate of that kind (no bound asserted: a first run's compile is in it)."""
+    out = run("run_memory.py", "--run", "dante:64", "--kinds", "generate,export --to csv",
+              "--dir", str(tmp_path))
+    _, messages = dante_counts(64, 1)
+    for kind in ("generate", "export --to csv"):
+        assert re.search(rf"^dante +64 {re.escape(kind)} +{messages:,} +[\d.]+ +[\d.]+ +"
+                         r"[\d.]+ +[\d.]+ +-?\d+ +[\d.]+", out, re.M), out
+    assert re.search(r"^runs whose peak passed the estimate: \d+$", out, re.M)
+    assert not list((tmp_path / "out").rglob("*.*")), "outputs left behind"
 
 
 def test_fabric_ns3_without_the_simulator_says_so(tmp_path):

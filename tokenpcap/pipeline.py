@@ -18,6 +18,7 @@ from tokenpcap.config.types import Scenario
 from tokenpcap.errors import InputError
 from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.schedule.limits import check_work
+from tokenpcap.schedule.memory import run_kind
 from tokenpcap.schedule.runner import Schedule
 from tokenpcap.schedule.engine.compiled import engine_compiled
 from tokenpcap.stages import duration_text, stage
@@ -37,7 +38,8 @@ class Prepared(NamedTuple):
 def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale: int = 1,
             iterations: int = 1, nics=None, ranks=None, chunk_rows: int = 1 << 16,
             keep_nvlink: bool = True, keep_history: bool = True, keep_messages: bool = True,
-            check: Callable[[Plan], None] | None = None, point=None) -> Prepared:
+            check: Callable[[Plan], None] | None = None, point=None,
+            run: str | None = None) -> Prepared:
     """Plan ``scenario`` and build its schedule of ``iterations`` iterations, not yet run.
 
     Args:
@@ -53,6 +55,9 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
             generate's disk space from the plan's size estimate); what it raises propagates.
         point: the capture point (:class:`tokenpcap.records.points.CapturePoint`) the
             schedule's frames are seen at; None: the schedule's default (``nic-tx``).
+        run: the run kind (a key of :data:`tokenpcap.schedule.memory.RUN_KINDS`, e.g.
+            ``"plot"``) whose memory estimate is checked, and whose ``keep_messages`` is used;
+            None: the engine's state alone.
 
     Raises:
         InputError: ``scale`` or ``iterations`` < 1.
@@ -67,7 +72,9 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
     plan = build_plan(scenario, tokens, scale=scale)
     # InfeasiblePlanError before simulating the impossible
     stage("estimating the work")
-    work = check_work(plan, iterations, keep_messages=keep_messages)
+    kind = None if run is None else run_kind(run, compiling=not engine_compiled())
+    keep_messages = keep_messages if kind is None else kind.keep_messages
+    work = check_work(plan, iterations, keep_messages=keep_messages, run=kind)
     over = f" over {iterations} iterations" if iterations > 1 else ""
     if engine_compiled():
         stage(f"timing {work.messages:,} messages{over}", seconds=work.seconds)
@@ -86,14 +93,16 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
     return Prepared(scenario, plan, sched)
 
 
-def schedule_scenario(path: str | os.PathLike, *, scale: int = 1, iterations: int = 1) -> Prepared:
+def schedule_scenario(path: str | os.PathLike, *, scale: int = 1, iterations: int = 1,
+                      run: str | None = None) -> Prepared:
     """Load the scenario file at ``path``, plan it and run its schedule to the end (every
-    message timed; no frame is made: the callers read messages, NVLink copies and the timeline).
+    message timed; no frame is made: the callers read messages, NVLink copies and the timeline);
+    ``run``: the caller's run kind, as :func:`prepare`.
 
     Raises:
         ProfileError: the scenario cannot be loaded. As :func:`prepare` otherwise.
     """
-    done = prepare(load_scenario(path), scale=scale, iterations=iterations, nics=())
+    done = prepare(load_scenario(path), scale=scale, iterations=iterations, nics=(), run=run)
     for _ in done.schedule.run():
         pass
     return done

@@ -1,5 +1,5 @@
 """Stage lines on stderr (not a terminal under CliRunner, as in a log file or CI): generate,
-run, plot and export say what each long step does and its estimate, stdout keeps only the
+run, plot, export and trace say what each long step does and its estimate, stdout keeps only the
 results, and --quiet prints none. Every step counts as long here (the threshold set to 0), so
 that a small scenario shows what a large one does."""
 from __future__ import annotations
@@ -34,6 +34,8 @@ def _lines(text: str) -> list[str]:
     (["export", "{s}", "--to", "csv", "-o", "{o}/m.csv"], "tokenpcap: writing csv to "),
     (["plot", "{s}", "-o", "{o}", "--scale", "64"], "tokenpcap: drawing the timeline of "),
     (["generate", "{s}", "-o", "{o}/g", "--scale", "64"], "tokenpcap: timing "),
+    (["run", "{s}", "-o", "{o}/r", "--scale", "64", "--jobs", "1"], "tokenpcap: timing "),
+    (["trace", "{s}", "Nel mezzo del cammin", "--scale", "64"], "tokenpcap: timing "),
 ])
 def test_long_commands_print_stage_lines_on_stderr_off_a_terminal(tmp_path, scen, every_step,
                                                                    cmd, last):

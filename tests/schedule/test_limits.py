@@ -230,11 +230,12 @@ def test_a_job_no_scale_fits_is_told_the_largest_global_batch_that_does(monkeypa
     microbatch more is not."""
     from tokenpcap.schedule import limits
     from tokenpcap.schedule.limits import _work_at_any_scale
+    from tokenpcap.schedule.memory import engine_run
 
     s = load_scenario(SCEN / "dante.yaml", {"generation.clear_to_send": False})
     floors = {m: _work_at_any_scale(build_plan(load_scenario(
         s.path, {"generation.clear_to_send": False, "training.global_batch_size": 4 * m})), 1,
-        True).memory_bytes for m in (1, 2, 3, 4)}
+        engine_run()).memory_bytes for m in (1, 2, 3, 4)}
     assert floors[1] < floors[2] < floors[3] < floors[4]
     monkeypatch.setattr(limits, "MAX_STATE_BYTES", (floors[2] + floors[3]) // 2)
     with pytest.raises(InfeasiblePlanError, match="--scale cannot help") as info:

@@ -189,7 +189,8 @@ def _plot_all(source, outset, *, scale: int, iterations: int,
         from tokenpcap.config.profiles import load_scenario
         from tokenpcap.pipeline import prepare
 
-        _, plan, sched = prepare(load_scenario(src), scale=scale, iterations=iterations)
+        _, plan, sched = prepare(load_scenario(src), scale=scale, iterations=iterations,
+                                 run="plot")
         if ranks is not None:
             bad = sorted(r for r in ranks if not 0 <= r < plan.layout.world_size)
             if bad:

@@ -319,7 +319,7 @@ def trace(s: Scenario, text: str, *, occurrence: int = 1, scale: int | None = No
     seed = s.generation.seed if seed is None else seed
     # with a capture, its whole run: later iterations share the NICs with the traced one
     run = its[-1] + 1 if files is None else max(its[-1] + 1, prov["iterations"][1])
-    sched = prepare(s, tokens=tc, scale=scale, iterations=run).schedule
+    sched = prepare(s, tokens=tc, scale=scale, iterations=run, run="trace").schedule
     for _ in sched.run():
         pass
     want = set(range(loc.token_start, loc.token_end))

@@ -76,7 +76,8 @@ def export_scenario(scenario: str | os.PathLike, to: str, out: str | os.PathLike
             stage(f"planning {s.name}")
             source = build_plan(s, scale=scale)
         else:
-            source = schedule_scenario(scenario, scale=scale, iterations=iterations)
+            source = schedule_scenario(scenario, scale=scale, iterations=iterations,
+                                       run=f"export --to {to}")
         stage(f"writing {to} to {out}")
         written = fmt.write(source, staged, **options)   # staged: lands whole
         outset.commit()

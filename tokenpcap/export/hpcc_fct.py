@@ -231,7 +231,8 @@ def ours_fct(scenario: str | os.PathLike, *, scale: int = 1, iterations: int = 1
     """
     from tokenpcap.pipeline import schedule_scenario
 
-    s, _, sched = schedule_scenario(scenario, scale=scale, iterations=iterations)
+    s, _, sched = schedule_scenario(scenario, scale=scale, iterations=iterations,
+                                    run="compare")
     m = sched.messages
     flows = hpcc_flows(m, start_offset_ns)
     mm = m[flows["msg"]]

@@ -46,7 +46,7 @@ def open_loop_fct(flows_scenario: str | os.PathLike):
     """
     from tokenpcap.pipeline import schedule_scenario
 
-    s, _, sched = schedule_scenario(flows_scenario)
+    s, _, sched = schedule_scenario(flows_scenario, run="compare")
     w = s.workload
     if w is None or w.flows is None:
         raise InputError(f"{flows_scenario}: workload.kind: got "

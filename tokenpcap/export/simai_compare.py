@@ -204,7 +204,8 @@ def compare_simai(scenario: str | os.PathLike, csv_path: str | os.PathLike, *,
         _check_compute(wl, csv, rows)
         matched.update(wl=wl, rows=rows)
 
-    done = prepare(load_scenario(scenario), scale=scale, iterations=1, nics=(), check=check)
+    done = prepare(load_scenario(scenario), scale=scale, iterations=1, nics=(), check=check,
+                   run="compare")
     for _ in done.schedule.run():
         pass
     sched, plan = done.schedule, done.plan

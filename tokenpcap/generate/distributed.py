@@ -208,7 +208,7 @@ def _run(s: Scenario, opt: GenerateOptions, client, outset: OutputSet, t0: float
     n_iter = opt.iterations or s.generation.iterations
     _, plan, sched = prepare(s, tokens=tokens, scale=opt.scale, iterations=n_iter,
                              keep_nvlink=False, keep_history=False, keep_messages=False,
-                             nics=sel.nics, ranks=sel.ranks)
+                             nics=sel.nics, ranks=sel.ranks, run="generate")
     size = predict_capture(sched, sel, opt.fmt, opt.snaplen, "nic")
     keys = size.keys if sel.nics is None else np.union1d(size.keys, sorted(sel.nics))
     if keys.size == 0:          # refused by generate itself, with its message, before writing

@@ -167,7 +167,7 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
                              keep_nvlink=False, keep_history=False, keep_messages=False,
                              chunk_rows=1 << 16,
                              nics=sel.nics, ranks=sel.ranks, check=refuse_early,
-                             point=opt.point)
+                             point=opt.point, run="generate")
     ib = s.cluster.transport == "infiniband"
     ext = capture_format(opt.fmt).extension.lstrip(".")
 

@@ -61,7 +61,8 @@ Time: :data:`MESSAGES_PER_S` messages per CPU second with every NIC timed (GPT-3
 iteration: 56.9 M messages in about 115 s, about 500,000 per second; a job of many compute steps
 and NVLink-only calls per message is slower per message: llama3-70b-64n at ``--scale 1000``,
 158,000). :func:`check_work` refuses a run whose state would pass :data:`MAX_STATE_BYTES` (the
-calls of every iteration counted in it) with :class:`~tokenpcap.errors.InfeasiblePlanError`
+calls of every iteration counted in it; for a command, its run kind's estimate of its whole
+peak: :mod:`tokenpcap.schedule.memory`) with :class:`~tokenpcap.errors.InfeasiblePlanError`
 before anything is simulated, and says what fits: fewer iterations, no clear-to-send writes, or the
 smallest ``--scale`` that fits.
 """
@@ -71,6 +72,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from tokenpcap.errors import InfeasiblePlanError
+from tokenpcap.schedule.memory import RunKind, engine_run
 
 __all__ = ["Work", "estimate_work", "check_work", "MAX_STATE_BYTES", "MAX_MESSAGES",
            "MAX_NVLINK_COPIES", "MESSAGE_ROW_BYTES", "MESSAGE_STATE_BYTES", "TRANSFER_STATE_BYTES",
@@ -122,9 +124,18 @@ class Work:
     keep_messages: bool = True      # every message row kept (else only those in progress)
     p2p_transfers: int = 0          # of which NCCL's network p2p chunks (Plan.p2p_messages)
     packet_hops: int = 0            # packets x links crossed on a queued fabric (0: ideal)
+    run: RunKind | None = None      # what the run does after timing (None: the engine alone)
 
     @property
     def memory_bytes(self) -> int:
+        """Peak memory of the run (estimate, bytes): :attr:`engine_bytes` and what its run
+        kind holds beyond (:meth:`tokenpcap.schedule.memory.RunKind.bytes`)."""
+        if self.run is None:
+            return self.engine_bytes
+        return self.run.bytes(self.engine_bytes, self.messages)
+
+    @property
+    def engine_bytes(self) -> int:
         """Engine state of the run (estimate, bytes: the engine holds every iteration's calls
         and transfers, the call-shape templates once, and every message's row only with
         ``keep_messages``; the iterations are alike, so each has ``1/iterations`` of the
@@ -166,7 +177,7 @@ def _nvlink_copies_per_iteration(plan) -> int:  # type: ignore[no-untyped-def]
     return n if n <= NVLINK_COPIES_PER_COPY else mixed
 
 
-def _work_at_any_scale(plan, iterations: int, keep_messages: bool) -> Work:  # type: ignore[no-untyped-def]
+def _work_at_any_scale(plan, iterations: int, run: RunKind) -> Work:  # type: ignore[no-untyped-def]
     """The least work at any ``--scale``: the plan with every call at its floor
     (:func:`tokenpcap.plan.calls.scaled_bytes`: one element per piece, so every (hop, channel)
     that carries data unscaled carries one message; a call's messages never grow with the
@@ -177,21 +188,25 @@ def _work_at_any_scale(plan, iterations: int, keep_messages: bool) -> Work:  # t
     # makes every call its floor, whatever --scale the plan was built at.
     big = max((f.message_bytes for f in plan.families), default=1) * plan.scale
     low = build_plan(plan.scenario, scale=max(plan.scale, big))
-    return estimate_work(low, iterations, nvlink=False, keep_messages=keep_messages)
+    return estimate_work(low, iterations, nvlink=False, run=run)
 
 
 def _messages_at_any_scale(plan, iterations: int) -> int:  # type: ignore[no-untyped-def]
     """The messages of :func:`_work_at_any_scale`."""
-    return _work_at_any_scale(plan, iterations, True).messages
+    return _work_at_any_scale(plan, iterations, engine_run()).messages
 
 
 def estimate_work(plan, iterations: int, *, nvlink: bool = True,  # type: ignore[no-untyped-def]
-                  keep_messages: bool = True) -> Work:
+                  keep_messages: bool = True, run: RunKind | None = None) -> Work:
     """The work of simulating ``iterations`` iterations of ``plan`` (at ``plan.scale``), keeping
-    every message row (``keep_messages``) or only those in progress.
+    every message row (``keep_messages``) or only those in progress; with ``run`` (a
+    :class:`~tokenpcap.schedule.memory.RunKind`) its memory is that run kind's (and
+    ``keep_messages`` the kind's).
 
     ``nvlink=False`` skips counting NVLink copies (a loop over every group of every call family:
     cheap, but not free on plans with very many groups). Raises nothing."""
+    if run is not None:
+        keep_messages = run.keep_messages
     s = plan.scenario
     cts = 2 if s.generation.clear_to_send else 1
     pc = plan.pcap
@@ -202,7 +217,7 @@ def estimate_work(plan, iterations: int, *, nvlink: bool = True,  # type: ignore
     hops = packets * _path_links(s.cluster) if fab.queued else 0
     return Work(iterations, plan.calls_per_iteration * iterations, msgs, nvl, packets,
                 pc["messages"] * iterations, keep_messages,
-                plan.p2p_messages * iterations, hops)
+                plan.p2p_messages * iterations, hops, run)
 
 
 def _path_links(cluster) -> int:  # type: ignore[no-untyped-def]
@@ -215,7 +230,7 @@ def _path_links(cluster) -> int:  # type: ignore[no-untyped-def]
     return 2 if sh.leaves <= 1 or not sh.spines else 4 if not sh.cores else 6
 
 
-def _smallest_scale(plan, iterations: int, keep_messages: bool = True
+def _smallest_scale(plan, iterations: int, run: RunKind
                     ) -> tuple[int, int] | None:  # type: ignore[no-untyped-def]
     """``(scale, messages)`` of the smallest power of ten above ``plan.scale`` whose plan the
     engine holds (:func:`_fits`), or None."""
@@ -225,7 +240,7 @@ def _smallest_scale(plan, iterations: int, keep_messages: bool = True
     while k <= 10 ** 10:
         if k > plan.scale:
             w = estimate_work(build_plan(plan.scenario, scale=k), iterations, nvlink=False,
-                              keep_messages=keep_messages)
+                              run=run)
             if _fits(w):
                 return k, w.messages
         k *= 10
@@ -233,7 +248,7 @@ def _smallest_scale(plan, iterations: int, keep_messages: bool = True
 
 
 def _smaller_batch(plan, floor: Work, iterations: int,  # type: ignore[no-untyped-def]
-                   keep_messages: bool) -> str:
+                   run: RunKind) -> str:
     """Advice for a job no ``--scale`` fits: the largest ``training.global_batch_size`` (a
     multiple of one microbatch per data-parallel replica) whose plan fits at some scale, with
     the smallest power-of-ten ``--scale`` that then fits, or, when one microbatch is too many,
@@ -257,8 +272,7 @@ def _smaller_batch(plan, floor: Work, iterations: int,  # type: ignore[no-untype
 
     def at(m: int):  # type: ignore[no-untyped-def]
         sm = dc.replace(s, training=dc.replace(s.training, global_batch_size=m * per))
-        return sm, _work_at_any_scale(build_plan(sm, scale=plan.scale), iterations,
-                                      keep_messages)
+        return sm, _work_at_any_scale(build_plan(sm, scale=plan.scale), iterations, run)
 
     _, one = at(1)
     if not _fits(one):
@@ -266,7 +280,7 @@ def _smaller_batch(plan, floor: Work, iterations: int,  # type: ignore[no-untype
     slope = [max(1, (a - b) // (m_all - 1)) for a, b in
              ((floor.messages, one.messages), (floor.memory_bytes, one.memory_bytes))]
     room = [(MAX_STATE_BYTES - one.memory_bytes) // slope[1]]
-    if keep_messages:
+    if run.keep_messages:
         room.append((MAX_MESSAGES - one.messages) // slope[0])
     m = max(1, min(m_all - 1, 1 + min(room)))
     while True:
@@ -274,7 +288,7 @@ def _smaller_batch(plan, floor: Work, iterations: int,  # type: ignore[no-untype
         if _fits(w) or m == 1:
             break
         m = max(1, m * 3 // 4)
-    found = _smallest_scale(build_plan(sm, scale=plan.scale), iterations, keep_messages)
+    found = _smallest_scale(build_plan(sm, scale=plan.scale), iterations, run)
     how = f"--scale {found[0]} " if found else ""
     return (f"--set training.global_batch_size={m * per} ({m} of {m_all} microbatches) "
             f"{how}fits")
@@ -313,24 +327,30 @@ def _most_iterations(one: Work, copies: int) -> int:
     return lo
 
 
-def check_work(plan, iterations: int, *, keep_messages: bool = True) -> Work:  # type: ignore[no-untyped-def]
+def check_work(plan, iterations: int, *, keep_messages: bool = True,  # type: ignore[no-untyped-def]
+               run: RunKind | None = None) -> Work:
     """Estimate the work (:func:`estimate_work`) and refuse what the engine cannot hold, for a
     run that keeps every message row (``keep_messages``: exports, plots, traces) or only the
-    messages in progress (``generate``).
+    messages in progress (``generate``); with ``run`` (a
+    :class:`~tokenpcap.schedule.memory.RunKind`, whose ``keep_messages`` then counts) the
+    memory checked is that run kind's estimate (:mod:`tokenpcap.schedule.memory`), else the
+    engine's state alone.
 
     Returns:
         the :class:`Work` when it is within :data:`MAX_NVLINK_COPIES`,
         :data:`MAX_STATE_BYTES` and (keeping every message) :data:`MAX_MESSAGES`.
 
     Raises:
-        InfeasiblePlanError: one line naming the scenario, the estimate, the limit and what
-            fits: at most so many iterations, the scenario without clear-to-send writes, the
-            smallest ``--scale`` that fits, or (when none does) a smaller job; ``tokenpcap
-            plan`` reports the traffic of any size.
+        InfeasiblePlanError: one line naming the scenario, the run kind, the estimate, the
+            limit and what fits: at most so many iterations, the scenario without
+            clear-to-send writes, the smallest ``--scale`` that fits, or (when none does) a
+            smaller job; ``tokenpcap plan`` reports the traffic of any size.
     """
+    run = engine_run(keep_messages) if run is None else run
+    keep_messages = run.keep_messages
     s = plan.scenario
     name = s.name
-    quick = estimate_work(plan, iterations, nvlink=False, keep_messages=keep_messages)
+    quick = estimate_work(plan, iterations, nvlink=False, run=run)
     scale = f" at --scale {plan.scale}" if plan.scale > 1 else ""
     its = f" over {iterations} iterations" if iterations > 1 else ""
     plan_hint = "`tokenpcap plan` reports its traffic at any size"
@@ -344,20 +364,21 @@ def check_work(plan, iterations: int, *, keep_messages: bool = True) -> Work:  #
             fits = (f"--set generation.clear_to_send=false fits ({no_cts.messages:,} "
                     "messages, no clear-to-send writes)")
         else:
-            floor = _work_at_any_scale(plan, iterations, keep_messages)
-            found = _smallest_scale(plan, iterations, keep_messages) if _fits(floor) else None
+            floor = _work_at_any_scale(plan, iterations, run)
+            found = _smallest_scale(plan, iterations, run) if _fits(floor) else None
             if found is not None:
                 fits = f"--scale {found[0]} fits ({found[1]:,} messages)"
             else:
                 fits = (f"--scale cannot help (at least {floor.messages:,} messages and "
                         f"{floor.memory_bytes / 1e9:,.1f} GB at any scale): "
-                        + _smaller_batch(plan, floor, iterations, keep_messages))
+                        + _smaller_batch(plan, floor, iterations, run))
         limit = (f"limit {MAX_MESSAGES:,} messages kept, " if keep_messages else "limit ")
+        what = (f"of memory as `{run.name}` runs it" if run.name else "of engine state")
         raise InfeasiblePlanError(
             f"{name}: too large for the timing engine: {quick.messages:,} RDMA messages"
-            f"{scale}{its} need about {quick.memory_bytes / 1e9:,.1f} GB of engine state ("
+            f"{scale}{its} need about {quick.memory_bytes / 1e9:,.1f} GB {what} ("
             f"{limit}{MAX_STATE_BYTES / 1e9:,.0f} GB); {fits}; {plan_hint}")
-    work = estimate_work(plan, iterations, keep_messages=keep_messages)
+    work = estimate_work(plan, iterations, run=run)
     if work.nvlink_copies > MAX_NVLINK_COPIES:
         one = _per_iteration(work, iterations)
         most = _most_iterations(one, one.nvlink_copies)
