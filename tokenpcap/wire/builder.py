@@ -340,27 +340,39 @@ class FrameBuilder:
 
     def _store_direct(self, lay: Layout, ps: np.ndarray, out: np.ndarray, off: np.ndarray,
                       cap: np.ndarray, skip: np.ndarray | None) -> bool:
-        """Headers-only fast path: when every frame of the group is cut at the same multiple of 8
-        bytes, before any CRC byte (and, over IPv6, before the UDP checksum), at 8-byte-aligned
-        offsets, store the kept bytes as big-endian words straight from the header words (the
-        payload bytes kept, the pattern's, are constants). Returns False when it does not apply."""
+        """Headers-only fast path: when every frame of the group is cut at the same length, before
+        any pad or CRC byte (and, over IPv6, before the UDP checksum), the kept bytes are the header
+        words with the kept payload bytes (the pattern's, constants) ORed in as constant words: at
+        8-byte-aligned offsets and a multiple of 8 they are stored as big-endian words straight
+        into ``out``, else as rows of one array copied by one row copy. No CRC is computed.
+        Returns False when it does not apply."""
         c = int(cap[0])
-        if c % 8 or c == 0 or c > lay.header_bytes + int(ps["payload_bytes"].min()) \
+        if c == 0 or c > lay.header_bytes + int(ps["payload_bytes"].min()) \
                 or int(cap.min()) != c or int(cap.max()) != c or (skip is not None and skip.any()) \
                 or (lay.roce and self.ctx.ip_version == 6 and self.ctx.ipv6_udp_checksum
-                    and c > lay.l4 + 6) or not aligned(out, off):
+                    and c > lay.l4 + 6):
             return False
         key = (lay.opcode, c)
         const = self._const_words.get(key)
         if const is None:         # the pattern bytes kept after the header, as big-endian words
-            b = np.zeros(c, np.uint8)
+            b = np.zeros(-(-c // 8) * 8, np.uint8)
             if c > lay.header_bytes:
-                b[lay.header_bytes:] = self._pattern[:c - lay.header_bytes]
+                b[lay.header_bytes:c] = self._pattern[:c - lay.header_bytes]
             const = self._const_words[key] = b.view(">u8").astype(np.uint64).tolist()
-        _, words, _, _ = self._header_words(lay, ps, direct=True)
+        words = self._header_words(lay, ps, direct=True)[1]
         nw = words.shape[0]
-        store_words(out, off, [(words[j] | np.uint64(v) if v else words[j]) if j < nw else v
-                               for j, v in enumerate(const)])
+        if c % 8 == 0 and aligned(out, off):
+            store_words(out, off, [(words[j] | np.uint64(v) if v else words[j]) if j < nw else v
+                                   for j, v in enumerate(const)])
+            return True
+        rows = np.empty((len(ps), len(const)), ">u8")     # big-endian word rows, cut at c below
+        kept = min(nw, len(const))
+        rows[:, :kept] = words[:kept].T
+        rows[:, kept:] = np.array(const[kept:], dtype=np.uint64)
+        for j, v in enumerate(const[:kept]):
+            if v:
+                rows[:, j] |= np.uint64(v)
+        copy_pieces(out, off, cap, None, None, rows.view(np.uint8))
         return True
 
     def _header_words(self, lay: Layout, ps: np.ndarray, direct: bool = False):
@@ -381,7 +393,7 @@ class FrameBuilder:
                 d["grh_paylen"] = hb - (lay.l3 + H.GRH.size) + lp + H.ICRC.size
         nic = {"nic": ps["nic"], "peer_nic": ps["peer_nic"]}
         d["nic_rows"], d["lp"] = nic, lp
-        hdr, words = lay.header_words(ps, d, nic)
+        hdr, words = lay.header_words(ps, d, nic, rows=not direct)
         if lay.roce and ctx.ip_version == 4:        # RFC 1071 sum: template + varying words
             total = lay.ip4_const + d["udp_len"] + H.IPV4.size + ps["ip_id"] \
                 + lay.ip4_nic_sum[nic["nic"]] + lay.ip4_nic_sum[nic["peer_nic"]] \
