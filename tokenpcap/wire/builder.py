@@ -242,11 +242,12 @@ class FrameBuilder:
         if any_pfc:
             check_pfc_rows(self.ctx, p, pfc, first)
         pay64 = pay.astype(np.int64)
+        pad = (-pay64) & 3                      # BTH PadCnt, and the pad bytes of the frame
         if pay64.max() > PAYLOAD_PATTERN_BYTES or ((pay64 > 0) & ~HAS_PAYLOAD[op]).any() \
-                or (p["pad"] != ((-pay64) & 3)).any():
+                or (p["pad"] != pad).any():
             bad(pay64 > PAYLOAD_PATTERN_BYTES, first, "payload_bytes", pay, f"0..{PAYLOAD_PATTERN_BYTES}")
             bad((pay64 > 0) & ~HAS_PAYLOAD[op], first, "payload_bytes", pay, "0 for an opcode without payload")
-            bad(p["pad"] != ((-pay64) & 3), first, "pad", p["pad"], "(-payload_bytes) & 3 (BTH.PadCnt)")
+            bad(p["pad"] != pad, first, "pad", p["pad"], "(-payload_bytes) & 3 (BTH.PadCnt)")
         if ((p["psn"] | p["dest_qp"] | p["src_qp"]) >> 24).any() or ((p["ack_req"] | p["solicited"] | p["becn"]) > 1).any():
             for f, bits, hdr in (("psn", 24, "BTH.PSN"), ("dest_qp", 24, "BTH.DestQP"), ("src_qp", 24, "QPN"),
                                  ("ack_req", 1, "BTH.AckReq"), ("solicited", 1, "BTH.SE"), ("becn", 1, "BTH.BECN")):
@@ -254,11 +255,11 @@ class FrameBuilder:
         check_ce(self.ctx, p["ce"], first)
         nn = self.ctx.n_nics
         for f in ("nic", "peer_nic"):
-            if p[f].min() < 0 or p[f].max() >= nn:
+            if p[f].view(np.uint32).max() >= nn:          # a negative index reads as >= 2**31
                 out_of = (p[f] < 0) | (p[f] >= nn)
                 bad(out_of & ~pfc, first, f, p[f], f"0..{nn - 1} (rows of the WireContext address arrays)")
         hb = self._hb[op]                       # rdma.frame_bytes, from the per-opcode table
-        flen = hb + pay64 + ((-pay64) & 3) + H.ICRC.size
+        flen = hb + pay64 + pad + H.ICRC.size
         flen = flen + H.VCRC.size if self.ctx.transport == "infiniband" else np.maximum(flen, ETH_MIN_FRAME_BYTES)
         if any_pfc:
             flen = np.where(pfc, PFC_FRAME_BYTES, flen)
