@@ -16,6 +16,9 @@ No Python loop per packet. For each chunk of the batch:
    pieces of equal length is one fancy-indexed row copy through a sliding-window view of ``out``;
    pieces of mixed lengths are split by the binary digits of their length, one copy per digit.
    With ``skip`` the first payload bytes are left to a gather writer (:mod:`tokenpcap.wire.gather`).
+   A group whose frames are all cut at one length before the pad and CRCs (headers only) skips
+   steps 3-4: its header words ORed with the kept pattern bytes go straight to ``out`` (word
+   stores at 8-byte-aligned offsets, else one row copy).
 
 Rows with ``line_protocol`` 1 or 2 carry NCCL LL/LL128 lines (:mod:`tokenpcap.wire.lines`): each
 distinct (protocol, flag) is built by a view of the builder whose pattern and payload tables are
