@@ -1,5 +1,6 @@
-"""The builder's placement helpers and its headers-only word path (whole frames cut at a multiple
-of 8 bytes, stored as big-endian words at aligned offsets), against the scalar build_frame."""
+"""The builder's placement helpers and its headers-only path (every frame of a group cut at one
+length before its pad and CRCs: stored as big-endian words at aligned offsets when that length is
+a multiple of 8, else copied as rows), against the scalar build_frame."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenpcap.wire import FrameBuilder, build_frame, rdma
+from tokenpcap.wire import builder as builder_module
 from tokenpcap.wire.placement import aligned, or_field16, store_words
 
 from .test_builder import CONTEXTS, make_ctx, make_packets
@@ -14,11 +16,11 @@ from .test_builder import CONTEXTS, make_ctx, make_packets
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 80), which=st.integers(0, len(CONTEXTS) - 1),
-       snaplen=st.sampled_from([8, 16, 40, 56, 64, 72, 96, 128]), gap=st.sampled_from([16, 20, 32]),
+       snaplen=st.sampled_from([8, 16, 40, 56, 60, 64, 66, 72, 74, 78, 96, 128]), gap=st.sampled_from([16, 20, 32]),
        full=st.booleans())
 def test_records_cut_at_a_multiple_of_8_equal_build_frame(seed, n, which, snaplen, gap, full):
-    """pcap-like records (``gap`` header bytes, then the frame cut at ``snaplen``): the word path
-    applies when gap and snaplen keep every frame 8-byte aligned, the row path otherwise."""
+    """pcap-like records (``gap`` header bytes, then the frame cut at ``snaplen``): the word store
+    applies when gap and snaplen keep every frame 8-byte aligned, the row copy otherwise."""
     rng = np.random.default_rng(seed)
     ctx = make_ctx(rng, **CONTEXTS[which])
     p = make_packets(rng, n)
@@ -38,20 +40,23 @@ def test_records_cut_at_a_multiple_of_8_equal_build_frame(seed, n, which, snaple
     assert (out[~mask] == 0xA5).all()
 
 
-def test_word_path_is_taken_for_aligned_uniform_groups(monkeypatch):
+def test_headers_only_path_stores_words_when_aligned_and_rows_otherwise(monkeypatch):
     rng = np.random.default_rng(4)
     b = FrameBuilder(make_ctx(rng))
     p = make_packets(rng, 64)
     p["opcode"], p["payload_bytes"], p["pad"] = rdma.WRITE_MIDDLE, 4096, 0
-    taken = []
+    taken, stores = [], []
     real = b._store_direct
     monkeypatch.setattr(b, "_store_direct", lambda *a: taken.append(real(*a)) or taken[-1])
+    monkeypatch.setattr(builder_module, "store_words", lambda *a: stores.append(store_words(*a)))
     offsets = np.arange(64, dtype=np.int64) * 80 + 16
-    out = np.zeros(64 * 80 + 8, np.uint8)
-    b.fill(p, out, offsets, np.full(64, 64))
-    b.fill(p, out, offsets + 1, np.full(64, 64))            # not aligned: the row path
-    assert taken == [True, False]
-    assert out[17:81].tobytes() == build_frame(p[0], b.ctx)[:64]
+    for shift, snaplen in ((0, 64), (1, 64), (0, 74)):      # aligned; not aligned; not a multiple of 8
+        out = np.zeros(64 * 80 + 16, np.uint8)
+        b.fill(p, out, offsets + shift, np.full(64, snaplen))
+        for i in (0, 37, 63):
+            o = int(offsets[i]) + shift
+            assert out[o:o + snaplen].tobytes() == build_frame(p[i], b.ctx)[:snaplen]
+    assert taken == [True, True, True] and len(stores) == 1
 
 
 def test_store_words_and_or_field16():

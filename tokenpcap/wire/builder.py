@@ -16,6 +16,9 @@ No Python loop per packet. For each chunk of the batch:
    pieces of equal length is one fancy-indexed row copy through a sliding-window view of ``out``;
    pieces of mixed lengths are split by the binary digits of their length, one copy per digit.
    With ``skip`` the first payload bytes are left to a gather writer (:mod:`tokenpcap.wire.gather`).
+   A group whose frames are all cut at one length before the pad and CRCs (headers only) skips
+   steps 3-4: its header words ORed with the kept pattern bytes go straight to ``out`` (word
+   stores at 8-byte-aligned offsets, else one row copy).
 
 Rows with ``line_protocol`` 1 or 2 carry NCCL LL/LL128 lines (:mod:`tokenpcap.wire.lines`): each
 distinct (protocol, flag) is built by a view of the builder whose pattern and payload tables are
@@ -242,11 +245,12 @@ class FrameBuilder:
         if any_pfc:
             check_pfc_rows(self.ctx, p, pfc, first)
         pay64 = pay.astype(np.int64)
+        pad = (-pay64) & 3                      # BTH PadCnt, and the pad bytes of the frame
         if pay64.max() > PAYLOAD_PATTERN_BYTES or ((pay64 > 0) & ~HAS_PAYLOAD[op]).any() \
-                or (p["pad"] != ((-pay64) & 3)).any():
+                or (p["pad"] != pad).any():
             bad(pay64 > PAYLOAD_PATTERN_BYTES, first, "payload_bytes", pay, f"0..{PAYLOAD_PATTERN_BYTES}")
             bad((pay64 > 0) & ~HAS_PAYLOAD[op], first, "payload_bytes", pay, "0 for an opcode without payload")
-            bad(p["pad"] != ((-pay64) & 3), first, "pad", p["pad"], "(-payload_bytes) & 3 (BTH.PadCnt)")
+            bad(p["pad"] != pad, first, "pad", p["pad"], "(-payload_bytes) & 3 (BTH.PadCnt)")
         if ((p["psn"] | p["dest_qp"] | p["src_qp"]) >> 24).any() or ((p["ack_req"] | p["solicited"] | p["becn"]) > 1).any():
             for f, bits, hdr in (("psn", 24, "BTH.PSN"), ("dest_qp", 24, "BTH.DestQP"), ("src_qp", 24, "QPN"),
                                  ("ack_req", 1, "BTH.AckReq"), ("solicited", 1, "BTH.SE"), ("becn", 1, "BTH.BECN")):
@@ -254,11 +258,11 @@ class FrameBuilder:
         check_ce(self.ctx, p["ce"], first)
         nn = self.ctx.n_nics
         for f in ("nic", "peer_nic"):
-            if p[f].min() < 0 or p[f].max() >= nn:
+            if p[f].view(np.uint32).max() >= nn:          # a negative index reads as >= 2**31
                 out_of = (p[f] < 0) | (p[f] >= nn)
                 bad(out_of & ~pfc, first, f, p[f], f"0..{nn - 1} (rows of the WireContext address arrays)")
         hb = self._hb[op]                       # rdma.frame_bytes, from the per-opcode table
-        flen = hb + pay64 + ((-pay64) & 3) + H.ICRC.size
+        flen = hb + pay64 + pad + H.ICRC.size
         flen = flen + H.VCRC.size if self.ctx.transport == "infiniband" else np.maximum(flen, ETH_MIN_FRAME_BYTES)
         if any_pfc:
             flen = np.where(pfc, PFC_FRAME_BYTES, flen)
@@ -340,27 +344,39 @@ class FrameBuilder:
 
     def _store_direct(self, lay: Layout, ps: np.ndarray, out: np.ndarray, off: np.ndarray,
                       cap: np.ndarray, skip: np.ndarray | None) -> bool:
-        """Headers-only fast path: when every frame of the group is cut at the same multiple of 8
-        bytes, before any CRC byte (and, over IPv6, before the UDP checksum), at 8-byte-aligned
-        offsets, store the kept bytes as big-endian words straight from the header words (the
-        payload bytes kept, the pattern's, are constants). Returns False when it does not apply."""
+        """Headers-only fast path: when every frame of the group is cut at the same length, before
+        any pad or CRC byte (and, over IPv6, before the UDP checksum), the kept bytes are the header
+        words with the kept payload bytes (the pattern's, constants) ORed in as constant words: at
+        8-byte-aligned offsets and a multiple of 8 they are stored as big-endian words straight
+        into ``out``, else as rows of one array copied by one row copy. No CRC is computed.
+        Returns False when it does not apply."""
         c = int(cap[0])
-        if c % 8 or c == 0 or c > lay.header_bytes + int(ps["payload_bytes"].min()) \
+        if c == 0 or c > lay.header_bytes + int(ps["payload_bytes"].min()) \
                 or int(cap.min()) != c or int(cap.max()) != c or (skip is not None and skip.any()) \
                 or (lay.roce and self.ctx.ip_version == 6 and self.ctx.ipv6_udp_checksum
-                    and c > lay.l4 + 6) or not aligned(out, off):
+                    and c > lay.l4 + 6):
             return False
         key = (lay.opcode, c)
         const = self._const_words.get(key)
         if const is None:         # the pattern bytes kept after the header, as big-endian words
-            b = np.zeros(c, np.uint8)
+            b = np.zeros(-(-c // 8) * 8, np.uint8)
             if c > lay.header_bytes:
-                b[lay.header_bytes:] = self._pattern[:c - lay.header_bytes]
+                b[lay.header_bytes:c] = self._pattern[:c - lay.header_bytes]
             const = self._const_words[key] = b.view(">u8").astype(np.uint64).tolist()
-        _, words, _, _ = self._header_words(lay, ps, direct=True)
+        words = self._header_words(lay, ps, direct=True)[1]
         nw = words.shape[0]
-        store_words(out, off, [(words[j] | np.uint64(v) if v else words[j]) if j < nw else v
-                               for j, v in enumerate(const)])
+        if c % 8 == 0 and aligned(out, off):
+            store_words(out, off, [(words[j] | np.uint64(v) if v else words[j]) if j < nw else v
+                                   for j, v in enumerate(const)])
+            return True
+        rows = np.empty((len(ps), len(const)), ">u8")     # big-endian word rows, cut at c below
+        kept = min(nw, len(const))
+        rows[:, :kept] = words[:kept].T
+        rows[:, kept:] = np.array(const[kept:], dtype=np.uint64)
+        for j, v in enumerate(const[:kept]):
+            if v:
+                rows[:, j] |= np.uint64(v)
+        copy_pieces(out, off, cap, None, None, rows.view(np.uint8))
         return True
 
     def _header_words(self, lay: Layout, ps: np.ndarray, direct: bool = False):
@@ -381,7 +397,7 @@ class FrameBuilder:
                 d["grh_paylen"] = hb - (lay.l3 + H.GRH.size) + lp + H.ICRC.size
         nic = {"nic": ps["nic"], "peer_nic": ps["peer_nic"]}
         d["nic_rows"], d["lp"] = nic, lp
-        hdr, words = lay.header_words(ps, d, nic)
+        hdr, words = lay.header_words(ps, d, nic, rows=not direct)
         if lay.roce and ctx.ip_version == 4:        # RFC 1071 sum: template + varying words
             total = lay.ip4_const + d["udp_len"] + H.IPV4.size + ps["ip_id"] \
                 + lay.ip4_nic_sum[nic["nic"]] + lay.ip4_nic_sum[nic["peer_nic"]] \

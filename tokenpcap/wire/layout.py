@@ -229,14 +229,16 @@ class Layout:
         padded = np.zeros(nw * 8, np.uint8)
         padded[:self.header_bytes] = self.tpl
         self.word_const = padded.view(">u8").astype(np.uint64)
-        self.word_parts: list[tuple[int, int, int, np.uint64, np.uint64]] = []   # (write, word, rshift, mask, lshift)
+        #: (write, word, rshift, mask, lshift, width): the part's ``width`` bits of the value
+        self.word_plan: list[tuple[int, int, int, np.uint64, int, int]] = []
         for i, w in enumerate(self.writes):
             s = w.header.slot(w.name)
             a = w.col * 8 + s.bit_offset
             end = a + s.field.bits
             for j in range(a // 64, (end - 1) // 64 + 1):
                 lo, hi = max(a, 64 * j), min(end, 64 * j + 64)
-                self.word_parts.append((i, j, end - hi, np.uint64((1 << (hi - lo)) - 1), 64 * j + 64 - hi))
+                self.word_plan.append((i, j, end - hi, np.uint64((1 << (hi - lo)) - 1), 64 * j + 64 - hi,
+                                       hi - lo))
         self.word_nic: list[tuple[str, int, np.ndarray]] = []                    # (key, word, table)
         for key in ("nic", "peer_nic"):
             nws = [nw_ for nw_ in self.nic_writes if nw_.key == key]
@@ -252,24 +254,35 @@ class Layout:
             words = rows.view(">u8").astype(np.uint64)
             self.word_nic += [(key, j, np.ascontiguousarray(words[:, j])) for j in sorted(touched)]
 
-    def header_words(self, ps: np.ndarray, d: dict, nic: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """Headers of packets ``ps``: uint8 ``(k, H)`` (a view of big-endian 64-bit words) and the
-        words themselves, uint64 ``(n_words, k)`` (word j = header bytes 8j..8j+7, first byte most
-        significant). Rows with ``ce`` set carry ECN CE (the IPv4 checksum is the caller's).
+    def header_words(self, ps: np.ndarray, d: dict, nic: dict[str, np.ndarray], rows: bool = True
+                     ) -> tuple[np.ndarray | None, np.ndarray]:
+        """Headers of packets ``ps``: uint8 ``(k, H)`` (a view of big-endian 64-bit words; None
+        when ``rows`` is False) and the words themselves, uint64 ``(n_words, k)`` (word j = header
+        bytes 8j..8j+7, first byte most significant). Rows with ``ce`` set carry ECN CE (the IPv4
+        checksum is the caller's).
 
         Every word is built with contiguous 64-bit operations and stored once, instead of one
-        strided byte store per header byte.
+        strided byte store per header byte; each field part is shifted and masked in one scratch
+        row (the mask is left out where the shift alone drops the bits outside the part).
         """
         k = len(ps)
         words = np.empty((self.n_words, k), dtype=np.uint64)
         words[:] = self.word_const[:, None]
-        values = [np.asarray(w.get(ps, d)).astype(np.uint64) for w in self.writes]
-        for i, j, rshift, mask, lshift in self.word_parts:
+        values = [np.asarray(w.get(ps, d)) for w in self.writes]
+        part = np.empty(k, dtype=np.uint64)
+        for i, j, rshift, mask, lshift, width in self.word_plan:
             v = values[i]
             if rshift:
-                v = v >> np.uint64(rshift)
-            part = v & mask
-            words[j] |= part << np.uint64(lshift) if lshift else part
+                np.right_shift(v, rshift, out=part, casting="unsafe")
+            else:
+                part[:] = v
+            # the mask drops the value's bits above the part; a left shift to the word's top
+            # drops them anyway, and a value type no wider than the part has none
+            if lshift + width != 64 and v.dtype.itemsize * 8 - rshift > width:
+                np.bitwise_and(part, mask, out=part)
+            if lshift:
+                np.left_shift(part, np.uint64(lshift), out=part)
+            words[j] |= part
         for key, j, table in self.word_nic:
             words[j] |= table.take(nic[key])
         if self.ce_word is not None:              # CE marks: the two ECN bits set (ecn.py)
@@ -277,6 +290,8 @@ class Layout:
             if ce.any():
                 j, bits = self.ce_word
                 words[j] |= np.where(ce != 0, bits, np.uint64(0))
+        if not rows:
+            return None, words
         out = np.empty((k, self.n_words), dtype=">u8")
         out[:] = words.T
         return out.view(np.uint8)[:, :self.header_bytes], words
