@@ -123,7 +123,7 @@ def moe_ep_families(fam, moe, st: int, epg, layers: Sequence[int], n_mb: int,  #
     """
     back = ep_row_bytes(h, precision)
     out_dtype = moe.dispatch_dtype or precision
-    out = (ep_row_bytes(h, out_dtype), DTYPE_BYTES[out_dtype] if out_dtype != "fp8" else 1)
+    out = (ep_row_bytes(h, out_dtype), DTYPE_BYTES[out_dtype])      # fp8: element size 1
     for phase, ops in (("forward", (("dispatch", out), ("combine", (back, e_act)))),
                        ("backward", (("combine_grad", out), ("dispatch_grad", (back, e_act))))):
         kinds: dict[tuple[int, int], list[str]] = {}
