@@ -1,0 +1,477 @@
+"""Re-make every number the command pages and the README quote, and rewrite their marked blocks.
+
+A page marks what a command printed, or a number taken from it, between two HTML comments::
+
+    <!-- measured:NAME -->
+    ...text made by the block NAME below...
+    <!-- /measured:NAME -->
+
+(inline too: ``<!-- measured:NAME -->1.39 GB<!-- /measured:NAME -->``). Two kinds of block:
+
+- **output** blocks hold what a command prints on the bundled Dante sample and small scenarios:
+  counts of frames, bytes, messages and files, tables, filters. They are deterministic (same
+  inputs and seed, same output) and cheap; ``--check`` re-makes them and fails on any difference,
+  and ``tests/test_doc_numbers.py`` runs that check in CI.
+- **timed** blocks hold wall time and peak RSS, and the counts of production runs too long for a
+  test. They are re-made only by ``--timed`` and carry the date, the machine's cores and the load
+  average (``/proc/loadavg``, as ``uptime`` prints it) before and after.
+
+Every command runs as a user types it, from a scratch directory that links ``profiles``,
+``samples`` and ``tests`` of this tree (so the pages show the same relative paths), stdout only,
+with ``--quiet`` where the command has it; output blocks run in this process through click's
+``CliRunner``, timed blocks in a fresh ``python3 -m tokenpcap`` process under ``/usr/bin/time``
+(peak RSS: the largest of the process and its forked writers). Two things a run prints that do
+not repeat are replaced by ``…``: the wall time of ``generate``/``run``'s summary and the free
+disk bytes of its first line.
+
+Usage (from the repository root)::
+
+    python3 docs/commands/measure.py                 # rewrite the output blocks
+    python3 docs/commands/measure.py --check         # exit 1 naming each block that differs
+    nice python3 docs/commands/measure.py --timed    # also re-measure the timed blocks (minutes)
+    nice python3 docs/commands/measure.py --timed --only generate-production
+
+Raises (``--check``): nothing; prints a unified diff per differing block and exits 1.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES_DIR = ROOT / "docs" / "commands"
+MARK = re.compile(r"<!-- measured:([\w.-]+) -->(.*?)<!-- /measured:\1 -->", re.S)
+DANTE = "profiles/scenarios/dante.yaml"
+VERSE = "Nel mezzo del cammin di nostra vita"
+
+
+def pages() -> list[Path]:
+    """The README, every command page in reading order, and the topic pages that quote a
+    measured number."""
+    return [ROOT / "README.md", *sorted(PAGES_DIR.glob("*.md")), ROOT / "docs" / "dask.md"]
+
+
+def sanitize(text: str) -> str:
+    """Replace what differs between two identical runs (wall time, free disk bytes) by ``…``."""
+    text = re.sub(r"[\d.]+ s wall", "… s wall", text)
+    return re.sub(r"\([\d,]+ bytes\s+free\)", "(… bytes free)", text)
+
+
+def excerpt(text: str, keep: Callable[[int, str], bool], strip: bool = True) -> str:
+    """The lines of ``text`` that ``keep(index, line)`` accepts, each run of dropped lines shown
+    as one ``…`` line; trailing blanks stripped from every line."""
+    out: list[str] = []
+    for i, line in enumerate(text.splitlines()):
+        if keep(i, line):
+            out.append(line.rstrip() if strip else line)
+        elif not out or out[-1] != "…":
+            out.append("…")
+    return "\n".join(out)
+
+
+def fence(cmds: list[str], body: str) -> str:
+    """A fenced block: each command after ``$ ``, then the output."""
+    head = "\n".join(f"$ {c}" for c in cmds)
+    return f"\n```\n{head}\n{body.rstrip()}\n```\n"
+
+
+@dataclass
+class Workspace:
+    """A scratch directory laid out as the repository root (links to profiles, samples, tests),
+    where every command runs; output blocks cache each command's stdout by its arguments."""
+    path: Path
+    cache: dict[tuple[str, ...], str] = field(default_factory=dict)
+    timings: dict[tuple[str, ...], "Timing"] = field(default_factory=dict)
+
+    @classmethod
+    def make(cls, path: Path) -> "Workspace":
+        path.mkdir(parents=True, exist_ok=True)
+        for name in ("profiles", "samples", "tests"):
+            link = path / name
+            if not link.exists():
+                link.symlink_to(ROOT / name)
+        return cls(path)
+
+    def cli(self, *args: str) -> str:
+        """stdout of ``tokenpcap ARGS`` run in this process from the workspace (cached),
+        sanitized. Raises RuntimeError naming the command when it exits non-zero."""
+        if args not in self.cache:
+            from click.testing import CliRunner
+
+            from tokenpcap.cli import main
+            old = Path.cwd()
+            os.chdir(self.path)
+            try:
+                r = CliRunner().invoke(main, list(args))
+            finally:
+                os.chdir(old)
+            if r.exit_code != 0:
+                raise RuntimeError(f"tokenpcap {' '.join(args)}: exit {r.exit_code}: "
+                                   f"{r.output[-2000:]}{r.exception!r}")
+            self.cache[args] = sanitize(r.stdout)
+        return self.cache[args]
+
+    def timed(self, *args: str, expect_fail: bool = False) -> "Timing":
+        """``python3 -m tokenpcap ARGS`` in a fresh process from the workspace, under
+        /usr/bin/time: its stdout, stderr, wall s, peak RSS bytes and CPU s, with the load
+        (cached by ARGS). Raises RuntimeError when its exit status is not the expected one."""
+        if args in self.timings:
+            return self.timings[args]
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        fmt = "%e %M %U %S"
+        t0 = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+        load0 = loadavg()
+        with tempfile.NamedTemporaryFile("r") as tf:
+            r = subprocess.run(["/usr/bin/time", "-f", fmt, "-o", tf.name, sys.executable, "-m",
+                                "tokenpcap", *args], cwd=self.path, env=env,
+                               capture_output=True, text=True)
+            wall, rss_kb, user, sys_s = tf.read().split()[-4:]
+        if (r.returncode != 0) != expect_fail:
+            raise RuntimeError(f"tokenpcap {' '.join(args)}: exit {r.returncode}: {r.stderr[-2000:]}")
+        t = Timing(args, sanitize(r.stdout), r.stderr, float(wall), int(rss_kb) * 1024,
+                   float(user) + float(sys_s), t0, time.strftime("%H:%M", time.gmtime()),
+                   load0, loadavg())
+        self.timings[args] = t
+        return t
+
+
+@dataclass
+class Timing:
+    """One timed command: output, wall clock s, peak RSS bytes, CPU s, start (UTC) and end,
+    the 1-minute load average before and after."""
+    args: tuple[str, ...]
+    stdout: str
+    stderr: str
+    wall_s: float
+    peak_rss_bytes: int
+    cpu_s: float
+    start: str
+    end: str
+    load_before: str
+    load_after: str
+
+    def line(self) -> str:
+        """``wall, CPU, peak RSS (date, load)`` in one sentence for a page."""
+        return (f"{self.wall_s:.1f} s of wall clock, {self.cpu_s:.1f} s of CPU, peak RSS "
+                f"{self.peak_rss_bytes / 1e9:.2f} GB (measured {self.start}-{self.end} UTC "
+                f"under `nice` on {os.cpu_count()} cores shared with other jobs, load average "
+                f"{self.load_before} before, {self.load_after} after)")
+
+
+def loadavg() -> str:
+    """The 1-minute load average, as ``uptime`` prints it first."""
+    return Path("/proc/loadavg").read_text().split()[0]
+
+
+BLOCKS: dict[str, tuple[str, Callable[[Workspace], str]]] = {}
+
+
+def block(name: str, kind: str = "output"):
+    """Register the maker of block ``name`` (``output`` or ``timed``)."""
+    def add(fn: Callable[[Workspace], str]) -> Callable[[Workspace], str]:
+        BLOCKS[name] = (kind, fn)
+        return fn
+    return add
+
+
+# ---- run ------------------------------------------------------------------------------------
+
+def _run_tables(ws: Workspace) -> str:
+    return ws.cli("run", "--quiet")
+
+
+@block("run-size")
+def _run_size(ws: Workspace) -> str:
+    out = _run_tables(ws)
+    m = re.search(r"packets ([\d,]+), file bytes ([\d,]+)", out)
+    return f"{int(m.group(2).replace(',', '')) / 1e9:.2f} GB, {m.group(1)} frames"
+
+
+@block("run-output")
+def _run_output(ws: Workspace) -> str:
+    out = _run_tables(ws)
+    lines = out.splitlines()
+    files = [i for i, l in enumerate(lines) if "dante_node" in l]
+    keep = set(files[:2]) | set(files[-1:])
+    return fence(["tokenpcap run"], excerpt(
+        out, lambda i, l: i in keep or "dante_node" not in l))
+
+
+@block("run-phases")
+def _run_phases(ws: Workspace) -> str:
+    out = _run_tables(ws)
+    start = out.index("RDMA payload per phase")
+    return "\n```\n" + "\n".join(l.rstrip() for l in out[start:].splitlines()) + "\n```\n"
+
+
+@block("run-first", "timed")
+def _run_first(ws: Workspace) -> str:
+    cache = ROOT / "tokenpcap" / "schedule" / "engine" / "__pycache__"
+    for f in [*cache.glob("*.nbi"), *cache.glob("*.nbc")]:
+        f.unlink()
+    first = ws.timed("run", "-o", "first", "--quiet")
+    shutil.rmtree(ws.path / "first")
+    again = ws.timed("run", "-o", "again", "--quiet")
+    shutil.rmtree(ws.path / "again")
+    return (f"\n- first run, the engine compiled by numba and cached: {first.line()};\n"
+            f"- the same run again, the engine cached: {again.line()}.\n")
+
+
+# ---- plan -----------------------------------------------------------------------------------
+
+@block("plan-dante")
+def _plan_dante(ws: Workspace) -> str:
+    out = ws.cli("plan", DANTE, "--quiet")
+    return fence([f"tokenpcap plan {DANTE}"], excerpt(
+        out, lambda i, l: i < 2 or not l.startswith("│ tp/") and "NCCL protocol" not in l))
+
+
+@block("plan-nics-dante")
+def _plan_nics_dante(ws: Workspace) -> str:
+    return fence([f"tokenpcap plan {DANTE} --nics"], excerpt(
+        ws.cli("plan", DANTE, "--nics", "--quiet"), lambda i, l: True))
+
+
+@block("plan-production", "timed")
+def _plan_production(ws: Workspace) -> str:
+    s = "profiles/scenarios/gpt3-175b-megatron.yaml"
+    t = ws.timed("plan", s, "--no-tokens", "--nics", "--quiet")
+    return fence([f"tokenpcap plan {s} --no-tokens --nics"], excerpt(
+        t.stdout, lambda i, l: i < 8 or l.startswith("└"))) + f"\n{t.line()}.\n"
+
+
+# ---- generate -------------------------------------------------------------------------------
+
+@block("generate-dante")
+def _generate_dante(ws: Workspace) -> str:
+    args = ("generate", DANTE, "-o", "out", "--nics", "0", "--quiet")
+    return fence(["tokenpcap " + " ".join(args[:-1])], excerpt(ws.cli(*args), lambda i, l: True))
+
+
+GENERATE_PRODUCTION = ("generate", "profiles/scenarios/llama3-70b-64n.yaml", "--nics", "0",
+                       "--snaplen", "74", "--format", "pcap", "--jobs", "1", "-o", "l70",
+                       "--quiet")
+
+
+@block("generate-production", "timed")
+def _generate_production(ws: Workspace) -> str:
+    args = GENERATE_PRODUCTION
+    t = ws.timed(*args)
+    shutil.rmtree(ws.path / "l70", ignore_errors=True)
+    summary = excerpt(t.stdout, lambda i, l: l.startswith(("writing", "packets", "(", "bytes")))
+    return fence(["tokenpcap " + " ".join(args[:-1])], summary) + f"\n{t.line()}.\n"
+
+
+@block("dask-worker-peak", "timed")
+def _dask_worker_peak(ws: Workspace) -> str:
+    t = ws.timed(*GENERATE_PRODUCTION)
+    shutil.rmtree(ws.path / "l70", ignore_errors=True)
+    return (f"{t.peak_rss_bytes / 1e9:.2f} GB peak RSS for one iteration, NIC 0 at "
+            f"`--snaplen 74` (`tokenpcap {' '.join(GENERATE_PRODUCTION[:-3])}`: the work one "
+            f"worker's task does for a shard of one NIC; measured {t.start} UTC at load "
+            f"average {t.load_before}-{t.load_after}, 2 cores shared)")
+
+
+# ---- inspect --------------------------------------------------------------------------------
+
+@block("inspect-dante")
+def _inspect_dante(ws: Workspace) -> str:
+    ws.cli("generate", DANTE, "-o", "out", "--nics", "0", "--quiet")
+    out = ws.cli("inspect", "out/dante_node00_nic0.pcapng", "--against", DANTE)
+    lines = out.splitlines()
+    flows = lines.index(next(l for l in lines if l.startswith("Flows")))
+    return fence([f"tokenpcap inspect out/dante_node00_nic0.pcapng --against {DANTE}"], excerpt(
+        out, lambda i, l: not (flows + 3 < i < flows + 22)))
+
+
+# ---- plot -----------------------------------------------------------------------------------
+
+@block("plot-dante")
+def _plot_dante(ws: Workspace) -> str:
+    ws.cli("generate", DANTE, "-o", "out", "--nics", "0", "--quiet")
+    a = ws.cli("plot", DANTE, "-o", "pics", "--quiet")
+    b = ws.cli("plot", "out", "-o", "pics", "--quiet")
+    c = ws.cli("plot", "out", "-o", "pics", "--heatmap", "--fan-in", "--bin", "20000", "--quiet")
+    return fence([f"tokenpcap plot {DANTE} -o pics", "tokenpcap plot out -o pics",
+                  "tokenpcap plot out -o pics --heatmap --fan-in --bin 20000"],
+                 a.rstrip() + "\n" + b.rstrip() + "\n" + c)
+
+
+@block("plot-production", "timed")
+def _plot_production(ws: Workspace) -> str:
+    s = "profiles/scenarios/gpt3-175b-megatron.yaml"
+    t = ws.timed("plot", s, "--scale", "1000", "-o", "pics-g3", "--quiet")
+    shutil.rmtree(ws.path / "pics-g3")
+    return fence([f"tokenpcap plot {s} --scale 1000 -o pics-g3"], t.stdout) + f"\n{t.line()}.\n"
+
+
+# ---- export ---------------------------------------------------------------------------------
+
+@block("export-dante")
+def _export_dante(ws: Workspace) -> str:
+    cmds = [("export", DANTE, "--to", "hpcc", "--scale", "64", "-o", "x/dante.txt"),
+            ("export", DANTE, "--to", "csv", "-o", "x/dante.csv"),
+            ("export", DANTE, "--to", "chakra", "-o", "x/chakra/dante")]
+    body = "".join(ws.cli(*c, "--quiet") for c in cmds)
+    files = [f for f in sorted((ws.path / "x").rglob("*")) if f.is_file()]
+    et = [f for f in files if f.suffix == ".et"]
+    sizes = [f"{f.stat().st_size:>11,}  {f.relative_to(ws.path)}" for f in files if f not in et]
+    sizes.append(f"{sum(f.stat().st_size for f in et):>11,}  x/chakra/dante.<rank>.et "
+                 f"({len(et)} files)")
+    rows = sum(1 for _ in (ws.path / "x" / "dante.csv").open()) - 1
+    flows = int((ws.path / "x" / "dante.txt").open().readline())
+    sizes.append(f"x/dante.csv: {rows:,} messages (a header and a row each); "
+                 f"x/dante.txt: {flows:,} flows (its first line)")
+    out = excerpt(body, lambda i, l: not re.search(r"dante\.([2-9]|\d\d)\.et", l))
+    return fence(["tokenpcap " + " ".join(c) for c in cmds], out) + \
+        fence(["ls -l x/ x/chakra/   # bytes"], "\n".join(sizes))
+
+
+@block("export-production", "timed")
+def _export_production(ws: Workspace) -> str:
+    s = "profiles/scenarios/mixtral-8x7b-ep-64.yaml"
+    t = ws.timed("export", s, "--to", "hpcc", "-o", "xm/mixtral.txt", "--quiet")
+    n = sum(1 for _ in (ws.path / "xm" / "mixtral.txt").open()) - 1
+    size = (ws.path / "xm" / "mixtral.txt").stat().st_size
+    shutil.rmtree(ws.path / "xm")
+    return (fence([f"tokenpcap export {s} --to hpcc -o xm/mixtral.txt"], t.stdout)
+            + f"\n{n:,} flows, {size:,} bytes in `xm/mixtral.txt`; {t.line()}.\n")
+
+
+# ---- trace ----------------------------------------------------------------------------------
+
+@block("trace-dante")
+def _trace_dante(ws: Workspace) -> str:
+    ws.cli("generate", DANTE, "-o", "outpp", "--phases", "pp", "--quiet")
+    out = ws.cli("trace", DANTE, VERSE, "--capture", "outpp", "--quiet")
+    lines = out.splitlines()
+    nv = lines.index(next(l for l in lines if l.startswith("NVLink copies")))
+
+    def keep(i: int, l: str) -> bool:
+        return not (re.match(r"\s+[4-8]\s+id", l) or nv + 1 < i < nv + 7)
+    return fence([f"tokenpcap generate {DANTE} -o outpp --phases pp",
+                   f'tokenpcap trace {DANTE} "{VERSE}" --capture outpp'], excerpt(out, keep))
+
+
+@block("trace-production", "timed")
+def _trace_production(ws: Workspace) -> str:
+    s = "profiles/scenarios/mixtral-8x7b-ep-64.yaml"
+    t = ws.timed("trace", s, VERSE, "--quiet")
+    out = excerpt(t.stdout, lambda i, l: not re.match(r"\s+\d+\s+id", l)
+                  and not l.startswith("  node") and "copies," not in l)
+    return fence([f'tokenpcap trace {s} "{VERSE}"'], out) + f"\n{t.line()}.\n"
+
+
+# ---- compare --------------------------------------------------------------------------------
+
+@block("compare-dante")
+def _compare_dante(ws: Workspace) -> str:
+    s = "tests/cases/hpcc/dante-flows.yaml"
+    fct = "tests/cases/hpcc/dante-scale64-fct.txt"
+    out = ws.cli("compare", s, "--scale", "64", "--hpcc-fct", fct, "--quiet")
+    return fence([f"tokenpcap compare {s} --scale 64 --hpcc-fct {fct}"], out)
+
+
+# ---- tokens, readdress ----------------------------------------------------------------------
+
+@block("tokens-dante")
+def _tokens_dante(ws: Workspace) -> str:
+    a = ws.cli("tokens", "samples/divina_commedia.txt")
+    b = ws.cli("tokens", "samples/divina_commedia.txt", "--tokenizer", "utf8")
+    return fence(["tokenpcap tokens samples/divina_commedia.txt",
+                  "tokenpcap tokens samples/divina_commedia.txt --tokenizer utf8"],
+                 a.rstrip() + "\n" + excerpt(b, lambda i, l: re.search(
+                     r"tokens  |bytes per token|sequences", l) is not None))
+
+
+@block("readdress-dante")
+def _readdress_dante(ws: Workspace) -> str:
+    ws.cli("generate", DANTE, "-o", "out", "--nics", "0", "--quiet")
+    args = ("readdress", "out/dante_node00_nic0.pcapng", "-o", "lab/nic0.pcapng", "--map",
+            "198.18.0.1=10.0.0.1", "--map", "198.18.1.1=10.0.1.1", "--vlan", "100", "--pcp", "3")
+    (ws.path / "lab").mkdir(exist_ok=True)
+    out = ws.cli(*args)
+    return fence(["tokenpcap " + " ".join(args)], out)
+
+
+# ---- the pages ------------------------------------------------------------------------------
+
+def made(ws: Workspace, names: set[str]) -> dict[str, str]:
+    """Each block of ``names`` made, by name."""
+    return {n: BLOCKS[n][1](ws) for n in sorted(names)}
+
+
+def page_blocks(text: str) -> dict[str, str]:
+    """NAME -> the text between a page's markers."""
+    return {m.group(1): m.group(2) for m in MARK.finditer(text)}
+
+
+def rewrite(text: str, new: dict[str, str]) -> str:
+    """``text`` with the blocks named in ``new`` replaced."""
+    def sub(m: re.Match) -> str:
+        name = m.group(1)
+        body = new.get(name, m.group(2))
+        return f"<!-- measured:{name} -->{body}<!-- /measured:{name} -->"
+    return MARK.sub(sub, text)
+
+
+def check(ws: Workspace) -> list[str]:
+    """A unified diff per output block whose page text differs from a fresh run (empty: none);
+    a block a page names but no maker makes is a difference too."""
+    texts = {p: p.read_text(encoding="utf-8") for p in pages()}
+    problems: list[str] = []
+    for page, text in texts.items():
+        for name, body in page_blocks(text).items():
+            if name not in BLOCKS:
+                problems.append(f"{page.relative_to(ROOT)}: block {name!r} has no maker in "
+                                f"docs/commands/measure.py")
+                continue
+            if BLOCKS[name][0] != "output":
+                continue
+            fresh = BLOCKS[name][1](ws)
+            if fresh != body:
+                diff = difflib.unified_diff(body.splitlines(), fresh.splitlines(),
+                                            f"{page.relative_to(ROOT)} ({name})", "fresh run",
+                                            lineterm="")
+                problems.append("\n".join(diff))
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="compare, do not write; exit 1 on a difference")
+    ap.add_argument("--timed", action="store_true", help="also re-measure the timed blocks")
+    ap.add_argument("--only", action="append", default=[], help="only this block (repeat)")
+    a = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="tokenpcap-docs-") as tmp:
+        ws = Workspace.make(Path(tmp))
+        if a.check:
+            problems = check(ws)
+            print("\n\n".join(problems) or "every output block matches a fresh run")
+            return 1 if problems else 0
+        names = {n for n, (kind, _) in BLOCKS.items() if kind == "output" or a.timed}
+        if a.only:
+            names &= set(a.only)
+        new = made(ws, names)
+        for page in pages():
+            text = page.read_text(encoding="utf-8")
+            out = rewrite(text, new)
+            if out != text:
+                page.write_text(out, encoding="utf-8")
+                print(f"rewrote {page.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.exit(main())
