@@ -250,11 +250,12 @@ def _run_first(ws: Workspace) -> str:
 @block("run-time-short", "timed")
 def _run_time_short(ws: Workspace) -> str:
     first, again = _first_runs(ws)
-    return (f"{again.wall_s:.0f} s and {again.peak_rss_bytes / 1e9:.2f} GB peak RSS; the "
-            f"first run on a machine also compiles the timing engine once with numba and caches "
-            f"it on disk: {first.wall_s:.0f} s of wall clock, {first.cpu_s:.0f} s of CPU "
-            f"(measured {first.start} UTC on {os.cpu_count()} cores shared with other jobs, "
-            f"load average {first.load_before}-{first.load_after})")
+    return (f"{again.wall_s:.0f} s of wall clock ({again.cpu_s:.1f} s of CPU) and "
+            f"{again.peak_rss_bytes / 1e9:.2f} GB peak RSS; the first run on a machine also "
+            f"compiles the timing engine once with numba and caches it on disk: "
+            f"{first.cpu_s:.0f} s of CPU, {first.wall_s:.0f} s of wall clock (measured "
+            f"{first.start} UTC on {os.cpu_count()} cores shared with other jobs, load average "
+            f"{first.load_before}-{again.load_after})")
 
 
 # ---- plan -----------------------------------------------------------------------------------
@@ -275,9 +276,11 @@ def _plan_nics_dante(ws: Workspace) -> str:
 @block("plan-production", "timed")
 def _plan_production(ws: Workspace) -> str:
     s = "profiles/scenarios/gpt3-175b-megatron.yaml"
-    t = ws.timed("plan", s, "--no-tokens", "--nics", "--quiet")
-    return fence([f"tokenpcap plan {s} --no-tokens --nics"], excerpt(
-        t.stdout, lambda i, l: i < 8 or l.startswith("└"))) + f"\n{t.line()}.\n"
+    t = ws.timed("plan", s, "--no-tokens", "--quiet")
+    return fence([f"tokenpcap plan {s} --no-tokens"], excerpt(
+        t.stdout, lambda i, l: i < 2 or re.match(r"│ (pp|dp|emb)/", l) is not None
+        or re.search(r"totals|NIC bytes|pcap bytes|packets \(", l) is not None)) + \
+        f"\n{t.line()}.\n"
 
 
 # ---- generate -------------------------------------------------------------------------------
@@ -320,6 +323,44 @@ def _generate_refused(ws: Workspace) -> str:
     left = "no directory left" if not (ws.path / "ds").exists() else "a directory left behind"
     return (fence([f"tokenpcap generate {s} --nics 0 -o ds"], err)
             + f"\nExit 1, {left}; {t.line()}.\n")
+
+
+def pcapng_comments(path: Path) -> list[str]:
+    """The comment (option 1) of every Enhanced Packet Block of a little-endian pcapng file, in
+    file order; a packet without one gives "" (pcapng, IETF draft-ietf-opsawg-pcapng: block type
+    6, its options after the 4-byte-padded packet data)."""
+    import struct
+    data = path.read_bytes()
+    out: list[str] = []
+    p = 0
+    while p < len(data):
+        btype, blen = struct.unpack_from("<II", data, p)
+        if btype == 6:
+            caplen = struct.unpack_from("<I", data, p + 20)[0]
+            q, end, text = p + 28 + (caplen + 3) // 4 * 4, p + blen - 4, ""
+            while q + 4 <= end:
+                code, olen = struct.unpack_from("<HH", data, q)
+                if code == 0:
+                    break
+                if code == 1:
+                    text = data[q + 4:q + 4 + olen].decode()
+                q += 4 + (olen + 3) // 4 * 4
+            out.append(text)
+        p += blen
+    return out
+
+
+@block("readme-comments")
+def _readme_comments(ws: Workspace) -> str:
+    ws.cli("generate", DANTE, "-o", "out", "--nics", "0", "--quiet")
+    comments = pcapng_comments(ws.path / "out" / "dante_node00_nic0.pcapng")
+    kinds = ((r"^pp/forward/SendRecv .* tokens ", ""), (r"^dp/backward/AllReduce ", ""),
+             (r"^cts dp/backward/AllReduce ", "(clear-to-send: control)"),
+             (r"^ack emb/backward/AllReduce ", "(ACK: control)"))
+    texts = [(next(c for c in comments if re.match(pattern, c)), note) for pattern, note in kinds]
+    width = max(len(t) for t, _ in texts) + 2
+    lines = [f"{t:<{width}}{note}".rstrip() for t, note in texts]
+    return "\n```\n" + "\n".join(lines) + "\n```\n"
 
 
 # ---- inspect --------------------------------------------------------------------------------
