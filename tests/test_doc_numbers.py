@@ -5,6 +5,7 @@ scenarios, equals the page's text. Times and peak RSS (the timed blocks) are re-
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
 from pathlib import Path
 
@@ -44,17 +45,26 @@ def test_the_pages_list_every_command_in_reading_order(measure):
 
 
 def test_a_changed_number_is_caught(measure, tmp_path):
-    """The check is not vacuous: a page whose block differs by one digit is reported."""
-    text = "<!-- measured:run-size -->1.39 GB, 336,993 frames<!-- /measured:run-size -->"
+    """The check is not vacuous: a page whose block differs by one digit from the command's
+    output is reported with its name, and an unknown block too."""
+    page = measure.PAGES_DIR / "08-compare.md"
+    text = page.read_text(encoding="utf-8")
+    body = measure.page_blocks(text)["compare-dante"]
+    assert "536    536" in body
+    changed = text.replace("536    536", "536    535", 1)
     ws = measure.Workspace.make(tmp_path / "ws")
-    fresh = measure.BLOCKS["run-size"][1](ws)
-    assert measure.page_blocks(text)["run-size"] != fresh
-    assert measure.rewrite(text, {"run-size": fresh}) == \
-        f"<!-- measured:run-size -->{fresh}<!-- /measured:run-size -->"
+    assert measure.check(ws, {page: text}) == []
+    problems = measure.check(ws, {page: changed + "<!-- measured:nope -->1<!-- /measured:nope -->"})
+    assert len(problems) == 2
+    assert "compare-dante" in problems[0] and "-all                       536    535" in problems[0]
+    assert "'nope' has no maker" in problems[1]
 
 
 @pytest.mark.slow
 def test_every_output_block_equals_a_fresh_run(measure, tmp_path):
-    problems = measure.check(measure.Workspace.make(tmp_path / "ws"))
+    try:
+        problems = measure.check(measure.Workspace.make(tmp_path / "ws"))
+    finally:
+        shutil.rmtree(tmp_path / "ws")      # the Dante run's 1.4 GB of captures
     assert not problems, ("pages differ from what the commands print; re-make them with "
                           "`python3 docs/commands/measure.py`:\n" + "\n\n".join(problems))

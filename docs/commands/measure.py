@@ -506,10 +506,12 @@ def rewrite(text: str, new: dict[str, str]) -> str:
     return MARK.sub(sub, text)
 
 
-def check(ws: Workspace) -> list[str]:
+def check(ws: Workspace, texts: dict[Path, str] | None = None) -> list[str]:
     """A unified diff per output block whose page text differs from a fresh run (empty: none);
-    a block a page names but no maker makes is a difference too."""
-    texts = {p: p.read_text(encoding="utf-8") for p in pages()}
+    a block a page names but no maker makes is a difference too. ``texts``: page -> text
+    (default: every page as it is on disk)."""
+    if texts is None:
+        texts = {p: p.read_text(encoding="utf-8") for p in pages()}
     problems: list[str] = []
     for page, text in texts.items():
         for name, body in page_blocks(text).items():
