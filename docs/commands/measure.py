@@ -279,7 +279,7 @@ def _plan_production(ws: Workspace) -> str:
     t = ws.timed("plan", s, "--no-tokens", "--quiet")
     return fence([f"tokenpcap plan {s} --no-tokens"], excerpt(
         t.stdout, lambda i, l: i < 2 or re.match(r"│ (pp|dp|emb)/", l) is not None
-        or re.search(r"totals|NIC bytes|pcap bytes|packets \(", l) is not None)) + \
+        or re.search(r"totals|NIC bytes \(all|pcap bytes|packets \(", l) is not None)) + \
         f"\n{t.line()}.\n"
 
 
