@@ -5,6 +5,7 @@ scenarios, equals the page's text. Times and peak RSS (the timed blocks) are re-
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -68,3 +69,26 @@ def test_every_output_block_equals_a_fresh_run(measure, tmp_path):
         shutil.rmtree(tmp_path / "ws")      # the Dante run's 1.4 GB of captures
     assert not problems, ("pages differ from what the commands print; re-make them with "
                           "`python3 docs/commands/measure.py`:\n" + "\n\n".join(problems))
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation but ``-`` and ``_``
+    dropped, each space a ``-`` (github/cmark-gfm's anchor filter)."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_command_pages_links_reach_a_file_and_heading(measure):
+    """Every relative link of a command page names a file of the tree and, with ``#anchor``, one
+    of its headings (the topic docs change their headings: a broken link would go unnoticed)."""
+    for page in sorted(measure.PAGES_DIR.glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+://", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            assert dest.exists(), f"{page.name}: link {target}: no such file"
+            if anchor:
+                heads = re.findall(r"^#{1,6} (.+)$", dest.read_text(encoding="utf-8"), re.M)
+                anchors = {github_anchor(h.replace("`", "")) for h in heads}
+                assert anchor in anchors, f"{page.name}: link {target}: no such heading"
