@@ -178,3 +178,19 @@ def test_deepep_needs_one_group_per_node_and_tp_1(change, key):
     with pytest.raises(InfeasiblePlanError) as err:
         build_plan(s)
     assert key in str(err.value) and "\n" not in str(err.value)
+
+
+def test_plan_command_prints_deepseek_v3_ib_and_nvlink_bytes():
+    """``tokenpcap plan profiles/scenarios/deepseek-v3-2048.yaml`` (128 sequences: the same
+    calls per layer) prints the hand count of the dispatch and the combine per rank, MoE layer
+    and microbatch."""
+    from click.testing import CliRunner
+    from tokenpcap.cli import main
+    res = CliRunner().invoke(main, ["plan", str(DEEPSEEK), "--no-tokens", "--set",
+                                    "training.global_batch_size=128"], catch_exceptions=False)
+    assert res.exit_code == 0
+    text = " ".join(res.output.split())
+    assert ("ep dispatch (DeepEP, node-limited), per rank, MoE layer and microbatch: "
+            "IB 105,971,712 B, NVLink 201,698,112 B") in text
+    assert ("ep combine (DeepEP, node-limited), per rank, MoE layer and microbatch: "
+            "IB 205,520,896 B, NVLink 391,172,096 B") in text
