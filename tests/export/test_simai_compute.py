@@ -71,6 +71,8 @@ def test_deepseek_v3_exports_all_61_layers_and_the_expert_traffic(tmp_path):
     s = load_scenario(SCEN / "deepseek-v3-2048.yaml")
     s = dataclasses.replace(
         s, parallelism=dataclasses.replace(s.parallelism, dp=8, ep=8),
+        model=dataclasses.replace(s.model, moe=dataclasses.replace(   # SimAI's ALLTOALL_EP
+            s.model.moe, token_dispatcher="alltoall")),
         training=dataclasses.replace(s.training, global_batch_size=16),
         cluster=dataclasses.replace(s.cluster, nodes=16))
     plan = build_plan(s)
@@ -100,3 +102,21 @@ def test_deepseek_v3_exports_all_61_layers_and_the_expert_traffic(tmp_path):
             assert int(d[4]) == bs * e.top_k * (h + h // 128 * 4)
             assert int(c[4]) == bs * e.top_k * h * 2
             assert recs[f"layer{L}_combine_grad"][0][6] == "ALLTOALL_EP"
+
+
+def test_deepep_dispatch_is_refused_in_one_line(tmp_path):
+    """SimAI's ALLTOALL_EP is one AllToAll over the EP group: DeepEP's calls over rails and
+    nodes have no such record, so the export names the key instead of writing a wrong one."""
+    import pytest
+    from tokenpcap.errors import InputError
+    s = load_scenario(SCEN / "deepseek-v3-2048.yaml")
+    s = dataclasses.replace(
+        s, parallelism=dataclasses.replace(s.parallelism, dp=16, ep=16),
+        model=dataclasses.replace(s.model, moe=dataclasses.replace(
+            s.model.moe, router_num_groups=2, router_group_topk=2)),
+        training=dataclasses.replace(s.training, global_batch_size=16),
+        cluster=dataclasses.replace(s.cluster, nodes=32))
+    with pytest.raises(InputError) as err:
+        write_simai(build_plan(s), tmp_path / "w.txt")
+    assert "model.moe.token_dispatcher: got 'deepep', expected 'alltoall'" in str(err.value)
+    assert "\n" not in str(err.value) and not list(tmp_path.iterdir())

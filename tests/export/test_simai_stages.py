@@ -59,6 +59,8 @@ def _deepseek_16n():
     s = load_scenario(SCEN / "deepseek-v3-2048.yaml")
     return dataclasses.replace(
         s, parallelism=dataclasses.replace(s.parallelism, dp=8, ep=8),
+        model=dataclasses.replace(s.model, moe=dataclasses.replace(   # SimAI's ALLTOALL_EP
+            s.model.moe, token_dispatcher="alltoall")),
         training=dataclasses.replace(s.training, global_batch_size=16),
         cluster=dataclasses.replace(s.cluster, nodes=16))
 

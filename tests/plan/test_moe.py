@@ -107,9 +107,13 @@ def test_deepseek_v3_dispatches_in_fp8_with_1x128_scales_and_combines_in_bf16():
     BF16; the activation gradient before the down-projections (the backward of the combine,
     ``combine_grad``) goes out like the dispatch. Per rank and MoE layer, tokens b*s = 4,096,
     top_k 8, h 7,168: dispatch 4,096 x 8 x (7,168 x 1 + 7,168/128 x 4) = 242,221,056 B, combine
-    4,096 x 8 x 7,168 x 2 = 469,762,048 B; the probs stay 4,096 x 8 x 2 B."""
+    4,096 x 8 x 7,168 x 2 = 469,762,048 B; the probs stay 4,096 x 8 x 2 B. Megatron-core's
+    AllToAll dispatcher (``moe.token_dispatcher: alltoall``; the profile's is DeepEP's,
+    tests/plan/test_moe_nodelimited.py)."""
     s = vary(load_scenario(PROFILES / "scenarios" / "deepseek-v3-2048.yaml"),
              global_batch_size=128)
+    s = dataclasses.replace(s, model=dataclasses.replace(s.model, moe=dataclasses.replace(
+        s.model.moe, token_dispatcher="alltoall")))
     assert s.model.moe.dispatch_dtype == "fp8"
     tokens, k, h = 1 * 4096, 8, 7168
     fp8 = tokens * k * (h * 1 + h // 128 * 4)

@@ -388,13 +388,15 @@ def test_deepseek_v3_at_scale_1e8_keeps_every_peer_of_its_expert_alltoall():
     what those transfers carry: 3 AllToAlls (dispatch, probs, combine) x 58 MoE layers x 120
     microbatches x 2 EP groups a stage, each 64 ranks x 56 peers on other nodes x 32 bytes.
     The dispatch is set to bf16 here (``moe.dispatch_dtype``; the profile's is FP8) so that
-    the three AllToAlls share one element size and one floor."""
+    the three AllToAlls share one element size and one floor, and Megatron-core's AllToAll
+    dispatcher is used (``moe.token_dispatcher: alltoall``; the profile's is DeepEP's)."""
     from tokenpcap.collectives.traffic import CallShape, hops
     from tokenpcap.collectives.transfers import transfers
 
     s = load_scenario(PROFILES / "scenarios" / "deepseek-v3-2048.yaml", simple_on())
     s = dataclasses.replace(s, model=dataclasses.replace(
-        s.model, moe=dataclasses.replace(s.model.moe, dispatch_dtype="bf16")))
+        s.model, moe=dataclasses.replace(s.model.moe, dispatch_dtype="bf16",
+                                         token_dispatcher="alltoall")))
     assert s.collectives.channels == 16
     plan = build_plan(s, scale=10 ** 8)
     lay, ch = plan.layout, s.collectives.channels
@@ -488,13 +490,14 @@ def test_deepseek_v3_2048_bytes_per_phase_are_the_closed_forms():
     """DeepSeek-V3 on 2,048 H800 (report arXiv 2412.19437 Sec. 3.2: PP 16, EP 64 over 8 nodes,
     ZeRO-1 DP 128, no TP; 61 layers split 3 | 4 x 14 | 2; 120 microbatches of one 4K sequence).
     NIC bytes of one iteration against closed forms: PP b*s*h*2 per microbatch, boundary and DP
-    replica each way; the uniform AllToAll of a 64-rank EP group puts 56/64 of each rank's
-    buffer on NICs (7 of its 63 peers share its node), on the 58 MoE layers only; the ring
+    replica each way; DeepEP's node-limited dispatch (Sec. 2.1.2, 3.2.2) sends each of a
+    rank's 4,096 tokens once to each of its 4 nodes, 7/8 of them remote, on the 58 MoE layers
+    only (tests/plan/test_moe_nodelimited.py: per layer and microbatch); the ring
     ReduceScatter of 128 ranks on 16 nodes crosses 16 node boundaries per step, (n-1) steps of
     S/n; the expert-data-parallel pairs (ranks 8 nodes apart) send half their buffer each.
     The tokens go to the experts (dispatch, combine gradient) in FP8 with one fp32 scale per
-    128 values (Sec. 3.3.3): 7,168 + 56 x 4 bytes per token and expert; they come back
-    (combine, dispatch gradient) in bf16."""
+    128 values (Sec. 3.3.3): 7,168 + 56 x 4 bytes per token and node; they come back
+    (combine, dispatch gradient) in bf16, with their 8 fp32 routing weights."""
     s = load_scenario(PROFILES / "scenarios" / "deepseek-v3-2048.yaml", simple_on())
     plan = build_plan(s)
     r = rows(plan)
@@ -502,12 +505,13 @@ def test_deepseek_v3_2048_bytes_per_phase_are_the_closed_forms():
     assert plan.microbatches == mb
     assert r["pp/forward/SendRecv"].nic_bytes == r["pp/backward/SendRecv"].nic_bytes == \
         15 * 128 * mb * act
-    tokens = 4096 * 8 * 7168 * 2                     # b*s*top_k*h*B: combine, dispatch_grad
-    fp8 = 4096 * 8 * (7168 + 7168 // 128 * 4)        # dispatch, combine_grad
-    probs = 4096 * 8 * 2
-    a2a = 58 * mb * 2 * 56 * (fp8 + tokens + probs)  # layers x mb x 2 groups x NIC share
+    remote = 4096 * 4 * 7 // 8                       # token rows to other nodes
+    tokens = remote * 7168 * 2                       # b*s*h*B: combine, dispatch_grad
+    fp8 = remote * (7168 + 7168 // 128 * 4)          # dispatch, combine_grad
+    probs = remote * 8 * 4
+    a2a = 58 * mb * 128 * (fp8 + tokens + probs)     # MoE layers x mb x ranks of a stage
     assert r["ep/forward/AllToAll"].nic_bytes == r["ep/backward/AllToAll"].nic_bytes == a2a
-    assert a2a == 555_056_155_852_800
+    assert a2a == 277_911_227_596_800
     layers = {c.layer for c in plan.calls() if c.dim == "ep"}
     assert layers == set(range(3, 61))
     dense = [926_679_040 + 3 * 583_483_392] + [4 * 232_996_864] * 14 + [1_392_679_936]

@@ -13,7 +13,10 @@
    stated here: a rank's dispatch buffer lists its tokens in ``[s, b]`` row order (each row
    ``top_k`` times) and chunk ``e`` goes to EP rank ``e``, so EP rank ``e`` receives block ``e``
    of the rows; the combine sends them back the same way (and the backward AllToAlls mirror
-   the forward ones).
+   the forward ones). DeepEP's node-limited dispatch (``moe.token_dispatcher: deepep``,
+   :mod:`tokenpcap.plan.moe_nodelimited`) is sized as expected rows per rail and node peer,
+   with no rule of which tokens they are: its calls (ops ``*_ib``, ``*_nvl``) are not
+   followed.
 
 A message's *token bytes* are the bytes of the traced tokens' rows inside it; the packets
 holding them are ``[lo // PMTU, ceil(hi / PMTU))`` for those bytes ``[lo, hi)``.

@@ -176,6 +176,9 @@ def _tables(out, data: dict, toks) -> None:  # type: ignore[no-untyped-def]
             would = ", ".join(f"{k} for {v:,} calls" for k, v in sorted(r["nccl_forced"].items()))
             out.print(f"{r['name']}: NCCL's tuner would run {would}; the scenario's "
                       f"{data.get('algorithm', 'ring')} was forced")
+    for op, b in data.get("moe_dispatch", {}).items():
+        out.print(f"ep {op} (DeepEP, node-limited), per rank, MoE layer and microbatch: "
+                  f"IB {b['nic_bytes_per_rank']:,} B, NVLink {b['nvlink_bytes_per_rank']:,} B")
     if toks is not None and toks.vocabulary_note:
         out.print(toks.vocabulary_note)
     if ep:

@@ -126,6 +126,8 @@ def check_feasible(s: Scenario) -> None:
                  "an ep that divides dp*context_parallel_size")
     if p.vpp > 1:
         _check_interleaving(s, fail)
+    if m.moe is not None and m.moe.token_dispatcher == "deepep" and p.ep > 1:
+        _check_deepep(s, fail)
     if p.tp > 1 and not p.sequence_parallel and any(m.moe_layers):
         fail("parallelism.sequence_parallel", f"false with tp {p.tp} and a model with MoE layers",
              "true: Megatron-core's MoE layer refuses to train with tensor parallelism without "
@@ -175,3 +177,27 @@ def _check_interleaving(s: Scenario, fail) -> None:  # type: ignore[no-untyped-d
     if len(set(m.moe_layers)) > 1:
         fail(key, f"{p.vpp} with a model of dense and MoE layers (moe.layer_freq)",
              "null or 1: interleaving a model of mixed layers is not modelled")
+
+
+def _check_deepep(s: Scenario, fail) -> None:  # type: ignore[no-untyped-def]
+    """``moe.token_dispatcher: deepep`` (:mod:`tokenpcap.plan.moe_nodelimited`): tp 1 (the
+    dispatcher's TP collectives are not modelled), EP groups that fill whole nodes (or lie in
+    one) with the same number of their ranks on each, and one routing group per node of an EP
+    group (``router_num_groups == ep / gpus_per_node``, DeepSeek-V3 Sec. 2.1.2: 8 groups on the
+    8 nodes of its EP 64)."""
+    p, m, gpn = s.parallelism, s.model, s.cluster.gpus_per_node
+    if p.tp > 1:
+        fail("parallelism.tp", f"{p.tp} with moe.token_dispatcher deepep",
+             "tp 1 (DeepEP's dispatch is modelled without tensor parallelism)")
+    aligned = ((p.ep % gpn == 0 and (p.dp * p.cp) % gpn == 0) if p.ep >= gpn
+               else gpn % p.ep == 0)
+    if not aligned:
+        fail("parallelism.ep", f"{p.ep} on nodes of {gpn} GPUs with dp*context_parallel_size "
+             f"{p.dp * p.cp}",
+             "EP groups of whole nodes (ep and dp*context_parallel_size multiples of "
+             "gpus_per_node) or within one node, for moe.token_dispatcher deepep")
+    nodes = max(1, p.ep // gpn)
+    if m.moe.router_num_groups != nodes:
+        fail("model.moe.router_num_groups", f"{m.moe.router_num_groups} with ep {p.ep} on nodes "
+             f"of {gpn} GPUs", f"{nodes}, one group per node of an EP group (moe.token_dispatcher "
+             "deepep)")

@@ -15,7 +15,7 @@ from typing import Any
 from tokenpcap.config import yamlcheck as yc
 from tokenpcap.config.bounds import (MAX_ATTENTION_HEADS, MAX_EXPERTS, MAX_FFN_HIDDEN_SIZE,
                                      MAX_HIDDEN_SIZE, MAX_LAYERS, MAX_SEQ_LENGTH, MAX_VOCAB_SIZE)
-from tokenpcap.config.types import MlaProfile, ModelProfile, MoeProfile
+from tokenpcap.config.types import TOKEN_DISPATCHERS, MlaProfile, ModelProfile, MoeProfile
 from tokenpcap.errors import ProfileError
 
 __all__ = ["load_model", "model_from"]
@@ -42,7 +42,42 @@ _MOE_SPEC = {
     "aux_loss_coeff": (yc.number(ge=0.0), 0.0),
     "router_enable_expert_bias": (yc.boolean, False),
     "dispatch_dtype": (yc.optional(yc.enum("fp8", "bf16", "fp16", "fp32")), None),
+    "router_num_groups": (yc.optional(yc.integer(1, MAX_EXPERTS)), None),
+    "router_group_topk": (yc.optional(yc.integer(1, MAX_EXPERTS)), None),
+    "token_dispatcher": (yc.enum(*TOKEN_DISPATCHERS), "alltoall"),
 }
+
+def _check_router_groups(file: Path, key, m: dict) -> None:  # type: ignore[no-untyped-def]
+    """Megatron-core's checks of group-limited routing (``TransformerConfig.__post_init__`` and
+    ``moe_utils.group_limited_topk``): ``router_num_groups`` and ``router_group_topk`` come
+    together, the groups divide the experts, at most ``router_num_groups`` groups are chosen and
+    the chosen groups hold at least ``top_k`` experts; the ``deepep`` dispatcher sends a token
+    once per chosen group, so it needs them.
+
+    Raises:
+        ProfileError: naming the first key that breaks a rule.
+    """
+    g, k = m["router_num_groups"], m["router_group_topk"]
+    if (g is None) != (k is None):
+        name = "router_group_topk" if k is None else "router_num_groups"
+        raise ProfileError(file, key(f"moe.{name}"), None, "an integer: router_num_groups and "
+                           "router_group_topk are given together")
+    if g is not None:
+        if m["experts"] % g:
+            raise ProfileError(file, key("moe.router_num_groups"), g,
+                               f"a divisor of moe.experts {m['experts']}")
+        if k > g:
+            raise ProfileError(file, key("moe.router_group_topk"), k,
+                               f"an integer <= moe.router_num_groups {g}")
+        if k * (m["experts"] // g) < m["top_k"]:
+            raise ProfileError(file, key("moe.router_group_topk"), k,
+                               f"enough groups to hold moe.top_k {m['top_k']} experts "
+                               f"({m['experts'] // g} per group)")
+    if m["token_dispatcher"] == "deepep" and g is None:
+        raise ProfileError(file, key("moe.token_dispatcher"), "deepep",
+                           "'alltoall' without moe.router_num_groups and router_group_topk "
+                           "(DeepEP's dispatch is modelled for group-limited routing)")
+
 
 _MLA_SPEC = {
     "q_lora_rank": (yc.optional(yc.integer(1, MAX_HIDDEN_SIZE)), None),
@@ -118,12 +153,16 @@ def model_from(file: Path, prefix: str, data: Any, model_path: Path | None) -> M
         if isinstance(f, tuple) and len(f) != v["layers"]:
             raise ProfileError(file, key("moe.layer_freq"), list(f),
                                f"a list of {v['layers']} entries, one per layer")
+        _check_router_groups(file, key, m)
         moe = MoeProfile(experts=m["experts"], top_k=m["top_k"],
                          ffn_hidden_size=m["ffn_hidden_size"] or ffn,
                          shared_expert_intermediate_size=m["shared_expert_intermediate_size"],
                          layer_freq=f, aux_loss_coeff=m["aux_loss_coeff"],
                          router_enable_expert_bias=m["router_enable_expert_bias"],
-                         dispatch_dtype=m["dispatch_dtype"])
+                         dispatch_dtype=m["dispatch_dtype"],
+                         router_num_groups=m["router_num_groups"],
+                         router_group_topk=m["router_group_topk"],
+                         token_dispatcher=m["token_dispatcher"])
     mla = None
     if v["multi_latent_attention"] is not None:
         if v["kv_heads"] is not None:

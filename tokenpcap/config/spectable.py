@@ -139,6 +139,23 @@ KEYS: dict[str, tuple[str, str]] = {
                                      "scale per 128 elements of a token; the combine and the "
                                      "dispatch's gradient keep `training.precision`; default: "
                                      "`training.precision`"),
+    "model.moe.router_num_groups": ("groups", "Megatron-core `moe_router_num_groups` "
+                                              "(DeepSeek-V3 `n_group`): groups of consecutive "
+                                              "experts for group-limited routing; divides "
+                                              "`experts`; with `token_dispatcher: deepep` one "
+                                              "per node of an EP group; null: no groups"),
+    "model.moe.router_group_topk": ("groups", "Megatron-core `moe_router_group_topk` "
+                                              "(DeepSeek-V3 `topk_group`): the groups a token's "
+                                              "experts are chosen from, so with one group per "
+                                              "node the nodes it is sent to; given with "
+                                              "`router_num_groups`"),
+    "model.moe.token_dispatcher": ("", "how the routed tokens travel: `alltoall` (Megatron-core "
+                                       "`MoEAlltoAllTokenDispatcher`: an AllToAll of one row "
+                                       "per token and expert over the EP group) or `deepep` "
+                                       "(Megatron-core's flex dispatcher on DeepEP, DeepSeek-V3 "
+                                       "Sec. 3.2.2: once per chosen node over IB to the GPU of "
+                                       "the same local index, then over NVLink to the experts' "
+                                       "GPUs; needs the router groups, tp 1; docs/plan.md)"),
     "model.moe.top_k": ("experts", "experts each token is routed to; at most `experts`"),
     "model.moe.ffn_hidden_size": ("elements", "hidden size of one expert's MLP; default: the "
                                               "model's `ffn_hidden_size`"),

@@ -20,7 +20,12 @@ if TYPE_CHECKING:
 __all__ = ["MoeProfile", "MlaProfile", "ModelProfile", "GpuProfile", "NetworkProfile", "ClusterProfile",
            "TopologyConfig", "SwitchConfig", "PfcConfig", "EcmpConfig", "FabricProfile",
            "TokenizerSpec", "Parallelism", "Training", "CollectivesConfig", "GenerationConfig",
-           "Scenario", "DTYPE_BYTES"]
+           "Scenario", "DTYPE_BYTES", "TOKEN_DISPATCHERS"]
+
+
+#: The values of ``moe.token_dispatcher`` (:class:`MoeProfile`); the plan registers one family
+#: builder per name (:data:`tokenpcap.plan.moe.TOKEN_DISPATCHER_FAMILIES`).
+TOKEN_DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep")
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,17 @@ class MoeProfile:
     the training precision. ``"fp8"`` adds one fp32 scale per 128 elements of each token
     (DeepSeek-V3 Sec. 3.3; :func:`tokenpcap.plan.moe.ep_row_bytes`). The combine and the
     dispatch's gradient stay at the training precision.
+
+    ``router_num_groups`` / ``router_group_topk``: Megatron-core ``moe_router_num_groups`` /
+    ``moe_router_group_topk`` (DeepSeek-V3's node-limited routing, Sec. 2.1.2: ``n_group`` 8,
+    ``topk_group`` 4): the experts form ``router_num_groups`` groups of consecutive experts and a
+    token's ``top_k`` experts come from its ``router_group_topk`` best groups
+    (``moe_utils.group_limited_topk``); None: no group limit. ``token_dispatcher``: how the
+    routed tokens travel (a key of :data:`TOKEN_DISPATCHERS`): ``"alltoall"``, Megatron-core's
+    ``MoEAlltoAllTokenDispatcher`` (one row per token and expert, an AllToAll over the EP
+    group); ``"deepep"``, its ``MoEFlexTokenDispatcher`` on DeepEP (DeepSeek-V3 Sec. 3.2.2: a
+    token crosses IB once per chosen node, to the GPU of the same local index, and is forwarded
+    over NVLink to its experts' GPUs there; :mod:`tokenpcap.plan.moe_nodelimited`).
     """
 
     experts: int
@@ -54,6 +70,9 @@ class MoeProfile:
     aux_loss_coeff: float = 0.0
     router_enable_expert_bias: bool = False
     dispatch_dtype: str | None = None
+    router_num_groups: int | None = None
+    router_group_topk: int | None = None
+    token_dispatcher: str = "alltoall"
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tokenpcap.errors import InputError
 from tokenpcap.export.registry import atomic_text, register_export
 
 __all__ = ["FIELDS", "TYPES", "POLICY", "SimaiRecord", "SimaiWorkload", "simai_workload",
@@ -123,7 +124,9 @@ def simai_workload(plan, stage: int = 0) -> SimaiWorkload:  # type: ignore[no-un
     Raises:
         InputError: bad compute settings (:func:`tokenpcap.schedule.compute.stage_times`); a
             workload scenario (no model: SimAI's workload file is a model's layers); ``stage``
-            outside ``[0, pp)``.
+            outside ``[0, pp)``; DeepEP's node-limited dispatch (``moe.token_dispatcher:
+            deepep``: calls over rails and nodes, where SimAI's ``ALLTOALL_EP`` is one AllToAll
+            over the EP group).
     """
     from tokenpcap.plan.pipeline import stage_layers
     from tokenpcap.schedule.compute import stage_times
@@ -131,6 +134,10 @@ def simai_workload(plan, stage: int = 0) -> SimaiWorkload:  # type: ignore[no-un
     plan.scenario.require_model("the SimAI export (a workload file of a model's layers)")
     s, lay = plan.scenario, plan.layout
     p = s.parallelism
+    if s.model.moe is not None and s.model.moe.token_dispatcher != "alltoall":
+        raise InputError(f"{s.path or '<scenario>'}: model.moe.token_dispatcher: got "
+                         f"{s.model.moe.token_dispatcher!r}, expected 'alltoall' for a SimAI "
+                         "workload (its ALLTOALL_EP is one AllToAll over the EP group)")
     rank = lay.rank(stage, 0, 0)
     times = stage_times(s, stage, plan.scale)
     header = {"model_parallel_NPU_group": p.tp, "ep": p.ep, "pp": p.pp, "vpp": p.vpp,

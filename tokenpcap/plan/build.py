@@ -44,6 +44,7 @@ import numpy as np
 
 from tokenpcap.plan.calls import CollectiveCall, Family, build_families, scale_families
 from tokenpcap.plan.calltable import CallTable, call_by_id, expand
+from tokenpcap.plan.moe_nodelimited import deepep_bytes_per_layer
 from tokenpcap.errors import InfeasiblePlanError, InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.records import COLLECTIVES, DIMS, PHASES
@@ -363,7 +364,7 @@ class Plan:
                 "expert_per_rank": sh.expert,
                 "gradient_bytes_per_rank": sh.total * DTYPE_BYTES[t.grad_reduce_dtype],
             })
-        return {
+        out = {
             "scenario": s.name,
             "model": m.name,
             "cluster": s.cluster.name,
@@ -402,6 +403,10 @@ class Plan:
             "pcap": self.pcap,
             "tokens": self.tokens.to_json() if self.tokens is not None else None,
         }
+        deepep = deepep_bytes_per_layer(self.families, self.algorithm, self.layout)
+        if deepep:
+            out["moe_dispatch"] = deepep
+        return out
 
 
 def scenario_p2p_net(scenario: Scenario) -> P2pNet | None:

@@ -76,7 +76,9 @@ from tokenpcap.model import activation_bytes, scenario_shards
 from tokenpcap.config.profiles import DTYPE_BYTES, Scenario
 from tokenpcap.plan.family import Family, Inst
 from tokenpcap.plan.grads import dp_bucket_size, dp_families
-from tokenpcap.plan.moe import moe_ep_families, moe_insts, moe_router_families, moe_tp_families
+from tokenpcap.plan.moe import (TOKEN_DISPATCHER_FAMILIES, moe_insts, moe_router_families,
+                                moe_tp_families)
+from tokenpcap.plan import moe_nodelimited  # noqa: F401  (registers the deepep dispatcher)
 from tokenpcap.plan.small import small_families
 from tokenpcap.plan.context import cp_families
 from tokenpcap.plan.pipeline import chunk_layers, next_chunk, stage_layers
@@ -220,9 +222,10 @@ def build_families(s: Scenario, layout: RankLayout) -> list[Family]:
             fam("ep", "forward", "AllGather", tp * p.ep * m.moe.experts * 8, 8, st, tpep,
                 moe_insts(moe_layers, n_mb, full, ("moe_counts",), ()))
         if epg and moe_layers and m.moe is not None:
-            # token_dispatch / token_combine: AllToAll of the routed tokens and of their probs
-            moe_ep_families(fam, m.moe, st, epg, moe_layers, n_mb, full, rows, h, e_act,
-                            t.precision)
+            # token_dispatch / token_combine: the routed tokens and their probs, as the
+            # model's token dispatcher sends them
+            TOKEN_DISPATCHER_FAMILIES[m.moe.token_dispatcher](
+                fam, m.moe, st, epg, layout, moe_layers, n_mb, full, rows, h, e_act, t.precision)
         cp_families(s, layout, st, layers, n_mb, fam,
                     lambda L, j, rec, op: Inst(L, j, recompute=rec, op=op))
         pp_size = act // tp if sp else act

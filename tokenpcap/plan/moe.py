@@ -2,13 +2,14 @@
 ``MoEAlltoAllTokenDispatcher``)."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tokenpcap.config.types import DTYPE_BYTES
 from tokenpcap.plan.family import Inst
 
 __all__ = ["moe_insts", "moe_tp_families", "moe_router_families", "ep_row_bytes",
-           "moe_ep_families", "FP8_SCALE_BLOCK", "FP8_SCALE_BYTES"]
+           "moe_ep_families", "FP8_SCALE_BLOCK", "FP8_SCALE_BYTES", "TOKEN_DISPATCHER_FAMILIES",
+           "register_token_dispatcher"]
 
 #: Elements of a token's hidden state per FP8 scale: DeepSeek-V3 (arXiv 2412.19437, Sec. 3.3.2)
 #: quantizes activations on 1x128 tiles (per token, per 128 channels); DeepEP's FP8 dispatch
@@ -18,6 +19,27 @@ FP8_SCALE_BLOCK = 128
 #: Bytes of one scale: fp32 (DeepEP's ``x_scales`` dtype; the report's scales are powers of 2,
 #: held in fp32).
 FP8_SCALE_BYTES = 4
+
+#: ``moe.token_dispatcher`` name -> the builder of its EP calls per stage, called as
+#: ``builder(fam, moe, stage, ep_groups, layout, moe_layers, microbatches, full_recompute,
+#: rows, hidden_size, element_bytes, precision)`` (:func:`moe_ep_families`; ``deepep``:
+#: :func:`tokenpcap.plan.moe_nodelimited.moe_deepep_families`). Its keys are the names
+#: :data:`tokenpcap.config.types.TOKEN_DISPATCHERS` accepts.
+TOKEN_DISPATCHER_FAMILIES: dict[str, Callable[..., None]] = {}
+
+
+def register_token_dispatcher(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Decorator: register a builder of a token dispatcher's EP calls under ``name``.
+
+    Raises:
+        ValueError: ``name`` registered twice (a programming error, at import).
+    """
+    def put(f: Callable[..., None]) -> Callable[..., None]:
+        if name in TOKEN_DISPATCHER_FAMILIES:
+            raise ValueError(f"token dispatcher {name!r} registered twice")
+        TOKEN_DISPATCHER_FAMILIES[name] = f
+        return f
+    return put
 
 
 def moe_insts(layers: Sequence[int], n_mb: int, full: bool, fwd_ops: tuple[str, ...],
@@ -100,8 +122,10 @@ def ep_row_bytes(hidden_size: int, dtype: str) -> int:
     return hidden_size * DTYPE_BYTES[dtype]
 
 
-def moe_ep_families(fam, moe, st: int, epg, layers: Sequence[int], n_mb: int,  # type: ignore[no-untyped-def]
-                    full: bool, rows: int, h: int, e_act: int, precision: str) -> None:
+@register_token_dispatcher("alltoall")
+def moe_ep_families(fam, moe, st: int, epg, layout, layers: Sequence[int],  # type: ignore[no-untyped-def]
+                    n_mb: int, full: bool, rows: int, h: int, e_act: int,
+                    precision: str) -> None:
     """The EP AllToAlls of ``MoEAlltoAllTokenDispatcher`` (Megatron-core
     ``megatron/core/transformer/moe/token_dispatcher.py``: ``token_dispatch`` /
     ``token_combine``) per MoE layer and microbatch on stage ``st``, over the EP groups ``epg``.

@@ -54,7 +54,8 @@ what stays int32 (a transfer's call and dependency countdown, a participation's 
 instruction's columns) is bounded by calls, ranks and program steps, whose state
 (:data:`CALL_STATE_BYTES` per call) passes :data:`MAX_STATE_BYTES` long before 2**31 of them.
 So :func:`check_work`'s memory estimate is the whole check: a whole iteration of DeepSeek-V3 on
-2,048 GPUs, about 6.3 G transfers, would hold about 150 GB at the least per-transfer state
+2,048 GPUs, about 4.5 G transfers (DeepEP's node-limited dispatch), would hold about 108 GB
+at the least per-transfer state
 (:data:`P2P_TRANSFER_STATE_BYTES`), and is refused for that, with what fits.
 
 Time: :data:`MESSAGES_PER_S` messages per CPU second with every NIC timed (GPT-3 175B's whole

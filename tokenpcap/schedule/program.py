@@ -16,7 +16,9 @@ gathers, the SP AllGather, with context parallelism the attention block as ring 
 :meth:`_Builder.ring`: the projections, then ``cp`` partial attentions, the transfer of the K, V
 chunk step ``i + 1`` needs posted when step ``i``'s compute starts and waited for when it ends),
 otherwise the attention part, its TP collective (AllReduce, SP: ReduceScatter), the MLP part likewise (with
-MoE the expert dispatch and combine AllToAll around the experts; the dense layers of a model that
+MoE the expert dispatch and combine AllToAll around the experts, or with DeepEP's node-limited
+dispatch its IB call then its NVLink forwarding, the combine NVLink then IB,
+:mod:`tokenpcap.plan.moe_nodelimited`; the dense layers of a model that
 mixes both compute for their own dense MLP's time, :class:`~tokenpcap.schedule.compute.StageTimes`
 ``dense_mlp_*``); the last stage then runs the output layer and the three cross-entropy
 AllReduces.
@@ -107,13 +109,18 @@ BLOCK, ASYNC, SEND, RECV, WAIT = (CallMode.BLOCK, CallMode.ASYNC, CallMode.SEND,
 _FWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "attn_in"), ("r", "cp_kv"),
               ("t", "attn_fwd"),
               ("c", "attn_out"), ("c", "mlp_in"), ("c", "moe_aux_loss"), ("c", "moe_counts"),
-              ("c", "dispatch"),
-              ("c", "dispatch_probs"), ("c", "moe_gather"), ("c", "moe_gather_probs"),
-              ("t", "mlp_fwd"), ("c", "moe_scatter"), ("c", "combine"), ("c", "mlp_out"))
+              ("c", "dispatch"), ("c", "dispatch_ib"), ("c", "dispatch_nvl"),
+              ("c", "dispatch_probs"), ("c", "dispatch_probs_ib"), ("c", "dispatch_probs_nvl"),
+              ("c", "moe_gather"), ("c", "moe_gather_probs"),
+              ("t", "mlp_fwd"), ("c", "moe_scatter"), ("c", "combine"), ("c", "combine_nvl"),
+              ("c", "combine_ib"), ("c", "mlp_out"))
 _BWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "mlp_out_grad"),
-              ("c", "combine_grad"), ("c", "moe_scatter_grad"), ("c", "mlp_in_regather"),
+              ("c", "combine_grad"), ("c", "combine_grad_ib"), ("c", "combine_grad_nvl"),
+              ("c", "moe_scatter_grad"), ("c", "mlp_in_regather"),
               ("t", "mlp_bwd"), ("c", "moe_gather_grad"), ("c", "moe_gather_probs_grad"),
-              ("c", "dispatch_grad"), ("c", "dispatch_probs_grad"), ("c", "mlp_in_grad"),
+              ("c", "dispatch_grad"), ("c", "dispatch_grad_nvl"), ("c", "dispatch_grad_ib"),
+              ("c", "dispatch_probs_grad"), ("c", "dispatch_probs_grad_nvl"),
+              ("c", "dispatch_probs_grad_ib"), ("c", "mlp_in_grad"),
               ("c", "attn_out_grad"),
               ("c", "attn_in_regather"), ("r", "cp_kv_grad"), ("t", "attn_bwd"),
               ("c", "attn_in_grad"),
