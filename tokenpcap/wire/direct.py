@@ -1,0 +1,256 @@
+"""Headers-only frames by one compiled loop over the rows: the builder's fast path for captures
+cut before the pad and CRCs (``--snaplen 64``/``74``).
+
+A frame whose kept bytes end before its pad, ICRC and VCRC (and, over IPv6 with the UDP
+checksum, before that checksum, which covers the ICRC) needs no CRC: its bytes are the header
+(template constants, the varying fields, the NICs' addresses, the IPv4 header checksum) followed
+by the first payload bytes, which are the context's pattern. :class:`DirectTables` turns the
+:class:`~tokenpcap.wire.layout.Layout` of every opcode met into integer tables (the layout's own
+word plan: where each field's bits land in the header's big-endian 64-bit words, where each
+value comes from, the per-NIC address words), and :func:`fill_rows` builds every such row of a
+batch in one pass, whatever its opcode, straight into the writer's buffer: no grouping by
+opcode, no per-field numpy pass. The bytes equal :func:`tokenpcap.wire.frame.build_frame`'s
+(tested against it, and against the vectorized path, with Hypothesis).
+
+The IPv4 header checksum is RFC 1071's: the template's sum plus the varying 16-bit words, folded
+(the same sum :meth:`FrameBuilder._header_words` takes); a CE mark adds ``3 - ECT`` to it
+(RFC 1624, :func:`tokenpcap.wire.ecn.ipv4_checksum_delta`).
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from tokenpcap.records import PACKET_DTYPE
+from tokenpcap.wire import headers as H
+from tokenpcap.wire.ecn import ipv4_checksum_delta
+from tokenpcap.wire.layout import LP_DERIVED, Layout
+
+__all__ = ["DirectTables", "fill_rows"]
+
+# source kinds of a field part (column 0 of DirectTables.ent)
+_FIELD, _LP, _PAD, _FLOW = 0, 1, 2, 3
+_N_OPCODES = 256
+
+
+def _offset(name: str) -> int:
+    return int(PACKET_DTYPE.fields[name][1])
+
+
+class DirectTables:
+    """The tables :func:`fill_rows` reads, for the opcodes added so far.
+
+    Args:
+        ctx: the builder's :class:`~tokenpcap.wire.context.WireContext`.
+        pattern: uint8 ``(m,)``, the payload bytes (payload byte j = element j).
+
+    Attributes (all indexed by opcode where ``(256,)``): ``hb`` int64 header bytes (-1: not
+    added), ``nw`` words per header, ``const`` uint64 ``(256, W)`` template words,
+    ``ent`` uint64 ``(e, 10)`` field parts (kind, a, b, add, rshift, mask, word, part rshift,
+    part mask, part lshift) with ``ent_lo``/``ent_hi`` their range per opcode, ``nic_ent`` int64
+    ``(q, 2)`` (0 = ``nic`` / 1 = ``peer_nic``, word) and ``nic_tab`` uint64 ``(q, n_nics)``
+    per-NIC address words with ``nic_lo``/``nic_hi``, ``ce_word`` int64 (-1: none) and
+    ``ce_bits`` uint64, ``ip4_col`` int64 (-1: no IPv4 header, else the checksum's first byte),
+    ``ip4_base`` int64 (the template's RFC 1071 sum plus the IPv4 header size) and ``udp_add``
+    (the UDP length is ``lp + udp_add``).
+    """
+
+    def __init__(self, ctx, pattern: np.ndarray):
+        self.ctx = ctx
+        self.pattern = np.ascontiguousarray(pattern, dtype=np.uint8)
+        self.l4_checksum_end = -1      # IPv6 with the UDP checksum: a row must end before it
+        self.hb = np.full(_N_OPCODES, -1, np.int64)
+        self._layouts: dict[int, Layout] = {}
+        roce4 = ctx.transport == "rocev2" and ctx.ip_version == 4
+        a = ctx.ipv4.astype(np.int64) if roce4 else np.zeros((ctx.n_nics, 4), np.int64)
+        self.ip4_nic_sum = ((a[:, 0] << 8) | a[:, 1]) + ((a[:, 2] << 8) | a[:, 3])
+        self.ce_delta = int(ipv4_checksum_delta(ctx, np.ones(1, np.uint8))[0]) if roce4 else 0
+        self.offsets = np.array([_offset(f) for f in (
+            "opcode", "payload_bytes", "nic", "peer_nic", "ce", "ip_id", "src_qp", "dest_qp")],
+            np.int64)
+
+    def add(self, lay: Layout) -> None:
+        """Make the tables of ``lay``'s opcode (once per opcode)."""
+        if lay.opcode in self._layouts:
+            return
+        self._layouts[lay.opcode] = lay
+        if lay.roce and self.ctx.ip_version == 6 and self.ctx.ipv6_udp_checksum:
+            self.l4_checksum_end = lay.l4 + H.UDP.slot("Checksum").first_byte
+        self._build()
+
+    def _build(self) -> None:
+        lays = sorted(self._layouts.values(), key=lambda x: x.opcode)
+        width = max(x.n_words for x in lays)
+        n = _N_OPCODES
+        self.nw = np.zeros(n, np.int64)
+        self.const = np.zeros((n, width), np.uint64)
+        self.ent_lo, self.ent_hi = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        self.nic_lo, self.nic_hi = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        self.ce_word, self.ce_bits = np.full(n, -1, np.int64), np.zeros(n, np.uint64)
+        self.ip4_col, self.ip4_base = np.full(n, -1, np.int64), np.zeros(n, np.int64)
+        self.udp_add = np.zeros(n, np.int64)
+        ent, nic_ent, nic_tab = [], [], []
+        for lay in lays:
+            op = lay.opcode
+            self.hb[op], self.nw[op] = lay.header_bytes, lay.n_words
+            self.const[op, :lay.n_words] = lay.word_const
+            terms = lay.derived_terms()
+            self.ent_lo[op] = len(ent)
+            for i, j, rshift, mask, lshift, _ in lay.word_plan:
+                src = lay.writes[i].src
+                if src.key in LP_DERIVED:
+                    kind, a, b = _LP, *terms[src.key]
+                elif src.key == "pad":
+                    kind, a, b = _PAD, 0, 0
+                elif src.key == "flow_label":
+                    kind, a, b = _FLOW, 0, 0
+                else:
+                    kind, a, b = _FIELD, _offset(src.key), PACKET_DTYPE.fields[src.key][0].itemsize
+                ent.append([kind, a, b, src.add, src.rshift, src.mask, j, rshift, int(mask), lshift])
+            self.ent_hi[op] = len(ent)
+            self.nic_lo[op] = len(nic_ent)
+            for key, j, table in lay.word_nic:
+                nic_ent.append([0 if key == "nic" else 1, j])
+                nic_tab.append(table)
+            self.nic_hi[op] = len(nic_ent)
+            if lay.ce_word is not None:
+                self.ce_word[op], self.ce_bits[op] = lay.ce_word[0], lay.ce_word[1]
+            if lay.roce and self.ctx.ip_version == 4:
+                self.ip4_col[op] = lay.l3 + H.IPV4.slot("HeaderChecksum").first_byte
+                self.ip4_base[op] = lay.ip4_const + H.IPV4.size      # TotalLength = UDP length + 20
+                self.udp_add[op] = terms["udp_len"][0]
+        self.ent = np.array(ent, np.uint64).reshape(-1, 10)
+        self.nic_ent = np.array(nic_ent, np.int64).reshape(-1, 2)
+        self.nic_tab = np.array(nic_tab, np.uint64).reshape(len(nic_tab), -1) if nic_tab \
+            else np.zeros((0, 1), np.uint64)
+        self.scratch = np.zeros(width, np.uint64)
+
+    def eligible(self, p: np.ndarray, caplen: np.ndarray) -> np.ndarray:
+        """bool ``(n,)``: rows :func:`fill_rows` builds, those whose kept bytes end before the
+        pad and CRCs (and before an IPv6 UDP checksum) and whose payload is the pattern (no
+        NCCL lines); PFC rows and opcodes not added are never eligible."""
+        hb = self.hb[p["opcode"]]
+        ok = (hb >= 0) & (caplen <= hb + p["payload_bytes"]) & (p["line_protocol"] == 0)
+        if self.l4_checksum_end >= 0:
+            ok &= caplen <= self.l4_checksum_end
+        return ok
+
+    def fill(self, p: np.ndarray, rows: np.ndarray, out: np.ndarray, offsets: np.ndarray,
+             caplen: np.ndarray) -> None:
+        """Build rows ``rows`` (int64 ``(k,)`` indices into ``p``, each eligible) of ``p``
+        (``PACKET_DTYPE`` ``(n,)``, C-contiguous) at ``out[offsets[i]:][:caplen[i]]``."""
+        rec = p.view(np.uint8).reshape(len(p), PACKET_DTYPE.itemsize)
+        fill_rows(rec, rows, out, offsets, caplen, self.offsets, self.hb, self.nw, self.const,
+                  self.ent, self.ent_lo, self.ent_hi, self.nic_ent, self.nic_tab, self.nic_lo,
+                  self.nic_hi, self.ce_word, self.ce_bits, self.ip4_col, self.ip4_base,
+                  self.udp_add, self.ip4_nic_sum, self.ce_delta, self.pattern, self.scratch,
+                  self.scratch.view(np.uint8))
+
+
+@intrinsic
+def _load_u64(typingctx, arr, at):
+    """The 8 bytes of the uint8 array ``arr`` (any dimensions, C-contiguous) from flat byte
+    ``at`` on, as a little-endian uint64 (an unaligned load)."""
+    sig = types.uint64(arr, at)
+
+    def codegen(context, builder, signature, args):
+        a = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.gep(a.data, [args[1]])
+        ptr = builder.bitcast(ptr, ir.IntType(64).as_pointer())
+        return builder.load(ptr, align=1)
+    return sig, codegen
+
+
+@intrinsic
+def _copy(typingctx, dst, dst_at, src, src_at, n):
+    """``dst.flat[dst_at:dst_at + n] = src.flat[src_at:src_at + n]`` (uint8 arrays, C-contiguous,
+    not overlapping): one memcpy."""
+    sig = types.void(dst, dst_at, src, src_at, n)
+
+    def codegen(context, builder, signature, args):
+        d = context.make_array(signature.args[0])(context, builder, args[0])
+        s = context.make_array(signature.args[2])(context, builder, args[2])
+        cgutils.raw_memcpy(builder, builder.gep(d.data, [args[1]]),
+                           builder.gep(s.data, [args[3]]), args[4], 1)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@njit(cache=True, _nrt=False)
+def _read_le(rec, r, at, nbytes):
+    v = _load_u64(rec, r * rec.shape[1] + at)
+    return v if nbytes == 8 else v & ((np.uint64(1) << np.uint64(8 * nbytes)) - np.uint64(1))
+
+
+@njit(cache=True, _nrt=False)
+def fill_rows(rec, rows, out, offsets, caplen, fo, hb_t, nw_t, const, ent, ent_lo, ent_hi,
+              nic_ent, nic_tab, nic_lo, nic_hi, ce_word, ce_bits, ip4_col, ip4_base, udp_add,
+              ip4_nic_sum, ce_delta, pattern, w, wb):
+    """Build the kept bytes of rows ``rows`` of ``rec`` (uint8 ``(n, PACKET_DTYPE.itemsize)``)
+    into ``out`` at ``offsets``, ``caplen`` bytes each, from :class:`DirectTables`' tables
+    (``fo``: byte offsets of opcode, payload_bytes, nic, peer_nic, ce, ip_id, src_qp, dest_qp
+    in a row; ``w``: uint64 scratch words, ``wb`` the same memory as uint8). The caller checked every row (field widths, NIC
+    indices, eligibility)."""
+    m8 = np.uint64(0xFF)
+    for t in range(rows.size):
+        r = rows[t]
+        op = rec[r, fo[0]]
+        nw = nw_t[op]
+        for j in range(nw):
+            w[j] = const[op, j]
+        pay = _read_le(rec, r, fo[1], 4)
+        lp = (pay + np.uint64(3)) & ~np.uint64(3)
+        for e in range(ent_lo[op], ent_hi[op]):
+            kind = np.int64(ent[e, 0])
+            if kind == _FIELD:
+                v = _read_le(rec, r, np.int64(ent[e, 1]), np.int64(ent[e, 2]))
+            elif kind == _LP:
+                v = (lp + ent[e, 1]) >> ent[e, 2]
+            elif kind == _PAD:
+                v = lp - pay
+            else:                       # rdma.rocev2_flow_label of (src_qp, dest_qp)
+                v = _read_le(rec, r, fo[6], 4) * _read_le(rec, r, fo[7], 4)
+                v ^= v >> np.uint64(20)
+                v ^= v >> np.uint64(40)
+                v &= np.uint64(0xFFFFF)
+            if ent[e, 4]:
+                v >>= ent[e, 4]
+            if ent[e, 5]:
+                v &= ent[e, 5]
+            v += ent[e, 3]
+            w[ent[e, 6]] |= ((v >> ent[e, 7]) & ent[e, 8]) << ent[e, 9]
+        nic = np.int64(np.int32(_read_le(rec, r, fo[2], 4)))
+        peer = np.int64(np.int32(_read_le(rec, r, fo[3], 4)))
+        for q in range(nic_lo[op], nic_hi[op]):
+            w[nic_ent[q, 1]] |= nic_tab[q, nic if nic_ent[q, 0] == 0 else peer]
+        ce = rec[r, fo[4]] != 0
+        if ce and ce_word[op] >= 0:
+            w[ce_word[op]] |= ce_bits[op]
+        col = ip4_col[op]
+        if col >= 0:                    # RFC 1071: template sum + varying words, folded
+            s = ip4_base[op] + np.int64(lp) + udp_add[op] + np.int64(_read_le(rec, r, fo[5], 2)) \
+                + ip4_nic_sum[nic] + ip4_nic_sum[peer] + (ce_delta if ce else 0)
+            for _ in range(3):
+                s = (s & 0xFFFF) + (s >> 16)
+            csum = np.uint64(~s & 0xFFFF)
+            j, b = col // 8, col % 8
+            if b <= 6:
+                w[j] |= csum << np.uint64(8 * (6 - b))
+            else:
+                w[j] |= csum >> np.uint64(8)
+                w[j + 1] |= (csum & m8) << np.uint64(56)
+        for j in range(nw):             # big-endian: byte-swapped into the scratch's bytes
+            x = w[j]
+            x = ((x & np.uint64(0x00FF00FF00FF00FF)) << np.uint64(8)) \
+                | ((x >> np.uint64(8)) & np.uint64(0x00FF00FF00FF00FF))
+            x = ((x & np.uint64(0x0000FFFF0000FFFF)) << np.uint64(16)) \
+                | ((x >> np.uint64(16)) & np.uint64(0x0000FFFF0000FFFF))
+            w[j] = (x << np.uint64(32)) | (x >> np.uint64(32))
+        o, c, hb = offsets[r], caplen[r], hb_t[op]
+        if c > 0:
+            _copy(out, o, wb, 0, min(c, hb))
+        if c > hb:
+            _copy(out, o + hb, pattern, 0, c - hb)
