@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from tokenpcap.records import OPCODE_PFC
 from tokenpcap.wire import FrameBuilder, build_frame, rdma
+from tokenpcap.wire.direct import CRC_PAYLOAD_MAX_BYTES
 
 from .test_builder import CONTEXTS, make_ctx, make_packets
 
@@ -31,9 +32,11 @@ def test_direct_rows_equal_build_frame_and_the_vectorized_path(seed, n, which, s
     out, offsets, caplen = _layout(b, p, snaplen, gap)
     b.fill(p, out, offsets, caplen)
     taken = b._direct.eligible(p, caplen)
-    # a row is taken when its kept bytes end before the pad and CRCs (and the IPv6 UDP checksum)
+    # a row is taken when its kept bytes end before the pad and CRCs or its payload is short
+    # (its CRCs computed byte by byte), and before the IPv6 UDP checksum
     hb = b._hb[p["opcode"]]
-    expect = caplen <= hb + p["payload_bytes"]
+    pay = p["payload_bytes"]
+    expect = (caplen <= hb + pay) | (pay <= CRC_PAYLOAD_MAX_BYTES)
     if ctx.transport == "rocev2" and ctx.ip_version == 6 and ctx.ipv6_udp_checksum:
         l4 = 14 + (4 if ctx.vlan else 0) + 40          # Ethernet, 802.1Q, IPv6 (RFC 8200)
         expect &= caplen <= l4 + 6                       # the UDP checksum (RFC 768) covers the ICRC
@@ -56,12 +59,13 @@ def test_headers_only_batches_take_the_direct_path_whole():
     p = make_packets(rng, 500)
     p["opcode"] = rng.choice([rdma.WRITE_FIRST, rdma.WRITE_MIDDLE, rdma.WRITE_LAST], 500)
     p["payload_bytes"], p["pad"] = 4096, 0
+    p[::7]["opcode"], p[::7]["payload_bytes"] = rdma.ACKNOWLEDGE, 0       # whole, with their ICRC
     out, offsets, caplen = _layout(b, p, 74, 16)
     calls = []
     real = b._store_direct
     b._store_direct = lambda *a: calls.append(1) or real(*a)
     b.fill(p, out, offsets, caplen)
     assert b._direct.eligible(p, caplen).all() and not calls
-    for i in (0, 250, 499):
+    for i in (0, 7, 250, 499):
         o, c = int(offsets[i]), int(caplen[i])
         assert out[o:o + c].tobytes() == build_frame(p[i], b.ctx)[:c]

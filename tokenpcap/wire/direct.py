@@ -28,12 +28,22 @@ from tokenpcap.records import PACKET_DTYPE
 from tokenpcap.wire import headers as H
 from tokenpcap.wire.ecn import ipv4_checksum_delta
 from tokenpcap.wire.layout import LP_DERIVED, Layout
+from tokenpcap.wire.linear import CRC16_VCRC, CRC32
+from tokenpcap.wire.rdma import ETH_MIN_FRAME_BYTES
 
-__all__ = ["DirectTables", "fill_rows"]
+__all__ = ["DirectTables", "fill_rows", "CRC_PAYLOAD_MAX_BYTES"]
 
 # source kinds of a field part (column 0 of DirectTables.ent)
 _FIELD, _LP, _PAD, _FLOW = 0, 1, 2, 3
 _N_OPCODES = 256
+#: Rows whose kept bytes reach their pad and CRCs are built here when their payload is at most
+#: this (the CRCs byte by byte over the whole frame: a few hundred ns at most); the vectorized
+#: path, CRCs by linearity, takes longer payloads.
+CRC_PAYLOAD_MAX_BYTES = 256
+
+
+_T32 = CRC32.table.astype(np.uint32)
+_T16 = CRC16_VCRC.table.astype(np.uint32)
 
 
 def _offset(name: str) -> int:
@@ -122,6 +132,12 @@ class DirectTables:
                 self.ip4_col[op] = lay.l3 + H.IPV4.slot("HeaderChecksum").first_byte
                 self.ip4_base[op] = lay.ip4_const + H.IPV4.size      # TotalLength = UDP length + 20
                 self.udp_add[op] = terms["udp_len"][0]
+        first = lays[0]
+        self.crc_start, self.ib = first.crc_start, not first.roce
+        self.ormask = np.ascontiguousarray(first.ormask[:first.bth + H.BTH.size])
+        self.crc_reg0 = np.uint64(CRC32.register(first.prefix, CRC32.init))
+        self.min_frame = 0 if self.ib else ETH_MIN_FRAME_BYTES
+        self.frame = np.zeros(-(-(width * 8 + CRC_PAYLOAD_MAX_BYTES + 64) // 8) * 8, np.uint8)
         self.ent = np.array(ent, np.uint64).reshape(-1, 10)
         self.nic_ent = np.array(nic_ent, np.int64).reshape(-1, 2)
         self.nic_tab = np.array(nic_tab, np.uint64).reshape(len(nic_tab), -1) if nic_tab \
@@ -129,11 +145,15 @@ class DirectTables:
         self.scratch = np.zeros(width, np.uint64)
 
     def eligible(self, p: np.ndarray, caplen: np.ndarray) -> np.ndarray:
-        """bool ``(n,)``: rows :func:`fill_rows` builds, those whose kept bytes end before the
-        pad and CRCs (and before an IPv6 UDP checksum) and whose payload is the pattern (no
-        NCCL lines); PFC rows and opcodes not added are never eligible."""
+        """bool ``(n,)``: rows :func:`fill_rows` builds: those whose payload is the pattern (no
+        NCCL lines) and whose kept bytes end before the pad and CRCs or whose payload is at
+        most :data:`CRC_PAYLOAD_MAX_BYTES` (ACKs, CNPs, short last packets: their CRCs are
+        computed byte by byte), in either case before an IPv6 UDP checksum (it covers the ICRC);
+        PFC rows and opcodes not added are never eligible."""
         hb = self.hb[p["opcode"]]
-        ok = (hb >= 0) & (caplen <= hb + p["payload_bytes"]) & (p["line_protocol"] == 0)
+        pay = p["payload_bytes"]
+        ok = (hb >= 0) & ((caplen <= hb + pay) | (pay <= CRC_PAYLOAD_MAX_BYTES)) \
+            & (p["line_protocol"] == 0)
         if self.l4_checksum_end >= 0:
             ok &= caplen <= self.l4_checksum_end
         return ok
@@ -147,7 +167,8 @@ class DirectTables:
                   self.ent, self.ent_lo, self.ent_hi, self.nic_ent, self.nic_tab, self.nic_lo,
                   self.nic_hi, self.ce_word, self.ce_bits, self.ip4_col, self.ip4_base,
                   self.udp_add, self.ip4_nic_sum, self.ce_delta, self.pattern, self.scratch,
-                  self.scratch.view(np.uint8))
+                  self.scratch.view(np.uint8), self.frame, self.crc_start, self.ormask,
+                  self.crc_reg0, _T32, self.ib, _T16, self.min_frame)
 
 
 @intrinsic
@@ -188,11 +209,17 @@ def _read_le(rec, r, at, nbytes):
 @njit(cache=True, _nrt=False)
 def fill_rows(rec, rows, out, offsets, caplen, fo, hb_t, nw_t, const, ent, ent_lo, ent_hi,
               nic_ent, nic_tab, nic_lo, nic_hi, ce_word, ce_bits, ip4_col, ip4_base, udp_add,
-              ip4_nic_sum, ce_delta, pattern, w, wb):
+              ip4_nic_sum, ce_delta, pattern, w, wb, f, crc_start, ormask, reg0, t32, ib, t16,
+              min_frame):
     """Build the kept bytes of rows ``rows`` of ``rec`` (uint8 ``(n, PACKET_DTYPE.itemsize)``)
     into ``out`` at ``offsets``, ``caplen`` bytes each, from :class:`DirectTables`' tables
     (``fo``: byte offsets of opcode, payload_bytes, nic, peer_nic, ce, ip_id, src_qp, dest_qp
-    in a row; ``w``: uint64 scratch words, ``wb`` the same memory as uint8). The caller checked every row (field widths, NIC
+    in a row; ``w``: uint64 scratch words, ``wb`` the same memory as uint8). A row whose kept
+    bytes reach its pad and CRCs is laid out whole in ``f`` (uint8 scratch) first: the ICRC is
+    CRC-32 (``t32``, from register ``reg0`` after the ICRC's prefix) over bytes ``crc_start..``
+    with ``ormask`` (indexed by frame byte) ORed in (IBTA vol. 1 7.8.1, RoCEv2 Annex A17.4.1.3), then (``ib``) the VCRC,
+    CRC-16 (``t16``) over everything before it (7.8.2), else Ethernet zero padding up to
+    ``min_frame`` bytes. The caller checked every row (field widths, NIC
     indices, eligibility)."""
     m8 = np.uint64(0xFF)
     for t in range(rows.size):
@@ -250,7 +277,43 @@ def fill_rows(rec, rows, out, offsets, caplen, fo, hb_t, nw_t, const, ent, ent_l
                 | ((x >> np.uint64(16)) & np.uint64(0x0000FFFF0000FFFF))
             w[j] = (x << np.uint64(32)) | (x >> np.uint64(32))
         o, c, hb = offsets[r], caplen[r], hb_t[op]
+        if c > hb + np.int64(pay):
+            _whole_frame(f, wb, hb, pattern, np.int64(pay), np.int64(lp), crc_start, ormask, reg0,
+                         t32, ib, t16, min_frame)
+            _copy(out, o, f, 0, c)
+            continue
         if c > 0:
             _copy(out, o, wb, 0, min(c, hb))
         if c > hb:
             _copy(out, o + hb, pattern, 0, c - hb)
+
+
+@njit(cache=True, _nrt=False)
+def _whole_frame(f, wb, hb, pattern, pay, lp, crc_start, ormask, reg0, t32, ib, t16, min_frame):
+    """Lay a frame out in ``f``: header ``wb[:hb]``, payload, pad, ICRC, VCRC or zero padding
+    (see :func:`fill_rows`)."""
+    _copy(f, 0, wb, 0, hb)
+    _copy(f, hb, pattern, 0, pay)
+    for k in range(hb + pay, hb + lp):
+        f[k] = 0
+    m8 = np.uint64(0xFF)
+    crc = reg0
+    split = min(ormask.size, hb + lp)
+    for k in range(crc_start, split):
+        crc = np.uint64(t32[(crc ^ np.uint64(f[k] | ormask[k])) & m8]) ^ (crc >> np.uint64(8))
+    for k in range(split, hb + lp):
+        crc = np.uint64(t32[(crc ^ np.uint64(f[k])) & m8]) ^ (crc >> np.uint64(8))
+    crc ^= np.uint64(0xFFFFFFFF)
+    end = hb + lp
+    for i in range(4):
+        f[end + i] = (crc >> np.uint64(8 * i)) & m8
+    end += 4
+    if ib:
+        v = np.uint64(0xFFFF)
+        for k in range(end):
+            v = np.uint64(t16[(v ^ np.uint64(f[k])) & m8]) ^ (v >> np.uint64(8))
+        v ^= np.uint64(0xFFFF)
+        f[end], f[end + 1] = v & m8, v >> np.uint64(8)
+        end += 2
+    for k in range(end, min_frame):
+        f[k] = 0
