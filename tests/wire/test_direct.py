@@ -21,13 +21,18 @@ def _layout(b: FrameBuilder, p: np.ndarray, snaplen: int, gap: int):
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 80), which=st.integers(0, len(CONTEXTS) - 1),
-       snaplen=st.integers(1, 200), gap=st.integers(0, 17), ce=st.booleans())
-def test_direct_rows_equal_build_frame_and_the_vectorized_path(seed, n, which, snaplen, gap, ce):
+       snaplen=st.integers(1, 200), gap=st.integers(0, 17), ce=st.booleans(), lines=st.booleans())
+def test_direct_rows_equal_build_frame_and_the_vectorized_path(seed, n, which, snaplen, gap, ce,
+                                                               lines):
     rng = np.random.default_rng(seed)
     ctx = make_ctx(rng, **CONTEXTS[which])
     p = make_packets(rng, n)
     if ce and ctx.transport == "rocev2" and ctx.ecn:
         p["ce"] = rng.integers(0, 2, n)
+    if lines:                   # NCCL LL/LL128 payloads (wire.lines) on data rows
+        data = rdma.HAS_PAYLOAD[p["opcode"]]
+        p["line_protocol"] = np.where(data, rng.integers(0, 3, n), 0)
+        p["line_flag"] = rng.integers(0, 1 << 32, n, dtype=np.uint32)
     b = FrameBuilder(ctx)
     out, offsets, caplen = _layout(b, p, snaplen, gap)
     b.fill(p, out, offsets, caplen)

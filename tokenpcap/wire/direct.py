@@ -29,6 +29,7 @@ from tokenpcap.wire import headers as H
 from tokenpcap.wire.ecn import ipv4_checksum_delta
 from tokenpcap.wire.layout import LP_DERIVED, Layout
 from tokenpcap.wire.linear import CRC16_VCRC, CRC32
+from tokenpcap.wire.lines import LINE_FORMATS, encode_lines
 from tokenpcap.wire.rdma import ETH_MIN_FRAME_BYTES
 
 __all__ = ["DirectTables", "fill_rows", "CRC_PAYLOAD_MAX_BYTES"]
@@ -145,15 +146,13 @@ class DirectTables:
         self.scratch = np.zeros(width, np.uint64)
 
     def eligible(self, p: np.ndarray, caplen: np.ndarray) -> np.ndarray:
-        """bool ``(n,)``: rows :func:`fill_rows` builds: those whose payload is the pattern (no
-        NCCL lines) and whose kept bytes end before the pad and CRCs or whose payload is at
-        most :data:`CRC_PAYLOAD_MAX_BYTES` (ACKs, CNPs, short last packets: their CRCs are
+        """bool ``(n,)``: rows :func:`fill_rows` builds: those whose kept bytes end before the
+        pad and CRCs or whose payload is at most :data:`CRC_PAYLOAD_MAX_BYTES` (ACKs, CNPs, short last packets: their CRCs are
         computed byte by byte), in either case before an IPv6 UDP checksum (it covers the ICRC);
         PFC rows and opcodes not added are never eligible."""
         hb = self.hb[p["opcode"]]
         pay = p["payload_bytes"]
-        ok = (hb >= 0) & ((caplen <= hb + pay) | (pay <= CRC_PAYLOAD_MAX_BYTES)) \
-            & (p["line_protocol"] == 0)
+        ok = (hb >= 0) & ((caplen <= hb + pay) | (pay <= CRC_PAYLOAD_MAX_BYTES))
         if self.l4_checksum_end >= 0:
             ok &= caplen <= self.l4_checksum_end
         return ok
@@ -163,12 +162,38 @@ class DirectTables:
         """Build rows ``rows`` (int64 ``(k,)`` indices into ``p``, each eligible) of ``p``
         (``PACKET_DTYPE`` ``(n,)``, C-contiguous) at ``out[offsets[i]:][:caplen[i]]``."""
         rec = p.view(np.uint8).reshape(len(p), PACKET_DTYPE.itemsize)
+        pats, pidx = self._payloads(p, rows, caplen)
         fill_rows(rec, rows, out, offsets, caplen, self.offsets, self.hb, self.nw, self.const,
                   self.ent, self.ent_lo, self.ent_hi, self.nic_ent, self.nic_tab, self.nic_lo,
                   self.nic_hi, self.ce_word, self.ce_bits, self.ip4_col, self.ip4_base,
-                  self.udp_add, self.ip4_nic_sum, self.ce_delta, self.pattern, self.scratch,
+                  self.udp_add, self.ip4_nic_sum, self.ce_delta, pats, pidx, self.scratch,
                   self.scratch.view(np.uint8), self.frame, self.crc_start, self.ormask,
                   self.crc_reg0, _T32, self.ib, _T16, self.min_frame)
+
+    def _payloads(self, p: np.ndarray, rows: np.ndarray, caplen: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """The payload bytes the rows keep: ``(pats uint8 (k, m), pidx int64 (n,) or (0,))``,
+        row ``i``'s payload ``pats[pidx[i]]`` (``pidx`` empty: every row ``pats[0]``). Row 0 is
+        the pattern; NCCL LL/LL128 rows (``line_protocol`` 1, 2) get the pattern in their
+        lines with their flag (:func:`tokenpcap.wire.lines.encode_lines`), one row per
+        distinct (protocol, flag), as long as the longest payload any row keeps."""
+        code = p["line_protocol"][rows]
+        lines = rows[code != 0]
+        if lines.size == 0:
+            return self.pattern[None, :], np.zeros(0, np.int64)
+        pay = p["payload_bytes"][rows].astype(np.int64)
+        keep = caplen[rows] - self.hb[p["opcode"][rows]]
+        need = max(int(np.where(keep > pay, pay, np.maximum(keep, 0)).max()), 1)
+        key = (p["line_protocol"][lines].astype(np.int64) << 32) | p["line_flag"][lines]
+        uk, inv = np.unique(key, return_inverse=True)
+        pats = np.empty((uk.size + 1, need), np.uint8)
+        pats[0] = self.pattern[:need]
+        for i, k in enumerate(uk.tolist()):
+            size = LINE_FORMATS[k >> 32][0]
+            pats[i + 1] = encode_lines(k >> 32, self.pattern, k & 0xFFFFFFFF, -(-need // size))[:need]
+        pidx = np.zeros(len(p), np.int64)
+        pidx[lines] = inv.reshape(-1) + 1
+        return pats, pidx
 
 
 @intrinsic
@@ -209,12 +234,13 @@ def _read_le(rec, r, at, nbytes):
 @njit(cache=True, _nrt=False)
 def fill_rows(rec, rows, out, offsets, caplen, fo, hb_t, nw_t, const, ent, ent_lo, ent_hi,
               nic_ent, nic_tab, nic_lo, nic_hi, ce_word, ce_bits, ip4_col, ip4_base, udp_add,
-              ip4_nic_sum, ce_delta, pattern, w, wb, f, crc_start, ormask, reg0, t32, ib, t16,
+              ip4_nic_sum, ce_delta, pats, pidx, w, wb, f, crc_start, ormask, reg0, t32, ib, t16,
               min_frame):
     """Build the kept bytes of rows ``rows`` of ``rec`` (uint8 ``(n, PACKET_DTYPE.itemsize)``)
     into ``out`` at ``offsets``, ``caplen`` bytes each, from :class:`DirectTables`' tables
     (``fo``: byte offsets of opcode, payload_bytes, nic, peer_nic, ce, ip_id, src_qp, dest_qp
-    in a row; ``w``: uint64 scratch words, ``wb`` the same memory as uint8). A row whose kept
+    in a row; ``pats``, ``pidx``: the payloads, :meth:`DirectTables._payloads`; ``w``: uint64
+    scratch words, ``wb`` the same memory as uint8). A row whose kept
     bytes reach its pad and CRCs is laid out whole in ``f`` (uint8 scratch) first: the ICRC is
     CRC-32 (``t32``, from register ``reg0`` after the ICRC's prefix) over bytes ``crc_start..``
     with ``ormask`` (indexed by frame byte) ORed in (IBTA vol. 1 7.8.1, RoCEv2 Annex A17.4.1.3), then (``ib``) the VCRC,
@@ -277,23 +303,24 @@ def fill_rows(rec, rows, out, offsets, caplen, fo, hb_t, nw_t, const, ent, ent_l
                 | ((x >> np.uint64(16)) & np.uint64(0x0000FFFF0000FFFF))
             w[j] = (x << np.uint64(32)) | (x >> np.uint64(32))
         o, c, hb = offsets[r], caplen[r], hb_t[op]
+        at = (pidx[r] if pidx.size else 0) * pats.shape[1]      # the row's payload in pats
         if c > hb + np.int64(pay):
-            _whole_frame(f, wb, hb, pattern, np.int64(pay), np.int64(lp), crc_start, ormask, reg0,
-                         t32, ib, t16, min_frame)
+            _whole_frame(f, wb, hb, pats, at, np.int64(pay), np.int64(lp), crc_start, ormask,
+                         reg0, t32, ib, t16, min_frame)
             _copy(out, o, f, 0, c)
             continue
         if c > 0:
             _copy(out, o, wb, 0, min(c, hb))
         if c > hb:
-            _copy(out, o + hb, pattern, 0, c - hb)
+            _copy(out, o + hb, pats, at, c - hb)
 
 
 @njit(cache=True, _nrt=False)
-def _whole_frame(f, wb, hb, pattern, pay, lp, crc_start, ormask, reg0, t32, ib, t16, min_frame):
-    """Lay a frame out in ``f``: header ``wb[:hb]``, payload, pad, ICRC, VCRC or zero padding
-    (see :func:`fill_rows`)."""
+def _whole_frame(f, wb, hb, pats, at, pay, lp, crc_start, ormask, reg0, t32, ib, t16, min_frame):
+    """Lay a frame out in ``f``: header ``wb[:hb]``, payload (``pats``' flat bytes from ``at``),
+    pad, ICRC, VCRC or zero padding (see :func:`fill_rows`)."""
     _copy(f, 0, wb, 0, hb)
-    _copy(f, hb, pattern, 0, pay)
+    _copy(f, hb, pats, at, pay)
     for k in range(hb + pay, hb + lp):
         f[k] = 0
     m8 = np.uint64(0xFF)
