@@ -22,7 +22,7 @@ No Python loop per packet. For each chunk of the batch:
 
 Before all this, the rows whose kept bytes end before their pad and CRCs (headers-only captures)
 are built by one compiled loop over the rows, whatever their opcode (:mod:`tokenpcap.wire.direct`);
-the steps above build the others (full frames, frames cut in their CRCs, NCCL lines, PFC).
+the steps above build the others (full frames and long frames cut in their CRCs, PFC).
 
 Rows with ``line_protocol`` 1 or 2 carry NCCL LL/LL128 lines (:mod:`tokenpcap.wire.lines`): each
 distinct (protocol, flag) is built by a view of the builder whose pattern and payload tables are

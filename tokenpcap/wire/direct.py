@@ -4,7 +4,10 @@ cut before the pad and CRCs (``--snaplen 64``/``74``).
 A frame whose kept bytes end before its pad, ICRC and VCRC (and, over IPv6 with the UDP
 checksum, before that checksum, which covers the ICRC) needs no CRC: its bytes are the header
 (template constants, the varying fields, the NICs' addresses, the IPv4 header checksum) followed
-by the first payload bytes, which are the context's pattern. :class:`DirectTables` turns the
+by the first payload bytes: the context's pattern, or for NCCL LL/LL128 rows that pattern in
+lines with the row's flag (:mod:`tokenpcap.wire.lines`). A frame with a short payload (ACKs,
+CNPs, short last packets) is built whole, its ICRC and VCRC computed byte by byte (IBTA vol. 1
+7.8.1-7.8.2). :class:`DirectTables` turns the
 :class:`~tokenpcap.wire.layout.Layout` of every opcode met into integer tables (the layout's own
 word plan: where each field's bits land in the header's big-endian 64-bit words, where each
 value comes from, the per-NIC address words), and :func:`fill_rows` builds every such row of a
