@@ -47,6 +47,7 @@ def test_headers_only_path_stores_words_when_aligned_and_rows_otherwise(monkeypa
     p["opcode"], p["payload_bytes"], p["pad"] = rdma.WRITE_MIDDLE, 4096, 0
     taken, stores = [], []
     real = b._store_direct
+    monkeypatch.setattr(b, "_fill_direct", lambda p, out, offsets, caplen: (p, offsets, caplen))
     monkeypatch.setattr(b, "_store_direct", lambda *a: taken.append(real(*a)) or taken[-1])
     monkeypatch.setattr(builder_module, "store_words", lambda *a: stores.append(store_words(*a)))
     offsets = np.arange(64, dtype=np.int64) * 80 + 16

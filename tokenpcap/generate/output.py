@@ -93,6 +93,13 @@ def interfaces(spec: FileSpec, cfg: WriterConfig) -> list[Interface]:
                       speed_bps=speed, link=link) for n in spec.nics]
 
 
+class _Pool(list):
+    """The sinks of one process, which share BUDGET_BYTES, and the bytes they hold together
+    (kept up to date by :meth:`Sink.add` and :meth:`Sink.flush`)."""
+
+    held = 0
+
+
 class Sink:
     """One output file being written (module docstring). ``close`` returns ``(packets, bytes)``.
 
@@ -101,9 +108,9 @@ class Sink:
     """
 
     def __init__(self, spec: FileSpec, cfg: WriterConfig, builder: FrameBuilder,
-                 pool: list[Sink] | None = None):
+                 pool: _Pool | None = None):
         self.spec, self.builder = spec, builder
-        self.pool = pool if pool is not None else [self]     # the files sharing BUDGET_BYTES
+        self.pool = pool if pool is not None else _Pool([self])     # the files sharing BUDGET_BYTES
         c = cfg.cluster
         link = "infiniband" if c.transport == "infiniband" else "ethernet"
         fmt = capture_format(cfg.fmt)
@@ -131,16 +138,19 @@ class Sink:
     def add(self, packets: np.ndarray, labels: list[str] | None, codes: np.ndarray | None) -> None:
         held = self._held_bytes(packets)
         self.buf.append((packets, labels, codes, held))
-        self.rows += int(held.sum())
+        nbytes = int(held.sum())
+        self.rows += nbytes
+        self.pool.held += nbytes
         if self.rows >= FLUSH_BYTES:
             self.flush()
-        elif sum(k.rows for k in self.pool) > BUDGET_BYTES:
+        elif self.pool.held > BUDGET_BYTES:
             max(self.pool, key=lambda k: k.rows).flush()
 
     def flush(self) -> None:
         """Build and write everything buffered, in batches of about FLUSH_BYTES held bytes."""
         if not self.buf:
             return
+        self.pool.held -= self.rows
         parts, self.buf, self.rows = self.buf, [], 0
         pk = parts[0][0] if len(parts) == 1 else join_rows([p[0] for p in parts])
         held = parts[0][3] if len(parts) == 1 else np.concatenate([p[3] for p in parts])
@@ -179,7 +189,7 @@ class Sink:
 
 def _open(specs: list[FileSpec], cfg: WriterConfig) -> list[Sink]:
     builder = FrameBuilder(wire_context(cfg.cluster, payload_seed=cfg.payload_seed))
-    sinks: list[Sink] = []
+    sinks = _Pool()
     try:
         for s in specs:
             sinks.append(Sink(s, cfg, builder, sinks))

@@ -20,6 +20,10 @@ No Python loop per packet. For each chunk of the batch:
    steps 3-4: its header words ORed with the kept pattern bytes go straight to ``out`` (word
    stores at 8-byte-aligned offsets, else one row copy).
 
+Before all this, the rows whose kept bytes end before their pad and CRCs (headers-only captures)
+are built by one compiled loop over the rows, whatever their opcode (:mod:`tokenpcap.wire.direct`);
+the steps above build the others (full frames and long frames cut in their CRCs, PFC).
+
 Rows with ``line_protocol`` 1 or 2 carry NCCL LL/LL128 lines (:mod:`tokenpcap.wire.lines`): each
 distinct (protocol, flag) is built by a view of the builder whose pattern and payload tables are
 those lines', made by linearity from per-bit tables; a gather writer takes none of their payload.
@@ -41,8 +45,10 @@ import numpy as np
 
 from tokenpcap.errors import EncodeError
 from tokenpcap.records import OPCODE_PFC, PACKET_DTYPE
+from tokenpcap.records.rows import take_rows
 from tokenpcap.wire import headers as H
 from tokenpcap.wire.context import PAYLOAD_PATTERN_BYTES, WireContext
+from tokenpcap.wire.direct import DirectTables
 from tokenpcap.wire.ecn import check_ce, ipv4_checksum_delta
 from tokenpcap.wire.heap import keep_heap
 from tokenpcap.wire.layout import Layout
@@ -96,6 +102,7 @@ class FrameBuilder:
         odd_byte = np.concatenate([[0], pat.astype(np.int64)])[p] << 8  # pattern[p-1] if p odd
         self._paysum = cum[p // 2] + np.where(p % 2 == 1, odd_byte, 0)
         self._lines: LinePatterns | None = None       # NCCL LL/LL128 payloads, made on first use
+        self._direct = DirectTables(ctx, pat)          # headers-only rows, compiled (direct.py)
 
     # ------------------------------------------------------------------ public API
     def frame_bytes(self, packets: np.ndarray) -> np.ndarray:
@@ -281,6 +288,11 @@ class FrameBuilder:
 
     def _fill_chunk(self, p: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray,
                     skip: np.ndarray | None, lines_done: bool = False) -> None:
+        if not lines_done and skip is None:
+            rest = self._fill_direct(p, out, offsets, caplen)
+            if rest is None:
+                return
+            p, offsets, caplen = rest
         if not lines_done and p["line_protocol"].any():
             self._fill_lines(p, out, offsets, caplen, skip)
             return
@@ -315,6 +327,26 @@ class FrameBuilder:
                 copy_pieces(out, off + hb + pay - sk, np.maximum(cap - hb - pay, 0), None, None,
                              tail)                                                       # pad, CRCs
             r0 = r1
+
+    def _fill_direct(self, p: np.ndarray, out: np.ndarray, offsets: np.ndarray,
+                     caplen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Build the rows cut before their pad and CRCs by the compiled loop
+        (:mod:`tokenpcap.wire.direct`); returns the other rows ``(p, offsets, caplen)``, or None
+        when every row was built."""
+        d = self._direct
+        for code in np.flatnonzero(np.bincount(p["opcode"], minlength=256)).tolist():
+            if code != OPCODE_PFC and d.hb[code] < 0:
+                d.add(self._layout(code))
+        ok = d.eligible(p, caplen)
+        p = np.ascontiguousarray(p)
+        if ok.all():
+            d.fill(p, np.arange(len(p), dtype=np.int64), out, offsets, caplen)
+            return None
+        rows = np.flatnonzero(ok)
+        if rows.size:
+            d.fill(p, rows, out, offsets, caplen)
+        rest = np.flatnonzero(~ok)
+        return take_rows(p, rest), offsets[rest], caplen[rest]
 
     def _fill_lines(self, p: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray,
                     skip: np.ndarray | None) -> None:
@@ -384,17 +416,12 @@ class FrameBuilder:
         ``direct``, else into the rows): ``(hdr uint8 (k, H), words uint64 (n_words, k),
         pay int64 (k,), d)``; ``d`` holds the derived per-packet values and NIC indices."""
         ctx = self.ctx
-        hb = lay.header_bytes
         pay = ps["payload_bytes"].astype(np.int64)
         pad = (-pay) & 3
         lp = pay + pad
         d = {"pad": pad}
-        if lay.roce:
-            d["udp_len"] = (hb - lay.l4) + lp + H.ICRC.size
-        else:
-            d["pktlen_words"] = (hb + lp + H.ICRC.size) // 4
-            if ctx.grh:
-                d["grh_paylen"] = hb - (lay.l3 + H.GRH.size) + lp + H.ICRC.size
+        for key, (add, shift) in lay.derived_terms().items():
+            d[key] = (lp + add) >> shift
         nic = {"nic": ps["nic"], "peer_nic": ps["peer_nic"]}
         d["nic_rows"], d["lp"] = nic, lp
         hdr, words = lay.header_words(ps, d, nic, rows=not direct)

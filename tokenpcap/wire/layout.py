@@ -14,7 +14,6 @@ a table indexed by payload length).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +28,34 @@ from tokenpcap.wire.stack import stack
 
 __all__ = ["Layout"]
 
-Getter = Callable[[np.ndarray, dict], np.ndarray]
+#: Per-packet values derived from the payload length: ``(lp + add) >> shift`` with ``lp`` the
+#: payload plus pad bytes (``(payload_bytes + 3) & ~3``); ``add`` and ``shift`` per layout
+#: (:meth:`Layout.derived_terms`).
+LP_DERIVED = ("udp_len", "pktlen_words", "grh_paylen")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a varying field's value comes from: a ``PACKET_DTYPE`` field, one of
+    :data:`LP_DERIVED`, ``"pad"`` (BTH PadCnt) or ``"flow_label"`` (:func:`rocev2_flow_label` of
+    the QP pair); then shifted right by ``rshift``, masked by ``mask`` (0: none), plus ``add``."""
+
+    key: str
+    add: int = 0
+    rshift: int = 0
+    mask: int = 0
+
+    def get(self, p: np.ndarray, d: dict) -> np.ndarray:
+        """The values of rows ``p`` (``d``: the derived values of :meth:`Layout.derived`)."""
+        if self.key == "flow_label":
+            v = rocev2_flow_label(p["src_qp"], p["dest_qp"])
+        else:
+            v = d[self.key] if self.key in d else p[self.key]
+        if self.rshift:
+            v = v >> v.dtype.type(self.rshift)
+        if self.mask:
+            v = v & v.dtype.type(self.mask)
+        return v + self.add if self.add else v
 
 
 @dataclass(frozen=True)
@@ -37,7 +63,10 @@ class _Write:
     header: Header
     col: int
     name: str
-    get: Getter
+    src: Source
+
+    def get(self, p: np.ndarray, d: dict) -> np.ndarray:
+        return self.src.get(p, d)
 
 
 @dataclass(frozen=True)
@@ -47,10 +76,6 @@ class _NicWrite:
     name: str
     table: np.ndarray   # uint8 (n_nics, nbytes) or uint16 (n_nics,)
     key: str            # "nic" or "peer_nic"
-
-
-def _flow_label(p: np.ndarray, d: dict) -> np.ndarray:
-    return rocev2_flow_label(p["src_qp"], p["dest_qp"])
 
 
 class Layout:
@@ -86,43 +111,43 @@ class Layout:
             dscp = ctx.cnp_dscp if cnp else ctx.dscp
             if ctx.ip_version == 4:
                 self.l3 = self._add(H.IPV4, DSCP=dscp, ECN=ctx.ecn, DF=1, TTL=ctx.ttl)
-                self._dyn(H.IPV4, "TotalLength", lambda p, d: d["udp_len"] + H.IPV4.size)
-                self._dyn(H.IPV4, "Identification", lambda p, d: p["ip_id"])
+                self._dyn(H.IPV4, "TotalLength", Source("udp_len", add=H.IPV4.size))
+                self._dyn(H.IPV4, "Identification", Source("ip_id"))
                 self._nic(H.IPV4, self.l3, "SourceAddress", ctx.ipv4, "nic")
                 self._nic(H.IPV4, self.l3, "DestinationAddress", ctx.ipv4, "peer_nic")
             else:
                 self.l3 = self._add(H.IPV6, TrafficClass=(dscp << 2) | ctx.ecn,
                                     FlowLabel=ctx.flow_label or 0, HopLimit=ctx.ttl)
                 if ctx.flow_label is None:
-                    self._dyn(H.IPV6, "FlowLabel", _flow_label)
-                self._dyn(H.IPV6, "PayloadLength", lambda p, d: d["udp_len"])
+                    self._dyn(H.IPV6, "FlowLabel", Source("flow_label"))
+                self._dyn(H.IPV6, "PayloadLength", Source("udp_len"))
                 self._nic(H.IPV6, self.l3, "SourceAddress", ctx.ipv6, "nic")
                 self._nic(H.IPV6, self.l3, "DestinationAddress", ctx.ipv6, "peer_nic")
             self.l4 = self._add(H.UDP)
-            self._dyn(H.UDP, "SourcePort", lambda p, d: p["udp_sport"])
-            self._dyn(H.UDP, "Length", lambda p, d: d["udp_len"])
+            self._dyn(H.UDP, "SourcePort", Source("udp_sport"))
+            self._dyn(H.UDP, "Length", Source("udp_len"))
         else:
             lrh = self._add(H.LRH, VL=ctx.vl, SL=ctx.sl, LNH=3 if ctx.grh else 2)
             self._nic(H.LRH, lrh, "DLID", ctx.lid, "peer_nic")
-            self._dyn(H.LRH, "PktLen", lambda p, d: d["pktlen_words"])
+            self._dyn(H.LRH, "PktLen", Source("pktlen_words"))
             self._nic(H.LRH, lrh, "SLID", ctx.lid, "nic")
             if ctx.grh:
                 self.l3 = self._add(H.GRH, TClass=ctx.traffic_class, FlowLabel=ctx.flow_label or 0,
                                     HopLmt=ctx.ttl)
                 if ctx.flow_label is None:
-                    self._dyn(H.GRH, "FlowLabel", _flow_label)
-                self._dyn(H.GRH, "PayLen", lambda p, d: d["grh_paylen"])
+                    self._dyn(H.GRH, "FlowLabel", Source("flow_label"))
+                self._dyn(H.GRH, "PayLen", Source("grh_paylen"))
                 self._nic(H.GRH, self.l3, "SGID", ctx.ipv6, "nic")
                 self._nic(H.GRH, self.l3, "DGID", ctx.ipv6, "peer_nic")
         self.bth = self._add(H.BTH, OpCode=opcode, MigReq=0 if cnp else ctx.mig_req, P_Key=ctx.p_key,
                              BECN=1 if cnp else 0)
-        self._dyn(H.BTH, "SE", lambda p, d: p["solicited"])
-        self._dyn(H.BTH, "PadCnt", lambda p, d: d["pad"])
+        self._dyn(H.BTH, "SE", Source("solicited"))
+        self._dyn(H.BTH, "PadCnt", Source("pad"))
         if not cnp:
-            self._dyn(H.BTH, "BECN", lambda p, d: p["becn"])
-        self._dyn(H.BTH, "DestQP", lambda p, d: p["dest_qp"])
-        self._dyn(H.BTH, "AckReq", lambda p, d: p["ack_req"])
-        self._dyn(H.BTH, "PSN", lambda p, d: p["psn"])
+            self._dyn(H.BTH, "BECN", Source("becn"))
+        self._dyn(H.BTH, "DestQP", Source("dest_qp"))
+        self._dyn(H.BTH, "AckReq", Source("ack_req"))
+        self._dyn(H.BTH, "PSN", Source("psn"))
         for h in info.ext:
             self._ext(h)
         self.header_bytes = self._col
@@ -138,9 +163,9 @@ class Layout:
         self._col += header.size
         return col
 
-    def _dyn(self, header: Header, name: str, get: Getter) -> None:
+    def _dyn(self, header: Header, name: str, src: Source) -> None:
         col = next(c for h, c, _ in reversed(self._parts) if h is header)
-        self.writes.append(_Write(header, col, name, get))
+        self.writes.append(_Write(header, col, name, src))
 
     def _nic(self, header: Header, col: int, name: str, table: np.ndarray, key: str) -> None:
         self.nic_writes.append(_NicWrite(header, col, name, table, key))
@@ -158,11 +183,11 @@ class Layout:
             "DETH": {"SrcQP": "src_qp"},
         }
         if h is H.AETH:
-            self._dyn(h, "Syndrome", lambda p, d: p["aeth"] >> np.uint32(24))
-            self._dyn(h, "MSN", lambda p, d: p["aeth"] & np.uint32(0xFFFFFF))
+            self._dyn(h, "Syndrome", Source("aeth", rshift=24))
+            self._dyn(h, "MSN", Source("aeth", mask=0xFFFFFF))
             return
         for name, key in field_src[h.name].items():
-            self._dyn(h, name, lambda p, d, key=key: p[key])
+            self._dyn(h, name, Source(key))
 
     # ------------------------------------------------------------------ precomputation
     def _finish(self) -> None:
@@ -208,6 +233,19 @@ class Layout:
             self.vcrc_base = np.uint32(CRC16_VCRC.register(plain.tobytes(), 0xFFFF))
             c16 = CRC16_VCRC.contributions(hb + 8)
             self.vcrc_nic = [self._nic_contrib(nw, c16, np.zeros(hb, np.uint8), 0) for nw in self.nic_writes]
+
+    def derived_terms(self) -> dict[str, tuple[int, int]]:
+        """The :data:`LP_DERIVED` values of this layout as ``{key: (add, shift)}``, each value
+        ``(lp + add) >> shift`` with ``lp`` the payload plus pad bytes: the UDP length (UDP
+        header to ICRC, RFC 768), the LRH PktLen (4-byte words from the LRH to the ICRC, IBTA
+        vol. 1 7.7.8) and the GRH PayLen (after the GRH to the ICRC, IBTA vol. 1 8.3.1)."""
+        hb = self.header_bytes
+        if self.roce:
+            return {"udp_len": (hb - self.l4 + H.ICRC.size, 0)}
+        terms = {"pktlen_words": (hb + H.ICRC.size, 2)}
+        if self.ctx.grh:
+            terms["grh_paylen"] = (hb - (self.l3 + H.GRH.size) + H.ICRC.size, 0)
+        return terms
 
     def _ip4_sums(self) -> None:
         """RFC 1071 sum of the constant IPv4 header words and of each NIC's address words."""
