@@ -14,13 +14,20 @@ once more, marked final, when the step ends. :func:`listening` installs a listen
 (a context variable; a timer thread shows the steps without estimate).
 
 Estimates are CPU seconds of the reference machine stretched to the wall clock of this one by
-:func:`wall_seconds`: with more runnable processes than cores (the 1-minute load average of
-``os.getloadavg``), a single-threaded step gets ``cores / load`` of a core (processor sharing).
+:func:`wall_seconds`: by ``sqrt(load / cores)`` when there are more runnable processes than cores
+(the 1-minute load average of ``os.getloadavg``). An empirical fit, not processor sharing: on the
+shared 2-core machine (2026-12-07, load 6-12) the wall clock of our runs was 1.2-3.4 times their
+CPU time (``plan --time`` of llama3-70b-64n at ``--scale 10``: 2.6-3.4; its engine alone in
+``benchmarks/engine_timing.py``: 1.2-1.6; the engine's compile: 2.9; GPT-3 175B's ``generate
+--scale 10``: 2.8), which ``sqrt(load / cores)`` (1.7-2.4) meets within 2x and ``load / cores``
+(3-6) overshoots up to 5x: the load counts the other jobs' processes that wait on I/O or sleep
+in bursts.
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import os
 import threading
 import time
@@ -193,7 +200,7 @@ def about(seconds: float) -> str:
 
 def wall_seconds(cpu_s: float) -> float:
     """``cpu_s`` CPU seconds of one thread as wall seconds on this machine now (module
-    docstring): ``cpu_s * max(1, load / cores)``, ``load`` the 1-minute load average and
+    docstring): ``cpu_s * sqrt(max(1, load / cores))``, ``load`` the 1-minute load average and
     ``cores`` the CPUs this process may run on; ``cpu_s`` where the load is not known."""
     try:
         load = os.getloadavg()[0]
@@ -201,4 +208,4 @@ def wall_seconds(cpu_s: float) -> float:
             else (os.cpu_count() or 1)
     except OSError:
         return cpu_s
-    return cpu_s * max(1.0, load / max(1, cores))
+    return cpu_s * math.sqrt(max(1.0, load / max(1, cores)))

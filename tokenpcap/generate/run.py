@@ -86,11 +86,12 @@ from tokenpcap.pipeline import Timing, prepare
 from tokenpcap.plan.build import Plan
 from tokenpcap.records import PKT_PFC
 from tokenpcap.records.points import NIC_TX
-from tokenpcap.stages import stage
+from tokenpcap.stages import stage, wall_seconds
 
 __all__ = ["EPOCH_NS", "MAX_SEED", "FORMATS", "SPLITS", "Selection", "GenerateOptions",
            "GenerateResult", "generate", "provenance_comment", "parse_index_set", "parse_time_ns",
-           "parse_window", "parse_iterations", "PACKETS_PER_CPU_S"]
+           "parse_window", "parse_iterations", "PACKETS_PER_CPU_S",
+           "PREDICT_CPU_S_PER_TRANSFER"]
 
 #: Packets per CPU second of generate's packet path (selecting, lowering, routing, building and
 #: writing the selected NICs' frames, writer processes included), beside the timing: headers
@@ -98,6 +99,10 @@ __all__ = ["EPOCH_NS", "MAX_SEED", "FORMATS", "SPLITS", "Selection", "GenerateOp
 #: ``benchmarks/packet_path.py`` on dante (2026-12-07, benchmarks/README.md); what the timing
 #: step's estimate adds for the packets a run writes.
 PACKETS_PER_CPU_S = 1_000_000
+#: CPU seconds of predicting the capture's size (:func:`predict_capture`) per data message of
+#: the run: GPT-3 175B with ``--nics 0-7 --snaplen 74 --format pcap``, 2.21 us at ``--scale 100``
+#: (1,625,024 messages), 2.05 us at ``--scale 30`` (3,496,896), measured 2026-12-07 at load 9.
+PREDICT_CPU_S_PER_TRANSFER = 2.2e-6
 
 
 def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
@@ -180,7 +185,9 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
     ext = capture_format(opt.fmt).extension.lstrip(".")
 
     # --- what will be written: exact prediction (iteration by iteration), selection applied ---
-    stage("predicting the capture's size")
+    timing = sched.on_run
+    stage("predicting the capture's size", seconds=wall_seconds(
+        timing.work.transfers * PREDICT_CPU_S_PER_TRANSFER) if isinstance(timing, Timing) else None)
     size = predict_capture(sched, sel, opt.fmt, opt.snaplen, opt.split, opt.point)
     lab_ok = sel.labels()
     keys = size.keys
@@ -225,7 +232,6 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
                          scale=plan.scale, selection=opt.selection, point=opt.point)
     lower = Lowering(s.cluster, seed, gen.ack_every_packets, sched.line_protocols)
     routed = [0]                    # packets handed to the writers so far (the meter's note)
-    timing = sched.on_run
     if isinstance(timing, Timing):
         files = f"{len(specs):,} file{'s' if len(specs) != 1 else ''}"
         timing.also = f", writing {'at most ' if bound else ''}{expected_packets:,} packets " \
