@@ -133,14 +133,16 @@ class _Listener:
             if self.meter is not None and self.counter is None:
                 self.counter = _Counter(what, total, unit, count, note, self.meter, self.every_s)
 
-    def end(self) -> None:
-        """End the current step (the lock held)."""
+    def end(self, failed: bool = False) -> None:
+        """End the current step (the lock held); ``failed``: it was cut short by an exception
+        (its count gets no final report: it did not get done)."""
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
         if self.counter is not None:
             counter, self.counter = self.counter, None
-            counter.end(self.shown or time.perf_counter() - self.t0 >= self.after_s)
+            counter.end(not failed and (self.shown or
+                                        time.perf_counter() - self.t0 >= self.after_s))
 
 
 _LISTENER: contextvars.ContextVar[_Listener | None] = contextvars.ContextVar("stages",
@@ -171,14 +173,17 @@ def listening(sink: Callable[[str], None], *, after_s: float = 1.0,
               ) -> Iterator[None]:
     """Within the block, steps of at least ``after_s`` seconds go to ``sink(line)``; with a
     ``meter``, the counted steps' counts go to ``meter(Count)`` every ``every_s`` seconds and
-    once when they end (when their line was shown or they lasted ``after_s``)."""
+    once when they end (when their line was shown or they lasted ``after_s``; not when the
+    block ends by an exception)."""
     listener = _Listener(sink, after_s, meter, every_s)
     token = _LISTENER.set(listener)
+    failed = True
     try:
         yield
+        failed = False
     finally:
         with listener.lock:
-            listener.end()
+            listener.end(failed)
         _LISTENER.reset(token)
 
 

@@ -175,6 +175,13 @@ def test_counted_steps_report_the_count_on_a_thread_and_the_final_count():
     assert count_text(c).startswith(f"timing: {c.done:,} of 1,000 messages "
                                     f"({c.done // 10} %), {about(c.left_s())} left")
     assert count_text(got[-1]).startswith("timing: 1,000 of 1,000 messages (100 %), done in ")
+    cut: list[Count] = []
+    with pytest.raises(KeyboardInterrupt):
+        with listening(lambda line: None, after_s=0.0, meter=cut.append, every_s=10.0):
+            stage("timing 9 messages", seconds=5)
+            counting("timing", 9, "messages", lambda: 3)
+            raise KeyboardInterrupt
+    assert cut == []                                # stopped: not "done"
     late: list[Count] = []
     with listening(lambda line: None, after_s=10.0, meter=late.append, every_s=10.0):
         stage("quick")
@@ -234,3 +241,23 @@ def test_the_first_run_says_it_compiles_the_engine(tmp_path, scen, every_step, m
         assert duration_text(wall_seconds(COMPILE_CPU_S)) in said[0]
         assert lines.index(said[0]) + 1 == lines.index(
             next(x for x in lines if x.startswith("tokenpcap: timing ")))
+
+
+def test_on_a_terminal_a_counted_step_is_a_bar_that_ends_in_its_line():
+    """On a terminal the count is a rich bar (the time left at the rate so far) that goes away
+    when the step ends, leaving the final line."""
+    import io
+
+    from rich.console import Console
+
+    term = progress._Terminal()
+    buf = io.StringIO()
+    term.console = Console(file=buf, force_terminal=True, width=120)
+    term.meter(Count("timing", 25, 100, "messages", 3.0, "7 packets written"))
+    assert term.bar is not None
+    (task,) = term.bar.tasks
+    assert (task.completed, task.total, task.fields["left"]) == (25, 100, "about 9 s left")
+    term.meter(Count("timing", 100, 100, "messages", 4.0, final=True))
+    assert term.bar is None
+    assert "tokenpcap: timing: 100 of 100 messages (100 %), done in 4.0 s" in buf.getvalue()
+    term.close()
