@@ -17,11 +17,10 @@ from tokenpcap.config.profiles import load_scenario
 from tokenpcap.config.types import Scenario
 from tokenpcap.errors import InputError
 from tokenpcap.plan.build import Plan, build_plan
-from tokenpcap.schedule.limits import check_work
+from tokenpcap.schedule.limits import Work, check_work
 from tokenpcap.schedule.memory import run_kind
 from tokenpcap.schedule.runner import Schedule
 from tokenpcap.schedule.engine.compiled import COMPILE_CPU_S, engine_compiled
-from tokenpcap.schedule.limits import Work
 from tokenpcap.stages import counting, duration_text, stage, wall_seconds
 from tokenpcap.tokens import TokenizedCorpus
 
