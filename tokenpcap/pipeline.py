@@ -17,14 +17,20 @@ from tokenpcap.config.profiles import load_scenario
 from tokenpcap.config.types import Scenario
 from tokenpcap.errors import InputError
 from tokenpcap.plan.build import Plan, build_plan
-from tokenpcap.schedule.limits import check_work
+from tokenpcap.schedule.limits import Work, check_work
 from tokenpcap.schedule.memory import run_kind
 from tokenpcap.schedule.runner import Schedule
-from tokenpcap.schedule.engine.compiled import engine_compiled
-from tokenpcap.stages import duration_text, stage
+from tokenpcap.schedule.engine.compiled import COMPILE_CPU_S, engine_compiled
+from tokenpcap.stages import counting, duration_text, stage, wall_seconds
 from tokenpcap.tokens import TokenizedCorpus
 
-__all__ = ["Prepared", "prepare", "schedule_scenario"]
+__all__ = ["Prepared", "prepare", "schedule_scenario", "Timing", "BUILD_CPU_S_PER_CALL"]
+
+#: CPU seconds of building the engine's state per collective call of the run (flattening the
+#: plan's calls, programs and transfers, :class:`~tokenpcap.schedule.runner.Schedule`'s
+#: construction): llama3-70b-64n at ``--scale 10``, 883,145 calls built in 7.9 CPU s
+#: (``benchmarks/engine_timing.py``, 2026-12-07).
+BUILD_CPU_S_PER_CALL = 9e-6
 
 
 class Prepared(NamedTuple):
@@ -33,6 +39,38 @@ class Prepared(NamedTuple):
     scenario: Scenario
     plan: Plan
     schedule: Schedule
+
+
+class Timing:
+    """What a schedule made by :func:`prepare` does when it starts running (its
+    :attr:`~tokenpcap.schedule.runner.Schedule.on_run`): compile the engine first when numba's
+    cache of it is missing (a step of its own, about :data:`COMPILE_CPU_S` CPU seconds, said
+    once per machine), then start the step "timing N messages" with the work's estimate
+    (:attr:`~tokenpcap.schedule.limits.Work.seconds`), counted by the engine's message count
+    (:attr:`Schedule.n_messages`, read while the engine runs) against the job's
+    (:attr:`Work.messages`: the same count, ``tests/schedule/test_limits.py``).
+
+    A caller that writes while the job is timed (``generate``) adds to the step: ``also`` (text
+    after the count, e.g. ", writing 52,000,000 packets to 8 files"), ``also_cpu_s`` (its CPU
+    seconds, added to the estimate) and ``note`` (the meter's note, e.g. the packets written)."""
+
+    def __init__(self, schedule: Schedule, work: Work):
+        self.schedule, self.work = schedule, work
+        self.also, self.also_cpu_s = "", 0.0
+        self.note: Callable[[], str] | None = None
+
+    def __call__(self) -> None:
+        if not engine_compiled():
+            stage("compiling the timing engine, once per machine: about "
+                  f"{duration_text(wall_seconds(COMPILE_CPU_S))} (numba, cached on disk for "
+                  "later runs)")
+            self.schedule.compile_engine()
+        w = self.work
+        over = f" over {w.iterations} iterations" if w.iterations > 1 else ""
+        stage(f"timing {w.messages:,} messages{over}{self.also}",
+              seconds=wall_seconds(w.seconds + self.also_cpu_s))
+        sched = self.schedule
+        counting("timing", w.messages, "messages", lambda: sched.n_messages, self.note)
 
 
 def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale: int = 1,
@@ -75,21 +113,17 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
     kind = None if run is None else run_kind(run, compiling=not engine_compiled())
     keep_messages = keep_messages if kind is None else kind.keep_messages
     work = check_work(plan, iterations, keep_messages=keep_messages, run=kind)
-    over = f" over {iterations} iterations" if iterations > 1 else ""
-    if engine_compiled():
-        stage(f"timing {work.messages:,} messages{over}", seconds=work.seconds)
-    else:                                   # the compile dominates: shown while it runs
-        stage(f"timing {work.messages:,} messages{over}, about {duration_text(work.seconds)} "
-              "once compiled, after compiling the timing engine once (numba, cached on disk "
-              "for later runs; minutes on a 2-core machine)")
     if check is not None:
         check(plan)
     if ranks is not None:
         of_ranks = set(plan.layout.nic_array(np.asarray(sorted(ranks), np.int64)).tolist())
         nics = of_ranks if nics is None else of_ranks & set(nics)
+    stage(f"building the timing engine's state: {work.calls:,} calls, {work.transfers:,} "
+          "transfers", seconds=wall_seconds(work.calls * BUILD_CPU_S_PER_CALL))
     sched = Schedule(plan, iterations=iterations, nics=nics, chunk_rows=chunk_rows,
                      keep_nvlink=keep_nvlink, keep_history=keep_history,
                      keep_messages=keep_messages, **({} if point is None else {"point": point}))
+    sched.on_run = Timing(sched, work)
     return Prepared(scenario, plan, sched)
 
 

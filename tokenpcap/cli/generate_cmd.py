@@ -46,13 +46,9 @@ def _console():  # type: ignore[no-untyped-def]
 
 
 def run_generation(s: Scenario, opt: GenerateOptions, tokens=None) -> GenerateResult:
-    """Announce the expected size, show a progress bar on a terminal, generate."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
+    """Announce the expected size, generate (the progress: the stage lines of
+    :mod:`tokenpcap.cli.progress`, timed messages of the job and packets written)."""
     out = _console()
-    err = Console(file=sys.stderr)
-    bar: dict = {}
 
     def announce(info: dict) -> None:
         if info.get("fabric_dependent") and opt.point.at_switch:
@@ -78,21 +74,8 @@ def run_generation(s: Scenario, opt: GenerateOptions, tokens=None) -> GenerateRe
                   f"{info['packets']:,} packets, {info['bytes']:,} bytes expected "
                   f"({info['free_bytes']:,} bytes free)")
 
-    def progress(done: int, total: int) -> None:
-        if "p" not in bar:
-            p = Progress(TextColumn("packets"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,}"),
-                         TimeRemainingColumn(), console=err, transient=True,
-                         disable=not err.is_terminal)
-            p.start()
-            bar["p"], bar["t"] = p, p.add_task("packets", total=total)
-        bar["p"].update(bar["t"], completed=done)
-
-    try:
-        with terminate_like_interrupt():
-            return generate(s, opt, tokens=tokens, progress=progress, announce=announce)
-    finally:
-        if "p" in bar:
-            bar["p"].stop()
+    with terminate_like_interrupt():
+        return generate(s, opt, tokens=tokens, announce=announce)
 
 
 def generate_into(s: Scenario, opt: GenerateOptions, tokens=None) -> GenerateResult:  # type: ignore[no-untyped-def]

@@ -82,14 +82,27 @@ from tokenpcap.generate.size import predict_capture
 from tokenpcap.lower import Lowering
 from tokenpcap.pcap.outputset import OutputSet
 from tokenpcap.pcap.registry import capture_format
-from tokenpcap.pipeline import prepare
+from tokenpcap.pipeline import Timing, prepare
 from tokenpcap.plan.build import Plan
 from tokenpcap.records import PKT_PFC
 from tokenpcap.records.points import NIC_TX
+from tokenpcap.stages import stage, wall_seconds
 
 __all__ = ["EPOCH_NS", "MAX_SEED", "FORMATS", "SPLITS", "Selection", "GenerateOptions",
            "GenerateResult", "generate", "provenance_comment", "parse_index_set", "parse_time_ns",
-           "parse_window", "parse_iterations"]
+           "parse_window", "parse_iterations", "PACKETS_PER_CPU_S",
+           "PREDICT_CPU_S_PER_TRANSFER"]
+
+#: Packets per CPU second of generate's packet path (selecting, lowering, routing, building and
+#: writing the selected NICs' frames, writer processes included), beside the timing: headers
+#: only (``--snaplen 74 --format pcap -j 2``), 1,154,000-1,270,000 measured by
+#: ``benchmarks/packet_path.py`` on dante (2026-12-07, benchmarks/README.md); what the timing
+#: step's estimate adds for the packets a run writes.
+PACKETS_PER_CPU_S = 1_000_000
+#: CPU seconds of predicting the capture's size (:func:`predict_capture`) per data message of
+#: the run: GPT-3 175B with ``--nics 0-7 --snaplen 74 --format pcap``, 2.21 us at ``--scale 100``
+#: (1,625,024 messages), 2.05 us at ``--scale 30`` (3,496,896), measured 2026-12-07 at load 9.
+PREDICT_CPU_S_PER_TRANSFER = 2.2e-6
 
 
 def generate(s: Scenario, opt: GenerateOptions, *, tokens=None,
@@ -172,6 +185,9 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
     ext = capture_format(opt.fmt).extension.lstrip(".")
 
     # --- what will be written: exact prediction (iteration by iteration), selection applied ---
+    timing = sched.on_run
+    stage("predicting the capture's size", seconds=wall_seconds(
+        timing.work.transfers * PREDICT_CPU_S_PER_TRANSFER) if isinstance(timing, Timing) else None)
     size = predict_capture(sched, sel, opt.fmt, opt.snaplen, opt.split, opt.point)
     lab_ok = sel.labels()
     keys = size.keys
@@ -215,6 +231,13 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
                          plan=plan, schedule=sched, iterations=(kept.start, kept.stop),
                          scale=plan.scale, selection=opt.selection, point=opt.point)
     lower = Lowering(s.cluster, seed, gen.ack_every_packets, sched.line_protocols)
+    routed = [0]                    # packets handed to the writers so far (the meter's note)
+    if isinstance(timing, Timing):
+        files = f"{len(specs):,} file{'s' if len(specs) != 1 else ''}"
+        timing.also = f", writing {'at most ' if bound else ''}{expected_packets:,} packets " \
+                      f"to {files}"
+        timing.also_cpu_s = expected_packets / PACKETS_PER_CPU_S
+        timing.note = lambda: f"{routed[0]:,} of {expected_packets:,} packets written"
     disp = None
     try:
         disp = Dispatcher(specs, cfg, opt.jobs)
@@ -229,6 +252,7 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
             if t.size:
                 span = [min(span[0], int(t.min())), max(span[1], int(t.max()))]
             done += route_chunk(tx, sched, lower, sel, lab_ok, opt, route, disp, res)
+            routed[0] = done
             if progress is not None:
                 progress(done, expected_packets)
         # a window known to be empty only now: refused as other empty selections, before the
@@ -241,6 +265,7 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
             raise InputError(f"--time-window: got {window_text(w)}, which keeps no packet; "
                              f"expected a window inside the run, whose packets ({which}) span "
                              f"{span[0]:,}..{span[1]:,} ns")
+        stage(f"writing the last packets of {len(specs):,} file{'s' if len(specs) != 1 else ''}")
         sizes = disp.close()
         if sched.fabric_queued and not shard:
             # what the fabric did, beside the captures (the same stem, so inspect finds it)

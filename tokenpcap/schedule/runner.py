@@ -51,7 +51,7 @@ holds of each sample).
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -205,6 +205,23 @@ class Schedule:
                                 **self._fabric_args(s, point, topology))
         self.keep_messages = bool(keep_messages)
         self._done = False
+        #: Called once when :meth:`run` starts, before the first event (what a caller shows
+        #: while the job is timed: :class:`tokenpcap.pipeline.Timing`); None: nothing.
+        self.on_run: Callable[[], None] | None = None
+
+    def compile_engine(self) -> None:
+        """Compile the engine's kernels for this run's arrays now (or load them from numba's
+        cache, :mod:`tokenpcap.schedule.engine.compiled`) instead of at the first event, so
+        that the compile is a step of its own."""
+        import numba
+
+        e = self._eng
+        state = (e.S, e.cf, e.sc, e.heap, e.acks, e.out)
+        K.run.compile(tuple(numba.typeof(x) for x in state + (e.launch,)))
+        raise_if_stopped()          # a stop lost in numba's compiler callbacks
+        if e.selected.size:
+            K.commit.compile(tuple(numba.typeof(x) for x in state + (0, 0)))
+            raise_if_stopped()
 
     def _fabric_args(self, s, point, topology) -> dict:
         args = fabric_args(s, point, topology)
@@ -221,6 +238,8 @@ class Schedule:
         Raises:
             RuntimeError: a rank could not finish its program (a deadlock: an internal error).
         """
+        if self.on_run is not None:
+            self.on_run()
         eng = self._eng
         while True:
             status = eng.run()

@@ -18,7 +18,16 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["engine_compiled"]
+__all__ = ["engine_compiled", "COMPILE_CPU_S"]
+
+#: CPU seconds of compiling the engine's entry points (:func:`tokenpcap.schedule.engine.kernel.run`
+#: and ``commit``, with every kernel they call) with an empty cache, as an estimate that
+#: :func:`tokenpcap.stages.wall_seconds` stretches by the load. Measured on 2026-12-07 (2-core
+#: AMD EPYC, shared): 95.2 + 1.2 CPU s and 274 s of wall clock at load 9 (``K.run.compile``
+#: timed on a ``dante --scale 100`` schedule); 97.4 CPU s of ``plan dante --time`` with the
+#: cache emptied, its compile step 190 s of wall clock at load 5 (estimated 150 s). The
+#: 29-47 s above were measured on an earlier, smaller engine.
+COMPILE_CPU_S = 95.0
 
 _KERNEL = Path(__file__).with_name("kernel.py")
 

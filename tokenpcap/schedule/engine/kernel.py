@@ -64,7 +64,7 @@ from tokenpcap.schedule.engine.ring import room
 __all__ = ["State", "run", "commit", "push", "NEVER"]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def commit(S, cf, sc, h, a, o, port, limit):
     """Commit ``port``'s frames that start before ``limit`` (and queue its next wake)."""
     advance(S, cf, sc, h, a, o, port, limit)
@@ -72,7 +72,7 @@ def commit(S, cf, sc, h, a, o, port, limit):
         rewake(S, cf, sc, h, port)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def run(S, cf, sc, h, a, o, lst):
     """Process events in order. Returns 1 when the output holds ``cf[CHUNK]`` rows (``sc[FRONT]``
     is then the time of the next event: the caller commits the selected NICs up to it with
@@ -86,7 +86,11 @@ def run(S, cf, sc, h, a, o, lst):
     The messages an event posts (``sc[RDY_NEXT] .. sc[RDY_END] - 1``, in id order) are the next
     events in the heap's order; they are posted here one by one, before the next pop, without
     going through the heap. The messages of the transfers an event launches are created after
-    it, before anything else (the launch list keeps them across a return)."""
+    it, before anything else (the launch list keeps them across a return).
+
+    It runs without the GIL (``nogil``), so that a thread of the caller reads ``sc`` while it
+    runs (the message count ``sc[NMSG]``: the progress of :class:`tokenpcap.pipeline.Timing`);
+    nothing but the caller's thread writes the arrays."""
     row = np.empty(5, np.int64)
     while sc[HN] > 0 or sc[RDY_NEXT] < sc[RDY_END] or sc[NLAUNCH] > 0 or sc[AB_CALL] >= 0:
         if sc[AB_CALL] >= 0:
