@@ -11,8 +11,9 @@ GPU's ``name``, else :data:`tokenpcap.schedule.compute.DEFAULT_MFU`.
 Where the values come from (docs/plan.md, "Kernel efficiencies per GPU type"):
 
 * ``attention``: cuDNN's fused attention (what Transformer Engine runs on Hopper), BF16, head
-  dimension 128, 8 k tokens, H100 SXM5 (Shah et al. 2024, "FlashAttention-3", Fig. 5 and 6):
-  forward 600 TFLOP/s, backward 518 TFLOP/s; a layer runs the forward once and the backward
+  dimension 128, 8 k tokens, H100 SXM5 (Shah et al. 2024, "FlashAttention-3", Fig. 5 and 6,
+  the panels without the causal mask; the causal kernel skips the masked blocks, whose FLOPs
+  Megatron does not count either): forward 600 TFLOP/s, backward 518 TFLOP/s; a layer runs the forward once and the backward
   (twice its FLOPs) once, so ``3 / (1/600 + 2/518)`` = 543 TFLOP/s = 0.549 of 989: 0.55.
   A100: FlashAttention-2 reaches 50-73 % of the A100's peak (Dao 2023, "FlashAttention-2",
   abstract; the forward at the top, the backward lower): 0.6, between.
