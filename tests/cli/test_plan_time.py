@@ -34,3 +34,27 @@ def test_a_workload_has_nothing_to_time(tmp_path):  # type: ignore[no-untyped-de
                                   str(ROOT / "profiles" / "scenarios" / "incast-63x16m.yaml")])
     assert r.exit_code == 2 and "a workload scenario has no model" in r.output
     assert "Traceback" not in r.output
+
+
+def test_the_published_mfu_is_printed_beside_the_schedules(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """A scenario's ``published:`` MFU and source, in --json with the relative gap
+    ``mfu / published - 1`` and in the text beside the MFU; the pipeline's three parts add up
+    to its part of the table."""
+    monkeypatch.setenv("TOKENPCAP_CACHE_DIR", str(tmp_path))
+    base = ROOT / "profiles" / "scenarios"
+    text = (base / "dante.yaml").read_text(encoding="utf-8")
+    for rel in ("../../samples/divina_commedia.txt", "../models/gpt2-small.yaml",
+                "../clusters/h100-rocev2-400g.yaml"):
+        text = text.replace(rel, str((base / rel).resolve()))
+    path = tmp_path / "dante-published.yaml"
+    path.write_text(text + 'published: {mfu: 0.2, source: "a paper, Table 9"}\n', "utf-8")
+    r = CliRunner().invoke(main, ["plan", "--time", "--json", "--no-tokens", "-q", str(path)])
+    assert r.exit_code == 0, r.output
+    it = json.loads(r.stdout)["iteration"]
+    assert it["published"]["mfu"] == 0.2 and it["published"]["source"] == "a paper, Table 9"
+    assert it["published"]["relative_gap"] == it["mfu"] / 0.2 - 1
+    assert sum(it["pipeline_parts_ns"].values()) == it["parts_ns"]["pipeline bubble and waits"]
+    out = CliRunner().invoke(main, ["plan", "--time", "--no-tokens", "-q", str(path)]).stdout
+    gap = 100 * (it["mfu"] / 0.2 - 1)
+    assert (f"published MFU 20.0 % (a paper, Table 9); the schedule's {100 * it['mfu']:.1f} % "
+            f"is {gap:+.1f} % of it") in " ".join(out.split())

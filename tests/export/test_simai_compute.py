@@ -11,6 +11,7 @@ import dataclasses
 from fractions import Fraction
 from pathlib import Path
 
+from tokenpcap.config.gpu_types import GPU_TYPES
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.export.simai import write_simai
 from tokenpcap.plan.build import build_plan
@@ -22,8 +23,11 @@ SCEN = ROOT / "profiles" / "scenarios"
 
 
 def _ns(s, flops: int) -> int:
-    """FLOPs of one TP rank -> ns at peak x MFU, rounded up (a hand rule, not the code's)."""
-    mfu = 0.45 if s.training.mfu is None else s.training.mfu     # the documented default
+    """GEMM FLOPs of one TP rank -> ns at peak x efficiency, rounded up (a hand rule, not the
+    code's): ``training.mfu``, else the GPU type's GEMM efficiency, else the default 0.45."""
+    known = GPU_TYPES.get(s.cluster.gpu.name)
+    mfu = s.training.mfu if s.training.mfu is not None else (
+        0.45 if known is None else known.gemm_efficiency)
     rate = Fraction(str(s.cluster.gpu.peak_tflops)) * 1000 * Fraction(str(mfu))
     tp = s.parallelism.tp
     return -(-Fraction(-(-flops // tp)) // rate)

@@ -12,6 +12,18 @@ from tokenpcap.pipeline import prepare
 from tokenpcap.schedule.breakdown import iteration_breakdown
 
 
+def _pure_pipeline(tmp_path, name: str, layers: int, p: int, m: int, vpp: int, par: str = ""):  # type: ignore[no-untyped-def]
+    """A tiny GPT of ``layers`` layers on ``p`` stages, ``m`` microbatches, v ``vpp``, timed
+    with communication negligible (compute slowed by a low MFU, tiny activations)."""
+    par += f", virtual_pipeline_model_parallel_size: {vpp}" if vpp > 1 else ""
+    path = tiny_scenario(tmp_path, name, dp=2, tp=1, pp=p, gbs=2 * m, extra=", mfu: 0.001",
+                         cluster="h100-rocev2-8x1", par=par)
+    path.write_text(path.read_text().replace("layers: 4", f"layers: {layers}").replace(
+        "vocab_size: 512", "vocab_size: 64"))
+    s, sched = _timed(path)
+    return s, iteration_breakdown(sched)
+
+
 def _timed(path, **kw):
     s = load_scenario(path)
     done = prepare(s, nics=(), keep_messages=False, keep_nvlink=False, **kw)
@@ -28,13 +40,7 @@ def test_a_pure_pipelines_bubble_is_p_minus_1_over_v_m_of_its_compute(tmp_path, 
     activation and gradient transfers still takes its few microseconds); nothing is exposed
     inside the layers (tp 1: no collective there)."""
     p, m = 4, 8
-    par = f", virtual_pipeline_model_parallel_size: {vpp}" if vpp > 1 else ""
-    path = tiny_scenario(tmp_path, "pipe", dp=2, tp=1, pp=p, gbs=2 * m, extra=", mfu: 0.001",
-                         cluster="h100-rocev2-8x1", par=par)
-    path.write_text(path.read_text().replace("layers: 4", "layers: 32").replace(
-        "vocab_size: 512", "vocab_size: 64"))
-    s, sched = _timed(path)
-    b = iteration_breakdown(sched)
+    s, b = _pure_pipeline(tmp_path, "pipe", 32, p, m, vpp)
     assert sum(b.parts().values()) == b.iteration_ns
     assert all(v >= 0 for v in b.parts().values()), b
     assert b.ideal_bubble == (p - 1) / (vpp * m)
@@ -58,3 +64,35 @@ def test_dantes_parts_add_up_and_tp_shows_inside_the_layers():
     assert all(v >= 0 for v in b.parts().values()), b
     assert b.in_layer_comm_ns > 0 and b.optimizer_ns > 0
     assert b.executed_flops < b.model_flops          # no recompute; the router-free formula
+
+
+@pytest.mark.parametrize("vpp", [1, 2])
+def test_a_short_first_stage_idles_its_shortfall_beyond_the_ideal_bubble(tmp_path, vpp):
+    """p = 4, m = 8, 30 layers split 6 + 8 + 8 + 8 (``decoder_first_pipeline_num_layers``; v
+    chunks of each stage's layers), communication negligible; the last stage, with the output
+    layer, is the slowest. 1F1B runs at the
+    pace of its slowest stage: the first stage (the critical rank), of forward plus backward
+    ``c`` per microbatch against the slowest stage's ``c_s``, idles ``(p - 1)·c_s + (m - 1)·(c_s
+    - c)`` (the first microbatch crosses every stage, the other m - 1 leave at the slowest
+    stage's pace): the ideal bubble plus the stage imbalance ``(S - C)·(1 - 1/m)``, within 3 %
+    (each transfer still takes its microseconds); the three pipeline parts add up to the
+    pipeline's time."""
+    from tokenpcap.model import scenario_shards
+    from tokenpcap.schedule.breakdown import stage_compute_ns
+    from tokenpcap.schedule.compute import stage_times
+
+    p, m = 4, 8
+    s, b = _pure_pipeline(tmp_path, "short", 30, p, m, vpp,
+                          ", decoder_first_pipeline_num_layers: 6")
+    assert [len(sh.moe) for sh in scenario_shards(s)] == [6, 8, 8, 8] and b.stage == 0
+    middle = stage_compute_ns(stage_times(s, 1), scenario_shards(s)[1].moe, m, "none", False)
+    slowest = stage_compute_ns(stage_times(s, p - 1), scenario_shards(s)[p - 1].moe, m, "none",
+                               True)
+    assert b.slowest_stage_compute_ns == slowest and b.slots == vpp * m
+    parts = b.pipeline_parts()
+    assert sum(parts.values()) == b.pipeline_ns
+    shortfall = b.slowest_stage_compute_ns - b.compute_ns
+    assert shortfall == pytest.approx(2 / 8 * middle + slowest - middle, rel=1e-6)
+    assert parts["stage imbalance"] == shortfall * (vpp * m - 1) // (vpp * m)
+    assert parts["ideal bubble"] == int((p - 1) / (vpp * m) * slowest)
+    assert abs(parts["waits for neighbour stages"]) <= 0.03 * b.pipeline_ns, parts

@@ -38,9 +38,10 @@ def test_each_kernel_kind_runs_at_its_own_efficiency():
 def test_mfu_is_the_one_share_for_every_kernel_and_the_default_fills_the_rest():
     s = load_scenario(DANTE, {"training.mfu": 0.5, "cluster.gpu.gemm_efficiency": 0.9})
     assert (kernel_efficiency(s).gemm, kernel_efficiency(s).attention) == (0.5, 0.5)
-    s = load_scenario(DANTE, {"training.mfu": None, "cluster.gpu.gemm_efficiency": 0.9})
+    s = load_scenario(DANTE, {"training.mfu": None, "cluster.gpu.gemm_efficiency": 0.9,
+                              "cluster.gpu.name": "unknown-gpu"})
     assert (kernel_efficiency(s).gemm, kernel_efficiency(s).attention) == (0.9, DEFAULT_MFU)
-    s = load_scenario(DANTE, {"training.mfu": None})
+    s = load_scenario(DANTE, {"training.mfu": None, "cluster.gpu.name": "unknown-gpu"})
     assert kernel_efficiency(s).gemm == kernel_efficiency(s).attention == DEFAULT_MFU == 0.45
 
 

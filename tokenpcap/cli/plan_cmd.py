@@ -65,7 +65,7 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int,
         from tokenpcap.cli.plan_time import breakdown_json, time_iteration
 
         breakdown = time_iteration(s, toks, scale)
-        data["iteration"] = breakdown_json(breakdown)
+        data["iteration"] = breakdown_json(breakdown, s.published)
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
@@ -96,7 +96,7 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int,
     if breakdown is not None:
         from tokenpcap.cli.plan_time import print_breakdown
 
-        print_breakdown(out, breakdown, s.cluster.gpu.peak_tflops, scale)
+        print_breakdown(out, breakdown, s.cluster.gpu.peak_tflops, scale, s.published)
 
 
 def _nics(plan, as_json: bool) -> None:  # type: ignore[no-untyped-def]

@@ -37,7 +37,7 @@ from tokenpcap.config.profilekind import refuse_other_profile_kind
 from tokenpcap.config.types import (DTYPE_BYTES, ClusterProfile, CollectivesConfig,
                                      EcmpConfig, FabricProfile, GenerationConfig, GpuProfile,
                                      MlaProfile, ModelProfile, MoeProfile, NetworkProfile,
-                                     Parallelism, PfcConfig, Scenario, SwitchConfig,
+                                     Parallelism, PfcConfig, Published, Scenario, SwitchConfig,
                                      TokenizerSpec, TopologyConfig, Training)
 from tokenpcap.config.workload import Workload, workload_from
 from tokenpcap.errors import InputError, ProfileError, TokenizerError
@@ -206,6 +206,11 @@ _SCENARIO_SPEC = {
     "training": (yc.mapping, yc.REQUIRED),
     "collectives": (yc.mapping, {}),
     "generation": (yc.mapping, {}),
+    "published": (yc.optional(yc.mapping), None),
+}
+_PUBLISHED_SPEC = {
+    "mfu": (yc.number(ge=MFU_RANGE[0], le=MFU_RANGE[1]), yc.REQUIRED),
+    "source": (yc.string, yc.REQUIRED),
 }
 
 #: A workload scenario (:mod:`tokenpcap.config.workload`): a cluster and a workload, no model.
@@ -329,6 +334,9 @@ def _load_scenario(path: Path, data: Any, sub: dict[str, dict[str, Any]]) -> Sce
                                                       _GENERATION_SPEC)),
         path=path,
         description=v["description"],
+        published=(None if v["published"] is None else
+                   Published(**yc.read_mapping(path, "published", v["published"],
+                                               _PUBLISHED_SPEC))),
     )
     check_feasible(scenario)
     return scenario

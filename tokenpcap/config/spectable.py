@@ -67,6 +67,8 @@ SECTIONS: tuple[tuple[str, str, dict], ...] = (
     ("`collectives:` (NCCL-like)", "scenario.collectives", p._COLLECTIVES_SPEC),
     ("`generation:` (what `generate` and `run` write)", "scenario.generation",
      p._GENERATION_SPEC),
+    ("`published:` (what a published run of the recipe reports; `plan --time` prints it beside "
+     "the schedule's MFU)", "scenario.published", p._PUBLISHED_SPEC),
     ("Workload scenario (`profiles/scenarios/*.yaml` with `workload:` in place of a corpus, "
      "tokenizer, model, parallelism and training; `collectives:` and `generation:` as above)",
      "workload_scenario", p._WORKLOAD_SCENARIO_SPEC),
@@ -314,6 +316,10 @@ KEYS: dict[str, tuple[str, str]] = {
     "scenario.training": ("", "the keys below"),
     "scenario.collectives": ("", "the keys below"),
     "scenario.generation": ("", "the keys below"),
+    "scenario.published": ("", "the keys below; absent: no published figure to compare with"),
+    "scenario.published.mfu": ("fraction", "the published MFU (Megatron-LM's formula: model "
+                                           "FLOPs without recomputation over the dense peak)"),
+    "scenario.published.source": ("", "where it is published (paper, table, README)"),
     "scenario.tokenizer.kind": ("", "utf8 (one token per byte), bpe (trained on the corpus), "
                                     "tiktoken or hf (local files only)"),
     "scenario.tokenizer.vocab_size": ("entries", "BPE vocabulary to train (it ends smaller when "

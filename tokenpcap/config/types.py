@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["MoeProfile", "MlaProfile", "ModelProfile", "GpuProfile", "NetworkProfile", "ClusterProfile",
            "TopologyConfig", "SwitchConfig", "PfcConfig", "EcmpConfig", "FabricProfile",
            "TokenizerSpec", "Parallelism", "Training", "CollectivesConfig", "GenerationConfig",
-           "Scenario", "DTYPE_BYTES", "TOKEN_DISPATCHERS"]
+           "Scenario", "Published", "DTYPE_BYTES", "TOKEN_DISPATCHERS"]
 
 
 #: The values of ``moe.token_dispatcher`` (:class:`MoeProfile`); the plan registers one family
@@ -140,6 +140,16 @@ class GpuProfile:
     #: default.
     gemm_efficiency: float | None = None
     attention_efficiency: float | None = None
+
+
+@dataclass(frozen=True)
+class Published:
+    """The MFU a published run of the scenario's recipe reports (a fraction of the dense peak,
+    Megatron-LM's formula: no recomputation counted), and where it is published; ``plan
+    --time`` prints it beside the MFU the schedule implies."""
+
+    mfu: float
+    source: str
 
 
 @dataclass(frozen=True)
@@ -442,6 +452,7 @@ class Scenario:
     path: Path | None = None
     description: str = ""
     workload: Workload | None = None
+    published: Published | None = None
 
     @property
     def token_layout(self) -> tuple[int, int]:

@@ -15,7 +15,15 @@ follows is the data-parallel and optimizer tail.
   broadcast), exposed;
 * ``pipeline_ns``: time before the last backward block ends outside any block: the pipeline
   bubble (ideally ``(p - 1) / (v·m)`` of the pipeline's compute, Narayanan et al. 2021, Sec. 2.2)
-  and waits for the neighbour stage's activations and gradients;
+  and waits for the neighbour stage's activations and gradients. :meth:`IterationBreakdown.
+  pipeline_parts` splits it in three: the *ideal bubble* ``(p - 1) / (v·m)`` of the slowest
+  stage's compute ``S`` (the pipeline runs at the pace of its slowest stage), the *stage
+  imbalance* ``(S - C)·(1 - 1/(v·m))`` for a critical rank of compute ``C`` (a stage with fewer
+  layers, as the first and last of Llama 3's split, waits for the slower ones at each of its
+  ``v·m`` forward-backward slots but the first: in 1F1B its idle time is ``(p - 1)·c_s +
+  (m - 1)·(c_s - c)`` with ``c_s``, ``c`` one microbatch's forward and backward on the slowest
+  and on its own stage) and the rest, *waits for the neighbour stages* (their transfers and
+  in-layer communication, not the critical rank's);
 * ``optimizer_ns``: the optimizer step's memory-bound compute;
 * ``tail_ns``: the rest after the last backward block: the data-parallel gradient reduction not
   hidden behind backward, the optimizer's small collectives and parameter AllGathers.
@@ -58,6 +66,19 @@ class IterationBreakdown:
     executed_share: float        # executed_flops / (T · world · peak)
     gemm_efficiency: float
     attention_efficiency: float
+    slowest_stage_compute_ns: int = 0   # the largest compute_ns of any stage (same definition)
+    slots: int = 1                      # v·m: forward-backward slots of a rank per iteration
+
+    def pipeline_parts(self) -> dict[str, int]:
+        """``pipeline_ns`` in three parts (module docstring) that sum to it: the ideal bubble
+        (``ideal_bubble`` × the slowest stage's compute, rounded down), the stage imbalance and
+        the waits for the neighbour stages (the rest; negative if the schedule beats the ideal
+        bubble, as a rank whose neighbours start early can)."""
+        bubble = int(self.ideal_bubble * self.slowest_stage_compute_ns)
+        slots = self.slots
+        imbalance = (self.slowest_stage_compute_ns - self.compute_ns) * (slots - 1) // slots
+        return {"ideal bubble": bubble, "stage imbalance": imbalance,
+                "waits for neighbour stages": self.pipeline_ns - bubble - imbalance}
 
     def parts(self) -> dict[str, int]:
         """The five parts in ns, in the order of the module docstring (they sum to
@@ -107,8 +128,11 @@ def iteration_breakdown(schedule, iteration: int = 0) -> IterationBreakdown:
     st = schedule.layout.coords(rank).pp
     times = stage_times(s, st, schedule.scale)
     m = schedule.plan.microbatches
-    compute = stage_compute_ns(times, scenario_shards(s)[st].moe, m, tr.recompute,
-                               st == p.pp - 1)
+    shards = scenario_shards(s)
+    per_stage = [stage_compute_ns(times if k == st else stage_times(s, k, schedule.scale),
+                                  shards[k].moe, m, tr.recompute, k == p.pp - 1)
+                 for k in range(p.pp)]
+    compute = per_stage[st]
     in_blocks = int((mine["end_ns"] - mine["start_ns"]).sum())
     last_fb = int(last[rank])
     world = s.cluster.nodes * s.cluster.gpus_per_node
@@ -125,4 +149,5 @@ def iteration_breakdown(schedule, iteration: int = 0) -> IterationBreakdown:
         model_flops=mf, executed_flops=ex,
         mfu=model_flops_utilization(mf, total, world, peak),
         executed_share=model_flops_utilization(ex, total, world, peak),
-        gemm_efficiency=eff.gemm, attention_efficiency=eff.attention)
+        gemm_efficiency=eff.gemm, attention_efficiency=eff.attention,
+        slowest_stage_compute_ns=max(per_stage), slots=p.vpp * m)

@@ -26,7 +26,8 @@ output layer, the router) and ``A`` FLOPs of the attention kernel (causal scores
 computed with exact fractions of the profile's decimals. The efficiencies are
 :func:`kernel_efficiency`: ``training.mfu`` for both when the scenario sets it (the simple case:
 one share of the peak for every kernel), else the GPU profile's ``gemm_efficiency`` and
-``attention_efficiency``, else :data:`DEFAULT_MFU`. Elementwise kernels (norms, activations,
+``attention_efficiency``, else the GPU type's (:mod:`tokenpcap.config.gpu_types`: set once per
+GPU type, with their sources), else :data:`DEFAULT_MFU`. Elementwise kernels (norms, activations,
 dropout, residual adds) are not counted as FLOPs, as Megatron's formula does not count them; the
 one memory-bound step the schedule times is the optimizer (below). ``--scale k`` divides every
 time by ``k`` (rounding up), as it divides message sizes, so that the timeline keeps its shape.
@@ -41,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from tokenpcap.config.gpu_types import gpu_type
 from tokenpcap.errors import InputError
 from tokenpcap.model import (attention_core_flops, attention_forward_flops as _attention_flops,
                              layer_forward_flops, logits_forward_flops, scenario_shards)
@@ -50,8 +52,8 @@ __all__ = ["StageTimes", "stage_times", "flops_time_ns", "work_time_ns", "iterat
            "attention_forward_flops", "KernelEfficiency", "kernel_efficiency", "DEFAULT_MFU",
            "OPTIMIZER_BYTES_PER_PARAM", "HBM_BYTES_PER_NS"]
 
-#: Share of the GPU peak every kernel reaches when neither the scenario (``training.mfu``) nor
-#: the GPU profile says: 0.45, about the MFU of well-tuned Megatron-LM jobs on A100 and H100
+#: Share of the GPU peak every kernel reaches when neither the scenario (``training.mfu``), nor
+#: the GPU profile, nor the table of GPU types says: 0.45, about the MFU of well-tuned Megatron-LM jobs on A100 and H100
 #: (Megatron-LM README, 41-48 % MFU on H100 for 2-462 B models; Llama 3 paper, Table 4: 38-43 %).
 DEFAULT_MFU = 0.45
 
@@ -103,12 +105,16 @@ class KernelEfficiency:
 def kernel_efficiency(s: Scenario) -> KernelEfficiency:
     """The efficiencies the schedule times ``s``'s compute with (module docstring): ``training.mfu``
     for both kinds if set, else ``cluster.gpu.gemm_efficiency`` / ``attention_efficiency``, each
+    else the GPU type's (:data:`tokenpcap.config.gpu_types.GPU_TYPES` by ``cluster.gpu.name``),
     else :data:`DEFAULT_MFU`."""
     mfu, g = s.training.mfu, s.cluster.gpu
     if mfu is not None:
         return KernelEfficiency(mfu, mfu)
-    return KernelEfficiency(DEFAULT_MFU if g.gemm_efficiency is None else g.gemm_efficiency,
-                            DEFAULT_MFU if g.attention_efficiency is None
+    known = gpu_type(g.name)
+    gemm = DEFAULT_MFU if known is None else known.gemm_efficiency
+    attention = DEFAULT_MFU if known is None else known.attention_efficiency
+    return KernelEfficiency(gemm if g.gemm_efficiency is None else g.gemm_efficiency,
+                            attention if g.attention_efficiency is None
                             else g.attention_efficiency)
 
 
