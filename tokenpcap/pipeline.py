@@ -21,7 +21,7 @@ from tokenpcap.schedule.limits import check_work
 from tokenpcap.schedule.memory import run_kind
 from tokenpcap.schedule.runner import Schedule
 from tokenpcap.schedule.engine.compiled import engine_compiled
-from tokenpcap.stages import duration_text, stage
+from tokenpcap.stages import stage
 from tokenpcap.tokens import TokenizedCorpus
 
 __all__ = ["Prepared", "prepare", "schedule_scenario"]
@@ -76,12 +76,8 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
     keep_messages = keep_messages if kind is None else kind.keep_messages
     work = check_work(plan, iterations, keep_messages=keep_messages, run=kind)
     over = f" over {iterations} iterations" if iterations > 1 else ""
-    if engine_compiled():
-        stage(f"timing {work.messages:,} messages{over}", seconds=work.seconds)
-    else:                                   # the compile dominates: shown while it runs
-        stage(f"timing {work.messages:,} messages{over}, about {duration_text(work.seconds)} "
-              "once compiled, after compiling the timing engine once (numba, cached on disk "
-              "for later runs; minutes on a 2-core machine)")
+    # a first run's compile is a stage of its own, shown when it starts (engine.compiled)
+    stage(f"timing {work.messages:,} messages{over}", seconds=work.seconds)
     if check is not None:
         check(plan)
     if ranks is not None:

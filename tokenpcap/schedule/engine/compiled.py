@@ -1,8 +1,10 @@
-"""Whether the timing engine is already compiled: numba compiles the engine's kernels at their
-first call and caches the machine code on disk (``@njit(cache=True)``), so the first run after
-an install or an upgrade spends minutes compiling (29-47 s of wall clock on a quiet 2-core
-machine for the ideal fabric's kernels, several minutes more for the queued fabric's and
-DCQCN's under load); every later run loads them in about a second.
+"""How the timing engine is compiled, and whether it already is: numba compiles the engine's
+kernels at their first call and caches the machine code on disk (``@njit(cache=True)``), so the
+first run after an install or an upgrade compiles them once (:data:`COMPILE_CPU_S`, measured in
+``benchmarks/README.md``); every later run loads them in about a second. An ideal fabric's run
+compiles only the ideal fabric's code (``QUEUED`` in :mod:`~tokenpcap.schedule.engine.events`);
+a queued fabric's first run compiles its own specialization, the fabric's, ECN's and DCQCN's
+code with it. :func:`announcing_compile` names the compile while it runs.
 
 numba keeps a function's cache as ``<module>.<function>-<line>.py<XY>.nbi`` (the index) and
 ``.nbc`` files in the ``__pycache__`` beside the module, or under ``NUMBA_CACHE_DIR`` when that
@@ -14,11 +16,23 @@ exists and is not older than ``kernel.py``.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
+from typing import Iterator
 
-__all__ = ["engine_compiled"]
+from numba import njit
+from numba.core import event
+
+from tokenpcap.stages import stage
+
+__all__ = ["engine_compiled", "part", "COMPILE_CPU_S", "compile_seconds", "announcing_compile"]
+
+#: CPU seconds the first run spends compiling the engine, ideal fabric and queued fabric (with
+#: ECN and DCQCN): measured on the 2-core development machine, 2026-12-07, ``benchmarks/README.md``
+#: (numba 0.68, LLVM 22), rounded up.
+COMPILE_CPU_S = {False: 30.0, True: 75.0}
 
 _KERNEL = Path(__file__).with_name("kernel.py")
 
@@ -37,3 +51,56 @@ def engine_compiled(kernel: Path = _KERNEL, cache_dir: str | None = None) -> boo
         return any(p.stat().st_mtime >= source for p in found)
     except OSError:
         return False
+
+
+def part(f):
+    """The engine's compiled functions that only other compiled functions call:
+    ``@njit(cache=True, _nrt=False, no_cpython_wrapper=True)``. Without numba's reference counting
+    (module :mod:`~tokenpcap.schedule.engine.kernel`) and without the wrapper that would let
+    Python call them: that wrapper unboxes every array of the
+    :class:`~tokenpcap.schedule.engine.events.State` an engine function takes, and building it
+    for each function was about a third of the engine's compile time (``benchmarks/README.md``).
+    From compiled code it is an ordinary call; called from Python it crashes the interpreter
+    (numba has no entry point to call), so a function Python or a test calls stays ``@njit``."""
+    return njit(cache=True, _nrt=False, no_cpython_wrapper=True)(f)
+
+
+def compile_seconds(queued: bool, load: float | None = None, cores: int | None = None) -> float:
+    """Wall-clock estimate (s) of compiling the engine (ideal fabric, or ``queued``): its CPU
+    seconds (:data:`COMPILE_CPU_S`; numba compiles on one core) stretched by the load when
+    the machine's runnable processes outnumber its cores. ``load``: 1-minute load average
+    (default: ``os.getloadavg``); ``cores``: the cores this process may use (default: its
+    affinity)."""
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:
+            load = 0.0
+    if cores is None:
+        cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                 else os.cpu_count() or 1)
+    return COMPILE_CPU_S[bool(queued)] * max(1.0, (load + 1.0) / max(1, cores))
+
+
+class _Announce(event.Listener):
+    def __init__(self, queued: bool):
+        self.queued, self.said = queued, False
+
+    def on_start(self, ev) -> None:
+        if not self.said:                   # the outermost compile: the engine's entry point
+            self.said = True
+            stage("compiling the timing engine, once per machine",
+                  seconds=compile_seconds(self.queued))
+
+    def on_end(self, ev) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def announcing_compile(queued: bool) -> Iterator[None]:
+    """Within the block, a compile of any engine function (numba's ``numba:compile`` event: it
+    comes only when the function is not in numba's on-disk cache) starts the stage "compiling
+    the timing engine, once per machine" with :func:`compile_seconds` (:mod:`tokenpcap.stages`;
+    once per block). ``queued``: the run's fabric is queued."""
+    with event.install_listener("numba:compile", _Announce(queued)):
+        yield

@@ -29,6 +29,7 @@ from tokenpcap.errors import InfeasiblePlanError, InputError
 from tokenpcap.records import VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.schedule.engine import kernel as K
 from tokenpcap.schedule.engine import fabstate, ring
+from tokenpcap.schedule.engine.compiled import announcing_compile
 from tokenpcap.schedule.engine.access import (
     CT_BYTES,
     CT_COLUMNS,
@@ -79,7 +80,9 @@ class Engine:
             RuntimeError: an internal error of the kernel.
         """
         while True:
-            status = int(K.run(self.S, self.cf, self.sc, self.heap, self.acks, self.out, self.launch))
+            with announcing_compile(self.fabric is not None):
+                status = int(K.run(self.S, self.cf, self.sc, self.heap, self.acks, self.out,
+                                   self.launch, self.fabric))
             if status == 3:
                 self._grow()
                 continue
@@ -96,6 +99,12 @@ class Engine:
             if status == 2:
                 raise RuntimeError(f"internal: engine error {int(self.sc[K.ERR])}")
             return status
+
+    @property
+    def fabric(self):
+        """The kernel's ``fabric`` argument: ``QUEUED`` or ``None`` (an ideal fabric; module
+        :mod:`~tokenpcap.schedule.engine.events`, ``QUEUED``)."""
+        return K.QUEUED if self.cf[K.FAB] else None
 
     def _grow(self) -> None:
         sc, cf = self.sc, self.cf
@@ -140,7 +149,9 @@ class Engine:
         for port in self.selected.tolist():
             if self.sc[K.NOUT] + room > self.out.shape[0]:
                 self.out = _bigger(self.out, int(self.sc[K.NOUT]) + room)
-            K.commit(self.S, self.cf, self.sc, self.heap, self.acks, self.out, port, limit)
+            with announcing_compile(self.fabric is not None):
+                K.commit(self.S, self.cf, self.sc, self.heap, self.acks, self.out, port, limit,
+                         self.fabric)
         if self.sc[K.ERR]:
             raise RuntimeError(f"internal: engine error {int(self.sc[K.ERR])}")
 
