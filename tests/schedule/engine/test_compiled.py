@@ -62,20 +62,25 @@ def test_the_compile_estimate_is_the_cpu_time_stretched_by_the_load():
 
 
 def test_a_compile_is_announced_once_and_a_cached_function_not_at_all():
-    """numba's compile event starts the stage line, once per block; a function already compiled
-    (or loaded from numba's cache) compiles nothing and prints nothing."""
+    """numba's compile event starts the stage line, once per notice however many blocks and
+    functions compile; a function already compiled (or loaded from numba's cache) compiles
+    nothing and a fresh notice prints nothing for it."""
     from numba import njit
 
     from tokenpcap.stages import listening
 
     f = njit(lambda x: x * 3)
     g = njit(lambda x: f(x) + 1)            # compiling g compiles f: one line for both
+    h = njit(lambda x: x - 1)
     lines: list[str] = []
     with listening(lines.append, after_s=1.0):
-        with compiled.announcing_compile(False):
+        notice = compiled.CompileNotice()
+        with notice.watching(False):
             assert g(2) == 7
         assert len(lines) == 1 and lines[0].startswith(
             "compiling the timing engine, once per machine, about "), lines
-        with compiled.announcing_compile(True):
+        with notice.watching(True):
+            assert h(3) == 2                    # another compile, the same notice
+        with compiled.CompileNotice().watching(True):
             assert g(3) == 10                   # compiled already
     assert len(lines) == 1

@@ -4,7 +4,7 @@ first run after an install or an upgrade compiles them once (:data:`COMPILE_CPU_
 ``benchmarks/README.md``); every later run loads them in about a second. An ideal fabric's run
 compiles only the ideal fabric's code (``QUEUED`` in :mod:`~tokenpcap.schedule.engine.events`);
 a queued fabric's first run compiles its own specialization, the fabric's, ECN's and DCQCN's
-code with it. :func:`announcing_compile` names the compile while it runs.
+code with it. :class:`CompileNotice` names the compile while it runs.
 
 numba keeps a function's cache as ``<module>.<function>-<line>.py<XY>.nbi`` (the index) and
 ``.nbc`` files in the ``__pycache__`` beside the module, or under ``NUMBA_CACHE_DIR`` when that
@@ -27,7 +27,7 @@ from numba.core import event
 
 from tokenpcap.stages import stage
 
-__all__ = ["engine_compiled", "part", "COMPILE_CPU_S", "compile_seconds", "announcing_compile"]
+__all__ = ["engine_compiled", "part", "COMPILE_CPU_S", "compile_seconds", "CompileNotice"]
 
 #: CPU seconds the first run spends compiling the engine, ideal fabric and queued fabric (with
 #: ECN and DCQCN): measured on the 2-core development machine, 2026-12-07, ``benchmarks/README.md``
@@ -82,12 +82,20 @@ def compile_seconds(queued: bool, load: float | None = None, cores: int | None =
     return COMPILE_CPU_S[bool(queued)] * max(1.0, (load + 1.0) / max(1, cores))
 
 
-class _Announce(event.Listener):
-    def __init__(self, queued: bool):
-        self.queued, self.said = queued, False
+class CompileNotice(event.Listener):
+    """Names the engine's compile once (a run compiles the kernel's ``run`` at its first call
+    and ``commit`` at its own): ``with notice.watching(queued):`` around every call into the
+    engine. Within the block, a compile of any function (numba's ``numba:compile`` event: it
+    comes only when the function is not in numba's on-disk cache) starts the stage "compiling
+    the timing engine, once per machine" with :func:`compile_seconds`
+    (:mod:`tokenpcap.stages`), the first time for this notice. ``queued``: the run's fabric is
+    queued."""
+
+    def __init__(self) -> None:
+        self.queued, self.said = False, False
 
     def on_start(self, ev) -> None:
-        if not self.said:                   # the outermost compile: the engine's entry point
+        if not self.said:
             self.said = True
             stage("compiling the timing engine, once per machine",
                   seconds=compile_seconds(self.queued))
@@ -95,12 +103,8 @@ class _Announce(event.Listener):
     def on_end(self, ev) -> None:
         pass
 
-
-@contextlib.contextmanager
-def announcing_compile(queued: bool) -> Iterator[None]:
-    """Within the block, a compile of any engine function (numba's ``numba:compile`` event: it
-    comes only when the function is not in numba's on-disk cache) starts the stage "compiling
-    the timing engine, once per machine" with :func:`compile_seconds` (:mod:`tokenpcap.stages`;
-    once per block). ``queued``: the run's fabric is queued."""
-    with event.install_listener("numba:compile", _Announce(queued)):
-        yield
+    @contextlib.contextmanager
+    def watching(self, queued: bool) -> Iterator[None]:
+        self.queued = bool(queued)
+        with event.install_listener("numba:compile", self):
+            yield

@@ -20,7 +20,7 @@ row of a ring), 24 B per participation (``part`` int32) and 12 B per program ins
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
@@ -29,7 +29,7 @@ from tokenpcap.errors import InfeasiblePlanError, InputError
 from tokenpcap.records import VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.schedule.engine import kernel as K
 from tokenpcap.schedule.engine import fabstate, ring
-from tokenpcap.schedule.engine.compiled import announcing_compile
+from tokenpcap.schedule.engine.compiled import CompileNotice
 from tokenpcap.schedule.engine.access import (
     CT_BYTES,
     CT_COLUMNS,
@@ -58,7 +58,8 @@ class Engine:
     """Everything :func:`tokenpcap.schedule.engine.kernel.run` takes, plus what the message rows
     are made from: ``tr`` the transfers' provenance read from the templates
     (:class:`~tokenpcap.schedule.engine.access.TransferView`), ``codes`` int64 ``(C, 3)`` phase,
-    dim, collective of each call of the run."""
+    dim, collective of each call of the run; ``notice`` names the compile when a call into the
+    kernel compiles it (:class:`~tokenpcap.schedule.engine.compiled.CompileNotice`)."""
 
     S: K.State
     cf: np.ndarray
@@ -71,6 +72,7 @@ class Engine:
     codes: np.ndarray
     nic: NicModel
     selected: np.ndarray
+    notice: CompileNotice = field(default_factory=CompileNotice)
 
     def run(self) -> int:
         """Process events until the output holds a chunk (1) or the run is over (0); buffers are
@@ -80,7 +82,7 @@ class Engine:
             RuntimeError: an internal error of the kernel.
         """
         while True:
-            with announcing_compile(self.fabric is not None):
+            with self.notice.watching(self.fabric is not None):
                 status = int(K.run(self.S, self.cf, self.sc, self.heap, self.acks, self.out,
                                    self.launch, self.fabric))
             if status == 3:
@@ -149,7 +151,7 @@ class Engine:
         for port in self.selected.tolist():
             if self.sc[K.NOUT] + room > self.out.shape[0]:
                 self.out = _bigger(self.out, int(self.sc[K.NOUT]) + room)
-            with announcing_compile(self.fabric is not None):
+            with self.notice.watching(self.fabric is not None):
                 K.commit(self.S, self.cf, self.sc, self.heap, self.acks, self.out, port, limit,
                          self.fabric)
         if self.sc[K.ERR]:
