@@ -12,7 +12,9 @@ is set (numba ``caching.py``: ``_CacheLocator``, ``_SourceFileBackedLocatorMixin
 stale when the module's source file changed after the index was written (the index stores the
 source's stamp). The check below reads only file names and times: it says "compiled" when an
 index of the engine's entry point (:func:`tokenpcap.schedule.engine.kernel.run`) for this Python
-exists and is not older than ``kernel.py``.
+exists and is not older than ``kernel.py`` (one index holds every specialization compiled so
+far: the check cannot tell whether the queued fabric's is among them). The stage line does not
+rely on it: :class:`CompileNotice` listens to numba's own compile event.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ __all__ = ["engine_compiled", "part", "COMPILE_CPU_S", "compile_seconds", "Compi
 
 #: CPU seconds the first run spends compiling the engine, ideal fabric and queued fabric (with
 #: ECN and DCQCN): measured on the 2-core development machine, 2026-12-07, ``benchmarks/README.md``
-#: (numba 0.68, LLVM 22), rounded up.
+#: (numba 0.68, LLVM 22; 29 s, and 61 s for every function at once), rounded up.
 COMPILE_CPU_S = {False: 30.0, True: 75.0}
 
 _KERNEL = Path(__file__).with_name("kernel.py")
