@@ -51,13 +51,14 @@ def test_the_real_kernel_has_a_run_function():
 
 def test_the_compile_estimate_is_the_cpu_time_stretched_by_the_load():
     """One core compiles: on an idle machine the estimate is the measured CPU seconds; with more
-    runnable processes than cores each gets its share ((load + 1) / cores of them)."""
+    runnable processes than cores, LOAD_SHARE of the fair share (load + 1) / cores."""
+    share = compiled.LOAD_SHARE
     for queued in (False, True):
         cpu = compiled.COMPILE_CPU_S[queued]
         assert compiled.compile_seconds(queued, load=0.0, cores=2) == cpu
         assert compiled.compile_seconds(queued, load=1.0, cores=2) == cpu
-        assert compiled.compile_seconds(queued, load=5.0, cores=2) == 3 * cpu
-        assert compiled.compile_seconds(queued, load=3.0, cores=1) == 4 * cpu
+        assert compiled.compile_seconds(queued, load=9.0, cores=2) == cpu * share * 5
+        assert compiled.compile_seconds(queued, load=15.0, cores=4) == cpu * share * 4
     assert compiled.COMPILE_CPU_S[True] > compiled.COMPILE_CPU_S[False]
 
 
