@@ -33,8 +33,8 @@ __all__ = ["engine_compiled", "part", "COMPILE_CPU_S", "LOAD_SHARE", "compile_se
 
 #: CPU seconds the first run spends compiling the engine, ideal fabric and queued fabric (with
 #: ECN and DCQCN): measured on the 2-core development machine, 2026-12-07, ``benchmarks/README.md``
-#: (numba 0.68, LLVM 22; 29 s, and 61 s for every function at once), rounded up.
-COMPILE_CPU_S = {False: 30.0, True: 75.0}
+#: (numba 0.68, LLVM 22; 29-31 s for dante, 60 s for a DCQCN incast), rounded up.
+COMPILE_CPU_S = {False: 30.0, True: 65.0}
 #: The compile's wall clock over its CPU seconds, as a fraction of ``(load + 1) / cores``: 3.1-3.3
 #: at load 9.5-13 on the development machine's 2 cores (its other jobs niced, as they are there),
 #: ``benchmarks/README.md``; a neighbour of the same priority takes more.
