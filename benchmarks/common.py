@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Timing", "fs_info", "fsync_path", "plain_write", "loadavg", "drop_file", "machine"]
+__all__ = ["Timing", "fs_info", "fsync_path", "plain_write", "loadavg", "drop_file", "machine",
+           "tree_dir"]
 
 
 @dataclass
@@ -115,3 +116,18 @@ def machine() -> str:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return f"{os.cpu_count()} CPUs ({model}), {mem:.0f} GiB RAM"
+
+
+def tree_dir(root: Path, rev: str, tmp: str) -> tuple[str, Path]:
+    """``(label, directory)`` of another tree than ``root``: a checkout's directory as it is, or
+    a git revision of ``root``'s repository with its ``tokenpcap`` extracted into ``tmp``."""
+    if Path(rev).is_dir():
+        head = subprocess.run(["git", "-C", rev, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True).stdout.strip()
+        return f"{Path(rev).name} ({head or 'no git'})", Path(rev)
+    sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", rev],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    arc = subprocess.run(["git", "-C", str(root), "archive", sha, "tokenpcap"],
+                         capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", tmp], input=arc, check=True)
+    return f"{rev} ({sha})", Path(tmp)

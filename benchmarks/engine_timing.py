@@ -51,7 +51,7 @@ TREE = sys.argv[sys.argv.index("--child") + 1] if "--child" in sys.argv[:-1] els
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, TREE)                      # that package, whatever is installed
 
-from common import loadavg, machine  # noqa: E402
+from common import loadavg, machine, tree_dir  # noqa: E402
 
 from tokenpcap.config.profiles import load_scenario  # noqa: E402
 from tokenpcap.lower import Lowering  # noqa: E402
@@ -166,21 +166,6 @@ def child(name: str, scale: int) -> None:
                       "counts": counts}))
 
 
-def _tree_dir(rev: str, tmp: str) -> tuple[str, Path]:
-    """``(label, directory)`` of another tree: a checkout's directory as it is, or a git
-    revision's ``tokenpcap`` extracted into ``tmp``."""
-    if Path(rev).is_dir():
-        head = subprocess.run(["git", "-C", rev, "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True).stdout.strip()
-        return f"{Path(rev).name} ({head or 'no git'})", Path(rev)
-    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    arc = subprocess.run(["git", "-C", str(ROOT), "archive", sha, "tokenpcap"],
-                         capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", tmp], input=arc, check=True)
-    return f"{rev} ({sha})", Path(tmp)
-
-
 def _per_message(r: dict) -> str:
     n = max(1, r["messages"])
     heap = 2 * r["pushed"] / n
@@ -200,7 +185,7 @@ def against(rev: str, bigs, repeat: int) -> None:
     here = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
-        trees = [_tree_dir(rev, tmp), (f"this tree ({here})", ROOT)]
+        trees = [tree_dir(ROOT, rev, tmp), (f"this tree ({here})", ROOT)]
         for name, scale in bigs:
             print(f"{name} --scale {scale}: timing only, every NIC timed, no frame made")
             seen = set()

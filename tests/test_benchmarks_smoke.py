@@ -44,7 +44,7 @@ TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "
           "engine_timing.py", "fuzz_campaign.py", "dask_generate.py", "flat_build.py",
           "generate_nic.py", "packet_path.py", "message_ring.py", "call_state.py", "engine_state.py",
           "fabric_ns3.py", "fabric_engine.py", "openloop_hpcc.py", "fabric_dcqcn.py",
-          "run_memory.py"}
+          "run_memory.py", "first_run.py"}
 HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
 
@@ -288,3 +288,14 @@ def test_fabric_dcqcn_runs_the_simulator_beside_ours():
     assert re.search(r"^  HPCC ns-3, CC_MODE 1 \(DCQCN\) +span +451,693 ns .* flows 8 +"
                      r"packet-hops +8,192 +PFC lines 0 .* hops per CPU-s$", out, re.M), out
     assert re.search(r"^  ours / ns-3: CPU [\d.]+x, hops per CPU-s [\d.]+x$", out, re.M), out
+
+
+def test_first_run_times_a_first_and_a_second_run_with_the_same_outputs():
+    """One tree, dante at --scale 64: the first run compiles the engine into a fresh numba cache
+    and says so; the second loads it and says nothing of a compile; both write the same files."""
+    out = run("first_run.py", "--scale", "64", timeout=900)
+    first, second = (re.search(rf"^  this tree .* {w} +[\d.]+ s wall +[\d.]+ s cpu .*$", out, re.M)
+                     for w in ("first", "second"))
+    assert first and "said: compiling the timing engine, once per machine, about" in first[0], out
+    assert second and second[0].endswith("said: -"), out
+    assert "every run wrote the same files (sha256)" in out

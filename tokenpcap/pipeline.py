@@ -20,7 +20,7 @@ from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.schedule.limits import Work, check_work
 from tokenpcap.schedule.memory import run_kind
 from tokenpcap.schedule.runner import Schedule
-from tokenpcap.schedule.engine.compiled import COMPILE_CPU_S, engine_compiled
+from tokenpcap.schedule.engine.compiled import compile_seconds, engine_compiled
 from tokenpcap.stages import counting, duration_text, stage, wall_seconds
 from tokenpcap.tokens import TokenizedCorpus
 
@@ -44,7 +44,8 @@ class Prepared(NamedTuple):
 class Timing:
     """What a schedule made by :func:`prepare` does when it starts running (its
     :attr:`~tokenpcap.schedule.runner.Schedule.on_run`): compile the engine first when numba's
-    cache of it is missing (a step of its own, about :data:`COMPILE_CPU_S` CPU seconds, said
+    cache of it is missing (a step of its own, its wall clock by
+    :func:`~tokenpcap.schedule.engine.compiled.compile_seconds`, said
     once per machine), then start the step "timing N messages" with the work's estimate
     (:attr:`~tokenpcap.schedule.limits.Work.seconds`), counted by the engine's message count
     (:attr:`Schedule.n_messages`, read while the engine runs) against the job's
@@ -62,8 +63,8 @@ class Timing:
     def __call__(self) -> None:
         if not engine_compiled():
             stage("compiling the timing engine, once per machine: about "
-                  f"{duration_text(wall_seconds(COMPILE_CPU_S))} (numba, cached on disk for "
-                  "later runs)")
+                  f"{duration_text(compile_seconds(self.schedule.fabric_queued))} (numba, "
+                  "cached on disk for later runs)")
             self.schedule.compile_engine()
         w = self.work
         over = f" over {w.iterations} iterations" if w.iterations > 1 else ""

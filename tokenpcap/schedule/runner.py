@@ -217,10 +217,10 @@ class Schedule:
 
         e = self._eng
         state = (e.S, e.cf, e.sc, e.heap, e.acks, e.out)
-        K.run.compile(tuple(numba.typeof(x) for x in state + (e.launch,)))
+        K.run.compile(tuple(numba.typeof(x) for x in state + (e.launch, e.fabric)))
         raise_if_stopped()          # a stop lost in numba's compiler callbacks
         if e.selected.size:
-            K.commit.compile(tuple(numba.typeof(x) for x in state + (0, 0)))
+            K.commit.compile(tuple(numba.typeof(x) for x in state + (0, 0, e.fabric)))
             raise_if_stopped()
 
     def _fabric_args(self, s, point, topology) -> dict:

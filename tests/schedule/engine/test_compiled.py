@@ -47,3 +47,41 @@ def test_the_real_kernel_has_a_run_function():
     from tokenpcap.schedule.engine import kernel
 
     assert compiled._KERNEL.name == "kernel.py" and callable(kernel.run)
+
+
+def test_the_compile_estimate_is_the_cpu_time_stretched_by_the_load():
+    """One core compiles: on an idle machine the estimate is the measured CPU seconds; with more
+    runnable processes than cores, LOAD_SHARE of the fair share (load + 1) / cores."""
+    share = compiled.LOAD_SHARE
+    for queued in (False, True):
+        cpu = compiled.COMPILE_CPU_S[queued]
+        assert compiled.compile_seconds(queued, load=0.0, cores=2) == cpu
+        assert compiled.compile_seconds(queued, load=1.0, cores=2) == cpu
+        assert compiled.compile_seconds(queued, load=9.0, cores=2) == cpu * share * 5
+        assert compiled.compile_seconds(queued, load=15.0, cores=4) == cpu * share * 4
+    assert compiled.COMPILE_CPU_S[True] > compiled.COMPILE_CPU_S[False]
+
+
+def test_a_compile_is_announced_once_and_a_cached_function_not_at_all():
+    """numba's compile event starts the stage line, once per notice however many blocks and
+    functions compile; a function already compiled (or loaded from numba's cache) compiles
+    nothing and a fresh notice prints nothing for it."""
+    from numba import njit
+
+    from tokenpcap.stages import listening
+
+    f = njit(lambda x: x * 3)
+    g = njit(lambda x: f(x) + 1)            # compiling g compiles f: one line for both
+    h = njit(lambda x: x - 1)
+    lines: list[str] = []
+    with listening(lines.append, after_s=1.0):
+        notice = compiled.CompileNotice()
+        with notice.watching(False):
+            assert g(2) == 7
+        assert len(lines) == 1 and lines[0].startswith(
+            "compiling the timing engine, once per machine, about "), lines
+        with notice.watching(True):
+            assert h(3) == 2                    # another compile, the same notice
+        with compiled.CompileNotice().watching(True):
+            assert g(3) == 10                   # compiled already
+    assert len(lines) == 1

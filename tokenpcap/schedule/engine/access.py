@@ -18,8 +18,8 @@ A list walk is ``lo, hi = deps(S, x)`` then ``dep_at(S, x, i)`` for ``i`` in ``l
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from tokenpcap.schedule.engine.compiled import part
 from tokenpcap.schedule.engine.events import A_CALL
 
 __all__ = ["CT_SPOS", "CT_DPOS", "CT_SRC", "CT_NIC", "CT_BYTES", "CT_QP0", "CT_QP1", "CT_SHAPE",
@@ -35,102 +35,102 @@ CT_SPOS, CT_DPOS, CT_SRC, CT_NIC, CT_BYTES, CT_QP0, CT_QP1, CT_SHAPE, CT_SNIC, C
 CT_COLUMNS = 10
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _row(S, x):
     return x + S.c_row[S.tcall[x]]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def is_nic(S, x):
     """True when transfer x crosses nodes (an RDMA message), False for an NVLink copy."""
     return S.ct[_row(S, x), CT_NIC] != 0
 
 
-@njit(cache=True, _nrt=False)
+@part
 def src_rank(S, x):
     return S.ct[_row(S, x), CT_SRC] + S.c_shift[S.tcall[x]]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def size_bytes(S, x):
     return S.ct[_row(S, x), CT_BYTES]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def src_nic(S, x):
     return S.ct[_row(S, x), CT_SNIC] + S.c_nshift[S.tcall[x]]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def dst_nic(S, x):
     return S.ct[_row(S, x), CT_DNIC] + S.c_nshift[S.tcall[x]]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def qp_data(S, x):
     """QP id of x's data message (sender's NIC to receiver's)."""
     return S.qglob[S.c_qbase[S.tcall[x]] + S.ct[_row(S, x), CT_QP0]]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def qp_cts(S, x):
     """QP id of x's clear-to-send write (receiver's NIC to sender's)."""
     return S.qglob[S.c_qbase[S.tcall[x]] + S.ct[_row(S, x), CT_QP1]]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def msg_shape(S, x):
     """Message shape index of x (row of ``sh_n``/``sh_d``/``sh_fb``)."""
     return S.ct[_row(S, x), CT_SHAPE]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def src_part(S, x):
     return S.ct[_row(S, x), CT_SPOS] - S.c_pos[S.tcall[x]]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def dst_part(S, x):
     return S.ct[_row(S, x), CT_DPOS] - S.c_pos[S.tcall[x]]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def release_one(S, x):
     """One of x's dependencies is met; True when it was the last one."""
     S.tw[x] -= 1
     return S.tw[x] == 0
 
 
-@njit(cache=True, _nrt=False)
+@part
 def deps(S, x):
     """``(lo, hi)``: x's dependents are ``dep_at(S, x, i)`` for ``lo <= i < hi``."""
     r = _row(S, x)
     return S.dep_ptr[r], S.dep_ptr[r + 1]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def dep_at(S, x, i):
     return S.dep_list[i] - S.c_row[S.tcall[x]]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def sends(S, p):
     q = p + S.c_pos[S.part[p, A_CALL]]
     return S.send_ptr[q], S.send_ptr[q + 1]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def send_at(S, p, i):
     return S.send_list[i] - S.c_row[S.part[p, A_CALL]]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def recvs(S, p):
     q = p + S.c_pos[S.part[p, A_CALL]]
     return S.recv_ptr[q], S.recv_ptr[q + 1]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def recv_at(S, p, i):
     return S.recv_list[i] - S.c_row[S.part[p, A_CALL]]
 

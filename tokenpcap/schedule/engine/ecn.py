@@ -18,15 +18,15 @@ Counters: ``fp[e, FP_CE]`` per port, ``sc[NCE]`` in all.
 """
 from __future__ import annotations
 
-from numba import njit
 
+from tokenpcap.schedule.engine.compiled import part
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.red import red_should_mark
 
 __all__ = ["ecn_mark"]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def ecn_mark(S, cf, sc, e, p, k):
     """RED on descriptor ``k`` leaving (or joining) queue ``(e, p)``: sets ``PK_CE`` when the
     queue's bytes say so (module docstring)."""

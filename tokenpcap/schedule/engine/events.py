@@ -19,6 +19,7 @@ import numpy as np
 from numba import njit
 
 from tokenpcap.records import PKT_CNP
+from tokenpcap.schedule.engine.compiled import part
 
 __all__ = [
     "EV_READY", "EV_ACK", "EV_ARRIVE", "EV_TIMER", "EV_WAKE", "NEVER", "MASK24", "HN", "SEQ",
@@ -234,7 +235,7 @@ class State(NamedTuple):
 
 # ---------------------------------------------------------------- heap
 
-@njit(cache=True, _nrt=False)
+@part
 def _less(h, i, j):
     if h[i, 0] != h[j, 0]:
         return h[i, 0] < h[j, 0]
@@ -306,7 +307,7 @@ def pop(h, sc, row):
 
 # ---------------------------------------------------------------- output rows
 
-@njit(cache=True, _nrt=False)
+@part
 def emit(o, sc, t, nic, peer, msg, idx, kind, fb):
     n = sc[NOUT]
     if n == o.shape[0]:
@@ -407,3 +408,14 @@ NCF = 51
 FP_FEV, FP_FN = 26, 27
 FP_COLS = 28
 __all__ += ["F_FAST", "FP_FEV", "FP_FN"]
+
+
+# ---------------------------------------------------------------- the fabric's specialization
+#: The last argument of the functions whose code reaches the queued fabric's (``kernel.run`` and
+#: ``commit``, ``link.ready``, ``advance``, ``rewake``): ``QUEUED`` with a queued fabric, ``None``
+#: with an ideal one. numba removes a branch on ``fabric is not None`` before typing when the
+#: argument is ``None`` (its dead-branch pruning, ``numba.core.analysis.dead_branch_prune``), so
+#: an ideal fabric's run types and compiles none of the fabric's, ECN's and DCQCN's functions:
+#: each value is a specialization of its own in numba's cache, compiled at its first use.
+QUEUED = True
+__all__ += ["QUEUED"]

@@ -60,8 +60,8 @@ switch port), ``msg`` its quanta (0: XON), ``index`` its class-enable vector.
 """
 from __future__ import annotations
 
-from numba import njit
 
+from tokenpcap.schedule.engine.compiled import part
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import emit, push
 from tokenpcap.schedule.engine.ecmp import ecmp_index
@@ -76,7 +76,7 @@ __all__ = ["ser_ns", "inject", "hop", "deliver", "free_event", "pfc_event", "pk_
 _UDP_ROCE = 4791
 
 
-@njit(cache=True, _nrt=False)
+@part
 def ser_ns(cf, tb, num, den):
     """Serialization (ns) of ``tb`` timing bytes at ``num / den`` bits per ns (ceiling, or floor
     with ``cf[F_FLOOR]``: ns-3's ``DataRate::CalculateTxTime`` through ``Seconds(double)``)."""
@@ -86,7 +86,7 @@ def ser_ns(cf, tb, num, den):
     return (x + num - 1) // num
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _alloc(S, sc):
     k = sc[PKFREE]
     sc[PKFREE] = S.pk[k, PK_NEXT]
@@ -94,14 +94,14 @@ def _alloc(S, sc):
     return k
 
 
-@njit(cache=True, _nrt=False)
+@part
 def pk_free(S, sc, k):
     S.pk[k, PK_NEXT] = sc[PKFREE]
     sc[PKFREE] = k
     sc[PKUSED] -= 1
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _wire(S, cf, w):
     """Wire ``w``: ``(table, row, head column, tail column)``: a NIC's uplink (``w < N``, row of
     ``S.fn``), a switch port's link (row ``w - N`` of ``S.fp``) or, with planes, a NIC's port in
@@ -115,7 +115,7 @@ def _wire(S, cf, w):
     return S.fw, w - N - P, FW_WHEAD, FW_WTAIL
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _plane(S, k):
     """The plane of descriptor ``k``: its QP's data plane, or for an ACK or a CNP (both go
     from the data's receiver back to its sender) its ACK plane."""
@@ -123,7 +123,7 @@ def _plane(S, k):
     return S.q_plane[S.pk[k, PK_QP], 1 if kind == PKT_ACK or kind == PKT_CNP else 0]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _wire_push(S, cf, sc, h, w, k, t0, arr):
     """Descriptor ``k`` starts at ``t0`` on wire ``w`` and arrives at its far end at ``arr``."""
     pk = S.pk
@@ -143,7 +143,7 @@ def _wire_push(S, cf, sc, h, w, k, t0, arr):
         push(h, sc, arr, EV_HOP, w, w, 0)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def inject(S, cf, sc, h, nic, t0, d, msg, idx, kind, fb, tb, flags, qp):
     """NIC ``nic`` starts a frame at ``t0`` that holds its link ``d`` ns: the packet enters the
     fabric (its ToR receives it ``prop`` later; the whole frame ``d`` after that unless it cuts
@@ -184,7 +184,7 @@ def inject(S, cf, sc, h, nic, t0, d, msg, idx, kind, fb, tb, flags, qp):
     _wire_push(S, cf, sc, h, nic, k, t0, arr)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _request_pfc(S, cf, sc, h, o, q, p, quanta, t):
     """Queue a PFC frame for priority ``p`` on switch port ``q`` (it leaves at the next frame
     boundary, ahead of any data: a FREE event of the port at ``t`` or when it is free; no call
@@ -198,7 +198,7 @@ def _request_pfc(S, cf, sc, h, o, q, p, quanta, t):
         push(h, sc, w, EV_FREE, q, q, 0)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _route(S, cf, s, k):
     """Egress port of switch ``s`` for descriptor ``k``."""
     pk = S.pk
@@ -223,7 +223,7 @@ def _route(S, cf, s, k):
     return S.rt_port[lo + j]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _switch_in(S, cf, sc, h, o, q, k, t):
     """Descriptor ``k`` has arrived on port ``q`` of its switch at ``t``."""
     pk = S.pk
@@ -270,7 +270,7 @@ def _switch_in(S, cf, sc, h, o, q, k, t):
     _kick(S, cf, sc, h, o, e, t)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _kick(S, cf, sc, h, o, e, t):
     """Port ``e`` has something new to send at ``t``: start it now, or be woken when free."""
     fp = S.fp
@@ -281,7 +281,7 @@ def _kick(S, cf, sc, h, o, e, t):
         push(h, sc, fp[e, FP_BUSY], EV_FREE, e, e, 0)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def free_event(S, cf, sc, h, o, e, t):
     """FREE: port ``e``'s transmitter is free at ``t``."""
     fp = S.fp
@@ -294,7 +294,7 @@ def free_event(S, cf, sc, h, o, e, t):
         push(h, sc, fp[e, FP_BUSY], EV_FREE, e, e, 0)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _pick(S, cf, e, t):
     """Priority whose queue port ``e`` serves next at ``t`` (-1: none eligible)."""
     fq = S.fq
@@ -310,7 +310,7 @@ def _pick(S, cf, e, t):
     return -1
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _port_start(S, cf, sc, h, o, e, t):
     """Port ``e`` is idle at ``t``: send its next frame, if any (module docstring)."""
     fp = S.fp
@@ -364,7 +364,7 @@ def _port_start(S, cf, sc, h, o, e, t):
     _transmit(S, cf, sc, h, o, e, k, t)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _transmit(S, cf, sc, h, o, e, k, t):
     """Port ``e`` starts sending descriptor ``k`` at ``t``."""
     fp = S.fp
@@ -406,7 +406,7 @@ def _transmit(S, cf, sc, h, o, e, k, t):
         push(h, sc, t + ser, EV_FREE, e, e, 0)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _port_pause(S, cf, sc, h, o, e, k, t):
     """A PFC frame from downstream arrived on switch port ``e``: pause or resume its priorities."""
     fp = S.fp
@@ -432,7 +432,7 @@ def _port_pause(S, cf, sc, h, o, e, k, t):
                     push(h, sc, until, EV_PFC, i, 1, i)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def pfc_event(S, cf, sc, h, o, kind, i, t):
     """PFC timer of switch (port, priority) ``i``: 0 refresh an XOFF still held, 1 a pause ends."""
     e = i // 8
@@ -445,7 +445,7 @@ def pfc_event(S, cf, sc, h, o, kind, i, t):
         _kick(S, cf, sc, h, o, e, t)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def hop(S, cf, sc, h, o, w, t):
     """HOP: the head of wire ``w`` reaches the far end at ``t``. Returns ``(nic, k)`` when it is a
     frame for a NIC that the NIC must act on (``k`` left allocated: a PFC frame, which the caller
@@ -485,7 +485,7 @@ def hop(S, cf, sc, h, o, w, t):
     return -1, -1
 
 
-@njit(cache=True, _nrt=False)
+@part
 def deliver(S, cf, sc, h, nic, k, t, aflags):
     """Descriptor ``k`` (data, clear-to-send, ACK or CNP; freed here) is received by NIC ``nic``
     at ``t``: a packet with AckReq queues its ACK (with the ACK-queue flags ``aflags``, module

@@ -27,8 +27,8 @@ Both are switched off together (``cf[F_FAST] = 0``,
 """
 from __future__ import annotations
 
-from numba import njit
 
+from tokenpcap.schedule.engine.compiled import part
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import push
 
@@ -39,7 +39,7 @@ __all__ = ["SILENT_RUN", "fast_wire", "wire_pushed", "skip_silent", "next_event"
 SILENT_RUN = 64
 
 
-@njit(cache=True, _nrt=False)
+@part
 def fast_wire(S, cf, w):
     """True when wire ``w`` is a switch port's link to a NIC and the fast path is on (wires from
     ``N + P`` on, if any, are a NIC's own ports: module fabric)."""
@@ -47,14 +47,14 @@ def fast_wire(S, cf, w):
     return cf[F_FAST] != 0 and 0 <= e < S.fp.shape[0] and S.fp[e, FP_PEER_NIC] >= 0
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _silent(pk, k):
     """A data, clear-to-send or ACK packet without flags: its arrival at a NIC only counts."""
     kind = pk[k, PK_KIND]
     return (kind == PKT_DATA or kind == PKT_CTS or kind == PKT_ACK) and pk[k, PK_FLAGS] == 0
 
 
-@njit(cache=True, _nrt=False)
+@part
 def wire_pushed(S, sc, h, w, e, k, arr):
     """Descriptor ``k`` (arriving at ``arr``) was appended to wire ``w``, port ``e``'s link to a
     NIC: it gets the wire's HOP event when none is pending and it has consequences or ends a run
@@ -69,7 +69,7 @@ def wire_pushed(S, sc, h, w, e, k, arr):
         fp[e, FP_FN] = n
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _arrive_silent(S, sc, nic, k):
     """A silent packet (descriptor ``k``, freed here) has arrived at NIC ``nic``."""
     pk = S.pk
@@ -83,7 +83,7 @@ def _arrive_silent(S, sc, nic, k):
     sc[PKUSED] -= 1
 
 
-@njit(cache=True, _nrt=False)
+@part
 def skip_silent(S, e, sc, t):
     """The HOP event of port ``e``'s link to a NIC at ``t``: the silent packets before the one it
     is for arrive (in order); that one is then the wire's head."""
@@ -99,7 +99,7 @@ def skip_silent(S, e, sc, t):
     fp[e, FP_FEV] = -1
 
 
-@njit(cache=True, _nrt=False)
+@part
 def next_event(S, sc, h, w, e):
     """After the head of port ``e``'s link to a NIC was taken off: the HOP event of the next packet
     on it with consequences, or of the one that ends a run of :data:`SILENT_RUN`, if any."""
@@ -116,7 +116,7 @@ def next_event(S, sc, h, w, e):
         k = pk[k, PK_NEXT]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def drain(S, cf, sc):
     """End of the run: the silent packets still on NICs' downlinks arrive (no event is left)."""
     if cf[FAB] == 0 or cf[F_FAST] == 0:

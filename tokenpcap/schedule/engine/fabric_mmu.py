@@ -9,15 +9,15 @@ xoff, dynamic_th, xon_offset). A lossless packet that would overflow the headroo
 """
 from __future__ import annotations
 
-from numba import njit
 
+from tokenpcap.schedule.engine.compiled import part
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 
 __all__ = ["admit", "release"]
 
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _thresh(S, s, q):
     """Dynamic PFC threshold of ingress port ``q`` of switch ``s`` (bytes)."""
     fsw = S.fsw
@@ -28,13 +28,13 @@ def _thresh(S, s, q):
     return free >> sh if sh >= 0 else free << (-sh)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _shared_used(cf, fi, i):
     u = fi[i, I8_BYTES] - cf[F_RESERVE]
     return u if u > 0 else 0
 
 
-@njit(cache=True, _nrt=False)
+@part
 def admit(S, cf, sc, s, q, p, bb):
     """Ingress accounting of ``bb`` bytes arriving on port ``q`` (priority ``p``) of switch ``s``.
     Returns True when the (port, priority) must now be paused (send XOFF upstream)."""
@@ -58,7 +58,7 @@ def admit(S, cf, sc, s, q, p, bb):
     return False
 
 
-@njit(cache=True, _nrt=False)
+@part
 def release(S, cf, s, q, p, bb):
     """``bb`` bytes that came in on port ``q`` (priority ``p``) leave switch ``s``. Returns True
     when the paused (port, priority) may resume (send XON upstream)."""

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from numba import njit
 
+from tokenpcap.schedule.engine.compiled import part
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 
 __all__ = ["sample", "log_q", "log_pfc", "flush_samples"]
 
 
 
-@njit(cache=True, _nrt=False)
+@part
 def sample(S, cf, sc, e, p, before, t):
     """Queue ``(e, p)`` changes at ``t`` from ``before`` bytes: keep the most bytes of the current
     sampling interval, write the interval's row when a later one starts."""
@@ -35,7 +36,7 @@ def sample(S, cf, sc, e, p, before, t):
         S.fp[e, FP_MAXQ] = tot
 
 
-@njit(cache=True, _nrt=False)
+@part
 def log_q(S, sc, cf, e, p, iv, most):
     n = sc[NLGQ]
     if n < S.lgq.shape[0]:
@@ -57,7 +58,7 @@ def flush_samples(S, cf, sc):
             qs[i, 1] = 0
 
 
-@njit(cache=True, _nrt=False)
+@part
 def log_pfc(S, sc, e, p, quanta, t):
     n = sc[NLGP]
     if n < S.lgp.shape[0]:

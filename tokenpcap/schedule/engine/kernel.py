@@ -34,10 +34,13 @@ overhead), computed so that the cost of a message does not depend on its packet 
   the others only advance their clocks. A selected NIC's wake is also capped at ``gap`` shortest
   frames after its clock, so its rows are committed (and handed out) in bounded batches.
 
-The parts are compiled without numba's reference counting (``@njit(_nrt=False)``): they never
-allocate, and every call that passes the :class:`State` would otherwise pay two atomic operations
-per array of it (most of the engine's time before). Numba's on-disk cache does not follow calls
-across modules: after editing a part, delete ``tokenpcap/schedule/engine/__pycache__/*.nb[ic]``.
+The parts are compiled without numba's reference counting and without a CPython wrapper
+(:func:`~tokenpcap.schedule.engine.compiled.part`): they never allocate, every call that passes
+the :class:`State` would otherwise pay two atomic operations per array of it, and only this
+module's functions are called from Python. With an ideal fabric (``fabric`` is ``None``) the
+queued fabric's parts are not compiled at all (``QUEUED``,
+:mod:`~tokenpcap.schedule.engine.events`). Numba's on-disk cache does not follow calls across
+modules: after editing a part, delete ``tokenpcap/schedule/engine/__pycache__/*.nb[ic]``.
 
 The buffers that grow with what is in progress (event heap, ACK queues, output rows, the
 transfers launched by one event, the message table when it is a ring:
@@ -65,15 +68,16 @@ __all__ = ["State", "run", "commit", "push", "NEVER"]
 
 
 @njit(cache=True, nogil=True)
-def commit(S, cf, sc, h, a, o, port, limit):
-    """Commit ``port``'s frames that start before ``limit`` (and queue its next wake)."""
-    advance(S, cf, sc, h, a, o, port, limit)
+def commit(S, cf, sc, h, a, o, port, limit, fabric):
+    """Commit ``port``'s frames that start before ``limit`` (and queue its next wake);
+    ``fabric``: as :func:`run`."""
+    advance(S, cf, sc, h, a, o, port, limit, fabric)
     if limit < NEVER:
-        rewake(S, cf, sc, h, port)
+        rewake(S, cf, sc, h, port, fabric)
 
 
 @njit(cache=True, nogil=True)
-def run(S, cf, sc, h, a, o, lst):
+def run(S, cf, sc, h, a, o, lst, fabric):
     """Process events in order. Returns 1 when the output holds ``cf[CHUNK]`` rows (``sc[FRONT]``
     is then the time of the next event: the caller commits the selected NICs up to it with
     :func:`commit` and hands out the rows before it), 3 when a buffer needs to grow before the
@@ -87,6 +91,10 @@ def run(S, cf, sc, h, a, o, lst):
     events in the heap's order; they are posted here one by one, before the next pop, without
     going through the heap. The messages of the transfers an event launches are created after
     it, before anything else (the launch list keeps them across a return).
+
+    ``fabric``: ``QUEUED`` with a queued fabric, ``None`` with an ideal one (then the fabric's
+    events never come and their code is not compiled: ``QUEUED`` in
+    :mod:`~tokenpcap.schedule.engine.events`).
 
     It runs without the GIL (``nogil``), so that a thread of the caller reads ``sc`` while it
     runs (the message count ``sc[NMSG]``: the progress of :class:`tokenpcap.pipeline.Timing`);
@@ -129,7 +137,7 @@ def run(S, cf, sc, h, a, o, lst):
             mid = sc[RDY_NEXT]
             sc[RDY_NEXT] = mid + 1
             sc[NINLINE] += 1
-            ready(S, cf, sc, h, a, o, mid, sc[NOW])
+            ready(S, cf, sc, h, a, o, mid, sc[NOW], fabric)
             if sc[ERR]:
                 return 2
             continue
@@ -143,21 +151,21 @@ def run(S, cf, sc, h, a, o, lst):
             if t == S.pt[port, P_WAKE]:
                 S.pt[port, P_WAKE] = NEVER
                 stops = sc[NSTOP]
-                advance(S, cf, sc, h, a, o, port, t + 1)
+                advance(S, cf, sc, h, a, o, port, t + 1, fabric)
                 if sc[NSTOP] == stops:
                     sc[NEMPTY] += 1
-                rewake(S, cf, sc, h, port)
+                rewake(S, cf, sc, h, port, fabric)
             else:
                 sc[NSTALE] += 1
-        elif typ == EV_HOP:
+        elif fabric is not None and typ == EV_HOP:
             nic, k = hop(S, cf, sc, h, o, row[3], t)
             if nic >= 0 and S.pk[k, PK_KIND] == PKT_PFC:
                 nic_pfc(S, cf, sc, h, a, o, nic, k, t)
             elif nic >= 0:
                 cc_arrival(S, cf, sc, h, a, o, nic, k, t)
-        elif typ == EV_FREE:
+        elif fabric is not None and typ == EV_FREE:
             free_event(S, cf, sc, h, o, row[3], t)
-        elif typ == EV_PFC:
+        elif fabric is not None and typ == EV_PFC:
             if row[3] == 2:
                 nic_pause_end(S, cf, sc, h, a, o, row[4], t)
             elif row[3] >= EV_CC_RP:
@@ -166,15 +174,15 @@ def run(S, cf, sc, h, a, o, lst):
                 pfc_event(S, cf, sc, h, o, row[3], row[4], t)
         elif typ == EV_ACK:
             port = row[3]
-            advance(S, cf, sc, h, a, o, port, t)
+            advance(S, cf, sc, h, a, o, port, t, fabric)
             queue_ack(S, cf, sc, a, port, row[1] >> 24, (row[1] & MASK24) + (row[4] << 24), t)
             if cf[FAB]:
-                rewake(S, cf, sc, h, port)
+                rewake(S, cf, sc, h, port, fabric)
         elif typ == EV_ARRIVE:
             r = (row[1] >> 24) & sc[MMASK]
             S.ms[r, M_ARR] = t
             if S.ms[r, M_KIND] == 1:
-                ready(S, cf, sc, h, a, o, S.ms[r, M_PEER], t)
+                ready(S, cf, sc, h, a, o, S.ms[r, M_PEER], t, fabric)
             else:
                 arrived(S, cf, sc, h, lst, S.ms[r, M_TR], t)
         else:
@@ -186,6 +194,7 @@ def run(S, cf, sc, h, a, o, lst):
                 ab_done(S, cf, sc, h, lst, row[4], t, S.call_pbase[row[4]])
         if sc[ERR]:
             return 2
-    drain(S, cf, sc)
+    if fabric is not None:
+        drain(S, cf, sc)
     sc[FRONT] = NEVER
     return 0

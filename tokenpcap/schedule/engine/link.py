@@ -20,8 +20,8 @@ instead of being recomputed:
 """
 from __future__ import annotations
 
-from numba import njit
 
+from tokenpcap.schedule.engine.compiled import part
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import emit, push
 from tokenpcap.schedule.engine.fabric import inject
@@ -30,7 +30,7 @@ from tokenpcap.schedule.engine.pace import pace_next
 __all__ = ["advance", "rewake", "ready", "queue_ack", "touch", "act_link", "control_frame"]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _dur(ax, e, idx):
     """Layer-1 ns of packet ``idx`` of the head message of rotation row ``e``."""
     if idx == ax[e, X_N] - 1:
@@ -40,7 +40,7 @@ def _dur(ax, e, idx):
     return ax[e, X_D1]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _stop(S, cf, port, k):
     """The stop slot (first slot whose packet is the last of its message or carries AckReq),
     counted from the port's next slot; cached in ``P_STOP``."""
@@ -70,7 +70,7 @@ def _stop(S, cf, port, k):
     return s
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _load(S, sc, e, mid):
     """Rotation row ``e`` takes message ``mid`` as its head (next packet 0)."""
     ax = S.ax
@@ -86,7 +86,7 @@ def _load(S, sc, e, mid):
     ax[e, X_D2] = sh_d[sh, 2]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _act_insert(S, sc, port, q, mid):
     """QP ``q`` joins its port's rotation with head ``mid``: linked in creation order, and the
     port's next QP when it comes before the current one after the last served."""
@@ -96,7 +96,7 @@ def _act_insert(S, sc, port, q, mid):
     act_link(S, port, r)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def act_link(S, port, r):
     """Rotation row ``r`` (its head loaded) joins its port's rotation (:func:`_act_insert`; a
     paced QP's rejoin, module rpoint)."""
@@ -135,7 +135,7 @@ def act_link(S, port, r):
     pt[port, P_STOP] = -1
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _act_remove(S, port, e):
     ax = S.ax
     pt = S.pt
@@ -155,9 +155,10 @@ def _act_remove(S, port, e):
     pt[port, P_STOP] = -1
 
 
-@njit(cache=True, _nrt=False)
-def _epoch(S, cf, sc, h, o, port, limit):
-    """Commit the slots of the rotation that start before ``limit``, up to the stop slot."""
+@part
+def _epoch(S, cf, sc, h, o, port, limit, fabric):
+    """Commit the slots of the rotation that start before ``limit``, up to the stop slot
+    (``fabric``: as :func:`advance`)."""
     ax = S.ax
     ms = S.ms
     mk = sc[MMASK]
@@ -216,7 +217,7 @@ def _epoch(S, cf, sc, h, o, port, limit):
                 emit(o, sc, tt, port, ms[r, M_DST], hm, idx, ms[r, M_KIND], fb)
                 if mk >= 0 and ms[r, M_TLAST] < tt:
                     ms[r, M_TLAST] = tt
-            if fab:
+            if fabric is not None and fab:
                 fl = PK_LAST | PK_ACKREQ if idx == n - 1 else (
                     PK_ACKREQ if every > 0 and (idx + 1) % every == 0 else 0)
                 inject(S, cf, sc, h, port, tt, d, hm, idx, ms[r, M_KIND], fb, S.sh_tb[sh, col], fl,
@@ -244,7 +245,7 @@ def _epoch(S, cf, sc, h, o, port, limit):
     r = hm & mk
     nxt_pkt = ax[el, X_NEXT]
     q = ax[el, X_Q]
-    if ax[el, X_RATE] > 0:
+    if fabric is not None and ax[el, X_RATE] > 0:
         # a paced QP's packet (module rpoint): its next start at its rate, counted from this one
         col = 2 if nxt_pkt == ax[el, X_N] else (0 if nxt_pkt == 1 else 1)
         d = _dur(ax, el, nxt_pkt - 1)
@@ -277,7 +278,7 @@ def _epoch(S, cf, sc, h, o, port, limit):
     pace_leave(S, sc, h, port, el, t)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def pace_leave(S, sc, h, port, e, t):
     """A paced rotation row ``e`` that just sent (the port's clock at ``t``) leaves the
     rotation until its next allowed start ``X_NA`` when that is later, on a timer keyed by its
@@ -289,7 +290,7 @@ def pace_leave(S, sc, h, port, e, t):
         push(h, sc, ax[e, X_NA], EV_PFC, (EV_CC_PACE << 40) + q, EV_CC_PACE, q)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def control_frame(cf, flags):
     """``(kind, ns, frame bytes, timing bytes, descriptor flags)`` of an ACK-queue entry with
     flags ``flags`` (``a[e, 1] >> 24``: 0 an ACK, ``AQ_CNPACK`` an ACK with the CNP flag,
@@ -299,9 +300,11 @@ def control_frame(cf, flags):
     return PKT_ACK, cf[ACK_NS], cf[ACK_FB], cf[F_ACK_TB], PK_CNP if flags == AQ_CNPACK else 0
 
 
-@njit(cache=True, _nrt=False)
-def advance(S, cf, sc, h, a, o, port, limit):
-    """Commit every frame of ``port`` that starts before ``limit`` (ns)."""
+@part
+def advance(S, cf, sc, h, a, o, port, limit, fabric):
+    """Commit every frame of ``port`` that starts before ``limit`` (ns). ``fabric``: ``QUEUED``
+    with a queued fabric, ``None`` with an ideal one (its code is then left out:
+    :data:`~tokenpcap.schedule.engine.events.QUEUED`)."""
     ms = S.ms
     mk = sc[MMASK]
     pt = S.pt
@@ -325,7 +328,7 @@ def advance(S, cf, sc, h, a, o, port, limit):
                         ms[r, M_NACK] -= 1
                 elif cf[FAB] and mk >= 0:
                     ms[msg & mk, M_NACK] -= 1
-                if cf[FAB]:
+                if fabric is not None and cf[FAB]:
                     # the ACK enters the fabric (it holds its message's row while in flight)
                     inject(S, cf, sc, h, port, t, d, msg, idx, kind, fb, tb, fl, ms[msg & mk, M_QPID])
                 pt[port, P_AHEAD] = a[e, 2]
@@ -338,30 +341,31 @@ def advance(S, cf, sc, h, a, o, port, limit):
             pt[port, P_CLOCK] = t
         elif pt[port, P_NACT] > 0:
             u = pt[port, P_PUNTIL]
-            if cf[FAB] and u > pt[port, P_CLOCK]:
+            if fabric is not None and cf[FAB] and u > pt[port, P_CLOCK]:
                 # the data priority is paused by PFC from the ToR (module fabric)
                 if u >= limit:
                     break
                 pt[port, P_CLOCK] = u
                 continue
-            _epoch(S, cf, sc, h, o, port, limit)
+            _epoch(S, cf, sc, h, o, port, limit, fabric)
         else:
             break
 
 
-@njit(cache=True, _nrt=False)
+@part
 def touch(S, port, t):
     pt = S.pt
     if pt[port, P_CLOCK] < t:
         pt[port, P_CLOCK] = t
 
 
-@njit(cache=True, _nrt=False)
-def rewake(S, cf, sc, h, port):
-    """Queue a wake at the predicted start of ``port``'s stop slot unless one is queued earlier."""
+@part
+def rewake(S, cf, sc, h, port, fabric):
+    """Queue a wake at the predicted start of ``port``'s stop slot unless one is queued earlier
+    (``fabric``: as :func:`advance`)."""
     pt = S.pt
     k = pt[port, P_NACT]
-    if cf[FAB]:
+    if fabric is not None and cf[FAB]:
         _rewake_fab(S, cf, sc, h, port, k)
         return
     if k == 0:
@@ -375,7 +379,7 @@ def rewake(S, cf, sc, h, port):
         push(h, sc, t, EV_WAKE, port * (MASK24 + 1), port, 0)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _gap_cap(S, cf, port, k, base, t):
     """``t``, or earlier: the start of the ``cf[GAP]``-th shortest frame of the rotation after
     ``base`` (a selected NIC's rows are committed in bounded batches)."""
@@ -391,7 +395,7 @@ def _gap_cap(S, cf, port, k, base, t):
     return cap if cap < t else t
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _stop_start(S, cf, port, k, base):
     """Start (ns) of ``port``'s stop slot when its next slot starts at ``base``: whole rounds of
     the rotation, the remaining slots' MIDDLE durations, and each QP's FIRST in place of a
@@ -413,7 +417,7 @@ def _stop_start(S, cf, port, k, base):
     return t
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _wake_at(S, sc, h, port, t):
     pt = S.pt
     if t < pt[port, P_WAKE]:
@@ -421,7 +425,7 @@ def _wake_at(S, sc, h, port, t):
         push(h, sc, t, EV_WAKE, port * (MASK24 + 1), port, 0)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _rewake_fab(S, cf, sc, h, port, k):
     """:func:`rewake` with a queued fabric: the predicted stop slot (for a selected NIC at most
     ``cf[GAP]`` shortest frames away), a pause, and the cap that commits every frame before it
@@ -449,16 +453,17 @@ def _rewake_fab(S, cf, sc, h, port, k):
         _wake_at(S, sc, h, port, t)
 
 
-@njit(cache=True, _nrt=False)
-def ready(S, cf, sc, h, a, o, mid, t):
-    """Message ``mid`` is posted on its QP at ``t`` (FIFO behind the QP's earlier messages)."""
+@part
+def ready(S, cf, sc, h, a, o, mid, t, fabric):
+    """Message ``mid`` is posted on its QP at ``t`` (FIFO behind the QP's earlier messages;
+    ``fabric``: as :func:`advance`)."""
     ms = S.ms
     mk = sc[MMASK]
     qp = S.qp
     sh_n = S.sh_n
     r = mid & mk
     port = ms[r, M_SRC]
-    advance(S, cf, sc, h, a, o, port, t)
+    advance(S, cf, sc, h, a, o, port, t, fabric)
     q = ms[r, M_QPID]
     sh = ms[r, M_SHAPE]
     ms[r, M_PSN] = qp[q, Q_PSN]
@@ -472,7 +477,7 @@ def ready(S, cf, sc, h, a, o, mid, t):
         qp[q, Q_HEAD] = mid
         _act_insert(S, sc, port, q, mid)
         touch(S, port, t)
-        rewake(S, cf, sc, h, port)
+        rewake(S, cf, sc, h, port, fabric)
     else:
         ms[r, M_LINK] = -1
         if qp[q, Q_FTAIL] >= 0:
@@ -482,7 +487,7 @@ def ready(S, cf, sc, h, a, o, mid, t):
         qp[q, Q_FTAIL] = mid
 
 
-@njit(cache=True, _nrt=False)
+@part
 def queue_ack(S, cf, sc, a, port, msg, idx, t):
     pt = S.pt
     e = sc[ACKFREE]

@@ -6,8 +6,8 @@ convention) and resume it; its ACKs (the control priority) go on. The port's pau
 """
 from __future__ import annotations
 
-from numba import njit
 
+from tokenpcap.schedule.engine.compiled import part
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import push
 from tokenpcap.schedule.engine.fabric import pk_free
@@ -16,7 +16,7 @@ from tokenpcap.schedule.engine.link import advance, rewake, touch
 __all__ = ["nic_pfc", "nic_pause_end"]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def nic_pfc(S, cf, sc, h, a, o, nic, k, t):
     """A PFC frame (descriptor ``k``, freed here) from its ToR reaches NIC ``nic`` at ``t``: its
     data priority stops after the frame in progress, for the frame's pause time (or until an XON
@@ -30,7 +30,7 @@ def nic_pfc(S, cf, sc, h, a, o, nic, k, t):
     pk_free(S, sc, k)
     if not (vec >> cf[F_DPRIO]) & 1:
         return
-    advance(S, cf, sc, h, a, o, nic, t)
+    advance(S, cf, sc, h, a, o, nic, t, QUEUED)
     paused = pt[nic, P_PUNTIL] > t
     if quanta == 0:
         if paused:
@@ -46,14 +46,14 @@ def nic_pfc(S, cf, sc, h, a, o, nic, k, t):
             u = t + (quanta * 512 * fn[nic, FN_RDEN] + fn[nic, FN_RNUM] - 1) // fn[nic, FN_RNUM]
             pt[nic, P_PUNTIL] = u
             push(h, sc, u, EV_PFC, (1 << 40) + nic, 2, nic)
-    rewake(S, cf, sc, h, nic)
+    rewake(S, cf, sc, h, nic, QUEUED)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def nic_pause_end(S, cf, sc, h, a, o, nic, t):
     """A NIC's pause time ran out at ``t`` (unless a later XOFF extended it or an XON ended it)."""
     pt = S.pt
     if pt[nic, P_PUNTIL] == t:
         S.fn[nic, FN_PAUSED_NS] += t - S.fn[nic, FN_PAUSE_T0]
         touch(S, nic, t)
-        rewake(S, cf, sc, h, nic)
+        rewake(S, cf, sc, h, nic, QUEUED)

@@ -15,8 +15,8 @@ A queued CNP holds its message's row like an ACK (module ring). The reaction poi
 """
 from __future__ import annotations
 
-from numba import njit
 
+from tokenpcap.schedule.engine.compiled import part
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.fabric import deliver
 from tokenpcap.schedule.engine.link import advance, queue_ack, rewake
@@ -24,7 +24,7 @@ from tokenpcap.schedule.engine.link import advance, queue_ack, rewake
 __all__ = ["np_ce"]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def np_ce(S, cf, sc, h, a, o, nic, k, t):
     """CE-marked data descriptor ``k`` (freed here) reaches its destination NIC ``nic`` at
     ``t``: counted, answered with a CNP when due (module docstring), then delivered."""
@@ -47,9 +47,9 @@ def np_ce(S, cf, sc, h, a, o, nic, k, t):
             sc[NCNP] += 1
             if not aflags:
                 msg = pk[k, PK_MSG]
-                advance(S, cf, sc, h, a, o, nic, t)
+                advance(S, cf, sc, h, a, o, nic, t, QUEUED)
                 queue_ack(S, cf, sc, a, nic, msg, pk[k, PK_IDX] + (AQ_CNP << 24), t)
                 if sc[MMASK] >= 0:
                     S.ms[msg & sc[MMASK], M_NACK] += 1      # the CNP holds the row (module ring)
-                rewake(S, cf, sc, h, nic)
+                rewake(S, cf, sc, h, nic, QUEUED)
     deliver(S, cf, sc, h, nic, k, t, aflags)

@@ -12,8 +12,8 @@ returns one, is queued here.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from tokenpcap.schedule.engine.compiled import part
 from tokenpcap.schedule.engine.dcqcn import DP_LINE_BPS, DP_VARIANT, DQ_RATE_BPS, dcqcn_on_bytes_sent
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import push
@@ -22,21 +22,21 @@ from tokenpcap.schedule.engine.pacing import next_send_ns
 __all__ = ["pace_next", "push_rp_timer", "paced_rate"]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def paced_rate(S, q):
     """``X_RATE`` of QP ``q`` from its DCQCN rate: bit/s below the line rate, else 0."""
     rate = np.int64(S.rp[q, DQ_RATE_BPS])
     return rate if rate < np.int64(S.rpp[DP_LINE_BPS]) else 0
 
 
-@njit(cache=True, _nrt=False)
+@part
 def push_rp_timer(h, sc, q, due):
     """Queue QP ``q``'s DCQCN timer event at ``due`` (none when ``due < 0``)."""
     if due >= 0:
         push(h, sc, due, EV_PFC, (EV_CC_RP << 40) + q, EV_CC_RP, q)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def pace_next(S, sc, h, q, t0, tb):
     """QP ``q`` (paced) started a packet of ``tb`` timing bytes at ``t0``: its next allowed start
     (ns), at the rate it sent at; the byte counter may change the rate of its next packets."""

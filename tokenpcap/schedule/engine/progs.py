@@ -6,8 +6,8 @@ parts, and an NVLink-only call timed as a whole.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from tokenpcap.schedule.engine.compiled import part
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import push
 from tokenpcap.schedule.engine import access as A
@@ -15,7 +15,7 @@ from tokenpcap.schedule.engine import access as A
 __all__ = ["flush_out", "step", "arrived", "ab_done"]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _create_qp(S, q):
     pt = S.pt
     qp = S.qp
@@ -25,7 +25,7 @@ def _create_qp(S, q):
         pt[port, P_CREATED] += 1
 
 
-@njit(cache=True, _nrt=False)
+@part
 def flush_out(S, cf, sc, h, lst, t):
     """Turn the transfers launched during this event into messages (data ids, then their CTS);
     the ids to post at ``t`` are left in ``sc[RDY_NEXT] .. sc[RDY_END] - 1``."""
@@ -73,7 +73,7 @@ def flush_out(S, cf, sc, h, lst, t):
     sc[NLAUNCH] = 0
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _launch(S, cf, sc, h, lst, x, t):
     nv = S.nv
     rk = S.rk
@@ -100,13 +100,13 @@ def _launch(S, cf, sc, h, lst, x, t):
     push(h, sc, arrive, EV_TIMER, 0, 1, x)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _release(S, cf, sc, h, lst, x, t):
     if A.release_one(S, x):
         _launch(S, cf, sc, h, lst, x, t)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _start(S, cf, sc, h, lst, p, t, waiter):
     """Rank of participation p starts its call at t; True when its part is already finished."""
     call_ab = S.call_ab
@@ -145,7 +145,7 @@ def _start(S, cf, sc, h, lst, p, t, waiter):
     return False
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _stream_pop(S, r):
     part = S.part
     rk = S.rk
@@ -156,7 +156,7 @@ def _stream_pop(S, r):
     return p
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _stream_inner(S, cf, sc, h, lst, r, t):
     """The rank's stream starts its queued calls until one has to wait (the rank runs meanwhile)."""
     rk = S.rk
@@ -170,7 +170,7 @@ def _stream_inner(S, cf, sc, h, lst, r, t):
         sc[ERR] = 1                      # a waiting rank cannot be running: internal error
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _next_iteration(S, cf, r):
     prog_ptr = S.prog_ptr
     rk = S.rk
@@ -187,7 +187,7 @@ def _next_iteration(S, cf, r):
     return True
 
 
-@njit(cache=True, _nrt=False)
+@part
 def step(S, cf, sc, h, lst, r, t):
     """Run rank r's program from its pc at t until it blocks or ends."""
     ins = S.ins
@@ -250,7 +250,7 @@ def step(S, cf, sc, h, lst, r, t):
         rk[r, R_BLOCKED] = 0
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _stream_outer(S, cf, sc, h, lst, r, t):
     rk = S.rk
     while rk[r, R_SHEAD] >= 0:
@@ -264,7 +264,7 @@ def _stream_outer(S, cf, sc, h, lst, r, t):
         step(S, cf, sc, h, lst, r, t)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _finish(S, cf, sc, h, lst, p, t):
     part = S.part
     w = part[p, A_WAITER]
@@ -275,7 +275,7 @@ def _finish(S, cf, sc, h, lst, p, t):
         step(S, cf, sc, h, lst, part[p, A_RANK], t)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def arrived(S, cf, sc, h, lst, x, t):
     """Transfer x has arrived: release its dependents, finish its ranks' parts of the call."""
     part = S.part
@@ -288,7 +288,7 @@ def arrived(S, cf, sc, h, lst, x, t):
             _finish(S, cf, sc, h, lst, p, t)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def ab_done(S, cf, sc, h, lst, c, t, first):
     """An NVLink-only call timed as a whole is over: every rank's part of it is finished, from
     participation ``first`` on. Each finished part lets its rank run on and launch up to

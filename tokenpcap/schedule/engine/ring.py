@@ -46,20 +46,20 @@ are not yet handed out, and the span of ids between the oldest of them and the n
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from tokenpcap.schedule.engine.compiled import part
 from tokenpcap.schedule.engine.events import (HAND_ID, HANDED, M_ARR, M_COLS, M_ID, M_NACK, M_TLAST,
                                               MMASK, MNEED, NMSG, NOW)
 
 __all__ = ["room", "grow", "table", "is_free"]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _free(ms, r, handed):
     return ms[r, M_ID] < 0 or (ms[r, M_ARR] >= 0 and ms[r, M_NACK] == 0 and ms[r, M_TLAST] < handed)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def room(S, sc, n):
     """Reset the rows of the next ``n`` message ids (``sc[NMSG] ..``) when all are free (0);
     otherwise 1 (a hand-out up to ``sc[NOW]`` frees rows) or 3 (the ring must grow), with

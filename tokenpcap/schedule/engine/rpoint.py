@@ -21,8 +21,8 @@ costs nothing.
 """
 from __future__ import annotations
 
-from numba import njit
 
+from tokenpcap.schedule.engine.compiled import part
 from tokenpcap.schedule.engine.dcqcn import dcqcn_on_cnp, dcqcn_on_timer
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.fabric import deliver
@@ -33,7 +33,7 @@ from tokenpcap.schedule.engine.pace import paced_rate, push_rp_timer
 __all__ = ["cc_arrival", "cc_timer"]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _log_cnp(S, sc, t, np_nic, rp_nic, q):
     n = sc[NLGN]
     if n < S.lgn.shape[0]:
@@ -44,12 +44,12 @@ def _log_cnp(S, sc, t, np_nic, rp_nic, q):
         sc[NLGN] = n + 1
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _row(S, q):
     return S.pt[S.qp[q, Q_PORT], P_ACT_LO] + S.qp[q, Q_ORDER]
 
 
-@njit(cache=True, _nrt=False)
+@part
 def _set_rate(S, cf, sc, h, a, o, q, t):
     """QP ``q``'s DCQCN rate may have changed at ``t``: its frames before ``t`` are committed at
     the old rate, the later ones paced at the new one."""
@@ -57,13 +57,13 @@ def _set_rate(S, cf, sc, h, a, o, q, t):
     new = paced_rate(S, q)
     if new != S.ax[r, X_RATE]:
         port = S.qp[q, Q_PORT]
-        advance(S, cf, sc, h, a, o, port, t)
+        advance(S, cf, sc, h, a, o, port, t, QUEUED)
         S.ax[r, X_RATE] = new
         S.pt[port, P_STOP] = -1
-        rewake(S, cf, sc, h, port)
+        rewake(S, cf, sc, h, port, QUEUED)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def cc_arrival(S, cf, sc, h, a, o, nic, k, t):
     """Descriptor ``k`` that congestion control acts on (CE-marked data, a CNP, an ACK with the
     CNP flag; freed here) reaches NIC ``nic`` at ``t``."""
@@ -82,7 +82,7 @@ def cc_arrival(S, cf, sc, h, a, o, nic, k, t):
         _set_rate(S, cf, sc, h, a, o, q, t)
 
 
-@njit(cache=True, _nrt=False)
+@part
 def cc_timer(S, cf, sc, h, a, o, kind, q, t):
     """A QP's timer event at ``t``: ``EV_CC_RP`` its DCQCN timers, ``EV_CC_PACE`` its next
     allowed start (it rejoins its port's rotation)."""
@@ -94,7 +94,7 @@ def cc_timer(S, cf, sc, h, a, o, kind, q, t):
     if S.ax[r, X_ON] or S.ax[r, X_NA] != t or S.qp[q, Q_HEAD] < 0:
         return
     port = S.qp[q, Q_PORT]
-    advance(S, cf, sc, h, a, o, port, t)
+    advance(S, cf, sc, h, a, o, port, t, QUEUED)
     act_link(S, port, r)
     touch(S, port, t)
-    rewake(S, cf, sc, h, port)
+    rewake(S, cf, sc, h, port, QUEUED)

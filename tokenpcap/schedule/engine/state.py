@@ -20,7 +20,7 @@ row of a ring), 24 B per participation (``part`` int32) and 12 B per program ins
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
@@ -29,6 +29,7 @@ from tokenpcap.errors import InfeasiblePlanError, InputError
 from tokenpcap.records import VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.schedule.engine import kernel as K
 from tokenpcap.schedule.engine import fabstate, ring
+from tokenpcap.schedule.engine.compiled import CompileNotice
 from tokenpcap.schedule.engine.access import (
     CT_BYTES,
     CT_COLUMNS,
@@ -57,7 +58,8 @@ class Engine:
     """Everything :func:`tokenpcap.schedule.engine.kernel.run` takes, plus what the message rows
     are made from: ``tr`` the transfers' provenance read from the templates
     (:class:`~tokenpcap.schedule.engine.access.TransferView`), ``codes`` int64 ``(C, 3)`` phase,
-    dim, collective of each call of the run."""
+    dim, collective of each call of the run; ``notice`` names the compile when a call into the
+    kernel compiles it (:class:`~tokenpcap.schedule.engine.compiled.CompileNotice`)."""
 
     S: K.State
     cf: np.ndarray
@@ -70,6 +72,7 @@ class Engine:
     codes: np.ndarray
     nic: NicModel
     selected: np.ndarray
+    notice: CompileNotice = field(default_factory=CompileNotice)
 
     def run(self) -> int:
         """Process events until the output holds a chunk (1) or the run is over (0); buffers are
@@ -79,7 +82,9 @@ class Engine:
             RuntimeError: an internal error of the kernel.
         """
         while True:
-            status = int(K.run(self.S, self.cf, self.sc, self.heap, self.acks, self.out, self.launch))
+            with self.notice.watching(self.fabric is not None):
+                status = int(K.run(self.S, self.cf, self.sc, self.heap, self.acks, self.out,
+                                   self.launch, self.fabric))
             if status == 3:
                 self._grow()
                 continue
@@ -96,6 +101,12 @@ class Engine:
             if status == 2:
                 raise RuntimeError(f"internal: engine error {int(self.sc[K.ERR])}")
             return status
+
+    @property
+    def fabric(self):
+        """The kernel's ``fabric`` argument: ``QUEUED`` or ``None`` (an ideal fabric; module
+        :mod:`~tokenpcap.schedule.engine.events`, ``QUEUED``)."""
+        return K.QUEUED if self.cf[K.FAB] else None
 
     def _grow(self) -> None:
         sc, cf = self.sc, self.cf
@@ -140,7 +151,9 @@ class Engine:
         for port in self.selected.tolist():
             if self.sc[K.NOUT] + room > self.out.shape[0]:
                 self.out = _bigger(self.out, int(self.sc[K.NOUT]) + room)
-            K.commit(self.S, self.cf, self.sc, self.heap, self.acks, self.out, port, limit)
+            with self.notice.watching(self.fabric is not None):
+                K.commit(self.S, self.cf, self.sc, self.heap, self.acks, self.out, port, limit,
+                         self.fabric)
         if self.sc[K.ERR]:
             raise RuntimeError(f"internal: engine error {int(self.sc[K.ERR])}")
 
