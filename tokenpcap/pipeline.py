@@ -20,8 +20,8 @@ from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.schedule.limits import Work, check_work
 from tokenpcap.schedule.memory import run_kind
 from tokenpcap.schedule.runner import Schedule
-from tokenpcap.schedule.engine.compiled import compile_seconds, engine_compiled
-from tokenpcap.stages import counting, duration_text, stage, wall_seconds
+from tokenpcap.schedule.engine.compiled import COMPILE_STAGE, compile_seconds, engine_compiled
+from tokenpcap.stages import counting, stage, wall_seconds
 from tokenpcap.tokens import TokenizedCorpus
 
 __all__ = ["Prepared", "prepare", "schedule_scenario", "Timing", "BUILD_CPU_S_PER_CALL"]
@@ -62,9 +62,7 @@ class Timing:
 
     def __call__(self) -> None:
         if not engine_compiled():
-            stage("compiling the timing engine, once per machine: about "
-                  f"{duration_text(compile_seconds(self.schedule.fabric_queued))} (numba, "
-                  "cached on disk for later runs)")
+            stage(COMPILE_STAGE, seconds=compile_seconds(self.schedule.fabric_queued))
             self.schedule.compile_engine()
         w = self.work
         over = f" over {w.iterations} iterations" if w.iterations > 1 else ""

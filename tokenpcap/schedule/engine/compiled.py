@@ -29,8 +29,10 @@ from numba.core import event
 
 from tokenpcap.stages import stage
 
-__all__ = ["engine_compiled", "part", "COMPILE_CPU_S", "LOAD_SHARE", "compile_seconds", "CompileNotice"]
+__all__ = ["engine_compiled", "part", "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE", "compile_seconds", "CompileNotice"]
 
+#: The stage line of the engine's compile (numba caches it on disk for later runs).
+COMPILE_STAGE = "compiling the timing engine, once per machine"
 #: CPU seconds the first run spends compiling the engine, ideal fabric and queued fabric (with
 #: ECN and DCQCN): measured on the 2-core development machine, 2026-12-07, ``benchmarks/README.md``
 #: (numba 0.68, LLVM 22; 29-31 s for dante, 60 s for a DCQCN incast), rounded up.
@@ -103,8 +105,7 @@ class CompileNotice(event.Listener):
     def on_start(self, ev) -> None:
         if not self.said:
             self.said = True
-            stage("compiling the timing engine, once per machine",
-                  seconds=compile_seconds(self.queued))
+            stage(COMPILE_STAGE, seconds=compile_seconds(self.queued))
 
     def on_end(self, ev) -> None:
         pass
