@@ -123,4 +123,5 @@ def test_deepep_dispatch_is_refused_in_one_line(tmp_path):
     with pytest.raises(InputError) as err:
         write_simai(build_plan(s), tmp_path / "w.txt")
     assert "model.moe.token_dispatcher: got 'deepep', expected 'alltoall'" in str(err.value)
+    assert "--set model.moe.token_dispatcher=alltoall" in str(err.value)     # what does fit
     assert "\n" not in str(err.value) and not list(tmp_path.iterdir())

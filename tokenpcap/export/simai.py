@@ -137,7 +137,9 @@ def simai_workload(plan, stage: int = 0) -> SimaiWorkload:  # type: ignore[no-un
     if s.model.moe is not None and s.model.moe.token_dispatcher != "alltoall":
         raise InputError(f"{s.path or '<scenario>'}: model.moe.token_dispatcher: got "
                          f"{s.model.moe.token_dispatcher!r}, expected 'alltoall' for a SimAI "
-                         "workload (its ALLTOALL_EP is one AllToAll over the EP group)")
+                         "workload (its ALLTOALL_EP is one AllToAll over the EP group; "
+                         "`--set model.moe.token_dispatcher=alltoall` writes Megatron's "
+                         "AllToAll dispatcher)")
     rank = lay.rank(stage, 0, 0)
     times = stage_times(s, stage, plan.scale)
     header = {"model_parallel_NPU_group": p.tp, "ep": p.ep, "pp": p.pp, "vpp": p.vpp,
