@@ -67,7 +67,8 @@ from tokenpcap.schedule.engine.state import build_state
 from tokenpcap.schedule.engine.table import MSG_STATE_DTYPE
 from tokenpcap.schedule.spans import token_range, token_ranges
 from tokenpcap.schedule.flat import flatten
-from tokenpcap.schedule.results import NVLINK_DTYPE, TIMELINE_DTYPE, MessageIndex, ScheduleResults, call_columns
+from tokenpcap.schedule.results import (NVLINK_DTYPE, TIMELINE_DTYPE, MessageIndex, ScheduleResults,
+                                         call_columns)
 
 __all__ = ["Schedule", "MessageIndex", "NVLINK_LATENCY_NS", "NVLINK_COPIES_PER_COPY", "TIMELINE_DTYPE", "NVLINK_DTYPE", "token_range",
            "token_ranges", "TX_DTYPE", "MSG_STATE_DTYPE"]
