@@ -1,15 +1,12 @@
 """Vectorized frame building: a batch of ``PACKET_DTYPE`` rows → frame bytes in the caller's buffer.
 
-No Python loop per packet. For each chunk of the batch:
+No Python loop per packet. Each chunk of the batch is checked first
+(:mod:`tokenpcap.wire.checks`), then built:
 
 1. rows are grouped by opcode (a stable radix sort); each group has a :class:`~tokenpcap.wire.layout.Layout`;
-2. a group's headers are built as big-endian 64-bit words: template constants OR each varying
-   field shifted to where the declaration puts it (:meth:`Layout.header_words`); IPv4 header
-   checksums are the template's sum plus the varying words (RFC 1071 is linear too);
-3. the ICRC (and VCRC) of every packet comes from the template's CRC register XOR per-byte
-   contribution tables of the varying bytes, shifted over the payload (CRC linearity,
-   :mod:`tokenpcap.wire.linear`); the payload is the context's fixed pattern, so its contribution
-   is a table indexed by payload length; the IPv6 UDP checksum is summed the same way;
+2. a group's headers are built as big-endian 64-bit words, IPv4 header checksums included;
+3. the ICRC (and VCRC, or the IPv6 UDP checksum) of every packet comes by CRC linearity from
+   per-byte contribution tables (steps 2-3: :mod:`tokenpcap.wire.group`);
 4. ``out[offsets[i]:]`` receives, for every frame at once, the header rows (straight from the
    header words), the payload straight from the pattern, and the bytes after it (pad, ICRC, VCRC
    or Ethernet padding: two little-endian words per row), each cut at ``caplen[i]``. A set of
@@ -46,30 +43,24 @@ import numpy as np
 from tokenpcap.errors import EncodeError
 from tokenpcap.records import OPCODE_PFC, PACKET_DTYPE
 from tokenpcap.records.rows import take_rows
-from tokenpcap.wire import headers as H
+from tokenpcap.wire.checks import check_buffer, check_rows
 from tokenpcap.wire.context import PAYLOAD_PATTERN_BYTES, WireContext
 from tokenpcap.wire.direct import DirectTables
-from tokenpcap.wire.ecn import check_ce, ipv4_checksum_delta
+from tokenpcap.wire.group import GroupBuild
 from tokenpcap.wire.heap import keep_heap
 from tokenpcap.wire.layout import Layout
 from tokenpcap.wire.lines import LinePatterns
 from tokenpcap.wire.linear import CRC16_VCRC, CRC32
 from tokenpcap.wire.pfc import PFC_FRAME_BYTES, check_pfc_rows, fill_pfc_rows
-from tokenpcap.wire.placement import aligned, copy_pieces, or_field16, store_words, xor_contributions
-from tokenpcap.wire.rdma import ETH_MIN_FRAME_BYTES, EXT_BYTES, HAS_PAYLOAD, frame_bytes, header_bytes
+from tokenpcap.wire.placement import aligned, copy_pieces, store_words
+from tokenpcap.wire.rdma import EXT_BYTES, frame_bytes, header_bytes
 
 __all__ = ["FrameBuilder"]
 
 _MAX_ROWS = 16384          # rows per chunk: flat memory, per-row arrays stay in the L2/L3 caches
 
 
-def _fold16(s: np.ndarray) -> np.ndarray:
-    s = (s & 0xFFFF) + (s >> 16)
-    s = (s & 0xFFFF) + (s >> 16)
-    return (s & 0xFFFF) + (s >> 16)
-
-
-class FrameBuilder:
+class FrameBuilder(GroupBuild):
     """Builds the frames of ``PACKET_DTYPE`` batches under one :class:`WireContext`.
 
     Args:
@@ -159,7 +150,7 @@ class FrameBuilder:
             skip = np.asarray(skip, dtype=np.int64)
             if skip.shape != caplen.shape:
                 raise EncodeError(f"skip: got shape {skip.shape}, expected {caplen.shape}")
-        self._check_buffer(packets, out, offsets, caplen if skip is None else caplen - skip)
+        check_buffer(packets, out, offsets, caplen if skip is None else caplen - skip)
         n = len(packets)
         if n == 0:
             return
@@ -167,7 +158,7 @@ class FrameBuilder:
         for a in range(0, n, step):
             p, cap = packets[a:a + step], caplen[a:a + step]
             sk = None if skip is None else skip[a:a + step]
-            self._check_rows(p, cap, a, sk)          # per chunk: the rows are still in the cache
+            check_rows(self.ctx, self._hb, p, cap, a, sk)   # per chunk: the rows are still in the cache
             self._fill_chunk(p, out, offsets[a:a + step], cap, sk)
 
     def payload_holes(self, packets: np.ndarray, caplen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -205,79 +196,6 @@ class FrameBuilder:
         """Every frame as ``bytes`` (tests and small jobs; the writer uses :meth:`fill`)."""
         buf, offsets, caplen = self.build(packets, snaplen)
         return [buf[o:o + c].tobytes() for o, c in zip(offsets.tolist(), caplen.tolist())]
-
-    # ------------------------------------------------------------------ checks
-    @staticmethod
-    def _bad(mask: np.ndarray, first: int, field: str, values: np.ndarray, expected: str) -> None:
-        if mask.any():
-            i = int(np.flatnonzero(mask)[0])
-            raise EncodeError(f"packets[{first + i}].{field}: got {values[i]}, expected {expected}")
-
-    def _check_buffer(self, p: np.ndarray, out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> None:
-        """Types and shapes; every range inside ``out`` and no two ranges overlapping."""
-        if not isinstance(p, np.ndarray) or p.dtype != PACKET_DTYPE:
-            raise EncodeError(f"packets: got {getattr(p, 'dtype', type(p))}, expected a PACKET_DTYPE array")
-        if out.dtype != np.uint8 or out.ndim != 1 or out.strides != (1,):
-            raise EncodeError(f"out: got {out.dtype} {out.shape} strides {out.strides}, expected uint8 (m,) with unit stride")
-        n = len(p)
-        if offsets.shape != (n,) or caplen.shape != (n,):
-            raise EncodeError(f"offsets/caplen: got shapes {offsets.shape}/{caplen.shape}, expected ({n},)")
-        if n == 0:
-            return
-        bad = self._bad
-        if caplen.min() < 0:
-            bad(caplen < 0, 0, "caplen", caplen, "0..frame_bytes of the packet")
-        ends = offsets + caplen
-        if offsets.min() < 0 or ends.max() > out.size:
-            bad((offsets < 0) | (ends > out.size), 0, "offset", offsets, f"a range inside out (size {out.size})")
-        if n > 1 and not (offsets[1:] >= ends[:-1]).all():
-            order = np.argsort(offsets, kind="stable")
-            overlap = np.zeros(n, bool)
-            overlap[order[1:]] = (offsets[order[1:]] < np.maximum.accumulate(ends[order])[:-1]) \
-                & (caplen[order[1:]] > 0)
-            bad(overlap, 0, "offset", offsets, "a range that does not overlap another frame's")
-
-    def _check_rows(self, p: np.ndarray, caplen: np.ndarray, first: int, skip: np.ndarray | None) -> None:
-        """Every field within its width, known opcodes, PadCnt, NIC indices, caplen <= frame length,
-        0 <= skip <= kept payload."""
-        bad = self._bad
-        op = p["opcode"]
-        pay = p["payload_bytes"]
-        pfc = op == OPCODE_PFC
-        ext = EXT_BYTES[op]
-        if ext.min() < 0:
-            bad((ext < 0) & ~pfc, first, "opcode", op,
-                "a known BTH opcode (tokenpcap.wire.rdma.OPCODES) or OPCODE_PFC")
-        any_pfc = bool(pfc.any())
-        if any_pfc:
-            check_pfc_rows(self.ctx, p, pfc, first)
-        pay64 = pay.astype(np.int64)
-        pad = (-pay64) & 3                      # BTH PadCnt, and the pad bytes of the frame
-        if pay64.max() > PAYLOAD_PATTERN_BYTES or ((pay64 > 0) & ~HAS_PAYLOAD[op]).any() \
-                or (p["pad"] != pad).any():
-            bad(pay64 > PAYLOAD_PATTERN_BYTES, first, "payload_bytes", pay, f"0..{PAYLOAD_PATTERN_BYTES}")
-            bad((pay64 > 0) & ~HAS_PAYLOAD[op], first, "payload_bytes", pay, "0 for an opcode without payload")
-            bad(p["pad"] != pad, first, "pad", p["pad"], "(-payload_bytes) & 3 (BTH.PadCnt)")
-        if ((p["psn"] | p["dest_qp"] | p["src_qp"]) >> 24).any() or ((p["ack_req"] | p["solicited"] | p["becn"]) > 1).any():
-            for f, bits, hdr in (("psn", 24, "BTH.PSN"), ("dest_qp", 24, "BTH.DestQP"), ("src_qp", 24, "QPN"),
-                                 ("ack_req", 1, "BTH.AckReq"), ("solicited", 1, "BTH.SE"), ("becn", 1, "BTH.BECN")):
-                bad(p[f] >= (1 << bits), first, f, p[f], f"0..{(1 << bits) - 1} ({hdr}, {bits} bits)")
-        check_ce(self.ctx, p["ce"], first)
-        nn = self.ctx.n_nics
-        for f in ("nic", "peer_nic"):
-            if p[f].view(np.uint32).max() >= nn:          # a negative index reads as >= 2**31
-                out_of = (p[f] < 0) | (p[f] >= nn)
-                bad(out_of & ~pfc, first, f, p[f], f"0..{nn - 1} (rows of the WireContext address arrays)")
-        hb = self._hb[op]                       # rdma.frame_bytes, from the per-opcode table
-        flen = hb + pay64 + pad + H.ICRC.size
-        flen = flen + H.VCRC.size if self.ctx.transport == "infiniband" else np.maximum(flen, ETH_MIN_FRAME_BYTES)
-        if any_pfc:
-            flen = np.where(pfc, PFC_FRAME_BYTES, flen)
-        if (caplen > flen).any():
-            bad(caplen > flen, first, "caplen", caplen, "0..frame_bytes of the packet")
-        if skip is not None:
-            kept = np.clip(caplen - hb, 0, pay64)
-            bad((skip < 0) | (skip > kept), first, "skip", skip, "0..the payload bytes caplen keeps")
 
     # ------------------------------------------------------------------ building
     def _layout(self, opcode: int) -> Layout:
@@ -410,93 +328,3 @@ class FrameBuilder:
                 rows[:, j] |= np.uint64(v)
         copy_pieces(out, off, cap, None, None, rows.view(np.uint8))
         return True
-
-    def _header_words(self, lay: Layout, ps: np.ndarray, direct: bool = False):
-        """Header rows and words of a group, IPv4 checksum included (into the words when
-        ``direct``, else into the rows): ``(hdr uint8 (k, H), words uint64 (n_words, k),
-        pay int64 (k,), d)``; ``d`` holds the derived per-packet values and NIC indices."""
-        ctx = self.ctx
-        pay = ps["payload_bytes"].astype(np.int64)
-        pad = (-pay) & 3
-        lp = pay + pad
-        d = {"pad": pad}
-        for key, (add, shift) in lay.derived_terms().items():
-            d[key] = (lp + add) >> shift
-        nic = {"nic": ps["nic"], "peer_nic": ps["peer_nic"]}
-        d["nic_rows"], d["lp"] = nic, lp
-        hdr, words = lay.header_words(ps, d, nic, rows=not direct)
-        if lay.roce and ctx.ip_version == 4:        # RFC 1071 sum: template + varying words
-            total = lay.ip4_const + d["udp_len"] + H.IPV4.size + ps["ip_id"] \
-                + lay.ip4_nic_sum[nic["nic"]] + lay.ip4_nic_sum[nic["peer_nic"]] \
-                + ipv4_checksum_delta(ctx, ps["ce"])
-            csum = ~_fold16(total) & 0xFFFF
-            if direct:
-                or_field16(words, lay.l3 + H.IPV4.slot("HeaderChecksum").first_byte, csum)
-            else:
-                H.IPV4.put(hdr, lay.l3, "HeaderChecksum", csum)
-        return hdr, words, pay, d
-
-    def _build_group(self, lay: Layout, ps: np.ndarray, caplen: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        """Headers and the bytes after the payload of a group of one opcode.
-
-        Returns:
-            headers uint8 ``(k, H)`` (rows of a C-contiguous array); the bytes after the payload,
-            uint8 ``(k, 16)`` C-contiguous (pad zeros, ICRC LE, then VCRC LE or Ethernet zero
-            padding), or None when ``caplen`` keeps none of them; int64 ``(k,)`` payload bytes.
-        """
-        ctx = self.ctx
-        k, hb = len(ps), lay.header_bytes
-        hdr, words, pay, d = self._header_words(lay, ps)
-        nic, lp, pad = d["nic_rows"], d["lp"], d["pad"]
-        # The CRCs are needed when a kept byte shows them: the ICRC/VCRC themselves, or the IPv6
-        # UDP checksum that covers the ICRC. A snaplen that cuts every frame before them skips them.
-        udp6 = lay.roce and ctx.ip_version == 6 and ctx.ipv6_udp_checksum
-        need_crc = bool((caplen > hb + pay).any()) or (udp6 and bool((caplen > lay.l4 + 6).any()))
-        if not need_crc:
-            return hdr, None, pay
-        icrc, after = self._crcs(lay, ps, hdr, words, pay, lp, d, nic, udp6)
-        # after the payload: pad zeros, ICRC (LE), then VCRC (LE) or Ethernet zero padding, as
-        # two little-endian words per row: bytes 0..7, and byte 8 (the VCRC's high byte, pad 3)
-        shift = (pad * 8).astype(np.uint64)
-        tail = np.zeros((k, 2), "<u8")
-        tail[:, 0] = (icrc.astype(np.uint64) << shift) | (after.astype(np.uint64) << (shift + np.uint64(32)))
-        if (pad == 3).any():
-            tail[:, 1] = np.where(pad == 3, after >> 8, 0)
-        return hdr, tail.view(np.uint8), pay
-
-    def _crcs(self, lay: Layout, ps: np.ndarray, hdr: np.ndarray, words: np.ndarray, pay: np.ndarray,
-              lp: np.ndarray, d: dict, nic: dict, udp6: bool) -> tuple[np.ndarray, np.ndarray]:
-        """ICRC and VCRC (or the IPv6 UDP checksum, written into ``hdr``) of a group by CRC linearity.
-
-        Returns:
-            ICRC uint32 ``(k,)`` (the value whose little-endian bytes follow the pad) and the
-            16-bit value after it, int64 ``(k,)``: VCRC, or 0 (Ethernet zero padding).
-        """
-        k = len(ps)
-        # ICRC by linearity
-        reg = xor_contributions(self._c32, words, lay.icrc_cols, lay.icrc_or, lay.icrc_idx, lay.icrc_base)
-        for nw, tab in zip(lay.nic_writes, lay.icrc_nic):
-            if tab is not None:
-                reg ^= tab[nic[nw.key]]
-        icrc = CRC32.shift(reg.astype(np.uint32), lp) ^ self._pay32[pay] ^ np.uint32(0xFFFFFFFF)
-        icrc_b = icrc.astype("<u4").view(np.uint8).reshape(k, 4)
-        after = np.zeros(k, dtype=np.int64)          # VCRC, or Ethernet zero padding
-
-        if not lay.roce:                                  # VCRC over LRH..ICRC
-            r16 = xor_contributions(self._c16, words, lay.vcrc_cols, None, lay.vcrc_idx, lay.vcrc_base)
-            for nw, tab in zip(lay.nic_writes, lay.vcrc_nic):
-                if tab is not None:
-                    r16 ^= tab[nic[nw.key]]
-            r16 = CRC16_VCRC.shift(r16.astype(np.uint32), lp + H.ICRC.size) ^ self._pay16[pay]
-            for i in range(4):
-                r16 ^= self._c16_icrc[i][icrc_b[:, i]]
-            after = (r16 ^ 0xFFFF).astype(np.int64)
-        elif udp6:   # RFC 8200 8.1
-            ic = icrc_b.astype(np.int64)      # addresses, UDP header (checksum 0), BTH, ext + the rest
-            total = lay.word_sum16(words, lay.l3 + 8) + d["udp_len"] + H.IP_PROTO_UDP \
-                + self._paysum[pay] + ((ic[:, 0] << 8) | ic[:, 1]) + ((ic[:, 2] << 8) | ic[:, 3])
-            csum = ~_fold16(total) & 0xFFFF
-            H.UDP.put(hdr, lay.l4, "Checksum", np.where(csum == 0, 0xFFFF, csum))
-
-        return icrc, after

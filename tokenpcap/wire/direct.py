@@ -16,7 +16,7 @@ opcode, no per-field numpy pass. The bytes equal :func:`tokenpcap.wire.frame.bui
 (tested against it, and against the vectorized path, with Hypothesis).
 
 The IPv4 header checksum is RFC 1071's: the template's sum plus the varying 16-bit words, folded
-(the same sum :meth:`FrameBuilder._header_words` takes); a CE mark adds ``3 - ECT`` to it
+(the same sum :meth:`tokenpcap.wire.group.GroupBuild._header_words` takes); a CE mark adds ``3 - ECT`` to it
 (RFC 1624, :func:`tokenpcap.wire.ecn.ipv4_checksum_delta`).
 """
 from __future__ import annotations
