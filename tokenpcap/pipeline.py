@@ -20,7 +20,7 @@ from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.schedule.limits import Work, check_work
 from tokenpcap.schedule.memory import run_kind
 from tokenpcap.schedule.runner import Schedule
-from tokenpcap.schedule.engine.compiled import COMPILE_STAGE, compile_seconds, engine_compiled
+from tokenpcap.schedule.engine.compiled import CompileNotice, engine_compiled
 from tokenpcap.stages import counting, stage, wall_seconds
 from tokenpcap.tokens import TokenizedCorpus
 
@@ -43,10 +43,10 @@ class Prepared(NamedTuple):
 
 class Timing:
     """What a schedule made by :func:`prepare` does when it starts running (its
-    :attr:`~tokenpcap.schedule.runner.Schedule.on_run`): compile the engine first when numba's
-    cache of it is missing (a step of its own, its wall clock by
-    :func:`~tokenpcap.schedule.engine.compiled.compile_seconds`, said
-    once per machine), then start the step "timing N messages" with the work's estimate
+    :attr:`~tokenpcap.schedule.runner.Schedule.on_run`): load the engine's kernels for this run's
+    signatures from numba's cache, compiling those that are not there first (a step of its own,
+    said by :class:`~tokenpcap.schedule.engine.compiled.CompileNotice` only when numba really
+    compiles: once per machine, and per kind of fabric), then start the step "timing N messages" with the work's estimate
     (:attr:`~tokenpcap.schedule.limits.Work.seconds`), counted by the engine's message count
     (:attr:`Schedule.n_messages`, read while the engine runs) against the job's
     (:attr:`Work.messages`: the same count, ``tests/schedule/test_limits.py``).
@@ -61,9 +61,8 @@ class Timing:
         self.note: Callable[[], str] | None = None
 
     def __call__(self) -> None:
-        if not engine_compiled():
-            stage(COMPILE_STAGE, seconds=compile_seconds(self.schedule.fabric_queued))
-            self.schedule.compile_engine()
+        with CompileNotice().watching(self.schedule.fabric_queued):
+            self.schedule.compile_engine()      # loads numba's cache; says so when it compiles
         w = self.work
         over = f" over {w.iterations} iterations" if w.iterations > 1 else ""
         stage(f"timing {w.messages:,} messages{over}{self.also}",
