@@ -85,15 +85,15 @@ class FlowTable:
             h = (h ^ c) * m
             h ^= h >> np.uint64(29)
         # few distinct flows: find them in a sample, place every row by binary search (no
-        # full sort); fall back to np.unique when the sample missed some
+        # full sort); when the sample missed some, the distinct hashes of all rows (numpy's
+        # hash-based unique sorts only the distinct values), then the same binary search
         u = np.unique(h[::max(1, n // 4096)])
         inv = np.minimum(np.searchsorted(u, h), u.size - 1)
-        if (u[inv] == h).all():
-            rep = np.empty(u.size, np.int64)
-            rep[inv] = np.arange(n)                           # a row of every key
-        else:
-            _, rep, inv = np.unique(h, return_index=True, return_inverse=True)
-            inv = inv.ravel()
+        if not (u[inv] == h).all():
+            u = np.unique(h)
+            inv = np.searchsorted(u, h)
+        rep = np.empty(u.size, np.int64)
+        rep[inv] = np.arange(n)                               # a row of every key
         if not all((c == c[rep][inv]).all() for c in varying):
             keys = np.rec.fromarrays(varying)
             _, rep, inv = np.unique(keys, return_index=True, return_inverse=True)
