@@ -23,7 +23,6 @@ packets, which depends on the path MTU).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from tokenpcap.analysis.decode import KIND_IB, KIND_ROCEV1, KIND_ROCEV2
 
@@ -139,45 +138,45 @@ class PsnTracker:
             setattr(self, name, np.concatenate([getattr(self, name), np.zeros(extra, np.int64)]))
 
     def update(self, flow: np.ndarray, psn: np.ndarray) -> None:
-        """Feed packets in capture order: ``flow`` int64 (n,) ids, ``psn`` (n,) 24-bit PSNs.
-
-        One compiled pass over the packets in capture order (:func:`_psn_walk`), each flow's
-        state in the flat per-flow arrays: no sort, a few ns per packet.
-        """
+        """Feed packets in capture order: ``flow`` int64 (n,) ids, ``psn`` (n,) 24-bit PSNs."""
         if flow.size == 0:
             return
-        self._grow(int(flow.max()) + 1)
-        _psn_walk(np.ascontiguousarray(flow, np.int64), np.ascontiguousarray(psn, np.int64),
-                  self._last, self._u, self._top, self.gaps, self.missing, self.reordered,
-                  self.seen)
-
-
-@njit(cache=True, nogil=True)
-def _psn_walk(flow, psn, last, unwrapped, top, gaps, missing, reordered, seen):
-    """The module docstring's definitions, packet by packet: ``flow``/``psn`` int64 (n,) in
-    capture order; the per-flow int64 state arrays (last raw PSN or -1, unwrapped PSN of the
-    last packet, highest unwrapped PSN) and counts are updated in place. The step is
-    ``(psn - last + 2**23) mod 2**24 - 2**23`` (:func:`psn_step`), the mod taken as a mask."""
-    for i in range(flow.size):
-        f = flow[i]
-        p = psn[i]
-        if last[f] < 0:                       # a flow's first packet: nothing to compare
-            u = p
-            t = p
-        else:
-            u = unwrapped[f] + (((p - last[f] + _HALF) & (PSN_MOD - 1)) - _HALF)
-            t = top[f]
-            if u > t + 1:
-                gaps[f] += 1
-                missing[f] += u - t - 1
-            elif u <= t:
-                reordered[f] += 1
-            if u > t:
-                t = u
-        last[f] = p
-        unwrapped[f] = u
-        top[f] = t
-        seen[f] += 1
+        top = int(flow.max()) + 1
+        self._grow(top)
+        small = flow.astype(np.uint16) if top <= 0xFFFF else flow
+        order = np.argsort(small, kind="stable")       # radix sort for 16-bit keys
+        f, p = flow[order], np.asarray(psn, np.int64)[order]
+        first = np.r_[True, f[1:] != f[:-1]]
+        starts = np.flatnonzero(first)
+        seg = np.cumsum(first) - 1
+        fresh = self._last[f[starts]] < 0                     # flow seen for the first time
+        prev = np.r_[0, p[:-1]]
+        prev[starts] = np.where(fresh, p[starts], self._last[f[starts]])
+        d = psn_step(p, prev)
+        cs = np.cumsum(d)
+        before = (cs[starts] - d[starts])[seg]
+        base = np.where(fresh, p[starts], self._u[f[starts]])[seg]
+        u = cs - before + base
+        lo = np.minimum.reduceat(u, starts)[seg]
+        big = np.int64(1) << np.int64(42)      # batches hold < 2**20 segments: no overflow
+        rel = np.minimum(u - lo, big - 1)
+        acc = np.maximum.accumulate(seg * big + rel) - seg * big + lo
+        top_carried = np.where(fresh, np.iinfo(np.int64).min, self._top[f[starts]])[seg]
+        prior = np.r_[0, acc[:-1]]
+        prior[starts] = np.iinfo(np.int64).min
+        prior = np.maximum(prior, top_carried)
+        has = prior != np.iinfo(np.int64).min
+        gap = has & (u > prior + 1)
+        late = has & (u <= prior)
+        ids = f[starts]
+        self.gaps[ids] += np.add.reduceat(gap.astype(np.int64), starts)
+        self.missing[ids] += np.add.reduceat(np.where(gap, u - prior - 1, 0), starts)
+        self.reordered[ids] += np.add.reduceat(late.astype(np.int64), starts)
+        self.seen[ids] += np.diff(np.r_[starts, f.size])
+        ends = np.r_[starts[1:], f.size] - 1
+        self._last[ids] = p[ends]
+        self._u[ids] = u[ends]
+        self._top[ids] = np.maximum(acc[ends], np.where(fresh, acc[ends], self._top[ids]))
 
 
 def is_rdma(kind: np.ndarray) -> np.ndarray:
