@@ -86,8 +86,10 @@ class FlowTable:
             h ^= h >> np.uint64(29)
         # few distinct flows: find them in a sample, place every row by binary search (no
         # full sort); when the sample missed some, the distinct hashes of all rows (numpy's
-        # hash-based unique sorts only the distinct values), then the same binary search
-        u = np.unique(h[::max(1, n // 4096)])
+        # hash-based unique sorts only the distinct values), then the same binary search. The
+        # sample's step is odd: flows interleaved round-robin (2, 4, 8 ... QPs) would otherwise
+        # alias with it and show the sample a single flow
+        u = np.unique(h[::max(1, n // 4096) | 1])
         inv = np.minimum(np.searchsorted(u, h), u.size - 1)
         if not (u[inv] == h).all():
             u = np.unique(h)
