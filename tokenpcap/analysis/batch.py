@@ -265,7 +265,8 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     def total(w=None):      # exact: a batch's sums stay far below 2**53
         return np.rint(np.bincount(fid, w, minlength=nf)).astype(np.int64)
 
-    f["packets"] += total()
+    present = np.bincount(fid, minlength=nf)
+    f["packets"] += present
     f["bytes"] += total(d["orig_len"])
     f["payload"] += total(pay)
     f["icrc_bad"] += total(icrc == 0)
@@ -300,7 +301,7 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
         key = (u // width, u % width - 1)
         acc.flow_label[key] = acc.flow_label.get(key, 0) + np.array(
             [cnt[u], pays[u], byts[u]], np.int64)
-    acc.file_flows[acc.file].update(np.unique(fid[own]).tolist())
+    acc.file_flows[acc.file].update(np.flatnonzero(present[:tracked]).tolist())
     acc.file_labels[acc.file].update(np.unique(codes[codes >= 0]).tolist())
     small = np.flatnonzero((d["opcode"] == WRITE_ONLY) & good & (pay <= SMALL_WRITE_BYTES)
                            & own)

@@ -85,15 +85,17 @@ class FlowTable:
             h = (h ^ c) * m
             h ^= h >> np.uint64(29)
         # few distinct flows: find them in a sample, place every row by binary search (no
-        # full sort); fall back to np.unique when the sample missed some
-        u = np.unique(h[::max(1, n // 4096)])
+        # full sort); when the sample missed some, the distinct hashes of all rows (numpy's
+        # hash-based unique sorts only the distinct values), then the same binary search. The
+        # sample's step is odd: flows interleaved round-robin (2, 4, 8 ... QPs) would otherwise
+        # alias with it and show the sample a single flow
+        u = np.unique(h[::max(1, n // 4096) | 1])
         inv = np.minimum(np.searchsorted(u, h), u.size - 1)
-        if (u[inv] == h).all():
-            rep = np.empty(u.size, np.int64)
-            rep[inv] = np.arange(n)                           # a row of every key
-        else:
-            _, rep, inv = np.unique(h, return_index=True, return_inverse=True)
-            inv = inv.ravel()
+        if not (u[inv] == h).all():
+            u = np.unique(h)
+            inv = np.searchsorted(u, h)
+        rep = np.empty(u.size, np.int64)
+        rep[inv] = np.arange(n)                               # a row of every key
         if not all((c == c[rep][inv]).all() for c in varying):
             keys = np.rec.fromarrays(varying)
             _, rep, inv = np.unique(keys, return_index=True, return_inverse=True)
@@ -148,11 +150,13 @@ class PsnTracker:
         f, p = flow[order], np.asarray(psn, np.int64)[order]
         first = np.r_[True, f[1:] != f[:-1]]
         starts = np.flatnonzero(first)
-        seg = np.cumsum(first) - 1
         fresh = self._last[f[starts]] < 0                     # flow seen for the first time
         prev = np.r_[0, p[:-1]]
         prev[starts] = np.where(fresh, p[starts], self._last[f[starts]])
         d = psn_step(p, prev)
+        if self._in_order(f, p, first, starts, fresh, d):
+            return
+        seg = np.cumsum(first) - 1
         cs = np.cumsum(d)
         before = (cs[starts] - d[starts])[seg]
         base = np.where(fresh, p[starts], self._u[f[starts]])[seg]
@@ -177,6 +181,30 @@ class PsnTracker:
         self._last[ids] = p[ends]
         self._u[ids] = u[ends]
         self._top[ids] = np.maximum(acc[ends], np.where(fresh, acc[ends], self._top[ids]))
+
+    def _in_order(self, f, p, first, starts, fresh, d) -> bool:
+        """The common batch, done in a few passes: inside every flow each PSN is the previous
+        one plus one, and each flow's first packet of the batch is its first ever or lies past
+        the flow's highest PSN so far. Then only those first packets can open a gap (a later
+        packet's predecessor is the highest so far) and none is late. Returns False, touching
+        nothing, for any other batch (``f``/``p`` sorted by flow, ``d`` the steps, ``first``
+        bool (n,) and ``starts`` the rows where a flow begins, ``fresh`` per flow)."""
+        if not (d[~first] == 1).all():
+            return False
+        ids = f[starts]
+        u0 = self._u[ids] + d[starts]               # unwrapped PSN of the first packet
+        top = self._top[ids]
+        if not (fresh | (u0 > top)).all():
+            return False
+        u0 = np.where(fresh, p[starts], u0)
+        gap = ~fresh & (u0 > top + 1)
+        count = np.diff(np.r_[starts, f.size])
+        self.gaps[ids] += gap
+        self.missing[ids] += np.where(gap, u0 - top - 1, 0)
+        self.seen[ids] += count
+        self._last[ids] = p[starts + count - 1]
+        self._u[ids] = self._top[ids] = u0 + count - 1
+        return True
 
 
 def is_rdma(kind: np.ndarray) -> np.ndarray:
