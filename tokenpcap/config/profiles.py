@@ -74,7 +74,12 @@ __all__ = [
 ]
 
 
-_REPO_PROFILES = Path(__file__).resolve().parents[2] / "profiles"
+#: The bundled profiles: in an installed wheel under ``tokenpcap/_bundled/`` (setup.py copies
+#: the repository's ``profiles/`` and ``samples/`` there), in a checkout or an editable install
+#: the repository's own ``profiles/``.
+_BUNDLED_PROFILES = Path(__file__).resolve().parents[1] / "_bundled" / "profiles"
+_PROFILES = _BUNDLED_PROFILES if _BUNDLED_PROFILES.is_dir() else \
+    Path(__file__).resolve().parents[2] / "profiles"
 
 def default_channels(nics_per_node: int) -> int:
     """Channels NCCL runs a ring or tree collective on, on nodes of ``nics_per_node`` NICs
@@ -137,8 +142,9 @@ def _nccl_list(name: str):  # type: ignore[no-untyped-def]
 
 
 def default_scenario_path() -> Path:
-    """The bundled default scenario: ``profiles/scenarios/dante.yaml`` of the repository."""
-    return _REPO_PROFILES / "scenarios" / "dante.yaml"
+    """The bundled default scenario: ``profiles/scenarios/dante.yaml`` of the repository (of
+    ``tokenpcap/_bundled/`` in a non-editable install)."""
+    return _PROFILES / "scenarios" / "dante.yaml"
 
 
 # --------------------------------------------------------------------------------------------
