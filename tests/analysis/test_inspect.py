@@ -209,27 +209,32 @@ def _reference_psn(flows, psns):
     return gaps, missing, late
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(
     [0, 1, 2, 3, 0x7FFFFF, 0x800000, 0xFFFFFD, 0xFFFFFE, 0xFFFFFF])), max_size=60),
     st.integers(1, 7))
-def test_psn_tracker_equals_plain_reference(seq, batch):
+def test_psn_tracker_equals_plain_reference(compiled, seq, batch):
+    """Both ways of following PSNs (numpy passes, the compiled loop) give the plain reference's
+    counts."""
     t = PsnTracker()
     flows = np.array([f for f, _ in seq], np.int64)
     psns = np.array([p for _, p in seq], np.int64)
     for i in range(0, len(seq), batch):             # state must carry across batches
-        t.update(flows[i:i + batch], psns[i:i + batch])
+        t.update(flows[i:i + batch], psns[i:i + batch], compiled=compiled)
     gaps, missing, late = _reference_psn(flows.tolist(), psns.tolist())
     for f in gaps:
         assert (t.gaps[f], t.missing[f], t.reordered[f]) == (gaps[f], missing[f], late[f])
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5), st.integers(1, 40),
                           st.sampled_from([0, 0xFFFFF0, 0xFFFFFE, 0x7FFFF0])),
                 min_size=1, max_size=12),
        st.integers(0, 4), st.integers(0, 3), st.integers(1, 9), st.randoms())
-def test_psn_tracker_in_order_runs_equal_plain_reference(runs, swaps, dups, batch, rnd):
+def test_psn_tracker_in_order_runs_equal_plain_reference(compiled, runs, swaps, dups, batch,
+                                                         rnd):
     """Runs of consecutive PSNs per flow (some wrapping through FFFFFF, some starting past a
     hole), the flows interleaved at random, then ``swaps`` neighbours swapped and ``dups``
     packets sent twice in a row (a retransmission): batches in order inside every flow, batches
@@ -259,7 +264,7 @@ def test_psn_tracker_in_order_runs_equal_plain_reference(runs, swaps, dups, batc
     flows = np.array([f for f, _ in seq], np.int64)
     psns = np.array([p for _, p in seq], np.int64)
     for i in range(0, len(seq), batch):
-        t.update(flows[i:i + batch], psns[i:i + batch])
+        t.update(flows[i:i + batch], psns[i:i + batch], compiled=compiled)
     gaps, missing, late = _reference_psn(flows.tolist(), psns.tolist())
     for f in gaps:
         assert (t.gaps[f], t.missing[f], t.reordered[f], t.seen[f]) == \
