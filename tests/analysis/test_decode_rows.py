@@ -101,3 +101,27 @@ def test_inspect_same_with_compiled_loops(tmp_path, monkeypatch, name):
         monkeypatch.setattr(R, "COMPILED_MIN_RECORDS", floor)
         out[floor] = json.dumps(inspect_capture(path, max_records=1000, crc=False).to_json())
     assert out[0] == out[1 << 60]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(0, 2**64 - 1),
+                          st.integers(0, 0xFFFFFF)), min_size=1, max_size=12),
+       st.lists(st.integers(0, 11), min_size=1, max_size=300), st.integers(1, 80))
+def test_compiled_flow_ids_equal_numpy_flow_ids(keys, picks, batch):
+    """Batches of rows drawn from a few keys (IPv6-like upper halves, kinds, QPs): the compiled
+    hash table gives every row the flow id the numpy factorization gives, across batches."""
+    from tokenpcap.analysis.columns import Decoded
+    from tokenpcap.analysis.flows import FlowTable
+    rows = [keys[i % len(keys)] for i in picks]
+    d = Decoded.zeros(len(rows))
+    d["kind"][:] = [r[0] for r in rows]
+    d["src_hi"][:] = [r[1] for r in rows]
+    d["src_lo"][:] = [r[2] for r in rows]
+    d["dst_lo"][:] = [r[1] * 7 for r in rows]
+    d["destqp"][:] = [r[3] for r in rows]
+    got = []
+    for compiled in (False, True):
+        t = FlowTable(limit=5)
+        got.append(np.concatenate([t.ids(d[np.arange(a, min(a + batch, d.size))], compiled)
+                                   for a in range(0, d.size, batch)]))
+    assert np.array_equal(got[0], got[1])

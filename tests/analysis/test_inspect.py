@@ -471,7 +471,8 @@ def test_repeated_payloads_share_one_crc_but_every_byte_counts(tmp_path):
 
 def test_flow_ids_survive_hash_collisions(monkeypatch):
     """Flow ids equal a plain dict's first-seen numbering, also when every key hashes alike
-    (the multipliers zeroed: the exact fallback must take over)."""
+    (the multipliers zeroed: the exact fallback must take over); the compiled factorization
+    numbers the flows as the numpy one does."""
     from tokenpcap.analysis import flows as analysis_flows
     from tokenpcap.analysis.columns import Decoded
     rng = np.random.default_rng(7)
@@ -486,9 +487,14 @@ def test_flow_ids_survive_hash_collisions(monkeypatch):
     expected = [want.setdefault(k, len(want)) for k in keys]
     for mix in (analysis_flows._MIX, [np.uint64(0)] * len(analysis_flows._MIX)):
         monkeypatch.setattr(analysis_flows, "_MIX", mix)
-        table = analysis_flows.FlowTable()
-        got = np.concatenate([table.ids(d[np.arange(a, min(a + 700, n))])
-                              for a in range(0, n, 700)])
+        monkeypatch.setattr(analysis_flows, "_MIX_ARRAY", np.array(mix, np.uint64))
+        both = []
+        for compiled in (False, True):      # numpy passes, the compiled hash table: same ids
+            table = analysis_flows.FlowTable()
+            both.append(np.concatenate([table.ids(d[np.arange(a, min(a + 700, n))], compiled)
+                                        for a in range(0, n, 700)]))
+        got = both[0]
+        assert np.array_equal(both[1], got)
         # ids are dense and consistent: the same key always the same id, distinct keys apart
         pairs = set(zip(keys, got.tolist()))
         assert len(pairs) == len(want) == len(set(got.tolist()))

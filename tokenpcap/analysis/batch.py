@@ -256,7 +256,7 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     acc.opcodes += np.bincount(d["opcode"][good], minlength=256)
     ip = (d["ipver"] > 0) & good
     acc.ecn += np.bincount(d["ecn"][ip], minlength=4)
-    fid = acc.flows.ids(d)
+    fid = acc.flows.ids(d, compiled=acc.compiled)
     tracked = len(acc.flows)
     own = fid < tracked                  # False: a flow beyond the table's limit ("other")
     old = acc.flow_file.size
