@@ -138,16 +138,30 @@ def _factorized(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
     n = cols[0].size
     if _SLOTS.size < 2 * n:
         _SLOTS = np.full(1 << (2 * n - 1).bit_length(), -1, np.int64)
-    h = np.empty(n, np.uint64)
+    h = np.zeros(n, np.uint64)
+    j = 0
+    for c in cols:                  # the columns not of one value, in key order: hashed
+        if _varies(c):
+            _mix(h, c, _MIX_ARRAY[j])
+            j += 1
     inv = np.empty(n, np.int64)
     rep = np.empty(n, np.int64)
-    k = _factorize(*cols, _MIX_ARRAY, h, inv, rep, _SLOTS, np.empty(n, np.int64))
+    k = _factorize(*cols, h, inv, rep, _SLOTS, np.empty(n, np.int64))
     if k < 0:
         return None
     order = np.argsort(h[rep[:k]])
     rank = np.empty(k, np.int64)
     rank[order] = np.arange(k)
     return rep[:k][order], rank[inv]
+
+
+@njit(cache=True, nogil=True)
+def _varies(col):
+    """Whether column ``col`` (n,) holds more than one value."""
+    for i in range(1, col.size):
+        if col[i] != col[0]:
+            return True
+    return False
 
 
 @njit(cache=True, nogil=True)
@@ -159,41 +173,14 @@ def _mix(h, col, m):
 
 
 @njit(cache=True, nogil=True)
-def _factorize(kind, src_hi, src_lo, dst_hi, dst_lo, destqp, mix, h, inv, rep, table, used):
-    """The distinct keys of the rows (columns of :data:`_KEYS`, (n,) each) by a hash table: the
-    hash of :meth:`FlowTable._factorize` into ``h`` (uint64 (n,)), a row of each key in
-    first-seen order into ``rep`` and each row's key number into ``inv`` (int64 (n,)).
+def _factorize(kind, src_hi, src_lo, dst_hi, dst_lo, destqp, h, inv, rep, table, used):
+    """The distinct keys of the rows (columns of :data:`_KEYS`, (n,) each) by a hash table over
+    their hashes ``h`` (uint64 (n,), :func:`_mix`): a row of each key in first-seen order into
+    ``rep`` and each row's key number into ``inv`` (int64 (n,)).
     ``table``: int64 slots, a power of two at least 2n, all -1 (left so); ``used`` int64 (n,)
     scratch. Returns the number of keys, or a negative number when two different keys share
     a hash."""
     n = kind.size
-    v0 = v1 = v2 = v3 = v4 = v5 = False      # columns not of one value: the hashed ones
-    for i in range(1, n):
-        v0 |= kind[i] != kind[0]
-        v1 |= src_hi[i] != src_hi[0]
-        v2 |= src_lo[i] != src_lo[0]
-        v3 |= dst_hi[i] != dst_hi[0]
-        v4 |= dst_lo[i] != dst_lo[0]
-        v5 |= destqp[i] != destqp[0]
-    h[:] = 0
-    j = 0                                     # the varying columns in key order, one pass each
-    if v0:
-        _mix(h, kind, mix[j])
-        j += 1
-    if v1:
-        _mix(h, src_hi, mix[j])
-        j += 1
-    if v2:
-        _mix(h, src_lo, mix[j])
-        j += 1
-    if v3:
-        _mix(h, dst_hi, mix[j])
-        j += 1
-    if v4:
-        _mix(h, dst_lo, mix[j])
-        j += 1
-    if v5:
-        _mix(h, destqp, mix[j])
     size = table.size
     k = 0
     for i in range(n):
