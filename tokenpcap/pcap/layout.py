@@ -6,7 +6,8 @@ the records writes every header byte at its place (record header, ERF header, pc
 comment option and trailing block length) and the byte offset of every frame, which the frame
 builder's ``fill`` then writes. No structured array of headers is built and scattered, and no
 per-field numpy pass is made: a headers-only record (16 + 64/74 bytes, an EPB of 92-144 bytes)
-costs a few ns of header work beside the kernel's copy of its bytes into the file.
+costs ~8 ns of header work beside the kernel's copy of its bytes into the file
+(benchmarks/README.md).
 
 Layouts (the same bytes as :data:`~tokenpcap.pcap.formats.PCAP_RECORD`,
 :data:`~tokenpcap.pcap.formats.EPB`, :data:`~tokenpcap.pcap.formats.ERF_RECORD`, whose tables
