@@ -28,7 +28,6 @@ from tokenpcap.pcap.formats import (
     EPB, EPB_OPTIONS, ERF_RECORD, IDB, IDB_OPTIONS, MAX_SNAPLEN, OPT_COMMENT, SHB, SHB_OPTIONS,
     TRAILER, encode_options, pad4, stacked_dtype)
 from tokenpcap.pcap.gather import gather_holes, iovecs
-from tokenpcap.pcap.layout import pcapng_blocks, pcapng_size
 from tokenpcap.pcap.output import check_batch, check_caplen, scatter
 from tokenpcap.pcap.writer import Fill, fill_erf_header, RecordWriter, check_link, check_snaplen
 
@@ -282,6 +281,8 @@ class PcapngWriter(RecordWriter):
         Raises:
             EncodeError: bad comments.
         """
+        from tokenpcap.pcap.layout import pcapng_blocks, pcapng_size   # numba: first batch
+
         n = t.size
         if comments is None:
             codes, lengths, blob = _NO_CODES, _NO_CODES, _NO_BYTES

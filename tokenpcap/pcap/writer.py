@@ -27,7 +27,6 @@ from tokenpcap.pcap.formats import (
     ERF_FLAG_VLEN, ERF_RECORD, ERF_TYPE_INFINIBAND, MAX_SNAPLEN, PCAP_FILE_HEADER, PCAP_MAGIC_NSEC,
     PCAP_MAGIC_USEC, PCAP_RECORD, stacked_dtype)
 from tokenpcap.pcap.gather import gather_holes, iovecs
-from tokenpcap.pcap.layout import pcap_records
 from tokenpcap.pcap.output import LINKS, AtomicOutput, Scratch, check_batch, check_caplen, scatter
 from tokenpcap.pcap.timestamps import NS, ns_to_erf, split_ns
 
@@ -125,6 +124,8 @@ class RecordWriter:
             EncodeError: a time that rounds (microseconds) to 2**32 s; an ``interface`` array
                 of ERF records not of one value per record.
         """
+        from tokenpcap.pcap.layout import pcap_records    # numba: loaded by the first batch
+
         n = t.size
         iface = np.ascontiguousarray(np.asarray(interface if erf else 0, np.int64).reshape(-1))
         if iface.size not in (1, n):
