@@ -2,6 +2,7 @@
 dpkt, scapy and ``cat FILE > /dev/null`` (the physical limit), on the same files, in one run.
 
     python benchmarks/inspect_read.py [--frames 200000] [--headers 2000000] [--dir /tmp]
+                                      [--against DIR] [--skip-slow]
 
 Files: ``full.pcap`` (``--frames`` full-size 4170-byte RDMA WRITE frames with correct ICRCs,
 8 QPs interleaved, nanosecond pcap) and ``headers.pcap`` (``--headers`` frames cut at snaplen
@@ -9,10 +10,16 @@ Files: ``full.pcap`` (``--frames`` full-size 4170-byte RDMA WRITE frames with co
 RoCE fields; capinfos only counts; dpkt and scapy parse Ethernet/IP/UDP/BTH in Python). The page
 cache is warmed first; each timing is the best of ``--repeat`` runs. scapy runs on the first
 ``--scapy-frames`` frames only and its rate is extrapolated (it would take minutes).
+
+``--against DIR``: also ``python3 -m tokenpcap inspect --no-crc --json FILE`` as a user runs it
+(a fresh process: start-up, imports and the compiled loops' load included) from another
+checkout's directory and from this tree, the two interleaved run by run, on each file; their
+JSON outputs are compared byte for byte (sha256) and the line says whether they are the same.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import resource
 import shutil
@@ -84,6 +91,26 @@ def scapy_summary(path: Path, limit: int) -> Counter:
     return flows
 
 
+def cli_pair(path: Path, other: Path, repeat: int) -> list[tuple[str, tuple[float, float]]]:
+    """``inspect --no-crc --json`` of ``path`` run from ``other`` and from this tree, fresh
+    processes interleaved (best wall of ``repeat`` each, with its CPU), labelled with whether
+    the two JSON outputs are byte-identical."""
+    here = Path(__file__).resolve().parent.parent
+    runs: dict[Path, list] = {other: [], here: []}
+    digest: dict[Path, str] = {}
+    for _ in range(repeat):
+        for tree in (other, here):
+            c, t = _cpu(), time.perf_counter()
+            out = subprocess.run([sys.executable, "-m", "tokenpcap", "inspect", "--no-crc",
+                                  "--json", str(path)], cwd=tree, check=True,
+                                 capture_output=True).stdout
+            runs[tree].append((time.perf_counter() - t, _cpu() - c))
+            digest[tree] = hashlib.sha256(out).hexdigest()
+    same = "same JSON" if digest[other] == digest[here] else "JSON DIFFERS"
+    return [(f"CLI --no-crc, {other.name} ({same})", min(runs[other])),
+            ("CLI --no-crc, this tree", min(runs[here]))]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--frames", type=int, default=200_000)
@@ -92,6 +119,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--scapy-frames", type=int, default=3000)
     ap.add_argument("--skip-slow", action="store_true", help="only tokenpcap and cat")
+    ap.add_argument("--against", default=None, help="another checkout's directory")
     a = ap.parse_args()
     d = Path(a.dir)
     # the frame count is in the name: a file kept from a run with other counts is not reused
@@ -112,6 +140,8 @@ def main() -> None:
                    ("tokenpcap inspect", best(lambda: inspect_capture(path), a.repeat)),
                    ("tokenpcap inspect --no-crc",
                     best(lambda: inspect_capture(path, crc=False), a.repeat))]
+        if a.against:
+            results += cli_pair(path, Path(a.against), a.repeat)
         if not a.skip_slow:
             if shutil.which("tshark"):
                 results.append(("tshark -T fields (BTH)", best(lambda: sh(
@@ -125,10 +155,10 @@ def main() -> None:
             results.append((f"scapy (first {k}, extrapolated)", (t[0] * n / k, t[1] * n / k)))
         for tool, (t, c) in results:
             rows.append((name, tool, t, c, n / t, size / t / 1e9, t / cat[0]))
-    print(f"{'file':13} {'tool':34} {'wall s':>8} {'CPU s':>8} {'frames/s':>13} {'GB/s':>7} "
+    print(f"{'file':13} {'tool':44} {'wall s':>8} {'CPU s':>8} {'frames/s':>13} {'GB/s':>7} "
           f"{'x cat':>7}")
     for name, tool, t, c, fps, gbs, ratio in rows:
-        print(f"{name:13} {tool:34} {t:8.3f} {c:8.3f} {fps:13,.0f} {gbs:7.2f} {ratio:7.1f}")
+        print(f"{name:13} {tool:44} {t:8.3f} {c:8.3f} {fps:13,.0f} {gbs:7.2f} {ratio:7.1f}")
     print(f"(load average at the end: {os.getloadavg()[0]:.1f})")
     print(f"(machine: {os.cpu_count()} CPUs; files in {d}; tshark/capinfos/dpkt: one run each)")
 

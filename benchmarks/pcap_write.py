@@ -8,11 +8,14 @@ interleaved; the best time of each is kept. The writer is timed from its third b
 state: its two batch buffers have been touched once; in this VM a first page touch costs ~10 µs).
 
     python benchmarks/pcap_write.py [--dir /dev/shm] [--dir /work/tmp] [--gbytes 1] [--reps 3]
+                                    [--case NAME ...] [--against DIR]
 
 Prints one line per case: records/s, GB/s, plain-write GB/s, ratio (plain time / our time),
 CPU seconds of both (ours counts the writer thread too: building + the same kernel copy), peak
 RSS of the writer. On a shared machine the wall-clock ratio follows the load; the CPU columns
-show how much work the writer adds to the copy itself.
+show how much work the writer adds to the copy itself. ``--against DIR``: the writers of
+another checkout (its ``tokenpcap`` package) run in the same rounds, interleaved with this
+tree's and the plain write, one more line per case marked with the directory.
 """
 from __future__ import annotations
 
@@ -27,7 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if "--tree" in sys.argv:       # a child timing another checkout's writers
+    sys.path.insert(0, sys.argv[sys.argv.index("--tree") + 1])
+else:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tokenpcap.pcap import Comments, ErfWriter, Interface, PcapngWriter, PcapWriter  # noqa: E402
 
 LABELS = ("dp/backward/AllReduce", "tp/forward/AllReduce", "pp/forward/SendRecv")
@@ -57,11 +63,16 @@ def constant_fill(out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> N
 CASES = {
     "pcap 4170 B frames": (lambda p: PcapWriter(p), 4186, "full", 4096, False),
     "pcap snaplen 64": (lambda p: PcapWriter(p, snaplen=64), 80, "full", 1 << 17, False),
+    "pcap snaplen 74": (lambda p: PcapWriter(p, snaplen=74), 90, "full", 1 << 17, False),
     "pcap snaplen 64, 6% ACKs": (lambda p: PcapWriter(p, snaplen=64), 80, "mixed", 1 << 17, False),
     "pcap mixed 4170/62/1866": (lambda p: PcapWriter(p), 3880, "mixed", 8192, False),
     "pcapng 4170 B + comment": (lambda p: PcapngWriter(p, [Interface("nic0", speed_bps=400 * 10**9)]),
                                 4236, "full", 4096, True),
+    "pcapng snaplen 64": (lambda p: PcapngWriter(p, [Interface("nic0")], snaplen=64), 96,
+                          "full", 1 << 17, False),
     "pcapng snaplen 64 + comment": (lambda p: PcapngWriter(p, [Interface("nic0")], snaplen=64), 124,
+                                    "full", 1 << 17, True),
+    "pcapng snaplen 74 + comment": (lambda p: PcapngWriter(p, [Interface("nic0")], snaplen=74), 136,
                                     "full", 1 << 17, True),
     "pcap ERF/IB 4170 B": (lambda p: PcapWriter(p, link="infiniband"), 4202, "full", 4096, False),
     "erf snaplen 64": (lambda p: ErfWriter(p, snaplen=64), 80, "full", 1 << 17, False),
@@ -107,10 +118,22 @@ def run_plain(path: Path, nbytes: int) -> dict:
     return {"dt": dt, "cpu": cpu}
 
 
-def child(args: list[str]) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True,
-                         text=True, check=True).stdout
+def child(args: list[str], tree: str | None = None) -> dict:
+    extra = ["--tree", tree] if tree else []
+    out = subprocess.run([sys.executable, __file__, *extra, "--child", *args],
+                         capture_output=True, text=True, check=True).stdout
     return json.loads(out)
+
+
+def line(name: str, runs: list[dict], plain: list[dict]) -> str:
+    o = min(runs, key=lambda r: r["dt"])
+    b = min(r["dt"] for r in plain)
+    oc = min(r["cpu"] for r in runs)
+    bc = min(r["cpu"] for r in plain)
+    return (f"{name:28s} {o['n'] / o['dt'] / 1e6:6.2f} M rec/s {o['size'] / o['dt'] / 1e9:5.2f} GB/s"
+            f" | plain write {o['size'] / b / 1e9:5.2f} GB/s | ratio {b / o['dt']:4.2f}"
+            f" | CPU s: ours {oc:5.2f} plain {bc:5.2f}"
+            f" | {o['size'] / 1e9:.2f} GB, writer peak RSS {o['rss_mib']:.0f} MiB")
 
 
 def main() -> None:
@@ -120,6 +143,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--case", action="append", default=None)
     ap.add_argument("--child", nargs="+", default=None)
+    ap.add_argument("--against", default=None, help="another checkout's directory")
+    ap.add_argument("--tree", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         kind, path, value = args.child[0], Path(args.child[1]), args.child[2]
@@ -131,18 +156,16 @@ def main() -> None:
         d.mkdir(parents=True, exist_ok=True)
         print(f"== {d}", flush=True)
         for name in args.case or CASES:
-            ours, plain = [], []
+            ours, base, plain = [], [], []
             for _ in range(args.reps):
                 ours.append(child([name, str(d / "bench.cap"), "x", str(args.gbytes)]))
+                if args.against:
+                    base.append(child([name, str(d / "bench.cap"), "x", str(args.gbytes)],
+                                      args.against))
                 plain.append(child(["plain", str(d / "plain.bin"), str(ours[-1]["size"])]))
-            o = min(ours, key=lambda r: r["dt"])
-            b = min(r["dt"] for r in plain)
-            oc = min(r["cpu"] for r in ours)
-            bc = min(r["cpu"] for r in plain)
-            print(f"{name:28s} {o['n'] / o['dt'] / 1e6:6.2f} M rec/s {o['size'] / o['dt'] / 1e9:5.2f} GB/s"
-                  f" | plain write {o['size'] / b / 1e9:5.2f} GB/s | ratio {b / o['dt']:4.2f}"
-                  f" | CPU s: ours {oc:5.2f} plain {bc:5.2f}"
-                  f" | {o['size'] / 1e9:.2f} GB, writer peak RSS {o['rss_mib']:.0f} MiB", flush=True)
+            if args.against:
+                print(line(name, base, plain) + f" | {args.against}", flush=True)
+            print(line(name, ours, plain) + (" | this tree" if args.against else ""), flush=True)
 
 
 if __name__ == "__main__":

@@ -209,27 +209,32 @@ def _reference_psn(flows, psns):
     return gaps, missing, late
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(
     [0, 1, 2, 3, 0x7FFFFF, 0x800000, 0xFFFFFD, 0xFFFFFE, 0xFFFFFF])), max_size=60),
     st.integers(1, 7))
-def test_psn_tracker_equals_plain_reference(seq, batch):
+def test_psn_tracker_equals_plain_reference(compiled, seq, batch):
+    """Both ways of following PSNs (numpy passes, the compiled loop) give the plain reference's
+    counts."""
     t = PsnTracker()
     flows = np.array([f for f, _ in seq], np.int64)
     psns = np.array([p for _, p in seq], np.int64)
     for i in range(0, len(seq), batch):             # state must carry across batches
-        t.update(flows[i:i + batch], psns[i:i + batch])
+        t.update(flows[i:i + batch], psns[i:i + batch], compiled=compiled)
     gaps, missing, late = _reference_psn(flows.tolist(), psns.tolist())
     for f in gaps:
         assert (t.gaps[f], t.missing[f], t.reordered[f]) == (gaps[f], missing[f], late[f])
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5), st.integers(1, 40),
                           st.sampled_from([0, 0xFFFFF0, 0xFFFFFE, 0x7FFFF0])),
                 min_size=1, max_size=12),
        st.integers(0, 4), st.integers(0, 3), st.integers(1, 9), st.randoms())
-def test_psn_tracker_in_order_runs_equal_plain_reference(runs, swaps, dups, batch, rnd):
+def test_psn_tracker_in_order_runs_equal_plain_reference(compiled, runs, swaps, dups, batch,
+                                                         rnd):
     """Runs of consecutive PSNs per flow (some wrapping through FFFFFF, some starting past a
     hole), the flows interleaved at random, then ``swaps`` neighbours swapped and ``dups``
     packets sent twice in a row (a retransmission): batches in order inside every flow, batches
@@ -259,7 +264,7 @@ def test_psn_tracker_in_order_runs_equal_plain_reference(runs, swaps, dups, batc
     flows = np.array([f for f, _ in seq], np.int64)
     psns = np.array([p for _, p in seq], np.int64)
     for i in range(0, len(seq), batch):
-        t.update(flows[i:i + batch], psns[i:i + batch])
+        t.update(flows[i:i + batch], psns[i:i + batch], compiled=compiled)
     gaps, missing, late = _reference_psn(flows.tolist(), psns.tolist())
     for f in gaps:
         assert (t.gaps[f], t.missing[f], t.reordered[f], t.seen[f]) == \
@@ -466,7 +471,8 @@ def test_repeated_payloads_share_one_crc_but_every_byte_counts(tmp_path):
 
 def test_flow_ids_survive_hash_collisions(monkeypatch):
     """Flow ids equal a plain dict's first-seen numbering, also when every key hashes alike
-    (the multipliers zeroed: the exact fallback must take over)."""
+    (the multipliers zeroed: the exact fallback must take over); the compiled factorization
+    numbers the flows as the numpy one does."""
     from tokenpcap.analysis import flows as analysis_flows
     from tokenpcap.analysis.columns import Decoded
     rng = np.random.default_rng(7)
@@ -481,9 +487,14 @@ def test_flow_ids_survive_hash_collisions(monkeypatch):
     expected = [want.setdefault(k, len(want)) for k in keys]
     for mix in (analysis_flows._MIX, [np.uint64(0)] * len(analysis_flows._MIX)):
         monkeypatch.setattr(analysis_flows, "_MIX", mix)
-        table = analysis_flows.FlowTable()
-        got = np.concatenate([table.ids(d[np.arange(a, min(a + 700, n))])
-                              for a in range(0, n, 700)])
+        monkeypatch.setattr(analysis_flows, "_MIX_ARRAY", np.array(mix, np.uint64))
+        both = []
+        for compiled in (False, True):      # numpy passes, the compiled hash table: same ids
+            table = analysis_flows.FlowTable()
+            both.append(np.concatenate([table.ids(d[np.arange(a, min(a + 700, n))], compiled)
+                                        for a in range(0, n, 700)]))
+        got = both[0]
+        assert np.array_equal(both[1], got)
         # ids are dense and consistent: the same key always the same id, distinct keys apart
         pairs = set(zip(keys, got.tolist()))
         assert len(pairs) == len(want) == len(set(got.tolist()))

@@ -31,6 +31,7 @@ from tokenpcap.analysis.crc import check_crcs
 from tokenpcap.errors import DecodeError
 from tokenpcap.analysis.decode import KIND_NAMES, KIND_PFC, MALFORMED_REASONS, decode_batch, \
     reason_counts
+from tokenpcap.analysis.decode_rows import worth_compiling
 from tokenpcap.analysis.flows import SEQUENCED, FlowTable, PsnTracker, is_rdma
 from tokenpcap.records.comments import CONTROL_PREFIXES
 from tokenpcap.records import parse_phase_label
@@ -82,6 +83,7 @@ class Acc:
 
     def __init__(self, crc: bool = True, max_flows: int | None = None) -> None:
         self.crc = crc
+        self.compiled = False                      # a big capture: compiled loops pay off
         self.file = 0
         self.flow_file = np.zeros(0, np.int64)     # file a flow was first seen in
         self.spanning: set[int] = set()            # flows seen in more than one file
@@ -149,7 +151,10 @@ class Acc:
 
 
 def _pfc(acc: Acc, dec) -> None:
-    pf = dec[dec["kind"] == KIND_PFC]
+    is_pfc = dec["kind"] == KIND_PFC
+    if not is_pfc.any():                 # (a RoCE capture: no row selection of every column)
+        return
+    pf = dec[is_pfc]
     if pf.size:
         acc.n["pfc"] += pf.size
         acc.n["pfc_xoff"] += int((pf["pfc_max"] > 0).sum())
@@ -218,6 +223,7 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     into ``acc``. The batch's frames are read (headers, ICRC) piece by piece and released from
     resident memory as they are done with: a batch joined from several reader regions is read
     after the reader released them, and would otherwise stay mapped whole."""
+    acc.compiled = acc.compiled or worth_compiling(cap.data, rec)
     dec = _decoded(cap, rec)
     acc.kinds += np.bincount(dec["kind"], minlength=len(KIND_NAMES))
     _pfc(acc, dec)
@@ -227,20 +233,21 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     d = dec if rd.size == dec.size else dec[rd]
     bad = d["malformed"]
     good = ~bad
-    if acc.crc:
-        icrc, vcrc = _crcs(cap, rec[rd], d)
-    else:
-        icrc = vcrc = np.full(rd.size, -1, np.int8)
     n = acc.n
     n["packets"] += rd.size
     n["payload"] += int(d["payload"][d["payload"] > 0].sum())
-    n["icrc_ok"] += int((icrc == 1).sum())
-    n["icrc_bad"] += int((icrc == 0).sum())
-    n["icrc_unchecked"] += int(((icrc < 0) & good).sum())
-    n["vcrc_ok"] += int((vcrc == 1).sum())
-    n["vcrc_bad"] += int((vcrc == 0).sum())
-    n["malformed"] += int(bad.sum())
-    if bad.any():
+    n_bad = int(bad.sum())
+    n["malformed"] += n_bad
+    if acc.crc:
+        icrc, vcrc = _crcs(cap, rec[rd], d)
+        n["icrc_ok"] += int((icrc == 1).sum())
+        n["icrc_bad"] += int((icrc == 0).sum())
+        n["icrc_unchecked"] += int(((icrc < 0) & good).sum())
+        n["vcrc_ok"] += int((vcrc == 1).sum())
+        n["vcrc_bad"] += int((vcrc == 0).sum())
+    else:                                # nothing checked: every well-formed row unchecked
+        n["icrc_unchecked"] += rd.size - n_bad
+    if n_bad:
         acc.reasons += reason_counts(d["why"][bad])
     n["fecn"] += int((d["fecn"].astype(bool) & good).sum())
     n["becn"] += int((d["becn"].astype(bool) & good).sum())
@@ -249,7 +256,7 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     acc.opcodes += np.bincount(d["opcode"][good], minlength=256)
     ip = (d["ipver"] > 0) & good
     acc.ecn += np.bincount(d["ecn"][ip], minlength=4)
-    fid = acc.flows.ids(d)
+    fid = acc.flows.ids(d, compiled=acc.compiled)
     tracked = len(acc.flows)
     own = fid < tracked                  # False: a flow beyond the table's limit ("other")
     old = acc.flow_file.size
@@ -269,9 +276,10 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     f["packets"] += present
     f["bytes"] += total(d["orig_len"])
     f["payload"] += total(pay)
-    f["icrc_bad"] += total(icrc == 0)
-    f["icrc_ok"] += total(icrc == 1)
-    f["vcrc_bad"] += total(vcrc == 0)
+    if acc.crc:                          # (else every count is 0)
+        f["icrc_bad"] += total(icrc == 0)
+        f["icrc_ok"] += total(icrc == 1)
+        f["vcrc_bad"] += total(vcrc == 0)
     f["cnp"] += total(cnp)
     f["ce"] += total(ip & (d["ecn"] == 3))
     f["malformed"] += total(bad)
@@ -282,7 +290,7 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     f["last_ns"][ids] = np.maximum(f["last_ns"][ids], t[hi])
     f["sport"][fid] = d["sport"]
     seq = SEQUENCED[d["opcode"]] & good & own
-    acc.psn.update(fid[seq], d["psn"][seq])
+    acc.psn.update(fid[seq], d["psn"][seq], compiled=acc.compiled)
     if seq.any():                    # first/last sequenced opcode per flow (cut messages)
         s = np.flatnonzero(seq)
         sids, slo, shi = _first_last(fid[s], nf, t[s])

@@ -23,6 +23,7 @@ packets, which depends on the path MTU).
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from tokenpcap.analysis.decode import KIND_IB, KIND_ROCEV1, KIND_ROCEV2
 
@@ -38,6 +39,9 @@ SEQUENCED[[*range(0x00, 0x0C), *range(0x0D, 0x11), 0x13, 0x14, 0x16, 0x17, 0x64,
 _KEYS = ("kind", "src_hi", "src_lo", "dst_hi", "dst_lo", "destqp")
 _MIX = [np.uint64(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB,
                                0xD6E8FEB86659FD93, 0xA0761D6478BD642F, 0xE7037ED1A0B428DB)]
+_MIX_ARRAY = np.array(_MIX, np.uint64)
+#: the hash table of :func:`_factorize`, all -1 between calls (grown to twice the largest batch)
+_SLOTS = np.full(1024, -1, np.int64)
 
 
 def psn_step(psn: np.ndarray, prev: np.ndarray) -> np.ndarray:
@@ -66,17 +70,40 @@ class FlowTable:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def ids(self, dec: np.ndarray) -> np.ndarray:
+    def ids(self, dec: np.ndarray, compiled: bool = False) -> np.ndarray:
         """Flow id (int64 (n,)) of every row of a decoded batch (RDMA rows only; callers select).
 
         Keys are hashed to 64 bits and factorized with ``np.unique``; the few distinct flows are
-        then looked up in a dict (a loop per flow, not per packet). Hash collisions are detected
-        by comparing every row with its representative and resolved exactly.
+        then looked up in a dict (a loop per flow, not per packet), in the order of their
+        hashes. Hash collisions are detected by comparing every row with its representative
+        and resolved exactly. ``compiled``: the same factorization by one compiled pass
+        (:func:`_factorize`, a hash table of the batch's keys; the same ids), worth its
+        one-off load on captures of millions of packets.
         """
         n = dec.size
         if n == 0:
             return np.zeros(0, np.int64)
         cols = [dec[k] for k in _KEYS]
+        found = _factorized(cols) if compiled else None
+        rep, inv = self._factorize(cols) if found is None else found
+        table = np.empty(rep.size, np.int64)
+        for j, r in enumerate(rep.tolist()):
+            key = tuple(int(c[r]) for c in cols)
+            fid = self._index.get(key)
+            if fid is None:
+                if len(self.keys) >= self.limit:
+                    fid, self.overflowed = self.limit, 1
+                else:
+                    fid = self._index[key] = len(self.keys)
+                    self.keys.append(key)
+            table[j] = fid
+        return table[inv]
+
+    @staticmethod
+    def _factorize(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(a row of every distinct key, in the order :meth:`ids` numbers them; each row's
+        index into it), by numpy passes."""
+        n = cols[0].size
         # a column with one value in the whole batch (the kind, the zero upper halves of IPv4
         # addresses ...) cannot tell rows apart: hash and verify the others only
         varying = [c.astype(np.uint64) for c in cols if c.min() != c.max()]
@@ -100,18 +127,89 @@ class FlowTable:
             keys = np.rec.fromarrays(varying)
             _, rep, inv = np.unique(keys, return_index=True, return_inverse=True)
             inv = inv.ravel()
-        table = np.empty(rep.size, np.int64)
-        for j, r in enumerate(rep.tolist()):
-            key = tuple(int(c[r]) for c in cols)
-            fid = self._index.get(key)
-            if fid is None:
-                if len(self.keys) >= self.limit:
-                    fid, self.overflowed = self.limit, 1
-                else:
-                    fid = self._index[key] = len(self.keys)
-                    self.keys.append(key)
-            table[j] = fid
-        return table[inv]
+        return rep, inv
+
+
+def _factorized(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+    """:meth:`FlowTable._factorize` by :func:`_factorize`: the distinct keys ordered by their
+    hash as ``np.unique`` orders them; None when two keys share a hash (the numpy path then
+    orders them exactly)."""
+    global _SLOTS
+    n = cols[0].size
+    if _SLOTS.size < 2 * n:
+        _SLOTS = np.full(1 << (2 * n - 1).bit_length(), -1, np.int64)
+    h = np.zeros(n, np.uint64)
+    j = 0
+    for c in cols:                  # the columns not of one value, in key order: hashed
+        if _varies(c):
+            _mix(h, c, _MIX_ARRAY[j])
+            j += 1
+    inv = np.empty(n, np.int64)
+    rep = np.empty(n, np.int64)
+    k = _factorize(*cols, h, inv, rep, _SLOTS, np.empty(n, np.int64))
+    if k < 0:
+        return None
+    order = np.argsort(h[rep[:k]])
+    rank = np.empty(k, np.int64)
+    rank[order] = np.arange(k)
+    return rep[:k][order], rank[inv]
+
+
+@njit(cache=True, nogil=True)
+def _varies(col):
+    """Whether column ``col`` (n,) holds more than one value."""
+    for i in range(1, col.size):
+        if col[i] != col[0]:
+            return True
+    return False
+
+
+@njit(cache=True, nogil=True)
+def _mix(h, col, m):
+    """One column's step of :meth:`FlowTable._factorize`'s hash, over every row of ``h``."""
+    for i in range(h.size):
+        x = (h[i] ^ np.uint64(col[i])) * m
+        h[i] = x ^ (x >> np.uint64(29))
+
+
+@njit(cache=True, nogil=True)
+def _factorize(kind, src_hi, src_lo, dst_hi, dst_lo, destqp, h, inv, rep, table, used):
+    """The distinct keys of the rows (columns of :data:`_KEYS`, (n,) each) by a hash table over
+    their hashes ``h`` (uint64 (n,), :func:`_mix`): a row of each key in first-seen order into
+    ``rep`` and each row's key number into ``inv`` (int64 (n,)).
+    ``table``: int64 slots, a power of two at least 2n, all -1 (left so); ``used`` int64 (n,)
+    scratch. Returns the number of keys, or a negative number when two different keys share
+    a hash."""
+    n = kind.size
+    size = table.size
+    k = 0
+    for i in range(n):
+        x = h[i]
+        s = np.int64((x ^ (x >> np.uint64(32))) & np.uint64(size - 1))
+        while True:
+            r = table[s]
+            if r < 0:
+                table[s] = k
+                used[k] = s
+                rep[k] = i
+                inv[i] = k
+                k += 1
+                break
+            q = rep[r]
+            if h[q] == x:
+                if (kind[q] != kind[i] or src_hi[q] != src_hi[i] or src_lo[q] != src_lo[i]
+                        or dst_hi[q] != dst_hi[i] or dst_lo[q] != dst_lo[i]
+                        or destqp[q] != destqp[i]):
+                    k = -1 - k                # a collision: give up, leave the table empty
+                    break
+                inv[i] = r
+                break
+            s = (s + 1) & (size - 1)
+        if k < 0:
+            break
+    for r in range(k if k >= 0 else -1 - k):
+        table[used[r]] = -1
+    return k
 
 
 class PsnTracker:
@@ -139,12 +237,20 @@ class PsnTracker:
         for name in ("_u", "_top", "gaps", "missing", "reordered", "seen"):
             setattr(self, name, np.concatenate([getattr(self, name), np.zeros(extra, np.int64)]))
 
-    def update(self, flow: np.ndarray, psn: np.ndarray) -> None:
-        """Feed packets in capture order: ``flow`` int64 (n,) ids, ``psn`` (n,) 24-bit PSNs."""
+    def update(self, flow: np.ndarray, psn: np.ndarray, compiled: bool = False) -> None:
+        """Feed packets in capture order: ``flow`` int64 (n,) ids, ``psn`` (n,) 24-bit PSNs.
+        ``compiled``: follow them packet by packet in one compiled loop (:func:`_follow`, the
+        same counts; worth its one-off load on captures of millions of packets) instead of
+        numpy passes over the batch sorted by flow."""
         if flow.size == 0:
             return
         top = int(flow.max()) + 1
         self._grow(top)
+        if compiled:
+            _follow(np.ascontiguousarray(flow, np.int64), np.ascontiguousarray(psn, np.int64),
+                    self._last, self._u, self._top, self.gaps, self.missing, self.reordered,
+                    self.seen)
+            return
         small = flow.astype(np.uint16) if top <= 0xFFFF else flow
         order = np.argsort(small, kind="stable")       # radix sort for 16-bit keys
         f, p = flow[order], np.asarray(psn, np.int64)[order]
@@ -205,6 +311,31 @@ class PsnTracker:
         self._last[ids] = p[starts + count - 1]
         self._u[ids] = self._top[ids] = u0 + count - 1
         return True
+
+
+@njit(cache=True, nogil=True)
+def _follow(flow, psn, last, unwrapped, top, gaps, missing, reordered, seen):
+    """:meth:`PsnTracker.update` packet by packet in capture order (the module docstring's
+    definitions): ``flow``/``psn`` int64 (n,), the tracker's per-flow int64 arrays in place."""
+    for i in range(flow.size):
+        f = flow[i]
+        p = psn[i]
+        seen[f] += 1
+        if last[f] < 0:                  # the flow's first packet
+            u = p
+            top[f] = u
+        else:
+            u = unwrapped[f] + (p - last[f] + _HALF) % PSN_MOD - _HALF
+            t = top[f]
+            if u > t + 1:
+                gaps[f] += 1
+                missing[f] += u - t - 1
+            elif u <= t:
+                reordered[f] += 1
+            if u > t:
+                top[f] = u
+        unwrapped[f] = u
+        last[f] = p
 
 
 def is_rdma(kind: np.ndarray) -> np.ndarray:

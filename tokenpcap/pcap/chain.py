@@ -73,15 +73,17 @@ class Chain:
         """
         raise NotImplementedError
 
-    def advance(self, cur: np.ndarray, out: np.ndarray) -> None:
+    def advance(self, cur: np.ndarray, out: np.ndarray, at=None) -> None:
         """Vectorized, unchecked: write into ``out`` the start of the record after each ``cur``
         (0 <= cur <= end - header). Stop records and bad lengths are not judged here
-        (:meth:`bad` is, on the accepted starts)."""
+        (:meth:`bad` is, on the accepted starts). ``at``: the same positions as a slice
+        (evenly spaced records: the length fields read through a strided view, no gather)."""
         raise NotImplementedError
 
-    def bad(self, pos: np.ndarray) -> np.ndarray:
+    def bad(self, pos: np.ndarray, at=None) -> np.ndarray:
         """Vectorized: bool (n,) for records at true starts ``pos`` whose length fields are
-        invalid in a way :meth:`advance` does not show (default: the full :meth:`step`)."""
+        invalid in a way :meth:`advance` does not show (default: the full :meth:`step`).
+        ``at``: as :meth:`advance`."""
         nxt, ok, stop = self.step(pos)
         return ~ok | stop
 
@@ -214,10 +216,11 @@ def fixed_run(chain: Chain, head: np.ndarray, p: int, limit: int) -> np.ndarray:
     if k < MIN_FIXED_RUN:
         return head[:0]
     pos = p + np.arange(k, dtype=np.int64) * size
+    at = slice(p, p + (k - 1) * size + 1, size)       # pos, as a strided view's slice
     nxt = np.empty(k, np.int64)
-    chain.advance(pos, nxt)
+    chain.advance(pos, nxt, at)
     ok = nxt == pos + size
-    ok &= ~chain.bad(pos)
+    ok &= ~chain.bad(pos, at)
     j = k if ok.all() else int(np.argmin(ok))
     return pos[:j]
 

@@ -88,11 +88,11 @@ class _ErfChain(Chain):
         self.rlen_view = np.ndarray((self.last + 1,), ">u2", buffer=data, offset=10,
                                     strides=(1,)) if end >= self.header else np.zeros(1, ">u2")
 
-    def advance(self, cur, out):
-        np.add(cur, self.rlen_view[cur], out=out)
+    def advance(self, cur, out, at=None):
+        np.add(cur, self.rlen_view[cur if at is None else at], out=out)
 
-    def bad(self, pos):
-        return self.rlen_view[pos] < self.header
+    def bad(self, pos, at=None):
+        return self.rlen_view[pos if at is None else at] < self.header
 
     def step(self, pos):
         inb = pos + self.header <= self.end

@@ -9,8 +9,10 @@ Layout of one EPB (§4.3), all 32-bit words in the section's byte order::
     block_length
 
 Timestamps are written with ``if_tsresol`` = 9: the 64-bit EPB timestamp is integer ns.
-Comments are factorized: each distinct text is encoded once per writer, and the option bytes are
-scattered with one numpy assignment per distinct encoded length, not per packet.
+Comments are factorized: each distinct text is encoded once per writer. A batch whose frame bytes
+all go into the buffer is laid out by one compiled pass (:mod:`tokenpcap.pcap.layout`), each
+block's option bytes copied from the encoded labels; around a gather fill's payload holes the
+option bytes are scattered with one numpy assignment per distinct encoded length.
 """
 from __future__ import annotations
 
@@ -35,6 +37,8 @@ _EPB_FIXED = EPB.size + 4            # 28-byte header + trailing block_length
 #: the previous block's trailing block_length followed by an EPB header (see write_batch)
 _TRAILER_EPB = {o: stacked_dtype([("prev_", TRAILER), ("", EPB)], o) for o in "<>"}
 _I64_MAX = np.iinfo(np.int64).max
+_NO_CODES = np.zeros(0, np.int64)
+_NO_BYTES = np.zeros(0, np.uint8)
 
 
 @dataclass(frozen=True)
@@ -211,7 +215,6 @@ class PcapngWriter(RecordWriter):
             if not 0 <= int(iface) < nif:
                 raise EncodeError(f"{self._where}: interface: got {int(iface)}, expected 0..{nif - 1}")
             snap, erf = int(self._snap[iface]), int(self._erf[iface])
-            iface = np.full(n, int(iface), np.int64)
         else:
             if iface.shape != (n,) or int(iface.min()) < 0 or int(iface.max()) >= nif:
                 raise EncodeError(f"{self._where}: interface: got values outside 0..{nif - 1} "
@@ -219,6 +222,12 @@ class PcapngWriter(RecordWriter):
             snap, erf = self._snap[iface], self._erf[iface]
         caplen = np.minimum(fb, snap) if caplen is None else \
             check_caplen(caplen, fb, snap, self._where)
+        holes = gather_holes(fill, caplen)    # payload left out of the buffer (gather.py)
+        if holes is None:
+            self._blocks(t, fb, caplen, fill, iface.reshape(-1), comments)
+            return
+        if iface.ndim == 0:
+            iface = np.full(n, int(iface), np.int64)
         data_len = caplen + erf
         padded = pad4(data_len)
         blen = padded + _EPB_FIXED
@@ -226,8 +235,7 @@ class PcapngWriter(RecordWriter):
             codes, lengths, blobs = self._comment_codes(comments, n)
             optlen = lengths[codes]
             blen += optlen
-        holes = gather_holes(fill, caplen)    # payload left out of the buffer (gather.py)
-        gap = 0 if holes is None else holes[1]
+        gap = holes[1]
         ends = np.cumsum(blen - gap)          # block ends in the buffer; holes are multiples of 8
         starts = ends - blen + gap
         out = self._scratch.take(int(ends[-1]))
@@ -260,12 +268,39 @@ class PcapngWriter(RecordWriter):
             scatter(out, data_at[sel], e, 4)
         if comments is not None:
             _scatter_blobs(out, opt_at, codes, optlen, lengths, blobs)
-        if holes is None:
-            fill(out, data_at + erf, caplen)
-            self._out.write(out)
+        fill.fill_around(out, data_at + erf, caplen, gap)
+        self._out.write_gather(iovecs(out, data_at + erf + holes[0], gap, fill.source), (out, fill))
+        self.packets += n
+
+    def _blocks(self, t: np.ndarray, fb: np.ndarray, caplen: np.ndarray, fill: Fill,
+                iface: np.ndarray, comments) -> None:
+        """Every EPB of the batch laid out by one compiled pass
+        (:func:`~tokenpcap.pcap.layout.pcapng_blocks`), the frames by ``fill``, one write.
+        ``iface`` int64 (n,) or (1,); the arrays are checked by :meth:`write_batch`.
+
+        Raises:
+            EncodeError: bad comments.
+        """
+        from tokenpcap.pcap.layout import pcapng_blocks, pcapng_size   # numba: first batch
+
+        n = t.size
+        if comments is None:
+            codes, lengths, blob = _NO_CODES, _NO_CODES, _NO_BYTES
         else:
-            fill.fill_around(out, data_at + erf, caplen, gap)
-            self._out.write_gather(iovecs(out, data_at + erf + holes[0], gap, fill.source), (out, fill))
+            codes, lengths, blobs = self._comment_codes(comments, n)
+            blob = np.frombuffer(b"".join(blobs), np.uint8) if any(blobs) else _NO_BYTES
+        blob_at = np.zeros(lengths.size, np.int64)
+        np.cumsum(lengths[:-1], out=blob_at[1:])
+        iface = np.ascontiguousarray(iface, np.int64)
+        caplen = np.ascontiguousarray(caplen, np.int64)
+        codes = np.ascontiguousarray(codes, np.int64)
+        out = self._scratch.take(pcapng_size(caplen, iface, self._erf, codes, lengths))
+        offsets = np.empty(n, np.int64)
+        pcapng_blocks(out, np.ascontiguousarray(t), np.ascontiguousarray(fb), caplen, iface,
+                      self._erf, codes, lengths, blob_at, blob, self.byte_order == ">",
+                      offsets)
+        fill(out, offsets, caplen)
+        self._out.write(out)
         self.packets += n
 
 

@@ -43,12 +43,13 @@ class _BlockChain(Chain):
         self.len_view = np.ndarray((self.last + 1,), order + "u4", buffer=data, offset=4,
                                    strides=(1,)) if end >= 8 else np.zeros(1, np.uint32)
 
-    def advance(self, cur, out):
-        np.add(cur, self.len_view[cur], out=out)
+    def advance(self, cur, out, at=None):
+        np.add(cur, self.len_view[cur if at is None else at], out=out)
 
-    def bad(self, pos):
-        length = self.len_view[pos]
-        return (length < 12) | ((length & 3) != 0) | (self.u4[pos] == BT_SHB)
+    def bad(self, pos, at=None):
+        at = pos if at is None else at
+        length = self.len_view[at]
+        return (length < 12) | ((length & 3) != 0) | (self.u4[at] == BT_SHB)
 
     def step(self, pos):
         inb = pos + self.header <= self.end

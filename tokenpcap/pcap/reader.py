@@ -59,12 +59,12 @@ class _PcapChain(Chain):
         nxt = pos + self.header + c
         return nxt, inb & (c <= self.max_caplen) & (nxt <= self.end), np.zeros(pos.size, bool)
 
-    def advance(self, cur, out):
-        np.add(cur, self.cap_view[cur], out=out)
+    def advance(self, cur, out, at=None):
+        np.add(cur, self.cap_view[cur if at is None else at], out=out)
         out += self.header
 
-    def bad(self, pos):
-        return self.cap_view[pos] > self.max_caplen
+    def bad(self, pos, at=None):
+        return self.cap_view[pos if at is None else at] > self.max_caplen
 
     def plausible(self, pos):
         u4 = self.u4

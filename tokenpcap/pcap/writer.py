@@ -5,10 +5,11 @@ Every writer (these two and :class:`tokenpcap.pcap.pcapng.PcapngWriter`) takes b
     w.write_batch(time_ns, frame_bytes, fill, interface=0, comments=None)
 
 ``time_ns`` int64 (n,) ns since the epoch, ``frame_bytes`` int64 (n,) frame length on the wire
-without FCS. The writer lays out every record header of the batch in one buffer with numpy,
-calls ``fill(out, offsets, caplen)`` so that the frame builder writes the first ``caplen[i]``
-bytes of frame ``i`` at ``out[offsets[i]:]`` (``caplen = min(frame_bytes, snaplen)``), then
-writes the buffer with one call.
+without FCS. The writer lays out every record header of the batch in one buffer (one compiled
+pass, :mod:`tokenpcap.pcap.layout`; numpy around a gather fill's payload holes), calls
+``fill(out, offsets, caplen)`` so that the frame builder writes the first ``caplen[i]`` bytes of
+frame ``i`` at ``out[offsets[i]:]`` (``caplen = min(frame_bytes, snaplen)``), then writes the
+buffer with one call.
 
 ``link="infiniband"`` frames (LRH..VCRC) are wrapped in an ERF type-21 record; in pcap under
 linktype 197 (LINKTYPE_ERF), because TShark refuses linktype 247 (case C13). ``snaplen`` always
@@ -66,7 +67,8 @@ class RecordWriter:
     def __init__(self, path, *, overwrite: bool, threaded: bool):
         self._out = AtomicOutput(path, overwrite=overwrite, threaded=threaded)
         self._scratch = Scratch()
-        self._uniform = False
+        self._frac = NS
+        self._big = False
         self.path = self._out.path
         self.packets = 0
 
@@ -97,36 +99,47 @@ class RecordWriter:
         else:
             self.abort()
 
-    def _emit(self, headers: np.ndarray, caplen: np.ndarray, fill: Fill) -> None:
-        """Lay ``headers`` (n,) and frame ranges out back to back, fill, write once (a gather
-        fill's payload holes are left out of the buffer and written from its source)."""
+    def _emit(self, headers: np.ndarray, caplen: np.ndarray, fill: Fill, holes) -> None:
+        """Lay ``headers`` (n,) and frame ranges out back to back around the gather fill's
+        payload holes ``holes`` (:func:`~tokenpcap.pcap.gather.gather_holes`), which are written
+        from its source, fill, write once."""
         hl = headers.dtype.itemsize
         n = caplen.size
-        holes = gather_holes(fill, caplen)
-        if holes is not None:
-            at, length = holes
-            rec = caplen - length + hl
-            ends = np.cumsum(rec)
-            starts = ends - rec
-            out = self._scratch.take(int(ends[-1]))
-            scatter(out, starts, headers)
-            fill.fill_around(out, starts + hl, caplen, length)
-            self._out.write_gather(iovecs(out, starts + hl + at, length, fill.source), (out, fill))
-            self.packets += n
-            return
-        if self._uniform:                 # every frame cut at the snaplen: fixed-size records
-            size = hl + self.snaplen
-            out = self._scratch.take(size * n)
-            scatter(out, np.arange(0, size * n, size), headers, step=size)
-            fill(out, np.arange(hl, size * n, size), caplen)
-        else:
-            rec = caplen + hl
-            ends = np.cumsum(rec)
-            starts = ends - rec
-            out = self._scratch.take(int(ends[-1]))
-            even = int(ends[-1]) == int(rec[0]) * n and int(rec.min()) == int(rec[0])
-            scatter(out, starts, headers, step=int(rec[0]) if even else 0)
-            fill(out, starts + hl, caplen)
+        at, length = holes
+        rec = caplen - length + hl
+        ends = np.cumsum(rec)
+        starts = ends - rec
+        out = self._scratch.take(int(ends[-1]))
+        scatter(out, starts, headers)
+        fill.fill_around(out, starts + hl, caplen, length)
+        self._out.write_gather(iovecs(out, starts + hl + at, length, fill.source), (out, fill))
+        self.packets += n
+
+    def _records(self, t: np.ndarray, fb: np.ndarray, caplen: np.ndarray, fill: Fill,
+                 interface, *, pcap: bool, erf: bool) -> None:
+        """Every record header of the batch written by one compiled pass
+        (:func:`~tokenpcap.pcap.layout.pcap_records`), the frames by ``fill``, one write.
+
+        Raises:
+            EncodeError: a time that rounds (microseconds) to 2**32 s; an ``interface`` array
+                of ERF records not of one value per record.
+        """
+        from tokenpcap.pcap.layout import pcap_records    # numba: loaded by the first batch
+
+        n = t.size
+        iface = np.ascontiguousarray(np.asarray(interface if erf else 0, np.int64).reshape(-1))
+        if iface.size not in (1, n):
+            raise EncodeError(f"{self._where}: interface: got shape {np.shape(interface)}, "
+                              f"expected an int or ({n},)")
+        hl = (PCAP_RECORD.size if pcap else 0) + (ERF_RECORD.size if erf else 0)
+        out = self._scratch.take(n * hl + int(caplen.sum()))
+        offsets = np.empty(n, np.int64)
+        top = pcap_records(out, np.ascontiguousarray(t), np.ascontiguousarray(fb),
+                           np.ascontiguousarray(caplen), self._frac, pcap, erf, iface,
+                           self._big, offsets)
+        if top > 0xFFFFFFFF:
+            raise EncodeError(f"{self._where}: time_ns: got a time rounding to 2**32 s, expected less")
+        fill(out, offsets, caplen)
         self._out.write(out)
         self.packets += n
 
@@ -159,10 +172,11 @@ class PcapWriter(RecordWriter):
         if byte_order not in ("<", ">"):
             raise EncodeError(f"{self._where}: byte_order: got {byte_order!r}, expected '<' or '>'")
         self.erf = link == "infiniband"
-        self._frac = NS if nanosecond else 1_000_000
         parts = [("", PCAP_RECORD)] + ([("erf_", ERF_RECORD)] if self.erf else [])
         self._dtype = stacked_dtype(parts, byte_order)
         super().__init__(path, overwrite=overwrite, threaded=threaded)
+        self._frac = NS if nanosecond else 1_000_000
+        self._big = byte_order == ">"
         extra = ERF_RECORD.size if self.erf else 0
         self._out.write(PCAP_FILE_HEADER.pack(
             byte_order, magic=PCAP_MAGIC_NSEC if nanosecond else PCAP_MAGIC_USEC,
@@ -188,10 +202,14 @@ class PcapWriter(RecordWriter):
             return
         if caplen is not None:
             caplen = check_caplen(caplen, fb, self.snaplen, self._where)
-            self._uniform = bool((caplen == self.snaplen).all())
+        elif int(fb.min()) >= self.snaplen:      # every frame cut at the snaplen
+            caplen = np.full(t.size, self.snaplen, np.int64)
         else:
-            self._uniform = int(fb.min()) >= self.snaplen
-            caplen = np.full(t.size, self.snaplen) if self._uniform else np.minimum(fb, self.snaplen)
+            caplen = np.minimum(fb, self.snaplen)
+        holes = gather_holes(fill, caplen)
+        if holes is None:
+            self._records(t, fb, caplen, fill, interface, pcap=True, erf=self.erf)
+            return
         h = np.empty(t.size, self._dtype)
         sec, frac = split_ns(t, self._frac)
         if int(sec.max()) > 0xFFFFFFFF:
@@ -203,7 +221,7 @@ class PcapWriter(RecordWriter):
         h["orig_len"] = fb + extra
         if self.erf:
             fill_erf_header(h, "erf_", t, fb, caplen, interface)
-        self._emit(h, caplen, fill)
+        self._emit(h, caplen, fill, holes)
 
 
 class ErfWriter(RecordWriter):
@@ -240,11 +258,14 @@ class ErfWriter(RecordWriter):
                             max_frame=_ERF_MAX_FRAME)
         if t.size == 0:
             return
-        self._uniform = int(fb.min()) >= self.snaplen
-        caplen = np.full(t.size, self.snaplen) if self._uniform else np.minimum(fb, self.snaplen)
+        caplen = np.minimum(fb, self.snaplen)
+        holes = gather_holes(fill, caplen)
+        if holes is None:
+            self._records(t, fb, caplen, fill, interface, pcap=False, erf=True)
+            return
         h = np.empty(t.size, stacked_dtype([("erf_", ERF_RECORD)]))
         fill_erf_header(h, "erf_", t, fb, caplen, interface)
-        self._emit(h, caplen, fill)
+        self._emit(h, caplen, fill, holes)
 
 
 def fill_erf_header(h: np.ndarray, p: str, t: np.ndarray, fb: np.ndarray, caplen: np.ndarray,
