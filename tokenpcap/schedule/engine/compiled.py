@@ -24,12 +24,12 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from numba import njit
-from numba.core import event
+from numba.core import event, types
+from numba.core.registry import CPUDispatcher
 
 from tokenpcap.stages import stage
 
-__all__ = ["engine_compiled", "part", "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE", "compile_seconds", "CompileNotice"]
+__all__ = ["engine_compiled", "part", "shared", "one_type", "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE", "compile_seconds", "CompileNotice"]
 
 #: The stage line of the engine's compile (numba caches it on disk for later runs).
 COMPILE_STAGE = "compiling the timing engine, once per machine"
@@ -61,16 +61,64 @@ def engine_compiled(kernel: Path = _KERNEL, cache_dir: str | None = None) -> boo
         return False
 
 
+def one_type(t: types.Type) -> types.Type:
+    """The type a compiled call passes an argument of numba type ``t`` as: a literal as its
+    plain type (a constant ``3`` is ``Literal[int](3)`` in the caller), and an integer that fits
+    in 64 signed bits (``int8`` .. ``int64``, ``uint8`` .. ``uint32``, a column of an ``int32``
+    array) as ``int64``; any other type unchanged. Each integer value is kept (``uint64`` is
+    not narrowed), and numba's integer arithmetic works in 64 bits on narrower operands
+    already (its typing of integer operators), so the callee computes the same values."""
+    t = types.unliteral(t)
+    if isinstance(t, types.Integer) and (t.signed or t.bitwidth < 64):
+        return types.int64
+    return t
+
+
+class OneSignature(CPUDispatcher):
+    """A numba dispatcher that compiles one specialization for every call from compiled code
+    whose arguments differ only in literal values and integer widths: the arguments' types
+    pass through :func:`one_type` before numba compiles (or finds) the specialization, and the
+    call casts its arguments to it. numba otherwise compiles a specialization per literal
+    value and per integer width it is called with (``events.push`` 8 times in one ideal
+    fabric's run, ``benchmarks/README.md``), each with its own typing, lowering and LLVM
+    passes. A call from Python is typed by its values (``int64`` for a Python ``int``) and is
+    not changed."""
+
+    def get_call_template(self, args, kws):
+        template, pysig, _, kws = super().get_call_template(
+            tuple(one_type(a) for a in args), {k: one_type(v) for k, v in kws.items()})
+        return template, pysig, tuple(args), kws
+
+
+def _one_signature(f, **options):
+    """``f`` as a cached :class:`OneSignature` dispatcher with numba target ``options``: what
+    ``numba.njit(cache=True, **options)`` does (``numba.core.decorators._jit``) with that
+    class."""
+    d = OneSignature(py_func=f, locals={},
+                     targetoptions=dict(nopython=True, boundscheck=None, **options))
+    d.enable_caching()
+    return d
+
+
 def part(f):
     """The engine's compiled functions that only other compiled functions call:
-    ``@njit(cache=True, _nrt=False, no_cpython_wrapper=True)``. Without numba's reference counting
-    (module :mod:`~tokenpcap.schedule.engine.kernel`) and without the wrapper that would let
-    Python call them: that wrapper unboxes every array of the
+    ``@njit(cache=True, _nrt=False, no_cpython_wrapper=True)``, one specialization per
+    argument types up to literals and integer widths (:class:`OneSignature`). Without numba's
+    reference counting (module :mod:`~tokenpcap.schedule.engine.kernel`) and without the
+    wrapper that would let Python call them: that wrapper unboxes every array of the
     :class:`~tokenpcap.schedule.engine.events.State` an engine function takes, and building it
     for each function was about a third of the engine's compile time (``benchmarks/README.md``).
     From compiled code it is an ordinary call; called from Python it crashes the interpreter
-    (numba has no entry point to call), so a function Python or a test calls stays ``@njit``."""
-    return njit(cache=True, _nrt=False, no_cpython_wrapper=True)(f)
+    (numba has no entry point to call), so a function Python or a test calls is
+    :func:`shared`."""
+    return _one_signature(f, _nrt=False, no_cpython_wrapper=True)
+
+
+def shared(f):
+    """An engine function that both compiled code and Python (a test) call: as :func:`part`,
+    with numba's CPython wrapper: ``@njit(cache=True, _nrt=False)``, one specialization per
+    argument types up to literals and integer widths (:class:`OneSignature`)."""
+    return _one_signature(f, _nrt=False)
 
 
 def compile_seconds(queued: bool, load: float | None = None, cores: int | None = None) -> float:
