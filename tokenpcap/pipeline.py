@@ -48,7 +48,9 @@ class Timing:
     :attr:`~tokenpcap.schedule.runner.Schedule.on_run`): load the engine's kernels for this run's
     signatures from numba's cache, compiling those that are not there first (a step of its own,
     said by :class:`~tokenpcap.schedule.engine.compiled.CompileNotice` only when numba really
-    compiles: once per machine, and per kind of fabric), then start the step "timing N messages" with the work's estimate
+    compiles: once per machine, and per kind of fabric; ``aside``: the helper process compiling
+    half of it, :mod:`~tokenpcap.schedule.engine.compile_aside`, started by :func:`prepare` when
+    the engine is not in the cache), then start the step "timing N messages" with the work's estimate
     (:attr:`~tokenpcap.schedule.limits.Work.seconds`), counted by the engine's message count
     (:attr:`Schedule.n_messages`, read while the engine runs) against the job's
     (:attr:`Work.messages`: the same count, ``tests/schedule/test_limits.py``).
@@ -63,10 +65,14 @@ class Timing:
         self.note: Callable[[], str] | None = None
 
     def __call__(self) -> None:
-        with CompileNotice().watching(self.schedule.fabric_queued):
-            # loads numba's cache; says so when it compiles (part of it in ``aside``)
-            self.schedule.compile_engine(self.aside)
-        self.aside = None
+        aside, self.aside = self.aside, None
+        try:
+            with CompileNotice().watching(self.schedule.fabric_queued, aside is not None):
+                # loads numba's cache; says so when it compiles (half of it in ``aside``)
+                self.schedule.compile_engine(aside)
+        finally:
+            if aside is not None:
+                aside.close()
         w = self.work
         over = f" over {w.iterations} iterations" if w.iterations > 1 else ""
         stage(f"timing {w.messages:,} messages{over}{self.also}",

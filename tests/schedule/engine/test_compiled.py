@@ -52,6 +52,7 @@ def test_the_real_kernel_has_a_run_function():
 def test_the_compile_estimate_is_the_cpu_time_stretched_by_the_load():
     """One core compiles: on an idle machine the estimate is the measured CPU seconds; with more
     runnable processes than cores, LOAD_SHARE of the fair share (load + 1) / cores."""
+    assert 0.5 <= compiled.ASIDE_SHARE < 1
     share = compiled.LOAD_SHARE
     for queued in (False, True):
         cpu = compiled.COMPILE_CPU_S[queued]
@@ -59,6 +60,13 @@ def test_the_compile_estimate_is_the_cpu_time_stretched_by_the_load():
         assert compiled.compile_seconds(queued, load=1.0, cores=2) == cpu
         assert compiled.compile_seconds(queued, load=9.0, cores=2) == cpu * share * 5
         assert compiled.compile_seconds(queued, load=15.0, cores=4) == cpu * share * 4
+        # a helper process compiling beside: the critical path's share of the CPU seconds, on
+        # two cores or more (one core runs the two processes one after the other)
+        path = compiled.ASIDE_SHARE
+        assert compiled.compile_seconds(queued, load=0.0, cores=2, aside=True) == cpu * path
+        assert compiled.compile_seconds(queued, load=9.0, cores=2, aside=True) == (
+            cpu * path * share * 5)
+        assert compiled.compile_seconds(queued, load=0.0, cores=1, aside=True) == cpu
     assert compiled.COMPILE_CPU_S[True] > compiled.COMPILE_CPU_S[False]
 
 

@@ -29,7 +29,8 @@ from numba.core.registry import CPUDispatcher
 
 from tokenpcap.stages import stage
 
-__all__ = ["engine_compiled", "part", "shared", "one_type", "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE", "compile_seconds", "CompileNotice"]
+__all__ = ["engine_compiled", "part", "shared", "one_type", "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE",
+           "ASIDE_SHARE", "compile_seconds", "CompileNotice"]
 
 #: The stage line of the engine's compile (numba caches it on disk for later runs).
 COMPILE_STAGE = "compiling the timing engine, once per machine"
@@ -37,6 +38,11 @@ COMPILE_STAGE = "compiling the timing engine, once per machine"
 #: ECN and DCQCN): measured on the 2-core development machine, 2026-12-07, ``benchmarks/README.md``
 #: (numba 0.68, LLVM 22; 29-31 s for dante, 60 s for a DCQCN incast), rounded up.
 COMPILE_CPU_S = {False: 30.0, True: 65.0}
+#: The share of the compile's CPU seconds on its critical path when a helper process compiles
+#: half of it beside this one (:mod:`~tokenpcap.schedule.engine.compile_aside`): dante, this
+#: process 8.8 CPU s before it waits for the helper (9.4 s with its start) and 4.6 s after
+#: (``kernel.run``), of 22.8 CPU s, 2026-12-07, ``benchmarks/README.md``; rounded up.
+ASIDE_SHARE = 0.6
 #: The compile's wall clock over its CPU seconds, as a fraction of ``(load + 1) / cores``: 3.1-3.3
 #: at load 9.5-13 on the development machine's 2 cores (its other jobs niced, as they are there),
 #: ``benchmarks/README.md``; a neighbour of the same priority takes more.
@@ -121,12 +127,15 @@ def shared(f):
     return _one_signature(f, _nrt=False)
 
 
-def compile_seconds(queued: bool, load: float | None = None, cores: int | None = None) -> float:
+def compile_seconds(queued: bool, load: float | None = None, cores: int | None = None,
+                    aside: bool = False) -> float:
     """Wall-clock estimate (s) of compiling the engine (ideal fabric, or ``queued``): its CPU
-    seconds (:data:`COMPILE_CPU_S`; numba compiles on one core) stretched by the load when the
-    machine's runnable processes outnumber its cores, by :data:`LOAD_SHARE` of the fair share
-    ``(load + 1) / cores``. ``load``: 1-minute load average (default: ``os.getloadavg``);
-    ``cores``: the cores this process may use (default: its affinity)."""
+    seconds (:data:`COMPILE_CPU_S`; numba compiles on one core per process), times
+    :data:`ASIDE_SHARE` with a helper process compiling beside this one (``aside``) on two
+    cores or more, stretched by the load when the machine's runnable processes outnumber its
+    cores, by :data:`LOAD_SHARE` of the fair share ``(load + 1) / cores``. ``load``: 1-minute
+    load average (default: ``os.getloadavg``); ``cores``: the cores this process may use
+    (default: its affinity)."""
     if load is None:
         try:
             load = os.getloadavg()[0]
@@ -135,7 +144,8 @@ def compile_seconds(queued: bool, load: float | None = None, cores: int | None =
     if cores is None:
         cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                  else os.cpu_count() or 1)
-    return COMPILE_CPU_S[bool(queued)] * max(1.0, LOAD_SHARE * (load + 1.0) / max(1, cores))
+    path = ASIDE_SHARE if aside and cores >= 2 else 1.0
+    return COMPILE_CPU_S[bool(queued)] * path * max(1.0, LOAD_SHARE * (load + 1.0) / max(1, cores))
 
 
 class CompileNotice(event.Listener):
@@ -145,21 +155,21 @@ class CompileNotice(event.Listener):
     comes only when the function is not in numba's on-disk cache) starts the stage "compiling
     the timing engine, once per machine" with :func:`compile_seconds`
     (:mod:`tokenpcap.stages`), the first time for this notice. ``queued``: the run's fabric is
-    queued."""
+    queued; ``aside``: a helper process compiles half of the engine beside this one."""
 
     def __init__(self) -> None:
-        self.queued, self.said = False, False
+        self.queued, self.aside, self.said = False, False, False
 
     def on_start(self, ev) -> None:
         if not self.said:
             self.said = True
-            stage(COMPILE_STAGE, seconds=compile_seconds(self.queued))
+            stage(COMPILE_STAGE, seconds=compile_seconds(self.queued, aside=self.aside))
 
     def on_end(self, ev) -> None:
         pass
 
     @contextlib.contextmanager
-    def watching(self, queued: bool) -> Iterator[None]:
-        self.queued = bool(queued)
+    def watching(self, queued: bool, aside: bool = False) -> Iterator[None]:
+        self.queued, self.aside = bool(queued), bool(aside)
         with event.install_listener("numba:compile", self):
             yield
