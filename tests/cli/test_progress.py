@@ -289,7 +289,7 @@ def test_a_compile_of_the_engine_is_a_stage_of_its_own(tmp_path, scen, every_ste
         return real(*args)
 
     monkeypatch.setattr(kernel, "run", run)
-    monkeypatch.setattr(Schedule, "compile_engine", lambda self: None)   # nothing ahead of it
+    monkeypatch.setattr(Schedule, "compile_engine", lambda self, aside=None: None)  # nothing ahead
     r = CliRunner().invoke(main, ["export", scen, "--to", "csv", "-o", str(tmp_path / "m.csv")])
     assert r.exit_code == 0, r.output
     lines = _lines(r.stderr)
