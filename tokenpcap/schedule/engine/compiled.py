@@ -4,7 +4,10 @@ first run after an install or an upgrade compiles them once (:data:`COMPILE_CPU_
 ``benchmarks/README.md``); every later run loads them in about a second. An ideal fabric's run
 compiles only the ideal fabric's code (``QUEUED`` in :mod:`~tokenpcap.schedule.engine.events`);
 a queued fabric's first run compiles its own specialization, the fabric's, ECN's and DCQCN's
-code with it. :class:`CompileNotice` names the compile while it runs.
+code with it. Each function is compiled once for every argument type up to literal values and
+integer widths (:class:`OneSignature`), and a first run compiles half of the engine in a helper
+process beside this one (:mod:`~tokenpcap.schedule.engine.compile_aside`).
+:class:`CompileNotice` names the compile while it runs.
 
 numba keeps a function's cache as ``<module>.<function>-<line>.py<XY>.nbi`` (the index) and
 ``.nbc`` files in the ``__pycache__`` beside the module, or under ``NUMBA_CACHE_DIR`` when that
@@ -29,8 +32,8 @@ from numba.core.registry import CPUDispatcher
 
 from tokenpcap.stages import stage
 
-__all__ = ["engine_compiled", "part", "shared", "one_type", "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE",
-           "ASIDE_SHARE", "compile_seconds", "CompileNotice"]
+__all__ = ["engine_compiled", "part", "shared", "one_type", "OneSignature", "COMPILE_STAGE",
+           "COMPILE_CPU_S", "LOAD_SHARE", "ASIDE_SHARE", "compile_seconds", "CompileNotice"]
 
 #: The stage line of the engine's compile (numba caches it on disk for later runs).
 COMPILE_STAGE = "compiling the timing engine, once per machine"
