@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numba
 import numpy as np
+import pytest
 from numba.core import compiler, types
 from numba.core.errors import CompilerError
 from numba.core.typed_passes import NopythonTypeInference
@@ -37,10 +38,10 @@ class _TypeOnly(compiler.CompilerBase):
         return [pm]
 
 
-def _run_types(tmp_path):
-    """``kernel.run``'s argument types for a tiny job on an ideal fabric."""
-    sched = Schedule(build_plan(load_scenario(tiny_scenario(tmp_path, "t", 8, 1, 1, 8)), scale=8),
-                     nics=())
+def _run_types(tmp_path, fabric: str):
+    """``kernel.run``'s argument types for a tiny job on an ``ideal`` or ``queued`` fabric."""
+    s = load_scenario(tiny_scenario(tmp_path, "t", 8, 1, 1, 8), {"cluster.fabric.model": fabric})
+    sched = Schedule(build_plan(s, scale=8), nics=())
     e = sched._eng
     return tuple(numba.typeof(x) for x in (e.S, e.cf, e.sc, e.heap, e.acks, e.out, e.launch,
                                            e.fabric))
@@ -65,13 +66,19 @@ def _called_with(run_types) -> dict:
     return found
 
 
-def test_the_guessed_signatures_are_those_run_calls_with(tmp_path):
+@pytest.mark.parametrize("fabric", ["ideal", "queued"])
+def test_the_guessed_signatures_are_those_run_calls_with(tmp_path, fabric):
     """Every function compiled aside or ahead is called by ``run`` with exactly the signature
     :func:`compile_aside.signature` guesses (else the helper's work would be lost)."""
-    run_types = _run_types(tmp_path)
+    run_types = _run_types(tmp_path, fabric)
     named = dict(zip(inspect.signature(kernel.run.py_func).parameters, run_types))
     called = _called_with(run_types)
-    for f in compile_aside.ASIDE + compile_aside.HERE:
+    ahead = compile_aside.ASIDE + compile_aside.HERE
+    if fabric == "queued":
+        ahead += compile_aside.ASIDE_QUEUED + compile_aside.HERE_QUEUED
+    else:       # an ideal fabric's run calls none of the fabric's functions
+        assert not set(compile_aside.ASIDE_QUEUED + compile_aside.HERE_QUEUED) & set(called)
+    for f in ahead:
         assert called[f] == {compile_aside.signature(f, named)}, f.__name__
 
 

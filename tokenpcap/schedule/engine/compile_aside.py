@@ -1,8 +1,10 @@
 """The engine's first compile on two cores: a helper process compiles the programs' side of
 :func:`~tokenpcap.schedule.engine.kernel.run` (:data:`ASIDE`: ``progs.step``, ``arrived``,
-``ab_done``, ``flush_out`` and what they call) into numba's on-disk cache while this process
+``ab_done`` and what they call) into numba's on-disk cache while this process
 compiles the NIC side (:data:`HERE`: ``link.ready``, ``advance``, ``rewake``, ``queue_ack``,
-``ring.room``) and :func:`~tokenpcap.schedule.engine.kernel.commit`; then this
+``ring.room``, ``progs.flush_out``) and :func:`~tokenpcap.schedule.engine.kernel.commit`;
+with a queued fabric, the helper also the switches' events (:data:`ASIDE_QUEUED`) and this
+process the NICs' PFC and reaction point (:data:`HERE_QUEUED`); then this
 process compiles ``run`` itself, which loads the helper's functions from the cache (numba's
 ``Dispatcher.compile`` looks in its cache before compiling, and a cached function keeps the
 LLVM bitcode a caller links: ``CPUCodeLibrary.serialize_using_object_code``). numba compiles on
@@ -41,15 +43,20 @@ from numba.core import types
 from numba.core.errors import TypingError
 
 from tokenpcap.errors import raise_if_stopped
-from tokenpcap.schedule.engine import kernel, link, progs, ring
+from tokenpcap.schedule.engine import fabric, fabric_fast, kernel, link, nicpfc, progs, ring, rpoint
 
-__all__ = ["ASIDE", "HERE", "Aside", "start", "signature", "compile_engine"]
+__all__ = ["ASIDE", "HERE", "ASIDE_QUEUED", "HERE_QUEUED", "Aside", "start", "signature", "compile_engine"]
 
 #: The functions ``kernel.run`` calls that the helper process compiles (the programs, calls
 #: and transfers: about half of the engine's compile, ``benchmarks/README.md``).
 ASIDE = (progs.step, progs.arrived, progs.ab_done)
 #: The functions ``kernel.run`` calls that this process compiles meanwhile (the NICs' side).
 HERE = (link.ready, link.advance, link.rewake, link.queue_ack, ring.room, progs.flush_out)
+#: With a queued fabric, the helper also compiles the switches' events ``run`` handles...
+ASIDE_QUEUED = (fabric.hop, fabric.free_event, fabric.pfc_event, fabric_fast.drain)
+#: ... and this process, after :data:`HERE` (they call ``link.advance`` and ``rewake``), the
+#: NICs' PFC and DCQCN reaction point.
+HERE_QUEUED = (nicpfc.nic_pfc, nicpfc.nic_pause_end, rpoint.cc_arrival, rpoint.cc_timer)
 
 
 def signature(f, named: dict) -> tuple:
@@ -113,10 +120,12 @@ def compile_engine(run_args: tuple, commit_args: tuple | None, aside: Aside | No
     functions of :data:`ASIDE` in that helper process meanwhile (module docstring)."""
     run_types = tuple(numba.typeof(x) for x in run_args)
     named = dict(zip(inspect.signature(kernel.run.py_func).parameters, run_types))
+    queued = run_types[-1] != types.none
     if aside is not None:
-        aside.send([(f.py_func.__module__, f.__name__, signature(f, named)) for f in ASIDE])
+        sent = ASIDE + (ASIDE_QUEUED if queued else ())
+        aside.send([(f.py_func.__module__, f.__name__, signature(f, named)) for f in sent])
         try:
-            for f in HERE:
+            for f in HERE + (HERE_QUEUED if queued else ()):
                 try:
                     f.compile(signature(f, named))
                 except TypingError:     # a wrong guess: ``run`` compiles it (module docstring)
