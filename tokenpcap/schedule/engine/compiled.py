@@ -38,13 +38,15 @@ __all__ = ["engine_compiled", "part", "shared", "one_type", "OneSignature", "COM
 #: The stage line of the engine's compile (numba caches it on disk for later runs).
 COMPILE_STAGE = "compiling the timing engine, once per machine"
 #: CPU seconds the first run spends compiling the engine, ideal fabric and queued fabric (with
-#: ECN and DCQCN): measured on the 2-core development machine, 2026-12-07, ``benchmarks/README.md``
-#: (numba 0.68, LLVM 22; 29-31 s for dante, 60 s for a DCQCN incast), rounded up.
-COMPILE_CPU_S = {False: 30.0, True: 65.0}
+#: ECN and DCQCN), this process and its helper together: measured on the 2-core development
+#: machine, 2026-12-07, ``benchmarks/README.md`` (numba 0.68, LLVM 22; 22.8 s for dante, 55.9 s
+#: for a DCQCN incast), rounded up.
+COMPILE_CPU_S = {False: 24.0, True: 56.0}
 #: The share of the compile's CPU seconds on its critical path when a helper process compiles
 #: half of it beside this one (:mod:`~tokenpcap.schedule.engine.compile_aside`): dante, this
 #: process 8.8 CPU s before it waits for the helper (9.4 s with its start) and 4.6 s after
-#: (``kernel.run``), of 22.8 CPU s, 2026-12-07, ``benchmarks/README.md``; rounded up.
+#: (``kernel.run``), of 22.8 CPU s; a DCQCN incast 26.3 + 6.7 of 55.9 (the helper 22.9);
+#: 2026-12-07, ``benchmarks/README.md``; rounded up.
 ASIDE_SHARE = 0.6
 #: The compile's wall clock over its CPU seconds, as a fraction of ``(load + 1) / cores``: 3.1-3.3
 #: at load 9.5-13 on the development machine's 2 cores (its other jobs niced, as they are there),
