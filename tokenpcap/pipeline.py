@@ -50,8 +50,8 @@ class Timing:
     said by :class:`~tokenpcap.schedule.engine.compiled.CompileNotice` only when numba really
     compiles: once per machine, and per kind of fabric; ``aside``: the helper process compiling
     half of it, :mod:`~tokenpcap.schedule.engine.compile_aside`, started by :func:`prepare` when
-    the engine is not in the cache), then start the step "timing N messages" with the work's estimate
-    (:attr:`~tokenpcap.schedule.limits.Work.seconds`), counted by the engine's message count
+    the engine is not in the cache), then start the step "timing N messages" with the work's
+    estimate (:attr:`~tokenpcap.schedule.limits.Work.seconds`), counted by the engine's message count
     (:attr:`Schedule.n_messages`, read while the engine runs) against the job's
     (:attr:`Work.messages`: the same count, ``tests/schedule/test_limits.py``).
 

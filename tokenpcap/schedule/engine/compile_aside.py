@@ -21,12 +21,12 @@ the same machine code, later (``tests/schedule/engine/test_compile_aside.py`` ch
 guesses against what ``run`` compiles).
 
 The helper is started before the plan is made (:func:`start`: Python and numba import while
-this process tokenizes and plans), only when the engine is not in numba's cache
+this process plans and builds the engine's state), only when the engine is not in numba's cache
 (:func:`~tokenpcap.schedule.engine.compiled.engine_compiled`); it reads the functions and their
 signatures (one pickle on its standard input: not the input's end, which a process forked
 later, such as a writer, holds open) and exits, compiling nothing when the input ends first (the
-schedule was never run). Nothing it does changes a result: a helper that
-fails or is killed only leaves its functions to this process.
+schedule was never run). Nothing it does changes a result: a helper that fails or is killed
+only leaves its functions to this process.
 """
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ from numba.core.errors import TypingError
 from tokenpcap.errors import raise_if_stopped
 from tokenpcap.schedule.engine import fabric, fabric_fast, kernel, link, nicpfc, progs, ring, rpoint
 
-__all__ = ["ASIDE", "HERE", "ASIDE_QUEUED", "HERE_QUEUED", "Aside", "start", "signature", "compile_engine"]
+__all__ = ["ASIDE", "HERE", "ASIDE_QUEUED", "HERE_QUEUED", "Aside", "start", "signature",
+           "compile_engine"]
 
 #: The functions ``kernel.run`` calls that the helper process compiles (the programs, calls
 #: and transfers: about half of the engine's compile, ``benchmarks/README.md``).
@@ -117,7 +118,12 @@ def start() -> Aside | None:
 def compile_engine(run_args: tuple, commit_args: tuple | None, aside: Aside | None) -> None:
     """Compile (or load from numba's cache) ``kernel.run`` for ``run_args`` (its eight
     arguments) and, unless None, ``kernel.commit`` for ``commit_args``: with ``aside``, the
-    functions of :data:`ASIDE` in that helper process meanwhile (module docstring)."""
+    functions of :data:`ASIDE` (and :data:`ASIDE_QUEUED` with a queued fabric) in that helper
+    process meanwhile (module docstring).
+
+    Raises:
+        Whatever numba raises compiling ``run`` or ``commit``; a stop (Ctrl-C) noted during the
+        compile (:func:`~tokenpcap.errors.raise_if_stopped`), the helper then ended."""
     run_types = tuple(numba.typeof(x) for x in run_args)
     named = dict(zip(inspect.signature(kernel.run.py_func).parameters, run_types))
     queued = run_types[-1] != types.none
