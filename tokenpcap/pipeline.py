@@ -87,6 +87,10 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
             check: Callable[[Plan], None] | None = None, point=None,
             run: str | None = None) -> Prepared:
     """Plan ``scenario`` and build its schedule of ``iterations`` iterations, not yet run.
+    When the engine is not in numba's cache, a helper process starts first (its imports overlap
+    the planning) and compiles half of the engine when the schedule starts running
+    (:class:`Timing`, :mod:`~tokenpcap.schedule.engine.compile_aside`); it ends then, or when
+    this raises.
 
     Args:
         scenario: a loaded scenario. tokens: its stage-1 result (per-epoch totals in the plan).
