@@ -50,7 +50,7 @@ class Timing:
     said by :class:`~tokenpcap.schedule.engine.compiled.CompileNotice` only when numba really
     compiles: once per machine, and per kind of fabric; ``aside``: the helper process compiling
     half of it, :mod:`~tokenpcap.schedule.engine.compile_aside`, started by :func:`prepare` when
-    the engine is not in the cache), then start the step "timing N messages" with the work's
+    the engine is not in the cache, or here when this run's specialization is not), then start the step "timing N messages" with the work's
     estimate (:attr:`~tokenpcap.schedule.limits.Work.seconds`), counted by the engine's message count
     (:attr:`Schedule.n_messages`, read while the engine runs) against the job's
     (:attr:`Work.messages`: the same count, ``tests/schedule/test_limits.py``).
@@ -66,6 +66,8 @@ class Timing:
 
     def __call__(self) -> None:
         aside, self.aside = self.aside, None
+        if aside is None and not self.schedule.engine_cached():
+            aside = start_aside()   # e.g. a queued fabric's first run after an ideal one's
         try:
             with CompileNotice().watching(self.schedule.fabric_queued, aside is not None):
                 # loads numba's cache; says so when it compiles (half of it in ``aside``)

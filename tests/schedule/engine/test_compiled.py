@@ -95,3 +95,28 @@ def test_a_compile_is_announced_once_and_a_cached_function_not_at_all():
         with compiled.CompileNotice().watching(True):
             assert g(3) == 10                   # compiled already
     assert len(lines) == 1
+
+
+def test_in_cache_reads_numba_s_own_index(tmp_path, monkeypatch):
+    """A function's compile for some argument types is in the cache once numba saved it (its
+    ``numba:compile``-free load in a fresh dispatcher is the oracle), and only for those types."""
+    import importlib
+
+    from numba.core import types
+
+    (tmp_path / "cached_mod.py").write_text(
+        "from numba import njit\n\n\n@njit(cache=True)\ndef f(x):\n    return x + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("cached_mod")
+    assert not compiled.in_cache(mod.f, (types.int64,))
+    assert mod.f(1) == 2                                   # compiles, saves to __pycache__
+    assert compiled.in_cache(mod.f, (types.int64,))
+    assert not compiled.in_cache(mod.f, (types.float64,))
+    fresh = importlib.reload(mod).f                        # a new dispatcher: loads, no compile
+    lines = []
+    with compiled.CompileNotice().watching(False):
+        from tokenpcap.stages import listening
+        with listening(lines.append, after_s=1.0):
+            assert fresh(41) == 42
+    assert lines == []
+    assert not compiled.in_cache(object(), (types.int64,))    # not a dispatcher: no cache

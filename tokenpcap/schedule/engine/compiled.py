@@ -32,7 +32,7 @@ from numba.core.registry import CPUDispatcher
 
 from tokenpcap.stages import stage
 
-__all__ = ["engine_compiled", "part", "shared", "one_type", "OneSignature", "COMPILE_STAGE",
+__all__ = ["engine_compiled", "in_cache", "part", "shared", "one_type", "OneSignature", "COMPILE_STAGE",
            "COMPILE_CPU_S", "LOAD_SHARE", "ASIDE_SHARE", "compile_seconds", "CompileNotice"]
 
 #: The stage line of the engine's compile (numba caches it on disk for later runs).
@@ -69,6 +69,19 @@ def engine_compiled(kernel: Path = _KERNEL, cache_dir: str | None = None) -> boo
         source = kernel.stat().st_mtime
         return any(p.stat().st_mtime >= source for p in found)
     except OSError:
+        return False
+
+
+def in_cache(f, arg_types: tuple) -> bool:
+    """True when numba's on-disk cache holds the dispatcher ``f`` compiled for ``arg_types``
+    (numba types), fresh for its source: its index is read, not the machine code (numba
+    ``caching.py``: ``Cache._index_key``, ``IndexDataCacheFile._load_index``, which give an
+    empty index for a stale one). False when it does not, or when the cache cannot be read."""
+    try:
+        cache = f._cache
+        key = cache._index_key(tuple(arg_types), f.targetctx.codegen())
+        return key in cache._cache_file._load_index()
+    except Exception:           # no cache (disabled, unreadable): what compiling finds too
         return False
 
 
