@@ -32,8 +32,9 @@ from numba.core.registry import CPUDispatcher
 
 from tokenpcap.stages import stage
 
-__all__ = ["engine_compiled", "in_cache", "part", "shared", "one_type", "OneSignature", "COMPILE_STAGE",
-           "COMPILE_CPU_S", "LOAD_SHARE", "ASIDE_SHARE", "compile_seconds", "CompileNotice"]
+__all__ = ["engine_compiled", "in_cache", "part", "shared", "one_type", "OneSignature",
+           "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE", "ASIDE_SHARE", "compile_seconds",
+           "CompileNotice"]
 
 #: The stage line of the engine's compile (numba caches it on disk for later runs).
 COMPILE_STAGE = "compiling the timing engine, once per machine"
