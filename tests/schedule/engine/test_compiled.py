@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import sys
 
-import pytest
-
 from tokenpcap.schedule.engine import compiled
 from tokenpcap.schedule.engine.compiled import engine_compiled
 
@@ -62,12 +60,13 @@ def test_the_compile_estimate_is_the_cpu_time_stretched_by_the_load():
         assert compiled.compile_seconds(queued, load=1.0, cores=2) == cpu
         assert compiled.compile_seconds(queued, load=9.0, cores=2) == cpu * share * 5
         assert compiled.compile_seconds(queued, load=15.0, cores=4) == cpu * share * 4
-        # a helper process compiling beside: the critical path's share of the CPU seconds, on
-        # two cores or more (one core runs the two processes one after the other)
+        # a helper process compiling beside: the critical path's share of the CPU seconds on
+        # two free cores or more (one core runs the two processes one after the other); on a
+        # busy machine the two share one process's fair share, as without the helper
         path = compiled.ASIDE_SHARE
         assert compiled.compile_seconds(queued, load=0.0, cores=2, aside=True) == cpu * path
-        assert compiled.compile_seconds(queued, load=9.0, cores=2, aside=True) == pytest.approx(
-            cpu * path * share * 5)
+        assert compiled.compile_seconds(queued, load=9.0, cores=2, aside=True) == (
+            compiled.compile_seconds(queued, load=9.0, cores=2))
         assert compiled.compile_seconds(queued, load=0.0, cores=1, aside=True) == cpu
     assert compiled.COMPILE_CPU_S[True] > compiled.COMPILE_CPU_S[False]
 

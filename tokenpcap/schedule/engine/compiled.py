@@ -44,9 +44,9 @@ COMPILE_STAGE = "compiling the timing engine, once per machine"
 #: for a DCQCN incast), rounded up.
 COMPILE_CPU_S = {False: 24.0, True: 56.0}
 #: The share of the compile's CPU seconds on its critical path when a helper process compiles
-#: half of it beside this one (:mod:`~tokenpcap.schedule.engine.compile_aside`): dante, this
-#: process 8.8 CPU s before it waits for the helper (9.4 s with its start) and 4.6 s after
-#: (``kernel.run``), of 22.8 CPU s; a DCQCN incast 26.3 + 6.7 of 55.9 (the helper 22.9);
+#: half of it beside this one (:mod:`~tokenpcap.schedule.engine.compile_aside`) on free cores:
+#: dante, this process 8.8 CPU s before it waits for the helper (9.4 s with its start) and 4.6 s
+#: after (``kernel.run``), of 22.8 CPU s; a DCQCN incast 26.3 + 6.7 of 55.9 (the helper 22.9);
 #: 2026-12-07, ``benchmarks/README.md``; rounded up.
 ASIDE_SHARE = 0.6
 #: The compile's wall clock over its CPU seconds, as a fraction of ``(load + 1) / cores``: 3.1-3.3
@@ -149,12 +149,14 @@ def shared(f):
 def compile_seconds(queued: bool, load: float | None = None, cores: int | None = None,
                     aside: bool = False) -> float:
     """Wall-clock estimate (s) of compiling the engine (ideal fabric, or ``queued``): its CPU
-    seconds (:data:`COMPILE_CPU_S`; numba compiles on one core per process), times
-    :data:`ASIDE_SHARE` with a helper process compiling beside this one (``aside``) on two
-    cores or more, stretched by the load when the machine's runnable processes outnumber its
-    cores, by :data:`LOAD_SHARE` of the fair share ``(load + 1) / cores``. ``load``: 1-minute
-    load average (default: ``os.getloadavg``); ``cores``: the cores this process may use
-    (default: its affinity)."""
+    seconds (:data:`COMPILE_CPU_S`; numba compiles on one core per process) stretched by the
+    load when the machine's runnable processes outnumber its cores, by :data:`LOAD_SHARE` of
+    the fair share ``(load + 1) / cores``. With a helper process compiling beside this one
+    (``aside``) on two cores or more, :data:`ASIDE_SHARE` of them on a free machine; on a busy
+    one the two processes share what one would get (the scheduler's share goes to the session's
+    group of processes, not to each: measured at load 7, ``benchmarks/README.md``), so the
+    larger of the two. ``load``: 1-minute load average (default: ``os.getloadavg``);
+    ``cores``: the cores this process may use (default: its affinity)."""
     if load is None:
         try:
             load = os.getloadavg()[0]
@@ -163,8 +165,8 @@ def compile_seconds(queued: bool, load: float | None = None, cores: int | None =
     if cores is None:
         cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                  else os.cpu_count() or 1)
-    path = ASIDE_SHARE if aside and cores >= 2 else 1.0
-    return COMPILE_CPU_S[bool(queued)] * path * max(1.0, LOAD_SHARE * (load + 1.0) / max(1, cores))
+    free = ASIDE_SHARE if aside and cores >= 2 else 1.0
+    return COMPILE_CPU_S[bool(queued)] * max(free, LOAD_SHARE * (load + 1.0) / max(1, cores))
 
 
 class CompileNotice(event.Listener):
