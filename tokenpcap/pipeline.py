@@ -20,6 +20,8 @@ from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.schedule.limits import Work, check_work
 from tokenpcap.schedule.memory import run_kind
 from tokenpcap.schedule.runner import Schedule
+from tokenpcap.schedule.engine.compile_aside import Aside
+from tokenpcap.schedule.engine.compile_aside import start as start_aside
 from tokenpcap.schedule.engine.compiled import CompileNotice, engine_compiled
 from tokenpcap.stages import counting, stage, wall_seconds
 from tokenpcap.tokens import TokenizedCorpus
@@ -46,8 +48,10 @@ class Timing:
     :attr:`~tokenpcap.schedule.runner.Schedule.on_run`): load the engine's kernels for this run's
     signatures from numba's cache, compiling those that are not there first (a step of its own,
     said by :class:`~tokenpcap.schedule.engine.compiled.CompileNotice` only when numba really
-    compiles: once per machine, and per kind of fabric), then start the step "timing N messages" with the work's estimate
-    (:attr:`~tokenpcap.schedule.limits.Work.seconds`), counted by the engine's message count
+    compiles: once per machine, and per kind of fabric; ``aside``: the helper process compiling
+    half of it, :mod:`~tokenpcap.schedule.engine.compile_aside`, started by :func:`prepare` when
+    the engine is not in the cache, or here when this run's specialization is not), then start the step "timing N messages" with the work's
+    estimate (:attr:`~tokenpcap.schedule.limits.Work.seconds`), counted by the engine's message count
     (:attr:`Schedule.n_messages`, read while the engine runs) against the job's
     (:attr:`Work.messages`: the same count, ``tests/schedule/test_limits.py``).
 
@@ -55,14 +59,22 @@ class Timing:
     after the count, e.g. ", writing 52,000,000 packets to 8 files"), ``also_cpu_s`` (its CPU
     seconds, added to the estimate) and ``note`` (the meter's note, e.g. the packets written)."""
 
-    def __init__(self, schedule: Schedule, work: Work):
-        self.schedule, self.work = schedule, work
+    def __init__(self, schedule: Schedule, work: Work, aside: Aside | None = None):
+        self.schedule, self.work, self.aside = schedule, work, aside
         self.also, self.also_cpu_s = "", 0.0
         self.note: Callable[[], str] | None = None
 
     def __call__(self) -> None:
-        with CompileNotice().watching(self.schedule.fabric_queued):
-            self.schedule.compile_engine()      # loads numba's cache; says so when it compiles
+        aside, self.aside = self.aside, None
+        if aside is None and not self.schedule.engine_cached():
+            aside = start_aside()   # e.g. a queued fabric's first run after an ideal one's
+        try:
+            with CompileNotice().watching(self.schedule.fabric_queued, aside is not None):
+                # loads numba's cache; says so when it compiles (half of it in ``aside``)
+                self.schedule.compile_engine(aside)
+        finally:
+            if aside is not None:
+                aside.close()
         w = self.work
         over = f" over {w.iterations} iterations" if w.iterations > 1 else ""
         stage(f"timing {w.messages:,} messages{over}{self.also}",
@@ -77,6 +89,10 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
             check: Callable[[Plan], None] | None = None, point=None,
             run: str | None = None) -> Prepared:
     """Plan ``scenario`` and build its schedule of ``iterations`` iterations, not yet run.
+    When the engine is not in numba's cache, a helper process starts first (its imports overlap
+    the planning) and compiles half of the engine when the schedule starts running
+    (:class:`Timing`, :mod:`~tokenpcap.schedule.engine.compile_aside`); it ends then, or when
+    this raises.
 
     Args:
         scenario: a loaded scenario. tokens: its stage-1 result (per-epoch totals in the plan).
@@ -102,27 +118,35 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
     """
     if scale < 1 or iterations < 1:
         raise InputError(f"scale {scale} / iterations {iterations}: expected >= 1")
-    world = scenario.cluster.nodes * scenario.cluster.gpus_per_node
-    stage(f"planning {scenario.name} ({world:,} GPUs"
-          f"{f', --scale {scale}' if scale > 1 else ''})")
-    plan = build_plan(scenario, tokens, scale=scale)
-    # InfeasiblePlanError before simulating the impossible
-    stage("estimating the work")
-    kind = None if run is None else run_kind(run, compiling=not engine_compiled())
-    keep_messages = keep_messages if kind is None else kind.keep_messages
-    work = check_work(plan, iterations, keep_messages=keep_messages, run=kind)
-    if check is not None:
-        check(plan)
-    if ranks is not None:
-        of_ranks = set(plan.layout.nic_array(np.asarray(sorted(ranks), np.int64)).tolist())
-        nics = of_ranks if nics is None else of_ranks & set(nics)
-    stage(f"building the timing engine's state: {work.calls:,} calls, {work.transfers:,} "
-          "transfers", seconds=wall_seconds(work.calls * BUILD_CPU_S_PER_CALL))
-    sched = Schedule(plan, iterations=iterations, nics=nics, chunk_rows=chunk_rows,
-                     keep_nvlink=keep_nvlink, keep_history=keep_history,
-                     keep_messages=keep_messages, **({} if point is None else {"point": point}))
-    sched.on_run = Timing(sched, work)
-    return Prepared(scenario, plan, sched)
+    compiled = engine_compiled()
+    # the engine's first compile: a helper process imports meanwhile, compiles half of it later
+    aside = None if compiled else start_aside()
+    try:
+        world = scenario.cluster.nodes * scenario.cluster.gpus_per_node
+        stage(f"planning {scenario.name} ({world:,} GPUs"
+              f"{f', --scale {scale}' if scale > 1 else ''})")
+        plan = build_plan(scenario, tokens, scale=scale)
+        # InfeasiblePlanError before simulating the impossible
+        stage("estimating the work")
+        kind = None if run is None else run_kind(run, compiling=not compiled)
+        keep_messages = keep_messages if kind is None else kind.keep_messages
+        work = check_work(plan, iterations, keep_messages=keep_messages, run=kind)
+        if check is not None:
+            check(plan)
+        if ranks is not None:
+            of_ranks = set(plan.layout.nic_array(np.asarray(sorted(ranks), np.int64)).tolist())
+            nics = of_ranks if nics is None else of_ranks & set(nics)
+        stage(f"building the timing engine's state: {work.calls:,} calls, {work.transfers:,} "
+              "transfers", seconds=wall_seconds(work.calls * BUILD_CPU_S_PER_CALL))
+        sched = Schedule(plan, iterations=iterations, nics=nics, chunk_rows=chunk_rows,
+                         keep_nvlink=keep_nvlink, keep_history=keep_history,
+                         keep_messages=keep_messages, **({} if point is None else {"point": point}))
+        sched.on_run = Timing(sched, work, aside)
+        return Prepared(scenario, plan, sched)
+    except BaseException:
+        if aside is not None:
+            aside.close()
+        raise
 
 
 def schedule_scenario(path: str | os.PathLike, *, scale: int = 1, iterations: int = 1,

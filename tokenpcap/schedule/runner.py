@@ -57,6 +57,8 @@ from tokenpcap.records import TX_FLAG_CE
 from tokenpcap.records.points import NIC_TX, CapturePoint, parse_point
 from tokenpcap.schedule.compute import stage_times
 from tokenpcap.schedule.engine import kernel as K
+from tokenpcap.schedule.engine.compile_aside import compile_engine
+from tokenpcap.schedule.engine.compiled import in_cache
 from tokenpcap.schedule.engine.cclog import cc_log
 from tokenpcap.schedule.engine.fablog import fabric_log
 from tokenpcap.schedule.engine.fabstate import fabric_args
@@ -181,19 +183,27 @@ class Schedule(ScheduleResults):
         #: while the job is timed: :class:`tokenpcap.pipeline.Timing`); None: nothing.
         self.on_run: Callable[[], None] | None = None
 
-    def compile_engine(self) -> None:
-        """Compile the engine's kernels for this run's arrays now (or load them from numba's
-        cache, :mod:`tokenpcap.schedule.engine.compiled`) instead of at the first event, so
-        that the compile is a step of its own."""
+    def _run_args(self) -> tuple:
+        """``kernel.run``'s eight arguments for this run."""
+        e = self._eng
+        return (e.S, e.cf, e.sc, e.heap, e.acks, e.out, e.launch, e.fabric)
+
+    def engine_cached(self) -> bool:
+        """True when numba's on-disk cache holds the engine's entry point for this run's arrays
+        (:func:`~tokenpcap.schedule.engine.compiled.in_cache`): :meth:`compile_engine` then
+        only loads it."""
         import numba
 
-        e = self._eng
-        state = (e.S, e.cf, e.sc, e.heap, e.acks, e.out)
-        K.run.compile(tuple(numba.typeof(x) for x in state + (e.launch, e.fabric)))
-        raise_if_stopped()          # a stop lost in numba's compiler callbacks
-        if e.selected.size:
-            K.commit.compile(tuple(numba.typeof(x) for x in state + (0, 0, e.fabric)))
-            raise_if_stopped()
+        return in_cache(K.run, tuple(numba.typeof(x) for x in self._run_args()))
+
+    def compile_engine(self, aside=None) -> None:
+        """Compile the engine's kernels for this run's arrays now (or load them from numba's
+        cache, :mod:`tokenpcap.schedule.engine.compiled`) instead of at the first event, so
+        that the compile is a step of its own; ``aside``: a helper process compiling part of
+        them meanwhile (:mod:`tokenpcap.schedule.engine.compile_aside`), or None."""
+        run = self._run_args()
+        commit = run[:6] + (0, 0, run[7]) if self._eng.selected.size else None
+        compile_engine(run, commit, aside)
 
     def _fabric_args(self, s, point, topology) -> dict:
         args = fabric_args(s, point, topology)

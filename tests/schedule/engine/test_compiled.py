@@ -52,6 +52,7 @@ def test_the_real_kernel_has_a_run_function():
 def test_the_compile_estimate_is_the_cpu_time_stretched_by_the_load():
     """One core compiles: on an idle machine the estimate is the measured CPU seconds; with more
     runnable processes than cores, LOAD_SHARE of the fair share (load + 1) / cores."""
+    assert 0.5 <= compiled.ASIDE_SHARE < 1
     share = compiled.LOAD_SHARE
     for queued in (False, True):
         cpu = compiled.COMPILE_CPU_S[queued]
@@ -59,6 +60,14 @@ def test_the_compile_estimate_is_the_cpu_time_stretched_by_the_load():
         assert compiled.compile_seconds(queued, load=1.0, cores=2) == cpu
         assert compiled.compile_seconds(queued, load=9.0, cores=2) == cpu * share * 5
         assert compiled.compile_seconds(queued, load=15.0, cores=4) == cpu * share * 4
+        # a helper process compiling beside: the critical path's share of the CPU seconds on
+        # two free cores or more (one core runs the two processes one after the other); on a
+        # busy machine the two share one process's fair share, as without the helper
+        path = compiled.ASIDE_SHARE
+        assert compiled.compile_seconds(queued, load=0.0, cores=2, aside=True) == cpu * path
+        assert compiled.compile_seconds(queued, load=9.0, cores=2, aside=True) == (
+            compiled.compile_seconds(queued, load=9.0, cores=2))
+        assert compiled.compile_seconds(queued, load=0.0, cores=1, aside=True) == cpu
     assert compiled.COMPILE_CPU_S[True] > compiled.COMPILE_CPU_S[False]
 
 
@@ -85,3 +94,28 @@ def test_a_compile_is_announced_once_and_a_cached_function_not_at_all():
         with compiled.CompileNotice().watching(True):
             assert g(3) == 10                   # compiled already
     assert len(lines) == 1
+
+
+def test_in_cache_reads_numba_s_own_index(tmp_path, monkeypatch):
+    """A function's compile for some argument types is in the cache once numba saved it (its
+    ``numba:compile``-free load in a fresh dispatcher is the oracle), and only for those types."""
+    import importlib
+
+    from numba.core import types
+
+    (tmp_path / "cached_mod.py").write_text(
+        "from numba import njit\n\n\n@njit(cache=True)\ndef f(x):\n    return x + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("cached_mod")
+    assert not compiled.in_cache(mod.f, (types.int64,))
+    assert mod.f(1) == 2                                   # compiles, saves to __pycache__
+    assert compiled.in_cache(mod.f, (types.int64,))
+    assert not compiled.in_cache(mod.f, (types.float64,))
+    fresh = importlib.reload(mod).f                        # a new dispatcher: loads, no compile
+    lines = []
+    with compiled.CompileNotice().watching(False):
+        from tokenpcap.stages import listening
+        with listening(lines.append, after_s=1.0):
+            assert fresh(41) == 42
+    assert lines == []
+    assert not compiled.in_cache(object(), (types.int64,))    # not a dispatcher: no cache

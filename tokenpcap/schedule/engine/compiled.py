@@ -4,7 +4,10 @@ first run after an install or an upgrade compiles them once (:data:`COMPILE_CPU_
 ``benchmarks/README.md``); every later run loads them in about a second. An ideal fabric's run
 compiles only the ideal fabric's code (``QUEUED`` in :mod:`~tokenpcap.schedule.engine.events`);
 a queued fabric's first run compiles its own specialization, the fabric's, ECN's and DCQCN's
-code with it. :class:`CompileNotice` names the compile while it runs.
+code with it. Each function is compiled once for every argument type up to literal values and
+integer widths (:class:`OneSignature`), and a first run compiles half of the engine in a helper
+process beside this one (:mod:`~tokenpcap.schedule.engine.compile_aside`).
+:class:`CompileNotice` names the compile while it runs.
 
 numba keeps a function's cache as ``<module>.<function>-<line>.py<XY>.nbi`` (the index) and
 ``.nbc`` files in the ``__pycache__`` beside the module, or under ``NUMBA_CACHE_DIR`` when that
@@ -24,19 +27,28 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from numba import njit
-from numba.core import event
+from numba.core import event, types
+from numba.core.registry import CPUDispatcher
 
 from tokenpcap.stages import stage
 
-__all__ = ["engine_compiled", "part", "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE", "compile_seconds", "CompileNotice"]
+__all__ = ["engine_compiled", "in_cache", "part", "shared", "one_type", "OneSignature",
+           "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE", "ASIDE_SHARE", "compile_seconds",
+           "CompileNotice"]
 
 #: The stage line of the engine's compile (numba caches it on disk for later runs).
 COMPILE_STAGE = "compiling the timing engine, once per machine"
 #: CPU seconds the first run spends compiling the engine, ideal fabric and queued fabric (with
-#: ECN and DCQCN): measured on the 2-core development machine, 2026-12-07, ``benchmarks/README.md``
-#: (numba 0.68, LLVM 22; 29-31 s for dante, 60 s for a DCQCN incast), rounded up.
-COMPILE_CPU_S = {False: 30.0, True: 65.0}
+#: ECN and DCQCN), this process and its helper together: measured on the 2-core development
+#: machine, 2026-12-07, ``benchmarks/README.md`` (numba 0.68, LLVM 22; 22.8 s for dante, 55.9 s
+#: for a DCQCN incast), rounded up.
+COMPILE_CPU_S = {False: 24.0, True: 56.0}
+#: The share of the compile's CPU seconds on its critical path when a helper process compiles
+#: half of it beside this one (:mod:`~tokenpcap.schedule.engine.compile_aside`) on free cores:
+#: dante, this process 8.8 CPU s before it waits for the helper (9.4 s with its start) and 4.6 s
+#: after (``kernel.run``), of 22.8 CPU s; a DCQCN incast 26.3 + 6.7 of 55.9 (the helper 22.9);
+#: 2026-12-07, ``benchmarks/README.md``; rounded up.
+ASIDE_SHARE = 0.6
 #: The compile's wall clock over its CPU seconds, as a fraction of ``(load + 1) / cores``: 3.1-3.3
 #: at load 9.5-13 on the development machine's 2 cores (its other jobs niced, as they are there),
 #: ``benchmarks/README.md``; a neighbour of the same priority takes more.
@@ -61,23 +73,89 @@ def engine_compiled(kernel: Path = _KERNEL, cache_dir: str | None = None) -> boo
         return False
 
 
+def in_cache(f, arg_types: tuple) -> bool:
+    """True when numba's on-disk cache holds the dispatcher ``f`` compiled for ``arg_types``
+    (numba types), fresh for its source: its index is read, not the machine code (numba
+    ``caching.py``: ``Cache._index_key``, ``IndexDataCacheFile._load_index``, which give an
+    empty index for a stale one). False when it does not, or when the cache cannot be read."""
+    try:
+        cache = f._cache
+        key = cache._index_key(tuple(arg_types), f.targetctx.codegen())
+        return key in cache._cache_file._load_index()
+    except Exception:           # no cache (disabled, unreadable): what compiling finds too
+        return False
+
+
+def one_type(t: types.Type) -> types.Type:
+    """The type a compiled call passes an argument of numba type ``t`` as: a literal as its
+    plain type (a constant ``3`` is ``Literal[int](3)`` in the caller), and an integer that fits
+    in 64 signed bits (``int8`` .. ``int64``, ``uint8`` .. ``uint32``, a column of an ``int32``
+    array) as ``int64``; any other type unchanged. Each integer value is kept (``uint64`` is
+    not narrowed), and numba's integer arithmetic works in 64 bits on narrower operands
+    already (its typing of integer operators), so the callee computes the same values."""
+    t = types.unliteral(t)
+    if isinstance(t, types.Integer) and (t.signed or t.bitwidth < 64):
+        return types.int64
+    return t
+
+
+class OneSignature(CPUDispatcher):
+    """A numba dispatcher that compiles one specialization for every call from compiled code
+    whose arguments differ only in literal values and integer widths: the arguments' types
+    pass through :func:`one_type` before numba compiles (or finds) the specialization, and the
+    call casts its arguments to it. numba otherwise compiles a specialization per literal
+    value and per integer width it is called with (``events.push`` 8 times in one ideal
+    fabric's run, ``benchmarks/README.md``), each with its own typing, lowering and LLVM
+    passes. A call from Python is typed by its values (``int64`` for a Python ``int``) and is
+    not changed."""
+
+    def get_call_template(self, args, kws):
+        template, pysig, _, kws = super().get_call_template(
+            tuple(one_type(a) for a in args), {k: one_type(v) for k, v in kws.items()})
+        return template, pysig, tuple(args), kws
+
+
+def _one_signature(f, **options):
+    """``f`` as a cached :class:`OneSignature` dispatcher with numba target ``options``: what
+    ``numba.njit(cache=True, **options)`` does (``numba.core.decorators._jit``) with that
+    class."""
+    d = OneSignature(py_func=f, locals={},
+                     targetoptions=dict(nopython=True, boundscheck=None, **options))
+    d.enable_caching()
+    return d
+
+
 def part(f):
     """The engine's compiled functions that only other compiled functions call:
-    ``@njit(cache=True, _nrt=False, no_cpython_wrapper=True)``. Without numba's reference counting
-    (module :mod:`~tokenpcap.schedule.engine.kernel`) and without the wrapper that would let
-    Python call them: that wrapper unboxes every array of the
+    ``@njit(cache=True, _nrt=False, no_cpython_wrapper=True)``, one specialization per
+    argument types up to literals and integer widths (:class:`OneSignature`). Without numba's
+    reference counting (module :mod:`~tokenpcap.schedule.engine.kernel`) and without the
+    wrapper that would let Python call them: that wrapper unboxes every array of the
     :class:`~tokenpcap.schedule.engine.events.State` an engine function takes, and building it
     for each function was about a third of the engine's compile time (``benchmarks/README.md``).
     From compiled code it is an ordinary call; called from Python it crashes the interpreter
-    (numba has no entry point to call), so a function Python or a test calls stays ``@njit``."""
-    return njit(cache=True, _nrt=False, no_cpython_wrapper=True)(f)
+    (numba has no entry point to call), so a function Python or a test calls is
+    :func:`shared`."""
+    return _one_signature(f, _nrt=False, no_cpython_wrapper=True)
 
 
-def compile_seconds(queued: bool, load: float | None = None, cores: int | None = None) -> float:
+def shared(f):
+    """An engine function that both compiled code and Python (a test) call: as :func:`part`,
+    with numba's CPython wrapper: ``@njit(cache=True, _nrt=False)``, one specialization per
+    argument types up to literals and integer widths (:class:`OneSignature`)."""
+    return _one_signature(f, _nrt=False)
+
+
+def compile_seconds(queued: bool, load: float | None = None, cores: int | None = None,
+                    aside: bool = False) -> float:
     """Wall-clock estimate (s) of compiling the engine (ideal fabric, or ``queued``): its CPU
-    seconds (:data:`COMPILE_CPU_S`; numba compiles on one core) stretched by the load when the
-    machine's runnable processes outnumber its cores, by :data:`LOAD_SHARE` of the fair share
-    ``(load + 1) / cores``. ``load``: 1-minute load average (default: ``os.getloadavg``);
+    seconds (:data:`COMPILE_CPU_S`; numba compiles on one core per process) stretched by the
+    load when the machine's runnable processes outnumber its cores, by :data:`LOAD_SHARE` of
+    the fair share ``(load + 1) / cores``. With a helper process compiling beside this one
+    (``aside``) on two cores or more, :data:`ASIDE_SHARE` of them on a free machine; on a busy
+    one the two processes share what one would get (the scheduler's share goes to the session's
+    group of processes, not to each: measured at load 7, ``benchmarks/README.md``), so the
+    larger of the two. ``load``: 1-minute load average (default: ``os.getloadavg``);
     ``cores``: the cores this process may use (default: its affinity)."""
     if load is None:
         try:
@@ -87,7 +165,8 @@ def compile_seconds(queued: bool, load: float | None = None, cores: int | None =
     if cores is None:
         cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                  else os.cpu_count() or 1)
-    return COMPILE_CPU_S[bool(queued)] * max(1.0, LOAD_SHARE * (load + 1.0) / max(1, cores))
+    free = ASIDE_SHARE if aside and cores >= 2 else 1.0
+    return COMPILE_CPU_S[bool(queued)] * max(free, LOAD_SHARE * (load + 1.0) / max(1, cores))
 
 
 class CompileNotice(event.Listener):
@@ -97,21 +176,21 @@ class CompileNotice(event.Listener):
     comes only when the function is not in numba's on-disk cache) starts the stage "compiling
     the timing engine, once per machine" with :func:`compile_seconds`
     (:mod:`tokenpcap.stages`), the first time for this notice. ``queued``: the run's fabric is
-    queued."""
+    queued; ``aside``: a helper process compiles half of the engine beside this one."""
 
     def __init__(self) -> None:
-        self.queued, self.said = False, False
+        self.queued, self.aside, self.said = False, False, False
 
     def on_start(self, ev) -> None:
         if not self.said:
             self.said = True
-            stage(COMPILE_STAGE, seconds=compile_seconds(self.queued))
+            stage(COMPILE_STAGE, seconds=compile_seconds(self.queued, aside=self.aside))
 
     def on_end(self, ev) -> None:
         pass
 
     @contextlib.contextmanager
-    def watching(self, queued: bool) -> Iterator[None]:
-        self.queued = bool(queued)
+    def watching(self, queued: bool, aside: bool = False) -> Iterator[None]:
+        self.queued, self.aside = bool(queued), bool(aside)
         with event.install_listener("numba:compile", self):
             yield

@@ -16,10 +16,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from tokenpcap.records import PKT_CNP
-from tokenpcap.schedule.engine.compiled import part
+from tokenpcap.schedule.engine.compiled import part, shared
 
 __all__ = [
     "EV_READY", "EV_ACK", "EV_ARRIVE", "EV_TIMER", "EV_WAKE", "NEVER", "MASK24", "HN", "SEQ",
@@ -244,7 +243,7 @@ def _less(h, i, j):
     return h[i, 2] < h[j, 2]
 
 
-@njit(cache=True, _nrt=False)
+@shared
 def push(h, sc, t, typ, key2, a, b):
     n = sc[HN]
     if n == h.shape[0]:
@@ -271,7 +270,7 @@ def push(h, sc, t, typ, key2, a, b):
     sc[HN] = n + 1
 
 
-@njit(cache=True, _nrt=False)
+@shared
 def pop(h, sc, row):
     n = sc[HN] - 1
     for c in range(5):

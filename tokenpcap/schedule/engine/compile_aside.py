@@ -1,0 +1,167 @@
+"""The engine's first compile on two cores: a helper process compiles the programs' side of
+:func:`~tokenpcap.schedule.engine.kernel.run` (:data:`ASIDE`: ``progs.step``, ``arrived``,
+``ab_done`` and what they call) into numba's on-disk cache while this process
+compiles the NIC side (:data:`HERE`: ``link.ready``, ``advance``, ``rewake``, ``queue_ack``,
+``ring.room``, ``progs.flush_out``) and :func:`~tokenpcap.schedule.engine.kernel.commit`;
+with a queued fabric, the helper also the switches' events (:data:`ASIDE_QUEUED`) and this
+process the NICs' PFC and reaction point (:data:`HERE_QUEUED`); then this
+process compiles ``run`` itself, which loads the helper's functions from the cache (numba's
+``Dispatcher.compile`` looks in its cache before compiling, and a cached function keeps the
+LLVM bitcode a caller links: ``CPUCodeLibrary.serialize_using_object_code``). numba compiles on
+one core per process (a process-wide compiler lock), so the split is by process.
+
+Signatures. Every function compiled here is a
+:class:`~tokenpcap.schedule.engine.compiled.OneSignature` dispatcher, so numba compiles it once
+for the types its caller passes with every integer as ``int64``: a parameter named like one of
+``run``'s (``S``, ``cf``, ``sc``, ``h``, ``a``, ``o``, ``lst``, ``fabric``) is given that
+argument's type, every other one ``int64`` (:func:`signature`). Were a function's signature
+guessed wrong, the helper's (or this process's) compile of it fails or compiles a
+specialization nobody calls, and ``run``'s compile compiles the one it calls in this process:
+the same machine code, later (``tests/schedule/engine/test_compile_aside.py`` checks the
+guesses against what ``run`` compiles).
+
+The helper is started before the plan is made (:func:`start`: Python and numba import while
+this process plans and builds the engine's state), only when the engine is not in numba's cache
+(:func:`~tokenpcap.schedule.engine.compiled.engine_compiled`); it reads the functions and their
+signatures (one pickle on its standard input: not the input's end, which a process forked
+later, such as a writer, holds open) and exits, compiling nothing when the input ends first (the
+schedule was never run). Nothing it does changes a result: a helper that fails or is killed
+only leaves its functions to this process.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numba
+from numba.core import types
+from numba.core.errors import TypingError
+
+from tokenpcap.errors import raise_if_stopped
+from tokenpcap.schedule.engine import fabric, fabric_fast, kernel, link, nicpfc, progs, ring, rpoint
+
+__all__ = ["ASIDE", "HERE", "ASIDE_QUEUED", "HERE_QUEUED", "Aside", "start", "signature",
+           "compile_engine"]
+
+#: The functions ``kernel.run`` calls that the helper process compiles (the programs, calls
+#: and transfers: about half of the engine's compile, ``benchmarks/README.md``).
+ASIDE = (progs.step, progs.arrived, progs.ab_done)
+#: The functions ``kernel.run`` calls that this process compiles meanwhile (the NICs' side).
+HERE = (link.ready, link.advance, link.rewake, link.queue_ack, ring.room, progs.flush_out)
+#: With a queued fabric, the helper also compiles the switches' events ``run`` handles...
+ASIDE_QUEUED = (fabric.hop, fabric.free_event, fabric.pfc_event, fabric_fast.drain)
+#: ... and this process, after :data:`HERE` (they call ``link.advance`` and ``rewake``), the
+#: NICs' PFC and DCQCN reaction point.
+HERE_QUEUED = (nicpfc.nic_pfc, nicpfc.nic_pause_end, rpoint.cc_arrival, rpoint.cc_timer)
+
+
+def signature(f, named: dict) -> tuple:
+    """The argument types ``kernel.run`` calls ``f`` (a numba dispatcher) with: ``named[p]``
+    for a parameter ``p`` named in ``named``, ``int64`` for every other (module docstring)."""
+    return tuple(named.get(p, types.int64) for p in inspect.signature(f.py_func).parameters)
+
+
+class Aside:
+    """The helper process (:func:`start`): :meth:`send` hands it its functions, :meth:`wait`
+    waits for its end, :meth:`close` ends it (a run stopped or never timed)."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+
+    def send(self, jobs: list) -> None:
+        """Hand the helper ``jobs``: ``(module name, function name, argument types)`` each."""
+        try:
+            self.proc.stdin.write(pickle.dumps(jobs))
+            self.proc.stdin.close()
+        except OSError:             # the helper is gone: this process compiles everything
+            pass
+
+    def wait(self) -> None:
+        """Wait for the helper to end (its functions are then in numba's cache)."""
+        try:
+            self.proc.wait()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """End the helper if it still runs."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
+
+def start() -> Aside | None:
+    """Start the helper process: this interpreter on this module, with this package first on
+    its path (the same sources, hence the same numba cache); None when it cannot start."""
+    here = str(Path(__file__).resolve().parents[3])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [here] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    except OSError:
+        return None
+    return Aside(proc)
+
+
+def compile_engine(run_args: tuple, commit_args: tuple | None, aside: Aside | None) -> None:
+    """Compile (or load from numba's cache) ``kernel.run`` for ``run_args`` (its eight
+    arguments) and, unless None, ``kernel.commit`` for ``commit_args``: with ``aside``, the
+    functions of :data:`ASIDE` (and :data:`ASIDE_QUEUED` with a queued fabric) in that helper
+    process meanwhile (module docstring).
+
+    Raises:
+        Whatever numba raises compiling ``run`` or ``commit``; a stop (Ctrl-C) noted during the
+        compile (:func:`~tokenpcap.errors.raise_if_stopped`), the helper then ended."""
+    run_types = tuple(numba.typeof(x) for x in run_args)
+    named = dict(zip(inspect.signature(kernel.run.py_func).parameters, run_types))
+    queued = run_types[-1] != types.none
+    if aside is not None:
+        sent = ASIDE + (ASIDE_QUEUED if queued else ())
+        aside.send([(f.py_func.__module__, f.__name__, signature(f, named)) for f in sent])
+        try:
+            for f in HERE + (HERE_QUEUED if queued else ()):
+                try:
+                    f.compile(signature(f, named))
+                except TypingError:     # a wrong guess: ``run`` compiles it (module docstring)
+                    pass
+                raise_if_stopped()
+            if commit_args is not None:
+                kernel.commit.compile(tuple(numba.typeof(x) for x in commit_args))
+                raise_if_stopped()
+            aside.wait()
+        finally:
+            aside.close()
+    kernel.run.compile(run_types)
+    raise_if_stopped()              # a stop lost in numba's compiler callbacks
+    if commit_args is not None:
+        kernel.commit.compile(tuple(numba.typeof(x) for x in commit_args))
+        raise_if_stopped()
+
+
+def main() -> None:
+    """The helper: compile the functions named on standard input (module docstring)."""
+    try:
+        jobs = pickle.load(sys.stdin.buffer)
+    except EOFError:
+        return
+    for module, name, sig in jobs:
+        try:
+            getattr(importlib.import_module(module), name).compile(sig)
+        except TypingError:         # a wrong guess: ``run`` compiles it (module docstring)
+            pass
+
+
+if __name__ == "__main__":
+    main()
