@@ -1,6 +1,8 @@
 """The MoE layers' TP and EP collectives (plan/moe.py, plan/calls.py)."""
 from __future__ import annotations
 
+import dataclasses
+
 from tokenpcap.plan.build import build_plan
 from tokenpcap.config.profiles import load_scenario
 from tests.plan.test_plan import PROFILES, rows, vary
