@@ -51,13 +51,13 @@ def test_a_changed_number_is_caught(measure, tmp_path):
     page = measure.PAGES_DIR / "08-compare.md"
     text = page.read_text(encoding="utf-8")
     body = measure.page_blocks(text)["compare-dante"]
-    assert "536    536" in body
-    changed = text.replace("536    536", "536    535", 1)
+    assert "560    560" in body
+    changed = text.replace("560    560", "560    559", 1)
     ws = measure.Workspace.make(tmp_path / "ws")
     assert measure.check(ws, {page: text}) == []
     problems = measure.check(ws, {page: changed + "<!-- measured:nope -->1<!-- /measured:nope -->"})
     assert len(problems) == 2
-    assert "compare-dante" in problems[0] and "-all                       536    535" in problems[0]
+    assert "compare-dante" in problems[0] and "-all                       560    559" in problems[0]
     assert "'nope' has no maker" in problems[1]
 
 

@@ -28,12 +28,12 @@ def test_report_per_phase_and_plots(tmp_path):
     assert set(rows) == {"pp/forward/SendRecv", "pp/backward/SendRecv", "dp/backward/AllReduce",
                          "emb/backward/AllReduce", "mp/optimizer/AllReduce",
                          "dp/optimizer/AllReduce", "all"}
-    assert rows["all"][1:3] == ["536", "536"]
-    assert sum(int(v[1]) for k, v in rows.items() if k != "all") == 536
+    assert rows["all"][1:3] == ["560", "560"]
+    assert sum(int(v[1]) for k, v in rows.items() if k != "all") == 560
     for k, v in rows.items():               # percentiles ordered, slowdowns >= 1 alone or not
         p50, p90, p99, mx = map(float, v[6:10])
         assert 1.0 <= p50 <= p90 <= p99 <= mx, k
-    assert "every one of the 536 flows completed in the simulator" in r.output
+    assert "every one of the 560 flows completed in the simulator" in r.output
     pngs = sorted((tmp_path / "p" / "q").iterdir())
     assert [p.name for p in pngs] == ["dante-flows-nic-completion.png",   # the scenario file's stem
                                       "dante-flows-slowdown-cdf.png"]
@@ -47,7 +47,7 @@ def test_not_completed_flows_are_listed(tmp_path):
     assert r.exit_code == 0, r.output
     assert "not completed by the simulator: 2 flows, flow-file lines" in r.output
     total = [line.split() for line in r.output.splitlines() if line.startswith("all ")][0]
-    assert total[1:3] == ["536", "534"]
+    assert total[1:3] == ["560", "558"]
 
 
 def test_errors_are_one_line(tmp_path):

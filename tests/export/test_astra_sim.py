@@ -34,7 +34,10 @@ latencies 250 and 500 ns give our one-way NVLINK_LATENCY_NS = 500 and ``network.
 1000. ``sys.json``: ``trace-enabled`` (so ``log/log.log`` has one ``issue`` and one
 ``callback`` line per node), one chunk per collective, no endpoint delay and a local memory
 bandwidth of 10^9 GB/s (ASTRA-sim charges 3 local-memory passes per reduction step,
-``PacketBundle.cpp``; our ideal fabric charges none). Reduced to two files per run:
+``PacketBundle.cpp``; our ideal fabric charges none). Reduced to two files per run by
+``python3 tests/cases/astra-sim/reduce_run.py RUNDIR EXPORT NAME`` (``--ranks-only`` for
+``dante-scale64-p2p``; ASTRA-sim's stdout saved as ``RUNDIR/out.txt``), which makes the files
+kept here again byte for byte from the runs they came from:
 
 * ``NAME-ranks.csv``: per rank the nodes with an ``issue`` line and with a ``callback`` line in
   ``log/log*.log``, the communication nodes among the latter, and the ``sys[r] finished, T

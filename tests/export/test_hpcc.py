@@ -110,7 +110,7 @@ def test_dante_flows_land_on_their_nanosecond_and_add_up_to_the_plan(tmp_path, d
     tokens = paths[0].read_text().split()
     n = int(tokens[0])
     rows = [tokens[1 + 6 * i:7 + 6 * i] for i in range(n)]
-    assert len(tokens) == 1 + 6 * n and n == int((m["kind"] == 0).sum()) == 3096  # NCCL p2p chunks (docs/p2p.md), NCCL's channels
+    assert len(tokens) == 1 + 6 * n and n == int((m["kind"] == 0).sum()) == 3120  # NCCL p2p chunks (docs/p2p.md), NCCL's channels
     data = m[m["kind"] == 0]
     want = sorted((data["ready_ns"] + START_OFFSET_NS).tolist())
     got = [simulator_ns(r[5]) for r in rows]

@@ -9,7 +9,7 @@ from its public source on Debian 12 with python 2.7 (pyenv) and g++ 12::
         --disable-tests --disable-examples
     python2 ./waf build -j2
 
-``dante-scale64-fct.txt`` (536 flows, every one completed)::
+``dante-scale64-fct.txt`` (560 flows, every one completed)::
 
     tokenpcap export profiles/scenarios/dante.yaml --to hpcc --scale 64 -o run/dante.txt
     cd run && LD_LIBRARY_PATH=$SIM/build $SIM/build/scratch/third dante-config.txt
@@ -71,7 +71,7 @@ def dante64() -> Comparison:
 def test_every_simulated_dante_flow_matches_exactly_once(dante64):
     c = dante64
     fct = read_fct(CASES / "dante-scale64-fct.txt")
-    assert c.flows.size == fct.size == 536
+    assert c.flows.size == fct.size == 560
     assert c.completed.all()
     assert sorted(c.sim_line.tolist()) == fct["line"].tolist()        # each line used once
     # the matched line carries the flow's own numbers; the simulator read every start exactly
@@ -79,7 +79,7 @@ def test_every_simulated_dante_flow_matches_exactly_once(dante64):
     for name in ("src", "dst", "dport", "size_bytes", "start_ns"):
         assert (fct[name][row] == c.flows[name]).all(), name
     groups = {g["group"]: g for g in c.groups()}
-    assert groups["all"]["flows"] == groups["all"]["completed"] == 536
+    assert groups["all"]["flows"] == groups["all"]["completed"] == 560
     assert groups["all"]["not_completed"] == []
     assert sum(g["bytes"] for k, g in groups.items() if k != "all") == \
         int(c.flows["size_bytes"].sum()) == groups["all"]["bytes"]
@@ -95,14 +95,14 @@ def test_a_flow_missing_from_fct_is_not_completed(tmp_path, dante64):
     assert i == int(np.flatnonzero(dante64.sim_line == 101)[0])
     assert c.sim_fct_ns[i] == -1 and np.isnan(c.slowdown[i])
     groups = {g["group"]: g for g in c.groups()}
-    assert groups["all"]["completed"] == 535 and groups["all"]["not_completed"] == [i + 2]
+    assert groups["all"]["completed"] == 559 and groups["all"]["not_completed"] == [i + 2]
     assert groups[c.labels[i]]["not_completed"] == [i + 2]
 
 
 def test_a_flow_of_another_export_is_an_error(tmp_path):
     lines = (CASES / "dante-scale64-fct.txt").read_text().splitlines(keepends=True)
     (tmp_path / "fct.txt").write_text("".join(lines + lines[:1]))
-    with pytest.raises(InputError, match=r"fct.txt: line 537: flow .* got it completed "
+    with pytest.raises(InputError, match=r"fct.txt: line 561: flow .* got it completed "
                                          r"more than once, expected once"):
         compare_hpcc(DANTE, tmp_path / "fct.txt", scale=64)
     with pytest.raises(InputError, match=r"line 1: flow .* got no such exported flow, expected "

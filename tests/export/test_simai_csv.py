@@ -25,7 +25,7 @@ our cluster's rates in SimAI's GB/s of 2^30 bytes (NIC 400 Gb/s = 46.566, NVLink
     $SIMAI -w run/mixtral.txt -g 32 -g_p_s 8 -n_p_s 8 -nv 419.095 -nic 46.566 -g_type H100 \\
         -r mixtral-
 
-giving ``results/dante-EndToEnd.csv`` (68 records) and ``results/mixtral-EndToEnd.csv`` (435
+giving ``results/dante-EndToEnd.csv`` (68 records) and ``results/mixtral-EndToEnd.csv`` (467
 records, renamed mixtral-8x7b-ep-EndToEnd.csv here), each in 0.02 s.
 """
 from __future__ import annotations

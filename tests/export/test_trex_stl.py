@@ -22,7 +22,7 @@ mode does not run)::
 
 stdout kept gzip-compressed as ``dante-scale64_<nic>.stl.json.gz``: NIC 0 of node 0 (rank 0:
 its DP traffic to node 1 and its PP activations to node 2) and NIC 4 of node 2 (rank 20: DP to
-node 3 and PP gradients back to node 0), 412 and 416 streams."""
+node 3 and PP gradients back to node 0), 424 and 428 streams."""
 from __future__ import annotations
 
 import csv

@@ -64,7 +64,7 @@ def test_plan_nics_json_is_the_per_rank_counts_summed_by_node(name):
 def test_the_table_names_every_phase_and_group():
     r = CliRunner().invoke(main, ["plan", str(SCEN / "dante.yaml"), "--nics", "--no-tokens"])
     assert r.exit_code == 0, r.output
-    assert "0,4,8,12" in r.stdout and "42,208,132" in r.stdout and "SendRecv" in r.stdout
+    assert "0,4,8,12" in r.stdout and "42,208,144" in r.stdout and "SendRecv" in r.stdout
 
 
 def test_index_ranges():

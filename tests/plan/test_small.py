@@ -39,3 +39,18 @@ def test_the_small_collectives_of_every_iteration():
     stats = [c for c in z1.calls() if c.dim == "mp" and c.op == "grad_norm"]   # bf16: no found_inf
     assert [(c.op, len(c.group)) for c in stats] == [("grad_norm", 32)]   # the whole world
 
+
+def test_train_step_reductions_over_the_model_parallel_group():
+    """Megatron-LM training.py train_step, after optimizer.step(): update_successful (int32,
+    MIN, logical_and_across_model_parallel_group) and grad_norm (fp32, MAX,
+    reduce_max_stat_across_model_parallel_group) over pg_collection.mp (TP x PP), whatever the
+    optimizer; training_log reduces the learning rate (fp32, MAX) over it every iteration.
+    llama2-7b-a100-ib: tp 8 x pp 2 = 16 ranks per group, dp 2 groups."""
+    plan = build_plan(load_scenario(PROFILES / "scenarios" / "llama2-7b-a100-ib.yaml"))
+    got = Counter((c.op, c.collective, c.message_bytes, len(c.group), c.phase)
+                  for c in plan.calls() if c.op in ("update_successful", "grad_norm_max",
+                                                    "learning_rate_max"))
+    assert got == {(op, "AllReduce", 4, 16, "optimizer"): 2
+                   for op in ("update_successful", "grad_norm_max", "learning_rate_max")}
+    assert {c.group for c in plan.calls() if c.op == "update_successful"} == \
+        {tuple(plan.layout.groups("mp")[0]), tuple(plan.layout.groups("mp")[1])}

@@ -44,18 +44,18 @@ def test_a_first_run_adds_the_compile_to_the_base_only():
 
 
 def test_a_kinds_estimate_adds_its_base_and_bytes_per_message_to_the_engines_state():
-    """Dante's one iteration has 6,192 RDMA messages (3,096 data messages and their
+    """Dante's one iteration has 6,240 RDMA messages (3,120 data messages and their
     clear-to-send writes: the README's count); each kind's estimate is the engine's state plus
     its base plus that many times its bytes per message."""
     plan = build_plan(load_scenario(SCEN / "dante.yaml"))
     engine_only = estimate_work(plan, 1, nvlink=False)
     for name, kind in RUN_KINDS.items():
         w = estimate_work(plan, 1, nvlink=False, run=kind)
-        assert w.messages == 6_192
+        assert w.messages == 6_240
         assert w.keep_messages == kind.keep_messages
         kept = engine_only.engine_bytes - (0 if kind.keep_messages else
-                                           6_192 * limits.MESSAGE_ROW_BYTES)
-        assert w.memory_bytes == kept + kind.base_bytes + 6_192 * kind.message_bytes, name
+                                           6_240 * limits.MESSAGE_ROW_BYTES)
+        assert w.memory_bytes == kept + kind.base_bytes + 6_240 * kind.message_bytes, name
 
 
 def _refusal(tmp_path, args, monkeypatch, limit: int):  # type: ignore[no-untyped-def]
@@ -94,14 +94,14 @@ def test_a_run_past_its_kinds_estimate_is_refused_in_one_line_naming_the_kind(
 
 
 def test_llama3_70b_64k_plot_and_parquet_accepted_by_the_engines_state_are_refused():
-    """``plot`` and ``export --to parquet`` of llama3-70b-64k-cp4 at --scale 10 (18,973,950
+    """``plot`` and ``export --to parquet`` of llama3-70b-64k-cp4 at --scale 10 (18,974,118
     messages kept) need about 3.9 GB of engine state, within the 8 GB limit, and peaked at
     9.7 and 14.5 GB when the guard checked only that: as their kinds run them they are refused
     at the real limit, and what the refusal names (a --set or --scale) is accepted for the
     same kind."""
     s = load_scenario(SCEN / "llama3-70b-64k-cp4.yaml")
     plan = build_plan(s, scale=10)
-    assert check_work(plan, 1).messages == 18_973_950              # the engine alone: accepted
+    assert check_work(plan, 1).messages == 18_974_118              # the engine alone: accepted
     for kind in ("plot", "export --to parquet"):
         with pytest.raises(InfeasiblePlanError, match=rf"as `{re.escape(kind)}` runs it .*"
                                                       r"(--scale|--set) .* fits") as info:

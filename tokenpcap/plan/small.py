@@ -29,14 +29,15 @@ def small_families(s: Scenario, layout: RankLayout, n_mb: int, fam) -> None:  # 
       norm (one fp32) over the same group (``clip_grads.get_grad_norm_fp32``); that group is the
       model-parallel group, every rank with the distributed optimizer
       (``get_grad_stats_parallel_group``);
+    * after the step, over the model-parallel group (``pg_collection.mp``, TP x PP), whatever
+      the optimizer: ``update_successful`` (one int32, MIN: ``common_utils.
+      logical_and_across_model_parallel_group``) and ``grad_norm`` (one fp32, MAX:
+      ``reduce_max_stat_across_model_parallel_group``), both in ``training.py train_step``;
     * the loss AllReduce over DP (with CP: the dp-cp group) on the last stage after the step:
       the summed loss and token count, two fp32 (``training.py train_step``: ``all_reduce(val,
-      group=dp_cp_group)``).
-
-    Not made: ``train_step``'s ``update_successful`` (int32 MIN) and ``grad_norm`` (fp32 MAX)
-    and ``training_log``'s learning rate (fp32 MAX), three 4-byte AllReduces over the
-    model-parallel group after the step (``common_utils.logical_and_across_model_parallel_group``,
-    ``reduce_max_stat_across_model_parallel_group``).
+      group=dp_cp_group)``);
+    * the learning rate (one fp32, MAX over the model-parallel group) that ``training_log``
+      reduces every iteration for the log (``reduce_max_stat_across_model_parallel_group``).
     """
     p, t, m = s.parallelism, s.training, s.model
     b, seq = t.micro_batch_size, m.seq_length
@@ -58,6 +59,11 @@ def small_families(s: Scenario, layout: RankLayout, n_mb: int, fam) -> None:  # 
             fam("mp", "optimizer", "AllReduce", 4, 4, 0, stats, [Inst(-1, -1, op="found_inf")])
         if t.clip_grad > 0:
             fam("mp", "optimizer", "AllReduce", 4, 4, 0, stats, [Inst(-1, -1, op="grad_norm")])
+    mp = layout.groups("mp")
+    if len(mp[0]) > 1:
+        fam("mp", "optimizer", "AllReduce", 4, 4, 0, mp,
+            [Inst(-1, -1, op=o) for o in ("update_successful", "grad_norm_max",
+                                           "learning_rate_max")])
     if p.dp * p.cp > 1:
         dpg = [g for g in layout.groups("dp") if layout.coords(g[0]).pp == p.pp - 1]
         fam("dp", "optimizer", "AllReduce", 8, 4, p.pp - 1, dpg, [Inst(-1, -1, op="loss")])

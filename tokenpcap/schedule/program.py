@@ -39,7 +39,8 @@ nothing is launched during the backward: after the last one every bucket goes ou
 backward the rank waits for its stream,
 then (SP) AllReduces the TP-replicated gradients, then the tied-embedding gradients, then (MoE
 with expert bias) the routers' tokens per expert, steps the optimizer, (ZeRO-1/2) gathers the
-updated parameters bucket by bucket, and AllReduces the loss.
+updated parameters bucket by bucket, and makes ``train_step``'s model-parallel reductions
+(``update_successful``, ``grad_norm``), the loss AllReduce and ``training_log``'s learning rate.
 A router with an auxiliary loss AllReduces its tokens per expert before the dispatch.
 """
 from __future__ import annotations
@@ -264,7 +265,10 @@ class _Builder:
         for key in sorted((k for k in self.s if k[0] == "opt"), key=lambda k: (k[2], k[1])):
             self.take(key, ASYNC)
         self.p.append(_WAIT)
+        self.take(("optimizer", False, -1, -1, "update_successful"), BLOCK)
+        self.take(("optimizer", False, -1, -1, "grad_norm_max"), BLOCK)
         self.take(("optimizer", False, -1, -1, "loss"), BLOCK)
+        self.take(("optimizer", False, -1, -1, "learning_rate_max"), BLOCK)
         self.p.append(Mark(False, "O", -1, self.it))
         return self.p
 
