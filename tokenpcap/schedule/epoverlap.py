@@ -119,6 +119,7 @@ def combined_step(b: _Builder, fwd: tuple[int, int], bwd: tuple[int, int]) -> No
     chunk)`` each) run as one combined step (module docstring)."""
     (jf, cf), (jb, cb) = fwd, bwd
     fwd_layer, bwd_layer = FWD_LAYER, BWD_LAYER
+    b.begin_forward()
     b.take_pp("F", "recv", jf, cf)
     b.take_pp("B", "recv", jb, cb)
     b.mark(True, "F", jf)

@@ -191,6 +191,8 @@ class _Builder:
             if kind == "FB":
                 combined_step(self, j, c)
                 continue
+            if kind == "F":
+                self.begin_forward()
             self.take_pp(kind, "recv", j, c)
             self.mark(True, kind, j)
             self.forward(j, c) if kind == "F" else self.backward(j, c)
@@ -313,10 +315,13 @@ class _Builder:
             self.layer(FWD_LAYER, "forward", False, j, L)
         self.forward_tail(j, c)
 
-    def forward_head(self, j: int, c: int) -> None:
-        """The batch broadcasts and, on the first chunk of the first stage, the embedding."""
+    def begin_forward(self) -> None:
+        """Before a forward and its receive: the chunk-aligned parameter gathers it starts."""
         if self.pg is not None:
             self.pg.start_forward()
+
+    def forward_head(self, j: int, c: int) -> None:
+        """The batch broadcasts and, on the first chunk of the first stage, the embedding."""
         for op in BATCH_OPS:                       # get_batch: TP rank 0 broadcasts the batch
             self.take(("forward", False, j, -1, op), BLOCK)
         if self.st == 0 and c == 0:
