@@ -6,7 +6,8 @@ parallel-comm``; Megatron-LM commit d98e8a64).
 warm-up forwards on stage ``s`` and, with the overlap, one more "to ensure the forward and
 backward computations are independent in all 1f1b steps" (``megatron/core/pipeline_parallel/
 schedules.py``, ``get_pp_rank_microbatches``, lines 956-970), then runs every steady-state pair
-(forward ``w + i``, backward ``i``) as one combined step (``combined_1f1b.py``,
+(forward ``w + i``, backward ``i``) as one combined step (``megatron/core/pipeline_parallel/
+combined_1f1b.py``,
 ``combined_1f1b_schedule_for_interleaved_pipelining``; without pipelining
 ``combined_1f1b_schedule_for_no_pipelining``, lines 76-134: forward 0 alone, then forward
 ``i + 1`` with backward ``i``, then the last backward alone), the remaining backwards alone.
@@ -26,8 +27,8 @@ without DualPipe's bidirectional feeding.
 preprocessing (embedding), the backward's receive and postprocessing (output layer); then the
 forward's layer ``i`` with the backward's ``n - 1 - i`` for ``i < min(nf, nb)``; the backward's
 remaining layers; the forward's remaining layers; the sends; the forward's output layer and
-loss; the backward's embedding. Each layer is four nodes (``fine_grained_callables.py``,
-``build_transformer_layer_callables``): attention with the router and the dispatch's
+loss; the backward's embedding. Each layer is four nodes (``megatron/core/models/gpt/
+fine_grained_callables.py``, ``build_transformer_layer_callables``): attention with the router and the dispatch's
 preprocessing (``pre_dispatch_computation``, the computation stream), the dispatch AllToAll
 (the communication stream), the experts (``mlp``, computation), the combine AllToAll
 (communication). ``TransformerLayerSchedulePlan.run`` (lines 261-301) issues, for forward layer
