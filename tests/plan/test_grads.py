@@ -60,7 +60,7 @@ def test_dense_and_expert_buffers_are_reduced_apart():
     multiple of lcm(dp, 128) (param_layout.py pad_bucket_end) after 64-element-aligned
     tensors (pad_param_start)."""
     s = vary(load_scenario(PROFILES / "scenarios" / "mixtral-8x7b-ep.yaml"), ep=4,
-             overlap_grad_reduce=False)
+             overlap_grad_reduce=False, overlap_param_gather=False)
     plan = build_plan(s)
     rs = [c for c in plan.calls() if c.dim == "dp" and c.collective == "ReduceScatter"
           and 0 in c.group]

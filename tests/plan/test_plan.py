@@ -40,7 +40,8 @@ def vary(s, **kw):  # type: ignore[no-untyped-def]
                                                    "zero_stage")}
     tr = {k: kw.pop(k) for k in list(kw) if k in ("micro_batch_size", "global_batch_size",
                                                   "precision", "grad_reduce_dtype", "recompute",
-                                                  "overlap_grad_reduce", "bucket_size")}
+                                                  "overlap_grad_reduce", "bucket_size",
+                                                  "overlap_param_gather")}
     s = dataclasses.replace(s, parallelism=dataclasses.replace(s.parallelism, **par),
                             training=dataclasses.replace(s.training, **tr), **kw)
     return s

@@ -3,13 +3,16 @@ bubble is Narayanan et al.'s ``(p - 1) / (v m)`` of its compute, and MFU is Mega
 the time and the world's peak."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.schedule.test_schedule import tiny_scenario
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.model.flops import megatron_flops
 from tokenpcap.pipeline import prepare
-from tokenpcap.schedule.breakdown import iteration_breakdown
+from tokenpcap.schedule.breakdown import _covered_ns, iteration_breakdown
 
 
 def _pure_pipeline(tmp_path, name: str, layers: int, p: int, m: int, vpp: int, par: str = ""):  # type: ignore[no-untyped-def]
@@ -96,3 +99,36 @@ def test_a_short_first_stage_idles_its_shortfall_beyond_the_ideal_bubble(tmp_pat
     assert parts["stage imbalance"] == shortfall * (vpp * m - 1) // (vpp * m)
     assert parts["ideal bubble"] == int((p - 1) / (vpp * m) * slowest)
     assert abs(parts["waits for neighbour stages"]) <= 0.03 * b.pipeline_ns, parts
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)), max_size=12))
+def test_blocks_that_overlap_count_once(blocks):
+    """A combined step's forward and backward blocks overlap: the time inside blocks is their
+    union, counted nanosecond by nanosecond."""
+    start = np.array([a for a, _ in blocks], np.int64)
+    end = np.array([a + d for a, d in blocks], np.int64)
+    covered = set()
+    for a, b in zip(start.tolist(), end.tolist()):
+        covered.update(range(a, b))
+    assert _covered_ns(start, end) == len(covered)
+
+
+def test_combined_steps_parts_add_up():
+    """mixtral-8x7b-ep-64 with overlap_moe_expert_parallel_comm (combined steps, overlapping F
+    and B blocks): the five parts still sum to the iteration, none negative; the hidden
+    AllToAlls leave less communication in the layers, the compute the same."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "profiles" / "scenarios" / "mixtral-8x7b-ep-64.yaml"
+    got = {}
+    for on in (False, True):
+        s = load_scenario(path, {"training.overlap_moe_expert_parallel_comm": on})
+        done = prepare(s, scale=4096, nics=(), keep_messages=False, keep_nvlink=False)
+        for _ in done.schedule.run():
+            pass
+        b = got[on] = iteration_breakdown(done.schedule)
+        assert sum(b.parts().values()) == b.iteration_ns
+        assert all(v >= 0 for v in b.parts().values()), b
+    assert got[True].in_layer_comm_ns < got[False].in_layer_comm_ns
+    assert got[True].compute_ns == got[False].compute_ns

@@ -132,6 +132,7 @@ def check_feasible(s: Scenario) -> None:
         fail("parallelism.sequence_parallel", f"false with tp {p.tp} and a model with MoE layers",
              "true: Megatron-core's MoE layer refuses to train with tensor parallelism without "
              "sequence parallelism")
+    _check_overlap(s, fail)
     if s.tokenizer.kind == "bpe" and s.tokenizer.vocab_size > m.vocab_size:
         fail("tokenizer.vocab_size", str(s.tokenizer.vocab_size),
              f"at most the model's vocab_size {m.vocab_size}")
@@ -201,3 +202,27 @@ def _check_deepep(s: Scenario, fail) -> None:  # type: ignore[no-untyped-def]
         fail("model.moe.router_num_groups", f"{m.moe.router_num_groups} with ep {p.ep} on nodes "
              f"of {gpn} GPUs", f"{nodes}, one group per node of an EP group (moe.token_dispatcher "
              "deepep)")
+
+
+def _check_overlap(s: Scenario, fail) -> None:  # type: ignore[no-untyped-def]
+    """Megatron-LM's rules for the overlap options: ``overlap_param_gather`` only with the
+    distributed optimizer (``zero_stage`` 1 or 2) and ``overlap_grad_reduce``
+    (``megatron/training/arguments.py``: "--overlap-param-gather only supported with
+    distributed optimizer", "Must use --overlap-param-gather with --overlap-grad-reduce");
+    ``overlap_moe_expert_parallel_comm`` only with expert parallelism and without full
+    recomputation (``megatron/core/transformer/transformer_config.py``,
+    ``TransformerConfig.__post_init__``). Megatron-core also asks for interleaving when pp > 1;
+    tokenpcap runs the same combined steps on plain 1F1B (:mod:`tokenpcap.schedule.epoverlap`)."""
+    p, t = s.parallelism, s.training
+    if t.overlap_param_gather and p.zero_stage not in (1, 2):
+        fail("training.overlap_param_gather", f"true with zero_stage {p.zero_stage}",
+             "zero_stage 1 or 2 (Megatron's distributed optimizer)")
+    if t.overlap_param_gather and not t.overlap_grad_reduce:
+        fail("training.overlap_param_gather", "true with overlap_grad_reduce false",
+             "overlap_grad_reduce true (Megatron-LM arguments.py)")
+    if t.overlap_moe_expert_parallel_comm and p.ep == 1:
+        fail("training.overlap_moe_expert_parallel_comm", "true with ep 1",
+             "ep > 1 (the overlap hides expert-parallel AllToAlls)")
+    if t.overlap_moe_expert_parallel_comm and t.recompute == "full":
+        fail("training.overlap_moe_expert_parallel_comm", "true with recompute full",
+             "recompute none or selective (Megatron-core refuses full recomputation with it)")

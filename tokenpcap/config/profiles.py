@@ -179,6 +179,8 @@ _TRAINING_SPEC = {
     "mfu": (yc.optional(yc.number(ge=MFU_RANGE[0], le=MFU_RANGE[1])), None),
     "overlap_grad_reduce": (yc.boolean, False),
     "bucket_size": (yc.optional(yc.integer(1, MAX_BUCKET_SIZE)), None),
+    "overlap_param_gather": (yc.boolean, False),
+    "overlap_moe_expert_parallel_comm": (yc.boolean, False),
     "clip_grad": (yc.number(ge=0, le=1e30), 1.0),
     "create_attention_mask_in_dataloader": (yc.boolean, True),
 }

@@ -374,6 +374,17 @@ KEYS: dict[str, tuple[str, str]] = {
                                                   "per buffer after backward"),
     "scenario.training.bucket_size": ("parameters", "Megatron DDP bucket size; null: "
                                                     "max(40,000,000, 1,000,000 x dp)"),
+    "scenario.training.overlap_param_gather": (
+        "", "Megatron `--overlap-param-gather`: with the distributed optimizer each bucket's "
+            "parameter AllGather runs during the next iteration's first forward, waited for "
+            "before the layers that use it (without interleaving the next bucket's is started "
+            "then; with it every chunk's at once, `--align-param-gather`); needs "
+            "`overlap_grad_reduce` and `zero_stage` 1 or 2"),
+    "scenario.training.overlap_moe_expert_parallel_comm": (
+        "", "Megatron `--overlap-moe-expert-parallel-comm`: one extra warm-up forward, then "
+            "each 1F1B step runs one microbatch's forward and another's backward layer by "
+            "layer, each EP AllToAll of one beside a computation of the other "
+            "(`combined_1f1b.py`); needs ep > 1 and no full recomputation"),
     "scenario.training.clip_grad": ("", "Megatron `--clip-grad`; > 0: the gradient norm is "
                                         "AllReduced over the model-parallel group"),
     "scenario.training.create_attention_mask_in_dataloader": (

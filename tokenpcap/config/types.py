@@ -391,6 +391,17 @@ class Training:
     #: backward.
     overlap_grad_reduce: bool = False
     bucket_size: int | None = None
+    #: Megatron ``--overlap-param-gather`` (``DistributedDataParallelConfig``): with the
+    #: distributed optimizer the AllGather of each bucket's updated parameters runs during the
+    #: next iteration's first forward, waited for by the forward pre-hook of the first module
+    #: that uses it (:mod:`tokenpcap.schedule.paramgather`); needs ``overlap_grad_reduce`` and
+    #: ``zero_stage`` 1 or 2 (Megatron-LM ``arguments.py``).
+    overlap_param_gather: bool = False
+    #: Megatron ``--overlap-moe-expert-parallel-comm`` (``ModelParallelConfig``): each 1F1B
+    #: step runs one microbatch's forward and another's backward layer by layer, the EP
+    #: AllToAlls of one hidden behind the other's computation (``combined_1f1b.py``;
+    #: :mod:`tokenpcap.schedule.epoverlap`).
+    overlap_moe_expert_parallel_comm: bool = False
     #: Megatron-LM ``--clip-grad`` (gradient-norm clipping; 0 turns the norm AllReduce off) and
     #: ``--no-create-attention-mask-in-dataloader`` (the mask is broadcast within TP with the batch).
     clip_grad: float = 1.0

@@ -143,13 +143,13 @@ def _programs(plan, rank: int, calls: list) -> list:  # type: ignore[no-untyped-
     from tokenpcap.model import scenario_shards
     from tokenpcap.plan.pipeline import chunk_layers
     from tokenpcap.schedule.compute import stage_times
-    from tokenpcap.schedule.program import build_programs
+    from tokenpcap.schedule.program import Overlap, build_programs
 
     times = [stage_times(s, st, plan.scale) for st in range(lay.pp)]
     return build_programs(calls, range(rank, rank + 1), lay.coords, scenario_shards(s), times,
                           plan.microbatches, 0, s.training.recompute,
                           chunks=[chunk_layers(s, st) for st in range(lay.pp)],
-                          overlap_grad_reduce=s.training.overlap_grad_reduce)[rank]
+                          overlap=Overlap.of(s.training))[rank]
 
 
 class _Rank:

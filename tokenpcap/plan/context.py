@@ -31,9 +31,9 @@ activation dtype here is ``training.precision``.)
 
 Every step is one :class:`~tokenpcap.plan.calls.CollectiveCall` ``SendRecv`` per ring edge
 ``(src, dst)`` with ``dim`` ``cp``, ``op`` ``cp_kv_<i>`` (forward step ``i``) or
-``cp_kv_grad_<i>`` (backward step ``i``). The schedule makes a rank's steps of one layer in
-order right before that layer's attention compute, each blocking (the next partial attention
-needs the received chunk): :mod:`tokenpcap.schedule.program`.
+``cp_kv_grad_<i>`` (backward step ``i``). The schedule runs a rank's steps of one layer
+double-buffered around the layer's partial attentions, step ``i + 1``'s transfer started when
+step ``i``'s compute starts and waited for when it ends: :mod:`tokenpcap.schedule.program`.
 """
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ follows is the data-parallel and optimizer tail.
   (and the recomputed forward with ``recompute: full``, the output layer on the last stage), at
   the kernel efficiencies (:mod:`tokenpcap.schedule.compute`): what the rank would take with
   every collective free and no pipeline;
-* ``in_layer_comm_ns``: time inside the forward and backward blocks not spent computing: the
+* ``in_layer_comm_ns``: time inside the forward and backward blocks (their union: a combined
+  step's forward and backward blocks overlap) not spent computing: the
   blocking collectives between a layer's kernels (TP, CP ring steps, EP AllToAll, the batch
   broadcast), exposed;
 * ``pipeline_ns``: time before the last backward block ends outside any block: the pipeline
@@ -102,6 +103,17 @@ def stage_compute_ns(t: StageTimes, moe: tuple[bool, ...], microbatches: int, re
     return microbatches * per
 
 
+def _covered_ns(start: np.ndarray, end: np.ndarray) -> int:
+    """Nanoseconds covered by the union of the blocks ``[start, end)`` (int64 ``(n,)`` each): a
+    forward and a backward block of a combined step (:mod:`tokenpcap.schedule.epoverlap`) run
+    at once and count once."""
+    order = np.argsort(start, kind="stable")
+    s, e = start[order].astype(np.int64), end[order].astype(np.int64)
+    reach = np.maximum.accumulate(e) if e.size else e
+    lo = np.maximum(s, np.concatenate(([np.iinfo(np.int64).min], reach[:-1])))
+    return int(np.maximum(e - lo, 0).sum())
+
+
 def iteration_breakdown(schedule, iteration: int = 0) -> IterationBreakdown:
     """:class:`IterationBreakdown` of ``iteration`` of a schedule run to its end with
     ``keep_history`` (its :attr:`~tokenpcap.schedule.runner.Schedule.timeline`).
@@ -133,7 +145,7 @@ def iteration_breakdown(schedule, iteration: int = 0) -> IterationBreakdown:
                                   shards[k].moe, m, tr.recompute, k == p.pp - 1)
                  for k in range(p.pp)]
     compute = per_stage[st]
-    in_blocks = int((mine["end_ns"] - mine["start_ns"]).sum())
+    in_blocks = _covered_ns(mine["start_ns"], mine["end_ns"])
     last_fb = int(last[rank])
     world = s.cluster.nodes * s.cluster.gpus_per_node
     peak = s.cluster.gpu.peak_tflops

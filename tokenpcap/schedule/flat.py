@@ -54,7 +54,7 @@ from tokenpcap.schedule.flatbuild import (
     shape_transfers,
     template_programs,
 )
-from tokenpcap.schedule.program import build_programs
+from tokenpcap.schedule.program import Overlap, build_programs
 from tokenpcap.schedule.workload import workload_program_arrays, workload_programs
 
 __all__ = ["Flat", "FlatTransfers", "flatten", "MARK_CODES", "COMPUTE", "CALL", "WAIT", "MARK"]
@@ -241,7 +241,7 @@ def flatten(plan, iteration: int, shards, times, nvlink=None, above: int = 0, *,
             table, part_call, part_rank, lay.world_size, lay.coords, shards, times,
             plan.microbatches, iteration, plan.scenario.training.recompute,
             chunks=[chunk_layers(plan.scenario, st) for st in range(lay.pp)],
-            overlap_grad_reduce=plan.scenario.training.overlap_grad_reduce)
+            overlap=Overlap.of(plan.scenario.training))
     return Flat(C, table, tab.ab[shape_of], part_call, codes[code_ids], tr_base, part_base,
                 shape_of, shift, tab, gpn, npn, part_rank, prog_ptr, ins_kind, ins_a, ins_b)
 
@@ -339,7 +339,7 @@ def _flatten_direct(plan, iteration: int, shards, times, nvlink=None, above: int
         build_programs(calls, range(W), lay.coords, shards, times, plan.microbatches, iteration,
                        plan.scenario.training.recompute,
                        chunks=[chunk_layers(plan.scenario, st) for st in range(lay.pp)],
-                       overlap_grad_reduce=plan.scenario.training.overlap_grad_reduce)
+                       overlap=Overlap.of(plan.scenario.training))
     local = {c.call_id: i for i, c in enumerate(calls)}
     kinds: list[int] = []
     a_col: list[int] = []

@@ -39,7 +39,7 @@ from tokenpcap.collectives.traffic import CallShape
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.plan.calltable import CallTable
 from tokenpcap.schedule.engine.events import NS_HIGH
-from tokenpcap.schedule.program import Call, Compute, Mark, build_programs
+from tokenpcap.schedule.program import Call, Compute, Mark, Overlap, build_programs
 
 __all__ = ["COMPUTE", "CALL", "WAIT", "MARK", "MARK_CODES", "GROUP_FIELDS", "CallShapeArrays",
            "encode_program", "canonical_shape", "ShapeTable", "ROW_FIELDS", "expand_transfers",
@@ -311,7 +311,7 @@ def expand_transfers(table: ShapeTable, call_shape: np.ndarray, call_shift: np.n
 
 def template_programs(calls: CallTable, part_call: np.ndarray, part_rank: np.ndarray, world: int,
                       coords, shards, times, microbatches: int, iteration: int, recompute: str,
-                      *, chunks: list[list[range]] | None = None, overlap_grad_reduce: bool = True
+                      *, chunks: list[list[range]] | None = None, overlap: Overlap = Overlap()
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(prog_ptr (W + 1,), ins_kind int8, ins_a int32, ins_b int32)`` of every rank's program
     (:func:`encode_program`), one
@@ -321,7 +321,7 @@ def template_programs(calls: CallTable, part_call: np.ndarray, part_rank: np.nda
         calls: the iteration's calls (rows in call order); ``part_call``/``part_rank``: int64
             ``(P,)`` call and rank of each participation (participations in call order).
         world: ranks; ``coords``: ``rank -> RankCoords``; the rest (``chunks``: the layers of
-            each stage's model chunks, ``overlap_grad_reduce``) as ``build_programs``.
+            each stage's model chunks, ``overlap``) as ``build_programs``.
 
     Call objects are made only for the calls of one rank of each class.
 
@@ -354,7 +354,7 @@ def template_programs(calls: CallTable, part_call: np.ndarray, part_rank: np.nda
         nth = {c.call_id: n for n, c in enumerate(objs)}
         prog = build_programs(objs, range(r0, r0 + 1), coords,
                               shards, times, microbatches, iteration, recompute, chunks=chunks,
-                              overlap_grad_reduce=overlap_grad_reduce)[r0]
+                              overlap=overlap)[r0]
         kind, a, b = (np.asarray(x, np.int64) for x in encode_program(prog, nth.__getitem__))
         templates.append((np.asarray(members, np.int64), kind, a, b))
         lengths[members] = kind.size

@@ -42,98 +42,33 @@ with expert bias) the routers' tokens per expert, steps the optimizer, (ZeRO-1/2
 updated parameters bucket by bucket, and makes ``train_step``'s model-parallel reductions
 (``update_successful``, ``grad_norm``), the loss AllReduce and ``training_log``'s learning rate.
 A router with an auxiliary loss AllReduces its tokens per expert before the dispatch.
+
+With ``overlap_param_gather`` the parameter AllGathers leave the optimizer phase for the first
+forward of each model chunk, each waited for before the layers it holds
+(:mod:`tokenpcap.schedule.paramgather`). With ``overlap_moe_expert_parallel_comm`` a stage runs
+one more warm-up forward and each steady-state forward and backward as one combined step, layer
+by layer, the EP AllToAlls of one beside the other's computation
+(:mod:`tokenpcap.schedule.epoverlap`). The instructions and the layer templates are
+:mod:`tokenpcap.schedule.instructions`.
 """
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-from enum import IntEnum
-from typing import Union
 
 from tokenpcap.errors import InputError
 from tokenpcap.model import ShardParameters
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.schedule.compute import StageTimes
+from tokenpcap.schedule.epoverlap import combined_order, combined_step
+from tokenpcap.schedule.instructions import (ASYNC, BACKWARD_LAYER_OPS, BATCH_OPS, BLOCK,
+                                             BWD_LAYER, FORWARD_LAYER_OPS, FWD_LAYER, RECV,
+                                             SEND, WAIT, Call, CallMode, Compute, Instruction,
+                                             Mark, Overlap, Wait, _WAIT)
 from tokenpcap.schedule.interleave import interleaved_one_f_one_b
+from tokenpcap.schedule.paramgather import POST, PRE, ParamGather
 
 __all__ = ["one_f_one_b", "build_programs", "CallMode", "Compute", "Call", "Wait", "Mark",
-           "Instruction"]
-
-
-class CallMode(IntEnum):
-    """How a rank makes a collective call."""
-
-    BLOCK = 0   #: the rank waits until its part of the call is finished (TP, EP, ZeRO-3 gathers)
-    ASYNC = 1   #: queued on the rank's one communication stream (DP buckets, optimizer gathers)
-    SEND = 2    #: a pipeline send: started, never waited for (PP activations and gradients)
-    RECV = 3    #: a pipeline receive: the rank waits for the data
-    WAIT = 4    #: the rank waits until its part of a call it started earlier (SEND) is finished
-
-
-@dataclass(frozen=True, slots=True)
-class Compute:
-    """The rank computes for ``ns`` nanoseconds (> 0)."""
-
-    ns: int
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """The rank makes collective call ``call_id`` (:attr:`CollectiveCall.call_id`) in ``mode``."""
-
-    call_id: int
-    mode: CallMode
-
-
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """The rank waits until its asynchronous stream is empty."""
-
-
-@dataclass(frozen=True, slots=True)
-class Mark:
-    """Begin (``begin``) or end of a timeline block: ``what`` is ``F`` (forward), ``B`` (backward),
-    ``R`` (recomputed forward) or ``O`` (optimizer) of ``microbatch`` (-1: none)."""
-
-    begin: bool
-    what: str
-    microbatch: int
-    iteration: int
-
-
-#: One step of a rank's program.
-Instruction = Union[Compute, Call, Wait, Mark]
-_WAIT = Wait()
-BLOCK, ASYNC, SEND, RECV, WAIT = (CallMode.BLOCK, CallMode.ASYNC, CallMode.SEND,
-                                   CallMode.RECV, CallMode.WAIT)
-
-_FWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "attn_in"), ("r", "cp_kv"),
-              ("t", "attn_fwd"),
-              ("c", "attn_out"), ("c", "mlp_in"), ("c", "moe_aux_loss"), ("c", "moe_counts"),
-              ("c", "dispatch"), ("c", "dispatch_ib"), ("c", "dispatch_nvl"),
-              ("c", "dispatch_probs"), ("c", "dispatch_probs_ib"), ("c", "dispatch_probs_nvl"),
-              ("c", "moe_gather"), ("c", "moe_gather_probs"),
-              ("t", "mlp_fwd"), ("c", "moe_scatter"), ("c", "combine"), ("c", "combine_nvl"),
-              ("c", "combine_ib"), ("c", "mlp_out"))
-_BWD_LAYER = (("c", "dense_params"), ("c", "expert_params"), ("c", "mlp_out_grad"),
-              ("c", "combine_grad"), ("c", "combine_grad_ib"), ("c", "combine_grad_nvl"),
-              ("c", "moe_scatter_grad"), ("c", "mlp_in_regather"),
-              ("t", "mlp_bwd"), ("c", "moe_gather_grad"), ("c", "moe_gather_probs_grad"),
-              ("c", "dispatch_grad"), ("c", "dispatch_grad_nvl"), ("c", "dispatch_grad_ib"),
-              ("c", "dispatch_probs_grad"), ("c", "dispatch_probs_grad_nvl"),
-              ("c", "dispatch_probs_grad_ib"), ("c", "mlp_in_grad"),
-              ("c", "attn_out_grad"),
-              ("c", "attn_in_regather"), ("r", "cp_kv_grad"), ("t", "attn_bwd"),
-              ("c", "attn_in_grad"),
-              ("a", "dense_grads"), ("a", "expert_grads"))
-
-
-#: The collectives of one layer in the order a rank makes them, forward and backward.
-FORWARD_LAYER_OPS = tuple(n for t, n in _FWD_LAYER if t == "c")
-BACKWARD_LAYER_OPS = tuple(n for t, n in _BWD_LAYER if t == "c")
-#: The batch broadcasts of a microbatch's forward (plan: ``small.small_families``).
-_BATCH_OPS = ("batch_tokens", "batch_labels", "batch_loss_mask", "batch_position_ids",
-              "batch_attention_mask")
+           "Instruction", "Overlap", "FORWARD_LAYER_OPS", "BACKWARD_LAYER_OPS"]
 
 
 def one_f_one_b(pp: int, stage: int, microbatches: int) -> list[tuple[str, int]]:
@@ -167,7 +102,7 @@ def _slot_key(c: CollectiveCall, rank: int) -> tuple:
 def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: list[ShardParameters],
                    times: list[StageTimes], microbatches: int, iteration: int,
                    recompute: str, *, chunks: list[list[range]] | None = None,
-                   overlap_grad_reduce: bool = True) -> dict[int, list[Instruction]]:
+                   overlap: Overlap = Overlap()) -> dict[int, list[Instruction]]:
     """Instructions of every rank for one iteration.
 
     Args:
@@ -181,7 +116,9 @@ def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: li
         recompute: ``none`` | ``selective`` | ``full``.
         chunks: per stage, the layers of each model chunk (:func:`tokenpcap.plan.pipeline.
             chunk_layers`); default one chunk, the shard's layers (no interleaving).
-        overlap_grad_reduce: DP buckets launched during the last backward (module docstring).
+        overlap: DP buckets launched during the last backward (module docstring), the
+            parameter gathers in the next forward (:mod:`tokenpcap.schedule.paramgather`),
+            forward and backward steps combined (:mod:`tokenpcap.schedule.epoverlap`).
 
     Returns ``{rank: [instruction, ...]}`` of :data:`Instruction` (:class:`Compute`,
     :class:`Call`, :class:`Wait`, :class:`Mark`).
@@ -195,7 +132,7 @@ def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: li
         for r in c.group:
             key = _slot_key(c, r)
             slots[r][key].append(c.call_id)
-            if key[0] == "bucket":
+            if key[0] in ("bucket", "opt"):
                 lows[r][key] = c.layer
     if chunks is None:
         chunks = [[range(sh.first_layer, sh.last_layer + 1)] for sh in shards]
@@ -203,8 +140,7 @@ def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: li
     for r in ranks:
         st = coords(r).pp
         progs[r] = _Builder(slots[r], lows[r], shards[st], times[st], st, len(shards),
-                            microbatches, iteration, recompute, chunks[st],
-                            overlap_grad_reduce).build()
+                            microbatches, iteration, recompute, chunks[st], overlap).build()
         left = {k: v for k, v in slots[r].items() if v}
         if left:
             raise RuntimeError(f"internal: rank {r}: calls not placed in its program: {left}")
@@ -214,15 +150,27 @@ def build_programs(calls: list[CollectiveCall], ranks: range, coords, shards: li
 class _Builder:
     def __init__(self, slots, lows: dict, shard: ShardParameters, times: StageTimes, stage: int,
                  pp: int, m: int, iteration: int, recompute: str, chunks: list[range],
-                 overlap: bool = True):
+                 overlap: Overlap):
         self.s, self.lows, self.sh, self.t = slots, lows, shard, times
         self.st, self.pp, self.m, self.it, self.rc = stage, pp, m, iteration, recompute
-        self.chunks, self.overlap = chunks, overlap
+        self.chunks, self.overlap, self.ov = chunks, overlap.grad_reduce, overlap
         # whether each of the stage's layers is an MoE layer, by global index (chunk by chunk)
         self.moe_of = dict(zip((L for r in chunks for L in r), shard.moe))
         self.p: list[Instruction] = []
+        self.waits: dict[tuple, int] = {}
         self.bucket_keys = sorted((k for k in slots if k[0] == "bucket"), key=lambda k: (k[2], k[1]))
         self.launched: set = set()
+        self.pg = ParamGather([k for k in slots if k[0] == "opt"], lows, self.chunk_of,
+                              shard.pre > 0 and stage == 0, stage, pp, m, len(chunks),
+                              self.emit) if overlap.param_gather else None
+
+    def emit(self, key: tuple, mode: str) -> None:
+        """A parameter gather's call started (``send``) or waited for (``wait``)."""
+        if mode == "send":
+            self.p.append(Call(self.s[key].pop(0), SEND))
+            self.waits[key] = self.p[-1].call_id
+        else:
+            self.p.append(Call(self.waits.pop(key), WAIT))
 
     def take(self, key: tuple, mode: CallMode) -> None:
         lst = self.s.get(key)
@@ -235,22 +183,22 @@ class _Builder:
 
     def build(self) -> list[Instruction]:
         v = len(self.chunks)
-        order = [(k, j, 0) for k, j in one_f_one_b(self.pp, self.st, self.m)] if v == 1 else \
-            interleaved_one_f_one_b(self.pp, self.st, self.m, v)
-        for kind, j, c in order:
-            lo, hi = self.chunks[c][0], self.chunks[c][-1]
-            if kind == "F":           # (absent calls, e.g. the first stage's receive, are skipped)
-                self.take(("recv", "forward", j, lo - 1), RECV)
-                self.p.append(Mark(True, "F", j, self.it))
-                self.forward(j, c)
-                self.p.append(Mark(False, "F", j, self.it))
-                self.take(("send", "forward", j, hi), SEND)
-            else:
-                self.take(("recv", "backward", j, hi + 1), RECV)
-                self.p.append(Mark(True, "B", j, self.it))
-                self.backward(j, c)
-                self.p.append(Mark(False, "B", j, self.it))
-                self.take(("send", "backward", j, lo), SEND)
+        if self.ov.moe_a2a:
+            order = combined_order(self.pp, self.st, self.m, v)
+        else:
+            order = [(k, j, 0) for k, j in one_f_one_b(self.pp, self.st, self.m)] if v == 1 \
+                else interleaved_one_f_one_b(self.pp, self.st, self.m, v)
+        for kind, j, c in order:      # (absent calls, e.g. the first stage's receive, are skipped)
+            if kind == "FB":
+                combined_step(self, j, c)
+                continue
+            if kind == "F":
+                self.begin_forward()
+            self.take_pp(kind, "recv", j, c)
+            self.mark(True, kind, j)
+            self.forward(j, c) if kind == "F" else self.backward(j, c)
+            self.mark(False, kind, j)
+            self.take_pp(kind, "send", j, c)
         if not self.overlap:                       # finalize_model_grads: chunk by chunk
             for c in range(v):
                 self.buckets(lambda k, c=c: self.chunk_of(k) == c)
@@ -262,7 +210,8 @@ class _Builder:
         self.take(("optimizer", False, -1, -1, "found_inf"), BLOCK)
         self.take(("optimizer", False, -1, -1, "grad_norm"), BLOCK)
         self.compute(self.t.optimizer)
-        for key in sorted((k for k in self.s if k[0] == "opt"), key=lambda k: (k[2], k[1])):
+        for key in sorted((k for k in self.s if k[0] == "opt" and self.pg is None),
+                          key=lambda k: (k[2], k[1])):
             self.take(key, ASYNC)
         self.p.append(_WAIT)
         self.take(("optimizer", False, -1, -1, "update_successful"), BLOCK)
@@ -271,6 +220,30 @@ class _Builder:
         self.take(("optimizer", False, -1, -1, "learning_rate_max"), BLOCK)
         self.p.append(Mark(False, "O", -1, self.it))
         return self.p
+
+    def take_pp(self, kind: str, way: str, j: int, c: int) -> None:
+        """The pipeline receive (``way`` ``recv``, blocking) or send (``send``) of forward
+        (``kind`` ``F``) or backward ``B`` of microbatch ``j`` on chunk ``c``."""
+        lo, hi = self.chunks[c][0], self.chunks[c][-1]
+        if kind == "F":
+            key = (way, "forward", j, lo - 1 if way == "recv" else hi)
+        else:
+            key = (way, "backward", j, hi + 1 if way == "recv" else lo)
+        self.take(key, RECV if way == "recv" else SEND)
+
+    def mark(self, begin: bool, kind: str, j: int) -> None:
+        self.p.append(Mark(begin, kind, j, self.it))
+
+    def post(self, key: tuple) -> int | None:
+        """Start the call of ``key`` (``SEND``, waited for later); its id, or None if absent."""
+        lst = self.s.get(key)
+        if not lst:
+            return None
+        self.p.append(Call(lst.pop(0), SEND))
+        return self.p[-1].call_id
+
+    def wait_for(self, ids: list[int]) -> None:
+        self.p.extend(Call(cid, WAIT) for cid in ids)
 
     def layer(self, template, phase: str, rec: bool, j: int, L: int) -> None:
         dense = not self.moe_of[L]
@@ -333,55 +306,86 @@ class _Builder:
             post(mine)
             wait(mine)
 
+    def gather(self, j: int, c: int, where: int | None) -> None:
+        """With ``overlap_param_gather``: the first forward of chunk ``c`` waits for the
+        parameters it needs at ``where`` (:meth:`ParamGather.before`)."""
+        if self.pg is not None and j == 0:
+            self.pg.before(c, where)
+
     def forward(self, j: int, c: int) -> None:
-        first = self.st == 0 and c == 0
-        last = self.st == self.pp - 1 and c == len(self.chunks) - 1
-        for op in _BATCH_OPS:                       # get_batch: TP rank 0 broadcasts the batch
+        self.forward_head(j, c)
+        for L in self.chunks[c]:
+            self.gather(j, c, L)
+            self.layer(FWD_LAYER, "forward", False, j, L)
+        self.forward_tail(j, c)
+
+    def begin_forward(self) -> None:
+        """Before a forward and its receive: the chunk-aligned parameter gathers it starts."""
+        if self.pg is not None:
+            self.pg.start_forward()
+
+    def forward_head(self, j: int, c: int) -> None:
+        """The batch broadcasts and, on the first chunk of the first stage, the embedding."""
+        for op in BATCH_OPS:                       # get_batch: TP rank 0 broadcasts the batch
             self.take(("forward", False, j, -1, op), BLOCK)
-        if first:
+        if self.st == 0 and c == 0:
+            self.gather(j, c, PRE)
             self.take(("forward", False, j, -1, "dense_params"), BLOCK)      # ZeRO-3: embedding
             self.take(("forward", False, j, -1, "embedding"), BLOCK)
-        for L in self.chunks[c]:
-            self.layer(_FWD_LAYER, "forward", False, j, L)
-        if last:
+
+    def forward_tail(self, j: int, c: int) -> None:
+        """On the last chunk of the last stage the output layer and the cross entropy."""
+        if self.st == self.pp - 1 and c == len(self.chunks) - 1:
+            self.gather(j, c, POST)
             self.take(("forward", False, j, -1, "dense_params"), BLOCK)      # ZeRO-3: output layer
             self.take(("forward", False, j, -1, "lm_head_in"), BLOCK)
             self.compute(self.t.logits_fwd)
             for op in ("xent_max", "xent_logit", "xent_sum_exp"):
                 self.take(("forward", False, j, -1, op), BLOCK)
+        self.gather(j, c, None)
 
     def backward(self, j: int, c: int) -> None:
-        first = self.st == 0 and c == 0
-        last = self.st == self.pp - 1 and c == len(self.chunks) - 1
-        final = j == self.m - 1 and self.overlap   # the chunk's gradients are final after it
+        self.backward_head(j, c)
+        for L in reversed(self.chunks[c]):
+            if self.rc == "full":
+                self.p.append(Mark(True, "R", j, self.it))
+                self.layer(FWD_LAYER, "forward", True, j, L)
+                self.p.append(Mark(False, "R", j, self.it))
+            self.layer(BWD_LAYER, "backward", False, j, L)
+            self.backward_done(j, c, L)
+        self.backward_tail(j, c)
 
-        def mine(k: tuple) -> bool:
-            return self.chunk_of(k) == c
+    def final(self, j: int) -> bool:
+        """Whether the gradients are final after microbatch ``j``'s backward (buckets go)."""
+        return j == self.m - 1 and self.overlap
 
-        if last:
+    def backward_head(self, j: int, c: int) -> None:
+        """On the last chunk of the last stage the output layer's backward."""
+        if self.st == self.pp - 1 and c == len(self.chunks) - 1:
             self.take(("backward", False, j, -1, "dense_params"), BLOCK)
             self.compute(self.t.logits_bwd)
             self.take(("backward", False, j, -1, "lm_head_in_grad"), BLOCK)
             self.take(("backward", False, j, -1, "lm_head_in_regather"), BLOCK)
             self.take(("backward", False, j, -1, "dense_grads"), ASYNC)
-            if final:
-                self.buckets(lambda k: mine(k) and k[2] == 0 and self.low(k) == -1
-                             and self.sh.post > 0)
-        for L in reversed(self.chunks[c]):
-            if self.rc == "full":
-                self.p.append(Mark(True, "R", j, self.it))
-                self.layer(_FWD_LAYER, "forward", True, j, L)
-                self.p.append(Mark(False, "R", j, self.it))
-            self.layer(_BWD_LAYER, "backward", False, j, L)
-            if final:
-                self.buckets(lambda k, L=L: mine(k) and self.low(k) == L
-                             and not self.holds_pre(k))
-        if first:
+            if self.final(j):
+                self.buckets(lambda k: self.chunk_of(k) == c and k[2] == 0
+                             and self.low(k) == -1 and self.sh.post > 0)
+
+    def backward_done(self, j: int, c: int, L: int) -> None:
+        """After layer ``L``'s backward: the buckets whose gradients are then final."""
+        if self.final(j):
+            self.buckets(lambda k: self.chunk_of(k) == c and self.low(k) == L
+                         and not self.holds_pre(k))
+
+    def backward_tail(self, j: int, c: int) -> None:
+        """On the first chunk of the first stage the embedding's backward; the chunk's last
+        buckets."""
+        if self.st == 0 and c == 0:
             self.take(("backward", False, j, -1, "embedding_grad"), BLOCK)
             self.take(("backward", False, j, -1, "dense_params"), BLOCK)
             self.take(("backward", False, j, -1, "dense_grads"), ASYNC)
-        if final:
-            self.buckets(mine)
+        if self.final(j):
+            self.buckets(lambda k: self.chunk_of(k) == c)
 
     def low(self, key: tuple) -> int:
         return self.lows[key]

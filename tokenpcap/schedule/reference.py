@@ -48,7 +48,7 @@ from tokenpcap.schedule.spans import token_range
 from tokenpcap.wire.lines import LINE_PROTOCOLS
 from tokenpcap.errors import InputError
 from tokenpcap.plan.build import Plan, build_plan
-from tokenpcap.schedule.program import CallMode, Compute, Mark, Wait, build_programs
+from tokenpcap.schedule.program import CallMode, Compute, Mark, Overlap, Wait, build_programs
 from tokenpcap.schedule.workload import workload_programs
 from tokenpcap.plan.pipeline import chunk_layers
 
@@ -172,7 +172,7 @@ class ReferenceSchedule:
                 calls, range(lay.world_size), lay.coords, self._shards, self._times,
                 self.plan.microbatches, it, self.scenario.training.recompute,
                 chunks=[chunk_layers(self.scenario, st) for st in range(lay.pp)],
-                overlap_grad_reduce=self.scenario.training.overlap_grad_reduce)
+                overlap=Overlap.of(self.scenario.training))
         prog = progs.pop(rank)
         if not progs:
             del self._progs[it]
