@@ -29,7 +29,7 @@ from numba.core import event
 
 from tokenpcap.stages import stage
 
-__all__ = ["engine_compiled", "part", "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE", "compile_seconds", "CompileNotice"]
+__all__ = ["engine_compiled", "part", "inline_part", "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE", "compile_seconds", "CompileNotice"]
 
 #: The stage line of the engine's compile (numba caches it on disk for later runs).
 COMPILE_STAGE = "compiling the timing engine, once per machine"
@@ -71,6 +71,19 @@ def part(f):
     From compiled code it is an ordinary call; called from Python it crashes the interpreter
     (numba has no entry point to call), so a function Python or a test calls stays ``@njit``."""
     return njit(cache=True, _nrt=False, no_cpython_wrapper=True)(f)
+
+
+def inline_part(f):
+    """A :func:`part` that LLVM always inlines into its callers (``forceinline``: numba marks it
+    ``alwaysinline``, and a caller's library links the callee's IR before optimizing). For the
+    event loop's parts that take the :class:`~tokenpcap.schedule.engine.events.State`: numba
+    passes each array of it as its members (data pointer, shape, strides and three more: 7-9
+    words), so an ordinary call copies about 470 words onto the stack (the ``State``'s 55
+    arrays) before it runs; LLVM left the largest parts (``advance``, ``ready``, ``step``, ...)
+    as such calls, and the copies were about a fifth of the engine's run time
+    (``benchmarks/README.md``, ``engine_timing.py``). Inlined, only the arrays a part reads are
+    loaded. The part must not be recursive."""
+    return njit(cache=True, _nrt=False, no_cpython_wrapper=True, forceinline=True)(f)
 
 
 def compile_seconds(queued: bool, load: float | None = None, cores: int | None = None) -> float:

@@ -191,7 +191,10 @@ def run(S, cf, sc, h, a, o, lst, fabric):
             elif row[3] == 1:
                 arrived(S, cf, sc, h, lst, row[4], t)
             else:
-                ab_done(S, cf, sc, h, lst, row[4], t, S.call_pbase[row[4]])
+                # an NVLink-only call's end: taken up at the top of the loop, where a resumed
+                # one is (one call site: the part is inlined, module compiled)
+                sc[AB_CALL] = row[4]
+                sc[AB_POS] = S.call_pbase[row[4]]
         if sc[ERR]:
             return 2
     if fabric is not None:
