@@ -234,8 +234,26 @@ class State(NamedTuple):
 
 
 # ---------------------------------------------------------------- heap
+# A 4-ary heap of rows ``(key0, key1, key2, a, b)`` ordered by ``(key0, key1, key2)`` (``key0 =
+# time·8 + type``, ``key2`` the insertion number, so no two rows are equal): the children of row
+# ``i`` are rows ``4i + 1 .. 4i + 4``. Half the levels of a binary heap; a level of the pop
+# compares its children pairwise (two independent comparisons, then one), so its chain of
+# dependent loads is half as long (d-ary heaps: Johnson 1975; Knuth TAOCP vol. 3, 5.2.3). The
+# order in which rows are popped depends only on their keys, not on the heap's shape.
 
-@njit(cache=True, _nrt=False)
+@part
+def _lt(h, i, j):
+    """Row ``i`` of the heap sorts before row ``j``."""
+    a0 = h[i, 0]
+    b0 = h[j, 0]
+    if a0 != b0:
+        return a0 < b0
+    if h[i, 1] != h[j, 1]:
+        return h[i, 1] < h[j, 1]
+    return h[i, 2] < h[j, 2]
+
+
+@njit(cache=True, _nrt=False, forceinline=True)
 def push(h, sc, t, typ, key2, a, b):
     n = sc[HN]
     if n == h.shape[0]:
@@ -247,7 +265,7 @@ def push(h, sc, t, typ, key2, a, b):
     # sift the hole up from the end, then write the new row once
     i = n
     while i > 0:
-        par = (i - 1) >> 1
+        par = (i - 1) >> 2
         p0 = h[par, 0]
         if p0 < k0 or (p0 == k0 and (h[par, 1] < key2 or (h[par, 1] == key2 and h[par, 2] < k2))):
             break
@@ -265,13 +283,10 @@ def push(h, sc, t, typ, key2, a, b):
 @njit(cache=True, _nrt=False, forceinline=True)
 def pop(h, sc, row):
     """Take the heap's first row into ``row``. The hole at the root goes down to a leaf along the
-    smaller children (one comparison per level, the child chosen without a branch when the
-    times differ), then the last row is sifted up from there (Floyd's bottom-up deletion,
+    smallest children, then the last row is sifted up from there (Floyd's bottom-up deletion,
     Knuth TAOCP vol. 3, 5.2.3 ex. 18): the last row is seldom smaller than a leaf's parent, so
-    that costs about one comparison, where sifting it down from the root compared it with the
-    smaller child at every level and mispredicted the comparison between the children about
-    half the time. Rows are ordered by ``(h[:, 0], h[:, 1], h[:, 2])``; the order of the pops
-    depends only on it, not on the heap's layout."""
+    that costs about one comparison, where sifting it down from the root also compared it with
+    the smallest child at every level."""
     n = sc[HN] - 1
     for c in range(5):
         row[c] = h[0, c]
@@ -281,25 +296,30 @@ def pop(h, sc, row):
     i = 0
     m = 1
     while m < n:
-        if m + 1 < n:
-            a0 = h[m, 0]
-            b0 = h[m + 1, 0]
-            if a0 != b0:
-                m += b0 < a0
-            elif h[m + 1, 1] < h[m, 1] or (h[m + 1, 1] == h[m, 1] and h[m + 1, 2] < h[m, 2]):
-                m += 1
+        if m + 3 < n:
+            m1 = m + 1 if _lt(h, m + 1, m) else m
+            m2 = m + 3 if _lt(h, m + 3, m + 2) else m + 2
+            if _lt(h, m2, m1):
+                m1 = m2
+            m = m1
+        else:
+            best = m
+            for k in range(m + 1, n):
+                if _lt(h, k, best):
+                    best = k
+            m = best
         for c in range(5):
             h[i, c] = h[m, c]
         i = m
-        m = 2 * i + 1
-    # the hole is at leaf i; the last row (n) fills it, sifted up (it is not moved when i == n)
+        m = 4 * i + 1
+    # the hole is at leaf i; the last row (n) fills it, sifted up
     x0 = h[n, 0]
     x1 = h[n, 1]
     x2 = h[n, 2]
     x3 = h[n, 3]
     x4 = h[n, 4]
     while i > 0:
-        par = (i - 1) >> 1
+        par = (i - 1) >> 2
         p0 = h[par, 0]
         if p0 < x0 or (p0 == x0 and (h[par, 1] < x1 or (h[par, 1] == x1 and h[par, 2] < x2))):
             break
