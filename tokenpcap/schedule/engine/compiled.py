@@ -75,14 +75,15 @@ def part(f):
 
 def inline_part(f):
     """A :func:`part` that LLVM always inlines into its callers (``forceinline``: numba marks it
-    ``alwaysinline``, and a caller's library links the callee's IR before optimizing). For the
+    ``alwaysinline``, and a caller's library links the callee's IR before optimizing it). For the
     event loop's parts that take the :class:`~tokenpcap.schedule.engine.events.State`: numba
-    passes each array of it as its members (data pointer, shape, strides and three more: 7-9
-    words), so an ordinary call copies about 470 words onto the stack (the ``State``'s 55
-    arrays) before it runs; LLVM left the largest parts (``advance``, ``ready``, ``step``, ...)
-    as such calls, and the copies were about a fifth of the engine's run time
-    (``benchmarks/README.md``, ``engine_timing.py``). Inlined, only the arrays a part reads are
-    loaded. The part must not be recursive."""
+    passes each array of it as its members (data pointer, shape, strides and four more: 7-9
+    words), so an ordinary call pushes about 470 words of the State's 55 arrays onto the stack
+    before it runs. LLVM left the larger parts (``advance``, ``_epoch``, ``ready``, ``step``,
+    ``arrived``, ``_finish``, ``ab_done``) as such calls; inlined, a part loads only the arrays
+    it reads, and the engine's run took a third of the CPU it did (``benchmarks/README.md``,
+    ``engine_timing.py``), for about a third more compile time. The part must not be recursive;
+    one called from several places is compiled into each of them."""
     return njit(cache=True, _nrt=False, no_cpython_wrapper=True, forceinline=True)(f)
 
 
