@@ -253,7 +253,7 @@ def _lt(h, i, j):
     return h[i, 2] < h[j, 2]
 
 
-@njit(cache=True, _nrt=False, forceinline=True)
+@njit(cache=True, _nrt=False)
 def push(h, sc, t, typ, key2, a, b):
     n = sc[HN]
     if n == h.shape[0]:
