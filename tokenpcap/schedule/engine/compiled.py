@@ -82,7 +82,7 @@ def inline_part(f):
     before it runs. LLVM left the larger parts (``advance``, ``_epoch``, ``ready``, ``step``,
     ``arrived``, ``_finish``, ``ab_done``) as such calls; inlined, a part loads only the arrays
     it reads, and the engine's run took a third of the CPU it did (``benchmarks/README.md``,
-    ``engine_timing.py``), for about a third more compile time. The part must not be recursive;
+    ``engine_timing.py``), for about a quarter more compile time. The part must not be recursive;
     one called from several places is compiled into each of them."""
     return njit(cache=True, _nrt=False, no_cpython_wrapper=True, forceinline=True)(f)
 
