@@ -284,7 +284,7 @@ def push(h, sc, t, typ, key2, a, b):
 def pop(h, sc, row):
     """Take the heap's first row into ``row``. The hole at the root goes down to a leaf along the
     smallest children, then the last row is sifted up from there (Floyd's bottom-up deletion,
-    Knuth TAOCP vol. 3, 5.2.3 ex. 18): the last row is seldom smaller than a leaf's parent, so
+    Knuth TAOCP vol. 3, 5.2.3): the last row is seldom smaller than a leaf's parent, so
     that costs about one comparison, where sifting it down from the root also compared it with
     the smallest child at every level."""
     n = sc[HN] - 1
