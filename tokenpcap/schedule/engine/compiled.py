@@ -32,8 +32,8 @@ from numba.core.registry import CPUDispatcher
 
 from tokenpcap.stages import stage
 
-__all__ = ["engine_compiled", "in_cache", "part", "shared", "one_type", "OneSignature",
-           "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE", "ASIDE_SHARE", "compile_seconds",
+__all__ = ["engine_compiled", "in_cache", "part", "inline_part", "shared", "inline_shared",
+           "one_type", "OneSignature", "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE", "ASIDE_SHARE", "compile_seconds",
            "CompileNotice"]
 
 #: The stage line of the engine's compile (numba caches it on disk for later runs).
@@ -144,6 +144,26 @@ def shared(f):
     with numba's CPython wrapper: ``@njit(cache=True, _nrt=False)``, one specialization per
     argument types up to literals and integer widths (:class:`OneSignature`)."""
     return _one_signature(f, _nrt=False)
+
+
+def inline_part(f):
+    """A :func:`part` that LLVM always inlines into its callers (``forceinline``: numba marks it
+    ``alwaysinline``, and a caller's library links the callee's IR before optimizing it). For the
+    event loop's parts that take the :class:`~tokenpcap.schedule.engine.events.State`: numba
+    passes each array of it as its members (data pointer, shape, strides and four more: 7-9
+    words), so an ordinary call pushes about 470 words of the State's 55 arrays onto the stack
+    before it runs. LLVM left the larger parts (``advance``, ``_epoch``, ``ready``, ``step``,
+    ``arrived``, ``_finish``, ``ab_done``) as such calls; inlined, a part loads only the arrays
+    it reads, and the engine's run took a third of the CPU it did (``benchmarks/README.md``,
+    ``engine_timing.py``), for about a quarter more compile time. The part must not be recursive;
+    one called from several places is compiled into each of them."""
+    return _one_signature(f, _nrt=False, no_cpython_wrapper=True, forceinline=True)
+
+
+def inline_shared(f):
+    """:func:`shared` that LLVM always inlines into compiled callers (as :func:`inline_part`),
+    keeping numba's CPython wrapper for Python and tests."""
+    return _one_signature(f, _nrt=False, forceinline=True)
 
 
 def compile_seconds(queued: bool, load: float | None = None, cores: int | None = None,

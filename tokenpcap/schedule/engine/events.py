@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tokenpcap.records import PKT_CNP
-from tokenpcap.schedule.engine.compiled import part, shared
+from tokenpcap.schedule.engine.compiled import inline_shared, part, shared
 
 __all__ = [
     "EV_READY", "EV_ACK", "EV_ARRIVE", "EV_TIMER", "EV_WAKE", "NEVER", "MASK24", "HN", "SEQ",
@@ -233,11 +233,20 @@ class State(NamedTuple):
 
 
 # ---------------------------------------------------------------- heap
+# A 4-ary heap of rows ``(key0, key1, key2, a, b)`` ordered by ``(key0, key1, key2)`` (``key0 =
+# time·8 + type``, ``key2`` the insertion number, so no two rows are equal): the children of row
+# ``i`` are rows ``4i + 1 .. 4i + 4``. Half the levels of a binary heap; a level of the pop
+# compares its children pairwise (two independent comparisons, then one), so its chain of
+# dependent loads is half as long (d-ary heaps: Johnson 1975; Knuth TAOCP vol. 3, 5.2.3). The
+# order in which rows are popped depends only on their keys, not on the heap's shape.
 
 @part
-def _less(h, i, j):
-    if h[i, 0] != h[j, 0]:
-        return h[i, 0] < h[j, 0]
+def _lt(h, i, j):
+    """Row ``i`` of the heap sorts before row ``j``."""
+    a0 = h[i, 0]
+    b0 = h[j, 0]
+    if a0 != b0:
+        return a0 < b0
     if h[i, 1] != h[j, 1]:
         return h[i, 1] < h[j, 1]
     return h[i, 2] < h[j, 2]
@@ -255,7 +264,7 @@ def push(h, sc, t, typ, key2, a, b):
     # sift the hole up from the end, then write the new row once
     i = n
     while i > 0:
-        par = (i - 1) >> 1
+        par = (i - 1) >> 2
         p0 = h[par, 0]
         if p0 < k0 or (p0 == k0 and (h[par, 1] < key2 or (h[par, 1] == key2 and h[par, 2] < k2))):
             break
@@ -270,33 +279,52 @@ def push(h, sc, t, typ, key2, a, b):
     sc[HN] = n + 1
 
 
-@shared
+@inline_shared
 def pop(h, sc, row):
+    """Take the heap's first row into ``row``. The hole at the root goes down to a leaf along the
+    smallest children, then the last row is sifted up from there (Floyd's bottom-up deletion,
+    Knuth TAOCP vol. 3, 5.2.3): the last row is seldom smaller than a leaf's parent, so
+    that costs about one comparison, where sifting it down from the root also compared it with
+    the smallest child at every level."""
     n = sc[HN] - 1
     for c in range(5):
         row[c] = h[0, c]
     sc[HN] = n
     if n == 0:
         return
-    # the last row fills the hole at the root, sifted down without swapping
+    i = 0
+    m = 1
+    while m < n:
+        if m + 3 < n:
+            m1 = m + 1 if _lt(h, m + 1, m) else m
+            m2 = m + 3 if _lt(h, m + 3, m + 2) else m + 2
+            if _lt(h, m2, m1):
+                m1 = m2
+            m = m1
+        else:
+            best = m
+            for k in range(m + 1, n):
+                if _lt(h, k, best):
+                    best = k
+            m = best
+        for c in range(5):
+            h[i, c] = h[m, c]
+        i = m
+        m = 4 * i + 1
+    # the hole is at leaf i; the last row (n) fills it, sifted up
     x0 = h[n, 0]
     x1 = h[n, 1]
     x2 = h[n, 2]
     x3 = h[n, 3]
     x4 = h[n, 4]
-    i = 0
-    while True:
-        m = 2 * i + 1
-        if m >= n:
-            break
-        if m + 1 < n and _less(h, m + 1, m):
-            m += 1
-        m0 = h[m, 0]
-        if m0 > x0 or (m0 == x0 and (h[m, 1] > x1 or (h[m, 1] == x1 and h[m, 2] > x2))):
+    while i > 0:
+        par = (i - 1) >> 2
+        p0 = h[par, 0]
+        if p0 < x0 or (p0 == x0 and (h[par, 1] < x1 or (h[par, 1] == x1 and h[par, 2] < x2))):
             break
         for c in range(5):
-            h[i, c] = h[m, c]
-        i = m
+            h[i, c] = h[par, c]
+        i = par
     h[i, 0] = x0
     h[i, 1] = x1
     h[i, 2] = x2

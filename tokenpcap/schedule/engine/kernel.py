@@ -21,7 +21,7 @@ overhead), computed so that the cost of a message does not depend on its packet 
   message, a packet with AckReq: the *stop slot* ``s``) is a MIDDLE packet except each QP's first,
   so the start time of any slot follows from one round of durations: ``O(k)`` work per epoch
   instead of ``O(slots)``.
-* **Events** are those of the discrete-event engine, in the same total order: a binary heap keyed
+* **Events** are those of the discrete-event engine, in the same total order: a 4-ary heap keyed
   by ``(time, type, key, insertion)`` with types READY < ACK < ARRIVE < TIMER < WAKE, READY keyed
   by message id, ACK by (message, packet), ARRIVE by message, WAKE by NIC, timers by insertion.
   The READYs an event creates at its own instant sort before everything left at that instant and
@@ -37,7 +37,10 @@ overhead), computed so that the cost of a message does not depend on its packet 
 The parts are compiled without numba's reference counting and without a CPython wrapper
 (:func:`~tokenpcap.schedule.engine.compiled.part`): they never allocate, every call that passes
 the :class:`State` would otherwise pay two atomic operations per array of it, and only this
-module's functions are called from Python. With an ideal fabric (``fabric`` is ``None``) the
+module's functions are called from Python. The parts that take the :class:`State` and are not
+small (``advance``, ``ready``, ``step``, ``arrived``, ...) are inlined into :func:`run`
+(:func:`~tokenpcap.schedule.engine.compiled.inline_part`): an ordinary call copies every array
+of the State onto the stack. With an ideal fabric (``fabric`` is ``None``) the
 queued fabric's parts are not compiled at all (``QUEUED``,
 :mod:`~tokenpcap.schedule.engine.events`). Numba's on-disk cache does not follow calls across
 modules: after editing a part, delete ``tokenpcap/schedule/engine/__pycache__/*.nb[ic]``.
@@ -191,7 +194,10 @@ def run(S, cf, sc, h, a, o, lst, fabric):
             elif row[3] == 1:
                 arrived(S, cf, sc, h, lst, row[4], t)
             else:
-                ab_done(S, cf, sc, h, lst, row[4], t, S.call_pbase[row[4]])
+                # an NVLink-only call's end: taken up at the top of the loop, where a resumed
+                # one is (one call site: the part is inlined, module compiled)
+                sc[AB_CALL] = row[4]
+                sc[AB_POS] = S.call_pbase[row[4]]
         if sc[ERR]:
             return 2
     if fabric is not None:

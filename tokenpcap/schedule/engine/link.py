@@ -21,7 +21,7 @@ instead of being recomputed:
 from __future__ import annotations
 
 
-from tokenpcap.schedule.engine.compiled import part
+from tokenpcap.schedule.engine.compiled import inline_part, part
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import emit, push
 from tokenpcap.schedule.engine.fabric import inject
@@ -155,7 +155,7 @@ def _act_remove(S, port, e):
     pt[port, P_STOP] = -1
 
 
-@part
+@inline_part
 def _epoch(S, cf, sc, h, o, port, limit, fabric):
     """Commit the slots of the rotation that start before ``limit``, up to the stop slot
     (``fabric``: as :func:`advance`)."""
@@ -300,7 +300,7 @@ def control_frame(cf, flags):
     return PKT_ACK, cf[ACK_NS], cf[ACK_FB], cf[F_ACK_TB], PK_CNP if flags == AQ_CNPACK else 0
 
 
-@part
+@inline_part
 def advance(S, cf, sc, h, a, o, port, limit, fabric):
     """Commit every frame of ``port`` that starts before ``limit`` (ns). ``fabric``: ``QUEUED``
     with a queued fabric, ``None`` with an ideal one (its code is then left out:
@@ -453,7 +453,7 @@ def _rewake_fab(S, cf, sc, h, port, k):
         _wake_at(S, sc, h, port, t)
 
 
-@part
+@inline_part
 def ready(S, cf, sc, h, a, o, mid, t, fabric):
     """Message ``mid`` is posted on its QP at ``t`` (FIFO behind the QP's earlier messages;
     ``fabric``: as :func:`advance`)."""

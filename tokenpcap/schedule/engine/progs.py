@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tokenpcap.schedule.engine.compiled import part
+from tokenpcap.schedule.engine.compiled import inline_part, part
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import push
 from tokenpcap.schedule.engine import access as A
@@ -187,7 +187,7 @@ def _next_iteration(S, cf, r):
     return True
 
 
-@part
+@inline_part
 def step(S, cf, sc, h, lst, r, t):
     """Run rank r's program from its pc at t until it blocks or ends."""
     ins = S.ins
@@ -250,7 +250,7 @@ def step(S, cf, sc, h, lst, r, t):
         rk[r, R_BLOCKED] = 0
 
 
-@part
+@inline_part
 def _stream_outer(S, cf, sc, h, lst, r, t):
     rk = S.rk
     while rk[r, R_SHEAD] >= 0:
@@ -264,7 +264,7 @@ def _stream_outer(S, cf, sc, h, lst, r, t):
         step(S, cf, sc, h, lst, r, t)
 
 
-@part
+@inline_part
 def _finish(S, cf, sc, h, lst, p, t):
     part = S.part
     w = part[p, A_WAITER]
@@ -275,7 +275,7 @@ def _finish(S, cf, sc, h, lst, p, t):
         step(S, cf, sc, h, lst, part[p, A_RANK], t)
 
 
-@part
+@inline_part
 def arrived(S, cf, sc, h, lst, x, t):
     """Transfer x has arrived: release its dependents, finish its ranks' parts of the call."""
     part = S.part
@@ -288,7 +288,7 @@ def arrived(S, cf, sc, h, lst, x, t):
             _finish(S, cf, sc, h, lst, p, t)
 
 
-@part
+@inline_part
 def ab_done(S, cf, sc, h, lst, c, t, first):
     """An NVLink-only call timed as a whole is over: every rank's part of it is finished, from
     participation ``first`` on. Each finished part lets its rank run on and launch up to
