@@ -49,3 +49,19 @@ def test_using_is_scoped():
     with ov.using({"a.b": 1}):
         assert ov.active() == {"a.b": 1}
     assert ov.active() == {}
+
+
+def test_an_error_of_another_key_checked_against_an_override_names_the_override(tmp_path):
+    """``--set model.hidden_size=100`` makes the model file's ``attention_heads: 12`` wrong:
+    the error names the file and its key (the 12 is the file's), and the ``--set`` whose value
+    the check saw, since the file says 768; an error about the overridden key itself names
+    ``--set`` in place of the file."""
+    from tokenpcap.config.profiles import load_scenario
+    from tests.plan.test_plan import PROFILES
+
+    with pytest.raises(ProfileError) as e:
+        load_scenario(PROFILES / "scenarios" / "dante.yaml", {"model.hidden_size": 100})
+    assert str(e.value).endswith("gpt2-small.yaml: attention_heads: got 12, expected a divisor "
+                                 "of hidden_size 100 (with --set model.hidden_size=100)")
+    with pytest.raises(ProfileError, match=r"^--set: model.hidden_size: got -1, expected"):
+        load_scenario(PROFILES / "scenarios" / "dante.yaml", {"model.hidden_size": -1})

@@ -58,11 +58,11 @@ def export_cmd(scenario: str, fmt: str, output: str, scale: int, iterations: int
         import json
 
         summ = json.loads(paths[-1].read_text(encoding="utf-8"))
-        nodes = ", ".join(f"{v} {k}" for k, v in summ["nodes"].items())
-        click.echo(f"chakra: {summ['ranks']} ranks, {nodes}; compute {summ['compute_ns']} ns "
-                   f"written as {summ['compute_written_ns']} ns (rounding to us: "
-                   f"{summ['rounding_error_ns']:+d} ns, at most "
-                   f"{summ['max_node_rounding_error_ns']} ns per node)", err=True)
+        nodes = ", ".join(f"{v:,} {k}" for k, v in summ["nodes"].items())
+        click.echo(f"chakra: {summ['ranks']:,} ranks, {nodes}; compute {summ['compute_ns']:,} ns "
+                   f"written as {summ['compute_written_ns']:,} ns (rounding to us: "
+                   f"{summ['rounding_error_ns']:+,d} ns, at most "
+                   f"{summ['max_node_rounding_error_ns']:,} ns per node)", err=True)
     if fmt == "hpcc":
         from tokenpcap.config.profiles import load_scenario
         from tokenpcap.export.hpcc_cc import cc_gaps, default_cc

@@ -122,13 +122,20 @@ def apply(data: Any, overrides: Mapping[str, Any], prefix: str = "") -> Any:
 
 def relabel(err: ProfileError, overrides: Mapping[str, Any], prefix: str = "") -> ProfileError:
     """``err`` naming ``--set KEY`` when its key is one of ``overrides`` (or under or above
-    one: the mapping a ``--set`` made); ``err`` itself otherwise."""
+    one: the mapping a ``--set`` made); when it is another key of the same file, checked
+    against an overridden one (``attention_heads`` must divide a ``--set model.hidden_size``),
+    ``err`` with the overrides of that file named after what was expected, since the file
+    itself does not hold the value the check saw; ``err`` itself without overrides."""
     key = f"{prefix}.{err.key}" if prefix else err.key
     for k in overrides:
         full = f"{prefix}.{k}" if prefix else k
         if key == full or key.startswith(full + ".") or full.startswith(key + "."):
             return ProfileError(SET_FILE, key, err.got, err.expected)
-    return err
+    if not overrides:
+        return err
+    sets = ", ".join(f"--set {prefix + '.' if prefix else ''}{k}={v!r}"
+                     for k, v in overrides.items())
+    return ProfileError(err.file, err.key, err.got, f"{err.expected} (with {sets})")
 
 
 def active() -> dict[str, Any]:
