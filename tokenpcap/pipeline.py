@@ -17,6 +17,7 @@ from tokenpcap.config.profiles import load_scenario
 from tokenpcap.config.types import Scenario
 from tokenpcap.errors import InputError
 from tokenpcap.plan.build import Plan, build_plan
+from tokenpcap.schedule.allocator import hold_mmap_threshold
 from tokenpcap.schedule.limits import Work, check_work
 from tokenpcap.schedule.memory import run_kind
 from tokenpcap.schedule.runner import Schedule
@@ -102,6 +103,7 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
     """
     if scale < 1 or iterations < 1:
         raise InputError(f"scale {scale} / iterations {iterations}: expected >= 1")
+    hold_mmap_threshold()           # the build's freed temporaries leave the process at once
     world = scenario.cluster.nodes * scenario.cluster.gpus_per_node
     stage(f"planning {scenario.name} ({world:,} GPUs"
           f"{f', --scale {scale}' if scale > 1 else ''})")
