@@ -17,6 +17,7 @@ from tokenpcap.config.profiles import load_scenario
 from tokenpcap.config.types import Scenario
 from tokenpcap.errors import InputError
 from tokenpcap.plan.build import Plan, build_plan
+from tokenpcap.schedule.allocator import hold_mmap_threshold
 from tokenpcap.schedule.limits import Work, check_work
 from tokenpcap.schedule.memory import run_kind
 from tokenpcap.schedule.runner import Schedule
@@ -118,6 +119,7 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
     """
     if scale < 1 or iterations < 1:
         raise InputError(f"scale {scale} / iterations {iterations}: expected >= 1")
+    hold_mmap_threshold()           # the build's freed temporaries leave the process at once
     compiled = engine_compiled()
     # the engine's first compile: a helper process imports meanwhile, compiles half of it later
     aside = None if compiled else start_aside()

@@ -68,8 +68,8 @@ from tokenpcap.collectives.traffic import CallLike, CallShape, effective_algorit
 #: hops follow :mod:`tokenpcap.collectives.p2p_chunks` and :mod:`tokenpcap.collectives.pxn`.
 P2P_ALGORITHMS = ("direct", "p2p")
 
-__all__ = ["P2P_ALGORITHMS", "TRANSFER_DTYPE", "Transfers", "transfers", "slice_elements_bytes",
-           "smallest_message_elements", "protocol_slice_bytes"]
+__all__ = ["P2P_ALGORITHMS", "TRANSFER_DTYPE", "Transfers", "transfers", "drop_cached",
+           "slice_elements_bytes", "smallest_message_elements", "protocol_slice_bytes"]
 
 #: One row per RDMA message (or NVLink copy) of one collective call. Shape ``(n,)``.
 #:
@@ -307,8 +307,10 @@ def protocol_slice_bytes(protocol: str, slice_bytes: int) -> int:
 
 def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,
               slice_bytes: int, protocol: str = "Simple", p2p: P2pNet | None = None,
-              window: int = 0) -> Transfers:
-    """The transfers of one collective call (module docstring), cached per call shape.
+              window: int = 0, cached: bool = True) -> Transfers:
+    """The transfers of one collective call (module docstring), cached per call shape
+    (``cached=False``: made anew and not kept, for a caller that keeps only sums of them;
+    :func:`drop_cached` empties the cache).
 
     Args:
         call: ``collective``, ``group`` (ring order), ``message_bytes`` ``S``, ``elem_bytes``.
@@ -344,7 +346,14 @@ def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,
         raise InputError(f"slice_bytes: got {slice_bytes}, expected an integer >= 1")
     if protocol not in PROTOCOLS:
         raise InputError(f"protocol: got {protocol!r}, expected one of {', '.join(PROTOCOLS)}")
-    return _transfers_cached(call.collective, tuple(call.group), int(call.message_bytes),
-                             int(call.elem_bytes), algorithm, layout, int(channels),
-                             int(slice_bytes), protocol, p2p, int(window))
+    make = _transfers_cached if cached else _transfers_cached.__wrapped__
+    return make(call.collective, tuple(call.group), int(call.message_bytes),
+                int(call.elem_bytes), algorithm, layout, int(channels), int(slice_bytes),
+                protocol, p2p, int(window))
+
+
+def drop_cached() -> None:
+    """Forget every cached :class:`Transfers` (their arrays: about 100 B per transfer of each
+    distinct call shape made so far), for a caller that has copied what it needs of them."""
+    _transfers_cached.cache_clear()
 

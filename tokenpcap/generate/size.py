@@ -22,6 +22,11 @@ one file, short by the PFC frames as well. Neither is a bound of the file size, 
 write that runs out of space fail cleanly otherwise, as with a time window. It can be made one iteration at a time
 (``iterations=[i]``) and, with the compiled schedule, in pieces of whole calls
 (:func:`predict_message_chunks`), so that it never holds a row per message of an iteration.
+With a selection of NICs or ranks, only the calls that have a message those NICs or ranks send
+or receive are walked
+(:meth:`~tokenpcap.schedule.results.ScheduleResults.calls_meeting`, read per call shape): no
+other call's packet or ACK is kept, so the prediction is the same, and its cost is that of the
+selected NICs' transfers, not the job's.
 """
 from __future__ import annotations
 
@@ -92,11 +97,13 @@ def _iterations(schedule, iterations) -> list[int] | range:
     return its
 
 
-def predict_message_chunks(schedule, iterations=None, rows: int = 1 << 20):
+def predict_message_chunks(schedule, iterations=None, rows: int = 1 << 20, calls=None):
     """:func:`predict_messages` in pieces (an iterator of :class:`Predicted`): with the compiled
     schedule, pieces of whole calls of about ``rows`` transfers (each piece's data messages, then
     their clear-to-send ones), so that what is summed over them needs no row per message of
-    the run; otherwise one piece.
+    the run; otherwise one piece. ``calls``: bool ``(C,)`` per call of the run, only the
+    messages of the calls it marks (compiled schedule only;
+    :meth:`~tokenpcap.schedule.results.ScheduleResults.calls_meeting`); None: every call.
 
     Raises:
         InputError: as :func:`predict_messages`.
@@ -106,7 +113,7 @@ def predict_message_chunks(schedule, iterations=None, rows: int = 1 << 20):
         return
     its = _iterations(schedule, iterations)
     ncoll, nph = len(COLLECTIVES), len(PHASES)
-    for cols in schedule.nic_transfer_chunks(its, rows):
+    for cols in schedule.nic_transfer_chunks(its, rows, calls):
         yield _predicted(schedule, _from_transfers(cols, nph, ncoll), schedule.engine.clear_to_send)
 
 
@@ -231,7 +238,8 @@ def predict_capture(schedule, selection, fmt: str, snaplen: int, split: str,
                     point: CapturePoint = NIC_TX) -> CaptureSize:
     """The exact size of what ``tokenpcap generate`` writes for ``selection`` (a
     :class:`tokenpcap.generate.select.Selection`; its time window is not applied: an upper bound
-    then), predicted one iteration at a time so that memory does not grow with the run: a
+    then), predicted one iteration at a time so that memory does not grow with the run, from
+    the calls that meet the selected NICs and ranks only (module docstring): a
     message's own packets are kept when its label and iteration are selected and its sender NIC
     and rank are (``src_nic``, ``rank_src``), its ACKs when its receiver's are. At ``nic-rx``
     the NICs and ranks are the receiving ones (``dst_nic``/``rank_dst`` for the message's
@@ -255,7 +263,13 @@ def predict_capture(schedule, selection, fmt: str, snaplen: int, split: str,
     rx = point.receive
     own_at, ack_at = ("dst_nic", "src_nic") if rx else ("src_nic", "dst_nic")  # where seen
     own_rank, ack_rank = ("rank_dst", "rank_src") if rx else ("rank_src", "rank_dst")
-    for pred in (p for it in its for p in predict_message_chunks(schedule, [it])):
+    # only the calls with a message the selected NICs or ranks send or receive: the others
+    # add nothing below (their messages' own packets and ACKs are all left out)
+    meet = (schedule.calls_meeting(None if nics is None else nics.tolist(),
+                                   None if ranks is None else ranks.tolist())
+            if hasattr(schedule, "calls_meeting") and (nics is not None or ranks is not None)
+            else None)
+    for pred in (p for it in its for p in predict_message_chunks(schedule, [it], calls=meet)):
         pm = pred.messages
         own, ack = lab_ok[pm["label"]], lab_ok[pm["label"]]
         if nics is not None:

@@ -39,8 +39,10 @@ class WireBytes(NamedTuple):
 def _cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
             layout: RankLayout, channels: int, slice_bytes: int, protocol: str,
             p2p: P2pNet | None) -> WireBytes:
+    # not kept in the transfers' cache: only these sums are (one call per group of every
+    # LL/LL128 family, whose tables would outweigh the engine's state)
     t = transfers(CallShape(collective, group, s, e), algorithm, layout, channels, slice_bytes,
-                  protocol, p2p).table
+                  protocol, p2p, cached=False).table
     pos = {r: i for i, r in enumerate(group)}
     src = np.fromiter((pos[int(r)] for r in t["src"]), np.int64, len(t))
     n = len(group)

@@ -126,13 +126,67 @@ class ScheduleResults:
                               nbytes.reshape(-1), self._seq_length, self._call_line[c.reshape(-1)])
         return t0.reshape(c.shape), t1.reshape(c.shape)
 
-    def nic_transfer_chunks(self, iterations, rows: int = 1 << 20) -> Iterator[dict[str, np.ndarray]]:
+    def calls_meeting(self, nics=None, ranks=None) -> np.ndarray:
+        """bool ``(C,)`` per call of the run: True when one of its RDMA messages is sent or
+        received by one of ``nics`` (global NIC indices; None: any) and one of them (the same
+        or another) is sent or received by one of ``ranks`` (None: any). Read per canonical
+        call shape and shift (:mod:`tokenpcap.schedule.engine.access`), not per transfer: a
+        call's NICs are its shape's moved up by its node shift, its ranks likewise."""
+        eng = self._eng
+        S = eng.S
+        ok = np.ones(self.n_calls, bool)
+        for want, names, shift in ((nics, ("snic", "dnic"), S.c_nshift),
+                                   (ranks, ("src", "dst"), S.c_shift)):
+            if want is not None:
+                ok &= self._calls_with(np.asarray(sorted(int(v) for v in want), np.int64),
+                                       names, shift)
+        return ok
+
+    def _calls_with(self, want: np.ndarray, names, shift: np.ndarray) -> np.ndarray:
+        """bool ``(C,)``: the call has an RDMA message whose canonical column ``names[0]`` or
+        ``names[1]`` (:meth:`TransferView.canonical`) plus its ``shift`` is in ``want`` (sorted
+        int64)."""
+        eng = self._eng
+        C = self.n_calls
+        first = eng.S.c_row + eng.tr.tr_base[:-1]            # each call's first canonical row
+        ntr = np.diff(eng.tr.tr_base)
+        used = ntr > 0
+        starts, shape = np.unique(first[used], return_inverse=True)
+        rows = np.flatnonzero(eng.tr.canonical(("nic",))["nic"] == 1)
+        owner = np.searchsorted(starts, rows, side="right") - 1
+        vals = eng.tr.canonical(names, rows)
+        # each shape's distinct values, as CSR over shapes
+        span = int(max((int(v.max(initial=0)) for v in vals.values()), default=0)) + 1
+        key = np.unique(np.concatenate([owner * span + vals[n] for n in names]))
+        ptr = np.searchsorted(key // span, np.arange(starts.size + 1))
+        # each distinct (shape, shift) of the calls: any of its values moved by the shift wanted?
+        sh = shift[used].astype(np.int64)
+        top = int(sh.max(initial=0)) + 1
+        pair, inv = np.unique(shape.reshape(-1) * top + sh, return_inverse=True)
+        p_shape, p_shift = pair // top, pair % top
+        k = ptr[p_shape + 1] - ptr[p_shape]
+        at = np.repeat(ptr[p_shape] - np.cumsum(k) + k, k) + np.arange(int(k.sum()))
+        moved = key[at] % span + np.repeat(p_shift, k)
+        hit = np.zeros(moved.size, bool)
+        if want.size:
+            i = np.minimum(np.searchsorted(want, moved), want.size - 1)
+            hit = want[i] == moved
+        p_ok = np.bincount(np.repeat(np.arange(pair.size), k), weights=hit,
+                           minlength=pair.size) > 0
+        out = np.zeros(C, bool)
+        out[used] = p_ok[inv.reshape(-1)]
+        return out
+
+    def nic_transfer_chunks(self, iterations, rows: int = 1 << 20,
+                            calls: np.ndarray | None = None) -> Iterator[dict[str, np.ndarray]]:
         """:meth:`nic_transfers` in pieces of whole calls of about ``rows`` transfers each (one
         call's transfers may be more), in the same order: what a caller aggregates without holding
-        a row per message of an iteration."""
+        a row per message of an iteration. ``calls``: bool ``(C,)``, only the calls it marks
+        (e.g. :meth:`calls_meeting`); None: every call."""
         eng = self._eng
         ca = self._call_attr
-        calls = np.flatnonzero(np.isin(ca[:, 0], np.asarray(list(iterations), np.int64)))
+        pick = np.isin(ca[:, 0], np.asarray(list(iterations), np.int64))
+        calls = np.flatnonzero(pick if calls is None else pick & calls)
         calls = calls[np.argsort(ca[calls, 3], kind="stable")]
         first = eng.tr.tr_base[calls]
         n = eng.tr.tr_base[calls + 1] - first

@@ -50,6 +50,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from tokenpcap.collectives.transfers import drop_cached
 from tokenpcap.errors import InputError, raise_if_stopped
 from tokenpcap.model import scenario_shards
 from tokenpcap.plan.build import Plan, build_plan
@@ -161,6 +162,7 @@ class Schedule(ScheduleResults):
         tables: dict = {}                   # one ShapeTable for the iterations that share it
         flats = [flatten(plan, it, shards, times, nvl, int(nvlink_copies), tables=tables)
                  for it in range(self.iterations)]
+        drop_cached()   # the flats' shape tables hold copies: not kept twice while building
         self.nvlink_mode = "collectives" if any((f.call_ab >= 0).any() for f in flats) else "copies"
         # int64 (C, 9) per call of the run: iteration, layer, microbatch, call_id, token_start,
         # token_end, seq_start, seq_end, message_bytes (no call objects are kept: :meth:`call`)

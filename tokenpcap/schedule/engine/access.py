@@ -152,6 +152,23 @@ class TransferView:
         self.S, self.dim, self.channels, self.tr_base = S, dim, channels, tr_base
         self.dst, self.step, self.channel, self.offset = dst, step, channel, offset
 
+    def canonical(self, names, rows=None) -> dict[str, np.ndarray]:
+        """int64 columns of the canonical rows ``rows`` (int array; None: every row), not moved
+        by any call's shift: any of ``src``, ``dst`` (ranks), ``snic``, ``dnic`` (NICs),
+        ``nic`` (1 between nodes)."""
+        ct = self.S.ct
+        rows = slice(None) if rows is None else np.asarray(rows, np.int64)
+        col = {"src": CT_SRC, "snic": CT_SNIC, "dnic": CT_DNIC, "nic": CT_NIC}
+        out = {}
+        for n in names:
+            if n == "dst":
+                out[n] = self.dst[rows]
+            elif n in col:
+                out[n] = ct[rows, col[n]].astype(np.int64)
+            else:
+                raise KeyError(n)
+        return out
+
     def columns(self, x, names) -> dict[str, np.ndarray]:
         """int64 columns of the transfers ``x`` (int array, any shape; result of the same
         shape): any of ``call``, ``src``, ``dst`` (global ranks), ``step``, ``conn``

@@ -158,6 +158,18 @@ class Engine:
             raise RuntimeError(f"internal: engine error {int(self.sc[K.ERR])}")
 
 
+#: Columns of the flats' :class:`~tokenpcap.schedule.flatbuild.ShapeTable` that the state
+#: holds only as copies (``ct``, ``tw``); the others it keeps as they are.
+_COPIED_ROWS = ("src", "spos", "dpos", "nic", "snic", "dnic", "bytes", "wait", "rank")
+
+
+def _release(obj, names) -> None:
+    """Drop ``obj``'s arrays ``names`` once the state holds what it needs of them (the flats
+    given to :func:`build_state` are used up), so that the build does not hold both."""
+    for name in names:
+        setattr(obj, name, None)
+
+
 def _bigger(a: np.ndarray, need: int) -> np.ndarray:
     g = np.empty((max(int(need), 2 * a.shape[0]),) + a.shape[1:], a.dtype)
     g[: a.shape[0]] = a
@@ -221,7 +233,10 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
                 ring_rows: int = 1 << 16, topology=None, point: str = "nic-tx",
                 flow_keys=None) -> Engine:
     """The engine of the iterations ``flats`` (:class:`tokenpcap.schedule.flat.Flat` per
-    iteration, in order) on ``layout`` and ``nic``.
+    iteration, in order) on ``layout`` and ``nic``. The flats are used up: the arrays the state
+    holds as copies (participations, instructions, the shape table's per-row columns other
+    than ``dst``, ``step``, ``channel``, ``offset`` and its lists) are dropped from them as
+    they are copied, so that a large run's build does not hold both.
 
     Args:
         channels: NCCL-like channels (connection index ``dim·channels + channel``).
@@ -313,6 +328,8 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     ct[:, CT_QP0], ct[:, CT_QP1] = qp0, qp1
     ct[nic_rows, CT_SHAPE] = np.searchsorted(sizes, table.bytes[nic_rows])
     ct[:, CT_SNIC], ct[:, CT_DNIC] = snic, dnic
+    n_nic = int(calls_of @ np.bincount(row_shape[nic_rows], minlength=table.ab.size))
+    del snic, dnic, qp0, qp1, row_shape            # per canonical row, copied into ct
     # the per-transfer state: its call and its dependency countdown
     T_ = int(T[-1])
     tcall = np.repeat(np.arange(shape.size, dtype=np.int32), ntr)
@@ -321,7 +338,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     for lo in range(0, T_, step_):
         x = np.arange(lo, min(T_, lo + step_), dtype=np.int64)
         tw[lo: lo + x.size] = table.wait[x + c_row[tcall[x]]]
-    n_nic = int(calls_of @ np.bincount(row_shape[nic_rows], minlength=table.ab.size))
+    _release(table, _COPIED_ROWS)
     call_ab = np.concatenate([f.call_ab for f in flats])
     C = np.cumsum([0] + [f.n_calls for f in flats])
     if max(int(P[-1]), int(Ic[-1])) >= 1 << 31:
@@ -330,6 +347,8 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     moves = np.diff(table.send_ptr) + np.diff(table.recv_ptr)     # per canonical position
     part = np.full((int(P[-1]), 6), -1, np.int32)
     part[:, K.A_STARTED] = 0
+    # every transfer a rank sends or receives, over the iterations (the heap's bound below)
+    per_rank = np.zeros(W, np.int64)
     for i, f in enumerate(flats):                   # iteration by iteration: no (P,) int64 copies
         at = slice(int(P[i]), int(P[i + 1]))
         part[at, K.A_RANK] = f.part_rank
@@ -337,6 +356,8 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         part[at, K.A_CALL] += C[i]
         prow = np.arange(int(P[i]), int(P[i + 1]), dtype=np.int64) + c_pos[part[at, K.A_CALL]]
         part[at, K.A_PENDING] = moves[prow] + (f.call_ab[f.part_call] >= 0)
+        per_rank += np.bincount(f.part_rank, weights=moves[prow], minlength=W).astype(np.int64)
+        _release(f, ("part_rank", "part_call"))
     ins = np.zeros((int(Ic[-1]), 3), np.int32)
     for i, f in enumerate(flats):
         at = slice(int(Ic[i]), int(Ic[i + 1]))
@@ -344,6 +365,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         ins[at, 1] = f.ins_a
         ins[at, 1][f.ins_kind == K.I_CALL] += P[i]
         ins[at, 2] = f.ins_b
+        _release(f, ("ins_kind", "ins_a", "ins_b"))
     prog_ptr = np.concatenate([f.prog_ptr[:-1] + Ic[i] for i, f in enumerate(flats)] + [[Ic[-1]]])
     rk = np.full((W, 13), -1, np.int64)
     rk[:, K.R_PC], rk[:, K.R_END] = prog_ptr[:W], prog_ptr[1:W + 1]
@@ -381,9 +403,6 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     rate = Fraction(repr(float(nvlink_gbps)))
     # most events one event can push: every transfer a rank sends or receives in an iteration
     # (a program step may start several calls), a transfer's dependents, twice over
-    per_rank = np.bincount(part[:, K.A_RANK],
-                           weights=part[:, K.A_PENDING] - (call_ab[part[:, K.A_CALL]] >= 0),
-                           minlength=W)
     head = 2 * int(per_rank.max(initial=0)) + 2 * int(np.diff(table.dep_ptr).max(initial=0)) + 2 * W + 1024
     gap = min(4096, max(64, chunk_rows // 2))
     cf = np.zeros(K.NCF, np.int64)
