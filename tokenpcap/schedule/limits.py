@@ -58,10 +58,10 @@ So :func:`check_work`'s memory estimate is the whole check: a whole iteration of
 at the least per-transfer state
 (:data:`P2P_TRANSFER_STATE_BYTES`), and is refused for that, with what fits.
 
-Time: :data:`MESSAGES_PER_S` messages per CPU second with every NIC timed (GPT-3 175B's whole
-iteration: 56.9 M messages in about 115 s, about 500,000 per second; a job of many compute steps
-and NVLink-only calls per message is slower per message: llama3-70b-64n at ``--scale 1000``,
-158,000). :func:`check_work` refuses a run whose state would pass :data:`MAX_STATE_BYTES` (the
+Time: :data:`MESSAGES_PER_S` messages per CPU second with every NIC timed (the engine with its
+event loop's parts inlined, ``benchmarks/engine_timing.py``, 2026-12-07: 1.17-1.70 M per CPU
+second on llama3-70b-64n and gpt3-175b-megatron at ``--scale`` 100 to 10; GPT-3 175B's whole
+iteration, 172.6 M messages, timed and written for node 0 in 2 min 13 s at load 1-2). :func:`check_work` refuses a run whose state would pass :data:`MAX_STATE_BYTES` (the
 calls of every iteration counted in it; for a command, its run kind's estimate of its whole
 peak: :mod:`tokenpcap.schedule.memory`) with :class:`~tokenpcap.errors.InfeasiblePlanError`
 before anything is simulated, and says what fits: fewer iterations, no clear-to-send writes, or the
@@ -96,7 +96,7 @@ CALL_STATE_BYTES = 1550
 #: What each iteration after the first adds (its templates are the first one's).
 TRANSFER_NEXT_BYTES = 12
 CALL_NEXT_BYTES = 950
-MESSAGES_PER_S = 450_000
+MESSAGES_PER_S = 1_300_000
 #: A kept RDMA message with clear-to-send writes: its row and half its transfer's state.
 MESSAGE_STATE_BYTES = MESSAGE_ROW_BYTES + TRANSFER_STATE_BYTES // 2
 NVLINK_COPIES_PER_S = 600_000
