@@ -2,7 +2,7 @@
 the switches (:class:`EcnConfig`, ``fabric.ecn``), DCQCN's reaction point on the sending NIC
 (:class:`DcqcnConfig`, ``fabric.dcqcn``) and the notification point on the receiving NIC
 (:class:`NpConfig`, ``fabric.np``). Read and checked by :mod:`tokenpcap.config.fabric_cc`; they
-live on :class:`tokenpcap.config.types.FabricProfile` as ``ecn``, ``dcqcn``, ``np`` beside
+live on :class:`tokenpcap.config.fabric_types.FabricProfile` as ``ecn``, ``dcqcn``, ``np`` beside
 ``cc`` (``"none"`` or ``"dcqcn"``).
 
 DCQCN's and the NP's fields carry NVIDIA's names (mlx5 ``/sys/kernel/debug/mlx5/<pci>/cc_params``

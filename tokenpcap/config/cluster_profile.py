@@ -63,7 +63,7 @@ def load_cluster(path: str | Path) -> ClusterProfile:
 
     The optional ``network:`` mapping fills :class:`NetworkProfile` (addressing and marking);
     absent keys take its defaults. The optional ``fabric:`` mapping fills
-    :class:`~tokenpcap.config.types.FabricProfile` (:mod:`tokenpcap.config.fabric`); absent, the
+    :class:`~tokenpcap.config.fabric_types.FabricProfile` (:mod:`tokenpcap.config.fabric`); absent, the
     fabric is ideal.
 
     Raises:

@@ -33,8 +33,8 @@ from tokenpcap.config.bounds import (LINK_GBPS_RANGE, MAX_ECMP_SEED, MAX_FABRIC_
 from tokenpcap.config.cc_types import DcqcnConfig, EcnConfig, NpConfig
 from tokenpcap.config.fabric_cc import CC_MODES, DCQCN_SPEC, ECN_SPEC, NP_SPEC, check_cc
 from tokenpcap.config.fabric_presets import PRESETS, FabricContext
-from tokenpcap.config.types import (EcmpConfig, FabricProfile, PfcConfig, SwitchConfig,
-                                    TopologyConfig)
+from tokenpcap.config.fabric_types import (EcmpConfig, FabricProfile, PfcConfig, SwitchConfig,
+                                           TopologyConfig)
 from tokenpcap.errors import ProfileError
 
 __all__ = ["PRESETS", "TOPOLOGY_KINDS", "FabricContext", "FabricShape", "fabric_from",

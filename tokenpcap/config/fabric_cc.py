@@ -189,7 +189,7 @@ def ecn_thresholds(ecn: EcnConfig, port_gbps: float, nic_gbps: float) -> tuple[i
 def check_cc(fabric: Any, link_gbps: float, pcp: int,
              where: Callable[[str], tuple[Path | None, str]]) -> None:
     """The checks of the module docstring on a loaded fabric (a
-    :class:`~tokenpcap.config.types.FabricProfile`) of a cluster whose NICs run at ``link_gbps``
+    :class:`~tokenpcap.config.fabric_types.FabricProfile`) of a cluster whose NICs run at ``link_gbps``
     and send their data at 802.1p priority ``pcp``; ``where(key)`` names ``(file, dotted key)``.
 
     Raises:

@@ -50,7 +50,7 @@ from fractions import Fraction
 import numpy as np
 
 from tokenpcap.config.fabric_presets import MIB
-from tokenpcap.config.types import FabricProfile
+from tokenpcap.config.fabric_types import FabricProfile
 
 __all__ = ["NS3_RESERVE_BYTES", "NS3_RESUME_OFFSET_BYTES", "NS3_DYNAMIC_TH", "NS3_DATA_PRIORITY",
            "fabric_topology", "buffer_mib", "ns3_gaps", "ack_return_ns"]
