@@ -31,7 +31,8 @@ due and one earlier wake-up that, firing, asks again); an event it no longer hol
   :func:`dcqcn_on_bytes_sent`; then its next allowed start is
   :func:`tokenpcap.schedule.engine.pacing.next_send_ns` ``(t, b, st[q, DQ_RATE_BPS], variant)``
   (at the line rate that is the serialisation time: no wait). A rate change takes effect from
-  the next packet, as in ns-3.
+  the next packet, as in ns-3; with the connectx variant it also moves a wait under way
+  (:mod:`tokenpcap.schedule.engine.rpoint`).
 * a new flow on a QP under ns-3's conventions (a fresh QP per flow): :func:`dcqcn_reset_qp`.
 * side files: the rows of the log (time, QP, old and new rate, alpha, cause, target); the
   caller copies them out and sets ``nlog[0] = 0`` before ``cap`` fills.

@@ -5,7 +5,8 @@ A QP whose rate is below its NIC's line rate (``ax[e, X_RATE]``, bit/s; 0: not p
 packet no earlier than its next allowed time ``ax[e, X_NA]``: the start of its previous packet
 plus that packet's timing bytes at the QP's rate
 (:func:`tokenpcap.schedule.engine.pacing.next_send_ns`: HPCC ns-3's ``RdmaHw::UpdateNextAvail``
-truncation, or the ceiling). Each packet it sends also feeds DCQCN's byte counter
+truncation, or the ceiling; a rate change during the wait moves it with the connectx variant,
+:mod:`tokenpcap.schedule.engine.rpoint`). Each packet it sends also feeds DCQCN's byte counter
 (:func:`tokenpcap.schedule.engine.dcqcn.dcqcn_on_bytes_sent`), whose timer event, when it
 returns one, is queued here.
 """
