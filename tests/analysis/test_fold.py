@@ -57,3 +57,18 @@ def test_compiled_fold_equals_numpy_sums(batches, tracked, crc):
     assert accs[0].n == accs[1].n
     assert np.array_equal(accs[0].opcodes, accs[1].opcodes)
     assert np.array_equal(accs[0].ecn, accs[1].ecn)
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=st.lists(st.tuples(st.one_of(st.integers(0, 2**62), st.just(NO_TIME)),
+                               st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1),
+                               st.sampled_from([1, 197, 247, 105])), min_size=1, max_size=50))
+def test_compiled_record_totals_equal_numpy_totals(rows):
+    """The capinfos-like sums of a record batch (lengths up to 2**32 - 1, Ethernet and other
+    link types, records without a time) are the same by the compiled pass and by numpy."""
+    from tokenpcap.analysis.inspect import _totals, _totals_compiled
+    from tokenpcap.pcap.capture import RECORD_DTYPE
+    rec = np.zeros(len(rows), RECORD_DTYPE)
+    for k, name in enumerate(("time_ns", "orig_len", "caplen", "linktype")):
+        rec[name] = [r[k] for r in rows]
+    assert _totals(rec) == _totals_compiled(rec)
