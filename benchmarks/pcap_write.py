@@ -51,7 +51,8 @@ def constant_fill(out: np.ndarray, offsets: np.ndarray, caplen: np.ndarray) -> N
             np.ndarray((n, size), np.uint8, buffer=out, offset=int(offsets[0]),
                        strides=(step, 1))[...] = 0xAB
             return
-    sizes = caplen[:1] if n and (caplen == caplen[0]).all() else np.unique(caplen)
+    sizes = caplen[:1] if n and (caplen == caplen[0]).all() else \
+        np.flatnonzero(np.bincount(caplen))          # (no sort)
     for size in sizes:
         if size == 0:
             continue
