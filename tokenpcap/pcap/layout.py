@@ -5,8 +5,12 @@ kernels when its frame bytes are all written into the buffer (no gather write): 
 the records writes every header byte at its place (record header, ERF header, pcapng pad,
 comment option and trailing block length) and the byte offset of every frame, which the frame
 builder's ``fill`` then writes. No structured array of headers is built and scattered, and no
-per-field numpy pass is made: a headers-only record (16 + 64/74 bytes, an EPB of 92-144 bytes)
-costs ~8 ns of header work beside the kernel's copy of its bytes into the file
+per-field numpy pass is made. An EPB starts and ends on a 4-byte boundary, so its words (header,
+zeroed last pad word, comment option, trailing length) are stored a word at a time; a pcap record
+(16 + 64/74 bytes: not always aligned) byte by byte, its seconds divided out only when a time
+leaves the second of the record before. In a writer's batch (a 10 MiB buffer written while the
+other is in flight) a headers-only record costs ~10 ns of layout, a commented EPB ~19 (~53 with
+its option copied byte by byte), beside the kernel's copy of its bytes into the file
 (benchmarks/README.md).
 
 Layouts (the same bytes as :data:`~tokenpcap.pcap.formats.PCAP_RECORD`,
