@@ -185,6 +185,8 @@ def pieces(rec: np.ndarray, frame_bytes: int = REGION) -> list[tuple[int, int]]:
     order, each holding about ``frame_bytes`` captured bytes (at least one row)."""
     if rec.size == 0:
         return []
+    if int(rec["caplen"].sum(dtype=np.int64)) < max(int(frame_bytes), 1):
+        return [(0, rec.size)]           # (every row in the first piece: no running sum)
     step = np.cumsum(rec["caplen"], dtype=np.int64) // max(int(frame_bytes), 1)
     cuts = np.flatnonzero(step[1:] != step[:-1]) + 1
     edges = [0, *cuts.tolist(), rec.size]
