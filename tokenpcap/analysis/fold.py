@@ -3,10 +3,11 @@
 
 On a capture of millions of packets the numpy aggregation of a batch makes some thirty passes
 over its rows (a weighted ``bincount`` per flow column, ``ufunc.at`` for the first and last
-packet of every flow, masks for CNPs, ECN, FECN/BECN, opcodes ...), about 75 ns a row beside a
-few ns of decoding. :func:`fold_rows` does the same sums in one pass per row: the per-flow
-columns of :class:`~tokenpcap.analysis.batch.Acc`, the opcode and ECN histograms, the packet
-totals, the (flow, phase label) sums and which rows the PSN check follows. The definitions are
+packet of every flow, masks for CNPs, ECN, FECN/BECN, opcodes ...), about 75 ns a row beside
+~35 of the compiled decode (benchmarks/README.md). :func:`fold_rows` does the same sums in one
+pass over the rows: the per-flow columns of :class:`~tokenpcap.analysis.batch.Acc`, the opcode
+and ECN histograms, the packet totals, the (flow, phase label) sums and which rows the PSN
+check follows; :func:`record_totals` the capinfos-like sums of a record batch. The definitions are
 :mod:`tokenpcap.analysis.batch`'s, which stays the reference on small captures; the two give
 the same aggregates row for row (tested with Hypothesis on random decoded batches).
 
@@ -21,7 +22,7 @@ from numba import njit
 
 from tokenpcap.analysis.columns import Decoded
 
-__all__ = ["fold_rows", "FOLD_TOTALS"]
+__all__ = ["fold_rows", "FOLD_TOTALS", "record_totals", "RECORD_TOTALS"]
 
 #: the totals :func:`fold_rows` returns, in this order (int64 each)
 FOLD_TOTALS = ("payload", "malformed", "fecn", "becn", "cnp")
