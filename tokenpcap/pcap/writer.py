@@ -8,7 +8,8 @@ Every writer (these two and :class:`tokenpcap.pcap.pcapng.PcapngWriter`) takes b
 without FCS. The writer lays out every record header of the batch in one buffer (one compiled
 pass, :mod:`tokenpcap.pcap.layout`; numpy around a gather fill's payload holes), calls
 ``fill(out, offsets, caplen)`` so that the frame builder writes the first ``caplen[i]`` bytes of
-frame ``i`` at ``out[offsets[i]:]`` (``caplen = min(frame_bytes, snaplen)``), then writes the
+frame ``i`` at ``out[offsets[i]:]`` (``caplen = min(frame_bytes, snaplen)``, possibly a
+read-only array the writer keeps for the next batch; ``fill`` only reads it), then writes the
 buffer with one call.
 
 ``link="infiniband"`` frames (LRH..VCRC) are wrapped in an ERF type-21 record; in pcap under
