@@ -11,7 +11,9 @@ RoCE fields; capinfos only counts; dpkt and scapy parse Ethernet/IP/UDP/BTH in P
 cache is warmed first; each timing is the best of ``--repeat`` runs. scapy runs on the first
 ``--scapy-frames`` frames only and its rate is extrapolated (it would take minutes).
 
-``--against DIR``: also ``python3 -m tokenpcap inspect --no-crc --json FILE`` as a user runs it
+``--against DIR``: also ``inspect_capture(FILE, crc=False)`` from another checkout's directory
+and from this tree, each in a fresh process after a warm-up call (start-up left out), the two
+interleaved run by run; and ``python3 -m tokenpcap inspect --no-crc --json FILE`` as a user runs it
 (a fresh process: start-up, imports and the compiled loops' load included) from another
 checkout's directory and from this tree, the two interleaved run by run, on each file; their
 JSON outputs are compared byte for byte (sha256) and the line says whether they are the same.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import resource
 import shutil
@@ -111,6 +114,40 @@ def cli_pair(path: Path, other: Path, repeat: int) -> list[tuple[str, tuple[floa
             ("CLI --no-crc, this tree", min(runs[here]))]
 
 
+_LIB_CHILD = """
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+from tokenpcap.analysis import decode_rows
+from tokenpcap.analysis.inspect import inspect_capture
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+floor, decode_rows.COMPILED_MIN_RECORDS = decode_rows.COMPILED_MIN_RECORDS, 0
+inspect_capture(sys.argv[3], max_records=1000, crc=False)   # imports, compiled loops loaded
+decode_rows.COMPILED_MIN_RECORDS = floor
+c, t = cpu(), time.perf_counter()
+inspect_capture(sys.argv[2], crc=False)
+print(json.dumps([time.perf_counter() - t, cpu() - c]))
+"""
+
+
+def lib_pair(path: Path, small: Path, other: Path, repeat: int
+             ) -> list[tuple[str, tuple[float, float]]]:
+    """``inspect_capture(path, crc=False)`` of another checkout and of this tree, each in a
+    fresh process after a warm-up call on the small file ``small`` (imports and the compiled
+    loops' load left out), the two interleaved run by run: the best wall of ``repeat`` each,
+    with its CPU seconds."""
+    here = Path(__file__).resolve().parent.parent
+    runs: dict[Path, list] = {other: [], here: []}
+    for _ in range(repeat):
+        for tree in (other, here):
+            out = subprocess.run([sys.executable, "-c", _LIB_CHILD, str(tree), str(path),
+                                  str(small)], cwd=tree, check=True, capture_output=True).stdout
+            runs[tree].append(tuple(json.loads(out)))
+    return [(f"inspect_capture(crc=False), {other.name}", min(runs[other])),
+            ("inspect_capture(crc=False), this tree", min(runs[here]))]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--frames", type=int, default=200_000)
@@ -141,6 +178,7 @@ def main() -> None:
                    ("tokenpcap inspect --no-crc",
                     best(lambda: inspect_capture(path, crc=False), a.repeat))]
         if a.against:
+            results += lib_pair(path, full, Path(a.against), a.repeat)
             results += cli_pair(path, Path(a.against), a.repeat)
         if not a.skip_slow:
             if shutil.which("tshark"):

@@ -185,6 +185,8 @@ def pieces(rec: np.ndarray, frame_bytes: int = REGION) -> list[tuple[int, int]]:
     order, each holding about ``frame_bytes`` captured bytes (at least one row)."""
     if rec.size == 0:
         return []
+    if int(rec["caplen"].sum(dtype=np.int64)) < max(int(frame_bytes), 1):
+        return [(0, rec.size)]           # (every row in the first piece: no running sum)
     step = np.cumsum(rec["caplen"], dtype=np.int64) // max(int(frame_bytes), 1)
     cuts = np.flatnonzero(step[1:] != step[:-1]) + 1
     edges = [0, *cuts.tolist(), rec.size]
@@ -231,31 +233,11 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     if rd.size == 0:
         return
     d = dec if rd.size == dec.size else dec[rd]
-    bad = d["malformed"]
-    good = ~bad
     n = acc.n
     n["packets"] += rd.size
-    n["payload"] += int(d["payload"][d["payload"] > 0].sum())
-    n_bad = int(bad.sum())
-    n["malformed"] += n_bad
+    icrc = vcrc = None
     if acc.crc:
         icrc, vcrc = _crcs(cap, rec[rd], d)
-        n["icrc_ok"] += int((icrc == 1).sum())
-        n["icrc_bad"] += int((icrc == 0).sum())
-        n["icrc_unchecked"] += int(((icrc < 0) & good).sum())
-        n["vcrc_ok"] += int((vcrc == 1).sum())
-        n["vcrc_bad"] += int((vcrc == 0).sum())
-    else:                                # nothing checked: every well-formed row unchecked
-        n["icrc_unchecked"] += rd.size - n_bad
-    if n_bad:
-        acc.reasons += reason_counts(d["why"][bad])
-    n["fecn"] += int((d["fecn"].astype(bool) & good).sum())
-    n["becn"] += int((d["becn"].astype(bool) & good).sum())
-    cnp = (d["opcode"] == CNP) & good
-    n["cnp"] += int(cnp.sum())
-    acc.opcodes += np.bincount(d["opcode"][good], minlength=256)
-    ip = (d["ipver"] > 0) & good
-    acc.ecn += np.bincount(d["ecn"][ip], minlength=4)
     fid = acc.flows.ids(d, compiled=acc.compiled)
     tracked = len(acc.flows)
     own = fid < tracked                  # False: a flow beyond the table's limit ("other")
@@ -266,6 +248,78 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
         acc.flow_file = np.concatenate([acc.flow_file, np.full(nf - old, acc.file)])
     if acc.file and (own & (acc.flow_file[fid] != acc.file)).any():
         acc.spanning.update(np.unique(fid[own & (acc.flow_file[fid] != acc.file)]).tolist())
+    codes = acc.label_codes(cap.comments)[d["comment"]]
+    width = len(acc.labels) + 1
+    sums = _folded if acc.compiled else _summed
+    present, seq, cnt, pays, byts, n_bad = sums(acc, d, fid, tracked, icrc, vcrc, codes, width)
+    if acc.crc:
+        good = ~d["malformed"]
+        n["icrc_ok"] += int((icrc == 1).sum())
+        n["icrc_bad"] += int((icrc == 0).sum())
+        n["icrc_unchecked"] += int(((icrc < 0) & good).sum())
+        n["vcrc_ok"] += int((vcrc == 1).sum())
+        n["vcrc_bad"] += int((vcrc == 0).sum())
+    else:                                # nothing checked: every well-formed row unchecked
+        n["icrc_unchecked"] += rd.size - n_bad
+    if n_bad:
+        acc.reasons += reason_counts(d["why"][d["malformed"]])
+    acc.psn.update(fid[seq], d["psn"][seq], compiled=acc.compiled)
+    for u in np.flatnonzero(cnt).tolist():
+        key = (u // width, u % width - 1)
+        acc.flow_label[key] = acc.flow_label.get(key, 0) + np.array(
+            [cnt[u], pays[u], byts[u]], np.int64)
+    acc.file_flows[acc.file].update(np.flatnonzero(present[:tracked]).tolist())
+    acc.file_labels[acc.file].update(np.unique(codes[codes >= 0]).tolist())
+    small = np.flatnonzero((d["opcode"] == WRITE_ONLY) & (d["payload"] <= SMALL_WRITE_BYTES)
+                           & own & ~d["malformed"])
+    if small.size:
+        pair = fid[small] * width + (codes[small] + 1)
+        key = pair * (SMALL_WRITE_BYTES + 1) + np.maximum(d["payload"][small].astype(np.int64), 0)
+        uk, uc = np.unique(key, return_counts=True)
+        for k, c in zip(uk.tolist(), uc.tolist()):
+            p, size = divmod(k, SMALL_WRITE_BYTES + 1)
+            sk = (p // width, p % width - 1, size)
+            acc.small_writes[sk] = acc.small_writes.get(sk, 0) + c
+
+
+def _folded(acc: Acc, d: Decoded, fid, tracked, icrc, vcrc, codes, width):
+    """:func:`_summed` by one compiled pass (:func:`~tokenpcap.analysis.fold.fold_rows`)."""
+    from tokenpcap.analysis.fold import fold_rows      # numba: loaded for big captures only
+
+    present, seq, cnt, pays, byts, totals = fold_rows(
+        acc.f, d, fid, tracked, icrc, vcrc, codes, width, acc.opcodes, acc.ecn, SEQUENCED,
+        WRITE_IMM_END, CNP)
+    n = acc.n
+    for k, v in zip(("payload", "malformed", "fecn", "becn", "cnp"), totals.tolist()):
+        n[k] += v
+    return present, seq, cnt, pays, byts, int(totals[1])
+
+
+def _summed(acc: Acc, d: Decoded, fid, tracked, icrc, vcrc, codes, width):
+    """Fold the RDMA rows ``d`` of a batch (flow ids ``fid``, int64 (n,); ids from ``tracked``
+    on are the "other" flow) into ``acc``'s per-flow columns, histograms and totals (payload,
+    malformed, FECN, BECN, CNPs) by numpy passes: the reference. ``icrc``/``vcrc`` int8 (n,)
+    or None; ``codes`` int64 (n,) phase label codes (-1 none), ``width`` codes + 1.
+
+    Returns:
+        (present int64 (flows,) rows per flow, seq bool (n,) rows the PSN check follows,
+        cnt/pays/byts int64 (flows * width,) per (flow, code + 1), malformed rows).
+    """
+    bad = d["malformed"]
+    good = ~bad
+    n = acc.n
+    n["payload"] += int(d["payload"][d["payload"] > 0].sum())
+    n_bad = int(bad.sum())
+    n["malformed"] += n_bad
+    n["fecn"] += int((d["fecn"].astype(bool) & good).sum())
+    n["becn"] += int((d["becn"].astype(bool) & good).sum())
+    cnp = (d["opcode"] == CNP) & good
+    n["cnp"] += int(cnp.sum())
+    acc.opcodes += np.bincount(d["opcode"][good], minlength=256)
+    ip = (d["ipver"] > 0) & good
+    acc.ecn += np.bincount(d["ecn"][ip], minlength=4)
+    own = fid < tracked
+    nf = acc.f["packets"].size
     f = acc.f
     pay = np.maximum(d["payload"].astype(np.int64), 0)
 
@@ -276,7 +330,7 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     f["packets"] += present
     f["bytes"] += total(d["orig_len"])
     f["payload"] += total(pay)
-    if acc.crc:                          # (else every count is 0)
+    if icrc is not None:                 # (else every count is 0)
         f["icrc_bad"] += total(icrc == 0)
         f["icrc_ok"] += total(icrc == 1)
         f["vcrc_bad"] += total(vcrc == 0)
@@ -290,7 +344,6 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     f["last_ns"][ids] = np.maximum(f["last_ns"][ids], t[hi])
     f["sport"][fid] = d["sport"]
     seq = SEQUENCED[d["opcode"]] & good & own
-    acc.psn.update(fid[seq], d["psn"][seq], compiled=acc.compiled)
     if seq.any():                    # first/last sequenced opcode per flow (cut messages)
         s = np.flatnonzero(seq)
         sids, slo, shi = _first_last(fid[s], nf, t[s])
@@ -298,25 +351,9 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
         fresh = f["op_first"][sids] < 0
         f["op_first"][sids[fresh]] = op[slo[fresh]]
         f["op_last"][sids] = op[shi]
-    codes = acc.label_codes(cap.comments)[d["comment"]]
-    width = len(acc.labels) + 1
     pair = fid * width + (codes + 1)        # small dense codes: bincount, no sort
     span = nf * width
     cnt = np.bincount(pair, minlength=span)
     pays = np.rint(np.bincount(pair, pay, minlength=span)).astype(np.int64)
     byts = np.rint(np.bincount(pair, d["orig_len"], minlength=span)).astype(np.int64)
-    for u in np.flatnonzero(cnt).tolist():
-        key = (u // width, u % width - 1)
-        acc.flow_label[key] = acc.flow_label.get(key, 0) + np.array(
-            [cnt[u], pays[u], byts[u]], np.int64)
-    acc.file_flows[acc.file].update(np.flatnonzero(present[:tracked]).tolist())
-    acc.file_labels[acc.file].update(np.unique(codes[codes >= 0]).tolist())
-    small = np.flatnonzero((d["opcode"] == WRITE_ONLY) & good & (pay <= SMALL_WRITE_BYTES)
-                           & own)
-    if small.size:
-        key = (pair[small] * (SMALL_WRITE_BYTES + 1) + pay[small])
-        uk, uc = np.unique(key, return_counts=True)
-        for k, c in zip(uk.tolist(), uc.tolist()):
-            p, size = divmod(k, SMALL_WRITE_BYTES + 1)
-            sk = (p // width, p % width - 1, size)
-            acc.small_writes[sk] = acc.small_writes.get(sk, 0) + c
+    return present, seq, cnt, pays, byts, n_bad

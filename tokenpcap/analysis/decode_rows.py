@@ -222,8 +222,7 @@ def decode_rows(data: np.ndarray, rec: np.ndarray, rest) -> Decoded:
         cols[k][:] = rec[k]
     taken = np.empty(n, np.bool_)
     c = cols
-    _rows(data, np.ascontiguousarray(rec["offset"]), np.ascontiguousarray(rec["caplen"]),
-          np.ascontiguousarray(rec["orig_len"]), np.ascontiguousarray(rec["linktype"]),
+    _rows(data, rec["offset"], rec["caplen"], rec["orig_len"], rec["linktype"],   # (strided)
           *_TABLES, c["kind"], c["ipver"], c["l3"], c["bth"], c["end"], c["complete"],
           c["src_hi"], c["src_lo"], c["dst_hi"], c["dst_lo"], c["smac"], c["dmac"], c["vlan"],
           c["pcp"], c["dscp"], c["ecn"], c["sport"], c["opcode"], c["padcnt"], c["fecn"],

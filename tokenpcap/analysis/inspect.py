@@ -28,6 +28,7 @@ import re
 import numpy as np
 
 from tokenpcap.analysis.batch import CUT_AT_END, CUT_AT_START, Acc, add_batch
+from tokenpcap.analysis.decode_rows import worth_compiling
 from tokenpcap.analysis.decode import KIND_IB, KIND_NAMES, LINKTYPE_ETHERNET, MALFORMED_REASONS
 from tokenpcap.analysis.result import (
     L1_OVERHEAD_BYTES, MAX_LISTED_INDICES, NS_PER_S, FlowRows, Report, address_text)
@@ -121,24 +122,19 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
         rep.files.append({"path": path, "format": cap.format, "provenance": prov})
         rep.notes += notes
         for rec in coalesced(cap.batches(max_records), min(max_records, CHUNK)):
-            rep.packets += rec.size
-            orig = rec["orig_len"].astype(np.int64)
-            rep.bytes += int(orig.sum())
-            rep.captured_bytes += int(rec["caplen"].sum(dtype=np.int64))
-            if orig.size:
-                lo, hi = int(orig.min()), int(orig.max())
-                rep.frame_bytes_min = lo if rep.frame_bytes_min is None else \
-                    min(rep.frame_bytes_min, lo)
-                rep.frame_bytes_max = max(rep.frame_bytes_max or 0, hi)
-            eth = rec["linktype"] == LINKTYPE_ETHERNET
-            rep.l1_bytes += int(np.where(eth, np.maximum(orig, ETH_MIN_FRAME_BYTES)
-                                         + L1_OVERHEAD_BYTES, orig).sum())
-            rep.ethernet_frames += int(eth.sum())
-            rep.eth_frame_bytes_max = max(rep.eth_frame_bytes_max,
-                                          int(orig[eth].max(initial=0)))
-            t = rec["time_ns"][rec["time_ns"] != NO_TIME]
-            if t.size:
-                first, last = min(first, int(t.min())), max(last, int(t.max()))
+            acc.compiled = acc.compiled or worth_compiling(cap.data, rec)
+            if rec.size:
+                got = (_totals_compiled if acc.compiled else _totals)(rec)
+                rep.packets += rec.size
+                rep.bytes += got[0]
+                rep.captured_bytes += got[1]
+                rep.frame_bytes_min = got[2] if rep.frame_bytes_min is None else \
+                    min(rep.frame_bytes_min, got[2])
+                rep.frame_bytes_max = max(rep.frame_bytes_max or 0, got[3])
+                rep.l1_bytes += got[4]
+                rep.ethernet_frames += got[5]
+                rep.eth_frame_bytes_max = max(rep.eth_frame_bytes_max, got[6])
+                first, last = min(first, got[7]), max(last, got[8])
             add_batch(acc, cap, rec)          # releases the batch's frames when done
             cap.forget_comments()             # the comments of rows already folded in
             acc.forget_comments()
@@ -158,6 +154,28 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
     _finish(rep, acc)
     rep.notes += _idle_nics(rep, acc, declared)
     return rep
+
+
+def _totals(rec: np.ndarray) -> list[int]:
+    """The capinfos-like sums of a record batch (n >= 1 rows) by numpy passes, in
+    :data:`~tokenpcap.analysis.fold.RECORD_TOTALS` order: sums of the original and captured
+    lengths, smallest and largest frame, layer-1 bytes (module docstring), Ethernet frames and
+    their largest, first and last time (int64 max and min when no record has one)."""
+    orig = rec["orig_len"].astype(np.int64)
+    eth = rec["linktype"] == LINKTYPE_ETHERNET
+    l1 = np.where(eth, np.maximum(orig, ETH_MIN_FRAME_BYTES) + L1_OVERHEAD_BYTES, orig)
+    t = rec["time_ns"][rec["time_ns"] != NO_TIME]
+    return [int(orig.sum()), int(rec["caplen"].sum(dtype=np.int64)), int(orig.min()),
+            int(orig.max()), int(l1.sum()), int(eth.sum()), int(orig[eth].max(initial=0)),
+            int(t.min(initial=np.iinfo(np.int64).max)), int(t.max(initial=np.iinfo(np.int64).min))]
+
+
+def _totals_compiled(rec: np.ndarray) -> list[int]:
+    """:func:`_totals` by one compiled pass (:func:`~tokenpcap.analysis.fold.record_totals`)."""
+    from tokenpcap.analysis.fold import record_totals     # numba: big captures only
+
+    return record_totals(rec, LINKTYPE_ETHERNET, ETH_MIN_FRAME_BYTES, L1_OVERHEAD_BYTES,
+                         NO_TIME).tolist()
 
 
 def coalesced(batches, rows: int):

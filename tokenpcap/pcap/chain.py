@@ -87,6 +87,17 @@ class Chain:
         nxt, ok, stop = self.step(pos)
         return ~ok | stop
 
+    def fixed_ok(self, pos: np.ndarray, at: slice, size: int) -> np.ndarray:
+        """Vectorized: bool (n,) for records at true starts ``pos`` (evenly spaced by
+        ``size``, ``at`` the same positions as a slice): whether each is followed by the next
+        slot (:meth:`advance`) and not :meth:`bad`. Formats whose length is one field may
+        answer with one compare of that field."""
+        nxt = np.empty(pos.size, np.int64)
+        self.advance(pos, nxt, at)
+        ok = nxt == pos + size
+        ok &= ~self.bad(pos, at)
+        return ok
+
     def plausible(self, pos: np.ndarray) -> np.ndarray:
         """Vectorized: bool (n,) whether a record could start at ``pos`` (a loose test that every
         valid record passes; only used to choose where to speculate)."""
@@ -215,12 +226,9 @@ def fixed_run(chain: Chain, head: np.ndarray, p: int, limit: int) -> np.ndarray:
     k = min(-(-(limit - p) // size), (chain.end - p) // size)
     if k < MIN_FIXED_RUN:
         return head[:0]
-    pos = p + np.arange(k, dtype=np.int64) * size
+    pos = np.arange(p, p + k * size, size, dtype=np.int64)
     at = slice(p, p + (k - 1) * size + 1, size)       # pos, as a strided view's slice
-    nxt = np.empty(k, np.int64)
-    chain.advance(pos, nxt, at)
-    ok = nxt == pos + size
-    ok &= ~chain.bad(pos, at)
+    ok = chain.fixed_ok(pos, at, size)
     j = k if ok.all() else int(np.argmin(ok))
     return pos[:j]
 

@@ -5,8 +5,12 @@ kernels when its frame bytes are all written into the buffer (no gather write): 
 the records writes every header byte at its place (record header, ERF header, pcapng pad,
 comment option and trailing block length) and the byte offset of every frame, which the frame
 builder's ``fill`` then writes. No structured array of headers is built and scattered, and no
-per-field numpy pass is made: a headers-only record (16 + 64/74 bytes, an EPB of 92-144 bytes)
-costs ~8 ns of header work beside the kernel's copy of its bytes into the file
+per-field numpy pass is made. An EPB starts and ends on a 4-byte boundary, so its words (header,
+zeroed last pad word, comment option, trailing length) are stored a word at a time; a pcap record
+(16 + 64/74 bytes: not always aligned) byte by byte, its seconds divided out only when a time
+leaves the second of the record before. In a writer's batch (a 10 MiB buffer written while the
+other is in flight) a headers-only record costs ~10 ns of layout, a commented EPB ~19 (~53 with
+its option copied byte by byte), beside the kernel's copy of its bytes into the file
 (benchmarks/README.md).
 
 Layouts (the same bytes as :data:`~tokenpcap.pcap.formats.PCAP_RECORD`,
@@ -86,6 +90,10 @@ def pcap_records(out, time_ns, frame_bytes, caplen, frac_per_sec, pcap, erf, ifa
     bytes: a pcap record header (``pcap``) followed by an ERF header (``erf``, linktype 197),
     or an ERF header alone (a raw ERF file).
 
+    The seconds of a record are divided out only when its time leaves the second of the
+    record before (a batch's times are mostly ordered): one compare per record instead of a
+    64-bit division; the fields are the same.
+
     Args:
         out: uint8 (n * header + caplen.sum(),) the batch buffer.
         time_ns, frame_bytes, caplen: int64 (n,).
@@ -105,15 +113,21 @@ def pcap_records(out, time_ns, frame_bytes, caplen, frac_per_sec, pcap, erf, ifa
     one = iface.size == 1
     top = 0
     p = 0
+    sec = 0
+    lo = 0             # the fractions [lo, hi) are second ``sec``
+    hi = 0
     for i in range(time_ns.size):
         t = time_ns[i]
         units = t if step == 1 else (t + step // 2) // step
-        sec = units // frac_per_sec
-        top = max(top, sec)
+        if units < lo or units >= hi:
+            sec = units // frac_per_sec
+            lo = sec * frac_per_sec
+            hi = lo + frac_per_sec
+            top = max(top, sec)
         c = caplen[i]
         if pcap:
             _u32(out, p, sec, big)
-            _u32(out, p + 4, units - sec * frac_per_sec, big)
+            _u32(out, p + 4, units - lo, big)
             _u32(out, p + 8, c + extra, big)
             _u32(out, p + 12, frame_bytes[i] + extra, big)
         if erf:
@@ -144,18 +158,37 @@ def pcapng_size(caplen, iface, erf_of, codes, option_bytes):
     return total
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _word(words, p, v, swap):
+    """32-bit word ``v`` at byte ``p`` (a multiple of 4) through the uint32 view ``words``,
+    byte-swapped when the file's byte order is not the machine's."""
+    x = np.uint32(v & 0xFFFFFFFF)
+    if swap:
+        x = np.uint32(((x & np.uint32(0xFF)) << np.uint32(24))
+                      | ((x & np.uint32(0xFF00)) << np.uint32(8))
+                      | ((x >> np.uint32(8)) & np.uint32(0xFF00)) | (x >> np.uint32(24)))
+    words[p >> 2] = x
+
+
 @njit(cache=True, nogil=True)
-def pcapng_blocks(out, time_ns, frame_bytes, caplen, iface, erf_of, codes, option_bytes,
-                  blob_at, blobs, big, offsets):
+def pcapng_blocks(out, words, time_ns, frame_bytes, caplen, iface, erf_of, codes, option_bytes,
+                  blob_at, blob_words, swap, offsets):
     """Write n EPBs back to back (module docstring), leaving room for each frame's bytes.
 
+    Every block starts and ends on a 4-byte boundary, so its header words, the zeroed last
+    word of a padded frame, the option words and the trailing length are stored a word at a
+    time through ``words`` (the ERF header, 16 bytes with a 64-bit and 16-bit fields, byte by
+    byte).
+
     Args:
-        out: uint8 (:func:`pcapng_size`,) the batch buffer.
+        out: uint8 (:func:`pcapng_size`,) the batch buffer; words: the same bytes as uint32.
         time_ns, frame_bytes, caplen: int64 (n,).
-        iface, erf_of, codes, option_bytes: as :func:`pcapng_size`.
-        blob_at: int64 (labels,) or more: where code k's option bytes start in ``blobs``.
-        blobs: uint8 (m,): every label's encoded option bytes.
-        big: bool, big-endian words.
+        iface, erf_of, codes, option_bytes: as :func:`pcapng_size` (option bytes a multiple
+            of 4, as every encoded option list is).
+        blob_at: int64 (labels,) or more: where code k's option bytes start in the blob, in
+            bytes (a multiple of 4).
+        blob_words: uint32 (m,): every label's encoded option bytes (file byte order) as words.
+        swap: bool, the file's byte order is not the machine's.
         offsets: int64 (n,), out: where frame i's bytes go in ``out``.
     """
     one = iface.size == 1
@@ -170,24 +203,25 @@ def pcapng_blocks(out, time_ns, frame_bytes, caplen, iface, erf_of, codes, optio
         opt = option_bytes[k] if k >= 0 else 0
         blen = EPB_FIXED_BYTES + padded + opt
         t = time_ns[i]
-        _u32(out, p, _EPB_TYPE, big)
-        _u32(out, p + 4, blen, big)
-        _u32(out, p + 8, f, big)
-        _u32(out, p + 12, t >> 32, big)
-        _u32(out, p + 16, t & 0xFFFFFFFF, big)
-        _u32(out, p + 20, data, big)
-        _u32(out, p + 24, frame_bytes[i] + e, big)
+        _word(words, p, _EPB_TYPE, swap)
+        _word(words, p + 4, blen, swap)
+        _word(words, p + 8, f, swap)
+        _word(words, p + 12, t >> 32, swap)
+        _word(words, p + 16, t, swap)
+        _word(words, p + 20, data, swap)
+        _word(words, p + 24, frame_bytes[i] + e, swap)
         q = p + _EPB_HEADER
+        if padded != data:           # the pad bytes: zero the last word before the fill
+            words[(q + padded - 4) >> 2] = 0
         if e:
             _erf_header(out, q, t, frame_bytes[i], c, f)
         offsets[i] = q + e
-        for j in range(q + data, q + padded):
-            out[j] = 0
         q += padded
         if opt:
-            a = blob_at[k]
-            for j in range(opt):
-                out[q + j] = blobs[a + j]
+            a = blob_at[k] >> 2
+            w = q >> 2
+            for j in range(opt >> 2):
+                words[w + j] = blob_words[a + j]
             q += opt
-        _u32(out, q, blen, big)
+        _word(words, q, blen, swap)
         p = q + 4

@@ -17,6 +17,7 @@ option bytes are scattered with one numpy assignment per distinct encoded length
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,7 +39,8 @@ _EPB_FIXED = EPB.size + 4            # 28-byte header + trailing block_length
 _TRAILER_EPB = {o: stacked_dtype([("prev_", TRAILER), ("", EPB)], o) for o in "<>"}
 _I64_MAX = np.iinfo(np.int64).max
 _NO_CODES = np.zeros(0, np.int64)
-_NO_BYTES = np.zeros(0, np.uint8)
+_NO_WORDS = np.zeros(0, np.uint32)
+_SWAP = {"<": sys.byteorder != "little", ">": sys.byteorder != "big"}   # file order vs machine
 
 
 @dataclass(frozen=True)
@@ -220,8 +222,12 @@ class PcapngWriter(RecordWriter):
                 raise EncodeError(f"{self._where}: interface: got values outside 0..{nif - 1} "
                                   f"or shape {iface.shape}, expected ({n},)")
             snap, erf = self._snap[iface], self._erf[iface]
-        caplen = np.minimum(fb, snap) if caplen is None else \
-            check_caplen(caplen, fb, snap, self._where)
+        if caplen is not None:
+            caplen = check_caplen(caplen, fb, snap, self._where)
+        elif iface.ndim == 0 and int(fb.min()) >= snap:     # every frame cut at the snaplen
+            caplen = self._cut(n, snap)
+        else:
+            caplen = np.minimum(fb, snap)
         holes = gather_holes(fill, caplen)    # payload left out of the buffer (gather.py)
         if holes is None:
             self._blocks(t, fb, caplen, fill, iface.reshape(-1), comments)
@@ -285,10 +291,11 @@ class PcapngWriter(RecordWriter):
 
         n = t.size
         if comments is None:
-            codes, lengths, blob = _NO_CODES, _NO_CODES, _NO_BYTES
+            codes, lengths, blob = _NO_CODES, _NO_CODES, _NO_WORDS
         else:
             codes, lengths, blobs = self._comment_codes(comments, n)
-            blob = np.frombuffer(b"".join(blobs), np.uint8) if any(blobs) else _NO_BYTES
+            joined = b"".join(blobs)         # every encoded option list is whole 32-bit words
+            blob = np.frombuffer(joined, np.uint32) if joined else _NO_WORDS
         blob_at = np.zeros(lengths.size, np.int64)
         np.cumsum(lengths[:-1], out=blob_at[1:])
         iface = np.ascontiguousarray(iface, np.int64)
@@ -296,9 +303,9 @@ class PcapngWriter(RecordWriter):
         codes = np.ascontiguousarray(codes, np.int64)
         out = self._scratch.take(pcapng_size(caplen, iface, self._erf, codes, lengths))
         offsets = np.empty(n, np.int64)
-        pcapng_blocks(out, np.ascontiguousarray(t), np.ascontiguousarray(fb), caplen, iface,
-                      self._erf, codes, lengths, blob_at, blob, self.byte_order == ">",
-                      offsets)
+        pcapng_blocks(out, out.view(np.uint32), np.ascontiguousarray(t),
+                      np.ascontiguousarray(fb), caplen, iface, self._erf, codes, lengths,
+                      blob_at, blob, _SWAP[self.byte_order], offsets)
         fill(out, offsets, caplen)
         self._out.write(out)
         self.packets += n

@@ -8,7 +8,8 @@ Every writer (these two and :class:`tokenpcap.pcap.pcapng.PcapngWriter`) takes b
 without FCS. The writer lays out every record header of the batch in one buffer (one compiled
 pass, :mod:`tokenpcap.pcap.layout`; numpy around a gather fill's payload holes), calls
 ``fill(out, offsets, caplen)`` so that the frame builder writes the first ``caplen[i]`` bytes of
-frame ``i`` at ``out[offsets[i]:]`` (``caplen = min(frame_bytes, snaplen)``), then writes the
+frame ``i`` at ``out[offsets[i]:]`` (``caplen = min(frame_bytes, snaplen)``, possibly a
+read-only array the writer keeps for the next batch; ``fill`` only reads it), then writes the
 buffer with one call.
 
 ``link="infiniband"`` frames (LRH..VCRC) are wrapped in an ERF type-21 record; in pcap under
@@ -71,6 +72,16 @@ class RecordWriter:
         self._big = False
         self.path = self._out.path
         self.packets = 0
+        self._full = np.zeros(0, np.int64)
+
+    def _cut(self, n: int, snaplen: int) -> np.ndarray:
+        """``caplen`` of a batch of n frames all cut at ``snaplen``: int64 (n,), read-only and
+        kept for the next batch of that size and snaplen (a headers-only run's batches are all
+        alike; a fresh array costs its page faults every batch)."""
+        if self._full.size != n or (n and int(self._full[0]) != snaplen):
+            self._full = np.full(n, snaplen, np.int64)
+            self._full.flags.writeable = False
+        return self._full
 
     @property
     def bytes_written(self) -> int:
@@ -203,7 +214,7 @@ class PcapWriter(RecordWriter):
         if caplen is not None:
             caplen = check_caplen(caplen, fb, self.snaplen, self._where)
         elif int(fb.min()) >= self.snaplen:      # every frame cut at the snaplen
-            caplen = np.full(t.size, self.snaplen, np.int64)
+            caplen = self._cut(t.size, self.snaplen)
         else:
             caplen = np.minimum(fb, self.snaplen)
         holes = gather_holes(fill, caplen)
@@ -258,7 +269,8 @@ class ErfWriter(RecordWriter):
                             max_frame=_ERF_MAX_FRAME)
         if t.size == 0:
             return
-        caplen = np.minimum(fb, self.snaplen)
+        caplen = self._cut(t.size, self.snaplen) if int(fb.min()) >= self.snaplen else \
+            np.minimum(fb, self.snaplen)
         holes = gather_holes(fill, caplen)
         if holes is None:
             self._records(t, fb, caplen, fill, interface, pcap=False, erf=True)
