@@ -22,7 +22,7 @@ def test_run_default_scenario_scaled(tmp_path):
     files = sorted(tmp_path.glob("dante_node*_nic*.pcapng"))
     assert len(files) == 32
     assert "writing 32 pcapng files to" in r.output
-    assert re.search(r"corpus: [\d,]+ tokens; one iteration takes 16,384", r.output)
+    assert re.search(r"corpus: [\d,]+ tokens; one iteration takes 16,384 tokens\n", r.output)
     for label in ("dp/backward/AllReduce", "emb/backward/AllReduce", "pp/forward/SendRecv",
                   "pp/backward/SendRecv"):
         assert label in r.output

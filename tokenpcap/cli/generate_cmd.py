@@ -132,7 +132,7 @@ def print_summary(res: GenerateResult, tokens=None) -> None:
     out = _console()
     if tokens is not None:
         out.print(f"corpus: {tokens.tokens:,} tokens; one iteration takes "
-                  f"{res.plan.tokens_per_iteration:,}")
+                  f"{res.plan.tokens_per_iteration:,} tokens")
     files = Table(title="files")
     for col in ("file", "packets", "bytes"):
         files.add_column(col, justify="left" if col == "file" else "right")

@@ -208,7 +208,10 @@ tokenpcap generate profiles/scenarios/dante.yaml -o out --set generation.clear_t
 A `--set` is checked as the file is, and a bad key or value gets the same one-line error with
 `--set` in place of the file (`error: --set: parallelism.dp: got 'two', expected an integer >=
 1`, exit 1); a malformed `KEY=VALUE` is a usage error (exit 2). A `--set` equal to the file's
-value changes no byte of the output.
+value changes no byte of the output. `null` is taken as an absent key where a key accepts it
+("or null" below): `--set cluster.fabric=null` runs a queued cluster on the ideal fabric (`--set
+cluster.fabric.model=ideal` alone is refused where the file sets switch keys, which an ideal
+fabric would ignore).
 
 """
 
