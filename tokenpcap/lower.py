@@ -64,6 +64,7 @@ from tokenpcap.config.profiles import ClusterProfile, GenerationConfig
 from tokenpcap.wire import rdma
 from tokenpcap.wire.cnp import cnp_packets
 from tokenpcap.wire.context import WireContext
+from tokenpcap.wire.expand import MessageValues, expand_rows
 from tokenpcap.wire.qpn import (_PSN_MASK, _QPN_SPACE, _ROLE_OFFSET, _U64, QP_STRIDE,  # noqa: F401
                                 _mix, _rkey_va, initial_psn, qpn)
 from tokenpcap.wire.pfc import PFC_FRAME_BYTES
@@ -178,18 +179,23 @@ class Lowering:
         return cnp_packets(tx["time_ns"], tx["nic"], tx["peer_nic"], qpn_src[inv], qpn_dst[inv],
                            tx["msg"], self.cnp_udp_sport, tx["frame_bytes"])
 
-    def rdma_rows(self, tx: np.ndarray, m: np.ndarray, inv: np.ndarray) -> np.ndarray:
+    def rdma_rows(self, tx: np.ndarray, m: np.ndarray, inv: np.ndarray, *, time_add_ns: int = 0,
+                  pos: np.ndarray | None = None) -> np.ndarray:
         """The RDMA rows (data, CTS, ACK; module docstring) of a chunk whose distinct messages
         are already looked up: what :func:`tokenpcap.generate.route.route_chunk` calls, having
-        read each message once for its selection.
+        read each message once for its selection. The per-message values are computed here
+        once per message, the rows by :func:`tokenpcap.wire.expand.expand_rows`.
 
         Args:
             tx: ``TX_DTYPE (n,)`` rows of kind data, CTS or ACK.
             m: ``MSG_STATE_DTYPE (u,)``, the distinct messages the rows name.
             inv: int ``(n,)``, row ``i`` names message ``m[inv[i]]``.
+            time_add_ns: added to every row's ``time_ns``.
+            pos: None, or int64 ``(n,)``: the output row of each row of ``tx`` (a permutation,
+                :func:`tokenpcap.wire.expand.group_positions`).
 
         Returns:
-            ``PACKET_DTYPE (n,)``, in the order of ``tx``.
+            ``PACKET_DTYPE (n,)``, in the order of ``tx`` (or as ``pos`` places them).
 
         Raises:
             InputError: a message whose ``qp`` is >= QP_STRIDE.
@@ -197,55 +203,17 @@ class Lowering:
         m, src, dst, qp, role, qpn_src, qpn_dst = self._ends(m)
         psn0 = initial_psn(self.seed, src, dst, qp, role).astype(np.int64) + m["psn_offset"]
         rkey, va = _rkey_va(self.seed, src, dst, qp, role)
-        va = va + m["byte_offset"].astype(_U64)
-        sport = rdma.rocev2_udp_sport(qpn_src, qpn_dst)
-        idx = tx["index"]
-        n = m["n_packets"][inv]
-        size = m["size_bytes"][inv]
-        ack = tx["kind"] == PKT_ACK
-        data = ~ack
-        last = idx == n - 1
-        out = np.zeros(tx.size, PACKET_DTYPE)
-        for name in ("time_ns", "nic", "peer_nic", "msg", "frame_bytes"):
-            out[name] = tx[name]
-        qs, qd = qpn_src[inv], qpn_dst[inv]
-        out["src_qp"] = np.where(ack, qd, qs)
-        out["dest_qp"] = np.where(ack, qs, qd)
-        out["udp_sport"] = sport[inv]
-        psn = (psn0[inv] + idx) & _PSN_MASK
-        out["psn"] = psn
-        out["ip_id"] = psn & 0xFFFF
-        pos = rdma.packet_position(idx, n)
-        opcode = np.where(ack, rdma.ACKNOWLEDGE,
-                          rdma.OPCODE_SEQUENCE[m["verb"][inv], pos]).astype(np.uint8)
-        out["opcode"] = opcode
-        payload = np.where(data, np.where(last, size - (n - 1) * self.pmtu, self.pmtu), 0)
-        out["payload_bytes"] = payload
-        out["pad"] = (-payload) & 3
-        out["payload_offset"] = np.where(data, idx * self.pmtu, 0)
-        ackreq = last
-        if self.ack_every:
-            ackreq = ackreq | ((idx + 1) % self.ack_every == 0)
-        out["ack_req"] = data & ackreq
-        # the extended headers of a few rows (a message's FIRST, its LAST, the ACKs): written
-        # at those rows only, the others stay 0
-        at = np.flatnonzero(rdma.HAS_RETH[opcode])
-        out["reth_va"][at] = va[inv[at]]
-        out["reth_rkey"][at] = rkey[inv[at]]
-        out["reth_len"][at] = size[at]
-        at = np.flatnonzero(rdma.HAS_IMMDT[opcode])
-        out["imm"][at] = m["imm"][inv[at]]
-        at = np.flatnonzero(ack)
-        out["aeth"][at] = (AETH_ACK_SYNDROME << 24) | ((m["qp_seq"][inv[at]] + last[at]) & _PSN_MASK)
+        line = np.zeros(m.size, np.int64)
         if self.line_protocols is not None:      # NCCL LL/LL128 lines: the protocol of the call
             lp = self.line_protocols
-            code = np.where(m["kind"] == KIND_CTS, 0, lp[m["call_id"] % lp.size])
-            at = np.flatnonzero(data & (code[inv] != 0))
-            out["line_protocol"][at] = code[inv[at]]
-            out["line_flag"][at] = (m["qp_seq"][inv[at]] + 1) & 0xFFFFFFFF
-        if "flags" in tx.dtype.names:                   # a queued fabric's CE marks
-            out["ce"] = (tx["flags"] & TX_FLAG_CE) != 0
-        return out
+            line = np.where(m["kind"] == KIND_CTS, 0, lp[m["call_id"] % lp.size])
+        mv = MessageValues(qpn_src=qpn_src, qpn_dst=qpn_dst, sport=rdma.rocev2_udp_sport(qpn_src, qpn_dst),
+                           psn0=psn0, n_packets=m["n_packets"], size_bytes=m["size_bytes"],
+                           verb=m["verb"], va=va + m["byte_offset"].astype(_U64), rkey=rkey,
+                           imm=m["imm"], qp_seq=m["qp_seq"], line=line)
+        flags = tx["flags"] if "flags" in tx.dtype.names else None      # a queued fabric's CE marks
+        return expand_rows(tx, inv, mv, self.pmtu, self.ack_every, PKT_ACK, flags,
+                           TX_FLAG_CE.bit_length() - 1, time_add_ns, pos)
 
 
 def pfc_packets(tx: np.ndarray) -> np.ndarray:
