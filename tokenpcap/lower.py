@@ -73,6 +73,8 @@ __all__ = ["Lowering", "MessageLowering", "lower_messages", "qpn", "initial_psn"
            "AETH_ACK_SYNDROME", "QP_STRIDE", "pfc_packets", "distinct_ids"]
 
 _NOT_RDMA = {PKT_PFC: "PFC", PKT_CNP: "CNP"}
+#: NICs the QPN rule holds (:class:`Lowering`): the base of a connection's key
+_MAX_NICS = _ROLE_OFFSET // QP_STRIDE
 
 #: AETH syndrome of an ACK without end-to-end credits (IBTA vol.1 9.3.5, Table 47).
 AETH_ACK_SYNDROME = 0x1F
@@ -152,13 +154,27 @@ class Lowering:
 
     def _ends(self, m: np.ndarray):  # type: ignore[no-untyped-def]
         """``(m, src, dst, qp, role, qpn_src, qpn_dst)`` of message rows ``m`` (:meth:`_pairs`)."""
+        m, src, dst, qp, role, (ci, cs, cd, cq, cr) = self._connections(m)
+        return m, src, dst, qp, role, qpn(self.seed, cs, cd, cq, cr)[ci], \
+            qpn(self.seed, cd, cs, cq, 1 - cr)[ci]
+
+    def _connections(self, m: np.ndarray):  # type: ignore[no-untyped-def]
+        """``(m, src, dst, qp, role, (ci, cs, cd, cq, cr))``: the messages' NICs, connection
+        index and role (1 for CTS: the receiver's QP of the pair), and the distinct QPs they
+        are sent on, ``(cs, cd, cq, cr)[ci]`` being the messages' own: what depends on the QP
+        alone (QPNs, initial PSN, R_Key, buffer base) is computed once per QP of a chunk, not
+        per message."""
         src, dst, qp = m["src_nic"].astype(np.int64), m["dst_nic"].astype(np.int64), m["qp"].astype(np.int64)
         if (qp >= QP_STRIDE).any():
             bad = int(qp[qp >= QP_STRIDE][0])
             raise InputError(f"message qp: got {bad}, expected 0 .. {QP_STRIDE - 1}")
         role = (m["kind"] == KIND_CTS).astype(np.int64)      # CTS: the receiver's QP of the pair
-        qpn_src, qpn_dst = qpn(self.seed, src, dst, qp, role), qpn(self.seed, dst, src, qp, 1 - role)
-        return m, src, dst, qp, role, qpn_src, qpn_dst
+        n = _MAX_NICS
+        key = ((src * n + dst) * QP_STRIDE + qp) * 2 + role
+        uk, ci = np.unique(key, return_inverse=True)
+        sdq = uk >> 1
+        sd = sdq // QP_STRIDE
+        return m, src, dst, qp, role, (ci.reshape(-1), sd // n, sd % n, sdq % QP_STRIDE, uk & 1)
 
     def _cnp(self, tx: np.ndarray, messages: np.ndarray) -> np.ndarray:
         """The CNP rows of a chunk (``kind == PKT_CNP``, :data:`tokenpcap.records.PKT_CNP`):
@@ -200,14 +216,17 @@ class Lowering:
         Raises:
             InputError: a message whose ``qp`` is >= QP_STRIDE.
         """
-        m, src, dst, qp, role, qpn_src, qpn_dst = self._ends(m)
-        psn0 = initial_psn(self.seed, src, dst, qp, role).astype(np.int64) + m["psn_offset"]
-        rkey, va = _rkey_va(self.seed, src, dst, qp, role)
+        m, _, _, _, _, (ci, cs, cd, cq, cr) = self._connections(m)
+        qs, qd = qpn(self.seed, cs, cd, cq, cr), qpn(self.seed, cd, cs, cq, 1 - cr)
+        qpn_src, qpn_dst, sport = qs[ci], qd[ci], rdma.rocev2_udp_sport(qs, qd)[ci]
+        psn0 = initial_psn(self.seed, cs, cd, cq, cr)[ci].astype(np.int64) + m["psn_offset"]
+        rkey, va = _rkey_va(self.seed, cs, cd, cq, cr)
+        rkey, va = rkey[ci], va[ci]
         line = np.zeros(m.size, np.int64)
         if self.line_protocols is not None:      # NCCL LL/LL128 lines: the protocol of the call
             lp = self.line_protocols
             line = np.where(m["kind"] == KIND_CTS, 0, lp[m["call_id"] % lp.size])
-        mv = MessageValues(qpn_src=qpn_src, qpn_dst=qpn_dst, sport=rdma.rocev2_udp_sport(qpn_src, qpn_dst),
+        mv = MessageValues(qpn_src=qpn_src, qpn_dst=qpn_dst, sport=sport,
                            psn0=psn0, n_packets=m["n_packets"], size_bytes=m["size_bytes"],
                            verb=m["verb"], va=va + m["byte_offset"].astype(_U64), rkey=rkey,
                            imm=m["imm"], qp_seq=m["qp_seq"], line=line)

@@ -10,7 +10,8 @@ when the last process that maps it exits: nothing to unlink, even after a SIGKIL
 semaphore counting the free buffers. The parent copies one worker's share of a chunk into the
 worker's next buffer (:meth:`RowSlots.put`, one ``memcpy`` per file's part) and sends only the
 buffer's number and each part's row range over the queue; the worker copies each part out of
-the buffer into the rows its file buffers (:meth:`RowSlots.take`) and then frees it
+the buffer into the rows its file buffers (:meth:`RowSlots.view`, :meth:`tokenpcap.generate.
+output.Sink.add`) and then frees it
 (:meth:`RowSlots.release`). The queue carries the parts in order and the buffers are used in
 ring order, so the semaphore's count is the number of free buffers. A process started by
 ``spawn`` cannot inherit the mapping: its rows go through the queue as before (``slots`` None).
@@ -60,10 +61,11 @@ class RowSlots:
             ends.append(at)
         return k, ends
 
-    def take(self, k: int, start: int, end: int) -> np.ndarray:
-        """A copy of rows ``start:end`` of buffer ``k`` (the worker's side)."""
+    def view(self, k: int, start: int, end: int) -> np.ndarray:
+        """Rows ``start:end`` of buffer ``k`` (the worker's side), valid until :meth:`release`:
+        to be copied out before."""
         size = PACKET_DTYPE.itemsize
-        return self._raw[k, start * size: end * size].copy().view(PACKET_DTYPE)
+        return self._raw[k, start * size: end * size].view(PACKET_DTYPE)
 
     def release(self) -> None:
         """Free the oldest buffer in use (the worker's side, once it took every part of it)."""

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from numba import njit
 
 from tokenpcap.errors import OutputError, TokenpcapError
 from tokenpcap.generate.feed import RowSlots, feed_chunk
+from tokenpcap.generate.pending import PendingRows, captured_bytes
 from tokenpcap.generate.parentdeath import PR_SET_PDEATHSIG as _PR_SET_PDEATHSIG  # noqa: F401
 from tokenpcap.generate.parentdeath import ParentDied as _ParentDied
 from tokenpcap.generate.parentdeath import parent_gone as _parent_gone
@@ -34,7 +34,6 @@ from tokenpcap.pcap import Comments, Interface, gather
 from tokenpcap.pcap.registry import capture_format
 from tokenpcap.config.profiles import ClusterProfile
 from tokenpcap.records.points import NIC_TX, CapturePoint
-from tokenpcap.records.rows import join_rows
 from tokenpcap.wire.builder import FrameBuilder
 from tokenpcap.wire.gather import BatchFill
 
@@ -58,6 +57,10 @@ FLUSH_BYTES = 8 << 20
 #: of rows long.
 BUDGET_BYTES = 32 << 20
 _RECORD_OVERHEAD_BYTES = 16
+#: A process writing at most this many files keeps each file's row buffer between batches
+#: (no new memory to fault in per batch: at most 1.5 times FLUSH_BYTES / 107 rows of 91
+#: bytes, 11 MB, each); with more files each buffer is given back after its batch, as the writers' are.
+KEEP_PENDING_FILES = 8
 
 
 @dataclass(frozen=True)
@@ -98,17 +101,6 @@ def interfaces(spec: FileSpec, cfg: WriterConfig) -> list[Interface]:
                       speed_bps=speed, link=link) for n in spec.nics]
 
 
-@njit(cache=True)
-def _capped(frame_bytes, snaplen):
-    """``(sum, max)`` of ``min(frame_bytes, snaplen)`` (int64): the captured bytes of rows."""
-    total, top = 0, 0
-    for v in frame_bytes:
-        c = min(np.int64(v), snaplen)
-        total += c
-        top = max(top, c)
-    return total, top
-
-
 class _Pool(list):
     """The sinks of one process, which share BUDGET_BYTES, and the bytes they hold together
     (kept up to date by :meth:`Sink.add` and :meth:`Sink.flush`)."""
@@ -139,8 +131,9 @@ class Sink:
             self.iface = np.full(max(spec.nics) + 1, -1, np.int64)
             self.iface[list(spec.nics)] = np.arange(len(spec.nics))
         self.snaplen = cfg.snaplen
-        self.buf: list[tuple] = []
-        self.rows = 0
+        self.buf: list[tuple] = []          # (labels, codes, held or None) per part added
+        self.rows = 0                       # held bytes of the rows added (see FLUSH_BYTES)
+        self._pend = PendingRows()          # the rows added, back to back
 
     def _held_bytes(self, packets: np.ndarray) -> np.ndarray:
         """Bytes each row holds until written (see FLUSH_BYTES): int64 ``(n,)``."""
@@ -152,14 +145,17 @@ class Sink:
         return held
 
     def add(self, packets: np.ndarray, labels: list[str] | None, codes: np.ndarray | None) -> None:
-        cap_sum, cap_max = _capped(packets["frame_bytes"], self.snaplen)
+        """Take a copy of ``packets`` (``PACKET_DTYPE``, not kept: it may be a shared buffer)
+        and their comments; build and write when the held bytes call for it."""
+        cap_sum, cap_max = captured_bytes(packets["frame_bytes"], self.snaplen)
         held = None         # no payload left to a gather write: the sum of _held_bytes at once
         if gather.AVAILABLE and cap_max >= gather.MIN_HOLE_BYTES:
             held = self._held_bytes(packets)
             nbytes = int(held.sum())
         else:
             nbytes = int(cap_sum) + len(packets) * (_RECORD_OVERHEAD_BYTES + packets.dtype.itemsize)
-        self.buf.append((packets, labels, codes, held))
+        self._pend.append(packets)
+        self.buf.append((labels, codes, held))
         self.rows += nbytes
         self.pool.held += nbytes
         if self.rows >= FLUSH_BYTES:
@@ -173,13 +169,13 @@ class Sink:
             return
         self.pool.held -= self.rows
         parts, self.buf, self.rows = self.buf, [], 0
-        pk = parts[0][0] if len(parts) == 1 else join_rows([p[0] for p in parts])
-        held = (np.concatenate([p[3] for p in parts]) if all(p[3] is not None for p in parts)
+        pk = self._pend.take()
+        held = (np.concatenate([p[2] for p in parts]) if all(p[2] is not None for p in parts)
                 else self._held_bytes(pk))
         codes = labels = None
         if self.pcapng:
             labels, cl = [], []
-            for _, lab, cod, _ in parts:
+            for lab, cod, _ in parts:
                 cl.append(cod + len(labels))
                 labels.extend(lab)
             codes = np.concatenate(cl)
@@ -190,6 +186,8 @@ class Sink:
                 self._write(pk[a:b], fb[a:b], labels, None if codes is None else codes[a:b])
         if len(self.pool) > 1:
             self.w.release_buffers()     # idle buffers of many files would add up (BUDGET_BYTES)
+        if len(self.pool) > KEEP_PENDING_FILES:
+            self._pend.release()
 
     def _write(self, pk: np.ndarray, fb: np.ndarray, labels, codes) -> None:
         # a gather fill: the writers take full payloads from the builder's pattern with writev
@@ -271,7 +269,7 @@ def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent
                 if len(item) == 2:          # rows in shared memory: copy each part out, free
                     k, parts = item
                     for i, a, b, labels, codes in parts:
-                        sinks[i].add(slots.take(k, a, b), labels, codes)
+                        sinks[i].add(slots.view(k, a, b), labels, codes)   # copied by add
                     slots.release()
                     continue
                 i, pk, labels, codes = item
