@@ -1,7 +1,8 @@
 """Stage 6, lowering: transmitted frames of the NIC engine → ``PACKET_DTYPE`` rows for the builder.
 
 :class:`tokenpcap.schedule.engine.nic.Engine` decides *when* each packet leaves which NIC; this module fills in
-*what* the packet says, vectorized over a chunk (no Python loop per packet):
+*what* the packet says, per QP and per message of a chunk, then per packet by one compiled loop
+(:mod:`tokenpcap.wire.expand`; no Python loop per packet):
 
 * BTH opcode from segmentation at the PMTU (IBTA vol.1 9.5, C5): FIRST/MIDDLE/LAST or ONLY, the
   last with immediate for ``VERB_WRITE_IMM``, SEND opcodes for ``VERB_SEND``; ACKs are
@@ -199,8 +200,9 @@ class Lowering:
                   pos: np.ndarray | None = None) -> np.ndarray:
         """The RDMA rows (data, CTS, ACK; module docstring) of a chunk whose distinct messages
         are already looked up: what :func:`tokenpcap.generate.route.route_chunk` calls, having
-        read each message once for its selection. The per-message values are computed here
-        once per message, the rows by :func:`tokenpcap.wire.expand.expand_rows`.
+        read each message once for its selection. What depends on the QP alone is computed
+        here once per QP of the chunk (:meth:`_connections`), the rest once per message, the
+        rows from them by one compiled loop (:func:`tokenpcap.wire.expand.expand_rows`).
 
         Args:
             tx: ``TX_DTYPE (n,)`` rows of kind data, CTS or ACK.
