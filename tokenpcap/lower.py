@@ -1,7 +1,8 @@
 """Stage 6, lowering: transmitted frames of the NIC engine → ``PACKET_DTYPE`` rows for the builder.
 
 :class:`tokenpcap.schedule.engine.nic.Engine` decides *when* each packet leaves which NIC; this module fills in
-*what* the packet says, vectorized over a chunk (no Python loop per packet):
+*what* the packet says, per QP and per message of a chunk, then per packet by one compiled loop
+(:mod:`tokenpcap.wire.expand`; no Python loop per packet):
 
 * BTH opcode from segmentation at the PMTU (IBTA vol.1 9.5, C5): FIRST/MIDDLE/LAST or ONLY, the
   last with immediate for ``VERB_WRITE_IMM``, SEND opcodes for ``VERB_SEND``; ACKs are
@@ -64,6 +65,7 @@ from tokenpcap.config.profiles import ClusterProfile, GenerationConfig
 from tokenpcap.wire import rdma
 from tokenpcap.wire.cnp import cnp_packets
 from tokenpcap.wire.context import WireContext
+from tokenpcap.wire.expand import MessageValues, expand_rows
 from tokenpcap.wire.qpn import (_PSN_MASK, _QPN_SPACE, _ROLE_OFFSET, _U64, QP_STRIDE,  # noqa: F401
                                 _mix, _rkey_va, initial_psn, qpn)
 from tokenpcap.wire.pfc import PFC_FRAME_BYTES
@@ -72,6 +74,8 @@ __all__ = ["Lowering", "MessageLowering", "lower_messages", "qpn", "initial_psn"
            "AETH_ACK_SYNDROME", "QP_STRIDE", "pfc_packets", "distinct_ids"]
 
 _NOT_RDMA = {PKT_PFC: "PFC", PKT_CNP: "CNP"}
+#: NICs the QPN rule holds (:class:`Lowering`): the base of a connection's key
+_MAX_NICS = _ROLE_OFFSET // QP_STRIDE
 
 #: AETH syndrome of an ACK without end-to-end credits (IBTA vol.1 9.3.5, Table 47).
 AETH_ACK_SYNDROME = 0x1F
@@ -151,13 +155,27 @@ class Lowering:
 
     def _ends(self, m: np.ndarray):  # type: ignore[no-untyped-def]
         """``(m, src, dst, qp, role, qpn_src, qpn_dst)`` of message rows ``m`` (:meth:`_pairs`)."""
+        m, src, dst, qp, role, (ci, cs, cd, cq, cr) = self._connections(m)
+        return m, src, dst, qp, role, qpn(self.seed, cs, cd, cq, cr)[ci], \
+            qpn(self.seed, cd, cs, cq, 1 - cr)[ci]
+
+    def _connections(self, m: np.ndarray):  # type: ignore[no-untyped-def]
+        """``(m, src, dst, qp, role, (ci, cs, cd, cq, cr))``: the messages' NICs, connection
+        index and role (1 for CTS: the receiver's QP of the pair), and the distinct QPs they
+        are sent on, ``(cs, cd, cq, cr)[ci]`` being the messages' own: what depends on the QP
+        alone (QPNs, initial PSN, R_Key, buffer base) is computed once per QP of a chunk, not
+        per message."""
         src, dst, qp = m["src_nic"].astype(np.int64), m["dst_nic"].astype(np.int64), m["qp"].astype(np.int64)
         if (qp >= QP_STRIDE).any():
             bad = int(qp[qp >= QP_STRIDE][0])
             raise InputError(f"message qp: got {bad}, expected 0 .. {QP_STRIDE - 1}")
         role = (m["kind"] == KIND_CTS).astype(np.int64)      # CTS: the receiver's QP of the pair
-        qpn_src, qpn_dst = qpn(self.seed, src, dst, qp, role), qpn(self.seed, dst, src, qp, 1 - role)
-        return m, src, dst, qp, role, qpn_src, qpn_dst
+        n = _MAX_NICS
+        key = ((src * n + dst) * QP_STRIDE + qp) * 2 + role
+        uk, ci = np.unique(key, return_inverse=True)
+        sdq = uk >> 1
+        sd = sdq // QP_STRIDE
+        return m, src, dst, qp, role, (ci.reshape(-1), sd // n, sd % n, sdq % QP_STRIDE, uk & 1)
 
     def _cnp(self, tx: np.ndarray, messages: np.ndarray) -> np.ndarray:
         """The CNP rows of a chunk (``kind == PKT_CNP``, :data:`tokenpcap.records.PKT_CNP`):
@@ -178,74 +196,45 @@ class Lowering:
         return cnp_packets(tx["time_ns"], tx["nic"], tx["peer_nic"], qpn_src[inv], qpn_dst[inv],
                            tx["msg"], self.cnp_udp_sport, tx["frame_bytes"])
 
-    def rdma_rows(self, tx: np.ndarray, m: np.ndarray, inv: np.ndarray) -> np.ndarray:
+    def rdma_rows(self, tx: np.ndarray, m: np.ndarray, inv: np.ndarray, *, time_add_ns: int = 0,
+                  pos: np.ndarray | None = None) -> np.ndarray:
         """The RDMA rows (data, CTS, ACK; module docstring) of a chunk whose distinct messages
         are already looked up: what :func:`tokenpcap.generate.route.route_chunk` calls, having
-        read each message once for its selection.
+        read each message once for its selection. What depends on the QP alone is computed
+        here once per QP of the chunk (:meth:`_connections`), the rest once per message, the
+        rows from them by one compiled loop (:func:`tokenpcap.wire.expand.expand_rows`).
 
         Args:
             tx: ``TX_DTYPE (n,)`` rows of kind data, CTS or ACK.
             m: ``MSG_STATE_DTYPE (u,)``, the distinct messages the rows name.
             inv: int ``(n,)``, row ``i`` names message ``m[inv[i]]``.
+            time_add_ns: added to every row's ``time_ns``.
+            pos: None, or int64 ``(n,)``: the output row of each row of ``tx`` (a permutation,
+                :func:`tokenpcap.wire.expand.group_positions`).
 
         Returns:
-            ``PACKET_DTYPE (n,)``, in the order of ``tx``.
+            ``PACKET_DTYPE (n,)``, in the order of ``tx`` (or as ``pos`` places them).
 
         Raises:
             InputError: a message whose ``qp`` is >= QP_STRIDE.
         """
-        m, src, dst, qp, role, qpn_src, qpn_dst = self._ends(m)
-        psn0 = initial_psn(self.seed, src, dst, qp, role).astype(np.int64) + m["psn_offset"]
-        rkey, va = _rkey_va(self.seed, src, dst, qp, role)
-        va = va + m["byte_offset"].astype(_U64)
-        sport = rdma.rocev2_udp_sport(qpn_src, qpn_dst)
-        idx = tx["index"]
-        n = m["n_packets"][inv]
-        size = m["size_bytes"][inv]
-        ack = tx["kind"] == PKT_ACK
-        data = ~ack
-        last = idx == n - 1
-        out = np.zeros(tx.size, PACKET_DTYPE)
-        for name in ("time_ns", "nic", "peer_nic", "msg", "frame_bytes"):
-            out[name] = tx[name]
-        qs, qd = qpn_src[inv], qpn_dst[inv]
-        out["src_qp"] = np.where(ack, qd, qs)
-        out["dest_qp"] = np.where(ack, qs, qd)
-        out["udp_sport"] = sport[inv]
-        psn = (psn0[inv] + idx) & _PSN_MASK
-        out["psn"] = psn
-        out["ip_id"] = psn & 0xFFFF
-        pos = rdma.packet_position(idx, n)
-        opcode = np.where(ack, rdma.ACKNOWLEDGE,
-                          rdma.OPCODE_SEQUENCE[m["verb"][inv], pos]).astype(np.uint8)
-        out["opcode"] = opcode
-        payload = np.where(data, np.where(last, size - (n - 1) * self.pmtu, self.pmtu), 0)
-        out["payload_bytes"] = payload
-        out["pad"] = (-payload) & 3
-        out["payload_offset"] = np.where(data, idx * self.pmtu, 0)
-        ackreq = last
-        if self.ack_every:
-            ackreq = ackreq | ((idx + 1) % self.ack_every == 0)
-        out["ack_req"] = data & ackreq
-        # the extended headers of a few rows (a message's FIRST, its LAST, the ACKs): written
-        # at those rows only, the others stay 0
-        at = np.flatnonzero(rdma.HAS_RETH[opcode])
-        out["reth_va"][at] = va[inv[at]]
-        out["reth_rkey"][at] = rkey[inv[at]]
-        out["reth_len"][at] = size[at]
-        at = np.flatnonzero(rdma.HAS_IMMDT[opcode])
-        out["imm"][at] = m["imm"][inv[at]]
-        at = np.flatnonzero(ack)
-        out["aeth"][at] = (AETH_ACK_SYNDROME << 24) | ((m["qp_seq"][inv[at]] + last[at]) & _PSN_MASK)
+        m, _, _, _, _, (ci, cs, cd, cq, cr) = self._connections(m)
+        qs, qd = qpn(self.seed, cs, cd, cq, cr), qpn(self.seed, cd, cs, cq, 1 - cr)
+        qpn_src, qpn_dst, sport = qs[ci], qd[ci], rdma.rocev2_udp_sport(qs, qd)[ci]
+        psn0 = initial_psn(self.seed, cs, cd, cq, cr)[ci].astype(np.int64) + m["psn_offset"]
+        rkey, va = _rkey_va(self.seed, cs, cd, cq, cr)
+        rkey, va = rkey[ci], va[ci]
+        line = np.zeros(m.size, np.int64)
         if self.line_protocols is not None:      # NCCL LL/LL128 lines: the protocol of the call
             lp = self.line_protocols
-            code = np.where(m["kind"] == KIND_CTS, 0, lp[m["call_id"] % lp.size])
-            at = np.flatnonzero(data & (code[inv] != 0))
-            out["line_protocol"][at] = code[inv[at]]
-            out["line_flag"][at] = (m["qp_seq"][inv[at]] + 1) & 0xFFFFFFFF
-        if "flags" in tx.dtype.names:                   # a queued fabric's CE marks
-            out["ce"] = (tx["flags"] & TX_FLAG_CE) != 0
-        return out
+            line = np.where(m["kind"] == KIND_CTS, 0, lp[m["call_id"] % lp.size])
+        mv = MessageValues(qpn_src=qpn_src, qpn_dst=qpn_dst, sport=sport,
+                           psn0=psn0, n_packets=m["n_packets"], size_bytes=m["size_bytes"],
+                           verb=m["verb"], va=va + m["byte_offset"].astype(_U64), rkey=rkey,
+                           imm=m["imm"], qp_seq=m["qp_seq"], line=line)
+        flags = tx["flags"] if "flags" in tx.dtype.names else None      # a queued fabric's CE marks
+        return expand_rows(tx, inv, mv, self.pmtu, self.ack_every, PKT_ACK, flags,
+                           TX_FLAG_CE.bit_length() - 1, time_add_ns, pos)
 
 
 def pfc_packets(tx: np.ndarray) -> np.ndarray:

@@ -3,10 +3,11 @@
 One :class:`FileSpec` per output file (per NIC, per phase, or one). A :class:`Sink` owns one
 file: it buffers the ``PACKET_DTYPE`` rows routed to it, builds their frames with
 :class:`tokenpcap.wire.builder.FrameBuilder` straight into the writer's record buffer (the batch
-contract of :mod:`tokenpcap.pcap.writer`) and writes them. :class:`Dispatcher` spreads the files over worker
-processes (``jobs > 1``, files dealt round-robin, a bounded queue per worker so memory stays
-flat) or keeps them in-process (``jobs == 1``). A file's bytes depend only on the rows routed to
-it, so the output is the same whatever ``jobs`` is.
+contract of :mod:`tokenpcap.pcap.writer`) and writes them. :class:`Dispatcher` spreads the
+files over worker processes (``jobs > 1``, files dealt round-robin, a bounded queue per worker
+so memory stays flat; forked workers take the rows from buffers shared with the parent,
+:mod:`tokenpcap.generate.feed`) or keeps them in-process (``jobs == 1``). A file's bytes depend
+only on the rows routed to it, so the output is the same whatever ``jobs`` is.
 
 Packet comments (pcapng) follow the grammar of :mod:`tokenpcap.records.comments`.
 """
@@ -15,8 +16,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue as queue_mod
-import signal
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +23,17 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.errors import OutputError, TokenpcapError
+from tokenpcap.generate.feed import RowSlots, feed_chunk
+from tokenpcap.generate.pending import PendingRows, captured_bytes
+from tokenpcap.generate.parentdeath import PR_SET_PDEATHSIG as _PR_SET_PDEATHSIG  # noqa: F401
+from tokenpcap.generate.parentdeath import ParentDied as _ParentDied
+from tokenpcap.generate.parentdeath import parent_gone as _parent_gone
+from tokenpcap.generate.parentdeath import signal_when_parent_dies as _signal_when_parent_dies
 from tokenpcap.lower import wire_context
 from tokenpcap.pcap import Comments, Interface, gather
 from tokenpcap.pcap.registry import capture_format
 from tokenpcap.config.profiles import ClusterProfile
 from tokenpcap.records.points import NIC_TX, CapturePoint
-from tokenpcap.records.rows import join_rows
 from tokenpcap.wire.builder import FrameBuilder
 from tokenpcap.wire.gather import BatchFill
 
@@ -53,6 +57,10 @@ FLUSH_BYTES = 8 << 20
 #: of rows long.
 BUDGET_BYTES = 32 << 20
 _RECORD_OVERHEAD_BYTES = 16
+#: A process writing at most this many files keeps each file's row buffer between batches
+#: (no new memory to fault in per batch: at most 1.5 times FLUSH_BYTES / 107 rows of 91
+#: bytes, 11 MB, each); with more files each buffer is given back after its batch, as the writers' are.
+KEEP_PENDING_FILES = 8
 
 
 @dataclass(frozen=True)
@@ -123,8 +131,9 @@ class Sink:
             self.iface = np.full(max(spec.nics) + 1, -1, np.int64)
             self.iface[list(spec.nics)] = np.arange(len(spec.nics))
         self.snaplen = cfg.snaplen
-        self.buf: list[tuple] = []
-        self.rows = 0
+        self.buf: list[tuple] = []          # (labels, codes, held or None) per part added
+        self.rows = 0                       # held bytes of the rows added (see FLUSH_BYTES)
+        self._pend = PendingRows()          # the rows added, back to back
 
     def _held_bytes(self, packets: np.ndarray) -> np.ndarray:
         """Bytes each row holds until written (see FLUSH_BYTES): int64 ``(n,)``."""
@@ -136,9 +145,17 @@ class Sink:
         return held
 
     def add(self, packets: np.ndarray, labels: list[str] | None, codes: np.ndarray | None) -> None:
-        held = self._held_bytes(packets)
-        self.buf.append((packets, labels, codes, held))
-        nbytes = int(held.sum())
+        """Take a copy of ``packets`` (``PACKET_DTYPE``, not kept: it may be a shared buffer)
+        and their comments; build and write when the held bytes call for it."""
+        cap_sum, cap_max = captured_bytes(packets["frame_bytes"], self.snaplen)
+        held = None         # no payload left to a gather write: the sum of _held_bytes at once
+        if gather.AVAILABLE and cap_max >= gather.MIN_HOLE_BYTES:
+            held = self._held_bytes(packets)
+            nbytes = int(held.sum())
+        else:
+            nbytes = int(cap_sum) + len(packets) * (_RECORD_OVERHEAD_BYTES + packets.dtype.itemsize)
+        self._pend.append(packets)
+        self.buf.append((labels, codes, held))
         self.rows += nbytes
         self.pool.held += nbytes
         if self.rows >= FLUSH_BYTES:
@@ -152,12 +169,13 @@ class Sink:
             return
         self.pool.held -= self.rows
         parts, self.buf, self.rows = self.buf, [], 0
-        pk = parts[0][0] if len(parts) == 1 else join_rows([p[0] for p in parts])
-        held = parts[0][3] if len(parts) == 1 else np.concatenate([p[3] for p in parts])
+        pk = self._pend.take()
+        held = (np.concatenate([p[2] for p in parts]) if all(p[2] is not None for p in parts)
+                else self._held_bytes(pk))
         codes = labels = None
         if self.pcapng:
             labels, cl = [], []
-            for _, lab, cod, _ in parts:
+            for lab, cod, _ in parts:
                 cl.append(cod + len(labels))
                 labels.extend(lab)
             codes = np.concatenate(cl)
@@ -168,6 +186,8 @@ class Sink:
                 self._write(pk[a:b], fb[a:b], labels, None if codes is None else codes[a:b])
         if len(self.pool) > 1:
             self.w.release_buffers()     # idle buffers of many files would add up (BUDGET_BYTES)
+        if len(self.pool) > KEEP_PENDING_FILES:
+            self._pend.release()
 
     def _write(self, pk: np.ndarray, fb: np.ndarray, labels, codes) -> None:
         # a gather fill: the writers take full payloads from the builder's pattern with writev
@@ -200,26 +220,6 @@ def _open(specs: list[FileSpec], cfg: WriterConfig) -> list[Sink]:
     return sinks
 
 
-class _ParentDied(BaseException):
-    """Raised in a worker's main thread when its parent process has died."""
-
-
-def _parent_gone() -> None:
-    """Ignore SIGUSR1 from now on: the parent's death is known. Linux sends the death signal
-    again each time the worker is handed to another thread of the dying parent (prctl(2):
-    "the parent thread"; a parent with queue feeder threads dies thread by thread), and a
-    second :class:`_ParentDied` must not interrupt the dropping of the files."""
-    try:
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-    except ValueError:          # not the main thread: no handler was installed either
-        pass
-
-
-def _raise_parent_died(signum, frame):  # type: ignore[no-untyped-def]
-    _parent_gone()
-    raise _ParentDied()
-
-
 def _drop(sinks: list[Sink]) -> None:
     """Abort every sink, even when the parent's death is noticed in the middle (the abort of
     that sink is done again: aborting is idempotent). Raises nothing but what an abort raises."""
@@ -232,31 +232,11 @@ def _drop(sinks: list[Sink]) -> None:
                 continue        # SIGUSR1 is ignored from now on: at most once per worker
 
 
-#: ``PR_SET_PDEATHSIG`` of Linux's prctl(2) (``<linux/prctl.h>``)
-_PR_SET_PDEATHSIG = 1
-
-
-def _signal_when_parent_dies() -> None:
-    """Have Linux send this worker SIGUSR1 when its parent dies (prctl(2) ``PR_SET_PDEATHSIG``)
-    and raise :class:`_ParentDied` for it in the main thread. A worker blocked in the middle of
-    a batch that a SIGKILLed parent was still sending would otherwise wait forever: its queue's
-    pipe never reaches end of file, because every worker holds the pipe's write end too, and it
-    would keep the directory locked. Elsewhere than Linux nothing is set; the queue's timeout
-    still notices a dead parent between batches."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        signal.signal(signal.SIGUSR1, _raise_parent_died)
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGUSR1), 0, 0, 0)
-    except (OSError, AttributeError, ValueError):
-        pass
-
-
-def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent: int) -> None:
+def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent: int,
+            slots: RowSlots | None = None) -> None:
     """Worker process ``w``: write the files ``specs`` from ``(index, packets, labels, codes)``
-    items; ``None`` closes them, ``"abort"`` drops them. Reports ``("ok", w, [(packets, bytes)])``
+    items, or ``(buffer, [(index, start, end, labels, codes), ...])`` items whose rows are in
+    ``slots`` (:mod:`tokenpcap.generate.feed`); ``None`` closes them, ``"abort"`` drops them. Reports ``("ok", w, [(packets, bytes)])``
     or ``("error", w, message)`` on ``results``. When the parent dies (SIGKILL) the worker drops
     its files and exits, reporting nothing: at once on Linux, even in the middle of reading a
     batch (:func:`_signal_when_parent_dies`), otherwise within a second between batches.
@@ -286,6 +266,12 @@ def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent
                 if item == "abort":
                     _drop(sinks)
                     return
+                if len(item) == 2:          # rows in shared memory: copy each part out, free
+                    k, parts = item
+                    for i, a, b, labels, codes in parts:
+                        sinks[i].add(slots.view(k, a, b), labels, codes)   # copied by add
+                    slots.release()
+                    continue
                 i, pk, labels, codes = item
                 sinks[i].add(pk, labels, codes)
         except _ParentDied:             # nobody reads results any more: drop the files, exit
@@ -327,10 +313,14 @@ class Dispatcher:
         self.results = ctx.Queue()
         self.queues = [ctx.Queue(maxsize=8) for _ in range(self.jobs)]
         self.where = [(i % self.jobs, i // self.jobs) for i in range(len(specs))]
+        # forked workers map the parent's shared buffers; spawned ones get rows by the queue
+        self.slots = ([RowSlots(ctx) for _ in range(self.jobs)]
+                      if ctx.get_start_method() == "fork" else None)
         for w in range(self.jobs):
             mine = [s for i, s in enumerate(specs) if i % self.jobs == w]
             p = ctx.Process(target=_worker,
-                            args=(w, mine, cfg, self.queues[w], self.results, os.getpid()),
+                            args=(w, mine, cfg, self.queues[w], self.results, os.getpid(),
+                                  None if self.slots is None else self.slots[w]),
                             daemon=True, name=f"tokenpcap-writer-{w}")
             p.start()
             self.procs.append(p)
@@ -341,9 +331,23 @@ class Dispatcher:
             self.local[index].add(packets, labels, codes)
             return
         w, i = self.where[index]
+        self._put(w, (i, packets, labels, codes))
+
+    def send_chunk(self, parts: list[tuple[int, np.ndarray, list[str] | None, np.ndarray | None]]
+                   ) -> None:
+        """Send one chunk's ``(index, packets, labels, codes)`` parts (as :meth:`send` each,
+        in order): a worker's share of the chunk through its shared buffers when it fits
+        (:mod:`tokenpcap.generate.feed`), else part by part through its queue."""
+        if self.local is not None or self.slots is None:
+            for part in parts:
+                self.send(*part)
+            return
+        feed_chunk(self.slots, self.where, parts, self._put, self._check)
+
+    def _put(self, w: int, item) -> None:
         while True:
             try:
-                self.queues[w].put((i, packets, labels, codes), timeout=1.0)
+                self.queues[w].put(item, timeout=1.0)
                 return
             except queue_mod.Full:
                 self._check()

@@ -36,14 +36,16 @@ from tokenpcap.config.profiles import Scenario
 from tokenpcap.generate.options import EPOCH_NS, GenerateOptions, GenerateResult
 from tokenpcap.generate.output import FileSpec, WriterConfig, interfaces
 from tokenpcap.generate.select import Selection
+from tokenpcap.generate.tally import tally
 from tokenpcap.lower import distinct_ids
 from tokenpcap.pcap import PcapngWriter
 from tokenpcap.pcap.outputset import OutputSet
 from tokenpcap.pcap.registry import capture_format
-from tokenpcap.records import LABELS, PKT_ACK, PKT_CNP, PKT_CTS, PKT_DATA, PKT_PFC, label_codes
+from tokenpcap.records import LABELS, PKT_ACK, PKT_CNP, PKT_PFC, label_codes
 from tokenpcap.records.comments import comment_text, pfc_comment_text
 from tokenpcap.records.points import CapturePoint
 from tokenpcap.records.rows import take_rows
+from tokenpcap.wire.expand import group_positions
 
 __all__ = ["file_specs", "route_chunk", "file_header_bytes", "describe_nic", "PFC_KEY",
            "file_base"]
@@ -173,23 +175,28 @@ def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, 
         inv = inv[keep]
     kc = tx["kind"].astype(np.int64)                # PKT_DATA, PKT_CTS, PKT_ACK, PKT_CNP or PKT_PFC
     pfc = kc == PKT_PFC if has_pfc else None
-    if has_pfc or (kc == PKT_CNP).any():
-        pk = lower(tx, sched.message_index)         # the fabric's rows: PFC, CNP
-    else:
-        pk = lower.rdma_rows(tx, m, inv)
-    pk["time_ns"] += EPOCH_NS
     label = label_m[inv]
     if has_pfc:                 # label per row: the message's; PFC rows none (PFC_KEY)
         lab = np.full(len(tx), PFC_KEY, np.int64)
         lab[~pfc] = label
         label = lab
-    _account(res, tx, pk, kc, label)
     if opt.split == "nic":
         key = (np.zeros(len(tx), np.int64) if point.at_switch
                else tx["peer_nic"] if point.receive else tx["nic"])
     else:
         key = label if opt.split == "phase" else np.zeros(len(tx), np.int64)
     fid = route[key] if not has_pfc else np.where(key >= 0, route[np.maximum(key, 0)], -1)
+    if has_pfc or (kc == PKT_CNP).any():
+        pk = lower(tx, sched.message_index)         # the fabric's rows: PFC, CNP
+        pk["time_ns"] += EPOCH_NS
+        order = None
+        parts = list(_parts(fid))
+    else:   # each file's rows together, in their order: a file's share is a slice of pk
+        order, starts = group_positions(fid, int(route.max(initial=-1)) + 1)
+        pk = lower.rdma_rows(tx, m, inv, time_add_ns=EPOCH_NS, pos=order)
+        parts = [(f, slice(a, b)) for f, (a, b) in enumerate(zip(starts[:-2].tolist(),
+                                                              starts[1:-1].tolist())) if b > a]
+    tally(res, tx, pk, order, kc, label)
     labels_all, codes_all = None, None
     if capture_format(opt.fmt).comments:
         trows = np.flatnonzero(~pfc) if has_pfc else slice(None)
@@ -206,13 +213,19 @@ def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, 
         labels_all = [comment_text(*args, **lay) for args in zip(*cols)]
         if has_pfc:
             codes_all = _pfc_comments(tx, pfc, codes_all, labels_all)
-    for f, part in _parts(fid):
-        rows = pk if isinstance(part, slice) else take_rows(pk, part)
+        else:                   # in pk's order
+            grouped = np.empty_like(codes_all)
+            grouped[order] = codes_all
+            codes_all = grouped
+    out = []
+    for f, part in parts:
+        rows = pk[part] if isinstance(part, slice) else take_rows(pk, part)
         if labels_all is not None:
             used, local = distinct_ids(codes_all[part])
-            disp.send(f, rows, [labels_all[u] for u in used.tolist()], local.reshape(-1))
+            out.append((f, rows, [labels_all[u] for u in used.tolist()], local.reshape(-1)))
         else:
-            disp.send(f, rows, None, None)
+            out.append((f, rows, None, None))
+    disp.send_chunk(out)
     return int(idx.size)
 
 
@@ -242,30 +255,6 @@ def _pfc_comments(tx, pfc: np.ndarray, codes_rd: np.ndarray, labels: list[str]) 
     codes[pfc] = len(labels) + inv.reshape(-1)
     labels.extend(pfc_comment_text(int(p) >> 16, int(p) & 0xFFFF) for p in u.tolist())
     return codes
-
-
-def _account(res: GenerateResult, tx, pk, kc, label) -> None:
-    data = kc == PKT_DATA
-    pay = pk["payload_bytes"].astype(np.int64)
-    if data.any():
-        # float sums of whole bytes: exact below 2**53 (a chunk holds at most ~2**16 packets
-        # of at most 2**32 bytes each)
-        per = np.bincount(label[data], weights=pay[data], minlength=len(LABELS))
-        cnt = np.bincount(label[data], minlength=len(LABELS))
-        for i in np.flatnonzero(cnt).tolist():
-            res.phase_payload[LABELS[i]] = res.phase_payload.get(LABELS[i], 0) + int(per[i])
-            res.phase_packets[LABELS[i]] = res.phase_packets.get(LABELS[i], 0) + int(cnt[i])
-        res.nic_payload += np.bincount(tx["nic"][data], weights=pay[data],
-                                       minlength=res.nic_payload.size).astype(np.int64)
-    cts = kc == PKT_CTS
-    res.cts_packets += int(cts.sum())
-    res.cts_payload += int(pay[cts].sum())
-    res.ack_packets += int((kc == PKT_ACK).sum())
-    res.cnp_packets += int((kc == PKT_CNP).sum())
-    res.pfc_packets += int((kc == PKT_PFC).sum())
-    t = tx["time_ns"]
-    res.first_ns = int(t[0]) if res.first_ns < 0 else min(res.first_ns, int(t[0]))
-    res.last_ns = max(res.last_ns, int(t[-1]))
 
 
 def file_header_bytes(opt: GenerateOptions, cfg: WriterConfig, spec: FileSpec) -> int:

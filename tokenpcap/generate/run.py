@@ -95,10 +95,10 @@ __all__ = ["EPOCH_NS", "MAX_SEED", "FORMATS", "SPLITS", "Selection", "GenerateOp
 
 #: Packets per CPU second of generate's packet path (selecting, lowering, routing, building and
 #: writing the selected NICs' frames, writer processes included), beside the timing: headers
-#: only (``--snaplen 74 --format pcap -j 2``), 1,154,000-1,270,000 measured by
-#: ``benchmarks/packet_path.py`` on dante (2026-12-07, benchmarks/README.md); what the timing
-#: step's estimate adds for the packets a run writes.
-PACKETS_PER_CPU_S = 1_000_000
+#: only (``--snaplen 74 --format pcap -j 2``), 2,569,000 measured by
+#: ``benchmarks/packet_path.py`` on dante at load 6-8 (2026-12-07, benchmarks/README.md), taken
+#: lower for loaded machines; what the timing step's estimate adds for the packets a run writes.
+PACKETS_PER_CPU_S = 2_000_000
 #: CPU seconds of predicting the capture's size (:func:`predict_capture`) per data message of
 #: the run when every NIC is kept (with ``--nics`` or ``--ranks`` it walks only the calls that
 #: meet them: no estimate): GPT-3 175B with ``--snaplen 74 --format pcap``, every call walked,
