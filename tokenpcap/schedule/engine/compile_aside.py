@@ -1,8 +1,10 @@
 """The engine's first compile on two cores: a helper process compiles the programs' side of
 :func:`~tokenpcap.schedule.engine.kernel.run` (:data:`ASIDE`: ``progs.step``, ``arrived``,
 ``ab_done`` and what they call) into numba's on-disk cache while this process
-compiles the NIC side (:data:`HERE`: ``link.ready``, ``advance``, ``rewake``, ``queue_ack``,
-``ring.room``, ``progs.flush_out``) and :func:`~tokenpcap.schedule.engine.kernel.commit`;
+compiles the NIC side (:data:`HERE`: the heap's ``pop``, ``link.ready``, ``advance``, ``rewake``,
+``queue_ack``, ``ring.room``, ``progs.flush_out``), and the helper then also
+:func:`~tokenpcap.schedule.engine.kernel.commit` (it links ``advance`` and ``rewake``, which this
+process has put in the cache by then, as measured: ``benchmarks/README.md``);
 with a queued fabric, the helper also the switches' events (:data:`ASIDE_QUEUED`) and this
 process the NICs' PFC and reaction point (:data:`HERE_QUEUED`); then this
 process compiles ``run`` itself, which loads the helper's functions from the cache (numba's
@@ -43,7 +45,8 @@ from numba.core import types
 from numba.core.errors import TypingError
 
 from tokenpcap.errors import raise_if_stopped
-from tokenpcap.schedule.engine import fabric, fabric_fast, kernel, link, nicpfc, progs, ring, rpoint
+from tokenpcap.schedule.engine import (events, fabric, fabric_fast, kernel, link, nicpfc, progs,
+                                       ring, rpoint)
 
 __all__ = ["ASIDE", "HERE", "ASIDE_QUEUED", "HERE_QUEUED", "Aside", "start", "signature",
            "compile_engine"]
@@ -52,7 +55,8 @@ __all__ = ["ASIDE", "HERE", "ASIDE_QUEUED", "HERE_QUEUED", "Aside", "start", "si
 #: and transfers: about half of the engine's compile, ``benchmarks/README.md``).
 ASIDE = (progs.step, progs.arrived, progs.ab_done)
 #: The functions ``kernel.run`` calls that this process compiles meanwhile (the NICs' side).
-HERE = (link.ready, link.advance, link.rewake, link.queue_ack, ring.room, progs.flush_out)
+HERE = (events.pop, link.ready, link.advance, link.rewake, link.queue_ack, ring.room,
+        progs.flush_out)
 #: With a queued fabric, the helper also compiles the switches' events ``run`` handles...
 ASIDE_QUEUED = (fabric.hop, fabric.free_event, fabric.pfc_event, fabric_fast.drain)
 #: ... and this process, after :data:`HERE` (they call ``link.advance`` and ``rewake``), the
@@ -60,10 +64,17 @@ ASIDE_QUEUED = (fabric.hop, fabric.free_event, fabric.pfc_event, fabric_fast.dra
 HERE_QUEUED = (nicpfc.nic_pfc, nicpfc.nic_pause_end, rpoint.cc_arrival, rpoint.cc_timer)
 
 
+#: The arrays ``kernel.run`` makes itself and passes by the same name: its popped event's
+#: ``row`` (``np.empty(5, np.int64)``).
+LOCALS = {"row": types.Array(types.int64, 1, "C")}
+
+
 def signature(f, named: dict) -> tuple:
     """The argument types ``kernel.run`` calls ``f`` (a numba dispatcher) with: ``named[p]``
-    for a parameter ``p`` named in ``named``, ``int64`` for every other (module docstring)."""
-    return tuple(named.get(p, types.int64) for p in inspect.signature(f.py_func).parameters)
+    for a parameter ``p`` named in ``named`` or in :data:`LOCALS`, ``int64`` for every other
+    (module docstring)."""
+    return tuple(named.get(p, LOCALS.get(p, types.int64))
+                 for p in inspect.signature(f.py_func).parameters)
 
 
 class Aside:
@@ -125,11 +136,15 @@ def compile_engine(run_args: tuple, commit_args: tuple | None, aside: Aside | No
         Whatever numba raises compiling ``run`` or ``commit``; a stop (Ctrl-C) noted during the
         compile (:func:`~tokenpcap.errors.raise_if_stopped`), the helper then ended."""
     run_types = tuple(numba.typeof(x) for x in run_args)
+    commit_types = None if commit_args is None else tuple(numba.typeof(x) for x in commit_args)
     named = dict(zip(inspect.signature(kernel.run.py_func).parameters, run_types))
     queued = run_types[-1] != types.none
     if aside is not None:
-        sent = ASIDE + (ASIDE_QUEUED if queued else ())
-        aside.send([(f.py_func.__module__, f.__name__, signature(f, named)) for f in sent])
+        sent = [(f.py_func.__module__, f.__name__, signature(f, named))
+                for f in ASIDE + (ASIDE_QUEUED if queued else ())]
+        if commit_types is not None:    # last: it links HERE's advance and rewake, cached by then
+            sent.append((kernel.__name__, kernel.commit.__name__, commit_types))
+        aside.send(sent)
         try:
             for f in HERE + (HERE_QUEUED if queued else ()):
                 try:
@@ -137,16 +152,13 @@ def compile_engine(run_args: tuple, commit_args: tuple | None, aside: Aside | No
                 except TypingError:     # a wrong guess: ``run`` compiles it (module docstring)
                     pass
                 raise_if_stopped()
-            if commit_args is not None:
-                kernel.commit.compile(tuple(numba.typeof(x) for x in commit_args))
-                raise_if_stopped()
             aside.wait()
         finally:
             aside.close()
     kernel.run.compile(run_types)
     raise_if_stopped()              # a stop lost in numba's compiler callbacks
-    if commit_args is not None:
-        kernel.commit.compile(tuple(numba.typeof(x) for x in commit_args))
+    if commit_types is not None:    # with the helper, loaded from the cache it filled
+        kernel.commit.compile(commit_types)
         raise_if_stopped()
 
 
