@@ -119,3 +119,70 @@ def test_in_cache_reads_numba_s_own_index(tmp_path, monkeypatch):
             assert fresh(41) == 42
     assert lines == []
     assert not compiled.in_cache(object(), (types.int64,))    # not a dispatcher: no cache
+
+
+_LINK_ONLY_MOD = '''
+import numpy as np
+from numba import njit
+
+from tokenpcap.schedule.engine.compiled import inline_part, part
+
+
+@part
+def scaled(a, i, k):
+    return a[i] * k + 1
+
+
+@inline_part
+def total(a, k):
+    s = 0
+    for i in range(a.shape[0]):
+        s += scaled(a, i, k)
+    return s
+
+
+@njit
+def caller(a, k):
+    return total(a, k) - scaled(a, 0, k)
+'''
+
+_LINK_ONLY_RUN = '''
+import sys
+import numpy as np
+from numba.core import types
+import link_only_mod as m
+from tokenpcap.schedule.engine.compiled import LinkOnlyLibrary
+a = np.arange(7, dtype=np.int64) * 3
+print(m.caller(a, 5))
+sig = (types.Array(types.int64, 1, "C"), types.int64)
+lib = m.total.overloads[sig].library
+print(type(lib).__name__, lib.get_pointer_to_function(m.total.overloads[sig].fndesc.llvm_func_name))
+'''
+
+
+def test_a_link_only_part_runs_in_its_callers_fresh_and_from_the_cache(tmp_path):
+    """A part compiled without machine code of its own (``compiled.LinkOnlyLibrary``) gives its
+    compiled caller the value plain Python computes (the oracle: the functions' ``py_func``), when
+    it is compiled in this process and when a fresh process loads it from numba's cache (the
+    caller, not cached, compiles again and links the cached IR); it has no entry point."""
+    import subprocess
+
+    import numpy as np
+
+    (tmp_path / "link_only_mod.py").write_text(_LINK_ONLY_MOD)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), root]))
+    a = np.arange(7, dtype=np.int64) * 3
+    want = sum(int(x) * 5 + 1 for x in a) - (int(a[0]) * 5 + 1)
+    outs = []
+    for _ in range(2):                  # compiles and saves; then loads the parts from the cache
+        proc = subprocess.run([sys.executable, "-c", _LINK_ONLY_RUN], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(proc.stdout.split("\n"))
+    assert list((tmp_path / "cache").rglob("link_only_mod.total-*.nbi"))
+    assert outs[0][0] == outs[1][0] == str(want)
+    assert outs[0][1] == "LinkOnlyLibrary 0"            # compiled here: no machine code
+    assert outs[1][1].endswith(" 0")                     # loaded from the cache: no entry point

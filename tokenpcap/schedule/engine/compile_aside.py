@@ -10,13 +10,17 @@ process the NICs' PFC and reaction point (:data:`HERE_QUEUED`); then this
 process compiles ``run`` itself, which loads the helper's functions from the cache (numba's
 ``Dispatcher.compile`` looks in its cache before compiling, and a cached function keeps the
 LLVM bitcode a caller links: ``CPUCodeLibrary.serialize_using_object_code``). numba compiles on
-one core per process (a process-wide compiler lock), so the split is by process.
+one core per process (a process-wide compiler lock), so the split is by process. The split
+balances itself: a process that is done with its own list takes the other's from its end (a
+function is compiled by the process that first creates its file in a directory both share,
+``O_EXCL``), so neither waits while the other has a function left to start.
 
 Signatures. Every function compiled here is a
 :class:`~tokenpcap.schedule.engine.compiled.OneSignature` dispatcher, so numba compiles it once
 for the types its caller passes with every integer as ``int64``: a parameter named like one of
 ``run``'s (``S``, ``cf``, ``sc``, ``h``, ``a``, ``o``, ``lst``, ``fabric``) is given that
-argument's type, every other one ``int64`` (:func:`signature`). Were a function's signature
+argument's type, one named like an array ``run`` makes itself (``row``, :data:`LOCALS`) that
+array's, every other one ``int64`` (:func:`signature`). Were a function's signature
 guessed wrong, the helper's (or this process's) compile of it fails or compiles a
 specialization nobody calls, and ``run``'s compile compiles the one it calls in this process:
 the same machine code, later (``tests/schedule/engine/test_compile_aside.py`` checks the
@@ -36,8 +40,10 @@ import importlib
 import inspect
 import os
 import pickle
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numba
@@ -48,8 +54,8 @@ from tokenpcap.errors import raise_if_stopped
 from tokenpcap.schedule.engine import (events, fabric, fabric_fast, kernel, link, nicpfc, progs,
                                        ring, rpoint)
 
-__all__ = ["ASIDE", "HERE", "ASIDE_QUEUED", "HERE_QUEUED", "Aside", "start", "signature",
-           "compile_engine"]
+__all__ = ["ASIDE", "HERE", "ASIDE_QUEUED", "HERE_QUEUED", "LOCALS", "Aside", "start",
+           "signature", "compile_engine"]
 
 #: The functions ``kernel.run`` calls that the helper process compiles (the programs, calls
 #: and transfers: about half of the engine's compile, ``benchmarks/README.md``).
@@ -84,8 +90,9 @@ class Aside:
     def __init__(self, proc: subprocess.Popen):
         self.proc = proc
 
-    def send(self, jobs: list) -> None:
-        """Hand the helper ``jobs``: ``(module name, function name, argument types)`` each."""
+    def send(self, jobs: tuple) -> None:
+        """Hand the helper ``jobs``: ``(claims, own, other)`` as :func:`_compile_jobs` takes
+        them."""
         try:
             self.proc.stdin.write(pickle.dumps(jobs))
             self.proc.stdin.close()
@@ -126,11 +133,42 @@ def start() -> Aside | None:
     return Aside(proc)
 
 
+def _claim(claims: str | None, module: str, name: str) -> bool:
+    """True when this process takes the job ``module.name``: the first of the two processes to
+    create its file in the directory ``claims`` (``O_EXCL``: one of them only); True without a
+    directory."""
+    if claims is None:
+        return True
+    try:
+        os.close(os.open(os.path.join(claims, f"{module}.{name}"),
+                         os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    except OSError:             # the directory is gone (the run ended): nothing left to do
+        return False
+    return True
+
+
+def _compile_jobs(claims: str | None, own: list, other: list) -> None:
+    """Compile the jobs of ``own`` (``(module name, function name, argument types)`` each) in
+    order, then those of ``other`` from its end, each unless the other process took it first
+    (:func:`_claim`): the process that finishes its own jobs first takes the other's last ones
+    (``commit`` for this process, ``flush_out`` for the helper), instead of waiting."""
+    for module, name, sig in list(own) + list(reversed(other)):
+        if _claim(claims, module, name):
+            try:
+                getattr(importlib.import_module(module), name).compile(sig)
+            except TypingError:     # a wrong guess: ``run`` compiles it (module docstring)
+                pass
+            raise_if_stopped()
+
+
 def compile_engine(run_args: tuple, commit_args: tuple | None, aside: Aside | None) -> None:
     """Compile (or load from numba's cache) ``kernel.run`` for ``run_args`` (its eight
     arguments) and, unless None, ``kernel.commit`` for ``commit_args``: with ``aside``, the
-    functions of :data:`ASIDE` (and :data:`ASIDE_QUEUED` with a queued fabric) in that helper
-    process meanwhile (module docstring).
+    functions of :data:`HERE` here and those of :data:`ASIDE` and ``commit`` in that helper
+    process meanwhile (with a queued fabric :data:`HERE_QUEUED` and :data:`ASIDE_QUEUED` too),
+    the one that finishes first taking the other's last ones (module docstring).
 
     Raises:
         Whatever numba raises compiling ``run`` or ``commit``; a stop (Ctrl-C) noted during the
@@ -140,21 +178,21 @@ def compile_engine(run_args: tuple, commit_args: tuple | None, aside: Aside | No
     named = dict(zip(inspect.signature(kernel.run.py_func).parameters, run_types))
     queued = run_types[-1] != types.none
     if aside is not None:
-        sent = [(f.py_func.__module__, f.__name__, signature(f, named))
-                for f in ASIDE + (ASIDE_QUEUED if queued else ())]
+        def jobs(fs):
+            return [(f.py_func.__module__, f.__name__, signature(f, named)) for f in fs]
+
+        there = jobs(ASIDE + (ASIDE_QUEUED if queued else ()))
         if commit_types is not None:    # last: it links HERE's advance and rewake, cached by then
-            sent.append((kernel.__name__, kernel.commit.__name__, commit_types))
-        aside.send(sent)
+            there.append((kernel.__name__, kernel.commit.__name__, commit_types))
+        here = jobs(HERE + (HERE_QUEUED if queued else ()))
+        claims = tempfile.mkdtemp(prefix="tokenpcap-compile-")
         try:
-            for f in HERE + (HERE_QUEUED if queued else ()):
-                try:
-                    f.compile(signature(f, named))
-                except TypingError:     # a wrong guess: ``run`` compiles it (module docstring)
-                    pass
-                raise_if_stopped()
+            aside.send((claims, there, here))
+            _compile_jobs(claims, here, there)
             aside.wait()
         finally:
             aside.close()
+            shutil.rmtree(claims, ignore_errors=True)
     kernel.run.compile(run_types)
     raise_if_stopped()              # a stop lost in numba's compiler callbacks
     if commit_types is not None:    # with the helper, loaded from the cache it filled
@@ -163,16 +201,13 @@ def compile_engine(run_args: tuple, commit_args: tuple | None, aside: Aside | No
 
 
 def main() -> None:
-    """The helper: compile the functions named on standard input (module docstring)."""
+    """The helper: compile the jobs named on standard input, ``(claims, own, other)`` as
+    :func:`_compile_jobs` takes them (module docstring)."""
     try:
-        jobs = pickle.load(sys.stdin.buffer)
+        claims, own, other = pickle.load(sys.stdin.buffer)
     except EOFError:
         return
-    for module, name, sig in jobs:
-        try:
-            getattr(importlib.import_module(module), name).compile(sig)
-        except TypingError:         # a wrong guess: ``run`` compiles it (module docstring)
-            pass
+    _compile_jobs(claims, own, other)
 
 
 if __name__ == "__main__":

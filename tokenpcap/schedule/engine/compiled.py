@@ -5,8 +5,10 @@ first run after an install or an upgrade compiles them once (:data:`COMPILE_CPU_
 compiles only the ideal fabric's code (``QUEUED`` in :mod:`~tokenpcap.schedule.engine.events`);
 a queued fabric's first run compiles its own specialization, the fabric's, ECN's and DCQCN's
 code with it. Each function is compiled once for every argument type up to literal values and
-integer widths (:class:`OneSignature`), and a first run compiles half of the engine in a helper
-process beside this one (:mod:`~tokenpcap.schedule.engine.compile_aside`).
+integer widths (:class:`OneSignature`); a function only compiled code calls gets no machine code
+of its own, only the optimized IR its callers link (:class:`LinkOnlyLibrary`); and a first run
+compiles half of the engine in a helper process beside this one
+(:mod:`~tokenpcap.schedule.engine.compile_aside`).
 :class:`CompileNotice` names the compile while it runs.
 
 numba keeps a function's cache as ``<module>.<function>-<line>.py<XY>.nbi`` (the index) and
@@ -38,6 +40,7 @@ from numba.core.registry import CPUDispatcher
 from tokenpcap.stages import stage
 
 __all__ = ["engine_compiled", "in_cache", "part", "inline_part", "shared", "inline_shared",
+           "LinkOnlyLibrary", "LinkOnlyCompiler",
            "one_type", "OneSignature", "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE", "ASIDE_SHARE", "compile_seconds",
            "CompileNotice"]
 
@@ -60,7 +63,8 @@ ASIDE_SHARE = 0.6
 LOAD_SHARE = 0.65
 
 _KERNEL = Path(__file__).with_name("kernel.py")
-#: The prefix of the name of a numba function's environment global (numba ``funcdesc``: ``lookup_environment``, ``cpu.declare_env_global``).
+#: The prefix of the name of a numba function's environment global (numba ``funcdesc``:
+#: ``lookup_environment``; ``cpu.declare_env_global``).
 _ENV_PREFIX = "_ZN08NumbaEnv"
 
 
@@ -192,7 +196,9 @@ def part(f):
     for each function was about a third of the engine's compile time (``benchmarks/README.md``).
     From compiled code it is an ordinary call; called from Python it crashes the interpreter
     (numba has no entry point to call), so a function Python or a test calls is
-    :func:`shared`."""
+    :func:`shared`. numba makes no machine code of it (:class:`LinkOnlyLibrary`: what its callers
+    link is its IR; the machine code of each part was 12 % of a first run's compile,
+    ``benchmarks/README.md``)."""
     return _one_signature(f, True, _nrt=False, no_cpython_wrapper=True)
 
 
