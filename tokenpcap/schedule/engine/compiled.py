@@ -5,10 +5,8 @@ first run after an install or an upgrade compiles them once (:data:`COMPILE_CPU_
 compiles only the ideal fabric's code (``QUEUED`` in :mod:`~tokenpcap.schedule.engine.events`);
 a queued fabric's first run compiles its own specialization, the fabric's, ECN's and DCQCN's
 code with it. Each function is compiled once for every argument type up to literal values and
-integer widths (:class:`OneSignature`); a function only compiled code calls gets no machine code
-of its own, only the optimized IR its callers link (:class:`LinkOnlyLibrary`); and a first run
-compiles half of the engine in a helper process beside this one
-(:mod:`~tokenpcap.schedule.engine.compile_aside`).
+integer widths (:class:`OneSignature`), and a first run compiles half of the engine in a helper
+process beside this one (:mod:`~tokenpcap.schedule.engine.compile_aside`).
 :class:`CompileNotice` names the compile while it runs.
 
 numba keeps a function's cache as ``<module>.<function>-<line>.py<XY>.nbi`` (the index) and
@@ -26,21 +24,15 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import weakref
 from pathlib import Path
 from typing import Iterator
 
-import llvmlite.binding as ll
-import llvmlite.ir as llvmir
 from numba.core import event, types
-from numba.core.codegen import JITCodeLibrary
-from numba.core.compiler import Compiler
 from numba.core.registry import CPUDispatcher
 
 from tokenpcap.stages import stage
 
 __all__ = ["engine_compiled", "in_cache", "part", "inline_part", "shared", "inline_shared",
-           "LinkOnlyLibrary", "LinkOnlyCompiler",
            "one_type", "OneSignature", "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE",
            "ASIDE_SHARE", "LOOP_STAGE", "LOOP_SHARE", "compile_seconds", "CompileNotice"]
 
@@ -70,9 +62,6 @@ LOOP_SHARE = 0.36
 LOAD_SHARE = 0.65
 
 _KERNEL = Path(__file__).with_name("kernel.py")
-#: The prefix of the name of a numba function's environment global (numba ``funcdesc``:
-#: ``lookup_environment``; ``cpu.declare_env_global``).
-_ENV_PREFIX = "_ZN08NumbaEnv"
 
 
 def engine_compiled(kernel: Path = _KERNEL, cache_dir: str | None = None) -> bool:
@@ -133,62 +122,12 @@ class OneSignature(CPUDispatcher):
         return template, pysig, tuple(args), kws
 
 
-class LinkOnlyLibrary(JITCodeLibrary):
-    """numba's code library of a function that only compiled code calls, without its machine
-    code: its callers link its optimized LLVM IR into their own module (numba
-    ``CPUCodeLibrary.finalize`` links every callee's ``_get_module_for_linking``, and LLVM then
-    inlines it or keeps a private copy), so the machine code numba otherwise makes of every
-    function (MCJIT's ``finalize_object``, to run it and to cache it) is never executed. This
-    library is optimized as numba's (the same function and module passes: a caller links the
-    same IR); the JIT engine gets only its environment's global (``_ZN08NumbaEnv...``, which
-    numba's ``set_env`` writes when it makes the function's Python object: a null pointer
-    otherwise). numba's cache stores that stub's object code with the IR beside it
-    (``serialize_using_object_code``), which numba's own ``JITCodeLibrary._unserialize`` loads.
-    A pointer to one of its functions is 0 (:meth:`get_pointer_to_function`), as numba gives
-    for a function without a CPython wrapper."""
-
-    def _finalize_final_module(self):
-        # numba's CPUCodeLibrary._finalize_final_module, with a module of the environment's
-        # globals in the engine instead of the functions (numba cpu.py: declare_env_global)
-        self._finalize_dynamic_globals()
-        self._verify_declare_only_symbols()
-        stub = self._codegen._create_empty_module(self.name)
-        for gv in self._final_module.global_variables:
-            if gv.name.startswith(_ENV_PREFIX) and not gv.is_declaration:
-                g = llvmir.GlobalVariable(stub, llvmir.IntType(8).as_pointer(), name=gv.name)
-                g.linkage = "common"
-                g.initializer = llvmir.Constant(g.type.pointee, None)
-        stub = ll.parse_assembly(str(stub))
-        stub._CPUCodeLibrary__library = weakref.proxy(self)    # numba's object-cache hooks
-        self._codegen._add_module(stub)
-        self._codegen._engine.finalize_object()
-        self._finalized = True
-
-    def get_pointer_to_function(self, name):
-        self._ensure_finalized()
-        return 0
-
-
-class LinkOnlyCompiler(Compiler):
-    """numba's compiler with a :class:`LinkOnlyLibrary` as the function's code library (the
-    nopython pipeline creates numba's own when none is given: ``NativeLowering``)."""
-
-    def _compile_bytecode(self):
-        if self.state.library is None:
-            self.state.library = LinkOnlyLibrary(self.state.targetctx.codegen(),
-                                                 self.state.func_id.func_qualname)
-            self.state.library.enable_object_caching()
-        return super()._compile_bytecode()
-
-
-def _one_signature(f, link_only=False, **options):
+def _one_signature(f, **options):
     """``f`` as a cached :class:`OneSignature` dispatcher with numba target ``options``: what
     ``numba.njit(cache=True, **options)`` does (``numba.core.decorators._jit``) with that
-    class; ``link_only``: compiled by :class:`LinkOnlyCompiler` (no machine code of its own:
-    for a function without a CPython wrapper, which only compiled callers call)."""
+    class."""
     d = OneSignature(py_func=f, locals={},
-                     targetoptions=dict(nopython=True, boundscheck=None, **options),
-                     pipeline_class=LinkOnlyCompiler if link_only else Compiler)
+                     targetoptions=dict(nopython=True, boundscheck=None, **options))
     d.enable_caching()
     return d
 
@@ -203,10 +142,8 @@ def part(f):
     for each function was about a third of the engine's compile time (``benchmarks/README.md``).
     From compiled code it is an ordinary call; called from Python it crashes the interpreter
     (numba has no entry point to call), so a function Python or a test calls is
-    :func:`shared`. numba makes no machine code of it (:class:`LinkOnlyLibrary`: what its callers
-    link is its IR; the machine code of each part was 12 % of a first run's compile,
-    ``benchmarks/README.md``)."""
-    return _one_signature(f, True, _nrt=False, no_cpython_wrapper=True)
+    :func:`shared`."""
+    return _one_signature(f, _nrt=False, no_cpython_wrapper=True)
 
 
 def shared(f):
@@ -227,7 +164,7 @@ def inline_part(f):
     it reads, and the engine's run took a third of the CPU it did (``benchmarks/README.md``,
     ``engine_timing.py``), for about a quarter more compile time. The part must not be recursive;
     one called from several places is compiled into each of them."""
-    return _one_signature(f, True, _nrt=False, no_cpython_wrapper=True, forceinline=True)
+    return _one_signature(f, _nrt=False, no_cpython_wrapper=True, forceinline=True)
 
 
 def inline_shared(f):
