@@ -40,26 +40,28 @@ __all__ = ["engine_compiled", "in_cache", "part", "inline_part", "shared", "inli
 COMPILE_STAGE = "compiling the timing engine, once per machine"
 #: CPU seconds the first run spends compiling the engine, ideal fabric and queued fabric (with
 #: ECN and DCQCN), this process and its helper together: measured on the 2-core development
-#: machine, 2026-12-07, ``benchmarks/README.md`` (numba 0.68, LLVM 22, at load 6-9.5; 26.5 and
-#: 27.7 s for dante, 59.7 s for a DCQCN incast), rounded up.
-COMPILE_CPU_S = {False: 28.0, True: 60.0}
+#: machine, 2026-12-07, ``benchmarks/README.md`` (numba 0.68, LLVM 22, at load 4-5; 28.1 and
+#: 27.6 s for dante, 64.5 s for a DCQCN incast), rounded up.
+COMPILE_CPU_S = {False: 28.0, True: 65.0}
 #: The share of the compile's CPU seconds on its critical path when a helper process compiles
 #: half of it beside this one (:mod:`~tokenpcap.schedule.engine.compile_aside`): the larger of
 #: the two processes' CPU before ``kernel.run`` (the helper's with its start) plus ``run``'s
-#: compile, over both processes' CPU: dante 18.5 of 26.5 and 19.5 of 27.7 CPU s, a DCQCN incast
-#: 39.0 of 59.7; 2026-12-07, ``benchmarks/README.md``; rounded up.
+#: compile, over both processes' CPU: dante 18.4 of 28.1 and 17.9 of 27.6 CPU s, a DCQCN incast
+#: 41.2 of 64.5; 2026-12-07, ``benchmarks/README.md``; rounded up.
 ASIDE_SHARE = 0.7
 #: The stage line of the event loop's compile (``kernel.run``, every part inlined into it).
 LOOP_STAGE = "compiling the timing engine's event loop, every part inlined"
 #: The share of the compile's CPU seconds (:data:`COMPILE_CPU_S`) that ``kernel.run``'s own
 #: compile takes once its parts are compiled (LLVM's passes and machine code over the whole
-#: engine): dante 8.9 of 26.5 and 9.95 of 27.7 CPU s, a DCQCN incast 16.5 of 59.7; 2026-12-07,
+#: engine): dante 8.1 of 28.1 and 8.0 of 27.6 CPU s, a DCQCN incast 15.7 of 64.5; 2026-12-07,
 #: ``benchmarks/README.md``; rounded up.
-LOOP_SHARE = 0.36
-#: The compile's wall clock over its CPU seconds, as a fraction of ``(load + 1) / cores``: 3.1-3.3
-#: at load 9.5-13 on the development machine's 2 cores (its other jobs niced, as they are there),
-#: ``benchmarks/README.md``; a neighbour of the same priority takes more.
-LOAD_SHARE = 0.65
+LOOP_SHARE = 0.3
+#: The compile's wall clock over its CPU seconds, as a fraction of ``(load + 1) / cores``, with
+#: the helper process: 0.51 at load 8.5 and 0.43 at load 3.6 on the development machine's 2
+#: cores (dante's first run minus its second, ``benchmarks/first_run.py``, 2026-12-07, its other
+#: jobs niced as this one; ``benchmarks/README.md``); rounded up. One process alone (no helper)
+#: measured 0.65 at load 9.5-13: the estimate is then low by up to a quarter.
+LOAD_SHARE = 0.5
 
 _KERNEL = Path(__file__).with_name("kernel.py")
 
