@@ -3,8 +3,8 @@
 ``ab_done`` and what they call) into numba's on-disk cache while this process
 compiles the NIC side (:data:`HERE`: the heap's ``pop``, ``link.ready``, ``advance``, ``rewake``,
 ``queue_ack``, ``ring.room``, ``progs.flush_out``), and the helper then also
-:func:`~tokenpcap.schedule.engine.kernel.commit` (it links ``advance`` and ``rewake``, which this
-process has put in the cache by then, as measured: ``benchmarks/README.md``);
+:func:`~tokenpcap.schedule.engine.kernel.commit` (last: it links ``advance`` and ``rewake``, which
+this process compiles first and has put in the cache by then);
 with a queued fabric, the helper also the switches' events (:data:`ASIDE_QUEUED`) and this
 process the NICs' PFC and reaction point (:data:`HERE_QUEUED`); then this
 process compiles ``run`` itself, which loads the helper's functions from the cache (numba's
