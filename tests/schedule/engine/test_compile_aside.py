@@ -126,7 +126,47 @@ def test_the_helper_compiles_what_it_is_sent_and_nothing_without_input(tmp_path)
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
                PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
     proc = subprocess.run([sys.executable, "-m", compile_aside.__name__],
-                          input=pickle.dumps([("mod_aside", "f", (types.int64,))]), env=env,
-                          timeout=120)
+                          input=pickle.dumps((None, [("mod_aside", "f", (types.int64,))], [])),
+                          env=env, timeout=120)
     assert proc.returncode == 0
     assert list((tmp_path / "cache").rglob("mod_aside.f-*.nbi"))
+
+
+def test_a_process_done_with_its_own_jobs_takes_the_other_s_and_none_twice(tmp_path):
+    """The helper, alone, compiles its own jobs and then this process's (from their end); this
+    process then finds every job taken and compiles none (the oracle: numba's ``numba:compile``
+    events in this process, and the helper's cache index files)."""
+    from numba.core import event
+
+    src = "from numba import njit\n\n\n" + "".join(
+        f"@njit(cache=True)\ndef f{i}(x):\n    return x + {i}\n\n\n" for i in range(6))
+    (tmp_path / "mod_steal.py").write_text(src)
+    here = [("mod_steal", f"f{i}", (types.int64,)) for i in range(3)]
+    there = [("mod_steal", f"f{i}", (types.int64,)) for i in range(3, 6)]
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    proc = subprocess.run([sys.executable, "-m", compile_aside.__name__],
+                          input=pickle.dumps((str(claims), there, here)), env=env, timeout=300)
+    assert proc.returncode == 0
+    cached = {p.name.split("-")[0] for p in (tmp_path / "cache").rglob("mod_steal.f*.nbi")}
+    assert cached == {f"mod_steal.f{i}" for i in range(6)}
+    assert sorted(p.name for p in claims.iterdir()) == sorted(f"mod_steal.f{i}" for i in range(6))
+    compiled_here = []
+
+    class Seen(event.Listener):
+        def on_start(self, ev):
+            compiled_here.append(ev.data["dispatcher"].__name__)
+
+        def on_end(self, ev):
+            pass
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with event.install_listener("numba:compile", Seen()):
+            compile_aside._compile_jobs(str(claims), here, there)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("mod_steal", None)
+    assert compiled_here == []

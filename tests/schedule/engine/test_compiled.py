@@ -3,6 +3,7 @@ by its file names and times as numba's ``_SourceFileBackedLocatorMixin`` lays th
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from tokenpcap.schedule.engine import compiled
@@ -119,3 +120,34 @@ def test_in_cache_reads_numba_s_own_index(tmp_path, monkeypatch):
             assert fresh(41) == 42
     assert lines == []
     assert not compiled.in_cache(object(), (types.int64,))    # not a dispatcher: no cache
+
+
+def test_with_a_helper_the_event_loop_s_compile_is_a_line_of_its_own():
+    """With a helper process, numba's compile of the entry point (``kernel.run``, after the
+    parts) starts a second stage line with its own estimate; without one, the first line covers
+    it and nothing more is said; another function named ``run`` elsewhere is not the loop."""
+    from numba import njit
+
+    from tokenpcap.stages import listening
+
+    def entry(x):
+        return x * 2
+
+    entry.__name__ = "run"
+    entry.__module__ = "tokenpcap.schedule.engine.kernel"
+    elsewhere = njit(lambda x: x + 5)
+    elsewhere.py_func.__name__ = "run"
+    for aside in (True, False):
+        lines: list[str] = []
+        with listening(lines.append, after_s=0.0):
+            with compiled.CompileNotice().watching(False, aside=aside):
+                assert njit(lambda x: x - 1)(3) == 2       # a part: the first line
+                assert elsewhere(1) == 6
+                assert njit(entry)(4) == 8
+        assert lines[0].startswith("compiling the timing engine, once per machine, about ")
+        if aside:
+            assert len(lines) == 2, lines
+            assert re.fullmatch(re.escape(compiled.LOOP_STAGE) + r", about \d+ (s|min)",
+                                lines[1]), lines
+        else:
+            assert len(lines) == 1, lines

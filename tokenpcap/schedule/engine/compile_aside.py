@@ -1,20 +1,26 @@
 """The engine's first compile on two cores: a helper process compiles the programs' side of
 :func:`~tokenpcap.schedule.engine.kernel.run` (:data:`ASIDE`: ``progs.step``, ``arrived``,
 ``ab_done`` and what they call) into numba's on-disk cache while this process
-compiles the NIC side (:data:`HERE`: ``link.ready``, ``advance``, ``rewake``, ``queue_ack``,
-``ring.room``, ``progs.flush_out``) and :func:`~tokenpcap.schedule.engine.kernel.commit`;
+compiles the NIC side (:data:`HERE`: the heap's ``pop``, ``link.ready``, ``advance``, ``rewake``,
+``queue_ack``, ``ring.room``, ``progs.flush_out``), and the helper then also
+:func:`~tokenpcap.schedule.engine.kernel.commit` (last: it links ``advance`` and ``rewake``, which
+this process compiles first and has put in the cache by then);
 with a queued fabric, the helper also the switches' events (:data:`ASIDE_QUEUED`) and this
 process the NICs' PFC and reaction point (:data:`HERE_QUEUED`); then this
 process compiles ``run`` itself, which loads the helper's functions from the cache (numba's
 ``Dispatcher.compile`` looks in its cache before compiling, and a cached function keeps the
 LLVM bitcode a caller links: ``CPUCodeLibrary.serialize_using_object_code``). numba compiles on
-one core per process (a process-wide compiler lock), so the split is by process.
+one core per process (a process-wide compiler lock), so the split is by process. The split
+balances itself: a process that is done with its own list takes the other's from its end (a
+function is compiled by the process that first creates its file in a directory both share,
+``O_EXCL``), so neither waits while the other has a function left to start.
 
 Signatures. Every function compiled here is a
 :class:`~tokenpcap.schedule.engine.compiled.OneSignature` dispatcher, so numba compiles it once
 for the types its caller passes with every integer as ``int64``: a parameter named like one of
 ``run``'s (``S``, ``cf``, ``sc``, ``h``, ``a``, ``o``, ``lst``, ``fabric``) is given that
-argument's type, every other one ``int64`` (:func:`signature`). Were a function's signature
+argument's type, one named like an array ``run`` makes itself (``row``, :data:`LOCALS`) that
+array's, every other one ``int64`` (:func:`signature`). Were a function's signature
 guessed wrong, the helper's (or this process's) compile of it fails or compiles a
 specialization nobody calls, and ``run``'s compile compiles the one it calls in this process:
 the same machine code, later (``tests/schedule/engine/test_compile_aside.py`` checks the
@@ -34,8 +40,10 @@ import importlib
 import inspect
 import os
 import pickle
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numba
@@ -43,16 +51,18 @@ from numba.core import types
 from numba.core.errors import TypingError
 
 from tokenpcap.errors import raise_if_stopped
-from tokenpcap.schedule.engine import fabric, fabric_fast, kernel, link, nicpfc, progs, ring, rpoint
+from tokenpcap.schedule.engine import (events, fabric, fabric_fast, kernel, link, nicpfc, progs,
+                                       ring, rpoint)
 
-__all__ = ["ASIDE", "HERE", "ASIDE_QUEUED", "HERE_QUEUED", "Aside", "start", "signature",
-           "compile_engine"]
+__all__ = ["ASIDE", "HERE", "ASIDE_QUEUED", "HERE_QUEUED", "LOCALS", "Aside", "start",
+           "signature", "compile_engine"]
 
 #: The functions ``kernel.run`` calls that the helper process compiles (the programs, calls
 #: and transfers: about half of the engine's compile, ``benchmarks/README.md``).
 ASIDE = (progs.step, progs.arrived, progs.ab_done)
 #: The functions ``kernel.run`` calls that this process compiles meanwhile (the NICs' side).
-HERE = (link.ready, link.advance, link.rewake, link.queue_ack, ring.room, progs.flush_out)
+HERE = (events.pop, link.ready, link.advance, link.rewake, link.queue_ack, ring.room,
+        progs.flush_out)
 #: With a queued fabric, the helper also compiles the switches' events ``run`` handles...
 ASIDE_QUEUED = (fabric.hop, fabric.free_event, fabric.pfc_event, fabric_fast.drain)
 #: ... and this process, after :data:`HERE` (they call ``link.advance`` and ``rewake``), the
@@ -60,10 +70,17 @@ ASIDE_QUEUED = (fabric.hop, fabric.free_event, fabric.pfc_event, fabric_fast.dra
 HERE_QUEUED = (nicpfc.nic_pfc, nicpfc.nic_pause_end, rpoint.cc_arrival, rpoint.cc_timer)
 
 
+#: The arrays ``kernel.run`` makes itself and passes by the same name: its popped event's
+#: ``row`` (``np.empty(5, np.int64)``).
+LOCALS = {"row": types.Array(types.int64, 1, "C")}
+
+
 def signature(f, named: dict) -> tuple:
     """The argument types ``kernel.run`` calls ``f`` (a numba dispatcher) with: ``named[p]``
-    for a parameter ``p`` named in ``named``, ``int64`` for every other (module docstring)."""
-    return tuple(named.get(p, types.int64) for p in inspect.signature(f.py_func).parameters)
+    for a parameter ``p`` named in ``named`` or in :data:`LOCALS`, ``int64`` for every other
+    (module docstring)."""
+    return tuple(named.get(p, LOCALS.get(p, types.int64))
+                 for p in inspect.signature(f.py_func).parameters)
 
 
 class Aside:
@@ -73,8 +90,9 @@ class Aside:
     def __init__(self, proc: subprocess.Popen):
         self.proc = proc
 
-    def send(self, jobs: list) -> None:
-        """Hand the helper ``jobs``: ``(module name, function name, argument types)`` each."""
+    def send(self, jobs: tuple) -> None:
+        """Hand the helper ``jobs``: ``(claims, own, other)`` as :func:`_compile_jobs` takes
+        them."""
         try:
             self.proc.stdin.write(pickle.dumps(jobs))
             self.proc.stdin.close()
@@ -115,52 +133,81 @@ def start() -> Aside | None:
     return Aside(proc)
 
 
+def _claim(claims: str | None, module: str, name: str) -> bool:
+    """True when this process takes the job ``module.name``: the first of the two processes to
+    create its file in the directory ``claims`` (``O_EXCL``: one of them only); True without a
+    directory."""
+    if claims is None:
+        return True
+    try:
+        os.close(os.open(os.path.join(claims, f"{module}.{name}"),
+                         os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    except OSError:             # the directory is gone (the run ended): nothing left to do
+        return False
+    return True
+
+
+def _compile_jobs(claims: str | None, own: list, other: list) -> None:
+    """Compile the jobs of ``own`` (``(module name, function name, argument types)`` each) in
+    order, then those of ``other`` from its end, each unless the other process took it first
+    (:func:`_claim`): the process that finishes its own jobs first takes the other's last ones
+    (``commit`` for this process, ``flush_out`` for the helper), instead of waiting."""
+    for module, name, sig in list(own) + list(reversed(other)):
+        if _claim(claims, module, name):
+            try:
+                getattr(importlib.import_module(module), name).compile(sig)
+            except TypingError:     # a wrong guess: ``run`` compiles it (module docstring)
+                pass
+            raise_if_stopped()
+
+
 def compile_engine(run_args: tuple, commit_args: tuple | None, aside: Aside | None) -> None:
     """Compile (or load from numba's cache) ``kernel.run`` for ``run_args`` (its eight
     arguments) and, unless None, ``kernel.commit`` for ``commit_args``: with ``aside``, the
-    functions of :data:`ASIDE` (and :data:`ASIDE_QUEUED` with a queued fabric) in that helper
-    process meanwhile (module docstring).
+    functions of :data:`HERE` here and those of :data:`ASIDE` and ``commit`` in that helper
+    process meanwhile (with a queued fabric :data:`HERE_QUEUED` and :data:`ASIDE_QUEUED` too),
+    the one that finishes first taking the other's last ones (module docstring).
 
     Raises:
         Whatever numba raises compiling ``run`` or ``commit``; a stop (Ctrl-C) noted during the
         compile (:func:`~tokenpcap.errors.raise_if_stopped`), the helper then ended."""
     run_types = tuple(numba.typeof(x) for x in run_args)
+    commit_types = None if commit_args is None else tuple(numba.typeof(x) for x in commit_args)
     named = dict(zip(inspect.signature(kernel.run.py_func).parameters, run_types))
     queued = run_types[-1] != types.none
     if aside is not None:
-        sent = ASIDE + (ASIDE_QUEUED if queued else ())
-        aside.send([(f.py_func.__module__, f.__name__, signature(f, named)) for f in sent])
+        def jobs(fs):
+            return [(f.py_func.__module__, f.__name__, signature(f, named)) for f in fs]
+
+        there = jobs(ASIDE + (ASIDE_QUEUED if queued else ()))
+        if commit_types is not None:    # last: it links HERE's advance and rewake, cached by then
+            there.append((kernel.__name__, kernel.commit.__name__, commit_types))
+        here = jobs(HERE + (HERE_QUEUED if queued else ()))
+        claims = tempfile.mkdtemp(prefix="tokenpcap-compile-")
         try:
-            for f in HERE + (HERE_QUEUED if queued else ()):
-                try:
-                    f.compile(signature(f, named))
-                except TypingError:     # a wrong guess: ``run`` compiles it (module docstring)
-                    pass
-                raise_if_stopped()
-            if commit_args is not None:
-                kernel.commit.compile(tuple(numba.typeof(x) for x in commit_args))
-                raise_if_stopped()
+            aside.send((claims, there, here))
+            _compile_jobs(claims, here, there)
             aside.wait()
         finally:
             aside.close()
+            shutil.rmtree(claims, ignore_errors=True)
     kernel.run.compile(run_types)
     raise_if_stopped()              # a stop lost in numba's compiler callbacks
-    if commit_args is not None:
-        kernel.commit.compile(tuple(numba.typeof(x) for x in commit_args))
+    if commit_types is not None:    # with the helper, loaded from the cache it filled
+        kernel.commit.compile(commit_types)
         raise_if_stopped()
 
 
 def main() -> None:
-    """The helper: compile the functions named on standard input (module docstring)."""
+    """The helper: compile the jobs named on standard input, ``(claims, own, other)`` as
+    :func:`_compile_jobs` takes them (module docstring)."""
     try:
-        jobs = pickle.load(sys.stdin.buffer)
+        claims, own, other = pickle.load(sys.stdin.buffer)
     except EOFError:
         return
-    for module, name, sig in jobs:
-        try:
-            getattr(importlib.import_module(module), name).compile(sig)
-        except TypingError:         # a wrong guess: ``run`` compiles it (module docstring)
-            pass
+    _compile_jobs(claims, own, other)
 
 
 if __name__ == "__main__":

@@ -33,26 +33,35 @@ from numba.core.registry import CPUDispatcher
 from tokenpcap.stages import stage
 
 __all__ = ["engine_compiled", "in_cache", "part", "inline_part", "shared", "inline_shared",
-           "one_type", "OneSignature", "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE", "ASIDE_SHARE", "compile_seconds",
-           "CompileNotice"]
+           "one_type", "OneSignature", "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE",
+           "ASIDE_SHARE", "LOOP_STAGE", "LOOP_SHARE", "compile_seconds", "CompileNotice"]
 
 #: The stage line of the engine's compile (numba caches it on disk for later runs).
 COMPILE_STAGE = "compiling the timing engine, once per machine"
 #: CPU seconds the first run spends compiling the engine, ideal fabric and queued fabric (with
 #: ECN and DCQCN), this process and its helper together: measured on the 2-core development
-#: machine, 2026-12-07, ``benchmarks/README.md`` (numba 0.68, LLVM 22; 22.8 s for dante, 55.9 s
-#: for a DCQCN incast), rounded up.
-COMPILE_CPU_S = {False: 24.0, True: 56.0}
+#: machine, 2026-12-07, ``benchmarks/README.md`` (numba 0.68, LLVM 22, at load 4-5; 28.1 and
+#: 27.6 s for dante, 64.5 s for a DCQCN incast), rounded up.
+COMPILE_CPU_S = {False: 28.0, True: 65.0}
 #: The share of the compile's CPU seconds on its critical path when a helper process compiles
-#: half of it beside this one (:mod:`~tokenpcap.schedule.engine.compile_aside`) on free cores:
-#: dante, this process 8.8 CPU s before it waits for the helper (9.4 s with its start) and 4.6 s
-#: after (``kernel.run``), of 22.8 CPU s; a DCQCN incast 26.3 + 6.7 of 55.9 (the helper 22.9);
-#: 2026-12-07, ``benchmarks/README.md``; rounded up.
-ASIDE_SHARE = 0.6
-#: The compile's wall clock over its CPU seconds, as a fraction of ``(load + 1) / cores``: 3.1-3.3
-#: at load 9.5-13 on the development machine's 2 cores (its other jobs niced, as they are there),
-#: ``benchmarks/README.md``; a neighbour of the same priority takes more.
-LOAD_SHARE = 0.65
+#: half of it beside this one (:mod:`~tokenpcap.schedule.engine.compile_aside`): the larger of
+#: the two processes' CPU before ``kernel.run`` (the helper's with its start) plus ``run``'s
+#: compile, over both processes' CPU: dante 18.4 of 28.1 and 17.9 of 27.6 CPU s, a DCQCN incast
+#: 41.2 of 64.5; 2026-12-07, ``benchmarks/README.md``; rounded up.
+ASIDE_SHARE = 0.7
+#: The stage line of the event loop's compile (``kernel.run``, every part inlined into it).
+LOOP_STAGE = "compiling the timing engine's event loop, every part inlined"
+#: The share of the compile's CPU seconds (:data:`COMPILE_CPU_S`) that ``kernel.run``'s own
+#: compile takes once its parts are compiled (LLVM's passes and machine code over the whole
+#: engine): dante 8.1 of 28.1 and 8.0 of 27.6 CPU s, a DCQCN incast 15.7 of 64.5; 2026-12-07,
+#: ``benchmarks/README.md``; rounded up.
+LOOP_SHARE = 0.3
+#: The compile's wall clock over its CPU seconds, as a fraction of ``(load + 1) / cores``, with
+#: the helper process: 0.51 at load 8.5 and 0.43 at load 3.6 on the development machine's 2
+#: cores (dante's first run minus its second, ``benchmarks/first_run.py``, 2026-12-07, its other
+#: jobs niced as this one; ``benchmarks/README.md``); rounded up. One process alone (no helper)
+#: measured 0.65 at load 9.5-13: the estimate is then low by up to a quarter.
+LOAD_SHARE = 0.5
 
 _KERNEL = Path(__file__).with_name("kernel.py")
 
@@ -195,16 +204,22 @@ class CompileNotice(event.Listener):
     engine. Within the block, a compile of any function (numba's ``numba:compile`` event: it
     comes only when the function is not in numba's on-disk cache) starts the stage "compiling
     the timing engine, once per machine" with :func:`compile_seconds`
-    (:mod:`tokenpcap.stages`), the first time for this notice. ``queued``: the run's fabric is
-    queued; ``aside``: a helper process compiles half of the engine beside this one."""
+    (:mod:`tokenpcap.stages`), the first time for this notice; with a helper process, the
+    compile of the event loop itself that comes after both processes' parts (``kernel.run``,
+    :data:`LOOP_SHARE` of the compile's CPU, in this process alone) starts the stage
+    "compiling the timing engine's event loop, every part inlined". ``queued``: the run's fabric
+    is queued; ``aside``: a helper process compiles half of the engine beside this one."""
 
     def __init__(self) -> None:
-        self.queued, self.aside, self.said = False, False, False
+        self.queued, self.aside, self.said, self.loop_said = False, False, False, False
 
     def on_start(self, ev) -> None:
         if not self.said:
             self.said = True
             stage(COMPILE_STAGE, seconds=compile_seconds(self.queued, aside=self.aside))
+        elif self.aside and not self.loop_said and _is_entry(ev.data.get("dispatcher")):
+            self.loop_said = True
+            stage(LOOP_STAGE, seconds=LOOP_SHARE * compile_seconds(self.queued))
 
     def on_end(self, ev) -> None:
         pass
@@ -214,3 +229,11 @@ class CompileNotice(event.Listener):
         self.queued, self.aside = bool(queued), bool(aside)
         with event.install_listener("numba:compile", self):
             yield
+
+
+def _is_entry(dispatcher) -> bool:
+    """``dispatcher`` is the engine's entry point, ``run`` of ``kernel.py`` (by name: this
+    module is imported by the kernel's)."""
+    f = getattr(dispatcher, "py_func", None)
+    return (getattr(f, "__name__", "") == "run"
+            and getattr(f, "__module__", "") == f"{__package__}.{_KERNEL.stem}")
