@@ -90,7 +90,7 @@ from tokenpcap.stages import stage, wall_seconds
 
 __all__ = ["EPOCH_NS", "MAX_SEED", "FORMATS", "SPLITS", "Selection", "GenerateOptions",
            "GenerateResult", "generate", "provenance_comment", "parse_index_set", "parse_time_ns",
-           "parse_window", "parse_iterations", "PACKETS_PER_CPU_S",
+           "parse_window", "parse_iterations", "PACKETS_PER_CPU_S", "FRAME_BYTES_PER_CPU_S",
            "PREDICT_CPU_S_PER_TRANSFER"]
 
 #: Packets per CPU second of generate's packet path (selecting, lowering, routing, building and
@@ -99,6 +99,13 @@ __all__ = ["EPOCH_NS", "MAX_SEED", "FORMATS", "SPLITS", "Selection", "GenerateOp
 #: ``benchmarks/packet_path.py`` on dante at load 6-8 (2026-12-07, benchmarks/README.md), taken
 #: lower for loaded machines; what the timing step's estimate adds for the packets a run writes.
 PACKETS_PER_CPU_S = 2_000_000
+#: Bytes of frames per CPU second of building and writing them beyond the headers (the payload
+#: bytes, the kernel's copy into the page cache): dante's 4 iterations in full frames (5.56 GB)
+#: took 3.50 user + 7.53 system CPU s where ``--snaplen 74`` (0.22 GB) took 2.66 + 0.67, so
+#: 7.7 CPU s more for 5.33 GB more, 0.69 GB per CPU s (measured 2026-12-07 at load 4, to /tmp);
+#: what the timing step's estimate adds for the bytes a run writes (a full-frame capture of
+#: 43 GB was estimated at 18 s and took 66 s before it was counted).
+FRAME_BYTES_PER_CPU_S = 700_000_000
 #: CPU seconds of predicting the capture's size (:func:`predict_capture`) per data message of
 #: the run when every NIC is kept (with ``--nics`` or ``--ranks`` it walks only the calls that
 #: meet them: no estimate): GPT-3 175B with ``--snaplen 74 --format pcap``, every call walked,
@@ -240,8 +247,13 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
         files = f"{len(specs):,} file{'s' if len(specs) != 1 else ''}"
         timing.also = f", writing {'at most ' if bound else ''}{expected_packets:,} packets " \
                       f"to {files}"
-        timing.also_cpu_s = expected_packets / PACKETS_PER_CPU_S
-        timing.note = lambda: f"{routed[0]:,} of {expected_packets:,} packets written"
+        timing.also_cpu_s = (expected_packets / PACKETS_PER_CPU_S
+                             + size.record_bytes / FRAME_BYTES_PER_CPU_S)
+        if fabric:      # PFC frames are the fabric's, not predicted: written beside the rest
+            timing.note = lambda: (f"{routed[0]:,} packets written ({expected_packets:,} and the "
+                                   "PFC frames)")
+        else:
+            timing.note = lambda: f"{routed[0]:,} of {expected_packets:,} packets written"
     disp = None
     try:
         disp = Dispatcher(specs, cfg, opt.jobs)
