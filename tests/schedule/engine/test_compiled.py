@@ -95,6 +95,13 @@ def test_a_compile_is_announced_once_and_a_cached_function_not_at_all():
         with compiled.CompileNotice().watching(True):
             assert g(3) == 10                   # compiled already
     assert len(lines) == 1
+    lines.clear()
+    with listening(lines.append, after_s=1.0):
+        with compiled.CompileNotice().watching(True):
+            assert njit(lambda x: x + 2)(1) == 3    # a queued fabric's first compile
+    assert len(lines) == 1 and lines[0].startswith(
+        "compiling the timing engine for a queued fabric, once per machine "
+        "(apart from the ideal fabric's), about "), lines
 
 
 def test_in_cache_reads_numba_s_own_index(tmp_path, monkeypatch):

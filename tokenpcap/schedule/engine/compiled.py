@@ -33,11 +33,16 @@ from numba.core.registry import CPUDispatcher
 from tokenpcap.stages import stage
 
 __all__ = ["engine_compiled", "in_cache", "part", "inline_part", "shared", "inline_shared",
-           "one_type", "OneSignature", "COMPILE_STAGE", "COMPILE_CPU_S", "LOAD_SHARE",
-           "ASIDE_SHARE", "LOOP_STAGE", "LOOP_SHARE", "compile_seconds", "CompileNotice"]
+           "one_type", "OneSignature", "COMPILE_STAGE", "COMPILE_STAGES", "COMPILE_CPU_S",
+           "LOAD_SHARE", "ASIDE_SHARE", "LOOP_STAGE", "LOOP_SHARE", "compile_seconds", "CompileNotice"]
 
 #: The stage line of the engine's compile (numba caches it on disk for later runs).
 COMPILE_STAGE = "compiling the timing engine, once per machine"
+#: The stage line by fabric (``queued``): a queued fabric's engine is a specialization of its
+#: own, compiled at the first run that needs it even when the ideal fabric's is cached.
+COMPILE_STAGES = {False: COMPILE_STAGE,
+                  True: "compiling the timing engine for a queued fabric, once per machine "
+                        "(apart from the ideal fabric's)"}
 #: CPU seconds the first run spends compiling the engine, ideal fabric and queued fabric (with
 #: ECN and DCQCN), this process and its helper together: measured on the 2-core development
 #: machine, 2026-12-07, ``benchmarks/README.md`` (numba 0.68, LLVM 22, at load 4-5; 28.1 and
@@ -203,7 +208,8 @@ class CompileNotice(event.Listener):
     and ``commit`` at its own): ``with notice.watching(queued):`` around every call into the
     engine. Within the block, a compile of any function (numba's ``numba:compile`` event: it
     comes only when the function is not in numba's on-disk cache) starts the stage "compiling
-    the timing engine, once per machine" with :func:`compile_seconds`
+    the timing engine, once per machine" (:data:`COMPILE_STAGES`: another for a queued fabric)
+    with :func:`compile_seconds`
     (:mod:`tokenpcap.stages`), the first time for this notice; with a helper process, the
     compile of the event loop itself that comes after both processes' parts (``kernel.run``,
     :data:`LOOP_SHARE` of the compile's CPU, in this process alone) starts the stage
@@ -216,7 +222,8 @@ class CompileNotice(event.Listener):
     def on_start(self, ev) -> None:
         if not self.said:
             self.said = True
-            stage(COMPILE_STAGE, seconds=compile_seconds(self.queued, aside=self.aside))
+            stage(COMPILE_STAGES[self.queued],
+                  seconds=compile_seconds(self.queued, aside=self.aside))
         elif self.aside and not self.loop_said and _is_entry(ev.data.get("dispatcher")):
             self.loop_said = True
             stage(LOOP_STAGE, seconds=LOOP_SHARE * compile_seconds(self.queued))
