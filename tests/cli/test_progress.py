@@ -208,7 +208,7 @@ def test_duration_text(s, text):
 
 def test_every_long_command_has_quiet():
     for name in ("generate", "run", "plot", "export", "trace", "compare"):
-        assert "--quiet" in {o for p in main.commands[name].params for o in p.opts}, name
+        assert "--quiet" in {o for p in main.get_command(None, name).params for o in p.opts}, name
 
 
 def test_stage_without_a_listener_prints_nothing(capsys):

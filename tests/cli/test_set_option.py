@@ -82,4 +82,4 @@ def test_a_malformed_set_is_a_usage_error(setting):
 
 def test_every_command_that_reads_a_scenario_has_set():
     for name in ("generate", "run", "plan", "plot", "export", "trace", "compare", "inspect"):
-        assert "--set" in {o for p in main.commands[name].params for o in p.opts}, name
+        assert "--set" in {o for p in main.get_command(None, name).params for o in p.opts}, name

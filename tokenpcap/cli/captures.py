@@ -4,11 +4,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenpcap.errors import InputError
-from tokenpcap.generate.run import FORMATS
 from tokenpcap.pcap.outputset import stopped_commit_text
+from tokenpcap.pcap.registry import CAPTURE_FORMATS
 
 #: file name endings read as captures in a directory: one per format generate writes
-CAPTURE_SUFFIXES = tuple(f".{fmt}" for fmt in FORMATS)
+CAPTURE_SUFFIXES = tuple(f".{fmt}" for fmt in CAPTURE_FORMATS)
 
 
 def capture_paths(paths: tuple[str, ...] | list[str]) -> list[str]:
