@@ -76,7 +76,8 @@ def plan_peak(scenario: Path, scale: int, log: Path) -> int:
     """Peak RSS (bytes) of a fresh process that imports the commands, loads ``scenario`` and
     builds its plan at ``scale``: the part of a run's peak that comes before the guard (which
     reads the plan)."""
-    code = ("import sys; import tokenpcap.cli._commands; "    # what a command has imported
+    code = ("import sys, importlib; import tokenpcap.cli as c; "   # every command's imports
+            "[importlib.import_module(f'tokenpcap.cli.{m}') for m in c.COMMANDS.values()]; "
             "from tokenpcap.config.profiles import load_scenario; "
             "from tokenpcap.plan.build import build_plan; "
             "build_plan(load_scenario(sys.argv[1]), scale=int(sys.argv[2]))")
