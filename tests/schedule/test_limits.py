@@ -44,7 +44,6 @@ def test_estimate_counts_what_the_schedule_simulates(scale, iterations):
 
 def _follow(s, advice: str, iterations: int):  # type: ignore[no-untyped-def]
     """The plan and iterations a user gets by doing what the refusal ``advice`` says."""
-    import dataclasses
     import re
 
     if "--set generation.clear_to_send=false fits" in advice:

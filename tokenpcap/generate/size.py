@@ -124,7 +124,6 @@ def _predict_each_call(schedule, its) -> Predicted:
     s = schedule.scenario
     eng = schedule.engine
     seq = s.token_layout[1]
-    lay = schedule.layout
     ncoll, nph = len(COLLECTIVES), len(PHASES)
     cts = eng.clear_to_send
     calls = sorted((c for i in its for c in schedule.plan.calls(i)), key=lambda c: c.call_id)

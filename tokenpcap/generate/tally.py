@@ -12,9 +12,6 @@ from tokenpcap.records import LABELS, PKT_ACK, PKT_CNP, PKT_CTS, PKT_DATA, PKT_P
 
 __all__ = ["tally"]
 
-_KINDS = (PKT_DATA, PKT_CTS, PKT_ACK, PKT_CNP, PKT_PFC)
-
-
 def tally(res: GenerateResult, tx: np.ndarray, pk: np.ndarray, order: np.ndarray | None,
           kind: np.ndarray, label: np.ndarray) -> None:
     """Add a chunk's rows to ``res``.

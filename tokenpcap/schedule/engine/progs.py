@@ -5,8 +5,6 @@ parts, and an NVLink-only call timed as a whole.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from tokenpcap.schedule.engine.compiled import inline_part, part
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import push
