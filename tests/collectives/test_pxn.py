@@ -21,7 +21,8 @@ from tokenpcap.collectives.rails import rank_nic_bytes
 from tokenpcap.collectives.traffic import CallShape, hops
 from tokenpcap.collectives.transfers import transfers
 from tokenpcap.config.profiles import load_scenario
-from tokenpcap.plan.build import build_plan, bytes_per_nic, rank_layout, scenario_p2p_net
+from tokenpcap.plan.build import build_plan, rank_layout, scenario_p2p_net
+from tokenpcap.plan.rows import bytes_per_nic
 from tokenpcap.plan.wirebytes import p2p_wire_bytes
 
 PROFILES = Path(__file__).resolve().parents[2] / "profiles" / "scenarios"

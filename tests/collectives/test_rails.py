@@ -21,7 +21,8 @@ from tokenpcap.collectives.rails import group_nics, rank_nic_bytes
 from tokenpcap.collectives.traffic import CallShape, per_rank_bytes
 from tokenpcap.collectives.transfers import transfers
 from tokenpcap.config.profiles import default_channels, load_scenario
-from tokenpcap.plan.build import build_plan, bytes_per_nic
+from tokenpcap.plan.build import build_plan
+from tokenpcap.plan.rows import bytes_per_nic
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ from tests.conftest import HAND_SET_CHANNELS, simple_on
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.errors import InfeasiblePlanError, InputError
 from tokenpcap.collectives.layout import RankLayout
-from tokenpcap.plan.build import build_plan, pipeline_bubble_fraction, wire_time_ns
+from tokenpcap.plan.build import build_plan
 from tokenpcap.config.profiles import (
     ModelProfile,
     load_cluster,
@@ -166,15 +166,6 @@ def test_embedding_group_only_with_pipeline_and_tied():
     assert call.message_bytes == 50_688 // 4 * 768 * 2
 
 
-def test_pipeline_bubble():
-    # Narayanan et al. 2021 Sec. 2.2.1: 1F1B bubble fraction (p - 1) / m; interleaved / v.
-    assert pipeline_bubble_fraction(8, 96) == Fraction(7, 96)
-    assert pipeline_bubble_fraction(1, 4) == 0
-    assert pipeline_bubble_fraction(4, 8, virtual_stages=2) == Fraction(3, 16)
-    with pytest.raises(InputError):
-        pipeline_bubble_fraction(0, 1)
-
-
 def _pxn_copy_bytes(call, plan) -> int:
     """NVLink bytes of NCCL's PXN copies (NCCL_P2P_PXN_LEVEL 2, one NIC per GPU): a SendRecv or
     AllToAll hop between nodes goes first to the sender node's GPU with the receiver's local
@@ -287,11 +278,6 @@ def test_pcap_estimate_of_one_write_matches_the_segmentation_case():
     assert (est["data_packets"], est["ack_packets"], est["messages"]) == (3, 1, 1)
     assert est["payload_bytes"] + est["header_bytes"] == 4170 + 4154 + 1866 + 62
     assert est["file_bytes"] == 24 + 4 * 16 + 4170 + 4154 + 1866 + 62
-
-
-def test_wire_time():
-    assert wire_time_ns(50_000, 400) == 1000 and wire_time_ns(1, 400) == 1 and \
-        wire_time_ns(0, 400) == 0
 
 
 def test_epoch_totals(corpus_path: Path):

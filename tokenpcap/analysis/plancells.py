@@ -65,7 +65,8 @@ def plan_cells(scenario, *, scale: int = 1, iterations: int = 1,
     Raises:
         InputError, InfeasiblePlanError: from :func:`tokenpcap.plan.build.build_plan`.
     """
-    from tokenpcap.plan.build import bytes_per_nic, build_plan
+    from tokenpcap.plan.build import build_plan
+    from tokenpcap.plan.rows import bytes_per_nic
 
     plan = build_plan(scenario, scale=scale)
     layout = plan.layout

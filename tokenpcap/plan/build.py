@@ -36,24 +36,18 @@ token_start/token_end and seq_start/seq_end, bucket, recompute, op).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
-from fractions import Fraction
+from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 import numpy as np
 
 from tokenpcap.plan.calls import CollectiveCall, Family, build_families, scale_families
 from tokenpcap.plan.calltable import CallTable, call_by_id, expand
-from tokenpcap.plan.moe_nodelimited import deepep_bytes_per_layer
 from tokenpcap.errors import InfeasiblePlanError, InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.records import COLLECTIVES, DIMS, PHASES
-from tokenpcap.model.flops import megatron_flops
-from tokenpcap.model import (activation_bytes, narayanan_eq2, padded_vocab_size, parameter_count,
-                             scenario_shards)
-from tokenpcap.config.profiles import DTYPE_BYTES, Scenario, check_feasible
+from tokenpcap.config.profiles import Scenario, check_feasible
 from tokenpcap.plan.feasibility import check_plan_size
-from tokenpcap.plan.pipeline import chunk_layers
 from tokenpcap.tokens import TokenizedCorpus
 from tokenpcap.collectives.rails import rank_nic_bytes
 from tokenpcap.collectives.traffic import CallLike, CallShape, nic_hop_sizes, per_rank_bytes
@@ -65,106 +59,11 @@ from tokenpcap.collectives.tuning import compcap_of
 from tokenpcap.plan.protocol import CallProtocols
 from tokenpcap.plan.sizing import pcap_estimate
 from tokenpcap.plan.wirebytes import p2p_wire_bytes, protocol_wire_bytes
-from tokenpcap.plan.workload import workload_families, workload_json
+from tokenpcap.plan.report import plan_json
+from tokenpcap.plan.rows import PhaseRow, bytes_per_nic, wire_time_ns
+from tokenpcap.plan.workload import workload_families
 
-__all__ = ["CollectiveCall", "PhaseRow", "Plan", "build_plan", "bytes_per_nic", "rank_layout",
-           "scenario_p2p_net",
-           "pipeline_bubble_fraction",
-           "wire_time_ns"]
-
-
-def pipeline_bubble_fraction(pp: int, microbatches: int, virtual_stages: int = 1) -> Fraction:
-    """1F1B pipeline bubble over ideal time: ``(p - 1) / (v * m)`` (Narayanan et al. 2021, Sec.
-    2.2.1; ``v`` model chunks per device for the interleaved schedule, Sec. 2.2.2).
-
-    Raises:
-        InputError: a non-positive argument.
-    """
-    if pp < 1 or microbatches < 1 or virtual_stages < 1:
-        raise InputError(f"pp {pp}, microbatches {microbatches}, virtual_stages {virtual_stages}")
-    return Fraction(pp - 1, virtual_stages * microbatches)
-
-
-def bytes_per_nic(by_rank_nic: np.ndarray, layout: RankLayout) -> np.ndarray:
-    """``(world_size, nics_per_node)`` bytes per rank and local NIC -> int64 ``(nodes *
-    nics_per_node,)`` bytes per global NIC (NIC ``node * nics_per_node + local``)."""
-    npn = layout.nics_per_node
-    per_node = by_rank_nic.reshape(layout.nodes, layout.gpus_per_node, npn).sum(axis=1)
-    return per_node.reshape(-1).astype(np.int64)
-
-
-def wire_time_ns(nbytes: int, link_gbps: float) -> int:
-    """Time to send ``nbytes`` of payload at ``link_gbps`` (1 Gb/s = 1 bit/ns), rounded up (ns).
-
-    Exact rational arithmetic (the rate as written in decimal), so no float rounding at any size.
-    """
-    if nbytes <= 0:
-        return 0
-    ns = Fraction(nbytes * 8) / Fraction(str(link_gbps))
-    return -(-ns.numerator // ns.denominator)
-
-
-@dataclass
-class PhaseRow:
-    """Aggregate of every call with one phase label in one iteration.
-
-    ``calls``: all calls (all group instances); ``count``: most calls any one rank takes part in;
-    ``group_size``/``message_bytes``: the largest; ``sizes``: ``{message_bytes: calls}``;
-    ``ranks``: ranks that take part; ``nic_bytes``/``nvlink_bytes``: bytes all ranks send;
-    ``nic_bytes_per_rank``/``nvlink_bytes_per_rank``: the busiest participating rank's bytes;
-    ``wire_time_ns``: the busiest rank's NIC bytes at link rate.
-    """
-
-    name: str
-    dim: str
-    phase: str
-    collective: str
-    calls: int = 0
-    count: int = 0
-    group_size: int = 0
-    message_bytes: int = 0
-    sizes: dict[int, int] = field(default_factory=dict)
-    ranks: int = 0
-    nic_bytes: int = 0
-    nvlink_bytes: int = 0
-    nic_bytes_per_rank: int = 0
-    nvlink_bytes_per_rank: int = 0
-    wire_time_ns: int = 0
-    #: The collectives' data among ``nic_bytes`` (which are the bytes on the wire: LL and LL128
-    #: lines carry flags, :mod:`tokenpcap.plan.protocol`); ``protocols``: calls per protocol
-    #: other than Simple; ``nccl_forced``: ``{"Tree/LL": calls}`` where NCCL's tuner would run
-    #: another algorithm than the scenario's, which ran (forced). The three keys are in the
-    #: JSON only when a call of the row is not Simple or is forced.
-    nic_payload_bytes: int = 0
-    protocols: dict[str, int] = field(default_factory=dict)
-    nccl_forced: dict[str, int] = field(default_factory=dict)
-    #: NIC bytes each rank sends with this label in one iteration: int64 ``(world_size,)``
-    #: (``nic_bytes`` is its sum; not part of the JSON).
-    nic_bytes_by_rank: np.ndarray | None = field(default=None, repr=False, compare=False)
-    #: NIC bytes each rank sends through each NIC of its node: int64 ``(world_size,
-    #: nics_per_node)`` (rows sum to ``nic_bytes_by_rank``; rings and trees spread a rank's bytes
-    #: over the group's NICs, :mod:`tokenpcap.collectives.rails`; not part of the JSON).
-    nic_bytes_by_rank_nic: np.ndarray | None = field(default=None, repr=False, compare=False)
-
-    def nic_bytes_by_nic(self, layout: RankLayout) -> np.ndarray:
-        """Bytes each NIC sends with this label: int64 ``(nodes * nics_per_node,)``."""
-        return bytes_per_nic(self.nic_bytes_by_rank_nic, layout)
-
-    def to_json(self) -> dict:
-        out = {
-            "name": self.name, "dim": self.dim, "phase": self.phase, "collective": self.collective,
-            "group_size": self.group_size, "message_bytes": self.message_bytes,
-            "count": self.count, "calls": self.calls, "ranks": self.ranks,
-            "sizes": [{"message_bytes": k, "calls": v} for k, v in sorted(self.sizes.items())],
-            "nic_bytes_per_rank": self.nic_bytes_per_rank,
-            "nvlink_bytes_per_rank": self.nvlink_bytes_per_rank,
-            "nic_bytes": self.nic_bytes, "nvlink_bytes": self.nvlink_bytes,
-            "wire_time_ns": self.wire_time_ns,
-        }
-        if self.protocols or self.nccl_forced:
-            out.update(nic_payload_bytes=self.nic_payload_bytes, protocols=dict(self.protocols),
-                       nccl_forced=dict(self.nccl_forced))
-        return out
+__all__ = ["CollectiveCall", "Plan", "build_plan", "rank_layout", "scenario_p2p_net"]
 
 
 @dataclass
@@ -345,68 +244,8 @@ class Plan:
         }
 
     def to_json(self) -> dict:
-        """Everything above as plain JSON types (``docs/plan.md`` documents every key). A
-        workload scenario has no model section: ``model``, ``parameters``, ``microbatches``
-        ... are absent, ``workload`` is its mapping (:meth:`Workload.to_json`)."""
-        if self.scenario.workload is not None:
-            return workload_json(self, wire_time_ns)
-        s, m = self.scenario, self.scenario.model
-        t, p = s.training, s.parallelism
-        pc = parameter_count(m)
-        gpt_like = (m.mlp == "gelu" and m.norm == "layernorm" and m.bias and m.tied_embeddings
-                    and m.position_embedding == "learned" and m.moe is None)
-        stages = []
-        for st, sh in enumerate(scenario_shards(s)):
-            stages.append({
-                "stage": st, "first_layer": sh.first_layer, "last_layer": sh.last_layer,
-                "chunks": [[r[0], r[-1]] for r in chunk_layers(s, st)],
-                "parameters_per_rank": sh.total, "dense_per_rank": sh.dense,
-                "expert_per_rank": sh.expert,
-                "gradient_bytes_per_rank": sh.total * DTYPE_BYTES[t.grad_reduce_dtype],
-            })
-        out = {
-            "scenario": s.name,
-            "model": m.name,
-            "cluster": s.cluster.name,
-            "parallelism": {"dp": p.dp, "tp": p.tp, "pp": p.pp, "ep": p.ep,
-                            "context_parallel_size": p.cp,
-                            "virtual_pipeline_model_parallel_size": p.vpp,
-                            "sequence_parallel": p.sequence_parallel, "zero_stage": p.zero_stage},
-            "algorithm": self.algorithm,
-            "scale": self.scale,
-            "parameters": {
-                "total": pc.total, "active": pc.active,
-                "vocab_size": m.vocab_size, "padded_vocab_size": padded_vocab_size(m, p.tp),
-                "total_padded": parameter_count(m, p.tp).total,
-                "narayanan_eq2": (narayanan_eq2(m.layers, m.hidden_size, m.vocab_size,
-                                                m.seq_length) if gpt_like else None),
-                "per_layer": (pc.per_layer[0].total if len(set(pc.per_layer)) == 1 else None),
-                "layer_kinds": [{"kind": "moe" if moe else "dense",
-                                 "layers": sum(1 for x in m.moe_layers if x == moe),
-                                 "parameters": pc.per_layer[m.moe_layers.index(moe)].total,
-                                 "active": pc.per_layer[m.moe_layers.index(moe)].active}
-                                for moe in sorted(set(m.moe_layers))],
-                "mtp": pc.mtp,
-                "embedding": pc.word_embedding + pc.position_embedding,
-                "per_stage": stages,
-            },
-            "layout": {"world_size": self.layout.world_size, "nodes": self.layout.nodes,
-                       "groups": self.layout.intra_node_summary()},
-            "microbatches": self.microbatches,
-            "bubble_fraction": float(pipeline_bubble_fraction(p.pp, self.microbatches, p.vpp)),
-            "model_flops": megatron_flops(m, t.global_batch_size, p.tp) // self.scale,
-            "activation_bytes": activation_bytes(t.micro_batch_size, m.seq_length,
-                                                 m.hidden_size, DTYPE_BYTES[t.precision]),
-            "phases": [r.to_json() for r in self.rows],
-            "totals": self.totals(),
-            "epoch": self.epoch(),
-            "pcap": self.pcap,
-            "tokens": self.tokens.to_json() if self.tokens is not None else None,
-        }
-        deepep = deepep_bytes_per_layer(self.families, self.algorithm, self.layout)
-        if deepep:
-            out["moe_dispatch"] = deepep
-        return out
+        """The plan as plain JSON types (:func:`tokenpcap.plan.report.plan_json`)."""
+        return plan_json(self)
 
 
 def scenario_p2p_net(scenario: Scenario) -> P2pNet | None:

@@ -28,6 +28,7 @@ from typing import Callable
 from tokenpcap.config.profiles import Scenario
 from tokenpcap.config.workload import Workload
 from tokenpcap.plan.family import Family, Inst
+from tokenpcap.plan.rows import wire_time_ns
 
 __all__ = ["WORKLOAD_PLANNERS", "register_planner", "workload_families", "workload_json", "DIM",
            "PHASE"]
@@ -82,13 +83,14 @@ def workload_families(s: Scenario) -> list[Family]:
     return WORKLOAD_PLANNERS[s.workload.kind](s.workload)
 
 
-def workload_json(plan, wire_time_ns: Callable[[int, float], int]) -> dict:  # type: ignore[no-untyped-def]
+def workload_json(plan) -> dict:  # type: ignore[no-untyped-def]
     """``plan.to_json()`` of a workload scenario's :class:`~tokenpcap.plan.build.Plan`: the
     training plan's keys without the model's (``model`` None; no ``parameters``,
     ``parallelism``, ``microbatches``), ``workload`` its mapping
     (:meth:`~tokenpcap.config.workload.Workload.to_json`) and, for an incast,
     ``receiver_bytes`` (what the receiver's NIC takes: every sender's bytes at the plan's
-    scale) and ``receiver_wire_time_ns`` (that at link rate, ``wire_time_ns``)."""
+    scale) and ``receiver_wire_time_ns`` (that at link rate,
+    :func:`tokenpcap.plan.rows.wire_time_ns`)."""
     s = plan.scenario
     w = s.workload.to_json()
     if s.workload.kind == "incast":

@@ -42,7 +42,7 @@ import numpy as np
 
 from tokenpcap.model import scenario_shards
 from tokenpcap.model.flops import megatron_flops, model_flops_utilization
-from tokenpcap.plan.build import pipeline_bubble_fraction
+from tokenpcap.plan.rows import pipeline_bubble_fraction
 from tokenpcap.schedule.compute import StageTimes, iteration_flops, kernel_efficiency, stage_times
 
 __all__ = ["IterationBreakdown", "iteration_breakdown", "stage_compute_ns"]
