@@ -213,7 +213,13 @@ class Schedule(ScheduleResults):
         while the helper process ``aside`` compiles the engine for this run's arrays into numba's
         cache in the background, for the next runs
         (:func:`~tokenpcap.schedule.engine.compile_aside.compile_in_background`; None: no
-        helper, nothing compiled)."""
+        helper, nothing compiled). An ideal fabric's run only (module
+        :mod:`~tokenpcap.schedule.engine.interpreted`).
+
+        Raises:
+            ValueError: the run's fabric is queued."""
+        if self.fabric_queued:
+            raise ValueError("internal: a queued fabric's run is timed compiled")
         if aside is not None:
             run = self._run_args()
             commit = run[:6] + (0, 0, run[7]) if self._eng.selected.size else None
