@@ -74,10 +74,10 @@ class Timing:
         python_s = None
         if not sched.engine_cached():
             packets = w.packets * sched.selected_nics // max(1, sched.engine.n_nics)
-            events = w.messages + w.nvlink_copies
-            if worth_it(sched.fabric_queued, events, packets,
+            uncompiled_s = python_seconds(w.messages, w.nvlink_copies, packets)
+            if worth_it(sched.fabric_queued, uncompiled_s,
                         COMPILE_CPU_S[False] * ASIDE_SHARE + w.seconds):
-                python_s = python_seconds(events, packets)
+                python_s = uncompiled_s
         if python_s is not None:
             # this run uncompiled; the engine compiles in the background for the next runs
             if aside is None and not compiling_in_background():

@@ -132,13 +132,14 @@ def test_a_store_that_does_not_fit_raises_instead_of_wrapping():
 
 
 def test_the_uncompiled_engine_is_chosen_when_its_estimate_is_below_the_compile():
-    # dante: 6,240 messages and 412,576 NVLink copies, 337,088 frames
-    s = interpreted.python_seconds(6_240 + 412_576, 337_088)
-    assert s == pytest.approx(418_816 / interpreted.PY_EVENTS_PER_S
+    # dante: 6,240 messages, 412,576 NVLink copies, 337,088 frames
+    s = interpreted.python_seconds(6_240, 412_576, 337_088)
+    assert s == pytest.approx(6_240 / interpreted.PY_MESSAGES_PER_S
+                              + 412_576 / interpreted.PY_COPIES_PER_S
                               + 337_088 / interpreted.PY_PACKETS_PER_S)
-    assert interpreted.worth_it(False, 418_816, 337_088, s + 0.1)
-    assert not interpreted.worth_it(False, 418_816, 337_088, s - 0.1)
-    assert not interpreted.worth_it(True, 10, 10, 1e9)       # a queued fabric: compiled
+    assert interpreted.worth_it(False, s, s + 0.1)
+    assert not interpreted.worth_it(False, s, s - 0.1)
+    assert not interpreted.worth_it(True, 0.0, 1e9)         # a queued fabric: compiled
 
 
 def test_a_background_compile_holds_its_lock_and_a_second_one_compiles_nothing(tmp_path,

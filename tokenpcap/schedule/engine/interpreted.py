@@ -32,15 +32,17 @@ from numba.core.dispatcher import Dispatcher
 
 from tokenpcap.schedule.engine import kernel as K
 
-__all__ = ["twin", "KERNEL", "UNCOMPILED", "PY_EVENTS_PER_S", "PY_PACKETS_PER_S", "python_seconds",
-           "worth_it"]
+__all__ = ["twin", "KERNEL", "UNCOMPILED", "PY_MESSAGES_PER_S", "PY_COPIES_PER_S",
+           "PY_PACKETS_PER_S", "python_seconds", "worth_it"]
 
-#: Events (RDMA messages and NVLink copies) the uncompiled engine handles per CPU second, and
-#: the selected NICs' frames it commits per CPU second: fitted on the development machine's
-#: 2 cores, 2026-12-07, ``benchmarks/README.md`` (dante: 6,240 messages, 412,576 NVLink
-#: copies, 337,088 frames in 6.8 CPU s; rounded down).
-PY_EVENTS_PER_S = 75_000
-PY_PACKETS_PER_S = 250_000
+#: RDMA messages, NVLink copies and selected NICs' frames the uncompiled engine handles per CPU
+#: second: fitted on the development machine, 2026-12-07, load 6-7, ``benchmarks/README.md``
+#: (dante: 6,240 messages, 412,576 NVLink copies and 337,088 frames in 6.5 CPU s; llama2-7b-
+#: a100-ib: 94,756 messages in 5.9 CPU s, 321,516 frames of one NIC 0.7 CPU s more; within 15 %
+#: on six jobs; rounded).
+PY_MESSAGES_PER_S = 14_000
+PY_COPIES_PER_S = 75_000
+PY_PACKETS_PER_S = 450_000
 
 #: What the stage line of the timing says of a run timed uncompiled.
 UNCOMPILED = ("in Python this once (the timing engine compiles in the background for the next "
@@ -104,15 +106,16 @@ class _Kernel:
 KERNEL = _Kernel()
 
 
-def python_seconds(events: int, packets: int) -> float:
-    """CPU seconds of timing ``events`` (RDMA messages and NVLink copies) and committing
-    ``packets`` selected frames with the uncompiled engine (:data:`PY_EVENTS_PER_S`,
-    :data:`PY_PACKETS_PER_S`)."""
-    return events / PY_EVENTS_PER_S + packets / PY_PACKETS_PER_S
+def python_seconds(messages: int, copies: int, packets: int) -> float:
+    """CPU seconds of timing ``messages`` RDMA messages and ``copies`` NVLink copies and
+    committing ``packets`` selected frames with the uncompiled engine
+    (:data:`PY_MESSAGES_PER_S`, :data:`PY_COPIES_PER_S`, :data:`PY_PACKETS_PER_S`)."""
+    return messages / PY_MESSAGES_PER_S + copies / PY_COPIES_PER_S + packets / PY_PACKETS_PER_S
 
 
-def worth_it(queued: bool, events: int, packets: int, compile_cpu_s: float) -> bool:
-    """True when a job of ``events`` and ``packets`` (as :func:`python_seconds`) is better timed
-    uncompiled than after compiling the engine (``compile_cpu_s``: the compile's CPU seconds on
-    its critical path): an ideal fabric's (``queued`` False) whose Python time is the smaller."""
-    return not queued and python_seconds(events, packets) < compile_cpu_s
+def worth_it(queued: bool, python_s: float, compiled_s: float) -> bool:
+    """True when a job is better timed uncompiled (``python_s`` CPU seconds,
+    :func:`python_seconds`) than compiled (``compiled_s``: the compile's CPU seconds on its
+    critical path and the compiled engine's run): an ideal fabric's (``queued`` False) whose
+    uncompiled time is the smaller."""
+    return not queued and python_s < compiled_s
