@@ -15,6 +15,12 @@ balances itself: a process that is done with its own list takes the other's from
 function is compiled by the process that first creates its file in a directory both share,
 ``O_EXCL``), so neither waits while the other has a function left to start.
 
+In the background. A first run of a job that the engine times faster uncompiled than numba
+compiles it (:mod:`~tokenpcap.schedule.engine.interpreted`) hands the helper the whole engine
+instead (:func:`compile_in_background`): the helper compiles it at a lower priority, under a lock
+file (:func:`lock_path`) that a second run started meanwhile sees (it then starts no compile of
+its own), and outlives the run.
+
 Signatures. Every function compiled here is a
 :class:`~tokenpcap.schedule.engine.compiled.OneSignature` dispatcher, so numba compiles it once
 for the types its caller passes with every integer as ``int64``: a parameter named like one of
