@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from tests.schedule.test_schedule import tiny_scenario
 from tokenpcap import pipeline
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.schedule.engine import interpreted
 from tokenpcap.schedule.runner import Schedule
 from tokenpcap.stages import listening
-from tests.schedule.test_schedule import tiny_scenario
 
 
 def _first_run(tmp_path, monkeypatch, messages_per_s: int):

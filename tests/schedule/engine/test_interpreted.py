@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from numba.core.dispatcher import Dispatcher
 
+from tests.schedule.test_schedule import VARIANTS, tiny_scenario
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.plan.build import build_plan
 from tokenpcap.schedule.engine import compile_aside, interpreted, kernel
 from tokenpcap.schedule.engine.port import TX_DTYPE
 from tokenpcap.schedule.reference import ReferenceSchedule
 from tokenpcap.schedule.runner import Schedule
-from tests.schedule.test_schedule import VARIANTS, tiny_scenario
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -148,10 +148,10 @@ def test_a_background_compile_holds_its_lock_and_a_second_one_compiles_nothing(t
     path = compile_aside.lock_path()
     assert path == tmp_path / compile_aside.LOCK_NAME
     assert not compile_aside.compiling_in_background()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, sys; f = open(sys.argv[1], 'a'); "
-         "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
-         str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    hold = ("import fcntl, sys; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('held', flush=True); sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         assert compile_aside.compiling_in_background()

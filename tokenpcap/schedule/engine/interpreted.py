@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import importlib
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from numba.core.dispatcher import Dispatcher
