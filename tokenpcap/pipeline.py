@@ -54,17 +54,19 @@ class Timing:
     said by :class:`~tokenpcap.schedule.engine.compiled.CompileNotice` only when numba really
     compiles: once per machine, and per kind of fabric; ``aside``: the helper process compiling
     half of it, :mod:`~tokenpcap.schedule.engine.compile_aside`, started by :func:`prepare` when
-    the engine is not in the cache, or here when this run's specialization is not), then start the step "timing N messages" with the work's
-    estimate. When the engine is not in the cache and the job is timed uncompiled in less CPU
-    time (:func:`~tokenpcap.schedule.engine.interpreted.python_seconds`) than the compile's
-    critical path (:data:`~tokenpcap.schedule.engine.compiled.COMPILE_CPU_S` times
-    :data:`~tokenpcap.schedule.engine.compiled.ASIDE_SHARE`) and the compiled run, an ideal
-    fabric's job is timed uncompiled (:mod:`~tokenpcap.schedule.engine.interpreted`, said on the
-    step's line, with the uncompiled estimate) while ``aside`` compiles the whole engine in the
-    background for the next runs (none is started when another run's background compile runs).
-    The step's estimate is otherwise (:attr:`~tokenpcap.schedule.limits.Work.seconds`), counted by the engine's message count
+    the engine is not in the cache, or here when this run's specialization is not), then start
+    the step "timing N messages" with the work's estimate
+    (:attr:`~tokenpcap.schedule.limits.Work.seconds`), counted by the engine's message count
     (:attr:`Schedule.n_messages`, read while the engine runs) against the job's
     (:attr:`Work.messages`: the same count, ``tests/schedule/test_limits.py``).
+
+    When the engine is not in the cache and an ideal fabric's job is timed uncompiled in less
+    CPU time (:func:`~tokenpcap.schedule.engine.interpreted.python_seconds`) than the compile's
+    critical path (:data:`~tokenpcap.schedule.engine.compiled.COMPILE_CPU_S` times
+    :data:`~tokenpcap.schedule.engine.compiled.ASIDE_SHARE`) plus the compiled run, the job is
+    timed uncompiled (:mod:`~tokenpcap.schedule.engine.interpreted`; the step's line says so and
+    carries the uncompiled estimate) while ``aside`` compiles the whole engine in the background
+    for the next runs (none is started while another run's background compile runs).
 
     A caller that writes while the job is timed (``generate``) adds to the step: ``also`` (text
     after the count, e.g. ", writing 52,000,000 packets to 8 files"), ``also_cpu_s`` (its CPU
