@@ -11,15 +11,16 @@ no entry point Python may call: :func:`~tokenpcap.schedule.engine.compiled.part`
 passed as a ``memoryview`` of it: an element reads as a Python ``int`` (``float``, ``bool``) and
 a store writes the array's own memory. numba computes integer arithmetic in ``int64`` whatever
 the arrays' widths (its typing of integer operators widens narrower operands), Python in exact
-integers: the two agree wherever no ``int64`` value overflows, which the engine's inputs keep
-(times in ns, counts and byte sizes far below 2**63, refused earlier by
-:func:`~tokenpcap.schedule.limits.check_work`); a store of a value that does not fit its array's
+integers: the two agree wherever no ``int64`` value overflows (the engine's values are times in
+ns, counts and byte sizes, far below 2**63); a store of a value that does not fit its array's
 element raises (``ValueError``) instead of wrapping. numpy's elements would not do: an ``int32``
 element times a Python ``int`` stays ``int32`` in numpy (NEP 50) and overflows where numba's
 widens. Floats are IEEE doubles in both, computed in the same order. Only an ideal fabric's
 engine runs so (the queued fabric's ECMP hashes compute in wrapping ``uint64``, which Python's
-integers do not): ``tests/schedule/engine/test_interpreted.py`` checks the frames and every
-message's times against the compiled engine on the bundled scenarios.
+integers do not). ``tests/schedule/engine/test_interpreted.py`` checks the message table, frames,
+timeline and NVLink copies byte for byte against the reference Python engine
+(:mod:`tokenpcap.schedule.reference`) on every kind of call, and against the compiled engine on
+the bundled scenarios with an ideal fabric.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ __all__ = ["twin", "KERNEL", "UNCOMPILED", "PY_MESSAGES_PER_S", "PY_COPIES_PER_S
 #: second: fitted on the development machine, 2026-12-07, load 6-7, ``benchmarks/README.md``
 #: (dante: 6,240 messages, 412,576 NVLink copies and 337,088 frames in 6.5 CPU s; llama2-7b-
 #: a100-ib: 94,756 messages in 5.9 CPU s, 321,516 frames of one NIC 0.7 CPU s more; within 15 %
-#: on six jobs; rounded).
+#: on five jobs of six, 0.5 s high on the sixth; rounded).
 PY_MESSAGES_PER_S = 14_000
 PY_COPIES_PER_S = 75_000
 PY_PACKETS_PER_S = 450_000
