@@ -6,8 +6,11 @@ another tree (a git revision or a checkout's directory) side by side in one run.
 Per run: wall clock, CPU seconds of the command and its children (the writer processes; from
 ``resource.getrusage(RUSAGE_CHILDREN)``), the stage lines it printed about the compile, and the
 load average. numba keeps each tree's cache in a fresh ``NUMBA_CACHE_DIR`` (not beside the
-sources, so no checkout's own cache is touched); the second run of a tree reuses it. Every run's
-output files are hashed (sha256) and must be the same in every run of every tree.
+sources, so no checkout's own cache is touched); the second run of a tree reuses it. A first run
+that times its job uncompiled leaves the engine's compile to a helper in the background (its
+lock file in the cache, :data:`LOCK_NAME`): the script waits for it before the second run and
+prints when the cache was ready (that helper's CPU is not counted: it outlives the run). Every
+run's output files are hashed (sha256) and must be the same in every run of every tree.
 
 Usage: ``python benchmarks/first_run.py [--scenario PATH] [--scale K] [--against REV|DIR]
 [--repeat N]``
