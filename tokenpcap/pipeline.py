@@ -23,7 +23,10 @@ from tokenpcap.schedule.memory import run_kind
 from tokenpcap.schedule.runner import Schedule
 from tokenpcap.schedule.engine.compile_aside import Aside
 from tokenpcap.schedule.engine.compile_aside import start as start_aside
-from tokenpcap.schedule.engine.compiled import CompileNotice, engine_compiled
+from tokenpcap.schedule.engine.compile_aside import compiling_in_background
+from tokenpcap.schedule.engine.compiled import (ASIDE_SHARE, COMPILE_CPU_S, CompileNotice,
+                                                engine_compiled)
+from tokenpcap.schedule.engine.interpreted import UNCOMPILED, python_seconds, worth_it
 from tokenpcap.stages import counting, stage, wall_seconds
 from tokenpcap.tokens import TokenizedCorpus
 
@@ -51,10 +54,19 @@ class Timing:
     said by :class:`~tokenpcap.schedule.engine.compiled.CompileNotice` only when numba really
     compiles: once per machine, and per kind of fabric; ``aside``: the helper process compiling
     half of it, :mod:`~tokenpcap.schedule.engine.compile_aside`, started by :func:`prepare` when
-    the engine is not in the cache, or here when this run's specialization is not), then start the step "timing N messages" with the work's
-    estimate (:attr:`~tokenpcap.schedule.limits.Work.seconds`), counted by the engine's message count
+    the engine is not in the cache, or here when this run's specialization is not), then start
+    the step "timing N messages" with the work's estimate
+    (:attr:`~tokenpcap.schedule.limits.Work.seconds`), counted by the engine's message count
     (:attr:`Schedule.n_messages`, read while the engine runs) against the job's
     (:attr:`Work.messages`: the same count, ``tests/schedule/test_limits.py``).
+
+    When the engine is not in the cache and an ideal fabric's job is timed uncompiled in less
+    CPU time (:func:`~tokenpcap.schedule.engine.interpreted.python_seconds`) than the compile's
+    critical path (:data:`~tokenpcap.schedule.engine.compiled.COMPILE_CPU_S` times
+    :data:`~tokenpcap.schedule.engine.compiled.ASIDE_SHARE`) plus the compiled run, the job is
+    timed uncompiled (:mod:`~tokenpcap.schedule.engine.interpreted`; the step's line says so and
+    carries the uncompiled estimate) while ``aside`` compiles the whole engine in the background
+    for the next runs (none is started while another run's background compile runs).
 
     A caller that writes while the job is timed (``generate``) adds to the step: ``also`` (text
     after the count, e.g. ", writing 52,000,000 packets to 8 files"), ``also_cpu_s`` (its CPU
@@ -67,20 +79,34 @@ class Timing:
 
     def __call__(self) -> None:
         aside, self.aside = self.aside, None
-        if aside is None and not self.schedule.engine_cached():
-            aside = start_aside()   # e.g. a queued fabric's first run after an ideal one's
-        try:
-            with CompileNotice().watching(self.schedule.fabric_queued, aside is not None):
-                # loads numba's cache; says so when it compiles (half of it in ``aside``)
-                self.schedule.compile_engine(aside)
-        finally:
-            if aside is not None:
-                aside.close()
-        w = self.work
+        sched, w = self.schedule, self.work
+        python_s = None
+        if not sched.engine_cached():
+            packets = w.packets * sched.selected_nics // max(1, sched.engine.n_nics)
+            uncompiled_s = python_seconds(w.messages, w.nvlink_copies, packets)
+            if worth_it(sched.fabric_queued, uncompiled_s,
+                        COMPILE_CPU_S[False] * ASIDE_SHARE + w.seconds):
+                python_s = uncompiled_s
+        if python_s is not None:
+            # this run uncompiled; the engine compiles in the background for the next runs
+            if aside is None and not compiling_in_background():
+                aside = start_aside()
+            sched.time_uncompiled(aside)
+        else:
+            if aside is None and not sched.engine_cached():
+                aside = start_aside()   # e.g. a queued fabric's first run after an ideal one's
+            try:
+                with CompileNotice().watching(sched.fabric_queued, aside is not None):
+                    # loads numba's cache; says so when it compiles (half of it in ``aside``)
+                    sched.compile_engine(aside)
+            finally:
+                if aside is not None:
+                    aside.close()
         over = f" over {w.iterations} iterations" if w.iterations > 1 else ""
-        stage(f"timing {w.messages:,} messages{over}{self.also}",
-              seconds=wall_seconds(w.seconds + self.also_cpu_s))
-        sched = self.schedule
+        cpu_s = w.seconds if python_s is None else python_s
+        how = "" if python_s is None else f" {UNCOMPILED}"
+        stage(f"timing {w.messages:,} messages{over}{how}{self.also}",
+              seconds=wall_seconds(cpu_s + self.also_cpu_s))
         counting("timing", w.messages, "messages", lambda: sched.n_messages, self.note)
 
 

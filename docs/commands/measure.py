@@ -36,11 +36,13 @@ Raises (``--check``): nothing; prints a unified diff per differing block and exi
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import re
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -81,35 +83,47 @@ def _run_phases(ws: Workspace) -> str:
     return "\n```\n" + "\n".join(l.rstrip() for l in out[start:].splitlines()) + "\n```\n"
 
 
-def _first_runs(ws: Workspace) -> tuple["Timing", "Timing"]:
-    """``run`` with the engine's numba cache of this tree removed (it compiles), then again
-    (from the cache); made once per workspace."""
+def _first_runs(ws: Workspace) -> tuple["Timing", float, "Timing"]:
+    """``run`` with the engine's numba cache of this tree removed (dante is timed uncompiled
+    while a helper compiles the engine in the background), the seconds from its start until
+    the background compile was done (its lock released), then again (from the cache); made
+    once per workspace."""
     if "first" not in ws.cache:
+        from tokenpcap.schedule.engine.compile_aside import LOCK_NAME
+
         cache = ROOT / "tokenpcap" / "schedule" / "engine" / "__pycache__"
         for f in [*cache.glob("*.nbi"), *cache.glob("*.nbc")]:
             f.unlink()
+        t0 = time.perf_counter()
         first = ws.timed("run", "-o", "first", "--quiet")
         shutil.rmtree(ws.path / "first")
+        with open(cache / LOCK_NAME, "a") as lock:     # the background compile's end
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        ready_s = time.perf_counter() - t0
         again = ws.timed("run", "-o", "again", "--quiet")
         shutil.rmtree(ws.path / "again")
-        ws.cache["first"] = (first, again)
+        ws.cache["first"] = (first, ready_s, again)
     return ws.cache["first"]
 
 
 @block("run-first", "timed")
 def _run_first(ws: Workspace) -> str:
-    first, again = _first_runs(ws)
-    return (f"\n- first run, the engine compiled by numba and cached: {first.line()};\n"
+    first, ready_s, again = _first_runs(ws)
+    return (f"\n- first run, timed with the engine uncompiled while numba compiles it in the "
+            f"background: {first.line()}; the compiled engine was in the cache {ready_s:.0f} s "
+            f"after the run started;\n"
             f"- the same run again, the engine cached: {again.line()}.\n")
 
 
 @block("run-time-short", "timed")
 def _run_time_short(ws: Workspace) -> str:
-    first, again = _first_runs(ws)
+    first, ready_s, again = _first_runs(ws)
     return (f"{again.wall_s:.0f} s of wall clock ({again.cpu_s:.1f} s of CPU) and "
-            f"{again.peak_rss_bytes / 1e9:.2f} GB peak RSS; the first run on a machine also "
-            f"compiles the timing engine once with numba and caches it on disk: "
-            f"{first.cpu_s:.0f} s of CPU, {first.wall_s:.0f} s of wall clock (measured "
+            f"{again.peak_rss_bytes / 1e9:.2f} GB peak RSS; the first run on a machine times "
+            f"the job with the timing engine uncompiled while numba compiles it in the "
+            f"background and caches it on disk for the next runs: "
+            f"{first.cpu_s:.0f} s of CPU, {first.wall_s:.0f} s of wall clock, the engine "
+            f"cached {ready_s:.0f} s after the start (measured "
             f"{first.start} UTC on {os.cpu_count()} cores shared with other jobs, load average "
             f"{first.load_before}-{again.load_after})")
 

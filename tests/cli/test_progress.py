@@ -239,6 +239,9 @@ def test_the_first_run_says_it_compiles_the_engine(tmp_path, scen, every_step, m
             njit(lambda x: x + 1).compile("int64(int64)")
 
     monkeypatch.setattr(Schedule, "compile_engine", compile_engine)
+    # the compiled engine's path (a first run of a job this small is otherwise timed
+    # uncompiled: tests/test_pipeline.py)
+    monkeypatch.setattr(Schedule, "engine_cached", lambda self: True)
     r = CliRunner().invoke(main, ["export", scen, "--to", "csv", "-o", str(tmp_path / "m.csv")])
     assert r.exit_code == 0, r.output
     lines = _lines(r.stderr)
@@ -290,6 +293,7 @@ def test_a_compile_of_the_engine_is_a_stage_of_its_own(tmp_path, scen, every_ste
 
     monkeypatch.setattr(kernel, "run", run)
     monkeypatch.setattr(Schedule, "compile_engine", lambda self, aside=None: None)  # nothing ahead
+    monkeypatch.setattr(Schedule, "engine_cached", lambda self: True)   # the compiled engine
     r = CliRunner().invoke(main, ["export", scen, "--to", "csv", "-o", str(tmp_path / "m.csv")])
     assert r.exit_code == 0, r.output
     lines = _lines(r.stderr)

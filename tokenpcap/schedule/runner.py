@@ -58,7 +58,8 @@ from tokenpcap.records import TX_FLAG_CE
 from tokenpcap.records.points import NIC_TX, CapturePoint, parse_point
 from tokenpcap.schedule.compute import stage_times
 from tokenpcap.schedule.engine import kernel as K
-from tokenpcap.schedule.engine.compile_aside import compile_engine
+from tokenpcap.schedule.engine import interpreted
+from tokenpcap.schedule.engine.compile_aside import compile_engine, compile_in_background
 from tokenpcap.schedule.engine.compiled import in_cache
 from tokenpcap.schedule.engine.cclog import cc_log
 from tokenpcap.schedule.engine.fablog import fabric_log
@@ -206,6 +207,29 @@ class Schedule(ScheduleResults):
         run = self._run_args()
         commit = run[:6] + (0, 0, run[7]) if self._eng.selected.size else None
         compile_engine(run, commit, aside)
+
+    def time_uncompiled(self, aside) -> None:
+        """Time this run with the engine uncompiled (:mod:`~tokenpcap.schedule.engine.interpreted`)
+        while the helper process ``aside`` compiles the engine for this run's arrays into numba's
+        cache in the background, for the next runs
+        (:func:`~tokenpcap.schedule.engine.compile_aside.compile_in_background`; None: no
+        helper, nothing compiled). An ideal fabric's run only (module
+        :mod:`~tokenpcap.schedule.engine.interpreted`).
+
+        Raises:
+            ValueError: the run's fabric is queued."""
+        if self.fabric_queued:
+            raise ValueError("internal: a queued fabric's run is timed compiled")
+        if aside is not None:
+            run = self._run_args()
+            commit = run[:6] + (0, 0, run[7]) if self._eng.selected.size else None
+            compile_in_background(run, commit, aside)
+        self._eng.kernel = interpreted.KERNEL
+
+    @property
+    def selected_nics(self) -> int:
+        """The NICs whose frames this run makes."""
+        return int(self._eng.selected.size)
 
     def _fabric_args(self, s, point, topology) -> dict:
         args = fabric_args(s, point, topology)

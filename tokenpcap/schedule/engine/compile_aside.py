@@ -15,6 +15,12 @@ balances itself: a process that is done with its own list takes the other's from
 function is compiled by the process that first creates its file in a directory both share,
 ``O_EXCL``), so neither waits while the other has a function left to start.
 
+In the background. A first run of a job that the engine times faster uncompiled than numba
+compiles it (:mod:`~tokenpcap.schedule.engine.interpreted`) hands the helper the whole engine
+instead (:func:`compile_in_background`): the helper compiles it at a lower priority, under a lock
+file (:func:`lock_path`) that a second run started meanwhile sees (it then starts no compile of
+its own), and outlives the run.
+
 Signatures. Every function compiled here is a
 :class:`~tokenpcap.schedule.engine.compiled.OneSignature` dispatcher, so numba compiles it once
 for the types its caller passes with every integer as ``int64``: a parameter named like one of
@@ -36,6 +42,7 @@ only leaves its functions to this process.
 """
 from __future__ import annotations
 
+import fcntl
 import importlib
 import inspect
 import os
@@ -55,7 +62,8 @@ from tokenpcap.schedule.engine import (events, fabric, fabric_fast, kernel, link
                                        ring, rpoint)
 
 __all__ = ["ASIDE", "HERE", "ASIDE_QUEUED", "HERE_QUEUED", "LOCALS", "Aside", "start",
-           "signature", "compile_engine"]
+           "signature", "compile_engine", "compile_in_background", "LOCK_NAME", "lock_path",
+           "compiling_in_background"]
 
 #: The functions ``kernel.run`` calls that the helper process compiles (the programs, calls
 #: and transfers: about half of the engine's compile, ``benchmarks/README.md``).
@@ -107,8 +115,15 @@ class Aside:
             self.close()
             raise
 
+    def detach(self) -> None:
+        """Leave the helper running on its own (a compile in the background, which outlives
+        this process: :func:`compile_in_background`)."""
+        self.proc = None
+
     def close(self) -> None:
         """End the helper if it still runs."""
+        if self.proc is None:
+            return
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -200,14 +215,84 @@ def compile_engine(run_args: tuple, commit_args: tuple | None, aside: Aside | No
         raise_if_stopped()
 
 
+#: The file a compile in the background holds locked (``flock``) while it runs, in numba's
+#: cache directory of the engine (:func:`lock_path`).
+LOCK_NAME = "tokenpcap-engine-compile.lock"
+
+
+def lock_path() -> Path:
+    """The lock file of a compile in the background (:data:`LOCK_NAME`): in ``NUMBA_CACHE_DIR``
+    when that is set, else in the ``__pycache__`` beside the engine's modules, where numba
+    caches them (:mod:`~tokenpcap.schedule.engine.compiled`)."""
+    where = os.environ.get("NUMBA_CACHE_DIR")
+    return (Path(where) if where else Path(kernel.__file__).parent / "__pycache__") / LOCK_NAME
+
+
+def _locked(path: Path):
+    """An open file of ``path`` locked for this process (``flock``, not waiting), or None when
+    another process holds the lock or the file cannot be made."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a")
+    except OSError:
+        return None
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return None
+    return f
+
+
+def compiling_in_background() -> bool:
+    """True when a compile in the background (:func:`compile_in_background`) runs now: another
+    process holds :func:`lock_path` locked."""
+    if not lock_path().exists():
+        return False
+    f = _locked(lock_path())
+    if f is None:
+        return True
+    f.close()
+    return False
+
+
+def compile_in_background(run_args: tuple, commit_args: tuple | None, aside: Aside) -> None:
+    """Hand the helper ``aside`` the whole engine for ``run_args`` and ``commit_args`` (as
+    :func:`compile_engine`): :data:`HERE`, :data:`ASIDE`, ``kernel.run`` and ``commit``, compiled
+    in that order into numba's cache at a lower priority (``nice`` 10) and under the lock
+    :func:`lock_path`, for the next runs, while this process times the job uncompiled
+    (:mod:`~tokenpcap.schedule.engine.interpreted`). The helper outlives this process; it
+    compiles nothing when another compile in the background holds the lock."""
+    run_types = tuple(numba.typeof(x) for x in run_args)
+    named = dict(zip(inspect.signature(kernel.run.py_func).parameters, run_types))
+    jobs = [(f.py_func.__module__, f.__name__, signature(f, named)) for f in HERE + ASIDE]
+    jobs.append((kernel.__name__, kernel.run.__name__, run_types))
+    if commit_args is not None:
+        jobs.append((kernel.__name__, kernel.commit.__name__,
+                     tuple(numba.typeof(x) for x in commit_args)))
+    aside.send((None, jobs, [], True))
+    aside.detach()
+
+
 def main() -> None:
     """The helper: compile the jobs named on standard input, ``(claims, own, other)`` as
-    :func:`_compile_jobs` takes them (module docstring)."""
+    :func:`_compile_jobs` takes them (module docstring), or ``(None, jobs, [], True)``: every
+    job of ``jobs``, in the background (:func:`compile_in_background`)."""
     try:
-        claims, own, other = pickle.load(sys.stdin.buffer)
+        claims, own, other, *background = pickle.load(sys.stdin.buffer)
     except EOFError:
         return
-    _compile_jobs(claims, own, other)
+    lock = None
+    if background and background[0]:
+        os.nice(10)
+        lock = _locked(lock_path())
+        if lock is None:        # another compile in the background: it fills the same cache
+            return
+    try:
+        _compile_jobs(claims, own, other)
+    finally:
+        if lock is not None:
+            lock.close()
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ compiles only the ideal fabric's code (``QUEUED`` in :mod:`~tokenpcap.schedule.e
 a queued fabric's first run compiles its own specialization, the fabric's, ECN's and DCQCN's
 code with it. Each function is compiled once for every argument type up to literal values and
 integer widths (:class:`OneSignature`), and a first run compiles half of the engine in a helper
-process beside this one (:mod:`~tokenpcap.schedule.engine.compile_aside`).
+process beside this one (:mod:`~tokenpcap.schedule.engine.compile_aside`), or, for a job smaller
+than the compile, times it uncompiled while a helper compiles the whole engine in the background
+(:mod:`~tokenpcap.schedule.engine.interpreted`).
 :class:`CompileNotice` names the compile while it runs.
 
 numba keeps a function's cache as ``<module>.<function>-<line>.py<XY>.nbi`` (the index) and

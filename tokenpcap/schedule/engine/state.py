@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -73,6 +74,9 @@ class Engine:
     nic: NicModel
     selected: np.ndarray
     notice: CompileNotice = field(default_factory=CompileNotice)
+    #: what runs ``run`` and ``commit``: the compiled kernel, or the uncompiled one
+    #: (:data:`~tokenpcap.schedule.engine.interpreted.KERNEL`)
+    kernel: Any = K
 
     def run(self) -> int:
         """Process events until the output holds a chunk (1) or the run is over (0); buffers are
@@ -83,8 +87,8 @@ class Engine:
         """
         while True:
             with self.notice.watching(self.fabric is not None):
-                status = int(K.run(self.S, self.cf, self.sc, self.heap, self.acks, self.out,
-                                   self.launch, self.fabric))
+                status = int(self.kernel.run(self.S, self.cf, self.sc, self.heap, self.acks,
+                                             self.out, self.launch, self.fabric))
             if status == 3:
                 self._grow()
                 continue
@@ -152,8 +156,8 @@ class Engine:
             if self.sc[K.NOUT] + room > self.out.shape[0]:
                 self.out = _bigger(self.out, int(self.sc[K.NOUT]) + room)
             with self.notice.watching(self.fabric is not None):
-                K.commit(self.S, self.cf, self.sc, self.heap, self.acks, self.out, port, limit,
-                         self.fabric)
+                self.kernel.commit(self.S, self.cf, self.sc, self.heap, self.acks, self.out, port,
+                                   limit, self.fabric)
         if self.sc[K.ERR]:
             raise RuntimeError(f"internal: engine error {int(self.sc[K.ERR])}")
 
