@@ -1,0 +1,271 @@
+"""A classic pcap's RoCEv2 records summed straight from the file's bytes, by two compiled loops
+per batch (the fast path of :func:`tokenpcap.analysis.pcap_fast.read_pcap_fast`).
+
+The reference reads a batch in five steps that each pass over it: the reader's walk and record
+rows (:mod:`tokenpcap.pcap.reader`), the decode of 36 columns a row
+(:mod:`tokenpcap.analysis.decode_rows`), the flow numbering (:mod:`tokenpcap.analysis.flows`),
+the fold (:mod:`tokenpcap.analysis.fold`) and the record sums. Here:
+
+* :func:`scan` walks the records (pcap record header: caplen, orig_len, in the file's byte
+  order; 16 + caplen to the next record, the reader's rule) from a byte offset, finds each
+  row's headers (:func:`~tokenpcap.analysis.decode_rows.locate`, the compiled decode's own
+  function) and looks its flow key up in a hash table of the flows already numbered, adding
+  the keys it has not seen as provisional flows (numbered later in the order the reference
+  numbers them); it stops at a record the reader would refuse (past the file's end, caplen
+  above the maximum) and notes the rows it does not take (anything but RoCEv2);
+* :func:`fold` reads the same records again (the batch is still in cache) and adds every
+  taken row to the per-flow sums, PSN state, histograms and totals, with
+  :mod:`tokenpcap.analysis.fold`'s definitions and order rules, and the capinfos-like sums of
+  every record (:func:`tokenpcap.analysis.fold.record_totals`'s).
+
+No decoded column is written: a row is read, its fields go into the sums. The batch boundaries,
+the numbering of new flows and everything that depends on them are the reference's (the driver
+module's docstring).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from tokenpcap.analysis.decode import KIND_ROCEV2, LINKTYPE_ETHERNET
+from tokenpcap.analysis.decode_rows import bth_marks, dest_qp, locate, transport
+from tokenpcap.analysis.flows import follow_psn
+from tokenpcap.pcap.formats import PCAP_RECORD
+
+__all__ = ["scan", "fold", "insert_keys", "SCAN_STATE", "FOLD_TOTALS", "RECORD_TOTALS"]
+
+#: what :func:`scan` keeps in its ``st`` array (int64), in this order: rows of the batch,
+#: rows not taken, provisional (new) flows, flows already numbered that the batch holds, bit j
+#: set when key column j varies over the taken rows, whether a taken row was seen, taken rows
+#: whose ICRC could be checked (complete and well formed), the batch's number
+SCAN_STATE = ("rows", "untaken", "new", "present", "varies", "keyed", "checkable", "batch")
+#: the totals :func:`fold` adds to, in this order
+FOLD_TOTALS = ("payload", "malformed", "fecn", "becn", "cnp", "taken")
+#: the record sums :func:`fold` writes, in :data:`tokenpcap.analysis.fold.RECORD_TOTALS` order
+RECORD_TOTALS = ("bytes", "captured_bytes", "frame_bytes_min", "frame_bytes_max", "l1_bytes",
+                 "ethernet_frames", "eth_frame_bytes_max", "first_ns", "last_ns")
+_HEADER = PCAP_RECORD.size
+_SEC, _FRAC, _CAP, _ORIG = (PCAP_RECORD.offset(k) for k in ("ts_sec", "ts_frac", "caplen",
+                                                             "orig_len"))
+_NS = 1_000_000_000
+_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9))
+_I64_MIN = np.iinfo(np.int64).min
+_I64_MAX = np.iinfo(np.int64).max
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _u32(data, p, big):
+    """The 32-bit unsigned integer at byte ``p``, big- or little-endian."""
+    if big:
+        return (np.int64(data[p]) << 24) | (np.int64(data[p + 1]) << 16) | \
+            (np.int64(data[p + 2]) << 8) | np.int64(data[p + 3])
+    return (np.int64(data[p + 3]) << 24) | (np.int64(data[p + 2]) << 16) | \
+        (np.int64(data[p + 1]) << 8) | np.int64(data[p])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _slot(k0, k1, k2, k3, k4, k5, mask):
+    """The first slot of a flow key (six uint64) in a table of ``mask + 1`` slots."""
+    h = np.uint64(0)
+    for v in (k0, k1, k2, k3, k4, k5):
+        h = (h ^ v) * _MIX[0]
+        h ^= h >> np.uint64(31)
+    h *= _MIX[1]
+    return np.int64((h >> np.uint64(20)) & np.uint64(mask))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _find(table, keys, k0, k1, k2, k3, k4, k5):
+    """(row of ``keys`` holding the key or -1, the slot where it is or would go)."""
+    mask = table.size - 1
+    s = _slot(k0, k1, k2, k3, k4, k5, mask)
+    while True:
+        r = table[s]
+        if r < 0:
+            return -1, s
+        if keys[r, 5] == k5 and keys[r, 2] == k2 and keys[r, 4] == k4 and \
+                keys[r, 1] == k1 and keys[r, 3] == k3 and keys[r, 0] == k0:
+            return r, s
+        s = (s + 1) & mask
+
+
+@njit(cache=True, nogil=True)
+def insert_keys(table, keys, lo, hi):
+    """Put the keys ``keys[lo:hi]`` (uint64 (flows, 6), rows = flow ids) into ``table``
+    (int64 slots, a power of two, -1 empty, linear probing)."""
+    for r in range(lo, hi):
+        _, s = _find(table, keys, keys[r, 0], keys[r, 1], keys[r, 2], keys[r, 3], keys[r, 4],
+                     keys[r, 5])
+        table[s] = r
+
+
+@njit(cache=True, nogil=True)
+def scan(data, p, want, limit, end, big, max_caplen, crc, ext_bytes, has_payload, table, keys,
+         known, first, st, starts, fids, untaken, news, seen_at, present):
+    """Walk at most ``want`` records from the record start ``p`` while they start before
+    ``limit`` (module docstring), appending to the batch in ``st`` (:data:`SCAN_STATE`).
+
+    Per row ``st[0]`` on: ``starts`` its record's byte offset, ``fids`` its flow (a row of
+    ``keys``: below ``known`` a numbered flow, from ``known`` on a provisional one; -1 not
+    taken, its row number then in ``untaken``). A provisional flow's key goes into ``keys`` and
+    its slot into ``table`` and ``news``; a numbered flow seen first in the batch (``seen_at``
+    per flow holds the batch number) into ``present``. ``first`` (uint64 (6,)) holds the
+    batch's first taken key, to tell which key columns vary.
+
+    Returns:
+        (records walked, next record start, 1 when it stopped at a record the reader refuses
+        (``p`` is then that record's start) else 0).
+    """
+    rows = 0
+    n = st[0]
+    while rows < want and p < limit:
+        if p + _HEADER > end:
+            return rows, p, 1
+        cap = _u32(data, p + _CAP, big)
+        if cap > max_caplen or p + _HEADER + cap > end:
+            return rows, p, 1
+        starts[n] = p
+        off = p + _HEADER
+        (ok, l3, udp, ip_end, version, ds, ec, s_hi, s_lo, d_hi, d_lo, vid,
+         prio) = locate(data, off, cap, LINKTYPE_ETHERNET)
+        if not ok:
+            fids[n] = -1
+            untaken[st[1]] = n
+            st[1] += 1
+        else:
+            k0, k5 = np.uint64(KIND_ROCEV2), np.uint64(dest_qp(data, off, udp))
+            if st[5] == 0:
+                first[0], first[1], first[2], first[3], first[4], first[5] = \
+                    k0, s_hi, s_lo, d_hi, d_lo, k5
+                st[5] = 1
+            st[4] |= (np.int64(s_hi != first[1]) << 1) | (np.int64(s_lo != first[2]) << 2) | \
+                (np.int64(d_hi != first[3]) << 3) | (np.int64(d_lo != first[4]) << 4) | \
+                (np.int64(k5 != first[5]) << 5)
+            r, s = _find(table, keys, k0, s_hi, s_lo, d_hi, d_lo, k5)
+            if r < 0:
+                r = known + st[2]
+                keys[r, 0], keys[r, 1], keys[r, 2], keys[r, 3], keys[r, 4], keys[r, 5] = \
+                    k0, s_hi, s_lo, d_hi, d_lo, k5
+                table[s] = r
+                news[st[2]] = s
+                st[2] += 1
+            elif r < known and seen_at[r] != st[7]:
+                seen_at[r] = st[7]
+                present[st[3]] = r
+                st[3] += 1
+            fids[n] = r
+            if crc:
+                stop, op, pad, pay, w = transport(data, off, udp, ip_end,
+                                                  _u32(data, p + _ORIG, big), ext_bytes,
+                                                  has_payload)
+                if w == 0 and stop <= cap:
+                    st[6] += 1
+        n += 1
+        rows += 1
+        p = off + cap
+    st[0] = n
+    return rows, p, 0
+
+
+@njit(cache=True, nogil=True)
+def fold(data, starts, fids, n, known, rank, big, nanosecond, ext_bytes, has_payload,
+         sequenced, imm_end, cnp_op, write_only, small_max, l1_min, l1_extra,
+         packets, nbytes, paid, cnp, ce, bad, imm_last, first_ns, last_ns, sport_of, op_first,
+         op_last, last, unwrapped, top, gaps, missing, reordered, seen, opcodes, ecn_counts,
+         reasons, present, pays, byts, small_fid, small_pay, totals, rec):
+    """Add the ``n`` rows :func:`scan` walked (``starts``, ``fids``; provisional flow ``known +
+    j`` is flow ``known + rank[j]``) to the per-flow columns (``packets`` ... ``op_last``,
+    :class:`~tokenpcap.analysis.batch.Acc`'s ``f``), the PSN state (``last`` ... ``seen``,
+    :meth:`~tokenpcap.analysis.flows.PsnTracker.arrays`), the opcode, ECN and malformed-reason
+    histograms, the batch's per-flow packets, payload and bytes (``present``, ``pays``,
+    ``byts``) and ``totals`` (:data:`FOLD_TOTALS`); its small WRITE ONLY rows (``write_only``,
+    payload at most ``small_max``) into ``small_fid``/``small_pay``; the record sums of every
+    row into ``rec`` (:data:`RECORD_TOTALS`, layer 1: ``max(orig_len, l1_min) + l1_extra``).
+    Returns the number of small WRITE ONLY rows."""
+    nf = packets.size
+    seen_b = np.zeros(nf, np.bool_)          # a sequenced row of the flow in this batch
+    t_first = np.full(nf, _I64_MAX, np.int64)
+    t_last = np.full(nf, _I64_MIN, np.int64)
+    o_first = np.zeros(nf, np.int64)
+    o_last = np.zeros(nf, np.int64)
+    frac_ns = 1 if nanosecond else 1000
+    rec[2], rec[3], rec[6], rec[7], rec[8] = _I64_MAX, 0, 0, _I64_MAX, _I64_MIN
+    m = 0
+    for i in range(n):
+        p = starts[i]
+        t = _u32(data, p + _SEC, big) * _NS + _u32(data, p + _FRAC, big) * frac_ns
+        cap = _u32(data, p + _CAP, big)
+        ob = _u32(data, p + _ORIG, big)
+        rec[0] += ob
+        rec[1] += cap
+        rec[2] = min(rec[2], ob)
+        rec[3] = max(rec[3], ob)
+        rec[4] += max(ob, l1_min) + l1_extra
+        rec[5] += 1
+        rec[6] = max(rec[6], ob)
+        rec[7] = min(rec[7], t)
+        rec[8] = max(rec[8], t)
+        f = fids[i]
+        if f < 0:
+            continue
+        if f >= known:
+            f = known + rank[f - known]
+        off = p + _HEADER
+        (ok, l3, udp, ip_end, version, ds, ec, s_hi, s_lo, d_hi, d_lo, vid,
+         prio) = locate(data, off, cap, LINKTYPE_ETHERNET)
+        stop, op, pad, pay, w = transport(data, off, udp, ip_end, ob, ext_bytes, has_payload)
+        sport, fe, be, psn = bth_marks(data, off, udp)
+        good = w == 0
+        pay = pay if good else 0
+        pay = max(pay, 0)
+        totals[5] += 1
+        packets[f] += 1
+        present[f] += 1
+        nbytes[f] += ob
+        byts[f] += ob
+        paid[f] += pay
+        pays[f] += pay
+        totals[0] += pay
+        if t < first_ns[f]:
+            first_ns[f] = t
+        if t > last_ns[f]:
+            last_ns[f] = t
+        sport_of[f] = sport
+        if good:
+            opcodes[op] += 1
+            if fe:
+                totals[2] += 1
+            if be:
+                totals[3] += 1
+            if op == cnp_op:
+                cnp[f] += 1
+                totals[4] += 1
+            ecn_counts[ec] += 1
+            if ec == 3:
+                ce[f] += 1
+            if imm_end[op]:
+                imm_last[f] += 1
+            if sequenced[op]:
+                follow_psn(f, psn, last, unwrapped, top, gaps, missing, reordered, seen)
+                seen_b[f] = True
+                if t < t_first[f]:
+                    t_first[f] = t
+                    o_first[f] = op
+                if t >= t_last[f]:
+                    t_last[f] = t
+                    o_last[f] = op
+            if op == write_only and pay <= small_max:
+                small_fid[m] = f
+                small_pay[m] = pay
+                m += 1
+        else:
+            bad[f] += 1
+            totals[1] += 1
+            for k in range(reasons.size):
+                reasons[k] += (w >> k) & 1
+    for f in range(nf):
+        if seen_b[f]:
+            if op_first[f] < 0:
+                op_first[f] = o_first[f]
+            op_last[f] = o_last[f]
+    return m
