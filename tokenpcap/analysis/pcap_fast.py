@@ -211,7 +211,7 @@ class _Batch:
         known = self.flows.known - rank.size
         acc.grow_flows()
         nf = acc.f["packets"].size
-        acc.psn.grow(nf)
+        acc.psn.grow(len(acc.flows))          # (own flows only: not the "other" row)
         present, pays, byts = (np.zeros(nf, np.int64) for _ in range(3))
         small_fid, small_pay = self.small
         totals, rec = np.zeros(6, np.int64), np.zeros(9, np.int64)

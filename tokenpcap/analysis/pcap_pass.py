@@ -118,12 +118,12 @@ def scan(data, p, want, limit, end, big, max_caplen, crc, ext_bytes, has_payload
     """
     rows = 0
     n = st[0]
+    refused = 0
     while rows < want and p < limit:
-        if p + _HEADER > end:
-            return rows, p, 1
-        cap = _u32(data, p + _CAP, big)
-        if cap > max_caplen or p + _HEADER + cap > end:
-            return rows, p, 1
+        cap = _u32(data, p + _CAP, big) if p + _HEADER <= end else 0
+        if p + _HEADER > end or cap > max_caplen or p + _HEADER + cap > end:
+            refused = 1
+            break
         starts[n] = p
         off = p + _HEADER
         (ok, l3, udp, ip_end, version, ds, ec, s_hi, s_lo, d_hi, d_lo, vid,
@@ -164,7 +164,7 @@ def scan(data, p, want, limit, end, big, max_caplen, crc, ext_bytes, has_payload
         rows += 1
         p = off + cap
     st[0] = n
-    return rows, p, 0
+    return rows, p, refused
 
 
 @njit(cache=True, nogil=True)
