@@ -81,7 +81,7 @@ def _get(data, p, slot):
     first, nbytes, shift, mask = slot
     v = np.uint64(0)
     for k in range(nbytes):
-        v = (v << np.uint64(8)) | np.uint64(data[p + first + k])
+        v = (v << np.uint64(8)) | np.uint64(data[np.uint64(p + first + k)])
     return np.int64((v >> np.uint64(shift)) & np.uint64(mask))
 
 
@@ -89,7 +89,7 @@ def _get(data, p, slot):
 def _u64(data, p):
     v = np.uint64(0)
     for k in range(8):
-        v = (v << np.uint64(8)) | np.uint64(data[p + k])
+        v = (v << np.uint64(8)) | np.uint64(data[np.uint64(p + k)])
     return v
 
 

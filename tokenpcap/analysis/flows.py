@@ -350,7 +350,7 @@ def follow_psn(f, p, last, unwrapped, top, gaps, missing, reordered, seen):
         u = p
         top[f] = u
     else:
-        u = unwrapped[f] + (p - last[f] + _HALF) % PSN_MOD - _HALF
+        u = unwrapped[f] + ((p - last[f] + _HALF) & (PSN_MOD - 1)) - _HALF   # (% PSN_MOD)
         t = top[f]
         if u > t + 1:
             gaps[f] += 1

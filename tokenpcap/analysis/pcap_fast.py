@@ -120,7 +120,7 @@ def read_pcap_fast(cap, acc, max_records: int, on_totals, on_records) -> None:
         held = int(b.st[0])
         got, p, refused = scan(cap.data, p, chunk, limit, end, big, cap.max_caplen, acc.crc,
                                *_TABLES, b.flows.table, b.flows.keys, b.flows.known,
-                               b.first, b.st, b.starts, b.fids, b.untaken, b.news,
+                               b.first, b.st, b.starts, b.fids, b.where, b.untaken, b.news,
                                b.flows.seen_at, b.present)
         if got and (held + got >= rows):
             b.finish(p)
@@ -144,6 +144,7 @@ class _Batch:
         self.first = np.zeros(6, np.uint64)
         self.starts = np.empty(size, np.int64)
         self.fids = np.empty(size, np.int64)
+        self.where = np.empty(size, np.int64)
         self.untaken = np.empty(size, np.int64)
         self.news = np.empty(size, np.int64)
         self.present = np.empty(size, np.int64)
@@ -216,7 +217,7 @@ class _Batch:
         small_fid, small_pay = self.small
         totals, rec = np.zeros(6, np.int64), np.zeros(9, np.int64)
         f = acc.f
-        m = fold(cap.data, self.starts, self.fids, n, known, rank, cap.byte_order == ">",
+        m = fold(cap.data, self.starts, self.fids, self.where, n, known, rank, cap.byte_order == ">",
                  cap.nanosecond, *_TABLES, SEQUENCED, WRITE_IMM_END, CNP, WRITE_ONLY,
                  SMALL_WRITE_BYTES, ETH_MIN_FRAME_BYTES, L1_OVERHEAD_BYTES, f["packets"],
                  f["bytes"], f["payload"], f["cnp"], f["ce"], f["malformed"], f["imm_last"],

@@ -13,8 +13,8 @@ the fold (:mod:`tokenpcap.analysis.fold`) and the record sums. Here:
   the keys it has not seen as provisional flows (numbered later in the order the reference
   numbers them); it stops at a record the reader would refuse (past the file's end, caplen
   above the maximum) and notes the rows it does not take (anything but RoCEv2);
-* :func:`fold` reads the same records again (the batch is still in cache) and adds every
-  taken row to the per-flow sums, PSN state, histograms and totals, with
+* :func:`fold` reads the same records again (the batch is still in cache), where the scan
+  found their UDP header, and adds every taken row to the per-flow sums, PSN state, histograms and totals, with
   :mod:`tokenpcap.analysis.fold`'s definitions and order rules, and the capinfos-like sums of
   every record (:func:`tokenpcap.analysis.fold.record_totals`'s).
 
@@ -56,11 +56,12 @@ _I64_MAX = np.iinfo(np.int64).max
 @njit(cache=True, nogil=True, inline="always")
 def _u32(data, p, big):
     """The 32-bit unsigned integer at byte ``p``, big- or little-endian."""
+    q = np.uint64(p)                  # (an unsigned index: no wraparound test per byte)
+    b0, b1 = np.int64(data[q]), np.int64(data[q + np.uint64(1)])
+    b2, b3 = np.int64(data[q + np.uint64(2)]), np.int64(data[q + np.uint64(3)])
     if big:
-        return (np.int64(data[p]) << 24) | (np.int64(data[p + 1]) << 16) | \
-            (np.int64(data[p + 2]) << 8) | np.int64(data[p + 3])
-    return (np.int64(data[p + 3]) << 24) | (np.int64(data[p + 2]) << 16) | \
-        (np.int64(data[p + 1]) << 8) | np.int64(data[p])
+        return (b0 << 24) | (b1 << 16) | (b2 << 8) | b3
+    return (b3 << 24) | (b2 << 16) | (b1 << 8) | b0
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -101,13 +102,15 @@ def insert_keys(table, keys, lo, hi):
 
 @njit(cache=True, nogil=True)
 def scan(data, p, want, limit, end, big, max_caplen, crc, ext_bytes, has_payload, table, keys,
-         known, first, st, starts, fids, untaken, news, seen_at, present):
+         known, first, st, starts, fids, where, untaken, news, seen_at, present):
     """Walk at most ``want`` records from the record start ``p`` while they start before
     ``limit`` (module docstring), appending to the batch in ``st`` (:data:`SCAN_STATE`).
 
     Per row ``st[0]`` on: ``starts`` its record's byte offset, ``fids`` its flow (a row of
     ``keys``: below ``known`` a numbered flow, from ``known`` on a provisional one; -1 not
-    taken, its row number then in ``untaken``). A provisional flow's key goes into ``keys`` and
+    taken, its row number then in ``untaken``), ``where`` what :func:`fold` needs of its IP
+    header, packed: the UDP header's offset in the frame (bits 0-15), the IP packet's end
+    (16-39) and its ECN codepoint (40-41). A provisional flow's key goes into ``keys`` and
     its slot into ``table`` and ``news``; a numbered flow seen first in the batch (``seen_at``
     per flow holds the batch number) into ``present``. ``first`` (uint64 (6,)) holds the
     batch's first taken key, to tell which key columns vary.
@@ -154,6 +157,7 @@ def scan(data, p, want, limit, end, big, max_caplen, crc, ext_bytes, has_payload
                 present[st[3]] = r
                 st[3] += 1
             fids[n] = r
+            where[n] = udp | (ip_end << 16) | (ec << 40)
             if crc:
                 stop, op, pad, pay, w = transport(data, off, udp, ip_end,
                                                   _u32(data, p + _ORIG, big), ext_bytes,
@@ -168,13 +172,13 @@ def scan(data, p, want, limit, end, big, max_caplen, crc, ext_bytes, has_payload
 
 
 @njit(cache=True, nogil=True)
-def fold(data, starts, fids, n, known, rank, big, nanosecond, ext_bytes, has_payload,
+def fold(data, starts, fids, where, n, known, rank, big, nanosecond, ext_bytes, has_payload,
          sequenced, imm_end, cnp_op, write_only, small_max, l1_min, l1_extra,
          packets, nbytes, paid, cnp, ce, bad, imm_last, first_ns, last_ns, sport_of, op_first,
          op_last, last, unwrapped, top, gaps, missing, reordered, seen, opcodes, ecn_counts,
          reasons, present, pays, byts, small_fid, small_pay, totals, rec):
-    """Add the ``n`` rows :func:`scan` walked (``starts``, ``fids``; provisional flow ``known +
-    j`` is flow ``known + rank[j]``) to the per-flow columns (``packets`` ... ``op_last``,
+    """Add the ``n`` rows :func:`scan` walked (``starts``, ``fids``, ``where``; provisional flow
+    ``known + j`` is flow ``known + rank[j]``) to the per-flow columns (``packets`` ... ``op_last``,
     :class:`~tokenpcap.analysis.batch.Acc`'s ``f``), the PSN state (``last`` ... ``seen``,
     :meth:`~tokenpcap.analysis.flows.PsnTracker.arrays`), the opcode, ECN and malformed-reason
     histograms, the batch's per-flow packets, payload and bytes (``present``, ``pays``,
@@ -211,8 +215,8 @@ def fold(data, starts, fids, n, known, rank, big, nanosecond, ext_bytes, has_pay
         if f >= known:
             f = known + rank[f - known]
         off = p + _HEADER
-        (ok, l3, udp, ip_end, version, ds, ec, s_hi, s_lo, d_hi, d_lo, vid,
-         prio) = locate(data, off, cap, LINKTYPE_ETHERNET)
+        w = where[i]
+        udp, ip_end, ec = w & 0xFFFF, (w >> 16) & 0xFFFFFF, w >> 40
         stop, op, pad, pay, w = transport(data, off, udp, ip_end, ob, ext_bytes, has_payload)
         sport, fe, be, psn = bth_marks(data, off, udp)
         good = w == 0
