@@ -22,7 +22,8 @@ from numba import njit
 
 from tokenpcap.analysis.columns import Decoded
 
-__all__ = ["fold_rows", "FOLD_TOTALS", "record_totals", "RECORD_TOTALS"]
+__all__ = ["fold_rows", "FOLD_TOTALS", "record_totals", "RECORD_TOTALS", "note_sequenced",
+           "settle_ops"]
 
 #: the totals :func:`fold_rows` returns, in this order (int64 each)
 FOLD_TOTALS = ("payload", "malformed", "fecn", "becn", "cnp")
@@ -84,12 +85,7 @@ def _fold(fid, tracked, opcode, malformed, payload, orig_len, ecn, ipver, fecn, 
             if sequenced[op] and f < tracked:
                 s = True
                 seen[f] = True
-                if t < t_first[f]:
-                    t_first[f] = t
-                    o_first[f] = op
-                if t >= t_last[f]:
-                    t_last[f] = t
-                    o_last[f] = op
+                note_sequenced(f, t, op, t_first, o_first, t_last, o_last)
         else:
             bad[f] += 1
             totals[1] += 1
@@ -98,12 +94,30 @@ def _fold(fid, tracked, opcode, malformed, payload, orig_len, ecn, ipver, fecn, 
         cnt[p] += 1
         pays[p] += pay
         byts[p] += ob
-    for f in range(nf):
+    settle_ops(seen, o_first, o_last, op_first, op_last)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def note_sequenced(f, t, op, t_first, o_first, t_last, o_last):
+    """A sequenced row of flow ``f`` at time ``t`` with opcode ``op`` into the batch's first
+    and last (time, opcode) of the flow (the earlier row first, the later row last on ties)."""
+    if t < t_first[f]:
+        t_first[f] = t
+        o_first[f] = op
+    if t >= t_last[f]:
+        t_last[f] = t
+        o_last[f] = op
+
+
+@njit(cache=True, nogil=True, inline="always")
+def settle_ops(seen, o_first, o_last, op_first, op_last):
+    """The batch's first and last sequenced opcode of each flow ``seen`` (bool (flows,)) into
+    the flow's: the first only once, the last from the latest batch."""
+    for f in range(seen.size):
         if seen[f]:
             if op_first[f] < 0:
                 op_first[f] = o_first[f]
             op_last[f] = o_last[f]
-
 
 
 def fold_rows(f: dict[str, np.ndarray], d: Decoded, fid: np.ndarray, tracked: int,

@@ -39,6 +39,7 @@ from tokenpcap.analysis import decode_rows
 from tokenpcap.analysis.batch import SMALL_WRITE_BYTES, WRITE_IMM_END, WRITE_ONLY, add_pfc
 from tokenpcap.analysis.decode import KIND_NAMES, KIND_ROCEV2, LINKTYPE_ETHERNET, decode_batch
 from tokenpcap.analysis.flows import SEQUENCED, batch_hash, is_rdma
+from tokenpcap.analysis.fold import RECORD_TOTALS
 from tokenpcap.analysis.result import L1_OVERHEAD_BYTES
 from tokenpcap.pcap import capture
 from tokenpcap.pcap.formats import PCAP_FILE_HEADER, PCAP_RECORD
@@ -206,21 +207,22 @@ class _Batch:
         """Fold the batch's rows into the inspection (:func:`~tokenpcap.analysis.pcap_pass.
         fold`) and what the reference does per batch beside (kinds, PFC, file flows, spanning
         flows, phase sums, small writes, counters)."""
-        from tokenpcap.analysis.pcap_pass import fold
+        from tokenpcap.analysis.pcap_pass import PASS_TOTALS, fold
 
-        acc, cap, st = self.acc, self.cap, self.st
+        acc, cap = self.acc, self.cap
         known = self.flows.known - rank.size
         acc.grow_flows()
         nf = acc.f["packets"].size
         acc.psn.grow(len(acc.flows))          # (own flows only: not the "other" row)
         present, pays, byts = (np.zeros(nf, np.int64) for _ in range(3))
         small_fid, small_pay = self.small
-        totals, rec = np.zeros(6, np.int64), np.zeros(9, np.int64)
+        totals = np.zeros(len(PASS_TOTALS), np.int64)
+        rec = np.zeros(len(RECORD_TOTALS), np.int64)
         f = acc.f
-        m = fold(cap.data, self.starts, self.fids, self.where, n, known, rank, cap.byte_order == ">",
-                 cap.nanosecond, *_TABLES, SEQUENCED, WRITE_IMM_END, CNP, WRITE_ONLY,
-                 SMALL_WRITE_BYTES, ETH_MIN_FRAME_BYTES, L1_OVERHEAD_BYTES, f["packets"],
-                 f["bytes"], f["payload"], f["cnp"], f["ce"], f["malformed"], f["imm_last"],
+        m = fold(cap.data, self.starts, self.fids, self.where, n, known, rank,
+                 cap.byte_order == ">", cap.nanosecond, *_TABLES, SEQUENCED, WRITE_IMM_END, CNP,
+                 WRITE_ONLY, SMALL_WRITE_BYTES, ETH_MIN_FRAME_BYTES, L1_OVERHEAD_BYTES,
+                 f["packets"], f["bytes"], f["payload"], f["cnp"], f["ce"], f["malformed"], f["imm_last"],
                  f["first_ns"], f["last_ns"], f["sport"], f["op_first"], f["op_last"],
                  *acc.psn.arrays(), acc.opcodes, acc.ecn, acc.reasons, present, pays, byts,
                  small_fid, small_pay, totals, rec)

@@ -14,9 +14,9 @@ the fold (:mod:`tokenpcap.analysis.fold`) and the record sums. Here:
   numbers them); it stops at a record the reader would refuse (past the file's end, caplen
   above the maximum) and notes the rows it does not take (anything but RoCEv2);
 * :func:`fold` reads the same records again (the batch is still in cache), where the scan
-  found their UDP header, and adds every taken row to the per-flow sums, PSN state, histograms and totals, with
-  :mod:`tokenpcap.analysis.fold`'s definitions and order rules, and the capinfos-like sums of
-  every record (:func:`tokenpcap.analysis.fold.record_totals`'s).
+  found their UDP header, and adds every taken row to the per-flow sums, PSN state,
+  histograms and totals, with :mod:`tokenpcap.analysis.fold`'s definitions and order rules,
+  and the capinfos-like sums of every record (:func:`tokenpcap.analysis.fold.record_totals`'s).
 
 No decoded column is written: a row is read, its fields go into the sums. The batch boundaries,
 the numbering of new flows and everything that depends on them are the reference's (the driver
@@ -30,9 +30,10 @@ from numba import njit
 from tokenpcap.analysis.decode import KIND_ROCEV2, LINKTYPE_ETHERNET
 from tokenpcap.analysis.decode_rows import bth_marks, dest_qp, locate, transport
 from tokenpcap.analysis.flows import follow_psn
+from tokenpcap.analysis.fold import note_sequenced, settle_ops
 from tokenpcap.pcap.formats import PCAP_RECORD
 
-__all__ = ["scan", "fold", "insert_keys", "SCAN_STATE", "FOLD_TOTALS", "RECORD_TOTALS"]
+__all__ = ["scan", "fold", "insert_keys", "SCAN_STATE", "PASS_TOTALS"]
 
 #: what :func:`scan` keeps in its ``st`` array (int64), in this order: rows of the batch,
 #: rows not taken, provisional (new) flows, flows already numbered that the batch holds, bit j
@@ -40,10 +41,7 @@ __all__ = ["scan", "fold", "insert_keys", "SCAN_STATE", "FOLD_TOTALS", "RECORD_T
 #: whose ICRC could be checked (complete and well formed), the batch's number
 SCAN_STATE = ("rows", "untaken", "new", "present", "varies", "keyed", "checkable", "batch")
 #: the totals :func:`fold` adds to, in this order
-FOLD_TOTALS = ("payload", "malformed", "fecn", "becn", "cnp", "taken")
-#: the record sums :func:`fold` writes, in :data:`tokenpcap.analysis.fold.RECORD_TOTALS` order
-RECORD_TOTALS = ("bytes", "captured_bytes", "frame_bytes_min", "frame_bytes_max", "l1_bytes",
-                 "ethernet_frames", "eth_frame_bytes_max", "first_ns", "last_ns")
+PASS_TOTALS = ("payload", "malformed", "fecn", "becn", "cnp", "taken")
 _HEADER = PCAP_RECORD.size
 _SEC, _FRAC, _CAP, _ORIG = (PCAP_RECORD.offset(k) for k in ("ts_sec", "ts_frac", "caplen",
                                                              "orig_len"))
@@ -182,9 +180,10 @@ def fold(data, starts, fids, where, n, known, rank, big, nanosecond, ext_bytes, 
     :class:`~tokenpcap.analysis.batch.Acc`'s ``f``), the PSN state (``last`` ... ``seen``,
     :meth:`~tokenpcap.analysis.flows.PsnTracker.arrays`), the opcode, ECN and malformed-reason
     histograms, the batch's per-flow packets, payload and bytes (``present``, ``pays``,
-    ``byts``) and ``totals`` (:data:`FOLD_TOTALS`); its small WRITE ONLY rows (``write_only``,
+    ``byts``) and ``totals`` (:data:`PASS_TOTALS`); its small WRITE ONLY rows (``write_only``,
     payload at most ``small_max``) into ``small_fid``/``small_pay``; the record sums of every
-    row into ``rec`` (:data:`RECORD_TOTALS`, layer 1: ``max(orig_len, l1_min) + l1_extra``).
+    row into ``rec`` (int64 (9,), :data:`~tokenpcap.analysis.fold.RECORD_TOTALS` order; layer
+    1: ``max(orig_len, l1_min) + l1_extra``).
     Returns the number of small WRITE ONLY rows."""
     nf = packets.size
     seen_b = np.zeros(nf, np.bool_)          # a sequenced row of the flow in this batch
@@ -252,12 +251,7 @@ def fold(data, starts, fids, where, n, known, rank, big, nanosecond, ext_bytes, 
             if sequenced[op]:
                 follow_psn(f, psn, last, unwrapped, top, gaps, missing, reordered, seen)
                 seen_b[f] = True
-                if t < t_first[f]:
-                    t_first[f] = t
-                    o_first[f] = op
-                if t >= t_last[f]:
-                    t_last[f] = t
-                    o_last[f] = op
+                note_sequenced(f, t, op, t_first, o_first, t_last, o_last)
             if op == write_only and pay <= small_max:
                 small_fid[m] = f
                 small_pay[m] = pay
@@ -267,9 +261,5 @@ def fold(data, starts, fids, where, n, known, rank, big, nanosecond, ext_bytes, 
             totals[1] += 1
             for k in range(reasons.size):
                 reasons[k] += (w >> k) & 1
-    for f in range(nf):
-        if seen_b[f]:
-            if op_first[f] < 0:
-                op_first[f] = o_first[f]
-            op_last[f] = o_last[f]
+    settle_ops(seen_b, o_first, o_last, op_first, op_last)
     return m
