@@ -22,8 +22,8 @@ from numba import njit
 
 from tokenpcap.analysis.columns import Decoded
 
-__all__ = ["fold_rows", "FOLD_TOTALS", "record_totals", "RECORD_TOTALS", "note_sequenced",
-           "settle_ops"]
+__all__ = ["fold_rows", "FOLD_TOTALS", "record_totals", "RECORD_TOTALS", "op_scratch",
+           "note_sequenced", "settle_ops"]
 
 #: the totals :func:`fold_rows` returns, in this order (int64 each)
 FOLD_TOTALS = ("payload", "malformed", "fecn", "becn", "cnp")
@@ -38,11 +38,7 @@ def _fold(fid, tracked, opcode, malformed, payload, orig_len, ecn, ipver, fecn, 
           op_first, op_last, opcodes, ecn_counts, present, seq, cnt, pays, byts, totals):
     """:func:`fold_rows`' pass: every argument an array of the row or flow it names."""
     nf = packets.size
-    seen = np.zeros(nf, np.bool_)           # a sequenced row of the flow in this batch
-    t_first = np.full(nf, _I64_MAX, np.int64)
-    t_last = np.full(nf, _I64_MIN, np.int64)
-    o_first = np.zeros(nf, np.int64)
-    o_last = np.zeros(nf, np.int64)
+    seen, t_first, o_first, t_last, o_last = op_scratch(nf)
     crc = icrc.size > 0
     for i in range(fid.size):
         f = fid[i]
@@ -95,6 +91,14 @@ def _fold(fid, tracked, opcode, malformed, payload, orig_len, ecn, ipver, fecn, 
         pays[p] += pay
         byts[p] += ob
     settle_ops(seen, o_first, o_last, op_first, op_last)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def op_scratch(nf):
+    """A batch's per-flow first and last sequenced row, none yet, for ``nf`` flows: (seen
+    bool, first time, its opcode, last time, its opcode) (flows,) each."""
+    return (np.zeros(nf, np.bool_), np.full(nf, _I64_MAX, np.int64), np.zeros(nf, np.int64),
+            np.full(nf, _I64_MIN, np.int64), np.zeros(nf, np.int64))
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -222,8 +222,9 @@ class _Batch:
         m = fold(cap.data, self.starts, self.fids, self.where, n, known, rank,
                  cap.byte_order == ">", cap.nanosecond, *_TABLES, SEQUENCED, WRITE_IMM_END, CNP,
                  WRITE_ONLY, SMALL_WRITE_BYTES, ETH_MIN_FRAME_BYTES, L1_OVERHEAD_BYTES,
-                 f["packets"], f["bytes"], f["payload"], f["cnp"], f["ce"], f["malformed"], f["imm_last"],
-                 f["first_ns"], f["last_ns"], f["sport"], f["op_first"], f["op_last"],
+                 f["packets"], f["bytes"], f["payload"], f["cnp"], f["ce"], f["malformed"],
+                 f["imm_last"], f["first_ns"], f["last_ns"], f["sport"], f["op_first"],
+                 f["op_last"],
                  *acc.psn.arrays(), acc.opcodes, acc.ecn, acc.reasons, present, pays, byts,
                  small_fid, small_pay, totals, rec)
         self.on_totals(rec, n)

@@ -30,7 +30,7 @@ from numba import njit
 from tokenpcap.analysis.decode import KIND_ROCEV2, LINKTYPE_ETHERNET
 from tokenpcap.analysis.decode_rows import bth_marks, dest_qp, locate, transport
 from tokenpcap.analysis.flows import follow_psn
-from tokenpcap.analysis.fold import note_sequenced, settle_ops
+from tokenpcap.analysis.fold import note_sequenced, op_scratch, settle_ops
 from tokenpcap.pcap.formats import PCAP_RECORD
 
 __all__ = ["scan", "fold", "insert_keys", "SCAN_STATE", "PASS_TOTALS"]
@@ -185,12 +185,7 @@ def fold(data, starts, fids, where, n, known, rank, big, nanosecond, ext_bytes, 
     row into ``rec`` (int64 (9,), :data:`~tokenpcap.analysis.fold.RECORD_TOTALS` order; layer
     1: ``max(orig_len, l1_min) + l1_extra``).
     Returns the number of small WRITE ONLY rows."""
-    nf = packets.size
-    seen_b = np.zeros(nf, np.bool_)          # a sequenced row of the flow in this batch
-    t_first = np.full(nf, _I64_MAX, np.int64)
-    t_last = np.full(nf, _I64_MIN, np.int64)
-    o_first = np.zeros(nf, np.int64)
-    o_last = np.zeros(nf, np.int64)
+    seen_b, t_first, o_first, t_last, o_last = op_scratch(packets.size)
     frac_ns = 1 if nanosecond else 1000
     rec[2], rec[3], rec[6], rec[7], rec[8] = _I64_MAX, 0, 0, _I64_MAX, _I64_MIN
     m = 0
