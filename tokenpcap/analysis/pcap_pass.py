@@ -118,8 +118,10 @@ def scan(data, p, want, limit, end, big, max_caplen, crc, ext_bytes, has_payload
         (``p`` is then that record's start) else 0).
     """
     rows = 0
-    n = st[0]
     refused = 0
+    n, n_untaken, n_new, n_present, varies, keyed, checkable, batch = st
+    f1, f2, f3, f4, f5 = first[1], first[2], first[3], first[4], first[5]   # (in registers)
+    k0 = np.uint64(KIND_ROCEV2)
     while rows < want and p < limit:
         cap = _u32(data, p + _CAP, big) if p + _HEADER <= end else 0
         if p + _HEADER > end or cap > max_caplen or p + _HEADER + cap > end:
@@ -131,29 +133,30 @@ def scan(data, p, want, limit, end, big, max_caplen, crc, ext_bytes, has_payload
          prio) = locate(data, off, cap, LINKTYPE_ETHERNET)
         if not ok:
             fids[n] = -1
-            untaken[st[1]] = n
-            st[1] += 1
+            untaken[n_untaken] = n
+            n_untaken += 1
         else:
-            k0, k5 = np.uint64(KIND_ROCEV2), np.uint64(dest_qp(data, off, udp))
-            if st[5] == 0:
+            k5 = np.uint64(dest_qp(data, off, udp))
+            if keyed == 0:
+                f1, f2, f3, f4, f5 = s_hi, s_lo, d_hi, d_lo, k5
                 first[0], first[1], first[2], first[3], first[4], first[5] = \
-                    k0, s_hi, s_lo, d_hi, d_lo, k5
-                st[5] = 1
-            st[4] |= (np.int64(s_hi != first[1]) << 1) | (np.int64(s_lo != first[2]) << 2) | \
-                (np.int64(d_hi != first[3]) << 3) | (np.int64(d_lo != first[4]) << 4) | \
-                (np.int64(k5 != first[5]) << 5)
+                    k0, f1, f2, f3, f4, f5
+                keyed = 1
+            varies |= (np.int64(s_hi != f1) << 1) | (np.int64(s_lo != f2) << 2) | \
+                (np.int64(d_hi != f3) << 3) | (np.int64(d_lo != f4) << 4) | \
+                (np.int64(k5 != f5) << 5)
             r, s = _find(table, keys, k0, s_hi, s_lo, d_hi, d_lo, k5)
             if r < 0:
-                r = known + st[2]
+                r = known + n_new
                 keys[r, 0], keys[r, 1], keys[r, 2], keys[r, 3], keys[r, 4], keys[r, 5] = \
                     k0, s_hi, s_lo, d_hi, d_lo, k5
                 table[s] = r
-                news[st[2]] = s
-                st[2] += 1
-            elif r < known and seen_at[r] != st[7]:
-                seen_at[r] = st[7]
-                present[st[3]] = r
-                st[3] += 1
+                news[n_new] = s
+                n_new += 1
+            elif r < known and seen_at[r] != batch:
+                seen_at[r] = batch
+                present[n_present] = r
+                n_present += 1
             fids[n] = r
             where[n] = udp | (ip_end << 16) | (ec << 40)
             if crc:
@@ -161,11 +164,12 @@ def scan(data, p, want, limit, end, big, max_caplen, crc, ext_bytes, has_payload
                                                   _u32(data, p + _ORIG, big), ext_bytes,
                                                   has_payload)
                 if w == 0 and stop <= cap:
-                    st[6] += 1
+                    checkable += 1
         n += 1
         rows += 1
         p = off + cap
-    st[0] = n
+    st[0], st[1], st[2], st[3], st[4], st[5], st[6] = \
+        n, n_untaken, n_new, n_present, varies, keyed, checkable
     return rows, p, refused
 
 
@@ -187,22 +191,22 @@ def fold(data, starts, fids, where, n, known, rank, big, nanosecond, ext_bytes, 
     Returns the number of small WRITE ONLY rows."""
     seen_b, t_first, o_first, t_last, o_last = op_scratch(packets.size)
     frac_ns = 1 if nanosecond else 1000
-    rec[2], rec[3], rec[6], rec[7], rec[8] = _I64_MAX, 0, 0, _I64_MAX, _I64_MIN
+    # the record sums and totals in locals (registers), written back at the end
+    wire, captured, smallest, largest, l1, t_min, t_max = 0, 0, _I64_MAX, 0, 0, _I64_MAX, _I64_MIN
+    payload, malformed, fecn, becn, cnps, taken = 0, 0, 0, 0, 0, 0
     m = 0
     for i in range(n):
         p = starts[i]
         t = _u32(data, p + _SEC, big) * _NS + _u32(data, p + _FRAC, big) * frac_ns
         cap = _u32(data, p + _CAP, big)
         ob = _u32(data, p + _ORIG, big)
-        rec[0] += ob
-        rec[1] += cap
-        rec[2] = min(rec[2], ob)
-        rec[3] = max(rec[3], ob)
-        rec[4] += max(ob, l1_min) + l1_extra
-        rec[5] += 1
-        rec[6] = max(rec[6], ob)
-        rec[7] = min(rec[7], t)
-        rec[8] = max(rec[8], t)
+        wire += ob
+        captured += cap
+        smallest = min(smallest, ob)
+        largest = max(largest, ob)
+        l1 += max(ob, l1_min) + l1_extra
+        t_min = min(t_min, t)
+        t_max = max(t_max, t)
         f = fids[i]
         if f < 0:
             continue
@@ -216,14 +220,14 @@ def fold(data, starts, fids, where, n, known, rank, big, nanosecond, ext_bytes, 
         good = w == 0
         pay = pay if good else 0
         pay = max(pay, 0)
-        totals[5] += 1
+        taken += 1
         packets[f] += 1
         present[f] += 1
         nbytes[f] += ob
         byts[f] += ob
         paid[f] += pay
         pays[f] += pay
-        totals[0] += pay
+        payload += pay
         if t < first_ns[f]:
             first_ns[f] = t
         if t > last_ns[f]:
@@ -232,12 +236,12 @@ def fold(data, starts, fids, where, n, known, rank, big, nanosecond, ext_bytes, 
         if good:
             opcodes[op] += 1
             if fe:
-                totals[2] += 1
+                fecn += 1
             if be:
-                totals[3] += 1
+                becn += 1
             if op == cnp_op:
                 cnp[f] += 1
-                totals[4] += 1
+                cnps += 1
             ecn_counts[ec] += 1
             if ec == 3:
                 ce[f] += 1
@@ -253,8 +257,10 @@ def fold(data, starts, fids, where, n, known, rank, big, nanosecond, ext_bytes, 
                 m += 1
         else:
             bad[f] += 1
-            totals[1] += 1
+            malformed += 1
             for k in range(reasons.size):
                 reasons[k] += (w >> k) & 1
     settle_ops(seen_b, o_first, o_last, op_first, op_last)
+    rec[:] = wire, captured, smallest, largest, l1, n, largest, t_min, t_max
+    totals[:] = payload, malformed, fecn, becn, cnps, taken
     return m
