@@ -243,8 +243,9 @@ class PsnTracker:
         self.seen = np.zeros(0, np.int64)
 
     def arrays(self) -> tuple[np.ndarray, ...]:
-        """The per-flow state :func:`follow_psn` takes: (last raw PSN, unwrapped PSN of the
-        last packet, highest unwrapped PSN, gaps, missing, reordered, seen), int64 each."""
+        """The per-flow state (last raw PSN, unwrapped PSN of the last packet, highest
+        unwrapped PSN, gaps, missing, reordered, seen), int64 (flows,) each, for a compiled
+        loop that follows PSNs with :func:`follow_psn`."""
         return (self._last, self._u, self._top, self.gaps, self.missing, self.reordered,
                 self.seen)
 
@@ -339,28 +340,29 @@ def _follow(flow, psn, last, unwrapped, top, gaps, missing, reordered, seen):
     """:meth:`PsnTracker.update` packet by packet in capture order (the module docstring's
     definitions): ``flow``/``psn`` int64 (n,), the tracker's per-flow int64 arrays in place."""
     for i in range(flow.size):
-        follow_psn(flow[i], psn[i], last, unwrapped, top, gaps, missing, reordered, seen)
+        f = flow[i]
+        u, t, gap, gone, late = follow_psn(psn[i], last[f], unwrapped[f], top[f])
+        seen[f] += 1
+        gaps[f] += gap
+        missing[f] += gone
+        reordered[f] += late
+        top[f], unwrapped[f], last[f] = t, u, psn[i]
 
 
 @njit(cache=True, nogil=True, inline="always")
-def follow_psn(f, p, last, unwrapped, top, gaps, missing, reordered, seen):
-    """One packet of flow ``f`` with PSN ``p`` into the tracker's arrays (:func:`_follow`)."""
-    seen[f] += 1
-    if last[f] < 0:                  # the flow's first packet
-        u = p
-        top[f] = u
-    else:
-        u = unwrapped[f] + ((p - last[f] + _HALF) & (PSN_MOD - 1)) - _HALF   # (% PSN_MOD)
-        t = top[f]
-        if u > t + 1:
-            gaps[f] += 1
-            missing[f] += u - t - 1
-        elif u <= t:
-            reordered[f] += 1
-        if u > t:
-            top[f] = u
-    unwrapped[f] = u
-    last[f] = p
+def follow_psn(p, last, unwrapped, top):
+    """One packet with PSN ``p`` of a flow whose last raw PSN, unwrapped PSN and highest
+    unwrapped PSN so far are ``last`` (-1 before its first packet), ``unwrapped`` and ``top``
+    (the module docstring's definitions): ``(its unwrapped PSN, the new highest, gaps,
+    missing, late)`` (scalars: the caller updates its arrays)."""
+    if last < 0:                     # the flow's first packet
+        return p, p, 0, 0, 0
+    u = unwrapped + ((p - last + _HALF) & (PSN_MOD - 1)) - _HALF     # (% PSN_MOD)
+    if u > top + 1:
+        return u, u, 1, u - top - 1, 0
+    if u <= top:
+        return u, top, 0, 0, 1
+    return u, u, 0, 0, 0
 
 
 def is_rdma(kind: np.ndarray) -> np.ndarray:

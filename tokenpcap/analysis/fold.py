@@ -81,7 +81,8 @@ def _fold(fid, tracked, opcode, malformed, payload, orig_len, ecn, ipver, fecn, 
             if sequenced[op] and f < tracked:
                 s = True
                 seen[f] = True
-                note_sequenced(f, t, op, t_first, o_first, t_last, o_last)
+                t_first[f], o_first[f], t_last[f], o_last[f] = note_sequenced(
+                    t, op, t_first[f], o_first[f], t_last[f], o_last[f])
         else:
             bad[f] += 1
             totals[1] += 1
@@ -102,15 +103,15 @@ def op_scratch(nf):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def note_sequenced(f, t, op, t_first, o_first, t_last, o_last):
-    """A sequenced row of flow ``f`` at time ``t`` with opcode ``op`` into the batch's first
-    and last (time, opcode) of the flow (the earlier row first, the later row last on ties)."""
-    if t < t_first[f]:
-        t_first[f] = t
-        o_first[f] = op
-    if t >= t_last[f]:
-        t_last[f] = t
-        o_last[f] = op
+def note_sequenced(t, op, t_first, o_first, t_last, o_last):
+    """A sequenced row at time ``t`` with opcode ``op`` into its flow's first and last (time,
+    opcode) of the batch so far (the earlier row first, the later row last on ties): the new
+    ``(t_first, o_first, t_last, o_last)`` (scalars: the caller updates its arrays)."""
+    if t < t_first:
+        t_first, o_first = t, op
+    if t >= t_last:
+        t_last, o_last = t, op
+    return t_first, o_first, t_last, o_last
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -119,10 +119,10 @@ def read_pcap_fast(cap, acc, max_records: int, on_totals, on_records) -> None:
     big = cap.byte_order == ">"
     while p < end:
         held = int(b.st[0])
-        got, p, refused = scan(cap.data, p, chunk, limit, end, big, cap.max_caplen, acc.crc,
-                               *_TABLES, b.flows.table, b.flows.keys, b.flows.known,
-                               b.first, b.st, b.starts, b.fids, b.where, b.untaken, b.news,
-                               b.flows.seen_at, b.present)
+        got, p, refused = scan(cap.data, p, chunk, limit, end, big, cap.nanosecond,
+                               cap.max_caplen, *_TABLES, b.flows.table, b.flows.keys,
+                               b.flows.known, b.first, b.st, b.starts, b.fids, *b.rows,
+                               b.untaken, b.news, b.flows.seen_at, b.present)
         if got and (held + got >= rows):
             b.finish(p)
         if refused:
@@ -145,7 +145,7 @@ class _Batch:
         self.first = np.zeros(6, np.uint64)
         self.starts = np.empty(size, np.int64)
         self.fids = np.empty(size, np.int64)
-        self.where = np.empty(size, np.int64)
+        self.rows = tuple(np.empty(size, np.int64) for _ in range(4))   # times ... pays
         self.untaken = np.empty(size, np.int64)
         self.news = np.empty(size, np.int64)
         self.present = np.empty(size, np.int64)
@@ -209,7 +209,7 @@ class _Batch:
         flows, phase sums, small writes, counters)."""
         from tokenpcap.analysis.pcap_pass import PASS_TOTALS, fold
 
-        acc, cap = self.acc, self.cap
+        acc = self.acc
         known = self.flows.known - rank.size
         acc.grow_flows()
         nf = acc.f["packets"].size
@@ -219,8 +219,7 @@ class _Batch:
         totals = np.zeros(len(PASS_TOTALS), np.int64)
         rec = np.zeros(len(RECORD_TOTALS), np.int64)
         f = acc.f
-        m = fold(cap.data, self.starts, self.fids, self.where, n, known, rank,
-                 cap.byte_order == ">", cap.nanosecond, *_TABLES, SEQUENCED, WRITE_IMM_END, CNP,
+        m = fold(self.fids, *self.rows, n, known, rank, SEQUENCED, WRITE_IMM_END, CNP,
                  WRITE_ONLY, SMALL_WRITE_BYTES, ETH_MIN_FRAME_BYTES, L1_OVERHEAD_BYTES,
                  f["packets"], f["bytes"], f["payload"], f["cnp"], f["ce"], f["malformed"],
                  f["imm_last"], f["first_ns"], f["last_ns"], f["sport"], f["op_first"],

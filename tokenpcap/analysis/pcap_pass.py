@@ -13,8 +13,9 @@ the fold (:mod:`tokenpcap.analysis.fold`) and the record sums. Here:
   the keys it has not seen as provisional flows (numbered later in the order the reference
   numbers them); it stops at a record the reader would refuse (past the file's end, caplen
   above the maximum) and notes the rows it does not take (anything but RoCEv2);
-* :func:`fold` reads the same records again (the batch is still in cache), where the scan
-  found their UDP header, and adds every taken row to the per-flow sums, PSN state,
+* :func:`fold` takes what the scan read of each row (its time, lengths, opcode, flags, PSN,
+  UDP source port and payload, a few int64 a row: the frames are not read twice) and adds
+  every taken row to the per-flow sums, PSN state,
   histograms and totals, with :mod:`tokenpcap.analysis.fold`'s definitions and order rules,
   and the capinfos-like sums of every record (:func:`tokenpcap.analysis.fold.record_totals`'s).
 
@@ -33,13 +34,16 @@ from tokenpcap.analysis.flows import follow_psn
 from tokenpcap.analysis.fold import note_sequenced, op_scratch, settle_ops
 from tokenpcap.pcap.formats import PCAP_RECORD
 
-__all__ = ["scan", "fold", "insert_keys", "SCAN_STATE", "PASS_TOTALS"]
+__all__ = ["scan", "fold", "insert_keys", "SCAN_STATE", "MARKS", "PASS_TOTALS"]
 
 #: what :func:`scan` keeps in its ``st`` array (int64), in this order: rows of the batch,
 #: rows not taken, provisional (new) flows, flows already numbered that the batch holds, bit j
 #: set when key column j varies over the taken rows, whether a taken row was seen, taken rows
 #: whose ICRC could be checked (complete and well formed), the batch's number
 SCAN_STATE = ("rows", "untaken", "new", "present", "varies", "keyed", "checkable", "batch")
+#: a taken row's header fields in one int64 of :func:`scan`'s ``marks`` (name, first bit, bits)
+MARKS = (("opcode", 0, 8), ("why", 8, 8), ("fecn", 16, 1), ("becn", 17, 1), ("ecn", 18, 2),
+         ("psn", 20, 24), ("sport", 44, 16))
 #: the totals :func:`fold` adds to, in this order
 PASS_TOTALS = ("payload", "malformed", "fecn", "becn", "cnp", "taken")
 _HEADER = PCAP_RECORD.size
@@ -99,19 +103,20 @@ def insert_keys(table, keys, lo, hi):
 
 
 @njit(cache=True, nogil=True)
-def scan(data, p, want, limit, end, big, max_caplen, crc, ext_bytes, has_payload, table, keys,
-         known, first, st, starts, fids, where, untaken, news, seen_at, present):
+def scan(data, p, want, limit, end, big, nanosecond, max_caplen, ext_bytes, has_payload, table,
+         keys, known, first, st, starts, fids, times, lens, marks, pays, untaken, news, seen_at,
+         present):
     """Walk at most ``want`` records from the record start ``p`` while they start before
     ``limit`` (module docstring), appending to the batch in ``st`` (:data:`SCAN_STATE`).
 
     Per row ``st[0]`` on: ``starts`` its record's byte offset, ``fids`` its flow (a row of
     ``keys``: below ``known`` a numbered flow, from ``known`` on a provisional one; -1 not
-    taken, its row number then in ``untaken``), ``where`` what :func:`fold` needs of its IP
-    header, packed: the UDP header's offset in the frame (bits 0-15), the IP packet's end
-    (16-39) and its ECN codepoint (40-41). A provisional flow's key goes into ``keys`` and
-    its slot into ``table`` and ``news``; a numbered flow seen first in the batch (``seen_at``
-    per flow holds the batch number) into ``present``. ``first`` (uint64 (6,)) holds the
-    batch's first taken key, to tell which key columns vary.
+    taken, its row number then in ``untaken``), ``times`` its time (ns), ``lens`` its
+    orig_len and caplen (bits 0-31, 32-63) and, of a taken row, what :func:`fold` needs of its
+    headers: ``marks`` (:data:`MARKS`) and ``pays`` its payload (C7). A provisional flow's key
+    goes into ``keys`` and its slot into ``table`` and ``news``; a numbered flow seen first in
+    the batch (``seen_at`` per flow holds the batch number) into ``present``. ``first``
+    (uint64 (6,)) holds the batch's first taken key, to tell which key columns vary.
 
     Returns:
         (records walked, next record start, 1 when it stopped at a record the reader refuses
@@ -122,12 +127,16 @@ def scan(data, p, want, limit, end, big, max_caplen, crc, ext_bytes, has_payload
     n, n_untaken, n_new, n_present, varies, keyed, checkable, batch = st
     f1, f2, f3, f4, f5 = first[1], first[2], first[3], first[4], first[5]   # (in registers)
     k0 = np.uint64(KIND_ROCEV2)
+    frac_ns = 1 if nanosecond else 1000
     while rows < want and p < limit:
         cap = _u32(data, p + _CAP, big) if p + _HEADER <= end else 0
         if p + _HEADER > end or cap > max_caplen or p + _HEADER + cap > end:
             refused = 1
             break
         starts[n] = p
+        ob = _u32(data, p + _ORIG, big)
+        times[n] = _u32(data, p + _SEC, big) * _NS + _u32(data, p + _FRAC, big) * frac_ns
+        lens[n] = ob | (cap << 32)
         off = p + _HEADER
         (ok, l3, udp, ip_end, version, ds, ec, s_hi, s_lo, d_hi, d_lo, vid,
          prio) = locate(data, off, cap, LINKTYPE_ETHERNET)
@@ -158,13 +167,14 @@ def scan(data, p, want, limit, end, big, max_caplen, crc, ext_bytes, has_payload
                 present[n_present] = r
                 n_present += 1
             fids[n] = r
-            where[n] = udp | (ip_end << 16) | (ec << 40)
-            if crc:
-                stop, op, pad, pay, w = transport(data, off, udp, ip_end,
-                                                  _u32(data, p + _ORIG, big), ext_bytes,
-                                                  has_payload)
-                if w == 0 and stop <= cap:
-                    checkable += 1
+            stop, op, pad, pay, w = transport(data, off, udp, ip_end, ob, ext_bytes,
+                                              has_payload)
+            sport, fe, be, psn = bth_marks(data, off, udp)
+            marks[n] = op | (w << 8) | (fe << 16) | (be << 17) | (ec << 18) | (psn << 20) | \
+                (sport << 44)
+            pays[n] = pay
+            if w == 0 and stop <= cap:
+                checkable += 1
         n += 1
         rows += 1
         p = off + cap
@@ -174,32 +184,30 @@ def scan(data, p, want, limit, end, big, max_caplen, crc, ext_bytes, has_payload
 
 
 @njit(cache=True, nogil=True)
-def fold(data, starts, fids, where, n, known, rank, big, nanosecond, ext_bytes, has_payload,
-         sequenced, imm_end, cnp_op, write_only, small_max, l1_min, l1_extra,
-         packets, nbytes, paid, cnp, ce, bad, imm_last, first_ns, last_ns, sport_of, op_first,
-         op_last, last, unwrapped, top, gaps, missing, reordered, seen, opcodes, ecn_counts,
-         reasons, present, pays, byts, small_fid, small_pay, totals, rec):
-    """Add the ``n`` rows :func:`scan` walked (``starts``, ``fids``, ``where``; provisional flow
-    ``known + j`` is flow ``known + rank[j]``) to the per-flow columns (``packets`` ... ``op_last``,
-    :class:`~tokenpcap.analysis.batch.Acc`'s ``f``), the PSN state (``last`` ... ``seen``,
-    :meth:`~tokenpcap.analysis.flows.PsnTracker.arrays`), the opcode, ECN and malformed-reason
-    histograms, the batch's per-flow packets, payload and bytes (``present``, ``pays``,
-    ``byts``) and ``totals`` (:data:`PASS_TOTALS`); its small WRITE ONLY rows (``write_only``,
+def fold(fids, times, lens, marks, row_pays, n, known, rank, sequenced, imm_end, cnp_op,
+         write_only, small_max, l1_min, l1_extra, packets, nbytes, paid, cnp, ce, bad, imm_last,
+         first_ns, last_ns, sport_of, op_first, op_last, last, unwrapped, top, gaps, missing,
+         reordered, seen, opcodes, ecn_counts, reasons, present, pays, byts, small_fid, small_pay,
+         totals, rec):
+    """Add the ``n`` rows :func:`scan` walked (``fids`` ... ``row_pays``; provisional flow
+    ``known + j`` is flow ``known + rank[j]``) to the per-flow columns (``packets`` ...
+    ``op_last``, :class:`~tokenpcap.analysis.batch.Acc`'s ``f``), the PSN state (``last`` ...
+    ``seen``, :meth:`~tokenpcap.analysis.flows.PsnTracker.arrays`), the opcode, ECN and
+    malformed-reason histograms, the batch's per-flow packets, payload and bytes (``present``,
+    ``pays``, ``byts``) and ``totals`` (:data:`PASS_TOTALS`); its small WRITE ONLY rows (``write_only``,
     payload at most ``small_max``) into ``small_fid``/``small_pay``; the record sums of every
     row into ``rec`` (int64 (9,), :data:`~tokenpcap.analysis.fold.RECORD_TOTALS` order; layer
     1: ``max(orig_len, l1_min) + l1_extra``).
     Returns the number of small WRITE ONLY rows."""
     seen_b, t_first, o_first, t_last, o_last = op_scratch(packets.size)
-    frac_ns = 1 if nanosecond else 1000
     # the record sums and totals in locals (registers), written back at the end
     wire, captured, smallest, largest, l1, t_min, t_max = 0, 0, _I64_MAX, 0, 0, _I64_MAX, _I64_MIN
     payload, malformed, fecn, becn, cnps, taken = 0, 0, 0, 0, 0, 0
     m = 0
     for i in range(n):
-        p = starts[i]
-        t = _u32(data, p + _SEC, big) * _NS + _u32(data, p + _FRAC, big) * frac_ns
-        cap = _u32(data, p + _CAP, big)
-        ob = _u32(data, p + _ORIG, big)
+        t = times[i]
+        ob = lens[i] & 0xFFFFFFFF
+        cap = (lens[i] >> 32) & 0xFFFFFFFF
         wire += ob
         captured += cap
         smallest = min(smallest, ob)
@@ -212,11 +220,10 @@ def fold(data, starts, fids, where, n, known, rank, big, nanosecond, ext_bytes, 
             continue
         if f >= known:
             f = known + rank[f - known]
-        off = p + _HEADER
-        w = where[i]
-        udp, ip_end, ec = w & 0xFFFF, (w >> 16) & 0xFFFFFF, w >> 40
-        stop, op, pad, pay, w = transport(data, off, udp, ip_end, ob, ext_bytes, has_payload)
-        sport, fe, be, psn = bth_marks(data, off, udp)
+        k = marks[i]
+        op, w, fe, be = k & 0xFF, (k >> 8) & 0xFF, (k >> 16) & 1, (k >> 17) & 1
+        ec, psn, sport = (k >> 18) & 3, (k >> 20) & 0xFFFFFF, k >> 44
+        pay = row_pays[i]
         good = w == 0
         pay = pay if good else 0
         pay = max(pay, 0)
@@ -248,9 +255,15 @@ def fold(data, starts, fids, where, n, known, rank, big, nanosecond, ext_bytes, 
             if imm_end[op]:
                 imm_last[f] += 1
             if sequenced[op]:
-                follow_psn(f, psn, last, unwrapped, top, gaps, missing, reordered, seen)
+                u, tp, gap, gone, late = follow_psn(psn, last[f], unwrapped[f], top[f])
+                seen[f] += 1
+                gaps[f] += gap
+                missing[f] += gone
+                reordered[f] += late
+                top[f], unwrapped[f], last[f] = tp, u, psn
                 seen_b[f] = True
-                note_sequenced(f, t, op, t_first, o_first, t_last, o_last)
+                t_first[f], o_first[f], t_last[f], o_last[f] = note_sequenced(
+                    t, op, t_first[f], o_first[f], t_last[f], o_last[f])
             if op == write_only and pay <= small_max:
                 small_fid[m] = f
                 small_pay[m] = pay
@@ -258,8 +271,8 @@ def fold(data, starts, fids, where, n, known, rank, big, nanosecond, ext_bytes, 
         else:
             bad[f] += 1
             malformed += 1
-            for k in range(reasons.size):
-                reasons[k] += (w >> k) & 1
+            for j in range(reasons.size):
+                reasons[j] += (w >> j) & 1
     settle_ops(seen_b, o_first, o_last, op_first, op_last)
     rec[:] = wire, captured, smallest, largest, l1, n, largest, t_min, t_max
     totals[:] = payload, malformed, fecn, becn, cnps, taken
