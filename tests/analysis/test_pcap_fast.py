@@ -95,7 +95,7 @@ def _both(monkeypatch, paths, **kw) -> tuple[str, str, bool]:
     return out[0], out[1], bool(folded)
 
 
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(files=st.lists(st.lists(PACKET, min_size=1, max_size=40), min_size=1, max_size=2),
        snaplen=st.sampled_from([64, 74, 96, 262144]), big=st.booleans(),
