@@ -15,8 +15,9 @@ cache is warmed first; each timing is the best of ``--repeat`` runs. scapy runs 
 and from this tree, each in a fresh process after a warm-up call (start-up left out), the two
 interleaved run by run; and ``python3 -m tokenpcap inspect --no-crc --json FILE`` as a user runs it
 (a fresh process: start-up, imports and the compiled loops' load included) from another
-checkout's directory and from this tree, the two interleaved run by run, on each file; their
-JSON outputs are compared byte for byte (sha256) and the line says whether they are the same.
+checkout's directory and from this tree, the two interleaved run by run, on each file, and the
+same without ``--no-crc`` (every ICRC checked that the frames' bytes allow); their JSON outputs
+are compared byte for byte (sha256) and the line says whether they are the same.
 """
 from __future__ import annotations
 
@@ -94,8 +95,9 @@ def scapy_summary(path: Path, limit: int) -> Counter:
     return flows
 
 
-def cli_pair(path: Path, other: Path, repeat: int) -> list[tuple[str, tuple[float, float]]]:
-    """``inspect --no-crc --json`` of ``path`` run from ``other`` and from this tree, fresh
+def cli_pair(path: Path, other: Path, repeat: int, flags: tuple[str, ...] = ("--no-crc",)
+             ) -> list[tuple[str, tuple[float, float]]]:
+    """``inspect FLAGS --json`` of ``path`` run from ``other`` and from this tree, fresh
     processes interleaved (best wall of ``repeat`` each, with its CPU), labelled with whether
     the two JSON outputs are byte-identical."""
     here = Path(__file__).resolve().parent.parent
@@ -104,14 +106,15 @@ def cli_pair(path: Path, other: Path, repeat: int) -> list[tuple[str, tuple[floa
     for _ in range(repeat):
         for tree in (other, here):
             c, t = _cpu(), time.perf_counter()
-            out = subprocess.run([sys.executable, "-m", "tokenpcap", "inspect", "--no-crc",
+            out = subprocess.run([sys.executable, "-m", "tokenpcap", "inspect", *flags,
                                   "--json", str(path)], cwd=tree, check=True,
                                  capture_output=True).stdout
             runs[tree].append((time.perf_counter() - t, _cpu() - c))
             digest[tree] = hashlib.sha256(out).hexdigest()
     same = "same JSON" if digest[other] == digest[here] else "JSON DIFFERS"
-    return [(f"CLI --no-crc, {other.name} ({same})", min(runs[other])),
-            ("CLI --no-crc, this tree", min(runs[here]))]
+    what = " ".join(flags) or "(ICRC)"
+    return [(f"CLI {what}, {other.name} ({same})", min(runs[other])),
+            (f"CLI {what}, this tree", min(runs[here]))]
 
 
 _LIB_CHILD = """
@@ -180,6 +183,7 @@ def main() -> None:
         if a.against:
             results += lib_pair(path, full, Path(a.against), a.repeat)
             results += cli_pair(path, Path(a.against), a.repeat)
+            results += cli_pair(path, Path(a.against), a.repeat, ())
         if not a.skip_slow:
             if shutil.which("tshark"):
                 results.append(("tshark -T fields (BTH)", best(lambda: sh(

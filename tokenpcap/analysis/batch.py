@@ -38,7 +38,7 @@ from tokenpcap.records import parse_phase_label
 from tokenpcap.pcap.capture import REGION
 from tokenpcap.wire.rdma import CNP
 
-__all__ = ["Acc", "add_batch", "SMALL_WRITE_BYTES", "WRITE_ONLY", "WRITE_IMM_END",
+__all__ = ["Acc", "add_batch", "add_pfc", "SMALL_WRITE_BYTES", "WRITE_ONLY", "WRITE_IMM_END",
            "CUT_AT_START", "CUT_AT_END"]
 
 #: WRITE ONLY without immediate (IBTA vol.1 9.2.1 opcode 0x0A).
@@ -120,6 +120,35 @@ class Acc:
             for k, a in self.f.items():
                 self.f[k] = np.concatenate([a, np.full(n - old, _FILL.get(k, 0), np.int64)])
 
+    def grow_flows(self) -> None:
+        """Per-flow rows for every flow id the flow table gave out (new flows are of the
+        current file)."""
+        old = self.flow_file.size
+        nf = len(self.flows) + self.flows.overflowed     # (the "other" row once overflowed)
+        self.grow(nf)
+        if nf > old:
+            self.flow_file = np.concatenate([self.flow_file, np.full(nf - old, self.file)])
+
+    def add_labelled(self, cnt: np.ndarray, pays: np.ndarray, byts: np.ndarray,
+                     width: int) -> None:
+        """A batch's packets, payload and bytes per (flow, label code + 1) (int64 (flows *
+        width,) each) into :attr:`flow_label`, in ascending (flow, code) order."""
+        for u in np.flatnonzero(cnt).tolist():
+            key = (u // width, u % width - 1)
+            self.flow_label[key] = self.flow_label.get(key, 0) + np.array(
+                [cnt[u], pays[u], byts[u]], np.int64)
+
+    def add_small_writes(self, pair: np.ndarray, payload: np.ndarray, width: int) -> None:
+        """A batch's small WRITE ONLY packets (``pair`` = flow * width + label code + 1,
+        ``payload`` bytes, int64 (m,) each, in capture order) into :attr:`small_writes`, in
+        ascending (pair, size) order."""
+        key = pair * (SMALL_WRITE_BYTES + 1) + np.maximum(payload, 0)
+        uk, uc = np.unique(key, return_counts=True)
+        for k, c in zip(uk.tolist(), uc.tolist()):
+            p, size = divmod(k, SMALL_WRITE_BYTES + 1)
+            sk = (p // width, p % width - 1, size)
+            self.small_writes[sk] = self.small_writes.get(sk, 0) + c
+
     def forget_comments(self) -> None:
         """The capture's comment list starts afresh (:meth:`Capture.forget_comments`): the
         label codes cached for its comments are dropped with it (the labels stay)."""
@@ -150,7 +179,9 @@ class Acc:
         return self._codes
 
 
-def _pfc(acc: Acc, dec) -> None:
+def add_pfc(acc: Acc, dec) -> None:
+    """The PFC rows of decoded rows ``dec`` into ``acc``: frames, XOFF (a pause time > 0), XON
+    and the priorities enabled."""
     is_pfc = dec["kind"] == KIND_PFC
     if not is_pfc.any():                 # (a RoCE capture: no row selection of every column)
         return
@@ -228,7 +259,7 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     acc.compiled = acc.compiled or worth_compiling(cap.data, rec)
     dec = _decoded(cap, rec)
     acc.kinds += np.bincount(dec["kind"], minlength=len(KIND_NAMES))
-    _pfc(acc, dec)
+    add_pfc(acc, dec)
     rd = np.flatnonzero(is_rdma(dec["kind"]))
     if rd.size == 0:
         return
@@ -241,11 +272,7 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     fid = acc.flows.ids(d, compiled=acc.compiled)
     tracked = len(acc.flows)
     own = fid < tracked                  # False: a flow beyond the table's limit ("other")
-    old = acc.flow_file.size
-    nf = tracked + acc.flows.overflowed  # rows of the per-flow arrays
-    acc.grow(nf)
-    if nf > old:
-        acc.flow_file = np.concatenate([acc.flow_file, np.full(nf - old, acc.file)])
+    acc.grow_flows()
     if acc.file and (own & (acc.flow_file[fid] != acc.file)).any():
         acc.spanning.update(np.unique(fid[own & (acc.flow_file[fid] != acc.file)]).tolist())
     codes = acc.label_codes(cap.comments)[d["comment"]]
@@ -264,22 +291,14 @@ def add_batch(acc: Acc, cap, rec: np.ndarray) -> None:
     if n_bad:
         acc.reasons += reason_counts(d["why"][d["malformed"]])
     acc.psn.update(fid[seq], d["psn"][seq], compiled=acc.compiled)
-    for u in np.flatnonzero(cnt).tolist():
-        key = (u // width, u % width - 1)
-        acc.flow_label[key] = acc.flow_label.get(key, 0) + np.array(
-            [cnt[u], pays[u], byts[u]], np.int64)
+    acc.add_labelled(cnt, pays, byts, width)
     acc.file_flows[acc.file].update(np.flatnonzero(present[:tracked]).tolist())
     acc.file_labels[acc.file].update(np.unique(codes[codes >= 0]).tolist())
     small = np.flatnonzero((d["opcode"] == WRITE_ONLY) & (d["payload"] <= SMALL_WRITE_BYTES)
                            & own & ~d["malformed"])
     if small.size:
-        pair = fid[small] * width + (codes[small] + 1)
-        key = pair * (SMALL_WRITE_BYTES + 1) + np.maximum(d["payload"][small].astype(np.int64), 0)
-        uk, uc = np.unique(key, return_counts=True)
-        for k, c in zip(uk.tolist(), uc.tolist()):
-            p, size = divmod(k, SMALL_WRITE_BYTES + 1)
-            sk = (p // width, p % width - 1, size)
-            acc.small_writes[sk] = acc.small_writes.get(sk, 0) + c
+        acc.add_small_writes(fid[small] * width + (codes[small] + 1),
+                             d["payload"][small].astype(np.int64), width)
 
 
 def _folded(acc: Acc, d: Decoded, fid, tracked, icrc, vcrc, codes, width):

@@ -7,7 +7,10 @@ the numpy decode makes a few passes per field over the batch (~170 ns a row agai
 here). Every row the loop does not take (any other linktype, EtherType or IP protocol, a
 fragment, too few captured bytes for the IP, UDP or BTH header, another UDP port) is decoded by
 the numpy path, which stays the reference: the columns of a row are the same whichever path
-decodes it (tested row by row with Hypothesis on built and mutated frames).
+decodes it (tested row by row with Hypothesis on built and mutated frames). Where a row's
+headers are (:func:`locate`) and its BTH facts (:func:`transport`, :func:`dest_qp`,
+:func:`bth_marks`) are inlined into the loop, and into :mod:`tokenpcap.analysis.pcap_pass`'s
+pass over a classic pcap's bytes, so both read a row the same way.
 
 What a taken row gets is :mod:`tokenpcap.analysis.decode`'s definitions: the byte span, shift
 and width of every field from the header declarations (:meth:`tokenpcap.wire.fields.Header.slot`,
@@ -29,7 +32,8 @@ from tokenpcap.wire import headers as H
 from tokenpcap.wire.fields import Header
 from tokenpcap.wire.rdma import EXT_BYTES, HAS_PAYLOAD, HAS_RETH
 
-__all__ = ["decode_rows", "worth_compiling", "COMPILED_MIN_RECORDS"]
+__all__ = ["decode_rows", "worth_compiling", "COMPILED_MIN_RECORDS", "locate", "transport",
+           "dest_qp", "bth_marks"]
 
 #: Records a capture must hold (estimated from its size and the batch's record size) before its
 #: batches take the compiled loop: its one-off load (~0.35 s) is then repaid by ~160 ns a row.
@@ -77,7 +81,7 @@ def _get(data, p, slot):
     first, nbytes, shift, mask = slot
     v = np.uint64(0)
     for k in range(nbytes):
-        v = (v << np.uint64(8)) | np.uint64(data[p + first + k])
+        v = (v << np.uint64(8)) | np.uint64(data[np.uint64(p + first + k)])
     return np.int64((v >> np.uint64(shift)) & np.uint64(mask))
 
 
@@ -85,8 +89,105 @@ def _get(data, p, slot):
 def _u64(data, p):
     v = np.uint64(0)
     for k in range(8):
-        v = (v << np.uint64(8)) | np.uint64(data[p + k])
+        v = (v << np.uint64(8)) | np.uint64(data[np.uint64(p + k)])
     return v
+
+
+@njit(cache=True, nogil=True, inline="always")
+def locate(data, off, cap, linktype):
+    """Where the RoCEv2 headers of the frame at byte ``off`` (``cap`` bytes captured, of link
+    type ``linktype``) are, and its addressing: ``(taken, l3, udp, ip_end, version, dscp, ecn,
+    src_hi, src_lo, dst_hi, dst_lo, vid, pcp)`` (offsets from ``off``; ``taken`` False: not a
+    row this loop decodes, module docstring; the other values are then meaningless)."""
+    z = np.uint64(0)
+    no = (False, 0, 0, 0, 0, 0, 0, z, z, z, z, -1, 0)
+    if linktype != _LINK_ETHERNET or cap < _ETH:
+        return no
+    etype = _get(data, off, _E_TYPE)
+    l3 = _ETH
+    vid = -1
+    prio = 0
+    if etype == _VLAN and cap >= _ETH + _DOT1Q:
+        vid = _get(data, off + _ETH, _Q_VID)
+        prio = _get(data, off + _ETH, _Q_PCP)
+        etype = _get(data, off + _ETH, _Q_TYPE)
+        l3 = _ETH + _DOT1Q
+    pos = off + l3
+    if etype == _TYPE4 and cap >= l3 + _IPV4:
+        ihl = _get(data, pos, _4_IHL) * 4
+        if (_get(data, pos, _4_PROTO) != _UDP_PROTO or _get(data, pos, _4_FRAG) != 0
+                or _get(data, pos, _4_MF) != 0 or ihl < _IPV4 or cap < l3 + ihl + _UDP):
+            return no
+        udp = l3 + ihl
+        ip_end = l3 + _get(data, pos, _4_TOTAL)
+        version = 4
+        ds = _get(data, pos, _4_DSCP)
+        ec = _get(data, pos, _4_ECN)
+        s_hi = z
+        s_lo = np.uint64(_get(data, pos, _4_SRC))
+        d_hi = z
+        d_lo = np.uint64(_get(data, pos, _4_DST))
+    elif etype == _TYPE6 and cap >= l3 + _IPV6:
+        if _get(data, pos, _6_NEXT) != _UDP_PROTO or cap < l3 + _IPV6 + _UDP:
+            return no
+        udp = l3 + _IPV6
+        ip_end = l3 + _IPV6 + _get(data, pos, _6_PLEN)
+        version = 6
+        tc = _get(data, pos, _6_TC)
+        ds = tc >> 2
+        ec = tc & 3
+        s_hi = _u64(data, pos + _6_SRC)
+        s_lo = _u64(data, pos + _6_SRC + 8)
+        d_hi = _u64(data, pos + _6_DST)
+        d_lo = _u64(data, pos + _6_DST + 8)
+    else:
+        return no
+    if _get(data, off + udp, _U_DPORT) != _ROCE_PORT or cap < udp + _UDP + _BTH:
+        return no
+    return (True, l3, udp, ip_end, version, ds, ec, s_hi, s_lo, d_hi, d_lo, vid, prio)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def transport(data, off, udp, ip_end, orig_len, ext_bytes, has_payload):
+    """The BTH facts of a row :func:`locate` took: ``(end, opcode, padcnt, payload, why)``:
+    ``end`` one past the ICRC (from the UDP length, offset from ``off``), the payload of case
+    C7 and the ``why`` bits of :data:`~tokenpcap.analysis.decode.MALFORMED_REASONS` (0: well
+    formed; the payload is then meaningful)."""
+    ulen = _get(data, off + udp, _U_LEN)
+    bth = udp + _UDP
+    end = udp + ulen
+    p = off + bth
+    op = _get(data, p, _B_OP)
+    pad = _get(data, p, _B_PAD)
+    ext = np.int64(ext_bytes[op])
+    pay = end - bth - _BTH - ext - pad - _ICRC
+    w = 0
+    if end != ip_end or ulen < _UDP or end > orig_len:
+        w |= _LENGTHS
+    if ext < 0:
+        w |= _OPCODE
+    else:
+        if pay < 0:
+            w |= _SHORT
+        if pay > 0 and not has_payload[op]:
+            w |= _JUNK
+        if pay >= 0 and ((pay + pad) & 3) != 0:
+            w |= _PAD
+    return end, op, pad, pay, w
+
+
+@njit(cache=True, nogil=True, inline="always")
+def dest_qp(data, off, udp):
+    """The BTH DestQP of a row :func:`locate` took."""
+    return _get(data, off + udp + _UDP, _B_QP)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def bth_marks(data, off, udp):
+    """``(udp source port, FECN, BECN, PSN)`` of a row :func:`locate` took."""
+    p = off + udp + _UDP
+    return (_get(data, off + udp, _U_SPORT), _get(data, p, _B_FECN), _get(data, p, _B_BECN),
+            _get(data, p, _B_PSN))
 
 
 @njit(cache=True, nogil=True)
@@ -96,74 +197,17 @@ def _rows(data, offset, caplen, orig_len, linktype, ext_bytes, has_payload, has_
           payload, malformed, why, pfc_cev, pfc_max, dmalen, taken):
     """Decode the RoCEv2 rows (module docstring); ``taken[i]`` says whether row i was."""
     for i in range(offset.size):
-        taken[i] = False
         cap = np.int64(caplen[i])
         off = offset[i]
-        if linktype[i] != _LINK_ETHERNET or cap < _ETH:
+        (ok, l3, udp, ip_end, version, ds, ec, s_hi, s_lo, d_hi, d_lo, vid,
+         prio) = locate(data, off, cap, linktype[i])
+        taken[i] = ok
+        if not ok:
             continue
-        etype = _get(data, off, _E_TYPE)
-        l3 = _ETH
-        vid = -1
-        prio = 0
-        if etype == _VLAN and cap >= _ETH + _DOT1Q:
-            vid = _get(data, off + _ETH, _Q_VID)
-            prio = _get(data, off + _ETH, _Q_PCP)
-            etype = _get(data, off + _ETH, _Q_TYPE)
-            l3 = _ETH + _DOT1Q
-        pos = off + l3
-        if etype == _TYPE4 and cap >= l3 + _IPV4:
-            ihl = _get(data, pos, _4_IHL) * 4
-            if (_get(data, pos, _4_PROTO) != _UDP_PROTO or _get(data, pos, _4_FRAG) != 0
-                    or _get(data, pos, _4_MF) != 0 or ihl < _IPV4 or cap < l3 + ihl + _UDP):
-                continue
-            udp = l3 + ihl
-            ip_end = l3 + _get(data, pos, _4_TOTAL)
-            version = 4
-            ds = _get(data, pos, _4_DSCP)
-            ec = _get(data, pos, _4_ECN)
-            s_hi = np.uint64(0)
-            s_lo = np.uint64(_get(data, pos, _4_SRC))
-            d_hi = np.uint64(0)
-            d_lo = np.uint64(_get(data, pos, _4_DST))
-        elif etype == _TYPE6 and cap >= l3 + _IPV6:
-            if _get(data, pos, _6_NEXT) != _UDP_PROTO or cap < l3 + _IPV6 + _UDP:
-                continue
-            udp = l3 + _IPV6
-            ip_end = l3 + _IPV6 + _get(data, pos, _6_PLEN)
-            version = 6
-            tc = _get(data, pos, _6_TC)
-            ds = tc >> 2
-            ec = tc & 3
-            s_hi = _u64(data, pos + _6_SRC)
-            s_lo = _u64(data, pos + _6_SRC + 8)
-            d_hi = _u64(data, pos + _6_DST)
-            d_lo = _u64(data, pos + _6_DST + 8)
-        else:
-            continue
-        u = off + udp
-        if _get(data, u, _U_DPORT) != _ROCE_PORT or cap < udp + _UDP + _BTH:
-            continue
-        taken[i] = True
-        ulen = _get(data, u, _U_LEN)
+        end, op, pad, pay, w = transport(data, off, udp, ip_end, np.int64(orig_len[i]),
+                                         ext_bytes, has_payload)
         bth = udp + _UDP
-        end = udp + ulen
         p = off + bth
-        op = _get(data, p, _B_OP)
-        pad = _get(data, p, _B_PAD)
-        ext = np.int64(ext_bytes[op])
-        pay = end - bth - _BTH - ext - pad - _ICRC
-        w = 0
-        if end != ip_end or ulen < _UDP or end > orig_len[i]:
-            w |= _LENGTHS
-        if ext < 0:
-            w |= _OPCODE
-        else:
-            if pay < 0:
-                w |= _SHORT
-            if pay > 0 and not has_payload[op]:
-                w |= _JUNK
-            if pay >= 0 and ((pay + pad) & 3) != 0:
-                w |= _PAD
         kind[i] = _KIND_ROCEV2
         ipver[i] = version
         l3c[i] = l3
@@ -180,7 +224,7 @@ def _rows(data, offset, caplen, orig_len, linktype, ext_bytes, has_payload, has_
         pcp[i] = prio
         dscp[i] = ds
         ecn[i] = ec
-        sport[i] = _get(data, u, _U_SPORT)
+        sport[i] = _get(data, off + udp, _U_SPORT)
         opcode[i] = op
         padcnt[i] = pad
         fecn[i] = _get(data, p, _B_FECN)

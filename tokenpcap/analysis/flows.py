@@ -27,7 +27,7 @@ from numba import njit
 
 from tokenpcap.analysis.decode import KIND_IB, KIND_ROCEV1, KIND_ROCEV2
 
-__all__ = ["FlowTable", "PsnTracker", "SEQUENCED", "psn_step"]
+__all__ = ["FlowTable", "PsnTracker", "SEQUENCED", "psn_step", "batch_hash", "follow_psn"]
 
 PSN_MOD = 1 << 24
 _HALF = 1 << 23
@@ -86,9 +86,14 @@ class FlowTable:
         cols = [dec[k] for k in _KEYS]
         found = _factorized(cols) if compiled else None
         rep, inv = self._factorize(cols) if found is None else found
-        table = np.empty(rep.size, np.int64)
-        for j, r in enumerate(rep.tolist()):
-            key = tuple(int(c[r]) for c in cols)
+        table = self.number([tuple(int(c[r]) for c in cols) for r in rep.tolist()])
+        return table[inv]
+
+    def number(self, keys: list[tuple[int, ...]]) -> np.ndarray:
+        """The flow id of each key (int64 (len(keys),)), numbering the keys not seen before in
+        the order given (from ``len(self)`` on; ``limit`` once the table is full)."""
+        table = np.empty(len(keys), np.int64)
+        for j, key in enumerate(keys):
             fid = self._index.get(key)
             if fid is None:
                 if len(self.keys) >= self.limit:
@@ -97,7 +102,7 @@ class FlowTable:
                     fid = self._index[key] = len(self.keys)
                     self.keys.append(key)
             table[j] = fid
-        return table[inv]
+        return table
 
     @staticmethod
     def _factorize(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -138,12 +143,7 @@ def _factorized(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
     n = cols[0].size
     if _SLOTS.size < 2 * n:
         _SLOTS = np.full(1 << (2 * n - 1).bit_length(), -1, np.int64)
-    h = np.zeros(n, np.uint64)
-    j = 0
-    for c in cols:                  # the columns not of one value, in key order: hashed
-        if _varies(c):
-            _mix(h, c, _MIX_ARRAY[j])
-            j += 1
+    h = batch_hash(cols, [_varies(c) for c in cols])
     inv = np.empty(n, np.int64)
     rep = np.empty(n, np.int64)
     k = _factorize(*cols, h, inv, rep, _SLOTS, np.empty(n, np.int64))
@@ -153,6 +153,20 @@ def _factorized(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
     rank = np.empty(k, np.int64)
     rank[order] = np.arange(k)
     return rep[:k][order], rank[inv]
+
+
+def batch_hash(cols: list[np.ndarray], varies: list[bool]) -> np.ndarray:
+    """The hash a batch's flow keys are ordered by (uint64 (n,)): the key columns ``cols``
+    (:data:`_KEYS` order, (n,) each) that vary over the batch's rows (``varies``), mixed in
+    one after the other (:func:`_mix`); :meth:`FlowTable.ids` numbers a batch's new flows in
+    ascending order of it."""
+    h = np.zeros(cols[0].size, np.uint64)
+    j = 0
+    for c, v in zip(cols, varies):
+        if v:
+            _mix(h, c, _MIX_ARRAY[j])
+            j += 1
+    return h
 
 
 @njit(cache=True, nogil=True)
@@ -228,7 +242,15 @@ class PsnTracker:
         self.reordered = np.zeros(0, np.int64)
         self.seen = np.zeros(0, np.int64)
 
-    def _grow(self, n: int) -> None:
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """The per-flow state (last raw PSN, unwrapped PSN of the last packet, highest
+        unwrapped PSN, gaps, missing, reordered, seen), int64 (flows,) each, for a compiled
+        loop that follows PSNs with :func:`follow_psn`."""
+        return (self._last, self._u, self._top, self.gaps, self.missing, self.reordered,
+                self.seen)
+
+    def grow(self, n: int) -> None:
+        """Room for flow ids below ``n``."""
         old = self._last.size
         if n <= old:
             return
@@ -245,7 +267,7 @@ class PsnTracker:
         if flow.size == 0:
             return
         top = int(flow.max()) + 1
-        self._grow(top)
+        self.grow(top)
         if compiled:
             _follow(np.ascontiguousarray(flow, np.int64), np.ascontiguousarray(psn, np.int64),
                     self._last, self._u, self._top, self.gaps, self.missing, self.reordered,
@@ -319,23 +341,28 @@ def _follow(flow, psn, last, unwrapped, top, gaps, missing, reordered, seen):
     definitions): ``flow``/``psn`` int64 (n,), the tracker's per-flow int64 arrays in place."""
     for i in range(flow.size):
         f = flow[i]
-        p = psn[i]
+        u, t, gap, gone, late = follow_psn(psn[i], last[f], unwrapped[f], top[f])
         seen[f] += 1
-        if last[f] < 0:                  # the flow's first packet
-            u = p
-            top[f] = u
-        else:
-            u = unwrapped[f] + (p - last[f] + _HALF) % PSN_MOD - _HALF
-            t = top[f]
-            if u > t + 1:
-                gaps[f] += 1
-                missing[f] += u - t - 1
-            elif u <= t:
-                reordered[f] += 1
-            if u > t:
-                top[f] = u
-        unwrapped[f] = u
-        last[f] = p
+        gaps[f] += gap
+        missing[f] += gone
+        reordered[f] += late
+        top[f], unwrapped[f], last[f] = t, u, psn[i]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def follow_psn(p, last, unwrapped, top):
+    """One packet with PSN ``p`` of a flow whose last raw PSN, unwrapped PSN and highest
+    unwrapped PSN so far are ``last`` (-1 before its first packet), ``unwrapped`` and ``top``
+    (the module docstring's definitions): ``(its unwrapped PSN, the new highest, gaps,
+    missing, late)`` (scalars: the caller updates its arrays)."""
+    if last < 0:                     # the flow's first packet
+        return p, p, 0, 0, 0
+    u = unwrapped + ((p - last + _HALF) & (PSN_MOD - 1)) - _HALF     # (% PSN_MOD)
+    if u > top + 1:
+        return u, u, 1, u - top - 1, 0
+    if u <= top:
+        return u, top, 0, 0, 1
+    return u, u, 0, 0, 0
 
 
 def is_rdma(kind: np.ndarray) -> np.ndarray:

@@ -22,7 +22,8 @@ from numba import njit
 
 from tokenpcap.analysis.columns import Decoded
 
-__all__ = ["fold_rows", "FOLD_TOTALS", "record_totals", "RECORD_TOTALS"]
+__all__ = ["fold_rows", "FOLD_TOTALS", "record_totals", "RECORD_TOTALS", "op_scratch",
+           "note_sequenced", "settle_ops"]
 
 #: the totals :func:`fold_rows` returns, in this order (int64 each)
 FOLD_TOTALS = ("payload", "malformed", "fecn", "becn", "cnp")
@@ -37,11 +38,7 @@ def _fold(fid, tracked, opcode, malformed, payload, orig_len, ecn, ipver, fecn, 
           op_first, op_last, opcodes, ecn_counts, present, seq, cnt, pays, byts, totals):
     """:func:`fold_rows`' pass: every argument an array of the row or flow it names."""
     nf = packets.size
-    seen = np.zeros(nf, np.bool_)           # a sequenced row of the flow in this batch
-    t_first = np.full(nf, _I64_MAX, np.int64)
-    t_last = np.full(nf, _I64_MIN, np.int64)
-    o_first = np.zeros(nf, np.int64)
-    o_last = np.zeros(nf, np.int64)
+    seen, t_first, o_first, t_last, o_last = op_scratch(nf)
     crc = icrc.size > 0
     for i in range(fid.size):
         f = fid[i]
@@ -84,12 +81,8 @@ def _fold(fid, tracked, opcode, malformed, payload, orig_len, ecn, ipver, fecn, 
             if sequenced[op] and f < tracked:
                 s = True
                 seen[f] = True
-                if t < t_first[f]:
-                    t_first[f] = t
-                    o_first[f] = op
-                if t >= t_last[f]:
-                    t_last[f] = t
-                    o_last[f] = op
+                t_first[f], o_first[f], t_last[f], o_last[f] = note_sequenced(
+                    t, op, t_first[f], o_first[f], t_last[f], o_last[f])
         else:
             bad[f] += 1
             totals[1] += 1
@@ -98,12 +91,38 @@ def _fold(fid, tracked, opcode, malformed, payload, orig_len, ecn, ipver, fecn, 
         cnt[p] += 1
         pays[p] += pay
         byts[p] += ob
-    for f in range(nf):
+    settle_ops(seen, o_first, o_last, op_first, op_last)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def op_scratch(nf):
+    """A batch's per-flow first and last sequenced row, none yet, for ``nf`` flows: (seen
+    bool, first time, its opcode, last time, its opcode) (flows,) each."""
+    return (np.zeros(nf, np.bool_), np.full(nf, _I64_MAX, np.int64), np.zeros(nf, np.int64),
+            np.full(nf, _I64_MIN, np.int64), np.zeros(nf, np.int64))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def note_sequenced(t, op, t_first, o_first, t_last, o_last):
+    """A sequenced row at time ``t`` with opcode ``op`` into its flow's first and last (time,
+    opcode) of the batch so far (the earlier row first, the later row last on ties): the new
+    ``(t_first, o_first, t_last, o_last)`` (scalars: the caller updates its arrays)."""
+    if t < t_first:
+        t_first, o_first = t, op
+    if t >= t_last:
+        t_last, o_last = t, op
+    return t_first, o_first, t_last, o_last
+
+
+@njit(cache=True, nogil=True, inline="always")
+def settle_ops(seen, o_first, o_last, op_first, op_last):
+    """The batch's first and last sequenced opcode of each flow ``seen`` (bool (flows,)) into
+    the flow's: the first only once, the last from the latest batch."""
+    for f in range(seen.size):
         if seen[f]:
             if op_first[f] < 0:
                 op_first[f] = o_first[f]
             op_last[f] = o_last[f]
-
 
 
 def fold_rows(f: dict[str, np.ndarray], d: Decoded, fid: np.ndarray, tracked: int,

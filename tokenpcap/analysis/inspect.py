@@ -29,6 +29,7 @@ import numpy as np
 
 from tokenpcap.analysis.batch import CUT_AT_END, CUT_AT_START, Acc, add_batch
 from tokenpcap.analysis.decode_rows import worth_compiling
+from tokenpcap.analysis.pcap_fast import read_pcap_fast, takes
 from tokenpcap.analysis.decode import KIND_IB, KIND_NAMES, LINKTYPE_ETHERNET, MALFORMED_REASONS
 from tokenpcap.analysis.result import (
     L1_OVERHEAD_BYTES, MAX_LISTED_INDICES, NS_PER_S, FlowRows, Report, address_text)
@@ -111,7 +112,7 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
     paths = [str(p) for p in paths]
     rep = Report(", ".join(paths), "")
     acc = Acc(crc, max_flows)
-    first, last = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    span = [np.iinfo(np.int64).max, np.iinfo(np.int64).min]      # first, last time
     formats, truncated = [], []
     declared: list[tuple[str, str]] = []     # (if_name, if_description) of pcapng interfaces
     for k, path in enumerate(paths):
@@ -121,23 +122,21 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
         prov, notes = _provenance(cap)
         rep.files.append({"path": path, "format": cap.format, "provenance": prov})
         rep.notes += notes
-        for rec in coalesced(cap.batches(max_records), min(max_records, CHUNK)):
+        def records(rec: np.ndarray) -> None:        # one batch, by the reference
             acc.compiled = acc.compiled or worth_compiling(cap.data, rec)
             if rec.size:
-                got = (_totals_compiled if acc.compiled else _totals)(rec)
-                rep.packets += rec.size
-                rep.bytes += got[0]
-                rep.captured_bytes += got[1]
-                rep.frame_bytes_min = got[2] if rep.frame_bytes_min is None else \
-                    min(rep.frame_bytes_min, got[2])
-                rep.frame_bytes_max = max(rep.frame_bytes_max or 0, got[3])
-                rep.l1_bytes += got[4]
-                rep.ethernet_frames += got[5]
-                rep.eth_frame_bytes_max = max(rep.eth_frame_bytes_max, got[6])
-                first, last = min(first, got[7]), max(last, got[8])
+                _add_totals(rep, span, (_totals_compiled if acc.compiled else _totals)(rec),
+                            rec.size)
             add_batch(acc, cap, rec)          # releases the batch's frames when done
             cap.forget_comments()             # the comments of rows already folded in
             acc.forget_comments()
+
+        if takes(cap):                        # a big Ethernet pcap: from its bytes to the sums
+            read_pcap_fast(cap, acc, max_records, lambda got, n: _add_totals(
+                rep, span, got.tolist(), n), records)
+        else:
+            for rec in coalesced(cap.batches(max_records), min(max_records, CHUNK)):
+                records(rec)
         if cap.truncated_at is not None:
             truncated.append(cap.truncated_at)
         declared += [(i.name, i.description) for i in cap.interfaces if i.name and i.description]
@@ -147,13 +146,28 @@ def inspect_captures(paths, *, max_records: int = 1 << 20, on_truncation: str = 
                             **({"port": i.index} if cap.format == "erf" else {}),
                             **({"file": path} if len(paths) > 1 else {})}
                            for j, i in enumerate(cap.interfaces)]
-    if rep.packets and last >= first:
-        rep.first_ns, rep.last_ns = first, last
+    if rep.packets and span[1] >= span[0]:
+        rep.first_ns, rep.last_ns = span
     rep.format = formats[0] if len(set(formats)) == 1 else ",".join(formats)
     rep.truncated_at = truncated[0] if truncated else None
     _finish(rep, acc)
     rep.notes += _idle_nics(rep, acc, declared)
     return rep
+
+
+def _add_totals(rep: Report, span: list[int], got: list[int], n: int) -> None:
+    """A batch of ``n`` records with capinfos-like sums ``got`` (:func:`_totals`) into ``rep``
+    and ``span`` (first and last time so far)."""
+    rep.packets += n
+    rep.bytes += got[0]
+    rep.captured_bytes += got[1]
+    rep.frame_bytes_min = got[2] if rep.frame_bytes_min is None else \
+        min(rep.frame_bytes_min, got[2])
+    rep.frame_bytes_max = max(rep.frame_bytes_max or 0, got[3])
+    rep.l1_bytes += got[4]
+    rep.ethernet_frames += got[5]
+    rep.eth_frame_bytes_max = max(rep.eth_frame_bytes_max, got[6])
+    span[:] = min(span[0], got[7]), max(span[1], got[8])
 
 
 def _totals(rec: np.ndarray) -> list[int]:

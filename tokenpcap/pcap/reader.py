@@ -138,6 +138,28 @@ class PcapCapture(Capture):
         for starts, _, _ in self._walk(self._chain, PCAP_FILE_HEADER.size, self.size):
             yield starts, None
 
+    @property
+    def max_caplen(self) -> int:
+        """The largest caplen a record may have (the snaplen, or libpcap's maximum)."""
+        return self._chain.max_caplen
+
+    def records(self, starts: np.ndarray) -> np.ndarray:
+        """:data:`RECORD_DTYPE` rows of the records at byte offsets ``starts`` (int64 (n,),
+        true record starts whose records lie inside the file), as :meth:`batches` gives them."""
+        return self._decode(starts, None)
+
+    def end_at(self, p: int) -> None:
+        """The reader's verdict on a record at byte offset ``p`` that runs past the file or
+        has a caplen above :attr:`max_caplen`: raises what :meth:`batches` raises there, or,
+        when opened with ``on_truncation="stop"`` and the record is cut short, sets
+        ``truncated_at``."""
+        try:
+            self._chain.scalar(p, self.size, 1)
+        except TruncatedFile as err:
+            if not self._stop_on_truncation:
+                raise
+            self.truncated_at = err.offset
+
     def _decode(self, starts, ctx):
         f = columns_at(self.data, starts, self._dtype, self.views)
         rec = np.empty(starts.size, RECORD_DTYPE)
