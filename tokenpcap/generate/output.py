@@ -270,7 +270,7 @@ def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent
                     k, parts = item
                     for i, a, b, labels, codes in parts:
                         sinks[i].add(slots.view(k, a, b), labels, codes)   # copied by add
-                    slots.release()
+                    slots.release(w)
                     continue
                 i, pk, labels, codes = item
                 sinks[i].add(pk, labels, codes)
@@ -306,6 +306,7 @@ class Dispatcher:
         self.jobs = max(1, min(int(jobs), len(specs))) if specs else 1
         self.local: list[Sink] | None = None
         self.procs: list = []
+        self.slots: RowSlots | None = None
         if self.jobs == 1:
             self.local = _open(specs, cfg)
             return
@@ -314,13 +315,12 @@ class Dispatcher:
         self.queues = [ctx.Queue(maxsize=8) for _ in range(self.jobs)]
         self.where = [(i % self.jobs, i // self.jobs) for i in range(len(specs))]
         # forked workers map the parent's shared buffers; spawned ones get rows by the queue
-        self.slots = ([RowSlots(ctx) for _ in range(self.jobs)]
-                      if ctx.get_start_method() == "fork" else None)
+        self.slots = RowSlots(ctx, self.jobs) if ctx.get_start_method() == "fork" else None
         for w in range(self.jobs):
             mine = [s for i, s in enumerate(specs) if i % self.jobs == w]
             p = ctx.Process(target=_worker,
                             args=(w, mine, cfg, self.queues[w], self.results, os.getpid(),
-                                  None if self.slots is None else self.slots[w]),
+                                  self.slots),
                             daemon=True, name=f"tokenpcap-writer-{w}")
             p.start()
             self.procs.append(p)
@@ -333,16 +333,28 @@ class Dispatcher:
         w, i = self.where[index]
         self._put(w, (i, packets, labels, codes))
 
-    def send_chunk(self, parts: list[tuple[int, np.ndarray, list[str] | None, np.ndarray | None]]
-                   ) -> None:
+    def chunk_rows(self, n: int) -> tuple[int, np.ndarray] | None:
+        """Where a chunk's ``n`` rows may be written to reach the workers without a copy:
+        ``(buffer, rows)``, ``rows`` a ``PACKET_DTYPE (n,)`` view of the next shared buffer
+        (:meth:`tokenpcap.generate.feed.RowSlots.take`), to be passed on as
+        :meth:`send_chunk`'s ``slot`` with parts that are views into it; None when the files
+        are written in this process, by spawned workers, or ``n`` exceeds a buffer."""
+        if self.slots is None or n > self.slots.slot_rows:
+            return None
+        k, rows = self.slots.take(self._check)
+        return k, rows[:n]
+
+    def send_chunk(self, parts: list[tuple[int, np.ndarray, list[str] | None, np.ndarray | None]],
+                   slot: int | None = None) -> None:
         """Send one chunk's ``(index, packets, labels, codes)`` parts (as :meth:`send` each,
-        in order): a worker's share of the chunk through its shared buffers when it fits
-        (:mod:`tokenpcap.generate.feed`), else part by part through its queue."""
+        in order): through the workers' shared buffers when the chunk fits one
+        (:mod:`tokenpcap.generate.feed`; ``slot``: the buffer of :meth:`chunk_rows` the parts
+        already lie in), else part by part through the queues."""
         if self.local is not None or self.slots is None:
             for part in parts:
                 self.send(*part)
             return
-        feed_chunk(self.slots, self.where, parts, self._put, self._check)
+        feed_chunk(self.slots, self.where, parts, self._put, self._check, slot)
 
     def _put(self, w: int, item) -> None:
         while True:
