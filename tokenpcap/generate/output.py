@@ -27,6 +27,7 @@ from tokenpcap.generate.feed import RowSlots, feed_chunk
 from tokenpcap.generate.pending import PendingRows, captured_bytes
 from tokenpcap.generate.parentdeath import PR_SET_PDEATHSIG as _PR_SET_PDEATHSIG  # noqa: F401
 from tokenpcap.generate.parentdeath import ParentDied as _ParentDied
+from tokenpcap.generate.warm import load_writer_functions
 from tokenpcap.generate.parentdeath import parent_gone as _parent_gone
 from tokenpcap.generate.parentdeath import signal_when_parent_dies as _signal_when_parent_dies
 from tokenpcap.lower import wire_context
@@ -116,7 +117,7 @@ class Sink:
     """
 
     def __init__(self, spec: FileSpec, cfg: WriterConfig, builder: FrameBuilder,
-                 pool: _Pool | None = None):
+                 pool: _Pool | None = None, threaded: bool = True):
         self.spec, self.builder = spec, builder
         self.pool = pool if pool is not None else _Pool([self])     # the files sharing BUDGET_BYTES
         c = cfg.cluster
@@ -125,7 +126,7 @@ class Sink:
         self.pcapng = fmt.comments
         self.w = fmt.open(spec.path, link=link, snaplen=cfg.snaplen,
                           interfaces=interfaces(spec, cfg) if fmt.comments else None,
-                          section_comment=cfg.section_comment)
+                          section_comment=cfg.section_comment, threaded=threaded)
         self.point = spec.point
         if fmt.comments and not spec.point.at_switch:
             self.iface = np.full(max(spec.nics) + 1, -1, np.int64)
@@ -207,8 +208,13 @@ class Sink:
         self.w.abort()
 
 
-def _open(specs: list[FileSpec], cfg: WriterConfig) -> list[Sink]:
-    builder = FrameBuilder(wire_context(cfg.cluster, payload_seed=cfg.payload_seed))
+def _builder(cfg: WriterConfig) -> FrameBuilder:
+    return FrameBuilder(wire_context(cfg.cluster, payload_seed=cfg.payload_seed))
+
+
+def _open(specs: list[FileSpec], cfg: WriterConfig, builder: FrameBuilder | None = None
+          ) -> list[Sink]:
+    builder = builder if builder is not None else _builder(cfg)
     sinks = _Pool()
     try:
         for s in specs:
@@ -233,10 +239,11 @@ def _drop(sinks: list[Sink]) -> None:
 
 
 def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent: int,
-            slots: RowSlots | None = None) -> None:
+            slots: RowSlots | None = None, builder: FrameBuilder | None = None) -> None:
     """Worker process ``w``: write the files ``specs`` from ``(index, packets, labels, codes)``
     items, or ``(buffer, [(index, start, end, labels, codes), ...])`` items whose rows are in
-    ``slots`` (:mod:`tokenpcap.generate.feed`); ``None`` closes them, ``"abort"`` drops them. Reports ``("ok", w, [(packets, bytes)])``
+    ``slots`` (:mod:`tokenpcap.generate.feed`), with ``builder`` (a forked worker's: the
+    parent's, :mod:`tokenpcap.generate.warm`) or a new one; ``None`` closes them, ``"abort"`` drops them. Reports ``("ok", w, [(packets, bytes)])``
     or ``("error", w, message)`` on ``results``. When the parent dies (SIGKILL) the worker drops
     its files and exits, reporting nothing: at once on Linux, even in the middle of reading a
     batch (:func:`_signal_when_parent_dies`), otherwise within a second between batches.
@@ -250,7 +257,7 @@ def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent
             if os.getppid() != parent:              # died before the signal was asked for
                 _parent_gone()
                 raise _ParentDied()
-            sinks = _open(specs, cfg)
+            sinks = _open(specs, cfg, builder)
             while True:
                 try:
                     item = q.get(timeout=1.0)
@@ -316,11 +323,16 @@ class Dispatcher:
         self.where = [(i % self.jobs, i // self.jobs) for i in range(len(specs))]
         # forked workers map the parent's shared buffers; spawned ones get rows by the queue
         self.slots = RowSlots(ctx, self.jobs) if ctx.get_start_method() == "fork" else None
+        builder = None
+        if self.slots is not None:      # forked writers inherit the functions loaded here
+            builder = _builder(cfg)
+            load_writer_functions(specs[0], cfg, builder,
+                                  lambda sp, c, b: Sink(sp, c, b, threaded=False))
         for w in range(self.jobs):
             mine = [s for i, s in enumerate(specs) if i % self.jobs == w]
             p = ctx.Process(target=_worker,
                             args=(w, mine, cfg, self.queues[w], self.results, os.getpid(),
-                                  self.slots),
+                                  self.slots, builder),
                             daemon=True, name=f"tokenpcap-writer-{w}")
             p.start()
             self.procs.append(p)
