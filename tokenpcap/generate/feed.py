@@ -50,6 +50,7 @@ class RowSlots:
         self.slot_rows, self.slots, self.workers = int(slot_rows), int(slots), int(workers)
         self._mm = mmap.mmap(-1, self.slot_rows * PACKET_DTYPE.itemsize * self.slots)
         self._rows = np.frombuffer(self._mm, PACKET_DTYPE).reshape(self.slots, self.slot_rows)
+        self._base = self._rows.ctypes.data
         self._free = [ctx.Semaphore(self.slots) for _ in range(self.workers)]
         self._next = 0
 
@@ -66,8 +67,8 @@ class RowSlots:
 
     def offset(self, k: int, rows: np.ndarray) -> int:
         """The index in buffer ``k`` of the first row of ``rows`` (a view into it)."""
-        return (rows.__array_interface__["data"][0]
-                - self._rows[k].__array_interface__["data"][0]) // PACKET_DTYPE.itemsize
+        # ctypes.data: a structured array's __array_interface__ builds its whole descr
+        return (rows.ctypes.data - self._base) // PACKET_DTYPE.itemsize - k * self.slot_rows
 
     def view(self, k: int, start: int, end: int) -> np.ndarray:
         """Rows ``start:end`` of buffer ``k`` (the worker's side), valid until :meth:`release`:
