@@ -238,6 +238,15 @@ def _drop(sinks: list[Sink]) -> None:
                 continue        # SIGUSR1 is ignored from now on: at most once per worker
 
 
+def _drop_parts(specs: list[FileSpec]) -> None:
+    """Remove the temporary files this process made for ``specs`` that no sink holds (a
+    parent's death noticed while a sink was being opened: its file made, the sink not yet
+    kept); ``tokenpcap.pcap.output.AtomicOutput`` names them ``.<name>.<pid>.*.part``."""
+    for sp in specs:
+        for part in sp.path.parent.glob(f".{sp.path.name}.{os.getpid()}.*.part"):
+            part.unlink(missing_ok=True)
+
+
 def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent: int,
             slots: RowSlots | None = None, builder: FrameBuilder | None = None) -> None:
     """Worker process ``w``: write the files ``specs`` from ``(index, packets, labels, codes)``
@@ -283,6 +292,7 @@ def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent
                 sinks[i].add(pk, labels, codes)
         except _ParentDied:             # nobody reads results any more: drop the files, exit
             _drop(sinks)
+            _drop_parts(specs)
         except TokenpcapError as err:
             _drop(sinks)
             results.put(("error", w, str(err)))
@@ -291,6 +301,7 @@ def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent
             results.put(("error", w, f"{type(err).__name__}: {err}"))
     except _ParentDied:                 # noticed while reporting an error: nobody reads it
         _drop(sinks)
+        _drop_parts(specs)
 
 
 def _mp_context():
