@@ -7,6 +7,7 @@ same objects a forked worker would inherit)."""
 from __future__ import annotations
 
 import multiprocessing as mp
+from itertools import pairwise
 
 import numpy as np
 from hypothesis import given, settings
@@ -49,7 +50,7 @@ def test_each_worker_gets_exactly_its_files_rows(sizes, workers, lowered, seed):
     else:
         k, src = None, rows
     parts = [(f, src[a:b], [f"label {f}"], np.zeros(b - a, np.int64))
-             for f, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])) if b > a]
+             for f, (a, b) in enumerate(pairwise(bounds)) if b > a]
     sent = _collect(ring, where, parts, k)
     assert sorted(w for w, _ in sent) == list(range(workers))       # every worker, once
     got = {}
@@ -59,8 +60,7 @@ def test_each_worker_gets_exactly_its_files_rows(sizes, workers, lowered, seed):
             assert where[f] == (w, i) and labels == [f"label {f}"] and codes.size == b - a
             got[f] = ring.view(slot, a, b).tobytes()
         ring.release(w)
-    want = {f: rows[a:b].tobytes() for f, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))
-            if b > a}
+    want = {f: rows[a:b].tobytes() for f, (a, b) in enumerate(pairwise(bounds)) if b > a}
     assert got == want
 
 

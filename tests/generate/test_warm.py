@@ -10,12 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.wire.test_builder import CONTEXTS, make_ctx
 from tokenpcap.config.profiles import load_cluster
 from tokenpcap.generate import output
 from tokenpcap.generate.warm import load_writer_functions, sample_rows
 from tokenpcap.wire import FrameBuilder, build_frame
-
-from tests.wire.test_builder import CONTEXTS, make_ctx
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -27,6 +27,7 @@ from tokenpcap.generate.feed import RowSlots, feed_chunk
 from tokenpcap.generate.pending import PendingRows, captured_bytes
 from tokenpcap.generate.parentdeath import PR_SET_PDEATHSIG as _PR_SET_PDEATHSIG  # noqa: F401
 from tokenpcap.generate.parentdeath import ParentDied as _ParentDied
+from tokenpcap.generate.parentdeath import drop_parts, drop_sinks
 from tokenpcap.generate.warm import load_writer_functions
 from tokenpcap.generate.parentdeath import parent_gone as _parent_gone
 from tokenpcap.generate.parentdeath import signal_when_parent_dies as _signal_when_parent_dies
@@ -226,27 +227,6 @@ def _open(specs: list[FileSpec], cfg: WriterConfig, builder: FrameBuilder | None
     return sinks
 
 
-def _drop(sinks: list[Sink]) -> None:
-    """Abort every sink, even when the parent's death is noticed in the middle (the abort of
-    that sink is done again: aborting is idempotent). Raises nothing but what an abort raises."""
-    for s in sinks:
-        while True:
-            try:
-                s.abort()
-                break
-            except _ParentDied:
-                continue        # SIGUSR1 is ignored from now on: at most once per worker
-
-
-def _drop_parts(specs: list[FileSpec]) -> None:
-    """Remove the temporary files this process made for ``specs`` that no sink holds (a
-    parent's death noticed while a sink was being opened: its file made, the sink not yet
-    kept); ``tokenpcap.pcap.output.AtomicOutput`` names them ``.<name>.<pid>.*.part``."""
-    for sp in specs:
-        for part in sp.path.parent.glob(f".{sp.path.name}.{os.getpid()}.*.part"):
-            part.unlink(missing_ok=True)
-
-
 def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent: int,
             slots: RowSlots | None = None, builder: FrameBuilder | None = None) -> None:
     """Worker process ``w``: write the files ``specs`` from ``(index, packets, labels, codes)``
@@ -280,7 +260,7 @@ def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent
                     results.put(("ok", w, [s.close() for s in sinks]))
                     return
                 if item == "abort":
-                    _drop(sinks)
+                    drop_sinks(sinks)
                     return
                 if len(item) == 2:          # rows in shared memory: copy each part out, free
                     k, parts = item
@@ -291,17 +271,17 @@ def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent
                 i, pk, labels, codes = item
                 sinks[i].add(pk, labels, codes)
         except _ParentDied:             # nobody reads results any more: drop the files, exit
-            _drop(sinks)
-            _drop_parts(specs)
+            drop_sinks(sinks)
+            drop_parts(specs)
         except TokenpcapError as err:
-            _drop(sinks)
+            drop_sinks(sinks)
             results.put(("error", w, str(err)))
         except BaseException as err:   # noqa: BLE001 - report anything to the parent, then exit
-            _drop(sinks)
+            drop_sinks(sinks)
             results.put(("error", w, f"{type(err).__name__}: {err}"))
     except _ParentDied:                 # noticed while reporting an error: nobody reads it
-        _drop(sinks)
-        _drop_parts(specs)
+        drop_sinks(sinks)
+        drop_parts(specs)
 
 
 def _mp_context():
