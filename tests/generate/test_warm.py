@@ -37,13 +37,12 @@ def test_the_throwaway_file_is_written_and_dropped(tmp_path, fmt):
     spec = output.FileSpec(tmp_path / f"f.{fmt}", (3,))
     written = []
 
-    def sink(sp, cf, b):
-        s = output.Sink(sp, cf, b, threaded=False)
+    def writer(sp):
         written.append(sp.path)
-        return s
+        return output.open_writer(sp, cfg, threaded=False)
 
     threads = threading.active_count()
-    load_writer_functions(spec, cfg, output._builder(cfg), sink)
+    load_writer_functions(spec, cfg, output._builder(cfg), writer)
     assert threading.active_count() == threads
     assert len(written) == 1 and not written[0].parent.exists() and not list(tmp_path.iterdir())
     assert direct.fill_rows.signatures          # the frame loop is loaded in this process

@@ -39,7 +39,7 @@ from tokenpcap.records.points import NIC_TX, CapturePoint
 from tokenpcap.wire.builder import FrameBuilder
 from tokenpcap.wire.gather import BatchFill
 
-__all__ = ["FileSpec", "WriterConfig", "interfaces", "Sink", "Dispatcher", "FLUSH_BYTES",
+__all__ = ["FileSpec", "WriterConfig", "interfaces", "open_writer", "Sink", "Dispatcher", "FLUSH_BYTES",
            "BUDGET_BYTES"]
 
 #: Bytes a sink holds before building and writing one batch: its buffered packet rows plus the
@@ -103,6 +103,16 @@ def interfaces(spec: FileSpec, cfg: WriterConfig) -> list[Interface]:
                       speed_bps=speed, link=link) for n in spec.nics]
 
 
+def open_writer(spec: FileSpec, cfg: WriterConfig, threaded: bool = True):
+    """The capture writer of ``spec`` in ``cfg``'s format (:mod:`tokenpcap.pcap.registry`),
+    writing on a background thread unless ``threaded`` is false."""
+    fmt = capture_format(cfg.fmt)
+    link = "infiniband" if cfg.cluster.transport == "infiniband" else "ethernet"
+    return fmt.open(spec.path, link=link, snaplen=cfg.snaplen,
+                    interfaces=interfaces(spec, cfg) if fmt.comments else None,
+                    section_comment=cfg.section_comment, threaded=threaded)
+
+
 class _Pool(list):
     """The sinks of one process, which share BUDGET_BYTES, and the bytes they hold together
     (kept up to date by :meth:`Sink.add` and :meth:`Sink.flush`)."""
@@ -118,16 +128,12 @@ class Sink:
     """
 
     def __init__(self, spec: FileSpec, cfg: WriterConfig, builder: FrameBuilder,
-                 pool: _Pool | None = None, threaded: bool = True):
+                 pool: _Pool | None = None):
         self.spec, self.builder = spec, builder
         self.pool = pool if pool is not None else _Pool([self])     # the files sharing BUDGET_BYTES
-        c = cfg.cluster
-        link = "infiniband" if c.transport == "infiniband" else "ethernet"
         fmt = capture_format(cfg.fmt)
         self.pcapng = fmt.comments
-        self.w = fmt.open(spec.path, link=link, snaplen=cfg.snaplen,
-                          interfaces=interfaces(spec, cfg) if fmt.comments else None,
-                          section_comment=cfg.section_comment, threaded=threaded)
+        self.w = open_writer(spec, cfg)
         self.point = spec.point
         if fmt.comments and not spec.point.at_switch:
             self.iface = np.full(max(spec.nics) + 1, -1, np.int64)
@@ -318,7 +324,7 @@ class Dispatcher:
         if self.slots is not None:      # forked writers inherit the functions loaded here
             builder = _builder(cfg)
             load_writer_functions(specs[0], cfg, builder,
-                                  lambda sp, c, b: Sink(sp, c, b, threaded=False))
+                                  lambda sp: open_writer(sp, cfg, threaded=False))
         for w in range(self.jobs):
             mine = [s for i, s in enumerate(specs) if i % self.jobs == w]
             p = ctx.Process(target=_worker,

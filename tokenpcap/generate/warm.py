@@ -20,8 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
+from tokenpcap.generate.pending import captured_bytes
+from tokenpcap.pcap import Comments
+from tokenpcap.pcap.registry import capture_format
 from tokenpcap.records import PACKET_DTYPE
 from tokenpcap.wire import rdma
+from tokenpcap.wire.gather import BatchFill
 
 __all__ = ["load_writer_functions", "sample_rows"]
 
@@ -44,19 +48,22 @@ def sample_rows(builder, nic: int) -> np.ndarray:
     return p
 
 
-def load_writer_functions(spec, cfg, builder, open_sink) -> None:
+def load_writer_functions(spec, cfg, builder, open_writer) -> None:
     """Write :func:`sample_rows` of ``spec``'s first NIC through a throwaway file of ``cfg``'s
-    format and snap length (``open_sink(spec, cfg, builder)``, unthreaded: no thread may run
-    when the writers are forked), then drop it: the compiled functions a batch of that file
-    calls are loaded in this process.
+    format and snap length (``open_writer(spec)``: a capture writer, unthreaded: no thread may
+    run when the writers are forked), as a writer process writes a batch, then drop it: the
+    compiled functions a batch of that file calls are loaded in this process.
 
     Raises:
-        OutputError: the temporary file cannot be written."""
+        OutputError: the temporary file cannot be written.
+    """
     with tempfile.TemporaryDirectory() as tmp:
-        sink = open_sink(replace(spec, path=Path(tmp) / f"warm{spec.path.suffix}"), cfg, builder)
+        w = open_writer(replace(spec, path=Path(tmp) / f"warm{spec.path.suffix}"))
         try:
             p = sample_rows(builder, spec.nics[0])
-            sink.add(p, ["warm"], np.zeros(p.size, np.int64))
-            sink.flush()
+            captured_bytes(p["frame_bytes"], cfg.snaplen)
+            comments = Comments(["warm"], np.zeros(p.size, np.int64)) if capture_format(cfg.fmt).comments else None
+            w.write_batch(p["time_ns"], p["frame_bytes"].astype(np.int64), BatchFill(builder, p),
+                          0, comments)
         finally:
-            sink.abort()
+            w.abort()
