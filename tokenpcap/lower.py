@@ -197,7 +197,7 @@ class Lowering:
                            tx["msg"], self.cnp_udp_sport, tx["frame_bytes"])
 
     def rdma_rows(self, tx: np.ndarray, m: np.ndarray, inv: np.ndarray, *, time_add_ns: int = 0,
-                  pos: np.ndarray | None = None) -> np.ndarray:
+                  pos: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """The RDMA rows (data, CTS, ACK; module docstring) of a chunk whose distinct messages
         are already looked up: what :func:`tokenpcap.generate.route.route_chunk` calls, having
         read each message once for its selection. What depends on the QP alone is computed
@@ -211,9 +211,12 @@ class Lowering:
             time_add_ns: added to every row's ``time_ns``.
             pos: None, or int64 ``(n,)``: the output row of each row of ``tx`` (a permutation,
                 :func:`tokenpcap.wire.expand.group_positions`).
+            out: None, or ``PACKET_DTYPE (n,)`` to write the rows into (a buffer shared with
+                the writer processes, :meth:`tokenpcap.generate.output.Dispatcher.chunk_rows`).
 
         Returns:
-            ``PACKET_DTYPE (n,)``, in the order of ``tx`` (or as ``pos`` places them).
+            ``PACKET_DTYPE (n,)``, in the order of ``tx`` (or as ``pos`` places them); ``out``
+            when given.
 
         Raises:
             InputError: a message whose ``qp`` is >= QP_STRIDE.
@@ -234,7 +237,7 @@ class Lowering:
                            imm=m["imm"], qp_seq=m["qp_seq"], line=line)
         flags = tx["flags"] if "flags" in tx.dtype.names else None      # a queued fabric's CE marks
         return expand_rows(tx, inv, mv, self.pmtu, self.ack_every, PKT_ACK, flags,
-                           TX_FLAG_CE.bit_length() - 1, time_add_ns, pos)
+                           TX_FLAG_CE.bit_length() - 1, time_add_ns, pos, out)
 
 
 def pfc_packets(tx: np.ndarray) -> np.ndarray:

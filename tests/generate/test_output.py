@@ -110,7 +110,7 @@ def sigusr1():
 
 
 def _run_worker(monkeypatch, sinks, q, parent=None):
-    monkeypatch.setattr(output, "_open", lambda specs, cfg: sinks)
+    monkeypatch.setattr(output, "_open", lambda specs, cfg, builder=None: sinks)
     results: queue.Queue = queue.Queue()
     output._worker(0, [], None, q, results, os.getppid() if parent is None else parent)
     return [results.get_nowait() for _ in range(results.qsize())]

@@ -58,6 +58,11 @@ def test_rows_follow_the_segmentation_and_the_header_rules(msgs, ack_every, seed
     pos, starts = group_positions(group, 3)
     out = expand_rows(tx, inv, mv, PMTU, ack_every, ACK, flags, 0, time_add, pos)
     assert out.dtype == PACKET_DTYPE
+    # into a buffer holding an earlier chunk's bytes (a reused shared buffer): every byte
+    # written, the same rows
+    used = rng.integers(0, 256, out.nbytes, dtype=np.uint8).view(PACKET_DTYPE)
+    again = expand_rows(tx, inv, mv, PMTU, ack_every, ACK, flags, 0, time_add, pos, out=used)
+    assert again is used and used.tobytes() == out.tobytes()
     for r in range(len(rows)):
         o, k, i = out[pos[r]], int(inv[r]), int(tx["index"][r])
         size, verb, psn0, qp_seq, line = msgs[k]

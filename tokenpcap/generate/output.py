@@ -27,6 +27,8 @@ from tokenpcap.generate.feed import RowSlots, feed_chunk
 from tokenpcap.generate.pending import PendingRows, captured_bytes
 from tokenpcap.generate.parentdeath import PR_SET_PDEATHSIG as _PR_SET_PDEATHSIG  # noqa: F401
 from tokenpcap.generate.parentdeath import ParentDied as _ParentDied
+from tokenpcap.generate.parentdeath import drop_parts, drop_sinks
+from tokenpcap.generate.warm import load_writer_functions
 from tokenpcap.generate.parentdeath import parent_gone as _parent_gone
 from tokenpcap.generate.parentdeath import signal_when_parent_dies as _signal_when_parent_dies
 from tokenpcap.lower import wire_context
@@ -37,7 +39,7 @@ from tokenpcap.records.points import NIC_TX, CapturePoint
 from tokenpcap.wire.builder import FrameBuilder
 from tokenpcap.wire.gather import BatchFill
 
-__all__ = ["FileSpec", "WriterConfig", "interfaces", "Sink", "Dispatcher", "FLUSH_BYTES",
+__all__ = ["FileSpec", "WriterConfig", "interfaces", "open_writer", "Sink", "Dispatcher", "FLUSH_BYTES",
            "BUDGET_BYTES"]
 
 #: Bytes a sink holds before building and writing one batch: its buffered packet rows plus the
@@ -101,6 +103,16 @@ def interfaces(spec: FileSpec, cfg: WriterConfig) -> list[Interface]:
                       speed_bps=speed, link=link) for n in spec.nics]
 
 
+def open_writer(spec: FileSpec, cfg: WriterConfig, threaded: bool = True):
+    """The capture writer of ``spec`` in ``cfg``'s format (:mod:`tokenpcap.pcap.registry`),
+    writing on a background thread unless ``threaded`` is false."""
+    fmt = capture_format(cfg.fmt)
+    link = "infiniband" if cfg.cluster.transport == "infiniband" else "ethernet"
+    return fmt.open(spec.path, link=link, snaplen=cfg.snaplen,
+                    interfaces=interfaces(spec, cfg) if fmt.comments else None,
+                    section_comment=cfg.section_comment, threaded=threaded)
+
+
 class _Pool(list):
     """The sinks of one process, which share BUDGET_BYTES, and the bytes they hold together
     (kept up to date by :meth:`Sink.add` and :meth:`Sink.flush`)."""
@@ -119,13 +131,9 @@ class Sink:
                  pool: _Pool | None = None):
         self.spec, self.builder = spec, builder
         self.pool = pool if pool is not None else _Pool([self])     # the files sharing BUDGET_BYTES
-        c = cfg.cluster
-        link = "infiniband" if c.transport == "infiniband" else "ethernet"
         fmt = capture_format(cfg.fmt)
         self.pcapng = fmt.comments
-        self.w = fmt.open(spec.path, link=link, snaplen=cfg.snaplen,
-                          interfaces=interfaces(spec, cfg) if fmt.comments else None,
-                          section_comment=cfg.section_comment)
+        self.w = open_writer(spec, cfg)
         self.point = spec.point
         if fmt.comments and not spec.point.at_switch:
             self.iface = np.full(max(spec.nics) + 1, -1, np.int64)
@@ -207,8 +215,13 @@ class Sink:
         self.w.abort()
 
 
-def _open(specs: list[FileSpec], cfg: WriterConfig) -> list[Sink]:
-    builder = FrameBuilder(wire_context(cfg.cluster, payload_seed=cfg.payload_seed))
+def _builder(cfg: WriterConfig) -> FrameBuilder:
+    return FrameBuilder(wire_context(cfg.cluster, payload_seed=cfg.payload_seed))
+
+
+def _open(specs: list[FileSpec], cfg: WriterConfig, builder: FrameBuilder | None = None
+          ) -> list[Sink]:
+    builder = builder if builder is not None else _builder(cfg)
     sinks = _Pool()
     try:
         for s in specs:
@@ -220,23 +233,12 @@ def _open(specs: list[FileSpec], cfg: WriterConfig) -> list[Sink]:
     return sinks
 
 
-def _drop(sinks: list[Sink]) -> None:
-    """Abort every sink, even when the parent's death is noticed in the middle (the abort of
-    that sink is done again: aborting is idempotent). Raises nothing but what an abort raises."""
-    for s in sinks:
-        while True:
-            try:
-                s.abort()
-                break
-            except _ParentDied:
-                continue        # SIGUSR1 is ignored from now on: at most once per worker
-
-
 def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent: int,
-            slots: RowSlots | None = None) -> None:
+            slots: RowSlots | None = None, builder: FrameBuilder | None = None) -> None:
     """Worker process ``w``: write the files ``specs`` from ``(index, packets, labels, codes)``
     items, or ``(buffer, [(index, start, end, labels, codes), ...])`` items whose rows are in
-    ``slots`` (:mod:`tokenpcap.generate.feed`); ``None`` closes them, ``"abort"`` drops them. Reports ``("ok", w, [(packets, bytes)])``
+    ``slots`` (:mod:`tokenpcap.generate.feed`), with ``builder`` (a forked worker's: the
+    parent's, :mod:`tokenpcap.generate.warm`) or a new one; ``None`` closes them, ``"abort"`` drops them. Reports ``("ok", w, [(packets, bytes)])``
     or ``("error", w, message)`` on ``results``. When the parent dies (SIGKILL) the worker drops
     its files and exits, reporting nothing: at once on Linux, even in the middle of reading a
     batch (:func:`_signal_when_parent_dies`), otherwise within a second between batches.
@@ -250,7 +252,7 @@ def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent
             if os.getppid() != parent:              # died before the signal was asked for
                 _parent_gone()
                 raise _ParentDied()
-            sinks = _open(specs, cfg)
+            sinks = _open(specs, cfg, builder)
             while True:
                 try:
                     item = q.get(timeout=1.0)
@@ -264,26 +266,28 @@ def _worker(w: int, specs: list[FileSpec], cfg: WriterConfig, q, results, parent
                     results.put(("ok", w, [s.close() for s in sinks]))
                     return
                 if item == "abort":
-                    _drop(sinks)
+                    drop_sinks(sinks)
                     return
                 if len(item) == 2:          # rows in shared memory: copy each part out, free
                     k, parts = item
                     for i, a, b, labels, codes in parts:
                         sinks[i].add(slots.view(k, a, b), labels, codes)   # copied by add
-                    slots.release()
+                    slots.release(w)
                     continue
                 i, pk, labels, codes = item
                 sinks[i].add(pk, labels, codes)
         except _ParentDied:             # nobody reads results any more: drop the files, exit
-            _drop(sinks)
+            drop_sinks(sinks)
+            drop_parts(specs)
         except TokenpcapError as err:
-            _drop(sinks)
+            drop_sinks(sinks)
             results.put(("error", w, str(err)))
         except BaseException as err:   # noqa: BLE001 - report anything to the parent, then exit
-            _drop(sinks)
+            drop_sinks(sinks)
             results.put(("error", w, f"{type(err).__name__}: {err}"))
     except _ParentDied:                 # noticed while reporting an error: nobody reads it
-        _drop(sinks)
+        drop_sinks(sinks)
+        drop_parts(specs)
 
 
 def _mp_context():
@@ -306,6 +310,7 @@ class Dispatcher:
         self.jobs = max(1, min(int(jobs), len(specs))) if specs else 1
         self.local: list[Sink] | None = None
         self.procs: list = []
+        self.slots: RowSlots | None = None
         if self.jobs == 1:
             self.local = _open(specs, cfg)
             return
@@ -314,13 +319,17 @@ class Dispatcher:
         self.queues = [ctx.Queue(maxsize=8) for _ in range(self.jobs)]
         self.where = [(i % self.jobs, i // self.jobs) for i in range(len(specs))]
         # forked workers map the parent's shared buffers; spawned ones get rows by the queue
-        self.slots = ([RowSlots(ctx) for _ in range(self.jobs)]
-                      if ctx.get_start_method() == "fork" else None)
+        self.slots = RowSlots(ctx, self.jobs) if ctx.get_start_method() == "fork" else None
+        builder = None
+        if self.slots is not None:      # forked writers inherit the functions loaded here
+            builder = _builder(cfg)
+            load_writer_functions(specs[0], cfg, builder,
+                                  lambda sp: open_writer(sp, cfg, threaded=False))
         for w in range(self.jobs):
             mine = [s for i, s in enumerate(specs) if i % self.jobs == w]
             p = ctx.Process(target=_worker,
                             args=(w, mine, cfg, self.queues[w], self.results, os.getpid(),
-                                  None if self.slots is None else self.slots[w]),
+                                  self.slots, builder),
                             daemon=True, name=f"tokenpcap-writer-{w}")
             p.start()
             self.procs.append(p)
@@ -333,16 +342,28 @@ class Dispatcher:
         w, i = self.where[index]
         self._put(w, (i, packets, labels, codes))
 
-    def send_chunk(self, parts: list[tuple[int, np.ndarray, list[str] | None, np.ndarray | None]]
-                   ) -> None:
+    def chunk_rows(self, n: int) -> tuple[int, np.ndarray] | None:
+        """Where a chunk's ``n`` rows may be written to reach the workers without a copy:
+        ``(buffer, rows)``, ``rows`` a ``PACKET_DTYPE (n,)`` view of the next shared buffer
+        (:meth:`tokenpcap.generate.feed.RowSlots.take`), to be passed on as
+        :meth:`send_chunk`'s ``slot`` with parts that are views into it; None when the files
+        are written in this process, by spawned workers, or ``n`` exceeds a buffer."""
+        if self.slots is None or n > self.slots.slot_rows:
+            return None
+        k, rows = self.slots.take(self._check)
+        return k, rows[:n]
+
+    def send_chunk(self, parts: list[tuple[int, np.ndarray, list[str] | None, np.ndarray | None]],
+                   slot: int | None = None) -> None:
         """Send one chunk's ``(index, packets, labels, codes)`` parts (as :meth:`send` each,
-        in order): a worker's share of the chunk through its shared buffers when it fits
-        (:mod:`tokenpcap.generate.feed`), else part by part through its queue."""
+        in order): through the workers' shared buffers when the chunk fits one
+        (:mod:`tokenpcap.generate.feed`; ``slot``: the buffer of :meth:`chunk_rows` the parts
+        already lie in), else part by part through the queues."""
         if self.local is not None or self.slots is None:
             for part in parts:
                 self.send(*part)
             return
-        feed_chunk(self.slots, self.where, parts, self._put, self._check)
+        feed_chunk(self.slots, self.where, parts, self._put, self._check, slot)
 
     def _put(self, w: int, item) -> None:
         while True:

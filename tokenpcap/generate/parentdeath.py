@@ -4,10 +4,12 @@ tell its workers), Linux sends the worker SIGUSR1 (prctl(2) ``PR_SET_PDEATHSIG``
 on a queue nobody writes to (:func:`tokenpcap.generate.output._worker`)."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
-__all__ = ["ParentDied", "parent_gone", "signal_when_parent_dies", "PR_SET_PDEATHSIG"]
+__all__ = ["ParentDied", "parent_gone", "signal_when_parent_dies", "PR_SET_PDEATHSIG",
+           "drop_sinks", "drop_parts"]
 
 
 class ParentDied(BaseException):
@@ -50,3 +52,26 @@ def signal_when_parent_dies() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGUSR1), 0, 0, 0)
     except (OSError, AttributeError, ValueError):
         pass
+
+
+def drop_sinks(sinks) -> None:
+    """Abort every sink (``abort()``), even when the parent's death is noticed in the middle
+    (the abort of that sink is done again: aborting is idempotent). Raises nothing but what an
+    abort raises."""
+    for s in sinks:
+        while True:
+            try:
+                s.abort()
+                break
+            except ParentDied:
+                continue        # SIGUSR1 is ignored from now on: at most once per worker
+
+
+def drop_parts(specs) -> None:
+    """Remove the temporary files this process made for ``specs`` (each with a ``path``) that
+    no sink holds (a parent's death noticed while a sink was being opened: its file made, the
+    sink not yet kept); ``tokenpcap.pcap.output.AtomicOutput`` names them
+    ``.<name>.<pid>.*.part``."""
+    for sp in specs:
+        for part in sp.path.parent.glob(f".{sp.path.name}.{os.getpid()}.*.part"):
+            part.unlink(missing_ok=True)

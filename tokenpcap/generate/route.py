@@ -189,11 +189,14 @@ def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, 
     if has_pfc or (kc == PKT_CNP).any():
         pk = lower(tx, sched.message_index)         # the fabric's rows: PFC, CNP
         pk["time_ns"] += EPOCH_NS
-        order = None
+        order = slot = None
         parts = list(_parts(fid))
     else:   # each file's rows together, in their order: a file's share is a slice of pk
         order, starts = group_positions(fid, int(route.max(initial=-1)) + 1)
-        pk = lower.rdma_rows(tx, m, inv, time_add_ns=EPOCH_NS, pos=order)
+        shared = disp.chunk_rows(len(tx))   # the writers' shared buffer, or None: a new array
+        slot = None if shared is None else shared[0]
+        pk = lower.rdma_rows(tx, m, inv, time_add_ns=EPOCH_NS, pos=order,
+                             out=None if shared is None else shared[1])
         parts = [(f, slice(a, b)) for f, (a, b) in enumerate(zip(starts[:-2].tolist(),
                                                               starts[1:-1].tolist())) if b > a]
     tally(res, tx, pk, order, kc, label)
@@ -225,7 +228,7 @@ def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, 
             out.append((f, rows, [labels_all[u] for u in used.tolist()], local.reshape(-1)))
         else:
             out.append((f, rows, None, None))
-    disp.send_chunk(out)
+    disp.send_chunk(out, slot)
     return int(idx.size)
 
 

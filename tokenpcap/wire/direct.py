@@ -30,6 +30,8 @@ from numba.extending import intrinsic
 from tokenpcap.records import PACKET_DTYPE
 from tokenpcap.wire import headers as H
 from tokenpcap.wire.ecn import ipv4_checksum_delta
+from tokenpcap.wire.headcache import (OUTSIDE_HEADER_FIELDS, PER_PACKET_FIELDS, HeaderCache,
+                                      row_key, same_key, slot_of)
 from tokenpcap.wire.layout import LP_DERIVED, Layout
 from tokenpcap.wire.linear import CRC16_VCRC, CRC32
 from tokenpcap.wire.lines import LINE_FORMATS, encode_lines
@@ -102,6 +104,10 @@ class DirectTables:
         self.nw = np.zeros(n, np.int64)
         self.const = np.zeros((n, width), np.uint64)
         self.ent_lo, self.ent_hi = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        self.ent_mid = np.zeros(n, np.int64)
+        per_packet = {_offset(f) for f in PER_PACKET_FIELDS}
+        outside = {_offset(f) for f in OUTSIDE_HEADER_FIELDS}
+        self.cacheable = True
         self.nic_lo, self.nic_hi = np.zeros(n, np.int64), np.zeros(n, np.int64)
         self.ce_word, self.ce_bits = np.full(n, -1, np.int64), np.zeros(n, np.uint64)
         self.ip4_col, self.ip4_base = np.full(n, -1, np.int64), np.zeros(n, np.int64)
@@ -113,6 +119,7 @@ class DirectTables:
             self.const[op, :lay.n_words] = lay.word_const
             terms = lay.derived_terms()
             self.ent_lo[op] = len(ent)
+            mine = []
             for i, j, rshift, mask, lshift, _ in lay.word_plan:
                 src = lay.writes[i].src
                 if src.key in LP_DERIVED:
@@ -123,7 +130,13 @@ class DirectTables:
                     kind, a, b = _FLOW, 0, 0
                 else:
                     kind, a, b = _FIELD, _offset(src.key), PACKET_DTYPE.fields[src.key][0].itemsize
-                ent.append([kind, a, b, src.add, src.rshift, src.mask, j, rshift, int(mask), lshift])
+                mine.append([kind, a, b, src.add, src.rshift, src.mask, j, rshift, int(mask), lshift])
+            # the per-packet parts last (tokenpcap.wire.headcache): from ent_mid on
+            per = [e[0] == _FIELD and e[1] in per_packet for e in mine]
+            self.cacheable &= not any(e[0] == _FIELD and e[1] in outside for e in mine)
+            ent += [e for e, x in zip(mine, per) if not x]
+            self.ent_mid[op] = len(ent)
+            ent += [e for e, x in zip(mine, per) if x]
             self.ent_hi[op] = len(ent)
             self.nic_lo[op] = len(nic_ent)
             for key, j, table in lay.word_nic:
@@ -147,6 +160,7 @@ class DirectTables:
         self.nic_tab = np.array(nic_tab, np.uint64).reshape(len(nic_tab), -1) if nic_tab \
             else np.zeros((0, 1), np.uint64)
         self.scratch = np.zeros(width, np.uint64)
+        self.cache = HeaderCache(width)
 
     def eligible(self, p: np.ndarray, caplen: np.ndarray) -> np.ndarray:
         """bool ``(n,)``: rows :func:`fill_rows` builds: those whose kept bytes end before the
@@ -171,7 +185,12 @@ class DirectTables:
                   self.nic_hi, self.ce_word, self.ce_bits, self.ip4_col, self.ip4_base,
                   self.udp_add, self.ip4_nic_sum, self.ce_delta, pats, pidx, self.scratch,
                   self.scratch.view(np.uint8), self.frame, self.crc_start, self.ormask,
-                  self.crc_reg0, _T32, self.ib, _T16, self.min_frame)
+                  self.crc_reg0, _T32, self.ib, _T16, self.min_frame, self.ent_mid,
+                  self.cacheable, *self._cache_args())
+
+    def _cache_args(self) -> tuple:
+        c = self.cache
+        return c.op, c.key, c.words, c.sum, c.at, c.mask, c.row
 
     def _payloads(self, p: np.ndarray, rows: np.ndarray, caplen: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
@@ -238,7 +257,7 @@ def _read_le(rec, r, at, nbytes):
 def fill_rows(rec, rows, out, offsets, caplen, fo, hb_t, nw_t, const, ent, ent_lo, ent_hi,
               nic_ent, nic_tab, nic_lo, nic_hi, ce_word, ce_bits, ip4_col, ip4_base, udp_add,
               ip4_nic_sum, ce_delta, pats, pidx, w, wb, f, crc_start, ormask, reg0, t32, ib, t16,
-              min_frame):
+              min_frame, ent_mid, cached, c_op, c_key, c_words, c_sum, k_at, k_mask, key):
     """Build the kept bytes of rows ``rows`` of ``rec`` (uint8 ``(n, PACKET_DTYPE.itemsize)``)
     into ``out`` at ``offsets``, ``caplen`` bytes each, from :class:`DirectTables`' tables
     (``fo``: byte offsets of opcode, payload_bytes, nic, peer_nic, ce, ip_id, src_qp, dest_qp
@@ -248,47 +267,54 @@ def fill_rows(rec, rows, out, offsets, caplen, fo, hb_t, nw_t, const, ent, ent_l
     CRC-32 (``t32``, from register ``reg0`` after the ICRC's prefix) over bytes ``crc_start..``
     with ``ormask`` (indexed by frame byte) ORed in (IBTA vol. 1 7.8.1, RoCEv2 Annex A17.4.1.3), then (``ib``) the VCRC,
     CRC-16 (``t16``) over everything before it (7.8.2), else Ethernet zero padding up to
-    ``min_frame`` bytes. The caller checked every row (field widths, NIC
-    indices, eligibility)."""
+    ``min_frame`` bytes. With ``cached``, a row whose key equals its slot's in the
+    :class:`~tokenpcap.wire.headcache.HeaderCache` (``c_*``, ``k_at``, ``k_mask``, ``key`` its
+    arrays) takes the slot's header words and checksum sum and has only its per-packet parts
+    (entries ``ent_mid[op]..ent_hi[op]``) written; others are assembled whole and take the
+    slot. The caller checked every row (field widths, NIC indices, eligibility)."""
     m8 = np.uint64(0xFF)
     for t in range(rows.size):
         r = rows[t]
         op = rec[r, fo[0]]
         nw = nw_t[op]
-        for j in range(nw):
-            w[j] = const[op, j]
         pay = _read_le(rec, r, fo[1], 4)
         lp = (pay + np.uint64(3)) & ~np.uint64(3)
-        for e in range(ent_lo[op], ent_hi[op]):
-            kind = np.int64(ent[e, 0])
-            if kind == _FIELD:
-                v = _read_le(rec, r, np.int64(ent[e, 1]), np.int64(ent[e, 2]))
-            elif kind == _LP:
-                v = (lp + ent[e, 1]) >> ent[e, 2]
-            elif kind == _PAD:
-                v = lp - pay
-            else:                       # rdma.rocev2_flow_label of (src_qp, dest_qp)
-                v = _read_le(rec, r, fo[6], 4) * _read_le(rec, r, fo[7], 4)
-                v ^= v >> np.uint64(20)
-                v ^= v >> np.uint64(40)
-                v &= np.uint64(0xFFFFF)
-            if ent[e, 4]:
-                v >>= ent[e, 4]
-            if ent[e, 5]:
-                v &= ent[e, 5]
-            v += ent[e, 3]
-            w[ent[e, 6]] |= ((v >> ent[e, 7]) & ent[e, 8]) << ent[e, 9]
         nic = np.int64(np.int32(_read_le(rec, r, fo[2], 4)))
         peer = np.int64(np.int32(_read_le(rec, r, fo[3], 4)))
-        for q in range(nic_lo[op], nic_hi[op]):
-            w[nic_ent[q, 1]] |= nic_tab[q, nic if nic_ent[q, 0] == 0 else peer]
         ce = rec[r, fo[4]] != 0
-        if ce and ce_word[op] >= 0:
-            w[ce_word[op]] |= ce_bits[op]
         col = ip4_col[op]
-        if col >= 0:                    # RFC 1071: template sum + varying words, folded
-            s = ip4_base[op] + np.int64(lp) + udp_add[op] + np.int64(_read_le(rec, r, fo[5], 2)) \
-                + ip4_nic_sum[nic] + ip4_nic_sum[peer] + (ce_delta if ce else 0)
+        slot = -1
+        if cached:
+            row_key(rec, r, k_at, k_mask, key)
+            slot = slot_of(key)
+        if slot >= 0 and c_op[slot] == op and same_key(c_key, slot, key):
+            for j in range(nw):
+                w[j] = c_words[slot, j]
+            s0 = c_sum[slot]
+        else:
+            for j in range(nw):
+                w[j] = const[op, j]
+            for e in range(ent_lo[op], ent_mid[op]):
+                _entry(w, rec, r, ent, e, pay, lp, fo)
+            for q in range(nic_lo[op], nic_hi[op]):
+                w[nic_ent[q, 1]] |= nic_tab[q, nic if nic_ent[q, 0] == 0 else peer]
+            if ce and ce_word[op] >= 0:
+                w[ce_word[op]] |= ce_bits[op]
+            s0 = 0      # RFC 1071: template sum + varying words but the IP ID
+            if col >= 0:
+                s0 = ip4_base[op] + np.int64(lp) + udp_add[op] + ip4_nic_sum[nic] \
+                    + ip4_nic_sum[peer] + (ce_delta if ce else 0)
+            if slot >= 0:
+                c_op[slot] = op
+                c_sum[slot] = s0
+                for j in range(nw):
+                    c_words[slot, j] = w[j]
+                for i in range(key.size):
+                    c_key[slot, i] = key[i]
+        for e in range(ent_mid[op], ent_hi[op]):
+            _entry(w, rec, r, ent, e, pay, lp, fo)
+        if col >= 0:                    # RFC 1071: the sum with the IP ID, folded
+            s = s0 + np.int64(_read_le(rec, r, fo[5], 2))
             for _ in range(3):
                 s = (s & 0xFFFF) + (s >> 16)
             csum = np.uint64(~s & 0xFFFF)
@@ -316,6 +342,30 @@ def fill_rows(rec, rows, out, offsets, caplen, fo, hb_t, nw_t, const, ent, ent_l
             _copy(out, o, wb, 0, min(c, hb))
         if c > hb:
             _copy(out, o + hb, pats, at, c - hb)
+
+
+@njit(cache=True, _nrt=False)
+def _entry(w, rec, r, ent, e, pay, lp, fo):
+    """Write field part ``ent[e]`` of row ``r`` into the header words ``w`` (see
+    :func:`fill_rows`)."""
+    kind = np.int64(ent[e, 0])
+    if kind == _FIELD:
+        v = _read_le(rec, r, np.int64(ent[e, 1]), np.int64(ent[e, 2]))
+    elif kind == _LP:
+        v = (lp + ent[e, 1]) >> ent[e, 2]
+    elif kind == _PAD:
+        v = lp - pay
+    else:                       # rdma.rocev2_flow_label of (src_qp, dest_qp)
+        v = _read_le(rec, r, fo[6], 4) * _read_le(rec, r, fo[7], 4)
+        v ^= v >> np.uint64(20)
+        v ^= v >> np.uint64(40)
+        v &= np.uint64(0xFFFFF)
+    if ent[e, 4]:
+        v >>= ent[e, 4]
+    if ent[e, 5]:
+        v &= ent[e, 5]
+    v += ent[e, 3]
+    w[ent[e, 6]] |= ((v >> ent[e, 7]) & ent[e, 8]) << ent[e, 9]
 
 
 @njit(cache=True, _nrt=False)

@@ -63,7 +63,8 @@ class MessageValues:
 
 def expand_rows(tx: np.ndarray, inv: np.ndarray, mv: MessageValues, pmtu: int, ack_every: int,
                 ack_kind: int, flags: np.ndarray | None = None, ce_bit: int = 0,
-                time_add_ns: int = 0, pos: np.ndarray | None = None) -> np.ndarray:
+                time_add_ns: int = 0, pos: np.ndarray | None = None,
+                out: np.ndarray | None = None) -> np.ndarray:
     """``PACKET_DTYPE (n,)`` rows of the transmitted frames ``tx`` (module docstring).
 
     Args:
@@ -77,12 +78,17 @@ def expand_rows(tx: np.ndarray, inv: np.ndarray, mv: MessageValues, pmtu: int, a
         time_add_ns: added to every ``time_ns``.
         pos: None (rows in the order of ``tx``) or int64 ``(n,)``, the output row of each
             input row (a permutation of ``0..n-1``, :func:`group_positions`).
+        out: None (a new array), or ``PACKET_DTYPE (n,)`` to write the rows into (every field
+            of every row is written), e.g. a buffer shared with the writer processes.
 
     Returns:
-        ``PACKET_DTYPE (n,)``.
+        ``PACKET_DTYPE (n,)``: ``out`` when given.
     """
     n = tx.size
-    out = np.empty(n, PACKET_DTYPE)
+    if out is None:
+        out = np.empty(n, PACKET_DTYPE)
+    elif out.dtype != PACKET_DTYPE or out.shape != (n,):
+        raise ValueError(f"out: got {out.dtype} {out.shape}, expected PACKET_DTYPE ({n},)")
     if n == 0:
         return out
     if pos is None:
