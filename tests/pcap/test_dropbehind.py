@@ -35,13 +35,13 @@ def recorded(monkeypatch) -> list[tuple]:
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(writes=st.lists(st.integers(0, 5000), max_size=40), start=st.integers(0, 20000),
-       region=st.integers(1, 3000))
-def test_schedule_of_ranges(monkeypatch, writes, start, region):
+       region=st.integers(1, 3000), lag=st.integers(1, 4))
+def test_schedule_of_ranges(monkeypatch, writes, start, region, lag):
     """After each write: once ``start`` bytes are written, every complete region [k r, (k+1) r)
-    of the bytes written is handed to writeback exactly once, in order; region k-1 is waited for
-    and then dropped when region k is handed over, never a byte past those written."""
+    of the bytes written is handed to writeback exactly once, in order; region k-lag is waited
+    for and then dropped when region k is handed over, never a byte past those written."""
     log = recorded(monkeypatch)
-    d = drop_behind_at(start, region)
+    d = drop_behind_at(start, region, lag)
     total = 0
     for n in writes:
         before = len(log)
@@ -53,21 +53,24 @@ def test_schedule_of_ranges(monkeypatch, writes, start, region):
     want = []
     for o in range(0, done, region):
         want.append(("sync", o, region, dropbehind._WRITE))
-        if o:
-            want += [("sync", o - region, region, WAIT), ("drop", o - region, region, 0)]
+        if o >= lag * region:
+            b = o - lag * region
+            want += [("sync", b, region, WAIT), ("drop", b, region, 0)]
     assert log == want
     assert d.started == done
 
 
-def drop_behind_at(start, region):
-    d = dropbehind.DropBehind(-1, start_bytes=start, region_bytes=region)
+def drop_behind_at(start, region, lag):
+    d = dropbehind.DropBehind(-1, start_bytes=start, region_bytes=region, lag_regions=lag)
     d.enabled = True
     return d
 
 
-def test_region_must_be_positive():
+def test_region_and_lag_must_be_positive():
     with pytest.raises(ValueError, match="region_bytes: got 0"):
         dropbehind.DropBehind(-1, region_bytes=0)
+    with pytest.raises(ValueError, match="lag_regions: got 0"):
+        dropbehind.DropBehind(-1, lag_regions=0)
 
 
 def _resident_pages(path) -> np.ndarray:
@@ -127,7 +130,8 @@ def test_released_pages_leave_the_page_cache(tmp_path, monkeypatch, gathered):
     resident = _resident_pages(path)
     page = os.sysconf("SC_PAGE_SIZE")
     size = os.path.getsize(path)
-    released = (size // region - 1) * region       # regions 0 .. k-2 waited for and dropped
+    lag = dropbehind.LAG_REGIONS                   # regions 0 .. k-1-lag waited for and dropped
+    released = (size // region - lag) * region
     assert released >= 4 * region
     assert not resident[:released // page].any()
     want = hand_pcap([(int(x) // 10**9, int(x) % 10**9, f, len(f)) for x, f in zip(t, frames)])
