@@ -74,23 +74,35 @@ def drop_file(path: Path, sync: bool) -> None:
 _PLAIN_BUFFER_BYTES = 64 << 20
 
 
-def plain_write(path: Path, nbytes: int, chunk_bytes: int = 8 << 20) -> tuple[float, float, float]:
+def plain_write(path: Path, nbytes: int, chunk_bytes: int = 8 << 20, drop_behind: bool = False
+                ) -> tuple[float, float, float]:
     """Write ``nbytes`` of a prepared random buffer to a new file in ``chunk_bytes`` writes.
 
-    The buffer (at most 64 MiB, cycled) is made before the clock starts. Returns
-    ``(seconds until close, seconds until fsync returned, CPU seconds)``. The file is left in place.
+    The buffer (at most 64 MiB, cycled) is made before the clock starts. With ``drop_behind``,
+    each write is followed by ``tokenpcap.pcap.dropbehind.DropBehind.wrote`` (what the capture
+    writers do: a file past 1 GiB written back and released from the page cache as it grows),
+    so that a writer and this plain write can be compared with the same page-cache discipline.
+    Returns ``(seconds until close, seconds until fsync returned, CPU seconds)``. The file is
+    left in place.
     """
     buf = np.random.default_rng(1).integers(0, 256, min(nbytes, _PLAIN_BUFFER_BYTES) or 1, np.uint8)
     mv = memoryview(buf)
     c0 = time.process_time()
     t0 = time.perf_counter()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    behind = None
+    if drop_behind:
+        # (imported here: the scripts put the tree on sys.path before using it)
+        from tokenpcap.pcap.dropbehind import DropBehind
+        behind = DropBehind(fd)
     left, at = nbytes, 0
     while left:
         n = min(chunk_bytes, left, buf.size - at)
         view = mv[at:at + n]
         while view.nbytes:
             view = view[os.write(fd, view):]
+        if behind is not None:
+            behind.wrote(n)
         left -= n
         at = (at + n) % buf.size
     os.close(fd)

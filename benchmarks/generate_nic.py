@@ -2,7 +2,7 @@
 disk, with the timing of the whole job done first.
 
     python benchmarks/generate_nic.py [--scenario NAME] [--scale K] [--nic N] [--dir PATH]
-                                      [--snaplen N]
+                                      [--snaplen N] [--without-drop-behind]
 
 Three phases, each timed on its own (CPU seconds of this process and wall seconds):
 
@@ -13,12 +13,24 @@ Three phases, each timed on its own (CPU seconds of this process and wall second
 2. **frames**: the rows sent chunk by chunk to the sink ``generate`` writes through
    (``generate.output.Dispatcher`` with one classic pcap file: one file has its writer in this
    process, as in ``generate``): frames built (headers, ICRC) and written; timed until the file
-   is closed and until ``os.fsync`` returned.
+   is closed and until ``os.fsync`` returned. With ``--without-drop-behind``, the frames are
+   written a second time with the writers' drop-behind turned off (``tokenpcap.pcap.dropbehind``:
+   the writer as it was before it), right after the first: the writer before and after side by
+   side, the one without on the warmer page cache.
 3. **plain write**: the same number of bytes from one prepared buffer (``common.plain_write``) to
-   the same directory, timed the same way.
+   the same directory, timed the same way;
+4. **plain write, drop-behind**: the same, with the page-cache discipline the capture writers use
+   for a file past 1 GiB (``tokenpcap.pcap.dropbehind``: each 64 MiB region written back and
+   released as the file grows), so that the frames can be compared with both.
 
-Printed: each phase, the file's records and bytes (checked against the rows: 24-byte header plus
-16 bytes and the kept frame bytes per record), and the ratios frames / plain write. Files are
+The frames are written first, on a page cache the timing phase left, and the plain writes after
+them: of a process's big writes the first pays most for fresh page-cache pages (on a virtual
+machine whose free memory goes back to its host, most of all), so this order favours the plain
+writes.
+
+Printed: each phase (CPU split into user and system), the file's records and bytes (checked
+against the rows: 24-byte header plus 16 bytes and the kept frame bytes per record), and the
+ratios frames / plain write for both plain writes. Files are
 removed when measured. Peak RSS of the process at the end.
 """
 from __future__ import annotations
@@ -42,9 +54,20 @@ from tokenpcap.config.profiles import load_scenario  # noqa: E402
 from tokenpcap.generate.output import Dispatcher, FileSpec, WriterConfig  # noqa: E402
 from tokenpcap.generate.run import EPOCH_NS  # noqa: E402
 from tokenpcap.lower import Lowering  # noqa: E402
+from tokenpcap.pcap import dropbehind  # noqa: E402
 from tokenpcap.pipeline import prepare  # noqa: E402
 
 _PCAP_HEADER_BYTES, _RECORD_HEADER_BYTES = 24, 16
+
+
+def _user_sys() -> tuple[float, float]:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime, r.ru_stime
+
+
+def _split(before: tuple[float, float]) -> str:
+    u, s = _user_sys()
+    return f"(user {u - before[0]:.1f}, sys {s - before[1]:.1f})"
 
 
 def _clock():
@@ -71,9 +94,19 @@ def timing(s, scale: int, nic: int) -> tuple[list[np.ndarray], tuple[float, floa
     return rows, _since(c), sched.n_messages
 
 
-def write_frames(path: Path, rows: list[np.ndarray], s, snaplen: int
+def write_frames(path: Path, rows: list[np.ndarray], s, snaplen: int, drop_behind: bool = True
                  ) -> tuple[int, int, float, float, float]:
-    """Phase 2: ``(records, bytes, s until close, s until fsync, cpu s)``."""
+    """Phase 2: ``(records, bytes, s until close, s until fsync, cpu s)``; ``drop_behind=False``
+    turns the writers' drop-behind off for this file (the writer is in this process)."""
+    available, dropbehind.AVAILABLE = dropbehind.AVAILABLE, dropbehind.AVAILABLE and drop_behind
+    try:
+        return _write_frames(path, rows, s, snaplen)
+    finally:
+        dropbehind.AVAILABLE = available
+
+
+def _write_frames(path: Path, rows: list[np.ndarray], s, snaplen: int
+                  ) -> tuple[int, int, float, float, float]:
     cfg = WriterConfig(cluster=s.cluster, fmt="pcap", snaplen=snaplen, payload_seed=s.generation.seed)
     c0, t0 = time.process_time(), time.perf_counter()
     disp = Dispatcher([FileSpec(path, (int(rows[0]["nic"][0]),))], cfg, jobs=1)
@@ -96,6 +129,8 @@ def main(argv=None) -> None:
     ap.add_argument("--nic", type=int, default=0)
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "generate_nic")
     ap.add_argument("--snaplen", type=int, default=262144, help="262144 keeps every frame whole")
+    ap.add_argument("--without-drop-behind", action="store_true",
+                    help="also write the frames with the writers' drop-behind off (before/after)")
     a = ap.parse_args(argv)
     p = Path(a.scenario)
     s = load_scenario(p if p.suffix else ROOT / "profiles" / "scenarios" / f"{a.scenario}.yaml")
@@ -112,20 +147,33 @@ def main(argv=None) -> None:
           f"wall  {msgs:,} messages, {n:,} frames of NIC {a.nic} ({held / 2**20:,.0f} MiB of rows)")
     path = a.dir / f"{s.name}_nic{a.nic}.pcap"
     try:
+        us = _user_sys()
         records, nbytes, w_close, w_sync, w_cpu = write_frames(path, rows, s, a.snaplen)
         kept = np.minimum(np.concatenate([r["frame_bytes"] for r in rows]).astype(np.int64), a.snaplen)
         want = _PCAP_HEADER_BYTES + n * _RECORD_HEADER_BYTES + int(kept.sum())
         ok = records == n and nbytes == want == path.stat().st_size
         print(f"  frames (build + write)   {w_cpu:8.1f} s cpu {w_close:8.1f} s to close {w_sync:8.1f} s to "
               f"fsync  {records:,} records, {nbytes:,} bytes "
-              f"({'as the rows say' if ok else f'EXPECTED {n:,} records, {want:,} bytes'}); "
-              f"load {loadavg()}")
-        drop_file(path, sync=True)
-        p_close, p_sync, p_cpu = plain_write(path, nbytes)
-        print(f"  plain write (same bytes) {p_cpu:8.1f} s cpu {p_close:8.1f} s to close {p_sync:8.1f} s to "
-              f"fsync  {nbytes / p_sync / 1e6:,.0f} MB/s on the device")
-        print(f"  ratio frames / plain write: {w_close / p_close:.2f}x to close, {w_sync / p_sync:.2f}x "
-              f"to fsync ({nbytes / w_sync / 1e6:,.0f} MB/s of frames); load {loadavg()}")
+              f"({'as the rows say' if ok else f'EXPECTED {n:,} records, {want:,} bytes'}) "
+              f"{_split(us)}; load {loadavg()}")
+        if a.without_drop_behind:
+            drop_file(path, sync=True)
+            us = _user_sys()
+            _, _, o_close, o_sync, o_cpu = write_frames(path, rows, s, a.snaplen, drop_behind=False)
+            print(f"  frames, no drop-behind   {o_cpu:8.1f} s cpu {o_close:8.1f} s to close {o_sync:8.1f} s to "
+                  f"fsync  {path.stat().st_size:,} bytes {_split(us)}; load {loadavg()}")
+        for name, behind in (("plain write (same bytes)", False), ("plain write, drop-behind", True)):
+            drop_file(path, sync=True)
+            us = _user_sys()
+            p_close, p_sync, p_cpu = plain_write(path, nbytes, drop_behind=behind)
+            print(f"  {name} {p_cpu:8.1f} s cpu {p_close:8.1f} s to close {p_sync:8.1f} s to "
+                  f"fsync  {nbytes / p_sync / 1e6:,.0f} MB/s on the device {_split(us)}")
+            print(f"  ratio frames / {name.split(' (')[0]}: {w_close / p_close:.2f}x to close, "
+                  f"{w_sync / p_sync:.2f}x to fsync ({nbytes / w_sync / 1e6:,.0f} MB/s of frames); "
+                  f"load {loadavg()}")
+            if a.without_drop_behind:
+                print(f"  ratio frames without drop-behind / {name.split(' (')[0]}: "
+                      f"{o_close / p_close:.2f}x to close, {o_sync / p_sync:.2f}x to fsync")
         if not ok:
             raise SystemExit(1)
     finally:

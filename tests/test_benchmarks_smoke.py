@@ -179,10 +179,14 @@ def test_call_state_measures_one_and_two_iterations():
 
 
 def test_generate_nic_writes_frames_and_the_plain_write(tmp_path):
-    out = run("generate_nic.py", "--scenario", "dante", "--scale", "64", "--dir", str(tmp_path))
+    out = run("generate_nic.py", "--scenario", "dante", "--scale", "64", "--dir", str(tmp_path),
+              "--without-drop-behind")
     assert re.search(r"^  timing .* [\d,]+ frames of NIC 0", out, re.M)
     assert re.search(r"^  frames \(build \+ write\) .* bytes \(as the rows say\)", out, re.M)
     assert re.search(r"^  ratio frames / plain write: [\d.]+x to close, [\d.]+x to fsync", out, re.M)
+    assert re.search(r"^  frames, no drop-behind .* bytes", out, re.M)
+    assert re.search(r"^  ratio frames / plain write, drop-behind: [\d.]+x to close, [\d.]+x to fsync",
+                     out, re.M)
     assert not list(tmp_path.iterdir()), "benchmark files left behind"
 
 

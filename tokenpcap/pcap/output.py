@@ -6,7 +6,8 @@
   finished is ever left behind. A temporary file of a process that no longer exists (SIGKILL) is
   removed by the next writer of the same destination. Writes run on one background thread so that building batch k+1 overlaps
   writing batch k (numpy and ``os.write`` release the GIL); two alternating buffers keep memory
-  flat.
+  flat. A file past 1 GiB is written back and released from the page cache as it grows
+  (:mod:`tokenpcap.pcap.dropbehind`).
 * :func:`scatter` writes fixed-size records (record headers) at arbitrary byte offsets of a
   buffer with one numpy assignment, through a ``V<size>`` view whose stride is 1 or 4 bytes.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.errors import EncodeError, OutputError
+from tokenpcap.pcap.dropbehind import DropBehind
 from tokenpcap.pcap.filekind import refuse_special_output
 from tokenpcap.pcap.gather import writev_all
 from tokenpcap.pcap.pathlimits import PART_EXTRA_BYTES, check_path_length
@@ -171,12 +173,19 @@ class AtomicOutput:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="tokenpcap-write") if threaded else None
         self._pending: Future | None = None
         self.bytes_written = 0
+        self._behind = DropBehind(fd)        # a file past the page cache's size: written back as it goes
 
     def _write_all(self, data) -> None:
         view = memoryview(data).cast("B")
+        nbytes = view.nbytes
         while view.nbytes:
             n = os.write(self._fd, view)
             view = view[n:]
+        self._behind.wrote(nbytes)
+
+    def _writev_all(self, iov: np.ndarray, keep=None) -> None:
+        writev_all(self._fd, iov)        # ``keep`` holds the buffers ``iov`` points into until here
+        self._behind.wrote(int(iov[:, 1].sum()))
 
     def _wait(self) -> None:
         if self._pending is not None:
@@ -224,12 +233,12 @@ class AtomicOutput:
         self.bytes_written += int(iov[:, 1].sum())
         if self._pool is None:
             try:
-                writev_all(self._fd, iov)
+                self._writev_all(iov)
             except OSError as err:
                 self.abort()
                 raise OutputError(f"{self.path}: write failed: {err.strerror}") from err
         else:
-            self._pending = self._pool.submit(_writev_keep, self._fd, iov, keep)
+            self._pending = self._pool.submit(self._writev_all, iov, keep)
 
     def close(self) -> None:
         """Finish writing and rename the temporary file to :attr:`path`.
@@ -273,10 +282,6 @@ class AtomicOutput:
     def __del__(self):
         if getattr(self, "_fd", None) is not None:
             self.abort()
-
-
-def _writev_keep(fd: int, iov: np.ndarray, keep) -> None:
-    writev_all(fd, iov)          # ``keep`` holds the buffers ``iov`` points into until here
 
 
 class Scratch:
