@@ -34,35 +34,50 @@ transfer that representative really receives at that moment is ``σ^-e(x)``, who
 receiver's receive list the images of its real receives. The quotient times ``D`` times fewer
 transfers and messages.
 
-**Where exactness fails today.** Two things break the symmetry that the conditions above do not
-see, so a quotient this module accepts is not yet byte-identical to the whole run:
+**The order of events at one instant.** The engine breaks ties between events of one
+nanosecond by message id and by insertion (:mod:`tokenpcap.schedule.engine.events`), and ids
+are dense in order of creation over the whole job, so no order of the events themselves can be
+equivariant: when the arrival of a message from replica 0 to replica 1 and that of its image
+from replica 1 to replica 0 fall on one nanosecond, one of them comes first everywhere. Measured
+on ``gpt2-all-cross`` (dp 2, every group across nodes) in the order of events: rank 4 reaches
+its data-parallel call and its pipeline send at 4,319,883 ns, as does its image, rank 6; the
+rank whose event comes second launches both directions of the data-parallel ring (the
+rendezvous), so NIC 4 creates its pipeline QP first and NIC 6 its data-parallel QP first, the
+two NICs serve them in opposite orders, and rank 0's second backward block starts 168 ns after
+that of its image. What the events *do* at one instant is order-independent except through
+the transfers they launch (which QP a NIC creates first, which message id comes first, which
+NVLink copy a GPU sends first): so a run that passes the checks keeps the transfers launched
+at one instant until its last event before its wakes and makes them messages and copies in
+the order of a key invariant under ``σ`` that tells apart any two transfers that are not
+images of each other (``CANON``, :func:`tokenpcap.schedule.engine.canon.canon_less`), the
+data QPs before the clear-to-send ones (a transfer and its image meet on one NIC only as one's
+data and the other's clear-to-send write). The whole run is then a fixed point of ``σ``
+(``tests/schedule/test_replicaview.py`` checks it rank by rank and NIC by NIC), and the quotient
+is exact. Such a run is ordered canonically whether it is timed through the quotient or whole
+(:class:`tokenpcap.schedule.runner.Schedule`, ``replicas``), so both give the same bytes; a run
+that fails a check keeps the order of events.
 
-* *The order of events at one instant.* The engine breaks ties between events of one
-  nanosecond by message id (:mod:`tokenpcap.schedule.engine.kernel`), and ids are dense in order
-  of creation over the whole job. When the arrival of a message from replica 0 to replica 1 and
-  that of its image from replica 1 to replica 0 fall on one nanosecond, one global order serves
-  the sender side first on one NIC and the receiver side first on the other; what follows
-  (which QP a NIC creates first, hence its round-robin order) differs between replicas. Measured
-  on ``gpt2-all-cross`` (dp 2, every group across nodes), whose calls and programs pass every
-  check: NIC 4 (replica 0) and NIC 6 (replica 1) each get a data-parallel and a pipeline message
-  ready at 4,320,887 ns and send them in opposite orders; rank 0's second backward block then
-  starts at 4,386,455 ns and rank 2's (its image) at 4,386,287 ns. The gradient AllReduce joins
-  them again, but the quotient, whose representative waits only for its own mirrored
-  messages, starts the optimizer 168 ns early and ends the iteration at 8,304,682 ns against the
-  whole run's 8,304,850 ns.
-  No total order of the events can be equivariant (an event and its image would each have to
-  come first); exactness needs same-instant effects at one NIC ordered by a key of that NIC
-  (its peers' offsets, the connection), not by a global id.
-* *The optimizer's small reductions.* The ``update_successful``/``grad_norm``-like AllReduces
-  of 4 to 8 bytes over the data-parallel group (and over all ranks) leave most ring positions
-  without an element, so positions send between 1 and 4 transfers (``llama2-7b-a100-ib``: the 4-byte
-  ``mp`` AllReduce over 32 ranks; ``llama3.1-405b-2048-interleaved``: 4 bytes over 2,048 ranks,
-  8 bytes over each data-parallel group of 16; ``deepseek-v3-2048`` likewise): the ring
-  (:mod:`tokenpcap.collectives.algorithms.ring`) gives most positions an empty chunk, as a ring
-  of more ranks than elements must. :func:`quotient_flats` refuses such runs (condition 3).
+**What is not translation-equivariant.** NCCL's ring AllReduce gives each rank's chunk
+``alignUp(divUp(count, nranks), 16 / sizeof(T))`` elements and every rank runs all ``2(k - 1)``
+steps (NCCL ``src/device/all_reduce.h``, ``runRing``: ``nelem = min(chunkCount, remCount -
+chunkOffset)``, which is zero or less past the data), so an AllReduce of fewer elements than
+ranks puts all its bytes in the first chunks: the rank that carries them at step ``j`` is a
+fixed ring position, and its image carries an empty one. The ``update_successful``/
+``grad_norm``-like AllReduces of 4 to 8 bytes over the data-parallel group (and over all ranks)
+are such calls (``llama2-7b-a100-ib``: the 4-byte ``mp`` AllReduce over 32 ranks;
+``llama3.1-405b-2048-interleaved``: 4 bytes over 2,048 ranks, 8 bytes over each data-parallel
+group of 16; ``deepseek-v3-2048`` likewise): ring positions send different bytes (and here
+between 1 and 4 transfers: :mod:`tokenpcap.collectives.algorithms.ring` leaves out an empty
+chunk's transfer), so replicas really do time differently from that call on and no quotient of
+the run is exact; NCCL's own tuner picks the tree for them across nodes (``nccl_forced`` in
+``plan``), which is not translation-equivariant either. :func:`quotient_flats` refuses such
+runs (condition 3), as it does a run whose NVLink-only calls are timed as a whole
+(:class:`~tokenpcap.schedule.runner.Schedule`: their starts at one instant are not ordered
+canonically).
 
 When a condition fails, :func:`quotient_flats` returns the reason and the caller times every
-rank.
+rank. What the quotient's run answers for the whole job (frames with their real peers, each
+end's view of a message, every rank's timeline): :mod:`tokenpcap.schedule.replicaview`.
 """
 from __future__ import annotations
 
