@@ -212,19 +212,23 @@ def _stream_inner(S, cf, sc, h, lst, r, t):
 
 @part
 def _next_iteration(S, cf, r):
+    """Rank ``r`` takes its next iteration's program; False after the last. An empty program
+    (a rank the quotient of :mod:`tokenpcap.schedule.replicas` does not run) is passed over."""
     prog_ptr = S.prog_ptr
     rk = S.rk
-    if rk[r, R_IT] >= cf[ITERS]:
-        return False
-    rk[r, R_IT] += 1
-    if rk[r, R_IT] >= cf[ITERS]:
-        rk[r, R_PC] = 0
-        rk[r, R_END] = 0
-        return False
-    j = rk[r, R_IT] * cf[WORLD] + r
-    rk[r, R_PC] = prog_ptr[j]
-    rk[r, R_END] = prog_ptr[j + 1]
-    return True
+    while True:
+        if rk[r, R_IT] >= cf[ITERS]:
+            return False
+        rk[r, R_IT] += 1
+        if rk[r, R_IT] >= cf[ITERS]:
+            rk[r, R_PC] = 0
+            rk[r, R_END] = 0
+            return False
+        j = rk[r, R_IT] * cf[WORLD] + r
+        rk[r, R_PC] = prog_ptr[j]
+        rk[r, R_END] = prog_ptr[j + 1]
+        if rk[r, R_PC] < rk[r, R_END]:
+            return True
 
 
 @inline_part
