@@ -110,6 +110,19 @@ def test_bundled_scenarios_time_as_the_reference_engine(name, scale):
     assert_same(plan)
 
 
+@pytest.mark.parametrize("proto", ["auto", "Simple"])
+def test_empty_ring_steps_time_as_the_reference_engine(proto):
+    """A ring AllReduce's empty steps (``collectives.empty_ring_steps``: 0-byte messages,
+    :mod:`tokenpcap.collectives.empty_steps`) time alike in both engines, under LL (the tiny
+    AllReduces' protocol by NCCL's tuner) and Simple (the chain of the peer's step counter)."""
+    plan = build_plan(load_scenario(ROOT / "profiles" / "scenarios" / "gpt2-all-cross.yaml",
+                                    {"collectives.empty_ring_steps": True,
+                                     "collectives.NCCL_PROTO": proto}), scale=4)
+    (new, _), _ = both(plan)
+    assert (new.messages["size_bytes"] == 0).any()
+    assert_same(plan)
+
+
 def test_the_canonical_order_of_an_instant_times_as_the_reference_engine(monkeypatch):
     """The canonical order of an instant's launches (``CANON``) on Dante, whose replicas are not
     translates of each other (two share a node), forced in both engines: NVLink copies and RDMA
