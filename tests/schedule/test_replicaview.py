@@ -28,9 +28,15 @@ SCENARIO = ROOT / "profiles" / "scenarios" / "gpt2-all-cross.yaml"
 REPS = [0, 1, 4, 5]
 
 
-@pytest.fixture(scope="module")
-def plan():
-    return build_plan(load_scenario(SCENARIO))
+# with a ring AllReduce's empty steps (collectives.empty_ring_steps) too: the model-parallel
+# AllReduces of one fp32 over 4 ranks on 4 nodes then send 0-byte messages at 18 of their 24
+# steps (each group inside one replica, so translated with it)
+EMPTY = {False: {}, True: {"collectives.empty_ring_steps": True}}
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["", "empty-steps"])
+def plan(request):
+    return build_plan(load_scenario(SCENARIO, EMPTY[request.param]))
 
 
 def _sigma(n, stride, D):
@@ -92,7 +98,7 @@ def test_the_quotient_gives_the_whole_runs_frames_rows_and_timeline(plan):
     assert np.array_equal(tq, tw)
 
 
-def _capture(tmp: Path, monkeypatch, replicas: bool) -> dict[str, str]:
+def _capture(tmp: Path, monkeypatch, replicas: bool, empty: bool = False) -> dict[str, str]:
     used = []
     quotient = runner.Schedule._quotient
 
@@ -104,16 +110,19 @@ def _capture(tmp: Path, monkeypatch, replicas: bool) -> dict[str, str]:
     monkeypatch.setattr(runner.Schedule, "_quotient", spy)
     monkeypatch.setitem(runner.Schedule.__init__.__kwdefaults__, "replicas", replicas)
     out = tmp / ("quotient" if replicas else "whole")
+    extra = ["--set", "collectives.empty_ring_steps=true"] if empty else []
     r = CliRunner().invoke(main, ["generate", str(SCENARIO), "-o", str(out), "--nics",
-                                  ",".join(map(str, REPS)), "--format", "pcap", "-j", "1"])
+                                  ",".join(map(str, REPS)), "--format", "pcap", "-j", "1",
+                                  *extra])
     assert r.exit_code == 0, r.output
     assert used == [replicas]
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*.pcap"))}
 
 
-def test_generate_writes_the_same_bytes_through_the_quotient(tmp_path, monkeypatch):
-    q = _capture(tmp_path, monkeypatch, True)
-    w = _capture(tmp_path, monkeypatch, False)
+@pytest.mark.parametrize("empty", [False, True], ids=["", "empty-steps"])
+def test_generate_writes_the_same_bytes_through_the_quotient(tmp_path, monkeypatch, empty):
+    q = _capture(tmp_path, monkeypatch, True, empty)
+    w = _capture(tmp_path, monkeypatch, False, empty)
     assert len(q) == len(REPS) and q == w
 
 
@@ -135,12 +144,25 @@ def test_the_translation_is_a_cyclic_group_on_the_other_coordinates(D, stride, p
     assert np.array_equal(_replica(moved, stride, D), (_replica(r, stride, D) + a) % D)
 
 
-def test_plan_time_is_the_same_through_the_quotient(monkeypatch):
+@pytest.mark.parametrize("empty", [False, True], ids=["", "empty-steps"])
+def test_plan_time_is_the_same_through_the_quotient(monkeypatch, empty):
     from tokenpcap.cli.plan_time import breakdown_json, time_iteration
 
-    s = load_scenario(SCENARIO)
+    s = load_scenario(SCENARIO, EMPTY[empty])
     got = {}
     for replicas in (True, False):
         monkeypatch.setitem(runner.Schedule.__init__.__kwdefaults__, "replicas", replicas)
         got[replicas] = breakdown_json(time_iteration(s, None, 1))
     assert got[True] == got[False] and got[True]["iteration_ns"] > 0
+
+
+def test_a_tiny_allreduce_across_replicas_stays_refused_with_empty_steps():
+    """One fp32 AllReduced over all 8 ranks (the gradient norm with the distributed optimizer):
+    with every empty step sent, every ring position sends 2(N-1) messages, but NCCL's
+    ``runRing`` puts the element in the first chunk, so the position that carries its line at
+    step ``k`` is fixed and its image's message is empty: the replicas do not time alike and
+    the quotient is refused for the bytes (without empty steps: for the transfer counts)."""
+    for empty, why in ((False, "different numbers of transfers"), (True, "differ in bytes")):
+        s = load_scenario(SCENARIO, {"parallelism.zero_stage": 1, **EMPTY[empty]})
+        sch = Schedule(build_plan(s), nics=[0], keep_messages=False)
+        assert sch.replica_view is None and why in sch.replicas_reason, sch.replicas_reason
