@@ -66,10 +66,10 @@ fixed ring position, and its image carries an empty one. The ``update_successful
 ``grad_norm``-like AllReduces of 4 to 8 bytes over the data-parallel group (and over all ranks)
 are such calls (``llama2-7b-a100-ib``: the 4-byte ``mp`` AllReduce over 32 ranks;
 ``llama3.1-405b-2048-interleaved``: 4 bytes over 2,048 ranks, 8 bytes over each data-parallel
-group of 16; ``deepseek-v3-2048`` likewise): ring positions send different bytes (and here
-between 1 and 4 transfers: :mod:`tokenpcap.collectives.algorithms.ring` leaves out an empty
-chunk's transfer), so replicas really do time differently from that call on and no quotient of
-the run is exact; NCCL's own tuner picks the tree for them across nodes (``nccl_forced`` in
+group of 16; ``deepseek-v3-2048`` likewise): ring positions send different bytes (and, unless
+``collectives.empty_ring_steps`` sends the empty steps as NCCL does,
+:mod:`tokenpcap.collectives.empty_steps`, different numbers of transfers), so replicas really
+do time differently from that call on and no quotient of the run is exact; NCCL's own tuner picks the tree for them across nodes (``nccl_forced`` in
 ``plan``), which is not translation-equivariant either. :func:`quotient_flats` refuses such
 runs (condition 3), as it does a run whose NVLink-only calls are timed as a whole
 (:class:`~tokenpcap.schedule.runner.Schedule`: their starts at one instant are not ordered
