@@ -98,9 +98,10 @@ class ScheduleResults:
         quotient with their real peers and views, in place
         (:meth:`~tokenpcap.schedule.replicaview.ReplicaView.frames`)."""
         eng = self._eng
-        ms = eng.S.ms[got[:, 3] & int(eng.sc[K.MMASK])]
-        recv = eng.tr.columns(ms[:, K.M_TR], ("dst",))["dst"]
-        self.replica_view.frames(got, recv, ms[:, K.M_KIND])
+        at = got[:, 3] & int(eng.sc[K.MMASK])
+        ms = eng.S.ms                       # the two columns read, not every frame's whole row
+        recv = eng.tr.columns(ms[at, K.M_TR], ("dst",))["dst"]
+        self.replica_view.frames(got, recv, ms[at, K.M_KIND])
 
     def _engine_rows(self, ids: np.ndarray) -> np.ndarray:
         """:meth:`message_rows` as the engine holds them (a quotient's NICs)."""
