@@ -30,12 +30,17 @@ every pushed event is popped by the end) and, where the tree counts them
 port's wake moved (stale) or committed no stop slot (empty). Both trees must time the same
 messages; the script says so.
 
-Run: ``python benchmarks/engine_timing.py [--scenario NAME --scale K ...] [--big NAME ...]
-[--against REV|DIR] [--repeat N]``
+A run whose data-parallel replicas are translates of each other (``gpt2-all-cross``) orders the
+launches of an instant canonically (:mod:`tokenpcap.schedule.replicas`); the line says so, and
+``--big-iterations`` makes such a run long enough to time the order against a tree without it.
+
+Run: ``python benchmarks/engine_timing.py [--scenario NAME --scale K ...] [--big NAME
+[--big-scale K] [--big-iterations N] ...] [--against REV|DIR] [--repeat N]``
 """
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import subprocess
 import sys
@@ -75,12 +80,15 @@ def _since(c):
     return time.process_time() - c[0], time.perf_counter() - c[1]
 
 
-def run_new(plan, nics, lower: bool):
+def run_new(plan, nics, lower: bool, iterations: int = 1):
     c = _clock()
     # timing only holds the messages in progress, as generate does; all frames keeps every
     # message row (compared with the reference's)
-    sched = Schedule(plan, iterations=1, nics=nics, keep_history=False, keep_nvlink=False,
-                     keep_messages=lower)
+    # every rank timed (a tree with the data-parallel quotient would time one replica of a
+    # run that allows it: tokenpcap.schedule.replicas): the engine's rate, not the quotient's
+    whole = {"replicas": False} if "replicas" in inspect.signature(Schedule).parameters else {}
+    sched = Schedule(plan, iterations=iterations, nics=nics, keep_history=False, keep_nvlink=False,
+                     keep_messages=lower, **whole)
     build = _since(c)
     c = _clock()
     frames = 0
@@ -95,9 +103,11 @@ def run_new(plan, nics, lower: bool):
     return sched, build, run, frames, parts
 
 
-def run_old(plan):
+def run_old(plan, canonical: bool = False):
     c = _clock()
-    sched = ReferenceSchedule(plan, iterations=1)
+    # the compiled run's order of an instant's launches (canonical when its replicas are
+    # translates of each other: tokenpcap.schedule.replicas)
+    sched = ReferenceSchedule(plan, iterations=1, canonical=canonical)
     build = _since(c)
     c = _clock()
     low = Lowering(plan.scenario.cluster, 0, plan.scenario.generation.ack_every_packets)
@@ -124,7 +134,7 @@ def compare(name: str, scale: int) -> None:
     print(f"{s.name} --scale {scale}: {plan.calls_per_iteration:,} calls per iteration")
     new_t, b1, r1, f1, _ = run_new(plan, (), lower=False)
     new_a, b2, r2, f2, parts_new = run_new(plan, None, lower=True)
-    old, b3, r3, f3, parts_old = run_old(plan)
+    old, b3, r3, f3, parts_old = run_old(plan, getattr(new_a, "canonical_order", False))
     n = new_t.n_messages
     ref = row("reference (all frames)", len(old.messages), b3, r3, f3)
     row("compiled, timing only", n, b1, r1, f1, ref)
@@ -136,13 +146,13 @@ def compare(name: str, scale: int) -> None:
         raise SystemExit(1)
 
 
-def big(name: str, scale: int) -> None:
+def big(name: str, scale: int, iterations: int = 1) -> None:
     s = _scenario(name)
     c = _clock()
     plan = build_plan(s, scale=scale)
     p = _since(c)
     print(f"{s.name} --scale {scale}: {plan.calls_per_iteration:,} calls per iteration (plan {p[0]:.1f} s cpu)")
-    sched, b, r, f, _ = run_new(plan, (), lower=False)
+    sched, b, r, f, _ = run_new(plan, (), lower=False, iterations=iterations)
     row("compiled, timing only", sched.n_messages, b, r, f)
 
 
@@ -152,18 +162,19 @@ def _warm() -> None:
         pass
 
 
-def child(name: str, scale: int) -> None:
+def child(name: str, scale: int, iterations: int = 1) -> None:
     """Time one case in this process (the package of ``TREE``): one JSON line on stdout."""
     _warm()
     s = _scenario(name)
     c = _clock()
     plan = build_plan(s, scale=scale)
     p = _since(c)
-    sched, b, r, _, _ = run_new(plan, (), lower=False)
+    sched, b, r, _, _ = run_new(plan, (), lower=False, iterations=iterations)
     counts = getattr(sched, "event_counts", None)
     print(json.dumps({"messages": sched.n_messages, "plan_cpu": p[0], "build_cpu": b[0],
                       "run_cpu": r[0], "run_wall": r[1], "pushed": int(sched._eng.sc[SEQ]),
-                      "counts": counts}))
+                      "counts": counts,
+                      "canonical": bool(getattr(sched, "canonical_order", False))}))
 
 
 def _per_message(r: dict) -> str:
@@ -186,13 +197,15 @@ def against(rev: str, bigs, repeat: int) -> None:
                           capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         trees = [tree_dir(ROOT, rev, tmp), (f"this tree ({here})", ROOT)]
-        for name, scale in bigs:
-            print(f"{name} --scale {scale}: timing only, every NIC timed, no frame made")
+        for name, scale, iters in bigs:
+            over = f", {iters} iterations" if iters > 1 else ""
+            print(f"{name} --scale {scale}{over}: timing only, every NIC timed, no frame made")
             seen = set()
             for _ in range(repeat):
                 for label, tree in trees:
                     out = subprocess.run([sys.executable, __file__, "--big", name, "--big-scale",
-                                          str(scale), "--child", str(tree)],
+                                          str(scale), "--big-iterations", str(iters),
+                                          "--child", str(tree)],
                                          capture_output=True, text=True, check=True)
                     r = json.loads(out.stdout.strip().splitlines()[-1])
                     seen.add(r["messages"])
@@ -200,6 +213,7 @@ def against(rev: str, bigs, repeat: int) -> None:
                     print(f"  {label:<24} plan {r['plan_cpu']:6.1f} s build {r['build_cpu']:6.1f} s "
                           f"run {r['run_cpu']:7.2f} s cpu {r['run_wall']:7.2f} s wall "
                           f"{r['messages']:>12,} msgs {rate:>11,.0f} msg/s  {_per_message(r)}; "
+                          f"{'canonical order; ' if r.get('canonical') else ''}"
                           f"load {loadavg()}")
             print("  both trees timed the same messages" if len(seen) == 1 else
                   f"  DIFFERENT message counts: {sorted(seen)}")
@@ -213,12 +227,14 @@ def main(argv=None) -> None:
     ap.add_argument("--scale", action="append", type=int, help="its --scale (one per --scenario)")
     ap.add_argument("--big", action="append", default=[], help="scenario only the compiled engine runs")
     ap.add_argument("--big-scale", action="append", type=int, help="its --scale (one per --big)")
+    ap.add_argument("--big-iterations", action="append", type=int,
+                    help="its iterations (one per --big; default 1)")
     ap.add_argument("--against", help="another tree (git revision or checkout directory): the "
                     "--big cases side by side, each in a fresh process")
     ap.add_argument("--repeat", type=int, default=1, help="with --against: rounds of both trees")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    bigs = list(zip(a.big, a.big_scale or [1] * len(a.big)))
+    bigs = list(zip(a.big, a.big_scale or [1] * len(a.big), a.big_iterations or [1] * len(a.big)))
     if a.child:
         child(*bigs[0])
         return
@@ -233,8 +249,8 @@ def main(argv=None) -> None:
     _warm()
     for name, scale in cases:
         compare(name, scale)
-    for name, scale in bigs:
-        big(name, scale)
+    for name, scale, iters in bigs:
+        big(name, scale, iters)
     print(f"load after: {loadavg()}")
 
 

@@ -44,7 +44,7 @@ TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "
           "engine_timing.py", "fuzz_campaign.py", "dask_generate.py", "flat_build.py",
           "generate_nic.py", "packet_path.py", "message_ring.py", "call_state.py", "engine_state.py",
           "fabric_ns3.py", "fabric_engine.py", "openloop_hpcc.py", "fabric_dcqcn.py",
-          "run_memory.py", "first_run.py"}
+          "run_memory.py", "first_run.py", "replica_quotient.py"}
 HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
 
@@ -131,6 +131,14 @@ def test_engine_timing_compares_both_engines_and_finds_them_identical():
         assert re.search(rf"^  {re.escape(label)} +build", out, re.M), label
     assert "agreement with the reference: identical messages and frames" in out
     assert out.count("msg/s") == 4
+
+
+def test_replica_quotient_times_one_replica_and_every_rank_alike():
+    out = run("replica_quotient.py", "--scale", "64", "--iterations", "2", "--nics", "0",
+              "--repeat", "1")
+    assert re.search(r"^  one replica \(quotient\) +build", out, re.M)
+    assert re.search(r"^  every rank +build", out, re.M)
+    assert "both handed out the same frames" in out
 
 
 def test_engine_timing_against_another_tree_runs_both_and_counts_the_events():

@@ -103,11 +103,15 @@ class Timing:
                 if aside is not None:
                     aside.close()
         over = f" over {w.iterations} iterations" if w.iterations > 1 else ""
-        cpu_s = w.seconds if python_s is None else python_s
+        # timed through its quotient: one data-parallel replica's messages of D
+        # (tokenpcap.schedule.replicas keeps exactly 1/D of them)
+        D = 1 if sched.replica_view is None else sched.replica_view.D
+        one = f" (data-parallel index 0 of {D} replicas, the others its translates)" if D > 1 else ""
+        cpu_s = (w.seconds if python_s is None else python_s) / D
         how = "" if python_s is None else f" {UNCOMPILED}"
-        stage(f"timing {w.messages:,} messages{over}{how}{self.also}",
+        stage(f"timing {w.messages // D:,} messages{over}{how}{one}{self.also}",
               seconds=wall_seconds(cpu_s + self.also_cpu_s))
-        counting("timing", w.messages, "messages", lambda: sched.n_messages, self.note)
+        counting("timing", w.messages // D, "messages", lambda: sched.n_messages, self.note)
 
 
 def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale: int = 1,

@@ -8,7 +8,9 @@ further as NCCL does:
   / ``NCCL_MAX_NCHANNELS``); each channel moves its own contiguous part of every chunk over its own
   connection (one RC QP per channel and peer in NCCL's IB transport, ``net_ib``). A hop of ``B``
   bytes is split over the channels in whole elements (:func:`tokenpcap.collectives.traffic.ring_chunk_bytes`);
-  a channel part of 0 bytes sends nothing.
+  a channel part of 0 bytes sends nothing, except with ``empty_steps`` a ring AllReduce's empty
+  step on a channel that carries some of the call's elements: one message of 0 bytes, as NCCL's
+  ``runRing`` sends every step (:mod:`tokenpcap.collectives.empty_steps`).
 * **Slices.** A channel part goes out as RDMA messages of at most ``collectives.slice_bytes``
   (rounded down to whole elements), the last one shorter. NCCL's default for the Simple protocol is
   one slice = ``NCCL_BUFFSIZE`` (4 MiB) / ``NCCL_STEPS`` (8) × ``ALLREDUCE_SLICESTEPS`` (2) =
@@ -58,6 +60,7 @@ import numpy as np
 from tokenpcap.errors import InputError
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.collectives.algorithms import ALGORITHMS
+from tokenpcap.collectives.empty_steps import ring_empty_deps, ring_empty_steps
 from tokenpcap.collectives.p2p_chunks import P2pNet, network_rows
 from tokenpcap.collectives.protocols import PROTOCOLS, wire_bytes
 from tokenpcap.collectives.rails import hop_channel_nics
@@ -80,7 +83,7 @@ __all__ = ["P2P_ALGORITHMS", "TRANSFER_DTYPE", "Transfers", "transfers", "drop_c
 #: chunk        int32 the hop's chunk (ring chunk, tree index, AllToAll destination)
 #: channel      int32 NCCL-like channel (the connection index of the QP)
 #: slice        int32 slice index inside the channel part (0-based)
-#: bytes        int64 bytes on the wire (> 0): the payload under Simple, its LL/LL128 lines else
+#: bytes        int64 bytes on the wire (> 0; 0 for an empty step): the payload under Simple, its LL/LL128 lines else
 #: byte_offset  int64 offset of the bytes inside the collective's buffer (module docstring)
 #: nic          bool  the hop crosses nodes (on a NIC), else NVLink
 #: src_nic      int32 global NIC the bytes leave on (-1 on NVLink)
@@ -194,7 +197,7 @@ def slice_elements_bytes(slice_bytes: int, elem_bytes: int) -> int:
 def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
                       layout: RankLayout, channels: int, slice_bytes: int,
                       protocol: str = "Simple", p2p: P2pNet | None = None,
-                      window: int = 0) -> Transfers:
+                      window: int = 0, empty_steps: bool = False) -> Transfers:
     h = hops(CallShape(collective, group, s, e), algorithm, layout)
     alg = effective_algorithm(collective, algorithm)
     preds = ALGORITHMS[alg].predecessors(h)
@@ -209,6 +212,11 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
     order = np.lexsort((np.arange(nh), h["step"]))
     po = parts[order]
     count = -(-po // sl)                                        # slices per (hop, channel)
+    empty = None
+    if empty_steps and alg == "ring" and collective == "AllReduce" and nh:
+        empty = ring_empty_steps(parts, layout.node_array(h["src"]) != layout.node_array(h["dst"]),
+                                 protocol)
+        count = count + empty[order]
     first_off = offsets[order][:, None] + np.cumsum(po, axis=1) - po
     pair = np.repeat(np.arange(nh * channels), count.ravel())
     n = pair.size
@@ -255,7 +263,7 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
     pairs_x: list[np.ndarray] = []
     for i in order.tolist():
         k = int(per_hop[i])
-        if not k or not preds[i]:
+        if not k or not preds[i] or (empty is not None and hb[i] == 0):
             continue
         mine = first[i] + np.arange(k)
         cols = [mine[:, None] + (first[g] - first[i]) if hb[g] == hb[i] else
@@ -265,6 +273,11 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
         dep_len[mine] = d.shape[1]
         pairs_t.append(np.repeat(mine, d.shape[1]))
         pairs_x.append(d.ravel())
+    if empty is not None and empty.any():
+        count_h = np.empty_like(count)
+        count_h[order] = count
+        et, ex = ring_empty_deps(h["step"], parts, empty, count_h, first, protocol)
+        extra_t, extra_x = np.concatenate([extra_t, et]), np.concatenate([extra_x, ex])
     pairs_t.append(extra_t)
     pairs_x.append(extra_x)
     t_all, x_all = np.concatenate(pairs_t), np.concatenate(pairs_x)
@@ -307,7 +320,7 @@ def protocol_slice_bytes(protocol: str, slice_bytes: int) -> int:
 
 def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,
               slice_bytes: int, protocol: str = "Simple", p2p: P2pNet | None = None,
-              window: int = 0, cached: bool = True) -> Transfers:
+              window: int = 0, cached: bool = True, empty_steps: bool = False) -> Transfers:
     """The transfers of one collective call (module docstring), cached per call shape
     (``cached=False``: made anew and not kept, for a caller that keeps only sums of them;
     :func:`drop_cached` empties the cache).
@@ -330,6 +343,8 @@ def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,
             None: the collective slicing and the sender's own NIC.
         window: NCCL_STEPS: at most this many messages of a connection in flight
             (:func:`tokenpcap.collectives.window.window_pairs`); 0 no bound.
+        empty_steps: a ring AllReduce's empty steps are messages of 0 bytes
+            (:mod:`tokenpcap.collectives.empty_steps`); False: they send nothing.
 
     Returns:
         :class:`Transfers`; summed per hop over the rows that are not PXN copies (``nic`` or
@@ -349,7 +364,7 @@ def transfers(call: CallLike, algorithm: str, layout: RankLayout, channels: int,
     make = _transfers_cached if cached else _transfers_cached.__wrapped__
     return make(call.collective, tuple(call.group), int(call.message_bytes),
                 int(call.elem_bytes), algorithm, layout, int(channels), int(slice_bytes),
-                protocol, p2p, int(window))
+                protocol, p2p, int(window), bool(empty_steps))
 
 
 def drop_cached() -> None:

@@ -365,6 +365,14 @@ KEYS: dict[str, tuple[str, str]] = {
                                                              "slice_bytes and channels cut p2p "
                                                              "like collectives (the simulator "
                                                              "validation scenarios' flows)"),
+    "scenario.collectives.empty_ring_steps": ("", "true: a ring AllReduce's empty steps (a "
+                                                  "rank whose chunk holds no element, in calls "
+                                                  "of fewer elements than ranks) are sent as "
+                                                  "NCCL sends them, one 0-byte RDMA WRITE with "
+                                                  "immediate each (all_reduce.h runRing, "
+                                                  "net.cc sendProxyProgress, net_ib "
+                                                  "ncclIbMultiSend); false (default): they "
+                                                  "send nothing"),
     "scenario.generation.seed": ("", "seed of payload bytes, QPNs and PSNs: same seed, same "
                                      "bytes"),
     "scenario.generation.iterations": ("iterations", "training iterations to write"),

@@ -196,6 +196,7 @@ _COLLECTIVES_SPEC = {
     "NCCL_P2P_PXN_LEVEL": (yc.integer(0, 2), _NCCL.NCCL_P2P_PXN_LEVEL),
     "NCCL_CROSS_NIC": (yc.integer(0, 2), _NCCL.NCCL_CROSS_NIC),
     "NCCL_P2P_NET_CHUNKSIZE": (_p2p_chunksize, _NCCL.NCCL_P2P_NET_CHUNKSIZE),
+    "empty_ring_steps": (yc.boolean, _NCCL.empty_ring_steps),
 }
 _GENERATION_SPEC = {
     "seed": (yc.integer(0, MAX_SEED), 0),

@@ -333,6 +333,10 @@ class CollectivesConfig:
     NCCL_P2P_PXN_LEVEL: int = 2
     NCCL_CROSS_NIC: int = 2
     NCCL_P2P_NET_CHUNKSIZE: int = 1 << 17
+    #: A ring AllReduce's empty steps (a rank whose chunk holds no element) as NCCL sends them:
+    #: one RDMA WRITE with immediate of 0 bytes each (:mod:`tokenpcap.collectives.empty_steps`).
+    #: False keeps them out (the bundled scenarios' counts and simulator fixtures are without).
+    empty_ring_steps: bool = False
 
 
 @dataclass(frozen=True)

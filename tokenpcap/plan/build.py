@@ -124,7 +124,8 @@ class Plan:
         return transfers(call, self.algorithm, self.layout,
                          self.channels(call) if channels is None else channels,
                          self.scenario.collectives.slice_bytes, self.protocol(call),
-                         net, 0 if flows else NCCL_STEPS)
+                         net, 0 if flows else NCCL_STEPS,
+                         empty_steps=self.scenario.collectives.empty_ring_steps)
 
     def p2p_net(self) -> P2pNet | None:
         """NCCL's network p2p path of the scenario (:func:`scenario_p2p_net`)."""
@@ -343,8 +344,11 @@ def build_plan(scenario: Scenario, tokens: TokenizedCorpus | None = None, *,
                 a["protocols"][proto] += n
             is_p2p = (p2p is not None
                       and effective_algorithm(f.collective, alg) in P2P_ALGORITHMS)
-            if proto != "Simple" or (ch != channels and not is_p2p):
-                w = protocol_wire_bytes(call, alg, layout, ch, slice_bytes, proto, p2p)
+            # a ring AllReduce's empty steps are messages (collectives.empty_steps)
+            empty = (scenario.collectives.empty_ring_steps and f.collective == "AllReduce"
+                     and effective_algorithm(f.collective, alg) == "ring")
+            if proto != "Simple" or (ch != channels and not is_p2p) or empty:
+                w = protocol_wire_bytes(call, alg, layout, ch, slice_bytes, proto, p2p, empty)
                 a["nic"][idx] += w.nic_bytes * n
                 a["rn"][idx] += w.by_nic * n
                 a["nvl"][idx] += w.nvlink_bytes * n

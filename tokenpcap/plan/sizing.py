@@ -84,7 +84,7 @@ def pcap_estimate(hop_bytes: np.ndarray, hop_counts: np.ndarray, s: Scenario,
     payload = int((w * b).sum())
     m_size = np.array([m for m, _ in messages], np.int64)
     m_count = np.array([k for _, k in messages], np.int64)
-    m_pkts = -(-m_size // pmtu)
+    m_pkts = np.maximum(1, -(-m_size // pmtu))         # a 0-byte message is one packet
     msgs += int(m_count.sum())
     pkts += int((m_count * m_pkts).sum())
     pad += int((m_count * ((-m_size) % 4)).sum())

@@ -38,11 +38,11 @@ class WireBytes(NamedTuple):
 @functools.lru_cache(maxsize=4096)
 def _cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
             layout: RankLayout, channels: int, slice_bytes: int, protocol: str,
-            p2p: P2pNet | None) -> WireBytes:
+            p2p: P2pNet | None, empty_steps: bool) -> WireBytes:
     # not kept in the transfers' cache: only these sums are (one call per group of every
     # LL/LL128 family, whose tables would outweigh the engine's state)
     t = transfers(CallShape(collective, group, s, e), algorithm, layout, channels, slice_bytes,
-                  protocol, p2p, cached=False).table
+                  protocol, p2p, cached=False, empty_steps=empty_steps).table
     pos = {r: i for i, r in enumerate(group)}
     src = np.fromiter((pos[int(r)] for r in t["src"]), np.int64, len(t))
     n = len(group)
@@ -60,16 +60,19 @@ def _cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: 
 
 
 def protocol_wire_bytes(call: CallLike, algorithm: str, layout: RankLayout, channels: int,
-                        slice_bytes: int, protocol: str, p2p: P2pNet | None = None) -> WireBytes:
+                        slice_bytes: int, protocol: str, p2p: P2pNet | None = None,
+                        empty_steps: bool = False) -> WireBytes:
     """The wire bytes of one call under ``protocol`` on ``channels`` (module docstring), a
-    point-to-point call on NCCL's network p2p path ``p2p`` when given; cached, read-only.
+    point-to-point call on NCCL's network p2p path ``p2p`` when given, a ring AllReduce's empty
+    steps as 0-byte messages with ``empty_steps`` (:mod:`tokenpcap.collectives.empty_steps`);
+    cached, read-only.
 
     Raises:
         InputError: as :func:`tokenpcap.collectives.transfers.transfers`.
     """
     return _cached(call.collective, tuple(call.group), int(call.message_bytes),
                    int(call.elem_bytes), algorithm, layout, int(channels), int(slice_bytes),
-                   protocol, p2p)
+                   protocol, p2p, bool(empty_steps))
 
 
 @functools.lru_cache(maxsize=4096)

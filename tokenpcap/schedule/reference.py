@@ -106,6 +106,10 @@ class ReferenceSchedule:
             the run (default); ``False`` drops an iteration's calls once every rank has finished
             it, and records no timeline, so that memory stays flat over ``iterations`` (the
             generator: it needs neither after the packets are out).
+        canonical: the transfers launched at one instant become messages and NVLink copies
+            after the instant's last event, in the canonical order of the compiled engine
+            (``CANON``, :func:`tokenpcap.schedule.engine.canon.canon_less`; the data QPs they
+            need created before the clear-to-send ones), instead of after each event.
 
     Raises:
         InputError: ``iterations`` or ``scale`` < 1.
@@ -113,7 +117,7 @@ class ReferenceSchedule:
 
     def __init__(self, plan: Plan, *, iterations: int | None = None, scale: int | None = None,
                  engine: Engine | None = None, keep_nvlink: bool = True,
-                 keep_history: bool = True):
+                 keep_history: bool = True, canonical: bool = False):
         s = plan.scenario
         self.iterations = s.generation.iterations if iterations is None else int(iterations)
         if self.iterations < 1 or (scale is not None and scale < 1):
@@ -136,6 +140,9 @@ class ReferenceSchedule:
         self._runs: dict[int, _CallRun] = {}
         self._msg_transfer: dict[int, tuple[_CallRun, int]] = {}
         self._out: list[tuple] = []       # messages to post at the end of the current event
+        self._canonical = bool(canonical)
+        self._instant: list[tuple] = []   # (canonical) the transfers launched at this instant
+        self._call_key: dict[int, int] = {}
         self._nvlink: list[tuple] = []
         self._keep_nvlink = bool(keep_nvlink)
         self._timeline: list[tuple] = []
@@ -160,6 +167,11 @@ class ReferenceSchedule:
             calls = list(self.plan.calls(it))       # sizes already at the plan's scale
             for c in calls:
                 self._calls[c.call_id] = c
+            if self._canonical:
+                # the collective's key: its iteration and family instance (every group's)
+                tab = self.plan.call_table(it)
+                self._call_key.update(zip(tab.call_id().tolist(),
+                                          (tab.family_inst() + (it << 40)).tolist()))
             self._iter_calls[it] = [c.call_id for c in calls]
             self._iter_left[it] = lay.world_size
             wl = self.scenario.workload
@@ -329,6 +341,35 @@ class ReferenceSchedule:
             self._launch(run, x, t)
 
     def _launch(self, run: _CallRun, x: int, t: int) -> None:
+        if self._canonical:
+            if not self._instant:
+                self.engine.at_instant_end(t, self._end_of_instant)
+            self._instant.append((run, x))
+            return
+        self._launch_now(run, x, t)
+
+    def _end_of_instant(self, t: int) -> None:
+        """(canonical) The instant's launches, in the compiled engine's canonical order
+        (:func:`tokenpcap.schedule.engine.canon.canon_less`): the collective's key, the
+        sender's rank without its data-parallel index, its index in the sender's send list,
+        then the data-parallel index."""
+        lay = self.layout
+        stride, D = lay.tp * lay.cp, lay.dp
+
+        def key(item):
+            run, x = item
+            src = run.tr.rows[x][2]
+            d = src // stride % D
+            return (self._call_key[run.call.call_id], src - d * stride,
+                    run.tr.by_src[src].index(x), d)
+
+        items, self._instant = sorted(self._instant, key=key), []
+        for run, x in items:
+            self._launch_now(run, x, t)
+        if self._out:
+            self._flush()
+
+    def _launch_now(self, run: _CallRun, x: int, t: int) -> None:
         _, step, src, dst, _, channel, _, nbytes, offset, nic = run.tr.rows[x]
         c = run.call
         if nic:
@@ -363,7 +404,7 @@ class ReferenceSchedule:
         rows["layer"] = [c.layer for c in calls]
         rows["microbatch"] = [c.microbatch for c in calls]
         rows["call_id"] = [c.call_id for c in calls]
-        ids = self.engine.add_messages(rows, self._on_arrival)
+        ids = self.engine.add_messages(rows, self._on_arrival, qps_first=self._canonical)
         for mid, o in zip(ids.tolist(), out):
             self._msg_transfer[mid] = (o[0], o[1])
 

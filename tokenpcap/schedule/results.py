@@ -19,7 +19,8 @@ what it reads: ``_eng`` (the engine's state, :func:`tokenpcap.schedule.engine.st
 ``_call_attr`` (int64 ``(C, 9)`` per call of the run, :func:`call_columns`), ``_call_line``
 (uint8 ``(C,)`` NCCL protocol code per call), ``_seq_length``, ``engine``
 (:class:`~tokenpcap.schedule.engine.frames.NicModel`), ``keep_messages``, ``plan`` and
-``iterations``.
+``iterations``; and ``replica_view`` when the run is timed through its quotient
+(:mod:`tokenpcap.schedule.replicaview`: the rows are then the whole job's).
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from tokenpcap.records import KIND_CTS, VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.schedule.engine import kernel as K
 from tokenpcap.schedule.engine.table import MSG_STATE_DTYPE
 from tokenpcap.schedule.flat import MARK_CODES
+from tokenpcap.schedule.replicaview import RECEIVER_VIEW
 from tokenpcap.schedule.spans import token_ranges
 
 __all__ = ["ScheduleResults", "MessageIndex", "TIMELINE_DTYPE", "NVLINK_DTYPE", "call_columns"]
@@ -66,16 +68,43 @@ class ScheduleResults:
     """The message table, NVLink copies, compute timeline and transfers of a run, read from the
     engine's state (module docstring); a part of :class:`tokenpcap.schedule.runner.Schedule`."""
 
+    #: The whole job's view of a run timed through its quotient
+    #: (:class:`~tokenpcap.schedule.replicaview.ReplicaView`); None: every rank timed.
+    replica_view = None
+
     def message_rows(self, ids) -> np.ndarray:
         """``MSG_STATE_DTYPE`` rows of the message ids ``ids`` (int array; ids are dense, in order
         of creation: each event's data messages, then their clear-to-send writes). Times not yet
         reached are -1. With ``keep_messages=False`` only the messages the engine still holds:
         those named by the frames :meth:`run` just yielded (until it resumes), those in progress.
+        A run timed through its quotient (``replica_view``) answers ids plus
+        :data:`~tokenpcap.schedule.replicaview.RECEIVER_VIEW` too: the receiving side's view of
+        a message (:mod:`tokenpcap.schedule.replicaview`).
 
         Raises:
             ValueError: (``keep_messages=False``) an id whose row was reused or not yet made.
         """
         ids = np.asarray(ids, np.int64)
+        view = self.replica_view
+        if view is None:
+            return self._engine_rows(ids)
+        rv = ids >= RECEIVER_VIEW
+        out = view.message_rows(self._engine_rows(np.where(rv, ids - RECEIVER_VIEW, ids)), rv)
+        out["msg_id"] = ids
+        return out
+
+    def _real_peers(self, got: np.ndarray) -> None:
+        """The frame rows ``got`` (int64 ``(n, 7)``, the engine's) of a run timed through its
+        quotient with their real peers and views, in place
+        (:meth:`~tokenpcap.schedule.replicaview.ReplicaView.frames`)."""
+        eng = self._eng
+        at = got[:, 3] & int(eng.sc[K.MMASK])
+        ms = eng.S.ms                       # the two columns read, not every frame's whole row
+        recv = eng.tr.columns(ms[at, K.M_TR], ("dst",))["dst"]
+        self.replica_view.frames(got, recv, ms[at, K.M_KIND])
+
+    def _engine_rows(self, ids: np.ndarray) -> np.ndarray:
+        """:meth:`message_rows` as the engine holds them (a quotient's NICs)."""
         eng = self._eng
         mask = int(eng.sc[K.MMASK])
         ms = eng.S.ms[ids & mask]
@@ -198,6 +227,8 @@ class ScheduleResults:
             if not x.size:
                 continue
             tr = eng.tr.columns(x, ("call", "src", "dst", "step", "bytes", "offset", "snic", "dnic"))
+            if self.replica_view is not None:
+                tr = self.replica_view.transfers(tr)
             c = tr["call"]
             codes = eng.codes[c]
             tok0, tok1 = self._tokens(c, tr["offset"], tr["bytes"])
@@ -261,6 +292,8 @@ class ScheduleResults:
         out["phase"], out["dim"], out["collective"] = codes[:, 0], codes[:, 1], codes[:, 2]
         out["call_id"] = self._call_attr[c, 3]
         out["step"] = tr["step"]
+        if self.replica_view is not None:
+            return self.replica_view.every_rank(out, ("rank_src", "rank_dst"), "start_ns")
         return out
 
     @property
@@ -273,6 +306,8 @@ class ScheduleResults:
         out["rank"], out["iteration"] = tl[:, 0], tl[:, 1]
         out["what"] = np.asarray(MARK_CODES, "S1")[tl[:, 2]]
         out["microbatch"], out["start_ns"], out["end_ns"] = tl[:, 3], tl[:, 4], tl[:, 5]
+        if self.replica_view is not None:
+            return self.replica_view.every_rank(out, ("rank",), "end_ns")
         return out
 
     @property

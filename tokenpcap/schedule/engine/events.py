@@ -172,6 +172,11 @@ class State(NamedTuple):
     reaction point NIC, QP), the rate log ``lgr`` float64 ``(L, NRL)`` and the per-QP DCQCN state
     ``rp`` float64 ``(Q, NDQ)`` and parameters ``rpp`` float64 ``(NDP,)``
     (:mod:`tokenpcap.schedule.engine.dcqcn`), and per QP its peer NIC ``q_peer``.
+
+    The canonical order of an instant's launches (``cf[CANON]``,
+    :func:`~tokenpcap.schedule.engine.canon.canon_less`): per call ``c_key (C,)`` int64, equal
+    for the calls of one (iteration, family instance) (every group of one collective), and per
+    canonical row ``ct_j (R,)`` int32 its index in its sender position's send list.
     """
 
     ms: np.ndarray
@@ -230,6 +235,9 @@ class State(NamedTuple):
     rp: np.ndarray
     rpp: np.ndarray
     q_peer: np.ndarray
+    # the canonical order of one instant's launches (cf[CANON]; module canon)
+    c_key: np.ndarray
+    ct_j: np.ndarray
 
 
 # ---------------------------------------------------------------- heap
@@ -430,11 +438,19 @@ __all__ += ["PKT_CNP", "OUT_CE", "PK_CE", "PK_CNP", "AQ_CNPACK", "AQ_CNP", "NCE"
 #: config slot: the fast path on (1) or off (0: every packet's arrival at a NIC is an event of
 #: its own, and a NIC wakes one shortest frame after its next frame's start)
 F_FAST = 50
-NCF = 51
+#: config slots of the order of the transfers launched at one instant (module progs,
+#: ``flush_out``): 0 each event's launches become messages right after the event, in the order
+#: it launched them; 1 (canonical) every launch of the instant is kept until the instant's last
+#: event before its wakes, then sorted by :func:`~tokenpcap.schedule.engine.canon.canon_less`
+#: (a key invariant under the translation of the data-parallel index), so that what a NIC and a
+#: rank see at one instant does not depend on the order in which the instant's events ran.
+#: ``C_STRIDE`` ranks between two data-parallel indices, ``C_DP`` data-parallel replicas.
+CANON, C_STRIDE, C_DP = 51, 52, 53
+NCF = 54
 #: switch port columns of the fast path (module fabric_fast)
 FP_FEV, FP_FN = 26, 27
 FP_COLS = 28
-__all__ += ["F_FAST", "FP_FEV", "FP_FN"]
+__all__ += ["F_FAST", "FP_FEV", "FP_FN", "CANON", "C_STRIDE", "C_DP"]
 
 
 # ---------------------------------------------------------------- the fabric's specialization

@@ -25,7 +25,11 @@ overhead), computed so that the cost of a message does not depend on its packet 
   by ``(time, type, key, insertion)`` with types READY < ACK < ARRIVE < TIMER < WAKE, READY keyed
   by message id, ACK by (message, packet), ARRIVE by message, WAKE by NIC, timers by insertion.
   The READYs an event creates at its own instant sort before everything left at that instant and
-  in id order, so they are handled right after it without the heap.
+  in id order, so they are handled right after it without the heap. With ``cf[CANON]`` the
+  transfers launched at one instant become messages (and NVLink copies) only after the instant's
+  last event before its wakes, sorted by a key invariant under the translation of the
+  data-parallel index (:func:`~tokenpcap.schedule.engine.canon.canon_less`), so that a run whose
+  replicas are translates of each other is itself one (:mod:`tokenpcap.schedule.replicas`).
   A WAKE comes at the start of a NIC's predicted stop slot; arrivals and ACKs are pushed when
   their packet is committed. The same inputs therefore give the same message times, ids, QP
   rotation orders and packets as the Python engine.
@@ -64,7 +68,8 @@ from tokenpcap.schedule.engine.fabric_fast import drain
 from tokenpcap.schedule.engine.link import advance, queue_ack, ready, rewake
 from tokenpcap.schedule.engine.nicpfc import nic_pause_end, nic_pfc
 from tokenpcap.schedule.engine.rpoint import cc_arrival, cc_timer
-from tokenpcap.schedule.engine.progs import ab_done, arrived, flush_out, step
+from tokenpcap.schedule.engine.canon import instant_over
+from tokenpcap.schedule.engine.progs import ab_done, arrived, flush_out, instant_copies, step
 from tokenpcap.schedule.engine.ring import room
 
 __all__ = ["State", "run", "commit", "push", "NEVER"]
@@ -114,9 +119,13 @@ def run(S, cf, sc, h, a, o, lst, fabric):
             if sc[ERR]:
                 return 2
             continue
-        if sc[NLAUNCH] > 0:
-            # the messages of the transfers the last event launched, at its instant, once their
-            # rows are free (module ring)
+        if sc[NLAUNCH] > 0 and instant_over(cf, sc, h):
+            # the messages of the transfers the last event launched (with cf[CANON]: the
+            # instant's events), at its instant, once their rows are free (module ring) and the
+            # heap has room for the NVLink copies among them
+            if sc[HN] + sc[NLAUNCH] + cf[HEAD] > h.shape[0]:
+                return 3
+            instant_copies(S, cf, sc, h, lst, sc[NOW])
             got = room(S, sc, sc[NLAUNCH] * (2 if cf[CTS] else 1))
             if got == 1:
                 sc[FRONT] = sc[NOW]
@@ -128,7 +137,7 @@ def run(S, cf, sc, h, a, o, lst, fabric):
         if sc[NOUT] >= cf[CHUNK]:
             sc[FRONT] = sc[NOW] if pending else h[0, 0] >> 3
             return 1
-        if (sc[HN] + cf[HEAD] > h.shape[0] or cf[HEAD] > lst.shape[0]
+        if (sc[HN] + cf[HEAD] > h.shape[0] or sc[NLAUNCH] + cf[HEAD] > lst.shape[0]
                 or (sc[ACKFREE] < 0 and sc[ACKTOP] + 64 > a.shape[0])
                 or sc[NOUT] + cf[GAP] + 64 > o.shape[0]):
             return 3

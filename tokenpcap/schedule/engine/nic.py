@@ -223,7 +223,8 @@ class Engine:
             self._push(start, _READY, mid, 0, mid)
         return mid
 
-    def add_messages(self, rows: np.ndarray, on_arrival: Callable[[int, int], None] | None = None) -> np.ndarray:
+    def add_messages(self, rows: np.ndarray, on_arrival: Callable[[int, int], None] | None = None,
+                     qps_first: bool = False) -> np.ndarray:
         """Add messages (``MESSAGE_DTYPE (m,)``; ``msg_id`` is ignored and assigned here).
 
         Each message is posted on its QP ``(src_nic, dst_nic, qp)`` at ``start_ns`` (FIFO order of
@@ -232,7 +233,9 @@ class Engine:
         ``dst_nic`` to ``src_nic`` on the receiver's QP of the data's connection (one RC QP pair
         per connection; the reverse direction's data has its own pair), posted at ``start_ns``;
         the data is posted when that CTS arrives. CTS ids follow the ids of this call's data
-        messages.
+        messages. A QP takes its place in its NIC's rotation when a message first names it, in
+        row order, each data message's QP before its CTS's; ``qps_first``: every data message's
+        QP first, then the CTS's (the compiled engine's canonical order, ``CANON``).
 
         Returns:
             int64 ``(m,)`` ids of the given messages.
@@ -266,6 +269,10 @@ class Engine:
         cols = [new[f].tolist() for f in ("msg_id", "src_nic", "dst_nic", "qp", "size_bytes", "verb", "kind")]
         for mid, src, dst, qp, size, verb, kind in zip(*cols):
             self._info[mid] = (src, dst, qp, size, verb, kind)
+        if qps_first:
+            for mid in ids.tolist():
+                src, dst, qp, _, _, kind = self._info[mid]
+                self._ports[src].qp(dst, qp, int(kind == KIND_CTS))
         for i, (mid, start, pm) in enumerate(zip(ids.tolist(), rows["start_ns"].tolist(), peer.tolist())):
             src, dst, qp, _, _, kind = self._info[mid]
             self._ports[src].qp(dst, qp, int(kind == KIND_CTS))   # sets the QP's place in the rotation
@@ -288,6 +295,12 @@ class Engine:
         if self._now is not None and t < self._now:
             raise InputError(f"at: t_ns: got {t}, expected >= {self._now} (the engine's current time)")
         self._push(t, _TIMER, 0, 0, callback)
+
+    def at_instant_end(self, t_ns: int, callback: Callable[[int], None]) -> None:
+        """Call ``callback(t_ns)`` after every other event of ``t_ns`` but its wakes (a timer
+        keyed after the others of its instant); it may add messages (posted at ``t_ns``,
+        before the wakes) or timers of later instants."""
+        self._push(int(t_ns), _TIMER, 1, 0, callback)
 
     def _validate(self, rows: np.ndarray) -> None:
         checks = (

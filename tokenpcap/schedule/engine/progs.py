@@ -9,8 +9,9 @@ from tokenpcap.schedule.engine.compiled import inline_part, part
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import push
 from tokenpcap.schedule.engine import access as A
+from tokenpcap.schedule.engine.canon import canon_sort
 
-__all__ = ["flush_out", "step", "arrived", "ab_done"]
+__all__ = ["flush_out", "instant_copies", "step", "arrived", "ab_done"]
 
 
 @part
@@ -24,9 +25,31 @@ def _create_qp(S, q):
 
 
 @part
+def instant_copies(S, cf, sc, h, lst, t):
+    """(``cf[CANON]``) Sort the transfers launched at this instant
+    (:func:`~tokenpcap.schedule.engine.canon.canon_sort`), time its NVLink copies in that order
+    and leave only its RDMA transfers in the launch list, for :func:`flush_out` (which the
+    message ring may delay: a second call finds them sorted and no copy left)."""
+    m = sc[NLAUNCH]
+    if not cf[CANON] or m == 0:
+        return
+    canon_sort(S, cf, lst, m)
+    k = 0
+    for i in range(m):
+        x = lst[i]
+        if A.is_nic(S, x):
+            lst[k] = x
+            k += 1
+        else:
+            _nvlink(S, cf, sc, h, x, t)
+    sc[NLAUNCH] = k
+
+
+@part
 def flush_out(S, cf, sc, h, lst, t):
-    """Turn the transfers launched during this event into messages (data ids, then their CTS);
-    the ids to post at ``t`` are left in ``sc[RDY_NEXT] .. sc[RDY_END] - 1``."""
+    """Turn the transfers launched during this event (with ``cf[CANON]``: this instant, sorted
+    and without its NVLink copies, :func:`instant_copies`) into messages (data ids, then their
+    CTS); the ids to post at ``t`` are left in ``sc[RDY_NEXT] .. sc[RDY_END] - 1``."""
     ms = S.ms
     mk = sc[MMASK]                      # message id -> row (module ring)
     m = sc[NLAUNCH]
@@ -58,11 +81,21 @@ def flush_out(S, cf, sc, h, lst, t):
             ms[cid & mk, M_SIZE] = cf[CTS_BYTES]
             ms[cid & mk, M_START] = t
             ms[cid & mk, M_PEER] = mid
-    for i in range(m):
-        x = lst[i]
-        _create_qp(S, A.qp_data(S, x))
+    if cf[CANON]:
+        # the data QPs in the instant's order, then the clear-to-send QPs: a transfer and its
+        # image can share a NIC only as one's data and the other's clear-to-send write (the
+        # image's receiver is the sender), so each NIC creates its QPs as its image does
+        for i in range(m):
+            _create_qp(S, A.qp_data(S, lst[i]))
         if cts:
-            _create_qp(S, A.qp_cts(S, x))
+            for i in range(m):
+                _create_qp(S, A.qp_cts(S, lst[i]))
+    else:
+        for i in range(m):
+            x = lst[i]
+            _create_qp(S, A.qp_data(S, x))
+            if cts:
+                _create_qp(S, A.qp_cts(S, x))
     # the messages posted now (the clear-to-send writes, or the data without them) are the next
     # events: READY sorts first at an instant, keyed by message id, and no READY at t is queued
     sc[RDY_NEXT] = n0 + m if cts else n0
@@ -73,9 +106,9 @@ def flush_out(S, cf, sc, h, lst, t):
 
 @part
 def _launch(S, cf, sc, h, lst, x, t):
-    nv = S.nv
-    rk = S.rk
-    if A.is_nic(S, x):
+    """Transfer ``x`` is launched at ``t``: kept for :func:`flush_out` (an RDMA message; with
+    ``cf[CANON]`` an NVLink copy too), or an NVLink copy timed now."""
+    if cf[CANON] or A.is_nic(S, x):
         n = sc[NLAUNCH]
         if n == lst.shape[0]:
             sc[ERR] = 3
@@ -83,6 +116,15 @@ def _launch(S, cf, sc, h, lst, x, t):
         lst[n] = x
         sc[NLAUNCH] = n + 1
         return
+    _nvlink(S, cf, sc, h, x, t)
+
+
+@part
+def _nvlink(S, cf, sc, h, x, t):
+    """NVLink copy ``x`` starts at ``t`` or when its GPU's NVLink is free; its arrival is a
+    timer."""
+    nv = S.nv
+    rk = S.rk
     src = A.src_rank(S, x)
     start = t if t > rk[src, R_NVL] else rk[src, R_NVL]
     num = cf[NVL_NUM]
@@ -170,19 +212,23 @@ def _stream_inner(S, cf, sc, h, lst, r, t):
 
 @part
 def _next_iteration(S, cf, r):
+    """Rank ``r`` takes its next iteration's program; False after the last. An empty program
+    (a rank the quotient of :mod:`tokenpcap.schedule.replicas` does not run) is passed over."""
     prog_ptr = S.prog_ptr
     rk = S.rk
-    if rk[r, R_IT] >= cf[ITERS]:
-        return False
-    rk[r, R_IT] += 1
-    if rk[r, R_IT] >= cf[ITERS]:
-        rk[r, R_PC] = 0
-        rk[r, R_END] = 0
-        return False
-    j = rk[r, R_IT] * cf[WORLD] + r
-    rk[r, R_PC] = prog_ptr[j]
-    rk[r, R_END] = prog_ptr[j + 1]
-    return True
+    while True:
+        if rk[r, R_IT] >= cf[ITERS]:
+            return False
+        rk[r, R_IT] += 1
+        if rk[r, R_IT] >= cf[ITERS]:
+            rk[r, R_PC] = 0
+            rk[r, R_END] = 0
+            return False
+        j = rk[r, R_IT] * cf[WORLD] + r
+        rk[r, R_PC] = prog_ptr[j]
+        rk[r, R_END] = prog_ptr[j + 1]
+        if rk[r, R_PC] < rk[r, R_END]:
+            return True
 
 
 @inline_part

@@ -114,8 +114,9 @@ class Engine:
 
     def _grow(self) -> None:
         sc, cf = self.sc, self.cf
-        if sc[K.HN] + cf[K.HEAD] > self.heap.shape[0]:
-            self.heap = _bigger(self.heap, sc[K.HN] + cf[K.HEAD])
+        if sc[K.HN] + sc[K.NLAUNCH] + cf[K.HEAD] > self.heap.shape[0]:
+            # an instant's NVLink copies are timers when its launches are flushed (cf[CANON])
+            self.heap = _bigger(self.heap, sc[K.HN] + sc[K.NLAUNCH] + cf[K.HEAD])
         if sc[K.NLAUNCH] + cf[K.HEAD] > self.launch.shape[0]:     # a call's end resumed
             self.launch = _bigger(self.launch, sc[K.NLAUNCH] + cf[K.HEAD])
         if sc[K.ACKTOP] + 64 > self.acks.shape[0]:
@@ -235,7 +236,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
                 chunk_rows: int = 1 << 16, keep_history: bool = True,
                 keep_nvlink: bool = True, keep_messages: bool = True,
                 ring_rows: int = 1 << 16, topology=None, point: str = "nic-tx",
-                flow_keys=None) -> Engine:
+                flow_keys=None, canonical: bool = False) -> Engine:
     """The engine of the iterations ``flats`` (:class:`tokenpcap.schedule.flat.Flat` per
     iteration, in order) on ``layout`` and ``nic``. The flats are used up: the arrays the state
     holds as copies (participations, instructions, the shape table's per-row columns other
@@ -257,6 +258,10 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
             which frames ``nics`` selects (:mod:`tokenpcap.schedule.engine.fabric`).
         flow_keys: ``flow_keys(nic, peer, conn, role) -> (udp_sport, dest_qpn)`` of QPs, for
             ECMP (:mod:`tokenpcap.schedule.engine.fabstate`).
+        canonical: the transfers launched at one instant become messages in the order of a key
+            invariant under the translation of the data-parallel index, after the instant's
+            last event (``CANON``, :mod:`tokenpcap.schedule.engine.events`), instead of after
+            each event in the order it launched them.
 
     Raises:
         InputError: a connection index >= :data:`QP_STRIDE`; a message of 2**24 packets or more;
@@ -403,7 +408,16 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
                 tl=np.zeros((n_marks, 6), np.int64),
                 nv=np.zeros((T_ - n_nic if keep_nvlink else 0, 3), np.int64),
                 call_ab=call_ab, call_nst=np.zeros(call_ab.size, np.int32),
-                call_pbase=call_pbase.astype(np.int32), **fab.arrays)
+                call_pbase=call_pbase.astype(np.int32), c_key=np.zeros(1, np.int64),
+                ct_j=np.zeros(1, np.int32), **fab.arrays)
+    if canonical:
+        # per call: its iteration and family instance (shared by the groups of one collective);
+        # per canonical row: its index in its sender position's send list (canon.canon_less)
+        c_key = np.concatenate([f.calls.family_inst() + (i << 40) for i, f in enumerate(flats)])
+        owner = np.repeat(np.arange(table.send_ptr.size - 1), np.diff(table.send_ptr))
+        ct_j = np.zeros(table.dep_ptr.size - 1, np.int32)
+        ct_j[table.send_list] = np.arange(table.send_list.size) - table.send_ptr[owner]
+        S = S._replace(c_key=c_key.astype(np.int64), ct_j=ct_j)
     rate = Fraction(repr(float(nvlink_gbps)))
     # most events one event can push: every transfer a rank sends or receives in an iteration
     # (a program step may start several calls), a transfer's dependents, twice over
@@ -420,6 +434,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         cf[slot] = value
     if fab.ack_ns is not None:
         cf[K.ACK_NS] = fab.ack_ns
+    cf[[K.CANON, K.C_STRIDE, K.C_DP]] = int(canonical), layout.tp * layout.cp, layout.dp
     sc = np.zeros(K.NSC, np.int64)
     sc[K.ACKFREE] = -1
     sc[K.AB_CALL] = -1
