@@ -117,7 +117,12 @@ class Aside:
 
     def detach(self) -> None:
         """Leave the helper running on its own (a compile in the background, which outlives
-        this process: :func:`compile_in_background`)."""
+        this process: :func:`compile_in_background`). Its ``Popen`` is kept in
+        :data:`_DETACHED` for the life of this process: one collected while its child runs
+        would warn ``ResourceWarning: subprocess N is still running`` (``Popen.__del__``), and a
+        long-lived caller (a test session, a notebook) would see it."""
+        if self.proc is not None:
+            _DETACHED.append(self.proc)
         self.proc = None
 
     def close(self) -> None:
@@ -218,6 +223,9 @@ def compile_engine(run_args: tuple, commit_args: tuple | None, aside: Aside | No
 #: The file a compile in the background holds locked (``flock``) while it runs, in numba's
 #: cache directory of the engine (:func:`lock_path`).
 LOCK_NAME = "tokenpcap-engine-compile.lock"
+
+#: The helpers left compiling in the background (:meth:`Aside.detach`), kept referenced.
+_DETACHED: list[subprocess.Popen] = []
 
 
 def lock_path() -> Path:
