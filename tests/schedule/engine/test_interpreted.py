@@ -164,3 +164,28 @@ def test_a_background_compile_holds_its_lock_and_a_second_one_compiles_nothing(t
         holder.wait()
         holder.stdout.close()
     assert not compile_aside.compiling_in_background()
+
+
+def test_a_detached_helper_is_never_collected_while_it_runs():
+    """A helper left compiling in the background (``Aside.detach``) stays referenced for the
+    life of this process: collecting its ``Popen`` while the child runs would warn
+    ``ResourceWarning: subprocess N is still running`` into a long-lived caller (a test
+    session, where that warning is an error)."""
+    import gc
+    import warnings
+
+    aside = compile_aside.Aside.__new__(compile_aside.Aside)
+    aside.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    proc = aside.proc
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            aside.detach()
+            del aside
+            gc.collect()
+        assert not [w for w in seen if issubclass(w.category, ResourceWarning)]
+        assert proc in compile_aside._DETACHED and proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+        compile_aside._DETACHED.remove(proc)
