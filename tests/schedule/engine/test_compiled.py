@@ -104,30 +104,6 @@ def test_a_compile_is_announced_once_and_a_cached_function_not_at_all():
         "(apart from the ideal fabric's), about "), lines
 
 
-def test_the_notice_hears_only_its_own_thread():
-    """numba's listeners hear every thread's compiles; a compile on another thread inside the
-    block (a progress meter's count, a writer's warm-up) is not the engine's and says nothing,
-    one on the block's own thread does."""
-    import threading
-
-    from numba import njit
-
-    from tokenpcap.stages import listening
-
-    other = njit(lambda x: x * 5)
-    own = njit(lambda x: x * 7)
-    lines: list[str] = []
-    with listening(lines.append, after_s=1.0):
-        with compiled.CompileNotice().watching(False):
-            t = threading.Thread(target=lambda: other(1))
-            t.start()
-            t.join()
-        assert other(2) == 10 and lines == []
-        with compiled.CompileNotice().watching(False):
-            assert own(2) == 14
-    assert len(lines) == 1 and lines[0].startswith("compiling the timing engine"), lines
-
-
 def test_in_cache_reads_numba_s_own_index(tmp_path, monkeypatch):
     """A function's compile for some argument types is in the cache once numba saved it (its
     ``numba:compile``-free load in a fresh dispatcher is the oracle), and only for those types."""

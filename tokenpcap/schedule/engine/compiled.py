@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -217,17 +216,12 @@ class CompileNotice(event.Listener):
     compile of the event loop itself that comes after both processes' parts (``kernel.run``,
     :data:`LOOP_SHARE` of the compile's CPU, in this process alone) starts the stage
     "compiling the timing engine's event loop, every part inlined". ``queued``: the run's fabric
-    is queued; ``aside``: a helper process compiles half of the engine beside this one. Only
-    compiles on the thread that entered the block count: numba's listeners hear every thread's,
-    and another thread's (a progress meter's count, a writer's warm-up) is not the engine's."""
+    is queued; ``aside``: a helper process compiles half of the engine beside this one."""
 
     def __init__(self) -> None:
         self.queued, self.aside, self.said, self.loop_said = False, False, False, False
-        self.thread = threading.get_ident()
 
     def on_start(self, ev) -> None:
-        if threading.get_ident() != self.thread:
-            return
         if not self.said:
             self.said = True
             stage(COMPILE_STAGES[self.queued],
@@ -242,7 +236,6 @@ class CompileNotice(event.Listener):
     @contextlib.contextmanager
     def watching(self, queued: bool, aside: bool = False) -> Iterator[None]:
         self.queued, self.aside = bool(queued), bool(aside)
-        self.thread = threading.get_ident()
         with event.install_listener("numba:compile", self):
             yield
 
