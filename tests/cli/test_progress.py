@@ -144,7 +144,6 @@ def test_the_timing_estimate_is_the_engines(tmp_path, scen, every_step, monkeypa
     from tokenpcap.config.profiles import load_scenario
     from tokenpcap.plan.build import build_plan
     from tokenpcap.schedule.limits import estimate_work
-
     from tokenpcap.schedule.runner import Schedule
 
     monkeypatch.setattr(os, "getloadavg", lambda: (8.0, 1.0, 1.0))
