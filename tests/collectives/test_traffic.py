@@ -169,11 +169,11 @@ def test_the_registry_is_what_scenarios_may_choose_and_what_runs():
     (the hops' bytes add up to it), and a scenario may choose exactly the non-exclusive ones (the
     profile check reads the registry); SendRecv is always p2p, AllToAll always direct."""
     from tokenpcap.collectives.algorithms import ALGORITHMS, effective_algorithm
-    from tokenpcap.config import profiles
+    from tokenpcap.config import scenario_spec
     from tokenpcap.errors import ProfileError
 
     assert selectable_algorithms() == ("ring", "tree", "hierarchical")
-    check = profiles._COLLECTIVES_SPEC["algorithm"][0]
+    check = scenario_spec.COLLECTIVES_SPEC["algorithm"][0]
     assert [check(None, "collectives.algorithm", a) for a in selectable_algorithms()] == \
         list(selectable_algorithms())
     with pytest.raises(ProfileError, match="one of 'ring', 'tree', 'hierarchical'"):

@@ -2,8 +2,8 @@
 
 :func:`spec_table` renders the key tables of ``docs/profiles.md`` (Markdown) from the spec
 mappings the loaders read YAML with (``_MODEL_SPEC`` of :mod:`~tokenpcap.config.model_profile`,
-``_CLUSTER_SPEC`` of :mod:`~tokenpcap.config.cluster_profile`, ``_SCENARIO_SPEC`` and
-``_WORKLOAD_SCENARIO_SPEC`` of :mod:`~tokenpcap.config.profiles`, the workload kinds' keys of
+``_CLUSTER_SPEC`` of :mod:`~tokenpcap.config.cluster_profile`, ``SCENARIO_SPEC`` and
+``WORKLOAD_SCENARIO_SPEC`` of :mod:`~tokenpcap.config.scenario_spec`, the workload kinds' keys of
 :mod:`~tokenpcap.config.workload`, and the mappings nested in them): the keys, their defaults,
 and the range in the words of the error a value outside it gets (each checker is asked with a
 value no checker accepts, and the ``expected`` of its :class:`~tokenpcap.errors.ProfileError`
@@ -24,7 +24,7 @@ from tokenpcap.config import cluster_profile as cp
 from tokenpcap.config import fabric as fab
 from tokenpcap.config import fabric_cc as fcc
 from tokenpcap.config import model_profile as mp
-from tokenpcap.config import profiles as p
+from tokenpcap.config import scenario_spec as p
 from tokenpcap.config import workload as wl
 from tokenpcap.config import yamlcheck as yc
 from tokenpcap.config.keydocs import KEYS
@@ -59,20 +59,20 @@ SECTIONS: tuple[tuple[str, str, dict], ...] = (
      "dcqcn`)", "cluster.fabric.dcqcn", fcc.DCQCN_SPEC),
     ("`fabric.np:` (the receiving NIC's CNPs, NVIDIA's names and units; used with `cc: dcqcn`)",
      "cluster.fabric.np", fcc.NP_SPEC),
-    ("Scenario (`profiles/scenarios/*.yaml`)", "scenario", p._SCENARIO_SPEC),
+    ("Scenario (`profiles/scenarios/*.yaml`)", "scenario", p.SCENARIO_SPEC),
     ("`tokenizer:` (a mapping, or one of the strings `utf8`, `bpe`, `tiktoken:NAME`, `hf:PATH`)",
-     "scenario.tokenizer", p._TOKENIZER_SPEC),
+     "scenario.tokenizer", p.TOKENIZER_SPEC),
     ("`parallelism:` (Megatron-LM's parallel layout)", "scenario.parallelism",
-     p._PARALLELISM_SPEC),
-    ("`training:`", "scenario.training", p._TRAINING_SPEC),
-    ("`collectives:` (NCCL-like)", "scenario.collectives", p._COLLECTIVES_SPEC),
+     p.PARALLELISM_SPEC),
+    ("`training:`", "scenario.training", p.TRAINING_SPEC),
+    ("`collectives:` (NCCL-like)", "scenario.collectives", p.COLLECTIVES_SPEC),
     ("`generation:` (what `generate` and `run` write)", "scenario.generation",
-     p._GENERATION_SPEC),
+     p.GENERATION_SPEC),
     ("`published:` (what a published run of the recipe reports; `plan --time` prints it beside "
-     "the schedule's MFU)", "scenario.published", p._PUBLISHED_SPEC),
+     "the schedule's MFU)", "scenario.published", p.PUBLISHED_SPEC),
     ("Workload scenario (`profiles/scenarios/*.yaml` with `workload:` in place of a corpus, "
      "tokenizer, model, parallelism and training; `collectives:` and `generation:` as above)",
-     "workload_scenario", p._WORKLOAD_SCENARIO_SPEC),
+     "workload_scenario", p.WORKLOAD_SCENARIO_SPEC),
     ("`workload:` (every kind)", "workload", wl._COMMON),
     ("`workload:` of kind `incast`", "workload.incast", wl.WORKLOAD_KINDS["incast"].spec),
     ("`workload:` of kinds `alltoall`, `allreduce`, `allgather`, `reducescatter`",
