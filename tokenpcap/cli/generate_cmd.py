@@ -156,8 +156,11 @@ def print_summary(res: GenerateResult, tokens=None) -> None:
         ph.add_row(name, f"{res.phase_packets[name]:,}", f"{res.phase_payload[name]:,}",
                    f"{plan.get(name, 0):,}")
     out.print(ph)
+    # the note explains a payload below the plan: a selection that keeps every byte of the
+    # phases it shows (all NICs) gets none
     sel = res.selection
-    if sel is not None and (sel.nics or sel.ranks or sel.phases or sel.window_ns):
+    if sel is not None and (sel.nics or sel.ranks or sel.phases or sel.window_ns) and any(
+            res.phase_payload[name] != plan.get(name, 0) for name in res.phase_payload):
         out.print("note: a selection (--nics/--ranks/--phases/--time-window) keeps part of the "
                   "traffic; the plan column is for every NIC")
     span = max(0, res.last_ns - res.first_ns)
