@@ -325,7 +325,6 @@ def _readdress_dante(ws: Workspace) -> str:
     ws.cli("generate", DANTE, "-o", "out", "--nics", "0", "--quiet")
     args = ("readdress", "out/dante_node00_nic0.pcapng", "-o", "lab/nic0.pcapng", "--map",
             "198.18.0.1=10.0.0.1", "--map", "198.18.1.1=10.0.1.1", "--vlan", "100", "--pcp", "3")
-    (ws.path / "lab").mkdir(exist_ok=True)
     out = ws.cli(*args)
     return fence(["tokenpcap " + " ".join(args)], out)
 

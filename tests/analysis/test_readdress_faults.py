@@ -215,3 +215,29 @@ def test_a_device_or_fifo_is_neither_read_nor_replaced(tmp_path):
              "198.18.0.1=10.0.0.1")
     assert r.exit_code == 1 and "got a FIFO (named pipe), expected a regular capture file" in \
         r.output and not (tmp_path / "o.pcap").exists()
+
+
+def test_the_output_directory_is_made_as_generate_and_export_make_theirs(tmp_path):
+    """``readdress IN -o lab/nic0.pcapng`` into a directory that does not exist yet makes it
+    (``mkdir -p``, as ``generate -o``, ``export -o`` and ``plot -o`` do), and the output is the
+    same file as into an existing directory. A refused run leaves no directory behind; a file
+    in the way is one line naming it."""
+    src = tmp_path / "in.pcap"
+    write_trace(src, 12)
+    r = _cli("readdress", src, "-o", tmp_path / "lab" / "deep" / "nic0.pcap", "--map",
+             "198.18.0.1=10.0.0.1")
+    assert r.exit_code == 0, r.output
+    m = Mapping()
+    m.add_address("198.18.0.1", "10.0.0.1")
+    readdress(src, tmp_path / "same.pcap", m)
+    assert (tmp_path / "lab" / "deep" / "nic0.pcap").read_bytes() == \
+        (tmp_path / "same.pcap").read_bytes()
+    (tmp_path / "junk.pcap").write_bytes(b"\xd4\xc3\xb2\xa1" + b"\0" * 10)
+    with pytest.raises(CaptureError):
+        readdress(tmp_path / "junk.pcap", tmp_path / "new" / "y.pcap", Mapping())
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "afile").write_text("x")
+    r = _cli("readdress", src, "-o", tmp_path / "afile" / "o.pcap")
+    assert r.exit_code == 1 and r.output == (
+        f"error: {tmp_path / 'afile'}: output directory: got a file ({tmp_path / 'afile'}), "
+        "expected a directory\n"), r.output

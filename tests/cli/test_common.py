@@ -179,3 +179,34 @@ def test_sigint_during_the_first_compile_of_generate_is_one_line_and_130(tmp_pat
     assert r.returncode == 130, r.stderr
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: stopped (SIGINT)")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_ignored_when_the_command_started_stays_ignored(tmp_path, sig):
+    """A process started with SIGINT or SIGTERM ignored (a background job of a shell script,
+    ``trap '' INT``, a supervisor that shields its workers) keeps ignoring it while a command
+    runs, as ``python -m tokenpcap`` does while it imports (POSIX: a program installs a
+    handler only where the signal was not ignored; CPython itself keeps an inherited SIG_IGN
+    for SIGINT). The command completes, its files land and it exits 0."""
+    out = tmp_path / "out"
+    out.mkdir()
+
+    @click.command()
+    @library_errors
+    def cmd():
+        with OutputSet(out) as s:
+            s.path("a.png").write_bytes(b"new")
+            os.kill(os.getpid(), sig)
+            for _ in range(1000):
+                time.sleep(0)
+            s.commit()
+        click.echo("done")
+
+    old = signal.signal(sig, signal.SIG_IGN)
+    try:
+        r = CliRunner().invoke(cmd, [])
+        assert signal.getsignal(sig) is signal.SIG_IGN
+    finally:
+        signal.signal(sig, old)
+    assert r.exit_code == 0 and r.output == "done\n", r.output
+    assert (out / "a.png").read_bytes() == b"new"

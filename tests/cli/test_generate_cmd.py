@@ -239,3 +239,24 @@ def test_busiest_writes_the_capture_of_the_nic_it_names(tmp_path):
     (r, got), (_, want) = runs["busiest"], runs["0"]
     assert got == want and list(got) == ["dante_node00_nic0.pcapng"]
     assert "--nics busiest: NICs 0 (the 1 sending the most bytes" in r.stderr
+
+
+def test_the_selection_note_is_printed_only_when_the_kept_payload_differs_from_the_plan(tmp_path):
+    """The note under the payload table explains why the payload column is below the plan's:
+    a selection that keeps every NIC (`--nics 0-31` on dante, as `--nics carrying:ep` does on
+    mixtral-8x7b-ep) keeps every byte, each row equals the plan, and the note would be false.
+    One NIC keeps part of it: the rows differ and the note stays."""
+    import re
+
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+
+    for nics, want in (("0-31", False), ("0", True)):
+        r = CliRunner().invoke(main, ["generate", str(SCENARIOS / "dante.yaml"), "-o",
+                                      str(tmp_path / nics), "--scale", "64", "--nics", nics,
+                                      "--jobs", "1", "--quiet"])
+        assert r.exit_code == 0, r.output
+        rows = re.findall(r"│ (\S+/\S+) +│ +[\d,]+ │ +([\d,]+) │ +([\d,]+) │", r.stdout)
+        assert rows and (any(a != b for _, a, b in rows)) == want, r.stdout
+        assert ("note: a selection" in r.stdout) == want, r.stdout

@@ -138,6 +138,37 @@ def test_the_generate_summary_counts_the_cnp_frames(tmp_path):
     assert int(m.group(1).replace(",", "")) > int(m.group(2).replace(",", ""))
 
 
+@pytest.mark.tshark
+def test_the_announced_size_and_the_meter_say_the_cnp_frames_come_on_top(tmp_path):
+    """Before the run the size is the plan's traffic; the CNPs are the fabric's reaction,
+    known once simulated. The line announcing the size and the meter's count of packets
+    written say so, as the summary does (they said "512 packets, 76,072 bytes expected", then
+    "615 of 512 packets written"); their numbers are the frames TShark finds besides the
+    CNPs, and all of them."""
+    from tokenpcap.stages import listening
+
+    need_tshark()
+    r = CliRunner().invoke(main, ["generate", str(scenario_file(tmp_path)), "-o",
+                                  str(tmp_path / "cli"), "--nics", "0"])
+    assert r.exit_code == 0, r.output
+    (cap,) = sorted((tmp_path / "cli").glob("*.pcapng"))
+    others = tshark_count(cap, "!(infiniband.bth.opcode == 0x81)")
+    every = tshark_count(cap, "frame")
+    text = " ".join(r.output.split())
+    m = re.search(r"writing 1 pcapng file to \S+: ([\d,]+) packets, ([\d,]+) bytes expected "
+                  r"without the CNP frames \(the fabric's reaction, known only once simulated;", text)
+    assert m, text
+    assert int(m.group(1).replace(",", "")) == others < every
+    counts = []
+    with listening(lambda line: None, after_s=0.0, meter=counts.append, every_s=10.0):
+        out = tmp_path / "meter"
+        out.mkdir()
+        generate(load_scenario(scenario_file(tmp_path)),
+                 GenerateOptions(out_dir=out, selection=Selection(nics=frozenset({0}))))
+    assert counts[-1].final
+    assert counts[-1].note == f"{every:,} packets written ({others:,} and the CNP frames)"
+
+
 # ---------------------------------------------------------------- seeds
 # The fabric's two seeds key its only random choices: ``fabric.ecmp.seed`` the switches' ECMP
 # hash (which uplink a flow takes), ``fabric.ecn.seed`` RED's draw per (switch, port, packet).

@@ -43,6 +43,7 @@ from tokenpcap.analysis.decode import decode_batch
 from tokenpcap.errors import CaptureError, InputError, OutputError
 from tokenpcap.pcap import Comments, Interface, PcapngWriter, PcapWriter
 from tokenpcap.pcap.formats import MAX_SNAPLEN
+from tokenpcap.pcap.output import make_directory
 from tokenpcap.pcap.reader import open_capture
 from tokenpcap.pcap.timestamps import NO_TIME
 from tokenpcap.analysis.readdress_mapping import (Mapping, load_mapping, mapped_address_text,
@@ -162,7 +163,9 @@ def _section_comment(cap) -> str | None:
 
 def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, *,
               usec: bool = False, batch: int = 1 << 16) -> dict:
-    """Rewrite ``src`` into ``dst`` (written to a temporary file, renamed at the end).
+    """Rewrite ``src`` into ``dst`` (written to a temporary file, renamed at the end). The
+    directory of ``dst`` and its missing parents are made (``mkdir -p``, as ``generate``,
+    ``export`` and ``plot`` make theirs) and removed again if the rewrite fails.
 
     Output format (:func:`output_format`): pcapng for a ``.pcapng`` name (interfaces, packet
     comments and each section's comment, the run's provenance, kept; ns resolution), a nanosecond pcap for a ``.pcap`` name, otherwise the
@@ -179,8 +182,16 @@ def readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, 
             InputError: a native InfiniBand (or other non-Ethernet) record, a record without a
             timestamp, or ``usec`` with a ``.pcapng`` name.
             OutputError: the output cannot be written, or cannot fit in the free space
-            (checked before writing).
+            (checked before writing); its directory cannot be made (a file in the way, a
+            read-only file system).
     """
+    with make_directory(Path(dst).parent):
+        return _readdress(src, dst, mapping, usec, batch)
+
+
+def _readdress(src: str | os.PathLike, dst: str | os.PathLike, mapping: Mapping, usec: bool,
+               batch: int) -> dict:
+    """:func:`readdress` into an existing directory."""
     cap = open_capture(src)
     fmt = output_format(cap.format, dst, usec)
     _check_space(open_capture(src), dst, mapping)     # its own pass: pcapng interfaces are

@@ -23,12 +23,22 @@ EXIT_TERMINATED = 128 + signal.SIGTERM
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 
+def _handle_unless_ignored(sig: int, handler) -> object:  # type: ignore[no-untyped-def]
+    """Install ``handler`` for ``sig`` and return the old handler, unless ``sig`` is ignored:
+    then leave it so and return ``SIG_IGN``. A process started with a signal ignored (a
+    background job of a shell script, ``trap '' INT``) keeps it ignored, as POSIX programs do
+    (a handler only where the signal is not ignored) and as ``python -m tokenpcap`` does
+    while it imports."""
+    old = signal.getsignal(sig)
+    return old if old is signal.SIG_IGN else signal.signal(sig, handler)
+
+
 @contextlib.contextmanager
 def terminate_like_interrupt() -> Iterator[None]:
     """While the block runs, SIGTERM raises :class:`Terminated` in the main thread, so a
     command unwinds as after Ctrl-C: its outputs are aborted (temporary files and stages
     removed, earlier files kept); SIGINT raises :class:`~tokenpcap.errors.Interrupted` (a
-    ``KeyboardInterrupt``). Both are
+    ``KeyboardInterrupt``); a signal ignored when the block starts stays ignored. Both are
     noted too (:func:`tokenpcap.errors.note_stop`), so one swallowed by a callback from C is
     raised again where a result is made final (and Python's "Exception ignored" report of it
     is not printed: the command's one line says it stopped). An error that escapes the block
@@ -55,8 +65,8 @@ def terminate_like_interrupt() -> Iterator[None]:
             old_hook(u)
 
     clear_stops()
-    old_term = signal.signal(signal.SIGTERM, on_term)
-    old_int = signal.signal(signal.SIGINT, on_int)
+    old_term = _handle_unless_ignored(signal.SIGTERM, on_term)
+    old_int = _handle_unless_ignored(signal.SIGINT, on_int)
     old_hook = sys.unraisablehook
     sys.unraisablehook = unraisable
     try:

@@ -51,27 +51,31 @@ def run_generation(s: Scenario, opt: GenerateOptions, tokens=None) -> GenerateRe
     out = _console()
 
     def announce(info: dict) -> None:
+        files = f"writing {counted(info['files'], opt.fmt + ' file')} to {opt.out_dir}: "
+        late = "PFC and CNP frames" if info.get("cnp_frames") else "PFC frames"
         if info.get("fabric_dependent") and opt.point.at_switch:
-            out.print(f"writing {counted(info['files'], opt.fmt + ' file')} to {opt.out_dir}: "
-                      f"the RoCE frames of --point {opt.point}, of the run's {info['packets']:,} "
-                      f"packets, {info['bytes']:,} bytes (predicted before routing: which cross "
-                      f"the port, and its PFC frames, come with the fabric's timing, known only "
-                      f"once simulated; {info['free_bytes']:,} bytes free)")
+            out.print(f"{files}the RoCE frames of --point {opt.point}, of the run's "
+                      f"{info['packets']:,} packets, {info['bytes']:,} bytes (predicted before "
+                      f"routing: which cross the port, and its {late}, come with the fabric's "
+                      f"timing, known only once simulated; {info['free_bytes']:,} bytes free)")
             return
         if info.get("fabric_dependent"):
-            out.print(f"writing {counted(info['files'], opt.fmt + ' file')} to {opt.out_dir}: "
-                      f"{info['packets']:,} packets, {info['bytes']:,} bytes predicted for the "
-                      f"RoCE frames at --point {opt.point} (PFC frames come with the fabric's "
+            out.print(f"{files}{info['packets']:,} packets, {info['bytes']:,} bytes predicted for "
+                      f"the RoCE frames at --point {opt.point} ({late} come with the fabric's "
                       f"timing, known only once simulated; {info['free_bytes']:,} bytes free)")
             return
         if info.get("upper_bound"):
-            out.print(f"writing {counted(info['files'], opt.fmt + ' file')} to {opt.out_dir}: at most "
-                      f"{info['packets']:,} packets, {info['bytes']:,} bytes (upper bound: the "
-                      f"time window keeps less, known only once simulated; "
+            cnps = " without the CNP frames" if info.get("cnp_frames") else ""
+            out.print(f"{files}at most {info['packets']:,} packets, {info['bytes']:,} bytes{cnps} "
+                      f"(upper bound: the time window keeps less, known only once simulated; "
                       f"{info['free_bytes']:,} bytes free)")
             return
-        out.print(f"writing {counted(info['files'], opt.fmt + ' file')} to {opt.out_dir}: "
-                  f"{info['packets']:,} packets, {info['bytes']:,} bytes expected "
+        if info.get("cnp_frames"):
+            out.print(f"{files}{info['packets']:,} packets, {info['bytes']:,} bytes expected "
+                      f"without the CNP frames (the fabric's reaction, known only once "
+                      f"simulated; {info['free_bytes']:,} bytes free)")
+            return
+        out.print(f"{files}{info['packets']:,} packets, {info['bytes']:,} bytes expected "
                   f"({info['free_bytes']:,} bytes free)")
 
     with terminate_like_interrupt():
@@ -152,8 +156,11 @@ def print_summary(res: GenerateResult, tokens=None) -> None:
         ph.add_row(name, f"{res.phase_packets[name]:,}", f"{res.phase_payload[name]:,}",
                    f"{plan.get(name, 0):,}")
     out.print(ph)
+    # the note explains a payload below the plan: a selection that keeps every byte of the
+    # phases it shows (all NICs) gets none
     sel = res.selection
-    if sel is not None and (sel.nics or sel.ranks or sel.phases or sel.window_ns):
+    if sel is not None and (sel.nics or sel.ranks or sel.phases or sel.window_ns) and any(
+            res.phase_payload[name] != plan.get(name, 0) for name in res.phase_payload):
         out.print("note: a selection (--nics/--ranks/--phases/--time-window) keeps part of the "
                   "traffic; the plan column is for every NIC")
     span = max(0, res.last_ns - res.first_ns)

@@ -228,10 +228,12 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
         file_header_bytes(opt, cfg, sp) for sp in specs)
     bound = sel.window_ns is not None       # a time window: the size is an upper bound
     fabric = opt.point != NIC_TX            # PFC frames not predicted: neither exact nor a bound
+    cc = s.cluster.fabric                   # CNP frames: DCQCN's reaction, not predicted either
+    cnps = sched.fabric_queued and cc.cc == "dcqcn" and not cc.np.cnp_in_ack
     if announce is not None:
         announce({"files": len(specs), "packets": expected_packets, "bytes": expected,
                   "free_bytes": free, "upper_bound": bound and not fabric,
-                  "fabric_dependent": fabric})
+                  "fabric_dependent": fabric, "cnp_frames": cnps})
     if expected > free and not opt.force and not bound and not fabric:
         raise OutputError(f"{opt.out_dir}: free space got {free:,} bytes, expected at least the "
                           f"{expected:,} bytes of the capture (use --force to write anyway)")
@@ -249,9 +251,10 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
                       f"to {files}"
         timing.also_cpu_s = (expected_packets / PACKETS_PER_CPU_S
                              + size.record_bytes / FRAME_BYTES_PER_CPU_S)
-        if fabric:      # PFC frames are the fabric's, not predicted: written beside the rest
+        extra = " and ".join(k for k, on in (("PFC", fabric), ("CNP", cnps)) if on)
+        if extra:       # the fabric's frames, not predicted: written beside the rest
             timing.note = lambda: (f"{routed[0]:,} packets written ({expected_packets:,} and the "
-                                   "PFC frames)")
+                                   f"{extra} frames)")
         else:
             timing.note = lambda: f"{routed[0]:,} of {expected_packets:,} packets written"
     disp = None
