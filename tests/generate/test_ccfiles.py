@@ -82,3 +82,44 @@ def test_a_bad_value_is_one_line_naming_file_line_and_column(tmp_path):
 
 def test_no_json_is_no_cc_log(tmp_path):
     assert read_cc_files(tmp_path, "run") is None
+
+
+_TOKENS = st.sampled_from(["0", "1", "-1", " 7", "+5", "007", "1_000", "2.5", "1e3", "nan",
+                           "inf", "", "x", "9223372036854775807", "9223372036854775808",
+                           "-9223372036854775809", "4294967295", "4294967296", "255", "256"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_TOKENS, st.integers(-2**64, 2**64).map(str),
+                          st.floats(allow_nan=False).map(repr)), max_size=6),
+       st.sampled_from(["int64", "int32", "uint8", "float64"]),   # the dtypes of CC_TABLES
+       st.sampled_from(["time_ns", "src_nic"]))
+def test_a_column_read_at_once_is_the_column_read_value_by_value(values, dtype, column):
+    """The column converted by numpy equals Python's ``int``/``float`` of each value in range,
+    and a column with one bad value is refused the same way (the same first line named)."""
+    from tokenpcap.generate.ccfiles import _typed, _typed_each
+
+    dt = np.dtype(dtype)
+
+    def where(i):
+        return f"line {i + 2}"
+
+    def run(fn):
+        try:
+            return fn("t.csv", where, column, list(values), dt)
+        except InputError as err:
+            return str(err)
+
+    fast, each = run(_typed), run(_typed_each)
+    if isinstance(each, str):
+        assert fast == each
+    else:
+        assert fast.dtype == dt and np.array_equal(fast, each, equal_nan=True)
+
+
+def test_a_parquet_null_is_refused_not_read_as_nan():
+    from tokenpcap.generate.ccfiles import _typed
+
+    with pytest.raises(InputError, match=r"row 2: column rate_gbps: got None, expected a number"):
+        _typed("t.parquet", lambda i: f"row {i + 1}", "rate_gbps", [1.5, None],
+               np.dtype("float64"))

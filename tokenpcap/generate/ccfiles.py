@@ -207,7 +207,34 @@ def _read_table(path: Path, table: str, fmt: str):
 
 
 def _typed(path: Path, where, column: str, values: list, dt: np.dtype) -> np.ndarray:
-    """``values`` as ``dt``: integers in the dtype's range (counts and times >= 0), floats."""
+    """``values`` (a column's strings from CSV, or its values from Parquet) as ``dt`` (shape
+    ``(len(values),)``): integers in the dtype's range (counts and times >= 0; a ``*_nic``
+    column may be negative), floats.
+
+    The column is converted by numpy at once; a column it cannot convert, or one with a value
+    out of range, is read again value by value to name the first bad one.
+
+    Raises:
+        InputError: the file, the line (CSV) or row (Parquet), the column, the value got and
+            what was expected.
+    """
+    raw = np.asarray(values)
+    if raw.dtype.kind == "O":       # a null or a mixed column: numpy would make None a NaN
+        return _typed_each(path, where, column, values, dt)
+    try:
+        out = raw.astype(np.float64 if dt.kind == "f" else np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return _typed_each(path, where, column, values, dt)
+    if dt.kind != "f":
+        info = np.iinfo(dt)
+        low = info.min if column.endswith("_nic") else 0
+        if out.size and (out.min() < low or out.max() > min(info.max, np.iinfo(np.int64).max)):
+            return _typed_each(path, where, column, values, dt)
+    return out.astype(dt, copy=False)
+
+
+def _typed_each(path: Path, where, column: str, values: list, dt: np.dtype) -> np.ndarray:
+    """:func:`_typed` value by value: the first value that is not a number in range raises."""
     out = np.zeros(len(values), dt)
     for i, v in enumerate(values):
         try:
