@@ -100,6 +100,17 @@ def test_c7_payload_and_c6_psn_values(vectors_pcap):
     assert psn_step(np.array([0, 1]), np.array([0xFFFFFF, 0xFFFFFF])).tolist() == [1, 2]
 
 
+def test_the_icrc_check_says_when_it_checked_nothing(vectors_pcap):
+    """Skipped (``crc=False``) the ICRC line says none was checked, not "0 bad of 0"; with the
+    check, the case vectors' bad ICRC is counted against the ones scapy's vectors mark."""
+    path, vectors = vectors_pcap
+    off = {c["name"]: c for c in inspect_capture(path, crc=False).checks()}["icrc"]
+    assert off["detail"].startswith("none checked") and off["ok"]
+    on = {c["name"]: c for c in inspect_capture(path).checks()}["icrc"]
+    bad = sum(1 for v in vectors if v.get("icrc_ok") is False)
+    assert on["detail"] == f"{bad} bad of {sum(1 for v in vectors if 'icrc_ok' in v)} checked"
+
+
 @needs_tshark
 def test_decode_equals_tshark(vectors_pcap):
     path, _ = vectors_pcap

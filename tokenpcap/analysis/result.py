@@ -195,7 +195,9 @@ class Report:
         reasons = r.get("malformed_reasons") or {}
         out = [
             {"name": "icrc", "ok": r.get("icrc_bad", 0) == 0,
-             "detail": f"{r.get('icrc_bad', 0)} bad of {r.get('icrc_checked', 0)} checked"},
+             "detail": f"{r.get('icrc_bad', 0)} bad of {r.get('icrc_checked', 0)} checked"
+                       if r.get("icrc_checked", 0) else
+                       "none checked (--no-crc, or every RDMA frame cut before its ICRC)"},
             {"name": "vcrc", "ok": r.get("vcrc_bad", 0) == 0,
              "detail": f"{r.get('vcrc_bad', 0)} bad"},
             {"name": "psn", "ok": late == 0 and (gaps == 0 or sel is not None), "detail": psn},
