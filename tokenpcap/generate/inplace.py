@@ -71,8 +71,7 @@ class InPlaceRecords:
         return getattr(writer, "record_layout", None) is not None
 
     def add(self, packets: np.ndarray) -> int | None:
-        """Build the records of ``packets`` (``PACKET_DTYPE (n,)``, C-contiguous; read, not
-        kept) after the records held, and return their bytes; None, with nothing built, when
+        """Build the records of ``packets`` (``PACKET_DTYPE (n,)``; read, not kept) after the records held, and return their bytes; None, with nothing built, when
         the part is not one this serves (module docstring).
 
         Raises:
@@ -82,6 +81,7 @@ class InPlaceRecords:
         n = len(packets)
         if n == 0:
             return 0
+        packets = np.ascontiguousarray(packets)         # a part of a chunk is: no copy
         d = self.builder.direct
         t, fb, caplen = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
         rec = packets.view(np.uint8).reshape(n, _ROW)
