@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tokenpcap.generate.feed import SLOT_ROWS
 from tokenpcap.pcap.gather import MIN_HOLE_BYTES
 from tokenpcap.pcap.layout import pcap_records
 from tokenpcap.pcap.formats import PCAP_RECORD
@@ -60,6 +61,8 @@ class InPlaceRecords:
         self.frac, self.big = writer.record_layout
         self.snaplen = int(snaplen)
         self.room = int(room_bytes)
+        # a whole chunk's records (a record served here keeps fewer than MIN_HOLE_BYTES)
+        self.part = SLOT_ROWS * (PCAP_RECORD.size + min(self.snaplen, MIN_HOLE_BYTES - 1))
         self._bufs = [np.zeros(0, np.uint8), np.zeros(0, np.uint8)]
         self._i = 0
         self.held = 0           # record bytes in the current buffer, not yet written
@@ -102,11 +105,13 @@ class InPlaceRecords:
         return need
 
     def _room(self, need: int) -> np.ndarray:
-        """The current buffer with room for ``need`` more bytes after the records held (a
-        larger one, the records held copied into it, when they would not fit)."""
+        """The current buffer with room for ``need`` more bytes after the records held: made
+        once at the batch size plus the records of a whole chunk (:data:`SLOT_ROWS` rows), so
+        that a file's two buffers are faulted in once, not per batch; a larger one, the
+        records held copied into it, only for a part larger than a chunk."""
         buf = self._bufs[self._i]
         if self.held + need > buf.size:
-            grown = np.empty(self.held + max(need, self.room), np.uint8)
+            grown = np.empty(max(self.held + need, self.room + self.part), np.uint8)
             grown[:self.held] = buf[:self.held]
             buf = self._bufs[self._i] = grown
         return buf
