@@ -24,7 +24,7 @@ import numpy as np
 
 from tokenpcap.errors import OutputError, TokenpcapError
 from tokenpcap.generate.feed import RowSlots, feed_chunk
-from tokenpcap.generate.inplace import InPlaceRecords
+from tokenpcap.generate.inplace import WRITE_BYTES, InPlaceRecords
 from tokenpcap.generate.pending import PendingRows, captured_bytes
 from tokenpcap.generate.parentdeath import PR_SET_PDEATHSIG as _PR_SET_PDEATHSIG  # noqa: F401
 from tokenpcap.generate.parentdeath import ParentDied as _ParentDied
@@ -145,7 +145,7 @@ class Sink:
         self._pend = PendingRows()          # the rows added, back to back
         # headers-only pcap: records built from each part as it comes (tokenpcap.generate.inplace);
         # at most one of the two holds anything at a time, so the file keeps the parts' order
-        self._direct = (InPlaceRecords(builder, self.w, cfg.snaplen, FLUSH_BYTES)
+        self._direct = (InPlaceRecords(builder, self.w, cfg.snaplen, WRITE_BYTES)
                         if InPlaceRecords.serves(self.w) else None)
 
     def _held_bytes(self, packets: np.ndarray) -> np.ndarray:
@@ -165,7 +165,9 @@ class Sink:
             got = self._direct.add(packets)
             if got is not None:
                 self._hold(got)
-                if self.buf:            # rows held from before: written now, then these records
+                # rows held from before: written now, then these records; the records alone
+                # as soon as they fill a write (WRITE_BYTES: still in the caches)
+                if self.buf or self._direct.held >= WRITE_BYTES:
                     self.flush()
                 return
             if self._direct.held:
