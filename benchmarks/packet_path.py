@@ -22,8 +22,12 @@ same path is also measured **directly** in the generate process, without a diffe
 processes (which moves by tenths of a second on a loaded machine): the main thread's CPU
 (``time.thread_time``) inside ``route_chunk`` and the ``Dispatcher``'s start and close, plus the
 CPU of every other thread of the process (queue feeders, writer threads), plus the writer
-processes'; the best of the repeats is printed per tree. The
-best (lowest) of the repeats is printed per tree, with the load average, then a plain write of
+processes'; the best of the repeats is printed per tree. Its wall clock is measured directly
+too (``path wall s``): from the start of the ``Dispatcher`` (the writer processes forked) to
+the last file closed, less the wall clock the main thread spent inside ``Schedule.run``'s
+``next`` meanwhile (the engine timing the job), so what is left is the wall the packet path
+adds to the run, the writers working beside the parent on the machine's cores; only
+meaningful on an otherwise idle machine. The best (lowest) of the repeats is printed per tree, with the load average, then a plain write of
 the same number of bytes (the files ``generate`` wrote) into ``--dir``
 (``common.plain_write``, until close; best of the repeats): the physical limit. numba compiles the
 engine once per checkout (its cache lies beside the sources): run a tree once before measuring
@@ -80,7 +84,7 @@ if mode == "timing":
     predict_capture(sched, sel, opt.fmt, opt.snaplen, opt.split, opt.point)
     frames = sum(tx.size for tx in sched.run())
     packets = 0
-    direct = 0.0
+    direct = path_wall = 0.0
 else:
     # the path measured directly too: the main thread's CPU in route_chunk and in the
     # Dispatcher's start and close, plus every other thread's CPU (queue feeders, writer
@@ -100,14 +104,50 @@ else:
     run_mod.route_chunk = timed(run_mod.route_chunk)
     D = run_mod.Dispatcher
     D.__init__, D.close = timed(D.__init__), timed(D.close)
+    # the path's wall clock: from the writers' start to the last file closed, less the wall
+    # spent in the engine (inside Schedule.run's next) meanwhile
+    from tokenpcap.schedule.runner import Schedule
+    span, engine = [None, 0.0], [0.0]
+
+    def ended(fn):
+        def wrapper(*args, **kw):
+            try:
+                return fn(*args, **kw)
+            finally:
+                span[1] = time.perf_counter()
+        return wrapper
+
+    init0 = D.__init__
+
+    def init(self, *args, **kw):
+        span[0] = time.perf_counter()
+        return init0(self, *args, **kw)
+
+    D.__init__, D.close = init, ended(D.close)
+    run0 = Schedule.run
+
+    def run(self):
+        it = run0(self)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                tx = next(it)
+            except StopIteration:
+                engine[0] += time.perf_counter() - t0
+                return
+            engine[0] += time.perf_counter() - t0
+            yield tx
+
+    Schedule.run = run
     main0 = time.thread_time()
     res = generate(s, opt)
     others = (cpu(resource.RUSAGE_SELF) - c + ch) - (time.thread_time() - main0)
     direct = spent[0] + max(others, 0.0)
+    path_wall = span[1] - span[0] - engine[0]
     frames, packets = 0, res.packets
 print(json.dumps(dict(cpu=cpu() - c, wall=time.perf_counter() - t, frames=int(frames),
                       writers_cpu=cpu(resource.RUSAGE_CHILDREN) - ch,
-                      parent_path_cpu=direct,
+                      parent_path_cpu=direct, path_wall=path_wall,
                       packets=int(packets),
                       rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)))
 '''
@@ -173,21 +213,25 @@ def main(argv=None) -> None:
                      path_cpu=gen["cpu"] - tm["cpu"], path_wall=gen["wall"] - tm["wall"],
                      direct_cpu=gen["parent_path_cpu"] + gen["writers_cpu"],
                      direct_parent=gen["parent_path_cpu"],
+                     direct_wall=gen["path_wall"],
                      bytes=gen["bytes"])
             # a repeat whose timing compiled the engine (a fresh checkout) shows a negative path
             if name not in best or 0 < r["path_cpu"] < best[name]["path_cpu"] \
                     or best[name]["path_cpu"] <= 0:
                 best[name] = dict(r, direct_cpu=best.get(name, r)["direct_cpu"],
-                                  direct_parent=best.get(name, r)["direct_parent"])
+                                  direct_parent=best.get(name, r)["direct_parent"],
+                                  direct_wall=best.get(name, r)["direct_wall"])
             if r["direct_cpu"] < best[name]["direct_cpu"]:      # the direct measure's own best
                 best[name].update(direct_cpu=r["direct_cpu"], direct_parent=r["direct_parent"])
+            best[name]["direct_wall"] = min(best[name]["direct_wall"], r["direct_wall"])
         pl = _plain(a.dir, next(iter(best.values()))["bytes"])
         if "plain" not in best or pl["wall"] < best["plain"]["wall"]:
             best["plain"] = pl
     print(f"{'':10} {'timing cpu s':>12} {'generate cpu s':>14} {'wall s':>7} "
           f"{'packet path cpu s':>17} {'packets/cpu-s':>13} {'packets/wall-s':>14} "
           f"{'of it writers':>13} {'packets':>11} {'peak RSS GiB':>12} "
-          f"{'direct: path cpu s':>18} {'parent':>6} {'packets/cpu-s':>13}")
+          f"{'direct: path cpu s':>18} {'parent':>6} {'packets/cpu-s':>13} "
+          f"{'path wall s':>11} {'packets/wall-s':>14}")
     plain = best.pop("plain")
     for name, r in best.items():
         per_cpu = r["packets"] / r["path_cpu"] if r["path_cpu"] > 0 else float("nan")
@@ -196,7 +240,8 @@ def main(argv=None) -> None:
               f"{r['path_cpu']:17.2f} {per_cpu:13,.0f} {per_wall:14,.0f} {r['writers_cpu']:13.2f} "
               f"{r['packets']:11,} "
               f"{r['rss']:12.2f} {r['direct_cpu']:18.2f} {r['direct_parent']:6.2f} "
-              f"{r['packets'] / max(r['direct_cpu'], 1e-9):13,.0f}")
+              f"{r['packets'] / max(r['direct_cpu'], 1e-9):13,.0f} {r['direct_wall']:11.2f} "
+              f"{r['packets'] / max(r['direct_wall'], 1e-9):14,.0f}")
     nbytes = next(iter(best.values()))["bytes"]
     print(f"plain write of the same {nbytes:,} bytes to {a.dir} (best of {max(1, a.repeat)}): "
           f"{plain['wall']:.2f} s wall, {plain['cpu']:.2f} s CPU, "

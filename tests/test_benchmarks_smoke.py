@@ -204,10 +204,11 @@ def test_packet_path_measures_both_trees_apart_from_the_timing(tmp_path):
     out = run("packet_path.py", "--scenario", "dante", "--scale", "64", "--nics", "0-3",
               "--jobs", "1", "--base", str(ROOT), "--dir", str(tmp_path))
     rows = re.findall(r"^(this tree|base) +[\d.]+ +[\d.]+ +[\d.]+ +-?[\d.]+ +\S+ +\S+ +[\d.]+ "
-                      r"+([\d,]+) +[\d.]+ +([\d.]+) +[\d.]+ +[\d,]+$", out, re.M)
+                      r"+([\d,]+) +[\d.]+ +([\d.]+) +[\d.]+ +[\d,]+ +(-?[\d.]+) +\S+$", out, re.M)
     assert [r[0] for r in rows] == ["this tree", "base"], out
     assert rows[0][1] == rows[1][1] and int(rows[0][1].replace(",", "")) > 0, out
     assert all(float(r[2]) > 0 for r in rows), out      # the path measured directly
+    assert all(float(r[3]) > 0 for r in rows), out      # and its wall clock
     assert not list(tmp_path.iterdir()), "benchmark files left behind"
 
 

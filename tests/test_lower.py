@@ -406,3 +406,28 @@ def test_rdma_rows_of_a_subset_equal_the_whole_chunks_rows(specs, seed, cut):
     u, inv = distinct_ids(tx["msg"][keep])
     part = low.rdma_rows(tx[keep], ml.messages[u], inv)
     assert part.tobytes() == whole[keep].tobytes()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**63 - 1), chunks=st.lists(st.integers(1, 40), min_size=1, max_size=6),
+       kept=st.sampled_from([4, 64, 1 << 20]))
+def test_per_qp_values_kept_across_chunks_equal_the_qpn_rule(monkeypatch, seed, chunks, kept):
+    """The QP values a Lowering keeps from chunk to chunk are those of the seeded rule
+    (tokenpcap.wire.qpn, and Linux's UDP source port of the two QPNs) for every QP of every
+    chunk, whether the QP was met before, is new, or the kept QPs were dropped (a small
+    ``_KEPT_QPS``)."""
+    import tokenpcap.lower as L
+    from tokenpcap.wire.qpn import _rkey_va
+    monkeypatch.setattr(L, "_KEPT_QPS", kept)
+    low = Lowering(cluster(nics=8), seed=seed)
+    rng = np.random.default_rng(seed % 2**32)
+    for n in chunks:            # n distinct QPs (src, dst, connection, role) of 8 * 8 * 4 * 2
+        key = rng.choice(8 * 8 * 4 * 2, n, replace=False)
+        cs, cd, cq, cr = key // 64, key // 8 % 8, key // 2 % 4, key % 2
+        got = low._qp_values(cs, cd, cq, cr)
+        qs, qd = qpn(seed, cs, cd, cq, cr), qpn(seed, cd, cs, cq, 1 - cr)
+        want = [qs, qd, rdma.rocev2_udp_sport(qs, qd), initial_psn(seed, cs, cd, cq, cr),
+                *_rkey_va(seed, cs, cd, cq, cr)]
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and np.array_equal(g, w)

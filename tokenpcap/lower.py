@@ -77,6 +77,11 @@ _NOT_RDMA = {PKT_PFC: "PFC", PKT_CNP: "CNP"}
 #: NICs the QPN rule holds (:class:`Lowering`): the base of a connection's key
 _MAX_NICS = _ROLE_OFFSET // QP_STRIDE
 
+#: QPs whose values a :class:`Lowering` keeps (six values of 2-8 bytes each: 32 MB at most).
+_KEPT_QPS = 1 << 20
+#: dtypes of :meth:`Lowering._qp_values`' six values (as :mod:`tokenpcap.wire.qpn` returns them)
+_QP_VALUE_TYPES = (np.uint32, np.uint32, np.uint16, np.uint32, np.uint32, np.uint64)
+
 #: AETH syndrome of an ACK without end-to-end credits (IBTA vol.1 9.3.5, Table 47).
 AETH_ACK_SYNDROME = 0x1F
 
@@ -103,6 +108,8 @@ class Lowering:
         self.ack_every = int(ack_every_packets)
         self.transport = cluster.transport
         self.cnp_udp_sport = int(cluster.fabric.np.cnp_udp_sport)
+        self._qp_keys = np.zeros(0, np.int64)       # the QPs met so far (_qp_values)
+        self._qp_vals: list[np.ndarray] = [np.zeros(0, t) for t in _QP_VALUE_TYPES]
         n = int(cluster.nodes) * int(cluster.nics_per_node)
         if n * QP_STRIDE > _ROLE_OFFSET:
             raise InputError(f"nodes * nics_per_node: got {n}, expected at most {_ROLE_OFFSET // QP_STRIDE} "
@@ -170,12 +177,38 @@ class Lowering:
             bad = int(qp[qp >= QP_STRIDE][0])
             raise InputError(f"message qp: got {bad}, expected 0 .. {QP_STRIDE - 1}")
         role = (m["kind"] == KIND_CTS).astype(np.int64)      # CTS: the receiver's QP of the pair
-        n = _MAX_NICS
-        key = ((src * n + dst) * QP_STRIDE + qp) * 2 + role
-        uk, ci = np.unique(key, return_inverse=True)
+        uk, ci = np.unique(_qp_key(src, dst, qp, role), return_inverse=True)
         sdq = uk >> 1
         sd = sdq // QP_STRIDE
+        n = _MAX_NICS
         return m, src, dst, qp, role, (ci.reshape(-1), sd // n, sd % n, sdq % QP_STRIDE, uk & 1)
+
+    def _qp_values(self, cs, cd, cq, cr) -> list[np.ndarray]:
+        """``[qpn_src, qpn_dst, udp_sport, initial_psn, rkey, va]`` of the distinct QPs
+        ``(cs, cd, cq, cr)[i]`` (:meth:`_connections`): pure functions of the seed and the QP
+        (:mod:`tokenpcap.wire.qpn`), computed the first time a QP is met in the run and kept
+        (sorted by the QP's key; at most :data:`_KEPT_QPS`, then started over), so that a
+        chunk hashes only the QPs no chunk before it had."""
+        key = _qp_key(cs, cd, cq, cr)
+        known = self._qp_keys
+        at = np.searchsorted(known, key)
+        seen = at < known.size
+        seen[seen] = known[at[seen]] == key[seen]
+        if not seen.all():
+            new = ~seen
+            if known.size + int(new.sum()) > _KEPT_QPS:     # started over from this chunk's
+                known, new = known[:0], np.ones(key.size, bool)
+                self._qp_vals = [v[:0] for v in self._qp_vals]
+            s, d, q, r = cs[new], cd[new], cq[new], cr[new]
+            qs, qd = qpn(self.seed, s, d, q, r), qpn(self.seed, d, s, q, 1 - r)
+            vals = [qs, qd, rdma.rocev2_udp_sport(qs, qd), initial_psn(self.seed, s, d, q, r),
+                    *_rkey_va(self.seed, s, d, q, r)]
+            keys = np.concatenate([known, key[new]])
+            order = np.argsort(keys, kind="stable")
+            self._qp_keys = keys[order]
+            self._qp_vals = [np.concatenate([a, b])[order] for a, b in zip(self._qp_vals, vals)]
+            at = np.searchsorted(self._qp_keys, key)
+        return [v[at] for v in self._qp_vals]
 
     def _cnp(self, tx: np.ndarray, messages: np.ndarray) -> np.ndarray:
         """The CNP rows of a chunk (``kind == PKT_CNP``, :data:`tokenpcap.records.PKT_CNP`):
@@ -201,7 +234,8 @@ class Lowering:
         """The RDMA rows (data, CTS, ACK; module docstring) of a chunk whose distinct messages
         are already looked up: what :func:`tokenpcap.generate.route.route_chunk` calls, having
         read each message once for its selection. What depends on the QP alone is computed
-        here once per QP of the chunk (:meth:`_connections`), the rest once per message, the
+        once per QP of the run (:meth:`_connections`, :meth:`_qp_values`), the rest once per
+        message, the
         rows from them by one compiled loop (:func:`tokenpcap.wire.expand.expand_rows`).
 
         Args:
@@ -222,11 +256,9 @@ class Lowering:
             InputError: a message whose ``qp`` is >= QP_STRIDE.
         """
         m, _, _, _, _, (ci, cs, cd, cq, cr) = self._connections(m)
-        qs, qd = qpn(self.seed, cs, cd, cq, cr), qpn(self.seed, cd, cs, cq, 1 - cr)
-        qpn_src, qpn_dst, sport = qs[ci], qd[ci], rdma.rocev2_udp_sport(qs, qd)[ci]
-        psn0 = initial_psn(self.seed, cs, cd, cq, cr)[ci].astype(np.int64) + m["psn_offset"]
-        rkey, va = _rkey_va(self.seed, cs, cd, cq, cr)
-        rkey, va = rkey[ci], va[ci]
+        qs, qd, sport, psn0, rkey, va = (v[ci] for v in self._qp_values(cs, cd, cq, cr))
+        qpn_src, qpn_dst = qs, qd
+        psn0 = psn0.astype(np.int64) + m["psn_offset"]
         line = np.zeros(m.size, np.int64)
         if self.line_protocols is not None:      # NCCL LL/LL128 lines: the protocol of the call
             lp = self.line_protocols
@@ -238,6 +270,12 @@ class Lowering:
         flags = tx["flags"] if "flags" in tx.dtype.names else None      # a queued fabric's CE marks
         return expand_rows(tx, inv, mv, self.pmtu, self.ack_every, PKT_ACK, flags,
                            TX_FLAG_CE.bit_length() - 1, time_add_ns, pos, out)
+
+
+def _qp_key(src, dst, qp, role):
+    """int64: one number per QP, ``((src * _MAX_NICS + dst) * QP_STRIDE + qp) * 2 + role``
+    (int64 arrays), ordered as the tuples are."""
+    return ((src * _MAX_NICS + dst) * QP_STRIDE + qp) * 2 + role
 
 
 def pfc_packets(tx: np.ndarray) -> np.ndarray:

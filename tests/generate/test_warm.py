@@ -46,3 +46,6 @@ def test_the_throwaway_file_is_written_and_dropped(tmp_path, fmt):
     assert threading.active_count() == threads
     assert len(written) == 1 and not written[0].parent.exists() and not list(tmp_path.iterdir())
     assert direct.fill_rows.signatures          # the frame loop is loaded in this process
+    if fmt == "pcap":                           # and a headers-only pcap's in-place records
+        from tokenpcap.generate import inplace
+        assert inplace._lay_rows.signatures

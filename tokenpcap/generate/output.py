@@ -24,6 +24,7 @@ import numpy as np
 
 from tokenpcap.errors import OutputError, TokenpcapError
 from tokenpcap.generate.feed import RowSlots, feed_chunk
+from tokenpcap.generate.inplace import WRITE_BYTES, InPlaceRecords
 from tokenpcap.generate.pending import PendingRows, captured_bytes
 from tokenpcap.generate.parentdeath import PR_SET_PDEATHSIG as _PR_SET_PDEATHSIG  # noqa: F401
 from tokenpcap.generate.parentdeath import ParentDied as _ParentDied
@@ -142,6 +143,10 @@ class Sink:
         self.buf: list[tuple] = []          # (labels, codes, held or None) per part added
         self.rows = 0                       # held bytes of the rows added (see FLUSH_BYTES)
         self._pend = PendingRows()          # the rows added, back to back
+        # headers-only pcap: records built from each part as it comes (tokenpcap.generate.inplace);
+        # at most one of the two holds anything at a time, so the file keeps the parts' order
+        self._direct = (InPlaceRecords(builder, self.w, cfg.snaplen, WRITE_BYTES)
+                        if InPlaceRecords.serves(self.w) else None)
 
     def _held_bytes(self, packets: np.ndarray) -> np.ndarray:
         """Bytes each row holds until written (see FLUSH_BYTES): int64 ``(n,)``."""
@@ -153,8 +158,20 @@ class Sink:
         return held
 
     def add(self, packets: np.ndarray, labels: list[str] | None, codes: np.ndarray | None) -> None:
-        """Take a copy of ``packets`` (``PACKET_DTYPE``, not kept: it may be a shared buffer)
-        and their comments; build and write when the held bytes call for it."""
+        """Take ``packets`` (``PACKET_DTYPE``, not kept: it may be a shared buffer) and their
+        comments: their records built at once (:mod:`tokenpcap.generate.inplace`) or a copy of
+        the rows held; build and write when the held bytes call for it."""
+        if self._direct is not None:
+            got = self._direct.add(packets)
+            if got is not None:
+                self._hold(got)
+                # rows held from before: written now, then these records; the records alone
+                # as soon as they fill a write (WRITE_BYTES: still in the caches)
+                if self.buf or self._direct.held >= WRITE_BYTES:
+                    self.flush()
+                return
+            if self._direct.held:
+                self.flush()            # the records built so far first
         cap_sum, cap_max = captured_bytes(packets["frame_bytes"], self.snaplen)
         held = None         # no payload left to a gather write: the sum of _held_bytes at once
         if gather.AVAILABLE and cap_max >= gather.MIN_HOLE_BYTES:
@@ -164,6 +181,10 @@ class Sink:
             nbytes = int(cap_sum) + len(packets) * (_RECORD_OVERHEAD_BYTES + packets.dtype.itemsize)
         self._pend.append(packets)
         self.buf.append((labels, codes, held))
+        self._hold(nbytes)
+
+    def _hold(self, nbytes: int) -> None:
+        """Count ``nbytes`` more held; write this file or the pool's largest when due."""
         self.rows += nbytes
         self.pool.held += nbytes
         if self.rows >= FLUSH_BYTES:
@@ -172,11 +193,20 @@ class Sink:
             max(self.pool, key=lambda k: k.rows).flush()
 
     def flush(self) -> None:
-        """Build and write everything buffered, in batches of about FLUSH_BYTES held bytes."""
-        if not self.buf:
+        """Write everything held: the rows held, built in batches of about FLUSH_BYTES held
+        bytes, then the records built in place (which came after them)."""
+        direct = self._direct is not None and self._direct.held > 0
+        if not self.buf and not direct:
             return
         self.pool.held -= self.rows
-        parts, self.buf, self.rows = self.buf, [], 0
+        self.rows = 0
+        if self.buf:
+            self._write_rows()
+        if direct:
+            self._direct.write(release=len(self.pool) > KEEP_PENDING_FILES)
+
+    def _write_rows(self) -> None:
+        parts, self.buf = self.buf, []
         pk = self._pend.take()
         held = (np.concatenate([p[2] for p in parts]) if all(p[2] is not None for p in parts)
                 else self._held_bytes(pk))

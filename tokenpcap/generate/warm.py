@@ -4,7 +4,8 @@ forked: :func:`load_writer_functions`.
 numba loads a compiled function from its cache the first time the function is called with a
 new argument type, and the frame loop, the row checks and the record layout of a headers-only
 batch (:mod:`tokenpcap.wire.direct`, :mod:`tokenpcap.wire.checks`,
-:mod:`tokenpcap.pcap.layout`) take about 0.05 CPU-s to load in a fresh process
+:mod:`tokenpcap.pcap.layout`, and a headers-only pcap's records built in place,
+:mod:`tokenpcap.generate.inplace`) take about 0.05 CPU-s to load in a fresh process
 (benchmarks/README.md, packet_path.py). A forked writer inherits every function its parent
 has loaded, so writing one small batch of made-up rows through a throwaway file of the run's
 format and snap length in the parent loads them once, instead of once in every writer. The
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tokenpcap.generate.inplace import InPlaceRecords
 from tokenpcap.generate.pending import captured_bytes
 from tokenpcap.pcap import Comments
 from tokenpcap.pcap.registry import capture_format
@@ -65,5 +67,7 @@ def load_writer_functions(spec, cfg, builder, open_writer) -> None:
             comments = Comments(["warm"], np.zeros(p.size, np.int64)) if capture_format(cfg.fmt).comments else None
             w.write_batch(p["time_ns"], p["frame_bytes"].astype(np.int64), BatchFill(builder, p),
                           0, comments)
+            if InPlaceRecords.serves(w):        # a headers-only pcap's parts: built in place
+                InPlaceRecords(builder, w, cfg.snaplen, 1 << 12).add(p)
         finally:
             w.abort()

@@ -88,6 +88,18 @@ class RecordWriter:
         """Bytes handed to the file so far, headers included."""
         return self._out.bytes_written
 
+    def write_records(self, buf: np.ndarray, n: int) -> None:
+        """Queue ``n`` whole records that the caller laid out in this file's record format
+        (a :class:`PcapWriter`'s :attr:`~PcapWriter.record_layout`) after everything written
+        before, as :meth:`write_batch` queues a batch: ``buf`` (uint8, contiguous) must not be
+        modified until the next write returns.
+
+        Raises:
+            OutputError: the file is closed, or an earlier or this write failed.
+        """
+        self._out.write(buf)
+        self.packets += n
+
     def release_buffers(self) -> None:
         """Free the batch buffers kept for reuse (:meth:`Scratch.release`); the next batch
         allocates them again. Raises nothing."""
@@ -192,6 +204,14 @@ class PcapWriter(RecordWriter):
         self._out.write(PCAP_FILE_HEADER.pack(
             byte_order, magic=PCAP_MAGIC_NSEC if nanosecond else PCAP_MAGIC_USEC,
             snaplen=min(self.snaplen + extra, MAX_SNAPLEN), linktype=self.linktype))
+
+    @property
+    def record_layout(self) -> tuple[int, bool] | None:
+        """``(frac_per_sec, big)``: the arguments with which
+        :func:`~tokenpcap.pcap.layout.pcap_records` (``pcap`` True, ``erf`` False) lays out this
+        file's record headers, for :meth:`write_records`; None when its records carry an ERF
+        header too (InfiniBand, linktype 197)."""
+        return None if self.erf else (self._frac, self._big)
 
     def write_batch(self, time_ns: np.ndarray, frame_bytes: np.ndarray, fill: Fill,
                     interface: np.ndarray | int = 0,

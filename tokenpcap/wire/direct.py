@@ -49,6 +49,7 @@ CRC_PAYLOAD_MAX_BYTES = 256
 
 
 _T32 = CRC32.table.astype(np.uint32)
+_NO_INDEX = np.zeros(0, np.int64)       # pidx of a batch whose payloads are all the pattern
 _T16 = CRC16_VCRC.table.astype(np.uint32)
 
 
@@ -178,8 +179,17 @@ class DirectTables:
              caplen: np.ndarray) -> None:
         """Build rows ``rows`` (int64 ``(k,)`` indices into ``p``, each eligible) of ``p``
         (``PACKET_DTYPE`` ``(n,)``, C-contiguous) at ``out[offsets[i]:][:caplen[i]]``."""
-        rec = p.view(np.uint8).reshape(len(p), PACKET_DTYPE.itemsize)
         pats, pidx = self._payloads(p, rows, caplen)
+        self._fill(p, rows, out, offsets, caplen, pats, pidx)
+
+    def fill_pattern(self, p: np.ndarray, rows: np.ndarray, out: np.ndarray,
+                     offsets: np.ndarray, caplen: np.ndarray) -> None:
+        """:meth:`fill` of rows none of which carries NCCL lines (``line_protocol`` 0: every
+        payload is the pattern), without looking for them."""
+        self._fill(p, rows, out, offsets, caplen, self.pattern[None, :], _NO_INDEX)
+
+    def _fill(self, p, rows, out, offsets, caplen, pats, pidx) -> None:
+        rec = p.view(np.uint8).reshape(len(p), PACKET_DTYPE.itemsize)
         fill_rows(rec, rows, out, offsets, caplen, self.offsets, self.hb, self.nw, self.const,
                   self.ent, self.ent_lo, self.ent_hi, self.nic_ent, self.nic_tab, self.nic_lo,
                   self.nic_hi, self.ce_word, self.ce_bits, self.ip4_col, self.ip4_base,
