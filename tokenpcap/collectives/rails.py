@@ -33,7 +33,7 @@ import numpy as np
 
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.collectives.hops import group_positions
-from tokenpcap.collectives.traffic import (CallLike, CallShape, effective_algorithm,
+from tokenpcap.collectives.traffic import (CallLike, CallShape, check_call, effective_algorithm,
                                            nonempty_hops, ring_chunk_bytes)
 
 __all__ = ["RAIL_ALGORITHMS", "group_nics", "hop_channel_nics", "rank_nic_bytes"]
@@ -108,6 +108,6 @@ def rank_nic_bytes(call: CallLike, algorithm: str, layout: RankLayout,
     """
     if channels < 1:
         raise ValueError(f"channels: got {channels}, expected an integer >= 1")
-    nonempty_hops(call, algorithm, layout)   # validates
+    check_call(call, algorithm)
     return _rank_nic_cached(call.collective, tuple(call.group), int(call.message_bytes),
                             int(call.elem_bytes), algorithm, layout, int(channels))

@@ -98,15 +98,17 @@ def hops(call: CallLike, algorithm: str, layout: RankLayout) -> np.ndarray:
 
 @functools.lru_cache(maxsize=4096)
 def _nonempty_cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
-                     layout: RankLayout) -> tuple[np.ndarray, np.ndarray]:
+                     layout: RankLayout) -> tuple[np.ndarray, np.ndarray | None]:
+    """The table and its rows in hops(); None for the rows when it is all of hops()."""
     got = ALGORITHMS[effective_algorithm(collective, algorithm)].nonempty_hops(
         collective, group, s, e, layout)
     if got is None:
         h = _hops_cached(collective, group, s, e, algorithm, layout)
         idx = np.flatnonzero(h["bytes"] > 0)
-        got = (h if idx.size == len(h) else h[idx], idx)
+        got = (h, None) if idx.size == len(h) else (h[idx], idx)
     for x in got:
-        x.setflags(write=False)
+        if x is not None:
+            x.setflags(write=False)
     return got
 
 
@@ -122,8 +124,9 @@ def nonempty_hops(call: CallLike, algorithm: str, layout: RankLayout
         InputError: as :func:`hops`.
     """
     check_call(call, algorithm)
-    return _nonempty_cached(call.collective, tuple(call.group), int(call.message_bytes),
-                            int(call.elem_bytes), algorithm, layout)
+    table, rows = _nonempty_cached(call.collective, tuple(call.group), int(call.message_bytes),
+                                   int(call.elem_bytes), algorithm, layout)
+    return table, np.arange(len(table), dtype=np.int64) if rows is None else rows
 
 
 @functools.lru_cache(maxsize=4096)
@@ -149,7 +152,7 @@ def per_rank_bytes(call: CallLike, algorithm: str, layout: RankLayout) -> RankBy
     Raises:
         InputError: as :func:`hops`.
     """
-    nonempty_hops(call, algorithm, layout)   # validates
+    check_call(call, algorithm)
     return _per_rank_cached(call.collective, tuple(call.group), int(call.message_bytes),
                             int(call.elem_bytes), algorithm, layout)
 
@@ -170,7 +173,7 @@ def nic_hop_sizes(call: CallLike, algorithm: str, layout: RankLayout) -> tuple[t
     Raises:
         InputError: as :func:`hops`.
     """
-    nonempty_hops(call, algorithm, layout)
+    check_call(call, algorithm)
     return _nic_sizes_cached(call.collective, tuple(call.group), int(call.message_bytes),
                              int(call.elem_bytes), algorithm, layout)
 
