@@ -54,7 +54,7 @@ def test_a_4_byte_allreduce_over_16384_ranks_is_32766_hops():
     table, index = ring_nonempty_hops("AllReduce", group, 4, 4)
     assert len(table) == 2 * (16384 - 1)
     assert (table["bytes"] == 4).all() and (table["chunk"] == 0).all()
-    assert index.max() < 2 * (16384 - 1) * 16384             # rows of the 536,805,376
+    assert index.max() < 2 * (16384 - 1) * 16384             # rows of the 536,838,144
 
 
 LAYOUT = RankLayout(dp=32, tp=1, pp=1, gpus_per_node=4, nics_per_node=4)

@@ -118,7 +118,7 @@ def nonempty_hops(call: CallLike, algorithm: str, layout: RankLayout
     ``(k,)`` and int64 ``(k,)`` (ascending), shared (cached) and read-only. What every sum of
     bytes reads: a ring call of fewer elements than ranks makes them without the empty hops
     (:meth:`~tokenpcap.collectives.algorithms.Algorithm.nonempty_hops`), so a 4-byte AllReduce
-    over every rank of a 16,384-GPU job is 32,766 rows, not 536,805,376.
+    over every rank of a 16,384-GPU job is 32,766 rows, not 536,838,144.
 
     Raises:
         InputError: as :func:`hops`.

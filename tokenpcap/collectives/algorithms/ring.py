@@ -54,7 +54,7 @@ def ring_nonempty_hops(collective: str, group: tuple[int, ...], s: int, e: int
 
     A chunk is one of ``N``, so a message of fewer than ``N`` elements leaves chunks empty and
     most of the ``N (N-1)`` (``2 N (N-1)``) hops with 0 bytes: a 4-byte AllReduce over 16,384
-    ranks has 536,805,376 hops of which 32,766 carry its element. Chunk ``j`` is sent at step
+    ranks has 536,838,144 hops of which 32,766 carry its element. Chunk ``j`` is sent at step
     ``k`` by the rank at position ``i``: ReduceScatter ``i = j + 1 + k``, AllGather ``i = j + k``,
     AllReduce ``j + k`` in its first ``N - 1`` steps and ``j - 1 + (k - (N - 1))`` after (mod
     ``N``; :func:`ring_hops`' chunk of rank ``i`` at step ``k`` solved for ``i``); its row in
