@@ -44,7 +44,7 @@ TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "
           "engine_timing.py", "fuzz_campaign.py", "dask_generate.py", "flat_build.py",
           "generate_nic.py", "packet_path.py", "message_ring.py", "call_state.py", "engine_state.py",
           "fabric_ns3.py", "fabric_engine.py", "openloop_hpcc.py", "fabric_dcqcn.py",
-          "run_memory.py", "first_run.py", "replica_quotient.py"}
+          "run_memory.py", "first_run.py", "replica_quotient.py", "plan_memory.py"}
 HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
 
@@ -239,6 +239,23 @@ def test_run_memory_records_each_kinds_peak_beside_its_estimate(tmp_path):
                          r"[\d.]+ +[\d.]+ +-?\d+ +[\d.]+", out, re.M), out
     assert re.search(r"^runs whose peak passed the estimate: \d+$", out, re.M)
     assert not list((tmp_path / "out").rglob("*.*")), "outputs left behind"
+
+
+def test_plan_memory_plans_in_each_tree_and_compares_their_json():
+    """Against this same checkout the two trees' JSON must be the same bytes; the calls are the
+    plan's own count of the scenario with the --set values applied."""
+    from tokenpcap.config import overrides
+    from tokenpcap.config.profiles import load_scenario
+    from tokenpcap.plan.build import build_plan
+
+    out = run("plan_memory.py", "--scenario", "dante", "--set", "parallelism.dp=2",
+              "--set", "cluster.nodes=2", "--against", str(ROOT))
+    with overrides.using({"parallelism.dp": 2, "cluster.nodes": 2}):
+        s = load_scenario(ROOT / "profiles" / "scenarios" / "dante.yaml")
+    calls = build_plan(s).calls_per_iteration
+    rows = re.findall(r"^dante +(this|against) +16 +([\d,]+) +[\d.]+ +[\d.]+ +[\d.]+$", out, re.M)
+    assert rows == [("this", f"{calls:,}"), ("against", f"{calls:,}")], out
+    assert "dante: the trees' JSON is byte-identical" in out
 
 
 def test_fabric_ns3_without_the_simulator_says_so(tmp_path):

@@ -60,6 +60,7 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int,
         _nics(plan, as_json)
         return
     data = plan.to_json()
+    del plan                # --time plans again for the schedule: not two plans held at once
     breakdown = None
     if timed:
         from tokenpcap.cli.plan_time import breakdown_json, time_iteration

@@ -17,7 +17,7 @@ from tokenpcap.errors import InputError
 from tokenpcap.collectives.layout import RankLayout
 
 __all__ = ["HOP_DTYPE", "COLLECTIVE_NAMES", "CallLike", "CallShape", "ring_chunk_bytes",
-           "hop_table", "nodes_in_order", "ranks_per_node", "chunk_starts"]
+           "hop_table", "group_positions", "nodes_in_order", "ranks_per_node", "chunk_starts"]
 
 #: One row per point-to-point transfer of a collective. ``src``/``dst`` are global ranks,
 #: ``chunk`` the ring chunk (or tree index 0/1, or AllToAll destination position), ``bytes`` >= 0.
@@ -76,6 +76,17 @@ def hop_table(step, src, dst, chunk, nbytes) -> np.ndarray:  # type: ignore[no-u
     out = np.empty(len(step), HOP_DTYPE)
     out["step"], out["src"], out["dst"], out["chunk"], out["bytes"] = step, src, dst, chunk, nbytes
     return out
+
+
+def group_positions(group: tuple[int, ...], ranks: np.ndarray) -> np.ndarray:
+    """The position in ``group`` of each rank of ``ranks`` (every one a member of ``group``):
+    int64, the shape of ``ranks``."""
+    g = np.asarray(group, np.int64)
+    r = np.asarray(ranks, np.int64)
+    if r.size == 0:
+        return np.zeros(r.shape, np.int64)
+    sort = np.argsort(g, kind="stable")
+    return sort[np.searchsorted(g, r, sorter=sort)]
 
 
 def nodes_in_order(group: tuple[int, ...], layout: RankLayout) -> list[list[int]]:

@@ -32,8 +32,9 @@ import functools
 import numpy as np
 
 from tokenpcap.collectives.layout import RankLayout
-from tokenpcap.collectives.traffic import (CallLike, CallShape, effective_algorithm, hops,
-                                           ring_chunk_bytes)
+from tokenpcap.collectives.hops import group_positions
+from tokenpcap.collectives.traffic import (CallLike, CallShape, check_call, effective_algorithm,
+                                           nonempty_hops, ring_chunk_bytes)
 
 __all__ = ["RAIL_ALGORITHMS", "group_nics", "hop_channel_nics", "rank_nic_bytes"]
 
@@ -65,25 +66,27 @@ def hop_channel_nics(collective: str, algorithm: str, group: tuple[int, ...], sr
 @functools.lru_cache(maxsize=4096)
 def _rank_nic_cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
                      layout: RankLayout, channels: int) -> np.ndarray:
-    h = hops(CallShape(collective, group, s, e), algorithm, layout)
+    h = nonempty_hops(CallShape(collective, group, s, e), algorithm, layout)[0]
     npn, gpn = layout.nics_per_node, layout.gpus_per_node
     out = np.zeros((len(group), npn), dtype=np.int64)
     src_node, dst_node = h["src"] // gpn, h["dst"] // gpn
-    cross = np.flatnonzero((src_node != dst_node) & (h["bytes"] > 0))
+    cross = np.flatnonzero(src_node != dst_node)
     if len(cross):
-        pos = {r: i for i, r in enumerate(group)}
-        src_pos = np.fromiter((pos[int(r)] for r in h["src"][cross]), np.int64, len(cross))
+        src_pos = group_positions(group, h["src"][cross])
         if effective_algorithm(collective, algorithm) in RAIL_ALGORITHMS:
             rails = group_nics(group, layout)
-            parts_of = {int(b): ring_chunk_bytes(int(b), channels, e)
-                        for b in np.unique(h["bytes"][cross])}
-            for p, node, b in zip(src_pos.tolist(), src_node[cross].tolist(),
-                                  h["bytes"][cross].tolist()):
+            # hops of one (sender, size) split alike: each distinct pair once, times its hops
+            b = h["bytes"][cross].astype(np.int64)
+            pairs, first, times = np.unique(src_pos * (int(b.max()) + 1) + b,
+                                            return_index=True, return_counts=True)
+            parts_of = {int(x): ring_chunk_bytes(int(x), channels, e) for x in np.unique(b)}
+            for p, node, x, k in zip(src_pos[first].tolist(), src_node[cross][first].tolist(),
+                                     b[first].tolist(), times.tolist()):
                 r = rails[node]
                 local = np.asarray(r, np.int64) % npn
-                per = np.bincount(np.arange(channels) % len(r), weights=parts_of[b],
+                per = np.bincount(np.arange(channels) % len(r), weights=parts_of[x],
                                   minlength=len(r)).astype(np.int64)
-                out[p, local] += per
+                out[p, local] += per * k
         else:
             local = layout.nic_array(h["src"][cross]) % npn
             np.add.at(out, (src_pos, local), h["bytes"][cross])
@@ -105,6 +108,6 @@ def rank_nic_bytes(call: CallLike, algorithm: str, layout: RankLayout,
     """
     if channels < 1:
         raise ValueError(f"channels: got {channels}, expected an integer >= 1")
-    hops(call, algorithm, layout)   # validates
+    check_call(call, algorithm)
     return _rank_nic_cached(call.collective, tuple(call.group), int(call.message_bytes),
                             int(call.elem_bytes), algorithm, layout, int(channels))

@@ -23,7 +23,7 @@ from tokenpcap.errors import InputError
 from tokenpcap.collectives.algorithms import ALGORITHMS, effective_algorithm
 from tokenpcap.collectives.algorithms.tree import btree_parents
 from tokenpcap.collectives.hops import (COLLECTIVE_NAMES, HOP_DTYPE, CallLike, CallShape,
-                                        ring_chunk_bytes)
+                                        group_positions, ring_chunk_bytes)
 from tokenpcap.collectives.layout import RankLayout
 
 __all__ = [
@@ -35,7 +35,9 @@ __all__ = [
     "ring_chunk_bytes",
     "effective_algorithm",
     "bus_bandwidth_factor",
+    "check_call",
     "hops",
+    "nonempty_hops",
     "per_rank_bytes",
     "total_traffic_bytes",
     "nic_hop_sizes",
@@ -68,6 +70,18 @@ def _hops_cached(collective: str, group: tuple[int, ...], s: int, e: int, algori
     return out
 
 
+def check_call(call: CallLike, algorithm: str) -> None:
+    """Check a call's collective and the scenario's algorithm by name.
+
+    Raises:
+        InputError: an unknown algorithm or collective.
+    """
+    if algorithm not in ALGORITHMS:
+        raise InputError(f"algorithm {algorithm!r}, expected one of {', '.join(ALGORITHMS)}")
+    if call.collective not in COLLECTIVE_NAMES:
+        raise InputError(f"collective {call.collective!r}")
+
+
 def hops(call: CallLike, algorithm: str, layout: RankLayout) -> np.ndarray:
     """Point-to-point transfers of one collective call: :data:`HOP_DTYPE` array ``(n_hops,)``.
 
@@ -77,20 +91,49 @@ def hops(call: CallLike, algorithm: str, layout: RankLayout) -> np.ndarray:
     Raises:
         InputError: unknown collective or algorithm, or a SendRecv group that is not a pair.
     """
-    if algorithm not in ALGORITHMS:
-        raise InputError(f"algorithm {algorithm!r}, expected one of {', '.join(ALGORITHMS)}")
-    if call.collective not in COLLECTIVE_NAMES:
-        raise InputError(f"collective {call.collective!r}")
+    check_call(call, algorithm)
     return _hops_cached(call.collective, tuple(call.group), int(call.message_bytes),
                         int(call.elem_bytes), algorithm, layout)
 
 
 @functools.lru_cache(maxsize=4096)
+def _nonempty_cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
+                     layout: RankLayout) -> tuple[np.ndarray, np.ndarray | None]:
+    """The table and its rows in hops(); None for the rows when it is all of hops()."""
+    got = ALGORITHMS[effective_algorithm(collective, algorithm)].nonempty_hops(
+        collective, group, s, e, layout)
+    if got is None:
+        h = _hops_cached(collective, group, s, e, algorithm, layout)
+        idx = np.flatnonzero(h["bytes"] > 0)
+        got = (h, None) if idx.size == len(h) else (h[idx], idx)
+    for x in got:
+        if x is not None:
+            x.setflags(write=False)
+    return got
+
+
+def nonempty_hops(call: CallLike, algorithm: str, layout: RankLayout
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The hops of :func:`hops` that carry bytes and their rows there: :data:`HOP_DTYPE`
+    ``(k,)`` and int64 ``(k,)`` (ascending), shared (cached) and read-only. What every sum of
+    bytes reads: a ring call of fewer elements than ranks makes them without the empty hops
+    (:meth:`~tokenpcap.collectives.algorithms.Algorithm.nonempty_hops`), so a 4-byte AllReduce
+    over every rank of a 16,384-GPU job is 32,766 rows, not 536,838,144.
+
+    Raises:
+        InputError: as :func:`hops`.
+    """
+    check_call(call, algorithm)
+    table, rows = _nonempty_cached(call.collective, tuple(call.group), int(call.message_bytes),
+                                   int(call.elem_bytes), algorithm, layout)
+    return table, np.arange(len(table), dtype=np.int64) if rows is None else rows
+
+
+@functools.lru_cache(maxsize=4096)
 def _per_rank_cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
                      layout: RankLayout) -> RankBytes:
-    h = _hops_cached(collective, group, s, e, algorithm, layout)
-    pos = {r: i for i, r in enumerate(group)}
-    src_pos = np.fromiter((pos[int(r)] for r in h["src"]), dtype=np.int64, count=len(h))
+    h = _nonempty_cached(collective, group, s, e, algorithm, layout)[0]
+    src_pos = group_positions(group, h["src"])
     cross = layout.node_array(h["src"]) != layout.node_array(h["dst"])
     n = len(group)
     nic = np.zeros(n, dtype=np.int64)
@@ -109,7 +152,7 @@ def per_rank_bytes(call: CallLike, algorithm: str, layout: RankLayout) -> RankBy
     Raises:
         InputError: as :func:`hops`.
     """
-    hops(call, algorithm, layout)   # validates
+    check_call(call, algorithm)
     return _per_rank_cached(call.collective, tuple(call.group), int(call.message_bytes),
                             int(call.elem_bytes), algorithm, layout)
 
@@ -117,19 +160,20 @@ def per_rank_bytes(call: CallLike, algorithm: str, layout: RankLayout) -> RankBy
 @functools.lru_cache(maxsize=4096)
 def _nic_sizes_cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
                       layout: RankLayout) -> tuple[tuple[int, int], ...]:
-    h = _hops_cached(collective, group, s, e, algorithm, layout)
+    h = _nonempty_cached(collective, group, s, e, algorithm, layout)[0]
     cross = layout.node_array(h["src"]) != layout.node_array(h["dst"])
     sizes, counts = np.unique(h["bytes"][cross], return_counts=True)
     return tuple((int(a), int(b)) for a, b in zip(sizes, counts))
 
 
 def nic_hop_sizes(call: CallLike, algorithm: str, layout: RankLayout) -> tuple[tuple[int, int], ...]:
-    """Sizes of the hops of one call that cross nodes (go over a NIC): ``((bytes, hops), ...)``.
+    """Sizes of the hops of one call that cross nodes (go over a NIC) and carry bytes:
+    ``((bytes, hops), ...)``, sizes ascending (a hop of 0 bytes sends no message).
 
     Raises:
         InputError: as :func:`hops`.
     """
-    hops(call, algorithm, layout)
+    check_call(call, algorithm)
     return _nic_sizes_cached(call.collective, tuple(call.group), int(call.message_bytes),
                              int(call.elem_bytes), algorithm, layout)
 

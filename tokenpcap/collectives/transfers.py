@@ -65,7 +65,8 @@ from tokenpcap.collectives.p2p_chunks import P2pNet, network_rows
 from tokenpcap.collectives.protocols import PROTOCOLS, wire_bytes
 from tokenpcap.collectives.rails import hop_channel_nics
 from tokenpcap.collectives.window import window_pairs
-from tokenpcap.collectives.traffic import CallLike, CallShape, effective_algorithm, hops, ring_chunk_bytes
+from tokenpcap.collectives.traffic import (CallLike, CallShape, check_call, effective_algorithm,
+                                           hops, ring_chunk_bytes)
 
 #: Algorithms whose hops are NCCL point-to-point sends (SendRecv, AllToAll): their network
 #: hops follow :mod:`tokenpcap.collectives.p2p_chunks` and :mod:`tokenpcap.collectives.pxn`.
@@ -198,8 +199,15 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
                       layout: RankLayout, channels: int, slice_bytes: int,
                       protocol: str = "Simple", p2p: P2pNet | None = None,
                       window: int = 0, empty_steps: bool = False) -> Transfers:
-    h = hops(CallShape(collective, group, s, e), algorithm, layout)
+    shape = CallShape(collective, group, s, e)
+    check_call(shape, algorithm)
     alg = effective_algorithm(collective, algorithm)
+    # the hops that carry bytes alone, where the algorithm makes them (a hop of 0 bytes sends
+    # nothing, and as its chunk is empty in every hop nothing waits for it: the same rows);
+    # not where a ring AllReduce's empty steps are messages too
+    got = None if empty_steps and alg == "ring" and collective == "AllReduce" else \
+        ALGORITHMS[alg].nonempty_hops(collective, group, s, e, layout)
+    h, rows_of = (hops(shape, algorithm, layout), None) if got is None else got
     preds = ALGORITHMS[alg].predecessors(h)
     offsets = np.asarray(ALGORITHMS[alg].chunk_offsets(h, collective, group, s, e, layout), np.int64)
     sl = slice_elements_bytes(protocol_slice_bytes(protocol, slice_bytes), e)
@@ -286,6 +294,8 @@ def _transfers_cached(collective: str, group: tuple[int, ...], s: int, e: int, a
         pair = np.unique(t_all * n + x_all)
         t_all, x_all = pair // n, pair % n
         dep_len = np.bincount(t_all, minlength=n).astype(np.int64)
+    if rows_of is not None:
+        table["hop"] = rows_of[table["hop"]]
     by = np.argsort(x_all, kind="stable")
     arrays = (_ptr(dep_len), x_all, _ptr(np.bincount(x_all, minlength=n)), t_all[by],
               *_rows_by(table["src"], group), *_rows_by(table["dst"], group))

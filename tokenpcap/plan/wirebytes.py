@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tokenpcap.collectives.hops import group_positions
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.collectives.p2p_chunks import P2pNet, send_messages
 from tokenpcap.collectives.pxn import p2p_routes
@@ -43,8 +44,7 @@ def _cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: 
     # LL/LL128 family, whose tables would outweigh the engine's state)
     t = transfers(CallShape(collective, group, s, e), algorithm, layout, channels, slice_bytes,
                   protocol, p2p, cached=False, empty_steps=empty_steps).table
-    pos = {r: i for i, r in enumerate(group)}
-    src = np.fromiter((pos[int(r)] for r in t["src"]), np.int64, len(t))
+    src = group_positions(group, t["src"])
     n = len(group)
     nic = t["nic"]
     b = t["bytes"].astype(np.int64)
@@ -79,8 +79,7 @@ def protocol_wire_bytes(call: CallLike, algorithm: str, layout: RankLayout, chan
 def _p2p_cached(collective: str, group: tuple[int, ...], s: int, e: int, algorithm: str,
                 layout: RankLayout, channels: int, p2p: P2pNet) -> WireBytes:
     h = hops(CallShape(collective, group, s, e), algorithm, layout)
-    pos = {r: i for i, r in enumerate(group)}
-    src = np.fromiter((pos[int(r)] for r in h["src"]), np.int64, len(h))
+    src = group_positions(group, h["src"])
     n, npn, gpn = len(group), layout.nics_per_node, layout.gpus_per_node
     b = h["bytes"].astype(np.int64)
     cross = (h["src"] // gpn != h["dst"] // gpn) & (b > 0)

@@ -48,6 +48,18 @@ class Algorithm:
         ``group`` with ``S = s`` bytes of ``e``-byte elements."""
         raise NotImplementedError
 
+    def nonempty_hops(self, collective: str, group: tuple[int, ...], s: int, e: int,
+                      layout: RankLayout) -> tuple[np.ndarray, np.ndarray] | None:
+        """The rows of :meth:`hops` that carry bytes, made without the others, and their row
+        indices in :meth:`hops`: ``(HOP_DTYPE (k,), int64 (k,))``, indices ascending; None
+        when the algorithm has no cheaper way than filtering :meth:`hops` (the default).
+        Worth it where most hops are empty (the ring's chunks of a message of fewer elements
+        than ranks: :func:`~tokenpcap.collectives.algorithms.ring.ring_nonempty_hops`). Only
+        for an algorithm whose chunk carries the same bytes in every hop: then no hop that
+        carries bytes waits for an empty one, and :meth:`predecessors` of the rows kept are
+        the same hops as in the whole table (what the transfers rely on)."""
+        return None
+
     def pieces(self, collective: str, group: tuple[int, ...], layout: RankLayout) -> int:
         """Into how many parts :meth:`hops` deals ``S``'s elements for one call of
         ``collective`` on ``group`` (ring: ``N`` chunks; tree: 2 halves; direct AllToAll: one
