@@ -10,13 +10,17 @@ ring of rows reused once a message is done and its frames handed out
 (:mod:`tokenpcap.schedule.engine.ring`). Transfer and message ids, and every count of them, are
 int64 (a run may hold more than 2**31 of each: what bounds it is memory,
 :mod:`tokenpcap.schedule.limits`); int32 holds only values bounded by the job's structure: a
-transfer's call and dependency countdown, a participation's columns, an instruction's, a
-canonical row's when they fit. The transfers stay templates
-(:mod:`tokenpcap.schedule.engine.access`): 8 B per transfer (its call and its dependency
-countdown), 40 B per call, about 90 B per canonical transfer row (``ct`` int32, its dependency
-list, the four provenance columns). Memory is then about 136 B per message (``ms``; 160 B per
-row of a ring), 24 B per participation (``part`` int32) and 12 B per program instruction
-(``ins`` int32), for the iterations of the run.
+countdown and a call's transfer count (at most 2**31 - 1 transfers a call, checked), a
+participation's columns, an instruction's, a canonical row's when they fit. Nothing is stored
+per transfer: the engine names a transfer by its call and its index in the call (a handle,
+:mod:`tokenpcap.schedule.engine.access`), reads it from its call's template, and holds the
+dependency countdowns only of the calls in flight, in slabs of one pool
+(:mod:`tokenpcap.schedule.engine.slabs`). Memory is then about 110 B per call (its
+template's offsets and shifts, its slab, first transfer and codes), about 90 B per
+canonical transfer row (``ct`` int32, its wait, its dependency list, the four provenance
+columns), 136 B per kept message (``ms``; 160 B per row of a ring), 24 B per participation
+(``part`` int32) and 12 B per program instruction (``ins`` int32), for the iterations of the
+run, and the slabs of the calls in flight.
 """
 from __future__ import annotations
 
@@ -270,7 +274,8 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     Raises:
         InputError: a connection index >= :data:`QP_STRIDE`; a message of 2**24 packets or more;
             ``ring_rows`` not a power of two; 2**31 participations or instructions or more (the
-            int32 columns of ``part``, ``ins``).
+            int32 columns of ``part``, ``ins``); a call of 2**31 transfers or more, or 2**31
+            calls (:func:`~tokenpcap.schedule.engine.slabs.slab_words`).
     """
     if ring_rows < 1 or ring_rows & (ring_rows - 1):
         raise InputError(f"ring_rows: got {ring_rows}, expected a power of two")
