@@ -88,7 +88,7 @@ MAX_STATE_BYTES = 8_000_000_000
 #: Measured costs (module docstring).
 MESSAGE_ROW_BYTES = 136
 #: A row of the call-shape templates (a distinct shape's transfer), fitted (module docstring).
-TEMPLATE_ROW_BYTES = 400
+TEMPLATE_ROW_BYTES = 250
 #: A countdown word of a call in flight (int32; module slabs).
 SLAB_WORD_BYTES = 4
 COPY_STATE_BYTES = 200
