@@ -88,7 +88,7 @@ def test_production_jobs_are_accepted_when_only_messages_in_progress_are_held(na
     """generate holds the messages in progress only: the whole iteration of each bundled
     production job is accepted, and over many iterations the advice is the most that fit,
     which is accepted (later iterations add less than the first: the templates are shared;
-    GPT-3 175B, its pipeline sends in NCCL's 128 KiB chunks: 3.85 GB estimated for one, 3.60 GB
+    GPT-3 175B, its pipeline sends in NCCL's 128 KiB chunks: 5.16 GB estimated for one, 3.60 GB
     measured, benchmarks/README.md, "engine_state.py")."""
     plan = build_plan(load_scenario(SCEN / f"{name}.yaml"))
     work = check_work(plan, 1, keep_messages=False)
