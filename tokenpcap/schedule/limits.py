@@ -40,7 +40,8 @@ docs/generate.md, "Limits"):
   and, at the peak while the engine's arrays are made, in the iteration's flat arrays too (no
   call objects are kept); ``benchmarks/call_state.py`` measures it as the peak RSS a second
   iteration adds, per call, on jobs whose calls outweigh their messages;
-* per NVLink copy timed one by one, :data:`COPY_STATE_BYTES`;
+* per NVLink copy timed one by one, :data:`COPY_STATE_BYTES`, its row when the run keeps the
+  copies (``keep_nvlink``), and at most :data:`MAX_NVLINK_COPIES` of them;
 * per RDMA message, :data:`MESSAGE_ROW_BYTES` (its row of the message table) only when the run
   keeps every message (``keep_messages``: exports, plots, traces, comparisons read the whole table
   after the run). ``generate`` keeps only the messages in progress (a ring of rows,
@@ -93,7 +94,9 @@ MESSAGE_ROW_BYTES = 136
 TEMPLATE_ROW_BYTES = 420
 #: A countdown word of a call in flight (int32; module slabs).
 SLAB_WORD_BYTES = 4
-COPY_STATE_BYTES = 200
+#: An NVLink copy timed one by one: its kept row (transfer, start, arrival: three int64) when
+#: the run keeps them (``keep_nvlink``); nothing else outlives its timer in the heap.
+COPY_STATE_BYTES = 24
 CALL_STATE_BYTES = 1550
 #: What each iteration after the first adds (its templates are the first one's).
 CALL_NEXT_BYTES = 950
@@ -109,8 +112,8 @@ PACKETS_PER_S = 2_000_000
 #: RDMA messages (data + clear-to-send) a run that keeps every message may time: what
 #: MAX_STATE_BYTES holds.
 MAX_MESSAGES = MAX_STATE_BYTES // MESSAGE_STATE_BYTES
-#: NVLink copies one run may time one by one.
-MAX_NVLINK_COPIES = 50_000_000
+#: NVLink copies one run may time one by one: as many kept rows as MAX_STATE_BYTES holds.
+MAX_NVLINK_COPIES = MAX_STATE_BYTES // COPY_STATE_BYTES
 
 
 @dataclass(frozen=True)
