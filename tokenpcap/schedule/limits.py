@@ -22,41 +22,42 @@ What a run holds (measured on the project's reference machine, 2 cores, 23 GB, P
 numba 0.68, shared; benchmarks/README.md, "engine_state.py", "call_state.py", "message_ring.py";
 docs/generate.md, "Limits"):
 
-* per data message's transfer, :data:`TRANSFER_STATE_BYTES`: its call and its dependency
-  countdown (int32 each) and its share of the call-shape templates and of their build
-  (:mod:`tokenpcap.schedule.engine.access`), fitted with :data:`CALL_STATE_BYTES` so that the
-  estimate bounds from above the peak RSS of building and timing a whole unscaled iteration of
-  the production scenarios (the measurements: docs/generate.md, "Limits"); the peak is while
-  the engine's arrays are made, the iteration's flat arrays still held. The iterations of a
-  run share their templates (:meth:`tokenpcap.schedule.flatbuild.ShapeTable.join`): each one
-  after the first adds :data:`TRANSFER_NEXT_BYTES` per transfer and :data:`CALL_NEXT_BYTES`
-  per call, fitted the same way on two iterations; a transfer of NCCL's network p2p chunks
-  (:attr:`tokenpcap.plan.build.Plan.p2p_messages`) costs :data:`P2P_TRANSFER_STATE_BYTES`
-  instead: the chunks of one pipeline pair or AllToAll shape are one template that every
-  microbatch and layer shares. GPT-3 175B's whole iteration with 66.1 M of them among 86.3 M
-  transfers built at a peak of 4.62 GB (``benchmarks/engine_state.py``, 57.3 s of CPU); 82
-  bytes each would have estimated 8.7 GB;
+* nothing per transfer: the engine names a transfer by its call and its index in the call
+  (:mod:`tokenpcap.schedule.engine.access`) and holds the dependency countdowns only of the
+  calls in flight (:mod:`tokenpcap.schedule.engine.slabs`), :data:`SLAB_WORD_BYTES` per word of
+  :attr:`Shapes.slab_words`, a bound of the pool's high-water mark (:func:`shape_counts`);
+* per row of the call-shape templates (the transfers of each distinct canonical shape, shared
+  by every call of that shape and by the iterations of a run:
+  :meth:`tokenpcap.schedule.flatbuild.ShapeTable.join`), :data:`TEMPLATE_ROW_BYTES`: the
+  plan's cached transfers of the shape, the template's columns, its dependency and send and
+  receive lists, the engine's ``ct`` row and the provenance columns, fitted with
+  :data:`CALL_STATE_BYTES` so that the estimate bounds from above the peak RSS of building and
+  timing a whole unscaled iteration of the production scenarios (the measurements:
+  docs/generate.md, "Limits"; the peak is while the engine's arrays are made, the iteration's
+  flat arrays still held); each iteration after the first adds :data:`CALL_NEXT_BYTES` per
+  call;
 * per call, :data:`CALL_STATE_BYTES`: its ranks' participations and program steps in the engine
   and, at the peak while the engine's arrays are made, in the iteration's flat arrays too (no
   call objects are kept); ``benchmarks/call_state.py`` measures it as the peak RSS a second
   iteration adds, per call, on jobs whose calls outweigh their messages;
-* per NVLink copy timed one by one, :data:`COPY_STATE_BYTES`;
+* per NVLink copy timed one by one, :data:`COPY_STATE_BYTES`, its row when the run keeps the
+  copies (``keep_nvlink``), and at most :data:`MAX_NVLINK_COPIES` of them;
 * per RDMA message, :data:`MESSAGE_ROW_BYTES` (its row of the message table) only when the run
   keeps every message (``keep_messages``: exports, plots, traces, comparisons read the whole table
   after the run). ``generate`` keeps only the messages in progress (a ring of rows,
   :mod:`tokenpcap.schedule.engine.ring`: GPT-3 175B's 56.9 M messages in 2 M rows), which the
-  per-transfer constant covers.
+  per-call constant covers.
 
 No count of the run is bounded by an integer width before memory: transfer and message ids and
 every count of them are int64 in the engine (:mod:`tokenpcap.schedule.engine.state`; a run of
 more than 2**31 transfers times as one of fewer, ``tests/schedule/engine/test_widths.py``), and
-what stays int32 (a transfer's call and dependency countdown, a participation's and an
-instruction's columns) is bounded by calls, ranks and program steps, whose state
-(:data:`CALL_STATE_BYTES` per call) passes :data:`MAX_STATE_BYTES` long before 2**31 of them.
-So :func:`check_work`'s memory estimate is the whole check: a whole iteration of DeepSeek-V3 on
-2,048 GPUs, about 4.5 G transfers (DeepEP's node-limited dispatch), would hold about 108 GB
-at the least per-transfer state
-(:data:`P2P_TRANSFER_STATE_BYTES`), and is refused for that, with what fits.
+what stays int32 (a countdown, a call's transfer count, a participation's and an instruction's
+columns) is bounded by one call's transfers (at most 2**31 - 1, checked) or by calls, ranks
+and program steps, whose state (:data:`CALL_STATE_BYTES` per call) passes
+:data:`MAX_STATE_BYTES` long before 2**31 of them. So :func:`check_work`'s memory estimate is
+the whole check, and it grows with the calls and the distinct call shapes, not with the
+messages: a whole iteration of DeepSeek-V3 on 2,048 GPUs (9.0 G RDMA messages) is estimated
+in docs/generate.md, "Limits".
 
 Time: :data:`MESSAGES_PER_S` messages per CPU second with every NIC timed (the engine with its
 event loop's parts inlined, ``benchmarks/engine_timing.py``, 2026-12-07: 1.17-1.70 M per CPU
@@ -74,11 +75,12 @@ from dataclasses import dataclass
 
 from tokenpcap.errors import InfeasiblePlanError
 from tokenpcap.schedule.memory import RunKind, engine_run
+from tokenpcap.schedule.shapecount import Shapes, shape_counts
 
 __all__ = ["Work", "estimate_work", "check_work", "MAX_STATE_BYTES", "MAX_MESSAGES",
-           "MAX_NVLINK_COPIES", "MESSAGE_ROW_BYTES", "MESSAGE_STATE_BYTES", "TRANSFER_STATE_BYTES",
-           "COPY_STATE_BYTES", "CALL_STATE_BYTES", "P2P_TRANSFER_STATE_BYTES",
-           "TRANSFER_NEXT_BYTES", "CALL_NEXT_BYTES",
+           "MAX_NVLINK_COPIES", "MESSAGE_ROW_BYTES", "MESSAGE_STATE_BYTES", "TEMPLATE_ROW_BYTES",
+           "SLAB_WORD_BYTES", "COPY_STATE_BYTES", "CALL_STATE_BYTES", "CALL_NEXT_BYTES",
+           "Shapes", "shape_counts",
            "MESSAGES_PER_S", "NVLINK_COPIES_PER_S",
            "PACKETS_PER_S"]
 
@@ -86,19 +88,21 @@ __all__ = ["Work", "estimate_work", "check_work", "MAX_STATE_BYTES", "MAX_MESSAG
 MAX_STATE_BYTES = 8_000_000_000
 #: Measured costs (module docstring).
 MESSAGE_ROW_BYTES = 136
-TRANSFER_STATE_BYTES = 82
-#: A network p2p chunk's transfer (NCCL's 128 KiB chunks of SendRecv and AllToAll): its call
-#: and countdown, its share of templates that many calls share (a pipeline pair's shape recurs
-#: every microbatch, an AllToAll's every layer), fitted on GPT-3 175B (module docstring).
-P2P_TRANSFER_STATE_BYTES = 24
-COPY_STATE_BYTES = 200
+#: A row of the call-shape templates (a distinct shape's transfer), fitted (module docstring):
+#: the largest of (peak RSS - calls x CALL_STATE_BYTES - the slab bound) / rows over the whole
+#: iterations measured on 2026-12-07, Llama-3.1 405B's 413 B (GPT-3 175B's 217 B), rounded up.
+TEMPLATE_ROW_BYTES = 420
+#: A countdown word of a call in flight (int32; module slabs).
+SLAB_WORD_BYTES = 4
+#: An NVLink copy timed one by one: its kept row (transfer, start, arrival: three int64) when
+#: the run keeps them (``keep_nvlink``); nothing else outlives its timer in the heap.
+COPY_STATE_BYTES = 24
 CALL_STATE_BYTES = 1550
 #: What each iteration after the first adds (its templates are the first one's).
-TRANSFER_NEXT_BYTES = 12
 CALL_NEXT_BYTES = 950
 MESSAGES_PER_S = 1_300_000
-#: A kept RDMA message with clear-to-send writes: its row and half its transfer's state.
-MESSAGE_STATE_BYTES = MESSAGE_ROW_BYTES + TRANSFER_STATE_BYTES // 2
+#: A kept RDMA message with clear-to-send writes: its row (nothing is held per transfer).
+MESSAGE_STATE_BYTES = MESSAGE_ROW_BYTES
 NVLINK_COPIES_PER_S = 600_000
 #: The queued fabric's cost of one packet crossing one link (CPU seconds, reference machine):
 #: 0.70 us per packet-hop on top of the per-message work, measured at three scales of GPT-3 175B
@@ -108,8 +112,8 @@ PACKETS_PER_S = 2_000_000
 #: RDMA messages (data + clear-to-send) a run that keeps every message may time: what
 #: MAX_STATE_BYTES holds.
 MAX_MESSAGES = MAX_STATE_BYTES // MESSAGE_STATE_BYTES
-#: NVLink copies one run may time one by one.
-MAX_NVLINK_COPIES = 50_000_000
+#: NVLink copies one run may time one by one: as many kept rows as MAX_STATE_BYTES holds.
+MAX_NVLINK_COPIES = MAX_STATE_BYTES // COPY_STATE_BYTES
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,8 @@ class Work:
     p2p_transfers: int = 0          # of which NCCL's network p2p chunks (Plan.p2p_messages)
     packet_hops: int = 0            # packets x links crossed on a queued fabric (0: ideal)
     run: RunKind | None = None      # what the run does after timing (None: the engine alone)
+    template_rows: int = 0          # rows of the call-shape templates (Shapes; shared)
+    slab_words: int = 0             # countdown words the calls in flight may hold (Shapes)
 
     @property
     def memory_bytes(self) -> int:
@@ -137,16 +143,16 @@ class Work:
 
     @property
     def engine_bytes(self) -> int:
-        """Engine state of the run (estimate, bytes: the engine holds every iteration's calls
-        and transfers, the call-shape templates once, and every message's row only with
-        ``keep_messages``; the iterations are alike, so each has ``1/iterations`` of the
-        counts)."""
+        """Engine state of the run (estimate, bytes: the engine holds every iteration's calls,
+        the call-shape templates once, the countdowns of the calls in flight, and every
+        message's row only with ``keep_messages``; nothing per transfer; the iterations are
+        alike, so each has ``1/iterations`` of the calls)."""
         rows = self.messages * MESSAGE_ROW_BYTES if self.keep_messages else 0
         n = max(1, self.iterations)
-        t, c, tp = self.transfers // n, self.calls // n, self.p2p_transfers // n
-        first = ((t - tp) * TRANSFER_STATE_BYTES + tp * P2P_TRANSFER_STATE_BYTES
-                 + c * CALL_STATE_BYTES)
-        later = (n - 1) * (t * TRANSFER_NEXT_BYTES + c * CALL_NEXT_BYTES)
+        c = self.calls // n
+        first = (self.template_rows * TEMPLATE_ROW_BYTES + c * CALL_STATE_BYTES
+                 + self.slab_words * SLAB_WORD_BYTES)
+        later = (n - 1) * c * CALL_NEXT_BYTES
         return rows + first + later + self.nvlink_copies * COPY_STATE_BYTES
 
     @property
@@ -155,27 +161,6 @@ class Work:
         writing the selected packets not included)."""
         return (self.messages / MESSAGES_PER_S + self.nvlink_copies / NVLINK_COPIES_PER_S
                 + self.packet_hops / FABRIC_PACKET_HOPS_PER_S)
-
-
-def _nvlink_copies_per_iteration(plan) -> int:  # type: ignore[no-untyped-def]
-    from tokenpcap.schedule.flatbuild import canonical_shape, shape_transfers
-    from tokenpcap.schedule.runner import NVLINK_COPIES_PER_COPY
-
-    n = mixed = 0
-    for f in plan.families:
-        per = per_mixed = 0
-        for g in f.groups:
-            # a group moved by whole nodes has as many copies (flatbuild); the schedule's flat
-            # build then finds these transfers cached
-            key, _ = canonical_shape(f.collective, g, f.message_bytes, f.elem_bytes,
-                                     plan.layout.gpus_per_node)
-            tr = shape_transfers(key, plan)
-            copies = int((~tr.table["nic"]).sum())
-            per += copies
-            per_mixed += copies if tr.table["nic"].any() else 0
-        n += per * len(f.insts)
-        mixed += per_mixed * len(f.insts)
-    return n if n <= NVLINK_COPIES_PER_COPY else mixed
 
 
 def _work_at_any_scale(plan, iterations: int, run: RunKind) -> Work:  # type: ignore[no-untyped-def]
@@ -204,8 +189,9 @@ def estimate_work(plan, iterations: int, *, nvlink: bool = True,  # type: ignore
     :class:`~tokenpcap.schedule.memory.RunKind`) its memory is that run kind's (and
     ``keep_messages`` the kind's).
 
-    ``nvlink=False`` skips counting NVLink copies (a loop over every group of every call family:
-    cheap, but not free on plans with very many groups). Raises nothing."""
+    ``nvlink=False`` leaves the NVLink copies out of the work (they are counted in the same loop
+    over every group of every call family as the templates' rows and the countdown slabs,
+    :func:`shape_counts`). Raises nothing."""
     if run is not None:
         keep_messages = run.keep_messages
     s = plan.scenario
@@ -213,12 +199,14 @@ def estimate_work(plan, iterations: int, *, nvlink: bool = True,  # type: ignore
     pc = plan.pcap
     msgs = pc["messages"] * cts * iterations
     packets = (pc["data_packets"] + pc["cts_packets"] + pc["ack_packets"]) * iterations
-    nvl = _nvlink_copies_per_iteration(plan) * iterations if nvlink else 0
+    shapes = shape_counts(plan)
+    nvl = shapes.copies * iterations if nvlink else 0
     fab = s.cluster.fabric
     hops = packets * _path_links(s.cluster) if fab.queued else 0
     return Work(iterations, plan.calls_per_iteration * iterations, msgs, nvl, packets,
                 pc["messages"] * iterations, keep_messages,
-                plan.p2p_messages * iterations, hops, run)
+                plan.p2p_messages * iterations, hops, run, shapes.template_rows,
+                shapes.slab_words)
 
 
 def _path_links(cluster) -> int:  # type: ignore[no-untyped-def]
@@ -351,7 +339,8 @@ def check_work(plan, iterations: int, *, keep_messages: bool = True,  # type: ig
     keep_messages = run.keep_messages
     s = plan.scenario
     name = s.name
-    quick = estimate_work(plan, iterations, nvlink=False, run=run)
+    work = estimate_work(plan, iterations, run=run)
+    quick = dataclasses.replace(work, nvlink_copies=0)
     scale = f" at --scale {plan.scale}" if plan.scale > 1 else ""
     its = f" over {iterations} iterations" if iterations > 1 else ""
     plan_hint = "`tokenpcap plan` reports its traffic at any size"
@@ -359,7 +348,7 @@ def check_work(plan, iterations: int, *, keep_messages: bool = True,  # type: ig
         one = _per_iteration(quick, iterations)
         no_cts = dataclasses.replace(quick, messages=quick.messages // 2)
         if iterations > 1 and _fits(one):
-            most = _most_iterations(one, _nvlink_copies_per_iteration(plan))
+            most = _most_iterations(one, work.nvlink_copies // max(1, iterations))
             fits = f"at most --iterations {max(1, most)} fit"
         elif s.generation.clear_to_send and _fits(no_cts):
             fits = (f"--set generation.clear_to_send=false fits ({no_cts.messages:,} "
@@ -379,7 +368,6 @@ def check_work(plan, iterations: int, *, keep_messages: bool = True,  # type: ig
             f"{name}: too large for the timing engine: {quick.messages:,} RDMA messages"
             f"{scale}{its} need about {quick.memory_bytes / 1e9:,.1f} GB {what} ("
             f"{limit}{MAX_STATE_BYTES / 1e9:,.0f} GB); {fits}; {plan_hint}")
-    work = estimate_work(plan, iterations, run=run)
     if work.nvlink_copies > MAX_NVLINK_COPIES:
         one = _per_iteration(work, iterations)
         most = _most_iterations(one, one.nvlink_copies)

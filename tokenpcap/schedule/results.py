@@ -32,6 +32,7 @@ from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.plan.calltable import CallTable
 from tokenpcap.records import KIND_CTS, VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.schedule.engine import kernel as K
+from tokenpcap.schedule.engine.access import HANDLE_SHIFT
 from tokenpcap.schedule.engine.table import MSG_STATE_DTYPE
 from tokenpcap.schedule.flat import MARK_CODES
 from tokenpcap.schedule.replicaview import RECEIVER_VIEW
@@ -177,7 +178,7 @@ class ScheduleResults:
         int64)."""
         eng = self._eng
         C = self.n_calls
-        first = eng.S.c_row + eng.tr.tr_base[:-1]            # each call's first canonical row
+        first = eng.S.c_row                                   # each call's first canonical row
         ntr = np.diff(eng.tr.tr_base)
         used = ntr > 0
         starts, shape = np.unique(first[used], return_inverse=True)
@@ -222,7 +223,9 @@ class ScheduleResults:
         piece = (np.cumsum(n) - 1) // max(1, int(rows))
         for part in np.split(np.arange(calls.size), np.flatnonzero(np.diff(piece)) + 1):
             k = n[part]
-            at = np.repeat(first[part] - np.cumsum(k) + k, k) + np.arange(int(k.sum()))
+            # the handles (module engine.access) of the calls' transfers, in id order
+            at = ((np.repeat(calls[part], k) << HANDLE_SHIFT)
+                  + np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k))
             x = at[eng.tr.columns(at, ("nic",))["nic"] == 1]
             if not x.size:
                 continue

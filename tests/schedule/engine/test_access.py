@@ -27,22 +27,23 @@ from tests.schedule.test_schedule import VARIANTS, tiny_scenario
 
 
 @njit(cache=False)
-def _read_all(S, T, P, out, dep, snd, rcv):
-    for x in range(T):
-        out[x, 0] = A.is_nic(S, x)
-        out[x, 1] = A.src_rank(S, x)
-        out[x, 2] = A.size_bytes(S, x)
-        out[x, 3] = A.src_nic(S, x)
-        out[x, 4] = A.dst_nic(S, x)
-        out[x, 5] = A.src_part(S, x)
-        out[x, 6] = A.dst_part(S, x)
-        if out[x, 0]:
-            out[x, 7] = A.qp_data(S, x)
-            out[x, 8] = A.qp_cts(S, x)
-            out[x, 9] = A.msg_shape(S, x)
+def _read_all(S, hs, P, out, dep, snd, rcv):
+    for k in range(hs.size):
+        x = hs[k]
+        out[k, 0] = A.is_nic(S, x)
+        out[k, 1] = A.src_rank(S, x)
+        out[k, 2] = A.size_bytes(S, x)
+        out[k, 3] = A.src_nic(S, x)
+        out[k, 4] = A.dst_nic(S, x)
+        out[k, 5] = A.src_part(S, x)
+        out[k, 6] = A.dst_part(S, x)
+        if out[k, 0]:
+            out[k, 7] = A.qp_data(S, x)
+            out[k, 8] = A.qp_cts(S, x)
+            out[k, 9] = A.msg_shape(S, x)
         lo, hi = A.deps(S, x)
         for i in range(lo, hi):
-            dep[x, i - lo] = A.dep_at(S, x, i)
+            dep[k, i - lo] = A.dep_at(S, x, i)
     for p in range(P):
         lo, hi = A.sends(S, p)
         for i in range(lo, hi):
@@ -96,11 +97,18 @@ def test_every_accessor_reads_the_expanded_columns(tmp_path, variant):
     S = sched._eng.S
     e = _expanded(sched)
     T, P = e["tr_call"].size, e["send_ptr"].size - 1
-    assert S.tw.dtype == np.int32 and S.tw.size == T and S.tcall.dtype == np.int32
+    # nothing is stored per transfer: a transfer's handle names its call (module access)
+    assert S.tr_base[-1] == T and S.c_slab.size == S.tr_base.size - 1
+    hs = sched._eng.tr.handles(np.arange(T))
+    assert np.array_equal(hs >> A.HANDLE_SHIFT, e["tr_call"])
+    assert np.array_equal(sched._eng.tr.ids(hs), np.arange(T))
     w = max(1, int(max(np.diff(e[f"{k}_ptr"]).max(initial=0) for k in ("dep", "send", "recv"))))
     out = np.full((T, 10), -1, np.int64)
     dep, snd, rcv = (np.full((n, w), -1, np.int64) for n in (T, P, P))
-    _read_all(S, T, P, out, dep, snd, rcv)
+    _read_all(S, hs, P, out, dep, snd, rcv)
+    # the lists name handles: as run-wide ids they are the expanded lists
+    tr = sched._eng.tr
+    dep, snd, rcv = (np.where(a >= 0, tr.ids(np.maximum(a, 0)), -1) for a in (dep, snd, rcv))
     nic = e["tr_nic"]
     lay = sched.layout
     assert np.array_equal(out[:, 0], nic) and nic.any()
@@ -109,7 +117,6 @@ def test_every_accessor_reads_the_expanded_columns(tmp_path, variant):
     assert np.array_equal(out[:, 3], np.where(nic, e["tr_snic"], lay.nic_array(e["tr_src"])))
     assert np.array_equal(out[:, 4], np.where(nic, e["tr_dnic"], lay.nic_array(e["tr_dst"])))
     assert np.array_equal(out[:, 5], e["tr_srcp"]) and np.array_equal(out[:, 6], e["tr_dstp"])
-    assert np.array_equal(S.tcall, e["tr_call"])
     # QP ids numbered over every transfer: the rank of (nic, peer, conn, role) among all codes
     N = sched.engine.n_nics
     conn = e["codes"][e["tr_call"], 1] * sched.scenario.collectives.channels + e["tr_channel"]
@@ -125,9 +132,10 @@ def test_every_accessor_reads_the_expanded_columns(tmp_path, variant):
     for k, got in (("dep", dep), ("send", snd), ("recv", rcv)):
         assert np.array_equal(got, _lists(e[f"{k}_ptr"], e[f"{k}_list"], w)), k
     # the Python view reads the same rows
-    cols = sched._eng.tr.columns(np.arange(T), ("call", "src", "dst", "step", "conn", "nic", "snic"))
+    cols = sched._eng.tr.columns(hs, ("call", "src", "dst", "step", "conn", "nic", "snic"))
     assert np.array_equal(cols["dst"], e["tr_dst"]) and np.array_equal(cols["step"], e["tr_step"])
     assert np.array_equal(cols["conn"], conn) and np.array_equal(cols["snic"], out[:, 3])
+    assert np.array_equal(cols["call"], e["tr_call"])
 
 
 @settings(max_examples=20, deadline=None)

@@ -5,12 +5,16 @@ dependents and a participation's sends and receives goes through these functions
 
 Layout (:func:`tokenpcap.schedule.engine.state.build_state` fills it; the templates are those of
 :mod:`tokenpcap.schedule.flatbuild`): a call ``c`` is a canonical call shape moved up by whole
-nodes. Its transfer ``x`` is the canonical row ``x + c_row[c]`` of ``ct`` with ranks
+nodes. The engine names transfer ``j`` of call ``c`` (``0 <= j < tr_base[c + 1] - tr_base[c]``)
+by the *handle* ``c·2**32 + j`` (:func:`handle`; its run-wide id is ``tr_base[c] + j``,
+:meth:`TransferView.ids`): its call is the handle's high bits, so nothing is stored per
+transfer to find it. It is the canonical row ``c_row[c] + j`` of ``ct`` with ranks
 ``+ c_shift[c]`` and NICs ``+ c_nshift[c]``; its participation ``p`` is the canonical position
 ``p + c_pos[c]``; the dependents of a row and the sends and receives of a position are CSR lists
 of rows (a row ``r`` of call ``c`` is its transfer ``r - c_row[c]``); the QP of local index ``q``
-(numbered per shape) is ``qglob[c_qbase[c] + q]``. Per transfer only ``tw`` (dependencies not yet
-arrived, int32) and ``tcall`` (its call, int32) are stored.
+(numbered per shape) is ``qglob[c_qbase[c] + q]``. A transfer's countdown (dependencies not yet
+arrived) is word ``1 + j`` of its call's slab while the call is in flight
+(:mod:`tokenpcap.schedule.engine.slabs`: :func:`hold`, :func:`release_one`).
 
 A list walk is ``lo, hi = deps(S, x)`` then ``dep_at(S, x, i)`` for ``i`` in ``lo .. hi - 1``
 (likewise :func:`sends`/:func:`send_at`, :func:`recvs`/:func:`recv_at` of a participation).
@@ -21,23 +25,39 @@ import numpy as np
 
 from tokenpcap.schedule.engine.compiled import part
 from tokenpcap.schedule.engine.events import A_CALL
+from tokenpcap.schedule.engine.slabs import give_back, take
 
 __all__ = ["CT_SPOS", "CT_DPOS", "CT_SRC", "CT_NIC", "CT_BYTES", "CT_QP0", "CT_QP1", "CT_SHAPE",
-           "CT_SNIC", "CT_DNIC", "CT_COLUMNS", "is_nic", "src_rank", "size_bytes", "src_nic",
+           "CT_SNIC", "CT_DNIC", "CT_WAIT", "CT_COLUMNS", "HANDLE_SHIFT", "handle", "hold", "is_nic", "src_rank", "size_bytes", "src_nic",
            "dst_nic", "qp_data", "qp_cts", "msg_shape", "send_index", "call_key", "src_part", "dst_part", "release_one",
            "deps", "dep_at", "sends", "send_at", "recvs", "recv_at", "TransferView"]
 
 #: Columns of ``ct`` (int32 per canonical row, int64 when a value needs it): sender's and receiver's canonical position
 #: (rows of ``send_ptr``), canonical source rank, on a NIC (1) or NVLink (0), bytes, local QP of
 #: the data and of the clear-to-send write (-1 on NVLink), message shape (-1 on NVLink),
-#: canonical sending and receiving NIC (an NVLink copy's: its ranks' own).
-CT_SPOS, CT_DPOS, CT_SRC, CT_NIC, CT_BYTES, CT_QP0, CT_QP1, CT_SHAPE, CT_SNIC, CT_DNIC = range(10)
-CT_COLUMNS = 10
+#: canonical sending and receiving NIC (an NVLink copy's: its ranks' own), the countdown a
+#: transfer starts from (dependencies + 2: its two ranks' starts).
+CT_SPOS, CT_DPOS, CT_SRC, CT_NIC, CT_BYTES, CT_QP0, CT_QP1, CT_SHAPE, CT_SNIC, CT_DNIC, CT_WAIT = range(11)
+CT_COLUMNS = 11
+#: A handle is ``call << HANDLE_SHIFT | index in the call`` (module docstring).
+HANDLE_SHIFT = 32
+_INDEX = (1 << HANDLE_SHIFT) - 1
+
+
+@part
+def handle(c, j):
+    """The handle of transfer ``j`` of call ``c``."""
+    return (c << HANDLE_SHIFT) | j
+
+
+@part
+def _call(x):
+    return x >> HANDLE_SHIFT
 
 
 @part
 def _row(S, x):
-    return x + S.c_row[S.tcall[x]]
+    return (x & _INDEX) + S.c_row[x >> HANDLE_SHIFT]
 
 
 @part
@@ -48,7 +68,7 @@ def is_nic(S, x):
 
 @part
 def src_rank(S, x):
-    return S.ct[_row(S, x), CT_SRC] + S.c_shift[S.tcall[x]]
+    return S.ct[_row(S, x), CT_SRC] + S.c_shift[_call(x)]
 
 
 @part
@@ -58,24 +78,24 @@ def size_bytes(S, x):
 
 @part
 def src_nic(S, x):
-    return S.ct[_row(S, x), CT_SNIC] + S.c_nshift[S.tcall[x]]
+    return S.ct[_row(S, x), CT_SNIC] + S.c_nshift[_call(x)]
 
 
 @part
 def dst_nic(S, x):
-    return S.ct[_row(S, x), CT_DNIC] + S.c_nshift[S.tcall[x]]
+    return S.ct[_row(S, x), CT_DNIC] + S.c_nshift[_call(x)]
 
 
 @part
 def qp_data(S, x):
     """QP id of x's data message (sender's NIC to receiver's)."""
-    return S.qglob[S.c_qbase[S.tcall[x]] + S.ct[_row(S, x), CT_QP0]]
+    return S.qglob[S.c_qbase[_call(x)] + S.ct[_row(S, x), CT_QP0]]
 
 
 @part
 def qp_cts(S, x):
     """QP id of x's clear-to-send write (receiver's NIC to sender's)."""
-    return S.qglob[S.c_qbase[S.tcall[x]] + S.ct[_row(S, x), CT_QP1]]
+    return S.qglob[S.c_qbase[_call(x)] + S.ct[_row(S, x), CT_QP1]]
 
 
 @part
@@ -93,24 +113,53 @@ def send_index(S, x):
 @part
 def call_key(S, x):
     """The key of x's call shared by every group of its collective (``S.c_key``)."""
-    return S.c_key[S.tcall[x]]
+    return S.c_key[_call(x)]
 
 
 @part
 def src_part(S, x):
-    return S.ct[_row(S, x), CT_SPOS] - S.c_pos[S.tcall[x]]
+    return S.ct[_row(S, x), CT_SPOS] - S.c_pos[_call(x)]
 
 
 @part
 def dst_part(S, x):
-    return S.ct[_row(S, x), CT_DPOS] - S.c_pos[S.tcall[x]]
+    return S.ct[_row(S, x), CT_DPOS] - S.c_pos[_call(x)]
 
 
 @part
-def release_one(S, x):
-    """One of x's dependencies is met; True when it was the last one."""
-    S.tw[x] -= 1
-    return S.tw[x] == 0
+def hold(S, sc, c):
+    """Call ``c``'s countdowns are held from now on (a slab, :mod:`~tokenpcap.schedule.engine.
+    slabs`, filled from its template rows' ``CT_WAIT``) unless they are already or the call has
+    no transfers."""
+    if S.c_slab[c] >= 0:
+        return
+    n = S.tr_base[c + 1] - S.tr_base[c]
+    if n == 0:
+        return
+    o = take(S, sc, c, n) + 1
+    tw = S.tw
+    ct = S.ct
+    r = S.c_row[c]
+    for j in range(n):
+        tw[o + j] = ct[r + j, CT_WAIT]
+
+
+@part
+def release_one(S, sc, x):
+    """One of x's dependencies is met (its call's countdowns held: :func:`hold`); True when it
+    was the last one, and then, when x was its call's last transfer not yet launched, the
+    call's slab is given back."""
+    c = x >> HANDLE_SHIFT
+    o = S.c_slab[c]
+    tw = S.tw
+    k = o + 1 + (x & _INDEX)
+    tw[k] -= 1
+    if tw[k] != 0:
+        return False
+    tw[o] -= 1
+    if tw[o] == 0:
+        give_back(S, sc, c, S.tr_base[c + 1] - S.tr_base[c])
+    return True
 
 
 @part
@@ -122,7 +171,8 @@ def deps(S, x):
 
 @part
 def dep_at(S, x, i):
-    return S.dep_list[i] - S.c_row[S.tcall[x]]
+    c = x >> HANDLE_SHIFT
+    return (c << HANDLE_SHIFT) | (S.dep_list[i] - S.c_row[c])
 
 
 @part
@@ -133,7 +183,8 @@ def sends(S, p):
 
 @part
 def send_at(S, p, i):
-    return S.send_list[i] - S.c_row[S.part[p, A_CALL]]
+    c = S.part[p, A_CALL]
+    return (c << HANDLE_SHIFT) | (S.send_list[i] - S.c_row[c])
 
 
 @part
@@ -144,7 +195,8 @@ def recvs(S, p):
 
 @part
 def recv_at(S, p, i):
-    return S.recv_list[i] - S.c_row[S.part[p, A_CALL]]
+    c = S.part[p, A_CALL]
+    return (c << HANDLE_SHIFT) | (S.recv_list[i] - S.c_row[c])
 
 
 class TransferView:
@@ -156,13 +208,28 @@ class TransferView:
             from (:class:`~tokenpcap.schedule.flatbuild.ShapeTable`), which the kernel does not
             read: canonical receiving rank, algorithm step, channel, byte offset in the buffer.
         dim: int64 ``(C,)`` each call's dimension index; channels: connections per dimension.
-        tr_base: int64 ``(C + 1,)`` each call's first transfer.
     """
 
     def __init__(self, S, dst: np.ndarray, step: np.ndarray, channel: np.ndarray,
-                 offset: np.ndarray, dim: np.ndarray, channels: int, tr_base: np.ndarray):
-        self.S, self.dim, self.channels, self.tr_base = S, dim, channels, tr_base
+                 offset: np.ndarray, dim: np.ndarray, channels: int):
+        self.S, self.dim, self.channels = S, dim, channels
         self.dst, self.step, self.channel, self.offset = dst, step, channel, offset
+
+    @property
+    def tr_base(self) -> np.ndarray:
+        """int64 ``(C + 1,)``: each call's first transfer id (the last: the run's transfers)."""
+        return self.S.tr_base
+
+    def ids(self, x) -> np.ndarray:
+        """int64 run-wide ids ``tr_base[c] + j`` of the handles ``x`` (int array, any shape)."""
+        x = np.asarray(x, np.int64)
+        return self.S.tr_base[x >> HANDLE_SHIFT] + (x & _INDEX)
+
+    def handles(self, ids) -> np.ndarray:
+        """int64 handles of the run-wide transfer ids ``ids`` (the inverse of :meth:`ids`)."""
+        ids = np.asarray(ids, np.int64)
+        c = np.searchsorted(self.S.tr_base, ids, side="right") - 1
+        return (c << HANDLE_SHIFT) | (ids - self.S.tr_base[c])
 
     def canonical(self, names, rows=None) -> dict[str, np.ndarray]:
         """int64 columns of the canonical rows ``rows`` (int array; None: every row), not moved
@@ -182,14 +249,14 @@ class TransferView:
         return out
 
     def columns(self, x, names) -> dict[str, np.ndarray]:
-        """int64 columns of the transfers ``x`` (int array, any shape; result of the same
-        shape): any of ``call``, ``src``, ``dst`` (global ranks), ``step``, ``conn``
+        """int64 columns of the transfers of handles ``x`` (int array, any shape; result of the
+        same shape; a run-wide id's handle: :meth:`handles`): any of ``call``, ``src``, ``dst`` (global ranks), ``step``, ``conn``
         (``dim·channels + channel``), ``bytes``, ``offset`` (byte offset in the call's buffer),
         ``nic`` (1 between nodes), ``snic``, ``dnic`` (global NICs)."""
         S = self.S
         x = np.asarray(x, np.int64)
-        c = S.tcall[x].astype(np.int64)
-        row = x + S.c_row[c]
+        c = x >> HANDLE_SHIFT
+        row = (x & _INDEX) + S.c_row[c]
         out = {}
         for n in names:
             if n == "call":

@@ -132,9 +132,11 @@ class State(NamedTuple):
     ``ms (R, 20)`` messages (``M_*`` columns), message ``id`` at row ``id & sc[MMASK]`` (a ring
     of rows, :mod:`tokenpcap.schedule.engine.ring`; with ``sc[MMASK] == -1`` ``(M, 17)``, row
     ``id``, the ring's columns ``M_ID``, ``M_NACK``, ``M_TLAST`` absent); the transfers as
-    templates (:mod:`tokenpcap.schedule.engine.access` reads them): per transfer only
-    ``tw (T,)`` int32 (dependencies not yet arrived) and ``tcall (T,)`` int32 (its call), per
-    call ``c_row``, ``c_pos``, ``c_shift``, ``c_nshift``, ``c_qbase (C,)``, per canonical
+    templates (:mod:`tokenpcap.schedule.engine.access` reads them; nothing is stored per
+    transfer): the countdowns (dependencies not yet arrived) of the calls in flight in slabs of
+    the int32 pool ``tw`` (:mod:`tokenpcap.schedule.engine.slabs`), per call ``c_slab (C,)`` its
+    slab's offset (-1: none held), ``tr_base (C + 1,)`` its first transfer id, ``c_row`` its
+    first canonical row, ``c_pos``, ``c_shift``, ``c_nshift``, ``c_qbase (C,)``, per canonical
     transfer row ``ct (R, 10)`` int32 or int64 (``CT_*``) and ``dep_ptr``/``dep_list`` (its
     dependents, rows), per canonical position ``send_*``/``recv_*`` (CSR of rows), ``qglob`` the
     global QP ids of the local QPs; ``part (P, 6)`` int32 participations of ranks in calls
@@ -181,7 +183,8 @@ class State(NamedTuple):
 
     ms: np.ndarray
     tw: np.ndarray
-    tcall: np.ndarray
+    c_slab: np.ndarray
+    tr_base: np.ndarray
     ct: np.ndarray
     c_row: np.ndarray
     c_pos: np.ndarray
@@ -402,7 +405,11 @@ AB_CALL, AB_POS = 30, 31
 #: that committed no stop slot (``NEMPTY``), stop slots committed (``NSTOP``)
 NPOP = 32
 NINLINE, NSTALE, NEMPTY, NSTOP = 40, 41, 42, 43
-NSC = 44
+#: scalar slots of the countdown slabs (module slabs): the pool's first word never used, the
+#: words of the slabs held, and from ``SLAB_FREE`` the head of each size class's free list
+#: (``SLAB_FREE + k`` for slabs of ``2**k`` words, k < 32; -1: empty)
+SLAB_TOP, SLAB_LIVE, SLAB_FREE = 44, 45, 46
+NSC = SLAB_FREE + 32
 #: config slots: ECN marking (0 off, 1 at dequeue, 2 at enqueue), bitmask of the marked
 #: priorities, RED draw seed, congestion control (0 none, 1 DCQCN), a notification point's
 #: least ns between two CNPs of one QP (0: one per marked packet), CNP inside the ACK, CNP
@@ -446,11 +453,15 @@ F_FAST = 50
 #: rank see at one instant does not depend on the order in which the instant's events ran.
 #: ``C_STRIDE`` ranks between two data-parallel indices, ``C_DP`` data-parallel replicas.
 CANON, C_STRIDE, C_DP = 51, 52, 53
-NCF = 54
+#: config slot: the countdown pool's words free past ``sc[SLAB_TOP]`` before every event (module
+#: slabs, ``slab_words``)
+SLAB_HEAD = 54
+NCF = 55
 #: switch port columns of the fast path (module fabric_fast)
 FP_FEV, FP_FN = 26, 27
 FP_COLS = 28
-__all__ += ["F_FAST", "FP_FEV", "FP_FN", "CANON", "C_STRIDE", "C_DP"]
+__all__ += ["F_FAST", "FP_FEV", "FP_FN", "CANON", "C_STRIDE", "C_DP", "SLAB_TOP", "SLAB_LIVE",
+            "SLAB_FREE", "SLAB_HEAD"]
 
 
 # ---------------------------------------------------------------- the fabric's specialization

@@ -89,7 +89,8 @@ def run(S, cf, sc, h, a, o, lst, fabric):
     """Process events in order. Returns 1 when the output holds ``cf[CHUNK]`` rows (``sc[FRONT]``
     is then the time of the next event: the caller commits the selected NICs up to it with
     :func:`commit` and hands out the rows before it), 3 when a buffer needs to grow before the
-    next event (heap or launch list within ``cf[HEAD]`` of full, also in the middle of an
+    next event (heap or launch list within ``cf[HEAD]`` of full, the countdown pool within
+    ``cf[SLAB_HEAD]`` words of full: :mod:`~tokenpcap.schedule.engine.slabs`; also in the middle of an
     NVLink-only call's end: :func:`~tokenpcap.schedule.engine.progs.ab_done`; ACK pool, output rows within
     ``cf[GAP]`` + 64 of full, or the message ring: :func:`~tokenpcap.schedule.engine.ring.room`,
     which may also return 1 with ``sc[FRONT] = sc[NOW]``), 2 on an internal error (``sc[ERR]``),
@@ -111,7 +112,8 @@ def run(S, cf, sc, h, a, o, lst, fabric):
     while sc[HN] > 0 or sc[RDY_NEXT] < sc[RDY_END] or sc[NLAUNCH] > 0 or sc[AB_CALL] >= 0:
         if sc[AB_CALL] >= 0:
             # the rest of an NVLink-only call's end, once the buffers have grown (progs.ab_done)
-            if sc[NLAUNCH] + cf[HEAD] > lst.shape[0] or sc[HN] + cf[HEAD] > h.shape[0]:
+            if (sc[NLAUNCH] + cf[HEAD] > lst.shape[0] or sc[HN] + cf[HEAD] > h.shape[0]
+                    or sc[SLAB_TOP] + cf[SLAB_HEAD] > S.tw.shape[0]):
                 return 3
             c = sc[AB_CALL]
             sc[AB_CALL] = -1
@@ -139,7 +141,8 @@ def run(S, cf, sc, h, a, o, lst, fabric):
             return 1
         if (sc[HN] + cf[HEAD] > h.shape[0] or sc[NLAUNCH] + cf[HEAD] > lst.shape[0]
                 or (sc[ACKFREE] < 0 and sc[ACKTOP] + 64 > a.shape[0])
-                or sc[NOUT] + cf[GAP] + 64 > o.shape[0]):
+                or sc[NOUT] + cf[GAP] + 64 > o.shape[0]
+                or sc[SLAB_TOP] + cf[SLAB_HEAD] > S.tw.shape[0]):
             return 3
         if cf[FAB] and (sc[PKUSED] + cf[HEAD] > S.pk.shape[0] or sc[NLGP] + 1024 > S.lgp.shape[0]
                         or sc[NLGQ] + 1024 > S.lgq.shape[0] or sc[NLGN] + 1024 > S.lgn.shape[0]

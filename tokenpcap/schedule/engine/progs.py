@@ -142,7 +142,7 @@ def _nvlink(S, cf, sc, h, x, t):
 
 @part
 def _release(S, cf, sc, h, lst, x, t):
-    if A.release_one(S, x):
+    if A.release_one(S, sc, x):
         _launch(S, cf, sc, h, lst, x, t)
 
 
@@ -173,10 +173,14 @@ def _start(S, cf, sc, h, lst, p, t, waiter):
             part[p, A_WAITER] = waiter
         return False
     lo, hi = A.sends(S, p)
+    rlo, rhi = A.recvs(S, p)
+    if lo < hi or rlo < rhi:
+        # none of these transfers is launched yet (each waits for this start): the call is in
+        # flight, its countdowns held from its first such start on (module slabs)
+        A.hold(S, sc, c)
     for i in range(lo, hi):
         _release(S, cf, sc, h, lst, A.send_at(S, p, i), t)
-    lo, hi = A.recvs(S, p)
-    for i in range(lo, hi):
+    for i in range(rlo, rhi):
         _release(S, cf, sc, h, lst, A.recv_at(S, p, i), t)
     if part[p, A_PENDING] == 0:
         return True
@@ -337,13 +341,15 @@ def ab_done(S, cf, sc, h, lst, c, t, first):
     """An NVLink-only call timed as a whole is over: every rank's part of it is finished, from
     participation ``first`` on. Each finished part lets its rank run on and launch up to
     ``cf[HEAD]`` transfers, and a call has up to a node's ranks: before each part the launch
-    list and the heap must have ``cf[HEAD]`` rows free, else the call and the part are left in
+    list and the heap must have ``cf[HEAD]`` rows free and the countdown pool ``cf[SLAB_HEAD]``
+    words (module slabs), else the call and the part are left in
     ``sc[AB_CALL]``, ``sc[AB_POS]`` and the run returns 3 to grow them, then resumes here
     (:func:`tokenpcap.schedule.engine.kernel.run`), so the launches keep their order."""
     call_pbase = S.call_pbase
     part = S.part
     for p in range(first, call_pbase[c + 1]):
-        if sc[NLAUNCH] + cf[HEAD] > lst.shape[0] or sc[HN] + cf[HEAD] > h.shape[0]:
+        if (sc[NLAUNCH] + cf[HEAD] > lst.shape[0] or sc[HN] + cf[HEAD] > h.shape[0]
+                or sc[SLAB_TOP] + cf[SLAB_HEAD] > S.tw.shape[0]):
             sc[AB_CALL] = c
             sc[AB_POS] = p
             return

@@ -10,13 +10,17 @@ ring of rows reused once a message is done and its frames handed out
 (:mod:`tokenpcap.schedule.engine.ring`). Transfer and message ids, and every count of them, are
 int64 (a run may hold more than 2**31 of each: what bounds it is memory,
 :mod:`tokenpcap.schedule.limits`); int32 holds only values bounded by the job's structure: a
-transfer's call and dependency countdown, a participation's columns, an instruction's, a
-canonical row's when they fit. The transfers stay templates
-(:mod:`tokenpcap.schedule.engine.access`): 8 B per transfer (its call and its dependency
-countdown), 40 B per call, about 90 B per canonical transfer row (``ct`` int32, its dependency
-list, the four provenance columns). Memory is then about 136 B per message (``ms``; 160 B per
-row of a ring), 24 B per participation (``part`` int32) and 12 B per program instruction
-(``ins`` int32), for the iterations of the run.
+countdown and a call's transfer count (at most 2**31 - 1 transfers a call, checked), a
+participation's columns, an instruction's, a canonical row's when they fit. Nothing is stored
+per transfer: the engine names a transfer by its call and its index in the call (a handle,
+:mod:`tokenpcap.schedule.engine.access`), reads it from its call's template, and holds the
+dependency countdowns only of the calls in flight, in slabs of one pool
+(:mod:`tokenpcap.schedule.engine.slabs`). Memory is then about 110 B per call (its
+template's offsets and shifts, its slab, first transfer and codes), about 90 B per
+canonical transfer row (``ct`` int32, its wait, its dependency list, the four provenance
+columns), 136 B per kept message (``ms``; 160 B per row of a ring), 24 B per participation
+(``part`` int32) and 12 B per program instruction (``ins`` int32), for the iterations of the
+run, and the slabs of the calls in flight.
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ import numpy as np
 from tokenpcap.errors import InfeasiblePlanError, InputError
 from tokenpcap.records import VERB_WRITE, VERB_WRITE_IMM
 from tokenpcap.schedule.engine import kernel as K
-from tokenpcap.schedule.engine import fabstate, ring
+from tokenpcap.schedule.engine import fabstate, ring, slabs
 from tokenpcap.schedule.engine.compiled import CompileNotice
 from tokenpcap.schedule.engine.access import (
     CT_BYTES,
@@ -43,6 +47,7 @@ from tokenpcap.schedule.engine.access import (
     CT_SNIC,
     CT_SPOS,
     CT_SRC,
+    CT_WAIT,
     TransferView,
 )
 from tokenpcap.schedule.engine.frames import NicModel
@@ -123,6 +128,9 @@ class Engine:
             self.acks = _bigger(self.acks, sc[K.ACKTOP] + 64)
         if sc[K.NOUT] + cf[K.GAP] + 64 > self.out.shape[0]:
             self.out = _bigger(self.out, sc[K.NOUT] + cf[K.GAP] + 64)
+        if sc[K.SLAB_TOP] + cf[K.SLAB_HEAD] > self.S.tw.shape[0]:
+            self.S = self.S._replace(tw=slabs.grow(self.S.tw, int(sc[K.SLAB_TOP]),
+                                                   int(sc[K.SLAB_TOP] + cf[K.SLAB_HEAD])))
         if sc[K.MNEED] > 0:
             ms = ring.grow(self.S.ms, int(sc[K.MNEED]))
             self.S = self.S._replace(ms=ms)
@@ -266,7 +274,8 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     Raises:
         InputError: a connection index >= :data:`QP_STRIDE`; a message of 2**24 packets or more;
             ``ring_rows`` not a power of two; 2**31 participations or instructions or more (the
-            int32 columns of ``part``, ``ins``).
+            int32 columns of ``part``, ``ins``); a call of 2**31 transfers or more, or 2**31
+            calls (:func:`~tokenpcap.schedule.engine.slabs.slab_words`).
     """
     if ring_rows < 1 or ring_rows & (ring_rows - 1):
         raise InputError(f"ring_rows: got {ring_rows}, expected a power of two")
@@ -283,7 +292,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     call_pbase = np.concatenate([f.part_base[:-1] + P[i] for i, f in enumerate(flats)] + [[P[-1]]])
     codes = np.concatenate([f.call_codes for f in flats]).astype(np.int64)
     nshift = shift // gpn * npn
-    c_row = table.tr_ptr[shape] - tr_base
+    c_row = table.tr_ptr[shape]                     # each call's first canonical row
     c_pos = table.pos_ptr[shape] - call_pbase[:-1]
     ntr = np.diff(table.tr_ptr)[shape]
     row_shape = np.repeat(np.arange(table.ab.size, dtype=np.int64), np.diff(table.tr_ptr))
@@ -337,16 +346,10 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     ct[:, CT_QP0], ct[:, CT_QP1] = qp0, qp1
     ct[nic_rows, CT_SHAPE] = np.searchsorted(sizes, table.bytes[nic_rows])
     ct[:, CT_SNIC], ct[:, CT_DNIC] = snic, dnic
+    ct[:, CT_WAIT] = table.wait
     n_nic = int(calls_of @ np.bincount(row_shape[nic_rows], minlength=table.ab.size))
     del snic, dnic, qp0, qp1, row_shape            # per canonical row, copied into ct
-    # the per-transfer state: its call and its dependency countdown
     T_ = int(T[-1])
-    tcall = np.repeat(np.arange(shape.size, dtype=np.int32), ntr)
-    tw = np.empty(T_, np.int32)
-    step_ = 1 << 22
-    for lo in range(0, T_, step_):
-        x = np.arange(lo, min(T_, lo + step_), dtype=np.int64)
-        tw[lo: lo + x.size] = table.wait[x + c_row[tcall[x]]]
     _release(table, _COPIED_ROWS)
     call_ab = np.concatenate([f.call_ab for f in flats])
     C = np.cumsum([0] + [f.n_calls for f in flats])
@@ -358,6 +361,9 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     part[:, K.A_STARTED] = 0
     # every transfer a rank sends or receives, over the iterations (the heap's bound below)
     per_rank = np.zeros(W, np.int64)
+    # the countdown slabs of every call a rank takes part in (module slabs, slab_words)
+    words = slabs.slab_words(ntr)
+    slab_rank = np.zeros(W, np.int64)
     for i, f in enumerate(flats):                   # iteration by iteration: no (P,) int64 copies
         at = slice(int(P[i]), int(P[i + 1]))
         part[at, K.A_RANK] = f.part_rank
@@ -366,6 +372,8 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
         prow = np.arange(int(P[i]), int(P[i + 1]), dtype=np.int64) + c_pos[part[at, K.A_CALL]]
         part[at, K.A_PENDING] = moves[prow] + (f.call_ab[f.part_call] >= 0)
         per_rank += np.bincount(f.part_rank, weights=moves[prow], minlength=W).astype(np.int64)
+        slab_rank += np.bincount(f.part_rank, weights=words[part[at, K.A_CALL]],
+                                 minlength=W).astype(np.int64)
         _release(f, ("part_rank", "part_call"))
     ins = np.zeros((int(Ic[-1]), 3), np.int32)
     for i, f in enumerate(flats):
@@ -398,7 +406,9 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     M = n_nic * (2 if cts else 1)
     ms = ring.table(M, ring=False) if keep_messages else ring.table(int(ring_rows))
     n_marks = int(((ins[:, 0] == K.I_MARK) & (ins[:, 2] % 2 == 0)).sum()) if keep_history else 0
-    S = K.State(ms=ms, tw=tw, tcall=tcall, ct=ct, c_row=c_row, c_pos=c_pos, c_shift=shift,
+    slab_head = 2 * int(slab_rank.max(initial=0))
+    S = K.State(ms=ms, tw=slabs.pool(2 * slab_head), c_slab=np.full(shape.size, -1, np.int64),
+                tr_base=np.append(tr_base, T[-1]).astype(np.int64), ct=ct, c_row=c_row, c_pos=c_pos, c_shift=shift,
                 c_nshift=nshift, c_qbase=c_qbase, qglob=qglob, dep_ptr=table.dep_ptr,
                 dep_list=table.dep_list, part=part, send_ptr=table.send_ptr,
                 send_list=table.send_list, recv_ptr=table.recv_ptr, recv_list=table.recv_list,
@@ -435,14 +445,16 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     if fab.ack_ns is not None:
         cf[K.ACK_NS] = fab.ack_ns
     cf[[K.CANON, K.C_STRIDE, K.C_DP]] = int(canonical), layout.tp * layout.cp, layout.dp
+    cf[K.SLAB_HEAD] = slab_head
     sc = np.zeros(K.NSC, np.int64)
+    sc[K.SLAB_FREE:] = -1
     sc[K.ACKFREE] = -1
     sc[K.AB_CALL] = -1
     sc[K.MMASK] = -1 if keep_messages else ms.shape[0] - 1
     eng = Engine(S, cf, sc, np.zeros((2 * head, 5), np.int64), np.zeros((1024, 3), np.int64),
                  np.zeros((chunk_rows + 4 * gap + 1024, 7), np.int64), np.zeros(head, np.int64),
-                 TransferView(S, table.dst, table.step, table.channel, table.offset, codes[:, 1], channels,
-                              np.append(tr_base, T[-1])), codes, nic,
+                 TransferView(S, table.dst, table.step, table.channel, table.offset, codes[:, 1],
+                              channels), codes, nic,
                  np.flatnonzero(pt[:, K.P_SEL]))
     for r in range(W):
         K.push(eng.heap, sc, 0, K.EV_TIMER, 0, 0, r)
