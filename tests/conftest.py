@@ -3,12 +3,21 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "cases"
+
+# A test run started in the background of a script (bash sets SIGINT to SIG_IGN for a job
+# started with '&' without job control, as CI runners and `nohup ... &` do) would pass that
+# SIG_IGN to every command the tests run, and a command keeps an ignored signal ignored: the
+# tests that stop a command with SIGINT need it delivered, as at a terminal. The tests of the
+# ignored case set SIG_IGN themselves.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
