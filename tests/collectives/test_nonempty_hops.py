@@ -9,7 +9,6 @@ one element around the ring, ``2 (N - 1)`` hops with data among ``2 N (N - 1)``.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

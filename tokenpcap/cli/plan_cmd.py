@@ -70,7 +70,6 @@ def plan_cmd(scenario: str | None, as_json: bool, no_tokens: bool, scale: int,
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
-    from rich.table import Table
 
     out = console()
     if s.workload is not None:
