@@ -80,8 +80,9 @@ class InPlaceRecords:
         return getattr(writer, "record_layout", None) is not None
 
     def add(self, packets: np.ndarray) -> int | None:
-        """Build the records of ``packets`` (``PACKET_DTYPE (n,)``; read, not kept) after the records held, and return their bytes; None, with nothing built, when
-        the part is not one this serves (module docstring).
+        """Build the records of ``packets`` (``PACKET_DTYPE (n,)``; read, not kept) after the
+        records held, and return their bytes; None, with nothing built, when the part is not
+        one this serves (module docstring).
 
         Raises:
             EncodeError: a row out of range (the builder's checks).
