@@ -285,3 +285,27 @@ def test_plan_of_a_flows_workload():
     # tests/cases/hpcc/incast8x1m-flows.txt: 8 flows of 1 MiB, senders 1..8 and receiver 0
     assert "workload flows (8 flows of incast8x1m-flows.txt over 9 ranks, open loop, 8,388,608 B" \
         in " ".join(r.output.split())
+
+
+def test_plan_protocol_lines_count_every_call_of_the_phase(run):  # type: ignore[no-untyped-def]
+    """A phase whose calls mix protocols (dante's TP Broadcasts: LL up to NCCL's LL threshold,
+    Simple above) names the Simple calls beside the LL ones: the counts of a line add up to the
+    phase's calls in ``--json``, and each other protocol's count is the JSON's."""
+    dante = str(PROFILES / "scenarios" / "dante.yaml")
+    phases = {r["name"]: r for r in json.loads(run("plan", dante, "--no-tokens", "--json").stdout)[
+        "phases"]}
+    lines = [ln for ln in run("plan", dante, "--no-tokens").stdout.splitlines()
+             if ": NCCL protocol " in ln]
+    assert lines
+    mixed = 0
+    for ln in lines:
+        name, rest = ln.split(": NCCL protocol ", 1)
+        counts = {}
+        for part in rest.split(";", 1)[0].split(", "):
+            proto, n, _ = part.split(" ")
+            counts[proto] = int(n.replace(",", ""))
+        row = phases[name]
+        assert sum(counts.values()) == row["calls"], ln
+        assert {k: v for k, v in counts.items() if k != "Simple"} == row["protocols"], ln
+        mixed += "Simple" in counts
+    assert mixed >= 1
