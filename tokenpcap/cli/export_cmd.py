@@ -47,6 +47,10 @@ def export_cmd(scenario: str, fmt: str, output: str, scale: int, iterations: int
     if chakra_p2p and fmt != "chakra":
         raise click.UsageError(f"--chakra-p2p: got it with --to {fmt}, expected it only with "
                                "--to chakra")
+    from tokenpcap.config.profiles import load_scenario
+    from tokenpcap.tokens import check_scenario_corpus
+
+    check_scenario_corpus(load_scenario(scenario))     # refused as run refuses it
     options = {"cc": hpcc_cc} if hpcc_cc is not None else {}
     if chakra_p2p:
         options["p2p"] = True
@@ -64,7 +68,6 @@ def export_cmd(scenario: str, fmt: str, output: str, scale: int, iterations: int
                    f"{summ['rounding_error_ns']:+,d} ns, at most "
                    f"{summ['max_node_rounding_error_ns']:,} ns per node)", err=True)
     if fmt == "hpcc":
-        from tokenpcap.config.profiles import load_scenario
         from tokenpcap.export.hpcc_cc import cc_gaps, default_cc
         from tokenpcap.export.hpcc_fabric import ns3_gaps
 

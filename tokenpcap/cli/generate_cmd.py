@@ -334,6 +334,9 @@ def generate_cmd(scenario: str, out_dir: str, dask_address: str | None = None, *
     """Write the pcaps of SCENARIO's iterations (as its NICs send them) into OUTPUT."""
     s = load_scenario(scenario)
     opt = build_options(s, out_dir, **kw)          # usage errors before anything is created
+    from tokenpcap.tokens import check_scenario_corpus
+
+    check_scenario_corpus(s)                # refused as run refuses it; its tokens are not needed
     if dask_address is not None:
         from tokenpcap.cli.dask_run import generate_on_dask
 

@@ -143,7 +143,12 @@ def plot_cmd(sources: tuple[str, ...], outdir: str, scale: int, iterations: int,
                                   window=span):
             click.echo(str(path))
         return
-    paths = [source] if Path(source).suffix in (".yaml", ".yml") else capture_paths(sources)
+    if is_scenario:
+        from tokenpcap.config.profiles import load_scenario
+        from tokenpcap.tokens import check_scenario_corpus
+
+        check_scenario_corpus(load_scenario(source))     # refused as run refuses it
+    paths = [source] if is_scenario else capture_paths(sources)
     for src in paths:
         for path in plot_all(src, outdir, scale=scale, iterations=iterations, ranks=rank_list,
                              bin_ns=bin_ns, window=span):
