@@ -10,6 +10,7 @@ from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
 from tokenpcap.cli.progress import stage_lines
 from tokenpcap.cli.set_option import set_option
+from tokenpcap.records.provenance import MAX_SCALE
 
 
 @main.command("compare")
@@ -28,7 +29,7 @@ from tokenpcap.cli.set_option import set_option
 @click.option("--simai-csv", "simai_csv", type=click.Path(dir_okay=False, path_type=str),
               help="SimAI_analytical's results/PREFIX-EndToEnd.csv from a run of "
                    "'export SCENARIO --to simai' (same --scale).")
-@click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--scale", type=click.IntRange(1, MAX_SCALE), default=1, show_default=True,
               help="As given to export: message sizes and compute time divided by this.")
 @click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True,
               help="As given to export --to hpcc (the SimAI workload is one iteration).")

@@ -10,6 +10,7 @@ from tokenpcap.cli.set_option import set_option
 from tokenpcap.export.core import FORMATS
 from tokenpcap.export.hpcc import CC_MODES
 from tokenpcap.export.registry import EXPORTS
+from tokenpcap.records.provenance import MAX_SCALE
 
 
 @main.command("export")
@@ -21,7 +22,7 @@ from tokenpcap.export.registry import EXPORTS
                    "<stem>-config.txt and <stem>-trace.txt beside it; SimAI with pp > 1 writes the "
                    "rank of stage k's workload to <stem>-stage<k><suffix> beside it; chakra: the "
                    "prefix of <prefix>.<rank>.et, <prefix>.comm_groups.json, <prefix>.summary.json).")
-@click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--scale", type=click.IntRange(1, MAX_SCALE), default=1, show_default=True,
               help="Divide message sizes and compute time by this.")
 @click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--hpcc-cc", type=click.Choice(tuple(CC_MODES)), default=None,

@@ -23,6 +23,7 @@ from tokenpcap.generate.select import unknown_phase_patterns
 from tokenpcap.generate.run import (FORMATS, SPLITS, GenerateOptions, GenerateResult, Selection,
                                 generate, parse_index_set, parse_iterations, parse_window)
 from tokenpcap.config.profiles import MAX_SEED, Scenario, load_scenario
+from tokenpcap.records.provenance import MAX_SCALE
 
 __all__ = ["generate_cmd", "run_generation", "print_summary", "other_captures", "default_jobs",
            "Terminated", "output_directory", "terminate_like_interrupt", "MAX_SEED"]
@@ -216,7 +217,7 @@ def selection_options(f):  # type: ignore[no-untyped-def]
                      help="One file per NIC, per phase, or one file."),
         click.option("--snaplen", type=click.IntRange(1, 262144), default=262144,
                      show_default=True, help="Frame bytes kept per packet. Every RoCEv2 header (up to RETH and ImmDt) needs 74 on IPv4, 94 on IPv6, 4 more with a VLAN tag; 64 cuts into the RETH."),
-        click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
+        click.option("--scale", type=click.IntRange(1, MAX_SCALE), default=1, show_default=True,
                      help="Divide every message size and compute time by this."),
         click.option("--seed", type=click.IntRange(0, MAX_SEED), default=None,
                      help="QPNs, PSNs, keys and payload (default: the scenario's)."),

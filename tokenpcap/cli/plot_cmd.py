@@ -8,6 +8,7 @@ from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
 from tokenpcap.cli.progress import stage_lines
 from tokenpcap.cli.set_option import set_option
+from tokenpcap.records.provenance import MAX_SCALE
 
 
 @main.command("plot", no_args_is_help=True)
@@ -15,7 +16,7 @@ from tokenpcap.cli.set_option import set_option
 @click.option("-o", "--outdir", default=".", show_default=True,
               type=click.Path(file_okay=False, path_type=str),
               help="Directory for the PNGs (created, with its parents).")
-@click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--scale", type=click.IntRange(1, MAX_SCALE), default=1, show_default=True,
               help="Scenario only: divide message sizes and compute time by this.")
 @click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True,
               help="Scenario only: iterations to schedule.")

@@ -13,6 +13,7 @@ from tokenpcap.cli.generate_cmd import build_options, generate_into, print_summa
 from tokenpcap.generate.run import FORMATS
 from tokenpcap.config.profiles import default_scenario_path, load_scenario
 from tokenpcap.tokens import tokenize_scenario
+from tokenpcap.records.provenance import MAX_SCALE
 
 
 @main.command("run")
@@ -20,7 +21,7 @@ from tokenpcap.tokens import tokenize_scenario
 @click.option("--output", "-o", "out_dir", default=None, type=click.Path(file_okay=False, path_type=str),
               help="Output directory (default: ./tokenpcap-out/<scenario name>).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="pcapng", show_default=True)
-@click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--scale", type=click.IntRange(1, MAX_SCALE), default=1, show_default=True,
               help="Divide every message size and compute time by this.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Writer processes (default: the cores available).")
