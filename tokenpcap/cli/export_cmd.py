@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from tokenpcap.cli import main
-from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.common import library_errors, output_path
 from tokenpcap.cli.progress import stage_lines
 from tokenpcap.cli.set_option import set_option
 from tokenpcap.export.core import FORMATS
@@ -17,7 +17,8 @@ from tokenpcap.records.provenance import MAX_SCALE
 @click.argument("scenario", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--to", "fmt", required=True, type=click.Choice(FORMATS),
               help="; ".join(f"{f.name}: {f.summary}" for f in EXPORTS.values()) + ".")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=str),
+@click.option("-o", "--output", required=True, callback=output_path,
+              type=click.Path(dir_okay=False, path_type=str),
               help="Output file, its directory created (HPCC also writes <stem>-topology.txt, "
                    "<stem>-config.txt and <stem>-trace.txt beside it; SimAI with pp > 1 writes the "
                    "rank of stage k's workload to <stem>-stage<k><suffix> beside it; chakra: the "

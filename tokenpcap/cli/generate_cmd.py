@@ -10,7 +10,7 @@ import click
 from tokenpcap.cli import main
 from tokenpcap.cli.captures import CAPTURE_SUFFIXES
 from tokenpcap.cli.common import (EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated,
-                                  library_errors, terminate_like_interrupt)
+                                  library_errors, output_path, terminate_like_interrupt)
 from tokenpcap.cli.progress import stage_lines
 from tokenpcap.cli.set_option import set_option
 from tokenpcap.errors import InputError
@@ -321,7 +321,7 @@ def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, ti
 
 @main.command("generate")
 @click.argument("scenario", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--output", "-o", "out_dir", required=True,
+@click.option("--output", "-o", "out_dir", required=True, callback=output_path,
               type=click.Path(file_okay=False, path_type=str), help="Output directory (created).")
 @selection_options
 @click.option("--dask", "dask_address", metavar="ADDRESS|local[:N]",

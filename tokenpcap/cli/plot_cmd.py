@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tokenpcap.cli import main
-from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.common import library_errors, output_path
 from tokenpcap.cli.progress import stage_lines
 from tokenpcap.cli.set_option import set_option
 from tokenpcap.records.provenance import MAX_SCALE
@@ -13,7 +13,7 @@ from tokenpcap.records.provenance import MAX_SCALE
 
 @main.command("plot", no_args_is_help=True)
 @click.argument("sources", metavar="[SOURCE]...", type=click.Path(path_type=str), nargs=-1)
-@click.option("-o", "--outdir", default=".", show_default=True,
+@click.option("-o", "--outdir", default=".", show_default=True, callback=output_path,
               type=click.Path(file_okay=False, path_type=str),
               help="Directory for the PNGs (created, with its parents).")
 @click.option("--scale", type=click.IntRange(1, MAX_SCALE), default=1, show_default=True,
