@@ -37,6 +37,9 @@ from pathlib import Path
 
 __all__ = [
     "one_line",
+    "clip",
+    "clip_repr",
+    "CLIP_CHARS",
     "TokenpcapError",
     "InputError",
     "ProfileError",
@@ -66,6 +69,28 @@ def one_line(text: str) -> str:
                    for c in text)
 
 
+#: How much of a text taken from an input (a value, a key) a one-line message quotes: a whole
+#: file parsed as one YAML scalar (``/etc/passwd`` given as a scenario) would fill the screen.
+CLIP_CHARS = 120
+
+
+def clip(text: str, limit: int = CLIP_CHARS) -> str:
+    """``text`` when at most ``limit`` characters long, else its first ``limit`` characters,
+    an ellipsis and the whole length: ``root:x:0:0… (2,034 characters)``."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def clip_repr(value: object, limit: int = CLIP_CHARS) -> str:
+    """``repr(value)`` cut as :func:`clip` cuts text; a string is cut before it is quoted, so
+    the length said is the string's own: ``'root:x:0:0'… (2,034 characters)``."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= limit else \
+            f"{value[:limit]!r}… ({len(value):,} characters)"
+    return clip(repr(value), limit)
+
+
 class TokenpcapError(Exception):
     """Base of every error tokenpcap raises on purpose; the CLI prints it in one line, exit 1."""
 
@@ -79,8 +104,11 @@ class ProfileError(InputError):
 
     Args:
         file: the profile file (or ``None`` for an in-memory mapping).
-        key: dotted key path inside the file, e.g. ``"parallelism.tp"``.
-        got: the value found (``repr`` is used), or the string ``"missing"``.
+        key: dotted key path inside the file, e.g. ``"parallelism.tp"`` (cut by :func:`clip`:
+            an unknown key is the document's text).
+        got: the value found (its ``repr``, cut by :func:`clip_repr`), the string ``"missing"``,
+            or a ``str`` subclass whose ``repr`` is a description made by tokenpcap (printed
+            whole).
         expected: a human description of what is allowed, e.g. ``"an integer >= 1"``.
 
     The message reads ``<file>: <key>: got <got>, expected <expected>``.
@@ -91,8 +119,13 @@ class ProfileError(InputError):
         self.key = one_line(key)    # keys are the document's text: a YAML key may hold a newline
         self.got = got
         self.expected = expected
-        got_text = got if isinstance(got, str) and got == "missing" else repr(got)
-        super().__init__(f"{self.file}: {self.key}: got {got_text}, expected {expected}")
+        if isinstance(got, str) and got == "missing":
+            got_text = got
+        elif isinstance(got, str) and type(got) is not str:     # a description: whole
+            got_text = repr(got)
+        else:
+            got_text = clip_repr(got)
+        super().__init__(f"{self.file}: {clip(self.key)}: got {got_text}, expected {expected}")
 
 
 class CorpusError(InputError):

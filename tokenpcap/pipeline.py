@@ -16,6 +16,7 @@ import numpy as np
 from tokenpcap.config.profiles import load_scenario
 from tokenpcap.config.types import Scenario
 from tokenpcap.errors import InputError
+from tokenpcap.records.provenance import MAX_SCALE
 from tokenpcap.plan.build import Plan, build_plan
 from tokenpcap.schedule.allocator import hold_mmap_threshold
 from tokenpcap.schedule.limits import Work, check_work
@@ -143,12 +144,14 @@ def prepare(scenario: Scenario, *, tokens: TokenizedCorpus | None = None, scale:
             None: the engine's state alone.
 
     Raises:
-        InputError: ``scale`` or ``iterations`` < 1.
+        InputError: ``scale`` outside 1.. :data:`~tokenpcap.records.provenance.MAX_SCALE` or
+            ``iterations`` < 1.
         InfeasiblePlanError: the scenario cannot be planned, or the run is beyond the packet
             simulator (:func:`~tokenpcap.schedule.limits.check_work`).
     """
-    if scale < 1 or iterations < 1:
-        raise InputError(f"scale {scale} / iterations {iterations}: expected >= 1")
+    if not 1 <= scale <= MAX_SCALE or iterations < 1:
+        raise InputError(f"scale {scale} / iterations {iterations}: expected 1..{MAX_SCALE:,} "
+                         "/ >= 1")
     hold_mmap_threshold()           # the build's freed temporaries leave the process at once
     compiled = engine_compiled()
     # the engine's first compile: a helper process imports meanwhile, compiles half of it later

@@ -20,19 +20,22 @@ stages can map tokens to samples and microbatches (sample ``k`` of length ``s`` 
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
 from tokenpcap.errors import InputError, CorpusError, TokenizerError
 from tokenpcap.config.profiles import Scenario, TokenizerSpec
 
-__all__ = ["TokenizedCorpus", "read_corpus", "tokenize", "tokenize_scenario", "cache_dir",
+__all__ = ["TokenizedCorpus", "read_corpus", "tokenize", "tokenize_scenario",
+           "check_scenario_corpus", "cache_dir",
            "token_bytes", "BPE_MIN_FREQUENCY", "CORPUS_MAX_BYTES"]
 
 BPE_MIN_FREQUENCY = 2
@@ -239,8 +242,31 @@ def tokenize_scenario(scenario: Scenario, cache: Path | None = None) -> Tokenize
         InputError: a workload scenario (no corpus, no model).
     """
     model = scenario.require_model("tokenizing a corpus")
-    try:
+    with _named_by(scenario):
         return tokenize(scenario.corpus, scenario.tokenizer, model.seq_length, cache)
+
+
+def check_scenario_corpus(scenario: Scenario) -> None:
+    """:func:`read_corpus`'s checks of ``scenario``'s corpus (an existing, readable, regular,
+    non-empty UTF-8 file), for the commands that do not need its tokens (``generate``,
+    ``export``, ``plot``: a packet's token range is a position in the sequence, whatever the
+    text): a scenario is refused by them as by ``run`` and ``plan``. Nothing for a workload
+    scenario (no corpus).
+
+    Raises:
+        CorpusError: ``<scenario file>: corpus: <corpus path>: got ..., expected ...``.
+    """
+    if scenario.workload is None:
+        with _named_by(scenario):
+            read_corpus(scenario.corpus)
+
+
+@contextlib.contextmanager
+def _named_by(scenario: Scenario) -> Iterator[None]:
+    """A :class:`CorpusError` raised in the block, raised again naming the scenario file and
+    its key ``corpus`` before the corpus path."""
+    try:
+        yield
     except CorpusError as err:
         where = str(scenario.path) if scenario.path is not None else f"<scenario {scenario.name!r}>"
         text = str(err)

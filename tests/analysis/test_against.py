@@ -354,6 +354,32 @@ def test_more_iterations_than_a_capture_holds_are_one_line_not_an_overflow(tmp_p
     assert r.exit_code == 1 and r.output.startswith("error: --iterations: got 100,000,000,000")
 
 
+def test_files_of_different_runs_are_named_by_value_not_listed_whole(tmp_path):
+    """A directory where one run's files meet another's (``generate --nics 0 --scale 4`` into
+    the directory of a ``run``) is refused naming each value, how many files carry it and the
+    first of them: the message does not grow with the number of NICs (it listed all 32 paths)."""
+    from tokenpcap.records.provenance import provenance_comment
+
+    def comment(scale, iterations=(0, 1)):
+        return provenance_comment(scenario="dante", scale=scale, iterations=iterations,
+                                  split="nic", snaplen=128, seed=1, clear_to_send=True)
+
+    (tmp_path / "d").mkdir()
+    for g in range(40):
+        _with_provenance(tmp_path / "d" / f"n{g:02d}.pcapng", comment(4 if g == 7 else 64))
+    r = run("inspect", tmp_path / "d", "--against", DANTE)
+    assert r.exit_code == 1 and r.output == (
+        f"error: {tmp_path / 'd'}: provenance scale: got 4 in 1 file (n07.pcapng) and 64 in 39 "
+        "files (n00.pcapng, …), expected one value (the files of one run)\n"), r.output
+    (tmp_path / "e").mkdir()
+    a = _with_provenance(tmp_path / "e" / "a.pcapng", comment(64, (0, 2)))
+    b = _with_provenance(tmp_path / "b.pcapng", comment(64))
+    r = run("inspect", a, b, "--against", DANTE)
+    assert r.exit_code == 1 and r.output == (
+        f"error: {a}: provenance iterations: got 0:1 in 1 file ({b}) and 0:2 in 1 file ({a}), "
+        "expected one value (the files of one run)\n"), r.output
+
+
 @pytest.mark.parametrize("name, scale, fmt", [
     ("gpt2-all-cross", 16384, "pcap"), ("gpt2-all-cross", 16384, "pcapng"),
     ("llama2-7b-a100-ib", 65536, "erf")])

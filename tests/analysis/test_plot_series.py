@@ -129,6 +129,34 @@ def test_too_fine_a_bin_and_an_empty_window_are_refused(trace, monkeypatch):
     assert capture_series(path, bin_ns=least)["bins"] <= 10
     with pytest.raises(InputError, match=r"^--time-window: got a window after the last frame"):
         capture_series(path, window=(span + 10**9, None))
+    # both ends given: the end stood for the last frame, so the check compared the window with
+    # itself and the picture failed later as "no RoCE/InfiniBand packets"
+    with pytest.raises(InputError, match=r"^--time-window: got a window after the last frame"):
+        capture_series(path, window=(span + 10**9, span + 2 * 10**9))
+
+
+def test_a_window_in_a_silence_of_the_capture_is_named(tmp_path):
+    """A window inside the capture's span that holds no frame (tshark's own filter on the
+    relative time finds none) is refused naming the window and the file."""
+    from tests.analysis.trace import packets, write_trace
+    from tokenpcap.errors import InputError
+
+    p = packets(8)
+    p["time_ns"] = np.where(np.arange(p.size) < 4, p["time_ns"], p["time_ns"] + 10**9)
+    path = tmp_path / "gap.pcap"
+    write_trace(path, p.size, pkts=p)
+    lo, hi = 500_000_000, 600_000_000           # inside the 1 s gap, after the first frame
+    if shutil.which("tshark"):
+        out = subprocess.run(["tshark", "-r", str(path), "-Y", f"frame.time_relative >= 0.5 && "
+                              "frame.time_relative <= 0.6"], capture_output=True, text=True,
+                             check=True).stdout
+        assert out == ""
+    with pytest.raises(InputError) as err:
+        capture_series(path, window=(lo, hi))
+    assert str(err.value) == (f"--time-window: got 500,000,000:600,000,000 ns after the first "
+                              f"frame, which holds no frame of {path}, expected one that holds "
+                              "frames")
+    assert sum(capture_series(path, window=(0, lo))["frame_sizes"].values()) == 4
 
 
 @pytest.mark.parametrize("text, want", [

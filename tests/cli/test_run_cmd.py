@@ -249,3 +249,21 @@ def test_run_a_workload_scenario_without_a_corpus(tmp_path):
     assert r.exit_code == 0, r.output
     assert "corpus:" not in r.output and len(list(out.glob("*.pcapng"))) == 64
     assert re.search(r"wl/run/SendRecv\s+│\s+1,008\s+│\s+4,128,768\s+│\s+4,128,768", r.output)
+
+
+def test_an_output_under_a_dangling_symlink_names_the_link(tmp_path):
+    """``-o LINK`` or ``-o LINK/sub`` where LINK points at nothing said "cannot create it: File
+    exists" (mkdir's errno on the link itself); now it names the link and its target. mkdir -p
+    refuses the same path (the oracle that the target really is missing)."""
+    import subprocess
+
+    path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    assert subprocess.run(["mkdir", "-p", str(link / "sub")], capture_output=True).returncode != 0
+    for out in (link, link / "sub"):
+        r = CliRunner().invoke(main, ["generate", str(path), "-o", str(out), "--jobs", "1"])
+        assert r.exit_code == 1 and r.output == (
+            f"error: {out}: output directory: got a symbolic link {link} to "
+            f"{tmp_path / 'nowhere'}, which does not exist, expected a directory\n"), r.output
+    assert not (tmp_path / "nowhere").exists()

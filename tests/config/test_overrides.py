@@ -3,6 +3,8 @@ keys reaching nested mappings (created when absent) and the profile files a scen
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tokenpcap.config import overrides as ov
 from tokenpcap.errors import ProfileError
@@ -65,3 +67,38 @@ def test_an_error_of_another_key_checked_against_an_override_names_the_override(
                                  "of hidden_size 100 (with --set model.hidden_size=100)")
     with pytest.raises(ProfileError, match=r"^--set: model.hidden_size: got -1, expected"):
         load_scenario(PROFILES / "scenarios" / "dante.yaml", {"model.hidden_size": -1})
+
+
+_YAML_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=30),
+              st.floats(allow_nan=False)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=10)
+
+
+@given(_YAML_VALUES)
+def test_a_value_written_back_reads_as_itself_on_one_line(value):
+    text = ov.value_text(value)
+    assert "\n" not in text
+    assert ov.parse_set(f"k={text}") == ("k", value)
+
+
+@pytest.mark.parametrize("value, text", [(True, "true"), (None, "null"), ("ring", "ring"),
+                                         ({"dp": 4}, "{dp: 4}"), ("true", "'true'")])
+def test_a_value_is_written_as_yaml_not_python(value, text):
+    assert ov.value_text(value) == text
+
+
+def test_an_error_with_a_set_quotes_it_as_typed():
+    """The error of another key checked against a ``--set`` names the ``--set`` as the user
+    typed it (YAML ``true``), not as Python prints the parsed value (``True``)."""
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+    from tests.plan.test_plan import PROFILES
+
+    res = CliRunner().invoke(main, ["plan", str(PROFILES / "scenarios" / "dante.yaml"),
+                                    "--no-tokens", "--set", "cluster.fabric.np.cnp_in_ack=true"])
+    assert res.exit_code == 1
+    assert res.stderr.strip().endswith("(with --set cluster.fabric.np.cnp_in_ack=true)")

@@ -144,3 +144,29 @@ def test_prefix_with_a_dot_is_refused(tmp_path):
     with pytest.raises(InputError, match="dot"):
         export_scenario(SCEN / f"{NAME}.yaml", "trex", tmp_path / "lab.v2", scale=SCALE)
     assert not list(tmp_path.iterdir())
+
+
+def test_too_many_frames_per_nic_are_refused_before_any_is_written(tmp_path, monkeypatch):
+    """Dante at scale 1 sends 337,088 frames from 32 NICs, over 10,000 per NIC on average: the
+    export is refused from generate's prediction, which equals the plan's closed-form packet
+    count, before a capture is written (it wrote all 32, 1.4 GB, then refused NIC 0)."""
+    from tokenpcap.errors import InputError
+    from tokenpcap.pcap import writer
+    from tokenpcap.plan.build import build_plan
+
+    dante = load_scenario(SCEN / "dante.yaml")
+    est = build_plan(dante).pcap                # the plan's closed forms, not generate's count
+    packets = int(est["data_packets"] + est["cts_packets"] + est["ack_packets"])
+    nics = dante.cluster.nodes * dante.cluster.nics_per_node
+    assert packets > 10_000 * nics
+
+    def no_writing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("a capture was opened for writing")
+
+    monkeypatch.setattr(writer.PcapWriter, "__init__", no_writing)
+    with pytest.raises(InputError) as err:
+        export_scenario(SCEN / "dante.yaml", "trex", tmp_path / "lab")
+    assert str(err.value) == (f"export --to trex: {packets:,} frames over {nics} NICs, expected "
+                              "at most 10,000 per NIC (one TRex stream each; some NIC sends "
+                              "more); use --scale")
+    assert not list(tmp_path.iterdir())

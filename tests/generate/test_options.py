@@ -36,6 +36,7 @@ def test_epoch_is_2024_01_01_utc():
     (dict(iterations=0), r"--iterations: got 0, expected an integer >= 1"),
     (dict(seed=-1), r"--seed: got -1, expected 0\.\."),
     (dict(seed=MAX_SEED + 1), rf"--seed: got {MAX_SEED + 1}"),
+    (dict(scale=MAX_SEED + 1), r"--scale: got 9,223,372,036,854,775,808, expected at most "),
 ])
 def test_each_bad_option_is_refused_by_name(scenario, change, match):
     s, d = scenario

@@ -66,3 +66,16 @@ def test_to_json_is_the_report():
     assert j == plan_json(plan)
     # Megatron-LM's 1F1B bubble for dante (pp 2, 16 / (1 x 4) = 4 microbatches): 1/4.
     assert j["microbatches"] == 4 and j["bubble_fraction"] == 0.25
+
+
+#: The group kinds docs/plan.md lists in its ``layout.groups.<a|b|...>`` row.
+DOC_GROUPS = set(re.search(r"`layout\.groups\.<([^>]+)>`", DOC).group(1).split("|"))
+
+
+@pytest.mark.parametrize("name", ["dante", "mixtral-8x7b-ep", "llama3-70b-64k-cp4"])
+def test_every_group_kind_is_documented(name):
+    """Dense, expert-parallel and context-parallel layouts: every ``layout.groups`` kind the
+    report writes is one the docs list (``tpcp`` and ``tpdpcp``, written for every layout,
+    were not)."""
+    j = plan_json(build_plan(load_scenario(ROOT / "profiles" / "scenarios" / f"{name}.yaml")))
+    assert set(j["layout"]["groups"]) <= DOC_GROUPS, set(j["layout"]["groups"]) - DOC_GROUPS

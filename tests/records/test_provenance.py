@@ -17,7 +17,8 @@ from tests.schedule.test_schedule import tiny_scenario
 from tokenpcap.errors import DecodeError
 from tokenpcap.generate.run import GenerateOptions, Selection, generate
 from tokenpcap.config.profiles import load_scenario
-from tokenpcap.records.provenance import KEYS, is_provenance, parse_provenance, provenance_comment
+from tokenpcap.records.provenance import (KEYS, MAX_SCALE, is_provenance, parse_provenance,
+                                          provenance_comment)
 from tokenpcap.records.points import parse_point
 
 
@@ -70,7 +71,7 @@ idx = st.none() | st.lists(st.integers(0, 4096), min_size=1, max_size=12)
 
 
 @settings(max_examples=200, deadline=None)
-@given(name=names, scale=st.integers(1, 10**9), a=st.integers(0, 50), n=st.integers(1, 50),
+@given(name=names, scale=st.integers(1, MAX_SCALE), a=st.integers(0, 50), n=st.integers(1, 50),
        split=st.sampled_from(["nic", "phase", "none"]), nics=idx, ranks=idx,
        phases=st.none() | st.lists(names, min_size=1, max_size=4),
        tw=st.none() | st.tuples(st.integers(0, 10**12), st.none() | st.integers(1, 10**12)),
@@ -209,3 +210,30 @@ def test_index_ranges_read_back_to_the_same_indices(values):
     assert parse_provenance(line)["ranks"] == want
     runs = 1 + sum(b != a + 1 for a, b in zip(want, want[1:]))
     assert len(text.split(",")) == runs
+
+
+def test_a_scale_past_int64_is_refused_by_every_command_before_it_reaches_a_capture(tmp_path):
+    """``generate --scale 99999999999999999999`` wrote ``scale=99999999999999999999`` into the
+    capture, which ``trace --capture`` then refused and ``inspect --against`` ignored (comparing
+    at scale 1: "3 of 4 cells differ"). Every command's ``--scale`` now stops at
+    MAX_SCALE = 2^63 - 1 (usage error), the largest the comment carries back (the round trip
+    above draws scales up to it), and the comment refuses one past it."""
+    from click.testing import CliRunner
+
+    from tokenpcap.cli import main
+    from tokenpcap.errors import InputError
+
+    assert MAX_SCALE == 2**63 - 1
+    dante = str(Path(__file__).resolve().parents[2] / "profiles" / "scenarios" / "dante.yaml")
+    big = str(MAX_SCALE + 1)
+    for args in (["generate", dante, "-o", str(tmp_path / "o")], ["run", dante, "-o",
+                 str(tmp_path / "o")], ["plan", dante], ["export", dante, "--to", "csv", "-o",
+                 str(tmp_path / "x.csv")], ["plot", dante, "-o", str(tmp_path / "p")],
+                 ["trace", dante, "Nel"], ["inspect", dante], ["compare", dante, "--hpcc-fct",
+                 dante]):
+        r = CliRunner().invoke(main, [*args, "--scale", big])
+        assert r.exit_code == 2 and f"'--scale': {big} is not in the range" in r.output, args
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(InputError, match="out of range"):
+        provenance_comment(scenario="s", scale=MAX_SCALE + 1, iterations=(0, 1), split="nic",
+                           snaplen=1, seed=0, clear_to_send=True)

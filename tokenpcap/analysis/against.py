@@ -30,6 +30,7 @@ so and fails (``compared == 0``).
 from __future__ import annotations
 
 from itertools import combinations
+from pathlib import Path
 
 import numpy as np
 
@@ -46,6 +47,28 @@ MAX_INFERRED_PHASES = 12
 _NO_PHASE = "(no phase)"
 
 
+def _mixed_runs(provs: list[tuple[str, dict]], key: str) -> str:
+    """The one-line refusal of files whose provenance ``key`` differs: each value with how many
+    files carry it and the first of them (a directory of 512 NICs is not listed whole); the
+    files' directory names them all when they share one."""
+    dirs = {str(Path(path).parent) for path, _ in provs}
+    one_dir = len(dirs) == 1
+    by_value: dict = {}
+    for path, p in provs:
+        by_value.setdefault(p[key], []).append(Path(path).name if one_dir else path)
+    got = " and ".join(
+        f"{_value_text(v)} in {counted(len(paths), 'file')} ({paths[0]}"
+        f"{', …' if len(paths) > 1 else ''})" for v, paths in sorted(by_value.items()))
+    where = next(iter(dirs)) if one_dir else provs[0][0]
+    return (f"{where}: provenance {key}: got {got}, expected one value (the files of one "
+            "run)")
+
+
+def _value_text(value) -> str:  # type: ignore[no-untyped-def]
+    """A provenance value as the comment writes it: ``iterations`` ``A:B``, ``scale`` ``K``."""
+    return f"{value[0]}:{value[1]}" if isinstance(value, tuple) else f"{value}"
+
+
 def _run_params(rep: Report, scale, iterations) -> tuple[int, int, str, dict | None]:
     """(scale, iteration count, where they came from, a provenance dict or None).
 
@@ -55,10 +78,8 @@ def _run_params(rep: Report, scale, iterations) -> tuple[int, int, str, dict | N
     """
     provs = [(e["path"], e["provenance"]) for e in rep.files if e.get("provenance")]
     for key in ("scale", "iterations"):
-        values = {p[key] for _, p in provs}
-        if len(values) > 1:
-            raise InputError(f"{', '.join(path for path, _ in provs)}: provenance {key}: got "
-                             f"{sorted(values)}, expected one value (files of one run)")
+        if len({p[key] for _, p in provs}) > 1:
+            raise InputError(_mixed_runs(provs, key))
     prov = provs[0][1] if provs else None
     src = []
     if scale is None:

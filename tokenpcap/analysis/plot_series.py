@@ -11,7 +11,7 @@ import numpy as np
 from tokenpcap.analysis.decode import decode_batch
 from tokenpcap.analysis.flows import is_rdma
 from tokenpcap.analysis.inspect import address_text, coalesced
-from tokenpcap.errors import DecodeError
+from tokenpcap.errors import DecodeError, InputError
 from tokenpcap.pcap.capture import CHUNK
 from tokenpcap.pcap.reader import open_capture
 from tokenpcap.pcap.timestamps import NO_TIME
@@ -82,8 +82,6 @@ def time_bins(cap, *, span: tuple[int, int] | None = None, bins: int = 200,
         InputError: as :func:`capture_series` (too fine a ``bin_ns``, a window after the last
             frame).
     """
-    from tokenpcap.errors import InputError
-
     if span is not None:
         t0, t1 = span
         first = t0
@@ -95,11 +93,13 @@ def time_bins(cap, *, span: tuple[int, int] | None = None, bins: int = 200,
     if window is not None:
         lo = first + window[0] if window[0] is not None else None
         hi = first + window[1] if window[1] is not None else None
+        # the window against the capture's last frame, before its end stands for the last
+        if lo is not None and (t1 is None or lo > t1):
+            last = f" ({(t1 - first) / 1e9:.9f} s)" if t1 is not None else ""
+            raise InputError(f"--time-window: got a window after the last frame{last}, "
+                             "expected one that holds frames")
         t0 = lo if lo is not None else t0
         t1 = hi if hi is not None else t1
-        if t1 is not None and t1 < t0:
-            raise InputError(f"--time-window: got a window after the last frame "
-                             f"({(t1 - first) / 1e9:.9f} s), expected one that holds frames")
     if bin_ns is not None:
         n = ((t1 or 0) - t0) // bin_ns + 1 if t1 is not None else 1
         if n > MAX_BINS:
@@ -158,8 +158,9 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200,
 
     Raises:
         CaptureError: as :func:`tokenpcap.pcap.reader.open_capture`.
-        InputError: ``bin_ns`` would make more than :data:`MAX_BINS` bins, or the window holds
-            no frame.
+        InputError: ``bin_ns`` would make more than :data:`MAX_BINS` bins, or the window
+            starts after the last frame (of ``span`` when given), or (``span`` None) holds no
+            frame of the capture.
     """
     cap = open_capture(path, on_truncation="stop")
     t0, width, bins, lo, hi, first = time_bins(cap, span=span, bins=bins, bin_ns=bin_ns,
@@ -219,6 +220,10 @@ def capture_series(path: str | os.PathLike, *, bins: int = 200,
             k = (p // (len(labels) + 1), p % (len(labels) + 1) - 1)
             thr[k] = thr[k] + row if k in thr else row
     del labels[used_labels:]              # named only after the last RDMA row: unused
+    if window is not None and span is None and not frame_sizes:   # a window in a silence
+        shown = ":".join("" if w is None else f"{w:,}" for w in window)
+        raise InputError(f"--time-window: got {shown} ns after the first frame, which holds "
+                         f"no frame of {path}, expected one that holds frames")
     return {"t0_ns": t0, "bin_ns": width, "bins": bins + 1, "nics": nics, "phases": labels,
             "throughput": thr, "frame_sizes": frame_sizes, "message_sizes": message_sizes,
             "untimed": untimed, "start_ns": t0 - first}

@@ -83,6 +83,16 @@ def terminate_like_interrupt() -> Iterator[None]:
         clear_stops()
 
 
+def output_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback of an output path option (``-o``, ``compare --plot``): an empty path is a
+    usage error. ``Path("")`` is the current directory, so ``-o "$OUT"`` with ``OUT`` unset
+    wrote the files wherever the shell was (``generate``, ``run``, ``plot``)."""
+    if value == "":
+        raise click.BadParameter("got an empty path, expected a path ('.' for the current "
+                                 "directory)", ctx=ctx, param=param)
+    return value
+
+
 def library_errors(func: F) -> F:
     """Decorate a click command body: a TokenpcapError prints ``error: <message>`` (one line)
     and exits 1; SIGINT (Ctrl-C) and SIGTERM stop the command with ``error: stopped (SIGINT)``

@@ -7,9 +7,10 @@ from pathlib import Path
 import click
 
 from tokenpcap.cli import main
-from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.common import library_errors, output_path
 from tokenpcap.cli.progress import stage_lines
 from tokenpcap.cli.set_option import set_option
+from tokenpcap.records.provenance import MAX_SCALE
 
 
 @main.command("compare")
@@ -28,11 +29,12 @@ from tokenpcap.cli.set_option import set_option
 @click.option("--simai-csv", "simai_csv", type=click.Path(dir_okay=False, path_type=str),
               help="SimAI_analytical's results/PREFIX-EndToEnd.csv from a run of "
                    "'export SCENARIO --to simai' (same --scale).")
-@click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--scale", type=click.IntRange(1, MAX_SCALE), default=1, show_default=True,
               help="As given to export: message sizes and compute time divided by this.")
 @click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True,
               help="As given to export --to hpcc (the SimAI workload is one iteration).")
-@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=str),
+@click.option("--plot", "plot_dir", callback=output_path,
+              type=click.Path(file_okay=False, path_type=str),
               help="Also draw the comparison into this directory (created with its parents): "
                    "HPCC, the slowdown CDF per phase and the per-NIC completion over time; "
                    "SimAI, ours beside its times per phase and per collective.")

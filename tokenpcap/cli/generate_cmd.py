@@ -10,7 +10,7 @@ import click
 from tokenpcap.cli import main
 from tokenpcap.cli.captures import CAPTURE_SUFFIXES
 from tokenpcap.cli.common import (EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated,
-                                  library_errors, terminate_like_interrupt)
+                                  library_errors, output_path, terminate_like_interrupt)
 from tokenpcap.cli.progress import stage_lines
 from tokenpcap.cli.set_option import set_option
 from tokenpcap.errors import InputError
@@ -23,6 +23,7 @@ from tokenpcap.generate.select import unknown_phase_patterns
 from tokenpcap.generate.run import (FORMATS, SPLITS, GenerateOptions, GenerateResult, Selection,
                                 generate, parse_index_set, parse_iterations, parse_window)
 from tokenpcap.config.profiles import MAX_SEED, Scenario, load_scenario
+from tokenpcap.records.provenance import MAX_SCALE
 
 __all__ = ["generate_cmd", "run_generation", "print_summary", "other_captures", "default_jobs",
            "Terminated", "output_directory", "terminate_like_interrupt", "MAX_SEED"]
@@ -216,7 +217,7 @@ def selection_options(f):  # type: ignore[no-untyped-def]
                      help="One file per NIC, per phase, or one file."),
         click.option("--snaplen", type=click.IntRange(1, 262144), default=262144,
                      show_default=True, help="Frame bytes kept per packet. Every RoCEv2 header (up to RETH and ImmDt) needs 74 on IPv4, 94 on IPv6, 4 more with a VLAN tag; 64 cuts into the RETH."),
-        click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
+        click.option("--scale", type=click.IntRange(1, MAX_SCALE), default=1, show_default=True,
                      help="Divide every message size and compute time by this."),
         click.option("--seed", type=click.IntRange(0, MAX_SEED), default=None,
                      help="QPNs, PSNs, keys and payload (default: the scenario's)."),
@@ -320,7 +321,7 @@ def build_options(s: Scenario, out_dir: str, ranks, nics, phases, iterations, ti
 
 @main.command("generate")
 @click.argument("scenario", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--output", "-o", "out_dir", required=True,
+@click.option("--output", "-o", "out_dir", required=True, callback=output_path,
               type=click.Path(file_okay=False, path_type=str), help="Output directory (created).")
 @selection_options
 @click.option("--dask", "dask_address", metavar="ADDRESS|local[:N]",
@@ -334,6 +335,9 @@ def generate_cmd(scenario: str, out_dir: str, dask_address: str | None = None, *
     """Write the pcaps of SCENARIO's iterations (as its NICs send them) into OUTPUT."""
     s = load_scenario(scenario)
     opt = build_options(s, out_dir, **kw)          # usage errors before anything is created
+    from tokenpcap.tokens import check_scenario_corpus
+
+    check_scenario_corpus(s)                # refused as run refuses it; its tokens are not needed
     if dask_address is not None:
         from tokenpcap.cli.dask_run import generate_on_dask
 

@@ -10,6 +10,7 @@ import click
 from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
 from tokenpcap.cli.set_option import set_option
+from tokenpcap.records.provenance import MAX_SCALE
 
 
 def _iterations(ctx, param, value: str | None):
@@ -76,7 +77,7 @@ def write_json(doc: dict, out) -> None:  # type: ignore[no-untyped-def]
 @click.option("--no-fabric", is_flag=True, help="Ignore side files beside the captures.")
 @click.option("--against", "scenario", type=click.Path(dir_okay=False, path_type=str),
               help="Compare payload bytes per NIC and phase with this scenario's plan.")
-@click.option("--scale", type=click.IntRange(min=1), default=None,
+@click.option("--scale", type=click.IntRange(1, MAX_SCALE), default=None,
               help="With --against: the run's --scale (default: from the capture's provenance "
                    "comment, else 1).")
 @click.option("--iterations", callback=_iterations, default=None, metavar="N|A:B",

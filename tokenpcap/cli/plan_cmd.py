@@ -14,6 +14,7 @@ from tokenpcap.plan.build import build_plan
 from tokenpcap.config.profiles import default_scenario_path, load_scenario
 from tokenpcap.records.text import counted
 from tokenpcap.tokens import tokenize_scenario
+from tokenpcap.records.provenance import MAX_SCALE
 
 
 def console():  # type: ignore[no-untyped-def]
@@ -32,7 +33,7 @@ def _b(n: int | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.option("--no-tokens", is_flag=True,
               help="Do not tokenize the corpus (no per-epoch totals).")
-@click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--scale", type=click.IntRange(1, MAX_SCALE), default=1, show_default=True,
               help="Divide every message size by this (the iteration `generate --scale` writes).")
 @click.option("--nics", "by_nic", is_flag=True,
               help="Bytes each NIC sends per phase in one iteration, NICs with equal bytes in "

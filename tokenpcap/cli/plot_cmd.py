@@ -5,17 +5,18 @@ from __future__ import annotations
 import click
 
 from tokenpcap.cli import main
-from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.common import library_errors, output_path
 from tokenpcap.cli.progress import stage_lines
 from tokenpcap.cli.set_option import set_option
+from tokenpcap.records.provenance import MAX_SCALE
 
 
 @main.command("plot", no_args_is_help=True)
 @click.argument("sources", metavar="[SOURCE]...", type=click.Path(path_type=str), nargs=-1)
-@click.option("-o", "--outdir", default=".", show_default=True,
+@click.option("-o", "--outdir", default=".", show_default=True, callback=output_path,
               type=click.Path(file_okay=False, path_type=str),
               help="Directory for the PNGs (created, with its parents).")
-@click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--scale", type=click.IntRange(1, MAX_SCALE), default=1, show_default=True,
               help="Scenario only: divide message sizes and compute time by this.")
 @click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True,
               help="Scenario only: iterations to schedule.")
@@ -143,7 +144,12 @@ def plot_cmd(sources: tuple[str, ...], outdir: str, scale: int, iterations: int,
                                   window=span):
             click.echo(str(path))
         return
-    paths = [source] if Path(source).suffix in (".yaml", ".yml") else capture_paths(sources)
+    if is_scenario:
+        from tokenpcap.config.profiles import load_scenario
+        from tokenpcap.tokens import check_scenario_corpus
+
+        check_scenario_corpus(load_scenario(source))     # refused as run refuses it
+    paths = [source] if is_scenario else capture_paths(sources)
     for src in paths:
         for path in plot_all(src, outdir, scale=scale, iterations=iterations, ranks=rank_list,
                              bin_ns=bin_ns, window=span):

@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from tokenpcap.cli import main
-from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.common import library_errors, output_path
 from tokenpcap.errors import InputError
 
 
@@ -49,7 +49,8 @@ def _pairs(ctx, param, values):
 
 @main.command("readdress")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=str))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=str),
+@click.option("-o", "--output", required=True, callback=output_path,
+              type=click.Path(dir_okay=False, path_type=str),
               help="Output capture (written to a temporary file, renamed at the end).")
 @click.option("--map", "maps", multiple=True, metavar="YAML|OLD=NEW", callback=_pairs,
               help="A mapping file (YAML: addresses, vlan, pcp, dscp, ecn, ttl, udp_sport, "

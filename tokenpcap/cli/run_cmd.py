@@ -6,21 +6,22 @@ from pathlib import Path
 import click
 
 from tokenpcap.cli import main
-from tokenpcap.cli.common import library_errors
+from tokenpcap.cli.common import library_errors, output_path
 from tokenpcap.cli.progress import stage_lines
 from tokenpcap.cli.set_option import set_option
 from tokenpcap.cli.generate_cmd import build_options, generate_into, print_summary
 from tokenpcap.generate.run import FORMATS
 from tokenpcap.config.profiles import default_scenario_path, load_scenario
 from tokenpcap.tokens import tokenize_scenario
+from tokenpcap.records.provenance import MAX_SCALE
 
 
 @main.command("run")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=str))
-@click.option("--output", "-o", "out_dir", default=None, type=click.Path(file_okay=False, path_type=str),
+@click.option("--output", "-o", "out_dir", default=None, callback=output_path, type=click.Path(file_okay=False, path_type=str),
               help="Output directory (default: ./tokenpcap-out/<scenario name>).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="pcapng", show_default=True)
-@click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--scale", type=click.IntRange(1, MAX_SCALE), default=1, show_default=True,
               help="Divide every message size and compute time by this.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Writer processes (default: the cores available).")

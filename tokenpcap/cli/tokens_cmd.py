@@ -9,7 +9,7 @@ from tokenpcap.cli import main
 from tokenpcap.cli.common import library_errors
 from tokenpcap.cli.plan_cmd import console
 from tokenpcap.config.profiles import parse_tokenizer
-from tokenpcap.errors import TokenizerError
+from tokenpcap.errors import InputError, ProfileError, TokenizerError
 from tokenpcap.tokens import tokenize
 
 
@@ -21,6 +21,40 @@ def _tokenizer_option(ctx: click.Context, param: click.Parameter, value: str) ->
     except TokenizerError as err:
         raise click.BadParameter(str(err).removeprefix("tokenizer: ")) from None
     return value
+
+
+def _refuse_a_profile(corpus: str) -> None:
+    """A scenario, model or cluster profile given as CORPUS (``tokens profiles/scenarios/
+    dante.yaml``) is named as such, with the scenario's corpus, instead of having its YAML text
+    tokenized as if it were the corpus. A ``.yaml``/``.yml`` file that is not a profile (or not
+    YAML) is a corpus like any other.
+
+    Raises:
+        InputError: CORPUS is a profile.
+    """
+    import os
+    from pathlib import Path
+
+    from tokenpcap.config.profilekind import profile_kind
+    from tokenpcap.config.yamlfile import load_yaml
+
+    path = Path(corpus)
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        return
+    try:
+        data = load_yaml(path)
+    except ProfileError:                    # not YAML, missing, ...: tokenize() says what
+        return
+    kind = profile_kind(data)
+    if kind is None:
+        return
+    hint = ""
+    if kind == "a scenario" and isinstance(data.get("corpus"), str):
+        hint = (f" (this scenario's is {os.path.normpath(path.parent / data['corpus'])}; "
+                f"`tokenpcap plan {corpus}` tokenizes it with the scenario's tokenizer)")
+    elif kind == "a scenario":
+        hint = " (a workload scenario has none)"
+    raise InputError(f"{corpus}: CORPUS: got {kind}, expected a corpus text file{hint}")
 
 
 @main.command("tokens")
@@ -36,6 +70,7 @@ def _tokenizer_option(ctx: click.Context, param: click.Parameter, value: str) ->
 def tokens_cmd(corpus: str, tokenizer: str, vocab_size: int, seq_length: int,
                as_json: bool) -> None:
     """Tokenize CORPUS: tokens, bytes per token, sequences, host→device bytes of the ids."""
+    _refuse_a_profile(corpus)
     result = tokenize(corpus, parse_tokenizer(tokenizer, vocab_size), seq_length)
     data = result.to_json()
     if as_json:

@@ -11,6 +11,7 @@ from tokenpcap.cli.common import library_errors
 from tokenpcap.cli.progress import stage_lines
 from tokenpcap.cli.set_option import set_option
 from tokenpcap.config.profiles import load_scenario
+from tokenpcap.records.provenance import MAX_SCALE
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -76,7 +77,7 @@ def _print(j) -> None:  # type: ignore[no-untyped-def]
               help="Which match of TEXT in the corpus (1 = the first).")
 @click.option("--capture", type=click.Path(path_type=str),
               help="A pcapng file or directory written by `tokenpcap generate`: name the frames.")
-@click.option("--scale", type=click.IntRange(min=1), default=None,
+@click.option("--scale", type=click.IntRange(1, MAX_SCALE), default=None,
               help="The run's --scale (default: the capture's, else 1).")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="The run's --seed (QPNs, PSNs; default: the capture's, else the scenario's).")

@@ -33,8 +33,8 @@ import yaml
 
 from tokenpcap.errors import ProfileError
 
-__all__ = ["SET_FILE", "parse_set", "parse_value", "apply", "split_profile", "using", "active",
-           "relabel"]
+__all__ = ["SET_FILE", "parse_set", "parse_value", "value_text", "apply", "split_profile",
+           "using", "active", "relabel"]
 
 #: What a ``--set`` error names in place of a file.
 SET_FILE = "--set"
@@ -56,6 +56,14 @@ def parse_value(text: str) -> Any:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem", None) or "not YAML"
         raise ValueError(f"got {text!r}, expected a YAML value ({mark})") from None
+
+
+def value_text(value: Any) -> str:
+    """``value`` written back as the YAML a user types after ``--set KEY=`` (flow style, one
+    line): ``true``, ``ring``, ``[0, 3]``, ``{dp: 4}``; :func:`parse_value` reads it back as
+    ``value``. A message that names a ``--set`` quotes it so, not as Python's ``True``."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=float("inf"))
+    return text.removesuffix("\n").removesuffix("\n...").strip()
 
 
 def parse_set(text: str) -> tuple[str, Any]:
@@ -133,7 +141,7 @@ def relabel(err: ProfileError, overrides: Mapping[str, Any], prefix: str = "") -
             return ProfileError(SET_FILE, key, err.got, err.expected)
     if not overrides:
         return err
-    sets = ", ".join(f"--set {prefix + '.' if prefix else ''}{k}={v!r}"
+    sets = ", ".join(f"--set {prefix + '.' if prefix else ''}{k}={value_text(v)}"
                      for k, v in overrides.items())
     return ProfileError(err.file, err.key, err.got, f"{err.expected} (with {sets})")
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from tokenpcap.errors import ProfileError
 
-__all__ = ["refuse_other_profile_kind"]
+__all__ = ["refuse_other_profile_kind", "profile_kind"]
 
 # The other kinds of profile a user may hand to a command that takes a scenario, each known by
 # required keys of its own that a scenario never has at its top level (model_profile._MODEL_SPEC,
@@ -35,3 +35,18 @@ def refuse_other_profile_kind(path: Path, data: Any) -> None:
                 path, "<document>", kind,
                 f"a scenario (corpus, model, cluster, parallelism, training: see "
                 f"profiles/scenarios/); a scenario names this file under its {key!r} key")
+
+
+def profile_kind(data: Any) -> str | None:
+    """Which kind of profile a parsed YAML document is: ``"a scenario"`` (its required
+    ``corpus`` or ``workload`` beside ``cluster``), ``"a model profile"``, ``"a cluster
+    profile"`` (their own required keys, as :func:`refuse_other_profile_kind` knows them), or
+    None for anything else (a text that happens to parse as YAML)."""
+    if not isinstance(data, dict):
+        return None
+    if "cluster" in data and ("corpus" in data or "workload" in data):
+        return "a scenario"
+    for kind, _, marks in _OTHER_PROFILE_KINDS:
+        if marks <= data.keys():
+            return kind
+    return None

@@ -38,7 +38,9 @@ by its file name up to the first dot (``STLProfile.load_py`` in ``trex_stl_strea
 ``PREFIX`` or NIC name with a dot is refused with one line.
 
 Bound: a NIC with more than :data:`MAX_STREAMS` frames is refused with one line (TRex keeps a
-profile's streams in memory, one per frame here; use ``--scale`` or a smaller scenario).
+profile's streams in memory, one per frame here; use ``--scale`` or a smaller scenario); from
+``generate``'s prediction, before any frame is written, when the frames average more than that
+per NIC, else once the NIC's capture is written.
 """
 from __future__ import annotations
 
@@ -182,15 +184,28 @@ def write_trex(plan, out: str | Path,  # type: ignore[no-untyped-def]
                          "a profile by its file name up to the first dot: use a prefix without")
     gbps = float(plan.scenario.cluster.link_gbps)
     written = []
+
+    def refuse_before_writing(expected: dict) -> None:
+        """``generate``'s prediction, before a frame is written: more frames than
+        :data:`MAX_STREAMS` per file on average means one NIC at least has too many, so the
+        run is refused now rather than after writing every NIC's capture."""
+        files, packets = expected["files"], expected["packets"]
+        if packets > MAX_STREAMS * files:
+            raise InputError(f"export --to trex: {packets:,} frames over {files:,} NICs, "
+                             f"expected at most {MAX_STREAMS:,} per NIC (one TRex stream "
+                             "each; some NIC sends more); use --scale")
+
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".trex-") as tmp:
         res = generate(plan.scenario, GenerateOptions(out_dir=Path(tmp), fmt="pcap",
                                                       scale=plan.scale, iterations=1,
-                                                      selection=Selection(nics=nics)))
+                                                      selection=Selection(nics=nics)),
+                       announce=refuse_before_writing)
         for path, packets, _ in sorted(res.files, key=lambda f: str(f[0])):
             nic = Path(path).stem
             if packets > MAX_STREAMS:
-                raise InputError(f"export --to trex: NIC {nic} sends {packets} frames, expected "
-                                 f"at most {MAX_STREAMS} (one TRex stream each); use --scale")
+                raise InputError(f"export --to trex: NIC {nic} sends {packets:,} frames, "
+                                 f"expected at most {MAX_STREAMS:,} (one TRex stream each); "
+                                 "use --scale")
             if packets == 0:
                 continue
             with open_capture(path) as cap:

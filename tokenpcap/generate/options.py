@@ -16,7 +16,7 @@ from tokenpcap.generate.select import OPEN_END_NS, Selection
 from tokenpcap.pcap.registry import CAPTURE_FORMATS, capture_format
 from tokenpcap.plan.build import Plan
 from tokenpcap.records.points import NIC_TX, CapturePoint
-from tokenpcap.records.provenance import provenance_comment as _provenance_line
+from tokenpcap.records.provenance import MAX_SCALE, provenance_comment as _provenance_line
 from tokenpcap.schedule.runner import Schedule
 
 __all__ = ["EPOCH_NS", "MAX_SEED", "FORMATS", "SPLITS", "GenerateOptions", "GenerateResult",
@@ -90,7 +90,7 @@ def check_options(s: Scenario, opt: GenerateOptions) -> None:
 
     Raises:
         InputError: a format the transport cannot carry, an unknown split, a snaplen outside
-            1..262144, scale, jobs or iterations below 1, a seed outside 0..2^63-1 (from ``opt``
+            1..262144, scale outside 1..2^63-1, jobs or iterations below 1, a seed outside 0..2^63-1 (from ``opt``
             or the scenario), each naming the option and the value.
         OutputError: ``opt.out_dir`` is not an existing directory.
     """
@@ -101,6 +101,8 @@ def check_options(s: Scenario, opt: GenerateOptions) -> None:
         raise InputError(f"--snaplen: got {opt.snaplen}, expected 1..262144")
     if opt.scale < 1 or opt.jobs < 1:
         raise InputError(f"--scale/--jobs: got {opt.scale}/{opt.jobs}, expected integers >= 1")
+    if opt.scale > MAX_SCALE:
+        raise InputError(f"--scale: got {opt.scale:,}, expected at most {MAX_SCALE:,}")
     if opt.iterations is not None and opt.iterations < 1:
         raise InputError(f"--iterations: got {opt.iterations}, expected an integer >= 1")
     if opt.seed is not None and not 0 <= opt.seed <= MAX_SEED:

@@ -62,7 +62,8 @@ def make_directory(path: str | os.PathLike) -> Iterator[Path]:
     if the block raises, the directories made here are removed again while still empty.
 
     Raises:
-        OutputError: ``path`` or an ancestor is a file ("got a file"), a name in it is longer
+        OutputError: ``path`` or an ancestor is a file ("got a file") or a symbolic link to
+            nothing, a name in it is longer
             than the file system allows (:func:`~tokenpcap.pcap.pathlimits.check_path_length`),
             or the file system refuses to create it (read-only, no permission), naming the path
             and the OS error.
@@ -72,6 +73,9 @@ def make_directory(path: str | os.PathLike) -> Iterator[Path]:
     made: list[Path] = []
     q = p
     while not q.exists() and q != q.parent:
+        if q.is_symlink():              # mkdir would say "File exists" of a missing target
+            raise OutputError(f"{p}: output directory: got a symbolic link {q} to "
+                              f"{os.readlink(q)}, which does not exist, expected a directory")
         made.append(q)
         q = q.parent
     if not q.is_dir():

@@ -40,7 +40,7 @@ import numpy as np
 from tokenpcap.errors import InputError, DecodeError
 from tokenpcap.records.points import NIC_TX, CapturePoint, parse_point
 
-__all__ = ["PREFIX", "KEYS", "OPTIONAL_KEYS", "SPLITS", "MAX_INDEX", "provenance_comment",
+__all__ = ["PREFIX", "KEYS", "OPTIONAL_KEYS", "SPLITS", "MAX_INDEX", "MAX_SCALE", "provenance_comment",
            "parse_provenance", "is_provenance", "index_ranges"]
 
 #: First word of the comment.
@@ -56,6 +56,10 @@ _SAFE = "/:-_.~+*()!$&';@"        # kept as is by quote() besides letters and di
 #: Largest NIC or rank index read back: far above any cluster a scenario can describe, so that a
 #: hostile ``nics=0-99999999999`` is refused instead of expanded into memory.
 MAX_INDEX = 1 << 20
+#: Largest ``--scale``: a non-negative int64 (as the seed), which a comment's 19-digit number
+#: carries back; a larger one was written and then refused by every reader of the capture.
+#: Beyond the largest message a larger scale changes nothing (each call at its floor).
+MAX_SCALE = (1 << 63) - 1
 #: A number in a provenance comment: at most 19 digits (every value fits a signed 64-bit
 #: integer or is refused; Python refuses to convert more than 4,300 digits at all).
 _NUM = r"\d{1,19}"
@@ -90,10 +94,10 @@ def provenance_comment(*, scenario: str, scale: int, iterations: tuple[int, int]
             when it is not ``nic-tx``).
 
     Raises:
-        InputError: a value out of range (scale < 1, B <= A, unknown split, negative index ...).
+        InputError: a value out of range (scale outside 1..MAX_SCALE, B <= A, unknown split, negative index ...).
     """
     a, b = (int(x) for x in iterations)
-    if int(scale) < 1 or a < 0 or b <= a or split not in SPLITS or int(snaplen) < 1 \
+    if not 1 <= int(scale) <= MAX_SCALE or a < 0 or b <= a or split not in SPLITS or int(snaplen) < 1 \
             or int(seed) < 0:
         raise InputError(f"provenance: scale {scale}, iterations {a}:{b}, split {split!r}, "
                          f"snaplen {snaplen}, seed {seed}: out of range")
