@@ -2,18 +2,25 @@
 view of a call shape's transfers, and the two things that make the build cost grow with the
 number of distinct shapes and program templates instead of calls × ranks.
 
-* **Call shapes up to a shift by whole nodes.** The transfers of a call depend on its
+* **Call shapes up to a shift of ranks.** The transfers of a call depend on its
   collective, its group (ring order), ``message_bytes`` and ``elem_bytes``
   (:func:`tokenpcap.collectives.transfers.transfers`). The algorithms see the ranks only through
   their positions in the group and their nodes (``rank // gpus_per_node``, compared and kept in
   order of appearance: :func:`tokenpcap.collectives.hops.nodes_in_order`), and a rank's NIC is
-  ``node · nics_per_node + f(local GPU)`` (:meth:`tokenpcap.collectives.layout.RankLayout.nic_array`).
-  Moving every rank of the group by ``k · gpus_per_node`` therefore moves every transfer's ranks
-  by the same amount and its NICs by ``k · nics_per_node``, and changes nothing else. So the
-  transfers are computed once per *canonical* group (the group moved down so that its lowest
-  rank is on node 0, :func:`canonical_shape`) and kept once (:class:`ShapeTable`); a call is its
-  shape and its shift, and a transfer's columns are read from its shape's row when needed
-  (:func:`expand_transfers`; the engine likewise).
+  ``node · nics_per_node + local · nics_per_node // gpus_per_node``
+  (:meth:`tokenpcap.collectives.layout.RankLayout.nic_array`; NCCL's rails,
+  :mod:`tokenpcap.collectives.rails`, and its PXN proxies, :mod:`tokenpcap.collectives.pxn`,
+  choose among the NICs of the group's own GPUs and of their local indices). Moving every rank
+  of the group by ``k · gpus_per_node`` therefore moves every transfer's ranks by the same amount
+  and its NICs by ``k · nics_per_node``, and changes nothing else. When every rank of the group
+  has the same local index ``l`` and ``nics_per_node == gpus_per_node`` (then a rank's NIC is
+  ``node · nics_per_node + local``, a translation), moving every rank by ``-l`` keeps each on its
+  node and moves each NIC by ``-l`` too: the data-parallel groups of the ``tp`` ranks of one
+  node are one shape. So the transfers are computed once per *canonical* group (the group moved
+  down so that its lowest rank is on node 0 and, under that condition, on local index 0:
+  :func:`canonical_shape`) and kept once (:class:`ShapeTable`); a call is its shape and its
+  shift (ranks; its NICs move by :func:`nic_shift` of it), and a transfer's columns are read
+  from its shape's row when needed (:func:`expand_transfers`; the engine likewise).
 * **Program templates.** :func:`tokenpcap.schedule.program.build_programs` reads a rank's calls
   only through their slot keys (phase, microbatch, layer, op, bucket, ...; whether the rank is a
   pipeline send's source) and the rank's coordinates; it never looks at call ids. Two ranks with
@@ -42,7 +49,7 @@ from tokenpcap.schedule.engine.events import NS_HIGH
 from tokenpcap.schedule.program import Call, Compute, Mark, Overlap, build_programs
 
 __all__ = ["COMPUTE", "CALL", "WAIT", "MARK", "MARK_CODES", "GROUP_FIELDS", "CallShapeArrays",
-           "encode_program", "canonical_shape", "ShapeTable", "ROW_FIELDS", "expand_transfers",
+           "encode_program", "canonical_shape", "nic_shift", "ShapeTable", "ROW_FIELDS", "expand_transfers",
            "template_programs"]
 
 #: Instruction kinds of ``ins_kind`` (the kernel's ``I_*``).
@@ -141,13 +148,28 @@ class CallShapeArrays:
 
 
 def canonical_shape(collective: str, group: tuple[int, ...], message_bytes: int, elem_bytes: int,
-                    gpus_per_node: int) -> tuple[tuple, int]:
+                    gpus_per_node: int, nics_per_node: int) -> tuple[tuple, int]:
     """``((collective, canonical group, message_bytes, elem_bytes), shift)``: the group moved
-    down by ``shift`` ranks, a multiple of ``gpus_per_node`` that puts its lowest rank on node 0
-    (module docstring)."""
+    down by ``shift`` ranks, the multiple of ``gpus_per_node`` that puts its lowest rank on node
+    0, plus, when every rank of the group has the same local index and ``nics_per_node ==
+    gpus_per_node``, that local index (module docstring). A call's NICs lie
+    :func:`nic_shift` of ``shift`` above its canonical shape's."""
     shift = min(group) // gpus_per_node * gpus_per_node
+    if nics_per_node == gpus_per_node:
+        local = group[0] % gpus_per_node
+        if local and all(r % gpus_per_node == local for r in group):
+            shift += local
     canon = tuple(r - shift for r in group) if shift else group
     return (collective, canon, message_bytes, elem_bytes), shift
+
+
+def nic_shift(shift, gpus_per_node: int, nics_per_node: int):
+    """NICs a call's transfers lie above its canonical shape's when its ranks lie ``shift``
+    above (:func:`canonical_shape`; an int or an int64 array, the result alike): ``shift //
+    gpus_per_node`` whole nodes of NICs plus the local part ``shift % gpus_per_node``, which is
+    non-zero only when ``nics_per_node == gpus_per_node`` (a rank's NIC is then ``node ·
+    nics_per_node + local``)."""
+    return shift // gpus_per_node * nics_per_node + shift % gpus_per_node
 
 
 def shape_transfers(key: tuple, plan):
@@ -184,10 +206,10 @@ class ShapeTable:
     ``recv_ptr``/``recv_list`` the rows a position sends and receives. Per shape: ``ab (S,)``
     (:attr:`CallShapeArrays.ab`).
 
-    A call of shape ``s`` whose group lies ``shift`` ranks (whole nodes) above the canonical one
-    has for its transfer ``j`` the row ``tr_ptr[s] + j`` with ranks ``+ shift`` and NICs
-    ``+ shift // gpus_per_node · nics_per_node`` (module docstring), and for its rank ``i`` the
-    position ``pos_ptr[s] + i``.
+    A call of shape ``s`` whose group lies ``shift`` ranks above the canonical one has for its
+    transfer ``j`` the row ``tr_ptr[s] + j`` with ranks ``+ shift`` and NICs ``+ nic_shift(shift,
+    gpus_per_node, nics_per_node)`` (:func:`nic_shift`, module docstring), and for its rank ``i``
+    the position ``pos_ptr[s] + i``.
     """
 
     tr_ptr: np.ndarray
@@ -284,8 +306,8 @@ def expand_transfers(table: ShapeTable, call_shape: np.ndarray, call_shift: np.n
     columns wanted (default all).
 
     Args:
-        call_shape, call_shift: int64 ``(C,)`` each call's shape and shift (ranks, a multiple of
-            ``gpus_per_node``); tr_base, part_base: int64 ``(C + 1,)`` first transfer and
+        call_shape, call_shift: int64 ``(C,)`` each call's shape and shift (ranks,
+            :func:`canonical_shape`); tr_base, part_base: int64 ``(C + 1,)`` first transfer and
             participation of each call.
     """
     want = ("call",) + tuple(n for n in ROW_FIELDS if n not in ("spos", "dpos")) + ("srcp", "dstp")
@@ -301,7 +323,7 @@ def expand_transfers(table: ShapeTable, call_shape: np.ndarray, call_shift: np.n
             out[n] = getattr(table, n)[row] + call_shift[c]
         elif n in ("snic", "dnic"):
             v = getattr(table, n)[row]
-            out[n] = np.where(v >= 0, v + call_shift[c] // gpus_per_node * nics_per_node, -1)
+            out[n] = np.where(v >= 0, v + nic_shift(call_shift[c], gpus_per_node, nics_per_node), -1)
         elif n in ("srcp", "dstp"):
             out[n] = getattr(table, "spos" if n == "srcp" else "dpos")[row] + part_base[c]
         else:
