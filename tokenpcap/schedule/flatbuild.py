@@ -2,25 +2,13 @@
 view of a call shape's transfers, and the two things that make the build cost grow with the
 number of distinct shapes and program templates instead of calls × ranks.
 
-* **Call shapes up to a shift of ranks.** The transfers of a call depend on its
-  collective, its group (ring order), ``message_bytes`` and ``elem_bytes``
-  (:func:`tokenpcap.collectives.transfers.transfers`). The algorithms see the ranks only through
-  their positions in the group and their nodes (``rank // gpus_per_node``, compared and kept in
-  order of appearance: :func:`tokenpcap.collectives.hops.nodes_in_order`), and a rank's NIC is
-  ``node · nics_per_node + local · nics_per_node // gpus_per_node``
-  (:meth:`tokenpcap.collectives.layout.RankLayout.nic_array`; NCCL's rails,
-  :mod:`tokenpcap.collectives.rails`, and its PXN proxies, :mod:`tokenpcap.collectives.pxn`,
-  choose among the NICs of the group's own GPUs and of their local indices). Moving every rank
-  of the group by ``k · gpus_per_node`` therefore moves every transfer's ranks by the same amount
-  and its NICs by ``k · nics_per_node``, and changes nothing else. When every rank of the group
-  has the same local index ``l`` and ``nics_per_node == gpus_per_node`` (then a rank's NIC is
-  ``node · nics_per_node + local``, a translation), moving every rank by ``-l`` keeps each on its
-  node and moves each NIC by ``-l`` too: the data-parallel groups of the ``tp`` ranks of one
-  node are one shape. So the transfers are computed once per *canonical* group (the group moved
-  down so that its lowest rank is on node 0 and, under that condition, on local index 0:
-  :func:`canonical_shape`) and kept once (:class:`ShapeTable`); a call is its shape and its
-  shift (ranks; its NICs move by :func:`nic_shift` of it), and a transfer's columns are read
-  from its shape's row when needed (:func:`expand_transfers`; the engine likewise).
+* **Call shapes up to a shift of ranks.** A group's transfers are its canonical group's moved
+  by a shift of ranks (whole nodes, and a local index every rank of the group shares where the
+  NICs translate with it: :mod:`tokenpcap.collectives.canonical`), so the transfers are computed
+  once per canonical group (:func:`canonical_shape`) and kept once (:class:`ShapeTable`); a call
+  is its shape and its shift (ranks; its NICs move by :func:`nic_shift` of it), and a
+  transfer's columns are read from its shape's row when needed (:func:`expand_transfers`; the
+  engine likewise).
 * **Program templates.** :func:`tokenpcap.schedule.program.build_programs` reads a rank's calls
   only through their slot keys (phase, microbatch, layer, op, bucket, ...; whether the rank is a
   pipeline send's source) and the rank's coordinates; it never looks at call ids. Two ranks with
@@ -42,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokenpcap.collectives.canonical import canonical_shape, nic_shift
 from tokenpcap.collectives.traffic import CallShape
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.plan.calltable import CallTable
@@ -145,31 +134,6 @@ class CallShapeArrays:
         at = np.asarray(group, np.int64)[sort]
         self.spos = sort[np.searchsorted(at, self.src)] if self.n else np.zeros(0, np.int64)
         self.dpos = sort[np.searchsorted(at, self.dst)] if self.n else np.zeros(0, np.int64)
-
-
-def canonical_shape(collective: str, group: tuple[int, ...], message_bytes: int, elem_bytes: int,
-                    gpus_per_node: int, nics_per_node: int) -> tuple[tuple, int]:
-    """``((collective, canonical group, message_bytes, elem_bytes), shift)``: the group moved
-    down by ``shift`` ranks, the multiple of ``gpus_per_node`` that puts its lowest rank on node
-    0, plus, when every rank of the group has the same local index and ``nics_per_node ==
-    gpus_per_node``, that local index (module docstring). A call's NICs lie
-    :func:`nic_shift` of ``shift`` above its canonical shape's."""
-    shift = min(group) // gpus_per_node * gpus_per_node
-    if nics_per_node == gpus_per_node:
-        local = group[0] % gpus_per_node
-        if local and all(r % gpus_per_node == local for r in group):
-            shift += local
-    canon = tuple(r - shift for r in group) if shift else group
-    return (collective, canon, message_bytes, elem_bytes), shift
-
-
-def nic_shift(shift, gpus_per_node: int, nics_per_node: int):
-    """NICs a call's transfers lie above its canonical shape's when its ranks lie ``shift``
-    above (:func:`canonical_shape`; an int or an int64 array, the result alike): ``shift //
-    gpus_per_node`` whole nodes of NICs plus the local part ``shift % gpus_per_node``, which is
-    non-zero only when ``nics_per_node == gpus_per_node`` (a rank's NIC is then ``node ·
-    nics_per_node + local``)."""
-    return shift // gpus_per_node * nics_per_node + shift % gpus_per_node
 
 
 def shape_transfers(key: tuple, plan):
