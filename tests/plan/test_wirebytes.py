@@ -9,6 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.schedule.test_flatbuild import layouts_and_groups
 from tokenpcap.collectives.algorithms import selectable_algorithms
 from tokenpcap.collectives.hops import group_positions
 from tokenpcap.collectives.layout import RankLayout
@@ -16,7 +17,6 @@ from tokenpcap.collectives.p2p_chunks import P2pNet
 from tokenpcap.collectives.traffic import CallShape, effective_algorithm
 from tokenpcap.collectives.transfers import P2P_ALGORITHMS, transfers
 from tokenpcap.plan.wirebytes import p2p_wire_bytes, protocol_wire_bytes
-from tests.schedule.test_flatbuild import layouts_and_groups
 
 
 def _sums(table, group, npn):

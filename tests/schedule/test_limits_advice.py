@@ -14,7 +14,12 @@ from tokenpcap.config.profiles import load_scenario
 from tokenpcap.errors import InfeasiblePlanError
 from tokenpcap.plan.build import build_plan
 from tokenpcap.schedule import limits
-from tokenpcap.schedule.limits import _smallest_scale, _work_at_any_scale, check_work, estimate_work
+from tokenpcap.schedule.limits import (
+    _smallest_scale,
+    _work_at_any_scale,
+    check_work,
+    estimate_work,
+)
 from tokenpcap.schedule.memory import engine_run
 
 SCEN = Path(__file__).resolve().parents[2] / "profiles" / "scenarios"
