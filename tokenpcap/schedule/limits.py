@@ -90,7 +90,9 @@ MAX_STATE_BYTES = 8_000_000_000
 MESSAGE_ROW_BYTES = 136
 #: A row of the call-shape templates (a distinct shape's transfer), fitted (module docstring):
 #: the largest of (peak RSS - calls x CALL_STATE_BYTES - the slab bound) / rows over the whole
-#: iterations measured on 2026-12-07, Llama-3.1 405B's 413 B (GPT-3 175B's 217 B), rounded up.
+#: iterations measured on 2026-12-07, Llama-3.1 405B's 413 B (GPT-3 175B's 217 B), rounded up;
+#: with the templates up to a shared local index the re-measured peaks stay below the estimate
+#: (docs/generate.md, "Limits").
 TEMPLATE_ROW_BYTES = 420
 #: A countdown word of a call in flight (int32; module slabs).
 SLAB_WORD_BYTES = 4
