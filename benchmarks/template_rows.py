@@ -66,16 +66,18 @@ def main(argv=None) -> None:
     print(f"{'':<58}{'(whole nodes)':>22}{'(this tree)':>22}")
     total = [0, 0, 0, 0]
     seen: list[set] = [set(), set()]
-    for k, (node, canon, calls) in sorted(kind.items(), key=lambda kv: -sum(rows[x] for x in kv[1][0])):
+    by_rows = sorted(kind.items(), key=lambda kv: -sum(rows[x] for x in kv[1][0]))
+    for k, (node, canon, calls) in by_rows:
         rn, rc = sum(rows[x] for x in node), sum(rows[x] for x in canon)
-        print(f"{'/'.join(k[:3]):<32}{k[3]:>6,}{calls:>12,}{len(node):>8,}{rn:>14,}{len(canon):>8,}{rc:>14,}")
+        print(f"{'/'.join(k[:3]):<32}{k[3]:>6,}{calls:>12,}{len(node):>8,}{rn:>14,}"
+              f"{len(canon):>8,}{rc:>14,}")
         for i, keys in enumerate((node, canon)):
             new = keys - seen[i]
             seen[i] |= new
             total[2 * i] += len(new)
             total[2 * i + 1] += sum(rows[x] for x in new)
-    print(f"{'total (distinct)':<32}{'':>6}{plan.calls_per_iteration:>12,}{total[0]:>8,}{total[1]:>14,}"
-          f"{total[2]:>8,}{total[3]:>14,}")
+    print(f"{'total (distinct)':<32}{'':>6}{plan.calls_per_iteration:>12,}{total[0]:>8,}"
+          f"{total[1]:>14,}{total[2]:>8,}{total[3]:>14,}")
     print(f"{time.perf_counter() - t0:.1f} s")
 
 

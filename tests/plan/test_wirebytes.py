@@ -26,7 +26,8 @@ def _sums(table, group, npn):
     by_nic = np.zeros((n, npn), np.int64)
     np.add.at(by_nic, (src[nic], table["src_nic"][nic].astype(np.int64) % npn), b[nic])
     sizes, counts = np.unique(b[nic], return_counts=True)
-    return (np.bincount(src[nic], b[nic], minlength=n), np.bincount(src[~nic], b[~nic], minlength=n),
+    return (np.bincount(src[nic], b[nic], minlength=n),
+            np.bincount(src[~nic], b[~nic], minlength=n),
             by_nic, tuple(zip(sizes.tolist(), counts.tolist())))
 
 

@@ -38,8 +38,8 @@ from tokenpcap.schedule.engine.events import NS_HIGH
 from tokenpcap.schedule.program import Call, Compute, Mark, Overlap, build_programs
 
 __all__ = ["COMPUTE", "CALL", "WAIT", "MARK", "MARK_CODES", "GROUP_FIELDS", "CallShapeArrays",
-           "encode_program", "canonical_shape", "nic_shift", "ShapeTable", "ROW_FIELDS", "expand_transfers",
-           "template_programs"]
+           "encode_program", "canonical_shape", "nic_shift", "ShapeTable", "ROW_FIELDS",
+           "expand_transfers", "template_programs"]
 
 #: Instruction kinds of ``ins_kind`` (the kernel's ``I_*``).
 COMPUTE, CALL, WAIT, MARK = range(4)
@@ -287,7 +287,8 @@ def expand_transfers(table: ShapeTable, call_shape: np.ndarray, call_shift: np.n
             out[n] = getattr(table, n)[row] + call_shift[c]
         elif n in ("snic", "dnic"):
             v = getattr(table, n)[row]
-            out[n] = np.where(v >= 0, v + nic_shift(call_shift[c], gpus_per_node, nics_per_node), -1)
+            up = nic_shift(call_shift[c], gpus_per_node, nics_per_node)
+            out[n] = np.where(v >= 0, v + up, -1)
         elif n in ("srcp", "dstp"):
             out[n] = getattr(table, "spos" if n == "srcp" else "dpos")[row] + part_base[c]
         else:
