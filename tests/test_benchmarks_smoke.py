@@ -44,7 +44,8 @@ TESTED = {"write_frames.py", "wire_build.py", "pcap_write.py", "pcap_read.py", "
           "engine_timing.py", "fuzz_campaign.py", "dask_generate.py", "flat_build.py",
           "generate_nic.py", "packet_path.py", "message_ring.py", "call_state.py", "engine_state.py",
           "fabric_ns3.py", "fabric_engine.py", "openloop_hpcc.py", "fabric_dcqcn.py",
-          "run_memory.py", "first_run.py", "replica_quotient.py", "plan_memory.py"}
+          "run_memory.py", "first_run.py", "replica_quotient.py", "plan_memory.py",
+          "template_rows.py"}
 HELPERS = {"common.py", "frame_writers.py", "frame_verify.py"}     # imported by the scripts
 
 
@@ -256,6 +257,22 @@ def test_plan_memory_plans_in_each_tree_and_compares_their_json():
     rows = re.findall(r"^dante +(this|against) +16 +([\d,]+) +[\d.]+ +[\d.]+ +[\d.]+$", out, re.M)
     assert rows == [("this", f"{calls:,}"), ("against", f"{calls:,}")], out
     assert "dante: the trees' JSON is byte-identical" in out
+
+
+def test_template_rows_counts_what_the_engine_estimate_charges():
+    """dante's template rows under this tree's rule are those ``shape_counts`` (the estimate)
+    counts; under whole nodes alone there are at least as many."""
+    from tokenpcap.config.profiles import load_scenario
+    from tokenpcap.plan.build import build_plan
+    from tokenpcap.schedule.shapecount import shape_counts
+
+    out = run("template_rows.py", "--scenario", "dante")
+    plan = build_plan(load_scenario(ROOT / "profiles" / "scenarios" / "dante.yaml"))
+    m = re.search(r"^total \(distinct\) +([\d,]+) +([\d,]+) +([\d,]+) +([\d,]+) +([\d,]+)$",
+                  out, re.M)
+    calls, _, node_rows, _, rows = (int(g.replace(",", "")) for g in m.groups())
+    assert calls == plan.calls_per_iteration
+    assert rows == shape_counts(plan).template_rows and node_rows >= rows
 
 
 def test_fabric_ns3_without_the_simulator_says_so(tmp_path):

@@ -1,6 +1,7 @@
-"""The building blocks of the fast flat build: the shift-by-whole-nodes property its transfer
-cache rests on, checked against :func:`tokenpcap.collectives.transfers.transfers` itself for
-every algorithm and collective, and the instruction encoding."""
+"""The building blocks of the fast flat build: the shift properties its transfer cache rests on
+(by whole nodes; by a local index shared by the group, only where a rank's NIC is a translation
+of it), checked against :func:`tokenpcap.collectives.transfers.transfers` itself for every
+algorithm and collective, and the instruction encoding."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 
 from tokenpcap.collectives.algorithms import selectable_algorithms
 from tokenpcap.collectives.layout import RankLayout
+from tokenpcap.collectives.p2p_chunks import P2pNet
 from tokenpcap.collectives.traffic import CallShape
 from tokenpcap.collectives.transfers import transfers
 from tokenpcap.schedule.flatbuild import (
@@ -19,6 +21,7 @@ from tokenpcap.schedule.flatbuild import (
     WAIT,
     canonical_shape,
     encode_program,
+    nic_shift,
 )
 from tokenpcap.schedule.program import Call, CallMode, Compute, Mark, Wait
 
@@ -43,7 +46,7 @@ def test_a_group_moved_by_whole_nodes_has_the_moved_transfers(shape, chunks, nod
     e = 2
     size = chunks * 3 * len(group) * elems * e + e * (chunks % 2)
     moved = tuple(r + nodes_up * GPN for r in group)
-    key, shift = canonical_shape(coll, moved, size, e, GPN)
+    key, shift = canonical_shape(coll, moved, size, e, GPN, NPN)
     assert shift % GPN == 0 and min(key[1]) < GPN and key[1] == tuple(r - shift for r in moved)
     a = transfers(CallShape(*key), alg, LAYOUT, 3, 5 * e)
     b = transfers(CallShape(coll, moved, size, e), alg, LAYOUT, 3, 5 * e)
@@ -62,8 +65,82 @@ def test_a_group_moved_by_whole_nodes_has_the_moved_transfers(shape, chunks, nod
 
 
 def test_a_group_already_on_node_0_is_its_own_canonical_shape():
-    key, shift = canonical_shape("AllReduce", (3, 1, 6), 64, 2, GPN)
+    key, shift = canonical_shape("AllReduce", (3, 1, 6), 64, 2, GPN, NPN)
     assert shift == 0 and key == ("AllReduce", (3, 1, 6), 64, 2)
+
+
+@st.composite
+def layouts_and_groups(draw):
+    """A node size, NICs per node (equal to it, half, or twice), and a group either of one
+    local index on distinct nodes (the data-parallel groups of one TP rank) or of any ranks
+    (local indices mixed, several on a node), on 6 nodes."""
+    gpn = draw(st.sampled_from([1, 2, 4, 8]))
+    npn = draw(st.sampled_from(sorted({gpn, max(1, gpn // 2), 2 * gpn})))
+    nodes = 6
+    coll = draw(st.sampled_from(["AllReduce", "AllGather", "ReduceScatter", "AllToAll",
+                                 "Broadcast", "SendRecv"]))
+    n = 2 if coll == "SendRecv" else draw(st.integers(2, 6))
+    if draw(st.booleans()):
+        local = draw(st.integers(0, gpn - 1))
+        group = tuple(nd * gpn + local for nd in draw(st.permutations(range(nodes)))[:n])
+    else:
+        group = tuple(draw(st.permutations(range(gpn * nodes)))[:n])
+    return gpn, npn, nodes, coll, group
+
+
+@settings(max_examples=120, deadline=None)
+@given(layouts_and_groups(), st.sampled_from(selectable_algorithms()), st.integers(1, 4),
+       st.booleans())
+def test_the_canonical_shape_moved_by_its_shift_is_the_groups_own_transfers(lg, alg, chunks, p2p):
+    """Every column of every transfer of a group equals its canonical shape's moved by the shift
+    (ranks and PXN proxies by ``shift``, NICs by ``nic_shift``), the dependencies and the send
+    and receive lists equal; and the local part of the shift is taken exactly when every rank
+    has one local index and ``nics_per_node == gpus_per_node``."""
+    gpn, npn, nodes, coll, group = lg
+    lay = RankLayout(dp=gpn * nodes, tp=1, pp=1, gpus_per_node=gpn, nics_per_node=npn)
+    e = 2
+    size = chunks * 3 * len(group) * e + e * (chunks % 2)
+    key, shift = canonical_shape(coll, group, size, e, gpn, npn)
+    locals_ = {r % gpn for r in group}
+    local_rule = npn == gpn and len(locals_) == 1
+    assert shift % gpn == (group[0] % gpn if local_rule else 0)
+    assert key[1] == tuple(r - shift for r in group) and min(key[1]) < gpn
+    if local_rule:
+        assert {r % gpn for r in key[1]} == {0}
+    net = P2pNet() if p2p else None
+    window = 8 if p2p else 0
+    a = transfers(CallShape(*key), alg, lay, 3, 5 * e, p2p=net, window=window)
+    b = transfers(CallShape(coll, group, size, e), alg, lay, 3, 5 * e, p2p=net, window=window)
+    ta, tb = a.table, b.table
+    up = nic_shift(shift, gpn, npn)
+    for f in ta.dtype.names:
+        want = ta[f]
+        if f in ("src", "dst"):
+            want = want + shift
+        elif f == "via":
+            want = np.where(want >= 0, want + shift, -1)
+        elif f in ("src_nic", "dst_nic"):
+            want = np.where(want >= 0, want + up, -1)
+        assert np.array_equal(want, tb[f]), f
+    # the NICs are the layout's own: a rank's NIC moved by the shift is the moved rank's NIC
+    assert np.array_equal(lay.nic_array(np.asarray(key[1])) + up, lay.nic_array(np.asarray(group)))
+    assert a.deps == b.deps and a.dependents == b.dependents
+    assert {r + shift: v for r, v in a.by_src.items()} == b.by_src
+    assert {r + shift: v for r, v in a.by_dst.items()} == b.by_dst
+
+
+def test_a_group_of_one_local_index_moves_to_local_0_only_where_nics_translate():
+    """Ranks 5, 13, 21 (local index 5 of nodes 0-2 of 8 GPUs): with 8 NICs per node one shape
+    with ranks 0, 8, 16 and shift 5; with 4 NICs per node (two GPUs a NIC) the group is its own
+    shape; a group mixing local indices 5 and 6 too."""
+    assert canonical_shape("AllReduce", (13, 5, 21), 64, 2, 8, 8) == \
+        (("AllReduce", (8, 0, 16), 64, 2), 5)
+    assert canonical_shape("AllReduce", (13, 5, 21), 64, 2, 8, 4) == \
+        (("AllReduce", (13, 5, 21), 64, 2), 0)
+    assert canonical_shape("AllReduce", (13, 6, 21), 64, 2, 8, 8) == \
+        (("AllReduce", (13, 6, 21), 64, 2), 0)
+    assert canonical_shape("AllReduce", (37, 29), 64, 2, 8, 8) == (("AllReduce", (8, 0), 64, 2), 29)
+    assert nic_shift(29, 8, 8) == 29 and nic_shift(24, 8, 4) == 12
 
 
 def test_encoding_of_each_instruction():

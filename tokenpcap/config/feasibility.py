@@ -16,7 +16,7 @@ from tokenpcap.errors import InfeasiblePlanError
 if TYPE_CHECKING:
     from tokenpcap.config.profiles import Scenario
 
-__all__ = ["check_feasible", "MAX_MICROBATCHES", "MAX_MICROBATCH_LAYERS"]
+__all__ = ["check_feasible", "microbatch_multiple", "MAX_MICROBATCHES", "MAX_MICROBATCH_LAYERS"]
 
 #: Microbatches per iteration: ``MESSAGE_DTYPE.microbatch`` is int16. Published runs use up to
 #: 512 (Megatron-LM 1T: batch 3,072 over dp 6, Narayanan et al. 2021 Table 1).
@@ -151,6 +151,13 @@ def check_feasible(s: Scenario) -> None:
              "128 = 65,536)")
 
 
+def microbatch_multiple(p) -> int:  # type: ignore[no-untyped-def]
+    """What an iteration's microbatches must be a multiple of under the parallelism ``p``
+    (:class:`~tokenpcap.config.types.Parallelism`): ``pp`` with the interleaved schedule
+    (:func:`_check_interleaving`), else 1."""
+    return p.pp if p.vpp > 1 else 1
+
+
 def _check_interleaving(s: Scenario, fail) -> None:  # type: ignore[no-untyped-def]
     """Megatron-LM's rules for the interleaved 1F1B schedule with ``v =
     virtual_pipeline_model_parallel_size > 1``: ``pp > 1`` (``arguments.py``, with the default
@@ -170,7 +177,7 @@ def _check_interleaving(s: Scenario, fail) -> None:  # type: ignore[no-untyped-d
     except PipelineSplitError as err:
         fail(f"parallelism.{err.key}", err.got, err.expected)
     mb = t.global_batch_size // (t.micro_batch_size * p.dp)
-    if mb % p.pp:
+    if mb % microbatch_multiple(p):
         fail(key, f"{p.vpp} with {mb} microbatches",
              f"microbatches (global_batch_size/(micro_batch_size*dp)) a multiple of pp {p.pp}")
     if p.zero_stage == 3:

@@ -7,6 +7,13 @@ message is rounded up to whole lines (or warp slices) with their flags
 call is cut into channels and messages: they are summed here from the same
 :func:`tokenpcap.collectives.transfers.transfers` table the schedule sends, which is what makes
 the capture equal the plan to the byte.
+
+Both sums are computed once per canonical group (:mod:`tokenpcap.collectives.canonical`: the
+group moved down by whole nodes and, where the NICs translate with it, by a local index its
+ranks share) and moved to each call: the per-rank sums are aligned with the group's positions,
+which the shift keeps, and the bytes by local NIC move by the shift's local NIC part
+(:func:`_moved`). Planning then costs one transfer table per canonical group instead of one per
+group (a data-parallel ring of 128 nodes is one table for the ``tp`` ranks of every stage).
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tokenpcap.collectives.canonical import canonical_shape, nic_shift
 from tokenpcap.collectives.hops import group_positions
 from tokenpcap.collectives.layout import RankLayout
 from tokenpcap.collectives.p2p_chunks import P2pNet, send_messages
@@ -70,9 +78,30 @@ def protocol_wire_bytes(call: CallLike, algorithm: str, layout: RankLayout, chan
     Raises:
         InputError: as :func:`tokenpcap.collectives.transfers.transfers`.
     """
-    return _cached(call.collective, tuple(call.group), int(call.message_bytes),
-                   int(call.elem_bytes), algorithm, layout, int(channels), int(slice_bytes),
-                   protocol, p2p, bool(empty_steps))
+    (coll, group, s, e), local = _canonical(call, layout)
+    return _moved(_cached(coll, group, s, e, algorithm, layout, int(channels), int(slice_bytes),
+                          protocol, p2p, bool(empty_steps)), local)
+
+
+def _canonical(call: CallLike, layout: RankLayout) -> tuple[tuple, int]:
+    """``(canonical key, local NIC shift)`` of ``call``: its canonical group
+    (:func:`tokenpcap.collectives.canonical.canonical_shape`) and the column shift of its bytes
+    by local NIC (its NIC shift modulo ``nics_per_node``)."""
+    gpn, npn = layout.gpus_per_node, layout.nics_per_node
+    key, shift = canonical_shape(call.collective, tuple(call.group), int(call.message_bytes),
+                                 int(call.elem_bytes), gpn, npn)
+    return key, nic_shift(shift, gpn, npn) % npn
+
+
+def _moved(w: WireBytes, local: int) -> WireBytes:
+    """``w`` of a canonical group for the call ``local`` NICs above it on every node: the bytes
+    by local NIC ``j`` become those of ``j + local`` (the canonical call's NICs are below
+    ``nics_per_node - local``, as the call's are NICs of their nodes)."""
+    if not local:
+        return w
+    by_nic = np.roll(w.by_nic, local, axis=1)
+    by_nic.setflags(write=False)
+    return w._replace(by_nic=by_nic)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -117,5 +146,5 @@ def p2p_wire_bytes(call: CallLike, algorithm: str, layout: RankLayout, channels:
         InputError: as :func:`tokenpcap.collectives.traffic.hops`.
     """
     hops(call, algorithm, layout)   # validates
-    return _p2p_cached(call.collective, tuple(call.group), int(call.message_bytes),
-                       int(call.elem_bytes), algorithm, layout, int(channels), p2p)
+    (coll, group, s, e), local = _canonical(call, layout)
+    return _moved(_p2p_cached(coll, group, s, e, algorithm, layout, int(channels), p2p), local)

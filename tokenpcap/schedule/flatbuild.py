@@ -2,18 +2,13 @@
 view of a call shape's transfers, and the two things that make the build cost grow with the
 number of distinct shapes and program templates instead of calls × ranks.
 
-* **Call shapes up to a shift by whole nodes.** The transfers of a call depend on its
-  collective, its group (ring order), ``message_bytes`` and ``elem_bytes``
-  (:func:`tokenpcap.collectives.transfers.transfers`). The algorithms see the ranks only through
-  their positions in the group and their nodes (``rank // gpus_per_node``, compared and kept in
-  order of appearance: :func:`tokenpcap.collectives.hops.nodes_in_order`), and a rank's NIC is
-  ``node · nics_per_node + f(local GPU)`` (:meth:`tokenpcap.collectives.layout.RankLayout.nic_array`).
-  Moving every rank of the group by ``k · gpus_per_node`` therefore moves every transfer's ranks
-  by the same amount and its NICs by ``k · nics_per_node``, and changes nothing else. So the
-  transfers are computed once per *canonical* group (the group moved down so that its lowest
-  rank is on node 0, :func:`canonical_shape`) and kept once (:class:`ShapeTable`); a call is its
-  shape and its shift, and a transfer's columns are read from its shape's row when needed
-  (:func:`expand_transfers`; the engine likewise).
+* **Call shapes up to a shift of ranks.** A group's transfers are its canonical group's moved
+  by a shift of ranks (whole nodes, and a local index every rank of the group shares where the
+  NICs translate with it: :mod:`tokenpcap.collectives.canonical`), so the transfers are computed
+  once per canonical group (:func:`canonical_shape`) and kept once (:class:`ShapeTable`); a call
+  is its shape and its shift (ranks; its NICs move by :func:`nic_shift` of it), and a
+  transfer's columns are read from its shape's row when needed (:func:`expand_transfers`; the
+  engine likewise).
 * **Program templates.** :func:`tokenpcap.schedule.program.build_programs` reads a rank's calls
   only through their slot keys (phase, microbatch, layer, op, bucket, ...; whether the rank is a
   pipeline send's source) and the rank's coordinates; it never looks at call ids. Two ranks with
@@ -35,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokenpcap.collectives.canonical import canonical_shape, nic_shift
 from tokenpcap.collectives.traffic import CallShape
 from tokenpcap.plan.calls import CollectiveCall
 from tokenpcap.plan.calltable import CallTable
@@ -42,8 +38,8 @@ from tokenpcap.schedule.engine.events import NS_HIGH
 from tokenpcap.schedule.program import Call, Compute, Mark, Overlap, build_programs
 
 __all__ = ["COMPUTE", "CALL", "WAIT", "MARK", "MARK_CODES", "GROUP_FIELDS", "CallShapeArrays",
-           "encode_program", "canonical_shape", "ShapeTable", "ROW_FIELDS", "expand_transfers",
-           "template_programs"]
+           "encode_program", "canonical_shape", "nic_shift", "ShapeTable", "ROW_FIELDS",
+           "expand_transfers", "template_programs"]
 
 #: Instruction kinds of ``ins_kind`` (the kernel's ``I_*``).
 COMPUTE, CALL, WAIT, MARK = range(4)
@@ -140,16 +136,6 @@ class CallShapeArrays:
         self.dpos = sort[np.searchsorted(at, self.dst)] if self.n else np.zeros(0, np.int64)
 
 
-def canonical_shape(collective: str, group: tuple[int, ...], message_bytes: int, elem_bytes: int,
-                    gpus_per_node: int) -> tuple[tuple, int]:
-    """``((collective, canonical group, message_bytes, elem_bytes), shift)``: the group moved
-    down by ``shift`` ranks, a multiple of ``gpus_per_node`` that puts its lowest rank on node 0
-    (module docstring)."""
-    shift = min(group) // gpus_per_node * gpus_per_node
-    canon = tuple(r - shift for r in group) if shift else group
-    return (collective, canon, message_bytes, elem_bytes), shift
-
-
 def shape_transfers(key: tuple, plan):
     """The cached transfers of a canonical shape ``key`` (:func:`canonical_shape`) of ``plan``
     (:meth:`tokenpcap.plan.build.Plan.call_transfers`); a key with a fifth entry ``lane`` (a
@@ -184,10 +170,10 @@ class ShapeTable:
     ``recv_ptr``/``recv_list`` the rows a position sends and receives. Per shape: ``ab (S,)``
     (:attr:`CallShapeArrays.ab`).
 
-    A call of shape ``s`` whose group lies ``shift`` ranks (whole nodes) above the canonical one
-    has for its transfer ``j`` the row ``tr_ptr[s] + j`` with ranks ``+ shift`` and NICs
-    ``+ shift // gpus_per_node · nics_per_node`` (module docstring), and for its rank ``i`` the
-    position ``pos_ptr[s] + i``.
+    A call of shape ``s`` whose group lies ``shift`` ranks above the canonical one has for its
+    transfer ``j`` the row ``tr_ptr[s] + j`` with ranks ``+ shift`` and NICs ``+ nic_shift(shift,
+    gpus_per_node, nics_per_node)`` (:func:`nic_shift`, module docstring), and for its rank ``i``
+    the position ``pos_ptr[s] + i``.
     """
 
     tr_ptr: np.ndarray
@@ -284,8 +270,8 @@ def expand_transfers(table: ShapeTable, call_shape: np.ndarray, call_shift: np.n
     columns wanted (default all).
 
     Args:
-        call_shape, call_shift: int64 ``(C,)`` each call's shape and shift (ranks, a multiple of
-            ``gpus_per_node``); tr_base, part_base: int64 ``(C + 1,)`` first transfer and
+        call_shape, call_shift: int64 ``(C,)`` each call's shape and shift (ranks,
+            :func:`canonical_shape`); tr_base, part_base: int64 ``(C + 1,)`` first transfer and
             participation of each call.
     """
     want = ("call",) + tuple(n for n in ROW_FIELDS if n not in ("spos", "dpos")) + ("srcp", "dstp")
@@ -301,7 +287,8 @@ def expand_transfers(table: ShapeTable, call_shape: np.ndarray, call_shift: np.n
             out[n] = getattr(table, n)[row] + call_shift[c]
         elif n in ("snic", "dnic"):
             v = getattr(table, n)[row]
-            out[n] = np.where(v >= 0, v + call_shift[c] // gpus_per_node * nics_per_node, -1)
+            up = nic_shift(call_shift[c], gpus_per_node, nics_per_node)
+            out[n] = np.where(v >= 0, v + up, -1)
         elif n in ("srcp", "dstp"):
             out[n] = getattr(table, "spos" if n == "srcp" else "dpos")[row] + part_base[c]
         else:

@@ -90,7 +90,9 @@ MAX_STATE_BYTES = 8_000_000_000
 MESSAGE_ROW_BYTES = 136
 #: A row of the call-shape templates (a distinct shape's transfer), fitted (module docstring):
 #: the largest of (peak RSS - calls x CALL_STATE_BYTES - the slab bound) / rows over the whole
-#: iterations measured on 2026-12-07, Llama-3.1 405B's 413 B (GPT-3 175B's 217 B), rounded up.
+#: iterations measured on 2026-12-07, Llama-3.1 405B's 413 B (GPT-3 175B's 217 B), rounded up;
+#: with the templates up to a shared local index the re-measured peaks stay below the estimate
+#: (docs/generate.md, "Limits").
 TEMPLATE_ROW_BYTES = 420
 #: A countdown word of a call in flight (int32; module slabs).
 SLAB_WORD_BYTES = 4
@@ -221,62 +223,81 @@ def _path_links(cluster) -> int:  # type: ignore[no-untyped-def]
 
 def _smallest_scale(plan, iterations: int, run: RunKind
                     ) -> tuple[int, int] | None:  # type: ignore[no-untyped-def]
-    """``(scale, messages)`` of the smallest power of ten above ``plan.scale`` whose plan the
-    engine holds (:func:`_fits`), or None."""
+    """``(scale, messages)`` of the smallest power of ten above ``plan.scale`` (up to
+    ``10**10``) whose plan the engine holds (:func:`_fits`), or None.
+
+    A call's messages, transfers and countdowns do not grow with the scale
+    (:func:`_work_at_any_scale`), so the powers are bisected: at most five plans are made of the
+    ten (the largest first, then the bisection's). The scale returned was planned and fits
+    whatever the work does between the powers tried."""
     from tokenpcap.plan.build import build_plan
 
-    k = 10
-    while k <= 10 ** 10:
-        if k > plan.scale:
-            w = estimate_work(build_plan(plan.scenario, scale=k), iterations, nvlink=False,
-                              run=run)
-            if _fits(w):
-                return k, w.messages
-        k *= 10
-    return None
+    def work(e: int) -> Work:
+        return estimate_work(build_plan(plan.scenario, scale=10 ** e), iterations, nvlink=False,
+                             run=run)
+
+    lo = len(str(plan.scale))          # the first power of ten above plan.scale: 10**lo
+    if lo > 10:
+        return None
+    hi, w_hi = 10, work(10)            # the least exponent known to fit and its work
+    if not _fits(w_hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        w = work(mid)
+        if _fits(w):
+            hi, w_hi = mid, w
+        else:
+            lo = mid + 1
+    return 10 ** hi, w_hi.messages
 
 
 def _smaller_batch(plan, floor: Work, iterations: int,  # type: ignore[no-untyped-def]
                    run: RunKind) -> str:
     """Advice for a job no ``--scale`` fits: the largest ``training.global_batch_size`` (a
-    multiple of one microbatch per data-parallel replica) whose plan fits at some scale, with
-    the smallest power-of-ten ``--scale`` that then fits, or, when one microbatch is too many,
-    fewer data-parallel replicas.
+    multiple of ``u`` microbatches per data-parallel replica, ``u`` what the schedule needs:
+    :func:`tokenpcap.config.feasibility.microbatch_multiple`) whose plan fits at some scale,
+    with the smallest power-of-ten ``--scale`` that then fits, or, when ``u`` microbatches are
+    too many, fewer data-parallel replicas.
 
     The messages and state of the floor grow with the microbatches (every TP, EP, CP and PP
     call is per microbatch; the DP buckets are per iteration): the count is extrapolated
-    linearly from one microbatch and ``plan``'s, then checked, and lowered until its plan
+    linearly from ``u`` microbatches and ``plan``'s, then checked, and lowered until its plan
     fits."""
     import dataclasses as dc
 
+    from tokenpcap.config.feasibility import microbatch_multiple
     from tokenpcap.plan.build import build_plan
 
     s = plan.scenario
     fewer_dp = ("a smaller job fits, e.g. fewer data-parallel replicas on a matching cluster "
                 f"(--set parallelism.dp=... --set cluster.nodes=...; dp is {s.parallelism.dp})")
     m_all = plan.microbatches
-    if s.model is None or m_all <= 1:
+    u = 1 if s.model is None else microbatch_multiple(s.parallelism)
+    if s.model is None or m_all <= u:
         return fewer_dp
     per = s.training.global_batch_size // m_all
+    k_all = m_all // u
 
-    def at(m: int):  # type: ignore[no-untyped-def]
-        sm = dc.replace(s, training=dc.replace(s.training, global_batch_size=m * per))
+    def at(k: int):  # type: ignore[no-untyped-def]
+        sm = dc.replace(s, training=dc.replace(s.training, global_batch_size=k * u * per))
         return sm, _work_at_any_scale(build_plan(sm, scale=plan.scale), iterations, run)
 
     _, one = at(1)
     if not _fits(one):
         return fewer_dp
-    slope = [max(1, (a - b) // (m_all - 1)) for a, b in
+    slope = [max(1, (a - b) // (k_all - 1)) for a, b in
              ((floor.messages, one.messages), (floor.memory_bytes, one.memory_bytes))]
     room = [(MAX_STATE_BYTES - one.memory_bytes) // slope[1]]
     if run.keep_messages:
         room.append((MAX_MESSAGES - one.messages) // slope[0])
-    m = max(1, min(m_all - 1, 1 + min(room)))
+    k = max(1, min(k_all - 1, 1 + min(room)))
     while True:
-        sm, w = at(m) if m > 1 else at(1)
-        if _fits(w) or m == 1:
+        sm, w = at(k)
+        if _fits(w) or k == 1:
             break
-        m = max(1, m * 3 // 4)
+        k = max(1, k * 3 // 4)
+    m = k * u
     found = _smallest_scale(build_plan(sm, scale=plan.scale), iterations, run)
     how = f"--scale {found[0]} " if found else ""
     return (f"--set training.global_batch_size={m * per} ({m} of {m_all} microbatches) "

@@ -46,10 +46,10 @@ def shape_counts(plan) -> Shapes:  # type: ignore[no-untyped-def]
     for f in plan.families:
         per = per_mixed = 0
         for g in f.groups:
-            # a group moved by whole nodes has as many copies (flatbuild); the schedule's flat
-            # build then finds these transfers cached
+            # a group moved to its canonical shape has as many copies (flatbuild); the
+            # schedule's flat build then finds these transfers cached
             key, _ = canonical_shape(f.collective, g, f.message_bytes, f.elem_bytes,
-                                     plan.layout.gpus_per_node)
+                                     plan.layout.gpus_per_node, plan.layout.nics_per_node)
             tr = shape_transfers(key, plan)
             nic = tr.table["nic"]
             copies = int((~nic).sum())

@@ -4,9 +4,10 @@ dependents and a participation's sends and receives goes through these functions
 :mod:`tokenpcap.schedule.runner`), so the layout of the transfer tables is known here only.
 
 Layout (:func:`tokenpcap.schedule.engine.state.build_state` fills it; the templates are those of
-:mod:`tokenpcap.schedule.flatbuild`): a call ``c`` is a canonical call shape moved up by whole
-nodes. The engine names transfer ``j`` of call ``c`` (``0 <= j < tr_base[c + 1] - tr_base[c]``)
-by the *handle* ``c·2**32 + j`` (:func:`handle`; its run-wide id is ``tr_base[c] + j``,
+:mod:`tokenpcap.schedule.flatbuild`): a call ``c`` is a canonical call shape moved up by a shift
+of its ranks (:func:`tokenpcap.schedule.flatbuild.canonical_shape`). The engine names transfer
+``j`` of call ``c`` (``0 <= j < tr_base[c + 1] - tr_base[c]``) by the *handle* ``c·2**32 + j``
+(:func:`handle`; its run-wide id is ``tr_base[c] + j``,
 :meth:`TransferView.ids`): its call is the handle's high bits, so nothing is stored per
 transfer to find it. It is the canonical row ``c_row[c] + j`` of ``ct`` with ranks
 ``+ c_shift[c]`` and NICs ``+ c_nshift[c]``; its participation ``p`` is the canonical position

@@ -51,7 +51,7 @@ from tokenpcap.schedule.engine.access import (
     TransferView,
 )
 from tokenpcap.schedule.engine.frames import NicModel
-from tokenpcap.schedule.flatbuild import ShapeTable
+from tokenpcap.schedule.flatbuild import ShapeTable, nic_shift
 
 __all__ = ["Engine", "build_state", "QP_STRIDE"]
 
@@ -232,7 +232,7 @@ def _number_qps(table, row_shape, snic, dnic, shape, shift, dim, channels: int, 
     np.cumsum(count, out=qbase[1:])
     e = np.repeat(np.arange(trip.size), count)
     q = lq_ptr[t_shape[e]] + np.arange(int(qbase[-1])) - qbase[e]
-    ns = t_shift[e] // gpn * npn
+    ns = nic_shift(t_shift[e], gpn, npn)
     conn = t_dim[e] * channels + lch[q]
     qcodes, qglob = np.unique((((la[q] + ns) * N + lb[q] + ns) * QP_STRIDE + conn) * 2 + role[q],
                               return_inverse=True)
@@ -291,7 +291,7 @@ def build_state(flats, layout, nic: NicModel, *, channels: int, nvlink_gbps: flo
     tr_base = np.concatenate([f.tr_base[:-1] + T[i] for i, f in enumerate(flats)])
     call_pbase = np.concatenate([f.part_base[:-1] + P[i] for i, f in enumerate(flats)] + [[P[-1]]])
     codes = np.concatenate([f.call_codes for f in flats]).astype(np.int64)
-    nshift = shift // gpn * npn
+    nshift = nic_shift(shift, gpn, npn)
     c_row = table.tr_ptr[shape]                     # each call's first canonical row
     c_pos = table.pos_ptr[shape] - call_pbase[:-1]
     ntr = np.diff(table.tr_ptr)[shape]
