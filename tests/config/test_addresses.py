@@ -1,7 +1,9 @@
 """Tests of tokenpcap.config.addresses against the standard library's ipaddress and published examples."""
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -76,11 +78,23 @@ def test_range_limits():
         nic_addresses(cluster(nodes=1, per=255))
     with pytest.raises(InfeasiblePlanError, match="ipv4_base"):
         nic_addresses(cluster(nodes=2, per=8, ipv4_base="198.19.255.0"))
+    # RFC 1918's 10.0.0.0/8 holds 2**24 / 256 nodes of /24s: the 2,048 nodes of 16,384 GPUs fit
+    with pytest.raises(InfeasiblePlanError, match=r"the 512 nodes 198\.18\.0\.0/15 holds after "
+                       r"the base; network\.ipv4_base 10\.0\.0\.0 .* holds 65,536 nodes"):
+        nic_addresses(cluster(nodes=2048, per=8))
+    last = nic_addresses(cluster(nodes=2048, per=8, ipv4_base="10.0.0.0")).ipv4[-1]
+    assert ipaddress.IPv4Address(bytes(last)) == ipaddress.IPv4Address("10.0.0.0") + 256 * 2047 + 8
+    nic_addresses(cluster(nodes=65536, per=1, ipv4_base="10.0.0.0"))
+    with pytest.raises(InfeasiblePlanError, match=r"the 65,535 nodes 10\.0\.0\.0/8"):
+        nic_addresses(cluster(nodes=65536, per=1, ipv4_base="10.0.1.0"))
+    with pytest.raises(InfeasiblePlanError, match=r"the 16 nodes 172\.16\.0\.0/12"):
+        nic_addresses(cluster(nodes=17, per=1, ipv4_base="172.31.240.0"))
     with pytest.raises(InfeasiblePlanError, match="mac_prefix"):
         nic_addresses(cluster(nodes=2, per=8, mac_prefix="02:00:00:00:00"))
     nic_addresses(cluster(nodes=511, per=96))                # 49056 NICs: LIDs up to 0xBFA0
-    with pytest.raises(InfeasiblePlanError, match="unicast LIDs"):
-        nic_addresses(cluster(nodes=512, per=96))            # 49152 > 0xBFFF
+    with pytest.raises(InfeasiblePlanError, match="unicast LIDs"):   # 49152 > 0xBFFF
+        nic_addresses(dataclasses.replace(cluster(nodes=512, per=96), transport="infiniband"))
+    assert not nic_addresses(cluster(nodes=512, per=96)).lid.any()   # RoCEv2 frames carry no LID
 
 
 @pytest.mark.parametrize("key,value", [
@@ -124,3 +138,25 @@ def test_no_nic_mac_is_a_switch_port_mac(prefix, nodes, per):
     except InfeasiblePlanError:
         return
     assert not ((mac[:, 0] == 6) & (mac[:, 1] == 0)).any()
+
+
+def test_generate_refuses_a_cluster_beyond_its_addresses_before_planning(tmp_path, monkeypatch):
+    """``generate`` checks the cluster's address ranges before it plans: a 4-node cluster whose
+    ``ipv4_base`` leaves room for one node is refused with the key and the block, and the plan is
+    never built (nothing written)."""
+    from click.testing import CliRunner
+
+    import tokenpcap.generate.run as run_mod
+    from tokenpcap.cli import main
+
+    def no_planning(*a, **k):  # type: ignore[no-untyped-def]
+        raise AssertionError("planned before the addresses were checked")
+
+    monkeypatch.setattr(run_mod, "prepare", no_planning)
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["generate", str(root / "profiles/scenarios/dante.yaml"), "-o",
+                                  str(out), "--set", "cluster.network.ipv4_base=198.19.255.0"])
+    assert r.exit_code == 1, r.output
+    assert "network.ipv4_base: got '198.19.255.0' for 4 nodes" in r.output
+    assert "the 1 node 198.18.0.0/15 holds" in r.output and not out.exists()

@@ -9,13 +9,16 @@ address    rule                                                   default exampl
 MAC        ``mac_prefix`` + node (big-endian, the bytes left but    ``02:00:00:00:03:05``
            one) + NIC (last byte); ``02:`` is a locally
            administered unicast prefix (IEEE 802 clause 8.2)
-IPv4       ``ipv4_base + 256 * node + NIC + 1``, inside the /15     ``198.18.3.6``
-           that holds ``ipv4_base`` (RFC 2544 benchmarking block
-           198.18.0.0/15); last octet never 0 or 255
+IPv4       ``ipv4_base + 256 * node + NIC + 1``, inside the block   ``198.18.3.6``
+           that holds ``ipv4_base`` (:data:`IPV4_BLOCKS`: RFC 2544's
+           benchmarking 198.18.0.0/15, 512 nodes; RFC 1918's
+           10.0.0.0/8, 65,536 nodes, and the others; else the /15);
+           last octet never 0 or 255
 IPv6       ``ipv6_base + node << 64 + NIC + 1``, inside the /48     ``2001:2:0:3::6``
            that holds ``ipv6_base`` (RFC 5180 block 2001:2::/48)
 LID        ``1 + g``; unicast LIDs are 0x0001..0xBFFF (IBTA vol.1   ``0x001e`` with 8 NICs per node
-           4.1.3)
+           4.1.3); a RoCEv2 cluster of more NICs (its frames
+           carry no LID) gets 0, the reserved LID, for all
 GID        ``fe80::/64`` + modified EUI-64 of the MAC (RFC 4291     ``fe80::ff:fe00:305``
            2.5.1, appendix A); the IB default subnet prefix
 ========== ====================================================== ==================================
@@ -37,10 +40,24 @@ from tokenpcap.errors import InfeasiblePlanError, InputError, ProfileError
 from tokenpcap.config.profiles import ClusterProfile
 
 __all__ = ["NicAddresses", "nic_addresses", "switch_port_macs", "IB_UNICAST_LID_MAX",
-           "SWITCH_MAC_PREFIX"]
+           "SWITCH_MAC_PREFIX", "IPV4_BLOCKS"]
 
 #: First two octets of every switch port's MAC (:func:`switch_port_macs`).
 SWITCH_MAC_PREFIX = b"\x06\x00"
+
+#: The address blocks an ``ipv4_base`` may fill, largest first (RFC 1918 section 3: the private
+#: 10/8, 172.16/12, 192.168/16; RFC 2544 appendix C.2.2, RFC 6890: the benchmarking
+#: 198.18.0.0/15). A base outside them fills the /15 that holds it.
+IPV4_BLOCKS = tuple(ipaddress.ip_network(n) for n in (
+    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "198.18.0.0/15"))
+
+
+def _ipv4_block(base: int) -> ipaddress.IPv4Network:
+    """The block of :data:`IPV4_BLOCKS` holding ``base``, else the /15 that holds it."""
+    addr = ipaddress.IPv4Address(base)
+    return next((b for b in IPV4_BLOCKS if addr in b),
+                ipaddress.ip_network((base >> 17 << 17, 15)))
+
 
 #: Highest unicast LID (IBTA vol.1 4.1.3: 0x0001-0xBFFF unicast, 0xC000-0xFFFE multicast).
 IB_UNICAST_LID_MAX = 0xBFFF
@@ -148,7 +165,8 @@ def nic_addresses(cluster: ClusterProfile) -> NicAddresses:
 
     Raises:
         ProfileError: a malformed ``network.mac_prefix``, ``ipv4_base`` or ``ipv6_base``.
-        InfeasiblePlanError: more nodes or NICs than the address ranges hold.
+        InfeasiblePlanError: more nodes or NICs than the address ranges hold (LIDs: only on
+            InfiniBand).
     """
     nodes, per = int(cluster.nodes), int(cluster.nics_per_node)
     node = np.repeat(np.arange(nodes, dtype=np.int64), per)
@@ -171,9 +189,14 @@ def nic_addresses(cluster: ClusterProfile) -> NicAddresses:
         raise ProfileError(cluster.path, "network.ipv4_base", cluster.network.ipv4_base,
                            "an IPv4 address whose last octet is 0 (e.g. '198.18.0.0')")
     last_v4 = v4 + 256 * (nodes - 1) + per
-    if per > 254 or (last_v4 >> 17) != (v4 >> 17):
+    block = _ipv4_block(v4)
+    if per > 254 or last_v4 > int(block.broadcast_address):
+        fits = (int(block.broadcast_address) + 1 - v4) // 256
+        bigger = "" if block.prefixlen == 8 else (
+            "; network.ipv4_base 10.0.0.0 (RFC 1918's 10.0.0.0/8) holds 65,536 nodes")
         raise _too_many(cluster, "network.ipv4_base", cluster.network.ipv4_base,
-                        "254 NICs per node and as many nodes as the /15 holds after the base")
+                        f"254 NICs per node and the {fits:,} node{'' if fits == 1 else 's'} {block} holds after the "
+                        f"base{bigger}")
     ipv4 = ((v4 + 256 * node + nic + 1)[:, None] >> np.array([24, 16, 8, 0])) & 0xFF
 
     v6 = _base(cluster, "ipv6_base", 6)
@@ -183,9 +206,12 @@ def nic_addresses(cluster: ClusterProfile) -> NicAddresses:
                         "as many nodes as the /48 holds after the base")
     ipv6 = _bytes_be([v6 + (int(a) << 64) + int(b) + 1 for a, b in zip(node, nic)], 16)
 
-    if n > IB_UNICAST_LID_MAX:
+    if n <= IB_UNICAST_LID_MAX:
+        lid = np.arange(1, n + 1, dtype=np.uint16)
+    elif cluster.transport == "infiniband":
         raise _too_many(cluster, "nodes * nics_per_node", n, f"{IB_UNICAST_LID_MAX} NICs (IB unicast LIDs)")
-    lid = np.arange(1, n + 1, dtype=np.uint16)
+    else:                  # RoCEv2 frames carry no LRH: LID 0, the reserved value, for every NIC
+        lid = np.zeros(n, np.uint16)
 
     eui = np.empty((n, 8), np.uint8)           # modified EUI-64: MAC[0:3] ff fe MAC[3:6], U/L flipped
     eui[:, :3], eui[:, 3], eui[:, 4], eui[:, 5:] = mac[:, :3], 0xFF, 0xFE, mac[:, 3:]

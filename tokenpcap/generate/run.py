@@ -170,6 +170,7 @@ def _generate(s: Scenario, opt: GenerateOptions, outset: OutputSet, t0: float, t
               progress, announce, gen, seed: int, n_nics: int, sel: Selection,
               n_iter: int, shard: bool = False) -> GenerateResult:
     free = shutil.disk_usage(opt.out_dir).free
+    nic_addresses(s.cluster)       # a cluster larger than its address ranges: before any planning
 
     def refuse_early(plan: Plan) -> None:
         """The plan's capture size (plan/sizing.py, from the closed forms: seconds even for a
