@@ -60,7 +60,8 @@ class Blocks:
     added to the file's length.
 
     Raises:
-        OSError: from the writes (raised where the owner collects its queued writes).
+        OSError: from the writes (raised where the owner collects its queued writes; ``EINVAL``
+            and ``EOPNOTSUPP`` from ``O_DIRECT`` are not raised: the page cache takes over).
     """
 
     def __init__(self, fd: int, path, submit, wait, wrote):
@@ -107,8 +108,11 @@ class Blocks:
         which becomes current. Returns the file's length.
 
         Raises:
-            OSError: an earlier queued write failed (from ``wait``).
+            ValueError: nothing begun (:meth:`begin`), or the tail settled since.
+            OutputError: an earlier queued write failed (from ``wait``).
         """
+        if self.base < 0:
+            raise ValueError("Blocks.write: got no begun append, expected begin() first")
         buf = self._bufs[self._i]
         whole = end - end % ALIGN
         self._wait()                    # the other buffer's write is done: it may be refilled
