@@ -87,6 +87,18 @@ class InPlaceRecords:
         """Whether ``writer``'s file takes records built here: classic pcap over Ethernet."""
         return getattr(writer, "record_layout", None) is not None
 
+    def may_serve(self, packets: np.ndarray) -> bool:
+        """Whether every row of ``packets`` (``PACKET_DTYPE (n,)``) is one this serves by its
+        opcode, lengths and time (module docstring; the checks and the seconds aside): for a
+        caller that writes other rows first only for a part that will be built here."""
+        d = self.builder.direct
+        if not d.ready:
+            return False
+        packets = np.ascontiguousarray(packets)
+        return bool(_all_served(packets.view(np.uint8).reshape(len(packets), _ROW), _FIELDS,
+                                d.hb, d.l4_checksum_end, self.snaplen, CRC_PAYLOAD_MAX_BYTES,
+                                MIN_HOLE_BYTES))
+
     def add(self, packets: np.ndarray) -> int | None:
         """Build the records of ``packets`` (``PACKET_DTYPE (n,)``; read, not kept) after the
         records held, and return their bytes; None, with nothing built, when the part is not
@@ -142,6 +154,38 @@ class InPlaceRecords:
 _NOT_SERVED, _BAD_ROW = -1, -2
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _served_row(rec, r, fo, hb_t, l4_end, snaplen, crc_payload_max, min_hole):
+    """``(kept bytes, frame bytes, time)`` of row ``r`` (see :func:`_build_records`), kept bytes
+    -1 when :class:`InPlaceRecords` does not serve it (module docstring)."""
+    op = rec[r, fo[2]]
+    h = hb_t[op]
+    if h < 0 or rec[r, fo[4]] != 0:
+        return -1, 0, 0
+    pay = np.int64(0)
+    f = np.int64(0)
+    ti = np.int64(0)
+    for b in range(4):
+        pay |= np.int64(rec[r, fo[3] + b]) << (8 * b)
+        f |= np.int64(rec[r, fo[1] + b]) << (8 * b)
+    for b in range(8):
+        ti |= np.int64(rec[r, fo[0] + b]) << (8 * b)
+    c = min(f, snaplen)
+    if (c > h + pay and pay > crc_payload_max) or (l4_end >= 0 and c > l4_end) \
+            or c >= min_hole or ti < 0:
+        return -1, 0, 0
+    return c, f, ti
+
+
+@njit(cache=True, nogil=True)
+def _all_served(rec, fo, hb_t, l4_end, snaplen, crc_payload_max, min_hole):
+    """Whether :class:`InPlaceRecords` serves every row of ``rec`` (:func:`_served_row`)."""
+    for r in range(rec.shape[0]):
+        if _served_row(rec, r, fo, hb_t, l4_end, snaplen, crc_payload_max, min_hole)[0] < 0:
+            return False
+    return True
+
+
 @njit(cache=True, nogil=True, _nrt=False)
 def _build_records(packets, rec, fo, snaplen, crc_payload_max, min_hole, hb_t, l4_end,
                    frac_per_sec, step, big, max_sec, out, at, pats, checks, header, crc,
@@ -161,21 +205,8 @@ def _build_records(packets, rec, fo, snaplen, crc_payload_max, min_hole, hb_t, l
     sec = lo = hi = 0
     p = at
     for r in range(rec.shape[0]):
-        op = rec[r, fo[2]]
-        h = hb_t[op]
-        if h < 0 or rec[r, fo[4]] != 0:
-            return _NOT_SERVED
-        pay = np.int64(0)
-        f = np.int64(0)
-        ti = np.int64(0)
-        for b in range(4):
-            pay |= np.int64(rec[r, fo[3] + b]) << (8 * b)
-            f |= np.int64(rec[r, fo[1] + b]) << (8 * b)
-        for b in range(8):
-            ti |= np.int64(rec[r, fo[0] + b]) << (8 * b)
-        c = min(f, snaplen)
-        if (c > h + pay and pay > crc_payload_max) or (l4_end >= 0 and c > l4_end) \
-                or c >= min_hole or ti < 0:
+        c, f, ti = _served_row(rec, r, fo, hb_t, l4_end, snaplen, crc_payload_max, min_hole)
+        if c < 0:
             return _NOT_SERVED
         if not row_ok(packets[r], c, checks):
             return _BAD_ROW

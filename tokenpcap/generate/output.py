@@ -169,9 +169,11 @@ class Sink:
         """Take ``packets`` (``PACKET_DTYPE``, not kept: it may be a shared buffer) and their
         comments: their records built at once (:mod:`tokenpcap.generate.inplace`) or a copy of
         the rows held; build and write when the held bytes call for it."""
-        if self._direct is not None:
-            if self.buf:        # rows held from before: written first, the records after them
-                self.flush()
+        # records built in place take their place in the file when they are built, after what
+        # was written: rows of the general way held are written first, for a part built here
+        if self._direct is not None and self.buf and self._direct.may_serve(packets):
+            self.flush()
+        if self._direct is not None and not self.buf:
             got = self._direct.add(packets)
             if got is not None:
                 self._hold(got)
