@@ -22,7 +22,7 @@ from tokenpcap.wire.ecn import check_ce
 from tokenpcap.wire.pfc import PFC_FRAME_BYTES, check_pfc_rows
 from tokenpcap.wire.rdma import ETH_MIN_FRAME_BYTES, EXT_BYTES, HAS_PAYLOAD
 
-__all__ = ["check_buffer", "check_rows", "row_tables", "row_ok"]
+__all__ = ["check_buffer", "check_rows", "row_ok", "row_tables"]
 
 
 def _bad(mask: np.ndarray, first: int, field: str, values: np.ndarray, expected: str) -> None:
