@@ -4,10 +4,13 @@ buffers the caller fills in place: :class:`Blocks`.
 A buffered ``write`` copies every byte into the page cache, and every page of a new file is a
 page the kernel must first find (reclaim of other cached files, or on a virtual machine that
 reports free memory to its host, a page the host must fault in again). On the development
-machine that copy took about 2.2 ns of system CPU a byte for files that stay (0.54 CPU-s for
-240 MiB in 1 MiB writes), where the same writes with ``O_DIRECT`` took 0.015 CPU-s and less
-wall clock (benchmarks/README.md, packet_path.py): for a headers-only capture (90 bytes a
-record) the buffered write cost more than building the records. ``O_DIRECT`` (open(2)) moves
+machine 240 MiB of kept files written in 1 MiB writes took 0.54 CPU-s of system time while
+other jobs were filling the page cache (its new pages taken back from other files) and
+0.04-0.09 with 15 GB free; with ``O_DIRECT`` 0.014-0.018 in both states (wall clock 0.13-0.16
+s against 0.67-0.86 buffered in the first, 0.04-0.11 in the second; benchmarks/README.md,
+packet_path.py). The first state is a long run's (GPT-3 node 0 headers
+only writes 4.7 GB, one NIC in full frames 26 GB): there the buffered copy of a 90-byte
+headers-only record costs about as much as building it. ``O_DIRECT`` (open(2)) moves
 the bytes from the caller's memory to the device without the cache, but only in whole blocks:
 the buffer's address, its length and the file offset must each be a multiple of the device's
 logical block size (:data:`ALIGN`, 4096, a multiple of every common one).
