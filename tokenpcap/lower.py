@@ -230,7 +230,8 @@ class Lowering:
                            tx["msg"], self.cnp_udp_sport, tx["frame_bytes"])
 
     def rdma_rows(self, tx: np.ndarray, m: np.ndarray, inv: np.ndarray, *, time_add_ns: int = 0,
-                  pos: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+                  pos: np.ndarray | None = None, out: np.ndarray | None = None,
+                  pay_out: np.ndarray | None = None) -> np.ndarray:
         """The RDMA rows (data, CTS, ACK; module docstring) of a chunk whose distinct messages
         are already looked up: what :func:`tokenpcap.generate.route.route_chunk` calls, having
         read each message once for its selection. What depends on the QP alone is computed
@@ -247,6 +248,7 @@ class Lowering:
                 :func:`tokenpcap.wire.expand.group_positions`).
             out: None, or ``PACKET_DTYPE (n,)`` to write the rows into (a buffer shared with
                 the writer processes, :meth:`tokenpcap.generate.output.Dispatcher.chunk_rows`).
+            pay_out: None, or int64 ``(n,)``: each row's payload bytes, in the order of ``tx``.
 
         Returns:
             ``PACKET_DTYPE (n,)``, in the order of ``tx`` (or as ``pos`` places them); ``out``
@@ -269,7 +271,7 @@ class Lowering:
                            imm=m["imm"], qp_seq=m["qp_seq"], line=line)
         flags = tx["flags"] if "flags" in tx.dtype.names else None      # a queued fabric's CE marks
         return expand_rows(tx, inv, mv, self.pmtu, self.ack_every, PKT_ACK, flags,
-                           TX_FLAG_CE.bit_length() - 1, time_add_ns, pos, out)
+                           TX_FLAG_CE.bit_length() - 1, time_add_ns, pos, out, pay_out)
 
 
 def _qp_key(src, dst, qp, role):

@@ -48,4 +48,4 @@ def test_the_throwaway_file_is_written_and_dropped(tmp_path, fmt):
     assert direct.fill_rows.signatures          # the frame loop is loaded in this process
     if fmt == "pcap":                           # and a headers-only pcap's in-place records
         from tokenpcap.generate import inplace
-        assert inplace._lay_rows.signatures
+        assert inplace._build_records.signatures and inplace._all_served.signatures

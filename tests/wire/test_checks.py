@@ -1,7 +1,7 @@
-"""The builder's compiled row check (``checks._rows_ok``) accepts exactly the rows the numpy
-checks accept (``check_rows`` with a ``skip`` of zeros runs the numpy checks alone): it may
-never let a bad row through, and a good batch must not need the numpy pass (a PFC row it
-leaves to the numpy checks always; these batches have none)."""
+"""The builder's compiled row check (``checks._rows_ok``, ``checks.row_ok`` per row) accepts
+exactly the rows the numpy checks accept (``check_rows`` with a ``skip`` of zeros runs the
+numpy checks alone): it may never let a bad row through, and a good batch must not need the
+numpy pass (a PFC row it leaves to the numpy checks always; these batches have none)."""
 from __future__ import annotations
 
 import numpy as np
@@ -42,10 +42,7 @@ def test_the_compiled_check_agrees_with_the_numpy_checks(seed, n, which, field, 
     if field is not None:
         vals = BREAK[field]
         p[field][int(rng.integers(0, n))] = vals[k % len(vals)]
-    fast = checks._rows_ok(p, caplen, b._hb, checks._EXT, checks._HAS_PAY,
-                           checks.PAYLOAD_PATTERN_BYTES, ctx.transport == "rocev2" and ctx.ecn != 0,
-                           ctx.n_nics, ctx.transport == "infiniband", 4, 2,
-                           checks.ETH_MIN_FRAME_BYTES)
+    fast = checks._rows_ok(p, caplen, checks.row_tables(ctx, b.header_bytes_by_opcode))
     assert fast == _numpy_ok(ctx, b._hb, p, caplen)
     if not fast:                # the public check names the row the numpy checks name
         with pytest.raises(EncodeError):

@@ -61,8 +61,11 @@ def test_rows_follow_the_segmentation_and_the_header_rules(msgs, ack_every, seed
     # into a buffer holding an earlier chunk's bytes (a reused shared buffer): every byte
     # written, the same rows
     used = rng.integers(0, 256, out.nbytes, dtype=np.uint8).view(PACKET_DTYPE)
-    again = expand_rows(tx, inv, mv, PMTU, ack_every, ACK, flags, 0, time_add, pos, out=used)
+    pay = np.full(len(rows), -1, np.int64)
+    again = expand_rows(tx, inv, mv, PMTU, ack_every, ACK, flags, 0, time_add, pos, out=used,
+                        pay_out=pay)
     assert again is used and used.tobytes() == out.tobytes()
+    assert (pay == out["payload_bytes"][pos]).all()     # in tx's order, beside the rows
     for r in range(len(rows)):
         o, k, i = out[pos[r]], int(inv[r]), int(tx["index"][r])
         size, verb, psn0, qp_seq, line = msgs[k]

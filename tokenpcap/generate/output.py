@@ -64,6 +64,14 @@ _RECORD_OVERHEAD_BYTES = 16
 #: (no new memory to fault in per batch: at most 1.5 times FLUSH_BYTES / 107 rows of 91
 #: bytes, 11 MB, each); with more files each buffer is given back after its batch, as the writers' are.
 KEEP_PENDING_FILES = 8
+#: A process writing at most this many headers-only pcap files keeps each file's two record
+#: buffers (tokenpcap.generate.inplace) between writes: 64 files, each buffer touched up to
+#: WRITE_BYTES plus the last part (a chunk's parts together are at most one chunk's records),
+#: about 32 MiB plus two chunks' records in all, as BUDGET_BYTES. Given back after each write
+#: (as they were past 8 files), they were faulted in again on the next: 28,000 more page
+#: faults of the writer processes on Dante's 16 files per writer, about 0.1 of their 0.6
+#: CPU-s of system time (benchmarks/README.md, packet_path.py).
+KEEP_RECORD_FILES = BUDGET_BYTES // (2 * WRITE_BYTES)
 
 
 @dataclass(frozen=True)
@@ -161,13 +169,15 @@ class Sink:
         """Take ``packets`` (``PACKET_DTYPE``, not kept: it may be a shared buffer) and their
         comments: their records built at once (:mod:`tokenpcap.generate.inplace`) or a copy of
         the rows held; build and write when the held bytes call for it."""
-        if self._direct is not None:
+        # records built in place take their place in the file when they are built, after what
+        # was written: rows of the general way held are written first, for a part built here
+        if self._direct is not None and self.buf and self._direct.may_serve(packets):
+            self.flush()
+        if self._direct is not None and not self.buf:
             got = self._direct.add(packets)
             if got is not None:
                 self._hold(got)
-                # rows held from before: written now, then these records; the records alone
-                # as soon as they fill a write (WRITE_BYTES: still in the caches)
-                if self.buf or self._direct.held >= WRITE_BYTES:
+                if self._direct.held >= WRITE_BYTES:       # the records alone: a write's worth
                     self.flush()
                 return
             if self._direct.held:
@@ -203,7 +213,7 @@ class Sink:
         if self.buf:
             self._write_rows()
         if direct:
-            self._direct.write(release=len(self.pool) > KEEP_PENDING_FILES)
+            self._direct.write(release=len(self.pool) > KEEP_RECORD_FILES)
 
     def _write_rows(self) -> None:
         parts, self.buf = self.buf, []

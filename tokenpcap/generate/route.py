@@ -190,16 +190,18 @@ def route_chunk(tx, sched, lower, sel: Selection, lab_ok, opt: GenerateOptions, 
         pk = lower(tx, sched.message_index)         # the fabric's rows: PFC, CNP
         pk["time_ns"] += EPOCH_NS
         order = slot = None
+        pay = pk["payload_bytes"]
         parts = list(_parts(fid))
     else:   # each file's rows together, in their order: a file's share is a slice of pk
         order, starts = group_positions(fid, int(route.max(initial=-1)) + 1)
         shared = disp.chunk_rows(len(tx))   # the writers' shared buffer, or None: a new array
         slot = None if shared is None else shared[0]
+        pay = np.empty(len(tx), np.int64)
         pk = lower.rdma_rows(tx, m, inv, time_add_ns=EPOCH_NS, pos=order,
-                             out=None if shared is None else shared[1])
+                             out=None if shared is None else shared[1], pay_out=pay)
         parts = [(f, slice(a, b)) for f, (a, b) in enumerate(zip(starts[:-2].tolist(),
                                                               starts[1:-1].tolist())) if b > a]
-    tally(res, tx, pk, order, kc, label)
+    tally(res, tx, pay, kc, label)
     labels_all, codes_all = None, None
     if capture_format(opt.fmt).comments:
         trows = np.flatnonzero(~pfc) if has_pfc else slice(None)

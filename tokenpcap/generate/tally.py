@@ -12,27 +12,23 @@ from tokenpcap.records import LABELS, PKT_ACK, PKT_CNP, PKT_CTS, PKT_DATA, PKT_P
 
 __all__ = ["tally"]
 
-def tally(res: GenerateResult, tx: np.ndarray, pk: np.ndarray, order: np.ndarray | None,
-          kind: np.ndarray, label: np.ndarray) -> None:
+def tally(res: GenerateResult, tx: np.ndarray, pay: np.ndarray, kind: np.ndarray,
+          label: np.ndarray) -> None:
     """Add a chunk's rows to ``res``.
 
     Args:
         tx: ``TX_DTYPE (n,)``, the kept rows in time order (``time_ns`` and ``nic`` read).
-        pk: ``PACKET_DTYPE (n,)``, their packet rows (``payload_bytes`` read).
-        order: None (``pk`` in the order of ``tx``) or int64 ``(n,)``: row ``i`` of ``tx`` is
-            ``pk[order[i]]``.
+        pay: int ``(n,)``, their packets' payload bytes, in the order of ``tx`` (the lowering
+            writes them beside the rows: :func:`tokenpcap.wire.expand.expand_rows`).
         kind: int ``(n,)``, the rows' ``PKT_*`` kinds; label: int64 ``(n,)``, each row's index
             into :data:`~tokenpcap.records.LABELS` (PFC rows: any value, not read).
     """
     if tx.size == 0:
         return
-    if order is None:
-        order = np.arange(tx.size, dtype=np.int64)
     per, cnt = np.zeros(len(LABELS), np.int64), np.zeros(len(LABELS), np.int64)
     by_kind, by_kind_pay = np.zeros(256, np.int64), np.zeros(256, np.int64)
     nic_pay = np.zeros(res.nic_payload.size, np.int64)
-    _tally(pk["payload_bytes"], np.ascontiguousarray(order, np.int64),
-           np.ascontiguousarray(kind, np.int64), np.ascontiguousarray(label, np.int64),
+    _tally(pay, np.ascontiguousarray(kind, np.int64), np.ascontiguousarray(label, np.int64),
            tx["nic"], np.int64(PKT_DATA), per, cnt, nic_pay, by_kind, by_kind_pay)
     for i in np.flatnonzero(cnt).tolist():
         res.phase_payload[LABELS[i]] = res.phase_payload.get(LABELS[i], 0) + int(per[i])
@@ -49,10 +45,10 @@ def tally(res: GenerateResult, tx: np.ndarray, pk: np.ndarray, order: np.ndarray
 
 
 @njit(cache=True)
-def _tally(pay, order, kind, label, nic, data_kind, per, cnt, nic_pay, by_kind, by_kind_pay):
+def _tally(pay, kind, label, nic, data_kind, per, cnt, nic_pay, by_kind, by_kind_pay):
     for r in range(kind.size):
         k = kind[r]
-        p = np.int64(pay[order[r]])
+        p = np.int64(pay[r])
         by_kind[k] += 1
         by_kind_pay[k] += p
         if k == data_kind:

@@ -68,6 +68,8 @@ def load_writer_functions(spec, cfg, builder, open_writer) -> None:
             w.write_batch(p["time_ns"], p["frame_bytes"].astype(np.int64), BatchFill(builder, p),
                           0, comments)
             if InPlaceRecords.serves(w):        # a headers-only pcap's parts: built in place
-                InPlaceRecords(builder, w, cfg.snaplen, 1 << 12).add(p)
+                rec = InPlaceRecords(builder, w, cfg.snaplen, 1 << 12)
+                rec.may_serve(p)
+                rec.add(p)
         finally:
             w.abort()

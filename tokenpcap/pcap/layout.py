@@ -38,7 +38,7 @@ from numba import njit
 from tokenpcap.pcap.formats import ERF_FLAG_VLEN, ERF_RECORD, ERF_TYPE_INFINIBAND, EPB, PCAP_RECORD
 
 __all__ = ["pcap_records", "pcapng_size", "pcapng_blocks", "PCAP_HEADER_BYTES",
-           "EPB_FIXED_BYTES"]
+           "EPB_FIXED_BYTES", "record_second", "pcap_record_header"]
 
 _NS = 1_000_000_000
 _ERF_BYTES = ERF_RECORD.size
@@ -83,6 +83,30 @@ def _erf_header(out, p, t, fb, caplen, iface):
     _u16be(out, p + 14, fb)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def record_second(t, step, frac_per_sec, sec, lo, hi):
+    """``(units, sec, lo, hi)`` of a record at ``t`` ns: its time in fractions (``step`` ns
+    each, rounded half up; ``frac_per_sec`` a second) and its second ``sec``, whose fractions
+    are ``[lo, hi)``; ``sec, lo, hi`` are the record before's, divided out again only when
+    ``units`` leaves them (start with ``0, 0, 0``)."""
+    units = t if step == 1 else (t + step // 2) // step
+    if units < lo or units >= hi:
+        sec = units // frac_per_sec
+        lo = sec * frac_per_sec
+        hi = lo + frac_per_sec
+    return units, sec, lo, hi
+
+
+@njit(cache=True, nogil=True, inline="always")
+def pcap_record_header(out, p, sec, frac, caplen, orig_len, big):
+    """The 16-byte pcap record header at ``out[p:]`` (module docstring): ts_sec, ts_frac,
+    caplen, orig_len, in the file's byte order (``big``)."""
+    _u32(out, p, sec, big)
+    _u32(out, p + 4, frac, big)
+    _u32(out, p + 8, caplen, big)
+    _u32(out, p + 12, orig_len, big)
+
+
 @njit(cache=True, nogil=True)
 def pcap_records(out, time_ns, frame_bytes, caplen, frac_per_sec, pcap, erf, iface, big,
                  offsets):
@@ -118,18 +142,11 @@ def pcap_records(out, time_ns, frame_bytes, caplen, frac_per_sec, pcap, erf, ifa
     hi = 0
     for i in range(time_ns.size):
         t = time_ns[i]
-        units = t if step == 1 else (t + step // 2) // step
-        if units < lo or units >= hi:
-            sec = units // frac_per_sec
-            lo = sec * frac_per_sec
-            hi = lo + frac_per_sec
-            top = max(top, sec)
+        units, sec, lo, hi = record_second(t, step, frac_per_sec, sec, lo, hi)
+        top = max(top, sec)
         c = caplen[i]
         if pcap:
-            _u32(out, p, sec, big)
-            _u32(out, p + 4, units - lo, big)
-            _u32(out, p + 8, c + extra, big)
-            _u32(out, p + 12, frame_bytes[i] + extra, big)
+            pcap_record_header(out, p, sec, units - lo, c + extra, frame_bytes[i] + extra, big)
         if erf:
             _erf_header(out, p + first, t, frame_bytes[i], c,
                         iface[0] if one else iface[i])

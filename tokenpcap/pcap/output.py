@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenpcap.errors import EncodeError, OutputError
+from tokenpcap.pcap.blocks import BlockAppends
 from tokenpcap.pcap.dropbehind import DropBehind
 from tokenpcap.pcap.filekind import refuse_special_output
 from tokenpcap.pcap.gather import writev_all
@@ -138,7 +139,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class AtomicOutput:
+class AtomicOutput(BlockAppends):
     """A file written to a temporary name in its directory and renamed into place at close.
 
     Args:
@@ -178,6 +179,7 @@ class AtomicOutput:
         self._pending: Future | None = None
         self.bytes_written = 0
         self._behind = DropBehind(fd)        # a file past the page cache's size: written back as it goes
+        self._blocks = None                  # appends past the page cache (BlockAppends)
 
     def _write_all(self, data) -> None:
         view = memoryview(data).cast("B")
@@ -209,18 +211,9 @@ class AtomicOutput:
         Raises:
             OutputError: the file is closed, or an earlier or this write failed.
         """
-        if self._fd is None:
-            raise OutputError(f"{self.path}: write after close")
-        self._wait()
+        self._settle()
         self.bytes_written += memoryview(data).nbytes
-        if self._pool is None:
-            try:
-                self._write_all(data)
-            except OSError as err:
-                self.abort()
-                raise OutputError(f"{self.path}: write failed: {err.strerror}") from err
-        else:
-            self._pending = self._pool.submit(self._write_all, data)
+        self._queue(self._write_all, data)
 
     def write_gather(self, iov: np.ndarray, keep) -> None:
         """Queue the bytes an iovec table names (:func:`tokenpcap.pcap.gather.iovecs`) after
@@ -231,18 +224,22 @@ class AtomicOutput:
         Raises:
             OutputError: the file is closed, or an earlier or this write failed.
         """
-        if self._fd is None:
-            raise OutputError(f"{self.path}: write after close")
-        self._wait()
+        self._settle()
         self.bytes_written += int(iov[:, 1].sum())
+        self._queue(self._writev_all, iov, keep)
+
+    def _queue(self, fn, *args) -> None:
+        """Run ``fn(*args)`` after every write queued before (on the write thread when there
+        is one)."""
+        self._wait()
         if self._pool is None:
             try:
-                self._writev_all(iov)
+                fn(*args)
             except OSError as err:
                 self.abort()
                 raise OutputError(f"{self.path}: write failed: {err.strerror}") from err
         else:
-            self._pending = self._pool.submit(self._writev_all, iov, keep)
+            self._pending = self._pool.submit(fn, *args)
 
     def close(self) -> None:
         """Finish writing and rename the temporary file to :attr:`path`.
@@ -252,7 +249,10 @@ class AtomicOutput:
         """
         if self._fd is None:
             return
+        self._settle()
         self._wait()
+        if self._blocks is not None:
+            self._blocks.close()
         fd, self._fd = self._fd, None
         try:
             os.close(fd)
@@ -268,6 +268,8 @@ class AtomicOutput:
         if self._pending is not None:
             self._pending.exception()
             self._pending = None
+        if self._blocks is not None:
+            self._blocks.close()
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)

@@ -88,17 +88,36 @@ class RecordWriter:
         """Bytes handed to the file so far, headers included."""
         return self._out.bytes_written
 
-    def write_records(self, buf: np.ndarray, n: int) -> None:
-        """Queue ``n`` whole records that the caller laid out in this file's record format
-        (a :class:`PcapWriter`'s :attr:`~PcapWriter.record_layout`) after everything written
-        before, as :meth:`write_batch` queues a batch: ``buf`` (uint8, contiguous) must not be
-        modified until the next write returns.
+    def record_room(self) -> tuple[np.ndarray, int]:
+        """Where records laid out in place go (:meth:`write_records`): ``(buffer, at)``, the
+        file's block buffer and the offset in it after everything written before
+        (:meth:`tokenpcap.pcap.output.AtomicOutput.blocks`); :meth:`record_buffer` grows it.
+
+        Raises:
+            OutputError: the file is closed, or an earlier write failed.
+        """
+        return self._out.blocks()
+
+    def record_buffer(self, nbytes: int) -> np.ndarray:
+        """The buffer of :meth:`record_room`, at least ``nbytes`` long, its bytes kept."""
+        return self._out.block_buffer(nbytes)
+
+    def write_records(self, end: int, n: int) -> None:
+        """Write the ``n`` whole records that the caller laid out in this file's record format
+        (:attr:`record_layout`) in the buffer of :meth:`record_room`, from its offset up to
+        ``end``, after everything written before, as :meth:`write_batch` writes a batch (past
+        the page cache where the file system allows: :mod:`tokenpcap.pcap.blocks`). The
+        buffer is not to be touched again before the next :meth:`record_room`.
 
         Raises:
             OutputError: the file is closed, or an earlier or this write failed.
         """
-        self._out.write(buf)
+        self._out.write_blocks(end)
         self.packets += n
+
+    def release_records(self) -> None:
+        """Give the buffers of :meth:`record_room` back (the next call makes them again)."""
+        self._out.release_blocks()
 
     def release_buffers(self) -> None:
         """Free the batch buffers kept for reuse (:meth:`Scratch.release`); the next batch

@@ -94,7 +94,6 @@ class FrameBuilder(GroupBuild):
         self._paysum = cum[p // 2] + np.where(p % 2 == 1, odd_byte, 0)
         self._lines: LinePatterns | None = None       # NCCL LL/LL128 payloads, made on first use
         self._direct = DirectTables(ctx, pat)          # headers-only rows, compiled (direct.py)
-        self._all_rows = np.zeros(0, np.int64)         # 0, 1, 2, ... for fill_direct
 
     # ------------------------------------------------------------------ public API
     def frame_bytes(self, packets: np.ndarray) -> np.ndarray:
@@ -170,22 +169,12 @@ class FrameBuilder(GroupBuild):
         row must end before over IPv6 with the UDP checksum)."""
         return self._direct
 
-    def fill_direct(self, packets: np.ndarray, out: np.ndarray, offsets: np.ndarray,
-                    caplen: np.ndarray) -> None:
-        """:meth:`fill` of a batch the caller knows the compiled loop builds whole: every row's
-        opcode added to :attr:`direct` and eligible (:meth:`DirectTables.eligible`), none
-        carrying NCCL lines (``line_protocol`` 0), ``packets`` C-contiguous, the ranges of
-        ``out`` its own. The rows are checked first (:func:`~tokenpcap.wire.checks.check_rows`);
-        the bytes are :meth:`fill`'s.
-
-        Raises:
-            EncodeError: a row out of range (:func:`~tokenpcap.wire.checks.check_rows`).
-        """
-        check_rows(self.ctx, self._hb, packets, caplen, 0, None)
-        n = len(packets)
-        if self._all_rows.size < n:
-            self._all_rows = np.arange(max(n, 2 * self._all_rows.size), dtype=np.int64)
-        self._direct.fill_pattern(packets, self._all_rows[:n], out, offsets, caplen)
+    @property
+    def header_bytes_by_opcode(self) -> np.ndarray:
+        """int64 ``(256,)``: bytes before the payload per opcode (-1: unknown; ``OPCODE_PFC``:
+        the PFC frame's): the table :func:`~tokenpcap.wire.checks.check_rows` checks rows
+        against."""
+        return self._hb
 
     def payload_holes(self, packets: np.ndarray, caplen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where each frame's kept payload starts and how much of it a gather writer may take

@@ -22,7 +22,7 @@ from tokenpcap.wire.ecn import check_ce
 from tokenpcap.wire.pfc import PFC_FRAME_BYTES, check_pfc_rows
 from tokenpcap.wire.rdma import ETH_MIN_FRAME_BYTES, EXT_BYTES, HAS_PAYLOAD
 
-__all__ = ["check_buffer", "check_rows"]
+__all__ = ["check_buffer", "check_rows", "row_ok", "row_tables"]
 
 
 def _bad(mask: np.ndarray, first: int, field: str, values: np.ndarray, expected: str) -> None:
@@ -85,11 +85,7 @@ def check_rows(ctx: WireContext, header_bytes_by_opcode: np.ndarray, p: np.ndarr
     Raises:
         EncodeError: the first row out of range (names the row, field, value and range).
     """
-    ce_ok = ctx.transport == "rocev2" and ctx.ecn != 0
-    if skip is None and _rows_ok(p, caplen, header_bytes_by_opcode, _EXT, _HAS_PAY,
-                                 PAYLOAD_PATTERN_BYTES, ce_ok, ctx.n_nics,
-                                 ctx.transport == "infiniband", H.ICRC.size, H.VCRC.size,
-                                 ETH_MIN_FRAME_BYTES):
+    if skip is None and _rows_ok(p, caplen, row_tables(ctx, header_bytes_by_opcode)):
         return
     bad = _bad
     op = p["opcode"]
@@ -135,31 +131,48 @@ _EXT = EXT_BYTES.astype(np.int64)
 _HAS_PAY = HAS_PAYLOAD.astype(np.uint8)
 
 
+def row_tables(ctx: WireContext, header_bytes_by_opcode: np.ndarray) -> tuple:
+    """What :func:`row_ok` reads besides the row: a tuple of the header bytes per opcode
+    (:func:`check_rows`' table), the extension header bytes per opcode, whether an opcode
+    carries payload, the largest payload, whether a CE mark is allowed (RoCEv2 with ECN), the
+    NICs, InfiniBand or not, the ICRC's and VCRC's bytes and the Ethernet minimum frame."""
+    return (header_bytes_by_opcode, _EXT, _HAS_PAY, PAYLOAD_PATTERN_BYTES,
+            ctx.transport == "rocev2" and ctx.ecn != 0, ctx.n_nics,
+            ctx.transport == "infiniband", H.ICRC.size, H.VCRC.size, ETH_MIN_FRAME_BYTES)
+
+
+@njit(cache=True, inline="always")
+def row_ok(x, c, tables):
+    """True when row ``x`` (a ``PACKET_DTYPE`` record) kept to ``c`` bytes passes
+    :func:`check_rows` without ``skip``; False when in doubt (a PFC row, or one that fails a
+    check), for the numpy checks to name it. Accepts only rows the numpy checks accept.
+    ``tables``: :func:`row_tables`."""
+    hb_t, ext_t, has_pay, max_pay, ce_ok, n_nics, ib, icrc, vcrc, min_frame = tables
+    op = np.int64(x.opcode)
+    if ext_t[op] < 0:                   # unknown opcodes and OPCODE_PFC
+        return False
+    pay = np.int64(x.payload_bytes)
+    if pay > max_pay or (pay > 0 and has_pay[op] == 0) or np.int64(x.pad) != ((-pay) & 3):
+        return False
+    if (np.int64(x.psn) | np.int64(x.dest_qp) | np.int64(x.src_qp)) >> 24:
+        return False
+    if x.ack_req > 1 or x.solicited > 1 or x.becn > 1:
+        return False
+    ce = np.int64(x.ce)
+    if ce > 1 or (ce == 1 and not ce_ok):
+        return False
+    nic, peer = np.int64(x.nic), np.int64(x.peer_nic)
+    if nic < 0 or nic >= n_nics or peer < 0 or peer >= n_nics:
+        return False
+    flen = hb_t[op] + pay + ((-pay) & 3) + icrc
+    flen = flen + vcrc if ib else max(flen, min_frame)
+    return c <= flen
+
+
 @njit(cache=True)
-def _rows_ok(p, caplen, hb_t, ext_t, has_pay, max_pay, ce_ok, n_nics, ib, icrc, vcrc, min_frame):
-    """True when every row passes :func:`check_rows` without ``skip`` (one pass, compiled);
-    False at the first row in doubt (a PFC row, or one that fails a check), for the numpy
-    checks to name it. Accepts only rows the numpy checks accept."""
+def _rows_ok(p, caplen, tables):
+    """True when every row passes :func:`row_ok` (one pass, compiled)."""
     for r in range(p.size):
-        x = p[r]
-        op = np.int64(x.opcode)
-        if ext_t[op] < 0:                   # unknown opcodes and OPCODE_PFC
-            return False
-        pay = np.int64(x.payload_bytes)
-        if pay > max_pay or (pay > 0 and has_pay[op] == 0) or np.int64(x.pad) != ((-pay) & 3):
-            return False
-        if (np.int64(x.psn) | np.int64(x.dest_qp) | np.int64(x.src_qp)) >> 24:
-            return False
-        if x.ack_req > 1 or x.solicited > 1 or x.becn > 1:
-            return False
-        ce = np.int64(x.ce)
-        if ce > 1 or (ce == 1 and not ce_ok):
-            return False
-        nic, peer = np.int64(x.nic), np.int64(x.peer_nic)
-        if nic < 0 or nic >= n_nics or peer < 0 or peer >= n_nics:
-            return False
-        flen = hb_t[op] + pay + ((-pay) & 3) + icrc
-        flen = flen + vcrc if ib else max(flen, min_frame)
-        if caplen[r] > flen:
+        if not row_ok(p[r], caplen[r], tables):
             return False
     return True

@@ -43,6 +43,7 @@ _HAS_RETH = rdma.HAS_RETH.astype(np.uint8)
 _HAS_IMMDT = rdma.HAS_IMMDT.astype(np.uint8)
 _SEQ = np.ascontiguousarray(rdma.OPCODE_SEQUENCE, np.uint8)
 _POS = np.array([rdma.FIRST, rdma.MIDDLE, rdma.LAST, rdma.ONLY], np.int64)
+_NO_PAY = np.zeros(0, np.int64)         # pay_out not asked for
 
 
 class MessageValues:
@@ -64,7 +65,7 @@ class MessageValues:
 def expand_rows(tx: np.ndarray, inv: np.ndarray, mv: MessageValues, pmtu: int, ack_every: int,
                 ack_kind: int, flags: np.ndarray | None = None, ce_bit: int = 0,
                 time_add_ns: int = 0, pos: np.ndarray | None = None,
-                out: np.ndarray | None = None) -> np.ndarray:
+                out: np.ndarray | None = None, pay_out: np.ndarray | None = None) -> np.ndarray:
     """``PACKET_DTYPE (n,)`` rows of the transmitted frames ``tx`` (module docstring).
 
     Args:
@@ -80,6 +81,8 @@ def expand_rows(tx: np.ndarray, inv: np.ndarray, mv: MessageValues, pmtu: int, a
             input row (a permutation of ``0..n-1``, :func:`group_positions`).
         out: None (a new array), or ``PACKET_DTYPE (n,)`` to write the rows into (every field
             of every row is written), e.g. a buffer shared with the writer processes.
+        pay_out: None, or int64 ``(n,)``: each row's ``payload_bytes`` in the order of ``tx``
+            as well (what the run's totals read, without reading the rows back).
 
     Returns:
         ``PACKET_DTYPE (n,)``: ``out`` when given.
@@ -94,7 +97,11 @@ def expand_rows(tx: np.ndarray, inv: np.ndarray, mv: MessageValues, pmtu: int, a
     if pos is None:
         pos = np.arange(n, dtype=np.int64)
     fl = np.zeros(0, np.uint8) if flags is None else np.ascontiguousarray(flags, np.uint8)
-    _expand(out, tx["time_ns"], tx["nic"], tx["peer_nic"], tx["msg"], tx["index"], tx["kind"],
+    if pay_out is None:
+        pay_out = _NO_PAY
+    elif pay_out.dtype != np.int64 or pay_out.shape != (n,):
+        raise ValueError(f"pay_out: got {pay_out.dtype} {pay_out.shape}, expected int64 ({n},)")
+    _expand(out, pay_out, tx["time_ns"], tx["nic"], tx["peer_nic"], tx["msg"], tx["index"], tx["kind"],
             tx["frame_bytes"], np.ascontiguousarray(inv, np.int64), np.ascontiguousarray(pos, np.int64),
             fl, np.int64(ce_bit), mv.qpn_src, mv.qpn_dst, mv.sport, mv.psn0, mv.n_packets,
             mv.size_bytes, mv.verb, mv.va, mv.rkey, mv.imm, mv.qp_seq, mv.line, np.int64(pmtu),
@@ -104,7 +111,7 @@ def expand_rows(tx: np.ndarray, inv: np.ndarray, mv: MessageValues, pmtu: int, a
 
 
 @njit(cache=True)
-def _expand(out, t_ns, nic, peer, msg, index, kind, fbytes, inv, pos, flags, ce_bit, qs_m, qd_m,
+def _expand(out, pay_out, t_ns, nic, peer, msg, index, kind, fbytes, inv, pos, flags, ce_bit, qs_m, qd_m,
             sport_m, psn0_m, n_m, size_m, verb_m, va_m, rkey_m, imm_m, qpseq_m, line_m, pmtu,
             ack_every, ack_kind, time_add, seq, posv, has_reth, has_imm, ack_op):
     for r in range(t_ns.size):
@@ -132,6 +139,8 @@ def _expand(out, t_ns, nic, peer, msg, index, kind, fbytes, inv, pos, flags, ce_
             op = ack_op
             o.src_qp, o.dest_qp = qd, qs
             o.payload_bytes = 0
+            if pay_out.size:
+                pay_out[r] = 0
             o.pad = 0
             o.payload_offset = 0
             o.ack_req = 0
@@ -144,6 +153,8 @@ def _expand(out, t_ns, nic, peer, msg, index, kind, fbytes, inv, pos, flags, ce_
             o.src_qp, o.dest_qp = qs, qd
             pay = size - (n - 1) * pmtu if last else pmtu
             o.payload_bytes = pay
+            if pay_out.size:
+                pay_out[r] = pay
             o.pad = (-pay) & 3
             o.payload_offset = i * pmtu
             req = last or (ack_every > 0 and (i + 1) % ack_every == 0)
