@@ -171,8 +171,8 @@ def _tables(out, data: dict, toks) -> None:  # type: ignore[no-untyped-def]
         if r.get("protocols"):
             # ``protocols`` counts the calls of other protocols than Simple; the rest are Simple
             simple = r["calls"] - sum(r["protocols"].values())
-            used = ", ".join(f"{k} {v:,} call{'' if v == 1 else 's'}" for k, v in
-                             sorted(r["protocols"].items()) + ([("Simple", simple)] if simple else []))
+            counts = sorted(r["protocols"].items()) + ([("Simple", simple)] if simple else [])
+            used = ", ".join(f"{k} {v:,} call{'' if v == 1 else 's'}" for k, v in counts)
             where = (f"NIC bytes on the wire {r['nic_bytes']:,} (data {r['nic_payload_bytes']:,})"
                      if r["nic_bytes"] else "on NVLink only")
             out.print(f"{r['name']}: NCCL protocol {used}; {where}")

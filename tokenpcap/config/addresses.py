@@ -192,11 +192,11 @@ def nic_addresses(cluster: ClusterProfile) -> NicAddresses:
     block = _ipv4_block(v4)
     if per > 254 or last_v4 > int(block.broadcast_address):
         fits = (int(block.broadcast_address) + 1 - v4) // 256
+        held = f"the {fits:,} node{'' if fits == 1 else 's'} {block} holds after the base"
         bigger = "" if block.prefixlen == 8 else (
             "; network.ipv4_base 10.0.0.0 (RFC 1918's 10.0.0.0/8) holds 65,536 nodes")
         raise _too_many(cluster, "network.ipv4_base", cluster.network.ipv4_base,
-                        f"254 NICs per node and the {fits:,} node{'' if fits == 1 else 's'} {block} holds after the "
-                        f"base{bigger}")
+                        f"254 NICs per node and {held}{bigger}")
     ipv4 = ((v4 + 256 * node + nic + 1)[:, None] >> np.array([24, 16, 8, 0])) & 0xFF
 
     v6 = _base(cluster, "ipv6_base", 6)
@@ -209,7 +209,8 @@ def nic_addresses(cluster: ClusterProfile) -> NicAddresses:
     if n <= IB_UNICAST_LID_MAX:
         lid = np.arange(1, n + 1, dtype=np.uint16)
     elif cluster.transport == "infiniband":
-        raise _too_many(cluster, "nodes * nics_per_node", n, f"{IB_UNICAST_LID_MAX} NICs (IB unicast LIDs)")
+        raise _too_many(cluster, "nodes * nics_per_node", n,
+                        f"{IB_UNICAST_LID_MAX} NICs (IB unicast LIDs)")
     else:                  # RoCEv2 frames carry no LRH: LID 0, the reserved value, for every NIC
         lid = np.zeros(n, np.uint16)
 
