@@ -228,7 +228,8 @@ KEYS: dict[str, tuple[str, str]] = {
     "cluster.network.pcp": ("", "802.1p priority of the VLAN tag"),
     "cluster.network.mac_prefix": ("", "first octets of every NIC's MAC; node and NIC fill the "
                                        "rest"),
-    "cluster.network.ipv4_base": ("", "NIC i of node n gets base + 256 n + i + 1; last octet 0; 10.0.0.0 for over 512 nodes"),
+    "cluster.network.ipv4_base": ("", "NIC i of node n gets base + 256 n + i + 1; last octet 0; "
+                                      "10.0.0.0 for over 512 nodes"),
     "cluster.network.ipv6_base": ("", "NIC i of node n gets base + (n << 64) + i + 1"),
     "cluster.network.pkey": ("", "BTH partition key (0xffff: the default full-member key)"),
     "cluster.network.latency_ns": ("ns", "one-way NIC-to-NIC latency (a message arrives this "

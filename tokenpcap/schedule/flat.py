@@ -7,9 +7,9 @@ Built once per iteration from the same sources the schedule has always used: the
 (:func:`tokenpcap.collectives.transfers.transfers`). The Python work is per group of each call
 family (a dictionary look-up of its shape), per distinct call shape up to a shift of its ranks
 (by whole nodes, and by a local index shared by the group's ranks) and per program template (a
-class of ranks whose programs differ only in the calls they name), not per call and rank (:mod:`tokenpcap.schedule.flatbuild`); ``flatten(..., direct=True)``
-builds the same arrays from the call objects, call by call and rank by rank, which the tests
-compare.
+class of ranks whose programs differ only in the calls they name), not per call and rank
+(:mod:`tokenpcap.schedule.flatbuild`); ``flatten(..., direct=True)`` builds the same arrays
+from the call objects, call by call and rank by rank, which the tests compare.
 
 Index spaces (all int64 unless said; a call index is < 2**31: the call table of the iteration,
 12 B a call, would not fit in memory otherwise):
@@ -17,7 +17,8 @@ Index spaces (all int64 unless said; a call index is < 2**31: the call table of 
 * transfer ``x``: the transfers of call ``c`` are ``tr_base[c] + j`` for ``j`` in its table order;
   they are not stored one by one: call ``c`` is its canonical shape ``call_shape[c]`` (a
   :class:`~tokenpcap.schedule.flatbuild.ShapeTable` row range) moved up by ``call_shift[c]``
-  ranks (its NICs by :func:`~tokenpcap.schedule.flatbuild.nic_shift` of it), and :meth:`Flat.expand` / :meth:`Flat.transfers` give the per-transfer columns;
+  ranks (its NICs by :func:`~tokenpcap.schedule.flatbuild.nic_shift` of it), and
+  :meth:`Flat.expand` / :meth:`Flat.transfers` give the per-transfer columns;
 * participation ``p``: rank ``group[i]`` of call ``c`` is ``part_base[c] + i``; its sends and
   receives are CSR lists (``send_ptr``/``send_list``, ``recv_ptr``/``recv_list`` of
   :class:`FlatTransfers`) in the order of ``Transfers.by_src`` / ``by_dst``; a transfer's
