@@ -74,6 +74,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from tokenpcap.errors import InfeasiblePlanError
+from tokenpcap.schedule.machine import state_limit_bytes
 from tokenpcap.schedule.memory import RunKind, engine_run
 from tokenpcap.schedule.shapecount import Shapes, shape_counts
 
@@ -84,8 +85,9 @@ __all__ = ["Work", "estimate_work", "check_work", "MAX_STATE_BYTES", "MAX_MESSAG
            "MESSAGES_PER_S", "NVLINK_COPIES_PER_S",
            "PACKETS_PER_S"]
 
-#: Engine state one run may hold (bytes; the reference machine has 23 GB, shared).
-MAX_STATE_BYTES = 8_000_000_000
+#: What one run may plan to hold (bytes): three fifths of the machine's memory or its cgroup's
+#: limit (:mod:`tokenpcap.schedule.machine`; 15.2 GB on the reference machine's 25.3 GB).
+MAX_STATE_BYTES = state_limit_bytes()
 #: Measured costs (module docstring).
 MESSAGE_ROW_BYTES = 136
 #: A row of the call-shape templates (a distinct shape's transfer), fitted (module docstring):
@@ -388,7 +390,7 @@ def check_work(plan, iterations: int, *, keep_messages: bool = True,  # type: ig
         raise InfeasiblePlanError(
             f"{name}: too large for the timing engine: {quick.messages:,} RDMA messages"
             f"{scale}{its} need about {quick.memory_bytes / 1e9:,.1f} GB {what} ("
-            f"{limit}{MAX_STATE_BYTES / 1e9:,.0f} GB); {fits}; {plan_hint}")
+            f"{limit}{MAX_STATE_BYTES / 1e9:,.1f} GB); {fits}; {plan_hint}")
     if work.nvlink_copies > MAX_NVLINK_COPIES:
         one = _per_iteration(work, iterations)
         most = _most_iterations(one, one.nvlink_copies)

@@ -1,0 +1,58 @@
+"""The machine's memory and the state one run may plan to hold (tokenpcap.schedule.machine).
+
+Oracles: POSIX ``sysconf`` (read here independently, and ``/proc/meminfo``'s MemTotal, which
+the kernel reports from the same pages less what it reserves), and the control-group files'
+formats as the kernel documents them (cgroup v2 ``memory.max``: a byte count or ``max``;
+cgroup v1 ``memory.limit_in_bytes``: a byte count, a page-aligned LONG_MAX for none).
+"""
+from __future__ import annotations
+
+import os
+from fractions import Fraction
+from pathlib import Path
+
+from hypothesis import given, strategies as st
+
+from tokenpcap.schedule import limits, machine
+
+
+def _physical() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def test_without_cgroup_limit_the_physical_memory(tmp_path):
+    v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
+    v2.write_text("max\n")
+    v1.write_text("9223372036854771712\n")       # v1's "no limit": above any machine's memory
+    assert machine.memory_bytes((v2, v1)) == _physical()
+    assert machine.memory_bytes((tmp_path / "absent",)) == _physical()
+
+
+def test_physical_memory_agrees_with_meminfo():
+    total_kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                     if line.startswith("MemTotal:"))
+    # MemTotal is the physical pages less the kernel's reservations: a few percent below
+    assert 0.9 * machine.memory_bytes(()) <= total_kib * 1024 <= machine.memory_bytes(())
+
+
+def test_a_cgroup_limit_below_the_machine_is_the_memory(tmp_path):
+    v2 = tmp_path / "memory.max"
+    v2.write_text("4294967296\n")
+    assert machine.memory_bytes((v2,)) == min(4294967296, _physical())
+    v1 = tmp_path / "memory.limit_in_bytes"
+    v1.write_text("2147483648\n")
+    # v2 is read first; v1 only when v2 says nothing
+    assert machine.memory_bytes((tmp_path / "absent", v1)) == min(2147483648, _physical())
+
+
+@given(st.integers(min_value=1, max_value=1 << 50))
+def test_state_limit_is_three_fifths_rounded_down(memory):
+    got = machine.state_limit_bytes(memory)
+    assert got == memory * 3 // 5 and Fraction(got) <= Fraction(3, 5) * memory < got + 1
+
+
+def test_the_engine_limit_is_the_machines():
+    # the process's own cgroup files (module defaults), read as the limit is at import
+    assert limits.MAX_STATE_BYTES == machine.state_limit_bytes()
+    assert limits.MAX_MESSAGES == limits.MAX_STATE_BYTES // limits.MESSAGE_STATE_BYTES
+    assert limits.MAX_STATE_BYTES <= 0.6 * _physical()
