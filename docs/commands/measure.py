@@ -188,11 +188,11 @@ def _dask_worker_peak(ws: Workspace) -> str:
 @block("generate-refused", "timed")
 def _generate_refused(ws: Workspace) -> str:
     s = "profiles/scenarios/deepseek-v3-2048.yaml"
-    t = ws.timed("generate", s, "--iterations", "4", "--nics", "0", "-o", "ds", "--quiet",
+    t = ws.timed("generate", s, "--iterations", "8", "--nics", "0", "-o", "ds", "--quiet",
                  expect_fail=True, big=True)
     err = next(l for l in t.stderr.splitlines() if l.startswith("error:"))
     left = "no directory left" if not (ws.path / "ds").exists() else "a directory left behind"
-    return (fence([f"tokenpcap generate {s} --iterations 4 --nics 0 -o ds"], err)
+    return (fence([f"tokenpcap generate {s} --iterations 8 --nics 0 -o ds"], err)
             + f"\nExit 1, {left}; {t.line()}.\n")
 
 
