@@ -41,8 +41,26 @@ def test_a_cgroup_limit_below_the_machine_is_the_memory(tmp_path):
     assert machine.memory_bytes((v2,)) == min(4294967296, _physical())
     v1 = tmp_path / "memory.limit_in_bytes"
     v1.write_text("2147483648\n")
-    # v2 is read first; v1 only when v2 says nothing
+    # every group on the path binds: the lowest limit is the memory
+    assert machine.memory_bytes((v2, v1)) == min(2147483648, _physical())
     assert machine.memory_bytes((tmp_path / "absent", v1)) == min(2147483648, _physical())
+
+
+def test_the_groups_files_are_the_named_group_and_its_ancestors(tmp_path):
+    """``/proc/self/cgroup`` as the kernel writes it (cgroup(7): ``id:controllers:path``; v2 is
+    ``0::path``): a limit set on an ancestor of the process's group is found."""
+    text = "0::/user.slice/run.scope\n4:memory:/jobs/job7\n3:cpuset:/\n"
+    files = machine.cgroup_limit_files(text, root=tmp_path)
+    assert set(files) == {
+        tmp_path / "memory.max", tmp_path / "memory" / "memory.limit_in_bytes",
+        tmp_path / "user.slice" / "run.scope" / "memory.max", tmp_path / "user.slice" / "memory.max",
+        tmp_path / "memory" / "jobs" / "job7" / "memory.limit_in_bytes",
+        tmp_path / "memory" / "jobs" / "memory.limit_in_bytes"}
+    parent = tmp_path / "user.slice"
+    (parent / "run.scope").mkdir(parents=True)
+    (parent / "run.scope" / "memory.max").write_text("max\n")
+    (parent / "memory.max").write_text("3221225472\n")
+    assert machine.memory_bytes(files) == min(3221225472, _physical())
 
 
 @given(st.integers(min_value=1, max_value=1 << 50))
