@@ -175,7 +175,8 @@ def test_generate_refuses_before_writing_anything(tmp_path, monkeypatch):
     path = tiny_scenario(tmp_path, "cross", dp=2, tp=2, pp=2, gbs=8)
     out = tmp_path / "o"
     out.mkdir()
-    with pytest.raises(InfeasiblePlanError, match=r"cross: too large .* \(limit 0\.0 GB\)"):
+    with pytest.raises(InfeasiblePlanError,
+                       match=r"cross: too large .* \(limit 0\.0 GB of this machine.s [0-9.,]+ GB\)"):
         generate(load_scenario(path), GenerateOptions(out_dir=out, jobs=1))
     assert not list(out.iterdir())
 

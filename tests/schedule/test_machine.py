@@ -72,5 +72,6 @@ def test_state_limit_is_three_fifths_rounded_down(memory):
 def test_the_engine_limit_is_the_machines():
     # the process's own cgroup files (module defaults), read as the limit is at import
     assert limits.MAX_STATE_BYTES == machine.state_limit_bytes()
+    assert limits.MACHINE_MEMORY_BYTES == machine.memory_bytes()
     assert limits.MAX_MESSAGES == limits.MAX_STATE_BYTES // limits.MESSAGE_STATE_BYTES
     assert limits.MAX_STATE_BYTES <= 0.6 * _physical()

@@ -74,11 +74,12 @@ import dataclasses
 from dataclasses import dataclass
 
 from tokenpcap.errors import InfeasiblePlanError
-from tokenpcap.schedule.machine import state_limit_bytes
+from tokenpcap.schedule.machine import memory_bytes, state_limit_bytes
 from tokenpcap.schedule.memory import RunKind, engine_run
 from tokenpcap.schedule.shapecount import Shapes, shape_counts
 
-__all__ = ["Work", "estimate_work", "check_work", "MAX_STATE_BYTES", "MAX_MESSAGES",
+__all__ = ["Work", "estimate_work", "check_work", "MAX_STATE_BYTES", "MACHINE_MEMORY_BYTES",
+           "MAX_MESSAGES",
            "MAX_NVLINK_COPIES", "MESSAGE_ROW_BYTES", "MESSAGE_STATE_BYTES", "TEMPLATE_ROW_BYTES",
            "SLAB_WORD_BYTES", "COPY_STATE_BYTES", "CALL_STATE_BYTES", "CALL_NEXT_BYTES",
            "Shapes", "shape_counts",
@@ -87,7 +88,8 @@ __all__ = ["Work", "estimate_work", "check_work", "MAX_STATE_BYTES", "MAX_MESSAG
 
 #: What one run may plan to hold (bytes): three fifths of the machine's memory or its cgroup's
 #: limit (:mod:`tokenpcap.schedule.machine`; 15.2 GB on the reference machine's 25.3 GB).
-MAX_STATE_BYTES = state_limit_bytes()
+MACHINE_MEMORY_BYTES = memory_bytes()
+MAX_STATE_BYTES = state_limit_bytes(MACHINE_MEMORY_BYTES)
 #: Measured costs (module docstring).
 MESSAGE_ROW_BYTES = 136
 #: A row of the call-shape templates (a distinct shape's transfer), fitted (module docstring):
@@ -390,7 +392,8 @@ def check_work(plan, iterations: int, *, keep_messages: bool = True,  # type: ig
         raise InfeasiblePlanError(
             f"{name}: too large for the timing engine: {quick.messages:,} RDMA messages"
             f"{scale}{its} need about {quick.memory_bytes / 1e9:,.1f} GB {what} ("
-            f"{limit}{MAX_STATE_BYTES / 1e9:,.1f} GB); {fits}; {plan_hint}")
+            f"{limit}{MAX_STATE_BYTES / 1e9:,.1f} GB of this machine's "
+            f"{MACHINE_MEMORY_BYTES / 1e9:,.1f} GB); {fits}; {plan_hint}")
     if work.nvlink_copies > MAX_NVLINK_COPIES:
         one = _per_iteration(work, iterations)
         most = _most_iterations(one, one.nvlink_copies)
