@@ -14,12 +14,20 @@ table costs what it did before the ring, 136 B per message, and no extra memory 
 * its arrival is processed (``M_ARR >= 0``; the arrival of the last packet is queued when the
   last packet is committed, so every packet has been sent; a clear-to-send write's arrival posts
   its data message, read from the row, during that event), and
-* every ACK it asked for is settled (``M_NACK == 0``): counted up when an AckReq packet is
-  committed (the ACK event is queued then, before the arrival of the last packet is), counted
-  down when the ACK leaves the receiver's queue on a NIC whose frames are made (the frame names
-  the message's sender, read from the row), or at once when it is queued on a NIC whose frames
-  are not made (its queue entry is never read for the message again; such a NIC may hold it
-  until its next event, which must not hold the row).
+* every ACK it asked for whose frame is made is settled (``M_NACK == 0``): counted up when an
+  AckReq packet is committed towards a NIC whose frames are made (or with a queued fabric,
+  whose ACKs hold the row in flight: module fabric), counted down when the ACK leaves the
+  receiver's queue (the frame names the message's sender, read from the row). An ACK queued on
+  a NIC whose frames are not made is not counted: neither its event nor its queue entry reads
+  the message's row (the entry carries the message id only, which such a NIC never reads), so
+  the row may be reused before it is queued.
+
+The arrival's event carries what it does (:func:`push_arrival`: the data message a
+clear-to-send write posts, or the transfer a data message delivers), read from the row when the
+last packet is committed; the event only writes ``M_ARR``. A large job's message rows span
+more memory than the caches hold: each read of a row that has left them stalls the loop (on
+DeepSeek-V3 the reads of a message's row at its ACK and at its arrival were about a sixth of the
+loop's time, ``benchmarks/README.md``).
 
 No event, heap entry, ACK-queue entry or rotation row refers to the message after that. Python
 reads the row for every frame naming the message (:meth:`tokenpcap.schedule.runner.Schedule.message_rows`
@@ -48,10 +56,11 @@ from __future__ import annotations
 import numpy as np
 
 from tokenpcap.schedule.engine.compiled import part
-from tokenpcap.schedule.engine.events import (HAND_ID, HANDED, M_ARR, M_COLS, M_ID, M_NACK, M_TLAST,
-                                              MMASK, MNEED, NMSG, NOW)
+from tokenpcap.schedule.engine.events import (EV_ARRIVE, HAND_ID, HANDED, M_ARR, M_COLS, M_ID,
+                                              M_KIND, M_NACK, M_PEER, M_TLAST, M_TR, MASK24, MMASK,
+                                              MNEED, NMSG, NOW, push)
 
-__all__ = ["room", "grow", "table", "is_free"]
+__all__ = ["room", "grow", "table", "is_free", "push_arrival"]
 
 
 @part
@@ -115,3 +124,15 @@ def is_free(ms: np.ndarray, handed: int) -> np.ndarray:
     """bool ``(rows,)``: which rows of the ring are free (module docstring)."""
     return (ms[:, M_ID] < 0) | ((ms[:, M_ARR] >= 0) & (ms[:, M_NACK] == 0) & (ms[:, M_TLAST] < handed))
 
+
+
+@part
+def push_arrival(h, sc, ms, t, msg):
+    """Queue message ``msg``'s arrival at ``t`` (``EV_ARRIVE`` keyed by its id) with what it
+    does (module docstring): ``a = 1, b =`` the data message it posts for a clear-to-send write
+    (``M_KIND`` 1, ``M_PEER``), ``a = 0, b =`` the transfer it delivers for data (``M_TR``)."""
+    r = msg & sc[MMASK]
+    if ms[r, M_KIND] == 1:
+        push(h, sc, t, EV_ARRIVE, msg * (MASK24 + 1), 1, ms[r, M_PEER])
+    else:
+        push(h, sc, t, EV_ARRIVE, msg * (MASK24 + 1), 0, ms[r, M_TR])
