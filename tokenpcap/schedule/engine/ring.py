@@ -22,9 +22,11 @@ table costs what it did before the ring, 136 B per message, and no extra memory 
   the message's row (the entry carries the message id only, which such a NIC never reads), so
   the row may be reused before it is queued.
 
-The arrival's event carries what it does (:func:`push_arrival`: the data message a
-clear-to-send write posts, or the transfer a data message delivers), read from the row when the
-last packet is committed; the event only writes ``M_ARR``. A large job's message rows span
+The arrival's event carries what it does (:func:`arrival_words`: the data message a
+clear-to-send write posts, or the transfer a data message delivers), read from the row with the
+receiving NIC when the message becomes its QP's head (``X_DST``, ``X_ARRA``, ``X_ARRB`` of its
+rotation row, :mod:`~tokenpcap.schedule.engine.link`); its last packet's commit and the event
+only write the row (``M_LAST``, ``M_ARR``). A large job's message rows span
 more memory than the caches hold: each read of a row that has left them stalls the loop (on
 DeepSeek-V3 the reads of a message's row at its ACK and at its arrival were about a sixth of the
 loop's time, ``benchmarks/README.md``).
@@ -60,7 +62,7 @@ from tokenpcap.schedule.engine.events import (EV_ARRIVE, HAND_ID, HANDED, M_ARR,
                                               M_KIND, M_NACK, M_PEER, M_TLAST, M_TR, MASK24, MMASK,
                                               MNEED, NMSG, NOW, push)
 
-__all__ = ["room", "grow", "table", "is_free", "push_arrival"]
+__all__ = ["room", "grow", "table", "is_free", "arrival_words", "push_arrival"]
 
 
 @part
@@ -127,12 +129,19 @@ def is_free(ms: np.ndarray, handed: int) -> np.ndarray:
 
 
 @part
-def push_arrival(h, sc, ms, t, msg):
-    """Queue message ``msg``'s arrival at ``t`` (``EV_ARRIVE`` keyed by its id) with what it
-    does (module docstring): ``a = 1, b =`` the data message it posts for a clear-to-send write
-    (``M_KIND`` 1, ``M_PEER``), ``a = 0, b =`` the transfer it delivers for data (``M_TR``)."""
+def arrival_words(ms, sc, msg):
+    """The two words of message ``msg``'s arrival event (module docstring): ``(1, the data
+    message it posts)`` for a clear-to-send write (``M_KIND`` 1, ``M_PEER``), ``(0, the
+    transfer it delivers)`` for data (``M_TR``)."""
     r = msg & sc[MMASK]
     if ms[r, M_KIND] == 1:
-        push(h, sc, t, EV_ARRIVE, msg * (MASK24 + 1), 1, ms[r, M_PEER])
-    else:
-        push(h, sc, t, EV_ARRIVE, msg * (MASK24 + 1), 0, ms[r, M_TR])
+        return 1, ms[r, M_PEER]
+    return 0, ms[r, M_TR]
+
+
+@part
+def push_arrival(h, sc, ms, t, msg):
+    """Queue message ``msg``'s arrival at ``t`` (``EV_ARRIVE`` keyed by its id) with its
+    :func:`arrival_words`."""
+    a, b = arrival_words(ms, sc, msg)
+    push(h, sc, t, EV_ARRIVE, msg * (MASK24 + 1), a, b)
