@@ -26,12 +26,13 @@ The arrival's event carries what it does (:func:`arrival_words`: the data messag
 clear-to-send write posts, or the transfer a data message delivers), read from the row with the
 receiving NIC when the message becomes its QP's head (``X_DST``, ``X_ARRA``, ``X_ARRB`` of its
 rotation row, :mod:`~tokenpcap.schedule.engine.link`); its last packet's commit and the event
-only write the row (``M_LAST``, ``M_ARR``). A large job's message rows span
-more memory than the caches hold: each read of a row that has left them stalls the loop (on
-DeepSeek-V3 the reads of a message's row at its ACK and at its arrival were about a sixth of the
-loop's time, ``benchmarks/README.md``).
+only write the row (``M_LAST``, ``M_ARR``). A large job's message rows span more memory than the
+caches hold: each read of a row that has left them stalls the loop (on DeepSeek-V3 the reads of
+a message's row at its ACK and at its arrival took about a sixth of the loop's samples in a line
+profile, ``benchmarks/README.md``).
 
-No event, heap entry, ACK-queue entry or rotation row refers to the message after that. Python
+No event, heap entry, ACK-queue entry or rotation row reads the message's row after that (an ACK
+not counted carries its id, never read for the row). Python
 reads the row for every frame naming the message (:meth:`tokenpcap.schedule.runner.Schedule.message_rows`
 per handed-out chunk), and it hands out the frames with ``time_ns < FRONT`` at a return of the
 kernel, once every frame before ``FRONT`` is made. ``M_TLAST`` is the start of the last frame
