@@ -13,14 +13,14 @@ table costs what it did before the ring, 136 B per message, and no extra memory 
 
 * its arrival is processed (``M_ARR >= 0``; the arrival of the last packet is queued when the
   last packet is committed, so every packet has been sent; a clear-to-send write's arrival posts
-  its data message, read from the row, during that event), and
+  its data message, named by the event, :func:`arrival_words`), and
 * every ACK it asked for whose frame is made is settled (``M_NACK == 0``): counted up when an
   AckReq packet is committed towards a NIC whose frames are made (or with a queued fabric,
   whose ACKs hold the row in flight: module fabric), counted down when the ACK leaves the
   receiver's queue (the frame names the message's sender, read from the row). An ACK queued on
   a NIC whose frames are not made is not counted: neither its event nor its queue entry reads
   the message's row (the entry carries the message id only, which such a NIC never reads), so
-  the row may be reused before it is queued.
+  the row may be reused before such an ACK is queued.
 
 The arrival's event carries what it does (:func:`arrival_words`: the data message a
 clear-to-send write posts, or the transfer a data message delivers), read from the row with the
@@ -32,9 +32,8 @@ a message's row at its ACK and at its arrival took about a sixth of the loop's s
 profile, ``benchmarks/README.md``).
 
 No event, heap entry, ACK-queue entry or rotation row reads the message's row after that (an ACK
-not counted carries its id, never read for the row). Python
-reads the row for every frame naming the message (:meth:`tokenpcap.schedule.runner.Schedule.message_rows`
-per handed-out chunk), and it hands out the frames with ``time_ns < FRONT`` at a return of the
+not counted carries its id, never read for the row). Python reads the row for every frame naming
+the message (:meth:`tokenpcap.schedule.runner.Schedule.message_rows` per handed-out chunk), and it hands out the frames with ``time_ns < FRONT`` at a return of the
 kernel, once every frame before ``FRONT`` is made. ``M_TLAST`` is the start of the last frame
 made that names the message (data, clear-to-send or ACK; -1 when none is made: no NIC of it
 selected). So a row is free when its message is done and ``M_TLAST < sc[HANDED]``, the ``FRONT``
