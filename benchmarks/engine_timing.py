@@ -35,7 +35,8 @@ launches of an instant canonically (:mod:`tokenpcap.schedule.replicas`); the lin
 ``--big-iterations`` makes such a run long enough to time the order against a tree without it.
 
 Run: ``python benchmarks/engine_timing.py [--scenario NAME --scale K ...] [--big NAME
-[--big-scale K] [--big-iterations N] ...] [--against REV|DIR] [--repeat N]``
+[--big-scale K] [--big-iterations N] [--big-set KEY=VALUE,...] ...] [--against REV|DIR]
+[--repeat N]``
 """
 from __future__ import annotations
 
@@ -66,10 +67,20 @@ from tokenpcap.schedule.reference import ReferenceSchedule  # noqa: E402
 from tokenpcap.schedule.runner import Schedule  # noqa: E402
 
 
-def _scenario(name: str):
+def _sets(text: str) -> dict:
+    """``KEY=VALUE,KEY=VALUE`` (``--big-set``; "" none) as ``load_scenario``'s overrides."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        key, _, value = item.partition("=")
+        out[key] = int(value) if value.lstrip("-").isdigit() else value
+    return out
+
+
+def _scenario(name: str, sets: str = ""):
     path = Path(name)                     # a file, or a bundled name (llama3.1-405b-2048 has a dot)
     bundled = path.suffix not in (".yaml", ".yml")
-    return load_scenario(ROOT / "profiles" / "scenarios" / f"{name}.yaml" if bundled else path)
+    return load_scenario(ROOT / "profiles" / "scenarios" / f"{name}.yaml" if bundled else path,
+                         _sets(sets))
 
 
 def _clock():
@@ -146,8 +157,8 @@ def compare(name: str, scale: int) -> None:
         raise SystemExit(1)
 
 
-def big(name: str, scale: int, iterations: int = 1) -> None:
-    s = _scenario(name)
+def big(name: str, scale: int, iterations: int = 1, sets: str = "") -> None:
+    s = _scenario(name, sets)
     c = _clock()
     plan = build_plan(s, scale=scale)
     p = _since(c)
@@ -162,10 +173,10 @@ def _warm() -> None:
         pass
 
 
-def child(name: str, scale: int, iterations: int = 1) -> None:
+def child(name: str, scale: int, iterations: int = 1, sets: str = "") -> None:
     """Time one case in this process (the package of ``TREE``): one JSON line on stdout."""
     _warm()
-    s = _scenario(name)
+    s = _scenario(name, sets)
     c = _clock()
     plan = build_plan(s, scale=scale)
     p = _since(c)
@@ -197,14 +208,16 @@ def against(rev: str, bigs, repeat: int) -> None:
                           capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         trees = [tree_dir(ROOT, rev, tmp), (f"this tree ({here})", ROOT)]
-        for name, scale, iters in bigs:
+        for name, scale, iters, sets in bigs:
             over = f", {iters} iterations" if iters > 1 else ""
+            over += "".join(f" --set {kv}" for kv in filter(None, sets.split(",")))
             print(f"{name} --scale {scale}{over}: timing only, every NIC timed, no frame made")
             seen = set()
             for _ in range(repeat):
                 for label, tree in trees:
                     out = subprocess.run([sys.executable, __file__, "--big", name, "--big-scale",
                                           str(scale), "--big-iterations", str(iters),
+                                          "--big-set", sets,
                                           "--child", str(tree)],
                                          capture_output=True, text=True, check=True)
                     r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -229,12 +242,16 @@ def main(argv=None) -> None:
     ap.add_argument("--big-scale", action="append", type=int, help="its --scale (one per --big)")
     ap.add_argument("--big-iterations", action="append", type=int,
                     help="its iterations (one per --big; default 1)")
+    ap.add_argument("--big-set", action="append",
+                    help="its --set KEY=VALUE,KEY=VALUE ('' none; one per --big, the first ones)")
     ap.add_argument("--against", help="another tree (git revision or checkout directory): the "
                     "--big cases side by side, each in a fresh process")
     ap.add_argument("--repeat", type=int, default=1, help="with --against: rounds of both trees")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    bigs = list(zip(a.big, a.big_scale or [1] * len(a.big), a.big_iterations or [1] * len(a.big)))
+    sets = (a.big_set or []) + [""] * len(a.big)
+    bigs = list(zip(a.big, a.big_scale or [1] * len(a.big), a.big_iterations or [1] * len(a.big),
+                    sets))
     if a.child:
         child(*bigs[0])
         return
@@ -249,8 +266,8 @@ def main(argv=None) -> None:
     _warm()
     for name, scale in cases:
         compare(name, scale)
-    for name, scale, iters in bigs:
-        big(name, scale, iters)
+    for name, scale, iters, sets in bigs:
+        big(name, scale, iters, sets)
     print(f"load after: {loadavg()}")
 
 

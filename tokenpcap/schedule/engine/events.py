@@ -432,12 +432,17 @@ EV_CC_RP, EV_CC_PACE = 3, 4
 #: rotation-row columns (``ax (Q, X_COLS)``): a paced QP's next allowed start (ns) and its rate
 #: (bit/s; 0: not paced, at the line rate), module rpoint
 X_NA, X_RATE = 10, 11
-X_COLS = 12
+#: rotation-row columns read when a stop slot of the head message is committed, copied from
+#: its row when it becomes the head (module link, ``_load``; the row is in cache then, and not
+#: read again at its stop): its receiving NIC, and its arrival's event words (module ring,
+#: ``arrival_words``)
+X_DST, X_ARRA, X_ARRB = 12, 13, 14
+X_COLS = 15
 __all__ += ["PKT_CNP", "OUT_CE", "PK_CE", "PK_CNP", "AQ_CNPACK", "AQ_CNP", "NCE", "NCNP", "NLGN", "NLGR",
             "F_ECN", "F_ECN_PRIOS", "F_ECN_SEED", "F_CC", "F_CNP_GAP", "F_CNP_INACK", "F_CNP_TB",
             "F_CNP_FB", "F_CNP_NS", "PMAX_ONE", "FP_KMIN", "FP_KMAX", "FP_PMAX", "FP_CE", "FN_CE", "FN_CNPTX",
             "FN_CNPRX", "Q_CE", "Q_NPLAST", "Q_CNPRX", "Q_COLS", "EV_CC_RP", "EV_CC_PACE", "X_NA",
-            "X_RATE", "X_COLS"]
+            "X_RATE", "X_DST", "X_ARRA", "X_ARRB", "X_COLS"]
 
 
 # ---------------------------------------------------------------- the fast path

@@ -69,6 +69,7 @@ from tokenpcap.schedule.engine.ecn import ecn_mark
 from tokenpcap.schedule.engine.fabric_fast import fast_wire, next_event, skip_silent, wire_pushed
 from tokenpcap.schedule.engine.fabric_mmu import admit, release
 from tokenpcap.schedule.engine.fabric_stats import flush_samples, log_pfc, sample
+from tokenpcap.schedule.engine.ring import push_arrival
 
 __all__ = ["ser_ns", "inject", "hop", "deliver", "free_event", "pfc_event", "pk_free",
            "flush_samples"]
@@ -498,7 +499,7 @@ def deliver(S, cf, sc, h, nic, k, t, aflags):
         if fl & PK_ACKREQ:
             push(h, sc, t + cf[ACKDELAY], EV_ACK, msg * (MASK24 + 1) + pk[k, PK_IDX], nic, aflags)
         if fl & PK_LAST:
-            push(h, sc, t, EV_ARRIVE, msg * (MASK24 + 1), 0, 0)
+            push_arrival(h, sc, S.ms, t, msg)
     if sc[MMASK] >= 0:
         S.ms[msg & sc[MMASK], M_NACK] -= 1
     pk_free(S, sc, k)

@@ -194,12 +194,12 @@ def run(S, cf, sc, h, a, o, lst, fabric):
             if cf[FAB]:
                 rewake(S, cf, sc, h, port, fabric)
         elif typ == EV_ARRIVE:
-            r = (row[1] >> 24) & sc[MMASK]
-            S.ms[r, M_ARR] = t
-            if S.ms[r, M_KIND] == 1:
-                ready(S, cf, sc, h, a, o, S.ms[r, M_PEER], t, fabric)
+            # what the arrival does came with the event (module ring, push_arrival)
+            S.ms[(row[1] >> 24) & sc[MMASK], M_ARR] = t
+            if row[3] == 1:
+                ready(S, cf, sc, h, a, o, row[4], t, fabric)
             else:
-                arrived(S, cf, sc, h, lst, S.ms[r, M_TR], t)
+                arrived(S, cf, sc, h, lst, row[4], t)
         else:
             if row[3] == 0:
                 step(S, cf, sc, h, lst, row[4], t)

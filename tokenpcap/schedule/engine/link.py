@@ -25,6 +25,7 @@ from tokenpcap.schedule.engine.compiled import inline_part, part
 from tokenpcap.schedule.engine.events import *  # noqa: F401,F403 - columns and constants
 from tokenpcap.schedule.engine.events import emit, push
 from tokenpcap.schedule.engine.fabric import inject
+from tokenpcap.schedule.engine.ring import arrival_words
 from tokenpcap.schedule.engine.pace import pace_next
 
 __all__ = ["advance", "rewake", "ready", "queue_ack", "touch", "act_link", "control_frame"]
@@ -72,12 +73,16 @@ def _stop(S, cf, port, k):
 
 @part
 def _load(S, sc, e, mid):
-    """Rotation row ``e`` takes message ``mid`` as its head (next packet 0)."""
+    """Rotation row ``e`` takes message ``mid`` as its head (next packet 0), with what its stop
+    slots need from its row (``X_DST``, ``X_ARRA``, ``X_ARRB``: module ring)."""
     ax = S.ax
     ms = S.ms
     sh_d = S.sh_d
     sh_n = S.sh_n
-    sh = ms[mid & sc[MMASK], M_SHAPE]
+    r = mid & sc[MMASK]
+    sh = ms[r, M_SHAPE]
+    ax[e, X_DST] = ms[r, M_DST]
+    ax[e, X_ARRA], ax[e, X_ARRB] = arrival_words(ms, sc, mid)
     ax[e, X_HEAD] = mid
     ax[e, X_N] = sh_n[sh]
     ax[e, X_NEXT] = 0
@@ -254,14 +259,15 @@ def _epoch(S, cf, sc, h, o, port, limit, fabric):
     if nxt_pkt < ax[el, X_N] and (every == 0 or nxt_pkt % every):
         pace_leave(S, sc, h, port, el, t)           # a stop only for its pacing
         return
+    dst = ax[el, X_DST]
     if not fab:
-        push(h, sc, t + cf[LAT] + cf[ACKDELAY], EV_ACK, hm * (MASK24 + 1) + nxt_pkt - 1, ms[r, M_DST], 0)
-    if mk >= 0:
-        ms[r, M_NACK] += 1
+        push(h, sc, t + cf[LAT] + cf[ACKDELAY], EV_ACK, hm * (MASK24 + 1) + nxt_pkt - 1, dst, 0)
+    if mk >= 0 and (fab or pt[dst, P_SEL]):
+        ms[r, M_NACK] += 1              # its ACK's frame will name it (module ring)
     if nxt_pkt == ax[el, X_N]:
         ms[r, M_LAST] = t
         if not fab:
-            push(h, sc, t + cf[LAT], EV_ARRIVE, hm * (MASK24 + 1), 0, 0)
+            push(h, sc, t + cf[LAT], EV_ARRIVE, hm * (MASK24 + 1), ax[el, X_ARRA], ax[el, X_ARRB])
         q = ax[el, X_Q]
         nxt = qp[q, Q_FHEAD]
         if nxt >= 0:
@@ -502,8 +508,6 @@ def queue_ack(S, cf, sc, a, port, msg, idx, t):
     a[e, 0] = msg
     a[e, 1] = idx
     a[e, 2] = -1
-    if not pt[port, P_SEL] and sc[MMASK] >= 0 and not cf[FAB]:
-        S.ms[msg & sc[MMASK], M_NACK] -= 1     # never read for its message again (module ring)
     if pt[port, P_ATAIL] >= 0:
         a[pt[port, P_ATAIL], 2] = e
     else:

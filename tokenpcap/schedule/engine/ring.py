@@ -13,17 +13,27 @@ table costs what it did before the ring, 136 B per message, and no extra memory 
 
 * its arrival is processed (``M_ARR >= 0``; the arrival of the last packet is queued when the
   last packet is committed, so every packet has been sent; a clear-to-send write's arrival posts
-  its data message, read from the row, during that event), and
-* every ACK it asked for is settled (``M_NACK == 0``): counted up when an AckReq packet is
-  committed (the ACK event is queued then, before the arrival of the last packet is), counted
-  down when the ACK leaves the receiver's queue on a NIC whose frames are made (the frame names
-  the message's sender, read from the row), or at once when it is queued on a NIC whose frames
-  are not made (its queue entry is never read for the message again; such a NIC may hold it
-  until its next event, which must not hold the row).
+  its data message, named by the event, :func:`arrival_words`), and
+* every ACK it asked for whose frame is made is settled (``M_NACK == 0``): counted up when an
+  AckReq packet is committed towards a NIC whose frames are made (or with a queued fabric,
+  whose ACKs hold the row in flight: module fabric), counted down when the ACK leaves the
+  receiver's queue (the frame names the message's sender, read from the row). An ACK queued on
+  a NIC whose frames are not made is not counted: neither its event nor its queue entry reads
+  the message's row (the entry carries the message id only, which such a NIC never reads), so
+  the row may be reused before such an ACK is queued.
 
-No event, heap entry, ACK-queue entry or rotation row refers to the message after that. Python
-reads the row for every frame naming the message (:meth:`tokenpcap.schedule.runner.Schedule.message_rows`
-per handed-out chunk), and it hands out the frames with ``time_ns < FRONT`` at a return of the
+The arrival's event carries what it does (:func:`arrival_words`: the data message a
+clear-to-send write posts, or the transfer a data message delivers), read from the row with the
+receiving NIC when the message becomes its QP's head (``X_DST``, ``X_ARRA``, ``X_ARRB`` of its
+rotation row, :mod:`~tokenpcap.schedule.engine.link`); its last packet's commit and the event
+only write the row (``M_LAST``, ``M_ARR``). A large job's message rows span more memory than the
+caches hold: each read of a row that has left them stalls the loop (on DeepSeek-V3 the reads of
+a message's row at its ACK and at its arrival took about a sixth of the loop's samples in a line
+profile, ``benchmarks/README.md``).
+
+No event, heap entry, ACK-queue entry or rotation row reads the message's row after that (an ACK
+not counted carries its id, never read for the row). Python reads the row for every frame naming
+the message (:meth:`tokenpcap.schedule.runner.Schedule.message_rows` per handed-out chunk), and it hands out the frames with ``time_ns < FRONT`` at a return of the
 kernel, once every frame before ``FRONT`` is made. ``M_TLAST`` is the start of the last frame
 made that names the message (data, clear-to-send or ACK; -1 when none is made: no NIC of it
 selected). So a row is free when its message is done and ``M_TLAST < sc[HANDED]``, the ``FRONT``
@@ -48,10 +58,11 @@ from __future__ import annotations
 import numpy as np
 
 from tokenpcap.schedule.engine.compiled import part
-from tokenpcap.schedule.engine.events import (HAND_ID, HANDED, M_ARR, M_COLS, M_ID, M_NACK, M_TLAST,
-                                              MMASK, MNEED, NMSG, NOW)
+from tokenpcap.schedule.engine.events import (EV_ARRIVE, HAND_ID, HANDED, M_ARR, M_COLS, M_ID,
+                                              M_KIND, M_NACK, M_PEER, M_TLAST, M_TR, MASK24, MMASK,
+                                              MNEED, NMSG, NOW, push)
 
-__all__ = ["room", "grow", "table", "is_free"]
+__all__ = ["room", "grow", "table", "is_free", "arrival_words", "push_arrival"]
 
 
 @part
@@ -115,3 +126,22 @@ def is_free(ms: np.ndarray, handed: int) -> np.ndarray:
     """bool ``(rows,)``: which rows of the ring are free (module docstring)."""
     return (ms[:, M_ID] < 0) | ((ms[:, M_ARR] >= 0) & (ms[:, M_NACK] == 0) & (ms[:, M_TLAST] < handed))
 
+
+
+@part
+def arrival_words(ms, sc, msg):
+    """The two words of message ``msg``'s arrival event (module docstring): ``(1, the data
+    message it posts)`` for a clear-to-send write (``M_KIND`` 1, ``M_PEER``), ``(0, the
+    transfer it delivers)`` for data (``M_TR``)."""
+    r = msg & sc[MMASK]
+    if ms[r, M_KIND] == 1:
+        return 1, ms[r, M_PEER]
+    return 0, ms[r, M_TR]
+
+
+@part
+def push_arrival(h, sc, ms, t, msg):
+    """Queue message ``msg``'s arrival at ``t`` (``EV_ARRIVE`` keyed by its id) with its
+    :func:`arrival_words`."""
+    a, b = arrival_words(ms, sc, msg)
+    push(h, sc, t, EV_ARRIVE, msg * (MASK24 + 1), a, b)
