@@ -152,7 +152,7 @@ def test_many_iterations_are_bounded_by_what_their_calls_and_copies_hold():
     work = check_work(plan, 900, keep_messages=False)
     assert work.calls == 2_091_600 and work.nvlink_copies == 900 * 53_216
     with pytest.raises(InfeasiblePlanError, match=r"^dante: too large for the timing engine: "
-                                                  r".* over 10000 iterations .*; at most "
+                                                  r".* over 10,000 iterations .*; at most "
                                                   r"--iterations \d+ fit") as info:
         check_work(plan, 10_000, keep_messages=False)
     most = int(re.search(r"at most --iterations (\d+) fit", str(info.value)).group(1))

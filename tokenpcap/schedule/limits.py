@@ -367,7 +367,7 @@ def check_work(plan, iterations: int, *, keep_messages: bool = True,  # type: ig
     work = estimate_work(plan, iterations, run=run)
     quick = dataclasses.replace(work, nvlink_copies=0)
     scale = f" at --scale {plan.scale}" if plan.scale > 1 else ""
-    its = f" over {iterations} iterations" if iterations > 1 else ""
+    its = f" over {iterations:,} iterations" if iterations > 1 else ""
     plan_hint = "`tokenpcap plan` reports its traffic at any size"
     if not _fits(quick):
         one = _per_iteration(quick, iterations)
