@@ -133,6 +133,15 @@ def test_malformed_fct_lines_are_named(tmp_path, text, message):
         read_fct(tmp_path / "fct.txt")
 
 
+@pytest.mark.parametrize("text", ["", "\n\n", "   \n"])
+def test_an_fct_file_without_a_flow_is_refused(tmp_path, text):
+    """third.cc writes a line per completed flow: a file without one is a run that completed
+    nothing, not a comparison of zero flows."""
+    (tmp_path / "fct.txt").write_text(text)
+    with pytest.raises(InputError, match="fct.txt: got no flow line, expected one line per flow"):
+        read_fct(tmp_path / "fct.txt")
+
+
 def test_a_missing_fct_file_is_named(tmp_path):
     with pytest.raises(InputError, match="nosuch.txt: got no such file, expected the "
                                          "simulator's FCT_OUTPUT_FILE"):

@@ -69,7 +69,8 @@ def read_fct(path: str | os.PathLike) -> np.ndarray:
     Raises:
         InputError: the file cannot be read, or a line has not 8 fields, an address that is not
             8 hex digits, a number that is not an integer from 0 to 10^18 - 1 (one line: file,
-            line, field, value and what was expected).
+            line, field, value and what was expected); or the file has no flow line (a
+            simulator that completed no flow, or stopped before writing one: nothing to compare).
     """
     path = Path(path)
     try:
@@ -106,6 +107,9 @@ def read_fct(path: str | os.PathLike) -> np.ndarray:
                                  f"expected {what}") from None
             vals.append(v)
         rows.append(tuple(vals))
+    if not rows:
+        raise InputError(f"{path}: got no flow line, expected one line per flow the simulator "
+                         "completed (did its run reach the end?)")
     return np.array(rows, FCT_DTYPE)
 
 
