@@ -59,6 +59,7 @@ sys.path.insert(0, TREE)                      # that package, whatever is instal
 
 from common import loadavg, machine, tree_dir  # noqa: E402
 
+from tokenpcap.config.overrides import parse_set  # noqa: E402
 from tokenpcap.config.profiles import load_scenario  # noqa: E402
 from tokenpcap.lower import Lowering  # noqa: E402
 from tokenpcap.plan.build import build_plan  # noqa: E402
@@ -68,12 +69,9 @@ from tokenpcap.schedule.runner import Schedule  # noqa: E402
 
 
 def _sets(text: str) -> dict:
-    """``KEY=VALUE,KEY=VALUE`` (``--big-set``; "" none) as ``load_scenario``'s overrides."""
-    out = {}
-    for item in filter(None, text.split(",")):
-        key, _, value = item.partition("=")
-        out[key] = int(value) if value.lstrip("-").isdigit() else value
-    return out
+    """``KEY=VALUE,KEY=VALUE`` (``--big-set``; "" none) as ``load_scenario``'s overrides, each
+    read as the CLI's ``--set`` reads it (:func:`tokenpcap.config.overrides.parse_set`)."""
+    return dict(parse_set(item) for item in filter(None, text.split(",")))
 
 
 def _scenario(name: str, sets: str = ""):

@@ -33,8 +33,9 @@ profile, ``benchmarks/README.md``).
 
 No event, heap entry, ACK-queue entry or rotation row reads the message's row after that (an ACK
 not counted carries its id, never read for the row). Python reads the row for every frame naming
-the message (:meth:`tokenpcap.schedule.runner.Schedule.message_rows` per handed-out chunk), and it hands out the frames with ``time_ns < FRONT`` at a return of the
-kernel, once every frame before ``FRONT`` is made. ``M_TLAST`` is the start of the last frame
+the message (:meth:`tokenpcap.schedule.runner.Schedule.message_rows` per handed-out chunk), and
+it hands out the frames with ``time_ns < FRONT`` at a return of the kernel, once every frame
+before ``FRONT`` is made. ``M_TLAST`` is the start of the last frame
 made that names the message (data, clear-to-send or ACK; -1 when none is made: no NIC of it
 selected). So a row is free when its message is done and ``M_TLAST < sc[HANDED]``, the ``FRONT``
 of the last hand-out Python has finished (it sets ``sc[HANDED]`` before calling the kernel
@@ -125,7 +126,6 @@ def grow(ms: np.ndarray, need: int) -> np.ndarray:
 def is_free(ms: np.ndarray, handed: int) -> np.ndarray:
     """bool ``(rows,)``: which rows of the ring are free (module docstring)."""
     return (ms[:, M_ID] < 0) | ((ms[:, M_ARR] >= 0) & (ms[:, M_NACK] == 0) & (ms[:, M_TLAST] < handed))
-
 
 
 @part
